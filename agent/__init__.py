@@ -1,0 +1,1 @@
+"""The per-node agent: NVML sampling, collectors and the Prometheus exporter."""

@@ -1,0 +1,1 @@
+"""Collectors: one file each, registered by name with a default."""

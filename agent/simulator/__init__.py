@@ -1,0 +1,1 @@
+"""A simulated NVML library driven by scenario files, for tests and demos."""

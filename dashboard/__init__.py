@@ -1,0 +1,1 @@
+"""The Streamlit dashboard (not yet built)."""

@@ -1,0 +1,1 @@
+"""Probe kernels (not yet built)."""
