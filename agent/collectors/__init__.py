@@ -1,1 +1,46 @@
-"""Collectors: one file each, registered by name with a default."""
+"""Collectors: one file each, registered here by name with a default.
+
+`--collector.NAME` and `--no-collector.NAME` switch them; `build()` makes the enabled set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from gpulens.agent.collectors.base import Collector
+from gpulens.agent.collectors.clocks import ClocksCollector
+from gpulens.agent.collectors.ecc import EccCollector
+from gpulens.agent.collectors.gpm import GpmCollector
+from gpulens.agent.collectors.memory import MemoryCollector
+from gpulens.agent.collectors.pcie import PcieCollector
+from gpulens.agent.collectors.power import PowerCollector
+from gpulens.agent.collectors.process_details import ProcessDetailsCollector
+from gpulens.agent.collectors.processes import ProcessesCollector
+from gpulens.agent.collectors.temperature import TemperatureCollector
+from gpulens.agent.collectors.utilization import UtilizationCollector
+from gpulens.agent.collectors.xid import XidCollector
+
+# name -> factory; the order is the order of reading and of exposition.
+REGISTRY: dict[str, Callable[[], Collector]] = {
+    "utilization": UtilizationCollector,
+    "memory": MemoryCollector,
+    "power": PowerCollector,
+    "temperature": TemperatureCollector,
+    "clocks": ClocksCollector,
+    "pcie": PcieCollector,
+    "ecc": EccCollector,
+    "xid": XidCollector,
+    "processes": ProcessesCollector,
+    "process_details": ProcessDetailsCollector,
+    "gpm": GpmCollector,
+}
+
+
+def defaults() -> dict[str, bool]:
+    """Return each collector's name and whether it is on by default."""
+    return {name: factory().default_enabled for name, factory in REGISTRY.items()}
+
+
+def build(enabled: Mapping[str, bool]) -> list[Collector]:
+    """Instantiate the enabled collectors, in registry order."""
+    return [factory() for name, factory in REGISTRY.items() if enabled.get(name, False)]

@@ -1,0 +1,63 @@
+"""Clocks the agent runs on: the system's, a sped-up one for simulations, a manual one for tests."""
+
+from __future__ import annotations
+
+import time
+
+
+class SystemClock:
+    """Real time."""
+
+    speed = 1.0
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    def wall_seconds(self, seconds: float) -> float:
+        """Return how many real seconds `seconds` of this clock's time take."""
+        return seconds
+
+
+class SimulatedClock:
+    """Time that runs `speed` times faster than real time, from zero at creation."""
+
+    def __init__(self, speed: float = 1.0):
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.speed = speed
+        self._wall_start = time.monotonic()
+        self._epoch_start = time.time()
+
+    def monotonic(self) -> float:
+        return (time.monotonic() - self._wall_start) * self.speed
+
+    def time(self) -> float:
+        return self._epoch_start + self.monotonic()
+
+    def wall_seconds(self, seconds: float) -> float:
+        return seconds / self.speed
+
+
+class ManualClock:
+    """Time that moves only when a test says so."""
+
+    speed = 1.0
+
+    def __init__(self, start: float = 0.0, epoch: float = 1_767_225_600.0):
+        self.now = start
+        self._epoch = epoch
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self._epoch + self.now
+
+    def wall_seconds(self, seconds: float) -> float:
+        return 0.0

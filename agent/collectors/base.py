@@ -1,0 +1,87 @@
+"""What every collector is, and helpers to build its metric families."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import GpuSnapshot
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+GPU_LABELS = ("gpu", "uuid")
+
+
+@dataclass
+class GpuContext:
+    """What a collector gets for one GPU in one cycle.
+
+    `fields` holds this GPU's batched nvmlDeviceGetFieldValues answers (None where not available);
+    `state` is this collector's own memory for this GPU, kept across cycles (and across a GPU being
+    lost and found again, keyed by UUID); `shared` is the same but common to all collectors; `cycle`
+    lives for this cycle only, so that two collectors needing one NVML answer ask once.
+    """
+
+    handle: Any
+    index: int
+    uuid: str
+    now: float  # the sampler clock's monotonic seconds at the start of the cycle
+    fields: dict[str, float | None]
+    state: dict[str, Any] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+    cycle: dict[str, Any] = field(default_factory=dict)
+
+
+class Collector:
+    """A unit of sampling and exposition, switched by `--collector.NAME`.
+
+    `read` runs in the sampler thread, once per GPU per cycle, and returns an immutable reading (or
+    None for "nothing here"); `metrics` runs at scrape time over the last snapshot and must not call
+    NVML. NVML errors raised from `read` are handled by the sampler: a lost GPU drops only that GPU, any
+    other error marks only this collector as failed for this cycle.
+    """
+
+    name: str = ""
+    default_enabled: bool = True
+    description: str = ""
+    fields: tuple[str, ...] = ()  # names from gpulens.agent.nvml.FIELDS, read in one batched call
+
+    def prepare(self, nvml: Nvml, handles: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Run once per cycle before the per-GPU reads (for node-wide sources such as events)."""
+
+    def read(self, nvml: Nvml, gpu: GpuContext) -> Any:
+        raise NotImplementedError
+
+    def metrics(self, gpus: Sequence[GpuSnapshot], interval: float) -> Iterable[Metric]:
+        raise NotImplementedError
+
+    def forget(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Release what `state` holds when a GPU is lost or the library goes down."""
+
+
+def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterable[tuple[GpuSnapshot, Any]]:
+    """Yield (gpu, reading) for the GPUs that are up and have a reading from `collector`."""
+    for gpu in gpus:
+        if gpu.up:
+            reading = gpu.readings.get(collector)
+            if reading is not None:
+                yield gpu, reading
+
+
+def gpu_gauge(name: str, help_text: str, pairs, value: Callable[[Any], float | None]) -> Metric:
+    """A per-GPU gauge; GPUs whose value is None get no series (absent, not zero)."""
+    return _per_gpu(GaugeMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
+
+
+def gpu_counter(name: str, help_text: str, pairs, value: Callable[[Any], float | None]) -> Metric:
+    """A per-GPU counter (`name` without `_total`); GPUs whose value is None get no series."""
+    return _per_gpu(CounterMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
+
+
+def _per_gpu(family, pairs: Iterable[tuple[GpuSnapshot, Any]], value) -> Metric:
+    for gpu, reading in pairs:
+        v = value(reading)
+        if v is not None:
+            family.add_metric(gpu.labels, float(v))
+    return family

@@ -1,0 +1,51 @@
+"""SM and memory clocks, and why the clocks are held down (clock event reasons)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.nvml import CLOCK_EVENT_REASONS
+from prometheus_client.core import GaugeMetricFamily
+
+
+@dataclass(frozen=True)
+class ClocksReading:
+    sm_hertz: float | None
+    memory_hertz: float | None
+    event_reasons: frozenset[str] | None
+
+
+class ClocksCollector(Collector):
+    name = "clocks"
+    description = "SM and memory clocks and clock event (throttle) reasons"
+
+    def read(self, nvml, gpu: GpuContext) -> ClocksReading:
+        sm, memory = nvml.clocks_hz(gpu.handle)
+        return ClocksReading(sm, memory, nvml.clock_event_reasons(gpu.handle))
+
+    def metrics(self, gpus, interval):
+        pairs = list(readings(gpus, self.name))
+        yield gpu_gauge(
+            "gpulens_gpu_sm_clock_hertz",
+            f"Current SM clock in hertz; sampled every {interval:g} s.",
+            pairs,
+            lambda r: r.sm_hertz,
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_memory_clock_hertz",
+            "Current memory clock in hertz.",
+            pairs,
+            lambda r: r.memory_hertz,
+        )
+        reasons = GaugeMetricFamily(
+            "gpulens_gpu_clock_event_reason",
+            "1 while the driver holds clocks down for this reason (thermal, power cap, ...), else 0.",
+            labels=(*GPU_LABELS, "reason"),
+        )
+        for gpu, reading in pairs:
+            if reading.event_reasons is None:
+                continue
+            for reason in CLOCK_EVENT_REASONS:
+                reasons.add_metric((*gpu.labels, reason), 1.0 if reason in reading.event_reasons else 0.0)
+        yield reasons

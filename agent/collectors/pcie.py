@@ -1,0 +1,74 @@
+"""PCIe link generation and width (current and maximum), throughput and replays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gpu_gauge, readings
+
+
+@dataclass(frozen=True)
+class PcieReading:
+    generation: int | None
+    width: int | None
+    max_generation: int | None
+    max_width: int | None
+    transmit_bytes_per_second: float | None
+    receive_bytes_per_second: float | None
+    replays_total: float | None
+
+
+class PcieCollector(Collector):
+    name = "pcie"
+    description = "PCIe link state, throughput and replay counter"
+    fields = ("pcie_replay_total",)
+
+    def read(self, nvml, gpu: GpuContext) -> PcieReading:
+        link = nvml.pcie_link(gpu.handle)
+        tx, rx = nvml.pcie_throughput(gpu.handle)
+        return PcieReading(
+            generation=link["generation"],
+            width=link["width"],
+            max_generation=link["max_generation"],
+            max_width=link["max_width"],
+            transmit_bytes_per_second=tx,
+            receive_bytes_per_second=rx,
+            replays_total=gpu.fields.get("pcie_replay_total"),
+        )
+
+    def metrics(self, gpus, interval):
+        pairs = list(readings(gpus, self.name))
+        yield gpu_gauge(
+            "gpulens_gpu_pcie_link_generation",
+            "PCIe generation the link runs at now (it may drop at idle to save power).",
+            pairs,
+            lambda r: r.generation,
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_pcie_link_max_generation",
+            "Highest PCIe generation the GPU and its slot support.",
+            pairs,
+            lambda r: r.max_generation,
+        )
+        yield gpu_gauge("gpulens_gpu_pcie_link_width", "PCIe lanes in use now.", pairs, lambda r: r.width)
+        yield gpu_gauge(
+            "gpulens_gpu_pcie_link_max_width", "Most PCIe lanes the link supports.", pairs, lambda r: r.max_width
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_pcie_transmit_bytes_per_second",
+            f"PCIe traffic from the GPU to the host, bytes/s over NVML's 20 ms window, every {interval:g} s.",
+            pairs,
+            lambda r: r.transmit_bytes_per_second,
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_pcie_receive_bytes_per_second",
+            f"PCIe traffic from the host to the GPU, bytes/s over NVML's 20 ms window, every {interval:g} s.",
+            pairs,
+            lambda r: r.receive_bytes_per_second,
+        )
+        yield gpu_counter(
+            "gpulens_gpu_pcie_replays",
+            "PCIe packet replays since the driver was loaded; a rising count means a flaky link.",
+            pairs,
+            lambda r: r.replays_total,
+        )

@@ -1,0 +1,36 @@
+"""Per-process series (a `pid` label): off by default, since pids churn and multiply series."""
+
+from __future__ import annotations
+
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, readings
+from gpulens.agent.collectors.processes import ProcessesReading, read_processes
+from prometheus_client.core import GaugeMetricFamily
+
+
+class ProcessDetailsCollector(Collector):
+    name = "process_details"
+    default_enabled = False
+    description = "per-process device memory and SM utilization (pid label)"
+
+    def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
+        return read_processes(nvml, gpu)
+
+    def metrics(self, gpus, interval):
+        memory = GaugeMetricFamily(
+            "gpulens_process_gpu_memory_used_bytes",
+            f"Device memory held by one process, in bytes; sampled every {interval:g} s.",
+            labels=(*GPU_LABELS, "pid"),
+        )
+        sm = GaugeMetricFamily(
+            "gpulens_process_sm_utilization_ratio",
+            "Share of time one process had kernels running on the SMs over the last cycle (0-1).",
+            labels=(*GPU_LABELS, "pid"),
+        )
+        for gpu, reading in readings(gpus, self.name):
+            for process in reading.processes:
+                if process.used_memory_bytes is not None:
+                    memory.add_metric((*gpu.labels, str(process.pid)), process.used_memory_bytes)
+            for pid, ratio in reading.sm_ratio_by_pid:
+                sm.add_metric((*gpu.labels, str(pid)), ratio)
+        yield memory
+        yield sm

@@ -1,0 +1,61 @@
+"""Compute processes per GPU: how many, and the memory they hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.nvml import ProcessInfo
+
+
+@dataclass(frozen=True)
+class ProcessesReading:
+    processes: tuple[ProcessInfo, ...]
+    sm_ratio_by_pid: tuple[tuple[int, float], ...]  # per-process SM utilization over the last cycle
+
+    @property
+    def used_memory_bytes(self) -> int:
+        return sum(p.used_memory_bytes or 0 for p in self.processes)
+
+
+def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
+    """Read the GPU's processes once per cycle, however many collectors ask."""
+    if "processes" in gpu.cycle:
+        return gpu.cycle["processes"]
+    reading = None
+    processes = nvml.processes(gpu.handle)
+    if processes is not None:
+        since = gpu.shared.get("process_samples_seen_us", 0)
+        utilization, newest = nvml.process_utilization(gpu.handle, since) or ({}, since)
+        gpu.shared["process_samples_seen_us"] = newest
+        # A process listed above may exit before the utilization call: it then has no sample.
+        live = {p.pid for p in processes}
+        reading = ProcessesReading(
+            processes=tuple(sorted(processes, key=lambda p: p.pid)),
+            sm_ratio_by_pid=tuple(sorted((pid, r) for pid, r in utilization.items() if pid in live)),
+        )
+    gpu.cycle["processes"] = reading
+    return reading
+
+
+class ProcessesCollector(Collector):
+    name = "processes"
+    description = "compute processes on each GPU and the memory they hold"
+
+    def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
+        return read_processes(nvml, gpu)
+
+    def metrics(self, gpus, interval):
+        pairs = list(readings(gpus, self.name))
+        yield gpu_gauge(
+            "gpulens_gpu_processes",
+            f"Compute processes holding a context on the GPU; sampled every {interval:g} s.",
+            pairs,
+            lambda r: len(r.processes),
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_processes_memory_used_bytes",
+            "Device memory held by compute processes, in bytes (amounts NVML cannot see count as 0).",
+            pairs,
+            lambda r: r.used_memory_bytes,
+        )

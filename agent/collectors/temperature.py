@@ -1,0 +1,40 @@
+"""GPU and memory temperature."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+
+
+@dataclass(frozen=True)
+class TemperatureReading:
+    gpu_celsius: float | None
+    memory_celsius: float | None
+
+
+class TemperatureCollector(Collector):
+    name = "temperature"
+    description = "GPU die and HBM temperature"
+    fields = ("memory_temperature_celsius",)
+
+    def read(self, nvml, gpu: GpuContext) -> TemperatureReading:
+        return TemperatureReading(
+            gpu_celsius=nvml.temperature_celsius(gpu.handle),
+            memory_celsius=gpu.fields.get("memory_temperature_celsius"),
+        )
+
+    def metrics(self, gpus, interval):
+        pairs = list(readings(gpus, self.name))
+        yield gpu_gauge(
+            "gpulens_gpu_temperature_celsius",
+            f"GPU die temperature in degrees Celsius; sampled every {interval:g} s.",
+            pairs,
+            lambda r: r.gpu_celsius,
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_memory_temperature_celsius",
+            "Device memory (HBM) temperature in degrees Celsius, where the GPU reports it.",
+            pairs,
+            lambda r: r.memory_celsius,
+        )

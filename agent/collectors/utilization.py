@@ -1,0 +1,92 @@
+"""GPU utilization, integrated from the driver's sub-second samples (nvmlDeviceGetSamples).
+
+NVML's utilization is the share of each sample period (1/6 s to 1 s, by GPU) during which any kernel
+ran. A gauge read every scrape sees one period out of many; instead we fetch every sample since the
+last one we saw (carrying `lastSeenTimeStamp` forward) and add `ratio x period` to a busy-seconds
+counter, so `rate(busy_seconds_total)` is right over any window, however fast the GPU alternates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gpu_gauge, readings
+
+# A sample's period is the gap since the previous one, but never more than this many times the
+# typical gap: after a stall longer than the driver's buffer, the missing time is left uncovered
+# rather than credited to the first sample that survived.
+_MAX_GAP_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class UtilizationReading:
+    ratio: float | None  # time-weighted mean over this cycle's samples, 0-1
+    busy_seconds_total: float
+    sampled_seconds_total: float
+    samples_total: int
+
+
+class UtilizationCollector(Collector):
+    name = "utilization"
+    description = "GPU busy time from NVML's sub-second utilization samples"
+
+    def read(self, nvml, gpu: GpuContext) -> UtilizationReading | None:
+        state = gpu.state
+        last_seen = state.get("last_seen_us", 0)
+        samples = nvml.utilization_samples(gpu.handle, last_seen)
+        if samples is None:
+            return None
+        samples.sort()
+        if "last_seen_us" not in state:
+            # First look: the buffer holds history from before we started; start counting from now.
+            state.update(last_seen_us=samples[-1][0] if samples else 0, busy=0.0, sampled=0.0, count=0)
+            state["typical_gap_us"] = _typical_gap(samples)
+            return UtilizationReading(None, 0.0, 0.0, 0)
+        busy_cycle = sampled_cycle = 0.0
+        previous = last_seen
+        typical = _typical_gap(samples) or state.get("typical_gap_us")
+        for timestamp, ratio in samples:
+            gap = timestamp - previous if previous else typical or 0
+            if typical:
+                gap = min(gap, typical * _MAX_GAP_FACTOR)
+            seconds = max(gap, 0) / 1e6
+            busy_cycle += ratio * seconds
+            sampled_cycle += seconds
+            previous = timestamp
+        if samples:
+            state["last_seen_us"] = samples[-1][0]
+            state["typical_gap_us"] = typical
+        state["busy"] += busy_cycle
+        state["sampled"] += sampled_cycle
+        state["count"] += len(samples)
+        ratio = busy_cycle / sampled_cycle if sampled_cycle > 0 else state.get("last_ratio")
+        state["last_ratio"] = ratio
+        return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
+
+    def metrics(self, gpus, interval):
+        pairs = list(readings(gpus, self.name))
+        yield gpu_gauge(
+            "gpulens_gpu_utilization_ratio",
+            "Share of time a kernel was running, averaged over the driver's sub-second samples of the "
+            f"last {interval:g} s sampling cycle (0-1). Says nothing about how much of the GPU was used.",
+            pairs,
+            lambda r: r.ratio,
+        )
+        yield gpu_counter(
+            "gpulens_gpu_busy_seconds",
+            "Seconds during which a kernel was running, integrated from every NVML utilization sample.",
+            pairs,
+            lambda r: r.busy_seconds_total,
+        )
+        yield gpu_counter(
+            "gpulens_gpu_sampled_seconds",
+            "Seconds covered by NVML utilization samples; busy/sampled is the exact busy ratio.",
+            pairs,
+            lambda r: r.sampled_seconds_total,
+        )
+
+
+def _typical_gap(samples: list[tuple[int, float]]) -> int | None:
+    """Return the median gap between consecutive sample timestamps, in microseconds."""
+    gaps = sorted(b[0] - a[0] for a, b in zip(samples, samples[1:], strict=False) if b[0] > a[0])
+    return gaps[len(gaps) // 2] if gaps else None

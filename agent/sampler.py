@@ -1,0 +1,282 @@
+"""The sampling loop: the only code that calls NVML on a schedule.
+
+Each cycle reads every GPU through the enabled collectors and publishes an immutable `Snapshot`; a
+scrape only reads the latest snapshot, so it never waits on the driver. Failure is data: a lost GPU is
+marked down and left out while the others go on; a collector that fails is reported and the rest still
+run; NVML that cannot start is retried with back-off while the agent keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.agent.collectors.base import Collector, GpuContext
+from gpulens.agent.nvml import GpuIdentity, GpuLost, Nvml, NvmlCallError, NvmlDown, SystemInfo
+from gpulens.agent.snapshot import EMPTY, CollectorRun, GpuSnapshot, Snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _GpuState:
+    """What the sampler remembers of one GPU, by UUID, for as long as the agent runs."""
+
+    identity: GpuIdentity
+    handle: Any
+    up: bool = True
+    collector_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+
+
+class Sampler:
+    def __init__(
+        self,
+        library: Any,
+        collectors: list[Collector],
+        clock: Any,
+        interval: float = 1.0,
+        rescan_interval: float = 10.0,
+        max_backoff: float = 60.0,
+        timer=time.perf_counter,
+    ):
+        self.nvml = Nvml(library)
+        self.collectors = collectors
+        self.clock = clock
+        self.interval = interval
+        self.rescan_interval = rescan_interval
+        self.max_backoff = max_backoff
+        self._timer = timer  # measures collector durations; tests pass a fixed one for golden output
+        self._fields = tuple(dict.fromkeys(f for c in collectors for f in c.fields))
+        self._states: dict[str, _GpuState] = {}
+        self._initialized = False
+        self._system: SystemInfo | None = None
+        self._error = ""
+        self._init_failures = 0
+        self._backoff = 1.0
+        self._next_init = 0.0
+        self._next_rescan = 0.0
+        self._device_count = 0
+        self._snapshot = EMPTY
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def device_count(self) -> int:
+        """GPUs NVML reports, lost ones included (some may be missing from the snapshot)."""
+        return self._device_count
+
+    # -- the cycle ------------------------------------------------------------------------------
+
+    def cycle(self) -> Snapshot:
+        """Sample every GPU once and publish the result; never raises."""
+        started = self._timer()
+        now = self.clock.monotonic()
+        runs = {c.name: _Run(self._timer) for c in self.collectors}
+        if not self._initialized:
+            self._try_init(now)
+        elif now >= self._next_rescan and (self._any_lost() or self._device_count > len(self._states)):
+            self._guarded(self._enumerate, now)
+        if self._initialized:
+            self._sample_all(now, runs)
+        if not self._initialized:
+            for run in runs.values():
+                run.fail(f"NVML is down: {self._error}")
+        self._publish(runs, self._timer() - started)
+        return self._snapshot
+
+    def _sample_all(self, now: float, runs: dict[str, _Run]) -> None:
+        handles = {uuid: s.handle for uuid, s in self._states.items() if s.up}
+        for collector in self.collectors:
+            try:
+                with runs[collector.name].timed():
+                    collector.prepare(self.nvml, handles)
+            except NvmlDown as error:
+                self._go_down(str(error))
+                return
+            except Exception as error:  # noqa: BLE001 - one collector's failure must not stop the others
+                runs[collector.name].fail(str(error))
+        for state in sorted(self._states.values(), key=lambda s: s.identity.index):
+            if not state.up:
+                continue
+            try:
+                self._sample_gpu(state, now, runs)
+            except GpuLost as error:
+                self._mark_lost(state, str(error), now)
+            except NvmlDown as error:
+                self._go_down(str(error))
+                return
+
+    def _sample_gpu(self, state: _GpuState, now: float, runs: dict[str, _Run]) -> None:
+        fields: dict[str, float | None] = {}
+        if self._fields:
+            try:
+                fields = self.nvml.fields(state.handle, self._fields)
+            except NvmlCallError as error:
+                for collector in self.collectors:
+                    if collector.fields:
+                        runs[collector.name].fail(str(error))
+        cycle: dict[str, Any] = {}
+        gpu_readings: dict[str, Any] = {}
+        for collector in self.collectors:
+            context = GpuContext(
+                handle=state.handle,
+                index=state.identity.index,
+                uuid=state.identity.uuid,
+                now=now,
+                fields=fields,
+                state=state.collector_state.setdefault(collector.name, {}),
+                shared=state.shared,
+                cycle=cycle,
+            )
+            run = runs[collector.name]
+            try:
+                with run.timed():
+                    gpu_readings[collector.name] = collector.read(self.nvml, context)
+            except (GpuLost, NvmlDown):
+                raise
+            except Exception as error:  # noqa: BLE001 - NvmlCallError or a bug: this collector only
+                run.fail(f"gpu {state.identity.index}: {error}")
+                if not isinstance(error, NvmlCallError):
+                    log.exception("collector %s failed on GPU %s", collector.name, state.identity.uuid)
+        state.shared["readings"] = gpu_readings
+
+    # -- NVML lifetime and GPU discovery ----------------------------------------------------------
+
+    def _try_init(self, now: float) -> None:
+        if now < self._next_init:
+            return
+        try:
+            self.nvml.init()
+            self._system = self.nvml.system_info()
+            self._initialized = True
+            self._error = ""
+            self._backoff = 1.0
+            self._enumerate(now)
+            log.info("NVML ready: driver %s, %d GPUs", self._system.driver_version, self._device_count)
+        except NvmlDown as error:
+            self._init_failures += 1
+            self._initialized = False
+            self._error = str(error)
+            self._next_init = now + self._backoff
+            log.warning("NVML unavailable (%s); retrying in %.0f s", error, self._backoff)
+            self._backoff = min(self._backoff * 2, self.max_backoff)
+
+    def _guarded(self, step, now: float) -> None:
+        try:
+            step(now)
+        except NvmlDown as error:
+            self._go_down(str(error))
+
+    def _enumerate(self, now: float) -> None:
+        """Find every GPU NVML lists; a GPU seen before (same UUID) keeps its counters."""
+        self._next_rescan = now + self.rescan_interval
+        self._device_count = self.nvml.device_count()
+        for index in range(self._device_count):
+            try:
+                handle = self.nvml.handle(index)
+                identity = self.nvml.identity(handle, index)
+            except GpuLost:
+                continue  # stays down; a later rescan finds it if it comes back
+            except NvmlCallError as error:
+                log.warning("GPU %d could not be identified: %s", index, error)
+                continue
+            state = self._states.get(identity.uuid)
+            if state is None:
+                self._states[identity.uuid] = _GpuState(identity=identity, handle=handle)
+            else:
+                if not state.up:
+                    log.info("GPU %d (%s) is back", index, identity.uuid)
+                state.identity, state.handle, state.up = identity, handle, True
+
+    def _any_lost(self) -> bool:
+        return any(not s.up for s in self._states.values())
+
+    def _mark_lost(self, state: _GpuState, reason: str, now: float) -> None:
+        log.error("GPU %d (%s) is lost: %s", state.identity.index, state.identity.uuid, reason)
+        state.up = False
+        state.shared.pop("readings", None)
+        self._forget_handles(state)
+        self._next_rescan = now + self.rescan_interval
+
+    def _forget_handles(self, state: _GpuState) -> None:
+        for collector in self.collectors:
+            collector.forget(state.collector_state.setdefault(collector.name, {}))
+
+    def _go_down(self, reason: str) -> None:
+        log.error("NVML went down: %s", reason)
+        self._error = reason
+        self._initialized = False
+        for state in self._states.values():
+            state.up = False
+            state.shared.pop("readings", None)
+            self._forget_handles(state)
+        self.nvml.shutdown()
+        self._next_init = self.clock.monotonic() + self._backoff
+
+    # -- publishing -------------------------------------------------------------------------------
+
+    def _publish(self, runs: dict[str, _Run], seconds: float) -> None:
+        gpus = tuple(
+            GpuSnapshot(identity=s.identity, up=s.up, readings=dict(s.shared.get("readings", {})) if s.up else {})
+            for s in sorted(self._states.values(), key=lambda s: s.identity.index)
+        )
+        self._snapshot = Snapshot(
+            timestamp=self.clock.time(),
+            nvml_up=self._initialized,
+            nvml_error=self._error,
+            system=self._system,
+            gpus=gpus,
+            collectors={name: run.result() for name, run in runs.items()},
+            cycle_seconds=seconds,
+            nvml_init_failures=self._init_failures,
+        )
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample every `interval` seconds (of the sampler's clock) until `stop` is set."""
+        while not stop.is_set():
+            started = self.clock.monotonic()
+            self.cycle()
+            elapsed = self.clock.monotonic() - started
+            stop.wait(self.clock.wall_seconds(max(self.interval - elapsed, 0.0)))
+        self.nvml.shutdown()
+
+    def start(self) -> tuple[threading.Thread, threading.Event]:
+        """Run the loop in a daemon thread; set the returned event to stop it."""
+        stop = threading.Event()
+        thread = threading.Thread(target=self.run, args=(stop,), name="gpulens-sampler", daemon=True)
+        thread.start()
+        return thread, stop
+
+
+class _Run:
+    """One collector's bookkeeping during a cycle."""
+
+    def __init__(self, timer) -> None:
+        self._timer = timer
+        self.seconds = 0.0
+        self.errors: list[str] = []
+
+    def fail(self, error: str) -> None:
+        self.errors.append(error)
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        start = self._timer()
+        try:
+            yield
+        finally:
+            self.seconds += self._timer() - start
+
+    def result(self) -> CollectorRun:
+        return CollectorRun(success=not self.errors, duration_seconds=self.seconds, error="; ".join(self.errors[:3]))
+

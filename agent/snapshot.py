@@ -1,0 +1,56 @@
+"""What one sampling cycle saw: immutable records the exposition reads without touching NVML."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpulens.agent.nvml import GpuIdentity, SystemInfo
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    """One GPU as of the last cycle. `readings` maps a collector name to what it read."""
+
+    identity: GpuIdentity
+    up: bool
+    readings: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        return (str(self.identity.index), self.identity.uuid)
+
+
+@dataclass(frozen=True)
+class CollectorRun:
+    """How one collector fared in the last cycle, over all GPUs."""
+
+    success: bool
+    duration_seconds: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the exporter serves; replaced whole after each cycle."""
+
+    timestamp: float  # seconds since the epoch, at the end of the cycle
+    nvml_up: bool
+    nvml_error: str
+    system: SystemInfo | None
+    gpus: tuple[GpuSnapshot, ...]
+    collectors: Mapping[str, CollectorRun]
+    cycle_seconds: float
+    nvml_init_failures: int = 0
+
+
+EMPTY = Snapshot(
+    timestamp=0.0,
+    nvml_up=False,
+    nvml_error="not sampled yet",
+    system=None,
+    gpus=(),
+    collectors={},
+    cycle_seconds=0.0,
+)
