@@ -1,0 +1,102 @@
+"""Turns the latest snapshot into Prometheus metric families, at scrape time, without touching NVML."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from gpulens.agent.collectors.base import GPU_LABELS, Collector
+from gpulens.agent.snapshot import Snapshot
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpulens import __version__
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotExporter:
+    """A prometheus_client collector over a sampler's latest snapshot.
+
+    `describe()` returns nothing, so registering it reads nothing; `collect()` never raises: a
+    collector whose exposition fails is left out of that scrape and logged.
+    """
+
+    def __init__(self, sampler, collectors: list[Collector], mode: str = "nvml"):
+        self._sampler = sampler
+        self._collectors = collectors
+        self._mode = mode
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot: Snapshot = self._sampler.snapshot
+        yield from self._agent_metrics(snapshot)
+        yield from self._gpu_metrics(snapshot)
+        interval = self._sampler.interval
+        for collector in self._collectors:
+            try:
+                families = list(collector.metrics(snapshot.gpus, interval))
+            except Exception:  # noqa: BLE001 - never blank the scrape
+                log.exception("exposition of collector %s failed", collector.name)
+                continue
+            yield from families
+
+    def _agent_metrics(self, s: Snapshot) -> Iterable[Metric]:
+        build = GaugeMetricFamily(
+            "gpulens_build_info", "gpulens version and how the agent reads GPUs (nvml or simulated).",
+            labels=("version", "mode"),
+        )
+        build.add_metric((__version__, self._mode), 1)
+        yield build
+        yield GaugeMetricFamily(
+            "gpulens_nvml_up", "1 when NVML is initialized and answering, 0 while it is retried.", value=int(s.nvml_up)
+        )
+        yield CounterMetricFamily(
+            "gpulens_nvml_init_failures", "Failed attempts to initialize NVML.", value=s.nvml_init_failures
+        )
+        yield GaugeMetricFamily(
+            "gpulens_nvml_devices",
+            "GPUs NVML lists, lost ones included; more than sum(gpulens_gpu_up) means some are down.",
+            value=self._sampler.device_count,
+        )
+        yield GaugeMetricFamily(
+            "gpulens_last_sample_timestamp_seconds",
+            "When the last sampling cycle ended, in seconds since the epoch.",
+            value=s.timestamp,
+        )
+        yield GaugeMetricFamily(
+            "gpulens_sample_duration_seconds", "How long the last sampling cycle took.", value=s.cycle_seconds
+        )
+        success = GaugeMetricFamily(
+            "gpulens_collector_success", "1 if the collector's last run succeeded on every GPU that is up.",
+            labels=("collector",),
+        )
+        duration = GaugeMetricFamily(
+            "gpulens_collector_duration_seconds", "Time the collector spent in its last run, over all GPUs.",
+            labels=("collector",),
+        )
+        for name, run in s.collectors.items():
+            success.add_metric((name,), int(run.success))
+            duration.add_metric((name,), run.duration_seconds)
+        yield success
+        yield duration
+
+    def _gpu_metrics(self, s: Snapshot) -> Iterable[Metric]:
+        info = GaugeMetricFamily(
+            "gpulens_gpu_info",
+            "Metadata of each GPU; always 1. Join on (gpu, uuid) to add these labels to other series.",
+            labels=(*GPU_LABELS, "model", "serial", "pci_bus_id", "mig_mode", "driver_version", "cuda_version"),
+        )
+        up = GaugeMetricFamily(
+            "gpulens_gpu_up", "1 if the GPU answered in the last cycle, 0 if it is lost or NVML is down.",
+            labels=GPU_LABELS,
+        )
+        driver = s.system.driver_version if s.system else ""
+        cuda = s.system.cuda_driver_version if s.system else ""
+        for gpu in s.gpus:
+            ident = gpu.identity
+            info.add_metric((*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda), 1)
+            up.add_metric(gpu.labels, int(gpu.up))
+        yield info
+        yield up

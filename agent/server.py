@@ -1,0 +1,117 @@
+"""The agent's HTTP endpoints: /metrics, /healthz and a landing page at /."""
+
+from __future__ import annotations
+
+import html
+import json
+import socket
+import time
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from gpulens import __version__
+
+# /healthz fails when the sampler has not published for this many intervals (and at least this long):
+# the process is wedged and should be restarted. NVML being down is not a reason to restart.
+_STALE_INTERVALS = 10
+_STALE_MIN_SECONDS = 30.0
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _IPv6Server(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass  # one line per scrape would drown the agent's own log
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """Parse HOST:PORT, :PORT or [IPv6]:PORT; raise ValueError with the fix."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"listen address {text!r} is not HOST:PORT; write e.g. ':10906' or '127.0.0.1:10906'")
+    host = host.strip("[]")
+    return host, int(port)
+
+
+class AgentApp:
+    """The WSGI application; reads the sampler's snapshot, never NVML."""
+
+    def __init__(self, sampler, registry: CollectorRegistry, collectors: list[str], mode: str):
+        self._sampler = sampler
+        self._metrics = make_wsgi_app(registry)
+        self._collectors = collectors
+        self._mode = mode
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "/")
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method not in ("GET", "HEAD"):
+            return _respond(start_response, "405 Method Not Allowed", "text/plain", b"only GET is served\n")
+        if path == "/metrics":
+            return self._metrics(environ, start_response)
+        if path == "/healthz":
+            return self._health(start_response)
+        if path == "/":
+            return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
+        return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
+
+    def _health(self, start_response):
+        snapshot = self._sampler.snapshot
+        clock = self._sampler.clock
+        age = clock.time() - snapshot.timestamp if snapshot.timestamp else None
+        limit = max(_STALE_INTERVALS * self._sampler.interval, _STALE_MIN_SECONDS)
+        healthy = age is not None and age <= limit
+        body = {
+            "status": "ok" if healthy else "stalled",
+            "nvml_up": snapshot.nvml_up,
+            "nvml_error": snapshot.nvml_error,
+            "gpus": len(snapshot.gpus),
+            "gpus_up": sum(g.up for g in snapshot.gpus),
+            "last_sample_age_seconds": None if age is None else round(age, 3),
+        }
+        status = "200 OK" if healthy else "503 Service Unavailable"
+        return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+
+    def _landing(self) -> str:
+        s = self._sampler.snapshot
+        rows = "".join(
+            f"<tr><td>{g.identity.index}</td><td>{html.escape(g.identity.name)}</td>"
+            f"<td><code>{html.escape(g.identity.uuid)}</code></td><td>{'up' if g.up else 'DOWN'}</td></tr>"
+            for g in s.gpus
+        )
+        collectors = "".join(
+            f"<li>{html.escape(name)}: {'ok' if run.success else 'failing: ' + html.escape(run.error)}</li>"
+            for name, run in s.collectors.items()
+        ) or "".join(f"<li>{html.escape(n)}</li>" for n in self._collectors)
+        nvml = "up" if s.nvml_up else f"down ({html.escape(s.nvml_error)})"
+        return (
+            "<!doctype html><html><head><title>gpulens agent</title></head><body>"
+            f"<h1>gpulens agent {__version__}</h1>"
+            f"<p>Mode: {html.escape(self._mode)}. NVML: {nvml}. Sampling every {self._sampler.interval:g} s.</p>"
+            '<p><a href="/metrics">/metrics</a> (Prometheus and OpenMetrics) &middot; '
+            '<a href="/healthz">/healthz</a></p>'
+            f"<h2>GPUs</h2><table><tr><th>gpu</th><th>model</th><th>uuid</th><th>state</th></tr>{rows}</table>"
+            f"<h2>Collectors</h2><ul>{collectors}</ul>"
+            f"<p>Last sample: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(s.timestamp))}</p>"
+            "</body></html>\n"
+        )
+
+
+def _respond(start_response, status: str, content_type: str, body: bytes):
+    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def serve(app, host: str, port: int) -> WSGIServer:
+    """Bind `app` to host:port (an empty host means every interface); raise OSError if it cannot."""
+    server_class = _IPv6Server if ":" in host else _Server
+    return make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
