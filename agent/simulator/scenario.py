@@ -1,0 +1,672 @@
+"""Scenario files: YAML describing simulated GPUs, their signals and faults, parsed into frozen dataclasses.
+
+``load_scenario`` takes a built-in name (a file in ``scenarios/``) or a path. Every
+mistake raises ``ScenarioError`` with a one-line message naming the file, the place
+in it and the fix; unknown keys are mistakes too, so typos never pass silently.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
+
+DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
+GIB = 2**30
+MIB = 2**20
+
+# Names usable in `not_supported` lists and timed not_supported faults; each makes
+# the listed NVML calls or field values answer NVML_ERROR_NOT_SUPPORTED.
+FEATURES = (
+    "power", "energy", "power_limit", "temperature", "memory_temperature", "fan", "memory",
+    "serial", "mig_mode", "ecc", "remapped_rows", "pcie_throughput", "pcie_link", "pcie_replay",
+    "clocks", "throttle", "processes", "process_utilization", "gpm", "samples", "events",
+)
+
+# Scenario name -> suffix of pynvml's nvmlClocksEventReason* constant.
+THROTTLE_REASONS = {
+    "gpu_idle": "GpuIdle",
+    "applications_clocks_setting": "ApplicationsClocksSetting",
+    "sw_power_cap": "SwPowerCap",
+    "hw_slowdown": "HwSlowdown",
+    "sync_boost": "SyncBoost",
+    "sw_thermal_slowdown": "SwThermalSlowdown",
+    "hw_thermal_slowdown": "HwThermalSlowdown",
+    "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
+    "display_clock_setting": "DisplayClockSetting",
+}
+
+INIT_ERRORS = {
+    "driver_not_loaded": "NVML_ERROR_DRIVER_NOT_LOADED",
+    "library_not_found": "NVML_ERROR_LIBRARY_NOT_FOUND",
+    "lib_rm_version_mismatch": "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "unknown": "NVML_ERROR_UNKNOWN",
+}
+
+# The NVML entry points SimulatedNvml implements; a function_not_found fault may name any of them.
+SIMULATED_FUNCTIONS = frozenset({
+    "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion",
+    "nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetIndex", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
+    "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMigMode", "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetSamples", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetTemperature", "nvmlDeviceGetFanSpeed",
+    "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetCurrPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
+    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors",
+    "nvmlDeviceGetRemappedRows", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization",
+    "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait", "nvmlEventSetWait_v2",
+    "nvmlEventSetFree", "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet",
+    "nvmlGpmSampleFree", "nvmlGpmMetricsGet",
+})
+
+FAULT_KINDS = ("lost", "not_supported", "init_failure", "process_vanishes", "function_not_found")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; the message is one line: file, place, fix."""
+
+
+# ---------------------------------------------------------------- GPU models
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Defaults for a known GPU model, as its NVML reports them."""
+
+    name: str  # nvmlDeviceGetName
+    memory_mib: int
+    power_limit_w: float
+    max_sm_mhz: int
+    max_mem_mhz: int
+    idle_sm_mhz: int
+    pcie_gen: int
+    pcie_width: int
+    pci_device_id: int
+    gpm: bool  # GPM needs Hopper or newer
+    mig: bool  # MIG-capable (A100, H100, H200)
+    row_remapping: bool  # Ampere and newer; older GPUs retire pages instead
+    hbm: bool  # HBM boards report memory temperature
+    power_average: bool  # NVML_FI_DEV_POWER_AVERAGE: Ampere or newer, except GA100
+
+
+MODELS = {
+    m.name: m
+    for m in (
+        GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 1410, 1215, 210, 4, 16, 0x20B010DE,
+                 False, True, True, True, False),
+        GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 1410, 1593, 210, 4, 16, 0x20B210DE,
+                 False, True, True, True, False),
+        GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 1980, 2619, 345, 5, 16, 0x233010DE,
+                 True, True, True, True, True),
+        GpuModel("NVIDIA H100 PCIe", 81559, 350, 1755, 1593, 345, 5, 16, 0x233110DE,
+                 True, True, True, True, True),
+        GpuModel("NVIDIA H200", 143771, 700, 1980, 3201, 345, 5, 16, 0x233510DE,
+                 True, True, True, True, True),
+        GpuModel("NVIDIA L4", 23034, 72, 2040, 6251, 210, 4, 16, 0x27B810DE,
+                 False, False, True, False, True),
+        GpuModel("NVIDIA A10", 23028, 150, 1695, 6251, 210, 4, 16, 0x223610DE,
+                 False, False, True, False, True),
+        GpuModel("NVIDIA L40S", 46068, 350, 2520, 9001, 210, 4, 16, 0x26B910DE,
+                 False, False, True, False, True),
+        GpuModel("Tesla T4", 15360, 70, 1590, 5001, 300, 3, 16, 0x1EB810DE,
+                 False, False, False, False, False),
+        GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 1530, 877, 135, 3, 16, 0x1DB510DE,
+                 False, False, False, True, False),
+    )
+}
+
+
+def _model_key(name: str) -> str:
+    key = name.strip().lower()
+    for prefix in ("nvidia ", "tesla "):
+        key = key.removeprefix(prefix)
+    return key
+
+
+_MODELS_BY_KEY = {_model_key(name): model for name, model in MODELS.items()}
+
+
+def find_model(name: str) -> GpuModel | None:
+    """Return the known model for a name such as "NVIDIA H100 80GB HBM3" or "A100-SXM4-80GB", else None."""
+    return _MODELS_BY_KEY.get(_model_key(name))
+
+
+# ---------------------------------------------------------------- parsed scenario
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    memory: int  # bytes, nvmlProcessInfo_t.usedGpuMemory
+    sm_utilization: Signal | None  # percent; None = the GPU's utilization
+    start: float  # seconds
+    end: float | None  # seconds; None = never exits
+
+    def alive(self, t: float) -> bool:
+        """Return whether the process runs at time ``t`` (seconds)."""
+        return self.start <= t and (self.end is None or t < self.end)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A time window [at, until); ``until`` None means it never ends."""
+
+    at: float
+    until: float | None
+
+    def active(self, t: float) -> bool:
+        return self.at <= t and (self.until is None or t < self.until)
+
+
+@dataclass(frozen=True)
+class Throttle:
+    window: Window
+    reasons: tuple[str, ...]  # keys of THROTTLE_REASONS
+
+
+@dataclass(frozen=True)
+class EccEvent:
+    at: float
+    uncorrected: bool
+    count: int
+
+
+@dataclass(frozen=True)
+class RemapEvent:
+    """Row remapping change at ``at``: counts add up, flags are set when not None."""
+
+    at: float
+    correctable: int
+    uncorrectable: int
+    pending: bool | None
+    failure: bool | None
+
+
+@dataclass(frozen=True)
+class Xid:
+    at: float
+    code: int
+
+
+@dataclass(frozen=True)
+class Pcie:
+    gen: int
+    width: int
+    max_gen: int
+    max_width: int
+    tx: Signal | None  # bytes/s; None = 0
+    rx: Signal | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One simulated GPU, with model defaults already applied; None signals are derived (see docs)."""
+
+    index: int
+    name: str
+    memory_total: int  # bytes
+    uuid: str
+    serial: str
+    pci_bus_id: str  # "00000000:BB:DD.F"
+    pci_device_id: int
+    power_limit: float  # W
+    idle_power: float  # W
+    utilization: Signal  # percent
+    memory_used: Signal | None  # bytes
+    power: Signal | None  # W
+    temperature: Signal | None  # C
+    memory_temperature: Signal | None  # C
+    fan: Signal | None  # percent; None = no fan (NotSupported)
+    sm_clock: Signal | None  # MHz
+    memory_clock: Signal | None  # MHz
+    max_sm_clock: int  # MHz
+    max_memory_clock: int  # MHz
+    idle_sm_clock: int  # MHz
+    throttle: tuple[Throttle, ...]
+    pcie: Pcie
+    ecc_mode: bool
+    ecc: tuple[EccEvent, ...]
+    remapped_rows: tuple[RemapEvent, ...]
+    xid: tuple[Xid, ...]
+    gpm: bool
+    sm_activity: Signal | None  # ratio 0..1
+    sm_occupancy: Signal | None
+    tensor_activity: Signal | None
+    dram_bandwidth: Signal | None
+    mig: bool
+    mig_capable: bool
+    row_remapping: bool
+    hbm: bool
+    power_average: bool
+    not_supported: frozenset[str]
+    processes: tuple[Process, ...]
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str  # one of FAULT_KINDS
+    window: Window
+    gpu: int | None = None
+    what: str | None = None  # not_supported: a FEATURES name
+    error: str | None = None  # init_failure: a key of INIT_ERRORS
+    pid: int | None = None  # process_vanishes
+    function: str | None = None  # function_not_found
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    seed: int
+    start_time: float  # epoch seconds at simulated time 0
+    driver_version: str
+    cuda_driver_version: int  # as nvmlSystemGetCudaDriverVersion returns it, e.g. 12040
+    nvml_version: str
+    gpus: tuple[Gpu, ...]
+    faults: tuple[Fault, ...]
+
+
+# ---------------------------------------------------------------- small parsers
+
+
+def _at(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _ranged(raw: object, where: str, lo: float | None = None, hi: float | None = None) -> float:
+    value = number(raw, where)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
+        raise SpecError(where, f"must be {span}, got {value:g}")
+    return value
+
+
+def _integer(raw: object, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise SpecError(where, f"expected a whole number, got {raw!r}")
+    return int(_ranged(raw, where, lo, hi))
+
+
+def _text(raw: object, where: str) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise SpecError(where, f"expected a non-empty string, got {raw!r}")
+    if "\n" in raw.strip():
+        raise SpecError(where, "must fit on one line")
+    return raw.strip()
+
+
+def _flag(raw: object, where: str) -> bool:
+    if not isinstance(raw, bool):
+        raise SpecError(where, f"expected true or false, got {raw!r}")
+    return raw
+
+
+def _items(raw: object, where: str) -> list:
+    if not isinstance(raw, list):
+        raise SpecError(where, f"expected a list, got {raw!r}")
+    return raw
+
+
+def _choice(raw: object, where: str, options) -> str:
+    if not isinstance(raw, str) or raw not in options:
+        close = difflib.get_close_matches(str(raw), list(options), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SpecError(where, f"unknown value {raw!r}; {hint}use one of {', '.join(options)}")
+    return raw
+
+
+def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, convert=number) -> Signal | None:
+    """Return the signal under ``key`` (None if absent), refusing noise-free values outside [lo, hi]."""
+    if key not in spec:
+        return None
+    at = _at(where, key)
+    signal = parse_signal(spec[key], at, convert)
+    low, high = signal.bounds()
+    if low < lo or (hi is not None and high > hi):
+        span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
+        bad = low if low < lo else high
+        raise SpecError(at, f"values must be {span}, got {bad:g}")
+    return signal
+
+
+def _window(spec: dict, where: str) -> Window:
+    at = _ranged(spec.get("at", 0), _at(where, "at"), 0)
+    if "until" not in spec:
+        return Window(at, None)
+    until = number(spec["until"], _at(where, "until"))
+    if until <= at:
+        raise SpecError(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
+    return Window(at, until)
+
+
+# ---------------------------------------------------------------- GPU sections
+
+
+def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...]:
+    processes, pids = [], set()
+    for i, item in enumerate(_items(raw, where)):
+        at = f"{where}[{i}]"
+        spec = mapping(item, at, ("pid", "memory"), ("sm_utilization", "start", "end"))
+        pid = _integer(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
+        if pid in pids:
+            raise SpecError(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
+        pids.add(pid)
+        memory = byte_count(spec["memory"], f"{at}.memory")
+        if not 0 <= memory <= memory_total:
+            raise SpecError(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
+        start = _ranged(spec.get("start", 0), f"{at}.start", 0)
+        end = None
+        if "end" in spec:
+            end = number(spec["end"], f"{at}.end")
+            if end <= start:
+                raise SpecError(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
+        sm = _signal(spec, "sm_utilization", at, 0, 100)
+        processes.append(Process(pid, int(memory), sm, start, end))
+    return tuple(processes)
+
+
+def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
+    windows = []
+    for i, item in enumerate(_items(raw, where)):
+        at = f"{where}[{i}]"
+        spec = mapping(item, at, ("reasons",), ("at", "until"))
+        names = _items(spec["reasons"], f"{at}.reasons")
+        if not names:
+            raise SpecError(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
+        reasons = tuple(_choice(n, f"{at}.reasons[{j}]", THROTTLE_REASONS) for j, n in enumerate(names))
+        windows.append(Throttle(_window(spec, at), reasons))
+    return tuple(windows)
+
+
+def _ecc(raw: object, where: str) -> tuple[EccEvent, ...]:
+    events = []
+    for i, item in enumerate(_items(raw, where)):
+        at = f"{where}[{i}]"
+        spec = mapping(item, at, ("at", "kind"), ("count",))
+        kind = _choice(spec["kind"], f"{at}.kind", ("corrected", "uncorrected"))
+        count = _integer(spec.get("count", 1), f"{at}.count", 1)
+        events.append(EccEvent(_ranged(spec["at"], f"{at}.at", 0), kind == "uncorrected", count))
+    return tuple(events)
+
+
+def _remap_event(raw: object, where: str, timed: bool) -> RemapEvent:
+    keys = ("correctable", "uncorrectable", "pending", "failure")
+    spec = mapping(raw, where, ("at",) if timed else (), keys)
+    return RemapEvent(
+        at=_ranged(spec["at"], f"{where}.at", 0) if timed else 0.0,
+        correctable=_integer(spec.get("correctable", 0), f"{where}.correctable", 0),
+        uncorrectable=_integer(spec.get("uncorrectable", 0), f"{where}.uncorrectable", 0),
+        pending=_flag(spec["pending"], f"{where}.pending") if "pending" in spec else None,
+        failure=_flag(spec["failure"], f"{where}.failure") if "failure" in spec else None,
+    )
+
+
+def _remapped_rows(raw: object, where: str) -> tuple[RemapEvent, ...]:
+    if isinstance(raw, dict):
+        return (_remap_event(raw, where, timed=False),)
+    return tuple(_remap_event(item, f"{where}[{i}]", timed=True) for i, item in enumerate(_items(raw, where)))
+
+
+def _xids(raw: object, where: str) -> tuple[Xid, ...]:
+    events = []
+    for i, item in enumerate(_items(raw, where)):
+        at = f"{where}[{i}]"
+        spec = mapping(item, at, ("at", "code"))
+        events.append(Xid(_ranged(spec["at"], f"{at}.at", 0), _integer(spec["code"], f"{at}.code", 1)))
+    return tuple(events)
+
+
+def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
+    spec = mapping(raw, where, (), ("gen", "width", "max_gen", "max_width", "tx", "rx"))
+    max_gen = _integer(spec.get("max_gen", model.pcie_gen if model else 4), f"{where}.max_gen", 1, 6)
+    max_width = _integer(spec.get("max_width", model.pcie_width if model else 16), f"{where}.max_width", 1, 32)
+    gen = _integer(spec.get("gen", max_gen), f"{where}.gen", 1, max_gen)
+    width = _integer(spec.get("width", max_width), f"{where}.width", 1, max_width)
+    tx = _signal(spec, "tx", where, 0, None, byte_rate)
+    rx = _signal(spec, "rx", where, 0, None, byte_rate)
+    return Pcie(gen, width, max_gen, max_width, tx, rx)
+
+
+def _clocks(spec: dict, where: str) -> tuple[Signal | None, Signal | None]:
+    if "clocks" not in spec:
+        return None, None
+    at = _at(where, "clocks")
+    clocks = mapping(spec["clocks"], at, (), ("sm", "memory"))
+    return _signal(clocks, "sm", at, 0, None), _signal(clocks, "memory", at, 0, None)
+
+
+def _max_clocks(spec: dict, where: str, model: GpuModel | None) -> tuple[int, int]:
+    at = _at(where, "max_clocks")
+    clocks = mapping(spec.get("max_clocks", {}), at, (), ("sm", "memory"))
+    sm = _integer(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1)
+    memory = _integer(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1)
+    return sm, memory
+
+
+def _derived_id(seed: int, index: int, salt: int) -> int:
+    return mix64(mix64(seed) ^ (index << 8) ^ salt)
+
+
+def _uuid(spec: dict, where: str, seed: int, index: int) -> str:
+    if "uuid" in spec:
+        uuid = _text(spec["uuid"], _at(where, "uuid"))
+        if not re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
+            raise SpecError(_at(where, "uuid"), "expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+        return uuid
+    digits = f"{_derived_id(seed, index, 1):016x}{_derived_id(seed, index, 2):016x}"
+    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+# Bus numbers of the eight GPUs on an HGX baseboard; real machines never put a GPU on bus 00.
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def _pci_bus_id(spec: dict, where: str, index: int) -> str:
+    if "pci_bus_id" not in spec:
+        bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0xE0 + index % 0x20
+        return f"00000000:{bus:02X}:00.0"
+    bus_id = _text(spec["pci_bus_id"], _at(where, "pci_bus_id")).upper()
+    if not re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-1][0-9A-F]\.[0-7]", bus_id):
+        raise SpecError(_at(where, "pci_bus_id"), "expected domain:bus:device.function like 00000000:1B:00.0")
+    return bus_id
+
+
+def _not_supported(spec: dict, where: str) -> frozenset[str]:
+    at = _at(where, "not_supported")
+    names = _items(spec.get("not_supported", []), at)
+    return frozenset(_choice(name, f"{at}[{i}]", FEATURES) for i, name in enumerate(names))
+
+
+_GPU_KEYS = (
+    "model", "memory_total", "uuid", "serial", "pci_bus_id", "power_limit", "idle_power", "utilization",
+    "memory_used", "power", "temperature", "memory_temperature", "fan", "clocks", "max_clocks", "throttle",
+    "pcie", "ecc_mode", "ecc", "remapped_rows", "xid", "gpm", "sm_activity", "sm_occupancy",
+    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes",
+)
+
+
+def _model_needs(spec: dict, where: str) -> GpuModel | None:
+    name = _text(spec["model"], _at(where, "model"))
+    model = find_model(name)
+    if model is None:
+        for key in ("memory_total", "power_limit"):
+            if key not in spec:
+                known = ", ".join(MODELS)
+                raise SpecError(where, f"unknown model {name!r} needs {key}; or use a known model: {known}")
+    return model
+
+
+def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
+    spec = mapping(raw, where, ("model",), _GPU_KEYS[1:])
+    model = _model_needs(spec, where)
+    name = model.name if model else spec["model"].strip()
+    memory_total = int(byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0),
+                                  _at(where, "memory_total")))
+    if memory_total <= 0:
+        raise SpecError(_at(where, "memory_total"), "must be > 0")
+    power_limit = _ranged(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1)
+    idle_power = _ranged(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
+    mig_capable = model.mig if model else True
+    mig = _flag(spec.get("mig", False), _at(where, "mig"))
+    if mig and not mig_capable:
+        raise SpecError(_at(where, "mig"), f"{name} does not support MIG; remove mig: true")
+    row_remapping = model.row_remapping if model else True
+    if "remapped_rows" in spec and not row_remapping:
+        raise SpecError(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
+    max_sm, max_mem = _max_clocks(spec, where, model)
+    sm_clock, memory_clock = _clocks(spec, where)
+    return Gpu(
+        index=index,
+        name=name,
+        memory_total=memory_total,
+        uuid=_uuid(spec, where, seed, index),
+        serial=_text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec
+        else f"{_derived_id(seed, index, 3) % 10**13:013d}",
+        pci_bus_id=_pci_bus_id(spec, where, index),
+        pci_device_id=model.pci_device_id if model else 0x000010DE,
+        power_limit=power_limit,
+        idle_power=idle_power,
+        utilization=_signal(spec, "utilization", where, 0, 100) or constant(0.0),
+        memory_used=_signal(spec, "memory_used", where, 0, memory_total, byte_count),
+        power=_signal(spec, "power", where, 0, None),
+        temperature=_signal(spec, "temperature", where, 0, 150),
+        memory_temperature=_signal(spec, "memory_temperature", where, 0, 150),
+        fan=_signal(spec, "fan", where, 0, 100),
+        sm_clock=sm_clock,
+        memory_clock=memory_clock,
+        max_sm_clock=max_sm,
+        max_memory_clock=max_mem,
+        idle_sm_clock=min(model.idle_sm_mhz if model else 300, max_sm),
+        throttle=_throttle(spec.get("throttle", []), _at(where, "throttle")),
+        pcie=_pcie(spec.get("pcie", {}), _at(where, "pcie"), model),
+        ecc_mode=_flag(spec.get("ecc_mode", True), _at(where, "ecc_mode")),
+        ecc=_ecc(spec.get("ecc", []), _at(where, "ecc")),
+        remapped_rows=_remapped_rows(spec.get("remapped_rows", []), _at(where, "remapped_rows")),
+        xid=_xids(spec.get("xid", []), _at(where, "xid")),
+        gpm=_flag(spec.get("gpm", model.gpm if model else False), _at(where, "gpm")),
+        sm_activity=_signal(spec, "sm_activity", where, 0, 1),
+        sm_occupancy=_signal(spec, "sm_occupancy", where, 0, 1),
+        tensor_activity=_signal(spec, "tensor_activity", where, 0, 1),
+        dram_bandwidth=_signal(spec, "dram_bandwidth", where, 0, 1),
+        mig=mig,
+        mig_capable=mig_capable,
+        row_remapping=row_remapping,
+        hbm=model.hbm if model else False,
+        power_average=model.power_average if model else True,
+        not_supported=_not_supported(spec, where),
+        processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
+    )
+
+
+# ---------------------------------------------------------------- faults
+
+_FAULT_KEYS = {
+    "lost": (("gpu",), ("at", "until")),
+    "not_supported": (("gpu", "what"), ("at", "until")),
+    "init_failure": (("error",), ("at", "until")),
+    "process_vanishes": (("gpu", "pid"), ("at",)),
+    "function_not_found": (("function",), ("at", "until")),
+}
+
+
+def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
+    if not isinstance(raw, dict) or "kind" not in raw:
+        raise SpecError(where, f"expected a mapping with a kind: one of {', '.join(FAULT_KINDS)}")
+    kind = _choice(raw["kind"], f"{where}.kind", FAULT_KINDS)
+    required, optional = _FAULT_KEYS[kind]
+    spec = mapping(raw, where, ("kind",) + required, optional)
+    gpu = None
+    if "gpu" in spec:
+        gpu = _integer(spec["gpu"], f"{where}.gpu", 0)
+        if gpu >= len(gpus):
+            raise SpecError(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
+    pid = None
+    if kind == "process_vanishes":
+        pid = _integer(spec["pid"], f"{where}.pid", 1)
+        if pid not in {p.pid for p in gpus[gpu].processes}:
+            raise SpecError(f"{where}.pid", f"gpu {gpu} has no process with pid {pid}")
+    return Fault(
+        kind=kind,
+        window=_window(spec, where),
+        gpu=gpu,
+        what=_choice(spec["what"], f"{where}.what", FEATURES) if "what" in spec else None,
+        error=_choice(spec["error"], f"{where}.error", INIT_ERRORS) if "error" in spec else None,
+        pid=pid,
+        function=_choice(spec["function"], f"{where}.function", sorted(SIMULATED_FUNCTIONS))
+        if "function" in spec else None,
+    )
+
+
+# ---------------------------------------------------------------- whole file
+
+
+def _scenario(raw: object) -> Scenario:
+    spec = mapping(raw, "", ("name", "description", "gpus"), (
+        "seed", "start_time", "driver_version", "cuda_driver_version", "nvml_version", "faults"))
+    seed = _integer(spec.get("seed", 0), "seed", 0, 2**64 - 1)
+    gpu_list = _items(spec["gpus"], "gpus")
+    if not gpu_list:
+        raise SpecError("gpus", "list at least one GPU")
+    gpus = tuple(_gpu(item, f"gpus[{i}]", i, seed) for i, item in enumerate(gpu_list))
+    uuids = [g.uuid for g in gpus]
+    for i, uuid in enumerate(uuids):
+        if uuids.index(uuid) != i:
+            raise SpecError(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
+    driver = _text(str(spec.get("driver_version", "550.90.07")), "driver_version")
+    cuda = _integer(spec.get("cuda_driver_version", 12040), "cuda_driver_version", 1000)
+    return Scenario(
+        name=_text(spec["name"], "name"),
+        description=_text(spec["description"], "description"),
+        seed=seed,
+        start_time=_ranged(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0),
+        driver_version=driver,
+        cuda_driver_version=cuda,
+        nvml_version=_text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver}")), "nvml_version"),
+        gpus=gpus,
+        faults=tuple(_fault(item, f"faults[{i}]", gpus) for i, item in enumerate(_items(spec.get("faults", []),
+                                                                                        "faults"))),
+    )
+
+
+def parse_scenario(text: str, label: str) -> Scenario:
+    """Return the Scenario in YAML ``text``; ``label`` names the file in error messages."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ScenarioError(f"scenario {label}: {line}invalid YAML ({problem}); fix the syntax there") from None
+    try:
+        return _scenario(raw)
+    except SpecError as exc:
+        raise ScenarioError(f"scenario {label}: {exc.where}: {exc.problem}") from None
+
+
+def builtin_scenarios() -> list[str]:
+    """Return the names of the built-in scenarios, sorted."""
+    folder = resources.files(__package__).joinpath("scenarios")
+    return sorted(entry.name[:-5] for entry in folder.iterdir() if entry.name.endswith(".yaml"))
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """Return the built-in scenario of that name, or the scenario in the YAML file at that path."""
+    if name_or_path in builtin_scenarios():
+        label = f"{name_or_path}.yaml"
+        text = resources.files(__package__).joinpath("scenarios", label).read_text(encoding="utf-8")
+        return parse_scenario(text, label)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ScenarioError(f"scenario {name_or_path!r}: no such file and no built-in of that name; "
+                            f"built-ins are: {', '.join(builtin_scenarios())}")
+    return parse_scenario(path.read_text(encoding="utf-8"), str(path))

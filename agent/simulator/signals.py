@@ -1,0 +1,367 @@
+"""Scenario signals: time shapes, unit parsing and deterministic per-step noise.
+
+A signal is a number, or a mapping with one shape key (constant, square, ramp,
+steps, noise) plus optional ``noise`` (a standard deviation) and ``min``/``max``
+clamps. The simulator samples every signal once per step of ``STEP_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# NVML's utilization sample period on Volta and newer GPUs.
+STEP_S = 1.0 / 6.0
+STEPS_PER_S = 6
+
+SHAPES = ("constant", "square", "ramp", "steps", "noise")
+
+_MASK64 = (1 << 64) - 1
+_BYTE_UNITS = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*(/s)?\s*$")
+
+
+class SpecError(ValueError):
+    """A wrong scenario value: ``where`` is its place, ``problem`` says what is wrong and the fix."""
+
+    def __init__(self, where: str, problem: str):
+        super().__init__(f"{where}: {problem}")
+        self.where = where
+        self.problem = problem
+
+
+# ---------------------------------------------------------------- units
+
+
+def number(raw: object, where: str) -> float:
+    """Return a plain number as a float; strings and booleans are refused."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise SpecError(where, f"expected a number, got {raw!r}")
+    if not math.isfinite(raw):
+        raise SpecError(where, f"expected a finite number, got {raw!r}")
+    return float(raw)
+
+
+def _quantity(raw: object, where: str, rate: bool) -> float:
+    if not isinstance(raw, str):
+        return number(raw, where)
+    example = '"12GB/s" or "800MiB/s"' if rate else '"40GiB", "512MiB" or "1.5GB"'
+    match = _QUANTITY.match(raw)
+    if not match or match.group(2) not in _BYTE_UNITS or bool(match.group(3)) != rate:
+        raise SpecError(where, f"bad unit {raw!r}; use a number or a string like {example}")
+    return float(match.group(1)) * _BYTE_UNITS[match.group(2)]
+
+
+def byte_count(raw: object, where: str) -> float:
+    """Return bytes from a number or a string such as "40GiB", "512MiB", "1.5GB", "800MB"."""
+    return _quantity(raw, where, rate=False)
+
+
+def byte_rate(raw: object, where: str) -> float:
+    """Return bytes per second from a number or a string such as "12GB/s"."""
+    return _quantity(raw, where, rate=True)
+
+
+# ---------------------------------------------------------------- shapes
+
+
+@dataclass(frozen=True)
+class Constant:
+    level: float
+
+    def at(self, t: float) -> float:
+        return self.level
+
+    def mean(self, t0: float, t1: float) -> float:
+        return self.level
+
+    def bounds(self) -> tuple[float, float]:
+        return self.level, self.level
+
+
+@dataclass(frozen=True)
+class Square:
+    """High for the first ``duty * period`` seconds of each period, starting at ``phase``."""
+
+    low: float
+    high: float
+    period: float
+    duty: float
+    phase: float
+
+    def at(self, t: float) -> float:
+        return self.high if (t - self.phase) % self.period < self.duty * self.period else self.low
+
+    def _high_time(self, t: float) -> float:
+        # Seconds spent high between phase and t: whole periods plus the high part of the last one.
+        x = t - self.phase
+        width = self.duty * self.period
+        return math.floor(x / self.period) * width + min(x % self.period, width)
+
+    def mean(self, t0: float, t1: float) -> float:
+        if t1 <= t0:
+            return self.at(t0)
+        high = (self._high_time(t1) - self._high_time(t0)) / (t1 - t0)
+        return self.low + (self.high - self.low) * high
+
+    def bounds(self) -> tuple[float, float]:
+        return min(self.low, self.high), max(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Ramp:
+    """``start_value`` until ``start``, linear to ``end_value`` over ``duration`` seconds, then flat."""
+
+    start_value: float
+    end_value: float
+    start: float
+    duration: float
+
+    def at(self, t: float) -> float:
+        if t <= self.start:
+            return self.start_value
+        if t >= self.start + self.duration:
+            return self.end_value
+        return self.start_value + (self.end_value - self.start_value) * (t - self.start) / self.duration
+
+    def mean(self, t0: float, t1: float) -> float:
+        return self.at((t0 + t1) / 2)
+
+    def bounds(self) -> tuple[float, float]:
+        return min(self.start_value, self.end_value), max(self.start_value, self.end_value)
+
+
+@dataclass(frozen=True)
+class Steps:
+    """Piecewise constant: ``values[i]`` from ``times[i]`` on; ``values[0]`` also before ``times[0]``."""
+
+    times: tuple[float, ...]
+    values: tuple[float, ...]
+
+    def at(self, t: float) -> float:
+        return self.values[max(0, bisect_right(self.times, t) - 1)]
+
+    def mean(self, t0: float, t1: float) -> float:
+        if t1 <= t0:
+            return self.at(t0)
+        i = max(0, bisect_right(self.times, t0) - 1)
+        total, t = 0.0, t0
+        while t < t1:
+            end = min(self.times[i + 1], t1) if i + 1 < len(self.times) else t1
+            total += self.values[i] * (end - t)
+            t, i = end, i + 1
+        return total / (t1 - t0)
+
+    def bounds(self) -> tuple[float, float]:
+        return min(self.values), max(self.values)
+
+
+Shape = Constant | Square | Ramp | Steps
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A shape plus per-step Gaussian noise (standard deviation ``noise``) and optional clamps."""
+
+    shape: Shape
+    noise: float = 0.0
+    min: float | None = None
+    max: float | None = None
+
+    def _clamp(self, v: float) -> float:
+        if self.min is not None and v < self.min:
+            return self.min
+        if self.max is not None and v > self.max:
+            return self.max
+        return v
+
+    def value(self, t: float) -> float:
+        """Return the noise-free value at time ``t`` (seconds since the scenario start), clamped."""
+        return self._clamp(self.shape.at(t))
+
+    def mean(self, t0: float, t1: float) -> float:
+        """Return the noise-free mean over [t0, t1]: exact for square and steps, the midpoint value otherwise."""
+        return self._clamp(self.shape.mean(t0, t1))
+
+    def busy_fraction(self, t0: float, t1: float) -> float:
+        """For a utilization signal (percent): return the busy fraction 0..1 over [t0, t1]."""
+        return min(1.0, max(0.0, self.mean(t0, t1) / 100.0))
+
+    def bounds(self) -> tuple[float, float]:
+        """Return the lowest and highest noise-free value, after clamps."""
+        lo, hi = self.shape.bounds()
+        return self._clamp(lo), self._clamp(hi)
+
+
+def constant(level: float) -> Signal:
+    """Return a noise-free constant signal."""
+    return Signal(Constant(level))
+
+
+# ---------------------------------------------------------------- parsing
+
+Converter = Callable[[object, str], float]
+
+
+def mapping(raw: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    """Return ``raw`` if it is a mapping with all ``required`` keys and no key outside required + optional."""
+    allowed = required + optional
+    place = where or "top level"
+    if not isinstance(raw, dict):
+        raise SpecError(place, f"expected a mapping with keys {', '.join(allowed)}")
+    for key in raw:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            fix = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(allowed)}"
+            raise SpecError(place, f"unknown key {key!r}; {fix}")
+    for key in required:
+        if key not in raw:
+            raise SpecError(place, f"missing key {key!r}")
+    return raw
+
+
+def _square(raw: object, where: str, convert: Converter) -> Square:
+    spec = mapping(raw, where, ("high", "period", "duty"), ("low", "phase"))
+    period = number(spec["period"], f"{where}.period")
+    if period <= 0:
+        raise SpecError(f"{where}.period", f"period must be > 0 seconds, got {period:g}")
+    duty = number(spec["duty"], f"{where}.duty")
+    if not 0.0 <= duty <= 1.0:
+        raise SpecError(f"{where}.duty", f"duty must be between 0 and 1, got {duty:g}")
+    return Square(
+        low=convert(spec.get("low", 0), f"{where}.low"),
+        high=convert(spec["high"], f"{where}.high"),
+        period=period,
+        duty=duty,
+        phase=number(spec.get("phase", 0), f"{where}.phase"),
+    )
+
+
+def _ramp(raw: object, where: str, convert: Converter) -> Ramp:
+    spec = mapping(raw, where, ("from", "to", "duration"), ("start",))
+    duration = number(spec["duration"], f"{where}.duration")
+    if duration <= 0:
+        raise SpecError(f"{where}.duration", f"duration must be > 0 seconds, got {duration:g}")
+    return Ramp(
+        start_value=convert(spec["from"], f"{where}.from"),
+        end_value=convert(spec["to"], f"{where}.to"),
+        start=number(spec.get("start", 0), f"{where}.start"),
+        duration=duration,
+    )
+
+
+def _steps(raw: object, where: str, convert: Converter) -> Steps:
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(where, "expected a list of [time, value] pairs, e.g. [[0, 10], [60, 90]]")
+    times, values = [], []
+    for i, pair in enumerate(raw):
+        at = f"{where}[{i}]"
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SpecError(at, f"expected a [time, value] pair, got {pair!r}")
+        t = number(pair[0], f"{at}[0]")
+        if times and t <= times[-1]:
+            raise SpecError(f"{at}[0]", f"times must increase; {t:g} follows {times[-1]:g}")
+        times.append(t)
+        values.append(convert(pair[1], f"{at}[1]"))
+    return Steps(tuple(times), tuple(values))
+
+
+def _shape_and_noise(spec: dict, where: str, convert: Converter) -> tuple[Shape, float]:
+    shapes = [key for key in spec if key in SHAPES and not (key == "noise" and not isinstance(spec[key], dict))]
+    if not shapes and "noise" in spec:
+        raise SpecError(where, "noise: N adds noise to a shape; for noise alone use noise: {mean: M, stddev: N}")
+    if len(shapes) != 1:
+        found = ", ".join(shapes) or "none"
+        raise SpecError(where, f"expected exactly one shape key ({', '.join(SHAPES)}), found {found}")
+    kind = shapes[0]
+    at = f"{where}.{kind}"
+    extra_noise = convert(spec["noise"], f"{where}.noise") if "noise" in spec and kind != "noise" else 0.0
+    if kind == "constant":
+        return Constant(convert(spec[kind], at)), extra_noise
+    if kind == "square":
+        return _square(spec[kind], at, convert), extra_noise
+    if kind == "ramp":
+        return _ramp(spec[kind], at, convert), extra_noise
+    if kind == "steps":
+        return _steps(spec[kind], at, convert), extra_noise
+    pure = mapping(spec[kind], at, ("mean", "stddev"), ())
+    return Constant(convert(pure["mean"], f"{at}.mean")), convert(pure["stddev"], f"{at}.stddev")
+
+
+def parse_signal(raw: object, where: str, convert: Converter = number) -> Signal:
+    """Return the Signal described by ``raw``; ``convert`` turns each scalar into the signal's unit."""
+    if not isinstance(raw, dict):
+        return constant(convert(raw, where))
+    for key in raw:
+        if key not in SHAPES + ("min", "max"):
+            raise SpecError(where, f"unknown shape {key!r}; use one of {', '.join(SHAPES)}")
+    shape, noise = _shape_and_noise(raw, where, convert)
+    if noise < 0:
+        raise SpecError(f"{where}.noise", f"noise is a standard deviation and must be >= 0, got {noise:g}")
+    lo = convert(raw["min"], f"{where}.min") if "min" in raw else None
+    hi = convert(raw["max"], f"{where}.max") if "max" in raw else None
+    if lo is not None and hi is not None and lo > hi:
+        raise SpecError(where, f"min {lo:g} is above max {hi:g}")
+    return Signal(shape, noise, lo, hi)
+
+
+# ---------------------------------------------------------------- deterministic noise
+
+
+def mix64(x: int) -> int:
+    """Return the splitmix64 finalizer of ``x``: a well-spread 64-bit integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def noise_key(seed: int, *parts: int | str) -> int:
+    """Return a 64-bit key naming one noise stream, e.g. (seed, gpu index, signal name)."""
+    key = mix64(seed & _MASK64)
+    for part in parts:
+        if isinstance(part, str):
+            # FNV-1a: Python's hash() of a str changes between runs, this does not.
+            h = 0xCBF29CE484222325
+            for byte in part.encode():
+                h = ((h ^ byte) * 0x100000001B3) & _MASK64
+            part = h
+        key = mix64(key ^ (part & _MASK64))
+    return key
+
+
+def gaussian(key: int, step: int) -> float:
+    """Return a standard normal draw that depends only on (key, step)."""
+    a = mix64(key ^ step)
+    b = mix64(a)
+    u1 = ((a >> 11) + 1) * 2.0**-53  # in (0, 1], so log() is finite
+    u2 = (b >> 11) * 2.0**-53
+    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
+
+
+def step_sampler(signal: Signal, key: int, lo: float, hi: float) -> Callable[[int], float]:
+    """Return f(k): the signal over step k's window [(k-1)*STEP_S, k*STEP_S], plus noise, within [lo, hi].
+
+    The window mean is exact for square waves and steps (so a 20%-duty wave is busy 20%
+    of the time whatever its period) and the midpoint value for other shapes.
+    """
+    if signal.min is not None:
+        lo = max(lo, signal.min)
+    if signal.max is not None:
+        hi = min(hi, signal.max)
+    shape, sigma = signal.shape, signal.noise
+    if isinstance(shape, Constant) and sigma == 0.0:
+        level = min(hi, max(lo, shape.level))
+        return lambda k: level
+    mean = shape.mean
+    if sigma == 0.0:
+        return lambda k: min(hi, max(lo, mean((k - 1) * STEP_S, k * STEP_S)))
+    return lambda k: min(hi, max(lo, mean((k - 1) * STEP_S, k * STEP_S) + sigma * gaussian(key, k)))

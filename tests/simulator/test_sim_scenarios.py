@@ -1,0 +1,172 @@
+"""Scenario loading: built-ins, model defaults and one-line errors that name the place."""
+
+import re
+import textwrap
+
+import pytest
+from gpulens.agent.simulator.library import simulated_functions
+from gpulens.agent.simulator.scenario import (
+    SIMULATED_FUNCTIONS,
+    ScenarioError,
+    builtin_scenarios,
+    load_scenario,
+)
+
+BUILTINS = ["bench8x32", "demo", "faults", "mig", "nvml-down", "old-driver", "square20"]
+
+GOOD_GPU = 'model: "NVIDIA H100 80GB HBM3"'
+
+
+def write(tmp_path, text: str, name: str = "bad.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_builtins_are_listed_and_load():
+    assert builtin_scenarios() == BUILTINS
+    for name in BUILTINS:
+        scenario = load_scenario(name)
+        assert scenario.name == name
+        assert scenario.gpus
+        assert "\n" not in scenario.description
+
+
+def test_demo_matches_its_description():
+    demo = load_scenario("demo")
+    assert len(demo.gpus) == 8
+    assert {g.name for g in demo.gpus} == {"NVIDIA H100 80GB HBM3"}
+    pids = [p.pid for g in demo.gpus for p in g.processes]
+    assert len(pids) == 8
+    assert all(4000 <= pid < 5000 for pid in pids)
+    assert not demo.gpus[3].processes
+    assert demo.gpus[5].pcie.gen == 3 and demo.gpus[5].pcie.max_gen == 5
+    assert [x.code for x in demo.gpus[7].xid] == [31]
+
+
+def test_bench_has_32_processes():
+    assert sum(len(g.processes) for g in load_scenario("bench8x32").gpus) == 32
+
+
+def test_function_names_match_the_library():
+    assert SIMULATED_FUNCTIONS == simulated_functions()
+
+
+def test_model_defaults_and_aliases():
+    faults = load_scenario("faults")
+    a100 = faults.gpus[0]
+    assert a100.name == "NVIDIA A100-SXM4-80GB"  # "A100-SXM4-80GB" in the file
+    assert a100.memory_total == 81920 * 2**20
+    assert a100.power_limit == 400 and a100.idle_power == 40
+    assert not a100.gpm and a100.mig_capable and a100.row_remapping
+    h100 = load_scenario("demo").gpus[0]
+    assert h100.gpm and h100.pcie.max_gen == 5 and h100.power_limit == 700
+    t4 = load_scenario("old-driver").gpus[0]
+    assert not t4.row_remapping and not t4.mig_capable and t4.pcie.gen == 3
+
+
+def test_identity_defaults_are_derived_and_deterministic(tmp_path):
+    demo = load_scenario("demo")
+    uuids = [g.uuid for g in demo.gpus]
+    assert len(set(uuids)) == 8
+    assert all(re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in uuids)
+    assert uuids == [g.uuid for g in load_scenario("demo").gpus]
+    assert [g.pci_bus_id for g in demo.gpus][:3] == ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0"]
+    other_seed = load_scenario(write(tmp_path, f"""
+        name: s
+        description: d
+        seed: 8
+        gpus:
+          - {GOOD_GPU}
+        """, "s.yaml"))
+    assert other_seed.gpus[0].uuid != demo.gpus[0].uuid
+    assert re.fullmatch(r"\d{13}", other_seed.gpus[0].serial)
+
+
+def test_unknown_model_with_required_keys(tmp_path):
+    scenario = load_scenario(write(tmp_path, """
+        name: custom
+        description: d
+        start_time: 1700000000
+        gpus:
+          - {model: "Acme X1", memory_total: 24GiB, power_limit: 300}
+        """, "custom.yaml"))
+    gpu = scenario.gpus[0]
+    assert (gpu.name, gpu.memory_total, gpu.power_limit, gpu.idle_power) == ("Acme X1", 24 * 2**30, 300, 30)
+    assert scenario.start_time == 1700000000
+
+
+def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
+    return f"name: t\ndescription: d\ngpus:\n  - {gpu_lines}\n{extra}"
+
+
+@pytest.mark.parametrize(
+    ("text", "place", "fix"),
+    [
+        (body(GOOD_GPU + "\n    utilisation: 50"), "gpus[0]", "unknown key 'utilisation'; did you mean 'utilization'?"),
+        (body(GOOD_GPU + "\n    utilization: {sqare: {high: 100}}"), "gpus[0].utilization",
+         "unknown shape 'sqare'; use one of constant, square, ramp, steps, noise"),
+        (body(GOOD_GPU + "\n    utilization: {square: {high: 100, period: 4, duty: 1.5}}"),
+         "gpus[0].utilization.square.duty", "duty must be between 0 and 1, got 1.5"),
+        (body(GOOD_GPU + "\n    utilization: 120"), "gpus[0].utilization", "values must be between 0 and 100"),
+        (body(GOOD_GPU + "\n    sm_activity: 80"), "gpus[0].sm_activity", "values must be between 0 and 1"),
+        (body(extra="faults:\n  - {kind: exploded, gpu: 0}"), "faults[0].kind",
+         "unknown value 'exploded'; use one of lost, not_supported"),
+        (body(extra="faults:\n  - {kind: lost, gpu: 2, at: 5}"), "faults[0].gpu",
+         "gpu 2 does not exist; this scenario has gpus 0..0"),
+        (body(extra="faults:\n  - {kind: lost, gpu: 0, at: 50, until: 40}"), "faults[0].until",
+         "until (40) must be after at (50)"),
+        (body(extra="faults:\n  - {kind: process_vanishes, gpu: 0, pid: 9}"), "faults[0].pid",
+         "gpu 0 has no process with pid 9"),
+        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReason}"),
+         "faults[0].function", "did you mean 'nvmlDeviceGetCurrentClocksEventReasons'?"),
+        (body(extra="faults:\n  - {kind: init_failure, error: driver_not_loaded, gpu: 0}"), "faults[0]",
+         "unknown key 'gpu'"),
+        (body(GOOD_GPU + "\n    memory_total: 40GBB"), "gpus[0].memory_total", "bad unit '40GBB'"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 90GiB}"), "gpus[0].processes[0].memory",
+         "must be between 0 and the GPU's memory_total"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB}\n      - {pid: 7, memory: 1GiB}"),
+         "gpus[0].processes[1].pid", "pid 7 appears twice"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: -3, memory: 1GiB}"), "gpus[0].processes[0].pid",
+         "must be between 1"),
+        (body(GOOD_GPU + "\n    throttle: [{reasons: [power_cap]}]"), "gpus[0].throttle[0].reasons[0]",
+         "unknown value 'power_cap'"),
+        (body(GOOD_GPU + "\n    not_supported: [powr]"), "gpus[0].not_supported[0]", "did you mean 'power'?"),
+        (body(GOOD_GPU + "\n    pcie: {gen: 6, max_gen: 5}"), "gpus[0].pcie.gen", "must be between 1 and 5"),
+        (body('model: "Tesla T4"\n    mig: true'), "gpus[0].mig", "Tesla T4 does not support MIG"),
+        (body('model: "Tesla T4"\n    remapped_rows: {correctable: 1}'), "gpus[0].remapped_rows",
+         "has no row remapping"),
+        (body('model: "Acme X1"'), "gpus[0]", "unknown model 'Acme X1' needs memory_total"),
+        ("description: d\ngpus: []\n", "top level", "missing key 'name'"),
+        (body() + "flavour: x\n", "top level", "unknown key 'flavour'"),
+        (body(GOOD_GPU + '\n    uuid: "GPU-1234"'), "gpus[0].uuid", "expected GPU-xxxxxxxx"),
+    ],
+)
+def test_bad_scenarios_give_one_line_naming_file_place_and_fix(tmp_path, text, place, fix):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"scenario {path}: {place}: ")
+    assert fix in message
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "name: t\ndescription: d\ngpus:\n  - model: [unclosed\n  - x: : y\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert re.match(rf"scenario {re.escape(path)}: line \d+: invalid YAML \(.+\)", message)
+
+
+def test_missing_file_lists_builtins():
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario("foo")
+    assert str(caught.value) == (
+        "scenario 'foo': no such file and no built-in of that name; built-ins are: " + ", ".join(BUILTINS))
+
+
+def test_scenario_error_is_a_value_error():
+    assert issubclass(ScenarioError, ValueError)
