@@ -1,0 +1,97 @@
+"""Flags, environment and config file: precedence, and one clear line for every mistake."""
+
+import subprocess
+import sys
+
+import pytest
+from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, ConfigError, load
+
+
+def test_defaults_are_documented_values():
+    config = load([], environ={})
+    assert config.listen_address == DEFAULT_LISTEN_ADDRESS == ":10906"
+    assert config.interval == 1.0
+    assert config.collectors["utilization"] is True
+    assert config.collectors["process_details"] is False
+
+
+def test_flag_beats_env_beats_file(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("web: {listen_address: ':1111'}\nsampling: {interval: 5s}\nlog: {level: debug}\n"
+                    "collectors: {gpm: false, process_details: true}\n")
+    env = {"GPULENS_CONFIG_FILE": str(path), "GPULENS_SAMPLING_INTERVAL": "2s", "GPULENS_COLLECTOR_ECC": "false"}
+    config = load(["--web.listen-address", "127.0.0.1:2222"], environ=env)
+    assert config.listen_address == "127.0.0.1:2222"  # flag
+    assert config.interval == 2.0  # env over file
+    assert config.log_level == "debug"  # file
+    assert config.collectors["gpm"] is False and config.collectors["process_details"] is True
+    assert config.collectors["ecc"] is False
+
+
+def test_collector_flags_switch_both_ways():
+    config = load(["--no-collector.memory", "--collector.process-details"], environ={})
+    assert config.collectors["memory"] is False
+    assert config.collectors["process_details"] is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "file_text", "expected"),
+    [
+        (["--sampling.interval", "fast"], {}, None, "is not a duration"),
+        (["--sampling.interval", "10ms"], {}, None, "out of range"),
+        (["--web.listen-address", "localhost"], {}, None, "is not HOST:PORT"),
+        (["--speed", "10"], {}, None, "only applies to a simulated node"),
+        (["--simulate", "demo", "--speed", "zero"], {}, None, "is not a number"),
+        (["--collector.nope"], {}, None, "unrecognized arguments"),
+        ([], {"GPULENS_COLLECTOR_NOPE": "1"}, None, "unknown collector 'nope'"),
+        ([], {"GPULENS_COLLECTOR_GPM": "maybe"}, None, "is not true or false"),
+        ([], {}, "web: [1, 2", "not valid YAML at line"),
+        ([], {}, "colectors: {gpm: true}", "unknown setting 'colectors'"),
+        ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
+        ([], {}, "web: {port: 1}", "web takes listen_address"),
+        ([], {}, "- a\n- b\n", "must be a mapping"),
+    ],
+)
+def test_mistakes_name_the_setting_and_the_fix(tmp_path, argv, env, file_text, expected):
+    if file_text is not None:
+        path = tmp_path / "agent.yaml"
+        path.write_text(file_text)
+        argv = [*argv, "--config.file", str(path)]
+    with pytest.raises(ConfigError) as caught:
+        load(argv, environ=env)
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load(["--config.file", str(tmp_path / "absent.yaml")], environ={})
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_bad_flag_exits_2_with_one_line():
+    result = _run("agent", "--sampling.interval", "soon")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("gpulens agent: --sampling.interval:")
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_bad_scenario_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndescription: y\ngpus: [{model: 'NVIDIA H100 80GB HBM3', utilisation: 5}]\n")
+    for scenario in ("no-such-scenario", str(bad)):
+        result = _run("agent", "--simulate", scenario)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_cli_unknown_command():
+    result = _run("agnet")
+    assert result.returncode == 2
+    assert "unknown command 'agnet'" in result.stderr

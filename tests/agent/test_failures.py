@@ -1,0 +1,157 @@
+"""Failure is data: a lost GPU, a missing field, a failing collector or NVML itself drop only their own series."""
+
+import logging
+import textwrap
+
+import pytest
+from gpulens.agent.collectors.base import Collector
+
+
+def scenario(tmp_path, body: str) -> str:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+TWO_GPUS = """
+    name: two
+    description: two A100s
+    gpus:
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 50
+        processes: [{pid: 100, memory: 10GiB}]
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes: [{pid: 200, memory: 20GiB}]
+"""
+
+
+def labels(agent, index):
+    gpu = next(g for g in agent.sampler.snapshot.gpus if g.identity.index == index)
+    return {"gpu": str(index), "uuid": gpu.identity.uuid}
+
+
+def test_lost_gpu_drops_only_its_series_and_returns_with_its_counters(agent_for, tmp_path):
+    path = scenario(tmp_path, TWO_GPUS + """
+    faults:
+      - {at: 20, until: 40, gpu: 1, kind: lost}
+    """)
+    agent = agent_for(path)
+    agent.run(15)
+    lost, other = labels(agent, 1), labels(agent, 0)
+    busy_before = agent.value("gpulens_gpu_busy_seconds_total", **lost)
+    assert busy_before > 0
+
+    agent.run(10)  # t = 25: GPU 1 is off the bus
+    assert agent.value("gpulens_gpu_up", **lost) == 0
+    assert agent.value("gpulens_gpu_memory_used_bytes", **lost) is None
+    assert agent.value("gpulens_gpu_busy_seconds_total", **lost) is None
+    assert agent.value("gpulens_gpu_up", **other) == 1
+    assert agent.value("gpulens_gpu_memory_used_bytes", **other) > 0
+    assert agent.value("gpulens_collector_success", collector="memory") == 1
+    assert "gpulens_gpu_info" in agent.exposition()
+
+    agent.run(30)  # t = 55: back, found again by UUID after a rescan
+    assert agent.value("gpulens_gpu_up", **lost) == 1
+    assert agent.value("gpulens_gpu_busy_seconds_total", **lost) >= busy_before
+
+
+def test_not_supported_field_drops_that_series_only(agent_for, tmp_path):
+    path = scenario(tmp_path, TWO_GPUS.replace("utilization: 80", "utilization: 80\n        not_supported: [power]"))
+    agent = agent_for(path)
+    agent.run(3)
+    assert agent.value("gpulens_gpu_power_watts", **labels(agent, 1)) is None
+    assert agent.value("gpulens_gpu_power_watts", **labels(agent, 0)) > 0
+    assert agent.value("gpulens_gpu_energy_joules_total", **labels(agent, 1)) is not None
+    # Not supported is "no data here", not a broken collector.
+    assert agent.value("gpulens_collector_success", collector="power") == 1
+
+
+def test_nvml_down_at_start_is_retried_with_backoff_and_recovers(agent_for, tmp_path):
+    path = scenario(tmp_path, TWO_GPUS + """
+    faults:
+      - {at: 0, until: 30, kind: init_failure, error: driver_not_loaded}
+    """)
+    agent = agent_for(path)
+    assert agent.value("gpulens_nvml_up") == 0
+    assert agent.value("gpulens_collector_success", collector="memory") == 0
+    agent.run(25)
+    failures = agent.value("gpulens_nvml_init_failures_total")
+    # Back-off doubles from 1 s: attempts at about 0, 1, 3, 7, 15 s, not one per cycle.
+    assert 3 <= failures <= 6
+    agent.run(60)
+    assert agent.value("gpulens_nvml_up") == 1
+    assert agent.value("gpulens_gpu_up", **labels(agent, 0)) == 1
+    assert agent.value("gpulens_gpu_memory_used_bytes", **labels(agent, 1)) > 0
+
+
+def test_version_mismatch_is_reported_not_fatal(agent_for, tmp_path):
+    path = scenario(tmp_path, TWO_GPUS + """
+    faults:
+      - {at: 0, until: 1000, kind: init_failure, error: lib_rm_version_mismatch}
+    """)
+    agent = agent_for(path)
+    agent.run(5)
+    snapshot = agent.sampler.snapshot
+    assert not snapshot.nvml_up
+    assert "mismatch" in snapshot.nvml_error.lower()
+    assert "gpulens_nvml_up 0.0" in agent.exposition()
+
+
+def test_process_vanishing_between_calls_is_not_an_error(agent_for, tmp_path):
+    path = scenario(tmp_path, TWO_GPUS + """
+    faults:
+      - {at: 5, gpu: 0, kind: process_vanishes, pid: 100}
+    """)
+    agent = agent_for(path, enable={"process_details": True})
+    agent.run(4)
+    assert agent.value("gpulens_gpu_processes", **labels(agent, 0)) == 1
+    agent.run(4)
+    assert agent.value("gpulens_gpu_processes", **labels(agent, 0)) == 0
+    assert agent.value("gpulens_collector_success", collector="processes") == 1
+    assert agent.value("gpulens_collector_success", collector="process_details") == 1
+
+
+def test_old_driver_falls_back_and_logs_the_missing_function_once(agent_for, tmp_path, caplog):
+    path = scenario(tmp_path, TWO_GPUS + """
+    faults:
+      - {at: 0, kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReasons}
+    """)
+    with caplog.at_level(logging.INFO, logger="gpulens.agent.nvml"):
+        agent = agent_for(path)
+        agent.run(5)
+    missing = [r for r in caplog.records if "nvmlDeviceGetCurrentClocksEventReasons" in r.getMessage()]
+    assert len(missing) == 1
+    # The older symbol answered instead, so the reasons are still there.
+    assert agent.value("gpulens_gpu_clock_event_reason", reason="sw_power_cap", **labels(agent, 0)) is not None
+
+
+class _Broken(Collector):
+    name = "broken"
+    description = "always fails"
+
+    def read(self, nvml, gpu):
+        raise RuntimeError("boom")
+
+    def metrics(self, gpus, interval):
+        raise RuntimeError("boom at scrape")
+
+
+def test_a_failing_collector_never_blanks_the_scrape(agent_for, tmp_path):
+    agent = agent_for(scenario(tmp_path, TWO_GPUS), extra=(_Broken(),))
+    agent.run(2)
+    assert agent.value("gpulens_collector_success", collector="broken") == 0
+    assert agent.value("gpulens_collector_success", collector="memory") == 1
+    assert agent.value("gpulens_gpu_memory_used_bytes", **labels(agent, 0)) > 0
+
+
+@pytest.mark.parametrize("error", ["driver_not_loaded", "library_not_found", "unknown"])
+def test_every_init_error_keeps_the_agent_serving(agent_for, tmp_path, error):
+    path = scenario(tmp_path, TWO_GPUS + f"""
+    faults:
+      - {{at: 0, until: 10, kind: init_failure, error: {error}}}
+    """)
+    agent = agent_for(path)
+    assert "gpulens_nvml_up 0.0" in agent.exposition()
+    agent.run(40)
+    assert agent.value("gpulens_nvml_up") == 1

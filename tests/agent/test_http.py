@@ -1,0 +1,95 @@
+"""The real HTTP server on loopback: /metrics in both formats, /healthz, the landing page."""
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from gpulens.agent.server import AgentApp, parse_listen_address, serve
+
+
+@pytest.fixture
+def served(agent_for):
+    agent = agent_for("demo")
+    agent.run(3)
+    app = AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated")
+    server = serve(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield agent, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def get(url, accept=None, method="GET"):
+    request = urllib.request.Request(url, method=method, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers.get("Content-Type"), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Content-Type"), error.read().decode()
+
+
+def test_metrics_in_prometheus_text(served):
+    _, base = served
+    status, content_type, body = get(base + "/metrics")
+    assert status == 200
+    assert content_type.startswith("text/plain; version=0.0.4")
+    assert 'gpulens_gpu_up{gpu="0"' in body
+    assert body.count("# TYPE gpulens_gpu_busy_seconds_total counter") == 1
+
+
+def test_metrics_in_openmetrics_when_asked(served):
+    _, base = served
+    status, content_type, body = get(base + "/metrics", accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200
+    assert content_type.startswith("application/openmetrics-text")
+    assert body.rstrip().endswith("# EOF")
+
+
+def test_healthz_reports_gpus_and_nvml(served):
+    _, base = served
+    status, content_type, body = get(base + "/healthz")
+    health = json.loads(body)
+    assert status == 200 and content_type == "application/json"
+    assert health["status"] == "ok" and health["nvml_up"] is True
+    assert health["gpus"] == health["gpus_up"] == 8
+
+
+def test_healthz_fails_when_sampling_stalls(served):
+    agent, base = served
+    agent.clock.advance(600)  # ten minutes with no cycle
+    status, _, body = get(base + "/healthz")
+    assert status == 503
+    assert json.loads(body)["status"] == "stalled"
+
+
+def test_landing_page_lists_gpus_and_collectors(served):
+    agent, base = served
+    status, _, body = get(base + "/")
+    assert status == 200
+    assert 'href="/metrics"' in body and 'href="/healthz"' in body
+    for gpu in agent.sampler.snapshot.gpus:
+        assert gpu.identity.uuid in body
+    assert "utilization: ok" in body
+
+
+def test_unknown_path_and_method(served):
+    _, base = served
+    assert get(base + "/nope")[0] == 404
+    assert get(base + "/metrics", method="POST")[0] == 405
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [(":10906", ("", 10906)), ("127.0.0.1:80", ("127.0.0.1", 80)), ("[::1]:9", ("::1", 9))],
+)
+def test_listen_addresses(text, expected):
+    assert parse_listen_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["10906", "host:", "host:99999", ":port"])
+def test_bad_listen_addresses(text):
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        parse_listen_address(text)

@@ -1,0 +1,60 @@
+"""Shared fixtures: a simulated node driven by a manual clock, and the real tools tests may need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from gpulens.agent import collectors
+from gpulens.agent.clock import ManualClock
+from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.sampler import Sampler
+from gpulens.agent.simulator.scenario import load_scenario
+from prometheus_client import CollectorRegistry, generate_latest
+
+
+@dataclass
+class SimulatedAgent:
+    """An agent on a simulated node whose time moves only when the test says so."""
+
+    clock: ManualClock
+    sampler: Sampler
+    registry: CollectorRegistry
+    library: Any
+
+    def run(self, seconds: float, step: float = 1.0) -> None:
+        """Advance simulated time by `seconds`, sampling every `step`."""
+        elapsed = 0.0
+        while elapsed < seconds - 1e-9:
+            self.clock.advance(step)
+            self.sampler.cycle()
+            elapsed += step
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.registry.get_sample_value(name, labels)
+
+    def exposition(self) -> str:
+        return generate_latest(self.registry).decode()
+
+
+def make_agent(
+    scenario: str, enable: dict[str, bool] | None = None, interval: float = 1.0, extra: tuple = ()
+) -> SimulatedAgent:
+    """Build a simulated agent; `enable` switches collectors, `extra` adds collector objects."""
+    clock = ManualClock()
+    library = load_simulated_library(load_scenario(scenario), clock.monotonic)
+    enabled = {**collectors.defaults(), **(enable or {})}
+    built = collectors.build(enabled) + list(extra)
+    # A fixed timer makes durations zero, so whole expositions compare byte for byte.
+    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotExporter(sampler, built, mode="simulated"))
+    sampler.cycle()
+    return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library)
+
+
+@pytest.fixture
+def agent_for():
+    return make_agent

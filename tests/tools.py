@@ -1,0 +1,27 @@
+"""Real tools and servers the tests use: found on PATH, skipped without them (failed in CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+import pytest
+
+
+def require_tool(name: str) -> str:
+    """Return the path of a real tool; skip without it, or fail in CI (GPULENS_REQUIRE_TOOLS=1)."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} is not installed (Debian package 'prometheus'); .ci/run installs it"
+    if os.environ.get("GPULENS_REQUIRE_TOOLS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
