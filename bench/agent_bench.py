@@ -1,0 +1,182 @@
+"""Benchmark the agent on a simulated 8-GPU node with 32 processes, beside nvitop-exporter.
+
+Measures, for each exporter: scrape latency (p50, p99 over sequential scrapes on loopback), CPU per
+sampling cycle, and resident memory after running while being scraped once a second. Prints a Markdown
+table for docs/benchmarks.md.
+
+    python bench/agent_bench.py                 # 10-minute run, as documented
+    python bench/agent_bench.py --duration 60   # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCENARIO = "bench8x32"
+
+
+@dataclass
+class Result:
+    name: str
+    scrape_p50_ms: float
+    scrape_p99_ms: float
+    cpu_per_second_ms: float  # CPU time per second of wall time while sampling every 1 s and scraped 1/s
+    rss_start_mb: float
+    rss_end_mb: float
+    exposition_bytes: int
+    series: int
+
+
+def in_process_cycle_cost(cycles: int = 300) -> tuple[float, float]:
+    """Return (agent+simulator, simulator alone) CPU milliseconds per sampling cycle, measured in-process."""
+    from gpulens.agent import collectors
+    from gpulens.agent.clock import ManualClock
+    from gpulens.agent.nvml import load_simulated_library
+    from gpulens.agent.sampler import Sampler
+    from gpulens.agent.simulator.scenario import load_scenario
+
+    clock = ManualClock()
+    library = load_simulated_library(load_scenario(SCENARIO), clock.monotonic)
+    sampler = Sampler(library, collectors.build(collectors.defaults()), clock)
+    sampler.cycle()
+    start = time.process_time()
+    for _ in range(cycles):
+        clock.advance(1.0)
+        sampler.cycle()
+    total = (time.process_time() - start) / cycles * 1000
+    # The simulator's own share: advance the same simulated time and touch every GPU once.
+    handles = [library.nvmlDeviceGetHandleByIndex(i) for i in range(library.nvmlDeviceGetCount())]
+    start = time.process_time()
+    for _ in range(cycles):
+        clock.advance(1.0)
+        for handle in handles:
+            library.nvmlDeviceGetMemoryInfo(handle)
+    simulator = (time.process_time() - start) / cycles * 1000
+    return total, simulator
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scrape(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read()
+
+
+def wait_ready(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"exporter exited: {process.stderr.read() if process.stderr else ''}")
+        try:
+            if b"gpu" in scrape(url):
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} never answered")
+
+
+def measure(name: str, command: list[str], url: str, duration: float, scrapes: int) -> Result:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(url, process)
+        time.sleep(3)  # let a few cycles run
+        rss_start = rss_mb(process.pid)
+        latencies = []
+        body = b""
+        for _ in range(scrapes):
+            t0 = time.perf_counter()
+            body = scrape(url)
+            latencies.append((time.perf_counter() - t0) * 1000)
+        # Then run as in production: sampled every second, scraped once a second.
+        cpu0, t0 = cpu_seconds(process.pid), time.monotonic()
+        while time.monotonic() - t0 < duration:
+            scrape(url)
+            time.sleep(1.0)
+        cpu = (cpu_seconds(process.pid) - cpu0) / (time.monotonic() - t0) * 1000
+        latencies.sort()
+        series = sum(1 for line in body.decode().splitlines() if line and not line.startswith("#"))
+        return Result(
+            name=name,
+            scrape_p50_ms=statistics.median(latencies),
+            scrape_p99_ms=latencies[int(len(latencies) * 0.99) - 1],
+            cpu_per_second_ms=cpu,
+            rss_start_mb=rss_start,
+            rss_end_mb=rss_mb(process.pid),
+            exposition_bytes=len(body),
+            series=series,
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=600, help="seconds each exporter runs (default 600)")
+    parser.add_argument("--scrapes", type=int, default=2000, help="sequential scrapes for latency (default 2000)")
+    parser.add_argument("--skip-nvitop", action="store_true", help="measure gpulens alone")
+    args = parser.parse_args()
+
+    total, simulator = in_process_cycle_cost()
+    gpulens_port, nvitop_port = 19106, 19107
+    results = [
+        measure(
+            "gpulens agent",
+            [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", SCENARIO,
+             "--web.listen-address", f"127.0.0.1:{gpulens_port}"],
+            f"http://127.0.0.1:{gpulens_port}/metrics",
+            args.duration,
+            args.scrapes,
+        )
+    ]
+    if not args.skip_nvitop:
+        results.append(
+            measure(
+                "nvitop-exporter",
+                [sys.executable, str(HERE / "nvitop_simulated.py"), SCENARIO, "--",
+                 "--bind-address", "127.0.0.1", "--port", str(nvitop_port), "--interval", "1.0"],
+                f"http://127.0.0.1:{nvitop_port}/metrics",
+                args.duration,
+                args.scrapes,
+            )
+        )
+    print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, scenario {SCENARIO}, "
+          f"{args.duration:g} s run, {args.scrapes} scrapes\n")
+    print(f"In-process sampling cycle (8 GPUs, 32 processes): {total:.2f} ms CPU, of which the simulated "
+          f"library {simulator:.2f} ms; the agent alone about {total - simulator:.2f} ms.\n")
+    print("| exporter | scrape p50 (ms) | scrape p99 (ms) | CPU (ms per s) | RSS start (MB) | "
+          f"RSS after {args.duration:g} s (MB) | exposition (bytes) | series |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r.name} | {r.scrape_p50_ms:.2f} | {r.scrape_p99_ms:.2f} | {r.cpu_per_second_ms:.1f} | "
+              f"{r.rss_start_mb:.1f} | {r.rss_end_mb:.1f} | {r.exposition_bytes} | {r.series} |")
+    if len(results) == 2:
+        g, n = results
+        print(f"\nRatios nvitop-exporter / gpulens: scrape p50 {n.scrape_p50_ms / g.scrape_p50_ms:.1f}x, "
+              f"CPU {n.cpu_per_second_ms / g.cpu_per_second_ms:.1f}x, RSS {n.rss_end_mb / g.rss_end_mb:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
