@@ -1,0 +1,257 @@
+"""The verdict: per GPU, every cycle, one usage state with its reason and evidence, plus health conditions.
+
+Pure logic over `Evidence` (what one cycle saw of one GPU, already attributed and joined with host and
+in-job evidence). The `Diagnoser` keeps a short history per GPU for rolling means, the idle patience
+window and hysteresis; it never reads NVML or /proc itself.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from gpulens import thresholds as t
+from gpulens.vocabulary import REASON_STATE, Condition, Reason, State
+
+# Clock event reasons (gpulens.agent.nvml.CLOCK_EVENT_REASONS names) behind each condition.
+_THERMAL = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
+_POWER = frozenset({"sw_power_cap"})
+_HW_SLOWDOWN = frozenset({"hw_slowdown", "hw_power_brake_slowdown"})
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one cycle saw of one GPU. Ratios are 0-1; None means not known."""
+
+    up: bool = True
+    nvml_up: bool = True
+    mig: bool = False
+    processes: int = 0
+    allocated: bool = False  # a scheduler holds the GPU for a job (Kubernetes pod-resources), processes or not
+    busy_ratio: float | None = None  # share of this cycle a kernel ran
+    sm_activity: float | None = None
+    sm_occupancy: float | None = None
+    tensor_activity: float | None = None
+    power_ratio: float | None = None  # power draw / enforced limit
+    data_wait_ratio: float | None = None  # in-job: share of each step waiting for the next batch (worst job)
+    main_process_cpu_ratio: float | None = None  # of one core, worst job
+    num_workers: int | None = None  # DataLoader workers (in-job report, else counted child processes)
+    workers_cpu_ratio_max: float | None = None  # busiest worker, of one core
+    clock_reasons: frozenset[str] = frozenset()
+    pcie_generation: int | None = None
+    pcie_max_generation: int | None = None
+    pcie_width: int | None = None
+    pcie_max_width: int | None = None
+    ecc_uncorrected: float | None = None
+    remap_failure: bool = False
+    xid_total: int = 0  # all Xid events seen on this GPU so far
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: State
+    reason: Reason
+    since: float  # seconds (the agent's clock) when this state began
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    conditions: frozenset[Condition] = frozenset()
+
+
+@dataclass
+class _Track:
+    """One GPU's short history."""
+
+    window: deque = field(default_factory=deque)  # (time, Evidence) within WINDOW_SECONDS
+    held_since: float | None = None
+    last_active: float | None = None
+    verdict: Verdict | None = None
+    candidate: Reason | None = None
+    candidate_since: float = 0.0
+    xid_total: int = 0
+    last_xid: float | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    idle_patience: float = t.IDLE_PATIENCE_SECONDS
+    window: float = t.WINDOW_SECONDS
+    dwell: float = t.DWELL_SECONDS
+
+
+class Diagnoser:
+    def __init__(self, settings: Settings = Settings()):
+        self.settings = settings
+        self._tracks: dict[str, _Track] = {}
+
+    def update(self, uuid: str, now: float, evidence: Evidence) -> Verdict:
+        """Take one cycle's evidence for a GPU and return its verdict as of `now`."""
+        track = self._tracks.setdefault(uuid, _Track())
+        self._remember(track, now, evidence)
+        reason, values = self._judge(track, now, evidence)
+        conditions = self._conditions(track, now, evidence)
+        return self._settle(track, now, reason, values, conditions)
+
+    def forget(self, keep: set[str]) -> None:
+        """Drop the history of GPUs not in `keep` (gone for good)."""
+        for uuid in set(self._tracks) - keep:
+            del self._tracks[uuid]
+
+    # -- history -----------------------------------------------------------------------------------
+
+    def _remember(self, track: _Track, now: float, e: Evidence) -> None:
+        held = e.processes > 0 or e.allocated
+        if not held:
+            track.held_since = None
+        elif track.held_since is None:
+            track.held_since = now
+        if e.busy_ratio is not None and e.busy_ratio > t.IDLE_BUSY_MAX:
+            track.last_active = now
+        track.window.append((now, e))
+        while track.window and track.window[0][0] <= now - self.settings.window:
+            track.window.popleft()
+        if e.xid_total > track.xid_total:
+            track.last_xid = now
+        track.xid_total = max(track.xid_total, e.xid_total)
+
+    def _mean(self, track: _Track, attribute: str) -> float | None:
+        values = [getattr(e, attribute) for _, e in track.window if getattr(e, attribute) is not None]
+        return fmean(values) if values else None
+
+    # -- the state ---------------------------------------------------------------------------------
+
+    def _judge(self, track: _Track, now: float, e: Evidence) -> tuple[Reason, dict[str, float]]:
+        """Return the reason (and so the state) this cycle's evidence points to, with its evidence values."""
+        if not e.nvml_up:
+            return Reason.NVML_DOWN, {}
+        if not e.up:
+            return Reason.GPU_LOST, {}
+        if e.mig:
+            return Reason.MIG_ENABLED, {}
+        if e.processes == 0 and not e.allocated:
+            return Reason.NO_PROCESS, {}
+        busy = self._mean(track, "busy_ratio")
+        if busy is None or e.busy_ratio is None:
+            return Reason.NO_DATA, {}
+        values = self._evidence_values(track, now, busy)
+        if e.busy_ratio <= t.IDLE_BUSY_MAX:
+            held_since = track.held_since if track.held_since is not None else now
+            worked = track.last_active is not None and track.last_active >= held_since
+            if not worked or now - track.last_active >= self.settings.idle_patience:
+                return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
+            # No kernel this cycle, but the GPU worked less than the patience window ago (a pause
+            # between epochs, a gap between bursts): keep the verdict it had.
+            return (track.verdict.reason if track.verdict else Reason.NO_DATA), values
+        return self._active_reason(track, busy, values), values
+
+    def _active_reason(self, track: _Track, busy: float, values: dict[str, float]) -> Reason:
+        sm = self._mean(track, "sm_activity")
+        power = self._mean(track, "power_ratio")
+        if busy >= t.SPIN_BUSY_MIN and (
+            (sm is not None and sm <= t.SPIN_SM_ACTIVITY_MAX) or (sm is None and power is not None and power <= t.SPIN_POWER_RATIO_MAX)
+        ):
+            return Reason.SPINNING_KERNEL
+        if busy < t.BUSY_HEALTHY:
+            starved = self._input_bound(track)
+            if starved is not None:
+                return starved
+        if sm is not None and sm < t.SM_ACTIVITY_LOW:
+            return Reason.LOW_SM_ACTIVITY
+        occupancy = self._mean(track, "sm_occupancy")
+        tensor = self._mean(track, "tensor_activity")
+        if (
+            sm is not None and sm < t.SM_ACTIVITY_GOOD and occupancy is not None and occupancy < t.SM_OCCUPANCY_LOW
+            and (tensor is None or tensor < t.TENSOR_ACTIVITY_NONE)
+        ):
+            return Reason.LOW_OCCUPANCY
+        if busy < t.BUSY_LOW:
+            return Reason.LOW_BUSY_RATIO
+        return Reason.HEALTHY
+
+    def _input_bound(self, track: _Track) -> Reason | None:
+        """Return the input-side reason when the job's own evidence says it waits for data."""
+        wait = self._mean(track, "data_wait_ratio")
+        if wait is not None and wait >= t.DATA_WAIT_STARVED:
+            return Reason.INPUT_WAIT_REPORTED
+        latest = track.window[-1][1]
+        main = self._mean(track, "main_process_cpu_ratio")
+        if main is not None and main >= t.CPU_SATURATED and not latest.num_workers:
+            return Reason.INPUT_CPU_SATURATED
+        workers = self._mean(track, "workers_cpu_ratio_max")
+        if workers is not None and workers >= t.CPU_SATURATED and latest.num_workers:
+            return Reason.WORKERS_SATURATED
+        return None
+
+    def _evidence_values(self, track: _Track, now: float, busy: float) -> dict[str, float]:
+        values = {"busy_ratio": busy}
+        for name in ("sm_activity", "sm_occupancy", "tensor_activity", "power_ratio", "data_wait_ratio",
+                     "main_process_cpu_ratio", "workers_cpu_ratio_max"):
+            mean = self._mean(track, name)
+            if mean is not None:
+                values[name] = mean
+        latest = track.window[-1][1]
+        if latest.num_workers is not None:
+            values["num_workers"] = float(latest.num_workers)
+        if track.held_since is not None:
+            values["held_seconds"] = now - track.held_since
+        quiet_since = track.last_active if track.last_active is not None else track.held_since
+        if quiet_since is not None:
+            values["idle_seconds"] = now - quiet_since
+        return values
+
+    # -- health ------------------------------------------------------------------------------------
+
+    def _conditions(self, track: _Track, now: float, e: Evidence) -> frozenset[Condition]:
+        found: set[Condition] = set()
+        if not e.up:
+            found.add(Condition.LOST)
+        if e.clock_reasons & _THERMAL:
+            found.add(Condition.THERMAL_THROTTLE)
+        if e.clock_reasons & _POWER:
+            found.add(Condition.POWER_THROTTLE)
+        if e.clock_reasons & _HW_SLOWDOWN:
+            found.add(Condition.HW_SLOWDOWN)
+        if _link_degraded(e):
+            found.add(Condition.PCIE_DEGRADED)
+        if e.ecc_uncorrected:
+            found.add(Condition.ECC_UNCORRECTED)
+        if e.remap_failure:
+            found.add(Condition.ROW_REMAP_FAILURE)
+        if track.last_xid is not None and now - track.last_xid < t.XID_RECENT_SECONDS:
+            found.add(Condition.XID_RECENT)
+        return frozenset(found)
+
+    # -- hysteresis --------------------------------------------------------------------------------
+
+    def _settle(
+        self, track: _Track, now: float, reason: Reason, values: dict[str, float], conditions: frozenset[Condition]
+    ) -> Verdict:
+        current = track.verdict
+        state = REASON_STATE[reason]
+        immediate = current is None or state in (State.FREE, State.UNKNOWN) or current.state in (State.FREE, State.UNKNOWN)
+        if current is not None and state == current.state:
+            track.candidate = None
+            verdict = Verdict(state, reason, current.since, values, conditions)
+        elif immediate:
+            track.candidate = None
+            verdict = Verdict(state, reason, now, values, conditions)
+        else:
+            if track.candidate is None or REASON_STATE[track.candidate] != state:
+                track.candidate, track.candidate_since = reason, now
+            if now - track.candidate_since >= self.settings.dwell:
+                verdict = Verdict(state, reason, track.candidate_since, values, conditions)
+                track.candidate = None
+            else:
+                verdict = Verdict(current.state, current.reason, current.since, values, conditions)
+        track.verdict = verdict
+        return verdict
+
+
+def _link_degraded(e: Evidence) -> bool:
+    """A link narrower than it can be is degraded; a slower generation only counts under load,
+    because GPUs drop to a lower generation at idle to save power."""
+    if e.pcie_width is not None and e.pcie_max_width and e.pcie_width < e.pcie_max_width:
+        return True
+    loaded = e.busy_ratio is not None and e.busy_ratio > t.IDLE_BUSY_MAX
+    return bool(loaded and e.pcie_generation is not None and e.pcie_max_generation
+                and e.pcie_generation < e.pcie_max_generation)

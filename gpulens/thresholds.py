@@ -1,0 +1,63 @@
+"""Every threshold the verdicts use, in one place, each with where its number comes from.
+
+The agent's diagnosis, the alert rules (docs/alerts.md lists the PromQL twins) and the reports read
+these; change a number here and in the rules together.
+"""
+
+# A cycle whose busy ratio is at most this counts as "no kernel ran". NVML rounds utilization samples
+# to whole percent, and a display or a monitoring context can show up as 1%.
+IDLE_BUSY_MAX = 0.01
+
+# How long a held GPU must run no kernel before it is called idle. Long enough to ride out a pause
+# between epochs, evaluation or checkpointing (minutes on large models); alert rules add their own
+# `for:` on top. Configurable per agent (--diagnosis.idle-patience).
+IDLE_PATIENCE_SECONDS = 300.0
+
+# The rolling window over which busy ratio, SM activity and input-side evidence are averaged.
+WINDOW_SECONDS = 60.0
+
+# A new verdict must hold this long before it replaces the current one (hysteresis), so a GPU at the
+# border between two states does not flap. Moves to or from `free` and `unknown` are facts, not
+# judgements, and happen at once.
+DWELL_SECONDS = 15.0
+
+# Busy ratio (share of time a kernel runs) at or above which the GPU is kept fed. Below it, a job
+# with input-side evidence is data-starved. 0.8 mirrors DCGM's guidance that SM activity of 0.8 or
+# more is needed for good use.
+BUSY_HEALTHY = 0.8
+
+# Below this busy ratio the GPU waits for work half the time: underutilized even without other
+# evidence. DCGM calls SM activity below 0.5 likely ineffective; we hold kernel time to the same bar.
+BUSY_LOW = 0.5
+
+# GPM SM activity below this: kernels run but leave most SMs empty (DCGM: < 0.5 likely ineffective).
+SM_ACTIVITY_LOW = 0.5
+
+# Kernels that keep few warps resident and use no tensor cores while SM activity is middling: small
+# batches or launch-bound code. GEMMs on tensor cores run at low occupancy by design, hence the
+# tensor-activity guard.
+SM_OCCUPANCY_LOW = 0.1
+TENSOR_ACTIVITY_NONE = 0.05
+SM_ACTIVITY_GOOD = 0.8
+
+# "Kernel always running but the GPU does nothing": a hung collective (NCCL) spins one kernel. With GPM,
+# SM activity near zero; without it, power near idle while utilization reads full.
+SPIN_BUSY_MIN = 0.9
+SPIN_SM_ACTIVITY_MAX = 0.05
+SPIN_POWER_RATIO_MAX = 0.3
+
+# In-job evidence: share of each step spent waiting for the next batch. The PyTorch profiler flags
+# DataLoader time above 5% of a step as worth a look; we call a job starved only at four times that.
+DATA_WAIT_STARVED = 0.2
+
+# Host evidence: a process at or above this share of one core is saturated. SageMaker's CPU-bottleneck
+# rule uses CPU above 90%.
+CPU_SATURATED = 0.9
+
+# An Xid counts as recent for this long.
+XID_RECENT_SECONDS = 600.0
+
+# Report rules (jobstats): GPU utilization below these is red / a warning; shorter jobs are not judged.
+REPORT_BUSY_RED = 0.15
+REPORT_BUSY_WARN = 0.25
+REPORT_MIN_JOB_SECONDS = 300.0

@@ -1,0 +1,84 @@
+"""The words every part of gpulens shares: usage states, the reasons behind them, health conditions.
+
+The agent decides them, the alert rules, the dashboard and the reports read them; a name here is a
+label value in Prometheus, so it never changes once released.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class State(str, Enum):
+    """Exactly one per GPU per sampling cycle."""
+
+    FREE = "free"  # no process holds the GPU and nothing has it allocated
+    IDLE = "idle"  # held, but no kernel has run for the patience window
+    DATA_STARVED = "data_starved"  # kernels in bursts, and the job's input side is the bottleneck
+    UNDERUTILIZED = "underutilized"  # kernels run, but use little of the GPU
+    BUSY = "busy"  # healthy use
+    UNKNOWN = "unknown"  # no data to decide: GPU lost, NVML down, MIG, no samples
+
+    def __str__(self) -> str:
+        return self.value
+
+
+WASTED_STATES = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED)
+
+
+class Reason(str, Enum):
+    """Why a GPU is in its state; each belongs to one state."""
+
+    NO_PROCESS = "no_process"
+    NO_KERNELS = "no_kernels"
+    ALLOCATED_NO_PROCESS = "allocated_no_process"
+    INPUT_WAIT_REPORTED = "input_wait_reported"
+    INPUT_CPU_SATURATED = "input_cpu_saturated"
+    WORKERS_SATURATED = "workers_saturated"
+    LOW_SM_ACTIVITY = "low_sm_activity"
+    LOW_OCCUPANCY = "low_occupancy"
+    LOW_BUSY_RATIO = "low_busy_ratio"
+    SPINNING_KERNEL = "spinning_kernel"
+    HEALTHY = "healthy"
+    NO_DATA = "no_data"
+    GPU_LOST = "gpu_lost"
+    NVML_DOWN = "nvml_down"
+    MIG_ENABLED = "mig_enabled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+REASON_STATE: dict[Reason, State] = {
+    Reason.NO_PROCESS: State.FREE,
+    Reason.NO_KERNELS: State.IDLE,
+    Reason.ALLOCATED_NO_PROCESS: State.IDLE,
+    Reason.INPUT_WAIT_REPORTED: State.DATA_STARVED,
+    Reason.INPUT_CPU_SATURATED: State.DATA_STARVED,
+    Reason.WORKERS_SATURATED: State.DATA_STARVED,
+    Reason.LOW_SM_ACTIVITY: State.UNDERUTILIZED,
+    Reason.LOW_OCCUPANCY: State.UNDERUTILIZED,
+    Reason.LOW_BUSY_RATIO: State.UNDERUTILIZED,
+    Reason.SPINNING_KERNEL: State.UNDERUTILIZED,
+    Reason.HEALTHY: State.BUSY,
+    Reason.NO_DATA: State.UNKNOWN,
+    Reason.GPU_LOST: State.UNKNOWN,
+    Reason.NVML_DOWN: State.UNKNOWN,
+    Reason.MIG_ENABLED: State.UNKNOWN,
+}
+
+
+class Condition(str, Enum):
+    """Health conditions; any number may hold at once, whatever the state."""
+
+    THERMAL_THROTTLE = "thermal_throttle"  # sw or hw thermal slowdown
+    POWER_THROTTLE = "power_throttle"  # software power cap holding clocks down
+    HW_SLOWDOWN = "hw_slowdown"  # hardware slowdown or power brake (external signal)
+    PCIE_DEGRADED = "pcie_degraded"  # link below its maximum generation or width while in use
+    ECC_UNCORRECTED = "ecc_uncorrected"  # uncorrectable ECC errors since the driver loaded
+    ROW_REMAP_FAILURE = "row_remap_failure"  # remapping failed or is pending a reset
+    XID_RECENT = "xid_recent"  # an Xid error in the recent window
+    LOST = "lost"  # the GPU fell off the bus
+
+    def __str__(self) -> str:
+        return self.value
