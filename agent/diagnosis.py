@@ -147,9 +147,11 @@ class Diagnoser:
     def _active_reason(self, track: _Track, busy: float, values: dict[str, float]) -> Reason:
         sm = self._mean(track, "sm_activity")
         power = self._mean(track, "power_ratio")
-        if busy >= t.SPIN_BUSY_MIN and (
-            (sm is not None and sm <= t.SPIN_SM_ACTIVITY_MAX) or (sm is None and power is not None and power <= t.SPIN_POWER_RATIO_MAX)
-        ):
+        if sm is not None:
+            spinning = sm <= t.SPIN_SM_ACTIVITY_MAX
+        else:
+            spinning = power is not None and power <= t.SPIN_POWER_RATIO_MAX
+        if busy >= t.SPIN_BUSY_MIN and spinning:
             return Reason.SPINNING_KERNEL
         if busy < t.BUSY_HEALTHY:
             starved = self._input_bound(track)
@@ -228,7 +230,8 @@ class Diagnoser:
     ) -> Verdict:
         current = track.verdict
         state = REASON_STATE[reason]
-        immediate = current is None or state in (State.FREE, State.UNKNOWN) or current.state in (State.FREE, State.UNKNOWN)
+        facts = (State.FREE, State.UNKNOWN)
+        immediate = current is None or state in facts or current.state in facts
         if current is not None and state == current.state:
             track.candidate = None
             verdict = Verdict(state, reason, current.since, values, conditions)
