@@ -1,0 +1,364 @@
+"""The message a job sends (schema v1), and its pure parser: bytes in, a `JobReport` or `BadMessage` out.
+
+A message is one UTF-8 JSON object of at most `MAX_MESSAGE_BYTES`. Every key is required; some values
+may be null where the job could not read them (a torch API missing on an old version, an iterable that
+is not a DataLoader, a CPU-only job without allocator statistics). Numbers are bounded, strings are
+short and plain, unknown fields are rejected: a job is not trusted, and whatever passes here ends up in
+label values and in the agent's memory.
+
+    {"v": 1, "pid": 4242, "window_seconds": 5.0,
+     "step": {"count": 120, "data_wait_seconds": 3.1, "total_seconds": 4.9},
+     "dataloader": {"num_workers": 2, "pin_memory": false, "prefetch_factor": 2,
+                    "persistent_workers": false, "batch_size": 64},
+     "precision": {"autocast": true, "autocast_dtype": "bfloat16", "matmul_allow_tf32": false,
+                   "cudnn_allow_tf32": true, "float32_matmul_precision": "highest"},
+     "device": {"type": "cuda", "index": 0, "uuid": "GPU-5d3c..."},
+     "memory": {"allocated_bytes": 1024, "allocated_peak_bytes": 2048, "reserved_bytes": 4096,
+                "reserved_peak_bytes": 4096, "active_bytes": 1024, "inactive_split_bytes": 0,
+                "alloc_retries": 0, "ooms": 0}}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+VERSION = 1
+# A datagram larger than this is truncated by the receiver's buffer and dropped; a real report is ~700 bytes.
+MAX_MESSAGE_BYTES = 8192
+
+# Linux caps pid_max at 2^22 (PID_MAX_LIMIT).
+_MAX_PID = 4_194_304
+# Ten years: a report window is a few seconds, but a job paused for hours still sends a sane one.
+_MAX_SECONDS = 10 * 365 * 86_400.0
+_MAX_COUNT = 10**12
+# 1 PiB: far above any one device's memory, small enough to be exact in a float64 sample value.
+_MAX_BYTES = 2**50
+_MAX_WORKERS = 4096
+_MAX_BATCH = 10**9
+_MAX_DEVICE_INDEX = 1024
+# Wait and total come from the same perf_counter sums; allow for their rounding and nothing more.
+_WAIT_SLACK_SECONDS = 1e-6
+# Strings become Prometheus label values: short, and only characters that need no escaping anywhere.
+_PLAIN = re.compile(r"[A-Za-z0-9._:-]*")
+
+
+class BadMessage(Exception):
+    """A job's message was rejected; the text says which field is wrong and why, in one line."""
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What the job's steps did over the report window."""
+
+    count: int  # steps that ended in the window
+    data_wait_seconds: float  # time spent waiting for the next batch, summed over those steps
+    total_seconds: float  # time from one batch's arrival to the next, summed over those steps
+
+
+@dataclass(frozen=True)
+class DataLoaderSettings:
+    """The job's DataLoader settings; None where the loader does not have the attribute."""
+
+    num_workers: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None  # None also when num_workers is 0: torch then prefetches nothing
+    persistent_workers: bool | None
+    batch_size: int | None  # None also when a batch_sampler makes the batches
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Mixed precision and TF32 as the job had them; None where the job could not tell."""
+
+    autocast: bool | None  # None when no model was given to sample it from
+    autocast_dtype: str | None  # "bfloat16", "float16"; None when autocast is off or unknown
+    matmul_allow_tf32: bool | None
+    cudnn_allow_tf32: bool | None
+    float32_matmul_precision: str | None  # "highest", "high" or "medium"
+
+    @property
+    def tf32(self) -> bool | None:
+        """Return whether float32 matmuls may run as TF32, or None when the job could not tell."""
+        if self.matmul_allow_tf32 is not None:
+            return self.matmul_allow_tf32
+        if self.float32_matmul_precision is not None:
+            return self.float32_matmul_precision != "highest"
+        return None
+
+
+@dataclass(frozen=True)
+class Device:
+    """The device the job computes on."""
+
+    type: str  # "cuda" or "cpu" (or another torch device type)
+    index: int | None  # the CUDA index as the job sees it (after CUDA_VISIBLE_DEVICES); None on CPU
+    uuid: str  # "GPU-..." as NVML writes it, "" when unknown
+
+
+@dataclass(frozen=True)
+class TorchMemory:
+    """`torch.cuda.memory_stats()` for the job's device, in bytes and counts; None where a key was missing."""
+
+    allocated_bytes: int | None
+    allocated_peak_bytes: int | None
+    reserved_bytes: int | None
+    reserved_peak_bytes: int | None
+    active_bytes: int | None
+    inactive_split_bytes: int | None
+    alloc_retries: int | None  # cudaMalloc retries after freeing the cache: a sign of memory pressure
+    ooms: int | None  # out-of-memory errors the allocator raised
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One report from a job.
+
+    From `parse()`, `pid` is the pid the job claims and `uid`/`received_at` are None; the receiver
+    replaces `pid` and `uid` with the kernel-verified credentials of the sender and sets `received_at`
+    (its clock's monotonic seconds).
+    """
+
+    pid: int
+    window_seconds: float  # wall time this report covers
+    step: StepTiming
+    dataloader: DataLoaderSettings | None  # None when the job's iterable is not a DataLoader
+    precision: Precision
+    device: Device
+    memory: TorchMemory | None  # None unless the job uses CUDA
+    uid: int | None = None
+    received_at: float | None = None
+
+    @property
+    def data_wait_ratio(self) -> float | None:
+        """Return the share of step time spent waiting for data (0-1), or None with no step in the window."""
+        if self.step.total_seconds <= 0:
+            return None
+        return min(1.0, self.step.data_wait_seconds / self.step.total_seconds)
+
+    @property
+    def steps_per_second(self) -> float | None:
+        """Return steps per second of wall time over the window, or None for an empty window."""
+        if self.window_seconds <= 0:
+            return None
+        return self.step.count / self.window_seconds
+
+
+def parse(data: bytes) -> JobReport:
+    """Return the report in `data`, or raise BadMessage naming the first problem found."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise BadMessage(f"too large: {len(data)} bytes, the limit is {MAX_MESSAGE_BYTES}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadMessage(f"not UTF-8: byte {error.start} is invalid") from None
+    try:
+        document = json.loads(text, object_pairs_hook=_reject_duplicates)
+    except BadMessage:
+        raise
+    except json.JSONDecodeError as error:
+        raise BadMessage(f"not JSON: {error.msg} at character {error.pos}") from None
+    except (ValueError, RecursionError) as error:  # an integer too long to convert, nesting too deep
+        raise BadMessage(f"not JSON: {type(error).__name__}") from None
+    if not isinstance(document, dict):
+        raise BadMessage(f"not a JSON object but {_kind(document)}")
+    if "v" not in document:
+        raise BadMessage("field v: missing; this agent reads v 1")
+    version = document["v"]
+    if type(version) is not int or version != VERSION:
+        raise BadMessage(f"v {_show(version)} not supported; this agent reads v {VERSION}")
+
+    top = _Object(document, "", ("v", "pid", "window_seconds", "step", "dataloader", "precision", "device", "memory"))
+    # Read in the order of the schema, so that the first problem reported is the first in the message.
+    pid = top.integer("pid", 1, _MAX_PID)
+    window_seconds = top.seconds("window_seconds")
+    step = _step(top.object("step"))
+    loader = top.object("dataloader", nullable=True)
+    dataloader = None if loader is None else _dataloader(loader)
+    precision = _precision(top.object("precision"))
+    device = _device(top.object("device"))
+    memory = top.object("memory", nullable=True)
+    return JobReport(
+        pid=pid,
+        window_seconds=window_seconds,
+        step=step,
+        dataloader=dataloader,
+        precision=precision,
+        device=device,
+        memory=None if memory is None else _memory(memory),
+    )
+
+
+def _step(o: _Object) -> StepTiming:
+    step = StepTiming(
+        count=o.integer("count", 0, _MAX_COUNT),
+        data_wait_seconds=o.seconds("data_wait_seconds"),
+        total_seconds=o.seconds("total_seconds"),
+    )
+    if step.data_wait_seconds > step.total_seconds + _WAIT_SLACK_SECONDS:
+        raise BadMessage(
+            f"field step.data_wait_seconds: {step.data_wait_seconds:g} is more than "
+            f"step.total_seconds {step.total_seconds:g}"
+        )
+    return step
+
+
+def _dataloader(o: _Object) -> DataLoaderSettings:
+    return DataLoaderSettings(
+        num_workers=o.integer("num_workers", 0, _MAX_WORKERS, nullable=True),
+        pin_memory=o.boolean("pin_memory"),
+        prefetch_factor=o.integer("prefetch_factor", 0, _MAX_BATCH, nullable=True),
+        persistent_workers=o.boolean("persistent_workers"),
+        batch_size=o.integer("batch_size", 0, _MAX_BATCH, nullable=True),
+    )
+
+
+def _precision(o: _Object) -> Precision:
+    return Precision(
+        autocast=o.boolean("autocast"),
+        autocast_dtype=o.string("autocast_dtype", 32, nullable=True),
+        matmul_allow_tf32=o.boolean("matmul_allow_tf32"),
+        cudnn_allow_tf32=o.boolean("cudnn_allow_tf32"),
+        float32_matmul_precision=o.string("float32_matmul_precision", 16, nullable=True),
+    )
+
+
+def _device(o: _Object) -> Device:
+    return Device(
+        type=o.string("type", 16),
+        index=o.integer("index", 0, _MAX_DEVICE_INDEX, nullable=True),
+        # "GPU-" or "MIG-" and a 36-character UUID.
+        uuid=o.string("uuid", 64),
+    )
+
+
+def _memory(o: _Object) -> TorchMemory:
+    return TorchMemory(
+        allocated_bytes=o.integer("allocated_bytes", 0, _MAX_BYTES, nullable=True),
+        allocated_peak_bytes=o.integer("allocated_peak_bytes", 0, _MAX_BYTES, nullable=True),
+        reserved_bytes=o.integer("reserved_bytes", 0, _MAX_BYTES, nullable=True),
+        reserved_peak_bytes=o.integer("reserved_peak_bytes", 0, _MAX_BYTES, nullable=True),
+        active_bytes=o.integer("active_bytes", 0, _MAX_BYTES, nullable=True),
+        inactive_split_bytes=o.integer("inactive_split_bytes", 0, _MAX_BYTES, nullable=True),
+        alloc_retries=o.integer("alloc_retries", 0, _MAX_COUNT, nullable=True),
+        ooms=o.integer("ooms", 0, _MAX_COUNT, nullable=True),
+    )
+
+
+class _Object:
+    """A JSON object with a known set of fields, read one typed, bounded field at a time."""
+
+    def __init__(self, value: Any, path: str, fields: tuple[str, ...]):
+        if not isinstance(value, dict):
+            raise BadMessage(f"field {path}: expected an object, got {_kind(value)}")
+        for name in value:
+            if name not in fields:
+                raise BadMessage(f"unknown field {_show(path + '.' + name if path else name)}")
+        self._value = value
+        self._prefix = f"{path}." if path else ""
+
+    def _get(self, name: str, nullable: bool) -> Any:
+        if name not in self._value:
+            raise BadMessage(f"field {self._prefix}{name}: missing")
+        value = self._value[name]
+        if value is None and not nullable:
+            raise BadMessage(f"field {self._prefix}{name}: is null, expected a value")
+        return value
+
+    def _fail(self, name: str, problem: str) -> BadMessage:
+        return BadMessage(f"field {self._prefix}{name}: {problem}")
+
+    def object(self, name: str, nullable: bool = False) -> _Object | None:
+        value = self._get(name, nullable)
+        return None if value is None else _Object(value, self._prefix + name, _FIELDS[name])
+
+    def integer(self, name: str, low: int, high: int, nullable: bool = False) -> int | None:
+        value = self._get(name, nullable)
+        if value is None:
+            return None
+        # bool is an int in Python; JSON true is not a number.
+        if type(value) is not int:
+            raise self._fail(name, f"expected an integer, got {_kind(value)}")
+        if value < 0 <= low:
+            raise self._fail(name, f"{_show(value)} is negative")
+        if not low <= value <= high:
+            raise self._fail(name, f"{_show(value)} is outside {low}..{high}")
+        return value
+
+    def seconds(self, name: str) -> float:
+        value = self._get(name, nullable=False)
+        if type(value) not in (int, float):
+            raise self._fail(name, f"expected a number, got {_kind(value)}")
+        # An integer is checked as it is: one too large for a float would overflow math.isfinite.
+        if type(value) is float and not math.isfinite(value):
+            raise self._fail(name, f"{value} is not finite")
+        if value < 0:
+            raise self._fail(name, f"{_show(value)} is negative")
+        if value > _MAX_SECONDS:
+            raise self._fail(name, f"{_show(value)} is above the maximum {_MAX_SECONDS:g}")
+        return float(value)
+
+    def boolean(self, name: str) -> bool | None:
+        value = self._get(name, nullable=True)
+        if value is not None and type(value) is not bool:
+            raise self._fail(name, f"expected true, false or null, got {_kind(value)}")
+        return value
+
+    def string(self, name: str, max_length: int, nullable: bool = False) -> str | None:
+        value = self._get(name, nullable)
+        if value is None:
+            return None
+        if type(value) is not str:
+            raise self._fail(name, f"expected a string, got {_kind(value)}")
+        if len(value) > max_length:
+            raise self._fail(name, f"longer than {max_length} characters")
+        if not _PLAIN.fullmatch(value):
+            raise self._fail(name, "has characters other than letters, digits and ._:-")
+        return value
+
+
+# The fields of each nested object, by the name of the field that holds it.
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "step": ("count", "data_wait_seconds", "total_seconds"),
+    "dataloader": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
+    "precision": ("autocast", "autocast_dtype", "matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision"),
+    "device": ("type", "index", "uuid"),
+    "memory": (
+        "allocated_bytes", "allocated_peak_bytes", "reserved_bytes", "reserved_peak_bytes",
+        "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
+    ),
+}
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json keeps the last of two equal keys; a message that says two things is refused instead.
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise BadMessage(f"duplicate field {_show(key)}")
+        result[key] = value
+    return result
+
+
+def _kind(value: Any) -> str:
+    """Return the JSON name of `value`'s type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _show(value: Any) -> str:
+    """Return `value` for an error message: quoted, and cut short, since a job chose it."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

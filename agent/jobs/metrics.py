@@ -1,0 +1,170 @@
+"""Job reports as Prometheus metric families: one set of series per reporting process.
+
+Series carry `pid` (the host pid, as NVML reports processes) and `gpu_uuid` (the job's device as the
+job named it, "" on CPU or when unknown), so they join with the agent's per-process and per-GPU
+series. A value the job did not send has no series, never a zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpulens.agent.jobs.messages import JobReport
+from gpulens.agent.jobs.receiver import RESULTS, Receiver
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+JOB_LABELS = ("pid", "gpu_uuid")
+
+
+def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: float) -> list[Metric]:
+    """Return the metric families for `reports` (pid -> latest report) and the receiver's `counters`.
+
+    `now` is on the receiver's clock (monotonic seconds), against which report ages are measured.
+    """
+    ordered = sorted(reports.items())
+
+    def gauge(name: str, help_text: str, value: Callable[[JobReport], float | None]) -> Metric:
+        family = GaugeMetricFamily(name, help_text, labels=JOB_LABELS)
+        return _fill(family, ordered, value)
+
+    def counter(name: str, help_text: str, value: Callable[[JobReport], float | None]) -> Metric:
+        family = CounterMetricFamily(name, help_text, labels=JOB_LABELS)
+        return _fill(family, ordered, value)
+
+    families = [
+        gauge(
+            "gpulens_job_data_wait_ratio",
+            "Share of the job's step time spent waiting for the next batch, over its last report window.",
+            lambda r: r.data_wait_ratio,
+        ),
+        gauge(
+            "gpulens_job_steps_per_second",
+            "Training steps per second of wall time, over the job's last report window.",
+            lambda r: r.steps_per_second,
+        ),
+        gauge(
+            "gpulens_job_torch_allocated_bytes",
+            "Bytes held by tensors in the job's PyTorch CUDA caching allocator.",
+            _memory("allocated_bytes"),
+        ),
+        gauge(
+            "gpulens_job_torch_allocated_peak_bytes",
+            "Peak of gpulens_job_torch_allocated_bytes since the job started or last reset its peaks.",
+            _memory("allocated_peak_bytes"),
+        ),
+        gauge(
+            "gpulens_job_torch_reserved_bytes",
+            "Bytes the job's PyTorch allocator holds from the device, in use or cached.",
+            _memory("reserved_bytes"),
+        ),
+        gauge(
+            "gpulens_job_torch_reserved_peak_bytes",
+            "Peak of gpulens_job_torch_reserved_bytes since the job started or last reset its peaks.",
+            _memory("reserved_peak_bytes"),
+        ),
+        counter(
+            "gpulens_job_torch_alloc_retries",
+            "Allocations the job's PyTorch allocator retried after freeing its cache: memory pressure.",
+            _memory("alloc_retries"),
+        ),
+        counter(
+            "gpulens_job_torch_ooms",
+            "Out-of-memory errors raised by the job's PyTorch allocator.",
+            _memory("ooms"),
+        ),
+        _dataloader_info(ordered),
+        _precision_info(ordered),
+        gauge(
+            "gpulens_job_report_age_seconds",
+            "Seconds since the job's last accepted report; reports are sent every 5 s by default.",
+            lambda r: now - r.received_at,
+        ),
+    ]
+    messages = CounterMetricFamily(
+        "gpulens_job_messages",
+        "Datagrams received on the jobs socket, by what became of them (accepted or why dropped).",
+        labels=("result",),
+    )
+    for result in RESULTS:
+        messages.add_metric((result,), counters.get(result, 0))
+    families.append(messages)
+    return families
+
+
+class JobCollector:
+    """A prometheus_client collector over a Receiver; registering it reads nothing."""
+
+    def __init__(self, receiver: Receiver):
+        self._receiver = receiver
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        return job_metrics(self._receiver.latest(), self._receiver.counters(), self._receiver.clock())
+
+
+def _memory(name: str) -> Callable[[JobReport], int | None]:
+    """Return a reader of one TorchMemory field, None for a job without allocator statistics."""
+    return lambda r: None if r.memory is None else getattr(r.memory, name)
+
+
+def _labels(pid: int, report: JobReport) -> tuple[str, str]:
+    return str(pid), report.device.uuid
+
+
+def _fill(family: Metric, ordered: list[tuple[int, JobReport]], value) -> Metric:
+    for pid, report in ordered:
+        v = value(report)
+        if v is not None:
+            family.add_metric(_labels(pid, report), float(v))
+    return family
+
+
+def _dataloader_info(ordered: list[tuple[int, JobReport]]) -> Metric:
+    family = GaugeMetricFamily(
+        "gpulens_job_dataloader_info",
+        "Always 1. The job's DataLoader settings; a label is empty where the loader did not say. "
+        "No series when the job iterates something other than a DataLoader.",
+        labels=(*JOB_LABELS, "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
+    )
+    for pid, report in ordered:
+        loader = report.dataloader
+        if loader is not None:
+            family.add_metric(
+                (
+                    *_labels(pid, report),
+                    _text(loader.num_workers),
+                    _text(loader.pin_memory),
+                    _text(loader.prefetch_factor),
+                    _text(loader.persistent_workers),
+                    _text(loader.batch_size),
+                ),
+                1,
+            )
+    return family
+
+
+def _precision_info(ordered: list[tuple[int, JobReport]]) -> Metric:
+    family = GaugeMetricFamily(
+        "gpulens_job_precision_info",
+        "Always 1. Whether the job's forward pass ran under autocast and in which dtype, and whether "
+        "float32 matmuls may use TF32; a label is empty where the job could not tell.",
+        labels=(*JOB_LABELS, "autocast", "autocast_dtype", "tf32"),
+    )
+    for pid, report in ordered:
+        precision = report.precision
+        family.add_metric(
+            (*_labels(pid, report), _text(precision.autocast), _text(precision.autocast_dtype), _text(precision.tf32)),
+            1,
+        )
+    return family
+
+
+def _text(value: bool | int | str | None) -> str:
+    """Return a label value: "" for unknown, "true"/"false" for booleans."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,306 @@
+"""Takes job reports off a Unix datagram socket and keeps the latest one per process.
+
+Who sent a datagram is not taken from the message: the socket has SO_PASSCRED set, so the kernel
+attaches the sender's (pid, uid, gid) to every datagram, and a report is accepted only when the pid it
+claims is that pid (or, for a job in a container, that process's pid inside its own pid namespace).
+A job can therefore speak only for itself. Each process gets a token bucket, the number of processes
+tracked is bounded, and a process that stops sending is forgotten after `expiry_seconds`.
+
+Every datagram ends in exactly one result, counted by `counters()`: `accepted`, or dropped as
+`truncated` (larger than MAX_MESSAGE_BYTES), `pid_mismatch`, `too_many_jobs`, `rate_limited`,
+`bad_message` (see messages.parse), or `error` (a bug here; logged, and the loop goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET_PATH = "/run/gpulens/jobs.sock"
+RESULTS = ("accepted", "bad_message", "rate_limited", "pid_mismatch", "truncated", "too_many_jobs", "error")
+
+# struct ucred: pid_t pid, uid_t uid, gid_t gid.
+_UCRED = struct.Struct("iII")
+# Room for the credentials and nothing else: Linux writes SCM_CREDENTIALS first, so file descriptors a
+# job might attach with SCM_RIGHTS find no space and are released by the kernel, never installed here.
+_ANCILLARY_BYTES = socket.CMSG_SPACE(_UCRED.size)
+# How often the loop looks up from a quiet socket to see whether stop() was called.
+_POLL_SECONDS = 0.2
+
+
+class ReceiverError(Exception):
+    """The receiver cannot listen; the message names the socket path and the fix."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The sender of a datagram as the kernel saw it (pids in the agent's pid namespace)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+@dataclass
+class _Job:
+    """What the receiver remembers about one sending process."""
+
+    tokens: float
+    refilled_at: float  # clock seconds
+    heard_at: float  # clock seconds of the last datagram, whatever became of it
+    report: JobReport | None = None
+    told_why: bool = False  # a rejected report has been logged once for this process
+
+
+class Receiver:
+    """Listens on `socket_path` in a daemon thread; `latest()` and `counters()` may be called from any thread.
+
+    `clock` returns monotonic seconds and drives rate limits and expiry; `proc_root` is where the
+    pid-namespace table (`<pid>/status`, NSpid) of a sender is read.
+    """
+
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET_PATH,
+        clock: Callable[[], float] = time.monotonic,
+        expiry_seconds: float = 60.0,
+        max_jobs: int = 4096,
+        burst: int = 10,
+        rate_per_second: float = 2.0,
+        proc_root: str = "/proc",
+    ):
+        self.socket_path = socket_path
+        self.clock = clock
+        self._expiry = expiry_seconds
+        self._max_jobs = max_jobs
+        self._burst = burst
+        self._rate = rate_per_second
+        self._proc_root = proc_root
+        self._lock = threading.Lock()
+        # Ordered by the time each process was last heard from, oldest first, so expiry pops from the front.
+        self._jobs: OrderedDict[int, _Job] = OrderedDict()
+        self._counts = dict.fromkeys(("received", *RESULTS), 0)
+        self._socket: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Bind the socket and start receiving; raise ReceiverError when the socket cannot be bound."""
+        if self._thread is not None:
+            raise RuntimeError("the receiver is already started")
+        self._socket = _bind(self.socket_path)
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._serve, name="gpulens-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop receiving, close the socket and remove its file."""
+        if self._thread is None:
+            return
+        self._stopping.set()
+        self._wake()
+        self._thread.join()
+        self._thread = None
+        self._socket.close()
+        self._socket = None
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+
+    def _wake(self) -> None:
+        # An empty datagram ends the loop's wait now rather than at its next poll.
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                sock.setblocking(False)
+                sock.sendto(b"", self.socket_path)
+        except OSError:
+            pass  # a full queue or a removed file: the poll ends the wait all the same
+
+    # -- what the rest of the agent reads -------------------------------------------------------------
+
+    def latest(self) -> dict[int, JobReport]:
+        """Return each process's last accepted report, by kernel-verified pid, leaving out expired ones."""
+        with self._lock:
+            now = self.clock()
+            self._expire(now)
+            return {
+                pid: job.report
+                for pid, job in self._jobs.items()
+                if job.report is not None and now - job.report.received_at <= self._expiry
+            }
+
+    def counters(self) -> dict[str, int]:
+        """Return datagrams `received` since start and how many ended in each of RESULTS."""
+        with self._lock:
+            return dict(self._counts)
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        sock = self._socket
+        while not self._stopping.is_set():
+            try:
+                data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES, _ANCILLARY_BYTES)
+            except TimeoutError:
+                continue
+            except OSError as error:
+                log.warning("receiving a job report on %s failed: %s", self.socket_path, error)
+                self._stopping.wait(_POLL_SECONDS)  # do not spin if the error repeats
+                continue
+            if self._stopping.is_set():
+                return  # the wake-up from stop(), or a report that came too late to be read
+            try:
+                result = self._handle(data, _credentials(ancillary), truncated=bool(flags & socket.MSG_TRUNC))
+            except Exception:  # noqa: BLE001 - a bug must cost one datagram, never the receiver
+                log.exception("handling a job report failed")
+                result = "error"
+            with self._lock:
+                self._counts["received"] += 1
+                self._counts[result] += 1
+
+    def _handle(self, data: bytes, sender: Credentials | None, truncated: bool = False) -> str:
+        """Judge one datagram from `sender`, store it if accepted, and return its result (one of RESULTS)."""
+        if truncated:
+            return "truncated"
+        # No credentials would mean SO_PASSCRED is off; pid 0 means a sender outside our pid namespace.
+        if sender is None or sender.pid <= 0:
+            return "pid_mismatch"
+        with self._lock:
+            now = self.clock()
+            job = self._job(sender.pid, now)
+            if job is None:
+                return "too_many_jobs"
+            if not self._take_token(job, now):
+                return "rate_limited"
+        try:
+            report = parse(data)
+        except BadMessage as error:
+            self._tell_once(job, sender, f"rejected a report from pid {sender.pid}: {error}")
+            return "bad_message"
+        if report.pid != sender.pid and report.pid != self._innermost_pid(sender.pid):
+            self._tell_once(job, sender, f"pid {sender.pid} sent a report claiming pid {report.pid}; dropped")
+            return "pid_mismatch"
+        with self._lock:
+            job.report = replace(report, pid=sender.pid, uid=sender.uid, received_at=now)
+        return "accepted"
+
+    # -- per-process state (called with the lock held) -----------------------------------------------
+
+    def _job(self, pid: int, now: float) -> _Job | None:
+        """Return the entry for `pid`, creating it if there is room; None when the table is full."""
+        job = self._jobs.get(pid)
+        if job is None:
+            self._expire(now)
+            # A full table refuses newcomers rather than evicting: a burst of short-lived senders must
+            # not push out the jobs that were already being watched. Real nodes run tens of jobs.
+            if len(self._jobs) >= self._max_jobs:
+                return None
+            job = self._jobs[pid] = _Job(tokens=float(self._burst), refilled_at=now, heard_at=now)
+        job.heard_at = now
+        self._jobs.move_to_end(pid)
+        return job
+
+    def _take_token(self, job: _Job, now: float) -> bool:
+        job.tokens = min(float(self._burst), job.tokens + (now - job.refilled_at) * self._rate)
+        job.refilled_at = now
+        if job.tokens < 1.0:
+            return False
+        job.tokens -= 1.0
+        return True
+
+    def _expire(self, now: float) -> None:
+        while self._jobs:
+            pid, job = next(iter(self._jobs.items()))
+            if now - job.heard_at <= self._expiry:
+                return
+            del self._jobs[pid]
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _innermost_pid(self, pid: int) -> int | None:
+        """Return `pid`'s pid in its own pid namespace (the last NSpid entry), or None when unreadable.
+
+        A job in a container sees its own pid (say 7) while the kernel gives the agent, in the host
+        namespace, the host pid (say 81234); /proc/81234/status then reads "NSpid: 81234 7".
+        """
+        try:
+            with open(os.path.join(self._proc_root, str(pid), "status"), "rb") as status:
+                for line in status:
+                    if line.startswith(b"NSpid:"):
+                        return int(line.split()[-1])
+        except (OSError, ValueError):
+            pass  # the process is gone, or /proc is not ours to read: the claim cannot be verified
+        return None
+
+    def _tell_once(self, job: _Job, sender: Credentials, text: str) -> None:
+        # One line per process, so that one job sending the wrong thing every 5 s does not flood the log.
+        if not job.told_why:
+            job.told_why = True
+            log.info("%s (uid %d)", text, sender.uid)
+
+
+def _credentials(ancillary: list[tuple[int, int, bytes]]) -> Credentials | None:
+    """Return the SCM_CREDENTIALS in a datagram's ancillary data, or None when there are none."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= _UCRED.size:
+            return Credentials(*_UCRED.unpack_from(data))
+    return None
+
+
+def _bind(path: str) -> socket.socket:
+    """Return a datagram socket bound at `path` that any local user may send to, with SO_PASSCRED on."""
+    directory = os.path.dirname(path) or "."
+    try:
+        # Sending needs search permission on the directory and write permission on the socket, no more:
+        # a world-writable directory would let any user put their own file where jobs look for the agent.
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        _remove_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    except OSError as error:
+        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        sock.bind(path)
+        os.chmod(path, 0o666)
+        sock.settimeout(_POLL_SECONDS)
+    except OSError as error:
+        sock.close()
+        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
+    return sock
+
+
+_FIX = "give the agent write access to that directory or choose another socket path"
+
+
+def _remove_stale(path: str) -> None:
+    """Remove a socket left at `path` by an agent that is gone; refuse anything else found there."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise ReceiverError(f"{path} exists and is not a socket; remove it or choose another socket path")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        os.unlink(path)  # nobody is bound there any more
+        return
+    finally:
+        probe.close()
+    raise ReceiverError(f"another process is already receiving job reports on {path}; stop it or choose another path")

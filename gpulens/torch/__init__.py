@@ -1,0 +1,235 @@
+"""gpulens in the training job: one line that tells the node's agent why the GPU waits.
+
+    import gpulens.torch
+    for batch in gpulens.torch.instrument(loader, model=model):
+        ...
+
+`instrument` times how long each step waits for its next batch against the step's whole time, and
+every `interval` seconds (5 by default) sends the node's gpulens agent one small datagram: that
+timing, steps per second, the DataLoader's settings, autocast and TF32, the device and, on CUDA, the
+caching allocator's statistics, which no process but the job itself can read.
+
+It never raises into the job and never waits: every failure (no agent, a full socket buffer, a
+torch API this version lacks) is counted in `Instrumented.failures` and the loop goes on. It starts
+no thread; a report is built and sent from inside `next()`, once per interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+import warnings
+import weakref
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from gpulens.torch import readings, sender
+
+__all__ = ["Instrumented", "instrument"]
+
+log = logging.getLogger(__name__)
+
+VERSION = 1
+DEFAULT_INTERVAL_SECONDS = 5.0
+# A pass over the data that ends sends what it has if its window is at least this old (or the interval,
+# if shorter): a script that instruments each epoch anew still reports, and the agent's per-process
+# limit (2 reports a second) is kept.
+_END_OF_PASS_MIN_SECONDS = 1.0
+
+
+def instrument(
+    iterable: Iterable,
+    model: Any = None,
+    interval: float = DEFAULT_INTERVAL_SECONDS,
+    socket_path: str | None = None,
+) -> Instrumented:
+    """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds.
+
+    `iterable` is usually a DataLoader (its settings are then reported), but any iterable works.
+    `model`, if given, gets a forward pre-hook that notes once per step whether autocast is on.
+    `socket_path` defaults to $GPULENS_SOCKET, else /run/gpulens/jobs.sock.
+    """
+    return Instrumented(iterable, model=model, interval=interval, socket_path=socket_path)
+
+
+class Instrumented:
+    """An iterable over `iterable`'s batches that times them and reports; see `instrument`.
+
+    Step k runs from the arrival of batch k-1 (or the call to iter(), for the first) to the arrival
+    of batch k; its data wait is the time spent inside iter() and next() for batch k. The body of a
+    pass's last batch is not part of any step, nor is the time between passes.
+    """
+
+    def __init__(self, iterable: Iterable, model: Any = None, interval: float = DEFAULT_INTERVAL_SECONDS,
+                 socket_path: str | None = None):
+        self.failures: Counter[str] = Counter()  # what went wrong, by kind; nothing is ever raised
+        self.reports_sent = 0
+        self._iterable = iterable
+        self._iterator: Iterator | None = None
+        self._model = model
+        self._interval = _checked_interval(interval)
+        self._path = sender.socket_path(socket_path)
+        self._loader = readings.dataloader_settings(iterable, self.failures)
+        self._devices = readings.DeviceReader(self.failures)
+        # The current report window, on time.perf_counter().
+        self._window_start: float | None = None
+        self._due = math.inf
+        self._steps = 0
+        self._wait = 0.0
+        self._total = 0.0
+        self._last = 0.0  # when the last batch arrived, or iter() was called
+        self._iter_wait = 0.0  # time inside iter(), charged to the first step of the pass
+        self._batches = 0  # all batches so far; the model hook samples once per new one
+        self._sampled_batch = -1
+        # Autocast as the model's forward last saw it; None until a forward has run.
+        self._autocast: bool | None = None
+        self._autocast_dtype: str | None = None
+        self._autocast_device: str | None = None  # the model's device type, found at its first forward
+        if model is not None:
+            self._watch(model)
+
+    def __len__(self) -> int:
+        return len(self._iterable)
+
+    def __iter__(self) -> Instrumented:
+        start = time.perf_counter()
+        self._iterator = iter(self._iterable)
+        self._iter_wait = time.perf_counter() - start
+        self._last = start
+        if self._window_start is None:
+            self._window_start = start
+            self._due = start + self._interval
+        return self
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            self.__iter__()
+        start = time.perf_counter()
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            self._end_of_pass()
+            raise
+        now = time.perf_counter()
+        self._batches += 1
+        self._steps += 1
+        self._wait += now - start + self._iter_wait
+        self._iter_wait = 0.0
+        self._total += now - self._last
+        self._last = now
+        if now >= self._due:
+            self._report(now)
+        return batch
+
+    # -- autocast, from the model's forward ---------------------------------------------------------
+
+    def _watch(self, model: Any) -> None:
+        # The hook holds the wrapper weakly and is removed when the wrapper goes: a script that wraps its
+        # loader anew each epoch must not pile up hooks on its model.
+        this = weakref.ref(self)
+
+        def before_forward(module: Any, args: Any) -> None:
+            # torch.compile traces hooks into the model's graph: reading our counters there would guard
+            # on them and recompile every step, and a graph break fails fullgraph=True. So under
+            # compilation the hook is empty, and a compiled model's autocast is reported as unknown.
+            if readings.is_compiling():
+                return
+            wrapper = this()
+            if wrapper is not None:
+                wrapper._sample_autocast()
+
+        try:
+            handle = model.register_forward_pre_hook(before_forward)
+            weakref.finalize(self, handle.remove)
+        except Exception:  # noqa: BLE001 - not a torch Module: time the data, leave autocast unknown
+            self.failures["read"] += 1
+
+    def _sample_autocast(self) -> None:
+        # Once per step: a model called several times per step (accumulation, sub-batches) pays once.
+        if self._sampled_batch == self._batches:
+            return
+        self._sampled_batch = self._batches
+        try:
+            if self._autocast_device is None:
+                self._autocast_device = self._devices.device(self._model)["type"]
+            self._autocast, self._autocast_dtype = readings.autocast_state(self._autocast_device)
+        except Exception:  # noqa: BLE001 - this runs inside the job's forward, which must not fail for it
+            self.failures["read"] += 1
+
+    # -- reports --------------------------------------------------------------------------------
+
+    def _end_of_pass(self) -> None:
+        now = time.perf_counter()
+        if self._steps and now - self._window_start >= min(self._interval, _END_OF_PASS_MIN_SECONDS):
+            self._report(now)
+
+    def _report(self, now: float) -> None:
+        """Send what the window holds and start the next one; on failure, count it and drop the report."""
+        try:
+            data = json.dumps(self._message(now), separators=(",", ":"), allow_nan=False).encode()
+        except Exception:  # noqa: BLE001 - a report is never worth a crash
+            self.failures["encode"] += 1
+            data = None
+        # The window restarts whatever happened, so a failing report costs one try per interval.
+        self._window_start = now
+        self._due = now + self._interval
+        self._steps = 0
+        self._wait = 0.0
+        self._total = 0.0
+        if data is None:
+            return
+        try:
+            sender.send(data, self._path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            self._fail("no_agent", f"no gpulens agent at {self._path}; reports are dropped")
+        except BlockingIOError:
+            self._fail("busy", f"the gpulens agent at {self._path} is not keeping up; a report was dropped")
+        except OSError as error:
+            self._fail("send", f"sending to the gpulens agent at {self._path} failed: {error}")
+        else:
+            self.reports_sent += 1
+
+    def _message(self, now: float) -> dict[str, Any]:
+        """Return the v1 report for the window that ends at `now` (see gpulens.agent.jobs.messages)."""
+        device = self._devices.device(self._model)
+        self._autocast_device = device["type"]  # the model may have moved since its first forward
+        return {
+            "v": VERSION,
+            "pid": os.getpid(),
+            "window_seconds": round(now - self._window_start, 6),
+            # Rounding both sums the same way keeps wait <= total, which the agent checks.
+            "step": {
+                "count": self._steps,
+                "data_wait_seconds": round(self._wait, 6),
+                "total_seconds": round(self._total, 6),
+            },
+            "dataloader": self._loader,
+            "precision": {
+                "autocast": self._autocast,
+                "autocast_dtype": self._autocast_dtype,
+                **readings.precision_flags(self.failures),
+            },
+            "device": device,
+            "memory": readings.memory_stats(device, self.failures),
+        }
+
+    def _fail(self, kind: str, text: str) -> None:
+        self.failures[kind] += 1
+        if self.failures[kind] == 1:
+            log.debug(text)  # once per kind: the job's log is the job's, not ours
+
+
+def _checked_interval(interval: Any) -> float:
+    """Return `interval` if it is a positive number of seconds, else the default (with a warning, not an error)."""
+    if isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval < math.inf:
+        return float(interval)
+    warnings.warn(
+        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using "
+        f"{DEFAULT_INTERVAL_SECONDS:g}",
+        stacklevel=3,
+    )
+    return DEFAULT_INTERVAL_SECONDS
