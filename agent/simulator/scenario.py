@@ -145,12 +145,58 @@ def find_model(name: str) -> GpuModel | None:
 
 
 @dataclass(frozen=True)
+class JobSpec:
+    """Who a process belongs to, as the agent's attribution would find it on a real node."""
+
+    kind: str  # slurm, kubernetes, docker or process
+    id: str
+    user: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """The process tree on the host: the training process and its DataLoader workers."""
+
+    main_cpu: Signal  # cores the main process uses
+    workers: int
+    worker_cpu: Signal | None  # cores each worker uses
+    cores_allowed: float
+    io_read: Signal | None  # bytes/s read from storage by the whole tree
+
+
+@dataclass(frozen=True)
+class TorchSpec:
+    """What gpulens.torch inside the job would report."""
+
+    data_wait: Signal  # share of each step spent waiting for the next batch, 0-1
+    steps_per_second: float
+    num_workers: int | None
+    pin_memory: bool | None
+    prefetch_factor: int | None
+    persistent_workers: bool | None
+    batch_size: int | None
+    autocast: bool | None
+    autocast_dtype: str | None
+    tf32: bool | None
+    allocated: int  # bytes
+    reserved: int  # bytes
+    alloc_retries: int
+    ooms: int
+
+
+@dataclass(frozen=True)
 class Process:
     pid: int
     memory: int  # bytes, nvmlProcessInfo_t.usedGpuMemory
     sm_utilization: Signal | None  # percent; None = the GPU's utilization
     start: float  # seconds
     end: float | None  # seconds; None = never exits
+    job: JobSpec | None = None  # None: a bare process of user "nobody"
+    host: HostSpec | None = None  # None: the agent sees no host evidence
+    torch: TorchSpec | None = None  # None: the job does not use gpulens.torch
 
     def alive(self, t: float) -> bool:
         """Return whether the process runs at time ``t`` (seconds)."""
@@ -250,6 +296,7 @@ class Gpu:
     power_average: bool
     not_supported: frozenset[str]
     processes: tuple[Process, ...]
+    allocated_to: JobSpec | None = None  # a scheduler holds this GPU for a job (Kubernetes pod-resources)
 
 
 @dataclass(frozen=True)
@@ -356,7 +403,7 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
     processes, pids = [], set()
     for i, item in enumerate(_items(raw, where)):
         at = f"{where}[{i}]"
-        spec = mapping(item, at, ("pid", "memory"), ("sm_utilization", "start", "end"))
+        spec = mapping(item, at, ("pid", "memory"), ("sm_utilization", "start", "end", "job", "host", "torch"))
         pid = _integer(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
         if pid in pids:
             raise SpecError(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
@@ -371,8 +418,71 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
             if end <= start:
                 raise SpecError(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
         sm = _signal(spec, "sm_utilization", at, 0, 100)
-        processes.append(Process(pid, int(memory), sm, start, end))
+        job = _job(spec["job"], f"{at}.job") if "job" in spec else None
+        host = _host(spec["host"], f"{at}.host") if "host" in spec else None
+        torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
+        processes.append(Process(pid, int(memory), sm, start, end, job, host, torch))
     return tuple(processes)
+
+
+_JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
+
+
+def _job(raw: object, where: str) -> JobSpec:
+    spec = mapping(raw, where, ("kind", "id", "user"), ("namespace", "pod", "container"))
+    kind = _choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
+    extra = {key: _text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
+    if extra and kind != "kubernetes":
+        raise SpecError(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
+    return JobSpec(kind, _text(str(spec["id"]), _at(where, "id")), _text(spec["user"], _at(where, "user")), **extra)
+
+
+def _host(raw: object, where: str) -> HostSpec:
+    spec = mapping(raw, where, ("main_cpu",), ("workers", "worker_cpu", "cores_allowed", "io_read"))
+    workers = _integer(spec.get("workers", 0), _at(where, "workers"), 0, 256)
+    cores = _ranged(spec.get("cores_allowed", 16), _at(where, "cores_allowed"), 1, 4096)
+    worker_cpu = _signal(spec, "worker_cpu", where, 0, None)
+    if worker_cpu is not None and not workers:
+        raise SpecError(_at(where, "worker_cpu"), "needs workers: N (N > 0)")
+    return HostSpec(
+        main_cpu=_signal(spec, "main_cpu", where, 0, None),
+        workers=workers,
+        worker_cpu=worker_cpu,
+        cores_allowed=cores,
+        io_read=_signal(spec, "io_read", where, 0, None, byte_rate),
+    )
+
+
+_TORCH_KEYS = ("steps_per_second", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size",
+               "autocast", "autocast_dtype", "tf32", "allocated", "reserved", "alloc_retries", "ooms")
+
+
+def _torch(raw: object, where: str) -> TorchSpec:
+    spec = mapping(raw, where, ("data_wait",), _TORCH_KEYS)
+
+    def optional(key, parse):
+        return parse(spec[key], _at(where, key)) if key in spec else None
+
+    allocated = int(byte_count(spec.get("allocated", 0), _at(where, "allocated")))
+    reserved = int(byte_count(spec.get("reserved", allocated), _at(where, "reserved")))
+    if reserved < allocated:
+        raise SpecError(_at(where, "reserved"), "must be at least allocated: the allocator reserves what it hands out")
+    return TorchSpec(
+        data_wait=_signal(spec, "data_wait", where, 0, 1),
+        steps_per_second=_ranged(spec.get("steps_per_second", 1.0), _at(where, "steps_per_second"), 0.001, 100_000),
+        num_workers=optional("num_workers", lambda v, w: _integer(v, w, 0, 256)),
+        pin_memory=optional("pin_memory", _flag),
+        prefetch_factor=optional("prefetch_factor", lambda v, w: _integer(v, w, 1, 1024)),
+        persistent_workers=optional("persistent_workers", _flag),
+        batch_size=optional("batch_size", lambda v, w: _integer(v, w, 1, 10_000_000)),
+        autocast=optional("autocast", _flag),
+        autocast_dtype=optional("autocast_dtype", lambda v, w: _choice(v, w, ("bfloat16", "float16"))),
+        tf32=optional("tf32", _flag),
+        allocated=allocated,
+        reserved=reserved,
+        alloc_retries=_integer(spec.get("alloc_retries", 0), _at(where, "alloc_retries"), 0),
+        ooms=_integer(spec.get("ooms", 0), _at(where, "ooms"), 0),
+    )
 
 
 def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
@@ -491,7 +601,7 @@ _GPU_KEYS = (
     "model", "memory_total", "uuid", "serial", "pci_bus_id", "power_limit", "idle_power", "utilization",
     "memory_used", "power", "temperature", "memory_temperature", "fan", "clocks", "max_clocks", "throttle",
     "pcie", "ecc_mode", "ecc", "remapped_rows", "xid", "gpm", "sm_activity", "sm_occupancy",
-    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes",
+    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes", "allocated_to",
 )
 
 
@@ -565,7 +675,15 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         power_average=model.power_average if model else True,
         not_supported=_not_supported(spec, where),
         processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
+        allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
     )
+
+
+def _allocation(raw: object, where: str) -> JobSpec:
+    job = _job(raw, where)
+    if job.kind != "kubernetes" or not (job.namespace and job.pod):
+        raise SpecError(where, "only a kubernetes job with namespace and pod can hold a GPU without a process")
+    return job
 
 
 # ---------------------------------------------------------------- faults

@@ -1,0 +1,133 @@
+"""The simulated node's non-NVML side: who owns each process, its host CPU, and its in-job reports.
+
+Twin of gpulens.agent.sources.LiveSources, answering from the scenario at the simulated clock's time,
+with the same types the real attribution, host sampler and job receiver return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from gpulens.agent.attribution.hostusage import HostUsage, ProcessUsage
+from gpulens.agent.attribution.resolver import Job, PodRef
+from gpulens.agent.jobs.messages import (
+    DataLoaderSettings,
+    Device,
+    JobReport,
+    Precision,
+    StepTiming,
+    TorchMemory,
+)
+from gpulens.agent.simulator.scenario import Gpu, Process, Scenario
+
+# gpulens.torch reports every 5 s by default.
+_REPORT_SECONDS = 5.0
+
+
+class SimulatedSources:
+    def __init__(self, scenario: Scenario, clock: Callable[[], float]):
+        self._scenario = scenario
+        self._clock = clock
+        self._by_pid: dict[int, tuple[Gpu, Process]] = {
+            p.pid: (g, p) for g in scenario.gpus for p in g.processes
+        }
+
+    def _live(self, pid: int) -> tuple[Gpu, Process] | None:
+        found = self._by_pid.get(pid)
+        return found if found and found[1].alive(self._clock()) else None
+
+    def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
+        jobs: dict[tuple[str, str], Job] = {}
+        for pid in sorted(set(pids)):
+            found = self._live(pid)
+            if found is None:
+                continue  # gone between the NVML call and this one, as on a real node
+            spec = found[1].job
+            if spec is None:
+                job = Job(kind="process", id=f"pid:{pid}", user="nobody", uid=65534, pids=(pid,))
+            else:
+                job = Job(kind=spec.kind, id=spec.id, user=spec.user, uid=None, namespace=spec.namespace,
+                          pod=spec.pod, container=spec.container, pids=(pid,))
+            key = (job.kind, job.id)
+            if key in jobs:
+                job = replace(jobs[key], pids=jobs[key].pids + (pid,))
+            jobs[key] = job
+        return list(jobs.values())
+
+    def allocations(self) -> dict[str, PodRef]:
+        allocated = {g.uuid: g.allocated_to for g in self._scenario.gpus if g.allocated_to is not None}
+        for gpu in self._scenario.gpus:
+            for process in gpu.processes:
+                if process.job and process.job.kind == "kubernetes" and process.job.pod:
+                    allocated.setdefault(gpu.uuid, process.job)
+        return {uuid: PodRef(j.namespace, j.pod, j.container) for uuid, j in allocated.items()}
+
+    def host_usage(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:
+        now = self._clock()
+        usage: dict[int, HostUsage] = {}
+        for pid in root_pids:
+            found = self._live(pid)
+            if found is None or found[1].host is None:
+                continue
+            host = found[1].host
+            main = host.main_cpu.value(now)
+            worker = host.worker_cpu.value(now) if host.worker_cpu else 0.0
+            io = host.io_read.value(now) if host.io_read else None
+            processes = (ProcessUsage(pid, main, io),) + tuple(
+                ProcessUsage(pid * 100 + i, worker, None) for i in range(1, host.workers + 1)
+            )
+            usage[pid] = HostUsage(
+                cpu_cores_used=main + worker * host.workers,
+                cpu_cores_allowed=host.cores_allowed,
+                main_process_cpu_ratio=min(main, 1.0),
+                workers=host.workers,
+                workers_cpu_ratio_max=min(worker, 1.0) if host.workers else 0.0,
+                io_read_bytes_per_second=io,
+                processes=processes,
+            )
+        return usage
+
+    def job_reports(self) -> dict[int, JobReport]:
+        now = self._clock()
+        reports = {}
+        for pid, (gpu, process) in self._by_pid.items():
+            if process.torch is None or not process.alive(now):
+                continue
+            reports[pid] = _report(gpu, process, now)
+        return reports
+
+
+def _report(gpu: Gpu, process: Process, now: float) -> JobReport:
+    spec = process.torch
+    steps = max(1, round(spec.steps_per_second * _REPORT_SECONDS))
+    wait = spec.data_wait.mean(max(0.0, now - _REPORT_SECONDS), now) if now > 0 else spec.data_wait.value(0)
+    dataloader = None
+    if spec.num_workers is not None or spec.batch_size is not None:
+        dataloader = DataLoaderSettings(spec.num_workers, spec.pin_memory, spec.prefetch_factor,
+                                        spec.persistent_workers, spec.batch_size)
+    return JobReport(
+        pid=process.pid,
+        window_seconds=_REPORT_SECONDS,
+        step=StepTiming(count=steps, data_wait_seconds=wait * _REPORT_SECONDS, total_seconds=_REPORT_SECONDS),
+        dataloader=dataloader,
+        precision=Precision(
+            autocast=spec.autocast,
+            autocast_dtype=spec.autocast_dtype if spec.autocast else None,
+            matmul_allow_tf32=spec.tf32,
+            cudnn_allow_tf32=spec.tf32,
+            float32_matmul_precision=None,
+        ),
+        device=Device(type="cuda", index=gpu.index, uuid=gpu.uuid),
+        memory=TorchMemory(
+            allocated_bytes=spec.allocated,
+            allocated_peak_bytes=spec.allocated,
+            reserved_bytes=spec.reserved,
+            reserved_peak_bytes=spec.reserved,
+            active_bytes=spec.allocated,
+            inactive_split_bytes=spec.reserved - spec.allocated,
+            alloc_retries=spec.alloc_retries,
+            ooms=spec.ooms,
+        ),
+        received_at=now,
+    )
