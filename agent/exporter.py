@@ -36,7 +36,7 @@ class SnapshotExporter:
         interval = self._sampler.interval
         for collector in self._collectors:
             try:
-                families = list(collector.metrics(snapshot.gpus, interval))
+                families = list(collector.metrics(snapshot, interval))
             except Exception:  # noqa: BLE001 - never blank the scrape
                 log.exception("exposition of collector %s failed", collector.name)
                 continue

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpulens.agent.collectors.base import Collector, GpuContext
@@ -44,6 +44,7 @@ class Sampler:
         rescan_interval: float = 10.0,
         max_backoff: float = 60.0,
         timer=time.perf_counter,
+        analysis=None,
     ):
         self.nvml = Nvml(library)
         self.collectors = collectors
@@ -52,6 +53,7 @@ class Sampler:
         self.rescan_interval = rescan_interval
         self.max_backoff = max_backoff
         self._timer = timer  # measures collector durations; tests pass a fixed one for golden output
+        self.analysis = analysis  # gpulens.agent.analysis.Analysis, run after every cycle
         self._fields = tuple(dict.fromkeys(f for c in collectors for f in c.fields))
         self._states: dict[str, _GpuState] = {}
         self._initialized = False
@@ -89,8 +91,23 @@ class Sampler:
         if not self._initialized:
             for run in runs.values():
                 run.fail(f"NVML is down: {self._error}")
-        self._publish(runs, self._timer() - started)
-        return self._snapshot
+        snapshot = self._build(runs, self._timer() - started)
+        if self.analysis is not None:
+            snapshot = self._analyse(snapshot, now)
+        self._snapshot = snapshot
+        return snapshot
+
+    def _analyse(self, snapshot: Snapshot, now: float) -> Snapshot:
+        run = _Run(self._timer)
+        result = None
+        try:
+            with run.timed():
+                result = self.analysis.run(snapshot, now)
+        except Exception as error:  # noqa: BLE001 - a failing analysis must not cost the NVML metrics
+            run.fail(str(error))
+            log.exception("the %s stage failed", self.analysis.name)
+        collectors = {**snapshot.collectors, self.analysis.name: run.result()}
+        return replace(snapshot, analysis=result, collectors=collectors)
 
     def _sample_all(self, now: float, runs: dict[str, _Run]) -> None:
         handles = {uuid: s.handle for uuid, s in self._states.items() if s.up}
@@ -223,12 +240,12 @@ class Sampler:
 
     # -- publishing -------------------------------------------------------------------------------
 
-    def _publish(self, runs: dict[str, _Run], seconds: float) -> None:
+    def _build(self, runs: dict[str, _Run], seconds: float) -> Snapshot:
         gpus = tuple(
             GpuSnapshot(identity=s.identity, up=s.up, readings=dict(s.shared.get("readings", {})) if s.up else {})
             for s in sorted(self._states.values(), key=lambda s: s.identity.index)
         )
-        self._snapshot = Snapshot(
+        return Snapshot(
             timestamp=self.clock.time(),
             nvml_up=self._initialized,
             nvml_error=self._error,

@@ -43,6 +43,7 @@ class Snapshot:
     collectors: Mapping[str, CollectorRun]
     cycle_seconds: float
     nvml_init_failures: int = 0
+    analysis: Any = None  # gpulens.agent.analysis.AnalysisResult, when the diagnosis stage runs
 
 
 EMPTY = Snapshot(

@@ -36,9 +36,14 @@ REGISTRY: dict[str, Callable[[], Collector]] = {
 }
 
 
+# Stages that run after the collectors over the whole snapshot, switched like collectors; built by the
+# daemon because they need the node's other sources (gpulens.agent.analysis).
+STAGES: dict[str, bool] = {"diagnosis": True}
+
+
 def defaults() -> dict[str, bool]:
-    """Return each collector's name and whether it is on by default."""
-    return {name: factory().default_enabled for name, factory in REGISTRY.items()}
+    """Return each collector's (and stage's) name and whether it is on by default."""
+    return {**{name: factory().default_enabled for name, factory in REGISTRY.items()}, **STAGES}
 
 
 def build(enabled: Mapping[str, bool]) -> list[Collector]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.agent.nvml import Nvml
-from gpulens.agent.snapshot import GpuSnapshot
+from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 GPU_LABELS = ("gpu", "uuid")
@@ -53,7 +53,7 @@ class Collector:
     def read(self, nvml: Nvml, gpu: GpuContext) -> Any:
         raise NotImplementedError
 
-    def metrics(self, gpus: Sequence[GpuSnapshot], interval: float) -> Iterable[Metric]:
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         raise NotImplementedError
 
     def forget(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook

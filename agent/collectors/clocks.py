@@ -24,8 +24,8 @@ class ClocksCollector(Collector):
         sm, memory = nvml.clocks_hz(gpu.handle)
         return ClocksReading(sm, memory, nvml.clock_event_reasons(gpu.handle))
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_sm_clock_hertz",
             f"Current SM clock in hertz; sampled every {interval:g} s.",

@@ -47,8 +47,8 @@ class EccCollector(Collector):
             remap_failure=f.get("remapped_rows_failure"),
         )
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         volatile = CounterMetricFamily(
             "gpulens_gpu_ecc_errors",
             "ECC errors since the driver was loaded, by kind (corrected single-bit, uncorrected double-bit).",

@@ -61,8 +61,8 @@ class GpmCollector(Collector):
                 pass
         state.pop("supported", None)
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         window = f"between two GPM samples {interval:g} s apart"
         yield gpu_gauge(
             "gpulens_gpu_sm_activity_ratio",

@@ -21,8 +21,8 @@ class MemoryCollector(Collector):
         memory = nvml.memory(gpu.handle)
         return None if memory is None else MemoryReading(used_bytes=memory[0], total_bytes=memory[1])
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_memory_used_bytes",
             f"Device memory in use by all processes and the driver, in bytes; sampled every {interval:g} s.",

@@ -36,8 +36,8 @@ class PcieCollector(Collector):
             replays_total=gpu.fields.get("pcie_replay_total"),
         )
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_pcie_link_generation",
             "PCIe generation the link runs at now (it may drop at idle to save power).",

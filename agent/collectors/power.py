@@ -30,8 +30,8 @@ class PowerCollector(Collector):
             energy_joules=gpu.fields.get("energy_joules"),
         )
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_power_watts",
             f"Power draw of the board in watts; sampled every {interval:g} s.",

@@ -15,7 +15,7 @@ class ProcessDetailsCollector(Collector):
     def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)
 
-    def metrics(self, gpus, interval):
+    def metrics(self, snapshot, interval):
         memory = GaugeMetricFamily(
             "gpulens_process_gpu_memory_used_bytes",
             f"Device memory held by one process, in bytes; sampled every {interval:g} s.",
@@ -26,7 +26,7 @@ class ProcessDetailsCollector(Collector):
             "Share of time one process had kernels running on the SMs over the last cycle (0-1).",
             labels=(*GPU_LABELS, "pid"),
         )
-        for gpu, reading in readings(gpus, self.name):
+        for gpu, reading in readings(snapshot.gpus, self.name):
             for process in reading.processes:
                 if process.used_memory_bytes is not None:
                     memory.add_metric((*gpu.labels, str(process.pid)), process.used_memory_bytes)

@@ -45,8 +45,8 @@ class ProcessesCollector(Collector):
     def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_processes",
             f"Compute processes holding a context on the GPU; sampled every {interval:g} s.",

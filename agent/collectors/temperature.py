@@ -24,8 +24,8 @@ class TemperatureCollector(Collector):
             memory_celsius=gpu.fields.get("memory_temperature_celsius"),
         )
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_temperature_celsius",
             f"GPU die temperature in degrees Celsius; sampled every {interval:g} s.",

@@ -63,8 +63,8 @@ class UtilizationCollector(Collector):
         state["last_ratio"] = ratio
         return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
 
-    def metrics(self, gpus, interval):
-        pairs = list(readings(gpus, self.name))
+    def metrics(self, snapshot, interval):
+        pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_utilization_ratio",
             "Share of time a kernel was running, averaged over the driver's sub-second samples of the "

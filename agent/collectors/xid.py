@@ -42,13 +42,13 @@ class XidCollector(Collector):
                 counts[code] += n
         return XidReading(tuple(sorted(counts.items())))
 
-    def metrics(self, gpus, interval):
+    def metrics(self, snapshot, interval):
         family = CounterMetricFamily(
             "gpulens_gpu_xid_errors",
             "Xid critical-error events seen since the agent started, by Xid code.",
             labels=(*GPU_LABELS, "xid"),
         )
-        for gpu, reading in readings(gpus, self.name):
+        for gpu, reading in readings(snapshot.gpus, self.name):
             for code, count in reading.counts:
                 family.add_metric((*gpu.labels, str(code)), count)
         yield family
