@@ -107,7 +107,12 @@ class Diagnoser:
             track.held_since = now
         if e.busy_ratio is not None and e.busy_ratio > t.IDLE_BUSY_MAX:
             track.last_active = now
-        track.window.append((now, e))
+        if _paused(track, now, e):
+            # A pause says nothing about the workload around it: judging the work that resumes by a
+            # window half full of the pause would call healthy work underused.
+            track.window.clear()
+        else:
+            track.window.append((now, e))
         while track.window and track.window[0][0] <= now - self.settings.window:
             track.window.popleft()
         if e.xid_total > track.xid_total:
@@ -130,18 +135,19 @@ class Diagnoser:
             return Reason.MIG_ENABLED, {}
         if e.processes == 0 and not e.allocated:
             return Reason.NO_PROCESS, {}
-        busy = self._mean(track, "busy_ratio")
-        if busy is None or e.busy_ratio is None:
+        if e.busy_ratio is None:
             return Reason.NO_DATA, {}
-        values = self._evidence_values(track, now, busy)
+        busy = self._mean(track, "busy_ratio")
+        values = self._evidence_values(track, now, busy or 0.0, e)
         if e.busy_ratio <= t.IDLE_BUSY_MAX:
             held_since = track.held_since if track.held_since is not None else now
             worked = track.last_active is not None and track.last_active >= held_since
             if not worked or now - track.last_active >= self.settings.idle_patience:
                 return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
-            # No kernel this cycle, but the GPU worked less than the patience window ago (a pause
-            # between epochs, a gap between bursts): keep the verdict it had.
-            return (track.verdict.reason if track.verdict else Reason.NO_DATA), values
+            if busy is None:
+                # Paused after real work, for less than the patience window (between epochs, for an
+                # evaluation): keep the verdict it had.
+                return (track.verdict.reason if track.verdict else Reason.NO_DATA), values
         return self._active_reason(track, busy, values), values
 
     def _active_reason(self, track: _Track, busy: float, values: dict[str, float]) -> Reason:
@@ -184,14 +190,13 @@ class Diagnoser:
             return Reason.WORKERS_SATURATED
         return None
 
-    def _evidence_values(self, track: _Track, now: float, busy: float) -> dict[str, float]:
+    def _evidence_values(self, track: _Track, now: float, busy: float, latest: Evidence) -> dict[str, float]:
         values = {"busy_ratio": busy}
         for name in ("sm_activity", "sm_occupancy", "tensor_activity", "power_ratio", "data_wait_ratio",
                      "main_process_cpu_ratio", "workers_cpu_ratio_max"):
             mean = self._mean(track, name)
             if mean is not None:
                 values[name] = mean
-        latest = track.window[-1][1]
         if latest.num_workers is not None:
             values["num_workers"] = float(latest.num_workers)
         if track.held_since is not None:
@@ -248,6 +253,12 @@ class Diagnoser:
                 verdict = Verdict(current.state, current.reason, current.since, values, conditions)
         track.verdict = verdict
         return verdict
+
+
+def _paused(track: _Track, now: float, e: Evidence) -> bool:
+    """Return whether the GPU has run no kernel for longer than a gap between bursts of one workload."""
+    quiet = e.busy_ratio is not None and e.busy_ratio <= t.IDLE_BUSY_MAX
+    return quiet and (track.last_active is None or now - track.last_active >= t.PAUSE_MIN_SECONDS)
 
 
 def _link_degraded(e: Evidence) -> bool:

@@ -13,6 +13,11 @@ IDLE_BUSY_MAX = 0.01
 # `for:` on top. Configurable per agent (--diagnosis.idle-patience).
 IDLE_PATIENCE_SECONDS = 300.0
 
+# A quiet stretch shorter than this is a gap between bursts of one workload (a data-starved job waits
+# seconds between steps) and is judged by the rolling window; a longer one is a pause that the verdict
+# rides out until the patience window above runs out.
+PAUSE_MIN_SECONDS = 10.0
+
 # The rolling window over which busy ratio, SM activity and input-side evidence are averaged.
 WINDOW_SECONDS = 60.0
 
