@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	# The CPU build of torch for the in-job library's tests: pinned, so pip takes the local build
+	# instead of a multi-GB CUDA wheel (set TORCH_SPEC to override).
+	$(BIN)/pip install --quiet '$(TORCH_SPEC)'
+	$(BIN)/pip install --quiet -e '.[dev,bench,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)

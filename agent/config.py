@@ -37,6 +37,9 @@ class AgentConfig:
     collectors: Mapping[str, bool] = field(default_factory=collectors.defaults)
     simulate: str | None = None
     speed: float = 1.0
+    idle_patience: float = 300.0  # seconds
+    jobs_socket: str = "/run/gpulens/jobs.sock"  # "" disables the in-job channel
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -73,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate", metavar="SCENARIO",
                    help="run on a simulated node: a built-in scenario name (e.g. demo) or a YAML file")
     p.add_argument("--speed", metavar="N", help="with --simulate, run simulated time N times faster (default 1)")
+    p.add_argument("--diagnosis.idle-patience", dest="idle_patience", metavar="DURATION",
+                   help="how long a held GPU runs no kernel before it is called idle (default 5m)")
+    p.add_argument("--jobs.socket", dest="jobs_socket", metavar="PATH",
+                   help="Unix socket where gpulens.torch in jobs sends its reports (default "
+                        "/run/gpulens/jobs.sock; empty to disable)")
+    p.add_argument("--kubelet.pod-resources-socket", dest="pod_resources_socket", metavar="PATH",
+                   help="the kubelet's pod-resources socket, for pod names (default "
+                        "/var/lib/kubelet/pod-resources/kubelet.sock; ignored when absent)")
     for name, default in collectors.defaults().items():
         flag = name.replace("_", "-")
         p.add_argument(f"--collector.{flag}", dest=f"collector_{name}", action="store_true",
@@ -105,6 +116,9 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         "LOG_LEVEL": "log_level",
         "SIMULATE": "simulate",
         "SPEED": "speed",
+        "DIAGNOSIS_IDLE_PATIENCE": "idle_patience",
+        "JOBS_SOCKET": "jobs_socket",
+        "KUBELET_POD_RESOURCES_SOCKET": "pod_resources_socket",
     }
     known = collectors.defaults()
     out: dict[str, Any] = {}
@@ -123,7 +137,9 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 _FILE_KEYS = {"web": {"listen_address"}, "sampling": {"interval"}, "log": {"level"}, "simulate": None,
-              "speed": None, "collectors": None}
+              "speed": None, "collectors": None, "diagnosis": {"idle_patience"}, "jobs": {"socket"},
+              "kubelet": {"pod_resources_socket"}}
+_FILE_RENAMES = {"level": "log_level", "socket": "jobs_socket"}
 
 
 def _from_file(path: str) -> dict[str, Any]:
@@ -152,7 +168,7 @@ def _from_file(path: str) -> dict[str, Any]:
             if not isinstance(value, dict) or not set(value) <= allowed:
                 raise ConfigError(f"{where}: {key} takes {', '.join(sorted(allowed))}")
             for sub, v in value.items():
-                out[{"level": "log_level"}.get(sub, sub)] = v
+                out[_FILE_RENAMES.get(sub, sub)] = v
         elif key == "collectors":
             known = collectors.defaults()
             if not isinstance(value, dict):
@@ -199,6 +215,9 @@ def _validate(s: dict[str, Any]) -> AgentConfig:
         raise ConfigError(f"--speed: {s.get('speed')!r} is not a number; write e.g. --speed 10") from None
     if not 0 < speed <= 10_000:
         raise ConfigError(f"--speed: {speed:g} is out of range; choose a number above 0 and up to 10000")
+    patience = parse_duration(s.get("idle_patience", "5m"), "--diagnosis.idle-patience")
+    if not 10 <= patience <= 86_400:
+        raise ConfigError(f"--diagnosis.idle-patience: {patience:g} s is out of range; choose between 10s and 24h")
     simulate = s.get("simulate")
     if speed != 1.0 and not simulate:
         raise ConfigError("--speed only applies to a simulated node; add --simulate SCENARIO or drop --speed")
@@ -209,4 +228,7 @@ def _validate(s: dict[str, Any]) -> AgentConfig:
         collectors=enabled,
         simulate=str(simulate) if simulate else None,
         speed=speed,
+        idle_patience=patience,
+        jobs_socket=str(s.get("jobs_socket", AgentConfig.jobs_socket)),
+        pod_resources_socket=str(s.get("pod_resources_socket", AgentConfig.pod_resources_socket)),
     )

@@ -10,11 +10,15 @@ from collections.abc import Sequence
 
 from gpulens.agent import collectors as collector_registry
 from gpulens.agent import config as agent_config
+from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import SimulatedClock, SystemClock
+from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.jobs.metrics import JobCollector
 from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
+from gpulens.agent.sources import LiveSources
 from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("gpulens.agent")
@@ -24,8 +28,13 @@ EXIT_RUNTIME = 1
 
 
 def build(config: agent_config.AgentConfig):
-    """Return (sampler, registry, mode) for `config`; raise ConfigError for a bad scenario."""
+    """Return (sampler, registry, mode, receiver) for `config`; raise ConfigError for a bad scenario.
+
+    `receiver` is the in-job report listener, not yet started (None when simulated or disabled).
+    """
+    receiver = None
     if config.simulate:
+        from gpulens.agent.simulator.host import SimulatedSources
         from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
 
         try:
@@ -34,16 +43,36 @@ def build(config: agent_config.AgentConfig):
             raise agent_config.ConfigError(str(error)) from None
         clock = SimulatedClock(config.speed)
         library = load_simulated_library(scenario, clock.monotonic)
+        sources = SimulatedSources(scenario, clock.monotonic)
         mode = "simulated"
     else:
         clock = SystemClock()
         library = load_real_library()
+        sources, receiver = _live_sources(config, clock)
         mode = "nvml"
     enabled = collector_registry.build(config.collectors)
-    sampler = Sampler(library, enabled, clock, interval=config.interval)
+    analysis = None
+    if config.collectors.get("diagnosis"):
+        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
+    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, enabled, mode=mode))
-    return sampler, registry, mode
+    registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else [])], mode=mode))
+    if receiver is not None:
+        registry.register(JobCollector(receiver))
+    return sampler, registry, mode, receiver
+
+
+def _live_sources(config: agent_config.AgentConfig, clock):
+    """The real node's sources: /proc, the kubelet socket (when mounted), psutil and the job socket."""
+    from gpulens.agent.attribution.hostusage import HostSampler
+    from gpulens.agent.attribution.podresources import PodResourcesClient
+    from gpulens.agent.attribution.resolver import Resolver
+    from gpulens.agent.jobs.receiver import Receiver
+
+    pods = PodResourcesClient(config.pod_resources_socket)
+    resolver = Resolver(podresources=pods, clock=clock.monotonic)
+    receiver = Receiver(config.jobs_socket, clock=clock.monotonic) if config.jobs_socket else None
+    return LiveSources(resolver, HostSampler(clock=clock.monotonic), receiver), receiver
 
 
 def main(argv: Sequence[str]) -> int:
@@ -53,10 +82,17 @@ def main(argv: Sequence[str]) -> int:
             level={"warn": "WARNING"}.get(config.log_level, config.log_level.upper()),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        sampler, registry, mode = build(config)
+        sampler, registry, mode, receiver = build(config)
     except agent_config.ConfigError as error:
         print(f"gpulens agent: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if receiver is not None:
+        try:
+            receiver.start()
+        except OSError as error:
+            # The metrics matter more than the in-job channel: say so and serve without it.
+            log.warning("in-job reports disabled: cannot listen on %s (%s); set --jobs.socket", receiver.socket_path,
+                        error.strerror or error)
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
     app = AgentApp(sampler, registry, [c.name for c in sampler.collectors], mode)
@@ -87,4 +123,6 @@ def main(argv: Sequence[str]) -> int:
         stop.set()
         thread.join(timeout=5)
         server.server_close()
+        if receiver is not None:
+            receiver.stop()
     return 0

@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 from gpulens.agent import collectors
+from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
+from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
+from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import load_scenario
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -40,17 +43,25 @@ class SimulatedAgent:
 
 
 def make_agent(
-    scenario: str, enable: dict[str, bool] | None = None, interval: float = 1.0, extra: tuple = ()
+    scenario: str,
+    enable: dict[str, bool] | None = None,
+    interval: float = 1.0,
+    extra: tuple = (),
+    diagnosis: dict | None = None,
 ) -> SimulatedAgent:
     """Build a simulated agent; `enable` switches collectors, `extra` adds collector objects."""
     clock = ManualClock()
-    library = load_simulated_library(load_scenario(scenario), clock.monotonic)
+    spec = load_scenario(scenario)
+    library = load_simulated_library(spec, clock.monotonic)
     enabled = {**collectors.defaults(), **(enable or {})}
     built = collectors.build(enabled) + list(extra)
+    analysis = None
+    if enabled["diagnosis"]:
+        analysis = Analysis(SimulatedSources(spec, clock.monotonic), Diagnoser(Settings(**(diagnosis or {}))))
     # A fixed timer makes durations zero, so whole expositions compare byte for byte.
-    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0)
+    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0, analysis=analysis)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, built, mode="simulated"))
+    registry.register(SnapshotExporter(sampler, [*built, *([analysis] if analysis else [])], mode="simulated"))
     sampler.cycle()
     return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library)
 

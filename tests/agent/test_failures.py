@@ -133,7 +133,7 @@ class _Broken(Collector):
     def read(self, nvml, gpu):
         raise RuntimeError("boom")
 
-    def metrics(self, gpus, interval):
+    def metrics(self, snapshot, interval):
         raise RuntimeError("boom at scrape")
 
 

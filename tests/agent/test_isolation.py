@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUN_AGENT = """
 import sys
 from gpulens.agent import config, daemon
-sampler, registry, mode = daemon.build(config.load(["--simulate", "demo"], environ={}))
+sampler, registry, mode, receiver = daemon.build(config.load(["--simulate", "demo"], environ={}))
 for _ in range(3):
     sampler.cycle()
 from prometheus_client import generate_latest

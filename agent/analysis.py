@@ -1,0 +1,353 @@
+"""Attribute, gather evidence, diagnose: the stage between sampling and exposition.
+
+After each sampling cycle it finds the jobs on every GPU, joins NVML's readings with the jobs' host
+side and in-job reports into `Evidence`, asks the `Diagnoser` for a verdict, picks the tips, and keeps
+the counters (seconds per state, per GPU and per job) that alerts and reports read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpulens.agent.attribution.hostusage import HostUsage
+from gpulens.agent.attribution.resolver import Job
+from gpulens.agent.collectors.base import GPU_LABELS
+from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
+from gpulens.agent.jobs.messages import JobReport
+from gpulens.agent.snapshot import GpuSnapshot, Snapshot
+from gpulens.agent.sources import NodeSources
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpulens import tips as tip_catalog
+from gpulens.vocabulary import Condition, State
+
+# A finished job's series stay this long after its last process went, so the last scrape before it ended
+# and the first after both see it, then expire: the exporter's series stay bounded over months.
+JOB_EXPIRY_SECONDS = 300.0
+_JOB_LABELS = ("job_kind", "job_id")
+
+
+@dataclass(frozen=True)
+class GpuAnalysis:
+    """One GPU's verdict with what it rests on."""
+
+    verdict: Verdict
+    jobs: tuple[Job, ...]
+    tips: tuple = ()  # gpulens.tips.RenderedTip, best first
+    evidence: Mapping[str, float | int | str | bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job on this node as of the last cycle."""
+
+    job: Job
+    gpus: frozenset[str]
+    state_seconds: Mapping[State, float]  # GPU-seconds per state
+    host: HostUsage | None
+
+
+@dataclass(frozen=True)
+class AnalysisResult:
+    """What the last cycle's analysis found; published in the snapshot, read by the exposition."""
+
+    gpus: Mapping[str, GpuAnalysis]
+    state_seconds: Mapping[str, Mapping[State, float]]
+    jobs: tuple[JobSummary, ...]
+    reports: Mapping[int, JobReport]
+    clock_offset: float  # add to the sampler clock's seconds to get seconds since the epoch
+
+
+@dataclass
+class _JobBook:
+    """What the agent keeps of one job across cycles."""
+
+    job: Job
+    gpus: set[str]
+    state_seconds: dict[State, float]
+    last_seen: float
+    host: HostUsage | None = None
+
+
+class Analysis:
+    name = "diagnosis"
+    default_enabled = True
+    description = "job attribution, host and in-job evidence, and the usage verdict of each GPU"
+
+    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3):
+        self._sources = sources
+        self._diagnoser = diagnoser or Diagnoser()
+        self._tips = tips
+        self._last: dict[str, float] = {}
+        self._state_seconds: dict[str, dict[State, float]] = {}
+        self._jobs: dict[tuple[str, str], _JobBook] = {}
+
+    def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
+        """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
+        allocations = self._sources.allocations()
+        reports = self._sources.job_reports()
+        gpu_jobs = {g.identity.uuid: self._jobs_on(g) for g in snapshot.gpus}
+        roots = sorted({pid for jobs in gpu_jobs.values() for job in jobs for pid in job.pids})
+        host = self._sources.host_usage(roots) if roots else {}
+        results: dict[str, GpuAnalysis] = {}
+        for gpu in snapshot.gpus:
+            uuid = gpu.identity.uuid
+            jobs = gpu_jobs[uuid]
+            evidence = _evidence(snapshot, gpu, jobs, uuid in allocations, host, reports)
+            verdict = self._diagnoser.update(uuid, now, evidence)
+            context = _tip_context(gpu, verdict, jobs, host, reports)
+            tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+            results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
+            self._count(uuid, verdict.state, jobs, host, now)
+        self._expire(now)
+        return AnalysisResult(
+            gpus=results,
+            state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
+            jobs=tuple(
+                JobSummary(b.job, frozenset(b.gpus), dict(b.state_seconds), b.host)
+                for _, b in sorted(self._jobs.items())
+            ),
+            reports=reports,
+            clock_offset=snapshot.timestamp - now,
+        )
+
+    def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
+        processes = gpu.readings.get("processes") if gpu.up else None
+        if not processes or not processes.processes:
+            return []
+        return self._sources.jobs([p.pid for p in processes.processes], gpu.identity.uuid)
+
+    def _count(self, uuid: str, state: State, jobs: list[Job], host: dict[int, HostUsage], now: float) -> None:
+        elapsed = now - self._last.get(uuid, now)
+        self._last[uuid] = now
+        seconds = self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))
+        seconds[state] += elapsed
+        for job in jobs:
+            book = self._jobs.get((job.kind, job.id))
+            if book is None:
+                book = self._jobs[(job.kind, job.id)] = _JobBook(job, set(), dict.fromkeys(State, 0.0), now)
+            book.job, book.last_seen = job, now
+            book.gpus.add(uuid)
+            book.state_seconds[state] += elapsed  # GPU-seconds: a job on 4 GPUs gathers 4 per second
+            book.host = host.get(min(job.pids)) if job.pids else None
+
+    def _expire(self, now: float) -> None:
+        for key in [k for k, b in self._jobs.items() if now - b.last_seen > JOB_EXPIRY_SECONDS]:
+            del self._jobs[key]
+
+    # -- exposition --------------------------------------------------------------------------------
+
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
+        result: AnalysisResult | None = snapshot.analysis
+        if result is None:
+            return
+        state = GaugeMetricFamily(
+            "gpulens_gpu_state",
+            "1 for the GPU's usage state (free, idle, data_starved, underutilized, busy, unknown), 0 for the others.",
+            labels=(*GPU_LABELS, "state"),
+        )
+        seconds = CounterMetricFamily(
+            "gpulens_gpu_state_seconds",
+            "Seconds the GPU spent in each usage state since the agent started.",
+            labels=(*GPU_LABELS, "state"),
+        )
+        since = GaugeMetricFamily(
+            "gpulens_gpu_state_since_timestamp_seconds",
+            "When the GPU entered its current usage state, seconds since the epoch.",
+            labels=GPU_LABELS,
+        )
+        verdict = GaugeMetricFamily(
+            "gpulens_gpu_verdict_info",
+            "Always 1: the reason for the GPU's state and the first tip (ids in docs/diagnosis.md, docs/tips.md).",
+            labels=(*GPU_LABELS, "state", "reason", "tip"),
+        )
+        condition = GaugeMetricFamily(
+            "gpulens_gpu_condition",
+            "1 while a health condition holds (throttling, PCIe degraded, ECC, Xid, lost), else 0.",
+            labels=(*GPU_LABELS, "condition"),
+        )
+        evidence = GaugeMetricFamily(
+            "gpulens_gpu_diagnosis_evidence",
+            f"The values the verdict rests on, averaged over the diagnosis window; sampled every {interval:g} s.",
+            labels=(*GPU_LABELS, "evidence"),
+        )
+        allocation = GaugeMetricFamily(
+            "gpulens_gpu_allocation_info",
+            "Always 1: a job holding the GPU (Slurm job, Kubernetes pod, container or bare process) and its owner.",
+            labels=(*GPU_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
+        )
+        for gpu in snapshot.gpus:
+            found = result.gpus.get(gpu.identity.uuid)
+            if found is None:
+                continue
+            labels = gpu.labels
+            v = found.verdict
+            for s in State:
+                state.add_metric((*labels, s.value), 1.0 if s == v.state else 0.0)
+                seconds.add_metric((*labels, s.value), result.state_seconds[gpu.identity.uuid][s])
+            since.add_metric(labels, v.since + result.clock_offset)
+            top = found.tips[0].id if found.tips else ""
+            verdict.add_metric((*labels, v.state.value, v.reason.value, top), 1.0)
+            for c in Condition:
+                condition.add_metric((*labels, c.value), 1.0 if c in v.conditions else 0.0)
+            for name, value in sorted(v.evidence.items()):
+                evidence.add_metric((*labels, name), value)
+            for job in found.jobs:
+                allocation.add_metric((*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+        yield from (state, seconds, since, verdict, condition, evidence, allocation)
+        yield from _job_metrics(result.jobs)
+
+
+def _job_metrics(jobs: tuple[JobSummary, ...]) -> Iterable[Metric]:
+    seconds = CounterMetricFamily(
+        "gpulens_job_gpu_state_seconds",
+        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4).",
+        labels=(*_JOB_LABELS, "state"),
+    )
+    gpus = GaugeMetricFamily("gpulens_job_gpus", "GPUs the job has used on this node.", labels=_JOB_LABELS)
+    cpu = GaugeMetricFamily(
+        "gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).",
+        labels=_JOB_LABELS,
+    )
+    allowed = GaugeMetricFamily(
+        "gpulens_job_cpu_cores_allowed", "CPU cores the job may use (affinity, capped by its cgroup quota).",
+        labels=_JOB_LABELS,
+    )
+    main = GaugeMetricFamily(
+        "gpulens_job_main_process_cpu_ratio",
+        "Share of one core the job's main (GPU) process uses; near 1 with no workers means it feeds the GPU alone.",
+        labels=_JOB_LABELS,
+    )
+    workers = GaugeMetricFamily(
+        "gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).",
+        labels=_JOB_LABELS,
+    )
+    io = GaugeMetricFamily(
+        "gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.",
+        labels=_JOB_LABELS,
+    )
+    for book in jobs:
+        labels = (book.job.kind, book.job.id)
+        for s in State:
+            seconds.add_metric((*labels, s.value), book.state_seconds[s])
+        gpus.add_metric(labels, len(book.gpus))
+        if book.host is not None:
+            cpu.add_metric(labels, book.host.cpu_cores_used)
+            if book.host.cpu_cores_allowed is not None:
+                allowed.add_metric(labels, book.host.cpu_cores_allowed)
+            main.add_metric(labels, book.host.main_process_cpu_ratio)
+            workers.add_metric(labels, book.host.workers)
+            if book.host.io_read_bytes_per_second is not None:
+                io.add_metric(labels, book.host.io_read_bytes_per_second)
+    yield from (seconds, gpus, cpu, allowed, main, workers, io)
+
+
+def _reports_for(gpu: GpuSnapshot, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
+    pids = {pid for job in jobs for pid in job.pids}
+    return [r for pid, r in sorted(reports.items()) if pid in pids or r.device.uuid == gpu.identity.uuid]
+
+
+def _worst(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def _evidence(
+    snapshot: Snapshot,
+    gpu: GpuSnapshot,
+    jobs: list[Job],
+    allocated: bool,
+    host: Mapping[int, HostUsage],
+    reports: Mapping[int, JobReport],
+) -> Evidence:
+    """Join what NVML, the host and the jobs said about one GPU into the diagnosis's input."""
+    r = gpu.readings
+    utilization, gpm, power = r.get("utilization"), r.get("gpm"), r.get("power")
+    clocks, pcie, ecc, xid = r.get("clocks"), r.get("pcie"), r.get("ecc"), r.get("xid")
+    processes = r.get("processes")
+    usages = [host[min(j.pids)] for j in jobs if j.pids and min(j.pids) in host]
+    job_reports = _reports_for(gpu, jobs, reports)
+    workers_reported = [rep.dataloader.num_workers for rep in job_reports
+                        if rep.dataloader and rep.dataloader.num_workers is not None]
+    power_ratio = None
+    if power is not None and power.watts is not None and power.limit_watts:
+        power_ratio = power.watts / power.limit_watts
+    return Evidence(
+        up=gpu.up,
+        nvml_up=snapshot.nvml_up,
+        mig=gpu.identity.mig_mode == "enabled",
+        processes=len(processes.processes) if processes else 0,
+        allocated=allocated,
+        busy_ratio=utilization.ratio if utilization else None,
+        sm_activity=gpm.sm_activity if gpm else None,
+        sm_occupancy=gpm.sm_occupancy if gpm else None,
+        tensor_activity=gpm.tensor_activity if gpm else None,
+        power_ratio=power_ratio,
+        data_wait_ratio=_worst(rep.data_wait_ratio for rep in job_reports),
+        main_process_cpu_ratio=_worst(u.main_process_cpu_ratio for u in usages),
+        num_workers=min(workers_reported) if workers_reported else (
+            min(u.workers for u in usages) if usages else None),
+        workers_cpu_ratio_max=_worst(u.workers_cpu_ratio_max if u.workers else None for u in usages),
+        clock_reasons=clocks.event_reasons or frozenset() if clocks else frozenset(),
+        pcie_generation=pcie.generation if pcie else None,
+        pcie_max_generation=pcie.max_generation if pcie else None,
+        pcie_width=pcie.width if pcie else None,
+        pcie_max_width=pcie.max_width if pcie else None,
+        ecc_uncorrected=ecc.uncorrected_volatile if ecc else None,
+        remap_failure=bool(ecc and (ecc.remap_failure or ecc.remap_pending)),
+        xid_total=sum(count for _, count in xid.counts) if xid else 0,
+    )
+
+
+def _tip_context(
+    gpu: GpuSnapshot, verdict: Verdict, jobs: list[Job], host: Mapping[int, HostUsage],
+    reports: Mapping[int, JobReport],
+) -> dict[str, float | int | str | bool]:
+    """The evidence the tips are written with: the verdict's values plus the job's own settings."""
+    context: dict[str, float | int | str | bool] = dict(verdict.evidence)
+    context["model"] = gpu.identity.name
+    memory = gpu.readings.get("memory")
+    if memory is not None and memory.total_bytes:
+        context["memory_used_ratio"] = memory.used_bytes / memory.total_bytes
+        context["memory_total_bytes"] = memory.total_bytes
+    pcie = gpu.readings.get("pcie")
+    if pcie is not None:
+        for name in ("generation", "max_generation", "width", "max_width"):
+            value = getattr(pcie, name)
+            if value is not None:
+                context[f"pcie_{name}"] = value
+    if jobs:
+        context["job_kind"] = jobs[0].kind
+        usage = host.get(min(jobs[0].pids)) if jobs[0].pids else None
+        if usage is not None:
+            context["main_process_cpu_ratio"] = usage.main_process_cpu_ratio
+            context["cpu_cores_used"] = usage.cpu_cores_used
+            if usage.cpu_cores_allowed is not None:
+                context["cpu_cores_allowed"] = usage.cpu_cores_allowed
+    for report in _reports_for(gpu, jobs, reports)[:1]:
+        _report_context(context, report)
+    return context
+
+
+def _report_context(context: dict, report: JobReport) -> None:
+    if report.data_wait_ratio is not None:
+        context["data_wait_ratio"] = report.data_wait_ratio
+    if report.dataloader is not None:
+        for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"):
+            value = getattr(report.dataloader, name)
+            if value is not None:
+                context[name] = value
+    precision = report.precision
+    if precision.autocast is not None:
+        context["autocast"] = precision.autocast
+    if precision.autocast_dtype:
+        context["autocast_dtype"] = precision.autocast_dtype
+    if precision.tf32 is not None:
+        context["tf32"] = precision.tf32
+    if report.memory is not None:
+        for key, name in (("torch_reserved_bytes", "reserved_bytes"), ("torch_allocated_bytes", "allocated_bytes"),
+                          ("alloc_retries", "alloc_retries"), ("ooms", "ooms")):
+            value = getattr(report.memory, name)
+            if value is not None:
+                context[key] = value
