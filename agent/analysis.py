@@ -311,6 +311,19 @@ def _tip_context(
     if memory is not None and memory.total_bytes:
         context["memory_used_ratio"] = memory.used_bytes / memory.total_bytes
         context["memory_total_bytes"] = memory.total_bytes
+    temperature, xid, ecc = gpu.readings.get("temperature"), gpu.readings.get("xid"), gpu.readings.get("ecc")
+    if temperature is not None and temperature.gpu_celsius is not None:
+        context["temperature_celsius"] = temperature.gpu_celsius
+    if xid is not None and xid.counts:
+        context["xid"] = xid.counts[-1][0]  # the highest code seen; the counters keep no order
+    if ecc is not None:
+        if ecc.uncorrected_volatile is not None:
+            context["ecc_uncorrected"] = ecc.uncorrected_volatile
+        context["row_remap_pending"] = bool(ecc.remap_pending)
+        context["row_remap_failure"] = bool(ecc.remap_failure)
+    gpm = gpu.readings.get("gpm")
+    if gpm is not None and gpm.dram_bandwidth is not None:
+        context["dram_bandwidth"] = gpm.dram_bandwidth
     pcie = gpu.readings.get("pcie")
     if pcie is not None:
         for name in ("generation", "max_generation", "width", "max_width"):

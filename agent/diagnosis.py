@@ -179,8 +179,10 @@ class Diagnoser:
     def _input_bound(self, track: _Track) -> Reason | None:
         """Return the input-side reason when the job's own evidence says it waits for data."""
         wait = self._mean(track, "data_wait_ratio")
-        if wait is not None and wait >= t.DATA_WAIT_STARVED:
-            return Reason.INPUT_WAIT_REPORTED
+        if wait is not None:
+            # The job's own timing beats host CPU: a main process at 100% of a core may be launching
+            # kernels or spinning in a CUDA sync, not loading data.
+            return Reason.INPUT_WAIT_REPORTED if wait >= t.DATA_WAIT_STARVED else None
         latest = track.window[-1][1]
         main = self._mean(track, "main_process_cpu_ratio")
         if main is not None and main >= t.CPU_SATURATED and not latest.num_workers:

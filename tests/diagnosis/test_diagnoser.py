@@ -165,3 +165,12 @@ def test_xid_is_recent_for_ten_minutes():
     assert Condition.XID_RECENT in d.update("GPU-a", 10, replace(HELD, xid_total=1)).conditions
     assert Condition.XID_RECENT in d.update("GPU-a", 500, replace(HELD, xid_total=1)).conditions
     assert Condition.XID_RECENT not in d.update("GPU-a", 700, replace(HELD, xid_total=1)).conditions
+
+
+def test_the_jobs_own_timing_beats_host_cpu():
+    # The main process at 100% of a core, no workers, but the job says it barely waits for data:
+    # not starved (it is launching kernels or spinning in a sync), so no worker advice.
+    busy_cpu = replace(HELD, busy_ratio=0.3, sm_activity=None, main_process_cpu_ratio=1.0, num_workers=0,
+                       data_wait_ratio=0.02)
+    verdict = run(Diagnoser(), lambda now: busy_cpu, 120)
+    assert (verdict.state, verdict.reason) == (State.UNDERUTILIZED, Reason.LOW_BUSY_RATIO)
