@@ -82,6 +82,15 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         assert 0.15 < by_gpu["2"] < 0.35
         failed = query(port, "gpulens_collector_success == 0")
         assert failed == []
+        # The verdicts, as alerts and dashboards will query them.
+        idle = wait_for(lambda: query(port, 'gpulens_gpu_state{state="idle"} == 1'))
+        assert [s["metric"]["gpu"] for s in idle] == ["1"]
+        starved = wait_for(lambda: query(
+            port, 'gpulens_gpu_state{state="data_starved"} == 1'
+                  ' and on (gpu, uuid) gpulens_gpu_verdict_info{tip="dataloader_workers"}'), timeout=40)
+        assert [s["metric"]["gpu"] for s in starved] == ["2"]
+        owner = query(port, 'gpulens_gpu_allocation_info{gpu="2"}')
+        assert owner[0]["metric"]["job_id"] == "81234" and owner[0]["metric"]["user"] == "carol"
     finally:
         server.terminate()
         agent.terminate()
