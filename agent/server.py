@@ -85,7 +85,8 @@ class AgentApp:
         s = self._sampler.snapshot
         rows = "".join(
             f"<tr><td>{g.identity.index}</td><td>{html.escape(g.identity.name)}</td>"
-            f"<td><code>{html.escape(g.identity.uuid)}</code></td><td>{'up' if g.up else 'DOWN'}</td></tr>"
+            f"<td><code>{html.escape(g.identity.uuid)}</code></td><td>{'up' if g.up else 'DOWN'}</td>"
+            f"<td>{_verdict_cell(s, g.identity.uuid)}</td></tr>"
             for g in s.gpus
         )
         collectors = "".join(
@@ -99,11 +100,24 @@ class AgentApp:
             f"<p>Mode: {html.escape(self._mode)}. NVML: {nvml}. Sampling every {self._sampler.interval:g} s.</p>"
             '<p><a href="/metrics">/metrics</a> (Prometheus and OpenMetrics) &middot; '
             '<a href="/healthz">/healthz</a></p>'
-            f"<h2>GPUs</h2><table><tr><th>gpu</th><th>model</th><th>uuid</th><th>state</th></tr>{rows}</table>"
+            "<h2>GPUs</h2><table><tr><th>gpu</th><th>model</th><th>uuid</th><th>NVML</th><th>verdict</th></tr>"
+            f"{rows}</table>"
             f"<h2>Collectors</h2><ul>{collectors}</ul>"
             f"<p>Last sample: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(s.timestamp))}</p>"
             "</body></html>\n"
         )
+
+
+def _verdict_cell(snapshot, uuid: str) -> str:
+    """Return the GPU's state, reason and first tip as HTML, or "" without a diagnosis."""
+    found = snapshot.analysis.gpus.get(uuid) if snapshot.analysis else None
+    if found is None:
+        return ""
+    verdict = found.verdict
+    cell = f"<b>{html.escape(verdict.state.value)}</b> ({html.escape(verdict.reason.value)})"
+    if found.tips:
+        cell += f"<br>{html.escape(found.tips[0].text)}"
+    return cell
 
 
 def _respond(start_response, status: str, content_type: str, body: bytes):

@@ -12,7 +12,7 @@ from gpulens.agent.server import AgentApp, parse_listen_address, serve
 @pytest.fixture
 def served(agent_for):
     agent = agent_for("demo")
-    agent.run(3)
+    agent.run(30)
     app = AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated")
     server = serve(app, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -73,6 +73,7 @@ def test_landing_page_lists_gpus_and_collectors(served):
     for gpu in agent.sampler.snapshot.gpus:
         assert gpu.identity.uuid in body
     assert "utilization: ok" in body
+    assert "<b>data_starved</b> (input_wait_reported)" in body and "num_workers" in body
 
 
 def test_unknown_path_and_method(served):
