@@ -166,7 +166,7 @@ class Nvml:
 
     def __init__(self, library: Any):
         self._lib = library
-        self._missing_logged: set[str] = set()
+        self._missing: set[str] = set()
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._handles_by_address: dict[int, str] = {}
@@ -175,6 +175,8 @@ class Nvml:
 
     def _call(self, function: str, *args: Any) -> Any:
         """Call `function` on the library; return its value or None when it is not available."""
+        if function in self._missing:
+            return None  # this driver lacks the symbol; asking again every cycle would only fail again
         try:
             return getattr(self._lib, function)(*args)
         except pynvml.NVMLError as error:
@@ -189,18 +191,19 @@ class Nvml:
                 raise NvmlDown(f"{function}: {error}") from error
             raise NvmlCallError(function, error) from error
 
-    def _log_missing_once(self, function: str) -> None:
+    def _log_missing_once(self, function: str) -> None:  # and remember it, so it is not called again
         # nvitop's lesson: an old driver lacks a symbol on every call; say so once, not per scrape.
         with self._lock:
-            if function in self._missing_logged:
+            if function in self._missing:
                 return
-            self._missing_logged.add(function)
+            self._missing.add(function)
         log.info("NVML function %s is not in this driver; its metrics are skipped", function)
 
     # -- library lifetime ---------------------------------------------------------------------
 
     def init(self) -> None:
         """Initialize NVML; raise NvmlDown with the reason when it cannot be."""
+        self._missing.clear()  # a driver reloaded under us may have the symbols the old one lacked
         try:
             self._lib.nvmlInit()
         except pynvml.NVMLError as error:
