@@ -94,3 +94,24 @@ def test_listen_addresses(text, expected):
 def test_bad_listen_addresses(text):
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_listen_address(text)
+
+
+def test_metrics_rendered_once_per_snapshot(served):
+    agent, base = served
+    first = get(base + "/metrics")[2]
+    assert get(base + "/metrics")[2] == first
+    agent.run(1)  # a new snapshot: new numbers
+    assert get(base + "/metrics")[2] != first
+
+
+def test_metrics_gzip_and_name_filter(served):
+    import gzip
+
+    _, base = served
+    request = urllib.request.Request(base + "/metrics", headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert b"gpulens_gpu_up" in gzip.decompress(response.read())
+    status, _, body = get(base + "/metrics?name[]=gpulens_gpu_up")
+    assert status == 200
+    assert "gpulens_gpu_up{" in body and "gpulens_gpu_info" not in body
