@@ -1,0 +1,69 @@
+"""`GET /api/v1/jobs`: the job ledger over HTTP, read-only and bounded, for reports and the dashboard.
+
+    /api/v1/jobs?since=7d                       runs seen in the last 7 days (or since=EPOCH_SECONDS)
+    /api/v1/jobs?id=81234&timeline=1            one job's runs with their one-minute timelines
+    /api/v1/jobs?limit=100                      at most 100 runs, newest first (default 1000, at most 10000)
+
+The answer is `{"node": ..., "source": "ledger" | "memory", "truncated": bool, "jobs": [JobRecord...]}`.
+Without a ledger file (disabled, corrupt, unwritable) it answers from the agent's memory: the jobs seen
+since the agent started.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from typing import Any
+
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 10_000
+MAX_IDS = 100
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)")
+_SCALE = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+class BadQuery(ValueError):
+    """A query parameter is wrong; the message says which and how to write it."""
+
+
+def parse_since(text: str, now: float) -> float:
+    """Return epoch seconds from '7d', '12h', '30m' (before `now`) or an epoch number."""
+    match = _DURATION.fullmatch(text.strip())
+    if match:
+        return now - float(match.group(1)) * _SCALE[match.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        raise BadQuery(f"since={text!r} is not a duration or epoch seconds; write e.g. since=7d") from None
+
+
+def answer(accounting, query: str, now: float) -> dict[str, Any]:
+    """Return the JSON body for `query` (the URL's query string); raise BadQuery for a bad parameter."""
+    params = urllib.parse.parse_qs(query, keep_blank_values=True)
+    unknown = set(params) - {"since", "id", "limit", "timeline"}
+    if unknown:
+        raise BadQuery(f"unknown parameter {sorted(unknown)[0]!r}; use since, id, limit and timeline")
+    since = parse_since(params["since"][-1], now) if params.get("since") else 0.0
+    ids = [i for i in params.get("id", []) if i][:MAX_IDS]
+    try:
+        limit = int(params.get("limit", [DEFAULT_LIMIT])[-1])
+    except ValueError:
+        raise BadQuery("limit must be a whole number, e.g. limit=100") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadQuery(f"limit={limit} is out of range; choose 1 to {MAX_LIMIT}")
+    timeline = params.get("timeline", ["0"])[-1] in ("1", "true", "yes")
+    if timeline and not ids:
+        raise BadQuery("timeline=1 needs id=JOB_ID: timelines are served one job at a time")
+    ledger = accounting.ledger
+    records = ledger.read(since=since, ids=ids, limit=limit + 1, timeline=timeline) if ledger is not None else None
+    source = "ledger"
+    if records is None:
+        source = "memory"
+        records = [r for r in reversed(accounting.records())
+                   if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)][: limit + 1]
+    return {
+        "node": ledger.node if ledger is not None else "",
+        "source": source,
+        "truncated": len(records) > limit,
+        "jobs": [r.to_dict(timeline=timeline) for r in records[:limit]],
+    }

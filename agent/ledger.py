@@ -1,0 +1,575 @@
+"""The job ledger: a durable record of every job on this node, in SQLite (WAL mode, standard library).
+
+The accounting stage hands it each cycle's per-job deltas; it adds them to the job's row, to the job's
+one-minute timeline and to the job's tips in one transaction per cycle. With WAL and synchronous=NORMAL
+a commit is atomic and survives the agent being killed (kill -9): at most the cycle being written is
+lost. (A power cut can also lose the commits since the last checkpoint; the ledger is accounting, not a
+bank.) Rows older than the retention are deleted, and the oldest timeline rows go first when the file
+grows past its size bound.
+
+A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
+`gpulens_ledger_corrupt 1` and runs on without a ledger. A write that fails (disk full, read-only
+file system) is counted and retried later with the deltas kept in memory meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpulens.usage import ADDITIVE, OWNER, PEAKS, STATES, JobRecord, TimelinePoint, TipUse, merge
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
+TIMELINE_SECONDS = 60.0  # one timeline row per job per minute: 43,200 rows a month for a job that never ends
+PRUNE_EVERY_SECONDS = 3600.0
+DEFAULT_RETENTION_SECONDS = 30 * 86_400.0
+DEFAULT_MAX_BYTES = 256 * 2**20
+# After a failed write, wait this long before the next try, doubling up to the maximum.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
+# Timeline buckets kept in memory while writes fail (a day of one job, or three hours of eight).
+MAX_PENDING_POINTS = 1440
+# A run not seen for this long is closed at startup (the analysis forgets a job after 5 minutes).
+STALE_RUN_SECONDS = 300.0
+# The WAL is truncated to this after a checkpoint, so a burst of writes does not leave a big file behind.
+JOURNAL_SIZE_LIMIT = 16 * 2**20
+
+_STATE_COLUMNS = tuple(f"state_{s}_seconds" for s in STATES)
+_OWNER_COLUMNS = OWNER
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    run INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL, id TEXT NOT NULL, start REAL NOT NULL, last_seen REAL NOT NULL,
+    finished INTEGER NOT NULL DEFAULT 0,
+    node TEXT NOT NULL DEFAULT '',
+    {", ".join(f"{c} TEXT NOT NULL DEFAULT ''" for c in _OWNER_COLUMNS)},
+    gpus TEXT NOT NULL DEFAULT '[]', models TEXT NOT NULL DEFAULT '[]',
+    {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in (*_STATE_COLUMNS, *ADDITIVE))},
+    {", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in PEAKS)},
+    UNIQUE (kind, id, start)
+);
+CREATE INDEX IF NOT EXISTS jobs_last_seen ON jobs (last_seen);
+CREATE INDEX IF NOT EXISTS jobs_id ON jobs (id);
+CREATE TABLE IF NOT EXISTS tips (
+    run INTEGER NOT NULL, tip TEXT NOT NULL, seconds REAL NOT NULL, text TEXT NOT NULL,
+    PRIMARY KEY (run, tip)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timeline (
+    run INTEGER NOT NULL, t REAL NOT NULL,
+    {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in _STATE_COLUMNS)},
+    busy_seconds REAL NOT NULL DEFAULT 0, sampled_seconds REAL NOT NULL DEFAULT 0,
+    memory_peak_bytes INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, t)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS timeline_t ON timeline (t);
+"""
+
+
+class LedgerError(Exception):
+    """The ledger file cannot be used; the message says why and what to do, in one line."""
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """Open `path` for writing (creating it), without touching its contents."""
+    return sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+
+
+def connect_readonly(path: str) -> sqlite3.Connection:
+    """Open an existing ledger read-only; raise LedgerError if it is missing or unreadable."""
+    if not os.path.isfile(path):
+        raise LedgerError(f"ledger {path}: no such file; give the path of an agent's ledger (its --ledger.path)")
+    problem = header_problem(path)
+    if problem:
+        raise LedgerError(f"ledger {path} is corrupt ({problem}); it was left untouched, give another file")
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
+        _check_schema(conn, path)
+    except sqlite3.DatabaseError as error:
+        raise LedgerError(f"ledger {path} cannot be read ({error}); it was left untouched, give another file") from None
+    return conn
+
+
+def header_problem(path: str) -> str:
+    """Return why the file at `path` is not an SQLite database, or "" when it may be one (or is empty)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError as error:
+        return f"cannot be read: {error.strerror}"
+    if head and head != SQLITE_MAGIC:
+        return "not an SQLite database"
+    return ""
+
+
+def _check_schema(conn: sqlite3.Connection, path: str) -> None:
+    """Raise LedgerError unless `conn` holds a gpulens ledger this version can read (an empty file passes)."""
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables:
+        return
+    if not {"meta", "jobs", "tips", "timeline"} <= tables:
+        raise LedgerError(f"ledger {path} is an SQLite file but not a gpulens ledger; it was left untouched")
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None or not str(row[0]).isdigit():
+        raise LedgerError(f"ledger {path} has no schema version; it was left untouched")
+    if int(row[0]) > SCHEMA_VERSION:
+        raise LedgerError(f"ledger {path} was written by a newer gpulens (schema {row[0]}); upgrade gpulens to read it")
+
+
+@dataclass
+class _Pending:
+    """Deltas not yet written: one entry per run, per timeline bucket and per finished run."""
+
+    runs: dict[tuple[str, str, float], tuple[JobRecord, JobRecord]] = field(default_factory=dict)
+    points: dict[tuple[tuple[str, str, float], float], TimelinePoint] = field(default_factory=dict)
+    finished: dict[tuple[str, str, float], float] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.points or self.finished)
+
+
+class Ledger:
+    """The job ledger at `path`; every method runs in the sampler thread except `read`."""
+
+    def __init__(
+        self,
+        path: str,
+        node: str = "",
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        open_connection: Callable[[str], sqlite3.Connection] = connect,
+        timer: Callable[[], float] = time.perf_counter,
+    ):
+        self.path = path
+        self.node = node
+        self.retention_seconds = retention_seconds
+        self.max_bytes = max_bytes
+        self._open_connection = open_connection
+        self._timer = timer
+        self._conn: sqlite3.Connection | None = None
+        self.corrupt = ""  # why the file was refused; never written to again
+        self.writes = 0
+        self.failures = 0
+        self.last_error = ""
+        self.write_seconds = 0.0
+        self.size_bytes = 0
+        self._runs: dict[tuple[str, str, float], int] = {}
+        self._pending = _Pending()
+        self._retry_at = 0.0
+        self._backoff = RETRY_FIRST_SECONDS
+        self._next_prune = 0.0
+        self._open()
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def _open(self) -> bool:
+        """Open and check the file; return whether it can be written. Never raises."""
+        if self.corrupt:
+            return False
+        problem = header_problem(self.path) if os.path.exists(self.path) else ""
+        if problem:
+            return self._refuse(problem)
+        try:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            os.makedirs(directory, exist_ok=True)
+            conn = self._open_connection(self.path)
+        except (OSError, sqlite3.Error) as error:
+            return self._failed(f"cannot open: {getattr(error, 'strerror', None) or error}")
+        try:
+            check = conn.execute("PRAGMA quick_check").fetchone()
+            if not check or check[0] != "ok":
+                conn.close()
+                return self._refuse(f"integrity check: {check[0] if check else 'no answer'}")
+            _check_schema(conn, self.path)
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if not tables:
+                conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # must precede the first table
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
+            conn.executescript(_SCHEMA)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (repr(time.time()),))
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (self.node,))
+        except LedgerError as error:
+            conn.close()
+            return self._refuse(str(error).removeprefix(f"ledger {self.path} "))
+        except sqlite3.OperationalError as error:
+            conn.close()
+            return self._failed(str(error))
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            return self._refuse(str(error))
+        self._conn = conn
+        self.size_bytes = _size(conn)
+        log.info("job ledger at %s (%.1f MiB)", self.path, self.size_bytes / 2**20)
+        return True
+
+    def _refuse(self, problem: str) -> bool:
+        self.corrupt = problem
+        log.error("job ledger %s is unusable (%s); it is left untouched and the agent runs without a ledger; "
+                  "move the file aside to start a new one", self.path, problem)
+        return False
+
+    def _failed(self, error: str) -> bool:
+        self.failures += 1
+        self.last_error = error
+        log.warning("job ledger %s: %s; will retry", self.path, error)
+        return False
+
+    @property
+    def up(self) -> bool:
+        return self._conn is not None and not self.corrupt
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def write(self, written: Sequence[tuple[JobRecord, JobRecord]], finished: Sequence[JobRecord],
+              epoch: float) -> None:
+        """Record one cycle: (total, delta) per job seen and the jobs that ended; commit now or later."""
+        if self.corrupt:
+            return
+        self._queue(written, finished, epoch)
+        if epoch < self._retry_at:
+            return
+        if self._conn is None and not self._open():
+            self._back_off(epoch)
+            return
+        started = self._timer()
+        try:
+            self._flush()
+        except sqlite3.OperationalError as error:  # disk full, read-only, I/O error, locked: try again later
+            self._rollback()
+            self._failed(str(error))
+            self._back_off(epoch)
+            return
+        except sqlite3.DatabaseError as error:  # the file went bad under us
+            self._rollback()
+            self._close()
+            self._refuse(str(error))
+            return
+        self.write_seconds = self._timer() - started
+        self.writes += 1
+        self._pending = _Pending()
+        self._backoff = RETRY_FIRST_SECONDS
+        self._retry_at = 0.0
+        if epoch >= self._next_prune:
+            self._next_prune = epoch + PRUNE_EVERY_SECONDS
+            self.prune(epoch)
+
+    def _queue(self, written, finished, epoch: float) -> None:
+        pending = self._pending
+        bucket = math.floor(epoch / TIMELINE_SECONDS) * TIMELINE_SECONDS
+        for total, delta in written:
+            key = (total.kind, total.id, total.start)
+            known = pending.runs.get(key)
+            pending.runs[key] = (total, merge(known[1], delta) if known else delta)
+            point = TimelinePoint(bucket, dict(delta.state_seconds), delta.busy_seconds, delta.sampled_seconds,
+                                  delta.memory_peak_bytes)
+            before = pending.points.get((key, bucket))
+            if before is not None:
+                point = _add_points(before, point)
+            elif len(pending.points) >= MAX_PENDING_POINTS:  # the oldest chart point goes; totals stay exact
+                pending.points.pop(next(iter(pending.points)))
+            pending.points[(key, bucket)] = point
+        for record in finished:
+            pending.finished[(record.kind, record.id, record.start)] = record.last_seen
+
+    def _flush(self) -> None:
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        for total, delta in self._pending.runs.values():
+            run = self._upsert_run(conn, total, delta)
+            for tip, use in delta.tips.items():
+                conn.execute(
+                    "INSERT INTO tips VALUES (?, ?, ?, ?) ON CONFLICT (run, tip) DO UPDATE SET "
+                    "seconds = seconds + excluded.seconds, text = excluded.text",
+                    (run, tip, use.seconds, use.text),
+                )
+        for (key, t), point in self._pending.points.items():
+            run = self._run_id(conn, key)
+            if run is None:
+                continue
+            columns = (*_STATE_COLUMNS, "busy_seconds", "sampled_seconds")
+            conn.execute(
+                f"INSERT INTO timeline (run, t, {', '.join(columns)}, memory_peak_bytes) "
+                f"VALUES (?, ?, {', '.join('?' * len(columns))}, ?) ON CONFLICT (run, t) DO UPDATE SET "
+                + ", ".join(f"{c} = {c} + excluded.{c}" for c in columns)
+                + ", memory_peak_bytes = max(memory_peak_bytes, excluded.memory_peak_bytes)",
+                (run, t, *(point.state_seconds.get(s, 0.0) for s in STATES), point.busy_seconds,
+                 point.sampled_seconds, point.memory_peak_bytes),
+            )
+        for (kind, job_id, start), last_seen in self._pending.finished.items():
+            conn.execute("UPDATE jobs SET finished = 1, last_seen = max(last_seen, ?) "
+                         "WHERE kind = ? AND id = ? AND start = ?", (last_seen, kind, job_id, start))
+            self._runs.pop((kind, job_id, start), None)
+        conn.execute("COMMIT")
+
+    def _upsert_run(self, conn: sqlite3.Connection, total: JobRecord, delta: JobRecord) -> int:
+        additive = (*_STATE_COLUMNS, *ADDITIVE)
+        columns = ("kind", "id", "start", "last_seen", "node", *_OWNER_COLUMNS, "gpus", "models", *additive, *PEAKS)
+        values = (
+            total.kind, total.id, total.start, delta.last_seen, self.node,
+            *(getattr(total, name) for name in _OWNER_COLUMNS),
+            json.dumps(list(total.gpus)), json.dumps(list(total.models)),
+            *(delta.state_seconds.get(s, 0.0) for s in STATES),
+            *(getattr(delta, name) for name in ADDITIVE),
+            *(getattr(total, name) for name in PEAKS),
+        )
+        updates = [
+            "last_seen = max(last_seen, excluded.last_seen)", "finished = 0",
+            *(f"{c} = excluded.{c}" for c in (*_OWNER_COLUMNS, "gpus", "models")),
+            *(f"{c} = {c} + excluded.{c}" for c in additive),
+            *(f"{c} = max({c}, excluded.{c})" for c in PEAKS),
+        ]
+        conn.execute(
+            f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT (kind, id, start) DO UPDATE SET {', '.join(updates)}",
+            values,
+        )
+        return self._run_id(conn, (total.kind, total.id, total.start))
+
+    def _run_id(self, conn: sqlite3.Connection, key: tuple[str, str, float]) -> int | None:
+        run = self._runs.get(key)
+        if run is None:
+            row = conn.execute("SELECT run FROM jobs WHERE kind = ? AND id = ? AND start = ?", key).fetchone()
+            if row is None:
+                return None
+            run = self._runs[key] = row[0]
+        return run
+
+    def _back_off(self, epoch: float) -> None:
+        self._retry_at = epoch + self._backoff
+        self._backoff = min(self._backoff * 2, RETRY_MAX_SECONDS)
+
+    def _rollback(self) -> None:
+        try:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._close()
+        self._runs.clear()  # a rolled-back insert has no run id
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        """Write what is pending (best effort) and close the file."""
+        if self._conn is not None and self._pending and not self.corrupt:
+            try:
+                self._flush()
+            except sqlite3.Error as error:
+                self._rollback()
+                log.warning("job ledger %s: last write failed at shutdown (%s)", self.path, error)
+        self._close()
+
+    # -- bounds ------------------------------------------------------------------------------------
+
+    def prune(self, epoch: float) -> None:
+        """Close stale runs, delete what is older than the retention, and keep the file under its bound."""
+        conn = self._conn
+        if conn is None:
+            return
+        cutoff = epoch - self.retention_seconds
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE jobs SET finished = 1 WHERE finished = 0 AND last_seen < ?",
+                         (epoch - STALE_RUN_SECONDS,))
+            old = "SELECT run FROM jobs WHERE finished = 1 AND last_seen < ?"
+            conn.execute(f"DELETE FROM tips WHERE run IN ({old})", (cutoff,))
+            conn.execute(f"DELETE FROM timeline WHERE run IN ({old})", (cutoff,))
+            conn.execute("DELETE FROM jobs WHERE finished = 1 AND last_seen < ?", (cutoff,))
+            conn.execute("DELETE FROM timeline WHERE t < ?", (cutoff,))
+            conn.execute("COMMIT")
+            self._shrink(conn)
+            conn.execute("PRAGMA incremental_vacuum")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self.size_bytes = _size(conn)
+        except sqlite3.Error as error:
+            self._rollback()
+            self._failed(f"pruning failed: {error}")
+
+    def _shrink(self, conn: sqlite3.Connection) -> None:
+        """Delete the oldest timeline rows, then the oldest finished jobs, until the data fits `max_bytes`."""
+        for _ in range(64):
+            if _used_bytes(conn) <= self.max_bytes:
+                return
+            rows = conn.execute("SELECT count(*) FROM timeline").fetchone()[0]
+            conn.execute("BEGIN IMMEDIATE")
+            if rows > 0:
+                conn.execute("DELETE FROM timeline WHERE (run, t) IN (SELECT run, t FROM timeline ORDER BY t LIMIT ?)",
+                             (max(rows // 8, 1),))
+            else:
+                runs = conn.execute("SELECT count(*) FROM jobs WHERE finished = 1").fetchone()[0]
+                if runs == 0:
+                    conn.execute("COMMIT")
+                    return
+                oldest = "SELECT run FROM jobs WHERE finished = 1 ORDER BY last_seen LIMIT ?"
+                conn.execute(f"DELETE FROM tips WHERE run IN ({oldest})", (max(runs // 8, 1),))
+                conn.execute(f"DELETE FROM jobs WHERE run IN ({oldest})", (max(runs // 8, 1),))
+            conn.execute("COMMIT")
+            log.info("job ledger %s over %d bytes; deleted its oldest rows", self.path, self.max_bytes)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def open_run(self, kind: str, job_id: str, seen_since: float) -> JobRecord | None:
+        """Return the unfinished run of a job last seen at or after `seen_since` (epoch s), to continue it."""
+        if self._conn is None:
+            return None
+        try:
+            records = read_records(self._conn, kinds_ids=[(kind, job_id)], unfinished_since=seen_since, limit=1)
+        except sqlite3.Error:
+            return None
+        return records[0] if records else None
+
+    def read(self, since: float = 0.0, ids: Sequence[str] = (), limit: int = 1000,
+             timeline: bool = False) -> list[JobRecord] | None:
+        """Return runs seen at or after `since` (epoch s), newest first, from a separate read-only connection;
+        None when the ledger cannot be read."""
+        if self.corrupt or self._conn is None:
+            return None
+        try:
+            conn = connect_readonly(self.path)
+        except LedgerError:
+            return None
+        try:
+            return read_records(conn, since=since, ids=ids, limit=limit, timeline=timeline)
+        except sqlite3.Error:
+            return None
+        finally:
+            conn.close()
+
+    # -- exposition --------------------------------------------------------------------------------
+
+    def metrics(self) -> Iterable[Metric]:
+        yield GaugeMetricFamily("gpulens_ledger_up", "1 while the job ledger file is open and written.",
+                                value=int(self.up and self._retry_at == 0.0))
+        yield GaugeMetricFamily("gpulens_ledger_corrupt",
+                                "1 when the ledger file was found corrupt or foreign and is left untouched.",
+                                value=int(bool(self.corrupt)))
+        yield CounterMetricFamily("gpulens_ledger_writes", "Cycles committed to the job ledger.", value=self.writes)
+        yield CounterMetricFamily("gpulens_ledger_write_failures",
+                                  "Failed ledger writes (disk full, read-only, I/O error); retried later.",
+                                  value=self.failures)
+        yield GaugeMetricFamily("gpulens_ledger_write_duration_seconds",
+                                "How long the last ledger commit took, in seconds.", value=self.write_seconds)
+        yield GaugeMetricFamily("gpulens_ledger_size_bytes",
+                                "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
+                                value=self.size_bytes)
+
+
+def _add_points(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
+    states = dict(a.state_seconds)
+    for s, v in b.state_seconds.items():
+        states[s] = states.get(s, 0.0) + v
+    return TimelinePoint(a.t, states, a.busy_seconds + b.busy_seconds, a.sampled_seconds + b.sampled_seconds,
+                         max(a.memory_peak_bytes, b.memory_peak_bytes))
+
+
+def _size(conn: sqlite3.Connection) -> int:
+    return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+
+
+def _used_bytes(conn: sqlite3.Connection) -> int:
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return _size(conn) - free * conn.execute("PRAGMA page_size").fetchone()[0]
+
+
+def read_records(
+    conn: sqlite3.Connection,
+    since: float = 0.0,
+    until: float | None = None,
+    ids: Sequence[str] = (),
+    kinds_ids: Sequence[tuple[str, str]] = (),
+    unfinished_since: float | None = None,
+    limit: int = 1000,
+    timeline: bool = False,
+) -> list[JobRecord]:
+    """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first.
+
+    `ids` keeps runs whose job id or pod name is one of them; `unfinished_since` keeps unfinished runs
+    seen since then. Raises sqlite3.Error on a broken file.
+    """
+    where, args = ["last_seen >= ?"], [since]
+    if until is not None:
+        where.append("start <= ?")
+        args.append(until)
+    if ids:
+        marks = ", ".join("?" * len(ids))
+        where.append(f"(id IN ({marks}) OR pod IN ({marks}))")
+        args += [*ids, *ids]
+    if kinds_ids:
+        where.append("(" + " OR ".join("(kind = ? AND id = ?)" for _ in kinds_ids) + ")")
+        args += [v for pair in kinds_ids for v in pair]
+    if unfinished_since is not None:
+        where.append("finished = 0 AND last_seen >= ?")
+        args.append(unfinished_since)
+    conn.row_factory = sqlite3.Row
+    rows = conn.execute(
+        f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY last_seen DESC, run DESC LIMIT ?", (*args, limit)
+    ).fetchall()
+    records = []
+    for row in rows:
+        tips = {t["tip"]: TipUse(t["seconds"], t["text"])
+                for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))}
+        record = _record(row, tips)
+        if timeline:
+            points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (row["run"],)).fetchall()
+            record = replace(record, timeline=tuple(_point(p) for p in points))
+        records.append(record)
+    return records
+
+
+def read_node(conn: sqlite3.Connection) -> str:
+    """Return the node name the ledger was written on ("" if unknown)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'node'").fetchone()
+    return str(row[0]) if row else ""
+
+
+def _record(row: sqlite3.Row, tips: dict[str, TipUse]) -> JobRecord:
+    return JobRecord(
+        kind=row["kind"], id=row["id"], start=row["start"], last_seen=row["last_seen"],
+        **{name: row[name] for name in _OWNER_COLUMNS},
+        nodes=(row["node"],) if row["node"] else (),
+        running=not row["finished"],
+        gpus=tuple(_names(row["gpus"])),
+        models=tuple(_names(row["models"])),
+        state_seconds={s: row[c] for s, c in zip(STATES, _STATE_COLUMNS, strict=True) if row[c]},
+        **{name: row[name] for name in ADDITIVE},
+        **{name: row[name] for name in PEAKS},
+        tips=tips,
+    )
+
+
+def _names(text: str) -> list[str]:
+    try:
+        names = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def _point(row: sqlite3.Row) -> TimelinePoint:
+    return TimelinePoint(
+        t=row["t"],
+        state_seconds={s: row[c] for s, c in zip(STATES, _STATE_COLUMNS, strict=True) if row[c]},
+        busy_seconds=row["busy_seconds"], sampled_seconds=row["sampled_seconds"],
+        memory_peak_bytes=row["memory_peak_bytes"],
+    )

@@ -1,0 +1,119 @@
+"""Inline SVG charts for the HTML report: drawn here, so the page needs nothing from the network.
+
+Each function returns an `<svg>` element as text; every label is escaped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from html import escape
+
+from gpulens.usage import STATES, TimelinePoint
+
+# Colours per state: one hue each, red for waste that has a cause in the job, grey for the unknown.
+STATE_COLOURS = {"free": "#d9d9d9", "idle": "#e45756", "data_starved": "#f58518", "underutilized": "#eeca3b",
+                 "busy": "#54a24b", "unknown": "#9d9d9d"}
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 56, 28, 12
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%m-%d %H:%M", time.gmtime(epoch))
+
+
+def _frame(title: str, body: str, y_labels: Sequence[tuple[float, str]], x_labels: Sequence[tuple[float, str]]) -> str:
+    axis = [f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH}" y2="{HEIGHT - BOTTOM}" stroke="#888"/>']
+    for y, text in y_labels:
+        axis.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(text)}</text>'
+                    f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH}" y2="{y:.1f}" stroke="#eee"/>')
+    for x, text in x_labels:
+        axis.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">{escape(text)}</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'width="{WIDTH}" height="{HEIGHT}" font-size="11" font-family="sans-serif">'
+            f"<title>{escape(title)}</title>{''.join(axis)}{body}</svg>")
+
+
+def _x_scale(points: Sequence[TimelinePoint]) -> tuple[Callable[[float], float], float, list[tuple[float, str]]]:
+    start = points[0].t
+    end = points[-1].t + max(points[-1].t - points[-2].t, 60.0) if len(points) > 1 else start + 60.0
+    width = WIDTH - LEFT - 4
+
+    def x(t: float) -> float:
+        return LEFT + (t - start) / (end - start) * width
+
+    ticks = [(x(start + (end - start) * i / 4), _clock(start + (end - start) * i / 4)) for i in range(5)]
+    return x, width / max(len(points), 1), ticks
+
+
+def state_timeline(points: Sequence[TimelinePoint]) -> str:
+    """Return a stacked bar per timeline bucket: the share of its GPU-seconds in each state."""
+    if not points:
+        return ""
+    x, bar, ticks = _x_scale(points)
+    plot = HEIGHT - BOTTOM - TOP
+    bars = []
+    for p in points:
+        total = sum(p.state_seconds.values())
+        if total <= 0:
+            continue
+        y = HEIGHT - BOTTOM
+        for state in STATES:
+            seconds = p.state_seconds.get(state, 0.0)
+            if seconds <= 0:
+                continue
+            h = seconds / total * plot
+            y -= h
+            bars.append(f'<rect x="{x(p.t):.1f}" y="{y:.1f}" width="{max(bar, 1):.1f}" height="{h:.1f}" '
+                        f'fill="{STATE_COLOURS[state]}"><title>{escape(state)} {_clock(p.t)}</title></rect>')
+    return _frame("GPU state over time", "".join(bars), [(TOP, "100%"), (HEIGHT - BOTTOM, "0%")], ticks)
+
+
+def line(points: Sequence[TimelinePoint], value: Callable[[TimelinePoint], float | None], title: str,
+         top: float, label: Callable[[float], str]) -> str:
+    """Return a line chart of `value` per point, from 0 to `top` (at least the largest value)."""
+    known = [(p.t, v) for p in points if (v := value(p)) is not None]
+    if not known:
+        return ""
+    x, bar, ticks = _x_scale(points)
+    top = max(top, max(v for _, v in known), 1e-9)
+    plot = HEIGHT - BOTTOM - TOP
+
+    def y(v: float) -> float:
+        return HEIGHT - BOTTOM - v / top * plot
+
+    path = " ".join(f"{x(t) + bar / 2:.1f},{y(v):.1f}" for t, v in known)
+    body = f'<polyline points="{path}" fill="none" stroke="#4c78a8" stroke-width="2"/>'
+    return _frame(title, body, [(y(top), label(top)), (y(top / 2), label(top / 2)), (y(0), label(0))], ticks)
+
+
+def stacked_bars(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
+    """Return one horizontal bar per row (a group), its GPU-hours split by state."""
+    if not rows:
+        return ""
+    height = 22 * len(rows) + 30
+    top = max(sum(v.values()) for _, v in rows) or 1.0
+    label_width = 160
+    width = WIDTH - label_width - 70
+    parts = []
+    for i, (key, seconds) in enumerate(rows):
+        y = 8 + i * 22
+        parts.append(f'<text x="{label_width - 6}" y="{y + 13}" text-anchor="end">{escape(key[:28])}</text>')
+        x = float(label_width)
+        for state in STATES:
+            value = seconds.get(state, 0.0)
+            if value <= 0:
+                continue
+            w = value / top * width
+            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOURS[state]}">'
+                         f"<title>{escape(key)}: {escape(state)} {value / 3600:.2f} GPU-hours</title></rect>")
+            x += w
+        parts.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{sum(seconds.values()) / 3600:,.1f} h</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+            f'height="{height}" font-size="11" font-family="sans-serif"><title>GPU-hours by state</title>'
+            f"{''.join(parts)}</svg>")
+
+
+def legend() -> str:
+    items = "".join(f'<span class="key"><i style="background:{colour}"></i>{escape(state)}</span>'
+                    for state, colour in STATE_COLOURS.items() if state != "free")
+    return f'<p class="legend">{items}</p>'

@@ -1,0 +1,227 @@
+"""`gpulens report job ID` and `gpulens report fleet`: parse the command line, fetch, judge, render.
+
+Exit status: 0 with a report, 1 when there is nothing to report or a source fails (an unknown job, an
+empty period, Prometheus down, a corrupt ledger), 2 for a usage mistake. Every failure is one line on
+stderr that names the problem and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import os
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from gpulens import thresholds as t
+from gpulens.report.progress import Progress
+from gpulens.report.sources import Agents, LedgerFiles, Source, SourceError
+from gpulens.report.summary import GROUPINGS, fleet_report, job_report
+
+EXIT_EMPTY = 1
+EXIT_USAGE = 2
+FORMATS = ("terminal", "markdown", "html", "json", "csv")
+SOURCES = ("ledger", "agent", "prometheus")
+# Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
+DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)")
+_SCALE = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
+
+
+class UsageError(ValueError):
+    """A command-line mistake; the message names it and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(f"{message} (see 'gpulens report --help')")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Return seconds from '300s', '5m', '12h', '7d' or '2w'."""
+    match = _DURATION.fullmatch(text.strip())
+    if not match:
+        raise UsageError(f"{flag}: {text!r} is not a duration; write e.g. 300s, 12h or 7d")
+    return float(match.group(1)) * _SCALE[match.group(2)]
+
+
+def parse_time(text: str, flag: str, now: float) -> float:
+    """Return epoch seconds from 'now', a duration before now ('7d'), epoch seconds, or an ISO date (UTC)."""
+    text = text.strip()
+    if text == "now":
+        return now
+    if _DURATION.fullmatch(text):
+        return now - parse_duration(text, flag)
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    for layout in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return float(calendar.timegm(time.strptime(text, layout)))
+        except ValueError:
+            continue
+    raise UsageError(f"{flag}: {text!r} is not a time; write a duration before now (7d), a date "
+                     "(2026-01-31 or 2026-01-31T12:00:00Z, UTC) or epoch seconds")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gpulens report", description="GPU usage reports per job and per team.")
+    commands = parser.add_subparsers(dest="command", metavar="job ID | fleet")
+    job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
+    job.add_argument("id", help="the job id (Slurm job id, pod UID, container id) or the pod name")
+    job.add_argument("--since", default="30d", help="how far back to look for the job (default 30d)")
+    fleet = commands.add_parser("fleet", help="every job of a period, grouped", description="GPU usage of a period.")
+    fleet.add_argument("--since", default="7d", help="start of the period: 7d, a date or epoch seconds (default 7d)")
+    fleet.add_argument("--by", choices=GROUPINGS, default="user", help="group jobs by (default user)")
+    for sub in (job, fleet):
+        sub.add_argument("--until", default="now", help="end of the period (default now)")
+        sub.add_argument("--source", choices=SOURCES,
+                         help="where to read jobs from (default: the one whose option is given)")
+        sub.add_argument("--ledger", action="append", default=[], metavar="PATH",
+                         help=f"an agent's ledger file, read-only (repeatable; default {DEFAULT_LEDGER})")
+        sub.add_argument("--agent", action="append", default=[], metavar="URL",
+                         help="a running agent, e.g. http://node1:10906 (repeatable)")
+        sub.add_argument("--prometheus", metavar="URL", help="a Prometheus that scrapes the agents")
+        sub.add_argument("--format", choices=FORMATS, default="terminal", help="output format (default terminal)")
+        sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+        sub.add_argument("--min-duration", default=f"{t.REPORT_MIN_JOB_SECONDS:g}s",
+                         help="shorter jobs are listed apart, not judged (default 300s, as jobstats)")
+    return parser
+
+
+def _source(args) -> Source:
+    chosen = args.source
+    given = [name for name, value in (("ledger", args.ledger), ("agent", args.agent),
+                                      ("prometheus", args.prometheus)) if value]
+    if chosen is None:
+        if len(given) > 1:
+            raise UsageError(f"options for several sources given ({', '.join(given)}); pick one with --source")
+        chosen = given[0] if given else "ledger"
+    if chosen == "ledger":
+        paths = args.ledger or [DEFAULT_LEDGER]
+        if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
+            raise UsageError("no source given and no ledger at the default path "
+                             f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL")
+        return LedgerFiles(paths)
+    if chosen == "agent":
+        if not args.agent:
+            raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
+        return Agents(args.agent)
+    if not args.prometheus:
+        raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
+    from gpulens.report.prometheus import Prometheus
+
+    return Prometheus(args.prometheus)
+
+
+def _render(report, fmt: str, job: bool) -> str:
+    if fmt == "json":
+        from gpulens.report.machine import to_json
+
+        return to_json(report)
+    if fmt == "csv":
+        from gpulens.report.machine import to_csv
+
+        return to_csv(report)
+    if fmt == "html":
+        from gpulens.report import htmlpage
+
+        return htmlpage.render_job(report) if job else htmlpage.render_fleet(report)
+    from gpulens.report.document import fleet_document, job_document
+
+    document = job_document(report) if job else fleet_document(report)
+    if fmt == "markdown":
+        from gpulens.report import markdown
+
+        return markdown.render(document)
+    return document  # the terminal format prints the document itself
+
+
+def run(argv: Sequence[str], now: float | None = None) -> int:
+    """Run `gpulens report ARGS`; return the exit status."""
+    now = time.time() if now is None else now
+    try:
+        args = build_parser().parse_args(list(argv))
+        if args.command is None:
+            raise UsageError("say what to report: 'gpulens report job ID' or 'gpulens report fleet --since 7d'")
+        until = parse_time(args.until, "--until", now)
+        since = parse_time(args.since, "--since", until)
+        if since >= until:
+            raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
+        min_duration = parse_duration(args.min_duration, "--min-duration")
+        source = _source(args)
+        if args.format == "terminal":
+            _need_rich()
+    except UsageError as error:
+        print(f"gpulens report: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    progress = Progress(enabled=sys.stderr.isatty() and _has_rich())
+    try:
+        if args.command == "job":
+            records = source.job(args.id, since, until, progress)
+            if not records:
+                raise SourceError(f"no job {args.id!r} in {source.description} between {_day(since)} and "
+                                  f"{_day(until)}; check the id, widen --since, or list the jobs with "
+                                  "'gpulens report fleet'")
+            report = job_report(records, source.description, min_duration)
+        else:
+            records = source.jobs(since, until, progress)
+            if not records:
+                raise SourceError(f"no jobs in {source.description} between {_day(since)} and {_day(until)}; "
+                                  "widen --since or check that the agents run with a ledger")
+            report = fleet_report(records, args.by, since, until, min_duration, source.description)
+    except SourceError as error:
+        progress.close()
+        print(f"gpulens report: {error}", file=sys.stderr)
+        return EXIT_EMPTY
+    progress.close()
+    output = _render(report, args.format, args.command == "job")
+    return _write(output, args.output)
+
+
+def _write(output, path: str | None) -> int:
+    if not isinstance(output, str):  # a Document for the terminal
+        if path:
+            from gpulens.report.terminal import render
+
+            output = render(output)
+        else:
+            from rich.console import Console
+
+            from gpulens.report.terminal import renderable
+
+            console = Console()
+            if not console.is_terminal:
+                console = Console(width=200)
+            console.print(renderable(output))
+            return 0
+    if not path:
+        sys.stdout.write(output)
+        return 0
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(output)
+    except OSError as error:
+        print(f"gpulens report: cannot write {path} ({error.strerror}); choose another --output", file=sys.stderr)
+        return EXIT_EMPTY
+    return 0
+
+
+def _day(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def _has_rich() -> bool:
+    try:
+        import rich  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _need_rich() -> None:
+    if not _has_rich():
+        raise UsageError("the terminal format needs rich: pip install 'gpulens[report]', or use --format markdown")

@@ -1,0 +1,215 @@
+"""The words and tables of a report, before any format: terminal, Markdown and HTML render these.
+
+Pure: a `JobReport` or `FleetReport` in, a `Document` of facts, tables and tips out, every number
+already written for people (GPU-hours, percentages, GiB, kWh, UTC times).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gpulens import thresholds as t
+from gpulens import tips as tip_catalog
+from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
+from gpulens.usage import STATES, JobRecord, TipUse
+from gpulens.vocabulary import State
+
+# Rows of the worst-offender table in a fleet report (JSON and CSV carry every job).
+WORST_JOBS_SHOWN = 25
+SHORT_JOBS_SHOWN = 25
+ID_SHOWN = 12  # pod UIDs and container ids are long; tables show their start (JSON and CSV keep them whole)
+STATE_NAMES = {"free": "free", "idle": "idle", "data_starved": "data-starved", "underutilized": "underutilized",
+               "busy": "busy", "unknown": "unknown"}
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    marks: tuple[str, ...] = ()  # per row: red, warning, ok, short, no_data or ""
+
+
+@dataclass(frozen=True)
+class Document:
+    title: str
+    facts: tuple[tuple[str, str], ...]
+    tables: tuple[Table, ...]
+    tips: tuple[tuple[str, str], ...] = ()  # (title, text)
+    notes: tuple[str, ...] = ()
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.2f}"
+
+
+def percent(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def gib(n_bytes: float) -> str:
+    return "n/a" if not n_bytes else f"{n_bytes / 2**30:,.1f} GiB"
+
+
+def when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+
+
+def span(seconds: float) -> str:
+    seconds = int(seconds)
+    d, rest = divmod(seconds, 86_400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    if d:
+        return f"{d}d {h}h {m}m"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m}m {s}s" if m else f"{s}s"
+
+
+def kwh(joules: float) -> str:
+    return f"{joules / 3.6e6:,.2f}"
+
+
+def mark_text(mark: str, ratio: float | None) -> str:
+    """Return the job's mark in words, with the jobstats threshold it crossed."""
+    if mark == RED:
+        return f"RED: kernels ran {_precise(ratio)} of the time (below {percent(t.REPORT_BUSY_RED)})"
+    if mark == WARNING:
+        return f"WARNING: kernels ran {_precise(ratio)} of the time (below {percent(t.REPORT_BUSY_WARN)})"
+    if mark == SHORT:
+        return "not judged: shorter than the minimum duration"
+    if mark == NO_DATA:
+        return "not judged: no utilization samples (MIG or NVML unavailable)"
+    return f"ok: kernels ran {_precise(ratio)} of the time"
+
+
+def _precise(ratio: float | None) -> str:
+    return "n/a" if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def job_name(record: JobRecord) -> str:
+    """Return a job's short name for people: its pod name, or its kind and id (long ids cut to 12)."""
+    if record.pod:
+        return record.pod
+    return f"{record.kind} {record.id if len(record.id) <= ID_SHOWN else record.id[:ID_SHOWN] + '…'}"
+
+
+def tip_title(tip_id: str) -> str:
+    tip = tip_catalog.CATALOG.get(tip_id)
+    return tip.title if tip else tip_id
+
+
+def tip_text(tip_id: str, use: TipUse) -> str:
+    """Return the tip as written for the job, or its generic text when the source kept none (Prometheus)."""
+    if use.text:
+        return use.text
+    try:
+        return tip_catalog.render(tip_id).text
+    except KeyError:
+        return ""
+
+
+def memory_text(record: JobRecord) -> str:
+    if not record.memory_peak_bytes:
+        return "n/a"
+    ratio = record.memory_peak_ratio
+    of = f" of {gib(record.memory_capacity_bytes)} ({percent(ratio)})" if ratio is not None else ""
+    return gib(record.memory_peak_bytes) + of
+
+
+def _states_table(record: JobRecord) -> Table:
+    held = record.gpu_seconds
+    rows = tuple(
+        (STATE_NAMES[s], hours(record.state_seconds.get(s, 0.0)),
+         percent(record.state_seconds.get(s, 0.0) / held if held else None))
+        for s in STATES if s != State.FREE.value and record.state_seconds.get(s, 0.0) > 0
+    )
+    return Table("How the GPU-hours were spent", ("state", "GPU-hours", "share"), rows)
+
+
+def job_document(report: JobReport) -> Document:
+    r = report.record
+    owner = r.user or "unknown"
+    if r.namespace or r.pod:
+        owner += f" ({r.namespace}/{r.pod})"
+    facts = [
+        ("job", f"{r.kind} {r.id}"),
+        ("owner", owner),
+        ("status", "running" if r.running else "finished"),
+        ("time", f"{when(r.start)} to {when(r.last_seen)} ({span(r.duration_seconds)})"),
+        ("GPUs", f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
+                 + (f" on {', '.join(r.nodes)}" if r.nodes else "")),
+        ("verdict", mark_text(report.flag, r.busy_ratio)),
+        ("GPU-hours", hours(r.gpu_seconds)),
+        ("wasted GPU-hours", f"{hours(r.wasted_seconds)} (idle, data-starved, underutilized)"),
+        ("busy ratio", percent(r.busy_ratio)),
+        ("SM activity", percent(r.sm_activity)),
+        ("device memory peak", memory_text(r)),
+        ("PyTorch peaks", f"allocated {gib(r.torch_allocated_peak_bytes)}, reserved {gib(r.torch_reserved_peak_bytes)}"
+         if r.torch_reserved_peak_bytes else "n/a (the job does not use gpulens.torch)"),
+        ("data wait", percent(r.data_wait_ratio) + (" of step time" if r.data_wait_ratio is not None else "")),
+        ("energy", f"{kwh(r.energy_joules)} kWh"),
+    ]
+    if r.partition:
+        facts.insert(2, ("partition", r.partition))
+    tips = tuple((tip_title(i), tip_text(i, use)) for i, use in r.top_tips(3))
+    notes = (f"Source: {report.source}; {report.runs} run(s) added up.",)
+    return Document(f"GPU usage of job {r.id}", tuple(facts), (_states_table(r),), tips, notes)
+
+
+def fleet_document(report: FleetReport) -> Document:
+    total = report.total.total
+    facts = (
+        ("period", f"{when(report.since)} to {when(report.until)}"),
+        ("jobs", f"{report.total.jobs} ({len(report.short)} shorter than {span(report.min_duration)}, not judged)"),
+        ("GPU-hours", hours(total.gpu_seconds)),
+        ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({percent(_share(total))})"),
+        ("busy ratio", percent(total.busy_ratio)),
+        ("energy", f"{kwh(total.energy_joules)} kWh"),
+    )
+    groups = Table(
+        f"By {report.by}, most wasted first",
+        (report.by, "jobs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.",
+         "peak memory", "kWh", "top tip", "worst jobs"),
+        tuple(
+            (g.key, str(g.jobs), hours(g.total.gpu_seconds), hours(g.total.wasted_seconds),
+             hours(g.total.seconds_in(State.IDLE)), hours(g.total.seconds_in(State.DATA_STARVED)),
+             hours(g.total.seconds_in(State.UNDERUTILIZED)), percent(_share(g.total)), percent(g.total.busy_ratio),
+             percent(g.total.sm_activity), gib(g.total.memory_peak_bytes), kwh(g.total.energy_joules),
+             _top_tip(g.total), ", ".join(w if len(w) <= ID_SHOWN else w[:ID_SHOWN] + "…" for w in g.worst))
+            for g in report.groups
+        ),
+    )
+    jobs = Table(
+        "Jobs, most wasted first",
+        ("job", "owner", "GPUs", "GPU-hours", "wasted", "busy", "SM act.", "data wait", "peak memory", "mark",
+         "top tip"),
+        tuple(
+            (job_name(r), r.user, str(len(r.gpus)), hours(r.gpu_seconds), hours(r.wasted_seconds),
+             percent(r.busy_ratio), percent(r.sm_activity), percent(r.data_wait_ratio), memory_text(r), mark,
+             _top_tip(r))
+            for r, mark in report.jobs[:WORST_JOBS_SHOWN]
+        ),
+        tuple(mark for _, mark in report.jobs[:WORST_JOBS_SHOWN]),
+    )
+    short = Table(
+        f"Shorter than {span(report.min_duration)}: listed, not judged",
+        ("job", "owner", "duration", "GPU-hours"),
+        tuple((job_name(r), r.user, span(r.duration_seconds), hours(r.gpu_seconds))
+              for r in report.short[:SHORT_JOBS_SHOWN]),
+    )
+    notes = [f"Source: {report.source}."]
+    if len(report.jobs) > WORST_JOBS_SHOWN:
+        notes.append(f"{len(report.jobs) - WORST_JOBS_SHOWN} more jobs are in the JSON and CSV formats.")
+    return Document(f"GPU usage by {report.by}", facts, (groups, jobs, short), (), tuple(notes))
+
+
+def _share(record: JobRecord) -> float | None:
+    return record.wasted_seconds / record.gpu_seconds if record.gpu_seconds else None
+
+
+def _top_tip(record: JobRecord) -> str:
+    top = record.top_tips(1)
+    return tip_title(top[0][0]) if top else ""

@@ -1,0 +1,75 @@
+"""A report as one self-contained HTML page: inline CSS and SVG, no script, nothing fetched when viewed,
+so it can be mailed or attached to a ticket."""
+
+from __future__ import annotations
+
+from html import escape
+
+from gpulens.report import charts
+from gpulens.report.document import Document, fleet_document, job_document
+from gpulens.report.summary import FleetReport, JobReport
+from gpulens.usage import TimelinePoint
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+th,td{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}dl.facts{display:grid;grid-template-columns:max-content auto;gap:.2em 1.2em}
+dl.facts dt{font-weight:600}dl.facts dd{margin:0}
+tr.red td{background:#fde2e1}tr.warning td{background:#fff4cc}tr.short td,tr.no_data td{color:#777}
+.legend .key{margin-right:1em;white-space:nowrap}.legend i{display:inline-block;width:.9em;height:.9em;
+margin-right:.3em;vertical-align:-.1em}.note{color:#666;font-size:.85em}svg{max-width:100%;height:auto}
+"""
+
+
+def _page(doc: Document, charts_html: str) -> str:
+    facts = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in doc.facts)
+    sections = [f"<h1>{escape(doc.title)}</h1>", f'<dl class="facts">{facts}</dl>', charts_html]
+    for table in doc.tables:
+        head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
+        marks = table.marks or ("",) * len(table.rows)
+        body = "".join(
+            f'<tr class="{escape(mark)}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+            for row, mark in zip(table.rows, marks, strict=True)
+        ) or f'<tr><td colspan="{len(table.headers)}">None.</td></tr>'
+        sections.append(f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead>"
+                        f"<tbody>{body}</tbody></table>")
+    if doc.tips:
+        items = "".join(f"<li><b>{escape(title)}</b>: {escape(text)}</li>" for title, text in doc.tips)
+        sections.append(f"<h2>What to change</h2><ol>{items}</ol>")
+    sections += [f'<p class="note">{escape(note)}</p>' for note in doc.notes]
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(doc.title)}</title>'
+            f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>\n")
+
+
+def _busy(p: TimelinePoint) -> float | None:
+    return p.busy_ratio
+
+
+def _memory(p: TimelinePoint) -> float | None:
+    return p.memory_peak_bytes / 2**30 if p.memory_peak_bytes else None
+
+
+def render_job(report: JobReport) -> str:
+    """Return the job report as HTML with its state timeline, busy ratio and memory over time."""
+    points = report.record.timeline
+    capacity = report.record.memory_capacity_bytes / 2**30
+    figures = [
+        ("GPU state over time", charts.state_timeline(points)),
+        ("Busy ratio over time", charts.line(points, _busy, "busy ratio", 1.0, lambda v: f"{v * 100:.0f}%")),
+        ("Device memory over time (most used on one GPU)",
+         charts.line(points, _memory, "device memory", capacity, lambda v: f"{v:.0f} GiB")),
+    ]
+    html = charts.legend() + "".join(f"<h2>{escape(title)}</h2>{svg}" for title, svg in figures if svg)
+    if not points:
+        html = '<p class="note">No timeline: the source kept none for this job.</p>'
+    return _page(job_document(report), html)
+
+
+def render_fleet(report: FleetReport) -> str:
+    """Return the fleet report as HTML with each group's GPU-hours by state."""
+    rows = [(g.key, dict(g.total.state_seconds)) for g in report.groups]
+    svg = charts.stacked_bars(rows)
+    html = f"<h2>GPU-hours by {escape(report.by)} and state</h2>{charts.legend()}{svg}" if svg else ""
+    return _page(fleet_document(report), html)

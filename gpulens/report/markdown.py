@@ -1,0 +1,29 @@
+"""A report as GitHub-flavoured Markdown: for a ticket, a wiki page or a chat message."""
+
+from __future__ import annotations
+
+from gpulens.report.document import Document
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render(doc: Document) -> str:
+    """Return the document as Markdown."""
+    lines = [f"# {doc.title}", ""]
+    lines += [f"- **{key}**: {_cell(value)}" for key, value in doc.facts]
+    for table in doc.tables:
+        lines += ["", f"## {table.title}", ""]
+        if not table.rows:
+            lines.append("None.")
+            continue
+        lines.append("| " + " | ".join(_cell(h) for h in table.headers) + " |")
+        lines.append("|" + "|".join("---" for _ in table.headers) + "|")
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
+    if doc.tips:
+        lines += ["", "## What to change", ""]
+        lines += [f"{n}. **{_cell(title)}**: {_cell(text)}" for n, (title, text) in enumerate(doc.tips, 1)]
+    if doc.notes:
+        lines += ["", *(f"_{note}_" for note in doc.notes)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,201 @@
+"""Jobs from Prometheus: the agents' per-job counters, added up with increase() over the period.
+
+Counters make the answer robust: `increase()` spans scrape gaps and counter resets (an agent that
+restarted starts its counters again at zero), and a job on several nodes is summed over instances.
+What remains is Prometheus's extrapolation at the edges of a series, at most half a scrape interval at
+each end of a job. The peaks (memory) take the maximum over the period. A timeline for one job comes
+from range queries over the same counters.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import replace
+
+from gpulens.report.sources import SourceError, Step
+from gpulens.usage import STATES, JobRecord, TimelinePoint, TipUse
+
+HTTP_TIMEOUT_SECONDS = 30.0
+# A job whose last-seen gauge is this close to the end of the period is still running.
+RUNNING_WITHIN_SECONDS = 120.0
+# A timeline has about this many points, and points no closer than a minute (the ledger's bucket).
+TIMELINE_POINTS = 240
+TIMELINE_MIN_STEP_SECONDS = 60.0
+
+_KEY = "job_kind, job_id"
+_COUNTERS = {
+    "busy_seconds": "gpulens_job_gpu_busy_seconds_total",
+    "sampled_seconds": "gpulens_job_gpu_sampled_seconds_total",
+    "sm_activity_seconds": "gpulens_job_gpu_sm_activity_seconds_total",
+    "gpm_seconds": "gpulens_job_gpu_gpm_seconds_total",
+    "energy_joules": "gpulens_job_energy_joules_total",
+    "data_wait_seconds": "gpulens_job_data_wait_seconds_total",
+    "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds_total",
+}
+_PEAKS = {
+    "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
+    "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
+    "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
+    "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
+}
+
+
+def selector(job_id: str | None) -> str:
+    """Return the PromQL label matcher for one job (by id or pod name), or "" for all."""
+    if job_id is None:
+        return ""
+    value = job_id.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{{job_id="{value}"}}'
+
+
+class Prometheus:
+    """A Prometheus (or PromQL-compatible) server that scraped the agents."""
+
+    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS):
+        url = url.strip().rstrip("/")
+        self.url = url if "://" in url else "http://" + url
+        self.timeout = timeout
+        self.description = f"prometheus {self.url}"
+
+    # -- HTTP ------------------------------------------------------------------------------------
+
+    def _get(self, path: str, params: Mapping[str, str]) -> list[dict]:
+        url = f"{self.url}{path}?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as error:
+            try:
+                detail = json.load(error).get("error", error.reason)
+            except (ValueError, AttributeError, OSError):
+                detail = error.reason
+            raise SourceError(f"Prometheus at {self.url} refused a query ({error.code}: {detail}); "
+                              "check --prometheus points at Prometheus") from None
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise SourceError(f"Prometheus at {self.url} cannot be reached ({reason}); "
+                              "check the --prometheus address and that the server is up") from None
+        except ValueError:
+            raise SourceError(f"{self.url} did not answer JSON; is --prometheus the Prometheus base URL?") from None
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise SourceError(f"Prometheus at {self.url} failed a query: {body.get('error', body)!s:.200}")
+        return body["data"]["result"]
+
+    def query(self, promql: str, at: float) -> list[dict]:
+        """Return an instant query's result vector at epoch `at`."""
+        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
+        return self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                 "step": f"{step:g}"})
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
+        return self._records(None, since, until, step)
+
+    def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
+        records = self._records(job_id, since, until, step)
+        if not records:  # perhaps a pod name
+            pod = selector(job_id).replace("job_id=", "pod=")
+            window = f"{max(int(until - since), 1)}s"
+            found = self.query(f"max by (job_id) (max_over_time(gpulens_job_info{pod}[{window}]))", until)
+            ids = sorted({item["metric"].get("job_id", "") for item in found} - {""})
+            records = [r for found_id in ids for r in self._records(found_id, since, until, step)]
+        if not records:
+            return []
+        step("querying the timeline")
+        return [replace(r, timeline=self._timeline(r, selector(r.id))) for r in records]
+
+    def _records(self, job_id: str | None, since: float, until: float, step: Step) -> list[JobRecord]:
+        sel, window = selector(job_id), f"{max(int(until - since), 1)}s"
+
+        def vector(promql: str, what: str) -> list[dict]:
+            step(f"querying {what}")
+            return self.query(promql, until)
+
+        spans: dict[tuple[str, str], dict] = {}
+        for name, series, fn in (("start", "gpulens_job_start_timestamp_seconds", "min"),
+                                 ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max")):
+            for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
+                spans.setdefault(_key(item), {})[name] = _value(item)
+        fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
+        states = vector(f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
+                        "GPU-seconds by state")
+        for item in states:
+            if _key(item) in fields:
+                fields[_key(item)].setdefault("state_seconds", {})[item["metric"].get("state", "")] = _value(item)
+        for name, series in _COUNTERS.items():
+            for item in vector(f"sum by ({_KEY}) (increase({series}{sel}[{window}]))", name.replace("_", " ")):
+                if _key(item) in fields:
+                    fields[_key(item)][name] = _value(item)
+        for name, series in _PEAKS.items():
+            for item in vector(f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))", name.replace("_", " ")):
+                if _key(item) in fields:
+                    fields[_key(item)][name] = int(_value(item))
+        labels = "user, namespace, pod, model, partition, instance"
+        for item in vector(f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))", "owners"):
+            if _key(item) in fields:
+                found = fields[_key(item)]
+                metric = item["metric"]
+                for name in ("user", "namespace", "pod", "partition"):
+                    found[name] = found.get(name) or metric.get(name, "")
+                found.setdefault("models", set()).add(metric.get("model", ""))
+                found.setdefault("nodes", set()).add(metric.get("instance", ""))
+        gpus = vector(f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs")
+        for item in gpus:
+            if _key(item) in fields:
+                fields[_key(item)].setdefault("gpus", set()).add(item["metric"].get("uuid", ""))
+        tips = vector(f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips")
+        for item in tips:
+            if _key(item) in fields and _value(item) > 0:
+                fields[_key(item)].setdefault("tips", {})[item["metric"].get("tip", "")] = TipUse(_value(item))
+        return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
+
+    @staticmethod
+    def _record(key: tuple[str, str], span: dict, found: dict, until: float) -> JobRecord:
+        states = {s: v for s, v in found.pop("state_seconds", {}).items() if s in STATES and v > 0}
+        sets = {name: tuple(sorted(v for v in found.pop(name, set()) if v)) for name in ("models", "nodes", "gpus")}
+        return JobRecord(
+            kind=key[0], id=key[1], start=span["start"], last_seen=span["last_seen"],
+            running=until - span["last_seen"] <= RUNNING_WITHIN_SECONDS,
+            state_seconds=states, **sets, **found,
+        )
+
+    def _timeline(self, record: JobRecord, sel: str) -> tuple[TimelinePoint, ...]:
+        span = max(record.last_seen - record.start, 1.0)
+        step = max(TIMELINE_MIN_STEP_SECONDS, span / TIMELINE_POINTS)
+        start, end = record.start + step, record.last_seen + step
+        window = f"{int(step)}s"
+        points: dict[float, dict] = {}
+
+        def each(promql: str):
+            for item in self.query_range(promql, start, end, step):
+                for t, v in item["values"]:
+                    yield item["metric"], float(t) - step, float(v)
+
+        for metric, t, v in each(f"sum by (state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"):
+            if metric.get("state") in STATES and v > 0:
+                points.setdefault(t, {}).setdefault("state_seconds", {})[metric["state"]] = v
+        for name, series in (("busy_seconds", _COUNTERS["busy_seconds"]),
+                             ("sampled_seconds", _COUNTERS["sampled_seconds"])):
+            for _, t, v in each(f"sum(increase({series}{sel}[{window}]))"):
+                points.setdefault(t, {})[name] = v
+        for _, t, v in each(f"max(max_over_time(gpulens_job_memory_used_bytes{sel}[{window}]))"):
+            points.setdefault(t, {})["memory_peak_bytes"] = int(v)
+        return tuple(TimelinePoint(t, p.get("state_seconds", {}), p.get("busy_seconds", 0.0),
+                                   p.get("sampled_seconds", 0.0), p.get("memory_peak_bytes", 0))
+                     for t, p in sorted(points.items()))
+
+
+def _key(item: dict) -> tuple[str, str]:
+    return (item["metric"].get("job_kind", ""), item["metric"].get("job_id", ""))
+
+
+def _value(item: dict) -> float:
+    value = float(item["value"][1])
+    return value if value == value else 0.0  # NaN (0/0) counts as nothing

@@ -1,0 +1,57 @@
+"""A report as rich tables for the terminal, marks in colour (jobstats' red and yellow)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from gpulens.report.document import Document
+
+STYLES = {"red": "bold red", "warning": "yellow", "ok": "green", "short": "dim", "no_data": "dim"}
+_NUMERIC = {"jobs", "GPUs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.",
+            "kWh", "share", "data wait", "duration"}
+
+
+def renderable(doc: Document) -> Group:
+    """Return the document as a rich renderable."""
+    parts: list = [Text(doc.title, style="bold")]
+    facts = RichTable.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    for key, value in doc.facts:
+        style = next((s for mark, s in STYLES.items() if value.lower().startswith(mark)), "")
+        facts.add_row(key, Text(value, style=style))
+    parts.append(facts)
+    for table in doc.tables:
+        rich = RichTable(title=table.title, title_justify="left", title_style="bold", header_style="bold")
+        for header in table.headers:
+            rich.add_column(header, justify="right" if header in _NUMERIC else "left", overflow="fold")
+        marks = table.marks or ("",) * len(table.rows)
+        for row, mark in zip(table.rows, marks, strict=True):
+            rich.add_row(*(escape(c) for c in row), style=STYLES.get(mark, ""))
+        if not table.rows:
+            rich.add_row(*("-" for _ in table.headers))
+        parts.append(rich)
+    if doc.tips:
+        parts.append(Text("What to change", style="bold"))
+        for n, (title, text) in enumerate(doc.tips, 1):
+            parts.append(Text.assemble((f"{n}. {title}: ", "bold"), text))
+    parts += [Text(note, style="dim") for note in doc.notes]
+    return Group(*parts)
+
+
+def render(doc: Document, width: int | None = None) -> str:
+    """Return the document as terminal text (plain when not written to a terminal)."""
+    console = Console(width=width or 160, record=True, file=_Discard(), color_system=None)
+    console.print(renderable(doc))
+    return console.export_text()
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass

@@ -1,0 +1,272 @@
+"""One job's GPU usage: what the agent's ledger stores and serves, and what the reports read.
+
+A `JobRecord` is additive: the agent builds one per job per sampling cycle (the cycle's deltas), adds
+them up into the job's totals, and a report adds up the records of one job seen on several nodes or in
+several runs. Time is in seconds since the epoch, durations in seconds, memory in bytes, energy in
+joules; GPU-seconds count each GPU the job holds (4 GPUs for 1 s count 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from gpulens.vocabulary import WASTED_STATES, State
+
+STATES = tuple(s.value for s in State)
+JOULES_PER_KWH = 3.6e6
+
+# Fields summed when two records of one job are added up; the memory peaks take the larger.
+ADDITIVE = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules",
+            "data_wait_seconds", "data_wait_observed_seconds")
+PEAKS = ("memory_peak_bytes", "memory_capacity_bytes", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
+OWNER = ("user", "namespace", "pod", "container", "partition")
+
+
+@dataclass(frozen=True)
+class TipUse:
+    """How long a tip applied to the job's GPUs (GPU-seconds), and its text as last written."""
+
+    seconds: float
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """One bucket of a job's life: GPU-seconds by state, kernel time and memory in [t, t + bucket)."""
+
+    t: float
+    state_seconds: Mapping[str, float]
+    busy_seconds: float = 0.0
+    sampled_seconds: float = 0.0
+    memory_peak_bytes: int = 0
+
+    @property
+    def busy_ratio(self) -> float | None:
+        """Share of sampled time a kernel ran (0-1), or None when nothing was sampled."""
+        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "state_seconds": dict(self.state_seconds), "busy_seconds": self.busy_seconds,
+                "sampled_seconds": self.sampled_seconds, "memory_peak_bytes": self.memory_peak_bytes}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TimelinePoint:
+        return cls(t=float(data["t"]), state_seconds=_states(data.get("state_seconds")),
+                   busy_seconds=float(data.get("busy_seconds") or 0.0),
+                   sampled_seconds=float(data.get("sampled_seconds") or 0.0),
+                   memory_peak_bytes=int(data.get("memory_peak_bytes") or 0))
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A job's usage over some time: one cycle, one run on one node, or a whole job across nodes."""
+
+    kind: str  # slurm, kubernetes, docker or process
+    id: str
+    start: float  # epoch seconds the job was first seen
+    last_seen: float  # epoch seconds the job was last seen
+    user: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    partition: str = ""  # the node's Slurm partition or node pool, as the agent was told
+    nodes: tuple[str, ...] = ()
+    running: bool = True
+    gpus: tuple[str, ...] = ()  # GPU UUIDs, sorted
+    models: tuple[str, ...] = ()
+    state_seconds: Mapping[str, float] = field(default_factory=dict)  # GPU-seconds by usage state
+    busy_seconds: float = 0.0  # GPU-seconds a kernel ran (NVML utilization samples)
+    sampled_seconds: float = 0.0  # GPU-seconds covered by utilization samples
+    sm_activity_seconds: float = 0.0  # GPM SM activity x GPU-seconds
+    gpm_seconds: float = 0.0  # GPU-seconds GPM covered
+    energy_joules: float = 0.0  # the GPUs' energy while the job held them, shared among co-tenants
+    memory_peak_bytes: int = 0  # the most device memory the job's processes used on one GPU
+    memory_capacity_bytes: int = 0  # that GPU's memory
+    torch_allocated_peak_bytes: int = 0  # PyTorch allocator peaks, from gpulens.torch in the job
+    torch_reserved_peak_bytes: int = 0
+    data_wait_seconds: float = 0.0  # data-wait ratio x seconds, from gpulens.torch in the job
+    data_wait_observed_seconds: float = 0.0  # seconds the job reported its steps
+    tips: Mapping[str, TipUse] = field(default_factory=dict)
+    timeline: tuple[TimelinePoint, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.id)
+
+    @property
+    def duration_seconds(self) -> float:
+        return max(self.last_seen - self.start, 0.0)
+
+    @property
+    def gpu_seconds(self) -> float:
+        """GPU-seconds the job held (every state but free)."""
+        return sum(v for s, v in self.state_seconds.items() if s != State.FREE.value)
+
+    def seconds_in(self, state: State) -> float:
+        return self.state_seconds.get(state.value, 0.0)
+
+    @property
+    def wasted_seconds(self) -> float:
+        """GPU-seconds held idle, data-starved or underutilized."""
+        return sum(self.seconds_in(s) for s in WASTED_STATES)
+
+    @property
+    def busy_ratio(self) -> float | None:
+        """Share of sampled GPU time a kernel ran (0-1), or None without samples."""
+        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+
+    @property
+    def sm_activity(self) -> float | None:
+        """Mean GPM SM activity (0-1), or None on GPUs without GPM."""
+        return self.sm_activity_seconds / self.gpm_seconds if self.gpm_seconds > 0 else None
+
+    @property
+    def data_wait_ratio(self) -> float | None:
+        """Time-weighted share of step time spent waiting for data (0-1), or None when the job sent none."""
+        if self.data_wait_observed_seconds <= 0:
+            return None
+        return self.data_wait_seconds / self.data_wait_observed_seconds
+
+    @property
+    def memory_peak_ratio(self) -> float | None:
+        return self.memory_peak_bytes / self.memory_capacity_bytes if self.memory_capacity_bytes else None
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_joules / JOULES_PER_KWH
+
+    def top_tips(self, limit: int = 3) -> list[tuple[str, TipUse]]:
+        """Return up to `limit` (tip id, use) pairs, the longest-applying first."""
+        return sorted(self.tips.items(), key=lambda item: (-item[1].seconds, item[0]))[:limit]
+
+    def to_dict(self, timeline: bool = True) -> dict[str, Any]:
+        """Return the record as JSON-ready data (the ledger's HTTP answer and the reports' JSON)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tips":
+                value = {k: {"seconds": v.seconds, "text": v.text} for k, v in sorted(value.items())}
+            elif f.name == "timeline":
+                if not timeline:
+                    continue
+                value = [p.to_dict() for p in value]
+            elif f.name == "state_seconds":
+                value = {s: value.get(s, 0.0) for s in STATES}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobRecord:
+        """Build a record from `to_dict()` output; raise ValueError naming what is wrong."""
+        try:
+            tips = {str(k): TipUse(float(v["seconds"]), str(v.get("text", ""))) for k, v in
+                    (data.get("tips") or {}).items()}
+            return cls(
+                kind=str(data["kind"]), id=str(data["id"]), start=float(data["start"]),
+                last_seen=float(data["last_seen"]),
+                **{name: str(data.get(name) or "") for name in OWNER},
+                nodes=tuple(str(n) for n in data.get("nodes") or ()), running=bool(data.get("running", False)),
+                gpus=tuple(str(g) for g in data.get("gpus") or ()),
+                models=tuple(str(m) for m in data.get("models") or ()),
+                state_seconds=_states(data.get("state_seconds")),
+                **{name: float(data.get(name) or 0.0) for name in ADDITIVE},
+                **{name: int(data.get(name) or 0) for name in PEAKS},
+                tips=tips,
+                timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"not a job record ({type(error).__name__}: {error})") from None
+
+
+def _states(data: Any) -> dict[str, float]:
+    data = data or {}
+    return {s: float(data.get(s) or 0.0) for s in STATES if data.get(s)}
+
+
+def merge(a: JobRecord, b: JobRecord) -> JobRecord:
+    """Return the sum of two records of one job: counters added, peaks maxed, spans joined.
+
+    The owner and running flag are taken from the record seen last, so a job's latest names win.
+    """
+    later, earlier = (b, a) if b.last_seen >= a.last_seen else (a, b)
+    states = dict(a.state_seconds)
+    for s, v in b.state_seconds.items():
+        states[s] = states.get(s, 0.0) + v
+    tips = dict(earlier.tips)
+    for tip, use in later.tips.items():
+        before = tips.get(tip, TipUse(0.0))
+        tips[tip] = TipUse(use.seconds + before.seconds, use.text or before.text)
+    timeline = _merge_timeline(a.timeline, b.timeline)
+    return replace(
+        later,
+        start=min(a.start, b.start),
+        last_seen=later.last_seen,
+        **{name: getattr(later, name) or getattr(earlier, name) for name in OWNER},
+        nodes=tuple(sorted(set(a.nodes) | set(b.nodes))),
+        running=a.running or b.running,
+        gpus=tuple(sorted(set(a.gpus) | set(b.gpus))),
+        models=tuple(sorted(set(a.models) | set(b.models))),
+        state_seconds=states,
+        **{name: getattr(a, name) + getattr(b, name) for name in ADDITIVE},
+        **{name: max(getattr(a, name), getattr(b, name)) for name in PEAKS},
+        tips=tips,
+        timeline=timeline,
+    )
+
+
+def _merge_timeline(a: tuple[TimelinePoint, ...], b: tuple[TimelinePoint, ...]) -> tuple[TimelinePoint, ...]:
+    if not a or not b:
+        return a or b
+    points: dict[float, TimelinePoint] = {p.t: p for p in a}
+    for p in b:
+        q = points.get(p.t)
+        if q is None:
+            points[p.t] = p
+            continue
+        states = dict(q.state_seconds)
+        for s, v in p.state_seconds.items():
+            states[s] = states.get(s, 0.0) + v
+        points[p.t] = TimelinePoint(p.t, states, q.busy_seconds + p.busy_seconds, q.sampled_seconds + p.sampled_seconds,
+                                    max(q.memory_peak_bytes, p.memory_peak_bytes))
+    return tuple(points[t] for t in sorted(points))
+
+
+def add_up(records: Sequence[JobRecord], kind: str, name: str) -> JobRecord:
+    """Return one record summing many jobs' (a group's), in one pass; spans and owners are left empty."""
+    states: dict[str, float] = {}
+    tips: dict[str, float] = {}
+    sums = dict.fromkeys(ADDITIVE, 0.0)
+    peaks = dict.fromkeys(PEAKS, 0)
+    gpus: set[str] = set()
+    models: set[str] = set()
+    nodes: set[str] = set()
+    for r in records:
+        for s, v in r.state_seconds.items():
+            states[s] = states.get(s, 0.0) + v
+        for tip, use in r.tips.items():
+            tips[tip] = tips.get(tip, 0.0) + use.seconds
+        for f in ADDITIVE:
+            sums[f] += getattr(r, f)
+        for f in PEAKS:
+            peaks[f] = max(peaks[f], getattr(r, f))
+        gpus.update(r.gpus)
+        models.update(r.models)
+        nodes.update(r.nodes)
+    start = min((r.start for r in records), default=0.0)
+    last_seen = max((r.last_seen for r in records), default=0.0)
+    return JobRecord(kind, name, start=start, last_seen=last_seen, nodes=tuple(sorted(nodes)),
+                     running=any(r.running for r in records), gpus=tuple(sorted(gpus)), models=tuple(sorted(models)),
+                     state_seconds=states, **sums, **peaks, tips={k: TipUse(v) for k, v in tips.items()})
+
+
+def merge_all(records: Iterable[JobRecord]) -> list[JobRecord]:
+    """Return one record per (kind, id), adding up those of one job, in order of first start."""
+    by_key: dict[tuple[str, str], JobRecord] = {}
+    for record in records:
+        known = by_key.get(record.key)
+        by_key[record.key] = record if known is None else merge(known, record)
+    return sorted(by_key.values(), key=lambda r: (r.start, r.kind, r.id))

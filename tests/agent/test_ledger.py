@@ -1,0 +1,299 @@
+"""The job ledger: what it records against the scenario's ground truth, restarts, retention and size,
+corrupt files left untouched, failing disks retried, the HTTP endpoint, and a real agent killed with
+SIGKILL in the middle of its writes."""
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gpulens.agent.clock import ManualClock
+from gpulens.agent.ledger import Ledger, connect, connect_readonly, read_records
+from gpulens.agent.server import AgentApp
+
+from gpulens.usage import JobRecord, TipUse
+from gpulens.vocabulary import State
+from tests.conftest import make_agent
+
+FLEET = str(Path(__file__).parent.parent / "report" / "fleet.yaml")
+STARVED = ("slurm", "81234")
+IDLE = ("kubernetes", "9e41d7c2-6b80-4f5e-8c13-7a2b9d0e4f61")
+TRAINING = ("kubernetes", "5b2c9e4a-1f3d-4c8e-9a7b-2d6f0e1c3a55")
+SMALL_KERNELS = ("docker", "3f2a9c1e7b5d4a60e8f1c2b3a4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f7a")
+EPOCH = 1_767_225_600.0  # ManualClock's epoch
+GIB = 2**30
+
+
+def by_key(records):
+    return {r.key: r for r in records}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def gpu_value(agent, name: str, index: int) -> float:
+    gpu = agent.sampler.snapshot.gpus[index]
+    return agent.value(name, gpu=str(index), uuid=gpu.identity.uuid)
+
+
+def test_demo_ledger_matches_the_ground_truth(tmp_path):
+    agent = make_agent("demo", ledger=str(tmp_path / "ledger.sqlite"))
+    agent.run(600, step=2)
+    records = by_key(agent.accounting.ledger.read(timeline=True))
+    assert len(records) == 7  # eight GPUs, one free
+    for record in records.values():
+        assert record.gpu_seconds == pytest.approx(600, abs=2)
+        assert record.running and record.nodes == ("sim",)
+    starved = records[STARVED]
+    assert starved.seconds_in(State.DATA_STARVED) / starved.gpu_seconds > 0.95
+    assert starved.busy_ratio == pytest.approx(0.25, abs=0.02)
+    assert starved.data_wait_ratio == pytest.approx(0.72, abs=0.03)
+    assert (starved.torch_allocated_peak_bytes, starved.torch_reserved_peak_bytes) == (22 * GIB, 28 * GIB)
+    assert starved.memory_peak_bytes == 30 * GIB and starved.memory_capacity_bytes == 81559 * 2**20
+    assert starved.top_tips(1)[0][0] == "dataloader_workers"
+    assert "num_workers" in starved.tips["dataloader_workers"].text
+    assert records[IDLE].seconds_in(State.IDLE) == pytest.approx(records[IDLE].gpu_seconds)
+    assert records[SMALL_KERNELS].seconds_in(State.UNDERUTILIZED) == pytest.approx(600, abs=2)
+    assert records[SMALL_KERNELS].memory_peak_bytes == 21 * GIB  # two processes of one job on one GPU
+    # The job held GPU 0 from the start: its busy time and energy are the GPU's counters.
+    training = records[TRAINING]
+    assert training.busy_seconds == pytest.approx(gpu_value(agent, "gpulens_gpu_busy_seconds_total", 0), rel=1e-6)
+    assert training.energy_joules == pytest.approx(gpu_value(agent, "gpulens_gpu_energy_joules_total", 0), rel=0.01)
+    assert training.sm_activity == pytest.approx(0.85, abs=0.01)
+    # The timeline adds up to the totals, one point a minute.
+    assert len(training.timeline) in (10, 11)
+    assert sum(sum(p.state_seconds.values()) for p in training.timeline) == pytest.approx(training.gpu_seconds)
+    assert sum(p.busy_seconds for p in training.timeline) == pytest.approx(training.busy_seconds)
+    # The in-memory totals and the exported counters agree with the file.
+    memory = by_key(agent.accounting.records())
+    assert memory[STARVED].state_seconds == pytest.approx(starved.state_seconds)
+    assert agent.value("gpulens_job_gpu_busy_seconds_total", job_kind="slurm", job_id="81234") == pytest.approx(
+        starved.busy_seconds)
+    assert agent.value("gpulens_ledger_up") == 1 and agent.value("gpulens_ledger_write_failures_total") == 0
+
+
+def test_a_restarted_agent_continues_the_run(tmp_path):
+    path = str(tmp_path / "ledger.sqlite")
+    first = make_agent("demo", ledger=path)
+    first.run(120, step=2)  # then the process is gone, without a clean shutdown
+    second = make_agent("demo", ledger=path, clock=ManualClock(start=130))
+    second.run(60, step=2)
+    records = by_key(second.accounting.ledger.read())
+    assert len(records) == 7  # one run per job, continued
+    starved = records[STARVED]
+    assert starved.start == EPOCH and starved.last_seen == EPOCH + 190
+    # 120 s before and 60 s after; the 10 s between the two agents are not counted.
+    assert starved.gpu_seconds == pytest.approx(180, abs=2)
+    assert by_key(second.accounting.records())[STARVED].gpu_seconds == pytest.approx(starved.gpu_seconds)
+
+
+def test_finished_jobs_are_closed_and_old_ones_deleted(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    agent = make_agent(FLEET, ledger=str(path))
+    agent.run(3600, step=10)
+    records = by_key(agent.accounting.ledger.read())
+    assert not any(r.running for r in records.values())
+    short = records[("slurm", "7002")]
+    assert short.duration_seconds == pytest.approx(120, abs=10)
+    ledger = agent.accounting.ledger
+    # The retention counts from when a job was last seen: the two that ended first go first.
+    ledger.prune(EPOCH + 3000 + ledger.retention_seconds - 60)
+    assert {r.id for r in ledger.read()} == {"11111111-aaaa-4bbb-8ccc-000000000001", "7001", "7003"}
+    ledger.prune(EPOCH + 3000 + ledger.retention_seconds + 60)
+    assert ledger.read() == []
+    assert path.exists()
+
+
+def synthetic(index: int, epoch: float, seconds: float = 60.0) -> tuple[JobRecord, JobRecord]:
+    record = JobRecord("slurm", str(index), start=EPOCH, last_seen=epoch, user=f"user{index % 7}",
+                       gpus=(f"GPU-{index}",), models=("NVIDIA H100 80GB HBM3",),
+                       state_seconds={"busy": seconds}, busy_seconds=seconds * 0.9, sampled_seconds=seconds,
+                       tips={"mixed_precision": TipUse(seconds, "Train in bf16.")})
+    return record, record
+
+
+def test_the_file_stays_under_its_size_bound(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(str(path), max_bytes=256 * 1024)
+    for minute in range(240):  # 9,600 timeline points, about 600 KiB; pruned every hour
+        ledger.write([synthetic(i, EPOCH + minute * 60) for i in range(40)], [], EPOCH + minute * 60)
+    ledger.prune(EPOCH + 240 * 60)
+    conn = connect_readonly(str(path))
+    assert conn.execute("SELECT count(*) FROM timeline").fetchone()[0] < 240 * 40
+    ledger.write([synthetic(0, EPOCH + 240 * 60)], [], EPOCH + 240 * 60)  # still writable
+    pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count",
+                                                                             "page_size"))
+    assert (pages - free) * size <= 256 * 1024
+    assert conn.execute("SELECT min(t) FROM timeline").fetchone()[0] > EPOCH  # the oldest points went first
+    assert len(read_records(conn)) == 40  # the jobs themselves are kept
+    assert read_records(conn, ids=["0"])[0].gpu_seconds == pytest.approx(241 * 60)
+    assert read_records(conn, ids=["3"])[0].gpu_seconds == pytest.approx(240 * 60)
+
+
+@pytest.mark.parametrize("content", [b"not a database at all " * 200, "foreign"], ids=["garbage", "foreign"])
+def test_a_corrupt_or_foreign_file_is_never_written(tmp_path, caplog, content):
+    path = tmp_path / "ledger.sqlite"
+    if content == "foreign":
+        conn = sqlite3.connect(path)
+        conn.execute("CREATE TABLE notes (text TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('mine')")
+        conn.commit()
+        conn.close()
+    else:
+        path.write_bytes(content)
+    before = digest(path)
+    caplog.set_level(logging.ERROR)
+    agent = make_agent("demo", ledger=str(path))
+    agent.run(30, step=2)
+    assert digest(path) == before
+    assert agent.value("gpulens_ledger_corrupt") == 1 and agent.value("gpulens_ledger_up") == 0
+    assert "left untouched" in caplog.text
+    assert len(agent.accounting.records()) == 7  # the accounts go on in memory
+
+
+def test_a_damaged_page_is_found_and_left_alone(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    agent = make_agent("demo", ledger=str(path))
+    agent.run(60, step=2)
+    agent.accounting.ledger.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[page + 8: page * 3] = b"\xff" * (page * 2 - 8)  # the second and third pages: table b-trees
+    path.write_bytes(bytes(data))
+    before = digest(path)
+    ledger = Ledger(str(path))
+    ledger.write([synthetic(1, EPOCH + 70)], [], EPOCH + 70)
+    assert ledger.corrupt and not ledger.up
+    assert digest(path) == before
+
+
+class Switchable:
+    """Opens real connections, and lets the test make the one in use refuse writes."""
+
+    def __init__(self):
+        self.conn = None
+
+    def __call__(self, path):
+        self.conn = connect(path)
+        return self.conn
+
+
+def exported(ledger: Ledger) -> dict[str, float]:
+    return {family.name: family.samples[0].value for family in ledger.metrics()}
+
+
+@pytest.mark.parametrize("pragma", ["query_only = 1", "max_page_count = {pages}"], ids=["read-only", "disk-full"])
+def test_failed_writes_are_counted_and_retried_without_loss(tmp_path, pragma):
+    opener = Switchable()
+    ledger = Ledger(str(tmp_path / "ledger.sqlite"), node="sim", open_connection=opener)
+    ledger.write([synthetic(i, EPOCH) for i in range(5)], [], EPOCH)
+    pages = opener.conn.execute("PRAGMA page_count").fetchone()[0]
+    opener.conn.execute(f"PRAGMA {pragma.format(pages=pages)}")
+    for minute in range(1, 6):  # 300 new jobs a minute need new pages
+        ledger.write([synthetic(i, EPOCH + minute * 60) for i in range(300)], [], EPOCH + minute * 60)
+    assert ledger.failures > 0 and exported(ledger)["gpulens_ledger_write_failures"] == ledger.failures
+    assert exported(ledger)["gpulens_ledger_up"] == 0
+    opener.conn.execute("PRAGMA query_only = 0" if "query_only" in pragma else "PRAGMA max_page_count = 1000000")
+    ledger.write([synthetic(i, EPOCH + 600) for i in range(300)], [], EPOCH + 600)  # after the back-off
+    assert exported(ledger)["gpulens_ledger_up"] == 1
+    written = by_key(ledger.read(limit=1000))
+    assert len(written) == 300
+    assert written[("slurm", "0")].gpu_seconds == pytest.approx(7 * 60)  # nothing lost while failing
+    assert written[("slurm", "299")].gpu_seconds == pytest.approx(6 * 60)
+
+
+def call(app, path: str, query: str = ""):
+    captured = {}
+
+    def start_response(status, headers):
+        captured["status"] = status
+
+    body = b"".join(app({"PATH_INFO": path, "QUERY_STRING": query, "REQUEST_METHOD": "GET"}, start_response))
+    return captured["status"], json.loads(body)
+
+
+@pytest.mark.parametrize("ledger", ["file", ""], ids=["ledger", "memory"])
+def test_the_jobs_endpoint(tmp_path, ledger):
+    agent = make_agent("demo", ledger=str(tmp_path / "l.sqlite") if ledger else "")
+    agent.run(180, step=2)
+    app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
+    status, body = call(app, "/api/v1/jobs", "since=1h")
+    assert status == "200 OK" and body["source"] == ("ledger" if ledger else "memory")
+    assert len(body["jobs"]) == 7 and not body["truncated"]
+    assert {JobRecord.from_dict(j).key for j in body["jobs"]} >= {STARVED, IDLE}
+    _, body = call(app, "/api/v1/jobs", "id=jupyter-bob-7f9c&timeline=1")
+    assert [j["id"] for j in body["jobs"]] == [IDLE[1]]
+    if ledger:
+        assert len(body["jobs"][0]["timeline"]) >= 3
+    _, body = call(app, "/api/v1/jobs", "limit=2")
+    assert len(body["jobs"]) == 2 and body["truncated"]
+    _, body = call(app, "/api/v1/jobs", f"since={EPOCH + 10_000}")
+    assert body["jobs"] == []
+    for query, words in (("since=soon", "since="), ("limit=0", "limit="), ("timeline=1", "id="), ("x=1", "'x'")):
+        status, body = call(app, "/api/v1/jobs", query)
+        assert status == "400 Bad Request" and words in body["error"]
+
+
+def start_agent(path: Path) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", "demo", "--speed", "10",
+         "--web.listen-address", "127.0.0.1:0", "--ledger.path", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    line = process.stdout.readline()
+    assert "listening on http://" in line
+    return process, line.split("listening on ")[1].strip().removesuffix("/metrics")
+
+
+def starved_seconds_exported(base: str) -> float:
+    """Return the GPU-seconds of the data-starved job that the agent has counted since it started."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("gpulens_job_gpu_state_seconds_total{") and 'job_id="81234"' in line)
+
+
+def ledger_seconds(path: Path) -> float:
+    conn = connect_readonly(str(path))
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        found = [r for r in read_records(conn) if r.id == "81234"]
+        assert len(found) == 1
+        return found[0].gpu_seconds
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_sigkill_loses_at_most_one_interval(tmp_path):
+    """A real agent at 10x speed (a commit every 0.1 s of wall time) killed three times mid-run."""
+    path = tmp_path / "ledger.sqlite"
+    interval = 1.0  # simulated seconds between cycles
+    slack = 0.5  # a cycle's own duration at 10x speed
+    total = 0.0
+    for delay in (1.3, 0.7, 1.1):
+        process, base = start_agent(path)
+        try:
+            time.sleep(delay)
+            counted = starved_seconds_exported(base)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+            process.stdout.close()
+        assert counted > 0
+        written = ledger_seconds(path)
+        # Everything counted before the kill was on disk, but for the cycle being written.
+        assert written >= total + counted - interval - slack
+        # and nothing counted twice: the kill came at most a second (10 simulated seconds) after the scrape
+        assert written <= total + counted + 15
+        total = written

@@ -1,0 +1,131 @@
+"""One simulated hour on the `fleet.yaml` node, recorded twice: in the agent's ledger, and as the scrapes a
+Prometheus would have taken, backfilled into a real Prometheus with `promtool tsdb create-blocks-from
+openmetrics`. The agent restarts at 30 minutes (10 s down) and two minutes of scrapes are missing, as
+happens in life. Both records are built once per session.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from gpulens.agent.clock import ManualClock
+
+from tests.conftest import make_agent
+from tests.tools import free_port, require_tool
+
+SCENARIO = str(Path(__file__).parent / "fleet.yaml")
+EPOCH = 1_767_225_600.0
+STEP = 5.0  # seconds between sampling cycles
+SCRAPE = 10.0  # seconds between scrapes
+RESTART_AT, RESTART_GAP = 1800.0, 10.0
+SCRAPE_GAP = (2400.0, 2520.0)
+END = 3600.0
+INSTANCE = "node-a:10906"
+# The series reports read; the rest of the exposition is not needed to test them.
+KEPT = ("gpulens_job_", "gpulens_gpu_allocation_info")
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    ledger: Path
+    openmetrics: Path
+    since: float
+    until: float
+
+
+class Scrapes:
+    """Collects the registry's samples at each scrape time, grouped by family and series for OpenMetrics."""
+
+    def __init__(self):
+        self.families: dict[str, tuple[str, dict[tuple, list[tuple[float, float]]]]] = {}
+
+    def scrape(self, registry, at: float) -> None:
+        for family in registry.collect():
+            if not family.name.startswith(KEPT) or family.type not in ("counter", "gauge"):
+                continue
+            _, series = self.families.setdefault(family.name, (family.type, {}))
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                key = (sample.name, tuple(sorted({**sample.labels, "instance": INSTANCE}.items())))
+                series.setdefault(key, []).append((at, sample.value))
+
+    def text(self) -> str:
+        lines = []
+        for name, (kind, series) in sorted(self.families.items()):
+            lines.append(f"# TYPE {name} {kind}")
+            for (sample, labels), points in sorted(series.items()):
+                rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+                lines += [f"{sample}{{{rendered}}} {value!r} {at:.3f}" for at, value in points]
+        return "\n".join(lines) + "\n# EOF\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def simulate(folder: Path) -> FleetRun:
+    ledger = folder / "ledger.sqlite"
+    scrapes = Scrapes()
+    first = make_agent(SCENARIO, ledger=str(ledger))
+    second = None
+    agent, now = first, 0.0
+    while now < END:
+        if now >= RESTART_AT and second is None:  # the first process dies without a clean shutdown
+            second = make_agent(SCENARIO, ledger=str(ledger), clock=ManualClock(start=RESTART_AT + RESTART_GAP))
+            agent, now = second, RESTART_AT + RESTART_GAP
+        agent.run(STEP, step=STEP)
+        now += STEP
+        if now % SCRAPE == 0 and not SCRAPE_GAP[0] <= now < SCRAPE_GAP[1]:
+            scrapes.scrape(agent.registry, EPOCH + now)
+    agent.accounting.ledger.close()
+    openmetrics = folder / "scrapes.om"
+    openmetrics.write_text(scrapes.text())
+    return FleetRun(ledger, openmetrics, EPOCH - 3600, EPOCH + END)
+
+
+@pytest.fixture(scope="session")
+def fleet_run(tmp_path_factory) -> FleetRun:
+    return simulate(tmp_path_factory.mktemp("fleet"))
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(fleet_run, tmp_path_factory):
+    """A real Prometheus over the backfilled scrapes; its URL."""
+    promtool = require_tool("promtool")
+    prometheus = require_tool("prometheus")
+    data = tmp_path_factory.mktemp("tsdb")
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(fleet_run.openmetrics), str(data)],
+                   check=True, capture_output=True, timeout=120)
+    config = data / "prometheus.yml"
+    config.write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
+    port = free_port()
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=100y",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                query = f"/api/v1/query?query=count(gpulens_job_start_timestamp_seconds)&time={fleet_run.until - 900}"
+                with urllib.request.urlopen(url + query, timeout=2) as response:
+                    if json.load(response)["data"]["result"]:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise AssertionError("Prometheus did not load the backfilled blocks")
+            time.sleep(0.3)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

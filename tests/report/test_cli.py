@@ -1,0 +1,157 @@
+"""`gpulens report` as a user meets it: every format, and every mistake answered in one line."""
+
+import csv
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from gpulens.report.cli import run
+from gpulens.report.machine import CSV_COLUMNS
+from tests.tools import free_port
+
+
+def window(fleet_run) -> tuple[str, ...]:
+    return ("--since", str(fleet_run.since), "--until", str(fleet_run.until))
+
+
+def fails(capsys, argv, status: int, *words: str) -> str:
+    assert run(argv) == status
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpulens report: "), captured.err
+    for word in words:
+        assert word in lines[0]
+    return lines[0]
+
+
+def test_json_is_complete(capsys, fleet_run):
+    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["schema"] == "gpulens.report/v1" and body["kind"] == "fleet" and body["by"] == "user"
+    for job in body["jobs"]:
+        assert {"kind", "id", "user", "start", "last_seen", "gpus", "state_seconds", "gpu_hours", "wasted_gpu_hours",
+                "busy_ratio", "sm_activity", "memory_peak_bytes", "energy_kwh", "mark", "top_tips", "tips"} <= set(job)
+        assert set(job["state_seconds"]) == {"free", "idle", "data_starved", "underutilized", "busy", "unknown"}
+    for group in body["groups"]:
+        assert group["wasted_gpu_hours"] <= group["gpu_hours"] + 1e-9
+
+
+def test_csv_has_one_row_per_job(capsys, fleet_run):
+    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 5 and tuple(rows[0]) == CSV_COLUMNS
+    assert rows[0]["id"] == "7001" and rows[0]["mark"] == "warning"
+    assert rows[-1]["mark"] == "short"
+    assert float(rows[0]["data_starved_gpu_hours"]) == pytest.approx(float(rows[0]["gpu_hours"]), rel=0.03)
+
+
+def self_contained(html: str) -> None:
+    assert html.startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html, re.I)
+    assert "@import" not in html and "url(" not in html and "<link" not in html.lower()
+
+
+def test_html_is_self_contained_with_charts(capsys, fleet_run, tmp_path):
+    page = tmp_path / "job.html"
+    assert run(["job", "7001", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "html",
+                "-o", str(page)]) == 0
+    html = page.read_text()
+    self_contained(html)
+    assert html.count("<svg") == 3  # state timeline, busy ratio, memory
+    assert "GPU state over time" in html and "data_starved" in html and "Add DataLoader workers" in html
+    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "html"]) == 0
+    html = capsys.readouterr().out
+    self_contained(html)
+    assert html.count("<svg") == 1 and 'class="warning"' in html and 'class="red"' in html
+
+
+def test_markdown_tables(capsys, fleet_run):
+    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "markdown",
+                "--by", "namespace"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# GPU usage by namespace")
+    assert "| namespace | jobs | GPU-hours |" in text
+    header = next(line for line in text.splitlines() if line.startswith("| job | owner |"))
+    rule = text.splitlines()[text.splitlines().index(header) + 1]
+    assert rule == "|" + "|".join("---" for _ in header.strip("|").split("|")) + "|"
+    assert "| notebook-bob-0 | bob |" in text
+
+
+def test_terminal_table(capsys, fleet_run, tmp_path):
+    out = tmp_path / "report.txt"
+    assert run(["job", "notebook-bob-0", "--ledger", str(fleet_run.ledger), *window(fleet_run), "-o", str(out)]) == 0
+    text = out.read_text()
+    assert "GPU usage of job 22222222-aaaa-4bbb-8ccc-000000000002" in text
+    assert "RED: kernels ran 0.0% of the time (below 15%)" in text
+    assert "Reclaim idle GPUs automatically" in text
+    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--min-duration", "1h"]) == 0
+    text = capsys.readouterr().out
+    assert "Shorter than 1h 0m: listed, not judged" in text and "notebook-bob-0" in text
+
+
+def test_unknown_job(capsys, fleet_run):
+    fails(capsys, ["job", "no-such-job", "--ledger", str(fleet_run.ledger), *window(fleet_run)], 1,
+          "no job 'no-such-job'", "gpulens report fleet")
+
+
+def test_empty_period(capsys, fleet_run):
+    fails(capsys, ["fleet", "--ledger", str(fleet_run.ledger), "--since", "2020-01-01", "--until", "2020-01-02"], 1,
+          "no jobs in", "widen --since")
+
+
+def test_prometheus_down(capsys):
+    fails(capsys, ["fleet", "--prometheus", f"http://127.0.0.1:{free_port()}"], 1, "cannot be reached",
+          "--prometheus")
+
+
+def test_agent_down(capsys):
+    fails(capsys, ["fleet", "--agent", f"127.0.0.1:{free_port()}"], 1, "cannot be reached", "--agent")
+
+
+@pytest.mark.parametrize("content", [b"", b"SQLite format 3\x00" + b"\x00" * 200, b"garbage" * 1000],
+                         ids=["empty", "truncated", "garbage"])
+def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, content):
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(content)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    line = fails(capsys, ["fleet", "--ledger", str(path)], 1, str(path))
+    assert "untouched" in line or "not a gpulens ledger" in line or "no jobs" in line
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_missing_ledger(capsys, tmp_path):
+    fails(capsys, ["fleet", "--ledger", str(tmp_path / "nothing.sqlite")], 1, "no such file", "--ledger")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["fleet", "--since", "last week", "--ledger", "x"], ("--since", "7d")),
+        (["fleet", "--until", "soon", "--ledger", "x"], ("--until",)),
+        (["fleet", "--since", "2026-01-02", "--until", "2026-01-01", "--ledger", "x"], ("must be before",)),
+        (["fleet", "--by", "team", "--ledger", "x"], ("--by", "--help")),
+        (["fleet", "--format", "pdf", "--ledger", "x"], ("--format",)),
+        (["fleet", "--min-duration", "long", "--ledger", "x"], ("--min-duration",)),
+        (["fleet", "--ledger", "x", "--prometheus", "http://p:9090"], ("--source",)),
+        (["fleet", "--source", "agent"], ("--agent URL",)),
+        (["fleet", "--source", "prometheus"], ("--prometheus URL",)),
+        (["job"], ("id",)),
+        ([], ("report job ID",)),
+    ],
+)
+def test_usage_mistakes_exit_2(capsys, argv, words):
+    fails(capsys, argv, 2, *words)
+
+
+def test_through_the_gpulens_command(fleet_run):
+    done = subprocess.run([sys.executable, "-m", "gpulens.cli", "report", "job", "nope", "--ledger",
+                           str(fleet_run.ledger)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1

@@ -1,0 +1,131 @@
+"""Reports from the three sources on one simulated hour: the ledger file, the agent over HTTP, and a real
+Prometheus backfilled with the same run's scrapes. They agree with each other and with the scenario.
+
+Tolerance between Prometheus and the ledger: 2% plus two scrape intervals per GPU (increase() extrapolates
+by up to half an interval at each end of a series, and the ledger misses the first cycle of each run).
+"""
+
+import json
+import threading
+
+import pytest
+from gpulens.agent.server import AgentApp, serve
+
+from gpulens.report.cli import run
+from tests.conftest import make_agent
+from tests.report.conftest import RESTART_GAP, SCENARIO, SCRAPE
+
+TRAIN = "11111111-aaaa-4bbb-8ccc-000000000001"
+NOTEBOOK = "22222222-aaaa-4bbb-8ccc-000000000002"
+GIB = 2**30
+
+
+def report(capsys, *argv) -> dict:
+    assert run(list(argv)) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def fleet(capsys, fleet_run, *source, by="user") -> dict:
+    return report(capsys, "fleet", *source, "--since", str(fleet_run.since), "--until", str(fleet_run.until),
+                  "--by", by, "--format", "json")
+
+
+def jobs_by_id(body: dict) -> dict:
+    return {j["id"]: j for j in [*body["jobs"], *body["short_jobs"]]}
+
+
+def test_the_ledger_report_tells_the_scenario(capsys, fleet_run):
+    body = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger))
+    jobs = jobs_by_id(body)
+    assert set(jobs) == {TRAIN, NOTEBOOK, "7001", "7002", "7003"}
+    # Worst first: the starved job wasted most, then the idle notebook and the small kernels (40 minutes
+    # each), and the healthy training job last.
+    order = [j["id"] for j in body["jobs"]]
+    assert order[0] == "7001" and set(order[1:3]) == {NOTEBOOK, "7003"} and order[3] == TRAIN
+    assert [j["id"] for j in body["short_jobs"]] == ["7002"]  # two minutes: listed apart
+    assert {j["id"]: j["mark"] for j in body["jobs"]} == {"7001": "warning", NOTEBOOK: "red", "7003": "ok",
+                                                          TRAIN: "ok"}
+    starved = jobs["7001"]
+    # Ran 0-3000 s; the agent was down 10 s of it.
+    assert starved["gpu_hours"] * 3600 == pytest.approx(3000 - RESTART_GAP, abs=10)
+    assert starved["state_seconds"]["data_starved"] / (starved["gpu_hours"] * 3600) > 0.97
+    assert starved["busy_ratio"] == pytest.approx(0.2, abs=0.01)
+    assert starved["data_wait_ratio"] == pytest.approx(0.72, abs=0.02)
+    assert starved["torch_reserved_peak_bytes"] == 28 * GIB and starved["memory_peak_bytes"] == 30 * GIB
+    assert starved["top_tips"][0] == "dataloader_workers"
+    train = jobs[TRAIN]
+    assert len(train["gpus"]) == 2 and train["gpu_hours"] * 3600 == pytest.approx(2 * (3000 - RESTART_GAP), abs=20)
+    assert train["state_seconds"]["busy"] == pytest.approx(train["gpu_hours"] * 3600)
+    # ~613 W per GPU (idle 70 W + 97% of the way to 630 W), two GPUs, 2990 s.
+    assert train["energy_kwh"] == pytest.approx(2 * 613 * 2990 / 3.6e6, rel=0.03)
+    assert jobs[NOTEBOOK]["state_seconds"]["idle"] == pytest.approx(2400 - RESTART_GAP, abs=10)
+    assert jobs["7003"]["state_seconds"]["underutilized"] / (jobs["7003"]["gpu_hours"] * 3600) > 0.95
+    groups = {g["key"]: g for g in body["groups"]}
+    assert list(groups)[0] == "carol" and list(groups)[-2:] == ["dave", "alice"]
+    assert body["total"]["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in jobs.values()))
+    by_namespace = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="namespace")
+    assert {g["key"]: g["jobs"] for g in by_namespace["groups"]} == {"(none)": 3, "research": 1, "vision": 1}
+    by_model = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="model")
+    assert [g["key"] for g in by_model["groups"]] == ["NVIDIA H100 80GB HBM3"]
+
+
+@pytest.mark.slow
+def test_prometheus_agrees_with_the_ledger(capsys, fleet_run, prometheus_url):
+    ledger = jobs_by_id(fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger)))
+    prometheus = jobs_by_id(fleet(capsys, fleet_run, "--prometheus", prometheus_url))
+    assert set(prometheus) == set(ledger)
+    for job_id, want in ledger.items():
+        got = prometheus[job_id]
+        slack = 2 * SCRAPE * len(want["gpus"])
+        assert got["gpus"] == want["gpus"] and got["user"] == want["user"] and got["mark"] == want["mark"]
+        for state, seconds in want["state_seconds"].items():
+            assert got["state_seconds"][state] == pytest.approx(seconds, rel=0.02, abs=slack), (job_id, state)
+        assert got["gpu_hours"] * 3600 == pytest.approx(want["gpu_hours"] * 3600, rel=0.02, abs=slack)
+        assert got["busy_ratio"] == pytest.approx(want["busy_ratio"], abs=0.03)
+        assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=0.02, abs=slack * 700 / 3.6e6)
+        assert got["memory_peak_bytes"] == want["memory_peak_bytes"]
+        assert got["torch_reserved_peak_bytes"] == want["torch_reserved_peak_bytes"]
+        assert got["start"] == pytest.approx(want["start"], abs=SCRAPE)
+        assert got["last_seen"] == pytest.approx(want["last_seen"], abs=SCRAPE)
+        if want["data_wait_ratio"] is not None:
+            assert got["data_wait_ratio"] == pytest.approx(want["data_wait_ratio"], abs=0.02)
+        assert got["top_tips"][:1] == want["top_tips"][:1]
+
+
+@pytest.mark.slow
+def test_one_job_from_prometheus_and_from_the_ledger(capsys, fleet_run, prometheus_url):
+    window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until), "--format", "json")
+    from_ledger = report(capsys, "job", "train-a-0", "--ledger", str(fleet_run.ledger), *window)["job"]
+    from_prometheus = report(capsys, "job", "train-a-0", "--prometheus", prometheus_url, *window)["job"]
+    assert from_ledger["id"] == from_prometheus["id"] == TRAIN
+    # The totals come from counters, which span the two minutes without scrapes; a timeline point needs
+    # scrapes inside its own minute, so Prometheus's timeline misses those two minutes (4% of the job).
+    for body, missing in ((from_ledger, 0.0), (from_prometheus, 2 * 120.0)):
+        timeline = body["timeline"]
+        assert len(timeline) >= 45  # one point a minute for 50 minutes
+        held = sum(sum(p["state_seconds"].values()) for p in timeline)
+        assert held == pytest.approx(body["gpu_hours"] * 3600 - missing, rel=0.02)
+        assert max(p["memory_peak_bytes"] for p in timeline) == 70 * GIB
+
+
+def test_the_agent_endpoint_gives_the_ledger_report(capsys, tmp_path):
+    agent = make_agent(SCENARIO, ledger=str(tmp_path / "ledger.sqlite"))
+    agent.run(900, step=5)
+    app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
+    server = serve(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        until = agent.sampler.clock.time()
+        window = ("--since", str(until - 3600), "--until", str(until), "--format", "json")
+        url = f"http://127.0.0.1:{server.server_port}/metrics"  # any agent URL works, /metrics included
+        over_http = report(capsys, "fleet", "--agent", url, *window)
+        from_file = report(capsys, "fleet", "--ledger", str(tmp_path / "ledger.sqlite"), *window)
+        one = report(capsys, "job", "notebook-bob-0", "--agent", url, *window)["job"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert jobs_by_id(over_http).keys() == jobs_by_id(from_file).keys()
+    for job_id, job in jobs_by_id(over_http).items():
+        assert job["state_seconds"] == pytest.approx(jobs_by_id(from_file)[job_id]["state_seconds"])
+    assert one["id"] == NOTEBOOK and one["running"] and len(one["timeline"]) >= 14

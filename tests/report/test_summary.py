@@ -1,0 +1,80 @@
+"""Judging and adding up jobs, without any source: jobstats' marks, merging nodes, groups, progress."""
+
+import pytest
+
+from gpulens import thresholds as t
+from gpulens.report.progress import SHOW_AFTER_SECONDS, Progress
+from gpulens.report.summary import flag, fleet_report, job_report
+from gpulens.usage import JobRecord, TimelinePoint, TipUse, merge
+
+
+def job(job_id="1", busy=0.5, seconds=3600.0, gpus=1, **fields) -> JobRecord:
+    held = seconds * gpus
+    return JobRecord("slurm", job_id, start=0.0, last_seen=seconds, gpus=tuple(f"GPU-{i}" for i in range(gpus)),
+                     state_seconds={"busy": held * busy, "idle": held * (1 - busy)}, busy_seconds=held * busy,
+                     sampled_seconds=held, **fields)
+
+
+@pytest.mark.parametrize(("busy", "mark"), [(0.0, "red"), (t.REPORT_BUSY_RED - 0.01, "red"),
+                                             (t.REPORT_BUSY_RED, "warning"), (t.REPORT_BUSY_WARN - 0.01, "warning"),
+                                             (t.REPORT_BUSY_WARN, "ok"), (0.99, "ok")])
+def test_jobstats_marks(busy, mark):
+    assert flag(job(busy=busy)) == mark
+
+
+def test_short_and_sampleless_jobs_are_not_judged():
+    assert flag(job(seconds=t.REPORT_MIN_JOB_SECONDS - 1, busy=0.0)) == "short"
+    assert flag(job(seconds=600, busy=0.0), min_duration=900) == "short"
+    no_samples = JobRecord("slurm", "2", start=0, last_seen=3600, state_seconds={"unknown": 3600})
+    assert flag(no_samples) == "no_data"
+
+
+def test_a_job_on_two_nodes_adds_up():
+    a = job(busy=0.9, nodes=("n1",), energy_joules=100.0, memory_peak_bytes=5, memory_capacity_bytes=10,
+            tips={"mixed_precision": TipUse(10.0, "on n1")},
+            timeline=(TimelinePoint(0.0, {"busy": 60.0}, 54.0, 60.0, 5),))
+    b = job(busy=0.1, nodes=("n2",), energy_joules=50.0, memory_peak_bytes=8, memory_capacity_bytes=10,
+            tips={"mixed_precision": TipUse(5.0, "on n2"), "release_idle_gpu": TipUse(1.0)},
+            timeline=(TimelinePoint(0.0, {"idle": 60.0}, 6.0, 60.0, 8), TimelinePoint(60.0, {"idle": 60.0})))
+    both = job_report([a, b], "test", 300.0)
+    r = both.record
+    assert r.nodes == ("n1", "n2") and both.runs == 2
+    assert r.busy_ratio == pytest.approx(0.5) and r.energy_joules == 150.0 and r.memory_peak_bytes == 8
+    assert r.tips["mixed_precision"].seconds == 15.0 and r.top_tips(1)[0][0] == "mixed_precision"
+    assert [p.t for p in r.timeline] == [0.0, 60.0] and r.timeline[0].busy_seconds == 60.0
+    assert merge(b, a).state_seconds == r.state_seconds
+
+
+def test_groups_and_worst_offenders():
+    records = [job("a", busy=0.8, user="ann", gpus=8), job("b", busy=0.1, user="ben"),
+               job("c", busy=0.5, user="ann", gpus=2), job("d", busy=0.0, user="cy", seconds=60)]
+    report = fleet_report(records, "user", 0.0, 3600.0, 300.0, "test")
+    assert [r.id for r, _ in report.jobs] == ["a", "c", "b"]  # 8 GPUs 20% idle waste the most
+    assert [r.id for r in report.short] == ["d"]
+    assert [g.key for g in report.groups] == ["ann", "ben", "cy"]
+    ann = report.groups[0]
+    assert ann.jobs == 2 and ann.total.gpu_seconds == pytest.approx(10 * 3600)
+    assert ann.worst == ("a", "c")
+    assert report.total.total.gpu_seconds == pytest.approx(11 * 3600 + 60)
+    with pytest.raises(ValueError, match="team"):
+        fleet_report(records, "team", 0.0, 1.0, 300.0, "test")
+
+
+def test_round_trip_through_json():
+    record = job(tips={"pin_memory": TipUse(3.0, "Pin it.")}, timeline=(TimelinePoint(0.0, {"busy": 1.0}),),
+                 models=("NVIDIA H100 80GB HBM3",))
+    assert JobRecord.from_dict(record.to_dict()) == record
+    with pytest.raises(ValueError, match="not a job record"):
+        JobRecord.from_dict({"kind": "slurm"})
+
+
+def test_progress_shows_only_when_slow():
+    now = [0.0]
+    quick = Progress(enabled=True, clock=lambda: now[0])
+    quick("reading")
+    assert not quick.shown
+    now[0] = SHOW_AFTER_SECONDS + 0.1
+    quick("still reading")
+    assert quick.shown and quick.steps == 2
+    quick.close()
+    assert not Progress(enabled=False, clock=lambda: 10.0).shown
