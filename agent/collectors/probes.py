@@ -1,0 +1,187 @@
+"""Probe kernels on a schedule: each free GPU measured every `--probes.interval`, in a child process.
+
+Off by default (`--collector.probes`). `read()` runs in the sampler and never waits for a probe: when a
+GPU is due and no process holds it, it starts the child (`python -m gpulens.probes`, which imports
+torch; the agent never does) in a background thread, one GPU at a time for the whole node, and returns
+the runs finished so far. The child checks again that the GPU is free and stops at once if a job
+arrives. Each GPU keeps its last `history` runs; the metrics show the latest.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpulens.agent.clock import SystemClock
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.processes import read_processes
+from gpulens.probes.child import ChildRunner, ProbeRequest, failed
+from gpulens.probes.results import BANDWIDTH, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
+from prometheus_client.core import GaugeMetricFamily
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = 6 * 3600.0  # seconds
+DEFAULT_JITTER = 600.0  # seconds; spreads a fleet's agents (and their first probes) apart
+DEFAULT_HISTORY = 10  # runs kept per GPU
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    finished: float  # seconds since the epoch, on the agent's clock
+    report: GpuReport
+
+
+@dataclass(frozen=True)
+class ProbesReading:
+    """One GPU's probe history as of this cycle, oldest run first."""
+
+    runs: tuple[ProbeRun, ...]
+    running: bool  # a probe child works on this GPU now
+    next_due: float  # the sampler clock's monotonic seconds
+
+    @property
+    def latest(self) -> ProbeRun | None:
+        return self.runs[-1] if self.runs else None
+
+
+def _thread(work: Callable[[], None]) -> None:
+    threading.Thread(target=work, name="gpulens-probe", daemon=True).start()
+
+
+class ProbesCollector(Collector):
+    name = "probes"
+    default_enabled = False  # runs kernels on the GPUs: an operator opts in
+    description = "probe kernels (copies, matmuls) on free GPUs on a schedule, in a child process"
+
+    def __init__(
+        self,
+        runner: Callable[[ProbeRequest], GpuReport] | None = None,
+        interval: float = DEFAULT_INTERVAL,
+        jitter: float = DEFAULT_JITTER,
+        history: int = DEFAULT_HISTORY,
+        clock: Any = None,
+        rng: random.Random | None = None,
+        start: Callable[[Callable[[], None]], None] = _thread,
+    ):
+        self._runner = runner or ChildRunner()
+        self._interval = interval
+        self._jitter = jitter
+        self._clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._start = start  # tests run the work inline
+        self._lock = threading.Lock()
+        self._running: str | None = None  # the UUID being probed; one probe at a time on the node
+        self._history: dict[str, deque[ProbeRun]] = {}
+        self._keep = history
+
+    @property
+    def interval(self) -> float:
+        return self._interval
+
+    @property
+    def runner(self) -> Callable[[ProbeRequest], GpuReport]:
+        return self._runner
+
+    def read(self, nvml, gpu: GpuContext) -> ProbesReading:
+        state = gpu.state
+        if "due" not in state:
+            state["due"] = gpu.now + self._rng.uniform(0.0, self._jitter)
+        if gpu.now >= state["due"] and self._idle() and self._free(nvml, gpu):
+            state["due"] = gpu.now + self._interval + self._rng.uniform(0.0, self._jitter)
+            self._launch(ProbeRequest(index=gpu.index, uuid=gpu.uuid, name="", at=gpu.now))
+        with self._lock:
+            runs = tuple(self._history.get(gpu.uuid, ()))
+            running = self._running == gpu.uuid
+        return ProbesReading(runs=runs, running=running, next_due=state["due"])
+
+    def _idle(self) -> bool:
+        with self._lock:
+            return self._running is None
+
+    @staticmethod
+    def _free(nvml, gpu: GpuContext) -> bool:
+        processes = read_processes(nvml, gpu)
+        return processes is not None and not processes.processes
+
+    def _launch(self, request: ProbeRequest) -> None:
+        with self._lock:
+            self._running = request.uuid
+        log.info("probing GPU %d (%s)", request.index, request.uuid)
+
+        def work() -> None:
+            try:
+                report = self._runner(request)
+            except Exception as error:  # noqa: BLE001 - a broken runner must not stop future probes
+                log.exception("the probe runner failed on GPU %s", request.uuid)
+                report = failed(request, ERROR, str(error))
+            level = logging.WARNING if report.status in (ERROR, TIMEOUT, WRONG) else logging.INFO
+            log.log(level, "probe of GPU %d: %s %s", request.index, report.status, report.detail)
+            with self._lock:
+                self._history.setdefault(request.uuid, deque(maxlen=self._keep)).append(
+                    ProbeRun(finished=self._clock.time(), report=report))
+                self._running = None
+
+        self._start(work)
+
+    def metrics(self, snapshot, interval):
+        latest = [(gpu, r.latest) for gpu, r in readings(snapshot.gpus, self.name) if r.latest is not None]
+        bandwidth = GaugeMetricFamily(
+            "gpulens_probe_bandwidth_bytes_per_second",
+            "Copy bandwidth the latest probe measured, bytes/s (median of its repeats). direction d2d counts bytes "
+            "read plus written; h2d, d2h and p2p count each byte once.",
+            labels=(*GPU_LABELS, "direction", "memory"))
+        bandwidth_ratio = GaugeMetricFamily(
+            "gpulens_probe_bandwidth_peak_ratio",
+            "Probe bandwidth as a fraction of the datasheet peak: memory bandwidth for d2d, the PCIe link at its "
+            "maximum generation and width for h2d and d2h (0-1).",
+            labels=(*GPU_LABELS, "direction", "memory"))
+        matmul = GaugeMetricFamily(
+            "gpulens_probe_matmul_flops_per_second",
+            "Matrix-multiply throughput the latest probe measured, FLOP/s (2 n^3 per n x n product, median).",
+            labels=(*GPU_LABELS, "dtype"))
+        matmul_ratio = GaugeMetricFamily(
+            "gpulens_probe_matmul_peak_ratio",
+            "Probe matmul throughput as a fraction of the dense datasheet peak for its dtype (0-1).",
+            labels=(*GPU_LABELS, "dtype"))
+        correct = GaugeMetricFamily(
+            "gpulens_probe_correct",
+            "1 if the latest probe's output was right (each matmul product against float64 on a slice, each "
+            "copy against its source), 0 if not: the GPU computes or moves data wrong. One series per probe run.",
+            labels=(*GPU_LABELS, "probe"))
+        for gpu, run in latest:
+            for result in run.report.results:
+                if result.value is not None or result.status == WRONG:
+                    correct.add_metric((*gpu.labels, result.name), int(result.status != WRONG))
+                if result.value is None:
+                    continue
+                if result.kind == BANDWIDTH:
+                    labels = (*gpu.labels, result.direction, result.memory)
+                    bandwidth.add_metric(labels, result.value)
+                    if result.peak_ratio is not None:
+                        bandwidth_ratio.add_metric(labels, result.peak_ratio)
+                elif result.kind == MATMUL:
+                    labels = (*gpu.labels, result.dtype)
+                    matmul.add_metric(labels, result.value)
+                    if result.peak_ratio is not None:
+                        matmul_ratio.add_metric(labels, result.peak_ratio)
+        yield from (bandwidth, bandwidth_ratio, matmul, matmul_ratio, correct)
+        yield gpu_gauge("gpulens_probe_last_run_timestamp_seconds",
+                        "When the latest probe of the GPU ended, seconds since the epoch.",
+                        latest, lambda run: run.finished)
+        yield gpu_gauge("gpulens_probe_success",
+                        "1 if the latest probe ran every kernel and every result was correct (slow counts: the "
+                        "ratios say how slow); 0 if it was refused, aborted, ran out of time, failed or was wrong.",
+                        latest, lambda run: int(run.report.status in (OK, SLOW)))
+        yield gpu_gauge("gpulens_probe_duration_seconds", "How long the latest probe took, wall-clock seconds.",
+                        latest, lambda run: run.report.seconds)
+
+
+def scheduled(interval: float, jitter: float, simulate: str | None, clock: Any) -> ProbesCollector:
+    """Return the collector the agent runs: real probe children, or simulated ones on a simulated node."""
+    return ProbesCollector(runner=ChildRunner(simulate=simulate), interval=interval, jitter=jitter, clock=clock)

@@ -1,0 +1,307 @@
+"""`gpulens probe` (also `python -m gpulens.probes`): measure the local GPUs and judge them.
+
+On GPUs it enumerates them through NVML (the agent's adapter), refuses any a process holds, and runs
+the kernels in this process, one GPU after the other. `--device cpu` runs the same kernels on the CPU
+at small sizes; `--simulate SCENARIO` answers from a simulated node without torch or a GPU (the agent
+runs that way under `gpulens agent --simulate`). torch is imported only on the paths that run kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TextIO
+
+from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
+from gpulens.probes.table import Progress, render
+
+from gpulens import thresholds
+
+EXIT_OK = 0
+EXIT_SLOW = 1
+EXIT_USAGE = 2
+EXIT_WRONG = 3
+EXIT_UNPROBED = 4
+
+EPILOG = f"""exit status:
+  0  every GPU probed, every judged result at or above --min-peak-ratio
+  1  a judged result (device copy, pinned host copy, matmul) is below --min-peak-ratio of its peak
+  2  a mistake on the command line
+  3  a result is WRONG: a product differs from its float64 reference or a copy from its source
+     (takes precedence over 1 and 4)
+  4  a GPU could not be probed: in use, a process appeared mid-probe, out of time, a failure, or no GPU
+
+Judged results are the device copy, pinned host copies and the matmuls; pageable and peer copies are
+reported but not judged. Default threshold {thresholds.PROBE_MIN_PEAK_RATIO:g} (gpulens/thresholds.py).
+"""
+
+
+class UsageError(ValueError):
+    """A command-line mistake; the message is one line with the fix."""
+
+
+class Unavailable(RuntimeError):
+    """Nothing can be probed here (no driver, no GPU); the message says what to do instead."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise UsageError(f"{message} (see 'gpulens probe --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpulens probe", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+                description="Measure each free local GPU (copies and matmuls) against its datasheet.")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cuda: every free local GPU (default); cpu: the same kernels on the CPU, small sizes")
+    p.add_argument("--gpu", metavar="LIST", help="only these GPUs: NVML indexes or UUIDs, comma-separated")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON instead of a table")
+    p.add_argument("--min-peak-ratio", type=float, metavar="R", default=thresholds.PROBE_MIN_PEAK_RATIO,
+                   help=f"a judged result below R x its peak exits 1 (default {thresholds.PROBE_MIN_PEAK_RATIO:g})")
+    p.add_argument("--time-budget", metavar="DURATION", default="60s",
+                   help="stop probing a GPU after this long (default 60s)")
+    p.add_argument("--memory-fraction", type=float, metavar="F", default=0.5,
+                   help="use at most F of the memory free at start, on the device and on the host (default 0.5)")
+    p.add_argument("--matmul-size", type=int, metavar="N", help="n of the n x n x n products (default 8192, CPU 512)")
+    p.add_argument("--copy-mib", type=int, metavar="MIB",
+                   help="MiB per copy buffer (default 256, CPU 32)")
+    p.add_argument("--repeats", type=int, metavar="N", help="timed repeats per probe; the median counts (default 10)")
+    p.add_argument("--no-peer", dest="peer", action="store_false", help="skip the GPU-to-GPU copy")
+    p.add_argument("--simulate", metavar="SCENARIO",
+                   help="probe a simulated node (a built-in scenario or a YAML file): no torch, no GPU")
+    p.add_argument("--simulate-time", type=float, metavar="SECONDS", default=0.0,
+                   help="with --simulate, the scenario time at which the probe starts (default 0)")
+    return p
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """Return the validated options; raise UsageError naming the bad one."""
+    from gpulens.agent.config import ConfigError, parse_duration
+
+    options = build_parser().parse_args(list(argv))
+    try:
+        options.time_budget = parse_duration(options.time_budget, "--time-budget")
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+    checks = (
+        (0 <= options.min_peak_ratio <= 1, "--min-peak-ratio must be between 0 and 1, e.g. 0.5"),
+        (1 <= options.time_budget <= 3600, "--time-budget must be between 1s and 1h"),
+        (0 < options.memory_fraction <= 1, "--memory-fraction must be above 0 and at most 1, e.g. 0.5"),
+        (options.matmul_size is None or 64 <= options.matmul_size <= 65536, "--matmul-size must be 64 to 65536"),
+        (options.copy_mib is None or 1 <= options.copy_mib <= 65536, "--copy-mib must be 1 to 65536"),
+        (options.repeats is None or 1 <= options.repeats <= 1000, "--repeats must be 1 to 1000"),
+        (not (options.simulate and options.device == "cpu"), "--simulate and --device cpu exclude each other; "
+                                                            "pick one"),
+        (options.simulate_time >= 0, "--simulate-time must be 0 or more seconds"),
+        (not options.simulate_time or options.simulate, "--simulate-time applies to --simulate; add it or drop "
+                                                         "--simulate-time"),
+        (not (options.gpu and options.device == "cpu"), "--gpu chooses GPUs; drop it with --device cpu"),
+    )
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+    return options
+
+
+def main(argv: Sequence[str] | None = None, *, multiply: Callable | None = None, library: Any = None,
+         memory: Callable | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run `gpulens probe`; return the exit status. `multiply`, `library` (a pynvml-compatible NVML) and
+    `memory` (free bytes) replace the real ones, for tests."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    try:
+        options = parse(sys.argv[1:] if argv is None else argv)
+        progress = Progress(stderr)
+        if options.simulate:
+            reports = _simulated(options)
+        elif options.device == "cpu":
+            reports = _cpu(options, multiply, memory, progress)
+        else:
+            reports = _gpus(options, multiply, library, memory, progress)
+    except UsageError as error:
+        print(f"gpulens probe: {error}", file=stderr)
+        return EXIT_USAGE
+    except Unavailable as error:
+        print(f"gpulens probe: {error}", file=stderr)
+        return EXIT_UNPROBED
+    if options.json:
+        json.dump({"min_peak_ratio": options.min_peak_ratio, "reports": [r.to_dict() for r in reports]}, stdout,
+                  indent=1)
+        stdout.write("\n")
+    else:
+        stdout.write(render(reports, options.min_peak_ratio))
+    return exit_status(reports)
+
+
+def exit_status(reports: Sequence[GpuReport]) -> int:
+    """Return the exit status for these reports (see EPILOG)."""
+    statuses = {r.status for r in reports}
+    if WRONG in statuses:
+        return EXIT_WRONG
+    if SLOW in statuses:
+        return EXIT_SLOW
+    if not reports or statuses - {OK}:
+        return EXIT_UNPROBED
+    return EXIT_OK
+
+
+def _settings(options, device: str):
+    from gpulens.probes.plan import CPU_PLAN, GPU_PLAN, MIB
+    from gpulens.probes.runner import Settings
+
+    plan = GPU_PLAN if device == "cuda" else CPU_PLAN
+    if options.matmul_size:
+        plan = replace(plan, matmul_n=options.matmul_size)
+    if options.copy_mib:
+        plan = replace(plan, copy_bytes=options.copy_mib * MIB, host_bytes=options.copy_mib * MIB)
+    if options.repeats:
+        plan = replace(plan, repeats=options.repeats)
+    return Settings(min_peak_ratio=options.min_peak_ratio, time_budget=options.time_budget,
+                    memory_fraction=options.memory_fraction, plan=plan, peer=options.peer)
+
+
+def _run_kwargs(multiply, memory, progress: Progress, label: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"progress": lambda done, total, step: progress.update(label, done, total, step)}
+    if multiply is not None:
+        kwargs["multiply"] = multiply
+    if memory is not None:
+        kwargs["memory"] = memory
+    return kwargs
+
+
+def _runner():
+    """Return the runner module, which imports torch; raise Unavailable without torch."""
+    try:
+        from gpulens.probes import runner
+    except ImportError as error:
+        raise Unavailable(f"the probes need torch ({error}); install it with pip install 'gpulens[probes]'") from None
+    return runner
+
+
+def _cpu(options, multiply, memory, progress: Progress) -> list[GpuReport]:
+    from gpulens.probes.safety import Budget, NoGuard
+
+    runner = _runner()
+
+    settings = _settings(options, "cpu")
+    try:
+        return [runner.run(runner.cpu_target(), settings, NoGuard(), Budget(settings.time_budget),
+                           **_run_kwargs(multiply, memory, progress, "cpu"))]
+    finally:
+        progress.close()
+
+
+def _simulated(options) -> list[GpuReport]:
+    from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
+    from gpulens.probes import simulated
+
+    try:
+        scenario = load_scenario(options.simulate)
+    except ScenarioError as error:
+        raise UsageError(str(error)) from None
+    gpus = [(str(g.index), g.uuid) for g in scenario.gpus]
+    return [simulated.run(scenario, int(index), options.simulate_time, options.min_peak_ratio, options.time_budget)
+            for index, _ in _select(gpus, options.gpu)]
+
+
+def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, str]]:
+    """Return the (index, uuid) pairs `wanted` names (all when None); raise UsageError for an unknown one."""
+    if not wanted:
+        return gpus
+    chosen = []
+    for item in (w.strip() for w in wanted.split(",") if w.strip()):
+        match = [g for g in gpus if item in g]
+        if not match:
+            known = ", ".join(i for i, _ in gpus) or "none"
+            raise UsageError(f"--gpu {item}: no such GPU; indexes here: {known} (or give a UUID)")
+        chosen += [g for g in match if g not in chosen]
+    return chosen
+
+
+def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuReport]:
+    from gpulens.agent.nvml import GpuLost, Nvml, NvmlCallError, NvmlDown, load_real_library
+
+    nvml = Nvml(library if library is not None else load_real_library())
+    try:
+        nvml.init()
+    except NvmlDown as error:
+        raise Unavailable(f"no NVIDIA driver answers here ({error}); 'gpulens probe --device cpu' runs the "
+                          "probes on the CPU instead") from None
+    try:
+        try:
+            handles = {str(i): nvml.handle(i) for i in range(nvml.device_count())}
+            identities = {index: nvml.identity(h, int(index)) for index, h in handles.items()}
+        except (GpuLost, NvmlCallError, NvmlDown) as error:
+            raise Unavailable(f"NVML could not list the GPUs ({error}); check 'nvidia-smi'") from None
+        if not identities:
+            raise Unavailable("NVML lists no GPU here; 'gpulens probe --device cpu' runs the probes on the CPU")
+        chosen = _select([(i, ident.uuid) for i, ident in identities.items()], options.gpu)
+        return _probe_each(options, nvml, handles, identities, [i for i, _ in chosen], multiply, memory, progress)
+    finally:
+        nvml.shutdown()
+
+
+def _probe_each(options, nvml, handles, identities, chosen: list[str], multiply, memory,
+                progress: Progress) -> list[GpuReport]:
+    import time
+
+    from gpulens.probes.safety import Budget, Guard
+
+    runner = _runner()
+    import torch
+
+    settings = _settings(options, "cuda")
+    cuda = _cuda_indexes(torch)
+    reports = []
+    for index in chosen:
+        ident = identities[index]
+        if ident.mig_mode == "enabled":
+            reports.append(_unprobed(ident, "MIG is enabled: probes measure whole GPUs; run them with MIG off"))
+            continue
+        if ident.uuid not in cuda:
+            reports.append(_unprobed(ident, "CUDA does not see this GPU (check CUDA_VISIBLE_DEVICES)"))
+            continue
+        peer = _free_peer(nvml, handles, identities, chosen, index, cuda) if settings.peer else None
+        link = nvml.pcie_link(handles[index])
+        target = runner.Target(gpu=index, uuid=ident.uuid, name=ident.name, device=f"cuda:{cuda[ident.uuid]}",
+                               peer=f"cuda:{cuda[identities[peer].uuid]}" if peer else None,
+                               pcie_generation=link["max_generation"], pcie_width=link["max_width"])
+        watched = {index: handles[index], **({peer: handles[peer]} if peer else {})}
+        try:
+            reports.append(runner.run(target, settings, Guard(nvml, watched), Budget(settings.time_budget),
+                                      wall=time.time, **_run_kwargs(multiply, memory, progress, f"gpu {index}")))
+        finally:
+            progress.close()
+    return reports
+
+
+def _cuda_indexes(torch) -> dict[str, int]:
+    """Return CUDA's device index for each GPU UUID; CUDA's order may differ from NVML's."""
+    out = {}
+    for i in range(torch.cuda.device_count()):
+        uuid = str(torch.cuda.get_device_properties(i).uuid)
+        out[uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"] = i
+    return out
+
+
+def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: dict[str, int]) -> str | None:
+    """Return the next chosen GPU after `index` that no process holds now, for the peer copy, or None."""
+    order = chosen[chosen.index(index) + 1:] + chosen[:chosen.index(index)]
+    for other in order:
+        ident = identities[other]
+        if ident.uuid not in cuda or ident.mig_mode == "enabled":
+            continue
+        processes = nvml.processes(handles[other])
+        # This process may already hold a context there, from probing that GPU before.
+        if processes is not None and all(p.pid == os.getpid() for p in processes):
+            return other
+    return None
+
+
+def _unprobed(ident, detail: str) -> GpuReport:
+    return GpuReport(gpu=str(ident.index), uuid=ident.uuid, name=ident.name, spec="", device="", status=ERROR,
+                     detail=detail, started=0.0, seconds=0.0)

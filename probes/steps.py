@@ -1,0 +1,36 @@
+"""The probes of one run, in the order they run, and the record of one that did not run. No torch here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpulens.probes.results import BANDWIDTH, BYTES_PER_SECOND, FLOPS, MATMUL, SKIPPED, ProbeResult
+from gpulens.probes.specs import MATMUL_DTYPES
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # "d2d", "h2d_pinned", "matmul_bf16", ...
+    kind: str  # BANDWIDTH or MATMUL
+    direction: str = ""
+    memory: str = ""
+    dtype: str = ""
+
+
+def steps(dtypes: tuple[str, ...] = MATMUL_DTYPES, peer: bool = False) -> list[Step]:
+    """Return the probes of one run, cheap to expensive: copies, then matmuls."""
+    out = [Step("d2d", BANDWIDTH, "d2d", "device")]
+    for direction in ("h2d", "d2h"):
+        for memory in ("pinned", "pageable"):
+            out.append(Step(f"{direction}_{memory}", BANDWIDTH, direction, memory))
+    if peer:
+        out.append(Step("p2p", BANDWIDTH, "p2p", "device"))
+    out += [Step(f"matmul_{d}", MATMUL, dtype=d) for d in dtypes]
+    return out
+
+
+def skipped(step: Step, why: str) -> ProbeResult:
+    """Return the result of a probe that did not run, and why."""
+    return ProbeResult(kind=step.kind, name=step.name, direction=step.direction, memory=step.memory, dtype=step.dtype,
+                       value=None, unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS, peak=None,
+                       peak_ratio=None, status=SKIPPED, detail=why)

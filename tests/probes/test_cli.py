@@ -1,0 +1,143 @@
+"""`gpulens probe`: tables and JSON, one-line mistakes, and exit statuses that a script can act on."""
+
+import io
+import json
+
+import pytest
+import torch
+from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.simulator.scenario import load_scenario
+from gpulens.probes import cli
+from gpulens.probes.table import Progress, human
+
+from gpulens.cli import main as gpulens_main
+
+from .helpers import plenty
+
+TINY = ["--device", "cpu", "--matmul-size", "128", "--copy-mib", "4", "--repeats", "2"]
+
+
+def probe(*argv, **kwargs):
+    out, err = io.StringIO(), io.StringIO()
+    status = cli.main(list(argv), stdout=out, stderr=err, **kwargs)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_cpu_run_prints_a_table_with_the_conventions_and_exits_0():
+    status, out, err = probe(*TINY, memory=plenty)
+    assert status == cli.EXIT_OK and err == ""
+    assert out.startswith("GPU cpu  CPU (")
+    assert "matmul fp32" in out and "pinned host memory needs CUDA" in out
+    assert "Device copies count bytes read plus bytes written" in out
+
+
+def test_json_carries_every_result_in_base_units():
+    status, out, _ = probe(*TINY, "--json", memory=plenty)
+    data = json.loads(out)
+    assert status == 0 and data["min_peak_ratio"] == 0.5
+    (report,) = data["reports"]
+    results = {r["name"]: r for r in report["results"]}
+    assert results["d2d"]["unit"] == "bytes/s" and results["d2d"]["value"] > 0
+    assert results["matmul_bf16"]["unit"] == "FLOP/s" and results["matmul_bf16"]["size"] == 128
+
+
+def test_a_wrong_matmul_exits_3_and_says_which():
+    status, out, _ = probe(*TINY, memory=plenty, multiply=lambda a, b: torch.matmul(b, a))
+    assert status == cli.EXIT_WRONG == 3
+    assert "wrong" in out and "against float64" in out
+
+
+def test_help_documents_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert "3  a result is WRONG" in text and "1  a judged result" in text and "--min-peak-ratio" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--min-peak-ratio", "2"], "--min-peak-ratio must be between 0 and 1"),
+    (["--time-budget", "soon"], "--time-budget: 'soon' is not a duration"),
+    (["--memory-fraction", "0"], "--memory-fraction must be above 0"),
+    (["--simulate", "probes", "--device", "cpu"], "--simulate and --device cpu exclude each other"),
+    (["--simulate", "nosuch"], "scenario 'nosuch': no such file"),
+    (["--simulate", "probes", "--gpu", "9"], "--gpu 9: no such GPU; indexes here: 0, 1, 2, 3, 4, 5, 6, 7"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--device", "cpu", "--gpu", "0"], "--gpu chooses GPUs; drop it with --device cpu"),
+    (["--simulate-time", "5"], "--simulate-time applies to --simulate"),
+])
+def test_mistakes_are_one_line_and_exit_2(argv, message):
+    status, out, err = probe(*argv)
+    assert status == cli.EXIT_USAGE and out == ""
+    assert err.startswith("gpulens probe: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("gpu, expected", [
+    ("0", cli.EXIT_OK), ("3", cli.EXIT_SLOW), ("4", cli.EXIT_WRONG), ("5", cli.EXIT_UNPROBED),
+    ("7", cli.EXIT_UNPROBED), ("0,3,4,5", cli.EXIT_WRONG), ("0,3,7", cli.EXIT_SLOW),
+])
+def test_exit_status_on_a_simulated_node(gpu, expected):
+    assert probe("--simulate", "probes", "--gpu", gpu)[0] == expected
+
+
+def test_a_threshold_of_zero_judges_nothing_slow():
+    assert probe("--simulate", "probes", "--gpu", "3", "--min-peak-ratio", "0")[0] == cli.EXIT_OK
+
+
+def test_a_gpu_can_be_chosen_by_uuid():
+    uuid = load_scenario("probes").gpus[2].uuid
+    status, out, _ = probe("--simulate", "probes", "--gpu", uuid, "--json")
+    assert status == 0 and [r["uuid"] for r in json.loads(out)["reports"]] == [uuid]
+
+
+def test_no_driver_exits_4_and_points_to_the_cpu():
+    library = load_simulated_library(load_scenario("nvml-down"), lambda: 0.0)
+    status, out, err = probe(library=library)
+    assert status == cli.EXIT_UNPROBED and out == ""
+    assert "no NVIDIA driver answers here" in err and "--device cpu" in err
+
+
+def test_gpus_that_cuda_cannot_see_are_reported_not_probed():
+    library = load_simulated_library(load_scenario("probes"), lambda: 0.0)
+    status, out, _ = probe("--json", "--gpu", "0,1", library=library)
+    reports = json.loads(out)["reports"]
+    assert status == cli.EXIT_UNPROBED and [r["gpu"] for r in reports] == ["0", "1"]
+    assert all(r["status"] == "error" and "CUDA does not see this GPU" in r["detail"] for r in reports)
+
+
+def test_the_gpulens_command_dispatches_probe(capsys):
+    assert gpulens_main(["probe", "--simulate", "probes", "--gpu", "0"]) == 0
+    assert "H100 SXM" in capsys.readouterr().out
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_progress_bar_draws_on_a_terminal_only():
+    quiet, terminal = io.StringIO(), Terminal()
+    for stream in (quiet, terminal):
+        bar = Progress(stream, width=10)
+        bar.update("gpu 0", 5, 10, "matmul_bf16")
+        bar.close()
+    assert quiet.getvalue() == ""
+    assert "[#####-----] gpu 0 5/10 matmul_bf16" in terminal.getvalue()
+
+
+def test_units_read_like_a_datasheet():
+    assert human(3.35e12, "bytes/s") == "3.35 TB/s"
+    assert human(989.5e12, "FLOP/s") == "990 TFLOP/s"
+    assert human(None, "bytes/s") == "-"
+
+
+def test_without_torch_the_probe_says_how_to_install_it(monkeypatch):
+    import sys
+
+    import gpulens.probes
+
+    monkeypatch.setitem(sys.modules, "gpulens.probes.runner", None)  # as if torch could not be imported
+    monkeypatch.delattr(gpulens.probes, "runner", raising=False)
+    status, out, err = probe(*TINY)
+    assert status == cli.EXIT_UNPROBED and out == ""
+    assert "the probes need torch" in err and "pip install 'gpulens[probes]'" in err
