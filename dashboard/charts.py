@@ -1,0 +1,89 @@
+"""Altair (Vega-Lite) charts the pages draw: each with titled axes, units and a legend.
+
+Each function returns the chart and its height in pixels, axes and legend included: Streamlit sizes a
+chart by the height it is given, not by the chart's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import altair as alt
+import pandas as pd
+from gpulens.dashboard.views import words
+
+_STATES = [words.state_name(s.value) for s in words.STATE_ORDER]
+_CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
+_STATE_SCALE = alt.Scale(domain=_STATES, range=[words.STATE_COLOR[s.value] for s in words.STATE_ORDER])
+
+
+def _index(gpu: str) -> int:
+    digits = gpu.removeprefix("GPU ")
+    return int(digits) if digits.isdigit() else 1 << 30
+
+
+def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+    """A node-by-GPU grid, one square per GPU coloured by its state, with a tooltip of who and why."""
+    frame = pd.DataFrame(rows)
+    gpus = sorted(frame["gpu"].unique(), key=_index)
+    nodes = sorted(frame["node"].unique())
+    return (
+        alt.Chart(frame)
+        .mark_rect(stroke="white", strokeWidth=1)
+        .encode(
+            x=alt.X("gpu:O", sort=gpus, title="GPU on the node", axis=alt.Axis(orient="top", labelAngle=0)),
+            y=alt.Y("node:N", sort=nodes, title="node"),
+            color=alt.Color("state:N", scale=_STATE_SCALE, title="state",
+                            legend=alt.Legend(orient="bottom", columns=6)),
+            tooltip=["node", "gpu", "state", "reason", "owner", "model"],
+        )
+    ), 28 * len(nodes) + 160
+
+
+def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
+    """A time series chart: one line per legend entry, the y axis titled with its unit."""
+    frame = pd.DataFrame(rows)
+    return (
+        alt.Chart(frame)
+        .mark_line(point=len(frame) < 40)
+        .encode(
+            x=alt.X("time:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]),
+                    axis=_CLOCK),
+            y=alt.Y("value:Q", title=axis),
+            color=alt.Color("series:N", title="", legend=alt.Legend(orient="bottom", columns=1, labelLimit=500)),
+            tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "series", alt.Tooltip("value:Q", format=",.2f")],
+        )
+    ), 340
+
+
+def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
+    """The state timeline: one coloured band per stretch of one state."""
+    frame = pd.DataFrame(rows)
+    return (
+        alt.Chart(frame)
+        .mark_bar(height=26)
+        .encode(
+            x=alt.X("start:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]),
+                    axis=_CLOCK),
+            x2="end:T",
+            color=alt.Color("state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom")),
+            tooltip=[alt.Tooltip("start:T", format="%H:%M:%S"), alt.Tooltip("end:T", format="%H:%M:%S"), "state",
+                     alt.Tooltip("minutes:Q", format=".1f", title="minutes")],
+        )
+    ), 150
+
+
+def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+    """A horizontal bar of GPU-hours per state."""
+    frame = pd.DataFrame(rows)
+    return (
+        alt.Chart(frame)
+        .mark_bar()
+        .encode(
+            x=alt.X("hours:Q", title="GPU-hours"),
+            y=alt.Y("state:N", sort=_STATES, title=""),
+            color=alt.Color("state:N", scale=_STATE_SCALE, legend=None),
+            tooltip=["state", alt.Tooltip("hours:Q", format=".2f", title="GPU-hours"),
+                     alt.Tooltip("share:Q", format=".0%", title="share")],
+        )
+    ), 28 * len(frame) + 70

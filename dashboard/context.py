@@ -1,0 +1,142 @@
+"""What every page shares: the configured source, briefly cached queries, the header and the problem banner.
+
+A page gets its source from `source()`: the one a test put in `st.session_state[SOURCE_KEY]`, else the
+one the environment configures (`gpulens dashboard` sets it), built once per process. Queries go
+through `fleet()`, `gpu_history()`, ... which cache each answer for CACHE_SECONDS and turn any
+unexpected error into a problem on the banner, never a traceback on the page.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import altair as alt
+import streamlit as st
+from gpulens.dashboard import sources
+from gpulens.dashboard.sources.agents import AgentsSource
+from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, GpuHistory, Source, SourceProblem
+
+log = logging.getLogger("gpulens.dashboard")
+
+T = TypeVar("T")
+
+SOURCE_KEY = "gpulens_source"  # tests put a fake source here
+REFRESH_VARIABLE = "GPULENS_DASHBOARD_REFRESH"
+DEFAULT_REFRESH_SECONDS = 15.0
+# Short enough that a refresh shows the agents' latest cycle, long enough that several open pages and
+# the refresh of each share one round of queries.
+CACHE_SECONDS = 5
+_SETTINGS = (sources.PROMETHEUS, sources.AGENTS, sources.BEARER_TOKEN, sources.BASIC_AUTH)
+
+
+def refresh_seconds() -> float:
+    """Return how often pages refresh themselves (GPULENS_DASHBOARD_REFRESH, seconds; at least 2)."""
+    try:
+        return max(2.0, float(os.environ.get(REFRESH_VARIABLE, DEFAULT_REFRESH_SECONDS)))
+    except ValueError:
+        return DEFAULT_REFRESH_SECONDS
+
+
+@st.cache_resource(show_spinner=False)
+def _configured(settings: tuple[tuple[str, str], ...]) -> Source:
+    source = sources.from_environment(dict(settings))
+    if isinstance(source, AgentsSource):
+        source.start()  # history builds while nobody watches
+    return source
+
+
+def source() -> Source:
+    """Return the page's source; stop the page with one clear line when none is configured."""
+    injected = st.session_state.get(SOURCE_KEY)
+    if injected is not None:
+        return injected
+    try:
+        return _configured(tuple((name, os.environ.get(name, "")) for name in _SETTINGS))
+    except sources.ConfigError as error:
+        st.error(str(error))
+        st.stop()  # raises: the page ends here
+
+
+def _safe(call: Callable[[], Answer[T]], empty: T, what: str) -> Answer[T]:
+    try:
+        return call()
+    except Exception:  # noqa: BLE001 - a bug must cost the panel, never show a traceback
+        log.exception("reading %s failed", what)
+        return Answer(empty, (SourceProblem("dashboard", f"reading {what} failed unexpectedly; "
+                                                         "the dashboard's log has the details"),))
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _fleet(_source: Source, key: str, window: float) -> Answer[Fleet]:
+    return _safe(lambda: _source.fleet(window), Fleet((), ""), "the fleet")
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _history(_source: Source, key: str, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+    now = time.time()
+    return _safe(lambda: _source.gpu_history(node, gpu, seconds), GpuHistory(node, gpu, now - seconds, now, {}, ()),
+                 f"GPU {gpu} on {node}")
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _jobs(_source: Source, key: str) -> Answer:
+    return _safe(_source.jobs, (), "the jobs")
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _probes(_source: Source, key: str) -> Answer:
+    return _safe(_source.probes, (), "the probe results")
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _alerts(_source: Source, key: str) -> Answer[Alerts]:
+    return _safe(_source.alerts, Alerts(()), "the alerts")
+
+
+def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
+    return _fleet(source, source.cache_key, window_seconds)
+
+
+def gpu_history(source: Source, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+    return _history(source, source.cache_key, node, gpu, seconds)
+
+
+def jobs(source: Source) -> Answer:
+    return _jobs(source, source.cache_key)
+
+
+def probes(source: Source) -> Answer:
+    return _probes(source, source.cache_key)
+
+
+def alerts(source: Source) -> Answer[Alerts]:
+    return _alerts(source, source.cache_key)
+
+
+def header(title: str, purpose: str, source: Source) -> None:
+    """Show the page's title, what it answers, and where its data comes from."""
+    st.title(title)
+    st.caption(f"{purpose}  \nData: {source.name}. Refreshes every {refresh_seconds():g} s.")
+
+
+def banner(problems: Iterable[SourceProblem]) -> None:
+    """Show every problem in one warning, or nothing when there is none."""
+    unique = list(dict.fromkeys(problems))
+    if not unique:
+        return
+    lines = "\n".join(f"- **{p.where}** {p.what}" for p in unique)
+    st.warning(f"Some data could not be read; the page shows what could.\n\n{lines}", icon=":material/warning:")
+
+
+def draw(figure: tuple[alt.Chart, int]) -> None:
+    """Draw a chart from `gpulens.dashboard.charts` at its full width and its own height."""
+    chart, height = figure
+    st.altair_chart(chart, width="stretch", height=height)
+
+
+def updated(now: float) -> None:
+    st.caption(f"Updated {time.strftime('%H:%M:%S', time.localtime(now))} (this computer's time).")

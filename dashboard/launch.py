@@ -1,0 +1,317 @@
+"""`gpulens dashboard` and `gpulens demo`: start the dashboard (and, for the demo, a simulated fleet).
+
+The dashboard runs as `streamlit run dashboard/app.py` in a child process, told its source through
+environment variables (never the command line, where other users could read a token). The demo starts
+one simulated agent per scenario on loopback, optionally a real Prometheus scraping them with the
+project's rules, then the dashboard reading them. Ctrl-C stops every child, newest first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+
+from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
+from gpulens.dashboard.sources.prometheus_api import check_url
+
+APP = pathlib.Path(__file__).resolve().parent / "app.py"
+RULES = pathlib.Path(__file__).resolve().parents[1] / "rules"
+# Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
+DEFAULT_PORT = 10907
+# One node per scenario, each showing different states and faults (docs/scenarios.md).
+DEMO_SCENARIOS = ("demo", "diagnosis", "faults", "bench8x32")
+STARTUP_SECONDS = 60.0
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
+
+
+class LaunchError(Exception):
+    """Something stopped the start; the message is one line naming the problem and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, instead of argparse's usage dump
+        print(f"{self.prog}: {message}; run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+class Children:
+    """The processes a command started: each in its own session, stopped newest first."""
+
+    def __init__(self) -> None:
+        self._processes: list[subprocess.Popen] = []
+
+    def start(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
+        process = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+        self._processes.append(process)
+        return process
+
+    def exited(self) -> subprocess.Popen | None:
+        """Return a child that has exited, if any."""
+        return next((p for p in self._processes if p.poll() is not None), None)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        for process in reversed(self._processes):
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in reversed(self._processes):
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def check_port(host: str, port: int, what: str) -> None:
+    """Raise LaunchError with the fix when `port` on `host` cannot be listened on."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise LaunchError(f"cannot listen on {host}:{port} ({error.strerror}); choose another port with "
+                              f"{what}") from None
+
+
+def wait_until(ready: Callable[[], bool], children: Children, what: str, timeout: float = STARTUP_SECONDS) -> None:
+    """Wait for `ready()`; raise LaunchError if a child exits first or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        gone = children.exited()
+        if gone is not None:
+            raise LaunchError(f"{what} did not start: {pathlib.Path(str(gone.args[0])).name} exited with status "
+                              f"{gone.returncode}")
+        time.sleep(0.2)
+    raise LaunchError(f"{what} did not answer within {timeout:g} s")
+
+
+def _answers(url: str) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    return ready
+
+
+def start_dashboard(children: Children, env: dict[str, str], host: str, port: int, refresh: float | None) -> str:
+    """Start Streamlit on `host:port` reading the source `env` names; return the URL once it answers."""
+    if importlib.util.find_spec("streamlit") is None:
+        raise LaunchError("Streamlit is not installed; install the dashboard extra: pip install 'gpulens[dashboard]'")
+    check_port(host, port, "--port")
+    environment = {**os.environ, **env}
+    if refresh is not None:
+        environment["GPULENS_DASHBOARD_REFRESH"] = f"{refresh:g}"
+    children.start(
+        [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+         "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--logger.level", "warning"],
+        env=environment, stdout=subprocess.DEVNULL,
+    )
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else shown}:{port}/"
+    wait_until(_answers(url + "_stcore/health"), children, "the dashboard")
+    return url
+
+
+def _serve(children: Children, lines: Sequence[str]) -> int:
+    """Print `lines`, then wait until Ctrl-C, SIGTERM or a child's exit; stop everything."""
+    stopping = []
+
+    def stop(signum, frame) -> None:
+        stopping.append(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for line in lines:
+            print(line, flush=True)
+        while not stopping:
+            gone = children.exited()
+            if gone is not None:
+                print(f"gpulens: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}; "
+                      "stopping", file=sys.stderr)
+                return EXIT_RUNTIME
+            time.sleep(0.3)
+        return 0
+    finally:
+        children.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _read_secret(path: str | None, what: str) -> str | None:
+    if not path:
+        return None
+    try:
+        return pathlib.Path(path).read_text().strip()
+    except OSError as error:
+        raise LaunchError(f"cannot read the {what} file {path!r} ({error.strerror}); check the path") from None
+
+
+def dashboard_main(argv: Sequence[str]) -> int:
+    """`gpulens dashboard --prometheus URL | --agents URL[,URL...] [--port N]`."""
+    parser = _Parser(prog="gpulens dashboard", description="Serve the dashboard over Prometheus or the agents.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
+    source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token for Prometheus")
+    parser.add_argument("--basic-auth-file", metavar="FILE", help="file holding USER:PASSWORD for Prometheus")
+    parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
+    args = parser.parse_args(argv)
+    children = Children()
+    try:
+        env = {PROMETHEUS: "", AGENTS: ""}
+        if args.prometheus:
+            try:
+                env[PROMETHEUS] = check_url(args.prometheus)
+            except ValueError as error:
+                raise LaunchError(f"--prometheus: {error}") from None
+            token = _read_secret(args.bearer_token_file, "bearer token")
+            auth = _read_secret(args.basic_auth_file, "basic auth")
+            if auth is not None and ":" not in auth:
+                raise LaunchError(f"the basic auth file {args.basic_auth_file!r} must hold USER:PASSWORD")
+            env.update({BEARER_TOKEN: token or "", BASIC_AUTH: auth or ""})
+        else:
+            try:
+                parse_agents(args.agents)
+            except ConfigError as error:
+                raise LaunchError(f"--agents: {error}") from None
+            env[AGENTS] = args.agents
+        url = start_dashboard(children, env, args.address, args.port, args.refresh)
+    except KeyboardInterrupt:
+        children.stop()
+        return EXIT_INTERRUPTED
+    except LaunchError as error:
+        children.stop()
+        print(f"gpulens dashboard: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return _serve(children, ["gpulens dashboard: serving (Ctrl-C stops it) at", url])
+
+
+def start_agent(children: Children, scenario: str, speed: float, workdir: pathlib.Path) -> str:
+    """Start a simulated agent on a free loopback port, logging to `workdir`; return its base URL.
+
+    The log stays out of the terminal: the faults scenario logs its simulated faults as errors.
+    """
+    log = workdir / f"agent-{scenario}.log"
+    with log.open("w") as output:
+        process = children.start(
+            [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", f"{speed:g}",
+             "--web.listen-address", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=output, text=True,
+        )
+    line = process.stdout.readline()
+    if "listening on http://" not in line:
+        process.wait(timeout=10)
+        last = (log.read_text().strip().splitlines() or ["no message"])[-1]
+        raise LaunchError(f"the simulated agent for scenario {scenario!r} did not start: {last[:300]}")
+    return line.split("listening on ", 1)[1].strip().removesuffix("/metrics")
+
+
+def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], interval: float = 2.0) -> str:
+    """Return a Prometheus configuration scraping `agents` ({name: URL}), each name its `instance` label."""
+    lines = [
+        f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s}}",
+        "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]",
+        "scrape_configs:",
+        "  - job_name: gpulens",
+        "    static_configs:",
+    ]
+    for name, url in agents.items():
+        lines.append(f"      - {{targets: ['{url.removeprefix('http://')}'], labels: {{node: '{name}'}}}}")
+    lines += [
+        "    relabel_configs:",
+        "      - {source_labels: [node], target_label: instance}",
+        "      - {regex: node, action: labeldrop}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def start_prometheus(children: Children, agents: dict[str, str], workdir: pathlib.Path) -> tuple[str, list[str]]:
+    """Start a real Prometheus scraping `agents` with the project's rules; return its URL and rule files."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise LaunchError("--prometheus needs Prometheus installed (Debian package 'prometheus'); "
+                          "install it or run 'gpulens demo' without --prometheus")
+    rules = sorted(RULES.glob("*.rules.yml")) if RULES.is_dir() else []
+    config = workdir / "prometheus.yml"
+    config.write_text(prometheus_config(agents, rules))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = workdir / "prometheus.log"
+    with log.open("w") as output:
+        children.start(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=output,
+        )
+    try:
+        wait_until(_answers(url + "/-/ready"), children, "Prometheus")
+    except LaunchError as error:
+        last = (log.read_text().strip().splitlines() or ["no message"])[-1]
+        raise LaunchError(f"{error}; its last words: {last[:300]}") from None
+    return url, [path.name for path in rules]
+
+
+def demo_main(argv: Sequence[str]) -> int:
+    """`gpulens demo [--port N] [--prometheus]`."""
+    parser = _Parser(prog="gpulens demo",
+                     description="A simulated fleet of several nodes on loopback, and the dashboard reading it.")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
+    parser.add_argument("--prometheus", action="store_true",
+                        help="also run a real Prometheus scraping the agents with the project's rules")
+    parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
+    parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
+    args = parser.parse_args(argv)
+    if args.speed <= 0:
+        parser.error(f"--speed {args.speed:g} must be above 0")
+    children = Children()
+    workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
+    try:
+        check_port("127.0.0.1", args.port, "--port")
+        agents = {scenario: start_agent(children, scenario, args.speed, pathlib.Path(workdir.name))
+                  for scenario in DEMO_SCENARIOS}
+        lines = [f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
+                 + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())]
+        if args.prometheus:
+            url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name))
+            env = {PROMETHEUS: url, AGENTS: ""}
+            lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules) or 'none found'}")
+        else:
+            env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
+        dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)
+    except KeyboardInterrupt:
+        children.stop()
+        workdir.cleanup()
+        return EXIT_INTERRUPTED
+    except LaunchError as error:
+        children.stop()
+        workdir.cleanup()
+        print(f"gpulens demo: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
+    try:
+        return _serve(children, [*lines, "Open the dashboard (Ctrl-C stops everything):", dashboard])
+    finally:
+        workdir.cleanup()

@@ -1,0 +1,41 @@
+"""Alerts: what Prometheus fires now, each linked to the GPU it names."""
+
+import time
+
+import streamlit as st
+from gpulens.dashboard import context
+from gpulens.dashboard.views import alerts as view
+
+source = context.source()
+context.header("Alerts", "What is firing now, and on which GPU.", source)
+
+
+@st.fragment(run_every=context.refresh_seconds())
+def alerts_page() -> None:
+    answer = context.alerts(source)
+    context.banner(answer.problems)
+    if not answer.value.supported:
+        st.info("Alerts need Prometheus: this dashboard reads the agents directly, and the agents do not "
+                "evaluate alert rules. Start it with `gpulens dashboard --prometheus URL` to see them.")
+        return
+    now = time.time()
+    rows = view.alert_rows(answer.value.alerts, now)
+    if not rows:
+        if not answer.problems:
+            st.success("Nothing is firing.")
+        return
+    st.subheader(f"{len(rows)} alert(s)")
+    for row in rows:
+        with st.container(border=True):
+            where = f"[{row['where']}]({row['link']})" if row["link"] else (row["where"] or "the fleet")
+            st.markdown(
+                f"**{row['alert']}** ({row['severity'] or 'no severity'}, {row['state']}"
+                + (f" for {row['for']}" if row["for"] else "") + f") on {where}  \n"
+                + (f"{row['summary']}  \n" if row["summary"] else "")
+                + (f"{row['description']}  \n" if row["description"] else "")
+                + (f"[Runbook]({row['runbook']})" if row["runbook"] else "")
+            )
+    context.updated(now)
+
+
+alerts_page()

@@ -1,0 +1,84 @@
+"""Fleet: GPUs by state and health, a node-by-GPU map, and the flagged GPUs with what to do about each."""
+
+import time
+
+import streamlit as st
+from gpulens.dashboard import charts, context
+from gpulens.dashboard.views import fleet as view
+from gpulens.dashboard.views import words
+
+# How far back wasted GPU-hours are counted, seconds.
+WINDOWS = {3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours", 7 * 86400: "7 days"}
+# Flagged GPUs shown in full, with evidence and tips; the rest are listed in a table below them.
+DETAILED = 20
+
+source = context.source()
+context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to do.", source)
+
+
+@st.fragment(run_every=context.refresh_seconds())
+def fleet() -> None:
+    window = st.selectbox("Count wasted GPU-hours over", list(WINDOWS), index=2, format_func=WINDOWS.get,
+                          key="window")
+    answer = context.fleet(source, window)
+    context.banner(answer.problems)
+    gpus = answer.value.gpus
+    if not gpus:
+        st.info("No GPUs to show yet. The banner above says why, if something failed.")
+        return
+    options = view.filter_options(gpus)
+    columns = st.columns(4)
+    filters = view.Filters(
+        nodes=tuple(columns[0].multiselect("Node", options.nodes, key="node")),
+        namespaces=tuple(columns[1].multiselect("Namespace", options.namespaces, key="namespace",
+                                                help="Kubernetes namespace of the job holding the GPU")),
+        users=tuple(columns[2].multiselect("User", options.users, key="user")),
+        models=tuple(columns[3].multiselect("GPU model", options.models, key="model")),
+    )
+    shown = view.apply(gpus, filters)
+    now = time.time()
+
+    st.subheader(f"{len(shown)} GPUs by state")
+    for column, count in zip(st.columns(6), view.state_counts(shown), strict=True):
+        column.metric(count.name, count.count, help=count.meaning)
+    wasted = view.wasted_total(shown)
+    health = view.health_counts(shown)
+    st.markdown(f"**{words.gpu_hours(wasted)} wasted** (idle, starved for data or underused) "
+                f"{answer.value.wasted_over}.  \n"
+                + ("**Health:** " + ", ".join(f"{n} GPU(s) {what}" for what, n in health) if health
+                   else "**Health:** no GPU reports a hardware problem."))
+
+    if shown:
+        st.subheader("Every GPU, by node")
+        context.draw(charts.heatmap(view.heatmap_rows(shown)))
+
+    flagged = view.flagged(shown, now, detailed=DETAILED)
+    st.subheader(f"Flagged GPUs ({len(flagged)}), most GPU-hours wasted first")
+    if not flagged:
+        st.success("No GPU is wasted or unhealthy right now.")
+    for row in flagged[:DETAILED]:
+        with st.container(border=True):
+            st.markdown(
+                f"**[{row.node} · GPU {row.gpu}]({row.link})** {row.model} — **{row.state}**"
+                + (f" for {row.for_how_long}" if row.for_how_long else "")
+                + f" — {words.gpu_hours(row.wasted_seconds)} wasted  \n"
+                + f"Why: {row.why}  \n"
+                + (f"Job: {row.job}" + (f" (owner: {row.owner})" if row.owner else "") + "  \n" if row.job else "")
+                + (f"Evidence: {row.evidence}" if row.evidence else "")
+            )
+            for tip in row.tips:
+                st.markdown(f"**Tip: {tip.title}.** {tip.text}")
+    if len(flagged) > DETAILED:
+        st.caption(f"{len(flagged) - DETAILED} more flagged GPUs:")
+        st.dataframe(
+            [{"GPU": f"{r.node} GPU {r.gpu}", "state": r.state, "for": r.for_how_long,
+              "wasted GPU-hours": round(r.wasted_seconds / 3600, 2), "job": r.job, "owner": r.owner,
+              "why": r.why, "tip": r.tip_title, "details": r.link}
+             for r in flagged[DETAILED:]],
+            column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
+            hide_index=True, width="stretch",
+        )
+    context.updated(now)
+
+
+fleet()

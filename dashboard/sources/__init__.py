@@ -1,0 +1,75 @@
+"""Where the dashboard reads from: one `Source` interface, a Prometheus and an agents implementation.
+
+`from_environment` builds the configured source from the variables `gpulens dashboard` sets:
+
+    GPULENS_DASHBOARD_PROMETHEUS      URL of a Prometheus-compatible server, or
+    GPULENS_DASHBOARD_AGENTS          agent URLs, comma-separated, each optionally NAME=URL
+    GPULENS_PROMETHEUS_BEARER_TOKEN   optional bearer token for the server
+    GPULENS_PROMETHEUS_BASIC_AUTH     optional USER:PASSWORD for the server
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+
+from gpulens.dashboard.sources.agents import AgentsSource
+from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
+from gpulens.dashboard.sources.prometheus import PrometheusSource
+
+__all__ = ["AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
+           "from_environment", "parse_agents"]
+
+PROMETHEUS = "GPULENS_DASHBOARD_PROMETHEUS"
+AGENTS = "GPULENS_DASHBOARD_AGENTS"
+BEARER_TOKEN = "GPULENS_PROMETHEUS_BEARER_TOKEN"
+BASIC_AUTH = "GPULENS_PROMETHEUS_BASIC_AUTH"
+
+
+class ConfigError(ValueError):
+    """The configured source cannot be built; the message says what to fix."""
+
+
+def parse_agents(text: str) -> dict[str, str]:
+    """Return {node name: agent URL} from 'URL[,URL...]' where each URL may be written NAME=URL.
+
+    A URL without a name is named by its host:port. Raises ConfigError with the fix.
+    """
+    agents: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, eq, url = item.partition("=")
+        if not eq or "://" in name:
+            name, url = "", item
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"agent URL {url!r} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'")
+        name = name.strip() or parts.netloc.rpartition("@")[2]
+        if name in agents:
+            raise ConfigError(f"agent name {name!r} is given twice; name each agent once (NAME=URL)")
+        agents[name] = url
+    if not agents:
+        raise ConfigError("no agent URL given; write e.g. --agents http://127.0.0.1:10906")
+    return agents
+
+
+def from_environment(environ: Mapping[str, str]) -> Source:
+    """Return the source the environment configures; raise ConfigError naming the variable to set."""
+    prometheus, agents = environ.get(PROMETHEUS, "").strip(), environ.get(AGENTS, "").strip()
+    if prometheus and agents:
+        raise ConfigError(f"both {PROMETHEUS} and {AGENTS} are set; choose one source")
+    if prometheus:
+        auth = environ.get(BASIC_AUTH, "")
+        user, colon, password = auth.partition(":")
+        if auth and not colon:
+            raise ConfigError(f"{BASIC_AUTH} must be USER:PASSWORD")
+        try:
+            return PrometheusSource.from_url(prometheus, bearer_token=environ.get(BEARER_TOKEN) or None,
+                                             basic_auth=(user, password) if auth else None)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+    if agents:
+        return AgentsSource(parse_agents(agents))
+    raise ConfigError(f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
+                      f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})")

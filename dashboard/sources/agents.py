@@ -1,0 +1,241 @@
+"""`AgentsSource`: the dashboard's data read straight from the agents, with no Prometheus.
+
+The embedded default for one machine or a small lab. Each refresh scrapes every agent's /metrics
+concurrently and parses it with prometheus_client's own parser. The agents keep no history, so this
+source keeps a bounded ring of past scrapes in the dashboard process: the charts show what happened
+since the dashboard started, up to `history_seconds`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import requests
+from gpulens.dashboard.sources import assemble
+from gpulens.dashboard.sources.assemble import Sample
+from gpulens.dashboard.sources.base import (
+    Alerts,
+    Answer,
+    Fleet,
+    GpuHistory,
+    JobSummary,
+    ProbeResult,
+    SourceProblem,
+)
+from gpulens.dashboard.sources.prometheus_api import check_url, shown_url
+from prometheus_client.parser import text_string_to_metric_families
+
+# The per-GPU gauges kept in the history ring, by their name without the `gpulens_gpu_` prefix.
+HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
+                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
+                  "pcie_receive_bytes_per_second", "processes")
+_COUNTERS = ("busy_seconds_total", "sampled_seconds_total")
+_KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS))
+
+Fetch = Callable[[str, float], str]
+
+
+def fetch_metrics(url: str, timeout: float) -> str:
+    """Return the text an agent serves at `url`; raise requests' exceptions on failure."""
+    response = requests.get(url, timeout=timeout, headers={"Accept": "text/plain"})
+    response.raise_for_status()
+    return response.text
+
+
+def metrics_url(url: str) -> str:
+    """Return the /metrics URL of an agent given as http://HOST:PORT or its /metrics URL."""
+    url = check_url(url)
+    return url if url.endswith("/metrics") else url + "/metrics"
+
+
+def parse_exposition(text: str, instance: str) -> list[Sample]:
+    """Return every sample in a Prometheus text exposition, each labelled `instance`.
+
+    Raises ValueError when the text is not an exposition.
+    """
+    samples = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith("_created"):
+                continue
+            samples.append(Sample(sample.name, {**sample.labels, "instance": instance}, float(sample.value)))
+    return samples
+
+
+@dataclass(frozen=True)
+class _Point:
+    """What the ring keeps of one scrape of one agent: per GPU index, its values and its state."""
+
+    time: float
+    values: Mapping[str, Mapping[str, float]]
+    states: Mapping[str, str]
+
+
+def _history_point(now: float, samples: list[Sample]) -> _Point:
+    values: dict[str, dict[str, float]] = {}
+    states: dict[str, str] = {}
+    index_of = {s.labels.get("uuid", ""): s.labels.get("gpu", "") for s in samples if s.name == "gpulens_gpu_info"}
+    for s in samples:
+        if s.name in _KEPT:
+            values.setdefault(s.labels.get("gpu", ""), {})[s.name.removeprefix("gpulens_gpu_")] = s.value
+        elif s.name == "gpulens_gpu_state" and s.value == 1:
+            states[s.labels.get("gpu", "")] = s.labels.get("state", "unknown")
+        elif s.name in ("gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes"):
+            gpu = index_of.get(s.labels.get("gpu_uuid", ""))
+            if gpu is not None:
+                row = values.setdefault(gpu, {})
+                key = s.name.removeprefix("gpulens_job_")
+                row[key] = row.get(key, 0.0) + s.value
+    return _Point(now, values, states)
+
+
+@dataclass(frozen=True)
+class _Scrape:
+    time: float
+    samples: tuple[Sample, ...]
+    problem: SourceProblem | None
+
+
+class AgentsSource:
+    """Reads agents directly; `agents` maps each node's name to its agent's URL."""
+
+    def __init__(
+        self,
+        agents: Mapping[str, str],
+        timeout: float = 3.0,
+        history_seconds: float = 3600.0,
+        interval: float = 5.0,
+        fetch: Fetch = fetch_metrics,
+        clock: Callable[[], float] = time.time,
+    ):
+        if not agents:
+            raise ValueError("no agent URL given; pass at least one, e.g. --agents http://127.0.0.1:10906")
+        self._agents = {name: metrics_url(url) for name, url in agents.items()}
+        self._timeout = timeout
+        self._interval = interval
+        self._fetch = fetch
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: dict[str, _Scrape] = {}
+        self._rings: dict[str, deque[_Point]] = {
+            name: deque(maxlen=max(2, int(history_seconds / interval) + 1)) for name in self._agents
+        }
+        self._key = f"agents:{uuid.uuid4()}"
+        self._stop = threading.Event()
+        self.scrapes_made = 0
+
+    @property
+    def name(self) -> str:
+        return f"{len(self._agents)} agent{'s' if len(self._agents) != 1 else ''} read directly (no Prometheus)"
+
+    @property
+    def cache_key(self) -> str:
+        return self._key
+
+    def refresh(self) -> None:
+        """Scrape every agent now, concurrently, and keep the results."""
+        with ThreadPoolExecutor(max_workers=min(16, len(self._agents))) as pool:
+            scrapes = dict(zip(self._agents, pool.map(self._scrape, self._agents.items()), strict=True))
+        with self._lock:
+            for name, scrape in scrapes.items():
+                self._latest[name] = scrape
+                if scrape.problem is None:
+                    self._rings[name].append(_history_point(scrape.time, list(scrape.samples)))
+
+    def start(self) -> threading.Thread:
+        """Scrape every `interval` seconds in a daemon thread until `stop()`, so history builds unwatched."""
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.refresh()
+                self._stop.wait(self._interval)
+
+        thread = threading.Thread(target=loop, name="gpulens-dashboard-agents", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _scrape(self, item: tuple[str, str]) -> _Scrape:
+        name, url = item
+        now = self._clock()
+        self.scrapes_made += 1
+        where = f"agent {name} at {shown_url(url)}"
+        try:
+            text = self._fetch(url, self._timeout)
+        except requests.Timeout:
+            return _Scrape(now, (), SourceProblem(where, f"did not answer within {self._timeout:g} s"))
+        except requests.HTTPError as error:
+            status = error.response.status_code if error.response is not None else "error"
+            return _Scrape(now, (), SourceProblem(where, f"answered HTTP {status}; is this URL a gpulens agent?"))
+        except (requests.RequestException, OSError):
+            return _Scrape(now, (), SourceProblem(where, "is down or unreachable; its GPUs are not shown"))
+        try:
+            samples = parse_exposition(text, name)
+        except (ValueError, TypeError, IndexError):
+            return _Scrape(now, (), SourceProblem(where, "answered something that is not Prometheus metrics; "
+                                                         "is this URL a gpulens agent?"))
+        if not any(s.name == "gpulens_build_info" for s in samples):
+            return _Scrape(now, tuple(samples), SourceProblem(where, "serves metrics, but not gpulens ones"))
+        return _Scrape(now, tuple(samples), None)
+
+    def _current(self) -> tuple[list[Sample], list[SourceProblem]]:
+        """The latest samples of every agent (scraping again when older than the interval), and problems."""
+        with self._lock:
+            stale = len(self._latest) < len(self._agents) or any(
+                self._clock() - s.time >= self._interval for s in self._latest.values())
+        if stale:
+            self.refresh()
+        with self._lock:
+            scrapes = [self._latest[name] for name in self._agents]
+        samples = [s for scrape in scrapes for s in scrape.samples]
+        return samples, [scrape.problem for scrape in scrapes if scrape.problem is not None]
+
+    def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        samples, problems = self._current()
+        gpus, missing = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+        return Answer(Fleet(gpus, wasted_over="since each agent started"), tuple(problems) + missing)
+
+    def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+        self._current()
+        end = self._clock()
+        start = end - seconds
+        with self._lock:
+            ring = list(self._rings.get(node, ()))
+        if node not in self._agents:
+            return Answer(GpuHistory(node, gpu, start, end, {}, ()),
+                          (SourceProblem(f"node {node}", "is not one of the agents this dashboard reads"),))
+        points = [p for p in ring if p.time >= start and gpu in p.values]
+        series: dict[str, list[tuple[float, float]]] = {}
+        for p in points:
+            for name, value in p.values[gpu].items():
+                if name not in _COUNTERS:
+                    series.setdefault(name, []).append((p.time, value))
+        busy = []
+        for before, after in zip(points, points[1:], strict=False):
+            b0, b1 = before.values[gpu], after.values[gpu]
+            sampled = b1.get("sampled_seconds_total", 0.0) - b0.get("sampled_seconds_total", 0.0)
+            if sampled > 0 and "busy_seconds_total" in b0 and "busy_seconds_total" in b1:
+                busy.append((after.time, max(0.0, min(1.0, (b1["busy_seconds_total"] - b0["busy_seconds_total"])
+                                                      / sampled))))
+        if busy:
+            series["busy_ratio"] = busy
+        states = tuple((p.time, p.states[gpu]) for p in points if gpu in p.states)
+        return Answer(GpuHistory(node, gpu, start, end, {k: tuple(v) for k, v in series.items()}, states))
+
+    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+        samples, problems = self._current()
+        return Answer(assemble.job_summaries(samples), tuple(problems))
+
+    def probes(self) -> Answer[tuple[ProbeResult, ...]]:
+        samples, problems = self._current()
+        return Answer(assemble.probe_results(samples), tuple(problems))
+
+    def alerts(self) -> Answer[Alerts]:
+        return Answer(Alerts((), supported=False))

@@ -1,0 +1,196 @@
+"""Turn labelled samples into the records pages read; shared by both sources, pure, no I/O.
+
+Both sources reduce what they read to `Sample`s carrying the agents' own names and labels plus the
+`instance` label naming the node (Prometheus adds it at scrape time; `AgentsSource` adds the agent's
+name). Everything here is about joining those samples on (instance, gpu, uuid).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gpulens.dashboard.sources.base import FleetGpu, JobSummary, ProbeResult, SourceProblem
+
+from gpulens.vocabulary import WASTED_STATES
+
+WASTED = frozenset(s.value for s in WASTED_STATES)
+
+# A synthetic sample name: seconds a GPU spent in a wasted state, computed by the source.
+WASTED_SECONDS = "wasted_seconds"
+
+# The in-job series (gpulens.torch) the job view reads; labels `pid` and `gpu_uuid`.
+IN_JOB = ("gpulens_job_data_wait_ratio", "gpulens_job_steps_per_second",
+          "gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one series: its metric name, labels (with `instance`) and value."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    value: float = 1.0
+
+
+GpuKey = tuple[str, str, str]  # (instance, gpu, uuid)
+
+# The per-GPU series the fleet view joins, one of each per GPU; the model (gpulens_gpu_info), conditions
+# and evidence come apart (a Prometheus source asks only for the labels and GPUs that matter), and so does
+# the time wasted.
+FLEET_SERIES = (
+    "gpulens_gpu_up", "gpulens_gpu_verdict_info", "gpulens_gpu_state_since_timestamp_seconds",
+    "gpulens_gpu_allocation_info", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes",
+)
+_FLEET_SERIES = frozenset((*FLEET_SERIES, "gpulens_gpu_info", "gpulens_gpu_condition", "gpulens_gpu_diagnosis_evidence",
+                           WASTED_SECONDS))
+
+
+def _key(labels: Mapping[str, str]) -> GpuKey:
+    return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
+
+
+def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
+    """Return every GPU found in `samples` (sorted by node, then index) and what is missing about them."""
+    rows: dict[GpuKey, dict] = defaultdict(dict)
+    evidence: dict[GpuKey, dict[str, float]] = defaultdict(dict)
+    conditions: dict[GpuKey, set[str]] = defaultdict(set)
+    for s in samples:
+        key = _key(s.labels)
+        if s.name not in _FLEET_SERIES or not (key[1] or key[2]):
+            continue
+        row = rows[key]
+        if s.name == "gpulens_gpu_info":
+            row["model"] = s.labels.get("model", "")
+        elif s.name == "gpulens_gpu_up":
+            row["up"] = s.value == 1
+        elif s.name == "gpulens_gpu_verdict_info":
+            row.update(state=s.labels.get("state", "unknown"), reason=s.labels.get("reason", "no_data"),
+                       tip=s.labels.get("tip", ""), verdict=True)
+        elif s.name == "gpulens_gpu_state_since_timestamp_seconds":
+            row["since"] = s.value
+        elif s.name == "gpulens_gpu_condition":
+            if s.value == 1:
+                conditions[key].add(s.labels.get("condition", ""))
+        elif s.name == "gpulens_gpu_diagnosis_evidence":
+            evidence[key][s.labels.get("evidence", "")] = s.value
+        elif s.name == "gpulens_gpu_allocation_info":
+            for label in ("job_kind", "job_id", "user", "namespace", "pod"):
+                row[label] = s.labels.get(label, "")
+        elif s.name == "gpulens_gpu_memory_used_bytes":
+            row["memory_used_bytes"] = s.value
+        elif s.name == "gpulens_gpu_memory_total_bytes":
+            row["memory_total_bytes"] = s.value
+        elif s.name == WASTED_SECONDS:
+            row["wasted_seconds"] = s.value
+    gpus = []
+    without_verdict: dict[str, int] = defaultdict(int)
+    for key in sorted(rows, key=lambda k: (k[0], _index(k[1]), k[2])):
+        row = rows[key]
+        if not row.pop("verdict", False):
+            without_verdict[key[0]] += 1
+        gpus.append(FleetGpu(node=key[0], gpu=key[1], uuid=key[2], conditions=tuple(sorted(conditions[key])),
+                             evidence=dict(evidence[key]), **row))
+    problems = tuple(
+        SourceProblem(f"node {node}", f"no verdict for {count} GPU(s): the agent's diagnosis stage is off "
+                                      "(--no-collector.diagnosis) or its series are missing; shown as unknown")
+        for node, count in sorted(without_verdict.items())
+    )
+    return tuple(gpus), problems
+
+
+def _index(gpu: str) -> tuple[int, str]:
+    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+
+
+def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:
+    """Return one WASTED_SECONDS sample per GPU: its `gpulens_gpu_state_seconds_total` in wasted states."""
+    totals: dict[GpuKey, float] = defaultdict(float)
+    for s in samples:
+        if s.name == "gpulens_gpu_state_seconds_total" and s.labels.get("state") in WASTED:
+            totals[_key(s.labels)] += s.value
+    return [Sample(WASTED_SECONDS, {"instance": k[0], "gpu": k[1], "uuid": k[2]}, v) for k, v in totals.items()]
+
+
+def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
+    """Return every job in `samples`: GPU-seconds per state summed over nodes, and its in-job evidence.
+
+    In-job series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU
+    (`gpulens_gpu_allocation_info`). Data wait is the worst process's; memory is summed.
+    """
+    seconds: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
+    holder: dict[tuple[str, str], tuple[str, str]] = {}
+    in_job: list[Sample] = []
+    for s in samples:
+        if s.name == "gpulens_job_gpu_state_seconds_total":
+            job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
+            seconds[job][s.labels.get("state", "unknown")] += s.value
+            nodes[job].add(s.labels.get("instance", ""))
+        elif s.name == "gpulens_gpu_allocation_info":
+            job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
+            holder[(s.labels.get("instance", ""), s.labels.get("uuid", ""))] = job
+            nodes[job].add(s.labels.get("instance", ""))
+            seconds.setdefault(job, defaultdict(float))
+        elif s.name in IN_JOB:
+            in_job.append(s)
+    extra: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for s in in_job:
+        job = holder.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")))
+        if job is None:
+            continue
+        short = s.name.removeprefix("gpulens_job_").removeprefix("torch_")
+        values = extra[job]
+        if short in ("data_wait_ratio",):
+            values[short] = max(values.get(short, 0.0), s.value)
+        else:
+            values[short] = values.get(short, 0.0) + s.value
+    return tuple(
+        JobSummary(
+            job_kind=kind, job_id=job_id, state_seconds=dict(seconds[(kind, job_id)]),
+            nodes=tuple(sorted(nodes[(kind, job_id)])),
+            data_wait_ratio=extra[(kind, job_id)].get("data_wait_ratio"),
+            torch_allocated_bytes=extra[(kind, job_id)].get("allocated_bytes"),
+            torch_reserved_bytes=extra[(kind, job_id)].get("reserved_bytes"),
+            steps_per_second=extra[(kind, job_id)].get("steps_per_second"),
+        )
+        for kind, job_id in sorted(seconds)
+        if job_id
+    )
+
+
+def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
+    """Return the probe results in `samples` (series `gpulens_probe_*`), each with its GPU's model.
+
+    A result's value is the `..._bytes_per_second` or `..._flops_per_second` series; its fraction of the
+    datasheet peak is the companion whose name ends in `peak_ratio`, joined on the same labels.
+    """
+    models: dict[GpuKey, str] = {}
+    values: dict[tuple, dict] = {}
+    when: dict[GpuKey, float] = {}
+    for s in samples:
+        key = _key(s.labels)
+        if s.name == "gpulens_gpu_info":
+            models[key] = s.labels.get("model", "")
+            continue
+        if s.name == "gpulens_probe_last_run_timestamp_seconds":
+            when[key] = s.value
+            continue
+        kind = "bandwidth" if s.name.startswith("gpulens_probe_bandwidth") else (
+            "matmul" if s.name.startswith("gpulens_probe_matmul") else None)
+        if kind is None:
+            continue
+        detail = (s.labels.get("direction", ""), s.labels.get("memory", "")) if kind == "bandwidth" else (
+            s.labels.get("dtype", ""),)
+        test = " ".join(part for part in (kind, *detail) if part)
+        entry = values.setdefault((key, test), {"unit": "B/s" if kind == "bandwidth" else "FLOP/s"})
+        entry["peak_ratio" if s.name.endswith("peak_ratio") else "value"] = s.value
+    results = []
+    for (key, test), entry in sorted(values.items()):
+        if "value" not in entry:
+            continue
+        results.append(ProbeResult(node=key[0], gpu=key[1], uuid=key[2], model=models.get(key, ""), test=test,
+                                   unit=entry["unit"], value=entry["value"], peak_ratio=entry.get("peak_ratio"),
+                                   when=when.get(key)))
+    return tuple(results)

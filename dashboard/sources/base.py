@@ -1,0 +1,171 @@
+"""What every page reads, whatever the data comes from: a few fixed queries, answered with plain records.
+
+A source never raises to a page. Each query returns an `Answer`: the records it could read and the
+`SourceProblem`s it met (unreachable, timed out, an error answer, no data, an agent down, a metric
+missing), so that the page shows what it has and names the rest in one banner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SourceProblem:
+    """One thing the source could not read, in a sentence a person can act on.
+
+    `where` names the server, agent or query (never a credential); `what` says what went wrong and,
+    where there is one, the fix.
+    """
+
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """The records a query could read, and the problems it met on the way."""
+
+    value: T
+    problems: tuple[SourceProblem, ...] = ()
+
+
+@dataclass(frozen=True)
+class FleetGpu:
+    """One GPU as the fleet view shows it; times in seconds since the epoch, memory in bytes."""
+
+    node: str  # Prometheus' `instance` label, or the agent's name in agent mode
+    gpu: str  # the NVML index, as the `gpu` label
+    uuid: str
+    model: str = ""
+    up: bool = True
+    state: str = "unknown"  # a gpulens.vocabulary.State value
+    reason: str = "no_data"  # a gpulens.vocabulary.Reason value
+    tip: str = ""  # the agent's first tip id, "" for none
+    since: float | None = None  # when the current state began
+    conditions: tuple[str, ...] = ()  # gpulens.vocabulary.Condition values that hold now
+    evidence: Mapping[str, float] = field(default_factory=dict)  # the verdict's window means
+    job_kind: str = ""
+    job_id: str = ""
+    user: str = ""
+    namespace: str = ""
+    pod: str = ""
+    wasted_seconds: float = 0.0  # seconds idle, data-starved or underutilized (see Fleet.wasted_over)
+    memory_used_bytes: float | None = None
+    memory_total_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every GPU the source knows, and the span the `wasted_seconds` cover, in words."""
+
+    gpus: tuple[FleetGpu, ...]
+    wasted_over: str  # e.g. "over the last 24 hours", "since each agent started"
+
+
+Point = tuple[float, float]  # (seconds since the epoch, value)
+
+
+@dataclass(frozen=True)
+class GpuHistory:
+    """One GPU over a time range: each series by name, in base units; the state timeline.
+
+    Series names: utilization_ratio, busy_ratio, sm_activity_ratio, memory_used_bytes,
+    memory_total_bytes, torch_allocated_bytes, torch_reserved_bytes, power_watts, power_limit_watts,
+    temperature_celsius, pcie_transmit_bytes_per_second, pcie_receive_bytes_per_second, processes.
+    A series the GPU does not report is absent, never zeros.
+    """
+
+    node: str
+    gpu: str
+    start: float
+    end: float
+    series: Mapping[str, tuple[Point, ...]]
+    states: tuple[tuple[float, str], ...]  # (time, state) at each sample, oldest first
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job, across every node that runs it: GPU-seconds per state since the agents saw it start."""
+
+    job_kind: str
+    job_id: str
+    state_seconds: Mapping[str, float]
+    nodes: tuple[str, ...]
+    data_wait_ratio: float | None = None  # worst of its processes' reports (gpulens.torch), 0-1
+    torch_allocated_bytes: float | None = None  # summed over its processes
+    torch_reserved_bytes: float | None = None
+    steps_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe measurement on one GPU: a bandwidth (bytes/s) or a matmul rate (FLOP/s)."""
+
+    node: str
+    gpu: str
+    uuid: str
+    model: str
+    test: str  # e.g. "bandwidth h2d pinned", "matmul bf16"
+    unit: str  # "B/s" or "FLOP/s"
+    value: float
+    peak_ratio: float | None  # against the model's datasheet peak, 0-1
+    when: float | None  # seconds since the epoch of the last run
+
+
+@dataclass(frozen=True)
+class FiringAlert:
+    """An alert Prometheus fires now (or has pending), with the GPU it names if it names one."""
+
+    name: str
+    state: str  # "firing" or "pending"
+    severity: str
+    summary: str
+    description: str
+    runbook_url: str
+    node: str
+    gpu: str
+    active_since: float | None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """The alerts, or why there are none to show (`supported` is False where the source has no alerting)."""
+
+    alerts: tuple[FiringAlert, ...]
+    supported: bool = True
+
+
+class Source(Protocol):
+    """Where the dashboard's data comes from. Every method answers; none raises."""
+
+    @property
+    def name(self) -> str:
+        """A short description for the page header, without credentials."""
+
+    @property
+    def cache_key(self) -> str:
+        """Distinct for each source, so cached answers never cross from one source to another."""
+
+    def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        """Every GPU with its verdict, owner and time wasted over `window_seconds` where the source can."""
+
+    def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+        """One GPU's series over the last `seconds`."""
+
+    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+        """Every job the agents see, with its GPU-seconds per state and its in-job evidence."""
+
+    def probes(self) -> Answer[tuple[ProbeResult, ...]]:
+        """The latest probe result per GPU and test; empty where no probe has run."""
+
+    def alerts(self) -> Answer[Alerts]:
+        """What Prometheus fires now."""

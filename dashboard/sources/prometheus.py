@@ -1,0 +1,254 @@
+"""`PrometheusSource`: the dashboard's data from any server that answers PromQL.
+
+Each view runs a fixed set of queries, whatever the number of GPUs: the fleet six instant queries,
+a GPU's history four range queries, the jobs one, the probes two, the alerts one request. Queries of
+one view run concurrently. Each returns whole label sets and values; the joining is done by
+`assemble`, the same code the agents source uses.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from gpulens.dashboard.sources import assemble
+from gpulens.dashboard.sources.assemble import Sample
+from gpulens.dashboard.sources.base import (
+    Alerts,
+    Answer,
+    FiringAlert,
+    Fleet,
+    GpuHistory,
+    JobSummary,
+    ProbeResult,
+    SourceProblem,
+)
+from gpulens.dashboard.sources.prometheus_api import ApiError, PrometheusApi
+
+from gpulens.vocabulary import WASTED_STATES
+
+_WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
+
+FLEET_SERIES = '{__name__=~"' + "|".join(assemble.FLEET_SERIES) + '"}'
+# The model only: gpulens_gpu_info's other labels (serial, bus id, driver) would double the answer's size.
+FLEET_MODELS = "group by (instance, gpu, uuid, model) (gpulens_gpu_info)"
+FLEET_CONDITIONS = "gpulens_gpu_condition == 1"
+# The evidence only of the GPUs the fleet view flags (wasted, unknown, or with a health condition): a
+# dozen series per GPU, most of the answer's size on a healthy fleet otherwise.
+FLEET_EVIDENCE = ("gpulens_gpu_diagnosis_evidence and on (instance, gpu, uuid) "
+                  "(gpulens_gpu_verdict_info{state=~\"%s|unknown\"} or gpulens_gpu_condition == 1)")
+# Seconds each GPU spent idle, data-starved or underutilized over the window. increase() is right across
+# agent restarts; a recording rule over a shorter range can stand in for it on very large fleets.
+FLEET_WASTED = ("sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~\"%s\"}[%ds]))")
+# Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
+AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
+
+HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
+                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
+                  "pcie_receive_bytes_per_second", "processes")
+JOBS = ('{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|'
+        + "|".join(assemble.IN_JOB) + '"}')
+PROBES = '{__name__=~"gpulens_probe_.+"}'
+PROBED_GPUS = 'gpulens_gpu_info and on (instance, gpu, uuid) {__name__=~"gpulens_probe_.+"}'
+
+# Points per chart: enough to see a minute's detail over an hour, few enough to draw at once.
+HISTORY_POINTS = 300
+
+
+def label_value(text: str) -> str:
+    """Return `text` as a quoted PromQL label value."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class PrometheusSource:
+    """Reads the fleet from a Prometheus-compatible server (`api`: a PrometheusApi)."""
+
+    def __init__(self, api: PrometheusApi, clock: Callable[[], float] = time.time):
+        self._api = api
+        self._clock = clock
+        self._key = f"prometheus:{api.shown}:{uuid.uuid4()}"
+
+    @classmethod
+    def from_url(cls, url: str, bearer_token: str | None = None, basic_auth: tuple[str, str] | None = None,
+                 timeout: float = 5.0) -> PrometheusSource:
+        return cls(PrometheusApi(url, bearer_token=bearer_token, basic_auth=basic_auth, timeout=timeout))
+
+    @property
+    def name(self) -> str:
+        return f"Prometheus at {self._api.shown}"
+
+    @property
+    def cache_key(self) -> str:
+        return self._key
+
+    @property
+    def queries_made(self) -> int:
+        """HTTP requests sent to the server so far."""
+        return self._api.requests_made
+
+    def _run(self, calls: dict[str, Callable[[], Any]]) -> tuple[dict[str, Any], list[SourceProblem]]:
+        """Run `calls` concurrently; return their results by name (None where one failed) and the problems."""
+        results: dict[str, Any] = {}
+        problems: list[SourceProblem] = []
+        with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+            futures = {name: pool.submit(call) for name, call in calls.items()}
+            for name, future in futures.items():
+                try:
+                    results[name] = future.result()
+                except ApiError as error:
+                    results[name] = None
+                    if error.problem not in problems:  # one unreachable server is one line, not four
+                        problems.append(error.problem)
+        return results, problems
+
+    def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        now = self._clock()
+        wasted = FLEET_WASTED % (_WASTED_REGEX, max(int(window_seconds), 60))
+        results, problems = self._run({
+            "models": lambda: self._api.query(FLEET_MODELS, now),
+            "series": lambda: self._api.query(FLEET_SERIES, now),
+            "evidence": lambda: self._api.query(FLEET_EVIDENCE % _WASTED_REGEX, now),
+            "conditions": lambda: self._api.query(FLEET_CONDITIONS, now),
+            "wasted": lambda: self._api.query(wasted, now),
+            "down": lambda: self._api.query(AGENTS_DOWN, now),
+        })
+        samples = _samples(results["models"], name="gpulens_gpu_info") + _samples(results["series"])
+        samples += _samples(results["evidence"]) + _samples(results["conditions"])
+        samples += _samples(results["wasted"], name=assemble.WASTED_SECONDS)
+        gpus, missing = assemble.fleet_gpus(samples)
+        problems += missing
+        for item in results["down"] or ():
+            problems.append(SourceProblem(f"agent {item['metric'].get('instance', '?')}",
+                                          "is down: Prometheus cannot scrape it, so its GPUs are not shown"))
+        if results["series"] is not None and not gpus:
+            problems.append(SourceProblem(self.name, "has no gpulens series; check that it scrapes the agents "
+                                                     "(a job with their :10906/metrics targets)"))
+        return Answer(Fleet(gpus, wasted_over=_span(window_seconds)), tuple(problems))
+
+    def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+        end = self._clock()
+        start = end - seconds
+        step = max(1, round(seconds / HISTORY_POINTS))
+        window = max(60, 4 * step)
+        where = f"instance={label_value(node)}, gpu={label_value(gpu)}"
+        gauges = '{__name__=~"gpulens_gpu_(' + "|".join(HISTORY_GAUGES) + f')", {where}}}'
+        busy = (f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
+                f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])")
+        states = f"gpulens_gpu_state{{{where}}} == 1"
+        # In-job series carry the GPU's UUID as `gpu_uuid`; summed over the GPU's processes.
+        torch = ('sum by (series) (label_replace({__name__=~"gpulens_job_torch_(allocated|reserved)_bytes", '
+                 f'instance={label_value(node)}}}, "series", "torch_$1_bytes", "__name__", '
+                 '"gpulens_job_torch_(.*)_bytes") and on (instance, gpu_uuid) '
+                 'label_replace(gpulens_gpu_info{' + where + '}, "gpu_uuid", "$1", "uuid", "(.*)"))')
+        results, problems = self._run({
+            name: (lambda q=query: self._api.query_range(q, start, end, step))
+            for name, query in (("gauges", gauges), ("busy", busy), ("states", states), ("torch", torch))
+        })
+        series: dict[str, tuple] = {}
+        for item in results["gauges"] or ():
+            series[item["metric"].get("__name__", "").removeprefix("gpulens_gpu_")] = _points(item)
+        for item in results["busy"] or ():
+            series["busy_ratio"] = _points(item)
+        for item in results["torch"] or ():
+            series[item["metric"].get("series", "torch")] = _points(item)
+        timeline = sorted((t, item["metric"].get("state", "unknown"))
+                          for item in results["states"] or () for t, _ in _points(item))
+        if results["gauges"] == [] and results["states"] == []:
+            problems.append(SourceProblem(self.name, f"has no series for GPU {gpu} on node {node} "
+                                                     "in this time range"))
+        return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline)), tuple(problems))
+
+    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+        results, problems = self._run({"jobs": lambda: self._api.query(JOBS, self._clock())})
+        return Answer(assemble.job_summaries(_samples(results["jobs"])), tuple(problems))
+
+    def probes(self) -> Answer[tuple[ProbeResult, ...]]:
+        now = self._clock()
+        results, problems = self._run({
+            "probes": lambda: self._api.query(PROBES, now),
+            "gpus": lambda: self._api.query(PROBED_GPUS, now),
+        })
+        return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])),
+                      tuple(problems))
+
+    def alerts(self) -> Answer[Alerts]:
+        results, problems = self._run({"alerts": self._api.alerts})
+        alerts = []
+        for raw in results["alerts"] or ():
+            alert = _alert(raw)
+            if alert is None:
+                problems.append(SourceProblem(self.name, "answered an alert without labels; it is left out"))
+            else:
+                alerts.append(alert)
+        order = {"firing": 0, "pending": 1}
+        severity = defaultdict(lambda: 3, {"critical": 0, "warning": 1, "info": 2})
+        alerts.sort(key=lambda a: (order.get(a.state, 2), severity[a.severity], a.name, a.node, a.gpu))
+        return Answer(Alerts(tuple(alerts)), tuple(problems))
+
+
+def _samples(result: list[dict[str, Any]] | None, name: str | None = None) -> list[Sample]:
+    samples = []
+    for item in result or ():
+        labels = item["metric"]
+        try:
+            value = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        samples.append(Sample(name or labels.get("__name__", ""), labels, value))
+    return samples
+
+
+def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
+    points = []
+    for pair in item.get("values") or ():
+        try:
+            points.append((float(pair[0]), float(pair[1])))
+        except (IndexError, TypeError, ValueError):
+            continue
+    return tuple(points)
+
+
+def _span(seconds: float) -> str:
+    hours = seconds / 3600
+    if hours >= 48 and hours % 24 == 0:
+        return f"over the last {hours / 24:g} days"
+    return f"over the last {hours:g} hour{'s' if hours != 1 else ''}"
+
+
+def _timestamp(text: Any) -> float | None:
+    """Parse Prometheus' RFC 3339 `activeAt` (nanoseconds, 'Z'); None if absent or odd."""
+    if not isinstance(text, str) or not text:
+        return None
+    head, dot, rest = text.partition(".")
+    if dot:
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):]
+        text = f"{head}.{digits[:6]}{zone}"
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _alert(raw: Any) -> FiringAlert | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("labels"), dict):
+        return None
+    labels = {str(k): str(v) for k, v in raw["labels"].items()}
+    notes = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
+    return FiringAlert(
+        name=labels.get("alertname", "unnamed"),
+        state=str(raw.get("state", "")),
+        severity=labels.get("severity", ""),
+        summary=str(notes.get("summary", "")),
+        description=str(notes.get("description", "")),
+        runbook_url=str(notes.get("runbook_url", "")),
+        node=labels.get("instance", ""),
+        gpu=labels.get("gpu", ""),
+        active_since=_timestamp(raw.get("activeAt")),
+        labels=labels,
+    )

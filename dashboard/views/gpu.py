@@ -1,0 +1,142 @@
+"""The Node and GPU view's logic, without Streamlit: charts with units and legends, the state timeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from gpulens.dashboard.sources.base import FleetGpu, GpuHistory
+from gpulens.dashboard.views import words
+
+
+@dataclass(frozen=True)
+class Line:
+    series: str  # key in GpuHistory.series
+    legend: str
+    scale: float  # multiply the base-unit value by this for the axis unit
+
+
+@dataclass(frozen=True)
+class ChartSpec:
+    title: str
+    axis: str  # the y axis title, with its unit
+    lines: tuple[Line, ...]
+    note: str  # what the chart tells, in a sentence
+
+
+CHARTS = (
+    ChartSpec("Is the GPU working?", "% of time or of the GPU", (
+        Line("utilization_ratio", "work running (driver's utilization, last second)", 100),
+        Line("busy_ratio", "work running (exact, averaged between samples)", 100),
+        Line("sm_activity_ratio", "compute units busy (SM activity)", 100),
+    ), "Work running says a kernel ran, not how much of the GPU it used; compute units busy says how much "
+       "(H100 and newer only). Healthy training keeps both near 100%."),
+    ChartSpec("Memory", "GiB", (
+        Line("memory_used_bytes", "device memory in use (all processes)", 1 / 2**30),
+        Line("memory_total_bytes", "device memory size", 1 / 2**30),
+        Line("torch_allocated_bytes", "PyTorch: held by tensors", 1 / 2**30),
+        Line("torch_reserved_bytes", "PyTorch: reserved by its cache", 1 / 2**30),
+    ), "PyTorch's lines appear when the job uses gpulens.torch. Reserved far above held means a "
+       "fragmented cache; used near the size means no room for a bigger batch."),
+    ChartSpec("Power", "watts", (
+        Line("power_watts", "power draw", 1.0),
+        Line("power_limit_watts", "power limit", 1.0),
+    ), "A GPU doing real work draws well above half its limit."),
+    ChartSpec("Temperature", "°C", (
+        Line("temperature_celsius", "GPU temperature", 1.0),
+    ), "GPUs slow themselves down when too hot (around 85-90 °C for data-center GPUs)."),
+    ChartSpec("PCIe traffic", "GB/s", (
+        Line("pcie_receive_bytes_per_second", "host → GPU", 1e-9),
+        Line("pcie_transmit_bytes_per_second", "GPU → host", 1e-9),
+    ), "Copies between host memory and the GPU. A x16 PCIe Gen4 link carries about 32 GB/s each way, Gen5 about 64."),
+)
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def chart_rows(history: GpuHistory, spec: ChartSpec) -> list[dict]:
+    """Return long-format rows (time, series legend, value in the axis unit) for one chart."""
+    rows = []
+    for line in spec.lines:
+        for t, value in history.series.get(line.series, ()):
+            rows.append({"time": _time(t), "series": line.legend, "value": value * line.scale})
+    return rows
+
+
+def span(history: GpuHistory) -> tuple[datetime, datetime]:
+    """Return the time axis' range: the chosen range, cut to where samples begin when they begin later.
+
+    An agents source has history only since the dashboard started; its first minutes fill the chart
+    instead of a dot at the right edge of an empty hour.
+    """
+    times = [t for points in history.series.values() for t, _ in points] + [t for t, _ in history.states]
+    start = max(history.start, min(times)) if times else history.start
+    return _time(start), _time(max(history.end, start + 1))
+
+
+def missing_lines(history: GpuHistory, spec: ChartSpec) -> list[str]:
+    """Return the legends of the lines this GPU does not report."""
+    return [line.legend for line in spec.lines if not history.series.get(line.series)]
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: datetime
+    end: datetime
+    state: str  # in words
+    minutes: float
+
+
+def timeline(history: GpuHistory) -> list[Segment]:
+    """Return the state timeline as segments of one state each, oldest first.
+
+    Each sample's state holds until the next sample; the last one until the range's end.
+    """
+    points = list(history.states)
+    segments: list[Segment] = []
+    for i, (t, state) in enumerate(points):
+        end = points[i + 1][0] if i + 1 < len(points) else max(history.end, t)
+        if segments and segments[-1].state == words.state_name(state):
+            last = segments[-1]
+            segments[-1] = Segment(last.start, _time(end), last.state, (end - last.start.timestamp()) / 60)
+        else:
+            segments.append(Segment(_time(t), _time(end), words.state_name(state), (end - t) / 60))
+    return segments
+
+
+def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
+    """Return the node's GPUs as table rows: index, model, state, why, owner, job, since."""
+    return [
+        {
+            "GPU": g.gpu,
+            "model": g.model,
+            "state": words.state_name(g.state),
+            "why": words.reason_text(g.reason),
+            "health": ", ".join(words.condition_text(c) for c in g.conditions) or ("not answering" if not g.up else ""),
+            "owner": words.owner(g.user, g.namespace),
+            "job": words.job_label(g.job_kind, g.job_id, g.pod),
+            "in this state for": words.duration(now - g.since) if g.since else "",
+            "memory used": words.gib(g.memory_used_bytes),
+        }
+        for g in gpus
+        if g.node == node
+    ]
+
+
+def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
+    """Return who holds the GPU: its job and the processes on it (latest count), as table rows."""
+    processes = history.series.get("processes")
+    count = int(processes[-1][1]) if processes else None
+    if not gpu.job_id and not count:
+        return []
+    return [{
+        "job kind": gpu.job_kind or "unattributed",
+        "job": gpu.job_id,
+        "user": gpu.user,
+        "namespace": gpu.namespace,
+        "pod": gpu.pod,
+        "processes on the GPU": "" if count is None else str(count),
+    }]

@@ -1,0 +1,52 @@
+"""Links between the pages, and to a job's report; relative, so they work under any base path."""
+
+from __future__ import annotations
+
+import shlex
+import urllib.parse
+
+# The pages' URL paths (dashboard/app.py names them so).
+GPU_PAGE = "gpu"
+JOB_PAGE = "job"
+
+# `gpulens report job ID` writes a job's report (docs/reports.md); where a team serves reports over HTTP,
+# the link follows GPULENS_DASHBOARD_REPORT_URL, a template with {job_kind} and {job_id} (docs/dashboard.md).
+REPORT_URL_VARIABLE = "GPULENS_DASHBOARD_REPORT_URL"
+
+
+def gpu_link(node: str, gpu: str) -> str:
+    """Return the Node and GPU page's link for one GPU."""
+    return f"{GPU_PAGE}?{urllib.parse.urlencode({'node': node, 'gpu': gpu})}"
+
+
+def node_link(node: str) -> str:
+    return f"{GPU_PAGE}?{urllib.parse.urlencode({'node': node})}"
+
+
+def job_link(job_kind: str, job_id: str) -> str:
+    """Return the Job page's link for one job."""
+    return f"{JOB_PAGE}?{urllib.parse.urlencode({'kind': job_kind, 'id': job_id})}"
+
+
+def report_url(template: str, job_kind: str, job_id: str) -> str | None:
+    """Return the report link from `template` ({job_kind}, {job_id}), or None without a usable template."""
+    if not template or not template.startswith(("http://", "https://")):
+        return None
+    quote = urllib.parse.quote
+    try:
+        return template.format(job_kind=quote(job_kind, safe=""), job_id=quote(job_id, safe=""))
+    except (KeyError, IndexError, ValueError):
+        return None
+
+
+def report_command(job_id: str, prometheus: str = "", agents: str = "") -> str:
+    """Return the command that writes the job's report as a page, reading the dashboard's own source.
+
+    `prometheus` is the server's URL (without credentials); `agents` the dashboard's NAME=URL list.
+    """
+    if prometheus:
+        source = f" --prometheus {shlex.quote(prometheus)}"
+    else:
+        urls = [item.partition("=")[2] if "=" in item.split("://")[0] else item for item in agents.split(",")]
+        source = "".join(f" --agent {shlex.quote(url.strip())}" for url in urls if url.strip())
+    return f"gpulens report job {shlex.quote(job_id)}{source} --format html -o report.html"

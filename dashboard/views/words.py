@@ -1,0 +1,156 @@
+"""Plain words and units for what the pages show: state names, reasons, evidence, durations, sizes.
+
+Written for someone who has never heard of NVML: every number comes with its unit, every state
+with a sentence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from gpulens.vocabulary import Condition, Reason, State
+
+STATE_ORDER = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED, State.BUSY, State.FREE, State.UNKNOWN)
+
+STATE_NAME = {
+    State.FREE.value: "Free",
+    State.IDLE.value: "Idle (held, no work)",
+    State.DATA_STARVED.value: "Starved for data",
+    State.UNDERUTILIZED.value: "Underused",
+    State.BUSY.value: "Busy",
+    State.UNKNOWN.value: "Unknown",
+}
+
+STATE_MEANING = {
+    State.FREE.value: "no job holds it: ready for work",
+    State.IDLE.value: "a job holds it but runs nothing on it",
+    State.DATA_STARVED.value: "it runs in bursts, waiting for the job's input pipeline in between",
+    State.UNDERUTILIZED.value: "it runs work that uses only a small part of it",
+    State.BUSY.value: "healthy use",
+    State.UNKNOWN.value: "no data to judge by (GPU lost, driver down, MIG, or just started)",
+}
+
+# Colours by meaning: wasted states warm, busy green, free blue, unknown grey.
+STATE_COLOR = {
+    State.IDLE.value: "#d62728",
+    State.DATA_STARVED.value: "#ff7f0e",
+    State.UNDERUTILIZED.value: "#e6b800",
+    State.BUSY.value: "#2ca02c",
+    State.FREE.value: "#7fb3d5",
+    State.UNKNOWN.value: "#9e9e9e",
+}
+
+REASON_TEXT = {
+    Reason.NO_PROCESS.value: "no process on it",
+    Reason.NO_KERNELS.value: "a process holds it but has run no work for a while",
+    Reason.ALLOCATED_NO_PROCESS.value: "the scheduler gave it to a job that runs nothing on it",
+    Reason.INPUT_WAIT_REPORTED.value: "the job reports waiting for its next batch much of each step",
+    Reason.INPUT_CPU_SATURATED.value: "the job's main process uses a whole CPU core preparing data, with no helpers",
+    Reason.WORKERS_SATURATED.value: "the job's data-loading workers are at full CPU",
+    Reason.LOW_SM_ACTIVITY.value: "its work keeps most of the GPU's compute units empty",
+    Reason.LOW_OCCUPANCY.value: "it runs many small pieces of work (small batches or kernels)",
+    Reason.LOW_BUSY_RATIO.value: "work runs less than half the time, and nothing says why",
+    Reason.SPINNING_KERNEL.value: "it looks busy but does nothing: a job likely hangs waiting on another",
+    Reason.HEALTHY.value: "healthy use",
+    Reason.NO_DATA.value: "no samples yet",
+    Reason.GPU_LOST.value: "the GPU stopped answering (fell off the bus)",
+    Reason.NVML_DOWN.value: "the NVIDIA driver does not answer on this node",
+    Reason.MIG_ENABLED.value: "split into MIG slices, whose use the driver does not report",
+}
+
+CONDITION_TEXT = {
+    Condition.THERMAL_THROTTLE.value: "slowed down by heat",
+    Condition.POWER_THROTTLE.value: "held at its power limit",
+    Condition.HW_SLOWDOWN.value: "slowed down by a hardware signal (power supply or brake)",
+    Condition.PCIE_DEGRADED.value: "its PCIe link runs below full speed",
+    Condition.ECC_UNCORRECTED.value: "uncorrectable memory errors",
+    Condition.ROW_REMAP_FAILURE.value: "memory repair failed or waits for a reset",
+    Condition.XID_RECENT.value: "a driver error (Xid) in the last 10 minutes",
+    Condition.LOST.value: "fell off the bus",
+}
+
+# Evidence in the order it explains a verdict, with how to say it. Ratios are 0-1.
+EVIDENCE_TEXT = (
+    ("busy_ratio", "work running {:.0%} of the time"),
+    ("sm_activity", "compute units busy {:.0%}"),
+    ("data_wait_ratio", "job waits for data {:.0%} of each step"),
+    ("main_process_cpu_ratio", "main process at {:.0%} of a CPU core"),
+    ("workers_cpu_ratio_max", "busiest data worker at {:.0%} of a core"),
+    ("power_ratio", "power at {:.0%} of its limit"),
+    ("idle_seconds", "no work for {}"),
+)
+
+
+def state_name(state: str) -> str:
+    return STATE_NAME.get(state, state or "Unknown")
+
+
+def reason_text(reason: str) -> str:
+    return REASON_TEXT.get(reason, reason.replace("_", " "))
+
+
+def condition_text(condition: str) -> str:
+    return CONDITION_TEXT.get(condition, condition.replace("_", " "))
+
+
+def evidence_text(evidence: Mapping[str, float]) -> str:
+    """Return the verdict's evidence as one plain sentence ('' when there is none)."""
+    parts = []
+    for key, pattern in EVIDENCE_TEXT:
+        value = evidence.get(key)
+        if value is None or not math.isfinite(value):
+            continue
+        if key == "idle_seconds":
+            if value >= 60:
+                parts.append(pattern.format(duration(value)))
+        else:
+            parts.append(pattern.format(value))
+    return "; ".join(parts)
+
+
+def duration(seconds: float | None) -> str:
+    """Return a duration as '45 s', '12 min', '3 h 05 min' or '2 d 4 h'; '' for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def gib(value: float | None) -> str:
+    """Return bytes as GiB with one decimal ('' for None)."""
+    return "" if value is None else f"{value / 2**30:.1f} GiB"
+
+
+def percent(value: float | None) -> str:
+    return "" if value is None or not math.isfinite(value) else f"{value:.0%}"
+
+
+def gpu_hours(seconds: float) -> str:
+    """Return GPU-seconds as GPU-hours with two decimals ('under 0.01 GPU-h' for a little above zero)."""
+    if 0 < seconds < 36:
+        return "under 0.01 GPU-h"
+    return f"{seconds / 3600:.2f} GPU-h"
+
+
+def owner(user: str, namespace: str) -> str:
+    return " / ".join(part for part in (user, namespace) if part)
+
+
+def job_label(kind: str, job_id: str, pod: str = "") -> str:
+    """Return a job as 'slurm 81234' or 'kubernetes vision/pod'; long ids shortened to 12 characters."""
+    if not job_id:
+        return ""
+    if pod:
+        return f"{kind} pod {pod}"
+    shown = job_id if len(job_id) <= 16 else job_id[:12] + "…"
+    return f"{kind} {shown}"

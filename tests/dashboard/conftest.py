@@ -1,0 +1,35 @@
+"""Fixtures for the dashboard's tests: simulated agents served over HTTP on loopback."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from gpulens.agent.server import AgentApp, serve
+
+from tests.conftest import SimulatedAgent, make_agent
+
+
+@contextmanager
+def served(agent: SimulatedAgent) -> Iterator[str]:
+    """Serve a simulated agent's endpoints on a free loopback port; yield its base URL."""
+    app = AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated")
+    server = serve(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def demo_agent() -> SimulatedAgent:
+    """The demo node after 90 simulated seconds: every state has settled past its dwell time."""
+    agent = make_agent("demo")
+    agent.run(90)
+    return agent

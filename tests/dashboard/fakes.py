@@ -1,0 +1,121 @@
+"""A fake `Source` for page tests: fixed answers, chosen per test, and a record of what was asked."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from gpulens.dashboard.sources.base import (
+    Alerts,
+    Answer,
+    FiringAlert,
+    Fleet,
+    FleetGpu,
+    GpuHistory,
+    JobSummary,
+    ProbeResult,
+    SourceProblem,
+)
+
+NOW = time.time()
+
+GPUS = (
+    FleetGpu(node="node-a", gpu="0", uuid="GPU-a0", model="NVIDIA H100 80GB HBM3", state="busy", reason="healthy",
+             tip="torch_compile", since=NOW - 7200, evidence={"busy_ratio": 0.97, "sm_activity": 0.85},
+             job_kind="kubernetes", job_id="job-alice", user="alice", namespace="vision", pod="resnet-0",
+             memory_used_bytes=70 * 2**30, memory_total_bytes=80 * 2**30),
+    FleetGpu(node="node-a", gpu="1", uuid="GPU-a1", model="NVIDIA H100 80GB HBM3", state="idle", reason="no_kernels",
+             tip="release_idle_gpu", since=NOW - 5400, evidence={"busy_ratio": 0.0, "idle_seconds": 5400},
+             job_kind="kubernetes", job_id="job-bob", user="bob", namespace="research", pod="jupyter-bob",
+             wasted_seconds=5400, memory_used_bytes=20 * 2**30, memory_total_bytes=80 * 2**30),
+    FleetGpu(node="node-b", gpu="0", uuid="GPU-b0", model="NVIDIA A100-SXM4-80GB", state="data_starved",
+             reason="input_wait_reported", tip="dataloader_workers", since=NOW - 1800,
+             evidence={"busy_ratio": 0.27, "data_wait_ratio": 0.72, "main_process_cpu_ratio": 1.0, "num_workers": 0},
+             job_kind="slurm", job_id="81234", user="carol", wasted_seconds=1800,
+             memory_used_bytes=30 * 2**30, memory_total_bytes=80 * 2**30),
+    FleetGpu(node="node-b", gpu="1", uuid="GPU-b1", model="NVIDIA A100-SXM4-80GB", state="free", reason="no_process",
+             since=NOW - 600, conditions=("thermal_throttle",), evidence={}, memory_used_bytes=0,
+             memory_total_bytes=80 * 2**30),
+)
+
+
+def history(node: str = "node-a", gpu: str = "1") -> GpuHistory:
+    times = [NOW - 600 + 10 * i for i in range(60)]
+    series = {
+        "utilization_ratio": tuple((t, 0.0) for t in times),
+        "busy_ratio": tuple((t, 0.0) for t in times[1:]),
+        "memory_used_bytes": tuple((t, 20 * 2**30) for t in times),
+        "memory_total_bytes": tuple((t, 80 * 2**30) for t in times),
+        "power_watts": tuple((t, 70.0) for t in times),
+        "power_limit_watts": tuple((t, 700.0) for t in times),
+        "temperature_celsius": tuple((t, 35.0) for t in times),
+        "processes": tuple((t, 1.0) for t in times),
+    }
+    states = tuple((t, "busy" if i < 20 else "idle") for i, t in enumerate(times))
+    return GpuHistory(node, gpu, NOW - 600, NOW, series, states)
+
+
+JOBS = (
+    JobSummary("kubernetes", "job-bob", {"idle": 5400.0, "busy": 600.0}, ("node-a",)),
+    JobSummary("slurm", "81234", {"data_starved": 1800.0, "busy": 300.0}, ("node-b",), data_wait_ratio=0.72,
+               torch_allocated_bytes=22 * 2**30, torch_reserved_bytes=28 * 2**30),
+    JobSummary("kubernetes", "job-alice", {"busy": 7200.0}, ("node-a",)),
+)
+
+PROBES = (
+    ProbeResult("node-a", "0", "GPU-a0", "NVIDIA H100 80GB HBM3", "bandwidth d2d", "B/s", 2.9e12, 0.87, NOW - 300),
+    ProbeResult("node-a", "1", "GPU-a1", "NVIDIA H100 80GB HBM3", "bandwidth d2d", "B/s", 2.0e12, 0.60, NOW - 300),
+    ProbeResult("node-c", "0", "GPU-c0", "NVIDIA H100 80GB HBM3", "bandwidth d2d", "B/s", 2.95e12, 0.88, NOW - 300),
+)
+
+ALERTS = (
+    FiringAlert("GpulensGpuIdle", "firing", "warning", "GPU 1 on node-a is held but idle",
+                "bob's notebook has run nothing for 90 minutes", "https://example.org/runbooks/idle",
+                "node-a", "1", NOW - 3600),
+)
+
+
+@dataclass
+class FakeSource:
+    """Answers what the test set; every answer carries `problems`."""
+
+    gpus: tuple[FleetGpu, ...] = GPUS
+    problems: tuple[SourceProblem, ...] = ()
+    jobs_: tuple[JobSummary, ...] = JOBS
+    probes_: tuple[ProbeResult, ...] = PROBES
+    alerts_: Alerts = field(default_factory=lambda: Alerts(ALERTS))
+    fail: bool = False  # every method raises, as a buggy source would
+    asked: list[str] = field(default_factory=list)
+    key: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    name = "a fake source"
+
+    @property
+    def cache_key(self) -> str:
+        return self.key
+
+    def _check(self, what: str) -> None:
+        self.asked.append(what)
+        if self.fail:
+            raise RuntimeError("the fake source was told to fail")
+
+    def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        self._check("fleet")
+        return Answer(Fleet(self.gpus, "over the last 24 hours"), self.problems)
+
+    def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
+        self._check("gpu_history")
+        return Answer(history(node, gpu), self.problems)
+
+    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+        self._check("jobs")
+        return Answer(self.jobs_, self.problems)
+
+    def probes(self) -> Answer[tuple[ProbeResult, ...]]:
+        self._check("probes")
+        return Answer(self.probes_, self.problems)
+
+    def alerts(self) -> Answer[Alerts]:
+        self._check("alerts")
+        return Answer(self.alerts_, self.problems)

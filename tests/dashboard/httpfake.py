@@ -1,0 +1,53 @@
+"""A loopback HTTP server that answers whatever a test tells it: error JSON, garbage, slowness."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# (status, content type, body, delay in seconds) for a request path and its query string.
+Reply = tuple[int, str, bytes, float]
+
+
+def json_reply(body: object, status: int = 200) -> Reply:
+    return status, "application/json", json.dumps(body).encode(), 0.0
+
+
+@contextmanager
+def fake_server(answer: Callable[[str], Reply]) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+    """Serve `answer(path with query)` on a free loopback port.
+
+    Yield its URL and the requests it got, as (path with query, Authorization header or None).
+    """
+    asked: list[tuple[str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+            asked.append((self.path, self.headers.get("Authorization")))
+            status, kind, body, delay = answer(self.path)
+            time.sleep(delay)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up waiting
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", asked
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,109 @@
+"""AgentsSource against real agent endpoints on loopback: several nodes, one down, one slow, one not an agent."""
+
+from __future__ import annotations
+
+import pytest
+from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
+
+from tests.conftest import make_agent
+from tests.dashboard.conftest import served
+from tests.dashboard.httpfake import fake_server
+from tests.tools import free_port
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fleet_from_two_nodes_with_a_third_down(demo_agent):
+    diagnosis = make_agent("diagnosis")
+    diagnosis.run(60)
+    with served(demo_agent) as demo_url, served(diagnosis) as diagnosis_url:
+        source = AgentsSource({"demo": demo_url, "diagnosis": diagnosis_url,
+                               "gone": f"http://127.0.0.1:{free_port()}"}, timeout=2)
+        answer = source.fleet(3600)
+    gpus = answer.value.gpus
+    assert {g.node for g in gpus} == {"demo", "diagnosis"}
+    assert len([g for g in gpus if g.node == "demo"]) == 8
+    assert answer.value.wasted_over == "since each agent started"
+    assert len(answer.problems) == 1
+    assert answer.problems[0].where.startswith("agent gone at http://127.0.0.1:")
+    assert "down or unreachable" in answer.problems[0].what
+    assert {g.state for g in gpus if g.node == "demo"} >= {"idle", "data_starved", "busy", "free"}
+
+
+def test_history_grows_one_point_per_scrape_and_stays_bounded(demo_agent):
+    clock = Clock()
+    with served(demo_agent) as url:
+        source = AgentsSource({"demo": url}, history_seconds=30, interval=10, clock=clock)
+        for _ in range(6):
+            demo_agent.run(10)
+            clock.now += 10
+            source.refresh()
+        answer = source.gpu_history("demo", "2", 3600)
+    history = answer.value
+    assert answer.problems == ()
+    assert len(history.series["utilization_ratio"]) == 4  # 30 s of history at 10 s: the ring keeps 4 points
+    assert len(history.series["busy_ratio"]) == 3  # from the counters, between consecutive points
+    assert all(0.1 < value < 0.5 for _, value in history.series["busy_ratio"])  # the 25% duty cycle
+    assert [state for _, state in history.states] == ["data_starved"] * 4
+    assert "sm_activity_ratio" in history.series and "torch_allocated_bytes" not in history.series
+
+
+def test_history_of_an_unknown_node_is_a_problem_not_an_error(demo_agent):
+    with served(demo_agent) as url:
+        answer = AgentsSource({"demo": url}).gpu_history("elsewhere", "0", 600)
+    assert answer.value.series == {} and "is not one of the agents" in answer.problems[0].what
+
+
+def test_a_slow_agent_times_out_into_a_problem():
+    with fake_server(lambda path: (200, "text/plain", b"", 3.0)) as (url, _):
+        answer = AgentsSource({"slow": url}, timeout=0.5).fleet(3600)
+    assert answer.value.gpus == () and "did not answer within 0.5 s" in answer.problems[0].what
+
+
+@pytest.mark.parametrize(("reply", "said"), [
+    ((404, "text/plain", b"not found", 0.0), "answered HTTP 404"),
+    ((200, "text/html", b"<html><body>login</body></html>", 0.0), "not Prometheus metrics"),
+    ((200, "text/plain", b"node_load1 0.5\n", 0.0), "not gpulens ones"),
+])
+def test_an_endpoint_that_is_not_an_agent_is_named(reply, said):
+    with fake_server(lambda path: reply) as (url, _):
+        answer = AgentsSource({"other": url}).fleet(3600)
+    assert said in answer.problems[0].what and answer.value.gpus == ()
+
+
+def test_jobs_probes_and_alerts_in_agent_mode(demo_agent):
+    with served(demo_agent) as url:
+        source = AgentsSource({"demo": url})
+        jobs = source.jobs().value
+        assert source.probes().value == ()
+        assert source.alerts().value.supported is False
+    starved = next(j for j in jobs if j.job_id == "81234")
+    assert starved.nodes == ("demo",) and starved.state_seconds["data_starved"] > 0
+
+
+def test_queries_within_the_interval_share_one_scrape(demo_agent):
+    clock = Clock()
+    with served(demo_agent) as url:
+        source = AgentsSource({"demo": url}, interval=5, clock=clock)
+        source.fleet(3600)
+        source.jobs()
+        source.probes()
+        assert source.scrapes_made == 1
+        clock.now += 5
+        source.fleet(3600)
+        assert source.scrapes_made == 2
+
+
+def test_agent_lists_parse_names_and_refuse_mistakes():
+    assert parse_agents("http://a:10906, b=http://10.0.0.2:10906/metrics") == {
+        "a:10906": "http://a:10906", "b": "http://10.0.0.2:10906/metrics"}
+    for bad, said in (("a:10906", "is not http://HOST:PORT"), ("", "no agent URL"),
+                      ("x=http://a:1,x=http://b:1", "given twice")):
+        with pytest.raises(ConfigError, match=said):
+            parse_agents(bad)

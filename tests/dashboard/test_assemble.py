@@ -1,0 +1,89 @@
+"""Samples to records: the joining both sources share, on real expositions and on literal ones."""
+
+from __future__ import annotations
+
+import pytest
+from gpulens.dashboard.sources import assemble
+from gpulens.dashboard.sources.agents import parse_exposition
+from gpulens.dashboard.sources.assemble import Sample
+
+
+def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_and_evidence(demo_agent):
+    samples = parse_exposition(demo_agent.exposition(), "node-1")
+    gpus, problems = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+    assert problems == ()
+    assert [g.gpu for g in gpus] == [str(i) for i in range(8)]
+    by_index = {g.gpu: g for g in gpus}
+    idle, starved, free = by_index["1"], by_index["2"], by_index["3"]
+    assert (idle.state, idle.reason, idle.tip, idle.user, idle.namespace) == (
+        "idle", "no_kernels", "release_idle_gpu", "bob", "research")
+    assert (starved.state, starved.job_kind, starved.job_id, starved.user) == ("data_starved", "slurm", "81234",
+                                                                              "carol")
+    assert starved.evidence["data_wait_ratio"] == pytest.approx(0.72, abs=0.05)
+    assert free.state == "free" and free.job_id == "" and free.wasted_seconds == 0
+    assert idle.wasted_seconds == pytest.approx(90, abs=1.5)  # idle since it was taken
+    assert starved.since is not None and idle.node == "node-1"
+    assert by_index["4"].conditions == ("power_throttle", "thermal_throttle")
+    assert idle.model == "NVIDIA H100 80GB HBM3" and idle.memory_total_bytes > idle.memory_used_bytes > 0
+
+
+def test_jobs_sum_gpu_seconds_over_nodes_and_join_in_job_series_by_gpu_uuid():
+    samples = [
+        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "a", "job_kind": "slurm", "job_id": "7",
+                                                       "state": "busy"}, 100.0),
+        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "b", "job_kind": "slurm", "job_id": "7",
+                                                       "state": "busy"}, 50.0),
+        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "b", "job_kind": "slurm", "job_id": "7",
+                                                       "state": "idle"}, 25.0),
+        Sample("gpulens_gpu_allocation_info", {"instance": "a", "gpu": "0", "uuid": "U0", "job_kind": "slurm",
+                                               "job_id": "7"}),
+        Sample("gpulens_gpu_allocation_info", {"instance": "b", "gpu": "0", "uuid": "U1", "job_kind": "slurm",
+                                               "job_id": "7"}),
+        Sample("gpulens_job_data_wait_ratio", {"instance": "a", "pid": "1", "gpu_uuid": "U0"}, 0.1),
+        Sample("gpulens_job_data_wait_ratio", {"instance": "b", "pid": "2", "gpu_uuid": "U1"}, 0.4),
+        Sample("gpulens_job_torch_allocated_bytes", {"instance": "a", "pid": "1", "gpu_uuid": "U0"}, 1e9),
+        Sample("gpulens_job_torch_allocated_bytes", {"instance": "b", "pid": "2", "gpu_uuid": "U1"}, 2e9),
+        Sample("gpulens_job_torch_reserved_bytes", {"instance": "c", "pid": "3", "gpu_uuid": "U9"}, 5e9),  # no job
+    ]
+    (job,) = assemble.job_summaries(samples)
+    assert (job.job_kind, job.job_id, job.nodes) == ("slurm", "7", ("a", "b"))
+    assert job.state_seconds == {"busy": 150.0, "idle": 25.0}
+    assert job.data_wait_ratio == 0.4  # the worst process
+    assert job.torch_allocated_bytes == 3e9  # summed
+    assert job.torch_reserved_bytes is None
+
+
+def test_probe_results_pair_values_with_their_peak_ratio_and_model():
+    gpu = {"instance": "a", "gpu": "0", "uuid": "U0"}
+    samples = [
+        Sample("gpulens_gpu_info", {**gpu, "model": "NVIDIA H100 80GB HBM3"}),
+        Sample("gpulens_probe_bandwidth_bytes_per_second", {**gpu, "direction": "h2d", "memory": "pinned"}, 5.3e10),
+        Sample("gpulens_probe_bandwidth_peak_ratio", {**gpu, "direction": "h2d", "memory": "pinned"}, 0.84),
+        Sample("gpulens_probe_matmul_flops_per_second", {**gpu, "dtype": "bf16"}, 7.9e14),
+        Sample("gpulens_probe_matmul_flops_per_second_peak_ratio", {**gpu, "dtype": "bf16"}, 0.8),
+        Sample("gpulens_probe_last_run_timestamp_seconds", gpu, 1.7e9),
+        Sample("gpulens_probe_success", gpu, 1),
+    ]
+    results = assemble.probe_results(samples)
+    assert [(r.test, r.unit, r.value, r.peak_ratio) for r in results] == [
+        ("bandwidth h2d pinned", "B/s", 5.3e10, 0.84), ("matmul bf16", "FLOP/s", 7.9e14, 0.8)]
+    assert {r.model for r in results} == {"NVIDIA H100 80GB HBM3"} and results[0].when == 1.7e9
+
+
+def test_gpus_without_a_verdict_are_unknown_and_named_once_per_node():
+    samples = [Sample("gpulens_gpu_info", {"instance": "a", "gpu": str(i), "uuid": f"U{i}", "model": "m"})
+               for i in range(3)]
+    gpus, problems = assemble.fleet_gpus(samples)
+    assert [g.state for g in gpus] == ["unknown"] * 3
+    assert len(problems) == 1 and "no verdict for 3 GPU(s)" in problems[0].what
+
+
+def test_gpus_sort_by_node_then_numeric_index():
+    samples = [Sample("gpulens_gpu_info", {"instance": node, "gpu": gpu, "uuid": node + gpu})
+               for node, gpu in (("b", "0"), ("a", "10"), ("a", "2"))]
+    assert [(g.node, g.gpu) for g in assemble.fleet_gpus(samples)[0]] == [("a", "2"), ("a", "10"), ("b", "0")]
+
+
+def test_a_text_that_is_not_an_exposition_raises_value_error():
+    with pytest.raises(ValueError):
+        parse_exposition("<html>login</html>\n", "a")

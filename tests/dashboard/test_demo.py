@@ -1,0 +1,162 @@
+"""`gpulens demo` and `gpulens dashboard` as a user runs them, and the page in a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+from tests.tools import free_port, require_tool
+
+GPULENS = [sys.executable, "-m", "gpulens.cli"]
+
+
+def start_demo(*args: str) -> tuple[subprocess.Popen, list[str]]:
+    """Start `gpulens demo`; return it and the lines it printed up to and including the URL line."""
+    process = subprocess.Popen([*GPULENS, "demo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line.rstrip("\n"))
+        if line.startswith("http://"):
+            return process, lines
+    raise AssertionError(f"no URL line; printed {lines!r}, stderr {process.stderr.read()!r}")
+
+
+def stop(process: subprocess.Popen) -> int:
+    process.send_signal(signal.SIGINT)
+    return process.wait(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def demo():
+    process, lines = start_demo("--port", str(free_port()), "--refresh", "3")
+    yield process, lines
+    if process.poll() is None:
+        stop(process)
+
+
+@pytest.mark.slow
+def test_demo_prints_its_url_on_a_line_of_its_own_and_serves_the_dashboard(demo):
+    process, lines = demo
+    url = lines[-1]
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
+    assert "4 simulated nodes" in lines[0] and all(s in lines[0] for s in ("demo", "diagnosis", "faults", "bench8x32"))
+    assert answers(url + "_stcore/health") and answers(url)
+    agents = re.findall(r"\((http://127\.0\.0\.1:\d+)/metrics\)", lines[0])
+    assert len(agents) == 4 and all(answers(a + "/metrics") for a in agents)
+
+
+@pytest.mark.slow
+def test_the_browser_shows_flagged_gpus_and_their_tips(demo, tmp_path):
+    require_tool("chromium", "Debian package 'chromium'")
+    driver_path = require_tool("chromedriver", "Debian package 'chromium-driver'")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = require_tool("chromium", "Debian package 'chromium'")
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(driver_path), options=options)
+    try:
+        browser.get(demo[1][-1])
+        body = browser.find_element(By.TAG_NAME, "body")
+        # Streamlit draws over its websocket after the page loads: wait for the flagged list and the idle GPU.
+        WebDriverWait(browser, 60).until(lambda _: "Give the idle GPU back" in body.text)
+        text = body.text
+        screenshot = os.environ.get("GPULENS_SCREENSHOT") or str(tmp_path / "fleet.png")
+        browser.save_screenshot(screenshot)
+    finally:
+        browser.quit()
+    assert re.search(r"Flagged GPUs \(\d+\)", text)
+    assert "demo · GPU 1" in text and "Idle (held, no work)" in text  # bob's notebook, held and idle
+    assert "diagnosis · GPU 0" in text and "Find the rank the job hangs on" in text  # the hung collective
+    assert "Traceback" not in text
+    assert os.path.getsize(screenshot) > 10_000
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_and_every_child(demo):
+    process, lines = demo
+    agents = re.findall(r"\((http://127\.0\.0\.1:\d+)/metrics\)", lines[0])
+    assert stop(process) == 0
+    assert not any(answers(a + "/metrics") for a in agents)
+    assert not answers(lines[-1] + "_stcore/health")
+    assert "Traceback" not in process.stderr.read()
+
+
+@pytest.mark.slow
+def test_demo_with_prometheus_points_the_dashboard_at_it():
+    require_tool("prometheus")
+    process, lines = start_demo("--port", str(free_port()), "--prometheus")
+    try:
+        prometheus = re.search(r"Prometheus at (http://127\.0\.0\.1:\d+) ", "\n".join(lines)).group(1)
+        assert answers(prometheus + "/-/ready") and answers(lines[-1] + "_stcore/health")
+        nodes = [f'"instance":"{node}"' for node in ("demo", "diagnosis", "faults", "bench8x32")]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # Prometheus discovers its targets shortly after it is ready
+            with urllib.request.urlopen(prometheus + "/api/v1/targets", timeout=5) as response:
+                targets = response.read().decode()
+            if all(node in targets for node in nodes):
+                break
+            time.sleep(0.5)
+        assert all(node in targets for node in nodes), targets
+        assert "rules" in lines[1]
+    finally:
+        assert stop(process) == 0
+
+
+def test_a_port_in_use_is_one_clear_line():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = subprocess.run([*GPULENS, "demo", "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"gpulens demo: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port with --port"]
+
+
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (["dashboard"], 2, "one of the arguments --prometheus --agents is required"),
+    (["dashboard", "--agents", "gpu-node:10906"], 1, "--agents: agent URL 'gpu-node:10906' is not http://HOST:PORT"),
+    (["dashboard", "--prometheus", "prometheus:9090"], 1, "is not an http:// or https:// URL"),
+    (["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"], 1,
+     "cannot read the bearer token file"),
+    (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
+])
+def test_usage_mistakes_are_one_line_and_a_non_zero_exit(args, code, said):
+    result = subprocess.run([*GPULENS, *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == code
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0], result.stderr
+
+
+def test_a_basic_auth_file_without_a_colon_is_refused():
+    with tempfile.NamedTemporaryFile("w", suffix=".auth") as auth:
+        auth.write("justauser\n")
+        auth.flush()
+        result = subprocess.run([*GPULENS, "dashboard", "--prometheus", "http://p:9090", "--basic-auth-file",
+                                 auth.name], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "must hold USER:PASSWORD" in result.stderr
+    assert "justauser" not in result.stderr

@@ -1,0 +1,185 @@
+"""Every page, run by Streamlit's AppTest against a fake source: what it shows, and that nothing raises."""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import replace
+
+import pytest
+from gpulens.dashboard.context import SOURCE_KEY
+from gpulens.dashboard.sources.base import Alerts, SourceProblem
+from streamlit.testing.v1 import AppTest
+
+from tests.dashboard.fakes import GPUS, FakeSource
+
+PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
+DOWN = SourceProblem("agent node-c at http://10.0.0.3:10906", "is down or unreachable; its GPUs are not shown")
+
+
+def run(page: str, source, **query) -> AppTest:
+    at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=30)
+    at.session_state[SOURCE_KEY] = source
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def text(at: AppTest) -> str:
+    """Everything the page wrote as text (markdown, captions, alerts, titles)."""
+    parts = [e.value for kind in ("title", "subheader", "markdown", "caption", "warning", "error", "info", "success")
+             for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def charts(at: AppTest) -> int:
+    return len(at.get("vega_lite_chart"))
+
+
+def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_first():
+    at = run("fleet", FakeSource())
+    counts = {m.label: m.value for m in at.metric}
+    assert counts == {"Idle (held, no work)": "1", "Starved for data": "1", "Underused": "0", "Busy": "1",
+                      "Free": "1", "Unknown": "0"}
+    assert charts(at) == 1  # the node-by-GPU map
+    page = text(at)
+    assert "Flagged GPUs (3)" in page
+    # Most GPU-hours wasted first: node-a GPU 1 (1.5 h idle), node-b GPU 0 (0.5 h starved), then the hot free GPU.
+    assert page.index("node-a · GPU 1") < page.index("node-b · GPU 0") < page.index("node-b · GPU 1")
+    assert "Tip: Give the idle GPU back." in page
+    assert "Tip: Add DataLoader workers." in page
+    assert "job waits for data 72% of each step" in page
+    assert "owner: bob / research" in page
+    assert "for 1 h 30 min" in page
+    assert "slowed down by heat" in page
+    assert not at.warning  # no problem, no banner
+
+
+def test_fleet_filters_narrow_every_panel():
+    at = run("fleet", FakeSource())
+    at.multiselect(key="user").select("carol").run()
+    assert not at.exception
+    counts = {m.label: m.value for m in at.metric}
+    assert counts["Starved for data"] == "1" and counts["Idle (held, no work)"] == "0"
+    assert "Flagged GPUs (1)" in text(at)
+
+
+def test_fleet_shows_one_banner_for_every_problem_and_still_shows_the_gpus():
+    problems = (DOWN, SourceProblem("node node-b", "no verdict for 2 GPU(s)"))
+    at = run("fleet", FakeSource(problems=problems))
+    assert len(at.warning) == 1
+    banner = at.warning[0].value
+    assert "node-c" in banner and "is down" in banner and "no verdict" in banner
+    assert "Flagged GPUs (3)" in text(at)
+
+
+def test_fleet_with_nothing_readable_says_so_in_words():
+    at = run("fleet", FakeSource(gpus=(), problems=(SourceProblem("Prometheus at http://p:9090",
+                                                                  "cannot be reached"),)))
+    assert "cannot be reached" in at.warning[0].value
+    assert "No GPUs to show yet" in at.info[0].value
+
+
+def test_a_source_that_raises_costs_the_panel_never_a_traceback():
+    at = run("fleet", FakeSource(fail=True))
+    assert "failed unexpectedly" in at.warning[0].value
+
+
+@pytest.mark.parametrize("page", ["gpu", "job", "probes", "alerts"])
+def test_every_page_survives_a_source_that_raises(page):
+    at = run(page, FakeSource(fail=True))
+    assert any("failed unexpectedly" in w.value for w in at.warning)
+
+
+def test_gpu_page_opens_on_the_linked_gpu_with_charts_timeline_and_holder():
+    source = FakeSource()
+    at = run("gpu", source, node="node-a", gpu="1")
+    page = text(at)
+    assert "GPU 1 on node-a: Idle (held, no work)" in page
+    assert "Tip: Give the idle GPU back." in page
+    # The state timeline and the five charts (work, memory, power, temperature, PCIe: no samples for PCIe).
+    assert charts(at) == 5
+    assert "Is the GPU working?" in page and "Temperature" in page
+    assert "No samples in this range." in page  # the fake GPU reports no PCIe traffic
+    assert "Not reported here: compute units busy (SM activity)" in page
+    assert len(at.dataframe) == 2  # the node's GPUs, who holds this one
+    assert "gpu_history" in source.asked
+
+
+def test_gpu_page_without_a_link_starts_on_the_first_node():
+    at = run("gpu", FakeSource())
+    assert "Node node-a" in text(at)
+
+
+def test_gpu_page_with_problems_shows_the_banner_and_the_charts():
+    at = run("gpu", FakeSource(problems=(DOWN,)), node="node-a", gpu="1")
+    assert len(at.warning) == 1 and "node-c" in at.warning[0].value
+    assert charts(at) == 5
+
+
+def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
+    at = run("job", FakeSource(), kind="slurm", id="81234")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["GPUs held now"] == "1"
+    assert metrics["Waits for data"] == "72%"
+    assert metrics["Device memory in use"] == "30.0 GiB"
+    page = text(at)
+    assert "slurm job 81234" in page
+    assert "PyTorch holds 22.0 GiB in tensors and has reserved 28.0 GiB" in page
+    assert "Tip: Add DataLoader workers." in page
+    assert "gpulens report job 81234" in page and "--format html" in page
+    assert charts(at) == 1
+
+
+def test_job_page_links_to_the_report_url_pattern(monkeypatch):
+    monkeypatch.setenv("GPULENS_DASHBOARD_REPORT_URL", "https://reports.example.org/{job_kind}/{job_id}")
+    at = run("job", FakeSource(), kind="slurm", id="81234")
+    assert "[The job's report](https://reports.example.org/slurm/81234)" in text(at)
+
+
+def test_job_page_without_jobs_says_so():
+    at = run("job", FakeSource(gpus=tuple(replace(g, job_id="", job_kind="") for g in GPUS), jobs_=()))
+    assert "No jobs to show" in at.info[0].value
+
+
+def test_probes_page_lists_outliers_first():
+    at = run("probes", FakeSource())
+    assert "node-a GPU 1" in at.error[0].value  # 2.0 TB/s against a 2.9 TB/s median
+    assert len(at.dataframe) == 1
+
+
+def test_probes_page_without_results_says_none_yet():
+    at = run("probes", FakeSource(probes_=()))
+    assert "No probe results yet" in at.info[0].value
+
+
+def test_alerts_page_links_each_alert_to_its_gpu():
+    page = text(run("alerts", FakeSource()))
+    assert "GpulensGpuIdle" in page and "(gpu?node=node-a&gpu=1)" in page and "[Runbook]" in page
+
+
+def test_alerts_page_in_agent_mode_says_alerts_need_prometheus():
+    at = run("alerts", FakeSource(alerts_=Alerts((), supported=False)))
+    assert "Alerts need Prometheus" in at.info[0].value
+
+
+def test_alerts_page_with_nothing_firing():
+    assert "Nothing is firing" in run("alerts", FakeSource(alerts_=Alerts(()))).success[0].value
+
+
+def test_app_builds_the_navigation_over_the_five_pages():
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=30)
+    at.session_state[SOURCE_KEY] = FakeSource()
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "Fleet"
+
+
+def test_without_a_configured_source_the_page_says_how_to_start_it(monkeypatch):
+    for name in ("GPULENS_DASHBOARD_PROMETHEUS", "GPULENS_DASHBOARD_AGENTS"):
+        monkeypatch.delenv(name, raising=False)
+    at = AppTest.from_file(str(PAGES / "fleet.py"), default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert "gpulens dashboard --prometheus URL" in at.error[0].value

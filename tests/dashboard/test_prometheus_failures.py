@@ -1,0 +1,121 @@
+"""PrometheusSource against a fake server on loopback: every way an answer can fail becomes one problem."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from gpulens.dashboard.sources import PrometheusSource, from_environment
+from gpulens.dashboard.sources.prometheus import FLEET_SERIES, label_value
+from gpulens.dashboard.sources.prometheus_api import PrometheusApi, shown_url
+
+from tests.dashboard.httpfake import fake_server, json_reply
+from tests.tools import free_port
+
+EMPTY = json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+def source(url: str, **kwargs) -> PrometheusSource:
+    return PrometheusSource(PrometheusApi(url, timeout=kwargs.pop("timeout", 2.0), **kwargs))
+
+
+@pytest.mark.parametrize(("reply", "said", "lines"), [
+    # An error about a query names the query: one line per failed query.
+    (json_reply({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400),
+     "answered an error to 'group by", 6),
+    (json_reply({"status": "error", "errorType": "execution", "error": "query timed out"}, 503),
+     "execution: query timed out", 6),
+    # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
+    ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
+    (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
+    (json_reply({"status": "error"}, 401), "check the bearer token", 1),
+    (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 6),
+    (json_reply({"status": "success", "data": {"resultType": "vector", "result": [{"value": 1}]}}),
+     "malformed series", 6),
+])
+def test_a_bad_answer_is_a_problem_and_no_exception(reply, said, lines):
+    with fake_server(lambda path: reply) as (url, _):
+        answer = source(url).fleet(3600)
+    assert answer.value.gpus == ()
+    assert len(answer.problems) == lines, answer.problems
+    assert all(p.where == f"Prometheus at {url}" for p in answer.problems)
+    assert said in answer.problems[0].what
+
+
+def test_an_unreachable_server():
+    answer = source(f"http://127.0.0.1:{free_port()}").fleet(3600)
+    assert answer.problems[0].what.startswith("cannot be reached")
+
+
+def test_a_slow_server_times_out():
+    with fake_server(lambda path: (*EMPTY[:3], 3.0)) as (url, _):
+        answer = source(url, timeout=0.3).fleet(3600)
+    assert "did not answer within 0.3 s" in answer.problems[0].what
+
+
+def test_an_empty_answer_says_prometheus_has_no_gpulens_series():
+    with fake_server(lambda path: EMPTY) as (url, _):
+        answer = source(url).fleet(3600)
+    assert "has no gpulens series" in answer.problems[0].what
+
+
+def test_every_view_answers_through_a_failing_server():
+    with fake_server(lambda path: (500, "text/plain", b"oops", 0.0)) as (url, _):
+        s = source(url)
+        answers = [s.fleet(3600), s.gpu_history("n", "0", 600), s.jobs(), s.probes(), s.alerts()]
+    assert all(len(a.problems) == 1 for a in answers)
+
+
+def test_credentials_are_sent_as_headers_and_never_shown():
+    with fake_server(lambda path: EMPTY) as (url, asked):
+        api = PrometheusApi(url.replace("http://", "http://user:secret@"))
+        assert api.shown == url
+        answer = PrometheusSource(api).fleet(3600)
+        source(url, bearer_token="t0ken").jobs()
+        source(url, basic_auth=("ops", "pw")).jobs()
+    def basic(pair: bytes) -> str:
+        return "Basic " + base64.b64encode(pair).decode()
+
+    assert [auth for _, auth in asked] == [basic(b"user:secret")] * 6 + ["Bearer t0ken", basic(b"ops:pw")]
+    assert all("t0ken" not in path and "secret" not in path for path, _ in asked)
+    assert all("secret" not in str(p) and "t0ken" not in str(p) for p in answer.problems)
+
+
+def test_queries_per_refresh_are_fixed_whatever_the_answer():
+    with fake_server(lambda path: EMPTY) as (url, asked):
+        s = source(url)
+        s.fleet(3600)
+        assert len(asked) == 6
+        s.gpu_history("node", "0", 3600)
+        assert len(asked) == 10
+        s.jobs()
+        s.probes()
+        s.alerts()
+        assert len(asked) == 14 == s.queries_made
+
+
+def test_label_values_are_quoted_for_promql():
+    assert label_value('a"b\\c') == '"a\\"b\\\\c"'
+    assert FLEET_SERIES.startswith('{__name__=~"gpulens_gpu_up|')
+
+
+def test_urls_are_checked_and_shown_without_secrets():
+    assert shown_url("https://u:p@prom.example:9090/prometheus/?x=1") == "https://prom.example:9090/prometheus"
+    with pytest.raises(ValueError, match="not an http"):
+        PrometheusApi("prom:9090")
+
+
+def test_the_environment_configures_the_source():
+    built = from_environment({"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090",
+                              "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw"})
+    assert built.name == "Prometheus at http://p:9090"
+    from gpulens.dashboard.sources import ConfigError
+
+    for environ, said in (({}, "no source configured"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_DASHBOARD_AGENTS": "http://a"},
+                           "choose one"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops"},
+                           "USER:PASSWORD"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http")):
+        with pytest.raises(ConfigError, match=said):
+            from_environment(environ)

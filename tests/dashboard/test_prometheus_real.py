@@ -1,0 +1,132 @@
+"""PrometheusSource and every page against a real Prometheus scraping simulated agents with the project's rules."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from gpulens.dashboard import launch
+from gpulens.dashboard.context import SOURCE_KEY
+from gpulens.dashboard.sources import PrometheusSource
+from streamlit.testing.v1 import AppTest
+
+from tests.tools import free_port, require_tool
+
+pytestmark = pytest.mark.slow
+
+PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
+SPEED = 5  # simulated seconds per second: verdicts settle past their 15 s dwell within seconds
+
+
+def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", str(SPEED),
+         "--web.listen-address", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    line = process.stdout.readline()
+    assert "listening on http://" in line
+    return process, line.split("listening on ")[1].strip().removesuffix("/metrics")
+
+
+def query(url: str, promql: str) -> list:
+    with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+def wait_for(predicate, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    binary = require_tool("prometheus")
+    workdir = tmp_path_factory.mktemp("prometheus")
+    agents = dict(start_agent(s) for s in ("demo", "diagnosis"))
+    names = dict(zip(("demo", "diagnosis"), agents.values(), strict=True))
+    rules = sorted(launch.RULES.glob("*.rules.yml")) if launch.RULES.is_dir() else []
+    (workdir / "prometheus.yml").write_text(launch.prometheus_config(names, rules, interval=1))
+    port = free_port()
+    server = subprocess.Popen(
+        [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        # Settled verdicts (the starved GPU needs its dwell) and enough samples for rates and increases.
+        wait_for(lambda: query(url, 'gpulens_gpu_state{state="data_starved", instance="demo"} == 1'))
+        wait_for(lambda: query(url, "count_over_time(gpulens_gpu_busy_seconds_total[1m]) > 6"))
+        yield url
+    finally:
+        server.terminate()
+        for process in agents:
+            process.terminate()
+        server.wait(timeout=30)
+        for process in agents:
+            process.wait(timeout=30)
+
+
+def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_waste(prometheus):
+    source = PrometheusSource.from_url(prometheus)
+    answer = source.fleet(3600)
+    assert answer.problems == ()
+    gpus = {(g.node, g.gpu): g for g in answer.value.gpus}
+    assert len(gpus) == 16 and {node for node, _ in gpus} == {"demo", "diagnosis"}
+    starved, idle = gpus[("demo", "2")], gpus[("demo", "1")]
+    assert (starved.state, starved.reason, starved.user, starved.job_id) == ("data_starved", "input_wait_reported",
+                                                                            "carol", "81234")
+    assert starved.evidence["data_wait_ratio"] > 0.5 and starved.since is not None
+    assert idle.state == "idle" and idle.wasted_seconds > 0
+    assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")
+    assert source.queries_made == 6
+
+
+def test_gpu_history_from_prometheus(prometheus):
+    answer = PrometheusSource.from_url(prometheus).gpu_history("demo", "2", 120)
+    assert answer.problems == ()
+    series = answer.value.series
+    assert {"utilization_ratio", "busy_ratio", "sm_activity_ratio", "memory_used_bytes", "power_watts",
+            "temperature_celsius", "pcie_receive_bytes_per_second"} <= set(series)
+    assert all(0.1 < v < 0.5 for _, v in series["busy_ratio"][-3:])  # its 25% duty cycle
+    assert answer.value.states[-1][1] == "data_starved"
+
+
+def test_jobs_probes_and_alerts_from_prometheus(prometheus):
+    source = PrometheusSource.from_url(prometheus)
+    jobs = {j.job_id: j for j in source.jobs().value}
+    assert jobs["81234"].nodes == ("demo",) and jobs["81234"].state_seconds["data_starved"] > 0
+    assert source.probes().value == ()  # no probe has run
+    alerts = source.alerts()
+    assert alerts.problems == () and alerts.value.supported
+
+
+@pytest.mark.parametrize(("page", "query", "expected"), [
+    ("fleet", {}, "Flagged GPUs"),
+    ("gpu", {"node": "demo", "gpu": "2"}, "GPU 2 on demo: Starved for data"),
+    ("job", {"kind": "slurm", "id": "81234"}, "slurm job 81234"),
+    ("probes", {}, "No probe results yet"),
+    ("alerts", {}, "Alerts"),
+])
+def test_every_page_reads_the_real_prometheus(prometheus, page, query, expected):
+    at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=30)
+    at.session_state[SOURCE_KEY] = PrometheusSource.from_url(prometheus)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    assert not at.exception
+    assert not at.warning, [w.value for w in at.warning]
+    shown = "\n".join(str(e.value) for kind in ("title", "subheader", "markdown", "info") for e in getattr(at, kind))
+    assert expected in shown

@@ -1,0 +1,166 @@
+"""The pages' logic, without Streamlit: filters, counts, flagged order, tips, timelines, jobs, probes, alerts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpulens.dashboard.sources.base import FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
+from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
+
+from tests.dashboard.fakes import GPUS, JOBS, NOW, history
+
+
+def test_filters_keep_only_matching_gpus_and_options_are_distinct_and_sorted():
+    options = fleet.filter_options(GPUS)
+    assert options.nodes == ("node-a", "node-b")
+    assert options.users == ("alice", "bob", "carol")
+    assert options.namespaces == ("research", "vision")
+    assert [g.gpu for g in fleet.apply(GPUS, fleet.Filters(nodes=("node-b",)))] == ["0", "1"]
+    assert fleet.apply(GPUS, fleet.Filters(users=("bob",), models=("NVIDIA A100-SXM4-80GB",))) == []
+    assert len(fleet.apply(GPUS, fleet.Filters())) == 4
+
+
+def test_state_counts_list_every_state_wasted_first():
+    counts = fleet.state_counts(GPUS)
+    assert [c.state for c in counts] == ["idle", "data_starved", "underutilized", "busy", "free", "unknown"]
+    assert [c.count for c in counts] == [1, 1, 0, 1, 1, 0]
+
+
+def test_health_counts_include_gpus_that_do_not_answer():
+    lost = FleetGpu(node="n", gpu="3", uuid="u", up=False, state="unknown", reason="gpu_lost")
+    assert fleet.health_counts([*GPUS, lost]) == [("not answering", 1), ("slowed down by heat", 1)]
+
+
+def test_flagged_are_wasted_or_unhealthy_sorted_by_wasted_time_then_age():
+    rows = fleet.flagged(GPUS, NOW)
+    assert [(r.node, r.gpu) for r in rows] == [("node-a", "1"), ("node-b", "0"), ("node-b", "1")]
+    first = rows[0]
+    assert first.for_how_long == "1 h 30 min" and first.owner == "bob / research"
+    assert first.job == "kubernetes pod jupyter-bob" and first.link == "gpu?node=node-a&gpu=1"
+    assert first.tips[0].id == "release_idle_gpu"
+    # Same waste: the one in its state longer comes first.
+    a = replace(GPUS[1], node="x", wasted_seconds=0, since=NOW - 10)
+    b = replace(GPUS[1], node="y", wasted_seconds=0, since=NOW - 1000)
+    assert [r.node for r in fleet.flagged([a, b], NOW)] == ["y", "x"]
+
+
+def test_gpu_tips_put_the_agents_pick_first_then_the_catalogs_without_repeats():
+    tips = fleet.gpu_tips(GPUS[2])
+    assert [t.id for t in tips][0] == "dataloader_workers"
+    assert len({t.id for t in tips}) == len(tips) == 2
+    assert "72%" in tips[0].text  # written with the evidence
+    # An unknown tip id (a newer agent) falls back to the catalog's own choice for the reason.
+    assert fleet.gpu_tips(replace(GPUS[1], tip="from_a_newer_agent"))[0].id == "release_idle_gpu"
+    # A health condition gets its tip even on a busy GPU.
+    hot = replace(GPUS[0], conditions=("thermal_throttle",))
+    assert "thermal_throttle" in [t.id for t in fleet.gpu_tips(hot)]
+
+
+def test_heatmap_rows_name_state_reason_and_owner_in_words():
+    row = fleet.heatmap_rows([GPUS[3]])[0]
+    assert row == {"node": "node-b", "gpu": "GPU 1", "state": "Free", "reason": "no process on it",
+                   "owner": "nobody", "model": "NVIDIA A100-SXM4-80GB"}
+
+
+def test_words_give_units_and_plain_names():
+    assert words.duration(45) == "45 s" and words.duration(720) == "12 min"
+    assert words.duration(3 * 3600 + 300) == "3 h 05 min" and words.duration(3 * 86400 + 7200) == "3 d 2 h"
+    assert words.gib(80 * 2**30) == "80.0 GiB" and words.percent(0.724) == "72%"
+    assert words.gpu_hours(5400) == "1.50 GPU-h" and words.gpu_hours(10) == "under 0.01 GPU-h"
+    assert words.state_name("data_starved") == "Starved for data"
+    assert words.evidence_text({"busy_ratio": 0.27, "data_wait_ratio": 0.72, "idle_seconds": 30}) == (
+        "work running 27% of the time; job waits for data 72% of each step")
+    assert words.job_label("docker", "3f2a9c1e7b5d4a60e8f1c2b3") == "docker 3f2a9c1e7b5d…"
+
+
+def test_chart_rows_scale_to_the_axis_unit_and_name_missing_lines():
+    data = history()
+    memory = next(spec for spec in gpu.CHARTS if spec.title == "Memory")
+    rows = gpu.chart_rows(data, memory)
+    assert {r["series"] for r in rows} == {"device memory in use (all processes)", "device memory size"}
+    assert max(r["value"] for r in rows) == 80.0  # GiB
+    assert gpu.missing_lines(data, memory) == ["PyTorch: held by tensors", "PyTorch: reserved by its cache"]
+
+
+def test_timeline_merges_runs_of_one_state():
+    data = GpuHistory("n", "0", 0.0, 100.0, {}, ((10.0, "busy"), (20.0, "busy"), (30.0, "idle"), (40.0, "idle")))
+    segments = gpu.timeline(data)
+    assert [(s.state, s.start.timestamp(), s.end.timestamp()) for s in segments] == [
+        ("Busy", 10.0, 30.0), ("Idle (held, no work)", 30.0, 100.0)]
+
+
+def test_span_starts_where_the_samples_do():
+    data = GpuHistory("n", "0", 0.0, 3600.0, {"power_watts": ((3000.0, 1.0), (3500.0, 2.0))}, ((3100.0, "busy"),))
+    assert [t.timestamp() for t in gpu.span(data)] == [3000.0, 3600.0]
+    full = GpuHistory("n", "0", 0.0, 3600.0, {"power_watts": ((-50.0, 1.0),)}, ())
+    assert [t.timestamp() for t in gpu.span(full)] == [0.0, 3600.0]
+    assert [t.timestamp() for t in gpu.span(GpuHistory("n", "0", 0.0, 3600.0, {}, ()))] == [0.0, 3600.0]
+
+
+def test_node_rows_and_holder():
+    rows = gpu.node_rows(GPUS, "node-b", NOW)
+    assert [r["GPU"] for r in rows] == ["0", "1"] and rows[1]["health"] == "slowed down by heat"
+    assert gpu.holder_rows(GPUS[1], history())[0]["processes on the GPU"] == "1"
+    assert gpu.holder_rows(GPUS[3], GpuHistory("n", "1", 0, 1, {}, ())) == []
+
+
+def test_job_list_breakdown_data_wait_memory_and_tips():
+    rows = job.job_list(JOBS, GPUS)
+    assert [r["id"] for r in rows][0] == "job-bob"  # 1.5 GPU-h wasted of 1.67
+    assert rows[0]["link"] == "job?kind=kubernetes&id=job-bob"
+    starved = JOBS[1]
+    held = job.job_gpus(GPUS, "slurm", "81234")
+    assert [(s.state, round(s.share, 3)) for s in job.state_breakdown(starved)] == [
+        ("Starved for data", 0.857), ("Busy", 0.143)]
+    assert job.data_wait(starved, held) == 0.72
+    # Without the job's own report, its GPUs' evidence stands in.
+    assert job.data_wait(replace(starved, data_wait_ratio=None), held) == 0.72
+    assert job.data_wait(JOBS[2], []) is None
+    memory = job.memory(starved, held)
+    assert memory.device_used_bytes == 30 * 2**30 and memory.torch_reserved_bytes == 28 * 2**30
+    assert job.job_tips(held)[0][0] == "Add DataLoader workers"
+
+
+def test_report_link_follows_the_template_or_is_absent():
+    assert links.report_url("https://r.example/{job_kind}/{job_id}", "slurm", "a/b") == "https://r.example/slurm/a%2Fb"
+    assert links.report_url("", "slurm", "1") is None
+    assert links.report_url("https://r.example/{nope}", "slurm", "1") is None
+    assert links.report_url("javascript:alert(1)//{job_id}", "slurm", "1") is None
+    assert links.report_command("81234", prometheus="http://p:9090") == (
+        "gpulens report job 81234 --prometheus http://p:9090 --format html -o report.html")
+    assert links.report_command("a b", agents="n1=http://a:1,http://b:2") == (
+        "gpulens report job 'a b' --agent http://a:1 --agent http://b:2 --format html -o report.html")
+
+
+def test_probe_rows_compare_with_spec_and_fleet_median_outliers_first():
+    results = [
+        ProbeResult("a", "0", "u0", "H100", "matmul bf16", "FLOP/s", 780e12, 0.79, NOW - 60),
+        ProbeResult("a", "1", "u1", "H100", "matmul bf16", "FLOP/s", 790e12, 0.80, NOW - 60),
+        ProbeResult("b", "0", "u2", "H100", "matmul bf16", "FLOP/s", 600e12, 0.61, NOW - 60),
+        ProbeResult("c", "0", "u3", "A100", "matmul bf16", "FLOP/s", 290e12, 0.93, None),
+    ]
+    rows = probes.probe_rows(results, NOW)
+    assert (rows[0].node, rows[0].outlier) == ("b", True)
+    assert round(rows[0].of_fleet_median, 3) == round(600 / 780, 3)
+    assert rows[0].measured == "600.0 TFLOP/s" and rows[0].last_run == "1 min ago"
+    assert [r.outlier for r in rows[1:]] == [False, False, False]
+    assert next(r for r in rows if r.node == "c").of_fleet_median is None  # alone with its model
+    spec_low = ProbeResult("d", "0", "u", "T4", "bandwidth d2d", "B/s", 100e9, 0.3, None)
+    assert probes.probe_rows([spec_low], NOW)[0].outlier
+
+
+def test_alert_rows_link_to_the_gpu_or_node():
+    alert = FiringAlert("GpulensGpuIdle", "firing", "warning", "s", "d", "", "node-a", "1", NOW - 120)
+    node_only = replace(alert, gpu="", node="node-b")
+    rows = alerts.alert_rows([alert, node_only, replace(alert, node="", gpu="")], NOW)
+    assert [r["link"] for r in rows] == ["gpu?node=node-a&gpu=1", "gpu?node=node-b", ""]
+    assert rows[0]["for"] == "2 min" and rows[0]["where"] == "node-a GPU 1"
+
+
+def test_only_the_first_flagged_rows_get_their_tips_written():
+    rows = fleet.flagged(GPUS, NOW, detailed=1)
+    assert rows[0].tips and rows[1].tips == () and rows[1].tip_title == "Add DataLoader workers"
+
+
+def test_job_summary_defaults():
+    assert JobSummary("slurm", "1", {}, ()).data_wait_ratio is None
