@@ -1,4 +1,4 @@
-# Two commands do everything: `make demo` runs a simulated GPU node, `make test` runs every test.
+# Two commands do everything: `make demo` runs a simulated fleet and its dashboard, `make test` runs every test.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -12,11 +12,11 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch for the in-job library's tests: pinned, so pip takes the local build
 	# instead of a multi-GB CUDA wheel (set TORCH_SPEC to override).
 	$(BIN)/pip install --quiet '$(TORCH_SPEC)'
-	$(BIN)/pip install --quiet -e '.[dev,bench,torch]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,torch,report,dashboard]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/gpulens agent --simulate demo --web.listen-address 127.0.0.1:10906
+	$(BIN)/gpulens demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

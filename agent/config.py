@@ -21,6 +21,7 @@ from gpulens.agent.server import parse_listen_address
 # well-known exporter (node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835) uses it.
 DEFAULT_PORT = 10906
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
+DEFAULT_LEDGER_PATH = "/var/lib/gpulens/ledger.sqlite"
 LOG_LEVELS = ("debug", "info", "warn", "error")
 ENV_PREFIX = "GPULENS_"
 
@@ -40,6 +41,12 @@ class AgentConfig:
     idle_patience: float = 300.0  # seconds
     jobs_socket: str = "/run/gpulens/jobs.sock"  # "" disables the in-job channel
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    ledger_path: str | None = None  # None: DEFAULT_LEDGER_PATH, or a temporary file when simulated; "" disables
+    ledger_retention: float = 30 * 86_400.0  # seconds
+    ledger_max_bytes: int = 256 * 2**20
+    ledger_partition: str = ""  # the node's Slurm partition or node pool, for reports by partition
+    probes_interval: float = 6 * 3600.0  # seconds between two probes of one GPU (the probes collector)
+    probes_jitter: float = 600.0  # seconds; a random share of it is added to every wait
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -48,10 +55,10 @@ class AgentConfig:
 
 def parse_duration(text: Any, setting: str) -> float:
     """Parse '1s', '500ms', '2m', '1.5' (seconds) into seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", str(text))
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", str(text))
     if not match:
         raise ConfigError(f"{setting}: {text!r} is not a duration; write e.g. '1s', '500ms' or '2m'")
-    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
+    scale = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}[match.group(2) or "s"]
     return float(match.group(1)) * scale
 
 
@@ -84,6 +91,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kubelet.pod-resources-socket", dest="pod_resources_socket", metavar="PATH",
                    help="the kubelet's pod-resources socket, for pod names (default "
                         "/var/lib/kubelet/pod-resources/kubelet.sock; ignored when absent)")
+    p.add_argument("--ledger.path", dest="ledger_path", metavar="PATH",
+                   help=f"SQLite file of the job ledger (default {DEFAULT_LEDGER_PATH}; a temporary file "
+                        "when simulated; empty to keep job accounts in memory only)")
+    p.add_argument("--ledger.retention", dest="ledger_retention", metavar="DURATION",
+                   help="how long finished jobs stay in the ledger (default 30d)")
+    p.add_argument("--ledger.max-size", dest="ledger_max_size", metavar="SIZE",
+                   help="bound on the ledger file; the oldest rows go first (default 256MiB)")
+    p.add_argument("--ledger.partition", dest="ledger_partition", metavar="NAME",
+                   help="this node's Slurm partition or node pool, recorded with each job (default none)")
+    p.add_argument("--probes.interval", dest="probes_interval", metavar="DURATION",
+                   help="with --collector.probes, time between two probes of a GPU (default 6h)")
+    p.add_argument("--probes.jitter", dest="probes_jitter", metavar="DURATION",
+                   help="with --collector.probes, up to this much random delay on each probe (default 10m)")
     for name, default in collectors.defaults().items():
         flag = name.replace("_", "-")
         p.add_argument(f"--collector.{flag}", dest=f"collector_{name}", action="store_true",
@@ -119,6 +139,12 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         "DIAGNOSIS_IDLE_PATIENCE": "idle_patience",
         "JOBS_SOCKET": "jobs_socket",
         "KUBELET_POD_RESOURCES_SOCKET": "pod_resources_socket",
+        "LEDGER_PATH": "ledger_path",
+        "LEDGER_RETENTION": "ledger_retention",
+        "LEDGER_MAX_SIZE": "ledger_max_size",
+        "LEDGER_PARTITION": "ledger_partition",
+        "PROBES_INTERVAL": "probes_interval",
+        "PROBES_JITTER": "probes_jitter",
     }
     known = collectors.defaults()
     out: dict[str, Any] = {}
@@ -138,8 +164,11 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 _FILE_KEYS = {"web": {"listen_address"}, "sampling": {"interval"}, "log": {"level"}, "simulate": None,
               "speed": None, "collectors": None, "diagnosis": {"idle_patience"}, "jobs": {"socket"},
-              "kubelet": {"pod_resources_socket"}}
-_FILE_RENAMES = {"level": "log_level", "socket": "jobs_socket"}
+              "kubelet": {"pod_resources_socket"}, "ledger": {"path", "retention", "max_size", "partition"},
+              "probes": {"interval", "jitter"}}
+_FILE_RENAMES = {"level": "log_level", "socket": "jobs_socket", "path": "ledger_path",
+                 "retention": "ledger_retention", "max_size": "ledger_max_size", "partition": "ledger_partition",
+                 "probes.interval": "probes_interval", "probes.jitter": "probes_jitter"}
 
 
 def _from_file(path: str) -> dict[str, Any]:
@@ -168,7 +197,7 @@ def _from_file(path: str) -> dict[str, Any]:
             if not isinstance(value, dict) or not set(value) <= allowed:
                 raise ConfigError(f"{where}: {key} takes {', '.join(sorted(allowed))}")
             for sub, v in value.items():
-                out[_FILE_RENAMES.get(sub, sub)] = v
+                out[_FILE_RENAMES.get(f"{key}.{sub}", _FILE_RENAMES.get(sub, sub))] = v
         elif key == "collectors":
             known = collectors.defaults()
             if not isinstance(value, dict):
@@ -231,4 +260,38 @@ def _validate(s: dict[str, Any]) -> AgentConfig:
         idle_patience=patience,
         jobs_socket=str(s.get("jobs_socket", AgentConfig.jobs_socket)),
         pod_resources_socket=str(s.get("pod_resources_socket", AgentConfig.pod_resources_socket)),
+        **_ledger(s),
+        **_probes(s),
     )
+
+
+def parse_size(text: Any, setting: str) -> int:
+    """Parse '256MiB', '1GiB', '500MB' or a number of bytes into bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*", str(text))
+    if not match:
+        raise ConfigError(f"{setting}: {text!r} is not a size; write e.g. '256MiB' or '1GiB'")
+    scale = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+    return int(float(match.group(1)) * scale[match.group(2) or "B"])
+
+
+def _ledger(s: dict[str, Any]) -> dict[str, Any]:
+    path = s.get("ledger_path")
+    retention = parse_duration(s.get("ledger_retention", "30d"), "--ledger.retention")
+    if not 3600 <= retention <= 3660 * 86_400:
+        raise ConfigError(f"--ledger.retention: {retention:g} s is out of range; choose between 1h and 3660d")
+    max_bytes = parse_size(s.get("ledger_max_size", AgentConfig.ledger_max_bytes), "--ledger.max-size")
+    if max_bytes < 2**20:
+        raise ConfigError(f"--ledger.max-size: {max_bytes} bytes is too small; choose at least 1MiB")
+    return {"ledger_path": None if path is None else str(path), "ledger_retention": retention,
+            "ledger_max_bytes": max_bytes, "ledger_partition": str(s.get("ledger_partition", ""))}
+
+
+def _probes(s: dict[str, Any]) -> dict[str, Any]:
+    interval = parse_duration(s.get("probes_interval", "6h"), "--probes.interval")
+    if not 60 <= interval <= 30 * 86_400:
+        raise ConfigError(f"--probes.interval: {interval:g} s is out of range; choose between 1m and 30d")
+    jitter = parse_duration(s.get("probes_jitter", "10m"), "--probes.jitter")
+    if jitter > interval:
+        raise ConfigError(f"--probes.jitter: {jitter:g} s is longer than --probes.interval; "
+                          "choose at most the interval")
+    return {"probes_interval": interval, "probes_jitter": jitter}

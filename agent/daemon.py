@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
 import signal
+import socket
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 
 from gpulens.agent import collectors as collector_registry
 from gpulens.agent import config as agent_config
+from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import SimulatedClock, SystemClock
+from gpulens.agent.collectors.probes import scheduled as scheduled_probes
 from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.jobs.metrics import JobCollector
+from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
@@ -51,15 +60,35 @@ def build(config: agent_config.AgentConfig):
         sources, receiver = _live_sources(config, clock)
         mode = "nvml"
     enabled = collector_registry.build(config.collectors)
+    # The probes collector needs the node's schedule and mode: replace the registry's default one.
+    enabled = [scheduled_probes(config.probes_interval, config.probes_jitter, config.simulate, clock)
+               if c.name == "probes" else c for c in enabled]
     analysis = None
     if config.collectors.get("diagnosis"):
         analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
-    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis)
+    stages = [_accounting(config)] if analysis is not None else []
+    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else [])], mode=mode))
+    registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else []), *stages], mode=mode))
     if receiver is not None:
         registry.register(JobCollector(receiver))
     return sampler, registry, mode, receiver
+
+
+def _accounting(config: agent_config.AgentConfig) -> JobAccounting:
+    """The job-ledger stage; its file is a temporary one on a simulated node unless a path is given."""
+    path = config.ledger_path
+    if path is None:
+        if config.simulate:
+            folder = tempfile.mkdtemp(prefix="gpulens-ledger-")
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            path = os.path.join(folder, "ledger.sqlite")
+        else:
+            path = agent_config.DEFAULT_LEDGER_PATH
+    node = socket.gethostname()
+    ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
+                    max_bytes=config.ledger_max_bytes) if path else None
+    return JobAccounting(ledger, node=node, partition=config.ledger_partition)
 
 
 def _live_sources(config: agent_config.AgentConfig, clock):
@@ -95,7 +124,11 @@ def main(argv: Sequence[str]) -> int:
                         error.strerror or error)
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
-    app = AgentApp(sampler, registry, [c.name for c in sampler.collectors], mode)
+    accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
+    exposition = ExpositionCache(registry, sampler)
+    sampler.stages = (*sampler.stages, exposition)  # rendered after each cycle, not in the scrape
+    app = AgentApp(sampler, registry, [c.name for c in sampler.collectors], mode, jobs=accounting,
+                   exposition=exposition)
     try:
         server = serve(app, host, port)
     except OSError as error:
@@ -123,6 +156,8 @@ def main(argv: Sequence[str]) -> int:
         stop.set()
         thread.join(timeout=5)
         server.server_close()
+        if accounting is not None and accounting.ledger is not None:
+            accounting.ledger.close()
         if receiver is not None:
             receiver.stop()
     return 0

@@ -45,6 +45,7 @@ class Sampler:
         max_backoff: float = 60.0,
         timer=time.perf_counter,
         analysis=None,
+        stages=(),
     ):
         self.nvml = Nvml(library)
         self.collectors = collectors
@@ -54,6 +55,7 @@ class Sampler:
         self.max_backoff = max_backoff
         self._timer = timer  # measures collector durations; tests pass a fixed one for golden output
         self.analysis = analysis  # gpulens.agent.analysis.Analysis, run after every cycle
+        self.stages = tuple(stages)  # record(snapshot, now) after each published cycle: the job ledger
         self._fields = tuple(dict.fromkeys(f for c in collectors for f in c.fields))
         self._states: dict[str, _GpuState] = {}
         self._initialized = False
@@ -95,6 +97,11 @@ class Sampler:
         if self.analysis is not None:
             snapshot = self._analyse(snapshot, now)
         self._snapshot = snapshot
+        for stage in self.stages:
+            try:
+                stage.record(snapshot, now)
+            except Exception:  # noqa: BLE001 - a failing stage must not stop sampling
+                log.exception("the %s stage failed", stage.name)
         return snapshot
 
     def _analyse(self, snapshot: Snapshot, now: float) -> Snapshot:

@@ -9,7 +9,9 @@ import time
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from gpulens.agent.exposition import ExpositionCache
+from gpulens.agent.jobs_api import BadQuery, answer
+from prometheus_client import CollectorRegistry
 
 from gpulens import __version__
 
@@ -45,9 +47,12 @@ def parse_listen_address(text: str) -> tuple[str, int]:
 class AgentApp:
     """The WSGI application; reads the sampler's snapshot, never NVML."""
 
-    def __init__(self, sampler, registry: CollectorRegistry, collectors: list[str], mode: str):
+    def __init__(
+        self, sampler, registry: CollectorRegistry, collectors: list[str], mode: str, jobs=None, exposition=None
+    ):
         self._sampler = sampler
-        self._metrics = make_wsgi_app(registry)
+        self._jobs = jobs  # gpulens.agent.accounting.JobAccounting: serves /api/v1/jobs
+        self._metrics = exposition or ExpositionCache(registry, sampler)
         self._collectors = collectors
         self._mode = mode
 
@@ -60,6 +65,10 @@ class AgentApp:
             return self._metrics(environ, start_response)
         if path == "/healthz":
             return self._health(start_response)
+        if path == "/api/v1/jobs" and self._jobs is not None:
+            return self._job_ledger(environ, start_response)
+        if path == "/api/v1/probes":
+            return self._probe_history(start_response)
         if path == "/":
             return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
         return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
@@ -80,6 +89,23 @@ class AgentApp:
         }
         status = "200 OK" if healthy else "503 Service Unavailable"
         return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+
+    def _job_ledger(self, environ, start_response):
+        try:
+            body, status = answer(self._jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
+        except BadQuery as error:
+            body, status = {"error": str(error)}, "400 Bad Request"
+        return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+
+    def _probe_history(self, start_response):
+        """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
+        body = {
+            gpu.identity.uuid: [{"finished": run.finished, **run.report.to_dict()}
+                                for run in gpu.readings["probes"].runs]
+            for gpu in self._sampler.snapshot.gpus
+            if gpu.readings.get("probes") is not None
+        }
+        return _respond(start_response, "200 OK", "application/json", (json.dumps(body) + "\n").encode())
 
     def _landing(self) -> str:
         s = self._sampler.snapshot

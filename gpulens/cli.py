@@ -12,6 +12,12 @@ USAGE = """usage: gpulens COMMAND [OPTIONS]
 commands:
   agent      sample the GPUs of this node and serve Prometheus metrics
              (add --simulate demo to run on a simulated node without a GPU)
+  dashboard  serve the dashboard over Prometheus (--prometheus URL) or the agents (--agents URL,...)
+  demo       a simulated fleet of several nodes and the dashboard reading it (no GPU needed)
+  report     GPU usage reports: 'report job ID' for one job, 'report fleet --since 7d --by user'
+             for a period (from agents' ledgers, the agents themselves or Prometheus)
+  probe      measure each free local GPU (copies, matmuls) against its datasheet
+             (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
 
 'gpulens COMMAND --help' tells more; 'gpulens --version' prints the version.
@@ -31,6 +37,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpulens.agent.daemon import main as agent_main
 
         return agent_main(rest)
+    if command == "report":
+        from gpulens.report.cli import run as report_main
+
+        return report_main(rest)
+    if command == "probe":
+        from gpulens.probes.cli import main as probe_main
+
+        return probe_main(rest)
+    if command in ("dashboard", "demo"):
+        try:
+            from gpulens.dashboard import launch
+        except ImportError as error:
+            print(f"gpulens {command}: {error.name} is not installed; install the dashboard extra: "
+                  "pip install 'gpulens[dashboard]'", file=sys.stderr)
+            return 1
+        return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
     if command == "scenarios":
         from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 

@@ -66,3 +66,43 @@ XID_RECENT_SECONDS = 600.0
 REPORT_BUSY_RED = 0.15
 REPORT_BUSY_WARN = 0.25
 REPORT_MIN_JOB_SECONDS = 300.0
+
+# Probes: a judged result (device copy, pinned host copies, matmuls) below this share of its datasheet
+# peak makes `gpulens probe` exit non-zero. Careful measurements of healthy GPUs reach 0.8-0.9 of those
+# peaks (one H200: device copy 4.3 of 4.8 TB/s, bf16 8192^3 matmul 790 of 989 TFLOP/s; a Gen5 x16 link
+# about 0.85 of 63 GB/s pinned), and power-capped boards (T4, L4) less; half the datasheet is a broken
+# or badly configured GPU by any of those measures (a link trained at x8, HBM or clocks degraded).
+# Comparison with the same model's fleet median (rules/probes.rules.yml) catches smaller losses.
+PROBE_MIN_PEAK_RATIO = 0.5
+
+# Probes against peers: a result below this share of the median of the same model and test across the
+# fleet marks the GPU as an outlier on the dashboard. Identical healthy GPUs measured the same way land
+# within a few percent of each other; a 10% shortfall is beyond run-to-run noise and worth a look.
+PROBE_FLEET_RATIO_LOW = 0.9
+
+# -- Alert rules (rules/alerts.rules.yml; docs/alerts.md explains each; tests/rules holds the two equal) ----
+
+# A held GPU idle (after the idle patience above) or starved for data this long costs a team real
+# GPU-hours: long enough to skip a coffee break or a slow evaluation, short enough to act on the same day.
+ALERT_IDLE_SECONDS = 1800.0
+ALERT_DATA_STARVED_SECONDS = 1800.0
+# Underuse is often by design (inference, small models); only a long stretch is worth a note.
+ALERT_UNDERUTILIZED_SECONDS = 7200.0
+
+# Device memory in use at or above this share, for 15 minutes: out-of-memory errors are near. The caching
+# allocators of PyTorch and JAX keep freed memory, so a lower number would flag healthy jobs.
+ALERT_MEMORY_FULL_RATIO = 0.95
+
+# Share of the last 15 minutes a GPU was thermally throttled: brief throttling at full load is normal,
+# a quarter of the time is a cooling problem.
+ALERT_THERMAL_THROTTLE_SHARE = 0.25
+# Share of the last hour at the software power cap: reaching the cap under heavy kernels is expected, so
+# only most of an hour is worth a note (usually a limit set below the board's default).
+ALERT_POWER_THROTTLE_SHARE = 0.5
+
+# The agent's last sampling cycle older than this: the sampler is stuck on a driver call (the /healthz
+# endpoint answers 503 past the same kind of bound).
+ALERT_SAMPLING_STALE_SECONDS = 120.0
+
+# The probe alerts use PROBE_MIN_PEAK_RATIO and PROBE_FLEET_RATIO_LOW above, so that an alert, the
+# dashboard and `gpulens probe`'s exit status agree on what is slow.

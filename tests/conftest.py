@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 from gpulens.agent import collectors
+from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
@@ -26,6 +28,7 @@ class SimulatedAgent:
     sampler: Sampler
     registry: CollectorRegistry
     library: Any
+    accounting: Any = None  # gpulens.agent.accounting.JobAccounting, when built with `ledger`
 
     def run(self, seconds: float, step: float = 1.0) -> None:
         """Advance simulated time by `seconds`, sampling every `step`."""
@@ -48,9 +51,14 @@ def make_agent(
     interval: float = 1.0,
     extra: tuple = (),
     diagnosis: dict | None = None,
+    ledger: str | None = None,
+    clock: ManualClock | None = None,
 ) -> SimulatedAgent:
-    """Build a simulated agent; `enable` switches collectors, `extra` adds collector objects."""
-    clock = ManualClock()
+    """Build a simulated agent; `enable` switches collectors, `extra` adds collector objects.
+
+    `ledger` adds the job-ledger stage: a file path, or "" to keep the accounts in memory only.
+    """
+    clock = clock or ManualClock()
     spec = load_scenario(scenario)
     library = load_simulated_library(spec, clock.monotonic)
     enabled = {**collectors.defaults(), **(enable or {})}
@@ -59,11 +67,16 @@ def make_agent(
     if enabled["diagnosis"]:
         analysis = Analysis(SimulatedSources(spec, clock.monotonic), Diagnoser(Settings(**(diagnosis or {}))))
     # A fixed timer makes durations zero, so whole expositions compare byte for byte.
-    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0, analysis=analysis)
+    stages = []
+    if ledger is not None and analysis is not None:
+        stages.append(JobAccounting(Ledger(ledger, node="sim") if ledger else None, node="sim"))
+    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0, analysis=analysis, stages=stages)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*built, *([analysis] if analysis else [])], mode="simulated"))
+    exported = [*built, *([analysis] if analysis else []), *stages]
+    registry.register(SnapshotExporter(sampler, exported, mode="simulated"))
     sampler.cycle()
-    return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library)
+    return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library,
+                          accounting=stages[0] if stages else None)
 
 
 @pytest.fixture

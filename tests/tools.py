@@ -9,12 +9,15 @@ import socket
 import pytest
 
 
-def require_tool(name: str) -> str:
-    """Return the path of a real tool; skip without it, or fail in CI (GPULENS_REQUIRE_TOOLS=1)."""
+def require_tool(name: str, source: str = "Debian package 'prometheus'") -> str:
+    """Return the path of a real tool; skip without it, or fail in CI (GPULENS_REQUIRE_TOOLS=1).
+
+    `source` says where the tool comes from, for the message.
+    """
     path = shutil.which(name)
     if path:
         return path
-    message = f"{name} is not installed (Debian package 'prometheus'); .ci/run installs it"
+    message = f"{name} is not installed ({source}); .ci/run installs it"
     if os.environ.get("GPULENS_REQUIRE_TOOLS") == "1":
         pytest.fail(message)
     pytest.skip(message)

@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping
 
 from gpulens.agent.collectors.base import Collector
 from gpulens.agent.collectors.clocks import ClocksCollector
+from gpulens.agent.collectors.dcgm_compat import DcgmCompatCollector
 from gpulens.agent.collectors.ecc import EccCollector
 from gpulens.agent.collectors.gpm import GpmCollector
 from gpulens.agent.collectors.memory import MemoryCollector
 from gpulens.agent.collectors.pcie import PcieCollector
 from gpulens.agent.collectors.power import PowerCollector
+from gpulens.agent.collectors.probes import ProbesCollector
 from gpulens.agent.collectors.process_details import ProcessDetailsCollector
 from gpulens.agent.collectors.processes import ProcessesCollector
 from gpulens.agent.collectors.temperature import TemperatureCollector
@@ -33,6 +35,8 @@ REGISTRY: dict[str, Callable[[], Collector]] = {
     "processes": ProcessesCollector,
     "process_details": ProcessDetailsCollector,
     "gpm": GpmCollector,
+    "probes": ProbesCollector,
+    "dcgm_compat": DcgmCompatCollector,
 }
 
 

@@ -255,6 +255,16 @@ class Pcie:
 
 
 @dataclass(frozen=True)
+class ProbeSpec:
+    """What probe kernels measure on this GPU, as fractions of its datasheet peaks (gpulens.probes)."""
+
+    memory_bandwidth: float | None  # device copy / datasheet memory bandwidth; None = a healthy default
+    host_bandwidth: float | None  # pinned host copies / the PCIe link's rate at its maximum generation
+    matmul: float | None  # every matmul / its dense datasheet peak
+    correct: bool  # false: the matmuls compute wrong results
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One simulated GPU, with model defaults already applied; None signals are derived (see docs)."""
 
@@ -297,6 +307,7 @@ class Gpu:
     not_supported: frozenset[str]
     processes: tuple[Process, ...]
     allocated_to: JobSpec | None = None  # a scheduler holds this GPU for a job (Kubernetes pod-resources)
+    probe: ProbeSpec | None = None  # what probe kernels would measure; None = a healthy GPU of its model
 
 
 @dataclass(frozen=True)
@@ -601,7 +612,7 @@ _GPU_KEYS = (
     "model", "memory_total", "uuid", "serial", "pci_bus_id", "power_limit", "idle_power", "utilization",
     "memory_used", "power", "temperature", "memory_temperature", "fan", "clocks", "max_clocks", "throttle",
     "pcie", "ecc_mode", "ecc", "remapped_rows", "xid", "gpm", "sm_activity", "sm_occupancy",
-    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes", "allocated_to",
+    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes", "allocated_to", "probe",
 )
 
 
@@ -676,7 +687,18 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         not_supported=_not_supported(spec, where),
         processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
         allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
+        probe=_probe(spec["probe"], _at(where, "probe")) if "probe" in spec else None,
     )
+
+
+def _probe(raw: object, where: str) -> ProbeSpec:
+    spec = mapping(raw, where, (), ("memory_bandwidth", "host_bandwidth", "matmul", "correct"))
+
+    def ratio(key):
+        return _ranged(spec[key], _at(where, key), 0.01, 1.0) if key in spec else None
+
+    return ProbeSpec(ratio("memory_bandwidth"), ratio("host_bandwidth"), ratio("matmul"),
+                     _flag(spec.get("correct", True), _at(where, "correct")))
 
 
 def _allocation(raw: object, where: str) -> JobSpec:

@@ -12,7 +12,7 @@ from gpulens.agent.simulator.scenario import (
     load_scenario,
 )
 
-BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "square20"]
+BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "probes", "square20"]
 
 GOOD_GPU = 'model: "NVIDIA H100 80GB HBM3"'
 
