@@ -245,7 +245,7 @@ class Sampler:
         self.nvml.shutdown()
         self._next_init = self.clock.monotonic() + self._backoff
 
-    # -- publishing -------------------------------------------------------------------------------
+    # -- the snapshot -------------------------------------------------------------------------------
 
     def _build(self, runs: dict[str, _Run], seconds: float) -> Snapshot:
         gpus = tuple(

@@ -115,3 +115,21 @@ def test_metrics_gzip_and_name_filter(served):
     status, _, body = get(base + "/metrics?name[]=gpulens_gpu_up")
     assert status == 200
     assert "gpulens_gpu_up{" in body and "gpulens_gpu_info" not in body
+
+
+def test_text_exposition_is_prerendered_only_when_a_scrape_is_due(agent_for):
+    from gpulens.agent.exposition import ExpositionCache
+
+    agent = agent_for("square20")
+    wall = [0.0]
+    cache = ExpositionCache(agent.registry, agent.sampler, monotonic=lambda: wall[0])
+    assert cache.scrape_due()  # rhythm unknown: render every cycle
+    for at in (0.0, 30.0):  # a scraper every 30 s
+        wall[0] = at
+        cache({"PATH_INFO": "/metrics"}, lambda status, headers: None)
+    wall[0] = 35.0
+    assert not cache.scrape_due()
+    wall[0] = 60.0  # the next scrape is due (the manual clock's cycles take no wall time: no lead)
+    assert cache.scrape_due()
+    wall[0] = 200.0  # the scraper went away
+    assert not cache.scrape_due()
