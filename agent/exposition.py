@@ -17,7 +17,10 @@ from collections import deque
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
+from prometheus_client.exposition import choose_encoder, generate_latest
+
+# What a scraper that asks for no particular format gets (Prometheus's classic text format).
+_, TEXT = choose_encoder("")
 
 
 class ExpositionCache:
@@ -36,7 +39,7 @@ class ExpositionCache:
         """Render the text format for a freshly published snapshot when a scrape is due soon
         (runs in the sampler's thread, after each cycle)."""
         if self.scrape_due():
-            self.body(CONTENT_TYPE_LATEST, gzipped=False, snapshot=snapshot)
+            self.body(TEXT, gzipped=False, snapshot=snapshot)
 
     def scrape_due(self) -> bool:
         """Return whether the next scrape is expected within two sampling cycles."""
@@ -71,7 +74,7 @@ class ExpositionCache:
         if "name[]" in params:
             # A filtered scrape is rare and small: render it on its own, uncached.
             data = generate_latest(_Filtered(self._registry, set(params["name[]"])))
-            start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+            start_response("200 OK", [("Content-Type", TEXT)])
             return [data]
         self._scrapes.append(self._monotonic())
         _, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))

@@ -133,3 +133,23 @@ def test_text_exposition_is_prerendered_only_when_a_scrape_is_due(agent_for):
     assert cache.scrape_due()
     wall[0] = 200.0  # the scraper went away
     assert not cache.scrape_due()
+
+
+def test_a_plain_scrape_gets_the_prerendered_body_without_rendering_again(agent_for):
+    from gpulens.agent.exposition import ExpositionCache
+
+    agent = agent_for("square20")
+
+    class Counting:
+        calls = 0
+
+        def collect(self):
+            Counting.calls += 1
+            return agent.registry.collect()
+
+    cache = ExpositionCache(Counting(), agent.sampler)
+    cache.record(agent.sampler.snapshot, agent.clock.now)
+    assert Counting.calls == 1
+    body = b"".join(cache({"PATH_INFO": "/metrics"}, lambda status, headers: None))
+    assert Counting.calls == 1  # served from the pre-render
+    assert b"gpulens_gpu_up" in body
