@@ -7,6 +7,7 @@ default. Every mistake becomes a `ConfigError` with one line naming the setting 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class AgentConfig:
     listen_address: str = DEFAULT_LISTEN_ADDRESS
+    web_config_file: str = ""  # exporter-toolkit web config: TLS and basic auth (agent/webconfig.py)
     interval: float = 1.0  # seconds
     log_level: str = "info"
     collectors: Mapping[str, bool] = field(default_factory=collectors.defaults)
@@ -64,6 +66,7 @@ def parse_duration(text: Any, setting: str) -> float:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
+        message = message.replace("\n", "\\n").replace("\r", "\\r")  # argparse quotes arguments as given
         raise ConfigError(f"{message} (see 'gpulens agent --help')")
 
 
@@ -77,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="YAML file with any of the settings below (env GPULENS_CONFIG_FILE)")
     p.add_argument("--web.listen-address", dest="listen_address", metavar="HOST:PORT",
                    help=f"where to serve /metrics (default {DEFAULT_LISTEN_ADDRESS}, every interface)")
+    p.add_argument("--web.config.file", dest="web_config_file", metavar="PATH",
+                   help="web config file for TLS and basic auth, in the format Prometheus exporters share "
+                        "(docs/security.md; default none: plain HTTP, no auth)")
     p.add_argument("--sampling.interval", dest="interval", metavar="DURATION",
                    help="time between NVML sampling cycles (default 1s)")
     p.add_argument("--log.level", dest="log_level", choices=LOG_LEVELS, help="log verbosity (default info)")
@@ -132,6 +138,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     names = {
         "CONFIG_FILE": "config_file",
         "WEB_LISTEN_ADDRESS": "listen_address",
+        "WEB_CONFIG_FILE": "web_config_file",
         "SAMPLING_INTERVAL": "interval",
         "LOG_LEVEL": "log_level",
         "SIMULATE": "simulate",
@@ -162,17 +169,20 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-_FILE_KEYS = {"web": {"listen_address"}, "sampling": {"interval"}, "log": {"level"}, "simulate": None,
+_FILE_KEYS = {"web": {"listen_address", "config_file"}, "sampling": {"interval"}, "log": {"level"}, "simulate": None,
               "speed": None, "collectors": None, "diagnosis": {"idle_patience"}, "jobs": {"socket"},
               "kubelet": {"pod_resources_socket"}, "ledger": {"path", "retention", "max_size", "partition"},
               "probes": {"interval", "jitter"}}
-_FILE_RENAMES = {"level": "log_level", "socket": "jobs_socket", "path": "ledger_path",
-                 "retention": "ledger_retention", "max_size": "ledger_max_size", "partition": "ledger_partition",
+_FILE_RENAMES = {"web.config_file": "web_config_file", "level": "log_level", "socket": "jobs_socket",
+                 "path": "ledger_path", "retention": "ledger_retention", "max_size": "ledger_max_size",
+                 "partition": "ledger_partition",
                  "probes.interval": "probes_interval", "probes.jitter": "probes_jitter"}
 
 
 def _from_file(path: str) -> dict[str, Any]:
     where = f"config file {path}"
+    if "\0" in path:
+        raise ConfigError(f"--config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
@@ -180,10 +190,17 @@ def _from_file(path: str) -> dict[str, Any]:
         raise ConfigError(
             f"{where}: cannot be read ({error.strerror}); check the path given to --config.file"
         ) from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: is not UTF-8 text; save it as UTF-8") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{where}: not valid YAML{line}; fix the syntax there") from None
+    except (RecursionError, ValueError, TypeError, AttributeError) as error:
+        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
+        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
+        problem = " ".join(str(error).split())[:120]
+        raise ConfigError(f"{where}: YAML that cannot be read ({problem}); fix that value or the nesting") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):
@@ -252,6 +269,7 @@ def _validate(s: dict[str, Any]) -> AgentConfig:
         raise ConfigError("--speed only applies to a simulated node; add --simulate SCENARIO or drop --speed")
     return AgentConfig(
         listen_address=listen,
+        web_config_file=str(s.get("web_config_file") or ""),
         interval=interval,
         log_level=level,
         collectors=enabled,
@@ -271,7 +289,10 @@ def parse_size(text: Any, setting: str) -> int:
     if not match:
         raise ConfigError(f"{setting}: {text!r} is not a size; write e.g. '256MiB' or '1GiB'")
     scale = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
-    return int(float(match.group(1)) * scale[match.group(2) or "B"])
+    size = float(match.group(1)) * scale[match.group(2) or "B"]
+    if not math.isfinite(size):  # hundreds of digits make a float infinity, which int() refuses
+        raise ConfigError(f"{setting}: {str(text)[:20]!r}... is too large a size; write e.g. '256MiB' or '1GiB'")
+    return int(size)
 
 
 def _ledger(s: dict[str, Any]) -> dict[str, Any]:

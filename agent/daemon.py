@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gpulens.agent import collectors as collector_registry
 from gpulens.agent import config as agent_config
+from gpulens.agent.access import Guard
 from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import SimulatedClock, SystemClock
@@ -28,6 +29,7 @@ from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.sources import LiveSources
+from gpulens.agent.webconfig import WebConfigError, WebConfigFile
 from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("gpulens.agent")
@@ -111,8 +113,9 @@ def main(argv: Sequence[str]) -> int:
             level={"warn": "WARNING"}.get(config.log_level, config.log_level.upper()),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+        web = WebConfigFile(config.web_config_file) if config.web_config_file else None
         sampler, registry, mode, receiver = build(config)
-    except agent_config.ConfigError as error:
+    except (agent_config.ConfigError, WebConfigError) as error:
         print(f"gpulens agent: {error}", file=sys.stderr)
         return EXIT_USAGE
     if receiver is not None:
@@ -129,8 +132,10 @@ def main(argv: Sequence[str]) -> int:
     sampler.stages = (*sampler.stages, exposition)  # rendered after each cycle, not in the scrape
     app = AgentApp(sampler, registry, [c.name for c in sampler.collectors], mode, jobs=accounting,
                    exposition=exposition)
+    if web is not None:
+        app = Guard(app, web.current)
     try:
-        server = serve(app, host, port)
+        server = serve(app, host, port, tls=(lambda: web.current().tls) if web is not None else None)
     except OSError as error:
         print(
             f"gpulens agent: cannot listen on {config.listen_address} ({error.strerror}); "
@@ -148,7 +153,8 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGINT, shut_down)
     shown_host = host or "0.0.0.0"
     url_host = f"[{shown_host}]" if ":" in shown_host else shown_host
-    print(f"gpulens agent listening on http://{url_host}:{server.server_port}/metrics", flush=True)
+    scheme = "https" if web is not None and web.current().tls is not None else "http"
+    print(f"gpulens agent listening on {scheme}://{url_host}:{server.server_port}/metrics", flush=True)
     log.info("mode %s, collectors: %s", mode, ", ".join(c.name for c in sampler.collectors))
     try:
         server.serve_forever()

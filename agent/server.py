@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import socket
+import ssl
 import time
+from collections.abc import Callable
 from socketserver import ThreadingMixIn
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from gpulens.agent.access import PEER_CERT
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.jobs_api import BadQuery, answer
 from prometheus_client import CollectorRegistry
@@ -19,11 +24,33 @@ from gpulens import __version__
 # the process is wedged and should be restarted. NVML being down is not a reason to restart.
 _STALE_INTERVALS = 10
 _STALE_MIN_SECONDS = 30.0
+_HANDSHAKE_SECONDS = 10.0
+_IDLE_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 refuses connections when a few hundred scrapes arrive at once.
+    request_queue_size = 1024
+    # Returns the TLS context for a new connection, None for plain HTTP (see `serve`).
+    tls: Callable[[], ssl.SSLContext | None] = staticmethod(lambda: None)
+
+    def process_request_thread(self, request, client_address):
+        # The TLS handshake happens here, in the connection's own thread, so that a slow or silent
+        # client cannot hold up the accept loop.
+        context = self.tls()
+        if context is not None:
+            request.settimeout(_HANDSHAKE_SECONDS)
+            try:
+                request = context.wrap_socket(request, server_side=True)
+            except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+                log.debug("TLS handshake with %s failed: %s", client_address[0], error)
+                self.shutdown_request(request)
+                return
+        super().process_request_thread(request, client_address)
 
 
 class _IPv6Server(_Server):
@@ -31,6 +58,20 @@ class _IPv6Server(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = _IDLE_SECONDS  # a connection that sends nothing for this long is closed
+    server_version = "gpulens"  # not the Python version, which only helps an attacker
+    sys_version = ""
+
+    def get_environ(self):
+        environ = super().get_environ()
+        if isinstance(self.connection, ssl.SSLSocket):
+            environ["HTTPS"] = "on"
+            # A dict only when the certificate was verified against the client CA ({} or None otherwise).
+            cert = self.connection.getpeercert()
+            if cert:
+                environ[PEER_CERT] = cert
+        return environ
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
         pass  # one line per scrape would drown the agent's own log
 
@@ -38,7 +79,7 @@ class _QuietHandler(WSGIRequestHandler):
 def parse_listen_address(text: str) -> tuple[str, int]:
     """Parse HOST:PORT, :PORT or [IPv6]:PORT; raise ValueError with the fix."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
         raise ValueError(f"listen address {text!r} is not HOST:PORT; write e.g. ':10906' or '127.0.0.1:10906'")
     host = host.strip("[]")
     return host, int(port)
@@ -59,6 +100,10 @@ class AgentApp:
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "/")
         method = environ.get("REQUEST_METHOD", "GET")
+        if path == "/api/v1/probes/run":
+            if method != "POST":
+                return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
+            return self._probe_run(environ, start_response)
         if method not in ("GET", "HEAD"):
             return _respond(start_response, "405 Method Not Allowed", "text/plain", b"only GET is served\n")
         if path == "/metrics":
@@ -107,6 +152,27 @@ class AgentApp:
         }
         return _respond(start_response, "200 OK", "application/json", (json.dumps(body) + "\n").encode())
 
+    def _probe_run(self, environ, start_response):
+        """Queue a probe of ?gpu=UUID|INDEX for the first cycle in which it is free (202)."""
+        probes = next((c for c in self._sampler.collectors if c.name == "probes"), None)
+        if probes is None:
+            return _json(start_response, "503 Service Unavailable",
+                         {"error": "the probes collector is off; start the agent with --collector.probes"})
+        wanted = parse_qs(environ.get("QUERY_STRING", "")).get("gpu", [""])[0]
+        gpu = next((g for g in self._sampler.snapshot.gpus if wanted in (g.identity.uuid, str(g.identity.index))),
+                   None)
+        if not wanted or gpu is None:
+            return _json(start_response, "404 Not Found",
+                         {"error": f"no GPU {wanted!r} on this node; give ?gpu= a UUID or an index from /"})
+        reading = gpu.readings.get("probes")
+        held = gpu.readings.get("processes")
+        if not gpu.up or (reading is not None and reading.running) or held is None or held.processes:
+            why = "is lost" if not gpu.up else "is being probed" if reading is not None and reading.running else (
+                "is held by a process" if held is not None else "has no process list to prove it free")
+            return _json(start_response, "409 Conflict", {"error": f"GPU {gpu.identity.uuid} {why}; try later"})
+        probes.request(gpu.identity.uuid)
+        return _json(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})
+
     def _landing(self) -> str:
         s = self._sampler.snapshot
         rows = "".join(
@@ -146,12 +212,22 @@ def _verdict_cell(snapshot, uuid: str) -> str:
     return cell
 
 
+def _json(start_response, status: str, body: dict):
+    return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+
+
 def _respond(start_response, status: str, content_type: str, body: bytes):
     start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
     return [body]
 
 
-def serve(app, host: str, port: int) -> WSGIServer:
-    """Bind `app` to host:port (an empty host means every interface); raise OSError if it cannot."""
+def serve(app, host: str, port: int, tls: Callable[[], ssl.SSLContext | None] | None = None) -> WSGIServer:
+    """Bind `app` to host:port (an empty host means every interface); raise OSError if it cannot.
+
+    `tls` returns the TLS context in force for each new connection (None: plain HTTP).
+    """
     server_class = _IPv6Server if ":" in host else _Server
-    return make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+    server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+    if tls is not None:
+        server.tls = tls
+    return server

@@ -44,6 +44,7 @@ class ProbesReading:
     runs: tuple[ProbeRun, ...]
     running: bool  # a probe child works on this GPU now
     next_due: float  # the sampler clock's monotonic seconds
+    requested: bool = False  # a run was asked for (POST /api/v1/probes/run) and waits for the GPU to be free
 
     @property
     def latest(self) -> ProbeRun | None:
@@ -79,6 +80,7 @@ class ProbesCollector(Collector):
         self._running: str | None = None  # the UUID being probed; one probe at a time on the node
         self._history: dict[str, deque[ProbeRun]] = {}
         self._keep = history
+        self._requested: set[str] = set()  # UUIDs to probe as soon as they are free, whatever the schedule
 
     @property
     def interval(self) -> float:
@@ -92,13 +94,23 @@ class ProbesCollector(Collector):
         state = gpu.state
         if "due" not in state:
             state["due"] = gpu.now + self._rng.uniform(0.0, self._jitter)
-        if gpu.now >= state["due"] and self._idle() and self._free(nvml, gpu):
+        with self._lock:
+            asked = gpu.uuid in self._requested
+        if (asked or gpu.now >= state["due"]) and self._idle() and self._free(nvml, gpu):
             state["due"] = gpu.now + self._interval + self._rng.uniform(0.0, self._jitter)
+            with self._lock:
+                self._requested.discard(gpu.uuid)
             self._launch(ProbeRequest(index=gpu.index, uuid=gpu.uuid, name="", at=gpu.now))
         with self._lock:
             runs = tuple(self._history.get(gpu.uuid, ()))
             running = self._running == gpu.uuid
-        return ProbesReading(runs=runs, running=running, next_due=state["due"])
+            asked = gpu.uuid in self._requested
+        return ProbesReading(runs=runs, running=running, next_due=state["due"], requested=asked)
+
+    def request(self, uuid: str) -> None:
+        """Probe GPU `uuid` in the first cycle in which it and the node's probe slot are free."""
+        with self._lock:
+            self._requested.add(uuid)
 
     def _idle(self) -> bool:
         with self._lock:

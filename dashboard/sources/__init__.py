@@ -6,16 +6,20 @@
     GPULENS_DASHBOARD_AGENTS          agent URLs, comma-separated, each optionally NAME=URL
     GPULENS_PROMETHEUS_BEARER_TOKEN   optional bearer token for the server
     GPULENS_PROMETHEUS_BASIC_AUTH     optional USER:PASSWORD for the server
+    GPULENS_AGENT_*                   TLS and basic auth for agents (gpulens/agentclient.py)
 """
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from collections.abc import Mapping
 
-from gpulens.dashboard.sources.agents import AgentsSource
+from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
+
+from gpulens.agentclient import AccessError, AgentAccess
 
 __all__ = ["AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
            "from_environment", "parse_agents"]
@@ -70,6 +74,10 @@ def from_environment(environ: Mapping[str, str]) -> Source:
         except ValueError as error:
             raise ConfigError(str(error)) from None
     if agents:
-        return AgentsSource(parse_agents(agents))
+        try:
+            access = AgentAccess.from_environ(environ)
+        except AccessError as error:
+            raise ConfigError(str(error)) from None
+        return AgentsSource(parse_agents(agents), fetch=functools.partial(fetch_metrics, access=access))
     raise ConfigError(f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
                       f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})")

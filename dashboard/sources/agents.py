@@ -31,6 +31,8 @@ from gpulens.dashboard.sources.base import (
 from gpulens.dashboard.sources.prometheus_api import check_url, shown_url
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.agentclient import AgentAccess
+
 # The per-GPU gauges kept in the history ring, by their name without the `gpulens_gpu_` prefix.
 HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
                   "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
@@ -41,9 +43,13 @@ _KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS
 Fetch = Callable[[str, float], str]
 
 
-def fetch_metrics(url: str, timeout: float) -> str:
-    """Return the text an agent serves at `url`; raise requests' exceptions on failure."""
-    response = requests.get(url, timeout=timeout, headers={"Accept": "text/plain"})
+def fetch_metrics(url: str, timeout: float, access: AgentAccess | None = None) -> str:
+    """Return the text an agent serves at `url`; raise requests' exceptions on failure.
+
+    `access` carries the TLS and basic-auth settings for agents with a web config.
+    """
+    options = (access or AgentAccess()).requests_options()
+    response = requests.get(url, timeout=timeout, headers={"Accept": "text/plain"}, **options)
     response.raise_for_status()
     return response.text
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 
 from gpulens import thresholds as t
+from gpulens.agentclient import AccessError, AgentAccess
 from gpulens.report.progress import Progress
 from gpulens.report.sources import Agents, LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, fleet_report, job_report
@@ -109,7 +110,10 @@ def _source(args) -> Source:
     if chosen == "agent":
         if not args.agent:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
-        return Agents(args.agent)
+        try:
+            return Agents(args.agent, access=AgentAccess.from_environ())
+        except AccessError as error:
+            raise UsageError(str(error)) from None
     if not args.prometheus:
         raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
     from gpulens.report.prometheus import Prometheus

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
+from gpulens.agentclient import AgentAccess
 from gpulens.usage import JobRecord
 
 # Enough for a month of a large node's jobs; the agent caps one answer at this too.
@@ -91,18 +92,24 @@ def agent_base_url(text: str) -> str:
 class Agents:
     """Running agents, asked over HTTP for their ledgers."""
 
-    def __init__(self, urls: Sequence[str], timeout: float = HTTP_TIMEOUT_SECONDS):
+    def __init__(self, urls: Sequence[str], timeout: float = HTTP_TIMEOUT_SECONDS, access: AgentAccess | None = None):
         self.urls = [agent_base_url(u) for u in urls]
         self.timeout = timeout
+        self.access = access or AgentAccess()  # TLS and basic auth for agents that need them
         self.description = "agent " + ", ".join(self.urls)
 
     def _get(self, base: str, params: dict, step: Step) -> list[JobRecord]:
         step(f"asking {base}")
         url = f"{base}/api/v1/jobs?" + urllib.parse.urlencode(params)
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            request = urllib.request.Request(url, headers=self.access.headers())
+            context = self.access.ssl_context() if url.startswith("https:") else None
+            with urllib.request.urlopen(request, timeout=self.timeout, context=context) as response:
                 body = json.load(response)
         except urllib.error.HTTPError as error:
+            if error.code == 401:
+                raise SourceError(f"agent {base} asks for credentials; put USER:PASSWORD in a file named by "
+                                  "GPULENS_AGENT_BASIC_AUTH_FILE") from None
             raise SourceError(f"agent {base} answered {error.code} to {url}: {_error_text(error)}; "
                               "is it a gpulens agent with the ledger stage?") from None
         except (urllib.error.URLError, OSError) as error:

@@ -28,6 +28,17 @@ def test_flag_beats_env_beats_file(tmp_path):
     assert config.collectors["ecc"] is False
 
 
+def test_web_config_file_from_flag_env_and_file(tmp_path):
+    config = tmp_path / "agent.yml"
+    config.write_text("web: {config_file: /etc/gpulens/web.yml}\n")
+    assert load([], {}).web_config_file == ""
+    assert load(["--config.file", str(config)], {}).web_config_file == "/etc/gpulens/web.yml"
+    assert load([], {"GPULENS_WEB_CONFIG_FILE": "/env.yml", "GPULENS_CONFIG_FILE": str(config)}).web_config_file == (
+        "/env.yml")
+    assert load(["--web.config.file", "/flag.yml"], {"GPULENS_WEB_CONFIG_FILE": "/env.yml"}).web_config_file == (
+        "/flag.yml")
+
+
 def test_collector_flags_switch_both_ways():
     config = load(["--no-collector.memory", "--collector.process-details"], environ={})
     assert config.collectors["memory"] is False
@@ -48,7 +59,7 @@ def test_collector_flags_switch_both_ways():
         ([], {}, "web: [1, 2", "not valid YAML at line"),
         ([], {}, "colectors: {gpm: true}", "unknown setting 'colectors'"),
         ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
-        ([], {}, "web: {port: 1}", "web takes listen_address"),
+        ([], {}, "web: {port: 1}", "web takes config_file, listen_address"),
         ([], {}, "- a\n- b\n", "must be a mapping"),
     ],
 )

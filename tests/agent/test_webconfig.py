@@ -1,0 +1,135 @@
+"""The web config file (--web.config.file): the exporter-toolkit format, its checks and its reloads."""
+
+import os
+import ssl
+
+import pytest
+from gpulens.agent import webconfig
+from gpulens.agent.webconfig import PasswordCheck, WebConfigError, WebConfigFile
+
+from tests.agent.webcerts import Pki, hashed
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return Pki.make(tmp_path_factory.mktemp("pki"))
+
+
+def write(tmp_path, text):
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_full_toolkit_file_loads(pki):
+    path = pki.web_config(
+        client_auth="RequireAndVerifyClientCert",
+        extra="  client_allowed_sans: [prometheus.monitoring.svc]\n  min_version: TLS13\n"
+              "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519, CurveP256]\n"
+              "http_server_config:\n  http2: true\n"
+              "  headers: {X-Frame-Options: deny, X-Content-Type-Options: nosniff}\n"
+              f"basic_auth_users:\n  prometheus: {hashed('s3cret')}\nauth_excluded_paths: [/metrics]\n",
+    )
+    config = webconfig.load(str(path))
+    assert config.tls.minimum_version == ssl.TLSVersion.TLSv1_3
+    assert config.tls.verify_mode == ssl.CERT_REQUIRED
+    assert config.verifies_clients and config.allowed_sans == {"prometheus.monitoring.svc"}
+    assert set(config.users) == {"prometheus"} and config.excluded_paths == {"/metrics"}
+    assert config.headers == {"X-Frame-Options": "deny", "X-Content-Type-Options": "nosniff"}
+    assert set(config.files) == {str(pki.server_cert), str(pki.server_key), str(pki.ca_file)}
+
+
+def test_inline_pem_and_an_empty_file(pki, tmp_path):
+    cert, key = pki.server_cert.read_text(), pki.server_key.read_text()
+    indent = lambda text: "\n".join("    " + line for line in text.splitlines())  # noqa: E731
+    path = write(tmp_path, f"tls_server_config:\n  cert: |\n{indent(cert)}\n  key: |\n{indent(key)}\n")
+    assert webconfig.load(path).tls is not None
+    assert webconfig.load(write(tmp_path, "")) == webconfig.PLAIN
+
+
+def test_htpasswd_hashes_are_accepted(tmp_path):
+    # `htpasswd -nBC 10 "" | tr -d ':\n'` writes $2y$; bcrypt checks it as $2b$.
+    users = webconfig.load(write(tmp_path, f"basic_auth_users:\n  ops: '{hashed('pw').replace('$2b$', '$2y$')}'\n"))
+    assert PasswordCheck()(users.users, "ops", "pw")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("tls_server_config: [1]", "tls_server_config: must be a mapping"),
+    ("tls: {}", "unknown setting 'tls'"),
+    ("tls_server_config: {cert_file: a, key_file: b, ciphers: []}", "unknown setting 'ciphers'"),
+    ("tls_server_config: {key_file: server_key.pem}", "cert_file is missing"),
+    ("tls_server_config: {cert_file: nope.pem, key_file: server_key.pem}", "nope.pem cannot be read"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: client_key.pem}", "key does not match"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, client_auth_type: Always}",
+     "client_auth_type: 'Always' is not one of"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
+     "client_auth_type: RequireAndVerifyClientCert}", "needs client_ca_file"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
+     "min_version: 'TLS14' is not one of"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS13, "
+     "max_version: TLS12}", "min_version is above max_version"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, cipher_suites: [RC4]}",
+     "unknown suite 'RC4'"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, curve_preferences: [P9]}",
+     "unknown curve 'P9'"),
+    ("tls_server_config: {cert_file: server_cert.pem, cert: x, key_file: server_key.pem}", "not both"),
+    ("basic_auth_users: {ops: hunter2}", "basic_auth_users.ops: not a bcrypt hash"),
+    ("basic_auth_users: {'a:b': x}", "'a:b' is not a user"),
+    ("basic_auth_users: [ops]", "must map user names to bcrypt hashes"),
+    ("http_server_config: {headers: {Server: x}}", "'Server' cannot be set"),
+    ("http_server_config: {headers: {X-Frame-Options: always}}", "'always' is not one of deny, sameorigin"),
+    ("http_server_config: {http2: maybe}", "http2 must be true or false"),
+    ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
+    ("- just\n- a list", "must be a mapping"),
+    ("basic_auth_users: {ops: [", "not valid YAML at line 1"),
+])
+def test_each_mistake_is_one_line_naming_it(pki, text, says):
+    path = pki.folder / "bad.yml"
+    path.write_text(text)
+    with pytest.raises(WebConfigError) as caught:
+        webconfig.load(str(path))
+    message = str(caught.value)
+    assert says in message and "\n" not in message and message.startswith(f"web config {path}")
+
+
+def test_a_missing_file_says_which_flag(tmp_path):
+    with pytest.raises(WebConfigError, match="cannot be read .* check --web.config.file"):
+        webconfig.load(str(tmp_path / "absent.yml"))
+
+
+def test_password_check_right_wrong_unknown_and_a_changed_hash():
+    check = PasswordCheck()
+    users = {"ops": hashed("right").encode()}
+    assert check(users, "ops", "right")
+    assert check(users, "ops", "right")  # from the cache
+    assert not check(users, "ops", "wrong")
+    assert not check(users, "nobody", "right")
+    assert not check({"ops": hashed("new").encode()}, "ops", "right")  # a new hash is checked afresh
+    assert check({"ops": hashed("new").encode()}, "ops", "new")
+
+
+def test_the_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_last_good_one(tmp_path, caplog):
+    path = write(tmp_path, f"basic_auth_users: {{ops: '{hashed('one')}'}}\n")
+    watched = WebConfigFile(path)
+    first = watched.current()
+    assert watched.current() is first  # unchanged: no re-read
+    write(tmp_path, f"basic_auth_users: {{ops: '{hashed('two')}', dev: '{hashed('three')}'}}\n")
+    os.utime(path, ns=(1, 1))  # a new mtime even within the filesystem's timestamp granularity
+    second = watched.current()
+    assert set(second.users) == {"ops", "dev"}
+    write(tmp_path, "basic_auth_users: {ops: nothash}\n")
+    os.utime(path, ns=(2, 2))
+    assert watched.current() is second
+    assert watched.current() is second
+    errors = [r for r in caplog.records if "keeping the previous web config" in r.getMessage()]
+    assert len(errors) == 1  # said once, not on every request
+
+
+def test_a_replaced_certificate_is_picked_up(pki, tmp_path):
+    watched = WebConfigFile(str(pki.web_config()))
+    before = watched.current().tls
+    other = Pki.make(tmp_path)
+    pki.server_cert.write_bytes(other.server_cert.read_bytes())
+    pki.server_key.write_bytes(other.server_key.read_bytes())
+    os.utime(pki.server_cert, ns=(3, 3))
+    assert watched.current().tls is not before
