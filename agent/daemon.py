@@ -87,7 +87,8 @@ def _accounting(config: agent_config.AgentConfig) -> JobAccounting:
             path = os.path.join(folder, "ledger.sqlite")
         else:
             path = agent_config.DEFAULT_LEDGER_PATH
-    node = socket.gethostname()
+    # In a pod the host name is the pod's: the Helm chart passes the node's name as NODE_NAME.
+    node = os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
     ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
                     max_bytes=config.ledger_max_bytes) if path else None
     return JobAccounting(ledger, node=node, partition=config.ledger_partition)

@@ -297,3 +297,20 @@ def test_sigkill_loses_at_most_one_interval(tmp_path):
         # and nothing counted twice: the kill came at most a second (10 simulated seconds) after the scrape
         assert written <= total + counted + 15
         total = written
+
+
+def test_the_ledger_names_the_node_from_node_name_in_a_pod(tmp_path, monkeypatch):
+    import socket
+
+    from gpulens.agent import config as agent_config
+    from gpulens.agent.daemon import _accounting
+
+    config = agent_config.load(["--ledger.path", str(tmp_path / "l.sqlite")], {})
+    monkeypatch.setenv("NODE_NAME", "gpu-node-7")
+    accounting = _accounting(config)
+    assert accounting.ledger.node == "gpu-node-7"
+    accounting.ledger.close()
+    monkeypatch.delenv("NODE_NAME")
+    accounting = _accounting(config)
+    assert accounting.ledger.node == socket.gethostname()
+    accounting.ledger.close()
