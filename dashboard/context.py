@@ -9,6 +9,7 @@ unexpected error into a problem on the banner, never a traceback on the page.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -16,7 +17,7 @@ from typing import TypeVar
 
 import altair as alt
 import streamlit as st
-from gpulens.dashboard import sources
+from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
 from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, GpuHistory, Source, SourceProblem
 
@@ -34,11 +35,12 @@ _SETTINGS = (sources.PROMETHEUS, sources.AGENTS, sources.BEARER_TOKEN, sources.B
 
 
 def refresh_seconds() -> float:
-    """Return how often pages refresh themselves (GPULENS_DASHBOARD_REFRESH, seconds; at least 2)."""
+    """Return how often pages refresh themselves (GPULENS_DASHBOARD_REFRESH, seconds; 2 s to a day)."""
     try:
-        return max(2.0, float(os.environ.get(REFRESH_VARIABLE, DEFAULT_REFRESH_SECONDS)))
+        seconds = float(os.environ.get(REFRESH_VARIABLE, DEFAULT_REFRESH_SECONDS))
     except ValueError:
         return DEFAULT_REFRESH_SECONDS
+    return min(max(2.0, seconds), 86_400.0) if math.isfinite(seconds) else DEFAULT_REFRESH_SECONDS
 
 
 @st.cache_resource(show_spinner=False)
@@ -50,7 +52,11 @@ def _configured(settings: tuple[tuple[str, str], ...]) -> Source:
 
 
 def source() -> Source:
-    """Return the page's source; stop the page with one clear line when none is configured."""
+    """Return the page's source; stop the page with one clear line when none is configured.
+
+    The login gate comes first, so no page reads the fleet for a viewer who may not see it.
+    """
+    gate.guard()
     injected = st.session_state.get(SOURCE_KEY)
     if injected is not None:
         return injected

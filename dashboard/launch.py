@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import pathlib
 import shutil
@@ -22,8 +23,11 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
+from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
 from gpulens.dashboard.sources.prometheus_api import check_url
+
+from gpulens.printable import printable
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
 RULES = pathlib.Path(__file__).resolve().parents[1] / "rules"
@@ -44,6 +48,7 @@ class LaunchError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2, instead of argparse's usage dump
+        message = printable(message)  # argparse quotes the arguments as they were typed
         print(f"{self.prog}: {message}; run '{self.prog} --help'", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
@@ -84,6 +89,9 @@ def check_port(host: str, port: int, what: str) -> None:
         except OSError as error:
             raise LaunchError(f"cannot listen on {host}:{port} ({error.strerror}); choose another port with "
                               f"{what}") from None
+        except (OverflowError, TypeError, ValueError):  # a port outside 0-65535, a NUL in the address
+            raise LaunchError(f"cannot listen on {host!r} port {port}: choose a port from 1 to 65535 with {what} "
+                              "and an address such as 127.0.0.1") from None
 
 
 def wait_until(ready: Callable[[], bool], children: Children, what: str, timeout: float = STARTUP_SECONDS) -> None:
@@ -111,18 +119,24 @@ def _answers(url: str) -> Callable[[], bool]:
     return ready
 
 
-def start_dashboard(children: Children, env: dict[str, str], host: str, port: int, refresh: float | None) -> str:
-    """Start Streamlit on `host:port` reading the source `env` names; return the URL once it answers."""
+def start_dashboard(children: Children, env: dict[str, str], host: str, port: int, refresh: float | None,
+                    secrets_file: str | None = None) -> str:
+    """Start Streamlit on `host:port` reading the source `env` names; return the URL once it answers.
+
+    `secrets_file` replaces Streamlit's own secrets.toml locations (the login settings).
+    """
     if importlib.util.find_spec("streamlit") is None:
         raise LaunchError("Streamlit is not installed; install the dashboard extra: pip install 'gpulens[dashboard]'")
     check_port(host, port, "--port")
     environment = {**os.environ, **env}
     if refresh is not None:
         environment["GPULENS_DASHBOARD_REFRESH"] = f"{refresh:g}"
+    # Only paths and public settings go on the command line, which every user on the machine can read.
+    secrets = ["--secrets.files", secrets_file] if secrets_file else []
     children.start(
         [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
          "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--logger.level", "warning"],
+         "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--logger.level", "warning", *secrets],
         env=environment, stdout=subprocess.DEVNULL,
     )
     shown = f"[{host}]" if ":" in host else host
@@ -163,6 +177,36 @@ def _read_secret(path: str | None, what: str) -> str | None:
         return pathlib.Path(path).read_text().strip()
     except OSError as error:
         raise LaunchError(f"cannot read the {what} file {path!r} ({error.strerror}); check the path") from None
+    except ValueError:  # not UTF-8 text, or a NUL in the path
+        raise LaunchError(f"the {what} file {path!r} is not a text file; check the path") from None
+
+
+def check_auth_file(path: str) -> str:
+    """Return `path`, the absolute path of a secrets.toml that configures a login; raise LaunchError with the fix."""
+    try:
+        text = pathlib.Path(path).read_text()
+    except OSError as error:
+        raise LaunchError(f"cannot read the auth file {path!r} ({error.strerror}); check the path") from None
+    except ValueError:  # not UTF-8 text, or a NUL in the path
+        raise LaunchError(f"the auth file {path!r} is not a text file; check the path") from None
+    if importlib.util.find_spec("authlib") is None:
+        raise LaunchError("logging in needs Authlib; install the dashboard extra: pip install 'gpulens[dashboard]'")
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: Streamlit checks the file itself when it starts
+        return os.path.abspath(path)
+    try:
+        problem = auth_problem(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as error:
+        problem = f"is not valid TOML ({error})"
+    if problem:
+        raise LaunchError(f"the auth file {path!r} {problem}; see docs/security.md for an example")
+    return os.path.abspath(path)
+
+
+def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
+    if refresh is not None and not 0 < refresh < math.inf:  # also NaN
+        parser.error(f"--refresh {refresh:g} must be a number of seconds above 0")
 
 
 def dashboard_main(argv: Sequence[str]) -> int:
@@ -174,13 +218,22 @@ def dashboard_main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    parser.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token for Prometheus")
-    parser.add_argument("--basic-auth-file", metavar="FILE", help="file holding USER:PASSWORD for Prometheus")
+    # One Authorization header: with both, the basic-auth one would silently replace the token.
+    credentials = parser.add_mutually_exclusive_group()
+    credentials.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token for Prometheus")
+    credentials.add_argument("--basic-auth-file", metavar="FILE", help="file holding USER:PASSWORD for Prometheus")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
+    parser.add_argument("--auth-file", metavar="FILE",
+                        help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect")
     args = parser.parse_args(argv)
+    _check_refresh(parser, args.refresh)
     children = Children()
     try:
         env = {PROMETHEUS: "", AGENTS: ""}
+        secrets_file = None
+        if args.auth_file:
+            secrets_file = check_auth_file(args.auth_file)
+            env[REQUIRE_LOGIN] = "1"
         if args.prometheus:
             try:
                 env[PROMETHEUS] = check_url(args.prometheus)
@@ -197,7 +250,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
             except ConfigError as error:
                 raise LaunchError(f"--agents: {error}") from None
             env[AGENTS] = args.agents
-        url = start_dashboard(children, env, args.address, args.port, args.refresh)
+        url = start_dashboard(children, env, args.address, args.port, args.refresh, secrets_file)
     except KeyboardInterrupt:
         children.stop()
         return EXIT_INTERRUPTED
@@ -285,8 +338,9 @@ def demo_main(argv: Sequence[str]) -> int:
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     args = parser.parse_args(argv)
-    if args.speed <= 0:
+    if not 0 < args.speed < math.inf:  # also NaN
         parser.error(f"--speed {args.speed:g} must be above 0")
+    _check_refresh(parser, args.refresh)
     children = Children()
     workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
     try:

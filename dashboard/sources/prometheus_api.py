@@ -2,11 +2,12 @@
 
 Only /api/v1/query, /api/v1/query_range and /api/v1/alerts, which Thanos, Mimir and VictoriaMetrics
 answer the same way. Every failure becomes an `ApiError` carrying a `SourceProblem` in plain words;
-credentials are sent as headers and never appear in a message.
+credentials are sent as headers and never appear in a message, even one the server echoes them in.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
@@ -34,11 +35,26 @@ def shown_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
+# USER:PASSWORD@ after an optional scheme, also in text that is not a valid URL.
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#@]*@")
+REDACTED = "<redacted>"
+
+
+def _quoted(url: str) -> str:
+    """Return `url` as typed but without user:password@, query or fragment, for a message about it."""
+    bare = _USERINFO.sub(lambda match: match.group(1) or "", url.strip())
+    return repr(re.split(r"[?#]", bare, maxsplit=1)[0])
+
+
 def check_url(url: str) -> str:
     """Return `url` without a trailing slash; raise ValueError with the fix if it is not http(s)://HOST."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{url!r} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError:  # also an unclosed '[' of an IPv6 address
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
     return url.rstrip("/")
 
 
@@ -62,6 +78,9 @@ class PrometheusApi:
             self._session.headers["Authorization"] = f"Bearer {bearer_token}"
         if basic_auth:
             self._session.auth = basic_auth
+        # Whatever a message could echo back: a server or a proxy may repeat the header it refused.
+        secrets = (bearer_token, basic_auth[1] if basic_auth else None, urllib.parse.urlsplit(url).password)
+        self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
         self._lock = threading.Lock()
         self.requests_made = 0
 
@@ -84,13 +103,17 @@ class PrometheusApi:
         return alerts
 
     def _problem(self, what: str) -> SourceProblem:
+        for secret in self._secrets:
+            what = what.replace(secret, REDACTED)
         return SourceProblem(f"Prometheus at {self.shown}", what)
 
     def _vector(self, data: Any, promql: str, kind: str) -> list[dict[str, Any]]:
         if not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(data.get("result"), list):
             raise ApiError(self._problem(f"answered query {_short(promql)} with something other than a {kind}"))
         for item in data["result"]:
-            if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+            labels = item.get("metric") if isinstance(item, dict) else None
+            # Label values are strings in the API; anything else would break joins and sorting downstream.
+            if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
                 raise ApiError(self._problem(f"answered query {_short(promql)} with a malformed series"))
         return data["result"]
 
@@ -112,15 +135,16 @@ class PrometheusApi:
                                          "check the bearer token or basic-auth credentials"))
         try:
             body = response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
             raise ApiError(self._problem(
                 f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
                 "is the URL the Prometheus server itself (not Grafana or a login page)?")) from None
         if not isinstance(body, dict):
             raise ApiError(self._problem("answered with JSON that is not the Prometheus API's"))
         if body.get("status") != "success":
-            kind = str(body.get("errorType") or f"HTTP {response.status_code}")[:40]
-            message = str(body.get("error") or "no message")[:300]
+            # One line, whatever the server wrote.
+            kind = " ".join(str(body.get("errorType") or f"HTTP {response.status_code}").split())[:40]
+            message = " ".join(str(body.get("error") or "no message").split())[:300]
             raise ApiError(self._problem(f"answered an error to {_short(what)}: {kind}: {message}"))
         return body.get("data")
 

@@ -39,3 +39,23 @@ app.kubernetes.io/part-of: gpulens
 {{- define "gpulens.image" -}}
 {{- printf "%s:%s" .image.repository (.image.tag | default .root.Chart.AppVersion) }}
 {{- end }}
+
+{{/* The agent's liveness and readiness check: GET /healthz over HTTP or HTTPS, or a TCP connect where the web
+config requires a client certificate, which the kubelet cannot present. */}}
+{{- define "gpulens.agentProbe" -}}
+{{- $web := .Values.agent.webConfig -}}
+{{- if and $web.existingSecret $web.requireClientCert -}}
+tcpSocket:
+  port: metrics
+{{- else -}}
+httpGet:
+  path: /healthz
+  port: metrics
+  scheme: {{ if and $web.existingSecret $web.tls }}HTTPS{{ else }}HTTP{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The agents' URL scheme: https where their web config turns TLS on. */}}
+{{- define "gpulens.agentScheme" -}}
+{{- if and .Values.agent.webConfig.existingSecret .Values.agent.webConfig.tls }}https{{ else }}http{{ end }}
+{{- end }}
