@@ -24,6 +24,7 @@ from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.jobs.metrics import JobCollector
+from gpulens.agent.jobs.receiver import ReceiverError
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
@@ -122,8 +123,10 @@ def main(argv: Sequence[str]) -> int:
     if receiver is not None:
         try:
             receiver.start()
-        except OSError as error:
+        except ReceiverError as error:
             # The metrics matter more than the in-job channel: say so and serve without it.
+            log.warning("in-job reports disabled: %s", error)
+        except OSError as error:
             log.warning("in-job reports disabled: cannot listen on %s (%s); set --jobs.socket", receiver.socket_path,
                         error.strerror or error)
     host, port = config.host_port

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
+from gpulens.dashboard.sources.prometheus_api import check_url
 
 from gpulens.agentclient import AccessError, AgentAccess
 
@@ -46,10 +47,12 @@ def parse_agents(text: str) -> dict[str, str]:
         name, eq, url = item.partition("=")
         if not eq or "://" in name:
             name, url = "", item
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"agent URL {url!r} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'")
-        name = name.strip() or parts.netloc.rpartition("@")[2]
+        try:
+            check_url(url)  # also a port that is not a number, or an unclosed '[' of an IPv6 address
+        except ValueError:
+            raise ConfigError(f"agent URL {url!r} is not http://HOST:PORT; "
+                              "write e.g. 'http://gpu-node-1:10906'") from None
+        name = name.strip() or urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
         if name in agents:
             raise ConfigError(f"agent name {name!r} is given twice; name each agent once (NAME=URL)")
         agents[name] = url
@@ -68,6 +71,8 @@ def from_environment(environ: Mapping[str, str]) -> Source:
         user, colon, password = auth.partition(":")
         if auth and not colon:
             raise ConfigError(f"{BASIC_AUTH} must be USER:PASSWORD")
+        if auth and environ.get(BEARER_TOKEN):
+            raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         try:
             return PrometheusSource.from_url(prometheus, bearer_token=environ.get(BEARER_TOKEN) or None,
                                              basic_auth=(user, password) if auth else None)

@@ -55,6 +55,9 @@ def check_url(url: str) -> str:
         parts = None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "
+                         "give the server's base URL, e.g. 'http://prometheus:9090'")
     return url.rstrip("/")
 
 
@@ -71,6 +74,9 @@ class PrometheusApi:
     ):
         self._url = check_url(url)
         self.shown = shown_url(url)
+        if bearer_token and urllib.parse.urlsplit(url).username:
+            # requests would send the URL's user:password as basic auth in place of the token.
+            raise ValueError(f"{self.shown} is given with user:password@ and a bearer token; keep one")
         self._timeout = timeout
         self._session = session or requests.Session()
         self._session.trust_env = False  # no proxy from the environment between us and a loopback server

@@ -33,8 +33,9 @@ SECRETS = (TOKEN, PASSWORD, URL_PASSWORD, base64.b64encode(f"grafana:{PASSWORD}"
 ECHO = f"refused Authorization: Bearer {TOKEN} (basic grafana:{PASSWORD}, url {URL_PASSWORD})"
 
 
-def leaked(text: str) -> list[str]:
-    return [secret for secret in SECRETS if secret in text]
+def leaked(text: str, held: tuple[str, ...] = SECRETS) -> list[str]:
+    """Return the secrets among `held` (default: all of them) that appear in `text`."""
+    return [secret for secret in held if secret in text]
 
 
 REPLIES = {
@@ -44,12 +45,22 @@ REPLIES = {
 }
 
 
-def configure(monkeypatch, url: str) -> None:
+def configure(monkeypatch, url: str, kind: str = "basic") -> tuple[str, ...]:
+    """Point the dashboard at `url` with a bearer token, or with basic auth (also a password in the URL).
+
+    Returns the secrets the dashboard then holds. (Prometheus takes one kind of credential at a time.)
+    """
     host = url.removeprefix("http://")
-    monkeypatch.setenv(PROMETHEUS, f"http://reader:{URL_PASSWORD}@{host}")
-    monkeypatch.setenv(BEARER_TOKEN, TOKEN)
-    monkeypatch.setenv(BASIC_AUTH, f"grafana:{PASSWORD}")
     monkeypatch.delenv("GPULENS_DASHBOARD_AGENTS", raising=False)
+    if kind == "bearer":
+        monkeypatch.setenv(PROMETHEUS, f"http://{host}")
+        monkeypatch.delenv(BASIC_AUTH, raising=False)
+        monkeypatch.setenv(BEARER_TOKEN, TOKEN)
+        return (TOKEN,)
+    monkeypatch.setenv(PROMETHEUS, f"http://reader:{URL_PASSWORD}@{host}")
+    monkeypatch.delenv(BEARER_TOKEN, raising=False)
+    monkeypatch.setenv(BASIC_AUTH, f"grafana:{PASSWORD}")
+    return SECRETS[1:]
 
 
 def render(script: str) -> AppTest:
@@ -59,19 +70,20 @@ def render(script: str) -> AppTest:
     return at
 
 
+@pytest.mark.parametrize("kind", ["basic", "bearer"])
 @pytest.mark.parametrize("reply", sorted(REPLIES))
-def test_no_page_shows_the_credentials_whatever_the_server_answers(monkeypatch, reply):
+def test_no_page_shows_the_credentials_whatever_the_server_answers(monkeypatch, reply, kind):
     with fake_server(REPLIES[reply]) as (url, asked):
-        configure(monkeypatch, url)
+        held = configure(monkeypatch, url, kind)
         for script in SCRIPTS:
             at = render(script)
             page = everything(at)
             assert at.warning, f"{script}: the failure is shown"  # the page did talk to the server
-            assert not leaked(page), f"{script} shows {leaked(page)} when the server answers {reply}"
-    # The credentials were really in use: the server got them, so the test above can fail. (Given both,
-    # requests sends the basic-auth header in place of the bearer one.)
+            assert not leaked(page, held), f"{script} shows {leaked(page, held)} when the server answers {reply}"
+    # The credentials were really in use: the server got them, so the test above can fail.
     basic = "Basic " + base64.b64encode(f"grafana:{PASSWORD}".encode()).decode()
-    assert asked and all(header == basic for _, header in asked)
+    sent = f"Bearer {TOKEN}" if kind == "bearer" else basic
+    assert asked and all(header == sent for _, header in asked)
 
 
 def test_no_page_shows_the_credentials_when_the_server_is_gone(monkeypatch):
@@ -94,15 +106,20 @@ def test_a_wrong_url_is_named_without_its_password(monkeypatch):
 
 
 def test_an_echoed_credential_is_redacted_from_the_problem():
+    problems = []
     with fake_server(REPLIES["echoed in an error"]) as (url, _):
-        api = PrometheusApi(url.replace("http://", f"http://reader:{URL_PASSWORD}@"), bearer_token=TOKEN,
-                            basic_auth=("grafana", PASSWORD), timeout=2)
-        try:
-            api.query("up")
-        except Exception as error:  # noqa: BLE001 - the problem it carries is what is checked
-            problem = error.problem
-    assert "Bearer <redacted> (basic grafana:<redacted>, url <redacted>)" in problem.what
-    assert not leaked(f"{problem.where} {problem.what}")
+        for api in (PrometheusApi(url, bearer_token=TOKEN, timeout=2),
+                    PrometheusApi(url.replace("http://", f"http://reader:{URL_PASSWORD}@"),
+                                  basic_auth=("grafana", PASSWORD), timeout=2)):
+            try:
+                api.query("up")
+            except Exception as error:  # noqa: BLE001 - the problem it carries is what is checked
+                problems.append(error.problem)
+    bearer, basic = problems
+    assert f"Bearer <redacted> (basic grafana:{PASSWORD}" in bearer.what  # only what it holds is redacted
+    assert f"Bearer {TOKEN} (basic grafana:<redacted>, url <redacted>)" in basic.what
+    assert not leaked(f"{bearer.where} {bearer.what}", (TOKEN,))
+    assert not leaked(f"{basic.where} {basic.what}", SECRETS[1:])
 
 
 def _tree(process: psutil.Process) -> list[psutil.Process]:

@@ -116,6 +116,13 @@ def test_the_environment_configures_the_source():
                            "choose one"),
                           ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops"},
                            "USER:PASSWORD"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw",
+                            "GPULENS_PROMETHEUS_BEARER_TOKEN": "t"}, "keep one"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://u:pw@p:9090",
+                            "GPULENS_PROMETHEUS_BEARER_TOKEN": "t"}, "user:password@ and a bearer token; keep one"),
+                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090/?x=1"}, "has a query or fragment"),
+                          ({"GPULENS_DASHBOARD_AGENTS": "http://a:10906", "GPULENS_AGENT_CA_FILE": "/absent.pem"},
+                           "GPULENS_AGENT_CA_FILE: '/absent.pem' cannot be read"),
                           ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http")):
         with pytest.raises(ConfigError, match=said):
             from_environment(environ)
