@@ -184,7 +184,10 @@ class Ledger:
             return self._refuse(problem)
         try:
             directory = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            # Who ran what, when, on which GPU is for the node's administrators: the file is made
+            # owner-only, and SQLite gives its -wal and -shm files the same mode.
+            os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
             conn = self._open_connection(self.path)
         except (OSError, sqlite3.Error) as error:
             return self._failed(f"cannot open: {getattr(error, 'strerror', None) or error}")

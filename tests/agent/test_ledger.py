@@ -314,3 +314,15 @@ def test_the_ledger_names_the_node_from_node_name_in_a_pod(tmp_path, monkeypatch
     accounting = _accounting(config)
     assert accounting.ledger.node == socket.gethostname()
     accounting.ledger.close()
+
+
+def test_a_new_ledger_is_readable_by_its_owner_only(tmp_path):
+    import stat
+
+    from gpulens.agent.ledger import Ledger
+
+    ledger = Ledger(str(tmp_path / "fresh" / "ledger.sqlite"), node="n1")
+    ledger.close()
+    for path in (tmp_path / "fresh").iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+    assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o700
