@@ -16,7 +16,6 @@ The rules, in order:
 from __future__ import annotations
 
 import base64
-import binascii
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -71,7 +70,7 @@ class Guard:
             return False
         try:
             user, colon, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # binascii.Error, UnicodeDecodeError, or a header with non-ASCII text
             return False
         return bool(colon) and self._check(config.users, user, password)
 

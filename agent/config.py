@@ -18,6 +18,8 @@ import yaml
 from gpulens.agent import collectors
 from gpulens.agent.server import parse_listen_address
 
+from gpulens.printable import printable
+
 # Outside 9100-9999, the range the Prometheus exporter registry has allocated in full, so no
 # well-known exporter (node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835) uses it.
 DEFAULT_PORT = 10906
@@ -66,7 +68,7 @@ def parse_duration(text: Any, setting: str) -> float:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        message = message.replace("\n", "\\n").replace("\r", "\\r")  # argparse quotes arguments as given
+        message = printable(message)  # argparse quotes the arguments as they were typed
         raise ConfigError(f"{message} (see 'gpulens agent --help')")
 
 

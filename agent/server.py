@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import html
 import json
 import logging
@@ -227,7 +228,10 @@ def serve(app, host: str, port: int, tls: Callable[[], ssl.SSLContext | None] | 
     `tls` returns the TLS context in force for each new connection (None: plain HTTP).
     """
     server_class = _IPv6Server if ":" in host else _Server
-    server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+    try:
+        server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+    except (TypeError, ValueError, OverflowError) as error:  # a NUL in the host, a label IDNA cannot encode
+        raise OSError(errno.EINVAL, f"not a host and port to listen on: {error}") from None
     if tls is not None:
         server.tls = tls
     return server

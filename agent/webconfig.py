@@ -103,6 +103,8 @@ PLAIN = WebConfig()
 def load(path: str) -> WebConfig:
     """Read and check the web config at `path`; raise WebConfigError naming what is wrong."""
     where = f"web config {path}"
+    if "\0" in path:
+        raise WebConfigError(f"--web.config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
             doc = yaml.safe_load(f)
@@ -112,6 +114,11 @@ def load(path: str) -> WebConfig:
         mark = getattr(error, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark else ""
         raise WebConfigError(f"{where}: not valid YAML{line}; fix the syntax there") from None
+    except (RecursionError, ValueError, TypeError, AttributeError) as error:
+        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
+        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
+        problem = " ".join(str(error).split())[:120]
+        raise WebConfigError(f"{where}: YAML that cannot be read ({problem}); fix that value or the nesting") from None
     return parse(doc, where, os.path.dirname(os.path.abspath(path)))
 
 
@@ -259,7 +266,7 @@ def _context(doc: dict, where: str, folder: str, auth_type: str) -> ssl.SSLConte
 
 
 def _version(value: Any, where: str) -> ssl.TLSVersion:
-    if value not in TLS_VERSIONS:
+    if not isinstance(value, str) or value not in TLS_VERSIONS:
         raise WebConfigError(f"{where}: {value!r} is not one of {', '.join(TLS_VERSIONS)}")
     return TLS_VERSIONS[value]
 
@@ -277,7 +284,7 @@ def _pem(doc: dict, name: str, where: str, folder: str, required: bool) -> str |
         if required:
             raise WebConfigError(f"{where}: {name}_file is missing; name the PEM file (or give {name} inline)")
         return None
-    if not isinstance(path, str) or not path:
+    if not isinstance(path, str) or not path or "\0" in path:
         raise WebConfigError(f"{where}.{name}_file: must be a file name")
     full = os.path.join(folder, path)
     try:

@@ -19,7 +19,7 @@ _STATE_SCALE = alt.Scale(domain=_STATES, range=[words.STATE_COLOR[s.value] for s
 
 def _index(gpu: str) -> int:
     digits = gpu.removeprefix("GPU ")
-    return int(digits) if digits.isdigit() else 1 << 30
+    return int(digits) if digits.isascii() and digits.isdigit() else 1 << 30
 
 
 def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:

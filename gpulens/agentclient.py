@@ -40,10 +40,13 @@ class AgentAccess:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> AgentAccess:
         """Read the variables above; raise AccessError when one names an unreadable or malformed file."""
         environ = os.environ if environ is None else environ
+        for name in (CA_FILE, CERT_FILE, KEY_FILE, BASIC_AUTH_FILE):
+            if "\0" in environ.get(name, ""):  # the system calls refuse it with a bare ValueError
+                raise AccessError(f"{name}: the path has a NUL character; fix the path")
         files = {name: environ.get(name, "").strip() or None for name in (CA_FILE, CERT_FILE, KEY_FILE)}
         for name, path in files.items():
             if path is not None and not os.access(path, os.R_OK):
-                raise AccessError(f"{name}: {path} cannot be read; fix the path")
+                raise AccessError(f"{name}: {path!r} cannot be read; fix the path")
         if (files[CERT_FILE] is None) != (files[KEY_FILE] is None):
             raise AccessError(f"{CERT_FILE} and {KEY_FILE} go together; set both or neither")
         auth = None
@@ -53,10 +56,10 @@ class AgentAccess:
                 with open(path, encoding="utf-8") as f:
                     text = f.read().strip()
             except (OSError, UnicodeDecodeError):
-                raise AccessError(f"{BASIC_AUTH_FILE}: {path} cannot be read as text; fix the path") from None
+                raise AccessError(f"{BASIC_AUTH_FILE}: {path!r} cannot be read as text; fix the path") from None
             user, colon, password = text.partition(":")
             if not colon or not user:
-                raise AccessError(f"{BASIC_AUTH_FILE}: {path} must hold USER:PASSWORD on one line")
+                raise AccessError(f"{BASIC_AUTH_FILE}: {path!r} must hold USER:PASSWORD on one line")
             auth = (user, password)
         access = cls(files[CA_FILE], files[CERT_FILE], files[KEY_FILE], auth)
         access.ssl_context()  # a bad certificate is an error now, not on the first request

@@ -20,12 +20,14 @@ from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
 
 from gpulens import thresholds
+from gpulens.printable import printable
 
 EXIT_OK = 0
 EXIT_SLOW = 1
 EXIT_USAGE = 2
 EXIT_WRONG = 3
 EXIT_UNPROBED = 4
+MAX_SIMULATE_TIME = 366 * 86_400.0  # seconds
 
 EPILOG = f"""exit status:
   0  every GPU probed, every judged result at or above --min-peak-ratio
@@ -50,6 +52,7 @@ class Unavailable(RuntimeError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
+        message = printable(message)  # argparse quotes the arguments as they were typed
         raise UsageError(f"{message} (see 'gpulens probe --help')")
 
 
@@ -96,7 +99,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         (options.repeats is None or 1 <= options.repeats <= 1000, "--repeats must be 1 to 1000"),
         (not (options.simulate and options.device == "cpu"), "--simulate and --device cpu exclude each other; "
                                                             "pick one"),
-        (options.simulate_time >= 0, "--simulate-time must be 0 or more seconds"),
+        # The simulator steps through every 1/6 s up to that time (a day takes half a second per GPU):
+        # a time of 1e300 s would never end, and infinity cannot be stepped to.
+        (0 <= options.simulate_time <= MAX_SIMULATE_TIME, "--simulate-time must be 0 to 31622400 seconds (366 days)"),
         (not options.simulate_time or options.simulate, "--simulate-time applies to --simulate; add it or drop "
                                                          "--simulate-time"),
         (not (options.gpu and options.device == "cpu"), "--gpu chooses GPUs; drop it with --device cpu"),

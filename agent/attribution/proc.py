@@ -58,7 +58,7 @@ class ProcReader:
         for line in self._file(pid, "status").decode(errors="replace").splitlines():
             if line.startswith("Uid:"):
                 values = line.split()
-                return int(values[1]) if len(values) > 1 and values[1].isdigit() else None
+                return int(values[1]) if len(values) > 1 and values[1].isascii() and values[1].isdigit() else None
         return None
 
     def cmdline(self, pid: int) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from gpulens.usage import LAST_EPOCH
+
 from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
@@ -70,6 +72,14 @@ SIMULATED_FUNCTIONS = frozenset({
 })
 
 FAULT_KINDS = ("lost", "not_supported", "init_failure", "process_vanishes", "function_not_found")
+
+# Ceilings on values the scenario format would otherwise leave open, far above any real GPU's, so that
+# a typo is an error rather than an energy or byte counter that overflows to infinity in the simulator.
+MAX_POWER_W = 10_000.0  # ten times a B200's 1 kW
+MAX_CLOCK_MHZ = 100_000  # fifty times any shipping SM or memory clock
+MAX_RATE = 1e13  # bytes/s: ten times NVLink-C2C's 900 GB/s
+MAX_CORES = 4096.0  # as cores_allowed
+MAX_MEMORY = 2**50  # bytes: 1 PiB, as the in-job messages allow
 
 
 class ScenarioError(ValueError):
@@ -352,7 +362,12 @@ def _ranged(raw: object, where: str, lo: float | None = None, hi: float | None =
 def _integer(raw: object, where: str, lo: int | None = None, hi: int | None = None) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         raise SpecError(where, f"expected a whole number, got {raw!r}")
-    return int(_ranged(raw, where, lo, hi))
+    # Compared as integers: 2**64 - 1 is a valid seed, and as a float it would round up past the bound.
+    if (lo is not None and raw < lo) or (hi is not None and raw > hi):
+        span = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        shown = str(raw) if len(str(raw)) <= 24 else f"a number of {len(str(raw))} digits"
+        raise SpecError(where, f"must be {span}, got {shown}")
+    return raw
 
 
 def _text(raw: object, where: str) -> str:
@@ -394,6 +409,8 @@ def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, conve
         span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
         bad = low if low < lo else high
         raise SpecError(at, f"values must be {span}, got {bad:g}")
+    if hi is not None and signal.noise > hi - lo:
+        raise SpecError(at, f"noise must be at most {hi - lo:g}, the whole range, got {signal.noise:g}")
     return signal
 
 
@@ -452,15 +469,15 @@ def _host(raw: object, where: str) -> HostSpec:
     spec = mapping(raw, where, ("main_cpu",), ("workers", "worker_cpu", "cores_allowed", "io_read"))
     workers = _integer(spec.get("workers", 0), _at(where, "workers"), 0, 256)
     cores = _ranged(spec.get("cores_allowed", 16), _at(where, "cores_allowed"), 1, 4096)
-    worker_cpu = _signal(spec, "worker_cpu", where, 0, None)
+    worker_cpu = _signal(spec, "worker_cpu", where, 0, MAX_CORES)
     if worker_cpu is not None and not workers:
         raise SpecError(_at(where, "worker_cpu"), "needs workers: N (N > 0)")
     return HostSpec(
-        main_cpu=_signal(spec, "main_cpu", where, 0, None),
+        main_cpu=_signal(spec, "main_cpu", where, 0, MAX_CORES),
         workers=workers,
         worker_cpu=worker_cpu,
         cores_allowed=cores,
-        io_read=_signal(spec, "io_read", where, 0, None, byte_rate),
+        io_read=_signal(spec, "io_read", where, 0, MAX_RATE, byte_rate),
     )
 
 
@@ -553,8 +570,8 @@ def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
     max_width = _integer(spec.get("max_width", model.pcie_width if model else 16), f"{where}.max_width", 1, 32)
     gen = _integer(spec.get("gen", max_gen), f"{where}.gen", 1, max_gen)
     width = _integer(spec.get("width", max_width), f"{where}.width", 1, max_width)
-    tx = _signal(spec, "tx", where, 0, None, byte_rate)
-    rx = _signal(spec, "rx", where, 0, None, byte_rate)
+    tx = _signal(spec, "tx", where, 0, MAX_RATE, byte_rate)
+    rx = _signal(spec, "rx", where, 0, MAX_RATE, byte_rate)
     return Pcie(gen, width, max_gen, max_width, tx, rx)
 
 
@@ -563,14 +580,14 @@ def _clocks(spec: dict, where: str) -> tuple[Signal | None, Signal | None]:
         return None, None
     at = _at(where, "clocks")
     clocks = mapping(spec["clocks"], at, (), ("sm", "memory"))
-    return _signal(clocks, "sm", at, 0, None), _signal(clocks, "memory", at, 0, None)
+    return _signal(clocks, "sm", at, 0, MAX_CLOCK_MHZ), _signal(clocks, "memory", at, 0, MAX_CLOCK_MHZ)
 
 
 def _max_clocks(spec: dict, where: str, model: GpuModel | None) -> tuple[int, int]:
     at = _at(where, "max_clocks")
     clocks = mapping(spec.get("max_clocks", {}), at, (), ("sm", "memory"))
-    sm = _integer(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1)
-    memory = _integer(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1)
+    sm = _integer(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1, MAX_CLOCK_MHZ)
+    memory = _integer(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1, MAX_CLOCK_MHZ)
     return sm, memory
 
 
@@ -633,9 +650,10 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     name = model.name if model else spec["model"].strip()
     memory_total = int(byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0),
                                   _at(where, "memory_total")))
-    if memory_total <= 0:
-        raise SpecError(_at(where, "memory_total"), "must be > 0")
-    power_limit = _ranged(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1)
+    if not 0 < memory_total <= MAX_MEMORY:
+        raise SpecError(_at(where, "memory_total"), f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
+    power_limit = _ranged(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1,
+                          MAX_POWER_W)
     idle_power = _ranged(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
     mig_capable = model.mig if model else True
     mig = _flag(spec.get("mig", False), _at(where, "mig"))
@@ -659,7 +677,7 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         idle_power=idle_power,
         utilization=_signal(spec, "utilization", where, 0, 100) or constant(0.0),
         memory_used=_signal(spec, "memory_used", where, 0, memory_total, byte_count),
-        power=_signal(spec, "power", where, 0, None),
+        power=_signal(spec, "power", where, 0, MAX_POWER_W),
         temperature=_signal(spec, "temperature", where, 0, 150),
         memory_temperature=_signal(spec, "memory_temperature", where, 0, 150),
         fan=_signal(spec, "fan", where, 0, 100),
@@ -768,7 +786,7 @@ def _scenario(raw: object) -> Scenario:
         name=_text(spec["name"], "name"),
         description=_text(spec["description"], "description"),
         seed=seed,
-        start_time=_ranged(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0),
+        start_time=_ranged(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
         driver_version=driver,
         cuda_driver_version=cuda,
         nvml_version=_text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver}")), "nvml_version"),
@@ -787,6 +805,12 @@ def parse_scenario(text: str, label: str) -> Scenario:
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ScenarioError(f"scenario {label}: {line}invalid YAML ({problem}); fix the syntax there") from None
+    except (RecursionError, ValueError, TypeError, AttributeError) as exc:
+        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
+        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
+        problem = " ".join(str(exc).split())[:120]
+        raise ScenarioError(f"scenario {label}: YAML that cannot be read ({problem}); fix that value or the "
+                            "nesting") from None
     try:
         return _scenario(raw)
     except SpecError as exc:
@@ -806,7 +830,13 @@ def load_scenario(name_or_path: str) -> Scenario:
         text = resources.files(__package__).joinpath("scenarios", label).read_text(encoding="utf-8")
         return parse_scenario(text, label)
     path = Path(name_or_path)
-    if not path.is_file():
+    if not name_or_path or not path.is_file():
         raise ScenarioError(f"scenario {name_or_path!r}: no such file and no built-in of that name; "
                             f"built-ins are: {', '.join(builtin_scenarios())}")
-    return parse_scenario(path.read_text(encoding="utf-8"), str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ScenarioError(f"scenario {path}: cannot be read ({error.strerror}); check its permissions") from None
+    except UnicodeDecodeError as error:
+        raise ScenarioError(f"scenario {path}: byte {error.start} is not UTF-8; save the file as UTF-8 text") from None
+    return parse_scenario(text, str(path))

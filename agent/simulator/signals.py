@@ -17,6 +17,8 @@ from dataclasses import dataclass
 # NVML's utilization sample period on Volta and newer GPUs.
 STEP_S = 1.0 / 6.0
 STEPS_PER_S = 6
+# Square-wave periods must be longer than this: far below a step, and long enough that time / period stays finite.
+MIN_PERIOD_S = 1e-3
 
 SHAPES = ("constant", "square", "ramp", "steps", "noise")
 
@@ -45,9 +47,13 @@ def number(raw: object, where: str) -> float:
     """Return a plain number as a float; strings and booleans are refused."""
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         raise SpecError(where, f"expected a number, got {raw!r}")
-    if not math.isfinite(raw):
+    try:
+        value = float(raw)  # an int beyond 1.8e308 overflows
+    except OverflowError:
+        raise SpecError(where, "a number of more than 308 digits is too large; write a smaller one") from None
+    if not math.isfinite(value):
         raise SpecError(where, f"expected a finite number, got {raw!r}")
-    return float(raw)
+    return value
 
 
 def _quantity(raw: object, where: str, rate: bool) -> float:
@@ -57,7 +63,10 @@ def _quantity(raw: object, where: str, rate: bool) -> float:
     match = _QUANTITY.match(raw)
     if not match or match.group(2) not in _BYTE_UNITS or bool(match.group(3)) != rate:
         raise SpecError(where, f"bad unit {raw!r}; use a number or a string like {example}")
-    return float(match.group(1)) * _BYTE_UNITS[match.group(2)]
+    value = float(match.group(1)) * _BYTE_UNITS[match.group(2)]
+    if not math.isfinite(value):
+        raise SpecError(where, f"{raw[:20]!r}... is too large a quantity")
+    return value
 
 
 def byte_count(raw: object, where: str) -> float:
@@ -231,8 +240,8 @@ def mapping(raw: object, where: str, required: tuple[str, ...], optional: tuple[
 def _square(raw: object, where: str, convert: Converter) -> Square:
     spec = mapping(raw, where, ("high", "period", "duty"), ("low", "phase"))
     period = number(spec["period"], f"{where}.period")
-    if period <= 0:
-        raise SpecError(f"{where}.period", f"period must be > 0 seconds, got {period:g}")
+    if period <= MIN_PERIOD_S:
+        raise SpecError(f"{where}.period", f"period must be > {MIN_PERIOD_S:g} seconds, got {period:g}")
     duty = number(spec["duty"], f"{where}.duty")
     if not 0.0 <= duty <= 1.0:
         raise SpecError(f"{where}.duty", f"duty must be between 0 and 1, got {duty:g}")
@@ -241,7 +250,8 @@ def _square(raw: object, where: str, convert: Converter) -> Square:
         high=convert(spec["high"], f"{where}.high"),
         period=period,
         duty=duty,
-        phase=number(spec.get("phase", 0), f"{where}.phase"),
+        # The same wave, with a phase whose distance to any time stays finite.
+        phase=number(spec.get("phase", 0), f"{where}.phase") % period,
     )
 
 

@@ -8,6 +8,7 @@ since the dashboard started, up to `history_seconds`.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
@@ -70,7 +71,11 @@ def parse_exposition(text: str, instance: str) -> list[Sample]:
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
-            samples.append(Sample(sample.name, {**sample.labels, "instance": instance}, float(sample.value)))
+            try:
+                value = float(sample.value)
+            except OverflowError:  # an integer of hundreds of digits, which Prometheus reads as infinity
+                value = math.inf if sample.value > 0 else -math.inf
+            samples.append(Sample(sample.name, {**sample.labels, "instance": instance}, value))
     return samples
 
 

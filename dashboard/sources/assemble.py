@@ -101,7 +101,8 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
 
 
 def _index(gpu: str) -> tuple[int, str]:
-    return (int(gpu), "") if gpu.isdigit() else (1 << 30, gpu)
+    # isdigit() alone also takes '²', which int() refuses.
+    return (int(gpu), "") if gpu.isascii() and gpu.isdigit() else (1 << 30, gpu)
 
 
 def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:

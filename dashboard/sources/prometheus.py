@@ -30,6 +30,7 @@ from gpulens.dashboard.sources.base import (
 )
 from gpulens.dashboard.sources.prometheus_api import ApiError, PrometheusApi
 
+from gpulens.usage import LAST_EPOCH
 from gpulens.vocabulary import WASTED_STATES
 
 _WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
@@ -207,9 +208,11 @@ def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
     points = []
     for pair in item.get("values") or ():
         try:
-            points.append((float(pair[0]), float(pair[1])))
-        except (IndexError, TypeError, ValueError):
+            t, value = float(pair[0]), float(pair[1])
+        except (IndexError, KeyError, TypeError, ValueError):
             continue
+        if 0 <= t <= LAST_EPOCH:  # a time a chart can place; NaN and infinities are not
+            points.append((t, value))
     return tuple(points)
 
 

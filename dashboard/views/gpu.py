@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -129,7 +130,8 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
 def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
     """Return who holds the GPU: its job and the processes on it (latest count), as table rows."""
     processes = history.series.get("processes")
-    count = int(processes[-1][1]) if processes else None
+    last = processes[-1][1] if processes else None
+    count = int(last) if last is not None and math.isfinite(last) else None  # NaN: the source sent junk
     if not gpu.job_id and not count:
         return []
     return [{

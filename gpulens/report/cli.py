@@ -17,9 +17,11 @@ from collections.abc import Sequence
 
 from gpulens import thresholds as t
 from gpulens.agentclient import AccessError, AgentAccess
+from gpulens.printable import printable
 from gpulens.report.progress import Progress
 from gpulens.report.sources import Agents, LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, fleet_report, job_report
+from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
 EXIT_USAGE = 2
@@ -37,6 +39,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
+        message = printable(message)  # argparse quotes the arguments as they were typed
         raise UsageError(f"{message} (see 'gpulens report --help')")
 
 
@@ -50,6 +53,14 @@ def parse_duration(text: str, flag: str) -> float:
 
 def parse_time(text: str, flag: str, now: float) -> float:
     """Return epoch seconds from 'now', a duration before now ('7d'), epoch seconds, or an ISO date (UTC)."""
+    epoch = _parse_time(text, flag, now)
+    if not 0 <= epoch <= LAST_EPOCH:  # also NaN; a report prints its times, and a calendar ends in 9999
+        raise UsageError(f"{flag}: {text.strip()[:40]!r} is not a time between 1970 and 9999; write a duration "
+                         "before now (7d), a date (2026-01-31) or epoch seconds")
+    return epoch
+
+
+def _parse_time(text: str, flag: str, now: float) -> float:
     text = text.strip()
     if text == "now":
         return now
@@ -112,13 +123,16 @@ def _source(args) -> Source:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
         try:
             return Agents(args.agent, access=AgentAccess.from_environ())
-        except AccessError as error:
+        except (AccessError, ValueError) as error:  # ValueError: an --agent that is not a URL
             raise UsageError(str(error)) from None
     if not args.prometheus:
         raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
     from gpulens.report.prometheus import Prometheus
 
-    return Prometheus(args.prometheus)
+    try:
+        return Prometheus(args.prometheus)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _render(report, fmt: str, job: bool) -> str:
@@ -170,6 +184,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 raise SourceError(f"no job {args.id!r} in {source.description} between {_day(since)} and "
                                   f"{_day(until)}; check the id, widen --since, or list the jobs with "
                                   "'gpulens report fleet'")
+            records = _one_job(records, args.id, source.description)
             report = job_report(records, source.description, min_duration)
         else:
             records = source.jobs(since, until, progress)
@@ -184,6 +199,16 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     progress.close()
     output = _render(report, args.format, args.command == "job")
     return _write(output, args.output)
+
+
+def _one_job(records: list, wanted: str, description: str) -> list:
+    """Return the records of the one job `wanted` names: its id, else the one job whose pod has that name."""
+    records = [r for r in records if r.id == wanted] or records
+    jobs = sorted({r.key for r in records})
+    if len(jobs) > 1:  # a pod name reused in two namespaces or by two runs, or one id under two kinds
+        named = ", ".join(f"{kind} {job_id}" for kind, job_id in jobs[:5])
+        raise SourceError(f"{wanted!r} names {len(jobs)} jobs in {description} ({named}); give one of their ids")
+    return records
 
 
 def _write(output, path: str | None) -> int:

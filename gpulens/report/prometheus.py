@@ -10,14 +10,15 @@ from range queries over the same counters.
 from __future__ import annotations
 
 import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpulens.report.sources import SourceError, Step
-from gpulens.usage import STATES, JobRecord, TimelinePoint, TipUse
+from gpulens.report.sources import SourceError, Step, http_url
+from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
 HTTP_TIMEOUT_SECONDS = 30.0
 # A job whose last-seen gauge is this close to the end of the period is still running.
@@ -56,6 +57,7 @@ class Prometheus:
     """A Prometheus (or PromQL-compatible) server that scraped the agents."""
 
     def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS):
+        http_url(url, "--prometheus")  # ValueError with the fix when it is not one
         url = url.strip().rstrip("/")
         self.url = url if "://" in url else "http://" + url
         self.timeout = timeout
@@ -63,7 +65,8 @@ class Prometheus:
 
     # -- HTTP ------------------------------------------------------------------------------------
 
-    def _get(self, path: str, params: Mapping[str, str]) -> list[dict]:
+    def _get(self, path: str, params: Mapping[str, str], kind: str) -> list[dict]:
+        """Return the `kind` ("vector" or "matrix") the server answers, each sample checked to be a number."""
         url = f"{self.url}{path}?" + urllib.parse.urlencode(params)
         try:
             with urllib.request.urlopen(url, timeout=self.timeout) as response:
@@ -71,27 +74,34 @@ class Prometheus:
         except urllib.error.HTTPError as error:
             try:
                 detail = json.load(error).get("error", error.reason)
-            except (ValueError, AttributeError, OSError):
+            except (ValueError, AttributeError, OSError, RecursionError):
                 detail = error.reason
-            raise SourceError(f"Prometheus at {self.url} refused a query ({error.code}: {detail}); "
+            raise SourceError(f"Prometheus at {self.url} refused a query ({error.code}: {_one_line(detail)}); "
                               "check --prometheus points at Prometheus") from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
-            raise SourceError(f"Prometheus at {self.url} cannot be reached ({reason}); "
+            raise SourceError(f"Prometheus at {self.url} cannot be reached ({_one_line(reason)}); "
                               "check the --prometheus address and that the server is up") from None
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
             raise SourceError(f"{self.url} did not answer JSON; is --prometheus the Prometheus base URL?") from None
         if not isinstance(body, dict) or body.get("status") != "success":
-            raise SourceError(f"Prometheus at {self.url} failed a query: {body.get('error', body)!s:.200}")
-        return body["data"]["result"]
+            detail = body.get("error", body) if isinstance(body, dict) else body
+            raise SourceError(f"Prometheus at {self.url} failed a query: {_one_line(detail)}")
+        data = body.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if (not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(result, list)
+                or not all(_well_formed(item, kind) for item in result)):
+            raise SourceError(f"Prometheus at {self.url} answered a query with something other than a {kind} of "
+                              "numbers; check --prometheus points at Prometheus")
+        return result
 
     def query(self, promql: str, at: float) -> list[dict]:
         """Return an instant query's result vector at epoch `at`."""
-        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}"})
+        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}"}, "vector")
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
         return self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"})
+                                                 "step": f"{step:g}"}, "matrix")
 
     # -- jobs ------------------------------------------------------------------------------------
 
@@ -123,6 +133,10 @@ class Prometheus:
                                  ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max")):
             for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
                 spans.setdefault(_key(item), {})[name] = _value(item)
+        for key, span in spans.items():
+            if not all(0 <= t <= LAST_EPOCH for t in span.values()):
+                raise SourceError(f"Prometheus at {self.url} answered a time outside 1970 to 9999 for {key[0]} job "
+                                  f"{key[1][:60]!r}; check its gpulens_job_*_timestamp_seconds series")
         fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
         states = vector(f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
                         "GPU-seconds by state")
@@ -176,7 +190,8 @@ class Prometheus:
         def each(promql: str):
             for item in self.query_range(promql, start, end, step):
                 for t, v in item["values"]:
-                    yield item["metric"], float(t) - step, float(v)
+                    if 0 <= float(t) - step <= LAST_EPOCH:  # the range asked for; any other time is junk
+                        yield item["metric"], float(t) - step, _finite(v)
 
         for metric, t, v in each(f"sum by (state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"):
             if metric.get("state") in STATES and v > 0:
@@ -197,5 +212,35 @@ def _key(item: dict) -> tuple[str, str]:
 
 
 def _value(item: dict) -> float:
-    value = float(item["value"][1])
-    return value if value == value else 0.0  # NaN (0/0) counts as nothing
+    return _finite(item["value"][1])
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else 0.0  # NaN (0/0) and infinities count as nothing
+
+
+def _well_formed(item: object, kind: str) -> bool:
+    """True for a series as the API gives it: string labels, and [time, "number"] samples."""
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        return False
+    if not all(isinstance(v, str) for v in item["metric"].values()):
+        return False
+    samples = [item.get("value")] if kind == "vector" else item.get("values")
+    return isinstance(samples, list) and all(_sample(pair) for pair in samples)
+
+
+def _sample(pair: object) -> bool:
+    """True for [time, "value"]: a finite time, and a value that reads as a number (NaN and Inf included)."""
+    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        return False
+    try:
+        float(pair[1])
+        return math.isfinite(float(pair[0]))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer time past a float
+        return False
+
+
+def _one_line(detail: object) -> str:
+    """Return what a server said, on one line and at most 200 characters."""
+    return " ".join(str(detail).split())[:200]

@@ -77,12 +77,28 @@ class LedgerFiles:
                 for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)]
 
 
-def agent_base_url(text: str) -> str:
-    """Return the agent's base URL from 'HOST:PORT', 'http://HOST:PORT' or a /metrics URL."""
+def http_url(text: str, flag: str) -> urllib.parse.SplitResult:
+    """Return the parts of 'HOST:PORT' or 'http(s)://HOST:PORT/...'; raise ValueError naming `flag` and the fix."""
     url = text.strip()
     if "://" not in url:
         url = "http://" + url
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+    except ValueError:  # also an unclosed '[' of an IPv6 address
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{flag} {text.strip()[:60]!r} is not HOST:PORT or http://HOST:PORT; "
+                         "write e.g. http://node1:10906")
+    return parts
+
+
+def agent_base_url(text: str) -> str:
+    """Return the agent's base URL from 'HOST:PORT', 'http://HOST:PORT' or a /metrics URL.
+
+    Raises ValueError when it is not a URL of either form.
+    """
+    parts = http_url(text, "--agent")
     path = parts.path.rstrip("/")
     for suffix in ("/metrics", "/api/v1/jobs"):
         path = path.removesuffix(suffix)
