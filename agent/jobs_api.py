@@ -6,7 +6,8 @@
 
 The answer is `{"node": ..., "source": "ledger" | "memory", "truncated": bool, "jobs": [JobRecord...]}`.
 Without a ledger file (disabled, corrupt, unwritable) it answers from the agent's memory: the jobs seen
-since the agent started.
+since the agent started. While writes to the file fail, the runs in memory (open ones and the last
+finished ones) replace their older copies from the file, so the answer does not lag behind the disk.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import urllib.parse
+from dataclasses import replace
 from typing import Any
 
 DEFAULT_LIMIT = 1000
@@ -64,13 +66,25 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     ledger = accounting.ledger
     records = ledger.read(since=since, ids=ids, limit=limit + 1, timeline=timeline) if ledger is not None else None
     source = "ledger"
-    if records is None:
-        source = "memory"
-        records = [r for r in reversed(accounting.records())
-                   if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)][: limit + 1]
+    if records is None or ledger.behind:
+        remembered = [r for r in reversed(accounting.records())
+                      if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)][: limit + 1]
+        if records is None:
+            source, records = "memory", remembered
+        else:  # writes are failing (disk full, read-only): the file lacks the latest cycles, the memory has them
+            records = _newer(records, remembered)[: limit + 1]
     return {
         "node": ledger.node if ledger is not None else "",
         "source": source,
         "truncated": len(records) > limit,
         "jobs": [r.to_dict(timeline=timeline) for r in records[:limit]],
     }
+
+
+def _newer(written: list, remembered: list) -> list:
+    """Return the file's runs with the ones in memory put over them, newest first (keeping the timelines)."""
+    runs = {(r.kind, r.id, r.start): r for r in written}
+    for record in remembered:
+        known = runs.get((record.kind, record.id, record.start))
+        runs[(record.kind, record.id, record.start)] = replace(record, timeline=known.timeline) if known else record
+    return sorted(runs.values(), key=lambda r: r.last_seen, reverse=True)

@@ -14,6 +14,7 @@ file system) is counted and retried later with the deltas kept in memory meanwhi
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -45,6 +46,8 @@ MAX_PENDING_POINTS = 1440
 STALE_RUN_SECONDS = 300.0
 # The WAL is truncated to this after a checkpoint, so a burst of writes does not leave a big file behind.
 JOURNAL_SIZE_LIMIT = 16 * 2**20
+# Why a ledger operation failed, as gpulens_ledger_errors_total's `reason` label (see `_reason`).
+ERROR_REASONS = ("full", "read_only", "io", "locked", "cannot_open", "other")
 
 _STATE_COLUMNS = tuple(f"state_{s}_seconds" for s in STATES)
 _OWNER_COLUMNS = OWNER
@@ -163,6 +166,7 @@ class Ledger:
         self.corrupt = ""  # why the file was refused; never written to again
         self.writes = 0
         self.failures = 0
+        self.errors = dict.fromkeys(ERROR_REASONS, 0)
         self.last_error = ""
         self.write_seconds = 0.0
         self.size_bytes = 0
@@ -190,7 +194,7 @@ class Ledger:
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
             conn = self._open_connection(self.path)
         except (OSError, sqlite3.Error) as error:
-            return self._failed(f"cannot open: {getattr(error, 'strerror', None) or error}")
+            return self._failed(f"cannot open: {getattr(error, 'strerror', None) or error}", _reason(error))
         try:
             check = conn.execute("PRAGMA quick_check").fetchone()
             if not check or check[0] != "ok":
@@ -212,7 +216,7 @@ class Ledger:
             return self._refuse(str(error).removeprefix(f"ledger {self.path} "))
         except sqlite3.OperationalError as error:
             conn.close()
-            return self._failed(str(error))
+            return self._failed(str(error), _reason(error))
         except sqlite3.DatabaseError as error:
             conn.close()
             return self._refuse(str(error))
@@ -227,8 +231,9 @@ class Ledger:
                   "move the file aside to start a new one", self.path, problem)
         return False
 
-    def _failed(self, error: str) -> bool:
+    def _failed(self, error: str, reason: str = "other") -> bool:
         self.failures += 1
+        self.errors[reason] += 1
         self.last_error = error
         log.warning("job ledger %s: %s; will retry", self.path, error)
         return False
@@ -236,6 +241,11 @@ class Ledger:
     @property
     def up(self) -> bool:
         return self._conn is not None and not self.corrupt
+
+    @property
+    def behind(self) -> bool:
+        """Whether deltas of some cycles wait in memory because writing them failed."""
+        return bool(self._pending)
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -255,7 +265,7 @@ class Ledger:
             self._flush()
         except sqlite3.OperationalError as error:  # disk full, read-only, I/O error, locked: try again later
             self._rollback()
-            self._failed(str(error))
+            self._failed(str(error), _reason(error))
             self._back_off(epoch)
             return
         except sqlite3.DatabaseError as error:  # the file went bad under us
@@ -407,7 +417,7 @@ class Ledger:
             self.size_bytes = _size(conn)
         except sqlite3.Error as error:
             self._rollback()
-            self._failed(f"pruning failed: {error}")
+            self._failed(f"pruning failed: {error}", _reason(error))
 
     def _shrink(self, conn: sqlite3.Connection) -> None:
         """Delete the oldest timeline rows, then the oldest finished jobs, until the data fits `max_bytes`."""
@@ -471,11 +481,31 @@ class Ledger:
         yield CounterMetricFamily("gpulens_ledger_write_failures",
                                   "Failed ledger writes (disk full, read-only, I/O error); retried later.",
                                   value=self.failures)
+        errors = CounterMetricFamily("gpulens_ledger_errors",
+                                     "Failed ledger operations by cause: full (disk or size limit), read_only, io, "
+                                     "locked, cannot_open, other.", labels=("reason",))
+        for reason, count in self.errors.items():
+            errors.add_metric((reason,), count)
+        yield errors
         yield GaugeMetricFamily("gpulens_ledger_write_duration_seconds",
                                 "How long the last ledger commit took, in seconds.", value=self.write_seconds)
         yield GaugeMetricFamily("gpulens_ledger_size_bytes",
                                 "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
                                 value=self.size_bytes)
+
+
+def _reason(error: BaseException) -> str:
+    """Return which of ERROR_REASONS `error` (an sqlite3.Error or an OSError) is."""
+    name = getattr(error, "sqlite_errorname", "") or ""
+    for prefix, reason in (("SQLITE_FULL", "full"), ("SQLITE_READONLY", "read_only"), ("SQLITE_IOERR", "io"),
+                           ("SQLITE_BUSY", "locked"), ("SQLITE_LOCKED", "locked"), ("SQLITE_CANTOPEN", "cannot_open")):
+        if name.startswith(prefix):
+            return reason
+    if isinstance(error, OSError):  # opening the file: not writable, no space, or not there at all
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "read_only"
+        return "full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot_open"
+    return "other"
 
 
 def _add_points(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:

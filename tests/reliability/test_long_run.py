@@ -1,0 +1,92 @@
+"""A long run in miniature: two simulated hours of job churn (hundreds of short jobs) on two GPUs.
+
+After the churn the exporter names exactly the jobs seen within the expiry window, every job that
+ended is closed in the ledger, and the Python heap is not growing with the jobs that came and went.
+bench/long_run_bench.py runs the full simulated day with figures.
+"""
+
+import gc
+import re
+import tracemalloc
+from collections import Counter
+
+import pytest
+from gpulens.agent.analysis import JOB_EXPIRY_SECONDS
+from gpulens.agent.simulator.churn import churn_jobs, churn_scenario, jobs_within
+from gpulens.agent.simulator.scenario import parse_scenario
+
+from tests.reliability.node import Node
+
+GPUS = 2
+INTERVAL = 10.0  # simulated seconds between sampling cycles
+SCRAPE = 60.0  # simulated seconds between scrapes
+HOUR = 3600.0
+RECENT = 20  # finished jobs the accounting keeps in memory; small, so that it is full after the warm-up
+# A leak of per-job state costs kilobytes per job (about 5 KB when the expiry is switched off) and this
+# run ends about 160 jobs an hour; the heap of a healthy agent moves by a few kilobytes between hours.
+HEAP_GROWTH_BOUND = 150_000  # bytes
+JOB_ID = re.compile(r'job_id="([^"]*)"')
+
+pytestmark = pytest.mark.slow  # about ten seconds
+
+
+def series(body: str) -> list[str]:
+    return [line for line in body.splitlines() if line and not line.startswith("#")]
+
+
+def fixed_series(lines: list[str]) -> Counter:
+    """How many series that name no job each metric has, less the verdicts' evidence."""
+    return Counter(re.split(r"[{ ]", line, maxsplit=1)[0] for line in lines
+                   if "job_id=" not in line and not line.startswith("gpulens_gpu_diagnosis_evidence{"))
+
+
+def traced_after_collect() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+def test_series_and_heap_stay_flat_through_hundreds_of_jobs(tmp_path):
+    jobs = churn_jobs(gpus=GPUS, seconds=2 * HOUR, shortest=20.0, longest=60.0, gap=5.0, seed=3)
+    assert len(jobs) > 300
+    node = Node(parse_scenario(churn_scenario(jobs, GPUS), "churn"), str(tmp_path / "ledger.sqlite"),
+                interval=INTERVAL, recent=RECENT)
+    scraped = []
+
+    def scrape():  # what Prometheus would get, every SCRAPE seconds
+        scraped[:] = [node.exposition()]
+
+    node.run_until(HOUR / 2, SCRAPE, scrape)  # warm-up: the diagnosis windows fill, the recent-jobs memory too
+    tracemalloc.start()
+    try:
+        node.run_until(HOUR, SCRAPE, scrape)
+        at_hour_1 = traced_after_collect()
+        at_hour_1_series = series(scraped[0])
+        node.run_until(2 * HOUR, SCRAPE, scrape)
+        at_hour_2 = traced_after_collect()
+    finally:
+        tracemalloc.stop()
+    now = node.clock.monotonic()
+
+    # The exporter names exactly the jobs seen within the expiry window: the running ones and those
+    # that ended less than JOB_EXPIRY_SECONDS ago; the hundreds before them have expired.
+    expected = jobs_within(jobs, now, INTERVAL, JOB_EXPIRY_SECONDS)
+    running = {j.id for j in jobs if j.start <= now < j.end}
+    assert running <= expected and len(expected) < 30
+    lines = series(scraped[0])
+    assert {m for line in lines for m in JOB_ID.findall(line)} == expected
+    info = [line for line in lines if line.startswith("gpulens_job_info{")]
+    assert len(info) == len(expected)
+    # Everything else is per GPU or per node: as many series as an hour earlier (but for the verdicts'
+    # evidence, whose names depend on whether a GPU is between two jobs at that moment).
+    assert fixed_series(lines) == fixed_series(at_hour_1_series)
+
+    # Every job is in the ledger; those that expired are closed there, the others still open.
+    records = {r.id: r for r in node.accounting.ledger.read(limit=10_000)}
+    seen = jobs_within(jobs, now, INTERVAL, now)
+    assert records.keys() == seen
+    assert {i for i, r in records.items() if r.running} == expected
+    # The accounting's memory holds the open jobs and at most RECENT finished ones.
+    assert len(node.accounting.records()) <= len(expected) + RECENT
+
+    growth = at_hour_2 - at_hour_1
+    assert growth < HEAP_GROWTH_BOUND, f"the Python heap grew by {growth} bytes over the second hour"
