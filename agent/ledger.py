@@ -175,6 +175,7 @@ class Ledger:
         self._retry_at = 0.0
         self._backoff = RETRY_FIRST_SECONDS
         self._next_prune = 0.0
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file opened or refused
         self._open()
 
     # -- opening -----------------------------------------------------------------------------------
@@ -183,6 +184,7 @@ class Ledger:
         """Open and check the file; return whether it can be written. Never raises."""
         if self.corrupt:
             return False
+        self._identity = _identity(self.path)
         problem = header_problem(self.path) if os.path.exists(self.path) else ""
         if problem:
             return self._refuse(problem)
@@ -192,6 +194,7 @@ class Ledger:
             # Who ran what, when, on which GPU is for the node's administrators: the file is made
             # owner-only, and SQLite gives its -wal and -shm files the same mode.
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+            self._identity = _identity(self.path)
             conn = self._open_connection(self.path)
         except (OSError, sqlite3.Error) as error:
             return self._failed(f"cannot open: {getattr(error, 'strerror', None) or error}", _reason(error))
@@ -228,7 +231,7 @@ class Ledger:
     def _refuse(self, problem: str) -> bool:
         self.corrupt = problem
         log.error("job ledger %s is unusable (%s); it is left untouched and the agent runs without a ledger; "
-                  "move the file aside to start a new one", self.path, problem)
+                  "move the file aside and a new one starts there", self.path, problem)
         return False
 
     def _failed(self, error: str, reason: str = "other") -> bool:
@@ -252,6 +255,14 @@ class Ledger:
     def write(self, written: Sequence[tuple[JobRecord, JobRecord]], finished: Sequence[JobRecord],
               epoch: float) -> None:
         """Record one cycle: (total, delta) per job seen and the jobs that ended; commit now or later."""
+        if (self._conn is not None or self.corrupt) and _identity(self.path) != self._identity:
+            # Deleted or moved aside (a refused file, or a fresh start): writing on would go to a file
+            # nobody will read again. Start a new one at the path; running jobs count from now there.
+            log.warning("job ledger %s was moved or deleted; starting a new file there", self.path)
+            self._close()
+            self._runs.clear()
+            self.corrupt = ""
+            self._retry_at = 0.0
         if self.corrupt:
             return
         self._queue(written, finished, epoch)
@@ -492,6 +503,15 @@ class Ledger:
         yield GaugeMetricFamily("gpulens_ledger_size_bytes",
                                 "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
                                 value=self.size_bytes)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Return the (device, inode) of the file at `path`, or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _reason(error: BaseException) -> str:

@@ -326,3 +326,30 @@ def test_a_new_ledger_is_readable_by_its_owner_only(tmp_path):
     for path in (tmp_path / "fresh").iterdir():
         assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
     assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o700
+
+
+def test_a_deleted_ledger_is_started_again_at_its_path(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    agent = make_agent("demo", ledger=str(path))
+    agent.run(20, step=2)
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    agent.run(20, step=2)
+    agent.accounting.ledger.close()
+    with connect_readonly(str(path)) as conn:
+        records = read_records(conn)
+    assert len(records) == 7  # the running jobs are in the new file, counted from the deletion
+    assert all(r.gpu_seconds == pytest.approx(20, abs=2.5) for r in records)
+
+
+def test_a_refused_file_moved_aside_lets_a_new_ledger_start(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"not a ledger at all" * 100)
+    agent = make_agent("demo", ledger=str(path))
+    agent.run(10, step=2)
+    assert agent.value("gpulens_ledger_corrupt") == 1
+    path.rename(tmp_path / "ledger.sqlite.bad")
+    agent.run(10, step=2)
+    assert agent.value("gpulens_ledger_corrupt") == 0 and agent.value("gpulens_ledger_up") == 1
+    assert (tmp_path / "ledger.sqlite.bad").read_bytes() == b"not a ledger at all" * 100
+    assert len(agent.accounting.ledger.read()) == 7
