@@ -32,7 +32,7 @@ import ssl
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -327,19 +327,28 @@ def peer_names(cert: Mapping[str, Any] | None) -> set[str]:
 class PasswordCheck:
     """Checks basic-auth credentials against bcrypt hashes, caching verdicts.
 
-    bcrypt is slow on purpose (tens of milliseconds at cost 10): a scrape every 15 s must not pay it
-    each time, and a flood of wrong guesses must not take every core. Verdicts are cached by a digest of
-    (user, password, hash), so a changed hash is checked afresh, and at most `parallel` checks run at once.
+    bcrypt is slow on purpose (about 60 ms at cost 10): a scrape every 15 s must not pay it each time,
+    and a flood of wrong guesses must not take the node's cores. Verdicts are cached by a digest of
+    (user, password, hash), so a changed hash is checked afresh; right and wrong ones in separate
+    caches, so that guesses never push Prometheus's credentials out; and one check runs at a time,
+    with at most `queue` more waiting: beyond that a new password is refused unchecked (and not
+    cached), so a flood of guesses costs one core and no pile of threads.
     An unknown user is checked against a dummy hash, so the answer takes as long as for a known one.
     """
 
     _DUMMY = bcrypt.hashpw(b"gpulens: no such user", bcrypt.gensalt(10))
 
-    def __init__(self, cache_size: int = 1024, parallel: int = 2):
-        self._cache: OrderedDict[bytes, bool] = OrderedDict()
+    def __init__(self, cache_size: int = 1024, parallel: int = 1, queue: int = 8,
+                 checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw):
+        self._good: OrderedDict[bytes, None] = OrderedDict()
+        self._bad: OrderedDict[bytes, None] = OrderedDict()
         self._size = cache_size
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(parallel)
+        self._checkpw = checkpw
+        self._room = threading.BoundedSemaphore(parallel + queue)  # checks running or waiting
+        self.refused_busy = 0  # new passwords refused unchecked because the queue was full
+        self.busy = 0  # checks running or waiting now
 
     def __call__(self, users: Mapping[str, bytes], user: str, password: str) -> bool:
         """True when `password` is `user`'s."""
@@ -347,18 +356,30 @@ class PasswordCheck:
         target = hashed if hashed is not None else self._DUMMY
         digest = hashlib.sha256(b"\0".join((user.encode(), password.encode(), target))).digest()
         with self._lock:
-            if digest in self._cache:
-                self._cache.move_to_end(digest)
-                return self._cache[digest]
-        with self._slots:
-            try:
-                verdict = bcrypt.checkpw(password.encode(), target) and hashed is not None
-            except ValueError:
-                verdict = False
+            for cache, verdict in ((self._good, True), (self._bad, False)):
+                if digest in cache:
+                    cache.move_to_end(digest)
+                    return verdict
+        if not self._room.acquire(blocking=False):
+            with self._lock:
+                self.refused_busy += 1
+            return False
         with self._lock:
-            self._cache[digest] = verdict
-            while len(self._cache) > self._size:
-                self._cache.popitem(last=False)
+            self.busy += 1
+        try:
+            with self._slots:
+                verdict = self._checkpw(password.encode(), target) and hashed is not None
+        except ValueError:  # bcrypt refuses passwords over 72 bytes, as Go's bcrypt does
+            verdict = False
+        finally:
+            with self._lock:
+                self.busy -= 1
+            self._room.release()
+        with self._lock:
+            cache = self._good if verdict else self._bad
+            cache[digest] = None
+            while len(cache) > self._size:
+                cache.popitem(last=False)
         return verdict
 
 

@@ -18,6 +18,7 @@ phase.
     python bench/load_bench.py                                  # 200 at once, then 50/s for 60 s
     python bench/load_bench.py --rate 100 --duration 30 --concurrency 500
     python bench/load_bench.py --tls-auth        # over TLS with basic auth (a throwaway CA, bcrypt cost 10)
+    python bench/load_bench.py --tls-auth --guesses 50   # ... and again beside a password-guessing flood
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Outcome:
     rss_peak_bytes: int = 0
     rss_end_bytes: int = 0
     threads_peak: int = 0
+    guesses: Outcome | None = None  # the wrong-password requests sent beside these scrapes
 
     def fail(self, why: str) -> None:
         self.errors[why] = self.errors.get(why, 0) + 1
@@ -191,6 +193,44 @@ async def sustained(target: Target, rate: float, duration: float) -> Outcome:
     return outcome
 
 
+async def guesses(target: Target, rate: float, duration: float) -> Outcome:
+    """Send `rate` requests a second, each with a new wrong password, as a password-guessing flood would.
+
+    Each must be refused (401); anything else counts as an error. Latency is that of the refusal.
+    """
+    loop = asyncio.get_running_loop()
+    outcome = Outcome()
+    start = loop.time() + 0.1
+
+    async def guess(i: int, due: float) -> None:
+        wrong = base64.b64encode(f"prometheus:guess-{i}".encode()).decode()
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                reader, writer = await connect(target)
+                writer.write(f"GET /metrics HTTP/1.0\r\nAuthorization: Basic {wrong}\r\n\r\n".encode())
+                await writer.drain()
+                status = (await reader.read()).split(b"\r\n", 1)[0]
+                writer.close()
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ssl.SSLError) as error:
+            outcome.fail(type(error).__name__)
+            return
+        if b" 401 " in status:
+            outcome.latencies.append(loop.time() - due)
+        else:
+            outcome.fail(f"status {status.decode(errors='replace')[:40]}")
+
+    tasks = []
+    for i in range(int(rate * duration)):
+        due = start + i / rate
+        delay = due - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(guess(i, due)))
+    await asyncio.gather(*tasks)
+    outcome.wall = loop.time() - start
+    return outcome
+
+
 async def watched(process: psutil.Process, phase) -> Outcome:
     """Run `phase` while sampling the agent's resident memory and threads; add its CPU time."""
     cpu = process.cpu_times()
@@ -283,6 +323,16 @@ async def run(args: argparse.Namespace, folder: Path) -> list[str]:
         rss_start = agent.memory_info().rss
         burst_outcome = await watched(agent, burst(target, args.concurrency))
         steady = await watched(agent, sustained(target, args.rate, args.duration))
+        flooded = flood = None
+        if args.guesses:
+            async def both():
+                scrapes, flood = await asyncio.gather(sustained(target, args.rate, args.duration),
+                                                      guesses(target, args.guesses, args.duration))
+                scrapes.guesses = flood
+                return scrapes
+
+            flooded = await watched(agent, both())
+            flood = flooded.guesses
         if process.poll() is not None:
             raise SystemExit(f"the agent exited during the run: {(folder / 'agent.log').read_text().strip()}")
     finally:
@@ -300,6 +350,9 @@ async def run(args: argparse.Namespace, folder: Path) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         row("burst", burst_outcome, f"{args.concurrency} at once"),
         row("sustained", steady, f"{args.rate:g}/s for {args.duration:g} s"),
+        *([row("sustained, during the flood", flooded, f"{args.rate:g}/s for {args.duration:g} s"),
+           row("wrong-password flood (all 401)", flood, f"{args.guesses:g}/s, each a new password")]
+          if flood else []),
     ]
 
 
@@ -311,7 +364,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before the load starts (default 3)")
     parser.add_argument("--tls-auth", action="store_true",
                         help="serve over TLS with basic auth (--web.config.file; needs trustme and bcrypt)")
+    parser.add_argument("--guesses", type=float, default=0.0,
+                        help="with --tls-auth, also run the sustained phase again beside this many wrong-password "
+                             "requests a second, each a new password (default 0: no flood)")
     args = parser.parse_args()
+    if args.guesses and not args.tls_auth:
+        parser.error("--guesses needs --tls-auth")
     if args.concurrency < 1 or args.rate <= 0 or args.duration <= 0:
         parser.error("--concurrency, --rate and --duration must be positive")
     with tempfile.TemporaryDirectory(prefix="gpulens-load-") as folder:

@@ -133,3 +133,51 @@ def test_a_replaced_certificate_is_picked_up(pki, tmp_path):
     pki.server_key.write_bytes(other.server_key.read_bytes())
     os.utime(pki.server_cert, ns=(3, 3))
     assert watched.current().tls is not before
+
+
+def test_a_flood_of_wrong_guesses_never_pushes_out_the_right_credentials():
+    import bcrypt
+
+    calls = []
+
+    def counted(password, hashed):
+        calls.append(password)
+        return bcrypt.checkpw(password, hashed)
+
+    check = PasswordCheck(cache_size=8, checkpw=counted)
+    users = {"prometheus": hashed("right").encode()}
+    assert check(users, "prometheus", "right")
+    for guess in range(50):
+        assert not check(users, "prometheus", f"guess-{guess}")
+    assert not check(users, "prometheus", "guess-49")  # a repeated guess is answered from the cache
+    before = len(calls)
+    assert check(users, "prometheus", "right")
+    assert len(calls) == before == 51  # the right one, then each distinct guess once; none since
+
+
+def test_new_passwords_beyond_the_queue_are_refused_unchecked():
+    import threading
+
+    release = threading.Event()
+    started = []
+
+    def slow(password, hashed):
+        started.append(password)
+        release.wait(10)
+        return False
+
+    check = PasswordCheck(parallel=1, queue=2, checkpw=slow)
+    users = {"ops": hashed("right").encode()}
+    waiting = [threading.Thread(target=check, args=(users, "ops", f"guess-{i}")) for i in range(3)]
+    for thread in waiting:
+        thread.start()
+    for _ in range(1000):  # until one check runs and two wait
+        if check.busy == 3 and started:
+            break
+        threading.Event().wait(0.01)
+    assert not check(users, "ops", "one-too-many")  # no room: refused at once, not queued
+    assert check.refused_busy == 1
+    release.set()
+    for thread in waiting:
+        thread.join(10)
+    assert len(started) == 3  # the three that had room were checked
