@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
                      "RequireAndVerifyClientCert")
 # The types under which a certificate the client presents has been checked against client_ca.
-_VERIFYING = ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
+_VERIFYING = ("RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
 TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
                 "TLS13": ssl.TLSVersion.TLSv1_3}
 # Go's names (IANA's) of the TLS 1.2 suites crypto/tls offers, to OpenSSL's. TLS 1.3 suites are not
@@ -235,14 +235,18 @@ def _context(doc: dict, where: str, folder: str, auth_type: str) -> ssl.SSLConte
     client_ca = _pem(doc, "client_ca", where, folder, required=False)
     if auth_type in _VERIFYING and client_ca is None:
         raise WebConfigError(f"{where}: client_auth_type {auth_type} needs client_ca_file; add it")
+    # Python's TLS verifies every client certificate it asks for against a CA; it cannot take one
+    # unverified as Go does. So RequestClientCert asks only where a CA is given (and never counts as
+    # authentication), and RequireAnyClientCert is as strict as RequireAndVerifyClientCert, CA and all:
+    # never looser than the file asks.
     if auth_type == "NoClientCert":
         context.verify_mode = ssl.CERT_NONE
-    elif auth_type in ("RequestClientCert", "RequireAnyClientCert"):
-        # Python's TLS either verifies a presented certificate against a CA or ignores it: a client
-        # certificate not checked against a CA proves nothing, so these types only ask for one.
+    elif auth_type == "RequestClientCert":
         context.verify_mode = ssl.CERT_OPTIONAL if client_ca else ssl.CERT_NONE
+    elif auth_type == "VerifyClientCertIfGiven":
+        context.verify_mode = ssl.CERT_OPTIONAL
     else:
-        context.verify_mode = ssl.CERT_REQUIRED if auth_type == "RequireAndVerifyClientCert" else ssl.CERT_OPTIONAL
+        context.verify_mode = ssl.CERT_REQUIRED
     if client_ca is not None:
         try:
             context.load_verify_locations(cadata=client_ca)

@@ -39,6 +39,18 @@ def test_a_full_toolkit_file_loads(pki):
     assert set(config.files) == {str(pki.server_cert), str(pki.server_key), str(pki.ca_file)}
 
 
+@pytest.mark.parametrize("auth_type, mode, authenticates", [
+    ("NoClientCert", ssl.CERT_NONE, False),
+    ("RequestClientCert", ssl.CERT_OPTIONAL, False),
+    ("RequireAnyClientCert", ssl.CERT_REQUIRED, True),  # never looser than Go: required and verified
+    ("VerifyClientCertIfGiven", ssl.CERT_OPTIONAL, True),
+    ("RequireAndVerifyClientCert", ssl.CERT_REQUIRED, True),
+])
+def test_each_client_auth_type(pki, auth_type, mode, authenticates):
+    config = webconfig.load(str(pki.web_config(client_auth=auth_type)))
+    assert config.tls.verify_mode == mode and config.verifies_clients == authenticates
+
+
 def test_inline_pem_and_an_empty_file(pki, tmp_path):
     cert, key = pki.server_cert.read_text(), pki.server_key.read_text()
     indent = lambda text: "\n".join("    " + line for line in text.splitlines())  # noqa: E731
@@ -64,6 +76,8 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
      "client_auth_type: 'Always' is not one of"),
     ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
      "client_auth_type: RequireAndVerifyClientCert}", "needs client_ca_file"),
+    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
+     "client_auth_type: RequireAnyClientCert}", "RequireAnyClientCert needs client_ca_file"),
     ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
      "min_version: 'TLS14' is not one of"),
     ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS13, "
