@@ -8,6 +8,7 @@ import json
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from socketserver import ThreadingMixIn
@@ -36,22 +37,49 @@ class _Server(ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
     # socketserver's default backlog of 5 refuses connections when a few hundred scrapes arrive at once.
     request_queue_size = 1024
+    # Connections served at once, each by a thread; beyond it a new one is closed at once, so that
+    # clients holding connections open (slowly, or on purpose) cannot make the agent grow without bound.
+    max_connections = 1024
     # Returns the TLS context for a new connection, None for plain HTTP (see `serve`).
     tls: Callable[[], ssl.SSLContext | None] = staticmethod(lambda: None)
 
+    def server_activate(self):
+        super().server_activate()
+        self.limit_connections(self.max_connections)
+
+    def limit_connections(self, count: int) -> None:
+        """Serve at most `count` connections at once (set before serving)."""
+        self.max_connections = count
+        self._room = threading.BoundedSemaphore(count)
+        self.refused_connections = 0
+
+    def process_request(self, request, client_address):
+        if not self._room.acquire(blocking=False):
+            self.refused_connections += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._room.release()  # no thread was started to release it
+            raise
+
     def process_request_thread(self, request, client_address):
-        # The TLS handshake happens here, in the connection's own thread, so that a slow or silent
-        # client cannot hold up the accept loop.
-        context = self.tls()
-        if context is not None:
-            request.settimeout(_HANDSHAKE_SECONDS)
-            try:
-                request = context.wrap_socket(request, server_side=True)
-            except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
-                log.debug("TLS handshake with %s failed: %s", client_address[0], error)
-                self.shutdown_request(request)
-                return
-        super().process_request_thread(request, client_address)
+        try:
+            # The TLS handshake happens here, in the connection's own thread, so that a slow or silent
+            # client cannot hold up the accept loop.
+            context = self.tls()
+            if context is not None:
+                request.settimeout(_HANDSHAKE_SECONDS)
+                try:
+                    request = context.wrap_socket(request, server_side=True)
+                except (OSError, ValueError) as error:  # ssl.SSLError is an OSError
+                    log.debug("TLS handshake with %s failed: %s", client_address[0], error)
+                    self.shutdown_request(request)
+                    return
+            super().process_request_thread(request, client_address)
+        finally:
+            self._room.release()
 
 
 class _IPv6Server(_Server):

@@ -153,3 +153,33 @@ def test_a_plain_scrape_gets_the_prerendered_body_without_rendering_again(agent_
     body = b"".join(cache({"PATH_INFO": "/metrics"}, lambda status, headers: None))
     assert Counting.calls == 1  # served from the pre-render
     assert b"gpulens_gpu_up" in body
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_agent_serves_on(agent_for):
+    import socket
+
+    agent = agent_for("demo")
+    agent.run(5)
+    server = serve(AgentApp(agent.sampler, agent.registry, [], "simulated"), "127.0.0.1", 0)
+    server.limit_connections(3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_port}"
+    idle = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(3)]
+    try:
+        extra = socket.create_connection(("127.0.0.1", server.server_port))
+        extra.settimeout(10)
+        assert extra.recv(1) == b""  # closed at once, not left waiting
+        extra.close()
+        assert server.refused_connections == 1
+    finally:
+        for connection in idle:
+            connection.close()
+    for _ in range(50):  # the idle connections' threads end once their sockets close
+        try:
+            status, _, body = get(base + "/metrics")
+            break
+        except (urllib.error.URLError, ConnectionError):
+            threading.Event().wait(0.1)
+    assert status == 200 and "gpulens_gpu_up" in body
+    server.shutdown()
+    server.server_close()
