@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from gpulens.agent import collectors
 from gpulens.agent.server import parse_listen_address
 
 from gpulens.printable import printable
+from gpulens.yamltext import YamlProblem, parse_yaml
 
 # Outside 9100-9999, the range the Prometheus exporter registry has allocated in full, so no
 # well-known exporter (node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835) uses it.
@@ -187,22 +187,15 @@ def _from_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = parse_yaml(f.read())
     except OSError as error:
         raise ConfigError(
             f"{where}: cannot be read ({error.strerror}); check the path given to --config.file"
         ) from None
     except UnicodeDecodeError:
         raise ConfigError(f"{where}: is not UTF-8 text; save it as UTF-8") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{where}: not valid YAML{line}; fix the syntax there") from None
-    except (RecursionError, ValueError, TypeError, AttributeError) as error:
-        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
-        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
-        problem = " ".join(str(error).split())[:120]
-        raise ConfigError(f"{where}: YAML that cannot be read ({problem}); fix that value or the nesting") from None
+    except YamlProblem as problem:
+        raise ConfigError(f"{where}: {problem}") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):

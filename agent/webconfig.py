@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import bcrypt
-import yaml
+
+from gpulens.yamltext import YamlProblem, parse_yaml
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +108,13 @@ def load(path: str) -> WebConfig:
         raise WebConfigError(f"--web.config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = parse_yaml(f.read())
     except OSError as error:
         raise WebConfigError(f"{where}: cannot be read ({error.strerror}); check --web.config.file") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f" at line {mark.line + 1}" if mark else ""
-        raise WebConfigError(f"{where}: not valid YAML{line}; fix the syntax there") from None
-    except (RecursionError, ValueError, TypeError, AttributeError) as error:
-        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
-        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
-        problem = " ".join(str(error).split())[:120]
-        raise WebConfigError(f"{where}: YAML that cannot be read ({problem}); fix that value or the nesting") from None
+    except UnicodeDecodeError:
+        raise WebConfigError(f"{where}: is not UTF-8 text; save it as UTF-8") from None
+    except YamlProblem as problem:
+        raise WebConfigError(f"{where}: {problem}") from None
     return parse(doc, where, os.path.dirname(os.path.abspath(path)))
 
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from gpulens.usage import LAST_EPOCH
+from gpulens.yamltext import YamlProblem, parse_yaml
 
 from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
 
@@ -799,18 +798,9 @@ def _scenario(raw: object) -> Scenario:
 def parse_scenario(text: str, label: str) -> Scenario:
     """Return the Scenario in YAML ``text``; ``label`` names the file in error messages."""
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise ScenarioError(f"scenario {label}: {line}invalid YAML ({problem}); fix the syntax there") from None
-    except (RecursionError, ValueError, TypeError, AttributeError) as exc:
-        # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
-        # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
-        problem = " ".join(str(exc).split())[:120]
-        raise ScenarioError(f"scenario {label}: YAML that cannot be read ({problem}); fix that value or the "
-                            "nesting") from None
+        raw = parse_yaml(text)
+    except YamlProblem as problem:
+        raise ScenarioError(f"scenario {label}: {problem}") from None
     try:
         return _scenario(raw)
     except SpecError as exc:

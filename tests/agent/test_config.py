@@ -56,7 +56,7 @@ def test_collector_flags_switch_both_ways():
         (["--collector.nope"], {}, None, "unrecognized arguments"),
         ([], {"GPULENS_COLLECTOR_NOPE": "1"}, None, "unknown collector 'nope'"),
         ([], {"GPULENS_COLLECTOR_GPM": "maybe"}, None, "is not true or false"),
-        ([], {}, "web: [1, 2", "not valid YAML at line"),
+        ([], {}, "web: [1, 2", ": invalid YAML ("),
         ([], {}, "colectors: {gpm: true}", "unknown setting 'colectors'"),
         ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
         ([], {}, "web: {port: 1}", "web takes config_file, listen_address"),

@@ -95,7 +95,7 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
     ("http_server_config: {http2: maybe}", "http2 must be true or false"),
     ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
     ("- just\n- a list", "must be a mapping"),
-    ("basic_auth_users: {ops: [", "not valid YAML at line 1"),
+    ("basic_auth_users: {ops: [", "line 1: invalid YAML ("),
 ])
 def test_each_mistake_is_one_line_naming_it(pki, text, says):
     path = pki.folder / "bad.yml"
