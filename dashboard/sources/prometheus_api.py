@@ -16,6 +16,8 @@ from typing import Any
 import requests
 from gpulens.dashboard.sources.base import SourceProblem
 
+from gpulens.urls import split_http_url
+
 
 class ApiError(Exception):
     """A query failed; `problem` says how, for the page's banner."""
@@ -48,12 +50,8 @@ def _quoted(url: str) -> str:
 
 def check_url(url: str) -> str:
     """Return `url` without a trailing slash; raise ValueError with the fix if it is not http(s)://HOST."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
-    except ValueError:  # also an unclosed '[' of an IPv6 address
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    parts = split_http_url(url)
+    if parts is None:
         raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
     if parts.query or parts.fragment:
         raise ValueError(f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "

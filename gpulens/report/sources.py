@@ -19,6 +19,7 @@ from typing import Protocol
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.agentclient import AgentAccess
+from gpulens.urls import split_http_url
 from gpulens.usage import JobRecord
 
 # Enough for a month of a large node's jobs; the agent caps one answer at this too.
@@ -82,12 +83,8 @@ def http_url(text: str, flag: str) -> urllib.parse.SplitResult:
     url = text.strip()
     if "://" not in url:
         url = "http://" + url
-    try:
-        parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
-    except ValueError:  # also an unclosed '[' of an IPv6 address
-        parts = None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    parts = split_http_url(url)
+    if parts is None:
         raise ValueError(f"{flag} {text.strip()[:60]!r} is not HOST:PORT or http://HOST:PORT; "
                          "write e.g. http://node1:10906")
     return parts
