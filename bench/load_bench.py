@@ -118,14 +118,13 @@ async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, t
     return complete(lines[0], headers, body, target.families)
 
 
-async def scrape(target: Target, outcome: Outcome, started: float) -> None:
-    """One scrape on a new connection, timed from `started` (loop time, seconds)."""
+async def attempt(outcome: Outcome, since: float, work) -> None:
+    """Run `work()` (which returns "" or why it failed) under the timeout; record its latency from `since`
+    (loop time, seconds) or why it failed."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(TIMEOUT):
-            reader, writer = await connect(target)
-            outcome.connects.append(loop.time() - started)
-            problem = await exchange(reader, writer, target)
+            problem = await work()
     except TimeoutError:
         problem = "timeout"
     except (OSError, asyncio.IncompleteReadError, ssl.SSLError) as error:
@@ -133,7 +132,19 @@ async def scrape(target: Target, outcome: Outcome, started: float) -> None:
     if problem:
         outcome.fail(problem)
     else:
-        outcome.latencies.append(loop.time() - started)
+        outcome.latencies.append(loop.time() - since)
+
+
+async def scrape(target: Target, outcome: Outcome, started: float) -> None:
+    """One scrape on a new connection, timed from `started` (loop time, seconds)."""
+    loop = asyncio.get_running_loop()
+
+    async def work() -> str:
+        reader, writer = await connect(target)
+        outcome.connects.append(loop.time() - started)
+        return await exchange(reader, writer, target)
+
+    await attempt(outcome, started, work)
 
 
 async def burst(target: Target, concurrency: int) -> Outcome:
@@ -157,27 +168,14 @@ async def burst(target: Target, concurrency: int) -> Outcome:
 
     connections = [c for c in await asyncio.gather(*(opened() for _ in range(concurrency))) if c]
     sent = loop.time()
-
-    async def one(reader, writer):
-        try:
-            async with asyncio.timeout(TIMEOUT):
-                problem = await exchange(reader, writer, target)
-        except TimeoutError:
-            problem = "timeout"
-        except (OSError, asyncio.IncompleteReadError, ssl.SSLError) as error:
-            problem = type(error).__name__
-        if problem:
-            outcome.fail(problem)
-        else:
-            outcome.latencies.append(loop.time() - sent)
-
-    await asyncio.gather(*(one(r, w) for r, w in connections))
+    await asyncio.gather(*(attempt(outcome, sent, lambda r=r, w=w: exchange(r, w, target)) for r, w in connections))
     outcome.wall = loop.time() - started
     return outcome
 
 
-async def sustained(target: Target, rate: float, duration: float) -> Outcome:
-    """Start a scrape every 1/rate seconds for `duration` seconds, each at its scheduled time (open loop)."""
+async def open_loop(rate: float, duration: float, request) -> Outcome:
+    """Start `request(i, due, outcome)` every 1/rate seconds for `duration` seconds, each at its scheduled
+    time whether or not the earlier ones have answered (open loop); return the outcome they filled."""
     loop = asyncio.get_running_loop()
     outcome = Outcome()
     start = loop.time() + 0.1
@@ -187,10 +185,15 @@ async def sustained(target: Target, rate: float, duration: float) -> Outcome:
         delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(scrape(target, outcome, due)))  # timed from when it was due
+        tasks.append(asyncio.create_task(request(i, due, outcome)))
     await asyncio.gather(*tasks)
     outcome.wall = loop.time() - start
     return outcome
+
+
+async def sustained(target: Target, rate: float, duration: float) -> Outcome:
+    """Scrape `rate` times a second for `duration` seconds, each timed from when it was due (open loop)."""
+    return await open_loop(rate, duration, lambda i, due, outcome: scrape(target, outcome, due))
 
 
 async def guesses(target: Target, rate: float, duration: float) -> Outcome:
@@ -199,10 +202,8 @@ async def guesses(target: Target, rate: float, duration: float) -> Outcome:
     Each must be refused (401); anything else counts as an error. Latency is that of the refusal.
     """
     loop = asyncio.get_running_loop()
-    outcome = Outcome()
-    start = loop.time() + 0.1
 
-    async def guess(i: int, due: float) -> None:
+    async def guess(i: int, due: float, outcome: Outcome) -> None:
         wrong = base64.b64encode(f"prometheus:guess-{i}".encode()).decode()
         try:
             async with asyncio.timeout(TIMEOUT):
@@ -219,16 +220,7 @@ async def guesses(target: Target, rate: float, duration: float) -> Outcome:
         else:
             outcome.fail(f"status {status.decode(errors='replace')[:40]}")
 
-    tasks = []
-    for i in range(int(rate * duration)):
-        due = start + i / rate
-        delay = due - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(guess(i, due)))
-    await asyncio.gather(*tasks)
-    outcome.wall = loop.time() - start
-    return outcome
+    return await open_loop(rate, duration, guess)
 
 
 async def watched(process: psutil.Process, phase) -> Outcome:
