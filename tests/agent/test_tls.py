@@ -217,3 +217,20 @@ def test_the_agent_command_serves_https_and_refuses_a_bad_web_config(pki):
     finally:
         agent.terminate()
         agent.wait(timeout=10)
+
+
+def test_a_verified_client_certificate_reaches_the_guard_through_the_real_server(node, pki):
+    base, stop = start(node, pki.web_config(client_auth="VerifyClientCertIfGiven",
+                                            extra="  client_allowed_sans: [prometheus.monitoring.svc]\n"))
+    try:
+        # No probes collector on this node: 503 means the guard let the certificate start work.
+        assert get(base + "/api/v1/probes/run?gpu=0", client_context(pki), method="POST")[0] == 503
+        assert get(base + "/api/v1/probes/run?gpu=0", client_context(pki, cert=False), method="POST")[0] == 401
+    finally:
+        stop()
+    base, stop = start(node, pki.web_config(client_auth="VerifyClientCertIfGiven",
+                                            extra="  client_allowed_sans: [someone.else]\n"))
+    try:
+        assert get(base + "/metrics", client_context(pki))[0] == 403
+    finally:
+        stop()
