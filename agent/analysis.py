@@ -277,7 +277,7 @@ def _evidence(
         up=gpu.up,
         nvml_up=snapshot.nvml_up,
         mig=gpu.identity.mig_mode == "enabled",
-        processes=len(processes.processes) if processes else 0,
+        processes=len(processes.processes) if processes is not None else None,
         allocated=allocated,
         busy_ratio=utilization.ratio if utilization else None,
         sm_activity=gpm.sm_activity if gpm else None,

@@ -61,3 +61,29 @@ class ManualClock:
 
     def wall_seconds(self, seconds: float) -> float:
         return 0.0
+
+
+class SharedClock:
+    """Simulated time that every process of one `gpulens sim` run reads alike.
+
+    Simulated seconds are `(wall time - epoch) * speed`, so separate processes started at different
+    moments agree; with `at`, time holds still at that many simulated seconds.
+    """
+
+    def __init__(self, epoch: float, speed: float = 1.0, at: float | None = None):
+        if speed <= 0:
+            raise ValueError("speed must be positive")
+        self.epoch = epoch  # wall time (seconds since 1970) of simulated time 0
+        self.speed = speed
+        self.at = at
+
+    def monotonic(self) -> float:
+        if self.at is not None:
+            return self.at
+        return max(0.0, (time.time() - self.epoch) * self.speed)
+
+    def time(self) -> float:
+        return self.epoch + self.monotonic()
+
+    def wall_seconds(self, seconds: float) -> float:
+        return seconds if self.at is not None else seconds / self.speed

@@ -54,7 +54,7 @@ def build(config: agent_config.AgentConfig):
         except ScenarioError as error:
             raise agent_config.ConfigError(str(error)) from None
         clock = SimulatedClock(config.speed)
-        library = load_simulated_library(scenario, clock.monotonic)
+        library = load_simulated_library(scenario, clock)
         sources = SimulatedSources(scenario, clock.monotonic)
         mode = "simulated"
     else:

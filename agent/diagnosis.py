@@ -28,7 +28,7 @@ class Evidence:
     up: bool = True
     nvml_up: bool = True
     mig: bool = False
-    processes: int = 0
+    processes: int | None = 0  # None: the processes could not be listed this cycle
     allocated: bool = False  # a scheduler holds the GPU for a job (Kubernetes pod-resources), processes or not
     busy_ratio: float | None = None  # share of this cycle a kernel ran
     sm_activity: float | None = None
@@ -100,7 +100,7 @@ class Diagnoser:
     # -- history -----------------------------------------------------------------------------------
 
     def _remember(self, track: _Track, now: float, e: Evidence) -> None:
-        held = e.processes > 0 or e.allocated
+        held = bool(e.processes) or e.allocated
         if not held:
             track.held_since = None
         elif track.held_since is None:
@@ -133,6 +133,10 @@ class Diagnoser:
             return Reason.GPU_LOST, {}
         if e.mig:
             return Reason.MIG_ENABLED, {}
+        if e.processes is None and not e.allocated:
+            # Not knowing who holds the GPU is not knowing it is free: a busy GPU must never read free
+            # because its process list failed.
+            return Reason.PROCESSES_UNKNOWN, {}
         if e.processes == 0 and not e.allocated:
             return Reason.NO_PROCESS, {}
         if e.busy_ratio is None:

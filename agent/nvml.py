@@ -1,31 +1,42 @@
 """The one module that imports pynvml.
 
-`Nvml` wraps a pynvml-compatible library: the real `pynvml` module on a GPU node, or the simulated
-library (which gets pynvml's struct types and exception classes from here) everywhere else. Every call
-goes through `Nvml._call`, which turns NVML's answers into three outcomes the rest of the agent can act
-on without knowing NVML error codes:
+`Nvml` wraps a pynvml module: the installed nvidia-ml-py binding over the real libnvidia-ml on a GPU
+node, or a private copy of that same binding over a simulated libnvidia-ml everywhere else
+(`load_simulated_library`), so the agent runs the real binding in every mode. Every call goes through
+`Nvml._call`, which turns NVML's answers into three outcomes the rest of the agent can act on without
+knowing NVML error codes:
 
 - a value, in base units (bytes, watts, joules, hertz, ratios 0-1, seconds);
 - `None`: "not available here" (NotSupported, NoPermission, FunctionNotFound on an older driver);
 - an exception: `GpuLost` (the GPU fell off the bus), `NvmlDown` (the library is not initialized or
-  the driver is gone), or `NvmlCallError` (anything else, which fails the collector that asked).
+  the driver is gone), or `NvmlCallError` (anything else, including an exception from the binding
+  that is not an NVMLError, which fails only the collector that asked).
+
+Constants come from `nvml_header` (nvml.h), not from the binding: some are missing from the older
+nvidia-ml-py releases the project supports.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+import itertools
 import logging
+import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml
+from gpulens.agent import nvml_header as h
 
 log = logging.getLogger(__name__)
 
 _MHZ = 1_000_000
 # nvmlDeviceGetPcieThroughput reports KB/s; NVML counts memory in KiB throughout, so KiB here.
 _KIB = 1024
+LIBRARY_NAME = "libnvidia-ml.so.1"
 
 
 class GpuLost(Exception):
@@ -45,67 +56,58 @@ class NvmlCallError(Exception):
 
 
 # Errors that mean "this value does not exist on this GPU/driver/permission level".
-_UNAVAILABLE = (
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_NO_PERMISSION,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_NOT_FOUND,
-)
-_DOWN = (
-    pynvml.NVML_ERROR_UNINITIALIZED,
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-)
-_LOST = (pynvml.NVML_ERROR_GPU_IS_LOST, pynvml.NVML_ERROR_GPU_NOT_FOUND, pynvml.NVML_ERROR_RESET_REQUIRED)
+_UNAVAILABLE = (h.ERROR_NOT_SUPPORTED, h.ERROR_NO_PERMISSION, h.ERROR_FUNCTION_NOT_FOUND, h.ERROR_NOT_FOUND)
+_DOWN = (h.ERROR_UNINITIALIZED, h.ERROR_DRIVER_NOT_LOADED, h.ERROR_LIBRARY_NOT_FOUND,
+         h.ERROR_LIB_RM_VERSION_MISMATCH)
+_LOST = (h.ERROR_GPU_IS_LOST, h.ERROR_GPU_NOT_FOUND, h.ERROR_RESET_REQUIRED)
 
 
 # Field names the collectors ask for, mapped to NVML field ids and a scale to base units.
 FIELDS: dict[str, tuple[int, float]] = {
-    "power_watts": (pynvml.NVML_FI_DEV_POWER_INSTANT, 1e-3),  # mW
-    "energy_joules": (pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 1e-3),  # mJ since driver load
-    "memory_temperature_celsius": (pynvml.NVML_FI_DEV_MEMORY_TEMP, 1.0),
-    "ecc_corrected_volatile": (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 1.0),
-    "ecc_uncorrected_volatile": (pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL, 1.0),
-    "ecc_corrected_aggregate": (pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL, 1.0),
-    "ecc_uncorrected_aggregate": (pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL, 1.0),
-    "remapped_rows_correctable": (pynvml.NVML_FI_DEV_REMAPPED_COR, 1.0),
-    "remapped_rows_uncorrectable": (pynvml.NVML_FI_DEV_REMAPPED_UNC, 1.0),
-    "remapped_rows_pending": (pynvml.NVML_FI_DEV_REMAPPED_PENDING, 1.0),
-    "remapped_rows_failure": (pynvml.NVML_FI_DEV_REMAPPED_FAILURE, 1.0),
-    "pcie_replay_total": (pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER, 1.0),
+    "power_watts": (h.FI_DEV_POWER_INSTANT, 1e-3),  # mW
+    "energy_joules": (h.FI_DEV_TOTAL_ENERGY_CONSUMPTION, 1e-3),  # mJ since driver load
+    "memory_temperature_celsius": (h.FI_DEV_MEMORY_TEMP, 1.0),
+    "ecc_corrected_volatile": (h.FI_DEV_ECC_SBE_VOL_TOTAL, 1.0),
+    "ecc_uncorrected_volatile": (h.FI_DEV_ECC_DBE_VOL_TOTAL, 1.0),
+    "ecc_corrected_aggregate": (h.FI_DEV_ECC_SBE_AGG_TOTAL, 1.0),
+    "ecc_uncorrected_aggregate": (h.FI_DEV_ECC_DBE_AGG_TOTAL, 1.0),
+    "remapped_rows_correctable": (h.FI_DEV_REMAPPED_COR, 1.0),
+    "remapped_rows_uncorrectable": (h.FI_DEV_REMAPPED_UNC, 1.0),
+    "remapped_rows_pending": (h.FI_DEV_REMAPPED_PENDING, 1.0),
+    "remapped_rows_failure": (h.FI_DEV_REMAPPED_FAILURE, 1.0),
+    "pcie_replay_total": (h.FI_DEV_PCIE_REPLAY_COUNTER, 1.0),
 }
 
 _VALUE_MEMBER = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+    h.VALUE_TYPE_DOUBLE: "dVal",
+    h.VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    h.VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    h.VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    h.VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    h.VALUE_TYPE_SIGNED_INT: "siVal",
+    h.VALUE_TYPE_UNSIGNED_SHORT: "usVal",
 }
 
 # Clock event (throttle) reasons, by the names used in metric labels.
-CLOCK_EVENT_REASONS: dict[str, int] = {
-    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
-    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
-    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
-    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
-    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
-    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
-    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
-    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
-    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
-}
+CLOCK_EVENT_REASONS: dict[str, int] = dict(h.CLOCK_EVENT_REASONS)
 
 # GPM metrics (Hopper and newer), NVML returns percent 0-100.
 GPM_METRICS: dict[str, int] = {
-    "sm_activity": pynvml.NVML_GPM_METRIC_SM_UTIL,
-    "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
-    "tensor_activity": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-    "dram_bandwidth": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    "sm_activity": h.GPM_METRIC_SM_UTIL,
+    "sm_occupancy": h.GPM_METRIC_SM_OCCUPANCY,
+    "tensor_activity": h.GPM_METRIC_ANY_TENSOR_UTIL,
+    "dram_bandwidth": h.GPM_METRIC_DRAM_BW_UTIL,
 }
+
+# The process-list functions, newest first: R470 lacks `_v3` (it arrived with R510), and a binding newer
+# than the driver then fails (nvidia-ml-py 12.555 and newer raise NVMLLibraryMismatchError, which is
+# not an NVMLError); gpustat and nvitop fall back the same way.
+_PROCESS_FUNCTIONS = (
+    ("nvmlDeviceGetComputeRunningProcesses_v3", h.ProcessInfo),
+    ("nvmlDeviceGetComputeRunningProcesses_v2", h.ProcessInfo),
+    ("nvmlDeviceGetComputeRunningProcesses", h.ProcessInfoV1),
+)
+_PROCESS_LIST_TRIES = 3  # processes may start between the size query and the list; ask again
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,16 @@ class GpuIdentity:
     pci_bus_id: str
     mig_mode: str  # "enabled", "disabled" or "" when not supported
     memory_total_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Device memory in bytes. `reserved` is the driver's own share, None on drivers before R510,
+    whose `used` still includes it (nvmlMemory_t)."""
+
+    used: int
+    total: int
+    reserved: int | None
 
 
 @dataclass(frozen=True)
@@ -150,26 +162,76 @@ class GpmSample:
 
 
 def load_real_library() -> Any:
-    """Return the real pynvml module (the library is only opened by nvmlInit)."""
+    """Return the installed pynvml module (the C library is only opened by nvmlInit)."""
     return pynvml
 
 
-def load_simulated_library(scenario: Any, clock: Callable[[], float]) -> Any:
-    """Return a simulated library for `scenario`, sharing pynvml's struct and error types."""
-    from gpulens.agent.simulator.library import SimulatedNvml
+_copies = itertools.count()
 
-    return SimulatedNvml(scenario, pynvml, clock)
+
+def private_binding() -> Any:
+    """Return a new copy of the installed pynvml module, with its own library handle and caches.
+
+    pynvml keeps the loaded library, its reference count and its function pointers in module
+    globals, so one module serves one library; a simulated node in a process that runs several
+    (tests, `gpulens demo`) gets a copy of the same binding code for each.
+    """
+    origin = importlib.util.find_spec("pynvml").origin
+    spec = importlib.util.spec_from_file_location(f"pynvml_{next(_copies)}", origin)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pynvml looks itself up there while it builds its error classes
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
+
+
+def bind_driver(binding: Any, driver: Any) -> Any:
+    """Make `binding` (a pynvml module) load `driver` where it would load libnvidia-ml.so.1; return it.
+
+    pynvml opens the library with `CDLL(LIBRARY_NAME)` on the first nvmlInit; the name is looked up in
+    its own module, so replacing it there reroutes only that binding. `driver.open()` raises OSError
+    when the scenario says the library is missing, which pynvml turns into NVMLError_LibraryNotFound.
+    """
+    open_real = binding.CDLL
+
+    def open_library(name, *args, **kwargs):
+        if name != LIBRARY_NAME:
+            return open_real(name, *args, **kwargs)
+        driver.open()
+        return driver
+
+    binding.CDLL = open_library
+    binding.gpulens_driver = driver  # for tests and benchmarks that read the driver's call counts
+    return binding
+
+
+def load_simulated_library(scenario: Any, clock: Any, binding: Any = None) -> Any:
+    """Return a pynvml module over a simulated libnvidia-ml for `scenario` (a private copy unless given).
+
+    `clock` gives simulated seconds (`monotonic()`) and the wall time (`time()`); sample timestamps
+    are CPU times, as on a real node, so tools that ask for "the last second" find samples.
+    """
+    from gpulens.agent.simulator.driver import SimulatedDriver
+
+    driver = SimulatedDriver(scenario, clock.monotonic, epoch=clock.time() - clock.monotonic())
+    return bind_driver(binding if binding is not None else private_binding(), driver)
 
 
 class Nvml:
-    """Narrow, base-unit interface over a pynvml-compatible library."""
+    """Narrow, base-unit interface over a pynvml module."""
 
     def __init__(self, library: Any):
         self._lib = library
+        self._error: type[Exception] = library.NVMLError
         self._missing: set[str] = set()
+        self._unexpected: set[str] = set()
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._handles_by_address: dict[int, str] = {}
+        self._process_function: tuple[str, type] | None = None
+        self._capabilities: dict[str, bool] = {}
 
     # -- the one query path -------------------------------------------------------------------
 
@@ -179,17 +241,25 @@ class Nvml:
             return None  # this driver lacks the symbol; asking again every cycle would only fail again
         try:
             return getattr(self._lib, function)(*args)
-        except pynvml.NVMLError as error:
-            code = error.value
-            if code in _UNAVAILABLE:
-                if code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-                    self._log_missing_once(function)
-                return None
-            if code in _LOST:
-                raise GpuLost(f"{function}: {error}") from error
-            if code in _DOWN:
-                raise NvmlDown(f"{function}: {error}") from error
+        except self._error as error:
+            self._raise_for(function, error)
+        except Exception as error:  # noqa: BLE001 - anything else the binding raises fails this call only
+            self._log_unexpected_once(function, error)
             raise NvmlCallError(function, error) from error
+        return None
+
+    def _raise_for(self, function: str, error: Exception) -> None:
+        """Return quietly when `error` means "not available here"; otherwise raise the agent's exception."""
+        code = getattr(error, "value", None)
+        if code in _UNAVAILABLE:
+            if code == h.ERROR_FUNCTION_NOT_FOUND:
+                self._log_missing_once(function)
+            return
+        if code in _LOST:
+            raise GpuLost(f"{function}: {error}") from error
+        if code in _DOWN:
+            raise NvmlDown(f"{function}: {error}") from error
+        raise NvmlCallError(function, error) from error
 
     def _log_missing_once(self, function: str) -> None:  # and remember it, so it is not called again
         # nvitop's lesson: an old driver lacks a symbol on every call; say so once, not per scrape.
@@ -199,14 +269,35 @@ class Nvml:
             self._missing.add(function)
         log.info("NVML function %s is not in this driver; its metrics are skipped", function)
 
+    def _log_unexpected_once(self, function: str, error: Exception) -> None:
+        with self._lock:
+            if function in self._unexpected:
+                return
+            self._unexpected.add(function)
+        log.warning("NVML call %s raised %s: %s; its collector fails until it answers", function,
+                    type(error).__name__, error)
+
+    def _has(self, symbol: str) -> bool:
+        """Whether the loaded library exports the C function `symbol`."""
+        try:
+            self._lib._nvmlGetFunctionPointer(symbol)
+        except self._error as error:
+            if error.value != h.ERROR_FUNCTION_NOT_FOUND:
+                self._raise_for(symbol, error)
+            return False
+        return True
+
     # -- library lifetime ---------------------------------------------------------------------
 
     def init(self) -> None:
         """Initialize NVML; raise NvmlDown with the reason when it cannot be."""
         self._missing.clear()  # a driver reloaded under us may have the symbols the old one lacked
+        self._unexpected.clear()
+        self._process_function = None
+        self._capabilities.clear()
         try:
             self._lib.nvmlInit()
-        except pynvml.NVMLError as error:
+        except self._error as error:
             raise NvmlDown(f"nvmlInit: {error}") from error
         except OSError as error:  # the shared library itself could not be loaded
             raise NvmlDown(f"nvmlInit: {error}") from error
@@ -215,7 +306,7 @@ class Nvml:
         self._event_set = None
         try:
             self._lib.nvmlShutdown()
-        except pynvml.NVMLError:
+        except self._error:
             pass  # shutting down a library that is already gone is not worth reporting
 
     def system_info(self) -> SystemInfo:
@@ -235,13 +326,13 @@ class Nvml:
 
     def identity(self, handle: Any, index: int) -> GpuIdentity:
         uuid = self._call("nvmlDeviceGetUUID", handle)
-        memory = self._call("nvmlDeviceGetMemoryInfo", handle)
+        memory = self.memory(handle)
         pci = self._call("nvmlDeviceGetPciInfo", handle)
         mig = self._call("nvmlDeviceGetMigMode", handle)
         bus_id = pci.busId if pci is not None else ""
         if isinstance(bus_id, bytes):
             bus_id = bus_id.decode()
-        mig_mode = "" if mig is None else ("enabled" if mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled")
+        mig_mode = "" if mig is None else ("enabled" if mig[0] == h.DEVICE_MIG_ENABLE else "disabled")
         return GpuIdentity(
             index=index,
             uuid=uuid,
@@ -252,33 +343,38 @@ class Nvml:
             memory_total_bytes=memory.total if memory is not None else 0,
         )
 
-    def memory(self, handle: Any) -> tuple[int, int] | None:
-        """Return (used, total) device memory in bytes."""
+    def memory(self, handle: Any) -> MemoryInfo | None:
+        """Return device memory: with nvmlMemory_v2_t (R510 and newer) the driver's reserve is apart."""
+        if self._exports("nvmlDeviceGetMemoryInfo_v2"):
+            info = self._call("nvmlDeviceGetMemoryInfo", handle, h.MEMORY_V2)
+            return None if info is None else MemoryInfo(int(info.used), int(info.total), int(info.reserved))
         info = self._call("nvmlDeviceGetMemoryInfo", handle)
-        return None if info is None else (int(info.used), int(info.total))
+        return None if info is None else MemoryInfo(int(info.used), int(info.total), None)
+
+    def _exports(self, symbol: str) -> bool:
+        """Whether the loaded library has the C function `symbol`; asked once per init."""
+        key = f"exports:{symbol}"
+        if key not in self._capabilities:
+            self._capabilities[key] = self._has(symbol)
+        return self._capabilities[key]
 
     def utilization_samples(self, handle: Any, since_us: int) -> list[tuple[int, float]] | None:
         """Return the driver's GPU-utilization samples newer than `since_us`, as (timestamp_us, ratio).
 
-        An empty list means no new sample yet (NVML answers NOT_FOUND); None means not supported.
+        An empty list means no new sample (NVML answers NOT_FOUND: none yet, or the driver stopped
+        sampling an idle GPU); None means not supported.
         """
         try:
-            _, samples = self._lib.nvmlDeviceGetSamples(handle, pynvml.NVML_GPU_UTILIZATION_SAMPLES, since_us)
-        except pynvml.NVMLError as error:
-            if error.value == pynvml.NVML_ERROR_NOT_FOUND:
+            _, samples = self._lib.nvmlDeviceGetSamples(handle, h.GPU_UTILIZATION_SAMPLES, since_us)
+        except self._error as error:
+            if error.value == h.ERROR_NOT_FOUND:
                 return []
-            if error.value in _UNAVAILABLE:
-                return None
-            return self._call_raise(error, "nvmlDeviceGetSamples")
+            self._raise_for("nvmlDeviceGetSamples", error)
+            return None
+        except Exception as error:  # noqa: BLE001 - see _call
+            self._log_unexpected_once("nvmlDeviceGetSamples", error)
+            raise NvmlCallError("nvmlDeviceGetSamples", error) from error
         return [(int(s.timeStamp), s.sampleValue.uiVal / 100.0) for s in samples]
-
-    def _call_raise(self, error: Exception, function: str) -> Any:
-        code = getattr(error, "value", None)
-        if code in _LOST:
-            raise GpuLost(f"{function}: {error}") from error
-        if code in _DOWN:
-            raise NvmlDown(f"{function}: {error}") from error
-        raise NvmlCallError(function, error) from error
 
     def fields(self, handle: Any, names: Sequence[str]) -> dict[str, float | None]:
         """Read the named fields in one nvmlDeviceGetFieldValues call; each has its own return code."""
@@ -289,7 +385,7 @@ class Nvml:
             return dict.fromkeys(names)
         result: dict[str, float | None] = {}
         for name, value in zip(names, values, strict=True):
-            if value.nvmlReturn != pynvml.NVML_SUCCESS:
+            if value.nvmlReturn != h.SUCCESS:
                 result[name] = None
                 continue
             raw = getattr(value.value, _VALUE_MEMBER.get(value.valueType, "ullVal"))
@@ -306,12 +402,12 @@ class Nvml:
         return None if limit is None else limit / 1000.0
 
     def temperature_celsius(self, handle: Any) -> float | None:
-        return self._call("nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
+        return self._call("nvmlDeviceGetTemperature", handle, h.TEMPERATURE_GPU)
 
     def clocks_hz(self, handle: Any) -> tuple[float | None, float | None]:
         """Return the current (SM, memory) clocks in hertz."""
-        sm = self._call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_SM)
-        mem = self._call("nvmlDeviceGetClockInfo", handle, pynvml.NVML_CLOCK_MEM)
+        sm = self._call("nvmlDeviceGetClockInfo", handle, h.CLOCK_SM)
+        mem = self._call("nvmlDeviceGetClockInfo", handle, h.CLOCK_MEM)
         return (None if sm is None else sm * _MHZ, None if mem is None else mem * _MHZ)
 
     def clock_event_reasons(self, handle: Any) -> frozenset[str] | None:
@@ -334,27 +430,72 @@ class Nvml:
 
     def pcie_throughput(self, handle: Any) -> tuple[float | None, float | None]:
         """Return PCIe (tx, rx) throughput in bytes per second over NVML's last 20 ms window."""
-        tx = self._call("nvmlDeviceGetPcieThroughput", handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = self._call("nvmlDeviceGetPcieThroughput", handle, pynvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = self._call("nvmlDeviceGetPcieThroughput", handle, h.PCIE_UTIL_TX_BYTES)
+        rx = self._call("nvmlDeviceGetPcieThroughput", handle, h.PCIE_UTIL_RX_BYTES)
         return (None if tx is None else tx * _KIB, None if rx is None else rx * _KIB)
 
+    # -- processes ----------------------------------------------------------------------------
+
     def processes(self, handle: Any) -> list[ProcessInfo] | None:
-        procs = self._call("nvmlDeviceGetComputeRunningProcesses", handle)
-        if procs is None:
+        """Return the GPU's compute processes, by the newest process-list function the driver has.
+
+        Called through the binding's function lookup rather than its wrapper, as gpustat and nvitop
+        do: the wrapper of a newer binding fails on a driver without `_v3`, and the record `_v3`
+        writes changed size within R535 (see `nvml_header.ProcessInfoV3Cc`).
+        """
+        chosen = self._process_list_function()
+        if chosen is None:
             return None
-        return [ProcessInfo(pid=int(p.pid), used_memory_bytes=p.usedGpuMemory) for p in procs]
+        symbol, record = chosen
+        try:
+            function = self._lib._nvmlGetFunctionPointer(symbol)
+        except self._error as error:
+            self._raise_for(symbol, error)
+            return None
+        count = ctypes.c_uint(0)
+        for _ in range(_PROCESS_LIST_TRIES):
+            array = (record * count.value)() if count.value else None
+            code = function(handle, ctypes.byref(count), array)
+            if code == h.SUCCESS:
+                entries = array[:count.value] if array is not None else []
+                return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory))
+                        for e in entries]
+            if code != h.ERROR_INSUFFICIENT_SIZE:
+                self._raise_for(symbol, self._error(code))
+                return None
+            count.value += count.value // 2 + 5  # room for processes that start before the next call
+        raise NvmlCallError(symbol, self._error(h.ERROR_INSUFFICIENT_SIZE))
+
+    def _process_list_function(self) -> tuple[str, type] | None:
+        """Return (symbol, record type) of the process-list function to use, chosen once per init."""
+        if self._process_function is None:
+            for symbol, record in _PROCESS_FUNCTIONS:
+                if self._exports(symbol):
+                    if symbol.endswith("_v3") and self._r535_records():
+                        record = h.ProcessInfoV3Cc
+                    self._process_function = (symbol, record)
+                    break
+        return self._process_function
+
+    def _r535_records(self) -> bool:
+        # R535's first releases had confidential-computing memory queries but not yet the detail list
+        # that took the extra member out of `_v3`'s record (the same test nvitop makes).
+        return self._exports("nvmlDeviceGetConfComputeMemSizeInfo") and not self._exports(
+            "nvmlDeviceGetRunningProcessDetailList")
 
     def process_utilization(self, handle: Any, since_us: int) -> tuple[dict[int, float], int] | None:
-        """Return each process's mean SM utilization ratio over samples newer than `since_us`,
-        and the newest sample's timestamp (to pass as `since_us` next time)."""
+        """Return the SM utilization ratio of each process that ran kernels since `since_us`, and the
+        newest sample's timestamp (to pass as `since_us` next time)."""
         try:
             samples = self._lib.nvmlDeviceGetProcessUtilization(handle, since_us)
-        except pynvml.NVMLError as error:
-            if error.value == pynvml.NVML_ERROR_NOT_FOUND:
+        except self._error as error:
+            if error.value == h.ERROR_NOT_FOUND:
                 return {}, since_us
-            if error.value in _UNAVAILABLE:
-                return None
-            return self._call_raise(error, "nvmlDeviceGetProcessUtilization")
+            self._raise_for("nvmlDeviceGetProcessUtilization", error)
+            return None
+        except Exception as error:  # noqa: BLE001 - see _call
+            self._log_unexpected_once("nvmlDeviceGetProcessUtilization", error)
+            raise NvmlCallError("nvmlDeviceGetProcessUtilization", error) from error
         by_pid: dict[int, list[int]] = {}
         newest = since_us
         for s in samples:
@@ -384,8 +525,8 @@ class Nvml:
 
     def gpm_metrics(self, first: GpmSample, second: GpmSample) -> dict[str, float | None]:
         """Return GPM metrics as ratios 0-1 between two samples (at least 100 ms apart)."""
-        request = pynvml.c_nvmlGpmMetricsGet_t()
-        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request = self._lib.c_nvmlGpmMetricsGet_t()
+        request.version = h.GPM_METRICS_GET_VERSION
         request.numMetrics = len(GPM_METRICS)
         request.sample1 = first.raw
         request.sample2 = second.raw
@@ -397,7 +538,7 @@ class Nvml:
         out: dict[str, float | None] = {}
         for i, name in enumerate(GPM_METRICS):
             metric = answer.metrics[i]
-            out[name] = metric.value / 100.0 if metric.nvmlReturn == pynvml.NVML_SUCCESS else None
+            out[name] = metric.value / 100.0 if metric.nvmlReturn == h.SUCCESS else None
         return out
 
     # -- Xid events ---------------------------------------------------------------------------
@@ -410,7 +551,7 @@ class Nvml:
         self._handles_by_address = {}
         for uuid, handle in handles.items():
             try:
-                self._call("nvmlDeviceRegisterEvents", handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
+                self._call("nvmlDeviceRegisterEvents", handle, h.EVENT_TYPE_XID_CRITICAL_ERROR, event_set)
             except GpuLost:
                 continue
             self._handles_by_address[_address(handle)] = uuid
@@ -423,19 +564,21 @@ class Nvml:
         while self._event_set is not None and len(events) < limit:
             try:
                 data = self._lib.nvmlEventSetWait_v2(self._event_set, 0)
-            except pynvml.NVMLError as error:
-                if error.value == pynvml.NVML_ERROR_TIMEOUT:
+            except self._error as error:
+                if error.value == h.ERROR_TIMEOUT:
                     break
-                if error.value in _UNAVAILABLE:
-                    break
-                self._call_raise(error, "nvmlEventSetWait_v2")
+                self._raise_for("nvmlEventSetWait_v2", error)
+                break
             uuid = self._handles_by_address.get(_address(data.device), "")
             events.append(XidEvent(uuid=uuid, code=int(data.eventData)))
         return events
 
 
+def _memory_or_none(value: int) -> int | None:
+    """usedGpuMemory, or None where NVML reports NVML_VALUE_NOT_AVAILABLE (MIG, WDDM)."""
+    return None if value == h.VALUE_NOT_AVAILABLE_ULL else int(value)
+
+
 def _address(handle: Any) -> int:
     """Identify a device handle (a ctypes pointer) by the address it points at."""
-    import ctypes
-
     return ctypes.addressof(handle.contents)

@@ -57,7 +57,7 @@ def in_process_cycle_cost(cycles: int = 300) -> tuple[float, float]:
 
     clock = ManualClock()
     scenario = load_scenario(SCENARIO)
-    library = load_simulated_library(scenario, clock.monotonic)
+    library = load_simulated_library(scenario, clock)
     analysis = Analysis(SimulatedSources(scenario, clock.monotonic))
     sampler = Sampler(library, collectors.build(collectors.defaults()), clock, analysis=analysis)
     sampler.cycle()

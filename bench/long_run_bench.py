@@ -69,7 +69,7 @@ def build(scenario_text: str, ledger_path: str, interval: float):
     """Return (clock, sampler, registry) for the scenario: default collectors, diagnosis, ledger."""
     clock = ManualClock()
     scenario = parse_scenario(scenario_text, "churn")
-    library = load_simulated_library(scenario, clock.monotonic)
+    library = load_simulated_library(scenario, clock)
     enabled = collectors.build(collectors.defaults())
     analysis = Analysis(SimulatedSources(scenario, clock.monotonic))
     accounting = JobAccounting(Ledger(ledger_path, node="sim"), node="sim")

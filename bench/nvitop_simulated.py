@@ -1,8 +1,7 @@
-"""Run nvitop-exporter on the same simulated library as the gpulens agent, for a side-by-side benchmark.
+"""Run nvitop-exporter on the same simulated node as the gpulens agent, for a side-by-side benchmark.
 
-nvitop copies pynvml's functions when it is imported, so the simulated functions are put into the
-pynvml module first. Functions the simulator does not implement answer FunctionNotFound, as an older
-driver would. Usage: python bench/nvitop_simulated.py SCENARIO -- [nvitop-exporter arguments]
+The simulated driver is put under the installed pynvml before nvitop imports it, so nvitop makes the
+same NVML calls it makes on a GPU node. Usage: python bench/nvitop_simulated.py SCENARIO -- [arguments]
 """
 
 from __future__ import annotations
@@ -15,22 +14,9 @@ from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
 
 
-def install(scenario_name: str) -> None:
-    clock = SimulatedClock(1.0)
-    simulated = load_simulated_library(load_scenario(scenario_name), clock.monotonic)
-
-    def missing(name):
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-    for name in [n for n in vars(pynvml) if n.startswith("nvml") and callable(getattr(pynvml, n))]:
-        setattr(pynvml, name, getattr(simulated, name))
-    pynvml.nvmlInitWithFlags = lambda flags: simulated.nvmlInit()
-    pynvml._nvmlGetFunctionPointer = missing
-
-
 def main() -> None:
     scenario, rest = sys.argv[1], sys.argv[3:] if sys.argv[2:3] == ["--"] else sys.argv[2:]
-    install(scenario)
+    load_simulated_library(load_scenario(scenario), SimulatedClock(1.0), binding=pynvml)
     from nvitop_exporter.cli import main as exporter_main
 
     sys.argv = ["nvitop-exporter", *rest]

@@ -1178,6 +1178,15 @@ def _nvml_text(f: Facts) -> str:
             "or device access; if `nvidia-smi` hangs, the driver is stuck: drain the node and reboot.")
 
 
+def _processes_unknown_text(f: Facts) -> str:
+    return ("The agent could not list this GPU's processes, so it cannot tell a held GPU from a free one. "
+            "The agent's log names the NVML call and its error once, and the processes collector's "
+            "success metric (gpulens_collector_success) is 0 while it lasts. In a container, a "
+            "MIG-enabled GPU lists processes only to a privileged caller; otherwise compare "
+            "`nvidia-smi` and the driver version with the nvidia-ml-py the agent runs "
+            "(`pip show nvidia-ml-py`), and upgrade the agent if the driver is newer than it knows.")
+
+
 def _mig_text(f: Facts) -> str:
     return ("MIG is on, and NVML reports no utilization per MIG instance, so gpulens cannot tell busy from idle here. "
             "DCGM's profiling fields (for example DCGM_FI_PROF_GR_ENGINE_ACTIVE) report activity per instance; "
@@ -1644,6 +1653,16 @@ _TIPS = (
         reads=(),
         advise=_nvml_text,
         score=_always(90),
+    ),
+    Tip(
+        id="processes_unreadable",
+        title="Let the agent list the GPU's processes",
+        applies_to=(Reason.PROCESSES_UNKNOWN.value,),
+        docs=("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html", _NVSMI),
+        when="NVML's process list fails on this GPU, so held and free look alike",
+        reads=(),
+        advise=_processes_unknown_text,
+        score=_always(85),
     ),
     Tip(
         id="mig_monitoring",

@@ -17,7 +17,7 @@ class State(str, Enum):
     DATA_STARVED = "data_starved"  # kernels in bursts, and the job's input side is the bottleneck
     UNDERUTILIZED = "underutilized"  # kernels run, but use little of the GPU
     BUSY = "busy"  # healthy use
-    UNKNOWN = "unknown"  # no data to decide: GPU lost, NVML down, MIG, no samples
+    UNKNOWN = "unknown"  # no data to decide: GPU lost, NVML down, MIG, no samples, processes unreadable
 
     def __str__(self) -> str:
         return self.value
@@ -41,6 +41,7 @@ class Reason(str, Enum):
     SPINNING_KERNEL = "spinning_kernel"
     HEALTHY = "healthy"
     NO_DATA = "no_data"
+    PROCESSES_UNKNOWN = "processes_unknown"
     GPU_LOST = "gpu_lost"
     NVML_DOWN = "nvml_down"
     MIG_ENABLED = "mig_enabled"
@@ -62,6 +63,7 @@ REASON_STATE: dict[Reason, State] = {
     Reason.SPINNING_KERNEL: State.UNDERUTILIZED,
     Reason.HEALTHY: State.BUSY,
     Reason.NO_DATA: State.UNKNOWN,
+    Reason.PROCESSES_UNKNOWN: State.UNKNOWN,
     Reason.GPU_LOST: State.UNKNOWN,
     Reason.NVML_DOWN: State.UNKNOWN,
     Reason.MIG_ENABLED: State.UNKNOWN,

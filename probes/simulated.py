@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 
+from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import Gpu, Scenario
 from gpulens.probes.results import (
@@ -49,18 +50,18 @@ WRONG_ERROR = 0.3  # relative error reported by a GPU whose scenario says `corre
 
 def run(scenario: Scenario, index: int, at: float, min_peak_ratio: float, budget_seconds: float) -> GpuReport:
     """Return the report of probing scenario GPU `index` starting at simulated time `at` (seconds)."""
-    now = [at]
-    nvml = Nvml(load_simulated_library(scenario, lambda: now[0]))
+    clock = ManualClock(start=at, epoch=scenario.start_time)
+    nvml = Nvml(load_simulated_library(scenario, clock))
     nvml.init()
     gpu = scenario.gpus[index]
     guard = Guard(nvml, {str(index): nvml.handle(index)}, own_pids=())
-    return _run(scenario, gpu, guard, now, min_peak_ratio, budget_seconds)
+    return _run(scenario, gpu, guard, clock, min_peak_ratio, budget_seconds)
 
 
-def _run(scenario: Scenario, gpu: Gpu, guard: Guard, now: list[float], min_peak_ratio: float,
+def _run(scenario: Scenario, gpu: Gpu, guard: Guard, clock: ManualClock, min_peak_ratio: float,
          budget_seconds: float) -> GpuReport:
     spec = find_spec(gpu.name)
-    started = now[0]
+    started = clock.now
     todo = steps()
     results: list[ProbeResult] = []
 
@@ -71,7 +72,7 @@ def _run(scenario: Scenario, gpu: Gpu, guard: Guard, now: list[float], min_peak_
             detail = "the matmuls differ from the float64 reference"
         return GpuReport(gpu=str(gpu.index), uuid=gpu.uuid, name=gpu.name, spec=spec.model if spec else "",
                          device="simulated", status=final, detail=detail, started=scenario.start_time + started,
-                         seconds=now[0] - started, results=judged)
+                         seconds=clock.now - started, results=judged)
 
     try:
         guard.check()
@@ -79,7 +80,7 @@ def _run(scenario: Scenario, gpu: Gpu, guard: Guard, now: list[float], min_peak_
         results.extend(skipped(s, "refused: the GPU is in use") for s in todo)
         return report(BUSY, str(busy))
     for i, step in enumerate(todo):
-        if now[0] - started >= budget_seconds:
+        if clock.now - started >= budget_seconds:
             results.extend(skipped(s, "out of time") for s in todo[i:])
             return report(TIMEOUT, f"the time budget of {budget_seconds:g} s is spent")
         try:
@@ -87,8 +88,8 @@ def _run(scenario: Scenario, gpu: Gpu, guard: Guard, now: list[float], min_peak_
         except GpuBusy as busy:
             results.extend(skipped(s, "aborted: a process appeared") for s in todo[i:])
             return report(ABORTED, f"stopped to leave the GPU to the job: {busy}")
-        results.append(_result(scenario, gpu, spec, step, _noise(scenario, gpu, step, now[0])))
-        now[0] += STEP_SECONDS
+        results.append(_result(scenario, gpu, spec, step, _noise(scenario, gpu, step, clock.now)))
+        clock.advance(STEP_SECONDS)
     return report(OK, "")
 
 

@@ -58,9 +58,9 @@ def make_agent(
 
     `ledger` adds the job-ledger stage: a file path, or "" to keep the accounts in memory only.
     """
-    clock = clock or ManualClock()
     spec = load_scenario(scenario)
-    library = load_simulated_library(spec, clock.monotonic)
+    clock = clock or ManualClock(epoch=spec.start_time)
+    library = load_simulated_library(spec, clock)
     enabled = {**collectors.defaults(), **(enable or {})}
     built = collectors.build(enabled) + list(extra)
     analysis = None

@@ -27,7 +27,8 @@ STABLE_IDS = {
     "ecc_uncorrected", "gpu_fell_off_bus", "gpu_preprocessing", "gradient_accumulation", "gradient_checkpointing",
     "host_device_sync", "hw_slowdown", "idle_timeout_policy", "larger_batch", "mig_monitoring", "mixed_precision",
     "model_parallelism", "more_cpu_cores", "numa_binding", "nvlink_topology", "nvml_unavailable", "pcie_link",
-    "pin_memory", "power_cap", "profile_the_job", "release_idle_gpu", "right_size_gpu", "row_remap",
+    "pin_memory", "power_cap", "processes_unreadable", "profile_the_job", "release_idle_gpu", "right_size_gpu",
+    "row_remap",
     "tensorrt_inference", "tf32_matmul", "thermal_throttle", "torch_compile", "unused_gpu_request",
     "update_driver_cuda", "xid_lookup",
 }

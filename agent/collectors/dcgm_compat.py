@@ -54,7 +54,8 @@ def _scaled(attribute: str, factor: float) -> Callable[[Any], float | None]:
 
 
 def _free_mib(memory: Any) -> float:
-    return (memory.total_bytes - memory.used_bytes) / _MIB
+    # The driver's free memory: neither used by processes nor reserved by the driver itself.
+    return (memory.total_bytes - memory.used_bytes - (memory.reserved_bytes or 0)) / _MIB
 
 
 SERIES: tuple[_Series, ...] = (
@@ -76,6 +77,8 @@ SERIES: tuple[_Series, ...] = (
             lambda r: r.last_xid),
     _Series("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "memory", _free_mib),
     _Series("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "memory", _scaled("used_bytes", 1 / _MIB)),
+    _Series("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "memory",
+            _scaled("reserved_bytes", 1 / _MIB)),
     _Series("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.", "ecc",
             _scaled("corrected_volatile", 1)),
     _Series("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.", "ecc",

@@ -1,4 +1,8 @@
-"""Device memory in use and in total (nvmlDeviceGetMemoryInfo)."""
+"""Device memory in use, reserved by the driver, and in total (nvmlDeviceGetMemoryInfo).
+
+With nvmlMemory_v2_t (R510 and newer) "used" is what processes hold and the driver's reserve is its
+own series, as nvidia-smi shows them; older drivers only give "used" with the reserve inside it.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, read
 class MemoryReading:
     used_bytes: int
     total_bytes: int
+    reserved_bytes: int | None  # None before R510: then used_bytes includes the reserve
 
 
 class MemoryCollector(Collector):
@@ -19,15 +24,24 @@ class MemoryCollector(Collector):
 
     def read(self, nvml, gpu: GpuContext) -> MemoryReading | None:
         memory = nvml.memory(gpu.handle)
-        return None if memory is None else MemoryReading(used_bytes=memory[0], total_bytes=memory[1])
+        if memory is None:
+            return None
+        return MemoryReading(used_bytes=memory.used, total_bytes=memory.total, reserved_bytes=memory.reserved)
 
     def metrics(self, snapshot, interval):
         pairs = list(readings(snapshot.gpus, self.name))
         yield gpu_gauge(
             "gpulens_gpu_memory_used_bytes",
-            f"Device memory in use by all processes and the driver, in bytes; sampled every {interval:g} s.",
+            "Device memory in use by processes, in bytes (drivers before R510 count the driver's reserve in "
+            f"it too); sampled every {interval:g} s.",
             pairs,
             lambda r: r.used_bytes,
+        )
+        yield gpu_gauge(
+            "gpulens_gpu_memory_reserved_bytes",
+            "Device memory the driver reserves for itself, in bytes (absent before R510).",
+            pairs,
+            lambda r: r.reserved_bytes,
         )
         yield gpu_gauge(
             "gpulens_gpu_memory_total_bytes",

@@ -26,13 +26,16 @@ def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
     processes = nvml.processes(gpu.handle)
     if processes is not None:
         since = gpu.shared.get("process_samples_seen_us", 0)
-        utilization, newest = nvml.process_utilization(gpu.handle, since) or ({}, since)
-        gpu.shared["process_samples_seen_us"] = newest
-        # A process listed above may exit before the utilization call: it then has no sample.
-        live = {p.pid for p in processes}
+        answer = nvml.process_utilization(gpu.handle, since)
+        ratios: dict[int, float] = {}
+        if answer is not None:
+            utilization, gpu.shared["process_samples_seen_us"] = answer
+            # The driver gives a sample only to processes that ran kernels since `since` (nvml.h): a
+            # listed process without one ran none. A sampled pid not listed has exited since.
+            ratios = {p.pid: utilization.get(p.pid, 0.0) for p in processes}
         reading = ProcessesReading(
             processes=tuple(sorted(processes, key=lambda p: p.pid)),
-            sm_ratio_by_pid=tuple(sorted((pid, r) for pid, r in utilization.items() if pid in live)),
+            sm_ratio_by_pid=tuple(sorted(ratios.items())),
         )
     gpu.cycle["processes"] = reading
     return reading

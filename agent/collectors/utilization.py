@@ -4,6 +4,11 @@ NVML's utilization is the share of each sample period (1/6 s to 1 s, by GPU) dur
 ran. A gauge read every scrape sees one period out of many; instead we fetch every sample since the
 last one we saw (carrying `lastSeenTimeStamp` forward) and add `ratio x period` to a busy-seconds
 counter, so `rate(busy_seconds_total)` is right over any window, however fast the GPU alternates.
+
+Some drivers stop filling the buffer while the GPU is idle (polarsignals/gpu-metrics-agent pull
+request #37): NVML then answers NOT_FOUND cycle after cycle. Once no sample has arrived for
+`IDLE_AFTER_SECONDS`, the GPU reads idle (ratio 0) and the silent time counts as sampled and not busy,
+so the counters' ratio stays right; it is never the last busy value carried on.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gp
 # typical gap: after a stall longer than the driver's buffer, the missing time is left uncovered
 # rather than credited to the first sample that survived.
 _MAX_GAP_FACTOR = 2.0
+# Twice the longest sample period NVML uses (1 s): a buffer silent for longer has stopped.
+IDLE_AFTER_SECONDS = 2.0
+# On the first look, the ratio is the mean of the samples of this last stretch of the buffer, so the
+# first scrape already shows utilization; the counters start from zero then.
+_FIRST_LOOK_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -38,28 +48,28 @@ class UtilizationCollector(Collector):
             return None
         samples.sort()
         if "last_seen_us" not in state:
-            # First look: the buffer holds history from before we started; start counting from now.
-            state.update(last_seen_us=samples[-1][0] if samples else 0, busy=0.0, sampled=0.0, count=0)
-            state["typical_gap_us"] = _typical_gap(samples)
-            return UtilizationReading(None, 0.0, 0.0, 0)
-        busy_cycle = sampled_cycle = 0.0
-        previous = last_seen
+            # First look: the buffer holds history from before we started; count from now on.
+            state.update(last_seen_us=samples[-1][0] if samples else 0, busy=0.0, sampled=0.0, count=0,
+                         heard=gpu.now, typical_gap_us=_typical_gap(samples))
+            recent = [s for s in samples if s[0] > samples[-1][0] - _FIRST_LOOK_SECONDS * 1e6] if samples else []
+            busy, sampled = _integrate(recent, 0, state["typical_gap_us"])
+            state["last_ratio"] = busy / sampled if sampled > 0 else None
+            return UtilizationReading(state["last_ratio"], 0.0, 0.0, 0)
         typical = _typical_gap(samples) or state.get("typical_gap_us")
-        for timestamp, ratio in samples:
-            gap = timestamp - previous if previous else typical or 0
-            if typical:
-                gap = min(gap, typical * _MAX_GAP_FACTOR)
-            seconds = max(gap, 0) / 1e6
-            busy_cycle += ratio * seconds
-            sampled_cycle += seconds
-            previous = timestamp
+        busy_cycle, sampled_cycle = _integrate(samples, last_seen, typical)
         if samples:
-            state["last_seen_us"] = samples[-1][0]
-            state["typical_gap_us"] = typical
+            state.update(last_seen_us=samples[-1][0], typical_gap_us=typical, heard=gpu.now)
+            ratio = busy_cycle / sampled_cycle if sampled_cycle > 0 else state.get("last_ratio")
+        elif gpu.now - state["heard"] >= IDLE_AFTER_SECONDS:
+            # The driver stopped sampling: the GPU is idle, and has been since we last heard from it.
+            sampled_cycle = gpu.now - state["heard"]
+            state["heard"] = gpu.now
+            ratio = 0.0
+        else:
+            ratio = state.get("last_ratio")  # no sample due yet: a sample period can outlast a cycle
         state["busy"] += busy_cycle
         state["sampled"] += sampled_cycle
         state["count"] += len(samples)
-        ratio = busy_cycle / sampled_cycle if sampled_cycle > 0 else state.get("last_ratio")
         state["last_ratio"] = ratio
         return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
 
@@ -84,6 +94,20 @@ class UtilizationCollector(Collector):
             pairs,
             lambda r: r.sampled_seconds_total,
         )
+
+
+def _integrate(samples: list[tuple[int, float]], previous: int, typical: int | None) -> tuple[float, float]:
+    """Return (busy, sampled) seconds covered by `samples`, each lasting since the sample before it."""
+    busy = sampled = 0.0
+    for timestamp, ratio in samples:
+        gap = timestamp - previous if previous else typical or 0
+        if typical:
+            gap = min(gap, typical * _MAX_GAP_FACTOR)
+        seconds = max(gap, 0) / 1e6
+        busy += ratio * seconds
+        sampled += seconds
+        previous = timestamp
+    return busy, sampled
 
 
 def _typical_gap(samples: list[tuple[int, float]]) -> int | None:

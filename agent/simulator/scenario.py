@@ -8,22 +8,24 @@ in it and the fix; unknown keys are mistakes too, so typos never pass silently.
 from __future__ import annotations
 
 import difflib
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml
 
+from . import branches
 from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
 GIB = 2**30
 MIB = 2**20
 
-# Names usable in `not_supported` lists and timed not_supported faults; each makes
-# the listed NVML calls or field values answer NVML_ERROR_NOT_SUPPORTED.
+# Names usable in `not_supported` and `no_permission` lists and faults; each makes the NVML calls
+# and field values of that feature answer NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_NO_PERMISSION.
 FEATURES = (
     "power", "energy", "power_limit", "temperature", "memory_temperature", "fan", "memory",
     "serial", "mig_mode", "ecc", "remapped_rows", "pcie_throughput", "pcie_link", "pcie_replay",
@@ -50,27 +52,10 @@ INIT_ERRORS = {
     "unknown": "NVML_ERROR_UNKNOWN",
 }
 
-# The NVML entry points SimulatedNvml implements; a function_not_found fault may name any of them.
-SIMULATED_FUNCTIONS = frozenset({
-    "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion",
-    "nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2",
-    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
-    "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetIndex", "nvmlDeviceGetUUID", "nvmlDeviceGetName",
-    "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMigMode", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetSamples", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetTemperature", "nvmlDeviceGetFanSpeed",
-    "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkWidth",
-    "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetEccMode", "nvmlDeviceGetTotalEccErrors",
-    "nvmlDeviceGetRemappedRows", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization",
-    "nvmlEventSetCreate", "nvmlDeviceRegisterEvents", "nvmlEventSetWait", "nvmlEventSetWait_v2",
-    "nvmlEventSetFree", "nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleGet",
-    "nvmlGpmSampleFree", "nvmlGpmMetricsGet",
-})
-
-FAULT_KINDS = ("lost", "not_supported", "init_failure", "process_vanishes", "function_not_found")
+FAULT_KINDS = ("lost", "not_supported", "no_permission", "init_failure", "process_vanishes", "processes_appear",
+               "function_not_found")
+# Functions whose absence would make the library unusable, so no fault may remove them.
+_ESSENTIAL = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"})
 
 # Ceilings on values the scenario format would otherwise leave open, far above any real GPU's, so that
 # a typo is an error rather than an energy or byte counter that overflows to infinity in the simulator.
@@ -198,29 +183,68 @@ class TorchSpec:
 
 @dataclass(frozen=True)
 class Process:
-    pid: int
+    pid: int  # with `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would
     memory: int  # bytes, nvmlProcessInfo_t.usedGpuMemory
     sm_utilization: Signal | None  # percent; None = the GPU's utilization
     start: float  # seconds
-    end: float | None  # seconds; None = never exits
+    end: float | None  # seconds; None = never exits (with `every`: no occurrence starts from then on)
     job: JobSpec | None = None  # None: a bare process of user "nobody"
     host: HostSpec | None = None  # None: the agent sees no host evidence
     torch: TorchSpec | None = None  # None: the job does not use gpulens.torch
+    every: float | None = None  # a process that comes back: a new occurrence every `every` seconds
+    lasts: float | None = None  # ... each living `lasts` seconds
+
+    def pid_at(self, t: float) -> int | None:
+        """Return the pid of the occurrence running at time ``t`` (seconds), or None when none runs."""
+        if t < self.start or (self.end is not None and t >= self.end):
+            return None
+        if self.every is None:
+            return self.pid
+        occurrence = int((t - self.start) // self.every)
+        return self.pid + occurrence if t - self.start - occurrence * self.every < self.lasts else None
 
     def alive(self, t: float) -> bool:
-        """Return whether the process runs at time ``t`` (seconds)."""
-        return self.start <= t and (self.end is None or t < self.end)
+        """Return whether an occurrence of the process runs at time ``t`` (seconds)."""
+        return self.pid_at(t) is not None
+
+    def owns(self, pid: int) -> bool:
+        """Return whether ``pid`` is one of this process's occurrences."""
+        if self.every is None:
+            return pid == self.pid
+        return pid >= self.pid and (self.last_pid is None or pid <= self.last_pid)
+
+    @property
+    def last_pid(self) -> int | None:
+        """The highest pid an occurrence gets; None when the process comes back forever."""
+        if self.every is None:
+            return self.pid
+        if self.end is None:
+            return None
+        return self.pid + max(0, math.ceil((self.end - self.start) / self.every) - 1)
 
 
 @dataclass(frozen=True)
 class Window:
-    """A time window [at, until); ``until`` None means it never ends."""
+    """A time window [at, until); ``until`` None means it never ends.
+
+    With ``every``, the window repeats: active for ``lasts`` seconds at the start of every ``every``
+    seconds from ``at`` on, until ``until``.
+    """
 
     at: float
     until: float | None
+    every: float | None = None
+    lasts: float | None = None
 
     def active(self, t: float) -> bool:
-        return self.at <= t and (self.until is None or t < self.until)
+        if t < self.at or (self.until is not None and t >= self.until):
+            return False
+        return self.every is None or (t - self.at) % self.every < self.lasts
+
+    @property
+    def always(self) -> bool:
+        """Whether the window covers all time: from 0, never ending, never pausing."""
+        return self.at == 0 and self.until is None and self.every is None
 
 
 @dataclass(frozen=True)
@@ -317,6 +341,9 @@ class Gpu:
     processes: tuple[Process, ...]
     allocated_to: JobSpec | None = None  # a scheduler holds this GPU for a job (Kubernetes pod-resources)
     probe: ProbeSpec | None = None  # what probe kernels would measure; None = a healthy GPU of its model
+    no_permission: frozenset[str] = frozenset()  # features an unprivileged caller may not read here
+    samples_when_idle: bool = True  # False: the driver takes no utilization sample while nothing runs
+    process_memory: bool = True  # False: usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (MIG, unprivileged)
 
 
 @dataclass(frozen=True)
@@ -328,6 +355,7 @@ class Fault:
     error: str | None = None  # init_failure: a key of INIT_ERRORS
     pid: int | None = None  # process_vanishes
     function: str | None = None  # function_not_found
+    count: int | None = None  # processes_appear
 
 
 @dataclass(frozen=True)
@@ -335,10 +363,15 @@ class Scenario:
     name: str
     description: str
     seed: int
-    start_time: float  # epoch seconds at simulated time 0
-    driver_version: str
+    start_time: float  # epoch seconds at simulated time 0 on a manual clock (tests); running nodes use "now"
+    driver: branches.Driver
     cuda_driver_version: int  # as nvmlSystemGetCudaDriverVersion returns it, e.g. 12040
     nvml_version: str
+
+    @property
+    def driver_version(self) -> str:
+        """nvmlSystemGetDriverVersion, e.g. "580.82.07"."""
+        return self.driver.version
     gpus: tuple[Gpu, ...]
     faults: tuple[Fault, ...]
 
@@ -415,26 +448,39 @@ def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, conve
 
 def _window(spec: dict, where: str) -> Window:
     at = _ranged(spec.get("at", 0), _at(where, "at"), 0)
-    if "until" not in spec:
-        return Window(at, None)
-    until = number(spec["until"], _at(where, "until"))
-    if until <= at:
-        raise SpecError(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
-    return Window(at, until)
+    until = None
+    if "until" in spec:
+        until = number(spec["until"], _at(where, "until"))
+        if until <= at:
+            raise SpecError(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
+    every, lasts = _repeat(spec, where)
+    return Window(at, until, every, lasts)
+
+
+def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
+    """Return (every, for) of something that comes back, or (None, None) when it happens once."""
+    if "every" not in spec and "for" not in spec:
+        return None, None
+    if "every" not in spec or "for" not in spec:
+        raise SpecError(where, "every and for go together: every: SECONDS between starts, for: SECONDS each lasts")
+    every = _ranged(spec["every"], _at(where, "every"), 0.001)
+    lasts = _ranged(spec["for"], _at(where, "for"), 0.001)
+    if lasts >= every:
+        raise SpecError(_at(where, "for"), f"for ({lasts:g}) must be shorter than every ({every:g}); "
+                                           "leave both out for something that never stops")
+    return every, lasts
 
 
 # ---------------------------------------------------------------- GPU sections
 
 
 def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...]:
-    processes, pids = [], set()
+    processes: list[Process] = []
     for i, item in enumerate(_items(raw, where)):
         at = f"{where}[{i}]"
-        spec = mapping(item, at, ("pid", "memory"), ("sm_utilization", "start", "end", "job", "host", "torch"))
+        spec = mapping(item, at, ("pid", "memory"),
+                       ("sm_utilization", "start", "end", "every", "for", "job", "host", "torch"))
         pid = _integer(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
-        if pid in pids:
-            raise SpecError(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
-        pids.add(pid)
         memory = byte_count(spec["memory"], f"{at}.memory")
         if not 0 <= memory <= memory_total:
             raise SpecError(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
@@ -444,12 +490,29 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
             end = number(spec["end"], f"{at}.end")
             if end <= start:
                 raise SpecError(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
+        every, lasts = _repeat(spec, at)
         sm = _signal(spec, "sm_utilization", at, 0, 100)
         job = _job(spec["job"], f"{at}.job") if "job" in spec else None
         host = _host(spec["host"], f"{at}.host") if "host" in spec else None
         torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
-        processes.append(Process(pid, int(memory), sm, start, end, job, host, torch))
+        process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts)
+        if process.last_pid is not None and process.last_pid > 2**32 - 1:
+            raise SpecError(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
+        for other in processes:
+            if _pids_overlap(process, other):
+                if process.every is None and other.every is None:
+                    raise SpecError(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
+                raise SpecError(f"{at}.pid", f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
+                                             "every takes pid, pid + 1, ... for its occurrences); move one of them")
+        processes.append(process)
     return tuple(processes)
+
+
+def _pids_overlap(a: Process, b: Process) -> bool:
+    """Whether two processes of one GPU could show the same pid (occurrences count up from the first)."""
+    a_last = a.last_pid if a.last_pid is not None else math.inf
+    b_last = b.last_pid if b.last_pid is not None else math.inf
+    return a.pid <= b_last and b.pid <= a_last
 
 
 _JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
@@ -516,7 +579,7 @@ def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
     windows = []
     for i, item in enumerate(_items(raw, where)):
         at = f"{where}[{i}]"
-        spec = mapping(item, at, ("reasons",), ("at", "until"))
+        spec = mapping(item, at, ("reasons",), ("at", "until", "every", "for"))
         names = _items(spec["reasons"], f"{at}.reasons")
         if not names:
             raise SpecError(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
@@ -618,9 +681,9 @@ def _pci_bus_id(spec: dict, where: str, index: int) -> str:
     return bus_id
 
 
-def _not_supported(spec: dict, where: str) -> frozenset[str]:
-    at = _at(where, "not_supported")
-    names = _items(spec.get("not_supported", []), at)
+def _features(spec: dict, key: str, where: str) -> frozenset[str]:
+    at = _at(where, key)
+    names = _items(spec.get(key, []), at)
     return frozenset(_choice(name, f"{at}[{i}]", FEATURES) for i, name in enumerate(names))
 
 
@@ -628,7 +691,8 @@ _GPU_KEYS = (
     "model", "memory_total", "uuid", "serial", "pci_bus_id", "power_limit", "idle_power", "utilization",
     "memory_used", "power", "temperature", "memory_temperature", "fan", "clocks", "max_clocks", "throttle",
     "pcie", "ecc_mode", "ecc", "remapped_rows", "xid", "gpm", "sm_activity", "sm_occupancy",
-    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "processes", "allocated_to", "probe",
+    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "no_permission", "samples_when_idle",
+    "process_memory", "processes", "allocated_to", "probe",
 )
 
 
@@ -701,7 +765,13 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         row_remapping=row_remapping,
         hbm=model.hbm if model else False,
         power_average=model.power_average if model else True,
-        not_supported=_not_supported(spec, where),
+        not_supported=_features(spec, "not_supported", where),
+        no_permission=_features(spec, "no_permission", where),
+        samples_when_idle=_choice(spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"),
+                                  ("continue", "stop")) == "continue",
+        # In MIG mode a process's memory is only seen per instance (or with privileges) on the parent.
+        process_memory=_choice(spec.get("process_memory", "unavailable" if mig else "reported"),
+                               _at(where, "process_memory"), ("reported", "unavailable")) == "reported",
         processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
         allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
         probe=_probe(spec["probe"], _at(where, "probe")) if "probe" in spec else None,
@@ -727,12 +797,15 @@ def _allocation(raw: object, where: str) -> JobSpec:
 
 # ---------------------------------------------------------------- faults
 
+_TIMED = ("at", "until", "every", "for")
 _FAULT_KEYS = {
-    "lost": (("gpu",), ("at", "until")),
-    "not_supported": (("gpu", "what"), ("at", "until")),
-    "init_failure": (("error",), ("at", "until")),
+    "lost": (("gpu",), _TIMED),
+    "not_supported": (("gpu", "what"), _TIMED),
+    "no_permission": (("gpu", "what"), _TIMED),
+    "init_failure": (("error",), _TIMED),
     "process_vanishes": (("gpu", "pid"), ("at",)),
-    "function_not_found": (("function",), ("at", "until")),
+    "processes_appear": (("gpu", "count"), ("at",)),
+    "function_not_found": (("function",), _TIMED),
 }
 
 
@@ -750,8 +823,8 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
     pid = None
     if kind == "process_vanishes":
         pid = _integer(spec["pid"], f"{where}.pid", 1)
-        if pid not in {p.pid for p in gpus[gpu].processes}:
-            raise SpecError(f"{where}.pid", f"gpu {gpu} has no process with pid {pid}")
+        if not any(p.every is None and p.pid == pid for p in gpus[gpu].processes):
+            raise SpecError(f"{where}.pid", f"gpu {gpu} has no process with pid {pid} (that does not repeat)")
     return Fault(
         kind=kind,
         window=_window(spec, where),
@@ -759,9 +832,22 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
         what=_choice(spec["what"], f"{where}.what", FEATURES) if "what" in spec else None,
         error=_choice(spec["error"], f"{where}.error", INIT_ERRORS) if "error" in spec else None,
         pid=pid,
-        function=_choice(spec["function"], f"{where}.function", sorted(SIMULATED_FUNCTIONS))
-        if "function" in spec else None,
+        function=_function(spec["function"], f"{where}.function") if "function" in spec else None,
+        count=_integer(spec["count"], f"{where}.count", 1, 10_000) if "count" in spec else None,
     )
+
+
+def _function(raw: object, where: str) -> str:
+    """Return an NVML C function name a fault may remove: one some branch exports, not init or shutdown."""
+    name = _text(raw, where)
+    if not branches.family(name):
+        close = difflib.get_close_matches(name, sorted(branches.all_symbols()), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise SpecError(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
+    if branches.family(name) & _ESSENTIAL:
+        raise SpecError(where, f"{name} cannot be removed: without it no NVML call works; "
+                               "use an init_failure fault instead")
+    return name
 
 
 # ---------------------------------------------------------------- whole file
@@ -769,7 +855,7 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
 
 def _scenario(raw: object) -> Scenario:
     spec = mapping(raw, "", ("name", "description", "gpus"), (
-        "seed", "start_time", "driver_version", "cuda_driver_version", "nvml_version", "faults"))
+        "seed", "start_time", "driver", "driver_version", "cuda_driver_version", "nvml_version", "faults"))
     seed = _integer(spec.get("seed", 0), "seed", 0, 2**64 - 1)
     gpu_list = _items(spec["gpus"], "gpus")
     if not gpu_list:
@@ -779,20 +865,31 @@ def _scenario(raw: object) -> Scenario:
     for i, uuid in enumerate(uuids):
         if uuids.index(uuid) != i:
             raise SpecError(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
-    driver = _text(str(spec.get("driver_version", "550.90.07")), "driver_version")
-    cuda = _integer(spec.get("cuda_driver_version", 12040), "cuda_driver_version", 1000)
+    driver = _driver(spec)
+    cuda = _integer(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
         name=_text(spec["name"], "name"),
         description=_text(spec["description"], "description"),
         seed=seed,
         start_time=_ranged(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
-        driver_version=driver,
+        driver=driver,
         cuda_driver_version=cuda,
-        nvml_version=_text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver}")), "nvml_version"),
+        nvml_version=_text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}")), "nvml_version"),
         gpus=gpus,
         faults=tuple(_fault(item, f"faults[{i}]", gpus) for i, item in enumerate(_items(spec.get("faults", []),
                                                                                         "faults"))),
     )
+
+
+def _driver(spec: dict) -> branches.Driver:
+    """The scenario's driver: `driver` (a branch or a release), or the older `driver_version` key."""
+    if "driver" in spec and "driver_version" in spec:
+        raise SpecError("driver_version", "give the driver once: keep driver and remove driver_version")
+    key = "driver" if "driver" in spec else "driver_version"
+    try:
+        return branches.resolve(_text(str(spec.get(key, branches.NEWEST)), key))
+    except branches.DriverError as error:
+        raise SpecError(key, str(error)) from None
 
 
 def parse_scenario(text: str, label: str) -> Scenario:
@@ -830,3 +927,10 @@ def load_scenario(name_or_path: str) -> Scenario:
     except UnicodeDecodeError as error:
         raise ScenarioError(f"scenario {path}: byte {error.start} is not UTF-8; save the file as UTF-8 text") from None
     return parse_scenario(text, str(path))
+
+
+def on_driver(scenario: Scenario, driver: str) -> Scenario:
+    """Return `scenario` with its driver replaced by `driver` (a branch or a release); DriverError if unknown."""
+    resolved = branches.resolve(driver)
+    cuda = resolved.branch.cuda_version
+    return replace(scenario, driver=resolved, cuda_driver_version=cuda, nvml_version=resolved.nvml_version)

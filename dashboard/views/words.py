@@ -54,6 +54,7 @@ REASON_TEXT = {
     Reason.SPINNING_KERNEL.value: "it looks busy but does nothing: a job likely hangs waiting on another",
     Reason.HEALTHY.value: "healthy use",
     Reason.NO_DATA.value: "no samples yet",
+    Reason.PROCESSES_UNKNOWN.value: "the driver would not list its processes, so it may be free or held",
     Reason.GPU_LOST.value: "the GPU stopped answering (fell off the bus)",
     Reason.NVML_DOWN.value: "the NVIDIA driver does not answer on this node",
     Reason.MIG_ENABLED.value: "split into MIG slices, whose use the driver does not report",

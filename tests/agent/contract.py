@@ -21,8 +21,9 @@ def check_adapter_contract(nvml, wait) -> None:
         assert re.fullmatch(r"(GPU|MIG)-[0-9a-f-]{36}", ident.uuid), ident.uuid
         assert ident.name and ident.memory_total_bytes > 2**30
         assert re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]", ident.pci_bus_id.upper())
-        used, total = nvml.memory(handle)
-        assert 0 <= used <= total == ident.memory_total_bytes
+        memory = nvml.memory(handle)
+        assert 0 <= memory.used <= memory.total == ident.memory_total_bytes
+        assert memory.reserved is None or 0 <= memory.used + memory.reserved <= memory.total
         samples = nvml.utilization_samples(handle, 0)
         firsts.append(samples)
         if samples:

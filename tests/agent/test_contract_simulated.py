@@ -11,7 +11,7 @@ from .contract import check_adapter_contract
 @pytest.mark.parametrize("name", [n for n in builtin_scenarios() if n != "nvml-down"])
 def test_simulated_library_meets_the_adapter_contract(name):
     clock = ManualClock()
-    nvml = Nvml(load_simulated_library(load_scenario(name), clock.monotonic))
+    nvml = Nvml(load_simulated_library(load_scenario(name), clock))
     clock.advance(2)
     nvml.init()
     check_adapter_contract(nvml, wait=lambda: clock.advance(1.5))

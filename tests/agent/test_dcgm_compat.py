@@ -82,7 +82,9 @@ def _ours(agent, name: str, gpu: int) -> float | None:
 def test_values_are_the_agents_own_in_dcgm_units(demo, gpu):
     assert _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu) == _ours(demo, "gpulens_gpu_memory_used_bytes", gpu) / 2**20
     total = _ours(demo, "gpulens_gpu_memory_total_bytes", gpu) / 2**20
-    assert _dcgm(demo, "DCGM_FI_DEV_FB_FREE", gpu) + _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu) == pytest.approx(total)
+    assert _dcgm(demo, "DCGM_FI_DEV_FB_RESERVED", gpu) == _ours(demo, "gpulens_gpu_memory_reserved_bytes", gpu) / 2**20
+    assert (_dcgm(demo, "DCGM_FI_DEV_FB_FREE", gpu) + _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu)
+            + _dcgm(demo, "DCGM_FI_DEV_FB_RESERVED", gpu)) == pytest.approx(total)
     assert _dcgm(demo, "DCGM_FI_DEV_POWER_USAGE", gpu) == _ours(demo, "gpulens_gpu_power_watts", gpu)
     assert _dcgm(demo, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu) == pytest.approx(
         _ours(demo, "gpulens_gpu_energy_joules_total", gpu) * 1000)

@@ -73,7 +73,7 @@ def diagnose(tmp_path, load_seconds: float):
     )
     try:
         clock = SimulatedClock(1.0)
-        library = load_simulated_library(parse_scenario(SCENARIO.format(pid=child.pid), "e2e"), clock.monotonic)
+        library = load_simulated_library(parse_scenario(SCENARIO.format(pid=child.pid), "e2e"), clock)
         sources = LiveSources(Resolver(clock=clock.monotonic), HostSampler(clock=clock.monotonic), receiver)
         analysis = Analysis(sources, Diagnoser(Settings(window=10, dwell=3)))
         sampler = Sampler(library, collectors.build(collectors.defaults()), clock, analysis=analysis)

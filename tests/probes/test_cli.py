@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.probes import cli
@@ -91,14 +92,14 @@ def test_a_gpu_can_be_chosen_by_uuid():
 
 
 def test_no_driver_exits_4_and_points_to_the_cpu():
-    library = load_simulated_library(load_scenario("nvml-down"), lambda: 0.0)
+    library = load_simulated_library(load_scenario("nvml-down"), ManualClock())
     status, out, err = probe(library=library)
     assert status == cli.EXIT_UNPROBED and out == ""
     assert "no NVIDIA driver answers here" in err and "--device cpu" in err
 
 
 def test_gpus_that_cuda_cannot_see_are_reported_not_probed():
-    library = load_simulated_library(load_scenario("probes"), lambda: 0.0)
+    library = load_simulated_library(load_scenario("probes"), ManualClock())
     status, out, _ = probe("--json", "--gpu", "0,1", library=library)
     reports = json.loads(out)["reports"]
     assert status == cli.EXIT_UNPROBED and [r["gpu"] for r in reports] == ["0", "1"]

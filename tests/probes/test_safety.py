@@ -20,7 +20,7 @@ from .helpers import SMALL, Ticking, plenty
 
 
 def guard_for(scenario, clock: ManualClock, index: int = 0) -> Guard:
-    nvml = Nvml(load_simulated_library(scenario, clock.monotonic))
+    nvml = Nvml(load_simulated_library(scenario, clock))
     nvml.init()
     return Guard(nvml, {str(index): nvml.handle(index)})
 

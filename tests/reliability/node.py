@@ -41,7 +41,7 @@ class Node:
     def __init__(self, scenario: Scenario, ledger_path: str | None = None, interval: float = 1.0,
                  recent: int = 1000, wrap: Callable | None = None):
         self.clock = ManualClock()
-        library = load_simulated_library(scenario, self.clock.monotonic)
+        library = load_simulated_library(scenario, self.clock)
         if wrap is not None:
             library = wrap(library, self.clock)
         enabled = collectors.build(collectors.defaults())

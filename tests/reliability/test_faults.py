@@ -16,7 +16,6 @@ import sys
 import time
 
 import psutil
-import pynvml
 import pytest
 from gpulens.agent.ledger import connect_readonly, read_records
 from gpulens.agent.simulator.churn import churn_jobs, churn_scenario
@@ -121,7 +120,7 @@ class DriverGone:
 
         def call(*args, **kwargs):
             if DRIVER_GONE[0] <= self._clock.monotonic() < DRIVER_GONE[1]:
-                raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+                raise self._library.NVMLError(self._library.NVML_ERROR_DRIVER_NOT_LOADED)
             return found(*args, **kwargs)
 
         return call

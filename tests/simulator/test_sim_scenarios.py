@@ -4,13 +4,7 @@ import re
 import textwrap
 
 import pytest
-from gpulens.agent.simulator.library import simulated_functions
-from gpulens.agent.simulator.scenario import (
-    SIMULATED_FUNCTIONS,
-    ScenarioError,
-    builtin_scenarios,
-    load_scenario,
-)
+from gpulens.agent.simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
 
 BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "probes", "square20"]
 
@@ -46,10 +40,6 @@ def test_demo_matches_its_description():
 
 def test_bench_has_32_processes():
     assert sum(len(g.processes) for g in load_scenario("bench8x32").gpus) == 32
-
-
-def test_function_names_match_the_library():
-    assert SIMULATED_FUNCTIONS == simulated_functions()
 
 
 def test_model_defaults_and_aliases():
@@ -140,6 +130,27 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         ("description: d\ngpus: []\n", "top level", "missing key 'name'"),
         (body() + "flavour: x\n", "top level", "unknown key 'flavour'"),
         (body(GOOD_GPU + '\n    uuid: "GPU-1234"'), "gpus[0].uuid", "expected GPU-xxxxxxxx"),
+        (body() + 'driver: "545.23.08"\n', "driver", "unknown driver '545.23.08'; use a branch (r470"),
+        (body() + 'driver: r999\n', "driver", "unknown driver 'r999'"),
+        (body() + 'driver: r535\ndriver_version: "535.54.03"\n', "driver_version", "give the driver once"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2}"), "gpus[0].processes[0]",
+         "every and for go together"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 2}"),
+         "gpus[0].processes[0].for", "for (2) must be shorter than every (2)"),
+        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 1}\n"
+                         "      - {pid: 9, memory: 1GiB}"), "gpus[0].processes[1].pid",
+         "the pids of pid 9 and pid 7 overlap"),
+        (body(GOOD_GPU + "\n    no_permission: [procesess]"), "gpus[0].no_permission[0]",
+         "did you mean 'processes'?"),
+        (body(GOOD_GPU + "\n    samples_when_idle: pause"), "gpus[0].samples_when_idle",
+         "use one of continue, stop"),
+        (body(extra="faults:\n  - {kind: processes_appear, gpu: 0, count: 0}"), "faults[0].count",
+         "must be between 1 and 10000"),
+        (body(extra="faults:\n  - {kind: lost, gpu: 0, every: 10}"), "faults[0]", "every and for go together"),
+        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlInit}"), "faults[0].function",
+         "cannot be removed"),
+        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetFluxCapacitor}"),
+         "faults[0].function", "unknown NVML function"),
     ],
 )
 def test_bad_scenarios_give_one_line_naming_file_place_and_fix(tmp_path, text, place, fix):

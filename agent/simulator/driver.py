@@ -1,0 +1,863 @@
+"""A simulated libnvidia-ml: the C functions of one driver release, answering from a scenario.
+
+`SimulatedDriver` stands where `ctypes.CDLL("libnvidia-ml.so.1")` would: an attribute lookup finds a
+C function pointer (made with `ctypes.CFUNCTYPE` over Python code) or raises AttributeError, as
+`dlsym` fails for a symbol the library lacks. The real nvidia-ml-py binding calls these pointers with
+its own ctypes arguments, so everything above the C boundary (its structures, version checks, symbol
+lookup, error mapping) is the binding's own code; see `gpulens.agent.nvml.load_simulated_library`.
+
+Every function follows nvml.h: outputs go through the caller's pointers, strings into the caller's
+buffer (NVML_ERROR_INSUFFICIENT_SIZE when it is too short), lists by the two-call size protocol, and
+each call returns an nvmlReturn_t. The driver branch decides which functions exist; a function the
+branch exports that the simulator does not model answers NVML_ERROR_NOT_SUPPORTED, as a real driver
+does for a feature a board lacks. Sources for each behaviour are given where it is implemented.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from ctypes import c_int, c_uint, c_ulonglong, c_void_p
+from dataclasses import dataclass, field
+
+from gpulens.agent import nvml_header as h
+
+from .branches import family
+from .hardware import GPM_RATIOS, SimulatedGpu, SimulatedNode
+from .scenario import INIT_ERRORS, Scenario
+
+log = logging.getLogger(__name__)
+
+# The C types of the prototypes below; enums are unsigned int, as the binding passes them.
+P, U, I, ULL = c_void_p, c_uint, c_int, c_ulonglong  # noqa: E741
+
+# What each scenario feature name (not_supported, no_permission) refuses: C functions and field ids.
+FEATURE_FIELDS = {
+    "power": (h.FI_DEV_POWER_INSTANT, h.FI_DEV_POWER_AVERAGE),
+    "energy": (h.FI_DEV_TOTAL_ENERGY_CONSUMPTION,),
+    "memory_temperature": (h.FI_DEV_MEMORY_TEMP,),
+    "ecc": (h.FI_DEV_ECC_SBE_VOL_TOTAL, h.FI_DEV_ECC_DBE_VOL_TOTAL, h.FI_DEV_ECC_SBE_AGG_TOTAL,
+            h.FI_DEV_ECC_DBE_AGG_TOTAL),
+    "remapped_rows": (h.FI_DEV_REMAPPED_COR, h.FI_DEV_REMAPPED_UNC, h.FI_DEV_REMAPPED_PENDING,
+                      h.FI_DEV_REMAPPED_FAILURE),
+    "pcie_throughput": (h.FI_DEV_PCIE_COUNT_TX_BYTES, h.FI_DEV_PCIE_COUNT_RX_BYTES),
+    "pcie_replay": (h.FI_DEV_PCIE_REPLAY_COUNTER,),
+}
+# Per-GPU activity that NVML gives per MIG instance only: the parent device of a MIG-enabled GPU
+# answers NOT_SUPPORTED (nvml.h, notes on nvmlDeviceGetSamples and nvmlDeviceGetProcessUtilization;
+# nvitop issue #5 shows nvmlDeviceGetUtilizationRates failing so on an A100 in MIG mode).
+_MIG_PARENT_UNSUPPORTED = frozenset({"samples", "process_utilization", "gpm"})
+_REFUSAL_CODES = {"not_supported": h.ERROR_NOT_SUPPORTED, "no_permission": h.ERROR_NO_PERMISSION}
+_GPM_POSITION = {
+    h.GPM_METRIC_GRAPHICS_UTIL: GPM_RATIOS.index("graphics"),
+    h.GPM_METRIC_SM_UTIL: GPM_RATIOS.index("sm"),
+    h.GPM_METRIC_SM_OCCUPANCY: GPM_RATIOS.index("occupancy"),
+    h.GPM_METRIC_ANY_TENSOR_UTIL: GPM_RATIOS.index("tensor"),
+    h.GPM_METRIC_DRAM_BW_UTIL: GPM_RATIOS.index("dram"),
+}
+# CUDA compute capability by model name prefix, as nvmlDeviceGetCudaComputeCapability reports it.
+_COMPUTE_CAPABILITY = (("NVIDIA H", (9, 0)), ("NVIDIA A100", (8, 0)), ("NVIDIA A10", (8, 6)),
+                       ("NVIDIA L", (8, 9)), ("Tesla T4", (7, 5)), ("Tesla V100", (7, 0)))
+
+
+class CallFailed(Exception):
+    """Ends an entry point early with an nvmlReturn_t code."""
+
+    def __init__(self, code: int):
+        super().__init__(h.ERROR_NAMES.get(code, str(code)))
+        self.code = code
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One modelled C function: its names, argument types and how it runs."""
+
+    names: tuple[str, ...]
+    argtypes: tuple
+    method: Callable
+    device: bool  # the first argument is a device handle
+    feature: str | None  # the scenario feature that may refuse it
+    needs_init: bool
+    restype: type = c_int
+
+
+_ENTRIES: list[_Entry] = []
+
+
+def _export(*names: str, args: tuple = (), device: bool = True, feature: str | None = None,
+            needs_init: bool = True, restype: type = c_int):
+    """Register the decorated method as the C function(s) `names`; `args` are the C types after the handle."""
+
+    def register(method: Callable) -> Callable:
+        argtypes = ((P,) if device else ()) + args
+        _ENTRIES.append(_Entry(names, argtypes, method, device, feature, needs_init, restype))
+        return method
+
+    return register
+
+
+# -- writing into the caller's memory -------------------------------------------------------------------
+
+
+def _need(address: int | None) -> int:
+    if not address:
+        raise CallFailed(h.ERROR_INVALID_ARGUMENT)
+    return address
+
+
+def _put(address: int | None, ctype: type, value: int | float) -> None:
+    ctype.from_address(_need(address)).value = value
+
+
+def _put_text(address: int | None, length: int, text: str) -> None:
+    """Copy `text` and its NUL into a caller's buffer of `length` bytes, as NVML's string getters do."""
+    data = text.encode() + b"\0"
+    if len(data) > length:
+        raise CallFailed(h.ERROR_INSUFFICIENT_SIZE)
+    ctypes.memmove(_need(address), data, len(data))
+
+
+def _struct(address: int | None, structure: type[ctypes.Structure]) -> ctypes.Structure:
+    return structure.from_address(_need(address))
+
+
+@dataclass
+class _EventSet:
+    memory: ctypes.Array  # the object nvmlEventSet_t points at
+    registered: dict[int, tuple[float, int]] = field(default_factory=dict)  # gpu -> (since s, event mask)
+    delivered: set[tuple[int, int]] = field(default_factory=set)  # (gpu, xid position)
+
+
+class SimulatedDriver:
+    """libnvidia-ml for `scenario`, at simulated time `clock()` (seconds), sample times from `epoch`.
+
+    `calls` counts the calls each function received, for tests and benchmarks that compare tools.
+    """
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float], epoch: float):
+        self.scenario = scenario
+        self.release = scenario.driver
+        self.node = SimulatedNode(scenario, clock, epoch)
+        self.calls: Counter[str] = Counter()
+        self._lock = threading.RLock()
+        self._refcount = 0
+        self._keep: list = []  # memory and callbacks the C side points at must stay alive
+        self._gpus_by_handle: dict[int, SimulatedGpu] = {}
+        self._handles: list[int] = []
+        for gpu in self.node.gpus:
+            memory = ctypes.create_string_buffer(16)  # what an nvmlDevice_t points at: opaque to callers
+            self._keep.append(memory)
+            self._gpus_by_handle[ctypes.addressof(memory)] = gpu
+            self._handles.append(ctypes.addressof(memory))
+        self._event_sets: dict[int, _EventSet] = {}
+        self._gpm_samples: dict[int, tuple | None] = {}
+        self._gpm_memory: dict[int, ctypes.Array] = {}
+        self._error_texts = {code: ctypes.create_string_buffer(text.encode()) for code, text in h.ERROR_NAMES.items()}
+        self._missing: dict[str, list] = {}  # symbol -> windows of the function_not_found faults that cover it
+        for function, windows in self.node.missing.items():
+            for symbol in family(function):
+                self._missing.setdefault(symbol, []).extend(windows)
+        self._functions = self._build()
+
+    # -- the symbol table ------------------------------------------------------------------------
+
+    def __getattr__(self, name: str):
+        """Return the C function `name`, or raise AttributeError as ctypes does for a missing symbol."""
+        functions = self.__dict__.get("_functions")
+        if functions is None or name not in functions:
+            release = self.__dict__.get("release")
+            version = release.version if release is not None else "?"
+            raise AttributeError(f"libnvidia-ml.so.1 (simulated {version}): undefined symbol: {name}")
+        return functions[name]
+
+    def exported(self) -> frozenset[str]:
+        """Return the names of every C function this library exports."""
+        return frozenset(self._functions)
+
+    def _build(self) -> dict[str, object]:
+        # A function_not_found fault for all time removes the symbol, as an older library would lack it.
+        exported = {s for s in self.release.symbols if not any(w.always for w in self._missing.get(s, ()))}
+        functions: dict[str, object] = {}
+        for entry in _ENTRIES:
+            for name in entry.names:
+                if name in exported:
+                    functions[name] = self._pointer(name, entry)
+        for name in exported - set(functions):
+            functions[name] = self._pointer(name, _Entry((name,), (P,), SimulatedDriver._unmodelled,
+                                                         device=False, feature=None, needs_init=True))
+        return functions
+
+    def _pointer(self, name: str, entry: _Entry):
+        def call(*args):
+            with self._lock:
+                self.calls[name] += 1
+                try:
+                    return entry.method(self, *self._enter(name, entry, args))
+                except CallFailed as failed:
+                    return failed.code
+                except Exception:  # noqa: BLE001 - a simulator bug must never read as NVML_SUCCESS
+                    log.exception("simulated %s failed", name)
+                    return h.ERROR_UNKNOWN
+
+        pointer = ctypes.CFUNCTYPE(entry.restype, *entry.argtypes)(call)
+        self._keep.append(pointer)
+        return pointer
+
+    def _enter(self, name: str, entry: _Entry, args: tuple) -> tuple:
+        """Check what every call checks, in NVML's order, and return the method's arguments."""
+        if not entry.needs_init:
+            return args
+        if self._refcount == 0:
+            raise CallFailed(h.ERROR_UNINITIALIZED)
+        now = self.node.now()
+        if any(w.active(now) for w in self._missing.get(name, ())):
+            raise CallFailed(h.ERROR_FUNCTION_NOT_FOUND)
+        if not entry.device:
+            return (now, *args)
+        gpu = self._gpu(args[0], now)
+        if entry.feature is not None:
+            self._require(gpu, entry.feature, now)
+        gpu.advance(now)
+        return (gpu, now, *args[1:])
+
+    def _gpu(self, handle: int | None, now: float) -> SimulatedGpu:
+        gpu = self._gpus_by_handle.get(handle or 0)
+        if gpu is None:
+            raise CallFailed(h.ERROR_INVALID_ARGUMENT)
+        # A GPU that fell off the bus fails every call made on it (nvml.h: NVML_ERROR_GPU_IS_LOST).
+        if gpu.is_lost(now):
+            raise CallFailed(h.ERROR_GPU_IS_LOST)
+        return gpu
+
+    def _refusal(self, gpu: SimulatedGpu, feature: str, now: float) -> int | None:
+        if gpu.spec.mig and feature in _MIG_PARENT_UNSUPPORTED:
+            return h.ERROR_NOT_SUPPORTED
+        kind = gpu.refusal(feature, now)
+        return _REFUSAL_CODES[kind] if kind else None
+
+    def _require(self, gpu: SimulatedGpu, feature: str, now: float) -> None:
+        code = self._refusal(gpu, feature, now)
+        if code is not None:
+            raise CallFailed(code)
+
+    def _handle_of(self, gpu: SimulatedGpu) -> int:
+        return self._handles[gpu.spec.index]
+
+    def _unmodelled(self, now: float, first=None, *_rest) -> int:
+        # A function of this branch the simulator does not model: the board "lacks" the feature. A lost
+        # GPU still answers GPU_IS_LOST, whatever the call.
+        gpu = self._gpus_by_handle.get(first or 0)
+        if gpu is not None and gpu.is_lost(now):
+            return h.ERROR_GPU_IS_LOST
+        return h.ERROR_NOT_SUPPORTED
+
+    # -- library lifetime ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """What loading the shared library does: OSError while an init_failure says it is missing."""
+        now = self.node.now()
+        if any(f.error == "library_not_found" and f.window.active(now) for f in self.node.init_failures):
+            raise OSError("libnvidia-ml.so.1: cannot open shared object file: No such file or directory")
+
+    @_export("nvmlInit", "nvmlInit_v2", device=False, needs_init=False)
+    def _init(self) -> int:
+        return self._init_with_flags(0)
+
+    @_export("nvmlInitWithFlags", args=(U,), device=False, needs_init=False)
+    def _init_with_flags(self, flags: int) -> int:
+        """Reference counted like the real library; an active init_failure fault fails it."""
+        now = self.node.now()
+        for fault in self.node.init_failures:
+            # A missing library fails at load time (open); once loaded, only init itself can fail.
+            if fault.error != "library_not_found" and fault.window.active(now):
+                return getattr(h, INIT_ERRORS[fault.error].removeprefix("NVML_"))
+        self._refcount += 1
+        return h.SUCCESS
+
+    @_export("nvmlShutdown", device=False, needs_init=False)
+    def _shutdown(self) -> int:
+        if self._refcount == 0:
+            return h.ERROR_UNINITIALIZED
+        self._refcount -= 1
+        return h.SUCCESS
+
+    @_export("nvmlErrorString", args=(I,), device=False, needs_init=False, restype=c_void_p)
+    def _error_string(self, code: int) -> int:
+        """Return a `const char *`, valid for the library's lifetime, whatever the state."""
+        return ctypes.addressof(self._error_texts.get(code, self._error_texts[h.ERROR_UNKNOWN]))
+
+    # -- system ----------------------------------------------------------------------------------
+
+    @_export("nvmlSystemGetDriverVersion", args=(P, U), device=False)
+    def _driver_version(self, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, self.release.version)
+        return h.SUCCESS
+
+    @_export("nvmlSystemGetNVMLVersion", args=(P, U), device=False)
+    def _nvml_version(self, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, self.scenario.nvml_version)
+        return h.SUCCESS
+
+    @_export("nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2", args=(P,), device=False)
+    def _cuda_version(self, now: float, out: int) -> int:
+        _put(out, c_int, self.scenario.cuda_driver_version)
+        return h.SUCCESS
+
+    # -- discovery -------------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2", args=(P,), device=False)
+    def _count(self, now: float, out: int) -> int:
+        """Lost GPUs still count, as with the real driver."""
+        _put(out, c_uint, len(self.node.gpus))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2", args=(U, P), device=False)
+    def _handle_by_index(self, now: float, index: int, out: int) -> int:
+        _need(out)
+        if not 0 <= index < len(self.node.gpus):
+            return h.ERROR_INVALID_ARGUMENT
+        return self._give_handle(self.node.gpus[index], now, out)
+
+    def _give_handle(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        if gpu.is_lost(now):
+            return h.ERROR_GPU_IS_LOST
+        _put(out, c_void_p, self._handle_of(gpu))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetHandleByUUID", args=(P, P), device=False)
+    def _handle_by_uuid(self, now: float, uuid: int, out: int) -> int:
+        wanted = ctypes.string_at(_need(uuid)).decode(errors="replace")
+        return self._find_handle(now, out, lambda g: g.spec.uuid == wanted)
+
+    @_export("nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByPciBusId_v2", args=(P, P), device=False)
+    def _handle_by_bus_id(self, now: float, bus_id: int, out: int) -> int:
+        """Accepts the 4- and 8-digit domain forms."""
+        wanted = ctypes.string_at(_need(bus_id)).decode(errors="replace").upper()
+        return self._find_handle(now, out, lambda g: g.spec.pci_bus_id in (wanted, "0000" + wanted))
+
+    def _find_handle(self, now: float, out: int, match: Callable[[SimulatedGpu], bool]) -> int:
+        _need(out)
+        for gpu in self.node.gpus:
+            if match(gpu):
+                return self._give_handle(gpu, now, out)
+        return h.ERROR_NOT_FOUND
+
+    @_export("nvmlDeviceGetIndex", args=(P,))
+    def _index(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, gpu.spec.index)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetUUID", args=(P, U))
+    def _uuid(self, gpu: SimulatedGpu, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, gpu.spec.uuid)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetName", args=(P, U))
+    def _name(self, gpu: SimulatedGpu, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, gpu.spec.name)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetSerial", args=(P, U), feature="serial")
+    def _serial(self, gpu: SimulatedGpu, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, gpu.spec.serial)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetPciInfo_v3", args=(P,))
+    def _pci_info(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        info = _struct(out, h.PciInfo)
+        domain, bus, rest = gpu.spec.pci_bus_id.split(":")
+        info.busId = gpu.spec.pci_bus_id.encode()
+        info.busIdLegacy = f"{domain[-4:]}:{bus}:{rest}".encode()
+        info.domain, info.bus, info.device = int(domain, 16), int(bus, 16), int(rest.split(".")[0], 16)
+        info.pciDeviceId = gpu.spec.pci_device_id
+        info.pciSubSystemId = 0
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetMigMode", args=(P, P), feature="mig_mode")
+    def _mig_mode(self, gpu: SimulatedGpu, now: float, current: int, pending: int) -> int:
+        if not gpu.spec.mig_capable:
+            return h.ERROR_NOT_SUPPORTED
+        mode = h.DEVICE_MIG_ENABLE if gpu.spec.mig else h.DEVICE_MIG_DISABLE
+        _put(current, c_uint, mode)
+        _put(pending, c_uint, mode)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceIsMigDeviceHandle", args=(P,))
+    def _is_mig_device(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, 0)  # every handle here is a physical GPU's
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetCudaComputeCapability", args=(P, P))
+    def _compute_capability(self, gpu: SimulatedGpu, now: float, major: int, minor: int) -> int:
+        found = next((cc for prefix, cc in _COMPUTE_CAPABILITY if gpu.spec.name.startswith(prefix)), None)
+        if found is None:
+            return h.ERROR_NOT_SUPPORTED
+        _put(major, c_int, found[0])
+        _put(minor, c_int, found[1])
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetPersistenceMode", args=(P,))
+    def _persistence(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_int, h.FEATURE_ENABLED)  # data-center nodes run nvidia-persistenced
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetComputeMode", args=(P,))
+    def _compute_mode(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_int, h.COMPUTEMODE_DEFAULT)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetPerformanceState", args=(P,))
+    def _performance_state(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_int, h.PSTATE_0 if gpu.util >= 0.5 or gpu.running(now) else h.PSTATE_8)
+        return h.SUCCESS
+
+    # -- memory and utilization ------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetMemoryInfo", args=(P,), feature="memory")
+    def _memory(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """nvmlMemory_t: `used` counts the driver's reserve (gpustat issue #141)."""
+        memory = _struct(out, h.Memory)
+        total, reserved = gpu.spec.memory_total, gpu.reserved_memory()
+        used = min(total, gpu.allocated_memory(now) + reserved)
+        memory.total, memory.used, memory.free = total, used, total - used
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetMemoryInfo_v2", args=(P,), feature="memory")
+    def _memory_v2(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """nvmlMemory_v2_t: `reserved` apart, `used` is what processes hold; the version must match."""
+        memory = _struct(out, h.MemoryV2)
+        if memory.version != h.MEMORY_V2:
+            return h.ERROR_ARGUMENT_VERSION_MISMATCH
+        total = gpu.spec.memory_total
+        reserved = gpu.reserved_memory()
+        used = min(total - reserved, gpu.allocated_memory(now))
+        memory.total, memory.reserved, memory.used, memory.free = total, reserved, used, total - reserved - used
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetSamples", args=(U, ULL, P, P, P), feature="samples")
+    def _samples(self, gpu: SimulatedGpu, now: float, kind: int, since: int, value_type: int, count: int,
+                 samples: int) -> int:
+        """The buffered utilization samples newer than `since`, oldest first; NOT_FOUND when none is."""
+        if kind != h.GPU_UTILIZATION_SAMPLES:
+            return h.ERROR_NOT_SUPPORTED
+        fresh = [(stamp, value) for stamp, value in gpu.samples if stamp > since]
+        if not fresh:
+            return h.ERROR_NOT_FOUND
+        _put(value_type, c_int, h.VALUE_TYPE_UNSIGNED_INT)
+        capacity = c_uint.from_address(_need(count))
+        if not samples:
+            capacity.value = len(fresh)
+            return h.SUCCESS
+        if capacity.value == 0:
+            return h.ERROR_INVALID_ARGUMENT
+        written = fresh[:capacity.value]  # "the number of entries which can be accommodated"
+        array = (h.Sample * len(written)).from_address(samples)
+        for slot, (stamp, value) in zip(array, written, strict=True):
+            slot.timeStamp = stamp
+            slot.sampleValue.uiVal = value
+        capacity.value = len(written)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetUtilizationRates", args=(P,), feature="samples")
+    def _utilization_rates(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """The latest step's utilization, whether or not its sample was buffered."""
+        rates = _struct(out, h.Utilization)
+        rates.gpu = int(gpu.util + 0.5) if gpu.k else 0
+        rates.memory = gpu.memory_util() if gpu.k else 0
+        return h.SUCCESS
+
+    # -- field values ----------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetFieldValues", args=(I, P))
+    def _field_values(self, gpu: SimulatedGpu, now: float, count: int, values: int) -> int:
+        """Each value gets its own nvmlReturn; an id the branch does not know gets NOT_SUPPORTED."""
+        if count < 0:
+            return h.ERROR_INVALID_ARGUMENT
+        stamp = self.node.epoch_us(now)
+        for value in (h.FieldValue * count).from_address(_need(values)):
+            value.timestamp, value.latencyUsec = stamp, 0
+            if value.fieldId >= self.release.branch.fields_max:
+                # nvml.h documents no code for an id newer than the driver; NOT_SUPPORTED is the one
+                # every reader treats as "absent".
+                value.nvmlReturn = h.ERROR_NOT_SUPPORTED
+                continue
+            value.nvmlReturn, answer = self._field(gpu, now, value.fieldId)
+            if answer is not None:
+                value.valueType, number = answer
+                member = "ullVal" if value.valueType == h.VALUE_TYPE_UNSIGNED_LONG_LONG else "uiVal"
+                setattr(value.value, member, number)
+        return h.SUCCESS
+
+    def _field(self, gpu: SimulatedGpu, now: float, field_id: int) -> tuple[int, tuple[int, int] | None]:
+        for feature, ids in FEATURE_FIELDS.items():
+            if field_id in ids:
+                code = self._refusal(gpu, feature, now)
+                if code is not None:
+                    return code, None
+        uint, ull = h.VALUE_TYPE_UNSIGNED_INT, h.VALUE_TYPE_UNSIGNED_LONG_LONG
+        spec = gpu.spec
+        answer: tuple[int, int] | None = None
+        if field_id == h.FI_DEV_POWER_INSTANT:
+            answer = (uint, round(gpu.power_w * 1000))
+        elif field_id == h.FI_DEV_POWER_AVERAGE and spec.power_average:
+            answer = (uint, gpu.average_power_mw())
+        elif field_id == h.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+            answer = (ull, int(gpu.energy_mj))
+        elif field_id in (h.FI_DEV_ECC_SBE_VOL_TOTAL, h.FI_DEV_ECC_SBE_AGG_TOTAL) and spec.ecc_mode:
+            answer = (ull, gpu.ecc_total(now, uncorrected=False))
+        elif field_id in (h.FI_DEV_ECC_DBE_VOL_TOTAL, h.FI_DEV_ECC_DBE_AGG_TOTAL) and spec.ecc_mode:
+            answer = (ull, gpu.ecc_total(now, uncorrected=True))
+        elif field_id in FEATURE_FIELDS["remapped_rows"] and spec.row_remapping:
+            answer = (uint, gpu.remap_state(now)[FEATURE_FIELDS["remapped_rows"].index(field_id)])
+        elif field_id == h.FI_DEV_MEMORY_TEMP and gpu.current_memory_temperature() is not None:
+            answer = (uint, gpu.current_memory_temperature())
+        elif field_id == h.FI_DEV_PCIE_REPLAY_COUNTER:
+            answer = (uint, 0)
+        elif field_id == h.FI_DEV_PCIE_COUNT_TX_BYTES:
+            answer = (ull, int(gpu.tx_bytes))
+        elif field_id == h.FI_DEV_PCIE_COUNT_RX_BYTES:
+            answer = (ull, int(gpu.rx_bytes))
+        return (h.SUCCESS, answer) if answer is not None else (h.ERROR_NOT_SUPPORTED, None)
+
+    # -- power, temperature, fan -----------------------------------------------------------------
+
+    @_export("nvmlDeviceGetPowerUsage", args=(P,), feature="power")
+    def _power(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """mW, averaged over the last second, as most boards report it."""
+        _put(out, c_uint, gpu.average_power_mw())
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetTotalEnergyConsumption", args=(P,), feature="energy")
+    def _energy(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_ulonglong, int(gpu.energy_mj))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit", args=(P,),
+             feature="power_limit")
+    def _power_limit(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, round(gpu.spec.power_limit * 1000))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetTemperature", args=(U, P), feature="temperature")
+    def _temperature(self, gpu: SimulatedGpu, now: float, sensor: int, out: int) -> int:
+        if sensor != h.TEMPERATURE_GPU:
+            return h.ERROR_INVALID_ARGUMENT
+        _put(out, c_uint, gpu.current_temperature())
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetTemperatureV", args=(P,), feature="temperature")
+    def _temperature_v(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """nvmlTemperature_v1_t {version, sensorType, temperature}: R570 and newer."""
+        version, sensor = (c_uint * 2).from_address(_need(out))
+        if version != h.struct_version(_Temperature, 1):
+            return h.ERROR_ARGUMENT_VERSION_MISMATCH
+        if sensor != h.TEMPERATURE_GPU:
+            return h.ERROR_INVALID_ARGUMENT
+        _struct(out, _Temperature).temperature = gpu.current_temperature()
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetFanSpeed", args=(P,), feature="fan")
+    def _fan(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """Percent; NOT_SUPPORTED on passively cooled (data-center) boards, unless the scenario gives a fan."""
+        if gpu.fan is None:
+            return h.ERROR_NOT_SUPPORTED
+        _put(out, c_uint, int(gpu.fan(gpu.k) + 0.5))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetFanSpeed_v2", args=(U, P), feature="fan")
+    def _fan_v2(self, gpu: SimulatedGpu, now: float, fan: int, out: int) -> int:
+        if fan != 0:
+            return h.ERROR_INVALID_ARGUMENT
+        return self._fan(gpu, now, out)
+
+    @_export("nvmlDeviceGetNumFans", args=(P,))
+    def _fans(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, 0 if gpu.fan is None else 1)
+        return h.SUCCESS
+
+    # -- clocks ----------------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetClockInfo", args=(U, P), feature="clocks")
+    def _clock(self, gpu: SimulatedGpu, now: float, kind: int, out: int) -> int:
+        return self._put_clock(kind, gpu.current_sm_clock(now), gpu.current_memory_clock(), out)
+
+    @_export("nvmlDeviceGetMaxClockInfo", args=(U, P), feature="clocks")
+    def _max_clock(self, gpu: SimulatedGpu, now: float, kind: int, out: int) -> int:
+        return self._put_clock(kind, gpu.spec.max_sm_clock, gpu.spec.max_memory_clock, out)
+
+    @staticmethod
+    def _put_clock(kind: int, sm: int, memory: int, out: int) -> int:
+        # Data-center GPUs run graphics and SM on one clock; the video clock trails it.
+        clocks = {h.CLOCK_GRAPHICS: sm, h.CLOCK_SM: sm, h.CLOCK_MEM: memory, h.CLOCK_VIDEO: round(sm * 0.9)}
+        if kind not in clocks:
+            return h.ERROR_INVALID_ARGUMENT
+        _put(out, c_uint, clocks[kind])
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons", args=(P,),
+             feature="throttle")
+    def _clock_reasons(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """One bitmask under both names: R535 renamed "throttle" reasons to "event" reasons, same bits."""
+        mask = 0
+        for name in gpu.reasons(now):
+            mask |= h.CLOCK_EVENT_REASONS[name]
+        _put(out, c_ulonglong, mask)
+        return h.SUCCESS
+
+    # -- PCIe ------------------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetCurrPcieLinkGeneration", args=(P,), feature="pcie_link")
+    def _link_generation(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, gpu.spec.pcie.gen)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetCurrPcieLinkWidth", args=(P,), feature="pcie_link")
+    def _link_width(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, gpu.spec.pcie.width)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetMaxPcieLinkGeneration", args=(P,), feature="pcie_link")
+    def _max_link_generation(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, gpu.spec.pcie.max_gen)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetMaxPcieLinkWidth", args=(P,), feature="pcie_link")
+    def _max_link_width(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        _put(out, c_uint, gpu.spec.pcie.max_width)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetPcieThroughput", args=(U, P), feature="pcie_throughput")
+    def _pcie_throughput(self, gpu: SimulatedGpu, now: float, counter: int, out: int) -> int:
+        """The latest step's rate in KB/s (1 KB = 1024 B)."""
+        rates = {h.PCIE_UTIL_TX_BYTES: gpu.tx, h.PCIE_UTIL_RX_BYTES: gpu.rx}
+        if counter not in rates:
+            return h.ERROR_INVALID_ARGUMENT
+        _put(out, c_uint, int(rates[counter] / 1024))
+        return h.SUCCESS
+
+    # -- memory errors ---------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetEccMode", args=(P, P), feature="ecc")
+    def _ecc_mode(self, gpu: SimulatedGpu, now: float, current: int, pending: int) -> int:
+        mode = h.FEATURE_ENABLED if gpu.spec.ecc_mode else h.FEATURE_DISABLED
+        _put(current, c_int, mode)
+        _put(pending, c_int, mode)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetTotalEccErrors", args=(U, U, P), feature="ecc")
+    def _ecc_errors(self, gpu: SimulatedGpu, now: float, error_type: int, counter_type: int, out: int) -> int:
+        if not gpu.spec.ecc_mode:
+            return h.ERROR_NOT_SUPPORTED
+        if counter_type not in (h.VOLATILE_ECC, h.AGGREGATE_ECC):
+            return h.ERROR_INVALID_ARGUMENT
+        _put(out, c_ulonglong, gpu.ecc_total(now, error_type == h.MEMORY_ERROR_TYPE_UNCORRECTED))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetRemappedRows", args=(P, P, P, P), feature="remapped_rows")
+    def _remapped_rows(self, gpu: SimulatedGpu, now: float, *outs: int) -> int:
+        """(correctable, uncorrectable, pending, failure); NOT_SUPPORTED before Ampere."""
+        if not gpu.spec.row_remapping:
+            return h.ERROR_NOT_SUPPORTED
+        for out, value in zip(outs, gpu.remap_state(now), strict=True):
+            _put(out, c_uint, value)
+        return h.SUCCESS
+
+    # -- processes -------------------------------------------------------------------------------
+
+    @_export("nvmlDeviceGetComputeRunningProcesses", args=(P, P), feature="processes")
+    def _processes_v1(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+        return self._list_processes(gpu, now, count, infos, h.ProcessInfoV1)
+
+    @_export("nvmlDeviceGetComputeRunningProcesses_v2", args=(P, P), feature="processes")
+    def _processes_v2(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+        return self._list_processes(gpu, now, count, infos, h.ProcessInfo)
+
+    @_export("nvmlDeviceGetComputeRunningProcesses_v3", args=(P, P), feature="processes")
+    def _processes_v3(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+        return self._list_processes(gpu, now, count, infos, self.release.process_info_v3)
+
+    def _list_processes(self, gpu: SimulatedGpu, now: float, count: int, infos: int, record: type) -> int:
+        """nvml.h's size protocol: with too small an array, INSUFFICIENT_SIZE and the count needed.
+
+        A processes_appear fault adds its processes to the first call that passes an array, as when
+        processes start between a caller's size query and its second call.
+        """
+        capacity = c_uint.from_address(_need(count))
+        listed = gpu.list_processes(now)
+        if infos:
+            listed = listed + gpu.take_burst(now)
+        if not listed:
+            capacity.value = 0
+            return h.SUCCESS
+        if not infos or capacity.value < len(listed):
+            capacity.value = len(listed)
+            return h.ERROR_INSUFFICIENT_SIZE
+        instance = 0 if gpu.spec.mig else h.NO_INSTANCE
+        array = (record * len(listed)).from_address(infos)
+        for slot, process in zip(array, listed, strict=True):
+            ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(record))
+            slot.pid = process.pid
+            slot.usedGpuMemory = process.memory if gpu.spec.process_memory else h.VALUE_NOT_AVAILABLE_ULL
+            if hasattr(slot, "gpuInstanceId"):
+                slot.gpuInstanceId = slot.computeInstanceId = instance
+        capacity.value = len(listed)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+             "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses",
+             "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+             args=(P, P), feature="processes")
+    def _no_processes(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+        """Simulated nodes run compute work only: no graphics and no MPS clients."""
+        _put(count, c_uint, 0)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetProcessUtilization", args=(P, P, ULL), feature="process_utilization")
+    def _process_utilization(self, gpu: SimulatedGpu, now: float, samples: int, count: int, since: int) -> int:
+        """One sample per process that ran kernels since `since`, each with its own timestamp.
+
+        The size query (NULL array) answers INSUFFICIENT_SIZE with the number of running processes;
+        the second call answers NOT_FOUND when none of them ran since `since`, as on an idle GPU
+        (nvml.h; autowarefoundation/autoware_universe issue #11285).
+        """
+        capacity = c_uint.from_address(_need(count))
+        running = gpu.running(now)
+        if not running:
+            return h.ERROR_NOT_FOUND
+        if not samples:
+            capacity.value = len(running)
+            return h.ERROR_INSUFFICIENT_SIZE
+        found = gpu.process_samples(now, since)
+        if not found:
+            return h.ERROR_NOT_FOUND
+        if capacity.value < len(found):
+            capacity.value = len(found)
+            return h.ERROR_INSUFFICIENT_SIZE
+        array = (h.ProcessUtilizationSample * len(found)).from_address(samples)
+        for slot, sample in zip(array, found, strict=True):
+            slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = sample.pid, sample.timestamp_us, sample.sm, \
+                sample.memory
+            slot.encUtil = slot.decUtil = 0
+        capacity.value = len(found)
+        return h.SUCCESS
+
+    # -- events ----------------------------------------------------------------------------------
+
+    @_export("nvmlEventSetCreate", args=(P,), device=False)
+    def _event_set_create(self, now: float, out: int) -> int:
+        _need(out)
+        memory = ctypes.create_string_buffer(16)
+        self._event_sets[ctypes.addressof(memory)] = _EventSet(memory)
+        _put(out, c_void_p, ctypes.addressof(memory))
+        return h.SUCCESS
+
+    def _event_set(self, address: int | None) -> _EventSet:
+        found = self._event_sets.get(address or 0)
+        if found is None:
+            raise CallFailed(h.ERROR_INVALID_ARGUMENT)
+        return found
+
+    @_export("nvmlDeviceRegisterEvents", args=(ULL, P), feature="events")
+    def _register_events(self, gpu: SimulatedGpu, now: float, types: int, event_set: int) -> int:
+        """Only Xid events that happen from now on are delivered, as in NVML."""
+        found = self._event_set(event_set)
+        since, mask = found.registered.get(gpu.spec.index, (now, 0))
+        found.registered[gpu.spec.index] = (since, mask | types)
+        return h.SUCCESS
+
+    @_export("nvmlEventSetWait", "nvmlEventSetWait_v2", args=(P, P, U), device=False)
+    def _event_set_wait(self, now: float, event_set: int, data: int, timeout_ms: int) -> int:
+        """The oldest undelivered Xid, or TIMEOUT at once: the simulator never blocks, whatever the timeout."""
+        found = self._event_set(event_set)
+        out = _struct(data, h.EventData)
+        for at, index, position, code in self.node.xids:
+            if at > now:
+                break
+            since, mask = found.registered.get(index, (float("inf"), 0))
+            if not mask & h.EVENT_TYPE_XID_CRITICAL_ERROR or at < since or (index, position) in found.delivered:
+                continue
+            found.delivered.add((index, position))
+            out.device = self._handles[index]
+            out.eventType, out.eventData = h.EVENT_TYPE_XID_CRITICAL_ERROR, code
+            out.gpuInstanceId = out.computeInstanceId = h.NO_INSTANCE
+            return h.SUCCESS
+        return h.ERROR_TIMEOUT
+
+    @_export("nvmlEventSetFree", args=(P,), device=False)
+    def _event_set_free(self, now: float, event_set: int) -> int:
+        self._event_set(event_set)
+        del self._event_sets[event_set]
+        return h.SUCCESS
+
+    # -- GPM (Hopper and newer) ------------------------------------------------------------------
+
+    @_export("nvmlGpmQueryDeviceSupport", args=(P,))
+    def _gpm_support(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        support = _struct(out, h.GpmSupport)
+        if support.version != h.GPM_SUPPORT_VERSION:
+            return h.ERROR_ARGUMENT_VERSION_MISMATCH
+        support.isSupportedDevice = int(gpu.spec.gpm and self._refusal(gpu, "gpm", now) is None)
+        return h.SUCCESS
+
+    @_export("nvmlGpmSampleAlloc", args=(P,), device=False)
+    def _gpm_alloc(self, now: float, out: int) -> int:
+        _need(out)
+        memory = ctypes.create_string_buffer(16)
+        address = ctypes.addressof(memory)
+        self._gpm_memory[address] = memory
+        self._gpm_samples[address] = None
+        _put(out, c_void_p, address)
+        return h.SUCCESS
+
+    def _gpm_sample(self, address: int | None) -> int:
+        if not address or address not in self._gpm_samples:
+            raise CallFailed(h.ERROR_INVALID_ARGUMENT)
+        return address
+
+    @_export("nvmlGpmSampleGet", args=(P,), feature="gpm")
+    def _gpm_get(self, gpu: SimulatedGpu, now: float, sample: int) -> int:
+        """Record the GPU's activity integrals into the sample; NOT_SUPPORTED before Hopper."""
+        if not gpu.spec.gpm:
+            return h.ERROR_NOT_SUPPORTED
+        self._gpm_samples[self._gpm_sample(sample)] = (gpu.spec.index, gpu.k, gpu.gpm_sums, gpu.ratios)
+        return h.SUCCESS
+
+    @_export("nvmlGpmSampleFree", args=(P,), device=False)
+    def _gpm_free(self, now: float, sample: int) -> int:
+        address = self._gpm_sample(sample)
+        del self._gpm_samples[address], self._gpm_memory[address]
+        return h.SUCCESS
+
+    @_export("nvmlGpmMetricsGet", args=(P,), device=False)
+    def _gpm_metrics(self, now: float, request: int) -> int:
+        """Each metric is the mean of its activity signal between the two samples, in percent."""
+        head = _struct(request, h.GpmMetricsGetHead)
+        if head.version != h.GPM_METRICS_GET_VERSION:
+            return h.ERROR_ARGUMENT_VERSION_MISMATCH
+        if not 0 < head.numMetrics <= self.release.branch.gpm_metrics_max:
+            return h.ERROR_INVALID_ARGUMENT
+        first = self._gpm_samples[self._gpm_sample(head.sample1)]
+        second = self._gpm_samples[self._gpm_sample(head.sample2)]
+        if first is None or second is None or first[0] != second[0]:
+            return h.ERROR_INVALID_ARGUMENT
+        steps = second[1] - first[1]
+        metrics = (h.GpmMetric * head.numMetrics).from_address(request + ctypes.sizeof(h.GpmMetricsGetHead))
+        for metric in metrics:
+            position = _GPM_POSITION.get(metric.metricId)
+            if position is None:
+                metric.nvmlReturn = h.ERROR_NOT_SUPPORTED
+                continue
+            mean = (second[2][position] - first[2][position]) / steps if steps else second[3][position]
+            metric.value = 100.0 * mean
+            metric.nvmlReturn = h.SUCCESS
+        return h.SUCCESS
+
+
+class _Temperature(ctypes.Structure):
+    """nvmlTemperature_v1_t."""
+
+    _fields_ = [("version", c_uint), ("sensorType", c_int), ("temperature", c_int)]
+
