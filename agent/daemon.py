@@ -45,6 +45,7 @@ def build(config: agent_config.AgentConfig):
     `receiver` is the in-job report listener, not yet started (None when simulated or disabled).
     """
     receiver = None
+    under_sim = simulated_node() if not config.simulate else None
     if config.simulate:
         from gpulens.agent.simulator.host import SimulatedSources
         from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
@@ -57,6 +58,15 @@ def build(config: agent_config.AgentConfig):
         library = load_simulated_library(scenario, clock)
         sources = SimulatedSources(scenario, clock.monotonic)
         mode = "simulated"
+    elif under_sim is not None:
+        # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
+        # the node's jobs, host side and clock come from the same scenario, as with --simulate.
+        from gpulens.agent.simulator.host import SimulatedSources
+
+        scenario, clock = under_sim
+        library = load_real_library()
+        sources = SimulatedSources(scenario, clock.monotonic)
+        mode = "simulated"
     else:
         clock = SystemClock()
         library = load_real_library()
@@ -64,12 +74,13 @@ def build(config: agent_config.AgentConfig):
         mode = "nvml"
     enabled = collector_registry.build(config.collectors)
     # The probes collector needs the node's schedule and mode: replace the registry's default one.
-    enabled = [scheduled_probes(config.probes_interval, config.probes_jitter, config.simulate, clock)
+    scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
+    enabled = [scheduled_probes(config.probes_interval, config.probes_jitter, scenario_ref, clock)
                if c.name == "probes" else c for c in enabled]
     analysis = None
     if config.collectors.get("diagnosis"):
         analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
-    stages = [_accounting(config)] if analysis is not None else []
+    stages = [_accounting(config, mode == "simulated")] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else []), *stages], mode=mode))
@@ -78,11 +89,20 @@ def build(config: agent_config.AgentConfig):
     return sampler, registry, mode, receiver
 
 
-def _accounting(config: agent_config.AgentConfig) -> JobAccounting:
+def simulated_node():
+    """(scenario, clock) when this process runs under `gpulens sim`, else None; imports nothing on a GPU node."""
+    if "gpulens.agent.simulator.run" not in sys.modules:
+        return None
+    from gpulens.agent.simulator.run import active
+
+    return active()
+
+
+def _accounting(config: agent_config.AgentConfig, simulated: bool) -> JobAccounting:
     """The job-ledger stage; its file is a temporary one on a simulated node unless a path is given."""
     path = config.ledger_path
     if path is None:
-        if config.simulate:
+        if simulated:
             folder = tempfile.mkdtemp(prefix="gpulens-ledger-")
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
             path = os.path.join(folder, "ledger.sqlite")

@@ -448,23 +448,28 @@ class Nvml:
             return None
         symbol, record = chosen
         try:
-            function = self._lib._nvmlGetFunctionPointer(symbol)
+            entries = self._list(symbol, record, handle)
         except self._error as error:
             self._raise_for(symbol, error)
             return None
+        except Exception as error:  # noqa: BLE001 - see _call
+            self._log_unexpected_once(symbol, error)
+            raise NvmlCallError(symbol, error) from error
+        return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory)) for e in entries]
+
+    def _list(self, symbol: str, record: type, handle: Any) -> list:
+        """Run NVML's two-call size protocol for `symbol`; return the records, or raise the binding's error."""
+        function = self._lib._nvmlGetFunctionPointer(symbol)
         count = ctypes.c_uint(0)
         for _ in range(_PROCESS_LIST_TRIES):
             array = (record * count.value)() if count.value else None
             code = function(handle, ctypes.byref(count), array)
             if code == h.SUCCESS:
-                entries = array[:count.value] if array is not None else []
-                return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory))
-                        for e in entries]
+                return array[:count.value] if array is not None else []
             if code != h.ERROR_INSUFFICIENT_SIZE:
-                self._raise_for(symbol, self._error(code))
-                return None
+                raise self._error(code)
             count.value += count.value // 2 + 5  # room for processes that start before the next call
-        raise NvmlCallError(symbol, self._error(h.ERROR_INSUFFICIENT_SIZE))
+        raise self._error(h.ERROR_INSUFFICIENT_SIZE)
 
     def _process_list_function(self) -> tuple[str, type] | None:
         """Return (symbol, record type) of the process-list function to use, chosen once per init."""

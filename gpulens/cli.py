@@ -19,6 +19,8 @@ commands:
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
+  sim        run any Python program (nvitop, gpustat, your own) on a simulated node:
+             gpulens sim demo [--driver r470] [--at 30] -- nvitop -1
 
 'gpulens COMMAND --help' tells more; 'gpulens --version' prints the version.
 """
@@ -53,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "pip install 'gpulens[dashboard]'", file=sys.stderr)
             return 1
         return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
+    if command == "sim":
+        from gpulens.agent.simulator.run import main as sim_main
+
+        return sim_main(rest)
     if command == "scenarios":
         from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 

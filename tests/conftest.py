@@ -16,7 +16,7 @@ from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
-from gpulens.agent.simulator.scenario import load_scenario
+from gpulens.agent.simulator.scenario import Scenario, load_scenario
 from prometheus_client import CollectorRegistry, generate_latest
 
 
@@ -46,7 +46,7 @@ class SimulatedAgent:
 
 
 def make_agent(
-    scenario: str,
+    scenario: str | Scenario,
     enable: dict[str, bool] | None = None,
     interval: float = 1.0,
     extra: tuple = (),
@@ -58,7 +58,7 @@ def make_agent(
 
     `ledger` adds the job-ledger stage: a file path, or "" to keep the accounts in memory only.
     """
-    spec = load_scenario(scenario)
+    spec = load_scenario(scenario) if isinstance(scenario, str) else scenario
     clock = clock or ManualClock(epoch=spec.start_time)
     library = load_simulated_library(spec, clock)
     enabled = {**collectors.defaults(), **(enable or {})}

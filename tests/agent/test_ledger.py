@@ -307,11 +307,11 @@ def test_the_ledger_names_the_node_from_node_name_in_a_pod(tmp_path, monkeypatch
 
     config = agent_config.load(["--ledger.path", str(tmp_path / "l.sqlite")], {})
     monkeypatch.setenv("NODE_NAME", "gpu-node-7")
-    accounting = _accounting(config)
+    accounting = _accounting(config, simulated=False)
     assert accounting.ledger.node == "gpu-node-7"
     accounting.ledger.close()
     monkeypatch.delenv("NODE_NAME")
-    accounting = _accounting(config)
+    accounting = _accounting(config, simulated=False)
     assert accounting.ledger.node == socket.gethostname()
     accounting.ledger.close()
 

@@ -4,68 +4,15 @@ Every call here goes through the installed pynvml's own code (a private copy of 
 simulated node), down to the simulated driver's C functions.
 """
 
-import contextlib
 import ctypes
 import dataclasses
 
 import pynvml
 import pytest
-from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.hardware import DRIVER_RESERVE, RING_SAMPLES
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 
-BASE_US = 1767225600 * 1_000_000
-UTIL = pynvml.NVML_GPU_UTILIZATION_SAMPLES
-# pynvml's exception classes by name ("NotFound"), as codes: each simulated node has its own binding
-# copy, whose classes are its own, so errors are matched by code.
-_CODES = {cls.__name__.removeprefix("NVMLError_"): code for code, cls in pynvml.NVMLError._valClassMapping.items()}
-
-
-@contextlib.contextmanager
-def raises_nvml(name: str):
-    """Expect an NVMLError of that name ("NotFound", "GpuIsLost") from whichever binding copy raised it."""
-    with pytest.raises(Exception) as info:
-        yield
-    assert type(info.value).__name__ == f"NVMLError_{name}" and info.value.value == _CODES[name], info.value
-
-
-class FakeClock:
-    """Simulated seconds since the scenario start, set by the test; the wall clock starts at 2026-01-01."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def time(self) -> float:
-        return BASE_US / 1e6 + self.t
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-def loaded(scenario, clock: FakeClock):
-    return load_simulated_library(load_scenario(scenario) if isinstance(scenario, str) else scenario, clock)
-
-
-def started(scenario, clock: FakeClock):
-    sim = loaded(scenario, clock)
-    sim.nvmlInit()
-    return sim
-
-
-def handles(sim) -> list:
-    return [sim.nvmlDeviceGetHandleByIndex(i) for i in range(sim.nvmlDeviceGetCount())]
-
-
-def utilization_samples(sim, handle, since=0):
-    value_type, samples = sim.nvmlDeviceGetSamples(handle, UTIL, since)
-    assert value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
-    return samples
-
+from .common import BASE_US, UTIL, FakeClock, handles, loaded, raises_nvml, started, utilization_samples
 
 # ------------------------------------------------------------------ every built-in, every type
 

@@ -1,0 +1,151 @@
+"""`gpulens sim`: run any Python program with a simulated driver under its pynvml.
+
+    gpulens sim SCENARIO [--driver BRANCH] [--at SECONDS] [--speed N] -- COMMAND [ARGS...]
+
+COMMAND (a console script such as `nvitop`, or `python ...`) runs with `hook/` first on PYTHONPATH;
+its `sitecustomize` calls `install_from_environment`, which puts a `SimulatedDriver` where the
+installed pynvml loads libnvidia-ml.so.1. Everything above the C boundary is the real binding and
+the real program. The settings travel in GPULENS_SIM_* variables, so every Python process the
+command starts sees the same node; simulated time is `(wall time - epoch) * speed`, the same in
+every process, or held still at `--at`.
+
+Only Python programs are covered: a program that opens libnvidia-ml.so.1 itself (nvidia-smi,
+dcgm-exporter) does not see the simulated node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from importlib import resources
+
+from gpulens.agent.clock import SharedClock
+from gpulens.agent.config import ConfigError, parse_duration
+
+from gpulens.printable import printable
+
+from . import branches
+from .scenario import Scenario, ScenarioError, builtin_scenarios, load_scenario, on_driver
+
+ENV_SCENARIO = "GPULENS_SIM_SCENARIO"
+ENV_DRIVER = "GPULENS_SIM_DRIVER"
+ENV_EPOCH = "GPULENS_SIM_EPOCH"
+ENV_SPEED = "GPULENS_SIM_SPEED"
+ENV_AT = "GPULENS_SIM_AT"
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 127  # what a shell returns for a command it cannot find
+
+_installed: tuple[Scenario, SharedClock] | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise ConfigError(f"{printable(message)} (see 'gpulens sim --help')")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gpulens sim", description="Run COMMAND with a simulated NVIDIA driver under its pynvml.",
+                usage="gpulens sim SCENARIO [--driver BRANCH] [--at SECONDS] [--speed N] -- COMMAND [ARGS...]")
+    p.add_argument("scenario", metavar="SCENARIO", help="a built-in scenario (gpulens scenarios) or a YAML file")
+    p.add_argument("--driver", metavar="BRANCH", help=f"the driver: a branch ({', '.join(branches.BRANCHES)}) "
+                                                      "or a release of one; default the scenario's")
+    p.add_argument("--at", metavar="SECONDS", help="hold simulated time still at this instant, so that "
+                                                   "separate processes read the same values")
+    p.add_argument("--speed", metavar="N", default="1", help="run simulated time N times faster (default 1)")
+    return p
+
+
+def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Return (GPULENS_SIM_* variables, command) for `argv`; ConfigError with one line when it is wrong."""
+    args = list(argv)
+    if "--" not in args:
+        if args and args[0] in ("-h", "--help"):
+            _parser().parse_args(args)
+        raise ConfigError("give the command after --, e.g. gpulens sim demo -- nvitop -1")
+    split = args.index("--")
+    options, command = args[:split], args[split + 1:]
+    parsed = _parser().parse_args(options)
+    if not command:
+        raise ConfigError("nothing to run after --; e.g. gpulens sim demo -- nvitop -1")
+    scenario = _scenario(parsed.scenario, parsed.driver)
+    try:
+        speed = float(parsed.speed)
+    except ValueError:
+        speed = 0.0
+    if not 0 < speed <= 10_000:
+        raise ConfigError(f"--speed: {printable(parsed.speed)!r} is not a speed; give a number from 0.001 to 10000")
+    at = parse_duration(parsed.at, "--at") if parsed.at is not None else None
+    # A file is named by its absolute path, so the command may change directory.
+    reference = parsed.scenario if parsed.scenario in builtin_scenarios() else os.path.abspath(parsed.scenario)
+    env = {
+        ENV_SCENARIO: reference,
+        ENV_EPOCH: repr(time.time() - (at or 0.0)),  # held at `at`, the node reads "now" at that instant
+        ENV_SPEED: repr(speed),
+    }
+    if parsed.driver:
+        env[ENV_DRIVER] = scenario.driver.version
+    if at is not None:
+        env[ENV_AT] = repr(at)
+    return env, command
+
+
+def _scenario(name: str, driver: str | None) -> Scenario:
+    try:
+        scenario = load_scenario(name)
+        return on_driver(scenario, driver) if driver else scenario
+    except ScenarioError as error:
+        raise ConfigError(str(error)) from None
+    except branches.DriverError as error:
+        raise ConfigError(f"--driver: {error}") from None
+
+
+def hook_folder() -> str:
+    """The folder whose sitecustomize.py installs the simulated driver in every Python that starts."""
+    return str(resources.files(__package__).joinpath("hook"))
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        env, command = settings(argv)
+    except ConfigError as error:
+        print(f"gpulens sim: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    program = shutil.which(command[0])
+    if program is None:
+        print(f"gpulens sim: command {printable(command[0])!r} not found; install it in this environment "
+              "or give its path", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_SIM_")}
+    environment.update(env)
+    path = [hook_folder(), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
+    environment["PYTHONPATH"] = os.pathsep.join(path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(program, command, environment)  # the command takes this process: its signals, its exit code
+    return 0  # not reached
+
+
+def install_from_environment() -> None:
+    """Put the simulated driver GPULENS_SIM_* describe under this interpreter's pynvml (the hook's job)."""
+    global _installed
+    if ENV_SCENARIO not in os.environ or _installed is not None:
+        return
+    scenario = load_scenario(os.environ[ENV_SCENARIO])
+    if os.environ.get(ENV_DRIVER):
+        scenario = on_driver(scenario, os.environ[ENV_DRIVER])
+    at = os.environ.get(ENV_AT)
+    clock = SharedClock(epoch=float(os.environ[ENV_EPOCH]), speed=float(os.environ.get(ENV_SPEED, "1")),
+                        at=float(at) if at else None)
+    from gpulens.agent.nvml import load_real_library, load_simulated_library
+
+    load_simulated_library(scenario, clock, binding=load_real_library())
+    _installed = (scenario, clock)
+
+
+def active() -> tuple[Scenario, SharedClock] | None:
+    """The scenario and clock `gpulens sim` installed in this process, or None on a real node."""
+    return _installed

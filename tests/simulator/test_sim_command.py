@@ -1,0 +1,140 @@
+"""`gpulens sim`: any Python program on a simulated node, through the real binding in its own process."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+import pytest
+from gpulens.agent.clock import ManualClock
+from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.simulator.scenario import load_scenario
+
+from tests.tools import free_port
+
+READ_NODE = textwrap.dedent("""
+    import json, pynvml
+    pynvml.nvmlInit()
+    out = {"driver": pynvml.nvmlSystemGetDriverVersion(), "gpus": []}
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        out["gpus"].append({
+            "uuid": pynvml.nvmlDeviceGetUUID(h),
+            "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+            "used": pynvml.nvmlDeviceGetMemoryInfo(h).used,
+            "power": pynvml.nvmlDeviceGetPowerUsage(h),
+            "pids": sorted(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+        })
+    print(json.dumps(out))
+""")
+
+
+def sim(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulens.cli", "sim", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def read_in_process(name: str, at: float, driver: str | None = None) -> dict:
+    """The same readings, from a simulated library in this process at simulated time `at`."""
+    from gpulens.agent.simulator.scenario import on_driver
+
+    scenario = load_scenario(name)
+    scenario = on_driver(scenario, driver) if driver else scenario
+    lib = load_simulated_library(scenario, ManualClock(start=at))
+    lib.nvmlInit()
+    gpus = []
+    for i in range(lib.nvmlDeviceGetCount()):
+        h = lib.nvmlDeviceGetHandleByIndex(i)
+        gpus.append({"uuid": lib.nvmlDeviceGetUUID(h), "util": lib.nvmlDeviceGetUtilizationRates(h).gpu,
+                     "used": lib.nvmlDeviceGetMemoryInfo(h).used, "power": lib.nvmlDeviceGetPowerUsage(h),
+                     "pids": sorted(p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses_v2(h))})
+    return {"driver": lib.nvmlSystemGetDriverVersion(), "gpus": gpus}
+
+
+def test_separate_processes_held_at_one_instant_read_the_same_node():
+    first = sim("demo", "--at", "30", "--", sys.executable, "-c", READ_NODE)
+    second = sim("demo", "--at", "30s", "--", sys.executable, "-c", READ_NODE)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == json.loads(second.stdout) == read_in_process("demo", 30.0)
+
+
+def test_the_driver_can_be_chosen_per_run():
+    done = sim("faults", "--driver", "470.82.01", "--at", "45", "--", sys.executable, "-c", READ_NODE)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == read_in_process("faults", 45.0, driver="470.82.01")
+    assert json.loads(done.stdout)["driver"] == "470.82.01"
+
+
+def test_a_running_clock_moves_and_stays_on_the_wall_clock():
+    script = ("import pynvml, time; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); time.sleep(0.5);"
+              "_, s = pynvml.nvmlDeviceGetSamples(h, 1, int((time.time() - 1) * 1e6)); print(len(s))")
+    done = sim("square20", "--speed", "2", "--", sys.executable, "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 3  # the last second of CPU time holds samples (6 per simulated second)
+
+
+def test_the_commands_own_sitecustomize_still_runs(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.SITE_MARK = 'theirs'\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = sim("demo", "--", sys.executable, "-c", "import builtins, pynvml; pynvml.nvmlInit();"
+               "print(builtins.SITE_MARK, pynvml.nvmlDeviceGetCount())", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["theirs", "8"]
+
+
+@pytest.mark.parametrize(("args", "status", "message"), [
+    (["demo"], 2, "give the command after --, e.g. gpulens sim demo -- nvitop -1"),
+    (["demo", "--"], 2, "nothing to run after --"),
+    (["nope", "--", "true"], 2, "scenario 'nope': no such file and no built-in of that name"),
+    (["demo", "--driver", "r999", "--", "true"], 2, "--driver: unknown driver 'r999'; use a branch"),
+    (["demo", "--speed", "fast", "--", "true"], 2, "--speed: 'fast' is not a speed"),
+    (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
+    (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
+    (["demo", "--", "gpulens-no-such-command"], 127, "command 'gpulens-no-such-command' not found"),
+])
+def test_mistakes_get_one_line_and_a_status(args, status, message):
+    done = sim(*args)
+    assert done.returncode == status
+    assert message in done.stderr and done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def _metrics(port: int, deadline: float) -> str:
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                return answer.read().decode()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _identity(text: str) -> list[str]:
+    """The lines that say which node this is: its GPUs and the jobs that hold them."""
+    return sorted(line for line in text.splitlines()
+                  if line.startswith(("gpulens_gpu_info{", "gpulens_job_info{", "gpulens_gpu_up{")))
+
+
+def test_an_agent_under_gpulens_sim_is_the_node_that_agent_simulate_runs():
+    under, own = free_port(), free_port()
+    common = ["--jobs.socket", "", "--ledger.path", ""]
+    processes = [
+        subprocess.Popen([sys.executable, "-m", "gpulens.cli", "sim", "demo", "--at", "30", "--", sys.executable,
+                          "-m", "gpulens.cli", "agent", "--web.listen-address", f"127.0.0.1:{under}", *common],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen([sys.executable, "-m", "gpulens.cli", "agent", "--simulate", "demo",
+                          "--web.listen-address", f"127.0.0.1:{own}", *common],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        sim_text, own_text = _metrics(under, deadline), _metrics(own, deadline)
+        assert _identity(sim_text) == _identity(own_text) and len(_identity(sim_text)) >= 16
+        assert [line for line in sim_text.splitlines() if 'mode="simulated"' in line]
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
