@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch for the in-job library's tests: pinned, so pip takes the local build
 	# instead of a multi-GB CUDA wheel (set TORCH_SPEC to override).
 	$(BIN)/pip install --quiet '$(TORCH_SPEC)'
-	$(BIN)/pip install --quiet -e '.[dev,bench,torch,report,dashboard]'
+	$(BIN)/pip install --quiet -e '.[dev,bench,torch,report,dashboard,referees]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,9 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
+	# The agent's tests again on the lowest nvidia-ml-py admitted and on Python 3.10 and 3.13.
+	$(BIN)/python tests/matrix.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_bench.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-matrix build *.egg-info .pytest_cache .ruff_cache

@@ -1,9 +1,12 @@
 """What the simulated-driver tests share: a clock they set by hand, a started library, errors by name."""
 
 import contextlib
+import ctypes
+from types import SimpleNamespace
 
 import pynvml
 import pytest
+from gpulens.agent import nvml_header as h
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
 
@@ -55,3 +58,24 @@ def utilization_samples(sim, handle, since=0):
     return samples
 
 
+
+
+def listed(sim, handle) -> list:
+    """The GPU's processes as the driver writes them, read at the record size this driver uses.
+
+    Not through the binding's wrapper, whose record size is fixed per nvidia-ml-py release: 12.535.77
+    garbles every process after the first on any driver but R535's first releases (gpustat #161).
+    """
+    symbol = "nvmlDeviceGetComputeRunningProcesses_v3"
+    record = sim.gpulens_driver.release.process_info_v3
+    if symbol not in sim.gpulens_driver.exported():
+        symbol, record = "nvmlDeviceGetComputeRunningProcesses_v2", h.ProcessInfo
+    function = sim._nvmlGetFunctionPointer(symbol)
+    count = ctypes.c_uint(64)
+    records = (record * 64)()
+    code = function(handle, ctypes.byref(count), records)
+    if code != h.SUCCESS:
+        raise sim.NVMLError(code)
+    return [SimpleNamespace(pid=r.pid, gpuInstanceId=r.gpuInstanceId,
+                            usedGpuMemory=None if r.usedGpuMemory == h.VALUE_NOT_AVAILABLE_ULL else r.usedGpuMemory)
+            for r in records[:count.value]]

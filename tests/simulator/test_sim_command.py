@@ -10,13 +10,14 @@ import urllib.request
 
 import pytest
 from gpulens.agent.clock import ManualClock
-from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
 
 from tests.tools import free_port
 
 READ_NODE = textwrap.dedent("""
     import json, pynvml
+    from gpulens.agent.nvml import Nvml
     pynvml.nvmlInit()
     out = {"driver": pynvml.nvmlSystemGetDriverVersion(), "gpus": []}
     for i in range(pynvml.nvmlDeviceGetCount()):
@@ -26,7 +27,7 @@ READ_NODE = textwrap.dedent("""
             "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
             "used": pynvml.nvmlDeviceGetMemoryInfo(h).used,
             "power": pynvml.nvmlDeviceGetPowerUsage(h),
-            "pids": sorted(p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses_v2(h)),
+            "pids": sorted(p.pid for p in Nvml(pynvml).processes(h)),
         })
     print(json.dumps(out))
 """)
@@ -50,7 +51,7 @@ def read_in_process(name: str, at: float, driver: str | None = None) -> dict:
         h = lib.nvmlDeviceGetHandleByIndex(i)
         gpus.append({"uuid": lib.nvmlDeviceGetUUID(h), "util": lib.nvmlDeviceGetUtilizationRates(h).gpu,
                      "used": lib.nvmlDeviceGetMemoryInfo(h).used, "power": lib.nvmlDeviceGetPowerUsage(h),
-                     "pids": sorted(p.pid for p in lib.nvmlDeviceGetComputeRunningProcesses_v2(h))})
+                     "pids": sorted(p.pid for p in Nvml(lib).processes(h))})
     return {"driver": lib.nvmlSystemGetDriverVersion(), "gpus": gpus}
 
 

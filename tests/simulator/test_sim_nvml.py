@@ -9,17 +9,18 @@ import dataclasses
 
 import pynvml
 import pytest
+from gpulens.agent import nvml_header as h
 from gpulens.agent.simulator.hardware import DRIVER_RESERVE, RING_SAMPLES
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 
-from .common import BASE_US, UTIL, FakeClock, handles, loaded, raises_nvml, started, utilization_samples
+from .common import BASE_US, UTIL, FakeClock, handles, listed, loaded, raises_nvml, started, utilization_samples
 
 # ------------------------------------------------------------------ every built-in, every type
 
 
 def poll_everything(sim, handle) -> dict:
     """Call every simulated device query, mapping each NVML error to its class."""
-    fields = [pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION]
+    fields = [h.FI_DEV_POWER_INSTANT, h.FI_DEV_TOTAL_ENERGY_CONSUMPTION]
     calls = {
         "name": lambda: sim.nvmlDeviceGetName(handle),
         "uuid": lambda: sim.nvmlDeviceGetUUID(handle),
@@ -231,7 +232,7 @@ def test_energy_grows_by_mean_power_times_time(clock):
     end = sim.nvmlDeviceGetTotalEnergyConsumption(handle)
     mean_power_w = 70 + 0.2 * (0.9 * 700 - 70)  # idle + busy fraction * (90% of limit - idle)
     assert (end - start) / 1000 == pytest.approx(mean_power_w * 60, rel=0.005)
-    field = sim.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
+    field = sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_TOTAL_ENERGY_CONSUMPTION])[0]
     assert field.value.ullVal == end
     assert sim.nvmlDeviceGetPowerUsage(handle) == 70_000  # the last second was idle: 69..70 s
     clock.t = 80.5
@@ -248,7 +249,7 @@ def test_lost_gpu_raises_then_recovers_with_the_same_uuid(clock):
     clock.t = 60.0
     for call in (lambda: sim.nvmlDeviceGetUUID(handle),
                  lambda: sim.nvmlDeviceGetPowerUsage(handle),
-                 lambda: sim.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_POWER_INSTANT]),
+                 lambda: sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT]),
                  lambda: sim.nvmlDeviceGetHandleByIndex(3),
                  lambda: sim.nvmlDeviceGetHandleByUUID(uuid)):
         with raises_nvml("GpuIsLost"):
@@ -269,7 +270,7 @@ def test_timed_not_supported(clock):
     with raises_nvml("NotSupported"):
         sim.nvmlDeviceGetPowerUsage(handle)
     power, energy = sim.nvmlDeviceGetFieldValues(
-        handle, [pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION])
+        handle, [h.FI_DEV_POWER_INSTANT, h.FI_DEV_TOTAL_ENERGY_CONSUMPTION])
     assert power.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
     assert energy.nvmlReturn == pynvml.NVML_SUCCESS and energy.value.ullVal > 0
     clock.t = 40
@@ -280,32 +281,32 @@ def test_process_vanishes_listed_once_then_gone(clock):
     sim = started("faults", clock)
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     clock.t = 4
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4601, 4602]
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4601, 4602]
+    assert [p.pid for p in listed(sim, handle)] == [4601, 4602]
+    assert [p.pid for p in listed(sim, handle)] == [4601, 4602]
     clock.t = 6
     used_before = sim.nvmlDeviceGetMemoryInfo(handle).used
     assert [s.pid for s in sim.nvmlDeviceGetProcessUtilization(handle, 0)] == [4601, 4602]
     # Listed at the first instant a list is asked for from 5 s on, by every call at that instant
     # (the binding's size query and its list), then gone.
-    last = sim.nvmlDeviceGetComputeRunningProcesses(handle)
+    last = listed(sim, handle)
     assert [p.pid for p in last] == [4601, 4602]
     assert last[1].usedGpuMemory == 8 * 2**30
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4601, 4602]
+    assert [p.pid for p in listed(sim, handle)] == [4601, 4602]
     clock.t = 6.5
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4601]
+    assert [p.pid for p in listed(sim, handle)] == [4601]
     assert [s.pid for s in sim.nvmlDeviceGetProcessUtilization(handle, 0)] == [4601]
     assert sim.nvmlDeviceGetMemoryInfo(handle).used == used_before - 8 * 2**30
     clock.t = 100
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4601]
+    assert [p.pid for p in listed(sim, handle)] == [4601]
 
 
 def test_process_end_time(clock):
     sim = started("faults", clock)
     handle = sim.nvmlDeviceGetHandleByIndex(2)
     clock.t = 239.9
-    assert [p.pid for p in sim.nvmlDeviceGetComputeRunningProcesses(handle)] == [4604]
+    assert [p.pid for p in listed(sim, handle)] == [4604]
     clock.t = 240
-    assert sim.nvmlDeviceGetComputeRunningProcesses(handle) == []
+    assert listed(sim, handle) == []
     assert sim.nvmlDeviceGetMemoryInfo(handle).used == DRIVER_RESERVE  # nvmlMemory_t counts the reserve
     with raises_nvml("NotFound"):
         sim.nvmlDeviceGetProcessUtilization(handle, 0)
@@ -339,7 +340,8 @@ def test_symbols_follow_the_branch_and_unmodelled_ones_answer_not_supported(cloc
         sim.nvmlDeviceGetBAR1MemoryInfo(handle)  # exported by every branch, not modelled
     with raises_nvml("FunctionNotFound"):
         sim._nvmlGetFunctionPointer("nvmlDeviceGetSomethingFromTheFuture")
-    assert sim.nvmlDeviceGetTemperatureV(handle, 0) == sim.nvmlDeviceGetTemperature(handle, 0)
+    if hasattr(sim, "nvmlDeviceGetTemperatureV"):  # nvidia-ml-py 12.570 and newer
+        assert sim.nvmlDeviceGetTemperatureV(handle, 0) == sim.nvmlDeviceGetTemperature(handle, 0)
     driver = sim.gpulens_driver
     assert "nvmlDeviceGetRunningProcessDetailList" in driver.exported()
     old = started("old-driver", clock)
@@ -347,7 +349,7 @@ def test_symbols_follow_the_branch_and_unmodelled_ones_answer_not_supported(cloc
         old._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v3")  # arrived with R510
     assert old._nvmlGetFunctionPointer("nvmlDeviceGetComputeRunningProcesses_v2")
     with raises_nvml("FunctionNotFound"):
-        old.nvmlDeviceGetTemperatureV(old.nvmlDeviceGetHandleByIndex(0), 0)  # arrived with R570
+        old._nvmlGetFunctionPointer("nvmlDeviceGetTemperatureV")  # arrived with R570
 
 
 def test_mig_parent_answers_not_supported(clock):
@@ -364,8 +366,8 @@ def test_mig_parent_answers_not_supported(clock):
     assert utilization_samples(sim, plain)
     assert sim.nvmlDeviceGetMemoryInfo(mig).used == 30 * 2**30 + DRIVER_RESERVE
     # In MIG mode a process's memory is seen per instance, not on the parent (nvml.h).
-    assert {p.usedGpuMemory for p in sim.nvmlDeviceGetComputeRunningProcesses(mig)} == {None}
-    assert {p.gpuInstanceId for p in sim.nvmlDeviceGetComputeRunningProcesses(plain)} == {0xFFFFFFFF}
+    assert {p.usedGpuMemory for p in listed(sim, mig)} == {None}
+    assert {p.gpuInstanceId for p in listed(sim, plain)} == {0xFFFFFFFF}
     old = started("old-driver", clock)
     with raises_nvml("NotSupported"):
         old.nvmlDeviceGetMigMode(old.nvmlDeviceGetHandleByIndex(0))
@@ -378,10 +380,10 @@ def test_field_values_carry_their_own_return(clock):
     sim = started("demo", clock)
     clock.t = 130
     gpu7 = sim.nvmlDeviceGetHandleByIndex(7)
-    ids = [pynvml.NVML_FI_DEV_POWER_INSTANT, pynvml.NVML_FI_DEV_POWER_AVERAGE, 9999,
-           (pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, 0), pynvml.NVML_FI_DEV_ECC_DBE_AGG_TOTAL,
-           pynvml.NVML_FI_DEV_REMAPPED_PENDING, pynvml.NVML_FI_DEV_MEMORY_TEMP,
-           pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES]
+    ids = [h.FI_DEV_POWER_INSTANT, h.FI_DEV_POWER_AVERAGE, 9999,
+           (h.FI_DEV_ECC_SBE_VOL_TOTAL, 0), h.FI_DEV_ECC_DBE_AGG_TOTAL,
+           h.FI_DEV_REMAPPED_PENDING, h.FI_DEV_MEMORY_TEMP,
+           h.FI_DEV_PCIE_COUNT_TX_BYTES]
     values = sim.nvmlDeviceGetFieldValues(gpu7, ids)
     assert [v.fieldId for v in values] == [i if isinstance(i, int) else i[0] for i in ids]
     returns = [v.nvmlReturn for v in values]
@@ -396,7 +398,7 @@ def test_field_values_carry_their_own_return(clock):
     assert values[0].timestamp == BASE_US + 130_000_000
     a100 = started("faults", clock)
     (a100_average,) = a100.nvmlDeviceGetFieldValues(a100.nvmlDeviceGetHandleByIndex(0),
-                                                     [pynvml.NVML_FI_DEV_POWER_AVERAGE])
+                                                     [h.FI_DEV_POWER_AVERAGE])
     assert a100_average.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED  # GA100 lacks the 1 s average
 
 

@@ -1,0 +1,103 @@
+"""The versions gpulens claims: the agent's tests on the lowest nvidia-ml-py pyproject admits and on
+Python 3.10 and 3.13, each in a virtual environment of its own (`make test` runs this after the full
+suite, which runs on the default Python with the newest nvidia-ml-py).
+
+    python tests/matrix.py            # every entry; a missing Python is skipped (failed in CI)
+    python tests/matrix.py floor      # one entry by name
+
+The agent's tests are those of the agent, the simulated driver and the diagnosis: what runs on a GPU
+node, where these versions matter. They need no torch, streamlit or browser.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+HOME = ROOT / ".venv-matrix"
+TESTS = ["tests/agent", "tests/simulator", "tests/diagnosis", "tests/test_tips.py",
+         "--ignore=tests/diagnosis/test_torch_end_to_end.py"]
+
+
+def binding_floor() -> str:
+    """The lowest nvidia-ml-py pyproject.toml admits, as an exact requirement."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    spec = next(d for d in project["dependencies"] if d.startswith("nvidia-ml-py"))
+    match = re.fullmatch(r"nvidia-ml-py>=([\d.]+)", spec.replace(" ", ""))
+    if match is None:
+        raise SystemExit(f"pyproject.toml: {spec!r} has no '>=' floor for the matrix to test")
+    return f"nvidia-ml-py=={match.group(1)}"
+
+
+def python(version: str) -> str | None:
+    """Return a working interpreter of `version` ("3.10"): one pyenv installed, else one on PATH."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    candidates = sorted(glob.glob(f"{root}/versions/{version}.*/bin/python{version}"))
+    on_path = shutil.which(f"python{version}")
+    for candidate in [*reversed(candidates), *([on_path] if on_path else [])]:
+        # A pyenv shim for a version that is installed but not selected exists and fails: try each.
+        if subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+ENTRIES = {
+    # name: (Python version, what to pin beside the project)
+    "floor": (f"{sys.version_info.major}.{sys.version_info.minor}", binding_floor()),
+    "py3.10": ("3.10", None),
+    "py3.13": ("3.13", None),
+}
+
+
+def run(name: str) -> bool | None:
+    """Run the agent's tests for one entry; None when its Python is not on this machine."""
+    version, pin = ENTRIES[name]
+    interpreter = python(version)
+    if interpreter is None:
+        message = f"matrix {name}: no Python {version} here (pyenv install {version}); skipped"
+        if os.environ.get("GPULENS_REQUIRE_TOOLS") == "1":
+            print(message.replace("skipped", "failed: CI must run it"), flush=True)
+            return False
+        print(message, flush=True)
+        return None
+    venv = HOME / name
+    stamp = venv / ".installed"
+    wanted = f"{interpreter} {pin or 'newest'} {(ROOT / 'pyproject.toml').stat().st_mtime}"
+    if not stamp.exists() or stamp.read_text() != wanted:
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
+        install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test]"]
+        subprocess.run(install + ([pin] if pin else ["--upgrade", "nvidia-ml-py"]), check=True)
+        stamp.write_text(wanted)
+    binding = subprocess.run([str(venv / "bin" / "python"), "-c",
+                              "import importlib.metadata as m; print(m.version('nvidia-ml-py'))"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    print(f"== matrix {name}: Python {version}, nvidia-ml-py {binding}", flush=True)
+    started = time.monotonic()
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
+                          cwd=ROOT)
+    print(f"== matrix {name}: {'passed' if done.returncode == 0 else 'FAILED'} in "
+          f"{time.monotonic() - started:.0f} s", flush=True)
+    return done.returncode == 0
+
+
+def main(names: list[str]) -> int:
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown:
+        print(f"matrix: unknown entry {unknown[0]!r}; use one of {', '.join(ENTRIES)}", file=sys.stderr)
+        return 2
+    results = [run(name) for name in names or ENTRIES]
+    return 1 if False in results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,308 @@
+"""What tools nobody here wrote read from a simulated node, next to what the agent exports.
+
+Each tool runs unmodified, under `gpulens sim SCENARIO --driver BRANCH --at T`, so every process reads
+the node at the same simulated instant through its own pynvml: gpustat (its JSON output, and its
+patched binding for processes, since its output drops pids that do not exist on this host), nvitop
+(`nvitop -1` and its `Device` API), nvitop-exporter (its /metrics) and the gpulens agent (its
+/metrics). Every reading becomes a `Reading` in the same units, so they can be compared.
+
+Run as a script, it prints the table of docs/benchmarks.md ("Referees").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+AT = 45.0  # past nvml-down's outage, before faults' lost GPU
+MIB = 2**20
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Reading:
+    """One GPU as one tool reads it; None where the tool shows nothing (N/A)."""
+
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    utilization_pct: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    sm_clock_mhz: float | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    # pid -> MiB (None when NVML has no figure); None when the tool does not list processes
+    processes: dict[int, float | None] | None = None
+    process_count: int | None = None  # when the tool counts processes it cannot name (the agent, MIG)
+    not_available: list[str] = field(default_factory=list)  # fields the tool printed as N/A
+
+
+def sim(scenario: str, driver: str, *command: str, at: float = AT) -> list[str]:
+    """The command line that runs `command` on the simulated node."""
+    return [sys.executable, "-m", "gpulens.cli", "sim", scenario, "--driver", driver, "--at", f"{at:g}", "--",
+            *command]
+
+
+def run(args: list[str], timeout: float = 60) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{' '.join(args[-3:])} exited with {done.returncode}: {done.stderr[-2000:]}")
+    return done.stdout
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_while_running(args: list[str], port: int, ready: str, timeout: float = 60, scrapes: int = 1) -> str:
+    """Start a server, wait until its /metrics holds `ready`, return the text of the `scrapes`-th scrape
+    from then on, stop the server."""
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"{args[-6:]} exited with {process.returncode}: {process.stderr.read()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                    text = answer.read().decode()
+                if ready in text:
+                    scrapes -= 1
+                    if scrapes == 0:
+                        return text
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{args[-6:]} served no {ready} within {timeout:g} s")
+            time.sleep(0.2)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _samples(text: str) -> list:
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+# -- the gpulens agent ---------------------------------------------------------------------------------
+
+
+def agent(scenario: str, driver: str) -> dict[str, Reading]:
+    port = free_port()
+    text = scrape_while_running(sim(scenario, driver, sys.executable, "-m", "gpulens.cli", "agent",
+                                    "--web.listen-address", f"127.0.0.1:{port}", "--jobs.socket", "",
+                                    "--ledger.path", "", "--collector.process-details"),
+                                port, "gpulens_gpu_info{")
+    readings: dict[str, Reading] = {}
+    scale = {"gpulens_gpu_memory_used_bytes": ("memory_used_mib", 1 / MIB),
+             "gpulens_gpu_memory_total_bytes": ("memory_total_mib", 1 / MIB),
+             "gpulens_gpu_utilization_ratio": ("utilization_pct", 100.0),
+             "gpulens_gpu_power_watts": ("power_w", 1.0),
+             "gpulens_gpu_temperature_celsius": ("temperature_c", 1.0),
+             "gpulens_gpu_sm_clock_hertz": ("sm_clock_mhz", 1e-6),
+             "gpulens_gpu_pcie_link_generation": ("pcie_generation", 1),
+             "gpulens_gpu_pcie_link_width": ("pcie_width", 1)}
+    for sample in _samples(text):
+        uuid = sample.labels.get("uuid")
+        if uuid is None:
+            continue
+        reading = readings.setdefault(uuid, Reading(processes={}))
+        if sample.name in scale:
+            attribute, factor = scale[sample.name]
+            value = sample.value * factor
+            setattr(reading, attribute, int(value) if attribute.startswith("pcie") else value)
+        elif sample.name == "gpulens_gpu_processes":
+            reading.process_count = int(sample.value)
+        elif sample.name == "gpulens_process_gpu_memory_used_bytes":
+            reading.processes[int(sample.labels["pid"])] = sample.value / MIB
+    # A process whose memory NVML cannot see (MIG) has no memory series, only its SM series if any.
+    for sample in _samples(text):
+        if sample.name == "gpulens_process_sm_utilization_ratio":
+            readings[sample.labels["uuid"]].processes.setdefault(int(sample.labels["pid"]), None)
+    return readings
+
+
+# -- gpustat -------------------------------------------------------------------------------------------
+
+GPUSTAT_PROCESSES = """
+import json
+from gpustat.nvml import pynvml as N
+N.nvmlInit()
+out = {}
+for i in range(N.nvmlDeviceGetCount()):
+    h = N.nvmlDeviceGetHandleByIndex(i)
+    try:
+        listed = N.nvmlDeviceGetComputeRunningProcesses(h)
+    except N.NVMLError:
+        continue
+    out[N.nvmlDeviceGetUUID(h)] = {p.pid: (p.usedGpuMemory // 2**20 if p.usedGpuMemory else None) for p in listed}
+print(json.dumps(out))
+"""
+
+
+def gpustat(scenario: str, driver: str) -> dict[str, Reading]:
+    report = json.loads(run(sim(scenario, driver, str(BIN / "gpustat"), "--json")))
+    # gpustat drops processes whose pid this host does not have (psutil.NoSuchProcess): read its NVML
+    # level, through the binding as gpustat patches it, for those.
+    listed = json.loads(run(sim(scenario, driver, sys.executable, "-c", GPUSTAT_PROCESSES)))
+    readings = {}
+    for gpu in report["gpus"]:
+        readings[gpu["uuid"]] = Reading(
+            memory_used_mib=gpu["memory.used"], memory_total_mib=gpu["memory.total"],
+            utilization_pct=gpu["utilization.gpu"], power_w=gpu["power.draw"],
+            temperature_c=gpu["temperature.gpu"],
+            processes={int(pid): mib for pid, mib in listed.get(gpu["uuid"], {}).items()}
+            if gpu["uuid"] in listed else None,
+            not_available=[key for key in ("memory.used", "utilization.gpu", "power.draw", "temperature.gpu")
+                           if gpu[key] is None],
+        )
+    return readings
+
+
+# -- nvitop ----------------------------------------------------------------------------------------------
+
+NVITOP_API = """
+import json, math
+from nvitop import Device, NA, libnvml
+out = {}
+def value(x):
+    return None if x is NA or (isinstance(x, float) and math.isnan(x)) else x
+for device in Device.all():
+    handle = device.handle
+    processes = device.processes()
+    out[device.uuid()] = {
+        "memory_used": value(device.memory_used()), "memory_total": value(device.memory_total()),
+        "utilization": value(device.gpu_utilization()), "power": value(device.power_usage()),
+        "temperature": value(device.temperature()), "sm_clock": value(device.sm_clock()),
+        "pcie_generation": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkGeneration", handle)),
+        "pcie_width": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkWidth", handle)),
+        "processes": {pid: value(p.gpu_memory()) for pid, p in processes.items()},
+    }
+print(json.dumps(out))
+"""
+
+
+def nvitop_api(scenario: str, driver: str) -> dict[str, Reading]:
+    found = json.loads(run(sim(scenario, driver, sys.executable, "-c", NVITOP_API)))
+    readings = {}
+    for uuid, got in found.items():
+        readings[uuid] = Reading(
+            memory_used_mib=None if got["memory_used"] is None else got["memory_used"] / MIB,
+            memory_total_mib=None if got["memory_total"] is None else got["memory_total"] / MIB,
+            utilization_pct=got["utilization"], power_w=None if got["power"] is None else got["power"] / 1000,
+            temperature_c=got["temperature"], sm_clock_mhz=got["sm_clock"],
+            pcie_generation=got["pcie_generation"], pcie_width=got["pcie_width"],
+            processes={int(pid): None if mib is None else mib / MIB for pid, mib in got["processes"].items()},
+        )
+    return readings
+
+
+_GIB = {"B": 1 / MIB, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0**2}
+_ROW = re.compile(r"│\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*(?P<limit>\S+)\s*│"
+                  r"\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*│\s*(?P<util>\S+)\s")
+_HEAD = re.compile(r"│\s*(?P<index>\d+)\s+.*│\s*(?P<bus>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s")
+_PROCESS = re.compile(r"│\s*(?P<gpu>\d+)\s+(?P<pid>\d+)\s+\S+\s+\S+\s+(?P<memory>\S+)\s")
+
+
+def _mib(text: str) -> float | None:
+    match = re.fullmatch(r"([\d.]+)(B|KiB|MiB|GiB|TiB)", text)
+    return None if match is None else float(match.group(1)) * _GIB[match.group(2)]
+
+
+def _number(text: str, suffix: str) -> float | None:
+    return float(text.removesuffix(suffix)) if text.endswith(suffix) and text != "N/A" else None
+
+
+def nvitop_one_shot(scenario: str, driver: str, uuid_by_bus: dict[str, str]) -> dict[str, Reading]:
+    """`nvitop -1`: the table a person reads; GPUs are matched by PCI bus id, values parsed off the text."""
+    text = run(sim(scenario, driver, str(BIN / "nvitop"), "-1"))
+    readings: dict[str, Reading] = {}
+    index_to_uuid: dict[int, str] = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        head = _HEAD.search(line)
+        if head is None or i + 1 >= len(lines):
+            continue
+        row = _ROW.search(lines[i + 1])
+        if row is None:
+            continue
+        uuid = uuid_by_bus[head.group("bus").upper()]
+        index_to_uuid[int(head.group("index"))] = uuid
+        fields = {"temperature": row.group("temp"), "power": row.group("power"), "memory": row.group("used"),
+                  "utilization": row.group("util")}
+        readings[uuid] = Reading(
+            memory_used_mib=_mib(row.group("used")), memory_total_mib=_mib(row.group("total")),
+            utilization_pct=_number(row.group("util"), "%"), power_w=_number(row.group("power"), "W"),
+            temperature_c=_number(row.group("temp"), "C"), processes={},
+            not_available=[name for name, shown in fields.items() if shown == "N/A"],
+        )
+    for line in lines:
+        process = _PROCESS.search(line)
+        if process and int(process.group("gpu")) in index_to_uuid:
+            reading = readings[index_to_uuid[int(process.group("gpu"))]]
+            reading.processes[int(process.group("pid"))] = _mib(process.group("memory"))
+    return readings
+
+
+# -- nvitop-exporter ---------------------------------------------------------------------------------------
+
+
+def nvitop_exporter(scenario: str, driver: str) -> dict[str, Reading]:
+    port = free_port()
+    text = scrape_while_running(sim(scenario, driver, str(BIN / "nvitop-exporter"), "--bind-address", "127.0.0.1",
+                                    "--port", str(port)), port, "gpu_utilization_Percentage{", scrapes=2)
+    names = {"gpu_memory_used_MiB": "memory_used_mib", "gpu_memory_total_MiB": "memory_total_mib",
+             "gpu_utilization_Percentage": "utilization_pct", "gpu_power_usage_W": "power_w",
+             "gpu_temperature_C": "temperature_c", "gpu_clock_sm_MHz": "sm_clock_mhz"}
+    readings: dict[str, Reading] = {}
+    for sample in _samples(text):
+        uuid = sample.labels.get("uuid")
+        if uuid is None:
+            continue
+        reading = readings.setdefault(uuid, Reading(processes={}))
+        value = None if math.isnan(sample.value) else sample.value
+        if sample.name in names:
+            setattr(reading, names[sample.name], value)
+            if value is None:
+                reading.not_available.append(names[sample.name])
+        elif sample.name == "process_gpu_memory_MiB":
+            reading.processes[int(sample.labels["pid"])] = value
+    return readings
+
+
+def every_peer(scenario: str, driver: str) -> dict[str, dict[str, Reading]]:
+    """Every tool's readings of the node: {tool: {uuid: Reading}}."""
+    found = {"gpulens agent": agent(scenario, driver), "nvitop Device API": nvitop_api(scenario, driver)}
+    bus = json.loads(run(sim(scenario, driver, sys.executable, "-c", BUS_IDS)))
+    found["nvitop -1"] = nvitop_one_shot(scenario, driver, bus)
+    found["gpustat"] = gpustat(scenario, driver)
+    found["nvitop-exporter"] = nvitop_exporter(scenario, driver)
+    return found
+
+
+BUS_IDS = """
+import json, pynvml
+pynvml.nvmlInit()
+out = {}
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+    out[(bus.decode() if isinstance(bus, bytes) else bus).upper()] = pynvml.nvmlDeviceGetUUID(h)
+print(json.dumps(out))
+"""

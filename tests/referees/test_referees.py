@@ -1,0 +1,154 @@
+"""Referees nobody here wrote: gpustat, nvitop and nvitop-exporter read the simulated node as the agent does.
+
+Each runs unmodified (the `referees` extra) under `gpulens sim` on every built-in scenario, on the oldest
+and the newest driver branch, at one held instant. What they show must agree with the agent's /metrics
+within the tolerances below; a tool that crashes or shows N/A for what the driver gives fails the test.
+
+Tolerances, and why they are not zero:
+- Display precision: gpustat prints whole MiB, W and percent (rounded down); `nvitop -1` prints memory in
+  GiB with two decimals and whole watts.
+- Utilization: the peers show nvmlDeviceGetUtilizationRates, the last 1/6 s sample period; the agent
+  averages the samples of its last cycle (1 s). They agree within the spread of that second's samples.
+- Power: the peers show nvmlDeviceGetPowerUsage, a one-second average; the agent reads the instant
+  power field where the driver has it (R535 and newer). They agree within that second's spread.
+- Memory: every tool reads nvmlMemory_v2_t "used" (the driver's reserve apart) where the driver has
+  it, and nvmlMemory_t "used" (reserve included) on R470: the same convention in each, so exact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+from gpulens.agent.clock import ManualClock
+from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.simulator import branches
+from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario, on_driver
+
+from tests.tools import require_tool
+
+from . import peers
+
+DRIVERS = (branches.OLDEST, branches.NEWEST)
+COMBOS = [(name, driver) for name in builtin_scenarios() for driver in DRIVERS]
+AGENT = "gpulens agent"
+# What each tool shows of a GPU: each of these must be there (not N/A) wherever the agent has it.
+SHOWS = {
+    "gpustat": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c"),
+    "nvitop -1": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c"),
+    "nvitop Device API": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c",
+                          "sm_clock_mhz", "pcie_generation", "pcie_width"),
+    "nvitop-exporter": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c",
+                        "sm_clock_mhz"),
+}
+# Half a unit of each tool's last shown digit (gpustat rounds down: a whole unit).
+PRECISION = {
+    "gpustat": {"memory_used_mib": 1.0, "memory_total_mib": 1.0, "power_w": 1.0, "utilization_pct": 1.0},
+    "nvitop -1": {"memory_used_mib": 5.13, "memory_total_mib": 5.13, "power_w": 1.0, "utilization_pct": 1.0},
+}
+
+
+def _referees_installed() -> None:
+    for tool in ("gpustat", "nvitop", "nvitop-exporter"):
+        if not (peers.BIN / tool).exists() and shutil.which(tool) is None:
+            require_tool(tool, "pip install '.[referees]'")
+
+
+def _spreads(name: str, driver: str) -> dict[str, dict[str, float]]:
+    """Per GPU: how far the utilization samples and the power of the last second spread at the instant."""
+    lib = load_simulated_library(on_driver(load_scenario(name), driver), ManualClock(start=peers.AT))
+    lib.nvmlInit()
+    simulated = lib.gpulens_driver.node
+    since = simulated.base_us + (peers.AT - 1.0) * 1e6
+    spreads = {}
+    for gpu in simulated.gpus:
+        gpu.advance(peers.AT)
+        window = [value for stamp, value in gpu.samples if stamp > since]
+        power = list(gpu.recent_power) or [gpu.power_w]
+        spreads[gpu.spec.uuid] = {"utilization_pct": (max(window) - min(window)) if window else 0.0,
+                                  "power_w": max(power) - min(power)}
+    return spreads
+
+
+@pytest.fixture(scope="module", params=COMBOS, ids=[f"{n}-{d}" for n, d in COMBOS])
+def node(request):
+    _referees_installed()
+    name, driver = request.param
+    return peers.every_peer(name, driver), _spreads(name, driver)
+
+
+def _each(node):
+    found, _ = node
+    agent = found[AGENT]
+    for tool, gpus in found.items():
+        if tool == AGENT:
+            continue
+        for uuid, reading in gpus.items():
+            yield tool, uuid, agent[uuid], reading
+
+
+def _close(tool: str, field: str, ours: float, theirs: float, slack: float = 0.0) -> bool:
+    return abs(ours - theirs) <= PRECISION.get(tool, {}).get(field, 1e-6) + slack
+
+
+def test_every_tool_runs_and_sees_every_gpu_the_agent_sees(node):
+    found, _ = node
+    agent_gpus = set(found[AGENT])
+    assert agent_gpus
+    for tool, gpus in found.items():
+        assert set(gpus) == agent_gpus, tool
+
+
+def test_memory_used_and_total_agree(node):
+    for tool, uuid, ours, theirs in _each(node):
+        for field in ("memory_used_mib", "memory_total_mib"):
+            assert _close(tool, field, getattr(ours, field), getattr(theirs, field)), (tool, uuid, field, ours, theirs)
+
+
+def test_utilization_agrees_within_the_last_seconds_spread(node):
+    _, spreads = node
+    for tool, uuid, ours, theirs in _each(node):
+        if ours.utilization_pct is None:  # a MIG parent: nobody may claim a value
+            assert theirs.utilization_pct is None, (tool, uuid)
+            continue
+        slack = spreads[uuid]["utilization_pct"] + 1.0
+        assert _close(tool, "utilization_pct", ours.utilization_pct, theirs.utilization_pct, slack), (
+            tool, uuid, ours.utilization_pct, theirs.utilization_pct, slack)
+
+
+def test_power_agrees_within_the_last_seconds_spread(node):
+    _, spreads = node
+    for tool, uuid, ours, theirs in _each(node):
+        slack = spreads[uuid]["power_w"] + 0.01
+        assert _close(tool, "power_w", ours.power_w, theirs.power_w, slack), (tool, uuid, ours.power_w, theirs.power_w)
+
+
+def test_temperature_sm_clock_and_pcie_link_are_the_same(node):
+    for tool, uuid, ours, theirs in _each(node):
+        for field in ("temperature_c", "sm_clock_mhz", "pcie_generation", "pcie_width"):
+            if field in SHOWS[tool]:
+                assert getattr(theirs, field) == getattr(ours, field), (tool, uuid, field)
+
+
+def test_every_process_and_its_memory_are_the_same(node):
+    for tool, uuid, ours, theirs in _each(node):
+        assert theirs.processes is not None, (tool, uuid)
+        assert len(theirs.processes) == ours.process_count, (tool, uuid, theirs.processes, ours.process_count)
+        for pid, mib in ours.processes.items():
+            assert pid in theirs.processes, (tool, uuid, pid)
+            if mib is not None:
+                assert _close(tool, "memory_used_mib", mib, theirs.processes[pid]), (tool, uuid, pid)
+        for pid, mib in theirs.processes.items():
+            if pid in ours.processes and ours.processes[pid] is None:
+                assert mib is None, (tool, uuid, pid)  # NVML has no figure: no tool may invent one
+
+
+def test_nothing_the_driver_gives_shows_as_not_available(node):
+    for tool, uuid, ours, theirs in _each(node):
+        missing = [f for f in SHOWS[tool] if getattr(ours, f) is not None and getattr(theirs, f) is None]
+        assert not missing, (tool, uuid, missing, theirs.not_available)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
