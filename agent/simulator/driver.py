@@ -124,6 +124,16 @@ def _struct(address: int | None, structure: type[ctypes.Structure]) -> ctypes.St
     return structure.from_address(_need(address))
 
 
+def _records(address: int | None, structure: type[ctypes.Structure], count: int) -> list[ctypes.Structure]:
+    """The first `count` records of the caller's array at `address`.
+
+    By address arithmetic rather than an array type: ctypes keeps every array type it makes (one per
+    length) for the life of the process.
+    """
+    start, size = _need(address), ctypes.sizeof(structure)
+    return [structure.from_address(start + i * size) for i in range(count)]
+
+
 @dataclass
 class _EventSet:
     memory: ctypes.Array  # the object nvmlEventSet_t points at
@@ -454,8 +464,7 @@ class SimulatedDriver:
         if capacity.value == 0:
             return h.ERROR_INVALID_ARGUMENT
         written = fresh[:capacity.value]  # "the number of entries which can be accommodated"
-        array = (h.Sample * len(written)).from_address(samples)
-        for slot, (stamp, value) in zip(array, written, strict=True):
+        for slot, (stamp, value) in zip(_records(samples, h.Sample, len(written)), written, strict=True):
             slot.timeStamp = stamp
             slot.sampleValue.uiVal = value
         capacity.value = len(written)
@@ -477,7 +486,7 @@ class SimulatedDriver:
         if count < 0:
             return h.ERROR_INVALID_ARGUMENT
         stamp = self.node.epoch_us(now)
-        for value in (h.FieldValue * count).from_address(_need(values)):
+        for value in _records(values, h.FieldValue, count):
             value.timestamp, value.latencyUsec = stamp, 0
             if value.fieldId >= self.release.branch.fields_max:
                 # nvml.h documents no code for an id newer than the driver; NOT_SUPPORTED is the one
@@ -551,7 +560,7 @@ class SimulatedDriver:
     @_export("nvmlDeviceGetTemperatureV", args=(P,), feature="temperature")
     def _temperature_v(self, gpu: SimulatedGpu, now: float, out: int) -> int:
         """nvmlTemperature_v1_t {version, sensorType, temperature}: R570 and newer."""
-        version, sensor = (c_uint * 2).from_address(_need(out))
+        version, sensor = (slot.value for slot in _records(out, c_uint, 2))
         if version != h.struct_version(_Temperature, 1):
             return h.ERROR_ARGUMENT_VERSION_MISMATCH
         if sensor != h.TEMPERATURE_GPU:
@@ -696,8 +705,7 @@ class SimulatedDriver:
             capacity.value = len(listed)
             return h.ERROR_INSUFFICIENT_SIZE
         instance = 0 if gpu.spec.mig else h.NO_INSTANCE
-        array = (record * len(listed)).from_address(infos)
-        for slot, process in zip(array, listed, strict=True):
+        for slot, process in zip(_records(infos, record, len(listed)), listed, strict=True):
             ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(record))
             slot.pid = process.pid
             slot.usedGpuMemory = process.memory if gpu.spec.process_memory else h.VALUE_NOT_AVAILABLE_ULL
@@ -736,8 +744,7 @@ class SimulatedDriver:
         if capacity.value < len(found):
             capacity.value = len(found)
             return h.ERROR_INSUFFICIENT_SIZE
-        array = (h.ProcessUtilizationSample * len(found)).from_address(samples)
-        for slot, sample in zip(array, found, strict=True):
+        for slot, sample in zip(_records(samples, h.ProcessUtilizationSample, len(found)), found, strict=True):
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = sample.pid, sample.timestamp_us, sample.sm, \
                 sample.memory
             slot.encUtil = slot.decUtil = 0
@@ -844,8 +851,7 @@ class SimulatedDriver:
         if first is None or second is None or first[0] != second[0]:
             return h.ERROR_INVALID_ARGUMENT
         steps = second[1] - first[1]
-        metrics = (h.GpmMetric * head.numMetrics).from_address(request + ctypes.sizeof(h.GpmMetricsGetHead))
-        for metric in metrics:
+        for metric in _records(request + ctypes.sizeof(h.GpmMetricsGetHead), h.GpmMetric, head.numMetrics):
             position = _GPM_POSITION.get(metric.metricId)
             if position is None:
                 metric.nvmlReturn = h.ERROR_NOT_SUPPORTED

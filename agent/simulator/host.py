@@ -30,12 +30,17 @@ class SimulatedSources:
         self._scenario = scenario
         self._clock = clock
         self._by_pid: dict[int, tuple[Gpu, Process]] = {
-            p.pid: (g, p) for g in scenario.gpus for p in g.processes
+            p.pid: (g, p) for g in scenario.gpus for p in g.processes if p.every is None
         }
+        # A process that comes back takes a new pid each time: found by its occurrence at the time.
+        self._repeating = [(g, p) for g in scenario.gpus for p in g.processes if p.every is not None]
 
     def _live(self, pid: int) -> tuple[Gpu, Process] | None:
+        now = self._clock()
         found = self._by_pid.get(pid)
-        return found if found and found[1].alive(self._clock()) else None
+        if found and found[1].alive(now):
+            return found
+        return next(((g, p) for g, p in self._repeating if p.pid_at(now) == pid), None)
 
     def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
         jobs: dict[tuple[str, str], Job] = {}
@@ -91,14 +96,15 @@ class SimulatedSources:
     def job_reports(self) -> dict[int, JobReport]:
         now = self._clock()
         reports = {}
-        for pid, (gpu, process) in self._by_pid.items():
-            if process.torch is None or not process.alive(now):
+        for gpu, process in [*self._by_pid.values(), *self._repeating]:
+            pid = process.pid_at(now)
+            if process.torch is None or pid is None:
                 continue
-            reports[pid] = _report(gpu, process, now)
+            reports[pid] = _report(gpu, process, pid, now)
         return reports
 
 
-def _report(gpu: Gpu, process: Process, now: float) -> JobReport:
+def _report(gpu: Gpu, process: Process, pid: int, now: float) -> JobReport:
     spec = process.torch
     steps = max(1, round(spec.steps_per_second * _REPORT_SECONDS))
     wait = spec.data_wait.mean(max(0.0, now - _REPORT_SECONDS), now) if now > 0 else spec.data_wait.value(0)
@@ -107,7 +113,7 @@ def _report(gpu: Gpu, process: Process, now: float) -> JobReport:
         dataloader = DataLoaderSettings(spec.num_workers, spec.pin_memory, spec.prefetch_factor,
                                         spec.persistent_workers, spec.batch_size)
     return JobReport(
-        pid=process.pid,
+        pid=pid,
         window_seconds=_REPORT_SECONDS,
         step=StepTiming(count=steps, data_wait_seconds=wait * _REPORT_SECONDS, total_seconds=_REPORT_SECONDS),
         dataloader=dataloader,

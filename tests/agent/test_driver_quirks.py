@@ -145,3 +145,19 @@ def test_every_builtin_on_every_branch_lists_every_process_and_no_held_gpu_reads
 
 def _vanished(spec, index: int, now: float) -> set[int]:
     return {f.pid for f in spec.faults if f.kind == "process_vanishes" and f.gpu == index and f.window.at <= now}
+
+
+def test_a_process_that_comes_back_is_a_new_process_each_time():
+    agent = make_agent(scenario("""
+        - model: "NVIDIA H100 80GB HBM3"
+          utilization: 80
+          processes:
+            - {pid: 7000, memory: 1GiB, every: 4, for: 2, host: {main_cpu: 0.5}}
+        """))
+    seen = set()
+    for _ in range(12):
+        agent.run(1)
+        seen.update(pids(agent, 0))
+        jobs = agent.sampler.snapshot.analysis.gpus[gpu_labels(agent, 0)["uuid"]].jobs
+        assert [j.id for j in jobs] == [f"pid:{p}" for p in pids(agent, 0)]
+    assert seen == {7000, 7001, 7002, 7003}  # occurrences start at 0, 4, 8 and 12 s
