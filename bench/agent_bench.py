@@ -1,9 +1,10 @@
 """Benchmark the agent on a simulated 8-GPU node with 32 processes, beside nvitop-exporter.
 
-Measures, for each exporter: scrape latency (p50, p99 over back-to-back scrapes on loopback, and over
-the scrapes of a Prometheus-like scraper every 15 s), CPU time per second while sampling every second
-and scraped every 15 s, and resident memory after that run. Prints a Markdown table for
-docs/benchmarks.md.
+Both exporters run under `gpulens sim`, so each makes its own NVML calls through the real pynvml down
+to the same simulated driver, as it would on a GPU node. Measures, for each exporter: scrape latency
+(p50, p99 over back-to-back scrapes on loopback, and over the scrapes of a Prometheus-like scraper
+every 15 s), CPU time per second while sampling every second and scraped every 15 s, and resident
+memory after that run. Prints a Markdown table for docs/benchmarks.md.
 
     python bench/agent_bench.py                 # 10-minute run, as documented
     python bench/agent_bench.py --duration 60   # a quicker look
@@ -23,7 +24,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 SCENARIO = "bench8x32"
 SCRAPE_INTERVAL = 15.0  # Prometheus's common scrape interval
 
@@ -163,10 +163,11 @@ def main() -> None:
 
     total, simulator = in_process_cycle_cost()
     gpulens_port, nvitop_port = 19106, 19107
+    on_node = [sys.executable, "-m", "gpulens.cli", "sim", SCENARIO, "--"]
     results = [
         measure(
             "gpulens agent",
-            [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", SCENARIO,
+            [*on_node, sys.executable, "-m", "gpulens.cli", "agent", "--jobs.socket", "",
              "--web.listen-address", f"127.0.0.1:{gpulens_port}"],
             f"http://127.0.0.1:{gpulens_port}/metrics",
             args.duration,
@@ -177,7 +178,7 @@ def main() -> None:
         results.append(
             measure(
                 "nvitop-exporter",
-                [sys.executable, str(HERE / "nvitop_simulated.py"), SCENARIO, "--",
+                [*on_node, str(Path(sys.executable).parent / "nvitop-exporter"),
                  "--bind-address", "127.0.0.1", "--port", str(nvitop_port), "--interval", "1.0"],
                 f"http://127.0.0.1:{nvitop_port}/metrics",
                 args.duration,

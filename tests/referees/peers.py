@@ -23,6 +23,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.tools import free_port
+
 AT = 45.0  # past nvml-down's outage, before faults' lost GPU
 MIB = 2**20
 BIN = Path(sys.executable).parent
@@ -46,8 +48,10 @@ class Reading:
     not_available: list[str] = field(default_factory=list)  # fields the tool printed as N/A
 
 
-def sim(scenario: str, driver: str, *command: str, at: float = AT) -> list[str]:
-    """The command line that runs `command` on the simulated node."""
+def sim(scenario: str | None, driver: str | None, *command: str, at: float = AT) -> list[str]:
+    """The command line that runs `command` on the simulated node; on this node's GPUs when `scenario` is None."""
+    if scenario is None:
+        return list(command)
     return [sys.executable, "-m", "gpulens.cli", "sim", scenario, "--driver", driver, "--at", f"{at:g}", "--",
             *command]
 
@@ -57,14 +61,6 @@ def run(args: list[str], timeout: float = 60) -> str:
     if done.returncode != 0:
         raise AssertionError(f"{' '.join(args[-3:])} exited with {done.returncode}: {done.stderr[-2000:]}")
     return done.stdout
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape_while_running(args: list[str], port: int, ready: str, timeout: float = 60, scrapes: int = 1) -> str:
@@ -103,7 +99,7 @@ def _samples(text: str) -> list:
 # -- the gpulens agent ---------------------------------------------------------------------------------
 
 
-def agent(scenario: str, driver: str) -> dict[str, Reading]:
+def agent(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     port = free_port()
     text = scrape_while_running(sim(scenario, driver, sys.executable, "-m", "gpulens.cli", "agent",
                                     "--web.listen-address", f"127.0.0.1:{port}", "--jobs.socket", "",
@@ -156,7 +152,7 @@ print(json.dumps(out))
 """
 
 
-def gpustat(scenario: str, driver: str) -> dict[str, Reading]:
+def gpustat(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     report = json.loads(run(sim(scenario, driver, str(BIN / "gpustat"), "--json")))
     # gpustat drops processes whose pid this host does not have (psutil.NoSuchProcess): read its NVML
     # level, through the binding as gpustat patches it, for those.
@@ -198,7 +194,7 @@ print(json.dumps(out))
 """
 
 
-def nvitop_api(scenario: str, driver: str) -> dict[str, Reading]:
+def nvitop_api(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     found = json.loads(run(sim(scenario, driver, sys.executable, "-c", NVITOP_API)))
     readings = {}
     for uuid, got in found.items():
@@ -229,7 +225,7 @@ def _number(text: str, suffix: str) -> float | None:
     return float(text.removesuffix(suffix)) if text.endswith(suffix) and text != "N/A" else None
 
 
-def nvitop_one_shot(scenario: str, driver: str, uuid_by_bus: dict[str, str]) -> dict[str, Reading]:
+def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[str, str]) -> dict[str, Reading]:
     """`nvitop -1`: the table a person reads; GPUs are matched by PCI bus id, values parsed off the text."""
     text = run(sim(scenario, driver, str(BIN / "nvitop"), "-1"))
     readings: dict[str, Reading] = {}
@@ -263,7 +259,7 @@ def nvitop_one_shot(scenario: str, driver: str, uuid_by_bus: dict[str, str]) -> 
 # -- nvitop-exporter ---------------------------------------------------------------------------------------
 
 
-def nvitop_exporter(scenario: str, driver: str) -> dict[str, Reading]:
+def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     port = free_port()
     text = scrape_while_running(sim(scenario, driver, str(BIN / "nvitop-exporter"), "--bind-address", "127.0.0.1",
                                     "--port", str(port)), port, "gpu_utilization_Percentage{", scrapes=2)
@@ -286,7 +282,7 @@ def nvitop_exporter(scenario: str, driver: str) -> dict[str, Reading]:
     return readings
 
 
-def every_peer(scenario: str, driver: str) -> dict[str, dict[str, Reading]]:
+def every_peer(scenario: str | None, driver: str | None) -> dict[str, dict[str, Reading]]:
     """Every tool's readings of the node: {tool: {uuid: Reading}}."""
     found = {"gpulens agent": agent(scenario, driver), "nvitop Device API": nvitop_api(scenario, driver)}
     bus = json.loads(run(sim(scenario, driver, sys.executable, "-c", BUS_IDS)))

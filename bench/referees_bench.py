@@ -1,0 +1,80 @@
+"""The referees against the agent, on every built-in scenario and on the oldest and newest driver branch.
+
+Runs what tests/referees runs (gpustat, nvitop -1, nvitop's Device API and nvitop-exporter, each
+unmodified under `gpulens sim`, against the agent's /metrics at one held instant) and prints, per tool,
+how far its readings are from the agent's: the tables of docs/benchmarks.md ("Referees").
+
+    python bench/referees_bench.py
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpulens.agent.simulator.scenario import builtin_scenarios  # noqa: E402
+
+from tests.referees import peers  # noqa: E402
+from tests.referees.test_referees import AGENT, DRIVERS, SHOWS, _close  # noqa: E402
+
+FIELDS = ("memory_used_mib", "utilization_pct", "power_w")
+EXACT = ("memory_total_mib", "temperature_c", "sm_clock_mhz", "pcie_generation", "pcie_width")
+
+
+def main() -> None:
+    worst: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    rows = []
+    for name in builtin_scenarios():
+        for driver in DRIVERS:
+            started = time.monotonic()
+            found = peers.every_peer(name, driver)
+            seconds = time.monotonic() - started
+            agent = found[AGENT]
+            rows.append((name, driver, len(agent), seconds))
+            for tool, gpus in found.items():
+                if tool == AGENT:
+                    continue
+                for uuid, theirs in gpus.items():
+                    ours = agent[uuid]
+                    counts[tool]["gpus"] += 1
+                    for field in FIELDS:
+                        if field in SHOWS[tool] and getattr(ours, field) is not None:
+                            if getattr(theirs, field) is None:
+                                counts[tool]["not_available"] += 1
+                                continue
+                            delta = abs(getattr(ours, field) - getattr(theirs, field))
+                            worst[tool][field] = max(worst[tool][field], delta)
+                    for field in EXACT:
+                        if field in SHOWS[tool] and getattr(ours, field) is not None:
+                            counts[tool]["exact_checked"] += 1
+                            theirs_value = getattr(theirs, field)
+                            if theirs_value is None or not _close(tool, field, getattr(ours, field), theirs_value):
+                                counts[tool]["exact_differ"] += 1
+                    listed = theirs.processes or {}
+                    counts[tool]["processes"] += ours.process_count or 0
+                    if len(listed) == ours.process_count and set(ours.processes) <= set(listed):
+                        counts[tool]["processes_matched"] += len(listed)
+    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}, "
+          f"held at {peers.AT:g} s, drivers {', '.join(DRIVERS)}\n")
+    print("| tool | GPU readings | largest difference: memory used (MiB) / utilization (points) / power (W) "
+          "| exact fields equal | processes listed / agent's | N/A where the agent had a value |")
+    print("|---|---|---|---|---|---|")
+    for tool in counts:
+        w, c = worst[tool], counts[tool]
+        print(f"| {tool} | {c['gpus']} | {w['memory_used_mib']:.2f} / {w['utilization_pct']:.2f} / "
+              f"{w['power_w']:.2f} | {c['exact_checked'] - c['exact_differ']} of {c['exact_checked']} | "
+              f"{c['processes_matched']} / {c['processes']} | {c['not_available']} |")
+    print("\n| scenario | driver | GPUs | seconds for all five readers |")
+    print("|---|---|---|---|")
+    for name, driver, gpus, seconds in rows:
+        print(f"| {name} | {driver} | {gpus} | {seconds:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
