@@ -45,6 +45,7 @@ class Reading:
     # pid -> MiB (None when NVML has no figure); None when the tool does not list processes
     processes: dict[int, float | None] | None = None
     process_count: int | None = None  # when the tool counts processes it cannot name (the agent, MIG)
+    bus_id: str | None = None  # the PCI bus id, for tools that name GPUs by it (nvitop -1)
     not_available: list[str] = field(default_factory=list)  # fields the tool printed as N/A
 
 
@@ -189,6 +190,7 @@ for device in Device.all():
         "pcie_generation": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkGeneration", handle)),
         "pcie_width": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkWidth", handle)),
         "processes": {pid: value(p.gpu_memory()) for pid, p in processes.items()},
+        "bus_id": device.bus_id(),
     }
 print(json.dumps(out))
 """
@@ -205,6 +207,7 @@ def nvitop_api(scenario: str | None, driver: str | None) -> dict[str, Reading]:
             temperature_c=got["temperature"], sm_clock_mhz=got["sm_clock"],
             pcie_generation=got["pcie_generation"], pcie_width=got["pcie_width"],
             processes={int(pid): None if mib is None else mib / MIB for pid, mib in got["processes"].items()},
+            bus_id=got["bus_id"].upper(),
         )
     return readings
 
@@ -285,20 +288,9 @@ def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Readi
 def every_peer(scenario: str | None, driver: str | None) -> dict[str, dict[str, Reading]]:
     """Every tool's readings of the node: {tool: {uuid: Reading}}."""
     found = {"gpulens agent": agent(scenario, driver), "nvitop Device API": nvitop_api(scenario, driver)}
-    bus = json.loads(run(sim(scenario, driver, sys.executable, "-c", BUS_IDS)))
+    bus = {reading.bus_id: uuid for uuid, reading in found["nvitop Device API"].items()}
     found["nvitop -1"] = nvitop_one_shot(scenario, driver, bus)
     found["gpustat"] = gpustat(scenario, driver)
     found["nvitop-exporter"] = nvitop_exporter(scenario, driver)
     return found
 
-
-BUS_IDS = """
-import json, pynvml
-pynvml.nvmlInit()
-out = {}
-for i in range(pynvml.nvmlDeviceGetCount()):
-    h = pynvml.nvmlDeviceGetHandleByIndex(i)
-    bus = pynvml.nvmlDeviceGetPciInfo(h).busId
-    out[(bus.decode() if isinstance(bus, bytes) else bus).upper()] = pynvml.nvmlDeviceGetUUID(h)
-print(json.dumps(out))
-"""
