@@ -28,3 +28,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def real_nvml():
+    """Return an initialized adapter over this node's real NVML; skip where there is no driver or GPU."""
+    from gpulens.agent.nvml import Nvml, NvmlDown, load_real_library
+
+    nvml = Nvml(load_real_library())
+    try:
+        nvml.init()
+    except NvmlDown as error:
+        pytest.skip(f"no NVIDIA driver here: {error}")
+    if nvml.device_count() == 0:
+        nvml.shutdown()
+        pytest.skip("NVML found no GPU")
+    return nvml

@@ -8,7 +8,8 @@ of a moving target, not of the simulated node's held instant (tests/referees/tes
 from __future__ import annotations
 
 import pytest
-from gpulens.agent.nvml import Nvml, NvmlDown, load_real_library
+
+from tests.tools import real_nvml
 
 from . import peers
 from .test_referees import AGENT, SHOWS, _referees_installed
@@ -19,15 +20,7 @@ MOVING = {"memory_used_mib": 256.0, "utilization_pct": 25.0, "power_w": 60.0, "t
 
 @pytest.fixture(scope="module")
 def node():
-    nvml = Nvml(load_real_library())
-    try:
-        nvml.init()
-    except NvmlDown as error:
-        pytest.skip(f"no NVIDIA driver here: {error}")
-    count = nvml.device_count()
-    nvml.shutdown()
-    if count == 0:
-        pytest.skip("NVML found no GPU")
+    real_nvml().shutdown()  # skips without a driver or a GPU
     _referees_installed()
     return peers.every_peer(None, None)
 
