@@ -48,7 +48,7 @@ class SimulatedSources:
             found = self._live(pid)
             if found is None:
                 continue  # gone between the NVML call and this one, as on a real node
-            spec = found[1].job
+            spec = found[1].job_of(pid)
             if spec is None:
                 job = Job(kind="process", id=f"pid:{pid}", user="nobody", uid=65534, pids=(pid,))
             else:

@@ -148,6 +148,9 @@ class JobSpec:
     namespace: str = ""
     pod: str = ""
     container: str = ""
+    # A Slurm job whose process comes back (`every`): occurrence n belongs to job id + n, a new job
+    # each time, as when a script submits one job after another; otherwise every occurrence is in this one.
+    id_counts_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,12 @@ class Process:
             return self.pid
         occurrence = int((t - self.start) // self.every)
         return self.pid + occurrence if t - self.start - occurrence * self.every < self.lasts else None
+
+    def job_of(self, pid: int) -> JobSpec | None:
+        """Return the job occurrence ``pid`` belongs to (with ``id_counts_up``, occurrence n's is id + n)."""
+        if self.job is None or not self.job.id_counts_up:
+            return self.job
+        return replace(self.job, id=str(int(self.job.id) + pid - self.pid))
 
     def alive(self, t: float) -> bool:
         """Return whether an occurrence of the process runs at time ``t`` (seconds)."""
@@ -495,6 +504,8 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
         job = _job(spec["job"], f"{at}.job") if "job" in spec else None
         host = _host(spec["host"], f"{at}.host") if "host" in spec else None
         torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
+        if job is not None and job.id_counts_up and every is None:
+            raise SpecError(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
         process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts)
         if process.last_pid is not None and process.last_pid > 2**32 - 1:
             raise SpecError(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
@@ -519,12 +530,16 @@ _JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
 
 
 def _job(raw: object, where: str) -> JobSpec:
-    spec = mapping(raw, where, ("kind", "id", "user"), ("namespace", "pod", "container"))
+    spec = mapping(raw, where, ("kind", "id", "user"), ("namespace", "pod", "container", "id_counts_up"))
     kind = _choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
     extra = {key: _text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
     if extra and kind != "kubernetes":
         raise SpecError(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
-    return JobSpec(kind, _text(str(spec["id"]), _at(where, "id")), _text(spec["user"], _at(where, "user")), **extra)
+    job_id = _text(str(spec["id"]), _at(where, "id"))
+    counts_up = _flag(spec.get("id_counts_up", False), _at(where, "id_counts_up"))
+    if counts_up and not (kind == "slurm" and job_id.isascii() and job_id.isdigit()):
+        raise SpecError(_at(where, "id_counts_up"), "counts up a Slurm job id; use kind: slurm with a numeric id")
+    return JobSpec(kind, job_id, _text(spec["user"], _at(where, "user")), **extra, id_counts_up=counts_up)
 
 
 def _host(raw: object, where: str) -> HostSpec:

@@ -1,0 +1,61 @@
+"""The simulated node's job side: which job each occurrence of a process that comes back belongs to."""
+
+import pytest
+from gpulens.agent.simulator.host import SimulatedSources
+from gpulens.agent.simulator.scenario import ScenarioError, parse_scenario
+
+from .common import FakeClock
+
+SCENARIO = """
+name: jobs
+description: a Slurm job script that runs every minute
+gpus:
+  - model: "NVIDIA H100 80GB HBM3"
+    processes:
+      - {pid: 9000, memory: 1GiB, every: 60, for: 50, end: 300,
+         job: {kind: slurm, id: "700000", user: dave{counts_up}}}
+"""
+
+
+def jobs_over_time(counts_up: str) -> list[tuple[int, str]]:
+    """Return (pid, job id) of the occurrence running at 10 s into each of the first three minutes."""
+    clock = FakeClock()
+    scenario = parse_scenario(SCENARIO.replace("{counts_up}", counts_up), "jobs.yaml")
+    sources = SimulatedSources(scenario, clock.monotonic)
+    seen = []
+    for minute in range(3):
+        clock.t = minute * 60 + 10
+        pid = scenario.gpus[0].processes[0].pid_at(clock.t)
+        [job] = sources.jobs([pid], scenario.gpus[0].uuid)
+        assert job.kind == "slurm" and job.pids == (pid,)
+        seen.append((pid, job.id))
+    return seen
+
+
+def test_every_occurrence_is_in_the_one_job_by_default():
+    assert jobs_over_time("") == [(9000, "700000"), (9001, "700000"), (9002, "700000")]
+
+
+def test_with_id_counts_up_each_occurrence_is_a_new_job():
+    assert jobs_over_time(", id_counts_up: true") == [(9000, "700000"), (9001, "700001"), (9002, "700002")]
+
+
+@pytest.mark.parametrize(
+    ("process", "place", "fix"),
+    [
+        ('{pid: 9, memory: 1GiB, job: {kind: slurm, id: "7", user: u, id_counts_up: true}}',
+         "gpus[0].processes[0].job.id_counts_up", "needs a process that comes back; add every and for"),
+        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "a7", user: u, id_counts_up: true}}',
+         "gpus[0].processes[0].job.id_counts_up", "use kind: slurm with a numeric id"),
+        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: docker, id: "7", user: u, id_counts_up: true}}',
+         "gpus[0].processes[0].job.id_counts_up", "use kind: slurm with a numeric id"),
+        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "7", user: u, id_counts_up: 1}}',
+         "gpus[0].processes[0].job.id_counts_up", "expected true or false"),
+    ],
+)
+def test_id_counts_up_mistakes_name_the_place(process, place, fix):
+    text = f'name: t\ndescription: d\ngpus:\n  - model: "NVIDIA H100 80GB HBM3"\n    processes:\n      - {process}\n'
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, "jobs.yaml")
+    assert str(caught.value).startswith(f"scenario jobs.yaml: {place}: ")
+    assert fix in str(caught.value)
