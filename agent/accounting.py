@@ -3,8 +3,14 @@
 After each sampling cycle it reads the analysis (which jobs hold which GPU, each GPU's verdict and tips,
 each job's GPU-seconds by state) and the GPUs' own counters (busy time, energy, memory, GPM), and turns
 them into one `JobRecord` per job holding the cycle's deltas. It adds them up into each job's totals,
-hands both to the ledger (when there is one), and exports the totals as per-job counters so that
-Prometheus can answer `increase()` over a job's lifetime.
+hands both to the ledger (when there is one), which serves them at /api/v1/jobs. With
+`--jobs.export-totals` it also exports the totals as per-job series, so that Prometheus can answer
+`increase()` over a job's lifetime (`gpulens report --prometheus` reads them); they are off by default
+because they cost about 15 series per job, as many as the rest of a GPU's diagnosis.
+
+A bare process the analysis does not yet count as a job (held for less than `--jobs.process-min-age`) is
+accounted from its first cycle but written and exported only once it becomes one: a short process leaves
+no record, a long one loses none of its first minute.
 
 Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds, as the
 analysis counts states) and busy time; the GPU's energy is split evenly among them, so energy adds up.
@@ -28,6 +34,9 @@ from gpulens.vocabulary import State
 log = logging.getLogger(__name__)
 
 _JOB_LABELS = ("job_kind", "job_id")
+# The per-job series that come from the job's own reports (gpulens.torch): none for a job that sent none.
+_IN_JOB = frozenset(("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes",
+                     "torch_reserved_peak_bytes"))
 # Finished jobs kept in memory for /api/v1/jobs when there is no ledger file.
 RECENT_JOBS = 1000
 
@@ -50,6 +59,7 @@ class _Open:
     analysis_states: dict[str, float] = field(default_factory=dict)
     last_seen_at: float = 0.0  # sampler clock, seconds
     memory_bytes: int = 0  # the most device memory the job used on one GPU in its last cycle
+    young: bool = False  # a bare process not yet a job: accounted, neither written nor exported
 
 
 class JobAccounting:
@@ -58,14 +68,18 @@ class JobAccounting:
     name = "ledger"
     description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
 
-    def __init__(self, ledger=None, node: str = "", partition: str = "", recent: int = RECENT_JOBS):
+    def __init__(self, ledger=None, node: str = "", partition: str = "", recent: int = RECENT_JOBS,
+                 export: bool = False):
         self.ledger = ledger  # gpulens.agent.ledger.Ledger, or None to keep totals in memory only
+        self.export = export  # export the per-job totals as series too (--jobs.export-totals)
         self._node = node
         self._partition = partition
         self._gpus: dict[str, _GpuCounters] = {}
         self._open: dict[tuple[str, str], _Open] = {}
         self._recent: deque[JobRecord] = deque(maxlen=recent)
-        self._published: tuple[tuple[JobRecord, int], ...] = ()
+        # The jobs' totals and their memory this cycle (None once the job's last process went).
+        self._published: tuple[tuple[JobRecord, int | None], ...] = ()
+        self._exported: frozenset[tuple[str, str]] = frozenset()
 
     # -- the cycle -------------------------------------------------------------------------------
 
@@ -94,7 +108,7 @@ class JobAccounting:
         written: list[tuple[JobRecord, JobRecord]] = []
         for key, delta in deltas.items():
             job = jobs[key]
-            opened = self._open.get(key) or self._start(job, epoch)
+            opened = self._open.get(key) or self._start(job, epoch, young=not result.is_job(job))
             summary = summaries.get(key)
             states = _state_deltas(opened.analysis_states, summary.state_seconds if summary else {})
             if summary is not None:
@@ -106,11 +120,16 @@ class JobAccounting:
             opened.last_seen_at = now
             opened.memory_bytes = delta.memory_peak_bytes
             self._open[key] = opened
-            written.append((opened.total, delta))
+            if opened.young and result.is_job(job):
+                delta = self._establish(opened, job, epoch)
+            if not opened.young:
+                written.append((opened.total, delta))
         finished = self._finish(now)
         if self.ledger is not None:
             self.ledger.write(written, finished, epoch)
-        self._published = tuple((o.total, o.memory_bytes) for o in self._open.values())
+        self._published = tuple((o.total, o.memory_bytes if o.last_seen_at == now else None)
+                                for o in self._open.values() if not o.young)
+        self._exported = result.exported
 
     def _gpu_deltas(self, gpu: GpuSnapshot, now: float) -> tuple[float, float, float, float]:
         """Return this GPU's busy seconds, sampled seconds, joules and elapsed seconds since the last cycle."""
@@ -125,18 +144,37 @@ class JobAccounting:
         return (_increase(previous.busy, busy), _increase(previous.sampled, sampled),
                 _increase(previous.energy, energy), max(now - previous.at, 0.0))
 
-    def _start(self, job: Job, epoch: float) -> _Open:
+    def _start(self, job: Job, epoch: float, young: bool) -> _Open:
         """Open a job: continue its run from the ledger after a restart, or start a new one."""
-        found = None
-        if self.ledger is not None:
-            found = self.ledger.open_run(job.kind, job.id, epoch - JOB_EXPIRY_SECONDS)
+        found = self._continued(job, epoch) if not young else None
         if found is not None:
-            log.info("continuing job %s %s from the ledger (started %.0f)", job.kind, job.id, found.start)
-            return _Open(replace(found, timeline=(), running=True))
-        return _Open(JobRecord(job.kind, job.id, start=epoch, last_seen=epoch, running=True))
+            return _Open(found)
+        return _Open(JobRecord(job.kind, job.id, start=epoch, last_seen=epoch, running=True), young=young)
+
+    def _continued(self, job: Job, epoch: float) -> JobRecord | None:
+        """The job's run in the ledger, when the agent restarted while it ran."""
+        found = self.ledger.open_run(job.kind, job.id, epoch - JOB_EXPIRY_SECONDS) if self.ledger else None
+        if found is None:
+            return None
+        log.info("continuing job %s %s from the ledger (started %.0f)", job.kind, job.id, found.start)
+        return replace(found, timeline=(), running=True)
+
+    def _establish(self, opened: _Open, job: Job, epoch: float) -> JobRecord:
+        """A bare process became a job: return what it did so far, to be written as this cycle's delta."""
+        opened.young = False
+        delta = opened.total
+        found = self._continued(job, epoch)
+        if found is not None:
+            opened.total = merge(found, opened.total)
+        return delta
 
     def _finish(self, now: float) -> list[JobRecord]:
-        """Close the jobs unseen for the expiry window; return their final records."""
+        """Close the jobs unseen for the expiry window, and forget bare processes gone before they were jobs.
+
+        Return the closed jobs' final records.
+        """
+        for key in [k for k, o in self._open.items() if o.young and o.last_seen_at < now]:
+            del self._open[key]
         done = []
         for key in [k for k, o in self._open.items() if now - o.last_seen_at > JOB_EXPIRY_SECONDS]:
             record = replace(self._open.pop(key).total, running=False)
@@ -151,7 +189,8 @@ class JobAccounting:
         return [*self._recent, *(record for record, _ in self._published)]
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
-        yield from job_metrics(self._published)
+        if self.export:
+            yield from job_metrics(r for r in self._published if r[0].key in self._exported)
         if self.ledger is not None:
             yield from self.ledger.metrics()
 
@@ -216,8 +255,13 @@ def _with_reports(delta: JobRecord, job: Job, reports, elapsed: float) -> JobRec
     )
 
 
-def job_metrics(records: Iterable[tuple[JobRecord, int]]) -> Iterable[Metric]:
-    """Per-job counters and gauges over the open jobs' (totals, memory now), for Prometheus-based reports."""
+def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Metric]:
+    """Per-job series over the open jobs' (totals, memory this cycle or None), for Prometheus-based reports.
+
+    The counters and the facts of the job's life (owner, start, last seen, peaks) stay for the expiry window
+    after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
+    wait, PyTorch peaks) exist only for a job that sent reports.
+    """
     def counter(name, text):
         return CounterMetricFamily(name, text, labels=_JOB_LABELS)
 
@@ -263,15 +307,19 @@ def job_metrics(records: Iterable[tuple[JobRecord, int]]) -> Iterable[Metric]:
                                labels=(*_JOB_LABELS, "tip"))
     for r, memory_now in records:
         labels = (r.kind, r.id)
-        memory.add_metric(labels, memory_now)
+        if memory_now is not None:
+            memory.add_metric(labels, memory_now)
         for model in r.models or ("",):
             info.add_metric((*labels, r.user, r.namespace, r.pod, model), 1.0)
         start.add_metric(labels, r.start)
         seen.add_metric(labels, r.last_seen)
+        reported = r.data_wait_observed_seconds > 0 or r.torch_allocated_peak_bytes or r.torch_reserved_peak_bytes
         for name, family in counters.items():
-            family.add_metric(labels, getattr(r, name))
+            if reported or name not in _IN_JOB:
+                family.add_metric(labels, getattr(r, name))
         for name, family in peaks.items():
-            family.add_metric(labels, getattr(r, name))
+            if reported or name not in _IN_JOB:
+                family.add_metric(labels, getattr(r, name))
         for tip, use in sorted(r.tips.items()):
             tips.add_metric((*labels, tip), use.seconds)
     yield from (info, start, seen, *counters.values(), *peaks.values(), memory, tips)

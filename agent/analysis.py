@@ -7,11 +7,12 @@ the counters (seconds per state, per GPU and per job) that alerts and reports re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpulens.agent.attribution.hostusage import HostUsage
-from gpulens.agent.attribution.resolver import Job
+from gpulens.agent.attribution.resolver import PROCESS, Job
 from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
 from gpulens.agent.jobs.messages import JobReport
@@ -20,12 +21,22 @@ from gpulens.agent.sources import NodeSources
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens import tips as tip_catalog
-from gpulens.vocabulary import Condition, State
+from gpulens.vocabulary import WASTED_STATES, State
 
-# A finished job's series stay this long after its last process went, so the last scrape before it ended
-# and the first after both see it, then expire: the exporter's series stay bounded over months.
+log = logging.getLogger(__name__)
+
+# A finished job's counters stay this long after its last process went, so that `increase()` sees their
+# last increment, then expire: the exporter's series stay bounded over months. Its gauges go at once.
 JOB_EXPIRY_SECONDS = 300.0
+# A bare process (no Slurm job, pod or container) becomes a job with series of its own only once it has
+# held a GPU this long; until then it counts towards its GPU's verdict alone, so short processes (a
+# `nvidia-smi`, a test run, a crash loop) do not each leave a set of series behind.
+PROCESS_MIN_AGE_SECONDS = 60.0
+# The most jobs whose series are exported at once. Under MPS a GPU takes up to 48 clients, so 8 GPUs
+# can hold 384 jobs at once; jobs over the limit keep their accounts, only their series are left out.
+MAX_JOBS_EXPORTED = 500
 _JOB_LABELS = ("job_kind", "job_id")
+JobKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
@@ -43,9 +54,14 @@ class JobSummary:
     """One job on this node as of the last cycle."""
 
     job: Job
-    gpus: frozenset[str]
+    gpus: frozenset[str]  # the GPUs it holds this cycle; empty once its last process went
     state_seconds: Mapping[State, float]  # GPU-seconds per state
-    host: HostUsage | None
+    host: HostUsage | None  # None once its last process went
+
+    @property
+    def current(self) -> bool:
+        """True while the job holds a GPU; its gauges describe this cycle and exist only then."""
+        return bool(self.gpus)
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,13 @@ class AnalysisResult:
     jobs: tuple[JobSummary, ...]
     reports: Mapping[int, JobReport]
     clock_offset: float  # add to the sampler clock's seconds to get seconds since the epoch
+    young: frozenset[JobKey] = frozenset()  # bare processes not yet held long enough to be jobs
+    exported: frozenset[JobKey] = frozenset()  # the jobs whose series are exported (at most the limit)
+    not_exported: int = 0  # jobs left out of the exposition by the limit
+
+    def is_job(self, job: Job) -> bool:
+        """True once `job` is a job of its own: any Slurm job, pod or container; a bare process once held long."""
+        return (job.kind, job.id) not in self.young
 
 
 @dataclass
@@ -64,8 +87,9 @@ class _JobBook:
     """What the agent keeps of one job across cycles."""
 
     job: Job
-    gpus: set[str]
+    gpus: set[str]  # held this cycle
     state_seconds: dict[State, float]
+    first_seen: float
     last_seen: float
     host: HostUsage | None = None
 
@@ -75,13 +99,17 @@ class Analysis:
     default_enabled = True
     description = "job attribution, host and in-job evidence, and the usage verdict of each GPU"
 
-    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3):
+    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3,
+                 process_min_age: float = PROCESS_MIN_AGE_SECONDS, max_jobs: int = MAX_JOBS_EXPORTED):
         self._sources = sources
         self._diagnoser = diagnoser or Diagnoser()
         self._tips = tips
+        self._process_min_age = process_min_age
+        self._max_jobs = max_jobs
+        self._limit_logged = False
         self._last: dict[str, float] = {}
         self._state_seconds: dict[str, dict[State, float]] = {}
-        self._jobs: dict[tuple[str, str], _JobBook] = {}
+        self._jobs: dict[JobKey, _JobBook] = {}
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -91,6 +119,9 @@ class Analysis:
         roots = sorted({pid for jobs in gpu_jobs.values() for job in jobs for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
         results: dict[str, GpuAnalysis] = {}
+        for book in self._jobs.values():
+            book.gpus.clear()
+            book.host = None
         for gpu in snapshot.gpus:
             uuid = gpu.identity.uuid
             jobs = gpu_jobs[uuid]
@@ -101,15 +132,20 @@ class Analysis:
             results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
             self._count(uuid, verdict.state, jobs, host, now)
         self._expire(now)
+        young = frozenset(key for key, book in self._jobs.items() if self._young(book, now))
+        exported = self._exported(young)
         return AnalysisResult(
             gpus=results,
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
             jobs=tuple(
                 JobSummary(b.job, frozenset(b.gpus), dict(b.state_seconds), b.host)
-                for _, b in sorted(self._jobs.items())
+                for key, b in sorted(self._jobs.items()) if key not in young
             ),
             reports=reports,
             clock_offset=snapshot.timestamp - now,
+            young=young,
+            exported=exported,
+            not_exported=len(self._jobs) - len(young) - len(exported),
         )
 
     def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
@@ -126,15 +162,33 @@ class Analysis:
         for job in jobs:
             book = self._jobs.get((job.kind, job.id))
             if book is None:
-                book = self._jobs[(job.kind, job.id)] = _JobBook(job, set(), dict.fromkeys(State, 0.0), now)
+                book = self._jobs[(job.kind, job.id)] = _JobBook(job, set(), dict.fromkeys(State, 0.0), now, now)
+            book.state_seconds[state] += elapsed  # GPU-seconds: a job on 4 GPUs gathers 4 per second
             book.job, book.last_seen = job, now
             book.gpus.add(uuid)
-            book.state_seconds[state] += elapsed  # GPU-seconds: a job on 4 GPUs gathers 4 per second
             book.host = host.get(min(job.pids)) if job.pids else None
 
+    def _young(self, book: _JobBook, now: float) -> bool:
+        return book.job.kind == PROCESS and now - book.first_seen < self._process_min_age
+
     def _expire(self, now: float) -> None:
-        for key in [k for k, b in self._jobs.items() if now - b.last_seen > JOB_EXPIRY_SECONDS]:
+        """Forget finished jobs after the expiry window, and at once a bare process that never became a job."""
+        for key in [k for k, b in self._jobs.items()
+                    if now - b.last_seen > JOB_EXPIRY_SECONDS or (b.last_seen < now and self._young(b, b.last_seen))]:
             del self._jobs[key]
+
+    def _exported(self, young: frozenset[JobKey]) -> frozenset[JobKey]:
+        """The jobs whose series go out: all of them up to the limit; over it, those holding GPUs, oldest first."""
+        jobs = [(key, book) for key, book in self._jobs.items() if key not in young]
+        if len(jobs) <= self._max_jobs:
+            return frozenset(key for key, _ in jobs)
+        if not self._limit_logged:
+            self._limit_logged = True
+            log.warning("%d jobs on this node, more than --jobs.max-exported=%d: the series of the others are "
+                        "left out (counted in gpulens_jobs_not_exported); raise the limit if they matter",
+                        len(jobs), self._max_jobs)
+        jobs.sort(key=lambda item: (not item[1].gpus, item[1].first_seen, item[0]))
+        return frozenset(key for key, _ in jobs[: self._max_jobs])
 
     # -- exposition --------------------------------------------------------------------------------
 
@@ -144,12 +198,13 @@ class Analysis:
             return
         state = GaugeMetricFamily(
             "gpulens_gpu_state",
-            "1 for the GPU's usage state (free, idle, data_starved, underutilized, busy, unknown), 0 for the others.",
+            "1 for the GPU's usage state (free, idle, data_starved, underutilized, busy, unknown); "
+            "only the current state has a series.",
             labels=(*GPU_LABELS, "state"),
         )
         seconds = CounterMetricFamily(
             "gpulens_gpu_state_seconds",
-            "Seconds the GPU spent in each usage state since the agent started.",
+            "Seconds the GPU spent in each usage state since the agent started; a state appears once entered.",
             labels=(*GPU_LABELS, "state"),
         )
         since = GaugeMetricFamily(
@@ -164,12 +219,13 @@ class Analysis:
         )
         condition = GaugeMetricFamily(
             "gpulens_gpu_condition",
-            "1 while a health condition holds (throttling, PCIe degraded, ECC, Xid, lost), else 0.",
+            "1 while a health condition holds (throttling, PCIe degraded, ECC, Xid, lost); no series otherwise.",
             labels=(*GPU_LABELS, "condition"),
         )
         evidence = GaugeMetricFamily(
             "gpulens_gpu_diagnosis_evidence",
-            f"The values the verdict rests on, averaged over the diagnosis window; sampled every {interval:g} s.",
+            "The values a wasted or unknown GPU's verdict rests on, averaged "
+            f"over the diagnosis window; sampled every {interval:g} s.",
             labels=(*GPU_LABELS, "evidence"),
         )
         allocation = GaugeMetricFamily(
@@ -183,29 +239,44 @@ class Analysis:
                 continue
             labels = gpu.labels
             v = found.verdict
-            for s in State:
-                state.add_metric((*labels, s.value), 1.0 if s == v.state else 0.0)
-                seconds.add_metric((*labels, s.value), result.state_seconds[gpu.identity.uuid][s])
+            state.add_metric((*labels, v.state.value), 1.0)
+            for s, value in result.state_seconds[gpu.identity.uuid].items():
+                if value > 0 or s == v.state:
+                    seconds.add_metric((*labels, s.value), value)
             since.add_metric(labels, v.since + result.clock_offset)
             top = found.tips[0].id if found.tips else ""
             verdict.add_metric((*labels, v.state.value, v.reason.value, top), 1.0)
-            for c in Condition:
-                condition.add_metric((*labels, c.value), 1.0 if c in v.conditions else 0.0)
-            for name, value in sorted(v.evidence.items()):
-                evidence.add_metric((*labels, name), value)
+            for c in sorted(v.conditions):
+                condition.add_metric((*labels, c.value), 1.0)
+            if needs_action(v):
+                for name, value in sorted(v.evidence.items()):
+                    evidence.add_metric((*labels, name), value)
             for job in found.jobs:
-                allocation.add_metric((*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+                if (job.kind, job.id) in result.exported:
+                    allocation.add_metric(
+                        (*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
         yield from (state, seconds, since, verdict, condition, evidence, allocation)
-        yield from _job_metrics(result.jobs)
+        yield from _job_metrics(result)
 
 
-def _job_metrics(jobs: tuple[JobSummary, ...]) -> Iterable[Metric]:
+def needs_action(verdict: Verdict) -> bool:
+    """True for a verdict whose evidence an operator reads: a wasted GPU, or one whose state is unknown.
+
+    A busy or free GPU needs no explaining, and a health condition has series of its own (temperature,
+    clocks, PCIe, ECC, Xid).
+    """
+    return verdict.state in WASTED_STATES or verdict.state == State.UNKNOWN
+
+
+def _job_metrics(result: AnalysisResult) -> Iterable[Metric]:
+    """Per-job series: the state counters for the expiry window, the host gauges only while the job holds a GPU."""
     seconds = CounterMetricFamily(
         "gpulens_job_gpu_state_seconds",
-        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4).",
+        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
+        "a state appears once the job's GPUs were in it.",
         labels=(*_JOB_LABELS, "state"),
     )
-    gpus = GaugeMetricFamily("gpulens_job_gpus", "GPUs the job has used on this node.", labels=_JOB_LABELS)
+    gpus = GaugeMetricFamily("gpulens_job_gpus", "GPUs the job holds on this node this cycle.", labels=_JOB_LABELS)
     cpu = GaugeMetricFamily(
         "gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).",
         labels=_JOB_LABELS,
@@ -227,10 +298,15 @@ def _job_metrics(jobs: tuple[JobSummary, ...]) -> Iterable[Metric]:
         "gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.",
         labels=_JOB_LABELS,
     )
-    for book in jobs:
+    for book in result.jobs:
         labels = (book.job.kind, book.job.id)
-        for s in State:
-            seconds.add_metric((*labels, s.value), book.state_seconds[s])
+        if labels not in result.exported:
+            continue
+        for s, value in book.state_seconds.items():
+            if value > 0:
+                seconds.add_metric((*labels, s.value), value)
+        if not book.current:
+            continue
         gpus.add_metric(labels, len(book.gpus))
         if book.host is not None:
             cpu.add_metric(labels, book.host.cpu_cores_used)
@@ -241,6 +317,13 @@ def _job_metrics(jobs: tuple[JobSummary, ...]) -> Iterable[Metric]:
             if book.host.io_read_bytes_per_second is not None:
                 io.add_metric(labels, book.host.io_read_bytes_per_second)
     yield from (seconds, gpus, cpu, allowed, main, workers, io)
+    limited = GaugeMetricFamily(
+        "gpulens_jobs_not_exported",
+        "Jobs on this node whose series are left out because --jobs.max-exported is reached; their accounts "
+        "are kept. Above 0, raise the limit.",
+        value=result.not_exported,
+    )
+    yield limited
 
 
 def _reports_for(gpu: GpuSnapshot, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
@@ -291,9 +374,9 @@ def _evidence(
         workers_cpu_ratio_max=_worst(u.workers_cpu_ratio_max if u.workers else None for u in usages),
         clock_reasons=clocks.event_reasons or frozenset() if clocks else frozenset(),
         pcie_generation=pcie.generation if pcie else None,
-        pcie_max_generation=pcie.max_generation if pcie else None,
+        pcie_max_generation=gpu.identity.pcie_max_generation,
         pcie_width=pcie.width if pcie else None,
-        pcie_max_width=pcie.max_width if pcie else None,
+        pcie_max_width=gpu.identity.pcie_max_width,
         ecc_uncorrected=ecc.uncorrected_volatile if ecc else None,
         remap_failure=bool(ecc and (ecc.remap_failure or ecc.remap_pending)),
         xid_total=sum(count for _, count in xid.counts) if xid else 0,
@@ -326,8 +409,9 @@ def _tip_context(
         context["dram_bandwidth"] = gpm.dram_bandwidth
     pcie = gpu.readings.get("pcie")
     if pcie is not None:
-        for name in ("generation", "max_generation", "width", "max_width"):
-            value = getattr(pcie, name)
+        link = {"generation": pcie.generation, "width": pcie.width,
+                "max_generation": gpu.identity.pcie_max_generation, "max_width": gpu.identity.pcie_max_width}
+        for name, value in link.items():
             if value is not None:
                 context[f"pcie_{name}"] = value
     if jobs:

@@ -51,6 +51,9 @@ class AgentConfig:
     ledger_partition: str = ""  # the node's Slurm partition or node pool, for reports by partition
     probes_interval: float = 6 * 3600.0  # seconds between two probes of one GPU (the probes collector)
     probes_jitter: float = 600.0  # seconds; a random share of it is added to every wait
+    process_min_age: float = 60.0  # seconds a bare process holds a GPU before it is a job of its own
+    max_exported_jobs: int = 500  # jobs whose series are exported at once
+    export_job_totals: bool = False  # the ledger's per-job totals as series as well
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -96,6 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs.socket", dest="jobs_socket", metavar="PATH",
                    help="Unix socket where gpulens.torch in jobs sends its reports (default "
                         "/run/gpulens/jobs.sock; empty to disable)")
+    p.add_argument("--jobs.process-min-age", dest="process_min_age", metavar="DURATION",
+                   help="how long a bare process (no Slurm job, pod or container) holds a GPU before it is a job "
+                        "with series of its own (default 1m; 0 for at once)")
+    p.add_argument("--jobs.max-exported", dest="max_exported_jobs", metavar="N",
+                   help="most jobs whose series are exported at once; the others are counted in "
+                        "gpulens_jobs_not_exported (default 500)")
+    p.add_argument("--jobs.export-totals", dest="export_job_totals", action="store_true",
+                   help="export each job's ledger totals (busy time, energy, memory, tips) as series, for "
+                        "'gpulens report --prometheus' (default off: about 15 series per job)")
+    p.add_argument("--no-jobs.export-totals", dest="export_job_totals", action="store_false",
+                   help=argparse.SUPPRESS)
     p.add_argument("--kubelet.pod-resources-socket", dest="pod_resources_socket", metavar="PATH",
                    help="the kubelet's pod-resources socket, for pod names (default "
                         "/var/lib/kubelet/pod-resources/kubelet.sock; ignored when absent)")
@@ -147,6 +161,9 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         "SPEED": "speed",
         "DIAGNOSIS_IDLE_PATIENCE": "idle_patience",
         "JOBS_SOCKET": "jobs_socket",
+        "JOBS_PROCESS_MIN_AGE": "process_min_age",
+        "JOBS_MAX_EXPORTED": "max_exported_jobs",
+        "JOBS_EXPORT_TOTALS": "export_job_totals",
         "KUBELET_POD_RESOURCES_SOCKET": "pod_resources_socket",
         "LEDGER_PATH": "ledger_path",
         "LEDGER_RETENTION": "ledger_retention",
@@ -172,10 +189,12 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 _FILE_KEYS = {"web": {"listen_address", "config_file"}, "sampling": {"interval"}, "log": {"level"}, "simulate": None,
-              "speed": None, "collectors": None, "diagnosis": {"idle_patience"}, "jobs": {"socket"},
+              "speed": None, "collectors": None, "diagnosis": {"idle_patience"},
+              "jobs": {"socket", "process_min_age", "max_exported", "export_totals"},
               "kubelet": {"pod_resources_socket"}, "ledger": {"path", "retention", "max_size", "partition"},
               "probes": {"interval", "jitter"}}
 _FILE_RENAMES = {"web.config_file": "web_config_file", "level": "log_level", "socket": "jobs_socket",
+                 "max_exported": "max_exported_jobs", "export_totals": "export_job_totals",
                  "path": "ledger_path", "retention": "ledger_retention", "max_size": "ledger_max_size",
                  "partition": "ledger_partition",
                  "probes.interval": "probes_interval", "probes.jitter": "probes_jitter"}
@@ -275,6 +294,7 @@ def _validate(s: dict[str, Any]) -> AgentConfig:
         pod_resources_socket=str(s.get("pod_resources_socket", AgentConfig.pod_resources_socket)),
         **_ledger(s),
         **_probes(s),
+        **_jobs(s),
     )
 
 
@@ -300,6 +320,21 @@ def _ledger(s: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"--ledger.max-size: {max_bytes} bytes is too small; choose at least 1MiB")
     return {"ledger_path": None if path is None else str(path), "ledger_retention": retention,
             "ledger_max_bytes": max_bytes, "ledger_partition": str(s.get("ledger_partition", ""))}
+
+
+def _jobs(s: dict[str, Any]) -> dict[str, Any]:
+    min_age = parse_duration(s.get("process_min_age", "1m"), "--jobs.process-min-age")
+    if min_age > 86_400:
+        raise ConfigError(f"--jobs.process-min-age: {min_age:g} s is out of range; choose between 0s and 24h")
+    text = s.get("max_exported_jobs", AgentConfig.max_exported_jobs)
+    try:
+        most = int(str(text).strip())
+    except ValueError:
+        raise ConfigError(f"--jobs.max-exported: {text!r} is not a whole number; write e.g. 500") from None
+    if not 1 <= most <= 100_000:
+        raise ConfigError(f"--jobs.max-exported: {most} is out of range; choose between 1 and 100000")
+    export = _boolean(s.get("export_job_totals", False), "--jobs.export-totals")
+    return {"process_min_age": min_age, "max_exported_jobs": most, "export_job_totals": export}
 
 
 def _probes(s: dict[str, Any]) -> dict[str, Any]:

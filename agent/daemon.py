@@ -39,10 +39,11 @@ EXIT_USAGE = 2
 EXIT_RUNTIME = 1
 
 
-def build(config: agent_config.AgentConfig):
+def build(config: agent_config.AgentConfig, clock=None):
     """Return (sampler, registry, mode, receiver) for `config`; raise ConfigError for a bad scenario.
 
     `receiver` is the in-job report listener, not yet started (None when simulated or disabled).
+    `clock` replaces a simulated node's clock (a `ManualClock`, for tests and benchmarks).
     """
     receiver = None
     under_sim = simulated_node() if not config.simulate else None
@@ -54,7 +55,7 @@ def build(config: agent_config.AgentConfig):
             scenario = load_scenario(config.simulate)
         except ScenarioError as error:
             raise agent_config.ConfigError(str(error)) from None
-        clock = SimulatedClock(config.speed)
+        clock = clock or SimulatedClock(config.speed)
         library = load_simulated_library(scenario, clock)
         sources = SimulatedSources(scenario, clock.monotonic)
         mode = "simulated"
@@ -79,7 +80,8 @@ def build(config: agent_config.AgentConfig):
                if c.name == "probes" else c for c in enabled]
     analysis = None
     if config.collectors.get("diagnosis"):
-        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
+        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)),
+                            process_min_age=config.process_min_age, max_jobs=config.max_exported_jobs)
     stages = [_accounting(config, mode == "simulated")] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages)
     registry = CollectorRegistry(auto_describe=False)
@@ -112,7 +114,7 @@ def _accounting(config: agent_config.AgentConfig, simulated: bool) -> JobAccount
     node = os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
     ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
                     max_bytes=config.ledger_max_bytes) if path else None
-    return JobAccounting(ledger, node=node, partition=config.ledger_partition)
+    return JobAccounting(ledger, node=node, partition=config.ledger_partition, export=config.export_job_totals)
 
 
 def _live_sources(config: agent_config.AgentConfig, clock):

@@ -86,7 +86,8 @@ class SnapshotExporter:
         info = GaugeMetricFamily(
             "gpulens_gpu_info",
             "Metadata of each GPU; always 1. Join on (gpu, uuid) to add these labels to other series.",
-            labels=(*GPU_LABELS, "model", "serial", "pci_bus_id", "mig_mode", "driver_version", "cuda_version"),
+            labels=(*GPU_LABELS, "model", "serial", "pci_bus_id", "mig_mode", "driver_version", "cuda_version",
+                    "pcie_max_generation", "pcie_max_width"),
         )
         up = GaugeMetricFamily(
             "gpulens_gpu_up", "1 if the GPU answered in the last cycle, 0 if it is lost or NVML is down.",
@@ -96,7 +97,9 @@ class SnapshotExporter:
         cuda = s.system.cuda_driver_version if s.system else ""
         for gpu in s.gpus:
             ident = gpu.identity
-            info.add_metric((*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda), 1)
+            link = ("" if v is None else str(v) for v in (ident.pcie_max_generation, ident.pcie_max_width))
+            info.add_metric((*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda,
+                             *link), 1)
             up.add_metric(gpu.labels, int(gpu.up))
         yield info
         yield up

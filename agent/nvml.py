@@ -126,6 +126,9 @@ class GpuIdentity:
     pci_bus_id: str
     mig_mode: str  # "enabled", "disabled" or "" when not supported
     memory_total_bytes: int
+    # The PCIe link the GPU and its slot support at most: fixed for the GPU, so read once.
+    pcie_max_generation: int | None = None
+    pcie_max_width: int | None = None
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,8 @@ class Nvml:
             pci_bus_id=bus_id,
             mig_mode=mig_mode,
             memory_total_bytes=memory.total if memory is not None else 0,
+            pcie_max_generation=self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            pcie_max_width=self._call("nvmlDeviceGetMaxPcieLinkWidth", handle),
         )
 
     def memory(self, handle: Any) -> MemoryInfo | None:
@@ -421,11 +426,10 @@ class Nvml:
         return frozenset(name for name, bit in CLOCK_EVENT_REASONS.items() if mask & bit)
 
     def pcie_link(self, handle: Any) -> dict[str, int | None]:
+        """Return the link's generation and width now (the most supported are in `GpuIdentity`)."""
         return {
             "generation": self._call("nvmlDeviceGetCurrPcieLinkGeneration", handle),
             "width": self._call("nvmlDeviceGetCurrPcieLinkWidth", handle),
-            "max_generation": self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle),
-            "max_width": self._call("nvmlDeviceGetMaxPcieLinkWidth", handle),
         }
 
     def pcie_throughput(self, handle: Any) -> tuple[float | None, float | None]:

@@ -271,10 +271,9 @@ def _probe_each(options, nvml, handles, identities, chosen: list[str], multiply,
             reports.append(_unprobed(ident, "CUDA does not see this GPU (check CUDA_VISIBLE_DEVICES)"))
             continue
         peer = _free_peer(nvml, handles, identities, chosen, index, cuda) if settings.peer else None
-        link = nvml.pcie_link(handles[index])
         target = runner.Target(gpu=index, uuid=ident.uuid, name=ident.name, device=f"cuda:{cuda[ident.uuid]}",
                                peer=f"cuda:{cuda[identities[peer].uuid]}" if peer else None,
-                               pcie_generation=link["max_generation"], pcie_width=link["max_width"])
+                               pcie_generation=ident.pcie_max_generation, pcie_width=ident.pcie_max_width)
         watched = {index: handles[index], **({peer: handles[peer]} if peer else {})}
         try:
             reports.append(runner.run(target, settings, Guard(nvml, watched), Budget(settings.time_budget),

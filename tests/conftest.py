@@ -69,7 +69,7 @@ def make_agent(
     # A fixed timer makes durations zero, so whole expositions compare byte for byte.
     stages = []
     if ledger is not None and analysis is not None:
-        stages.append(JobAccounting(Ledger(ledger, node="sim") if ledger else None, node="sim"))
+        stages.append(JobAccounting(Ledger(ledger, node="sim") if ledger else None, node="sim", export=True))
     sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0, analysis=analysis, stages=stages)
     registry = CollectorRegistry(auto_describe=False)
     exported = [*built, *([analysis] if analysis else []), *stages]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from gpulens.agent.collectors.base import Collector
 from gpulens.agent.collectors.clocks import ClocksCollector
 from gpulens.agent.collectors.dcgm_compat import DcgmCompatCollector
-from gpulens.agent.collectors.ecc import EccCollector
+from gpulens.agent.collectors.ecc import EccCollector, EccLifetimeCollector
 from gpulens.agent.collectors.gpm import GpmCollector
 from gpulens.agent.collectors.memory import MemoryCollector
 from gpulens.agent.collectors.pcie import PcieCollector
@@ -31,6 +31,7 @@ REGISTRY: dict[str, Callable[[], Collector]] = {
     "clocks": ClocksCollector,
     "pcie": PcieCollector,
     "ecc": EccCollector,
+    "ecc_lifetime": EccLifetimeCollector,
     "xid": XidCollector,
     "processes": ProcessesCollector,
     "process_details": ProcessDetailsCollector,

@@ -40,12 +40,13 @@ class ClocksCollector(Collector):
         )
         reasons = GaugeMetricFamily(
             "gpulens_gpu_clock_event_reason",
-            "1 while the driver holds clocks down for this reason (thermal, power cap, ...), else 0.",
+            "1 while the driver holds clocks down for this reason (thermal, power cap, ...); no series otherwise.",
             labels=(*GPU_LABELS, "reason"),
         )
         for gpu, reading in pairs:
             if reading.event_reasons is None:
                 continue
             for reason in CLOCK_EVENT_REASONS:
-                reasons.add_metric((*gpu.labels, reason), 1.0 if reason in reading.event_reasons else 0.0)
+                if reason in reading.event_reasons:
+                    reasons.add_metric((*gpu.labels, reason), 1.0)
         yield reasons

@@ -1,4 +1,4 @@
-"""ECC error counts and row remapping (the HBM's own repair record)."""
+"""ECC error counts and row remapping (the HBM's own repair record); the infoROM's lifetime counts on request."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 class EccReading:
     corrected_volatile: float | None
     uncorrected_volatile: float | None
-    corrected_aggregate: float | None
-    uncorrected_aggregate: float | None
     remapped_correctable: float | None
     remapped_uncorrectable: float | None
     remap_pending: float | None
@@ -26,8 +24,6 @@ class EccCollector(Collector):
     fields = (
         "ecc_corrected_volatile",
         "ecc_uncorrected_volatile",
-        "ecc_corrected_aggregate",
-        "ecc_uncorrected_aggregate",
         "remapped_rows_correctable",
         "remapped_rows_uncorrectable",
         "remapped_rows_pending",
@@ -39,8 +35,6 @@ class EccCollector(Collector):
         return EccReading(
             corrected_volatile=f.get("ecc_corrected_volatile"),
             uncorrected_volatile=f.get("ecc_uncorrected_volatile"),
-            corrected_aggregate=f.get("ecc_corrected_aggregate"),
-            uncorrected_aggregate=f.get("ecc_uncorrected_aggregate"),
             remapped_correctable=f.get("remapped_rows_correctable"),
             remapped_uncorrectable=f.get("remapped_rows_uncorrectable"),
             remap_pending=f.get("remapped_rows_pending"),
@@ -54,11 +48,6 @@ class EccCollector(Collector):
             "ECC errors since the driver was loaded, by kind (corrected single-bit, uncorrected double-bit).",
             labels=(*GPU_LABELS, "kind"),
         )
-        lifetime = GaugeMetricFamily(
-            "gpulens_gpu_ecc_errors_lifetime",
-            "ECC errors over the GPU's life, kept in its infoROM, by kind.",
-            labels=(*GPU_LABELS, "kind"),
-        )
         remapped = GaugeMetricFamily(
             "gpulens_gpu_remapped_rows",
             "Memory rows remapped to spares, by the kind of error that caused it.",
@@ -66,24 +55,52 @@ class EccCollector(Collector):
         )
         for gpu, r in pairs:
             _add(volatile, gpu, "kind", corrected=r.corrected_volatile, uncorrected=r.uncorrected_volatile)
-            _add(lifetime, gpu, "kind", corrected=r.corrected_aggregate, uncorrected=r.uncorrected_aggregate)
             _add(remapped, gpu, "cause", correctable=r.remapped_correctable,
                  uncorrectable=r.remapped_uncorrectable)
         yield volatile
-        yield lifetime
         yield remapped
+        # Flags, like the clock event reasons: a series only while raised (read them with `== 1`).
         yield gpu_gauge(
             "gpulens_gpu_remapped_rows_pending",
-            "1 when a row remapping waits for a GPU reset to take effect.",
+            "1 while a row remapping waits for a GPU reset to take effect; no series otherwise.",
             pairs,
-            lambda r: r.remap_pending,
+            lambda r: r.remap_pending or None,
         )
         yield gpu_gauge(
             "gpulens_gpu_remapped_rows_failure",
-            "1 when a remapping failed (no spare rows left): the GPU should be replaced.",
+            "1 while a remapping has failed (no spare rows left): the GPU should be replaced; no series otherwise.",
             pairs,
-            lambda r: r.remap_failure,
+            lambda r: r.remap_failure or None,
         )
+
+
+@dataclass(frozen=True)
+class EccLifetimeReading:
+    corrected: float | None
+    uncorrected: float | None
+
+
+class EccLifetimeCollector(Collector):
+    """The infoROM's ECC counts over the GPU's life: for RMA decisions, rarely for alerts, so off by default."""
+
+    name = "ecc_lifetime"
+    default_enabled = False
+    description = "ECC errors over the GPU's life, from its infoROM"
+    fields = ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate")
+
+    def read(self, nvml, gpu: GpuContext) -> EccLifetimeReading:
+        f = gpu.fields
+        return EccLifetimeReading(f.get("ecc_corrected_aggregate"), f.get("ecc_uncorrected_aggregate"))
+
+    def metrics(self, snapshot, interval):
+        lifetime = GaugeMetricFamily(
+            "gpulens_gpu_ecc_errors_lifetime",
+            "ECC errors over the GPU's life, kept in its infoROM, by kind.",
+            labels=(*GPU_LABELS, "kind"),
+        )
+        for gpu, r in readings(snapshot.gpus, self.name):
+            _add(lifetime, gpu, "kind", corrected=r.corrected, uncorrected=r.uncorrected)
+        yield lifetime
 
 
 def _add(family, gpu, label: str, **values: float | None) -> None:

@@ -1,4 +1,4 @@
-"""PCIe link generation and width (current and maximum), throughput and replays."""
+"""PCIe link generation and width now, throughput and replays (the most supported are in gpulens_gpu_info)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gp
 class PcieReading:
     generation: int | None
     width: int | None
-    max_generation: int | None
-    max_width: int | None
     transmit_bytes_per_second: float | None
     receive_bytes_per_second: float | None
     replays_total: float | None
@@ -29,8 +27,6 @@ class PcieCollector(Collector):
         return PcieReading(
             generation=link["generation"],
             width=link["width"],
-            max_generation=link["max_generation"],
-            max_width=link["max_width"],
             transmit_bytes_per_second=tx,
             receive_bytes_per_second=rx,
             replays_total=gpu.fields.get("pcie_replay_total"),
@@ -44,16 +40,7 @@ class PcieCollector(Collector):
             pairs,
             lambda r: r.generation,
         )
-        yield gpu_gauge(
-            "gpulens_gpu_pcie_link_max_generation",
-            "Highest PCIe generation the GPU and its slot support.",
-            pairs,
-            lambda r: r.max_generation,
-        )
         yield gpu_gauge("gpulens_gpu_pcie_link_width", "PCIe lanes in use now.", pairs, lambda r: r.width)
-        yield gpu_gauge(
-            "gpulens_gpu_pcie_link_max_width", "Most PCIe lanes the link supports.", pairs, lambda r: r.max_width
-        )
         yield gpu_gauge(
             "gpulens_gpu_pcie_transmit_bytes_per_second",
             f"PCIe traffic from the GPU to the host, bytes/s over NVML's 20 ms window, every {interval:g} s.",

@@ -1,4 +1,4 @@
-"""Compute processes per GPU: how many, and the memory they hold."""
+"""Compute processes per GPU: how many (each one's memory is in `process_details`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,6 @@ from gpulens.agent.nvml import ProcessInfo
 class ProcessesReading:
     processes: tuple[ProcessInfo, ...]
     sm_ratio_by_pid: tuple[tuple[int, float], ...]  # per-process SM utilization over the last cycle
-
-    @property
-    def used_memory_bytes(self) -> int:
-        return sum(p.used_memory_bytes or 0 for p in self.processes)
 
 
 def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
@@ -43,7 +39,7 @@ def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
 
 class ProcessesCollector(Collector):
     name = "processes"
-    description = "compute processes on each GPU and the memory they hold"
+    description = "compute processes on each GPU"
 
     def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)
@@ -55,10 +51,4 @@ class ProcessesCollector(Collector):
             f"Compute processes holding a context on the GPU; sampled every {interval:g} s.",
             pairs,
             lambda r: len(r.processes),
-        )
-        yield gpu_gauge(
-            "gpulens_gpu_processes_memory_used_bytes",
-            "Device memory held by compute processes, in bytes (amounts NVML cannot see count as 0).",
-            pairs,
-            lambda r: r.used_memory_bytes,
         )

@@ -39,6 +39,19 @@ def test_web_config_file_from_flag_env_and_file(tmp_path):
         "/flag.yml")
 
 
+def test_job_settings_from_flags_env_and_file(tmp_path):
+    default = load([], environ={})
+    assert (default.process_min_age, default.max_exported_jobs, default.export_job_totals) == (60.0, 500, False)
+    path = tmp_path / "agent.yaml"
+    path.write_text("jobs: {process_min_age: 2m, max_exported: 50, export_totals: true}\n")
+    from_file = load(["--config.file", str(path)], environ={})
+    assert (from_file.process_min_age, from_file.max_exported_jobs, from_file.export_job_totals) == (120.0, 50, True)
+    env = {"GPULENS_JOBS_PROCESS_MIN_AGE": "0s", "GPULENS_JOBS_EXPORT_TOTALS": "yes"}
+    from_env = load(["--jobs.max-exported", "7"], environ=env)
+    assert (from_env.process_min_age, from_env.max_exported_jobs, from_env.export_job_totals) == (0.0, 7, True)
+    assert load(["--no-jobs.export-totals"], environ=env).export_job_totals is False
+
+
 def test_collector_flags_switch_both_ways():
     config = load(["--no-collector.memory", "--collector.process-details"], environ={})
     assert config.collectors["memory"] is False
@@ -61,6 +74,11 @@ def test_collector_flags_switch_both_ways():
         ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
         ([], {}, "web: {port: 1}", "web takes config_file, listen_address"),
         ([], {}, "- a\n- b\n", "must be a mapping"),
+        (["--jobs.process-min-age", "soon"], {}, None, "--jobs.process-min-age: 'soon' is not a duration"),
+        (["--jobs.process-min-age", "2d"], {}, None, "choose between 0s and 24h"),
+        (["--jobs.max-exported", "many"], {}, None, "--jobs.max-exported: 'many' is not a whole number"),
+        ([], {"GPULENS_JOBS_MAX_EXPORTED": "0"}, None, "choose between 1 and 100000"),
+        ([], {}, "jobs: {export_totals: sometimes}", "--jobs.export-totals: 'sometimes' is not true or false"),
     ],
 )
 def test_mistakes_name_the_setting_and_the_fix(tmp_path, argv, env, file_text, expected):

@@ -48,7 +48,7 @@ class Node:
         analysis = Analysis(SimulatedSources(scenario, self.clock.monotonic))
         self.opener = KeptConnection()
         ledger = Ledger(ledger_path, node="sim", open_connection=self.opener) if ledger_path else None
-        self.accounting = JobAccounting(ledger, node="sim", recent=recent)
+        self.accounting = JobAccounting(ledger, node="sim", recent=recent, export=True)
         self.sampler = Sampler(library, enabled, self.clock, interval=interval, timer=lambda: 0.0,
                                analysis=analysis, stages=[self.accounting])
         self.registry = CollectorRegistry(auto_describe=False)
