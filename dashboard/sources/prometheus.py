@@ -39,10 +39,8 @@ FLEET_SERIES = '{__name__=~"' + "|".join(assemble.FLEET_SERIES) + '"}'
 # The model only: gpulens_gpu_info's other labels (serial, bus id, driver) would double the answer's size.
 FLEET_MODELS = "group by (instance, gpu, uuid, model) (gpulens_gpu_info)"
 FLEET_CONDITIONS = "gpulens_gpu_condition == 1"
-# The evidence only of the GPUs the fleet view flags (wasted, unknown, or with a health condition): a
-# dozen series per GPU, most of the answer's size on a healthy fleet otherwise.
-FLEET_EVIDENCE = ("gpulens_gpu_diagnosis_evidence and on (instance, gpu, uuid) "
-                  "(gpulens_gpu_verdict_info{state=~\"%s|unknown\"} or gpulens_gpu_condition == 1)")
+# The agents export evidence only for the GPUs whose verdict it explains (wasted or unknown).
+FLEET_EVIDENCE = "gpulens_gpu_diagnosis_evidence"
 # Seconds each GPU spent idle, data-starved or underutilized over the window. increase() is right across
 # agent restarts; a recording rule over a shorter range can stand in for it on very large fleets.
 FLEET_WASTED = ("sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~\"%s\"}[%ds]))")
@@ -113,7 +111,7 @@ class PrometheusSource:
         results, problems = self._run({
             "models": lambda: self._api.query(FLEET_MODELS, now),
             "series": lambda: self._api.query(FLEET_SERIES, now),
-            "evidence": lambda: self._api.query(FLEET_EVIDENCE % _WASTED_REGEX, now),
+            "evidence": lambda: self._api.query(FLEET_EVIDENCE, now),
             "conditions": lambda: self._api.query(FLEET_CONDITIONS, now),
             "wasted": lambda: self._api.query(wasted, now),
             "down": lambda: self._api.query(AGENTS_DOWN, now),

@@ -133,6 +133,10 @@ class Prometheus:
                                  ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max")):
             for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
                 spans.setdefault(_key(item), {})[name] = _value(item)
+        held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"
+        if not spans and self.query(held, until):
+            raise SourceError(f"Prometheus at {self.url} has the agents' jobs but not their totals: start the agents "
+                              "with --jobs.export-totals, or read their ledgers with --agent URL")
         for key, span in spans.items():
             if not all(0 <= t <= LAST_EPOCH for t in span.values()):
                 raise SourceError(f"Prometheus at {self.url} answered a time outside 1970 to 9999 for {key[0]} job "

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from gpulens.report.cli import run
 from gpulens.report.prometheus import Prometheus
 from gpulens.report.sources import SourceError
-from tests.dashboard.httpfake import fake_server
+from tests.dashboard.httpfake import fake_server, json_reply
 from tests.hostile.common import JSON, TEXT, hostile, one_line
 from tests.hostile.views import render_everything
 
@@ -246,3 +246,16 @@ def test_the_report_command_ends_in_a_report_or_one_line(server, replies, fmt, c
         one_line(err.getvalue()[:-1])
     else:
         assert out.getvalue()
+
+
+def test_a_prometheus_with_jobs_but_no_totals_says_which_agent_setting_is_missing():
+    def answer(path: str):
+        vector = []
+        if "count%28count_over_time%28gpulens_job_gpu_state_seconds_total" in path:
+            vector = [{"metric": {}, "value": [NOW, "3"]}]
+        return json_reply({"status": "success", "data": {"resultType": "vector", "result": vector}})
+
+    with fake_server(answer) as (url, _):
+        with pytest.raises(SourceError, match="--jobs.export-totals") as raised:
+            Prometheus(url).jobs(NOW - 3600, NOW, lambda _: None)
+    assert one_line(str(raised.value))
