@@ -11,6 +11,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 
 from gpulens.agent import collectors as collector_registry
@@ -73,22 +74,34 @@ def build(config: agent_config.AgentConfig, clock=None):
         library = load_real_library()
         sources, receiver = _live_sources(config, clock)
         mode = "nvml"
+    scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
+    sampler, registry = assemble(config, library, sources, clock, mode, scenario_ref=scenario_ref)
+    if receiver is not None:
+        registry.register(JobCollector(receiver))
+    return sampler, registry, mode, receiver
+
+
+def assemble(config: agent_config.AgentConfig, library, sources, clock, mode: str, *, scenario_ref: str | None = None,
+             extra: Sequence = (), timer=time.perf_counter, node: str | None = None):
+    """Wire collectors, analysis, the ledger stage, sampler and exporter: (sampler, registry), not yet sampled.
+
+    The one wiring of the agent: `build` and the tests' simulated agents both go through it. `extra` adds
+    collector objects; `timer` measures durations (tests pass a fixed one for byte-stable expositions).
+    """
     enabled = collector_registry.build(config.collectors)
     # The probes collector needs the node's schedule and mode: replace the registry's default one.
-    scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
     enabled = [scheduled_probes(config.probes_interval, config.probes_jitter, scenario_ref, clock)
-               if c.name == "probes" else c for c in enabled]
+               if c.name == "probes" else c for c in enabled] + list(extra)
     analysis = None
     if config.collectors.get("diagnosis"):
         analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)),
                             process_min_age=config.process_min_age, max_jobs=config.max_exported_jobs)
-    stages = [_accounting(config, mode == "simulated")] if analysis is not None else []
-    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages)
+    stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
+    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages,
+                      timer=timer)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else []), *stages], mode=mode))
-    if receiver is not None:
-        registry.register(JobCollector(receiver))
-    return sampler, registry, mode, receiver
+    return sampler, registry
 
 
 def simulated_node():
@@ -100,7 +113,8 @@ def simulated_node():
     return active()
 
 
-def _accounting(config: agent_config.AgentConfig, simulated: bool) -> JobAccounting:
+def _accounting(config: agent_config.AgentConfig, simulated: bool, timer=time.perf_counter,
+                node: str | None = None) -> JobAccounting:
     """The job-ledger stage; its file is a temporary one on a simulated node unless a path is given."""
     path = config.ledger_path
     if path is None:
@@ -111,9 +125,9 @@ def _accounting(config: agent_config.AgentConfig, simulated: bool) -> JobAccount
         else:
             path = agent_config.DEFAULT_LEDGER_PATH
     # In a pod the host name is the pod's: the Helm chart passes the node's name as NODE_NAME.
-    node = os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
+    node = node or os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
     ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
-                    max_bytes=config.ledger_max_bytes) if path else None
+                    max_bytes=config.ledger_max_bytes, timer=timer) if path else None
     return JobAccounting(ledger, node=node, partition=config.ledger_partition, export=config.export_job_totals)
 
 

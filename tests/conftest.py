@@ -6,13 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from gpulens.agent import collectors
+from gpulens.agent import config as agent_config
 from gpulens.agent.accounting import JobAccounting
-from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
-from gpulens.agent.diagnosis import Diagnoser, Settings
-from gpulens.agent.exporter import SnapshotExporter
-from gpulens.agent.ledger import Ledger
+from gpulens.agent.daemon import assemble
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
@@ -54,29 +51,28 @@ def make_agent(
     ledger: str | None = None,
     clock: ManualClock | None = None,
 ) -> SimulatedAgent:
-    """Build a simulated agent; `enable` switches collectors, `extra` adds collector objects.
+    """Build a simulated agent through the agent's own wiring; `enable` switches collectors, `extra` adds some.
 
-    `ledger` adds the job-ledger stage: a file path, or "" to keep the accounts in memory only.
+    The ledger stage runs as in `gpulens agent`: in memory, its per-job totals not exported. `ledger`
+    gives it a file ("" keeps it in memory) and exports the totals (`--jobs.export-totals`).
     """
     spec = load_scenario(scenario) if isinstance(scenario, str) else scenario
     clock = clock or ManualClock(epoch=spec.start_time)
+    flags = ["--jobs.socket", "", "--sampling.interval", f"{interval}s", "--ledger.path", ledger or ""]
+    flags += [f"--{'' if on else 'no-'}collector.{name.replace('_', '-')}" for name, on in (enable or {}).items()]
+    if ledger is not None:
+        flags.append("--jobs.export-totals")
+    for name, value in (diagnosis or {}).items():
+        assert name == "idle_patience", f"make_agent: no agent setting for diagnosis {name!r}"
+        flags += ["--diagnosis.idle-patience", f"{value}s"]
     library = load_simulated_library(spec, clock)
-    enabled = {**collectors.defaults(), **(enable or {})}
-    built = collectors.build(enabled) + list(extra)
-    analysis = None
-    if enabled["diagnosis"]:
-        analysis = Analysis(SimulatedSources(spec, clock.monotonic), Diagnoser(Settings(**(diagnosis or {}))))
     # A fixed timer makes durations zero, so whole expositions compare byte for byte.
-    stages = []
-    if ledger is not None and analysis is not None:
-        stages.append(JobAccounting(Ledger(ledger, node="sim") if ledger else None, node="sim", export=True))
-    sampler = Sampler(library, built, clock, interval=interval, timer=lambda: 0.0, analysis=analysis, stages=stages)
-    registry = CollectorRegistry(auto_describe=False)
-    exported = [*built, *([analysis] if analysis else []), *stages]
-    registry.register(SnapshotExporter(sampler, exported, mode="simulated"))
+    sampler, registry = assemble(agent_config.load(flags, environ={}), library,
+                                 SimulatedSources(spec, clock.monotonic), clock, "simulated",
+                                 extra=extra, timer=lambda: 0.0, node="sim")
     sampler.cycle()
-    return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library,
-                          accounting=stages[0] if stages else None)
+    accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
+    return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library, accounting=accounting)
 
 
 @pytest.fixture

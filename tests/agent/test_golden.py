@@ -1,5 +1,9 @@
 """Every built-in scenario has a golden exposition; each is compared byte for byte and linted by promtool.
 
+The agents are wired as `gpulens agent` wires them, with a ledger file and `--jobs.export-totals` and
+`--collector.process-details` on, so that every family the agent can export by default or on request is
+here: the per-process and per-job series and the ledger's own.
+
 Regenerate after an intended change with GPULENS_UPDATE_GOLDEN=1 and review the diff.
 """
 
@@ -17,8 +21,8 @@ SECONDS = 30  # long enough for GPM pairs, Xid and ECC events in the first half-
 
 
 @pytest.mark.parametrize("name", builtin_scenarios())
-def test_exposition_matches_golden(agent_for, name):
-    agent = agent_for(name, enable={"process_details": True})
+def test_exposition_matches_golden(agent_for, name, tmp_path):
+    agent = agent_for(name, enable={"process_details": True}, ledger=str(tmp_path / "ledger.sqlite"))
     agent.run(SECONDS)
     text = agent.exposition()
     path = GOLDEN / f"{name}.prom"
