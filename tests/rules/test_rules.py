@@ -58,6 +58,19 @@ def test_promtool_unit_tests_can_fail(tmp_path):
     assert "GpulensAgentAbsent" in result.stdout + result.stderr
 
 
+def test_the_fleet_median_unit_tests_fail_when_the_slow_gpu_is_not_found(tmp_path):
+    """The probe recording rules' test must miss a GPU that is no slower than its peers."""
+    promtool = require_tool("promtool")
+    broken = (RULES / "tests" / "probes.test.yml").read_text()
+    broken = broken.replace("../probes.rules.yml", str(RULES / "probes.rules.yml"))
+    # B's matmuls as fast as its peers: the "which H100 is slower" query must now miss it.
+    broken = broken.replace("values: '600e12x10'", "values: '800e12x10'")
+    target = tmp_path / "broken.test.yml"
+    target.write_text(broken)
+    result = _run(promtool, "test", "rules", str(target))
+    assert result.returncode != 0 and "min_ratio_model_median" in result.stdout + result.stderr
+
+
 def _cases() -> dict[str, dict[str, int]]:
     """alert -> {"fires": n, "silent": n} over every alert_rule_test in rules/tests."""
     cases: dict[str, dict[str, int]] = {}
