@@ -247,8 +247,12 @@ def test_sigkill_then_restart_serves_every_committed_job(tmp_path):
     scenario.write_text(churn_scenario(churn_jobs(gpus=4, seconds=3600, shortest=5.0, longest=15.0, gap=2.0), 4))
     ledger = tmp_path / "ledger.sqlite"
     with agent_process("--simulate", str(scenario), "--speed", "20", "--ledger.path", str(ledger)) as agent:
-        time.sleep(3)  # about 60 simulated seconds: a few dozen jobs
-        source, before = api_jobs(agent.get)
+        def dozen_jobs():
+            """a few dozen jobs in the ledger (about 60 simulated seconds)"""
+            answer = api_jobs(agent.get)
+            return answer if answer[0] == "ledger" and len(answer[1]) > 10 else None
+
+        source, before = wait_for(dozen_jobs)
         os.kill(agent.process.pid, 9)
         agent.process.wait(timeout=10)
     assert source == "ledger" and len(before) > 10
