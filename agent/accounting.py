@@ -1,30 +1,38 @@
-"""Per-job accounting: what each job on this node used, cycle by cycle, for the ledger and the reports.
+"""Everything per job: who holds each GPU, what each job used, the ledger, and every per-job series.
 
-After each sampling cycle it reads the analysis (which jobs hold which GPU, each GPU's verdict and tips,
-each job's GPU-seconds by state) and the GPUs' own counters (busy time, energy, memory, GPM), and turns
-them into one `JobRecord` per job holding the cycle's deltas. It adds them up into each job's totals,
-hands both to the ledger (when there is one), which serves them at /api/v1/jobs. With
-`--jobs.export-totals` it also exports the totals as per-job series, so that Prometheus can answer
+After each sampling cycle it reads the analysis (which jobs hold which GPU, each GPU's verdict, tips and
+host evidence) and the GPUs' own counters (busy time, energy, memory, GPM), and turns them into one
+`JobRecord` per job holding the cycle's deltas, GPU-seconds by state included. It adds them up into each
+job's totals and hands both to the ledger (when there is one), which serves them at /api/v1/jobs.
+
+What it exports: who holds each GPU (`gpulens_gpu_allocation_info`), each job's GPU-seconds by state,
+and its gauges of this cycle (GPUs held, host CPU and I/O), which go with its last process. With
+`--jobs.export-totals` also the ledger's totals as per-job series, so that Prometheus can answer
 `increase()` over a job's lifetime (`gpulens report --prometheus` reads them); they are off by default
-because they cost about 15 series per job, as many as the rest of a GPU's diagnosis.
+because they cost about 15 series per job, as many as the rest of a GPU's diagnosis. Counters stay
+`JOB_EXPIRY_SECONDS` after the job's last process went, then expire.
 
-A bare process the analysis does not yet count as a job (held for less than `--jobs.process-min-age`) is
-accounted from its first cycle but written and exported only once it becomes one: a short process leaves
-no record, a long one loses none of its first minute.
+A Slurm job, a pod or a container is a job from its first cycle. A bare process becomes one only once it
+has held a GPU for `--jobs.process-min-age`: it is accounted from its first cycle but written and exported
+only then, so a short process leaves no record and no series, and a long one loses none of its first
+minute. At most `--jobs.max-exported` jobs have series; the others are counted in
+`gpulens_jobs_not_exported`.
 
-Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds, as the
-analysis counts states) and busy time; the GPU's energy is split evenly among them, so energy adds up.
+Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds) and
+busy time; the GPU's energy is split evenly among them, so energy adds up.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
-from gpulens.agent.analysis import JOB_EXPIRY_SECONDS, AnalysisResult
-from gpulens.agent.attribution.resolver import Job
+from gpulens.agent.analysis import AnalysisResult
+from gpulens.agent.attribution.hostusage import HostUsage
+from gpulens.agent.attribution.resolver import PROCESS, Job
+from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -33,12 +41,23 @@ from gpulens.vocabulary import State
 
 log = logging.getLogger(__name__)
 
+# A finished job's counters stay this long after its last process went, so that `increase()` sees their
+# last increment, then expire: the exporter's series stay bounded over months. Its gauges go at once.
+JOB_EXPIRY_SECONDS = 300.0
+# A bare process (no Slurm job, pod or container) becomes a job with series of its own only once it has
+# held a GPU this long, so short processes (a health check, a test run, a crash loop) leave none behind.
+PROCESS_MIN_AGE_SECONDS = 60.0
+# The most jobs whose series are exported at once. Under MPS a GPU takes up to 48 clients, so 8 GPUs
+# can hold 384 jobs at once; jobs over the limit keep their accounts, only their series are left out.
+MAX_JOBS_EXPORTED = 500
+# Finished jobs kept in memory for /api/v1/jobs when there is no ledger file.
+RECENT_JOBS = 1000
+
 _JOB_LABELS = ("job_kind", "job_id")
 # The per-job series that come from the job's own reports (gpulens.torch): none for a job that sent none.
 _IN_JOB = frozenset(("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes",
                      "torch_reserved_peak_bytes"))
-# Finished jobs kept in memory for /api/v1/jobs when there is no ledger file.
-RECENT_JOBS = 1000
+JobKey = tuple[str, str]
 
 
 @dataclass
@@ -53,33 +72,47 @@ class _GpuCounters:
 
 @dataclass
 class _Open:
-    """A job seen within the expiry window: its totals and the analysis's last state counters."""
+    """A job seen within the expiry window: its totals, and what it held in its last cycle."""
 
     total: JobRecord
-    analysis_states: dict[str, float] = field(default_factory=dict)
-    last_seen_at: float = 0.0  # sampler clock, seconds
-    memory_bytes: int = 0  # the most device memory the job used on one GPU in its last cycle
+    job: Job
+    first_seen_at: float  # sampler clock, seconds
+    last_seen_at: float = 0.0
     young: bool = False  # a bare process not yet a job: accounted, neither written nor exported
+    memory_bytes: int = 0  # the most device memory the job used on one GPU in its last cycle
+    gpus: frozenset[str] = frozenset()  # the GPUs it held in its last cycle
+    host: HostUsage | None = None
+
+
+@dataclass(frozen=True)
+class _Exported:
+    """What the exposition reads, replaced whole after each cycle (scrapes run in other threads)."""
+
+    jobs: tuple[tuple[JobRecord, Job, bool, int, frozenset[str], HostUsage | None], ...] = ()
+    allocations: tuple[tuple[tuple[str, str], Job], ...] = ()  # (GPU labels, job) for the jobs exported
+    not_exported: int = 0
 
 
 class JobAccounting:
-    """The ledger stage: runs after every cycle (`record`), exports per-job counters (`metrics`)."""
+    """The ledger stage: runs after every cycle (`record`), exports who holds what and per-job series."""
 
     name = "ledger"
     description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
 
     def __init__(self, ledger=None, node: str = "", partition: str = "", recent: int = RECENT_JOBS,
-                 export: bool = False):
+                 export: bool = False, process_min_age: float = PROCESS_MIN_AGE_SECONDS,
+                 max_jobs: int = MAX_JOBS_EXPORTED):
         self.ledger = ledger  # gpulens.agent.ledger.Ledger, or None to keep totals in memory only
         self.export = export  # export the per-job totals as series too (--jobs.export-totals)
         self._node = node
         self._partition = partition
+        self._process_min_age = process_min_age
+        self._max_jobs = max_jobs
+        self._limit_logged = False
         self._gpus: dict[str, _GpuCounters] = {}
-        self._open: dict[tuple[str, str], _Open] = {}
+        self._open: dict[JobKey, _Open] = {}
         self._recent: deque[JobRecord] = deque(maxlen=recent)
-        # The jobs' totals and their memory this cycle (None once the job's last process went).
-        self._published: tuple[tuple[JobRecord, int | None], ...] = ()
-        self._exported: frozenset[tuple[str, str]] = frozenset()
+        self._exported = _Exported()
 
     # -- the cycle -------------------------------------------------------------------------------
 
@@ -89,9 +122,10 @@ class JobAccounting:
         if result is None:
             return
         epoch = snapshot.timestamp
-        deltas: dict[tuple[str, str], JobRecord] = {}
-        jobs: dict[tuple[str, str], Job] = {}
-        elapsed_by_job: dict[tuple[str, str], float] = {}
+        deltas: dict[JobKey, JobRecord] = {}
+        jobs: dict[JobKey, Job] = {}
+        held: dict[JobKey, set[str]] = {}
+        elapsed_by_job: dict[JobKey, float] = {}
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             busy, sampled, energy, elapsed = self._gpu_deltas(gpu, now)
@@ -101,35 +135,30 @@ class JobAccounting:
             for job in found.jobs:
                 key = (job.kind, job.id)
                 jobs[key] = job
+                held.setdefault(key, set()).add(gpu.identity.uuid)
                 elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
-                cycle = _gpu_cycle(gpu, job, found.tips, busy, sampled, share, elapsed, epoch)
+                cycle = _gpu_cycle(gpu, job, found.verdict.state, found.tips, busy, sampled, share, elapsed, epoch)
                 deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle
-        summaries = {(s.job.kind, s.job.id): s for s in result.jobs}
         written: list[tuple[JobRecord, JobRecord]] = []
         for key, delta in deltas.items():
             job = jobs[key]
-            opened = self._open.get(key) or self._start(job, epoch, young=not result.is_job(job))
-            summary = summaries.get(key)
-            states = _state_deltas(opened.analysis_states, summary.state_seconds if summary else {})
-            if summary is not None:
-                opened.analysis_states = {s.value: v for s, v in summary.state_seconds.items()}
-            delta = replace(delta, start=opened.total.start, last_seen=epoch, state_seconds=states,
+            opened = self._open.get(key) or self._start(job, epoch, now)
+            delta = replace(delta, start=opened.total.start, last_seen=epoch,
                             **_owner(job), partition=self._partition, nodes=(self._node,) if self._node else ())
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])
             opened.total = merge(opened.total, delta)
-            opened.last_seen_at = now
+            opened.job, opened.last_seen_at, opened.gpus = job, now, frozenset(held[key])
             opened.memory_bytes = delta.memory_peak_bytes
+            opened.host = result.host.get(min(job.pids)) if job.pids else None
             self._open[key] = opened
-            if opened.young and result.is_job(job):
+            if opened.young and not self._is_young(opened, now):
                 delta = self._establish(opened, job, epoch)
             if not opened.young:
                 written.append((opened.total, delta))
         finished = self._finish(now)
         if self.ledger is not None:
             self.ledger.write(written, finished, epoch)
-        self._published = tuple((o.total, o.memory_bytes if o.last_seen_at == now else None)
-                                for o in self._open.values() if not o.young)
-        self._exported = result.exported
+        self._exported = self._publish(snapshot, now)
 
     def _gpu_deltas(self, gpu: GpuSnapshot, now: float) -> tuple[float, float, float, float]:
         """Return this GPU's busy seconds, sampled seconds, joules and elapsed seconds since the last cycle."""
@@ -144,12 +173,17 @@ class JobAccounting:
         return (_increase(previous.busy, busy), _increase(previous.sampled, sampled),
                 _increase(previous.energy, energy), max(now - previous.at, 0.0))
 
-    def _start(self, job: Job, epoch: float, young: bool) -> _Open:
+    def _is_young(self, opened: _Open, now: float) -> bool:
+        return opened.job.kind == PROCESS and now - opened.first_seen_at < self._process_min_age
+
+    def _start(self, job: Job, epoch: float, now: float) -> _Open:
         """Open a job: continue its run from the ledger after a restart, or start a new one."""
-        found = self._continued(job, epoch) if not young else None
+        opened = _Open(JobRecord(job.kind, job.id, start=epoch, last_seen=epoch, running=True), job, now)
+        opened.young = self._is_young(opened, now)
+        found = self._continued(job, epoch) if not opened.young else None
         if found is not None:
-            return _Open(found)
-        return _Open(JobRecord(job.kind, job.id, start=epoch, last_seen=epoch, running=True), young=young)
+            opened.total = found
+        return opened
 
     def _continued(self, job: Job, epoch: float) -> JobRecord | None:
         """The job's run in the ledger, when the agent restarted while it ran."""
@@ -182,17 +216,93 @@ class JobAccounting:
             done.append(record)
         return done
 
+    def _publish(self, snapshot: Snapshot, now: float) -> _Exported:
+        """Choose the jobs with series (the limit keeps those holding GPUs, longest first) and freeze them."""
+        jobs = sorted(((k, o) for k, o in self._open.items() if not o.young),
+                      key=lambda item: (item[1].last_seen_at < now, item[1].first_seen_at, item[0]))
+        if len(jobs) > self._max_jobs and not self._limit_logged:
+            self._limit_logged = True
+            log.warning("%d jobs on this node, more than --jobs.max-exported=%d: the series of the others are "
+                        "left out (counted in gpulens_jobs_not_exported); raise the limit if they matter",
+                        len(jobs), self._max_jobs)
+        chosen = {key: o for key, o in jobs[: self._max_jobs]}
+        allocations = []
+        for gpu in snapshot.gpus:
+            found = snapshot.analysis.gpus.get(gpu.identity.uuid)
+            allocations += [(gpu.labels, job) for job in (found.jobs if found else ()) if (job.kind, job.id) in chosen]
+        return _Exported(
+            jobs=tuple((o.total, o.job, o.last_seen_at == now, o.memory_bytes, o.gpus, o.host)
+                       for o in chosen.values()),
+            allocations=tuple(allocations),
+            not_exported=len(jobs) - len(chosen),
+        )
+
     # -- what others read ------------------------------------------------------------------------
 
     def records(self) -> list[JobRecord]:
         """Return the jobs this agent has seen since it started: open ones and recently finished ones."""
-        return [*self._recent, *(record for record, _ in self._published)]
+        return [*self._recent, *(o.total for o in list(self._open.values()) if not o.young)]
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
+        exported = self._exported
+        yield from _holding_metrics(exported)
         if self.export:
-            yield from job_metrics(r for r in self._published if r[0].key in self._exported)
+            yield from job_metrics((r, memory if current else None) for r, _, current, memory, _, _ in exported.jobs)
         if self.ledger is not None:
             yield from self.ledger.metrics()
+
+
+def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
+    """Who holds each GPU, each job's GPU-seconds by state, and its gauges of this cycle."""
+    allocation = GaugeMetricFamily(
+        "gpulens_gpu_allocation_info",
+        "Always 1: a job holding the GPU (Slurm job, Kubernetes pod, container or bare process) and its owner.",
+        labels=(*GPU_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
+    )
+    for labels, job in exported.allocations:
+        allocation.add_metric((*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+    seconds = CounterMetricFamily(
+        "gpulens_job_gpu_state_seconds",
+        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
+        "a state appears once the job's GPUs were in it.",
+        labels=(*_JOB_LABELS, "state"),
+    )
+
+    def gauge(name: str, text: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
+
+    gpus = gauge("gpulens_job_gpus", "GPUs the job holds on this node this cycle.")
+    cpu = gauge("gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).")
+    allowed = gauge("gpulens_job_cpu_cores_allowed",
+                    "CPU cores the job may use (affinity, capped by its cgroup quota).")
+    main = gauge("gpulens_job_main_process_cpu_ratio", "Share of one core the job's main (GPU) process uses; "
+                 "near 1 with no workers means it feeds the GPU alone.")
+    workers = gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
+    io = gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
+    for record, job, current, _, held, host in exported.jobs:
+        labels = (job.kind, job.id)
+        for state in State:
+            value = record.state_seconds.get(state.value, 0.0)
+            if value > 0:
+                seconds.add_metric((*labels, state.value), value)
+        if not current:
+            continue
+        gpus.add_metric(labels, len(held))
+        if host is not None:
+            cpu.add_metric(labels, host.cpu_cores_used)
+            if host.cpu_cores_allowed is not None:
+                allowed.add_metric(labels, host.cpu_cores_allowed)
+            main.add_metric(labels, host.main_process_cpu_ratio)
+            workers.add_metric(labels, host.workers)
+            if host.io_read_bytes_per_second is not None:
+                io.add_metric(labels, host.io_read_bytes_per_second)
+    limited = GaugeMetricFamily(
+        "gpulens_jobs_not_exported",
+        "Jobs on this node whose series are left out because --jobs.max-exported is reached; their accounts "
+        "are kept. Above 0, raise the limit.",
+        value=exported.not_exported,
+    )
+    yield from (allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
 
 
 def _increase(before: float | None, after: float | None) -> float:
@@ -202,23 +312,13 @@ def _increase(before: float | None, after: float | None) -> float:
     return after - before if after >= before else after
 
 
-def _state_deltas(before: Mapping[str, float], after: Mapping) -> dict[str, float]:
-    out = {}
-    for state, value in after.items():
-        name = state.value if isinstance(state, State) else str(state)
-        delta = _increase(before.get(name, 0.0), value)
-        if delta > 0:
-            out[name] = delta
-    return out
-
-
 def _owner(job: Job) -> dict[str, str]:
     return {"user": job.user, "namespace": job.namespace, "pod": job.pod, "container": job.container}
 
 
-def _gpu_cycle(gpu: GpuSnapshot, job: Job, tips, busy: float, sampled: float, energy: float, elapsed: float,
-               epoch: float) -> JobRecord:
-    """Return what one job did on one GPU in one cycle (state seconds come later, from the analysis)."""
+def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips, busy: float, sampled: float, energy: float,
+               elapsed: float, epoch: float) -> JobRecord:
+    """Return what one job did on one GPU in one cycle."""
     readings = gpu.readings
     memory_reading, processes, gpm = readings.get("memory"), readings.get("processes"), readings.get("gpm")
     used = 0
@@ -230,6 +330,7 @@ def _gpu_cycle(gpu: GpuSnapshot, job: Job, tips, busy: float, sampled: float, en
     return JobRecord(
         job.kind, job.id, start=epoch, last_seen=epoch,
         gpus=(gpu.identity.uuid,), models=(gpu.identity.name,),
+        state_seconds={state.value: elapsed} if elapsed > 0 else {},
         busy_seconds=busy, sampled_seconds=sampled, energy_joules=energy,
         sm_activity_seconds=sm * elapsed if sm is not None else 0.0,
         gpm_seconds=elapsed if sm is not None else 0.0,

@@ -2,17 +2,17 @@
 
 After each sampling cycle it finds the jobs on every GPU, joins NVML's readings with the jobs' host
 side and in-job reports into `Evidence`, asks the `Diagnoser` for a verdict, picks the tips, and keeps
-the counters (seconds per state, per GPU and per job) that alerts and reports read.
+each GPU's seconds per state. It answers for GPUs only: what each job did is the ledger stage's
+(gpulens.agent.accounting), which reads this stage's result.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpulens.agent.attribution.hostusage import HostUsage
-from gpulens.agent.attribution.resolver import PROCESS, Job
+from gpulens.agent.attribution.resolver import Job
 from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
 from gpulens.agent.jobs.messages import JobReport
@@ -23,45 +23,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpulens import tips as tip_catalog
 from gpulens.vocabulary import WASTED_STATES, State
 
-log = logging.getLogger(__name__)
-
-# A finished job's counters stay this long after its last process went, so that `increase()` sees their
-# last increment, then expire: the exporter's series stay bounded over months. Its gauges go at once.
-JOB_EXPIRY_SECONDS = 300.0
-# A bare process (no Slurm job, pod or container) becomes a job with series of its own only once it has
-# held a GPU this long; until then it counts towards its GPU's verdict alone, so short processes (a
-# `nvidia-smi`, a test run, a crash loop) do not each leave a set of series behind.
-PROCESS_MIN_AGE_SECONDS = 60.0
-# The most jobs whose series are exported at once. Under MPS a GPU takes up to 48 clients, so 8 GPUs
-# can hold 384 jobs at once; jobs over the limit keep their accounts, only their series are left out.
-MAX_JOBS_EXPORTED = 500
-_JOB_LABELS = ("job_kind", "job_id")
-JobKey = tuple[str, str]
-
 
 @dataclass(frozen=True)
 class GpuAnalysis:
     """One GPU's verdict with what it rests on."""
 
     verdict: Verdict
-    jobs: tuple[Job, ...]
+    jobs: tuple[Job, ...]  # every job holding it, bare processes not yet jobs of their own included
     tips: tuple = ()  # gpulens.tips.RenderedTip, best first
     evidence: Mapping[str, float | int | str | bool] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class JobSummary:
-    """One job on this node as of the last cycle."""
-
-    job: Job
-    gpus: frozenset[str]  # the GPUs it holds this cycle; empty once its last process went
-    state_seconds: Mapping[State, float]  # GPU-seconds per state
-    host: HostUsage | None  # None once its last process went
-
-    @property
-    def current(self) -> bool:
-        """True while the job holds a GPU; its gauges describe this cycle and exist only then."""
-        return bool(self.gpus)
 
 
 @dataclass(frozen=True)
@@ -70,28 +40,9 @@ class AnalysisResult:
 
     gpus: Mapping[str, GpuAnalysis]
     state_seconds: Mapping[str, Mapping[State, float]]
-    jobs: tuple[JobSummary, ...]
     reports: Mapping[int, JobReport]
+    host: Mapping[int, HostUsage]  # each job's host side, by the lowest pid of the job
     clock_offset: float  # add to the sampler clock's seconds to get seconds since the epoch
-    young: frozenset[JobKey] = frozenset()  # bare processes not yet held long enough to be jobs
-    exported: frozenset[JobKey] = frozenset()  # the jobs whose series are exported (at most the limit)
-    not_exported: int = 0  # jobs left out of the exposition by the limit
-
-    def is_job(self, job: Job) -> bool:
-        """True once `job` is a job of its own: any Slurm job, pod or container; a bare process once held long."""
-        return (job.kind, job.id) not in self.young
-
-
-@dataclass
-class _JobBook:
-    """What the agent keeps of one job across cycles."""
-
-    job: Job
-    gpus: set[str]  # held this cycle
-    state_seconds: dict[State, float]
-    first_seen: float
-    last_seen: float
-    host: HostUsage | None = None
 
 
 class Analysis:
@@ -99,17 +50,12 @@ class Analysis:
     default_enabled = True
     description = "job attribution, host and in-job evidence, and the usage verdict of each GPU"
 
-    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3,
-                 process_min_age: float = PROCESS_MIN_AGE_SECONDS, max_jobs: int = MAX_JOBS_EXPORTED):
+    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3):
         self._sources = sources
         self._diagnoser = diagnoser or Diagnoser()
         self._tips = tips
-        self._process_min_age = process_min_age
-        self._max_jobs = max_jobs
-        self._limit_logged = False
         self._last: dict[str, float] = {}
         self._state_seconds: dict[str, dict[State, float]] = {}
-        self._jobs: dict[JobKey, _JobBook] = {}
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -119,9 +65,6 @@ class Analysis:
         roots = sorted({pid for jobs in gpu_jobs.values() for job in jobs for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
         results: dict[str, GpuAnalysis] = {}
-        for book in self._jobs.values():
-            book.gpus.clear()
-            book.host = None
         for gpu in snapshot.gpus:
             uuid = gpu.identity.uuid
             jobs = gpu_jobs[uuid]
@@ -130,22 +73,15 @@ class Analysis:
             context = _tip_context(gpu, verdict, jobs, host, reports)
             tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
             results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
-            self._count(uuid, verdict.state, jobs, host, now)
-        self._expire(now)
-        young = frozenset(key for key, book in self._jobs.items() if self._young(book, now))
-        exported = self._exported(young)
+            elapsed = now - self._last.get(uuid, now)
+            self._last[uuid] = now
+            self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))[verdict.state] += elapsed
         return AnalysisResult(
             gpus=results,
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
-            jobs=tuple(
-                JobSummary(b.job, frozenset(b.gpus), dict(b.state_seconds), b.host)
-                for key, b in sorted(self._jobs.items()) if key not in young
-            ),
             reports=reports,
+            host=host,
             clock_offset=snapshot.timestamp - now,
-            young=young,
-            exported=exported,
-            not_exported=len(self._jobs) - len(young) - len(exported),
         )
 
     def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
@@ -153,44 +89,6 @@ class Analysis:
         if not processes or not processes.processes:
             return []
         return self._sources.jobs([p.pid for p in processes.processes], gpu.identity.uuid)
-
-    def _count(self, uuid: str, state: State, jobs: list[Job], host: dict[int, HostUsage], now: float) -> None:
-        elapsed = now - self._last.get(uuid, now)
-        self._last[uuid] = now
-        seconds = self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))
-        seconds[state] += elapsed
-        for job in jobs:
-            book = self._jobs.get((job.kind, job.id))
-            if book is None:
-                book = self._jobs[(job.kind, job.id)] = _JobBook(job, set(), dict.fromkeys(State, 0.0), now, now)
-            book.state_seconds[state] += elapsed  # GPU-seconds: a job on 4 GPUs gathers 4 per second
-            book.job, book.last_seen = job, now
-            book.gpus.add(uuid)
-            book.host = host.get(min(job.pids)) if job.pids else None
-
-    def _young(self, book: _JobBook, now: float) -> bool:
-        return book.job.kind == PROCESS and now - book.first_seen < self._process_min_age
-
-    def _expire(self, now: float) -> None:
-        """Forget finished jobs after the expiry window, and at once a bare process that never became a job."""
-        for key in [k for k, b in self._jobs.items()
-                    if now - b.last_seen > JOB_EXPIRY_SECONDS or (b.last_seen < now and self._young(b, b.last_seen))]:
-            del self._jobs[key]
-
-    def _exported(self, young: frozenset[JobKey]) -> frozenset[JobKey]:
-        """The jobs whose series go out: all of them up to the limit; over it, those holding GPUs, oldest first."""
-        jobs = [(key, book) for key, book in self._jobs.items() if key not in young]
-        if len(jobs) <= self._max_jobs:
-            return frozenset(key for key, _ in jobs)
-        if not self._limit_logged:
-            self._limit_logged = True
-            log.warning("%d jobs on this node, more than --jobs.max-exported=%d: the series of the others are "
-                        "left out (counted in gpulens_jobs_not_exported); raise the limit if they matter",
-                        len(jobs), self._max_jobs)
-        jobs.sort(key=lambda item: (not item[1].gpus, item[1].first_seen, item[0]))
-        return frozenset(key for key, _ in jobs[: self._max_jobs])
-
-    # -- exposition --------------------------------------------------------------------------------
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         result: AnalysisResult | None = snapshot.analysis
@@ -228,11 +126,6 @@ class Analysis:
             f"over the diagnosis window; sampled every {interval:g} s.",
             labels=(*GPU_LABELS, "evidence"),
         )
-        allocation = GaugeMetricFamily(
-            "gpulens_gpu_allocation_info",
-            "Always 1: a job holding the GPU (Slurm job, Kubernetes pod, container or bare process) and its owner.",
-            labels=(*GPU_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
-        )
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             if found is None:
@@ -251,12 +144,7 @@ class Analysis:
             if needs_action(v):
                 for name, value in sorted(v.evidence.items()):
                     evidence.add_metric((*labels, name), value)
-            for job in found.jobs:
-                if (job.kind, job.id) in result.exported:
-                    allocation.add_metric(
-                        (*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
-        yield from (state, seconds, since, verdict, condition, evidence, allocation)
-        yield from _job_metrics(result)
+        yield from (state, seconds, since, verdict, condition, evidence)
 
 
 def needs_action(verdict: Verdict) -> bool:
@@ -266,64 +154,6 @@ def needs_action(verdict: Verdict) -> bool:
     clocks, PCIe, ECC, Xid).
     """
     return verdict.state in WASTED_STATES or verdict.state == State.UNKNOWN
-
-
-def _job_metrics(result: AnalysisResult) -> Iterable[Metric]:
-    """Per-job series: the state counters for the expiry window, the host gauges only while the job holds a GPU."""
-    seconds = CounterMetricFamily(
-        "gpulens_job_gpu_state_seconds",
-        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
-        "a state appears once the job's GPUs were in it.",
-        labels=(*_JOB_LABELS, "state"),
-    )
-    gpus = GaugeMetricFamily("gpulens_job_gpus", "GPUs the job holds on this node this cycle.", labels=_JOB_LABELS)
-    cpu = GaugeMetricFamily(
-        "gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).",
-        labels=_JOB_LABELS,
-    )
-    allowed = GaugeMetricFamily(
-        "gpulens_job_cpu_cores_allowed", "CPU cores the job may use (affinity, capped by its cgroup quota).",
-        labels=_JOB_LABELS,
-    )
-    main = GaugeMetricFamily(
-        "gpulens_job_main_process_cpu_ratio",
-        "Share of one core the job's main (GPU) process uses; near 1 with no workers means it feeds the GPU alone.",
-        labels=_JOB_LABELS,
-    )
-    workers = GaugeMetricFamily(
-        "gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).",
-        labels=_JOB_LABELS,
-    )
-    io = GaugeMetricFamily(
-        "gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.",
-        labels=_JOB_LABELS,
-    )
-    for book in result.jobs:
-        labels = (book.job.kind, book.job.id)
-        if labels not in result.exported:
-            continue
-        for s, value in book.state_seconds.items():
-            if value > 0:
-                seconds.add_metric((*labels, s.value), value)
-        if not book.current:
-            continue
-        gpus.add_metric(labels, len(book.gpus))
-        if book.host is not None:
-            cpu.add_metric(labels, book.host.cpu_cores_used)
-            if book.host.cpu_cores_allowed is not None:
-                allowed.add_metric(labels, book.host.cpu_cores_allowed)
-            main.add_metric(labels, book.host.main_process_cpu_ratio)
-            workers.add_metric(labels, book.host.workers)
-            if book.host.io_read_bytes_per_second is not None:
-                io.add_metric(labels, book.host.io_read_bytes_per_second)
-    yield from (seconds, gpus, cpu, allowed, main, workers, io)
-    limited = GaugeMetricFamily(
-        "gpulens_jobs_not_exported",
-        "Jobs on this node whose series are left out because --jobs.max-exported is reached; their accounts "
-        "are kept. Above 0, raise the limit.",
-        value=result.not_exported,
-    )
-    yield limited
 
 
 def _reports_for(gpu: GpuSnapshot, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:

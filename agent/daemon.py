@@ -94,8 +94,7 @@ def assemble(config: agent_config.AgentConfig, library, sources, clock, mode: st
                if c.name == "probes" else c for c in enabled] + list(extra)
     analysis = None
     if config.collectors.get("diagnosis"):
-        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)),
-                            process_min_age=config.process_min_age, max_jobs=config.max_exported_jobs)
+        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages,
                       timer=timer)
@@ -128,7 +127,8 @@ def _accounting(config: agent_config.AgentConfig, simulated: bool, timer=time.pe
     node = node or os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
     ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
                     max_bytes=config.ledger_max_bytes, timer=timer) if path else None
-    return JobAccounting(ledger, node=node, partition=config.ledger_partition, export=config.export_job_totals)
+    return JobAccounting(ledger, node=node, partition=config.ledger_partition, export=config.export_job_totals,
+                         process_min_age=config.process_min_age, max_jobs=config.max_exported_jobs)
 
 
 def _live_sources(config: agent_config.AgentConfig, clock):

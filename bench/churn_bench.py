@@ -40,7 +40,7 @@ SHORT_LINES_PER_GPU = 5  # each every 4 s: 5 x 8 / 4 = 10 new processes a second
 SHORT_EVERY, SHORT_FOR = 4.0, 3.0
 SLURM_EVERY, SLURM_FOR = 60.0, 50.0
 DEMO_CYCLES = 70
-# The no-churn baseline runs past the 5 minutes a finished job's series stay (analysis.JOB_EXPIRY_SECONDS).
+# The no-churn baseline runs past the 5 minutes a finished job's series stay (accounting.JOB_EXPIRY_SECONDS).
 BASELINE_MINUTES = 6
 GOAL_RATIO = 1.2  # max series / steady state, from the issue
 

@@ -9,7 +9,7 @@ scraped (the whole exposition rendered, as a scrape does) every `--scrape` secon
 Every simulated hour it records the process's resident memory, the Python heap (allocated blocks, or
 tracemalloc's traced bytes with --tracemalloc, four times slower), the series in the exposition, those
 that carry a job_id, the jobs they name against the jobs that should be there (those seen within the
-expiry window, gpulens.agent.analysis.JOB_EXPIRY_SECONDS), and the ledger's rows and file size. Prints
+expiry window, gpulens.agent.accounting.JOB_EXPIRY_SECONDS), and the ledger's rows and file size. Prints
 a Markdown table for docs/reliability.md.
 
     python bench/long_run_bench.py                  # 24 simulated hours on 8 GPUs (about 8 minutes here)
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import psutil
 from gpulens.agent import collectors
-from gpulens.agent.accounting import JobAccounting
-from gpulens.agent.analysis import JOB_EXPIRY_SECONDS, Analysis
+from gpulens.agent.accounting import JOB_EXPIRY_SECONDS, JobAccounting
+from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.ledger import Ledger

@@ -11,7 +11,7 @@ import tracemalloc
 from collections import Counter
 
 import pytest
-from gpulens.agent.analysis import JOB_EXPIRY_SECONDS
+from gpulens.agent.accounting import JOB_EXPIRY_SECONDS
 from gpulens.agent.simulator.churn import churn_jobs, churn_scenario, jobs_within
 from gpulens.agent.simulator.scenario import parse_scenario
 
