@@ -2,7 +2,7 @@
 
 Runs the agent's whole pipeline in this process (the default collectors, the diagnosis stage, the job
 accounting with its SQLite ledger file) on a generated node where short Slurm jobs run one after
-another on every GPU (gpulens.agent.simulator.churn: 2-5 minute jobs, about 3,100 a day on 8 GPUs).
+another on every GPU (bench/churn.py: 2-5 minute jobs, about 3,100 a day on 8 GPUs).
 Time is simulated and runs as fast as the CPU allows: sampled every `--interval` simulated seconds and
 scraped (the whole exposition rendered, as a scrape does) every `--scrape` seconds.
 
@@ -30,6 +30,7 @@ import tracemalloc
 from dataclasses import dataclass
 
 import psutil
+from churn import churn_jobs, churn_scenario, jobs_within
 from gpulens.agent import collectors
 from gpulens.agent.accounting import JOB_EXPIRY_SECONDS, JobAccounting
 from gpulens.agent.analysis import Analysis
@@ -38,7 +39,6 @@ from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
-from gpulens.agent.simulator.churn import churn_jobs, churn_scenario, jobs_within
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import parse_scenario
 from prometheus_client import CollectorRegistry, generate_latest

@@ -200,10 +200,6 @@ class Signal:
         """Return the noise-free mean over [t0, t1]: exact for square and steps, the midpoint value otherwise."""
         return self._clamp(self.shape.mean(t0, t1))
 
-    def busy_fraction(self, t0: float, t1: float) -> float:
-        """For a utilization signal (percent): return the busy fraction 0..1 over [t0, t1]."""
-        return min(1.0, max(0.0, self.mean(t0, t1) / 100.0))
-
     def bounds(self) -> tuple[float, float]:
         """Return the lowest and highest noise-free value, after clamps."""
         lo, hi = self.shape.bounds()

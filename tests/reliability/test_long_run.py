@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 from gpulens.agent.accounting import JOB_EXPIRY_SECONDS
-from gpulens.agent.simulator.churn import churn_jobs, churn_scenario, jobs_within
 from gpulens.agent.simulator.scenario import parse_scenario
 
+from bench.churn import churn_jobs, churn_scenario, jobs_within
 from tests.reliability.node import Node
 
 GPUS = 2
