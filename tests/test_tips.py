@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
+import random
 import re
 import subprocess
 import sys
@@ -14,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpulens import tips
-from gpulens.tips import CATALOG, EVIDENCE_KEYS, NO_ADVICE, render, tips_for
+from gpulens.tips import CATALOG, EVIDENCE_KEYS, NO_ADVICE, catalog, render, tips_for
 from gpulens.vocabulary import Condition, Reason
 
 GIB = 2**30
@@ -89,6 +93,12 @@ def test_ids_are_stable_unique_snake_case():
         assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", tip_id), tip_id
         assert tip.title and tip.title[0].isupper() and not tip.title.endswith(".")
     assert len({tip.title for tip in CATALOG.values()}) == len(CATALOG)
+
+
+def test_the_catalog_order_lists_every_familys_tips_once():
+    defined = [tip.id for module in catalog.FAMILIES for tip in module.family.tips]
+    assert sorted(catalog.ORDER) == sorted(defined) and len(set(defined)) == len(defined)
+    assert list(CATALOG) == list(catalog.ORDER)
 
 
 def test_no_advice_is_exactly_the_free_and_unknown_reasons():
@@ -424,3 +434,86 @@ def test_facts_reject_what_is_not_evidence():
     assert facts.flag("c") is True and facts.count("c") is None
     assert facts.text("e") is None and facts.text("f") is None and facts.text("g") == "H100"
     assert tips.Facts(["not", "a", "mapping"]).number("a") is None  # type: ignore[arg-type]
+
+
+# -- every tip's text and score, kept ------------------------------------------------------------------------------
+
+# Regenerate after an intended change to a tip with GPULENS_UPDATE_GOLDEN=1 and review the diff.
+GOLDEN = Path(__file__).resolve().parent / "golden" / "tips.json"
+
+# Named evidence sets, each reaching branches the others do not: an older GPU, Kubernetes, a remap that
+# failed, a job whose wait for batches is mild, one with prefetching already deep.
+CONTEXTS = {
+    "empty": {}, "all_none": dict.fromkeys(EVIDENCE_KEYS), "starved": STARVED, "heavy": HEAVY, "light": LIGHT,
+    "launch_bound": LAUNCH_BOUND,
+    "older_gpu": {"model": "Tesla V100-SXM2-32GB", "autocast": True, "autocast_dtype": "float16", "tf32": False,
+                  "xid": 48, "ecc_uncorrected": 1, "power_ratio": 0.97, "job_kind": "kubernetes", "num_workers": 8,
+                  "cpu_cores_allowed": 32, "cpu_cores_used": 30, "idle_seconds": 45, "memory_used_ratio": 0.3},
+    "remap_failed": {"row_remap_failure": True, "xid": 4242, "pcie_width": 8, "pcie_max_width": 16,
+                     "temperature_celsius": 70, "processes": 1, "held_seconds": 600, "job_kind": "process"},
+    "mild_wait": {"busy_ratio": 0.3, "data_wait_ratio": 0.1, "num_workers": 0, "pin_memory": False,
+                  "main_process_cpu_ratio": 0.3, "workers_cpu_ratio_max": 0.2, "persistent_workers": True,
+                  "prefetch_factor": 8, "memory_used_ratio": 0.05, "memory_total_bytes": 24 * GIB, "batch_size": 1},
+}
+
+
+def _sweep(count: int = 200, seed: int = 7) -> list[dict]:
+    """Return `count` evidence sets drawn from a fixed seed, well typed and not, for every key."""
+    rng = random.Random(seed)
+    odd = [None, True, False, -1, math.nan, math.inf, "None", "x{y}", 2.5, 10**30]
+    values = {
+        "model": ["NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA L4", "Some GPU"], "job_kind": ["slurm", "kubernetes"],
+        "autocast_dtype": ["bfloat16", "float16"], "xid": sorted(tips.XID_MEANINGS) + [7],
+    }
+    sets = []
+    for _ in range(count):
+        evidence = {}
+        for key in EVIDENCE_KEYS:
+            pick = rng.random()
+            if pick < 0.4:
+                continue
+            if pick < 0.5:
+                evidence[key] = rng.choice(odd)
+            elif key in values:
+                evidence[key] = rng.choice(values[key])
+            elif key.endswith(("_ratio", "_activity", "_occupancy", "_bandwidth")):
+                evidence[key] = round(rng.random() * 1.2, 3)
+            elif key in ("pin_memory", "persistent_workers", "autocast", "tf32", "row_remap_pending",
+                         "row_remap_failure"):
+                evidence[key] = rng.random() < 0.5
+            else:
+                evidence[key] = rng.choice([0, 1, 2, 3, 4, 5, 8, 16, 64, 90, 3600, 9000, 2**34, 80 * GIB, 6.5])
+        sets.append(evidence)
+    return sets
+
+
+def _written(evidence) -> dict:
+    """Return what the catalog makes of `evidence`: each tip's score and text, and each reason's ranking."""
+    facts = tips.Facts(evidence)
+    return {
+        "tips": {tip_id: [tip.score(facts), render(tip_id, evidence).text] for tip_id, tip in CATALOG.items()},
+        "ranked": {str(reason): ids(tips_for(reason, (), evidence, limit=50)) for reason in Reason},
+        "conditions": ids(tips_for(Reason.LOW_BUSY_RATIO, list(Condition), evidence, limit=50)),
+    }
+
+
+def _golden() -> dict:
+    sweep = [json.dumps(_written(evidence), sort_keys=True) for evidence in _sweep()]
+    return {
+        "catalog": [[tip.id, tip.title, list(tip.applies_to), list(tip.docs), tip.when, list(tip.reads)]
+                    for tip in CATALOG.values()],
+        "contexts": {name: _written(evidence) for name, evidence in CONTEXTS.items()},
+        "sweep_sha256": [hashlib.sha256(text.encode()).hexdigest()[:16] for text in sweep],
+    }
+
+
+def test_every_tip_writes_and_scores_as_kept():
+    got = json.loads(json.dumps(_golden()))
+    if os.environ.get("GPULENS_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(got, indent=1, ensure_ascii=False) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    assert got["catalog"] == want["catalog"]
+    for name in CONTEXTS:
+        assert got["contexts"][name] == want["contexts"][name], name
+    changed = [i for i, (a, b) in enumerate(zip(got["sweep_sha256"], want["sweep_sha256"], strict=True)) if a != b]
+    assert not changed, f"evidence sets {changed} of the sweep render differently: {_sweep()[changed[0]]}"

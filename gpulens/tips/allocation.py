@@ -1,0 +1,145 @@
+"""Tips for GPUs held but not used, or larger than the job needs: give back, reclaim, right-size."""
+
+from __future__ import annotations
+
+from gpulens.tips.evidence import Facts, job_kind
+from gpulens.tips.thresholds import IDLE_POLICY_SECONDS, LIGHT_ACTIVITY, LIGHT_MEMORY, RIGHT_SIZE_HEADROOM
+from gpulens.tips.tip import UNDER, Family, always
+from gpulens.tips.wording import gib, join, on_gpu, pct, said
+from gpulens.vocabulary import Reason
+
+_IDLE = (Reason.NO_KERNELS.value, Reason.ALLOCATED_NO_PROCESS.value)
+
+family = Family()
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def _light(f: Facts) -> tuple[bool | None, bool | None]:
+    """Return (memory use is light, compute use is light), each None when not known."""
+    used, sm, busy = f.ratio("memory_used_ratio"), f.ratio("sm_activity"), f.ratio("busy_ratio")
+    activity = sm if sm is not None else busy
+    return (None if used is None else used < LIGHT_MEMORY, None if activity is None else activity < LIGHT_ACTIVITY)
+
+
+def _idle_observed(f: Facts) -> str:
+    idle, held = f.number("idle_seconds"), f.number("held_seconds")
+    if idle is not None and held:
+        return f"no kernel has run for {_duration(idle)} of the {_duration(held)} this GPU has been held"
+    if idle is not None:
+        return f"no kernel has run for {_duration(idle)}"
+    if held is not None:
+        return f"this GPU has been held for {_duration(held)}"
+    return ""
+
+
+def _right_size_score(f: Facts) -> int:
+    light_memory, light_compute = _light(f)
+    if light_memory is False or light_compute is False:
+        return 0  # the job needs this GPU's memory or compute
+    if light_memory and light_compute:
+        return 70
+    return 30 if light_memory or light_compute else 15
+
+
+@family.tip(
+    id="right_size_gpu",
+    title="Use a smaller GPU or a MIG slice",
+    applies_to=UNDER,
+    docs=("https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
+          "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/"),
+    when="under 25% of device memory used and SMs active under 25% of the time",
+    reads=("memory_used_ratio", "memory_total_bytes", "sm_activity", "busy_ratio", "model"),
+    score=_right_size_score,
+)
+def _right_size_text(f: Facts) -> str:
+    used, total = f.ratio("memory_used_ratio"), f.number("memory_total_bytes")
+    sm, busy = f.ratio("sm_activity"), f.ratio("busy_ratio")
+    light_memory, light_compute = _light(f)
+    seen = []
+    if light_memory and total:
+        seen.append(f"the job uses {gib(used * total)} of the {gib(total)}{on_gpu(f)}")
+    elif light_memory:
+        seen.append(f"the job uses {pct(used)} of the GPU memory")
+    if light_compute and sm is not None:
+        seen.append(f"the SMs are active {pct(sm)} of the time")
+    elif light_compute:
+        seen.append(f"the GPU is busy {pct(busy)} of the time")
+    if used is not None and total:
+        size = (f"a MIG slice or a smaller GPU with at least {gib(used * total * RIGHT_SIZE_HEADROOM)} (the memory in "
+                f"use plus {round((RIGHT_SIZE_HEADROOM - 1) * 100)}%)")
+    else:
+        size = "a MIG slice or a smaller GPU that holds the memory in use plus a quarter"
+    advice = f"{size} would do the same work and leave this one to a job that needs it; request that size"
+    return said(join(seen), advice, "for light work, ")
+
+
+@family.tip(
+    id="release_idle_gpu",
+    title="Give the idle GPU back",
+    applies_to=_IDLE,
+    docs=("https://slurm.schedmd.com/scancel.html", "https://keda.sh/docs/latest/concepts/scaling-deployments/"),
+    when="no kernel for the idle patience window while a job holds the GPU",
+    reads=("idle_seconds", "held_seconds", "job_kind"),
+    score=always(90),
+)
+def _release_text(f: Facts) -> str:
+    kind = job_kind(f)
+    if kind == "slurm":
+        advice = ("end the job with `scancel <jobid>` if it is done, and for interactive work ask only for the "
+                  "`--time` you need and leave `salloc` or `srun --pty` sessions when you stop")
+    elif kind == "kubernetes":
+        advice = ("delete the pod if its work is done, or scale the workload to zero replicas "
+                  "(`kubectl scale --replicas=0`, or KEDA to scale to zero between requests)")
+    else:
+        advice = "close the notebook kernel or interactive session that holds it, or end the process"
+    return said(_idle_observed(f), advice, "an idle GPU held by a job is lost to everyone else: ")
+
+
+def _policy_score(f: Facts) -> int:
+    idle = f.number("idle_seconds")
+    return 60 if idle is not None and idle >= IDLE_POLICY_SECONDS else 40
+
+
+@family.tip(
+    id="idle_timeout_policy",
+    title="Reclaim idle GPUs automatically",
+    applies_to=_IDLE,
+    docs=("https://github.com/jupyterhub/jupyterhub-idle-culler", "https://slurm.schedmd.com/sbatch.html",
+          "https://kubernetes.io/docs/concepts/workloads/controllers/job/"),
+    when="idle GPUs, above all idle for an hour or more",
+    reads=("idle_seconds", "held_seconds"),
+    score=_policy_score,
+)
+def _policy_text(f: Facts) -> str:
+    advice = ("reclaim idle GPUs by policy rather than by hand, with JupyterHub's idle culler for notebooks, Slurm "
+              "time limits and a gpulens alert on long idle jobs, `activeDeadlineSeconds` for Kubernetes Jobs and "
+              "scale-to-zero for services")
+    return said(_idle_observed(f), advice)
+
+
+@family.tip(
+    id="unused_gpu_request",
+    title="Drop GPU requests the job does not use",
+    applies_to=(Reason.ALLOCATED_NO_PROCESS.value,),
+    docs=("https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/", "https://slurm.schedmd.com/gres.html"),
+    when="the scheduler allocated the GPU to a job that runs no process on it",
+    reads=("held_seconds",),
+    score=always(80),
+)
+def _unused_request_text(f: Facts) -> str:
+    held = f.number("held_seconds")
+    observed = (f"the scheduler has given this GPU to a job for {_duration(held)} and no process has run on it"
+                if held is not None else "")
+    advice = ("the job requests a GPU it does not use (a sidecar, a CPU-only step, a service waiting for traffic); "
+              "remove `nvidia.com/gpu` or `--gres=gpu` from steps that do not need it, split CPU-only steps into "
+              "their own jobs, and scale idle services to zero")
+    return said(observed, advice)

@@ -1,0 +1,100 @@
+"""The evidence a tip may read, and `Facts`, which reads it defensively."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from gpulens.tips.thresholds import DATA_WAIT_NOTABLE, PCIE_LANE_GBPS
+
+EvidenceValue = float | int | str | bool | None
+
+# The evidence a tip may read. All optional; ratios are 0-1 (CPU ratios are of one core and may exceed 1),
+# bytes, seconds and counts are base units. The last three are extras the agent may pass from the ECC
+# collector; they make the ECC and row-remap tips precise.
+EVIDENCE_KEYS = (
+    "busy_ratio", "sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth", "power_ratio",
+    "memory_used_ratio", "data_wait_ratio", "steps_per_second", "num_workers", "pin_memory",
+    "prefetch_factor", "persistent_workers", "batch_size", "autocast", "autocast_dtype", "tf32",
+    "main_process_cpu_ratio", "workers_cpu_ratio_max", "cpu_cores_allowed", "cpu_cores_used",
+    "idle_seconds", "held_seconds", "torch_reserved_bytes", "torch_allocated_bytes", "alloc_retries",
+    "ooms", "memory_total_bytes", "pcie_generation", "pcie_max_generation", "pcie_width", "pcie_max_width",
+    "temperature_celsius", "xid", "model", "processes", "job_kind",
+    "ecc_uncorrected", "row_remap_pending", "row_remap_failure",
+)
+
+_NUMBER_MAX = 1e18  # larger numbers are not evidence, they are garbage
+_RATIO_MAX = 1000.0  # CPU ratios are of one core, so a busy process on a big host can read tens
+_TEXT = re.compile(r"[A-Za-z0-9 ._:/()+-]{1,64}")
+_NOT_A_VALUE = frozenset({"none", "null", "nan", "n/a", "unknown"})
+
+
+class Facts:
+    """Evidence, read defensively: each getter returns a usable value or None and never raises.
+
+    Numbers must be finite and not negative (no evidence key is negative); booleans are not numbers;
+    strings must be short and plain, so that nothing odd reaches a rendered sentence.
+    """
+
+    def __init__(self, evidence: Mapping[str, object] | None = None) -> None:
+        self._evidence: Mapping[str, object] = evidence if isinstance(evidence, Mapping) else {}
+
+    def _raw(self, key: str) -> object:
+        try:
+            return self._evidence.get(key)
+        except Exception:  # a misbehaving mapping costs the value, never the tip
+            return None
+
+    def number(self, key: str, upper: float = _NUMBER_MAX) -> float | None:
+        """Return the value of `key` as a float in [0, upper], or None."""
+        value = self._raw(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        if not math.isfinite(number) or number < 0 or number > upper:
+            return None
+        return number
+
+    def ratio(self, key: str) -> float | None:
+        """Return the ratio `key` (0-1, or more for CPU ratios of one core), or None."""
+        return self.number(key, _RATIO_MAX)
+
+    def count(self, key: str) -> int | None:
+        """Return `key` as a whole number (2.0 counts as 2), or None."""
+        number = self.number(key)
+        if number is None or number != int(number):
+            return None
+        return int(number)
+
+    def flag(self, key: str) -> bool | None:
+        value = self._raw(key)
+        return value if isinstance(value, bool) else None
+
+    def text(self, key: str) -> str | None:
+        value = self._raw(key)
+        if not isinstance(value, str):
+            return None
+        value = " ".join(value.split())
+        if not _TEXT.fullmatch(value) or value.lower() in _NOT_A_VALUE:
+            return None
+        return value
+
+
+def wait_notable(f: Facts) -> bool | None:
+    wait = f.ratio("data_wait_ratio")
+    return None if wait is None else wait >= DATA_WAIT_NOTABLE
+
+
+def job_kind(f: Facts) -> str:
+    kind = (f.text("job_kind") or "").lower()
+    return kind if kind in ("slurm", "kubernetes") else ""
+
+
+def pcie_bandwidth(generation: int | None, width: int | None) -> float | None:
+    """Return a link's throughput per direction in GB/s, or None for an unknown generation."""
+    lane = PCIE_LANE_GBPS.get(generation) if generation is not None else None
+    return lane * width if lane is not None and width else None

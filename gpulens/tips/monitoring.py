@@ -1,0 +1,86 @@
+"""Tips for what gpulens cannot see from outside the job: profiling, NVML down, unreadable processes, MIG."""
+
+from __future__ import annotations
+
+from gpulens.tips.evidence import Facts
+from gpulens.tips.tip import DCGM_FEATURES, HEALTHY, NVSMI, PT, STARVED, UNDER, Family, always
+from gpulens.tips.wording import gpu_busy, join, pct, said
+from gpulens.vocabulary import Reason
+
+family = Family()
+
+
+@family.tip(
+    id="profile_the_job",
+    title="Profile a few steps",
+    applies_to=(*STARVED, *UNDER, *HEALTHY),
+    docs=("https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html", f"{PT}/profiler.html",
+          "https://docs.nvidia.com/nsight-systems/UserGuide/index.html"),
+    when="always available: for what a monitor cannot see",
+    reads=("busy_ratio", "sm_activity", "steps_per_second"),
+    score=always(20),
+)
+def _profile_text(f: Facts) -> str:
+    seen = [gpu_busy(f)]
+    sm, steps = f.ratio("sm_activity"), f.number("steps_per_second")
+    if sm is not None:
+        seen.append(f"the SMs are active {pct(sm)} of the time")
+    if steps is not None:
+        seen.append(f"the job runs {steps:.2g} steps per second")
+    observed = join(seen)
+    if observed:
+        observed = f"from outside, gpulens sees that {observed}; it cannot see which op or wait costs the time"
+    advice = ("record a few steps with `torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+              "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=1, warmup=1, active=3))` and open the "
+              "trace, or run `nsys profile -t cuda,nvtx,osrt python train.py` for a timeline of CPU, GPU and copies")
+    return said(observed, advice, "a monitor sees the GPU from outside; to see which op or wait costs the time, ")
+
+
+@family.tip(
+    id="nvml_unavailable",
+    title="Restore NVML on the node",
+    applies_to=(Reason.NVML_DOWN.value,),
+    docs=("https://docs.nvidia.com/deploy/nvml-api/index.html", NVSMI,
+          "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"),
+    when="the agent cannot initialize NVML",
+    reads=(),
+    score=always(90),
+)
+def _nvml_text(f: Facts) -> str:
+    return ("The agent cannot reach NVML on this node. Run `nvidia-smi` there: \"Driver/library version mismatch\" "
+            "means the driver was upgraded without a reboot (reboot, or reload the nvidia kernel modules); \"No "
+            "devices were found\" or a permission error in a container means it started without the NVIDIA runtime "
+            "or device access; if `nvidia-smi` hangs, the driver is stuck: drain the node and reboot.")
+
+
+@family.tip(
+    id="processes_unreadable",
+    title="Let the agent list the GPU's processes",
+    applies_to=(Reason.PROCESSES_UNKNOWN.value,),
+    docs=("https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html", NVSMI),
+    when="NVML's process list fails on this GPU, so held and free look alike",
+    reads=(),
+    score=always(85),
+)
+def _processes_unknown_text(f: Facts) -> str:
+    return ("The agent could not list this GPU's processes, so it cannot tell a held GPU from a free one. "
+            "The agent's log names the NVML call and its error once, and the processes collector's "
+            "success metric (gpulens_collector_success) is 0 while it lasts. In a container, a "
+            "MIG-enabled GPU lists processes only to a privileged caller; otherwise compare "
+            "`nvidia-smi` and the driver version with the nvidia-ml-py the agent runs "
+            "(`pip show nvidia-ml-py`), and upgrade the agent if the driver is newer than it knows.")
+
+
+@family.tip(
+    id="mig_monitoring",
+    title="Watch MIG instances with DCGM",
+    applies_to=(Reason.MIG_ENABLED.value,),
+    docs=("https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html", DCGM_FEATURES),
+    when="MIG is enabled, so NVML gives no utilization",
+    reads=(),
+    score=always(60),
+)
+def _mig_text(f: Facts) -> str:
+    return ("MIG is on, and NVML reports no utilization per MIG instance, so gpulens cannot tell busy from idle here. "
+            "DCGM's profiling fields (for example DCGM_FI_PROF_GR_ENGINE_ACTIVE) report activity per instance; "
+            "meanwhile `nvidia-smi mig -lgi` lists the instances and `nvidia-smi` the processes on each.")
