@@ -13,16 +13,16 @@ finished ones) replace their older copies from the file, so the answer does not 
 from __future__ import annotations
 
 import math
-import re
 import urllib.parse
 from dataclasses import replace
 from typing import Any
 
+from gpulens.printable import quoted
+from gpulens.units import UnitError, parse_duration
+
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
 MAX_IDS = 100
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(s|m|h|d)")
-_SCALE = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
 
 
 class BadQuery(ValueError):
@@ -30,20 +30,17 @@ class BadQuery(ValueError):
 
 
 def parse_since(text: str, now: float) -> float:
-    """Return epoch seconds from '7d', '12h', '30m' (before `now`) or an epoch number."""
-    match = _DURATION.fullmatch(text.strip())
+    """Return epoch seconds from an epoch number, or from a duration before `now` ('7d', '12h'; gpulens.units)."""
     try:
-        since = now - float(match.group(1)) * _SCALE[match.group(2)] if match else float(text)
+        since = float(text)
     except ValueError:
-        since = math.nan
-    if not math.isfinite(since):  # also 'nan', 'inf', and durations of hundreds of digits
-        raise BadQuery(f"since={_shown(text)} is not a duration or epoch seconds; write e.g. since=7d")
+        try:
+            since = now - parse_duration(text, "since")
+        except UnitError:
+            since = math.nan
+    if not math.isfinite(since):  # also 'nan', 'inf'
+        raise BadQuery(f"since={quoted(text)} is not a duration or epoch seconds; write e.g. since=7d")
     return since
-
-
-def _shown(text: str) -> str:
-    """Return a parameter as given, quoted and cut short: it is the caller's text, echoed back."""
-    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def answer(accounting, query: str, now: float) -> dict[str, Any]:
@@ -51,7 +48,7 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     params = urllib.parse.parse_qs(query, keep_blank_values=True)
     unknown = set(params) - {"since", "id", "limit", "timeline"}
     if unknown:
-        raise BadQuery(f"unknown parameter {_shown(sorted(unknown)[0])}; use since, id, limit and timeline")
+        raise BadQuery(f"unknown parameter {quoted(sorted(unknown)[0])}; use since, id, limit and timeline")
     since = parse_since(params["since"][-1], now) if params.get("since") else 0.0
     ids = [i for i in params.get("id", []) if i][:MAX_IDS]
     try:
@@ -59,7 +56,7 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     except ValueError:
         raise BadQuery("limit must be a whole number, e.g. limit=100") from None
     if not 1 <= limit <= MAX_LIMIT:
-        raise BadQuery(f"limit={_shown(str(limit))} is out of range; choose 1 to {MAX_LIMIT}")
+        raise BadQuery(f"limit={quoted(str(limit))} is out of range; choose 1 to {MAX_LIMIT}")
     timeline = params.get("timeline", ["0"])[-1] in ("1", "true", "yes")
     if timeline and not ids:
         raise BadQuery("timeline=1 needs id=JOB_ID: timelines are served one job at a time")

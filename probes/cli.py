@@ -83,12 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     """Return the validated options; raise UsageError naming the bad one."""
-    from gpulens.agent.config import ConfigError, parse_duration
+    from gpulens.units import UnitError, parse_duration
 
     options = build_parser().parse_args(list(argv))
     try:
         options.time_budget = parse_duration(options.time_budget, "--time-budget")
-    except ConfigError as error:
+    except UnitError as error:
         raise UsageError(str(error)) from None
     checks = (
         (0 <= options.min_peak_ratio <= 1, "--min-peak-ratio must be between 0 and 1, e.g. 0.5"),

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from importlib import resources
 
 from gpulens.agent.clock import SharedClock
-from gpulens.agent.config import ConfigError, parse_duration
+from gpulens.agent.config import ConfigError
 
 from gpulens.printable import printable
+from gpulens.units import UnitError, parse_duration
 
 from . import branches
 from .scenario import Scenario, ScenarioError, builtin_scenarios, load_scenario, on_driver
@@ -60,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """Return (GPULENS_SIM_* variables, command) for `argv`; ConfigError with one line when it is wrong."""
+    """Return (GPULENS_SIM_* variables, command) for `argv`; ConfigError or UnitError, one line, when it is wrong."""
     args = list(argv)
     if "--" not in args:
         if args and args[0] in ("-h", "--help"):
@@ -111,7 +112,7 @@ def hook_folder() -> str:
 def main(argv: Sequence[str]) -> int:
     try:
         env, command = settings(argv)
-    except ConfigError as error:
+    except (ConfigError, UnitError) as error:
         print(f"gpulens sim: {error}", file=sys.stderr)
         return EXIT_USAGE
     program = shutil.which(command[0])

@@ -4,7 +4,8 @@ import subprocess
 import sys
 
 import pytest
-from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, ConfigError, load
+import yaml
+from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, SETTINGS, AgentConfig, ConfigError, load
 
 
 def test_defaults_are_documented_values():
@@ -124,3 +125,24 @@ def test_cli_unknown_command():
     result = _run("agnet")
     assert result.returncode == 2
     assert "unknown command 'agnet'" in result.stderr
+
+
+# A text for each setting that is not its default (the top of its range where it has one).
+OTHER_VALUES = {"listen_address": ":1", "web_config_file": "/w.yml", "log_level": "debug", "simulate": "faults",
+                "jobs_socket": "", "export_job_totals": "on", "pod_resources_socket": "/k.sock", "ledger_path": "",
+                "ledger_partition": "gpu", "probes_jitter": "1m"}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_each_setting_reads_alike_from_its_flag_variable_and_file_key(tmp_path, name):
+    """The three readers are built from one declaration, so a setting found by one is found by all."""
+    s = SETTINGS[name]
+    text = OTHER_VALUES[name] if name in OTHER_VALUES else s.high or s.low
+    section, _, key = s.file_key.partition(".")
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({section: {key: text}} if key else {section: text}))
+    flag = [s.flag] if s.metavar is None else [f"{s.flag}={text}"]
+    simulated = ["--simulate", "demo"] if name == "speed" else []  # --speed needs it
+    read = [getattr(load([*argv, *simulated], environ=env), name)
+            for argv, env in ((flag, {}), ([], {s.env: text}), (["--config.file", str(path)], {}))]
+    assert read[0] == read[1] == read[2] != getattr(AgentConfig(), name)
