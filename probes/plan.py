@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpulens.probes.specs import MATMUL_DTYPES
+from gpulens.gpus import MATMUL_DTYPES
 
 MIB = 2**20
 _ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}

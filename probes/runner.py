@@ -33,11 +33,11 @@ from gpulens.probes.results import (
     overall,
 )
 from gpulens.probes.safety import Budget, GpuBusy, Guard, NoGuard, TimeUp
-from gpulens.probes.specs import GpuSpec, find_spec, pcie_bytes_per_second
 from gpulens.probes.steps import Step, steps
 from gpulens.probes.steps import skipped as skipped_result
 
 from gpulens import thresholds
+from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 
 DEFAULT_MEMORY_FRACTION = 0.5  # of what is free when the probe starts, on the device and on the host
 DEFAULT_TIME_BUDGET = 60.0  # seconds per GPU; a healthy GPU needs well under 15

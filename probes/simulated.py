@@ -34,8 +34,9 @@ from gpulens.probes.results import (
     overall,
 )
 from gpulens.probes.safety import GpuBusy, Guard
-from gpulens.probes.specs import GpuSpec, find_spec, pcie_bytes_per_second
 from gpulens.probes.steps import Step, skipped, steps
+
+from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 
 STEP_SECONDS = 1.0  # simulated seconds per probe; a real GPU's probe set takes about ten
 SPREAD = 0.015  # relative spread of simulated values between runs and GPUs

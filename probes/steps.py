@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.probes.results import BANDWIDTH, BYTES_PER_SECOND, FLOPS, MATMUL, SKIPPED, ProbeResult
-from gpulens.probes.specs import MATMUL_DTYPES
+
+from gpulens.gpus import MATMUL_DTYPES
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+from gpulens import gpus
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml
 
@@ -75,7 +76,7 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class GpuModel:
-    """Defaults for a known GPU model, as its NVML reports them."""
+    """Defaults for a known GPU model, as its NVML reports them; the rest is in the catalog (gpulens.gpus)."""
 
     name: str  # nvmlDeviceGetName
     memory_mib: int
@@ -83,56 +84,56 @@ class GpuModel:
     max_sm_mhz: int
     max_mem_mhz: int
     idle_sm_mhz: int
-    pcie_gen: int
-    pcie_width: int
     pci_device_id: int
-    gpm: bool  # GPM needs Hopper or newer
     mig: bool  # MIG-capable (A100, H100, H200)
-    row_remapping: bool  # Ampere and newer; older GPUs retire pages instead
     hbm: bool  # HBM boards report memory temperature
     power_average: bool  # NVML_FI_DEV_POWER_AVERAGE: Ampere or newer, except GA100
+
+    @property
+    def spec(self) -> gpus.GpuSpec:
+        found = gpus.find_spec(self.name)
+        assert found is not None, f"{self.name} is not in gpulens.gpus.SPECS"  # a test checks every model
+        return found
+
+    @property
+    def pcie_gen(self) -> int:
+        return self.spec.pcie_generation
+
+    @property
+    def pcie_width(self) -> int:
+        return self.spec.pcie_lanes
+
+    @property
+    def gpm(self) -> bool:  # GPM needs Hopper or newer
+        return bool(gpus.at_least(self.name, "hopper"))
+
+    @property
+    def row_remapping(self) -> bool:  # Ampere and newer; older GPUs retire pages instead
+        return bool(gpus.at_least(self.name, "ampere"))
 
 
 MODELS = {
     m.name: m
     for m in (
-        GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 1410, 1215, 210, 4, 16, 0x20B010DE,
-                 False, True, True, True, False),
-        GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 1410, 1593, 210, 4, 16, 0x20B210DE,
-                 False, True, True, True, False),
-        GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 1980, 2619, 345, 5, 16, 0x233010DE,
-                 True, True, True, True, True),
-        GpuModel("NVIDIA H100 PCIe", 81559, 350, 1755, 1593, 345, 5, 16, 0x233110DE,
-                 True, True, True, True, True),
-        GpuModel("NVIDIA H200", 143771, 700, 1980, 3201, 345, 5, 16, 0x233510DE,
-                 True, True, True, True, True),
-        GpuModel("NVIDIA L4", 23034, 72, 2040, 6251, 210, 4, 16, 0x27B810DE,
-                 False, False, True, False, True),
-        GpuModel("NVIDIA A10", 23028, 150, 1695, 6251, 210, 4, 16, 0x223610DE,
-                 False, False, True, False, True),
-        GpuModel("NVIDIA L40S", 46068, 350, 2520, 9001, 210, 4, 16, 0x26B910DE,
-                 False, False, True, False, True),
-        GpuModel("Tesla T4", 15360, 70, 1590, 5001, 300, 3, 16, 0x1EB810DE,
-                 False, False, False, False, False),
-        GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 1530, 877, 135, 3, 16, 0x1DB510DE,
-                 False, False, False, True, False),
+        GpuModel("NVIDIA A100-SXM4-40GB", 40960, 400, 1410, 1215, 210, 0x20B010DE, True, True, False),
+        GpuModel("NVIDIA A100-SXM4-80GB", 81920, 400, 1410, 1593, 210, 0x20B210DE, True, True, False),
+        GpuModel("NVIDIA H100 80GB HBM3", 81559, 700, 1980, 2619, 345, 0x233010DE, True, True, True),
+        GpuModel("NVIDIA H100 PCIe", 81559, 350, 1755, 1593, 345, 0x233110DE, True, True, True),
+        GpuModel("NVIDIA H200", 143771, 700, 1980, 3201, 345, 0x233510DE, True, True, True),
+        GpuModel("NVIDIA L4", 23034, 72, 2040, 6251, 210, 0x27B810DE, False, False, True),
+        GpuModel("NVIDIA A10", 23028, 150, 1695, 6251, 210, 0x223610DE, False, False, True),
+        GpuModel("NVIDIA L40S", 46068, 350, 2520, 9001, 210, 0x26B910DE, False, False, True),
+        GpuModel("Tesla T4", 15360, 70, 1590, 5001, 300, 0x1EB810DE, False, False, False),
+        GpuModel("Tesla V100-SXM2-32GB", 32768, 300, 1530, 877, 135, 0x1DB510DE, False, True, False),
     )
 }
 
-
-def _model_key(name: str) -> str:
-    key = name.strip().lower()
-    for prefix in ("nvidia ", "tesla "):
-        key = key.removeprefix(prefix)
-    return key
-
-
-_MODELS_BY_KEY = {_model_key(name): model for name, model in MODELS.items()}
+_MODELS_BY_KEY = {gpus.key(name): model for name, model in MODELS.items()}
 
 
 def find_model(name: str) -> GpuModel | None:
     """Return the known model for a name such as "NVIDIA H100 80GB HBM3" or "A100-SXM4-80GB", else None."""
-    return _MODELS_BY_KEY.get(_model_key(name))
+    return _MODELS_BY_KEY.get(gpus.key(name))
 
 
 # ---------------------------------------------------------------- parsed scenario

@@ -3,8 +3,7 @@ launch overhead and host syncs, convolution settings, inference engines."""
 
 from __future__ import annotations
 
-import re
-
+from gpulens import gpus
 from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, wait_notable
 from gpulens.tips.thresholds import DRAM_BOUND
@@ -12,28 +11,14 @@ from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, alw
 from gpulens.tips.wording import gpu_busy, join, on_gpu, pct, said
 from gpulens.vocabulary import Reason
 
-# Ampere and newer data-center and workstation GPUs: bf16 and TF32 Tensor Cores. Older ones (Volta,
-# Turing, Pascal) have fp16 Tensor Cores at most, and no TF32.
-_AMPERE_OR_NEWER = re.compile(
-    r"\b(A100|A800|A10G?|A16|A30|A40|A2|H100|H200|H800|H20|GH200|GB200|GB300|B100|B200|B300|L4|L40S?|L20"
-    r"|RTX [345]0\d\d|RTX A\d+|RTX \d+ Ada|RTX PRO)\b",
-    re.IGNORECASE,
-)
-_OLDER = re.compile(r"\b(V100|T4|P100|P40|P4|K80|K40|M60|M40|TITAN V|RTX 20\d\d|Quadro RTX|GTX)\b", re.IGNORECASE)
-
 family = Family()
 
 
 def _ampere_or_newer(f: Facts) -> bool | None:
-    """Return whether the GPU has bf16 and TF32 Tensor Cores, or None when the model is not known."""
+    """Return whether the GPU has bf16 and TF32 Tensor Cores (Ampere and newer; Volta and Turing have fp16
+    Tensor Cores at most), or None when the model is not known."""
     model = f.text("model")
-    if model is None:
-        return None
-    if _AMPERE_OR_NEWER.search(model):
-        return True
-    if _OLDER.search(model):
-        return False
-    return None
+    return None if model is None else gpus.at_least(model, "ampere")
 
 
 def _launch_bound(f: Facts) -> bool:

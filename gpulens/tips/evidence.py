@@ -6,7 +6,8 @@ import math
 import re
 from collections.abc import Mapping
 
-from gpulens.tips.thresholds import DATA_WAIT_NOTABLE, PCIE_LANE_GBPS
+from gpulens import gpus
+from gpulens.tips.thresholds import DATA_WAIT_NOTABLE
 
 EvidenceValue = float | int | str | bool | None
 
@@ -95,6 +96,6 @@ def job_kind(f: Facts) -> str:
 
 
 def pcie_bandwidth(generation: int | None, width: int | None) -> float | None:
-    """Return a link's throughput per direction in GB/s, or None for an unknown generation."""
-    lane = PCIE_LANE_GBPS.get(generation) if generation is not None else None
-    return lane * width if lane is not None and width else None
+    """Return a link's throughput per direction in GB/s (the catalog's PCIe rates), or None if unknown."""
+    rate = gpus.pcie_bytes_per_second(generation, width)
+    return None if rate is None else rate / 1e9

@@ -41,7 +41,3 @@ DRAM_BOUND = 0.6
 
 # Idle this long (longer than any pause for evaluation or a checkpoint): reclaim by policy, not by hand.
 IDLE_POLICY_SECONDS = 3600.0
-
-# PCIe throughput per lane and direction after line encoding, GB/s (PCI-SIG rates: 8b/10b for Gen1-2,
-# 128b/130b for Gen3-5, FLIT mode for Gen6). Gen4 x16 gives ~32 GB/s, Gen5 x16 ~63 GB/s.
-PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}

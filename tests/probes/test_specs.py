@@ -2,7 +2,8 @@
 
 import pytest
 from gpulens.agent.simulator.scenario import MODELS
-from gpulens.probes.specs import MATMUL_DTYPES, SPECS, find_spec, pcie_bytes_per_second
+
+from gpulens.gpus import ARCHITECTURES, MATMUL_DTYPES, SPECS, architecture, at_least, find_spec, pcie_bytes_per_second
 
 REQUIRED = {
     "Tesla V100-SXM2-32GB": "V100 SXM2",
@@ -71,3 +72,24 @@ def test_pcie_rates_per_direction():
     assert pcie_bytes_per_second(5, 16) == pytest.approx(63.0e9, rel=0.001)
     assert pcie_bytes_per_second(5, 8) == pcie_bytes_per_second(4, 16)
     assert pcie_bytes_per_second(None, 16) is None and pcie_bytes_per_second(9, 16) is None
+
+
+def test_every_simulated_model_is_in_the_catalog_with_its_architecture():
+    from gpulens.agent.simulator.scenario import MODELS
+
+    for name, model in MODELS.items():
+        spec = find_spec(name)
+        assert spec is not None, f"{name}: add it to gpulens.gpus.SPECS"
+        assert (model.pcie_gen, model.pcie_width) == (spec.pcie_generation, spec.pcie_lanes)
+        assert spec.architecture in ARCHITECTURES
+    assert [m for m in MODELS if MODELS[m].gpm] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H200"]
+    assert not MODELS["Tesla T4"].row_remapping and MODELS["NVIDIA L4"].row_remapping
+
+
+def test_architectures_by_name():
+    cases = {"NVIDIA A10G": "ampere", "NVIDIA GeForce RTX 4090": "ada", "NVIDIA RTX A6000": "ampere",
+             "Quadro RTX 8000": "turing", "NVIDIA GeForce GTX 1660": "turing", "Tesla V100-SXM2-32GB": "volta",
+             "NVIDIA B200": "blackwell", "NVIDIA H20": "hopper", "Tesla K80": "kepler", "Something Else": None}
+    assert {name: architecture(name) for name in cases} == cases
+    assert at_least("NVIDIA L4", "ampere") is True and at_least("Tesla T4", "ampere") is False
+    assert at_least("Mystery GPU", "ampere") is None

@@ -1,4 +1,8 @@
-"""What "good" is: each GPU model's datasheet peaks, to divide every probe result by.
+"""The GPU catalog: names as NVML gives them, architecture, datasheet peaks and PCIe link rates.
+
+One table for the probes (what "good" is: every probe result is divided by a peak here), the tips
+(which precisions a GPU has Tensor Cores for, what its PCIe link carries) and the simulator (which NVML
+features a model has).
 
 Every number is the vendor's figure for the board at its default clocks and power limit, in base units:
 memory bandwidth in bytes per second, matrix-multiply peaks in FLOP/s **dense** (NVIDIA datasheets
@@ -12,6 +16,7 @@ for; on GeForce boards that is half the FP16-accumulate figure the box quotes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 TERA = 1e12
@@ -50,6 +55,10 @@ class GpuSpec:
     pcie_lanes: int
     source: str  # the datasheet (or whitepaper) every number above comes from
     note: str = ""  # how a number was derived from the source, where it was
+
+    @property
+    def architecture(self) -> str:
+        return architecture(self.nvml_names[0]) or ""
 
     def matmul_peak(self, dtype: str) -> float | None:
         """Return the dense peak for `dtype` (one of MATMUL_DTYPES) in FLOP/s, or None."""
@@ -126,16 +135,45 @@ SPECS: tuple[GpuSpec, ...] = (
 )
 
 
-def _key(name: str) -> str:
-    key = " ".join(name.strip().lower().replace("_", " ").split())
+def key(name: str) -> str:
+    """A model name as the catalog compares it: "NVIDIA H100 80GB HBM3" and "h100 80gb  hbm3" are one."""
+    folded = " ".join(name.strip().lower().replace("_", " ").split())
     for prefix in ("nvidia ", "tesla "):
-        key = key.removeprefix(prefix)
-    return key
+        folded = folded.removeprefix(prefix)
+    return folded
 
 
-_BY_NAME = {_key(name): spec for spec in SPECS for name in spec.nvml_names}
+_BY_NAME = {key(name): spec for spec in SPECS for name in spec.nvml_names}
 
 
 def find_spec(nvml_name: str) -> GpuSpec | None:
     """Return the spec for an NVML name ("NVIDIA H100 80GB HBM3", "Tesla T4", "A100-SXM4-80GB"), or None."""
-    return _BY_NAME.get(_key(nvml_name))
+    return _BY_NAME.get(key(nvml_name))
+
+
+# Oldest first. Ampere brought BF16 and TF32 Tensor Cores and row remapping; Hopper brought GPM.
+ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
+# Families by the names boards carry, data center, workstation and GeForce alike, from NVIDIA's product
+# pages; the first that matches wins, so the more specific names come first.
+_FAMILIES = tuple((re.compile(rf"\b({names})\b", re.IGNORECASE), arch) for names, arch in (
+    (r"GB200|GB300|B100|B200|B300|RTX PRO|RTX 50\d\d", "blackwell"),
+    (r"H100|H200|H800|H20|GH200", "hopper"),
+    (r"L4|L40S?|L20|RTX 40\d\d|RTX \d+ Ada", "ada"),
+    (r"A100|A800|A10G?|A16|A30|A40|A2|RTX 30\d\d|RTX A\d+", "ampere"),
+    (r"T4|RTX 20\d\d|Quadro RTX|GTX 16\d\d", "turing"),
+    (r"V100|TITAN V", "volta"),
+    (r"P100|P40|P4|GTX 10\d\d|GTX", "pascal"),  # a GTX without a known number: Pascal at the newest
+    (r"M60|M40", "maxwell"),
+    (r"K80|K40", "kepler"),
+))
+
+
+def architecture(name: str) -> str | None:
+    """Return the architecture of a GPU named as NVML names it ("NVIDIA A10G": "ampere"), or None if unknown."""
+    return next((arch for pattern, arch in _FAMILIES if pattern.search(name)), None)
+
+
+def at_least(name: str, arch: str) -> bool | None:
+    """Whether the GPU is of `arch` or newer (one of ARCHITECTURES); None when its architecture is unknown."""
+    found = architecture(name)
+    return None if found is None else ARCHITECTURES.index(found) >= ARCHITECTURES.index(arch)
