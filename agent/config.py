@@ -23,7 +23,7 @@ from gpulens.agent.server import parse_listen_address
 from gpulens import thresholds as t
 from gpulens.printable import printable, quoted
 from gpulens.units import UnitError, parse_duration, parse_size
-from gpulens.yamltext import YamlProblem, parse_yaml
+from gpulens.yamltext import YamlProblem, read_yaml_file
 
 # Outside 9100-9999, the range the Prometheus exporter registry has allocated in full, so no
 # well-known exporter (node_exporter 9100, dcgm-exporter 9400, nvidia_gpu_exporter 9835) uses it.
@@ -255,19 +255,10 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _from_file(path: str) -> dict[str, Any]:
     where = f"config file {path}"
-    if "\0" in path:
-        raise ConfigError(f"--config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = parse_yaml(f.read())
-    except OSError as error:
-        raise ConfigError(
-            f"{where}: cannot be read ({error.strerror}); check the path given to --config.file"
-        ) from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: is not UTF-8 text; save it as UTF-8") from None
+        doc = read_yaml_file(path, where, "check the path given to --config.file")
     except YamlProblem as problem:
-        raise ConfigError(f"{where}: {problem}") from None
+        raise ConfigError(str(problem)) from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):

@@ -38,7 +38,7 @@ from typing import Any
 
 import bcrypt
 
-from gpulens.yamltext import YamlProblem, parse_yaml
+from gpulens.yamltext import YamlProblem, read_yaml_file
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +104,10 @@ PLAIN = WebConfig()
 def load(path: str) -> WebConfig:
     """Read and check the web config at `path`; raise WebConfigError naming what is wrong."""
     where = f"web config {path}"
-    if "\0" in path:
-        raise WebConfigError(f"--web.config.file: {path!r} has a NUL character; give the path of a YAML file")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = parse_yaml(f.read())
-    except OSError as error:
-        raise WebConfigError(f"{where}: cannot be read ({error.strerror}); check --web.config.file") from None
-    except UnicodeDecodeError:
-        raise WebConfigError(f"{where}: is not UTF-8 text; save it as UTF-8") from None
+        doc = read_yaml_file(path, where, "check --web.config.file")
     except YamlProblem as problem:
-        raise WebConfigError(f"{where}: {problem}") from None
+        raise WebConfigError(str(problem)) from None
     return parse(doc, where, os.path.dirname(os.path.abspath(path)))
 
 

@@ -1,7 +1,8 @@
 """Reading YAML that people write: every way PyYAML can fail becomes one line saying where and why.
 
-Scenario files, the agent's config file and its web config file all go through `parse_yaml`, so a
-mistake reads the same in each: `line 5: invalid YAML (expected ',' or ']' ...); fix the syntax there`.
+Scenario files, the agent's config file and its web config file all go through `read_yaml_file` (or
+`parse_yaml` for text already in hand), so a mistake reads the same in each:
+`config file agent.yaml: line 5: invalid YAML (expected ',' or ']' ...); fix the syntax there`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,29 @@ import yaml
 
 
 class YamlProblem(ValueError):
-    """The text is not YAML that can be read; the message is one line, without the file's name."""
+    """The text is not YAML that can be read; the message is one line (naming the file when one was read)."""
+
+
+def read_yaml_file(path: str, where: str, fix: str) -> Any:
+    """Return the document in the file at `path` (None when empty).
+
+    Raise YamlProblem with one line starting with `where` (e.g. "config file agent.yaml") when the path
+    has a NUL, the file cannot be read (`fix` says what to check, e.g. "check --config.file"), is not
+    UTF-8, or is not YAML.
+    """
+    if "\0" in path:
+        raise YamlProblem(f"{where.replace(path, repr(path))}: has a NUL character; give the path of a YAML file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise YamlProblem(f"{where}: cannot be read ({error.strerror}); {fix}") from None
+    except UnicodeDecodeError as error:
+        raise YamlProblem(f"{where}: byte {error.start} is not UTF-8; save the file as UTF-8 text") from None
+    try:
+        return parse_yaml(text)
+    except YamlProblem as problem:
+        raise YamlProblem(f"{where}: {problem}") from None
 
 
 def parse_yaml(text: str) -> Any:

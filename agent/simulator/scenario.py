@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gpulens import gpus
 from gpulens.usage import LAST_EPOCH
-from gpulens.yamltext import YamlProblem, parse_yaml
+from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
 from . import branches
 from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
@@ -914,6 +914,10 @@ def parse_scenario(text: str, label: str) -> Scenario:
         raw = parse_yaml(text)
     except YamlProblem as problem:
         raise ScenarioError(f"scenario {label}: {problem}") from None
+    return _checked(raw, label)
+
+
+def _checked(raw: object, label: str) -> Scenario:
     try:
         return _scenario(raw)
     except SpecError as exc:
@@ -937,12 +941,10 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ScenarioError(f"scenario {name_or_path!r}: no such file and no built-in of that name; "
                             f"built-ins are: {', '.join(builtin_scenarios())}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ScenarioError(f"scenario {path}: cannot be read ({error.strerror}); check its permissions") from None
-    except UnicodeDecodeError as error:
-        raise ScenarioError(f"scenario {path}: byte {error.start} is not UTF-8; save the file as UTF-8 text") from None
-    return parse_scenario(text, str(path))
+        raw = read_yaml_file(str(path), f"scenario {path}", "check its permissions")
+    except YamlProblem as problem:
+        raise ScenarioError(str(problem)) from None
+    return _checked(raw, str(path))
 
 
 def on_driver(scenario: Scenario, driver: str) -> Scenario:
