@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
-from gpulens.dashboard.sources.prometheus_api import check_url
 
+from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.printable import printable
+from gpulens.urls import check_url
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
 RULES = pathlib.Path(__file__).resolve().parents[1] / "rules"
@@ -170,17 +171,6 @@ def _serve(children: Children, lines: Sequence[str]) -> int:
             signal.signal(sig, handler)
 
 
-def _read_secret(path: str | None, what: str) -> str | None:
-    if not path:
-        return None
-    try:
-        return pathlib.Path(path).read_text().strip()
-    except OSError as error:
-        raise LaunchError(f"cannot read the {what} file {path!r} ({error.strerror}); check the path") from None
-    except ValueError:  # not UTF-8 text, or a NUL in the path
-        raise LaunchError(f"the {what} file {path!r} is not a text file; check the path") from None
-
-
 def check_auth_file(path: str) -> str:
     """Return `path`, the absolute path of a secrets.toml that configures a login; raise LaunchError with the fix."""
     try:
@@ -218,10 +208,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    # One Authorization header: with both, the basic-auth one would silently replace the token.
-    credentials = parser.add_mutually_exclusive_group()
-    credentials.add_argument("--bearer-token-file", metavar="FILE", help="file holding a bearer token for Prometheus")
-    credentials.add_argument("--basic-auth-file", metavar="FILE", help="file holding USER:PASSWORD for Prometheus")
+    add_credential_flags(parser)
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     parser.add_argument("--auth-file", metavar="FILE",
                         help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect")
@@ -239,11 +226,12 @@ def dashboard_main(argv: Sequence[str]) -> int:
                 env[PROMETHEUS] = check_url(args.prometheus)
             except ValueError as error:
                 raise LaunchError(f"--prometheus: {error}") from None
-            token = _read_secret(args.bearer_token_file, "bearer token")
-            auth = _read_secret(args.basic_auth_file, "basic auth")
-            if auth is not None and ":" not in auth:
-                raise LaunchError(f"the basic auth file {args.basic_auth_file!r} must hold USER:PASSWORD")
-            env.update({BEARER_TOKEN: token or "", BASIC_AUTH: auth or ""})
+            try:
+                credentials = read_credentials(args.bearer_token_file, args.basic_auth_file)
+            except ValueError as error:
+                raise LaunchError(str(error)) from None
+            env[BEARER_TOKEN] = credentials.bearer_token or ""
+            env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
         else:
             try:
                 parse_agents(args.agents)

@@ -1,92 +1,41 @@
-"""How gpulens tools reach agents that require TLS or basic auth (the dashboard's agents source, reports).
-
-Set in the environment, never on the command line, where other users of the machine could read them:
-
-    GPULENS_AGENT_CA_FILE          PEM bundle of the CA that signed the agents' certificates
-                                   (default: the system's trusted CAs)
-    GPULENS_AGENT_CERT_FILE        client certificate (PEM) for agents that ask for one, with
-    GPULENS_AGENT_KEY_FILE         its private key (PEM)
-    GPULENS_AGENT_BASIC_AUTH_FILE  a file holding USER:PASSWORD, for agents with basic_auth_users
-"""
+"""How gpulens tools read an agent (the dashboard's agents source, reports): its /metrics text and its
+/api/v1/jobs ledger, with the credentials GPULENS_AGENT_* give (gpulens/credentials.py)."""
 
 from __future__ import annotations
 
-import base64
-import os
-import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Any
 
-CA_FILE = "GPULENS_AGENT_CA_FILE"
-CERT_FILE = "GPULENS_AGENT_CERT_FILE"
-KEY_FILE = "GPULENS_AGENT_KEY_FILE"
-BASIC_AUTH_FILE = "GPULENS_AGENT_BASIC_AUTH_FILE"
+from gpulens.credentials import BASIC_AUTH_FILE, Credentials
+from gpulens.httpclient import HttpClient
 
 
-class AccessError(ValueError):
-    """A setting for reaching agents is wrong; the message names the variable and the fix."""
+class AgentClient(HttpClient):
+    """One agent, at its base URL or one of the two below; `unreachable` is the fix, in the reader's words."""
 
+    def __init__(self, url: str, credentials: Credentials | None, timeout: float, unreachable: str):
+        base = url.strip().rstrip("/").removesuffix("/metrics").removesuffix("/api/v1/jobs")
+        super().__init__(base, credentials, timeout, name="agent", unreachable=unreachable,
+                         refused=f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
 
-@dataclass(frozen=True)
-class AgentAccess:
-    """Credentials for agents; the default (all None) is plain HTTP or HTTPS checked by the system's CAs."""
+    def metrics(self) -> str:
+        """Return the text exposition the agent serves at /metrics."""
+        response = self.get("/metrics", accept="text/plain")
+        if not response.ok:
+            raise self.error(f"answered HTTP {response.status_code}; is this URL a gpulens agent?")
+        return response.text
 
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    basic_auth: tuple[str, str] | None = None
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> AgentAccess:
-        """Read the variables above; raise AccessError when one names an unreadable or malformed file."""
-        environ = os.environ if environ is None else environ
-        for name in (CA_FILE, CERT_FILE, KEY_FILE, BASIC_AUTH_FILE):
-            if "\0" in environ.get(name, ""):  # the system calls refuse it with a bare ValueError
-                raise AccessError(f"{name}: the path has a NUL character; fix the path")
-        files = {name: environ.get(name, "").strip() or None for name in (CA_FILE, CERT_FILE, KEY_FILE)}
-        for name, path in files.items():
-            if path is not None and not os.access(path, os.R_OK):
-                raise AccessError(f"{name}: {path!r} cannot be read; fix the path")
-        if (files[CERT_FILE] is None) != (files[KEY_FILE] is None):
-            raise AccessError(f"{CERT_FILE} and {KEY_FILE} go together; set both or neither")
-        auth = None
-        path = environ.get(BASIC_AUTH_FILE, "").strip()
-        if path:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    text = f.read().strip()
-            except (OSError, UnicodeDecodeError):
-                raise AccessError(f"{BASIC_AUTH_FILE}: {path!r} cannot be read as text; fix the path") from None
-            user, colon, password = text.partition(":")
-            if not colon or not user:
-                raise AccessError(f"{BASIC_AUTH_FILE}: {path!r} must hold USER:PASSWORD on one line")
-            auth = (user, password)
-        access = cls(files[CA_FILE], files[CERT_FILE], files[KEY_FILE], auth)
-        access.ssl_context()  # a bad certificate is an error now, not on the first request
-        return access
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """Return the TLS context for https:// agents: server checked, client certificate when given."""
+    def jobs(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Return the agent's /api/v1/jobs answer, a JSON object whose "jobs" the caller checks."""
+        response = self.get("/api/v1/jobs", params)
         try:
-            context = ssl.create_default_context(cafile=self.ca_file)
-            if self.cert_file:
-                context.load_cert_chain(self.cert_file, self.key_file)
-        except (ssl.SSLError, OSError) as error:
-            raise AccessError(f"{CA_FILE}/{CERT_FILE}/{KEY_FILE}: not PEM certificates and key ({error}); "
-                              "check the files") from None
-        return context
-
-    def headers(self) -> dict[str, str]:
-        """Return the Authorization header for basic auth, or nothing."""
-        if self.basic_auth is None:
-            return {}
-        token = base64.b64encode(":".join(self.basic_auth).encode("utf-8")).decode("ascii")
-        return {"Authorization": f"Basic {token}"}
-
-    def requests_options(self) -> dict:
-        """Return keyword arguments for `requests` (verify, cert, auth)."""
-        return {
-            "verify": self.ca_file or True,
-            "cert": (self.cert_file, self.key_file) if self.cert_file else None,
-            "auth": self.basic_auth,
-        }
+            body = response.json()
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+            body = None
+        if not response.ok:
+            detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
+            raise self.error(f"answered HTTP {response.status_code} to /api/v1/jobs ({detail}); "
+                             "is it a gpulens agent with the ledger stage?")
+        if not isinstance(body, dict):
+            raise self.error("did not answer JSON at /api/v1/jobs; is it a gpulens agent?")
+        return body

@@ -1,8 +1,13 @@
-"""HTTP URLs that people type: one check shared by the dashboard, reports and agent clients."""
+"""HTTP URLs that people type: one check shared by the dashboard, reports and agent clients, and how a
+message shows one without its secrets."""
 
 from __future__ import annotations
 
+import re
 import urllib.parse
+
+# USER:PASSWORD@ after an optional scheme, also in text that is not a valid URL.
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#@]*@")
 
 
 def split_http_url(url: str) -> urllib.parse.SplitResult | None:
@@ -15,3 +20,30 @@ def split_http_url(url: str) -> urllib.parse.SplitResult | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
     return parts
+
+
+def check_url(url: str) -> str:
+    """Return `url` without a trailing slash; raise ValueError with the fix if it is not http(s)://HOST."""
+    parts = split_http_url(url)
+    if parts is None:
+        raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "
+                         "give the server's base URL, e.g. 'http://prometheus:9090'")
+    return url.rstrip("/")
+
+
+def shown_url(url: str) -> str:
+    """Return `url` without user:password@, query or fragment: safe to show on a page."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _quoted(url: str) -> str:
+    """Return `url` as typed but without user:password@, query or fragment, for a message about it."""
+    bare = _USERINFO.sub(lambda match: match.group(1) or "", url.strip())
+    return repr(re.split(r"[?#]", bare, maxsplit=1)[0])

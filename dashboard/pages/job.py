@@ -7,9 +7,10 @@ from dataclasses import asdict
 import streamlit as st
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.sources import AGENTS, PROMETHEUS
-from gpulens.dashboard.sources.prometheus_api import shown_url
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links, words
+
+from gpulens.urls import shown_url
 
 source = context.source()
 context.header("Job", "Why is my job slow, and what do I change?", source)

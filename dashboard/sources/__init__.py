@@ -6,7 +6,7 @@
     GPULENS_DASHBOARD_AGENTS          agent URLs, comma-separated, each optionally NAME=URL
     GPULENS_PROMETHEUS_BEARER_TOKEN   optional bearer token for the server
     GPULENS_PROMETHEUS_BASIC_AUTH     optional USER:PASSWORD for the server
-    GPULENS_AGENT_*                   TLS and basic auth for agents (gpulens/agentclient.py)
+    GPULENS_AGENT_*                   TLS and basic auth for agents (gpulens/credentials.py)
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
-from gpulens.dashboard.sources.prometheus_api import check_url
 
-from gpulens.agentclient import AccessError, AgentAccess
+from gpulens.credentials import AccessError, Credentials, agent_credentials
+from gpulens.urls import check_url
 
 __all__ = ["AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
            "from_environment", "parse_agents"]
@@ -74,15 +74,15 @@ def from_environment(environ: Mapping[str, str]) -> Source:
         if auth and environ.get(BEARER_TOKEN):
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         try:
-            return PrometheusSource.from_url(prometheus, bearer_token=environ.get(BEARER_TOKEN) or None,
-                                             basic_auth=(user, password) if auth else None)
+            return PrometheusSource.from_url(prometheus, Credentials(bearer_token=environ.get(BEARER_TOKEN) or None,
+                                                                     basic_auth=(user, password) if auth else None))
         except ValueError as error:
             raise ConfigError(str(error)) from None
     if agents:
         try:
-            access = AgentAccess.from_environ(environ)
+            credentials = agent_credentials(environ)
         except AccessError as error:
             raise ConfigError(str(error)) from None
-        return AgentsSource(parse_agents(agents), fetch=functools.partial(fetch_metrics, access=access))
+        return AgentsSource(parse_agents(agents), fetch=functools.partial(fetch_metrics, credentials=credentials))
     raise ConfigError(f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
                       f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})")

@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import requests
 from gpulens.dashboard.sources import assemble
-from gpulens.dashboard.sources.assemble import Sample
+from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, Sample
 from gpulens.dashboard.sources.base import (
     Alerts,
     Answer,
@@ -29,36 +28,23 @@ from gpulens.dashboard.sources.base import (
     ProbeResult,
     SourceProblem,
 )
-from gpulens.dashboard.sources.prometheus_api import check_url, shown_url
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.agentclient import AgentAccess
+from gpulens.agentclient import AgentClient
+from gpulens.credentials import Credentials
+from gpulens.httpclient import HttpError
+from gpulens.urls import check_url, shown_url
 
-# The per-GPU gauges kept in the history ring, by their name without the `gpulens_gpu_` prefix.
-HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
-                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
-                  "pcie_receive_bytes_per_second", "processes")
 _COUNTERS = ("busy_seconds_total", "sampled_seconds_total")
 _KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS))
 
 Fetch = Callable[[str, float], str]
 
 
-def fetch_metrics(url: str, timeout: float, access: AgentAccess | None = None) -> str:
-    """Return the text an agent serves at `url`; raise requests' exceptions on failure.
-
-    `access` carries the TLS and basic-auth settings for agents with a web config.
-    """
-    options = (access or AgentAccess()).requests_options()
-    response = requests.get(url, timeout=timeout, headers={"Accept": "text/plain"}, **options)
-    response.raise_for_status()
-    return response.text
-
-
-def metrics_url(url: str) -> str:
-    """Return the /metrics URL of an agent given as http://HOST:PORT or its /metrics URL."""
-    url = check_url(url)
-    return url if url.endswith("/metrics") else url + "/metrics"
+def fetch_metrics(url: str, timeout: float, credentials: Credentials | None = None) -> str:
+    """Return what the agent at `url` (http://HOST:PORT or its /metrics URL) serves at /metrics; raise HttpError."""
+    unreachable = "its GPUs are not shown while it is down or unreachable"
+    return AgentClient(url, credentials, timeout, unreachable).metrics()
 
 
 def parse_exposition(text: str, instance: str) -> list[Sample]:
@@ -127,7 +113,7 @@ class AgentsSource:
     ):
         if not agents:
             raise ValueError("no agent URL given; pass at least one, e.g. --agents http://127.0.0.1:10906")
-        self._agents = {name: metrics_url(url) for name, url in agents.items()}
+        self._agents = {name: check_url(url) for name, url in agents.items()}
         self._timeout = timeout
         self._interval = interval
         self._fetch = fetch
@@ -180,13 +166,8 @@ class AgentsSource:
         where = f"agent {name} at {shown_url(url)}"
         try:
             text = self._fetch(url, self._timeout)
-        except requests.Timeout:
-            return _Scrape(now, (), SourceProblem(where, f"did not answer within {self._timeout:g} s"))
-        except requests.HTTPError as error:
-            status = error.response.status_code if error.response is not None else "error"
-            return _Scrape(now, (), SourceProblem(where, f"answered HTTP {status}; is this URL a gpulens agent?"))
-        except (requests.RequestException, OSError):
-            return _Scrape(now, (), SourceProblem(where, "is down or unreachable; its GPUs are not shown"))
+        except HttpError as error:
+            return _Scrape(now, (), SourceProblem(where, error.what))
         try:
             samples = parse_exposition(text, name)
         except (ValueError, TypeError, IndexError):

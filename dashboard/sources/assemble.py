@@ -20,6 +20,11 @@ WASTED = frozenset(s.value for s in WASTED_STATES)
 # A synthetic sample name: seconds a GPU spent in a wasted state, computed by the source.
 WASTED_SECONDS = "wasted_seconds"
 
+# The per-GPU gauges a GPU's history charts, by their name without the `gpulens_gpu_` prefix.
+HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
+                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
+                  "pcie_receive_bytes_per_second", "processes")
+
 # The in-job series (gpulens.torch) the job view reads; labels `pid` and `gpu_uuid`.
 IN_JOB = ("gpulens_job_data_wait_ratio", "gpulens_job_steps_per_second",
           "gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes")

@@ -28,8 +28,10 @@ from gpulens.dashboard.sources.base import (
     ProbeResult,
     SourceProblem,
 )
-from gpulens.dashboard.sources.prometheus_api import ApiError, PrometheusApi
 
+from gpulens.credentials import Credentials
+from gpulens.httpclient import HttpError
+from gpulens.prometheus_api import PrometheusApi, label_value
 from gpulens.usage import LAST_EPOCH
 from gpulens.vocabulary import WASTED_STATES
 
@@ -47,9 +49,6 @@ FLEET_WASTED = ("sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_second
 # Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
-HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
-                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
-                  "pcie_receive_bytes_per_second", "processes")
 JOBS = ('{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|'
         + "|".join(assemble.IN_JOB) + '"}')
 PROBES = '{__name__=~"gpulens_probe_.+"}'
@@ -57,11 +56,6 @@ PROBED_GPUS = 'gpulens_gpu_info and on (instance, gpu, uuid) {__name__=~"gpulens
 
 # Points per chart: enough to see a minute's detail over an hour, few enough to draw at once.
 HISTORY_POINTS = 300
-
-
-def label_value(text: str) -> str:
-    """Return `text` as a quoted PromQL label value."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 class PrometheusSource:
@@ -73,9 +67,8 @@ class PrometheusSource:
         self._key = f"prometheus:{api.shown}:{uuid.uuid4()}"
 
     @classmethod
-    def from_url(cls, url: str, bearer_token: str | None = None, basic_auth: tuple[str, str] | None = None,
-                 timeout: float = 5.0) -> PrometheusSource:
-        return cls(PrometheusApi(url, bearer_token=bearer_token, basic_auth=basic_auth, timeout=timeout))
+    def from_url(cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0) -> PrometheusSource:
+        return cls(PrometheusApi(url, credentials, timeout))
 
     @property
     def name(self) -> str:
@@ -99,10 +92,11 @@ class PrometheusSource:
             for name, future in futures.items():
                 try:
                     results[name] = future.result()
-                except ApiError as error:
+                except HttpError as error:
                     results[name] = None
-                    if error.problem not in problems:  # one unreachable server is one line, not four
-                        problems.append(error.problem)
+                    problem = SourceProblem(error.where, error.what)
+                    if problem not in problems:  # one unreachable server is one line, not four
+                        problems.append(problem)
         return results, problems
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
@@ -135,7 +129,7 @@ class PrometheusSource:
         step = max(1, round(seconds / HISTORY_POINTS))
         window = max(60, 4 * step)
         where = f"instance={label_value(node)}, gpu={label_value(gpu)}"
-        gauges = '{__name__=~"gpulens_gpu_(' + "|".join(HISTORY_GAUGES) + f')", {where}}}'
+        gauges = '{__name__=~"gpulens_gpu_(' + "|".join(assemble.HISTORY_GAUGES) + f')", {where}}}'
         busy = (f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
                 f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])")
         states = f"gpulens_gpu_state{{{where}}} == 1"
@@ -191,27 +185,15 @@ class PrometheusSource:
 
 
 def _samples(result: list[dict[str, Any]] | None, name: str | None = None) -> list[Sample]:
-    samples = []
-    for item in result or ():
-        labels = item["metric"]
-        try:
-            value = float(item["value"][1])
-        except (KeyError, IndexError, TypeError, ValueError):
-            continue
-        samples.append(Sample(name or labels.get("__name__", ""), labels, value))
-    return samples
+    """Return a vector's series (checked by PrometheusApi: string labels, numeric values) as samples."""
+    return [Sample(name or item["metric"].get("__name__", ""), item["metric"], float(item["value"][1]))
+            for item in result or ()]
 
 
 def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
-    points = []
-    for pair in item.get("values") or ():
-        try:
-            t, value = float(pair[0]), float(pair[1])
-        except (IndexError, KeyError, TypeError, ValueError):
-            continue
-        if 0 <= t <= LAST_EPOCH:  # a time a chart can place; NaN and infinities are not
-            points.append((t, value))
-    return tuple(points)
+    """Return a series' samples (checked by PrometheusApi: finite times, numbers) that a chart can place."""
+    points = ((float(t), float(value)) for t, value in item["values"])
+    return tuple((t, value) for t, value in points if 0 <= t <= LAST_EPOCH)
 
 
 def _span(seconds: float) -> str:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import importlib.util
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
 
 from gpulens import thresholds as t
-from gpulens.agentclient import AccessError, AgentAccess
+from gpulens import units
+from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, read_credentials
 from gpulens.printable import printable
 from gpulens.report.progress import Progress
-from gpulens.report.sources import Agents, LedgerFiles, Source, SourceError
+from gpulens.report.sources import LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, fleet_report, job_report
 from gpulens.usage import LAST_EPOCH
 
@@ -29,8 +30,6 @@ FORMATS = ("terminal", "markdown", "html", "json", "csv")
 SOURCES = ("ledger", "agent", "prometheus")
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|h|d|w)")
-_SCALE = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
 
 
 class UsageError(ValueError):
@@ -44,11 +43,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_duration(text: str, flag: str) -> float:
-    """Return seconds from '300s', '5m', '12h', '7d' or '2w'."""
-    match = _DURATION.fullmatch(text.strip())
-    if not match:
-        raise UsageError(f"{flag}: {text!r} is not a duration; write e.g. 300s, 12h or 7d")
-    return float(match.group(1)) * _SCALE[match.group(2)]
+    """Return seconds from '300s', '5m', '12h', '7d' or '2w' (gpulens.units)."""
+    try:
+        return units.parse_duration(text, flag)
+    except units.UnitError as error:
+        raise UsageError(str(error)) from None
 
 
 def parse_time(text: str, flag: str, now: float) -> float:
@@ -64,11 +63,13 @@ def _parse_time(text: str, flag: str, now: float) -> float:
     text = text.strip()
     if text == "now":
         return now
-    if _DURATION.fullmatch(text):
-        return now - parse_duration(text, flag)
     try:
-        return float(text)
+        return float(text)  # epoch seconds; a duration has a unit
     except ValueError:
+        pass
+    try:
+        return now - units.parse_duration(text, flag)
+    except units.UnitError:
         pass
     for layout in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
         try:
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--agent", action="append", default=[], metavar="URL",
                          help="a running agent, e.g. http://node1:10906 (repeatable)")
         sub.add_argument("--prometheus", metavar="URL", help="a Prometheus that scrapes the agents")
+        add_credential_flags(sub)
         sub.add_argument("--format", choices=FORMATS, default="terminal", help="output format (default terminal)")
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
         sub.add_argument("--min-duration", default=f"{t.REPORT_MIN_JOB_SECONDS:g}s",
@@ -112,17 +114,24 @@ def _source(args) -> Source:
         if len(given) > 1:
             raise UsageError(f"options for several sources given ({', '.join(given)}); pick one with --source")
         chosen = given[0] if given else "ledger"
+    if chosen != "prometheus" and (args.bearer_token_file or args.basic_auth_file):
+        raise UsageError("--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
+                         "credentials from GPULENS_AGENT_BASIC_AUTH_FILE")
     if chosen == "ledger":
         paths = args.ledger or [DEFAULT_LEDGER]
         if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
             raise UsageError("no source given and no ledger at the default path "
                              f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL")
         return LedgerFiles(paths)
+    if importlib.util.find_spec("requests") is None:
+        raise UsageError(f"reading --{chosen} needs requests: pip install 'gpulens[report]'")
     if chosen == "agent":
         if not args.agent:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
+        from gpulens.report.agents import Agents
+
         try:
-            return Agents(args.agent, access=AgentAccess.from_environ())
+            return Agents(args.agent, credentials=agent_credentials())
         except (AccessError, ValueError) as error:  # ValueError: an --agent that is not a URL
             raise UsageError(str(error)) from None
     if not args.prometheus:
@@ -130,8 +139,8 @@ def _source(args) -> Source:
     from gpulens.report.prometheus import Prometheus
 
     try:
-        return Prometheus(args.prometheus)
-    except ValueError as error:
+        return Prometheus(args.prometheus, credentials=read_credentials(args.bearer_token_file, args.basic_auth_file))
+    except ValueError as error:  # also an unreadable credentials file
         raise UsageError(str(error)) from None
 
 

@@ -9,18 +9,15 @@ from range queries over the same counters.
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Mapping
 from dataclasses import replace
 
-from gpulens.report.sources import SourceError, Step, http_url
+from gpulens.credentials import Credentials
+from gpulens.httpclient import HttpError
+from gpulens.prometheus_api import PrometheusApi, label_value
+from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SourceError, Step, http_url
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
-HTTP_TIMEOUT_SECONDS = 30.0
 # A job whose last-seen gauge is this close to the end of the period is still running.
 RUNNING_WITHIN_SECONDS = 120.0
 # A timeline has about this many points, and points no closer than a minute (the ledger's bucket).
@@ -45,88 +42,49 @@ _PEAKS = {
 }
 
 
-def selector(job_id: str | None) -> str:
-    """Return the PromQL label matcher for one job (by id or pod name), or "" for all."""
-    if job_id is None:
-        return ""
-    value = job_id.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{{job_id="{value}"}}'
+def selector(job_id: str | None, label: str = "job_id") -> str:
+    """Return the PromQL label matcher for one job (by id, or by pod name with label="pod"), or "" for all."""
+    return "" if job_id is None else f"{{{label}={label_value(job_id)}}}"
 
 
 class Prometheus:
     """A Prometheus (or PromQL-compatible) server that scraped the agents."""
 
-    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS):
-        http_url(url, "--prometheus")  # ValueError with the fix when it is not one
-        url = url.strip().rstrip("/")
-        self.url = url if "://" in url else "http://" + url
-        self.timeout = timeout
-        self.description = f"prometheus {self.url}"
-
-    # -- HTTP ------------------------------------------------------------------------------------
-
-    def _get(self, path: str, params: Mapping[str, str], kind: str) -> list[dict]:
-        """Return the `kind` ("vector" or "matrix") the server answers, each sample checked to be a number."""
-        url = f"{self.url}{path}?" + urllib.parse.urlencode(params)
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body = json.load(response)
-        except urllib.error.HTTPError as error:
-            try:
-                detail = json.load(error).get("error", error.reason)
-            except (ValueError, AttributeError, OSError, RecursionError):
-                detail = error.reason
-            raise SourceError(f"Prometheus at {self.url} refused a query ({error.code}: {_one_line(detail)}); "
-                              "check --prometheus points at Prometheus") from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise SourceError(f"Prometheus at {self.url} cannot be reached ({_one_line(reason)}); "
-                              "check the --prometheus address and that the server is up") from None
-        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
-            raise SourceError(f"{self.url} did not answer JSON; is --prometheus the Prometheus base URL?") from None
-        if not isinstance(body, dict) or body.get("status") != "success":
-            detail = body.get("error", body) if isinstance(body, dict) else body
-            raise SourceError(f"Prometheus at {self.url} failed a query: {_one_line(detail)}")
-        data = body.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
-        if (not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(result, list)
-                or not all(_well_formed(item, kind) for item in result)):
-            raise SourceError(f"Prometheus at {self.url} answered a query with something other than a {kind} of "
-                              "numbers; check --prometheus points at Prometheus")
-        return result
-
-    def query(self, promql: str, at: float) -> list[dict]:
-        """Return an instant query's result vector at epoch `at`."""
-        return self._get("/api/v1/query", {"query": promql, "time": f"{at:.3f}"}, "vector")
-
-    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict]:
-        return self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"}, "matrix")
+    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS, credentials: Credentials | None = None):
+        # ValueError with the fix when it is not a URL; HOST:PORT means http://HOST:PORT.
+        self.api = PrometheusApi(http_url(url, "--prometheus"), credentials, timeout)
+        self.description = f"prometheus {self.api.shown}"
 
     # -- jobs ------------------------------------------------------------------------------------
 
     def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
-        return self._records(None, since, until, step)
+        try:
+            return self._records(None, since, until, step)
+        except HttpError as error:
+            raise SourceError(str(error)) from None
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
-        records = self._records(job_id, since, until, step)
-        if not records:  # perhaps a pod name
-            pod = selector(job_id).replace("job_id=", "pod=")
-            window = f"{max(int(until - since), 1)}s"
-            found = self.query(f"max by (job_id) (max_over_time(gpulens_job_info{pod}[{window}]))", until)
-            ids = sorted({item["metric"].get("job_id", "") for item in found} - {""})
-            records = [r for found_id in ids for r in self._records(found_id, since, until, step)]
-        if not records:
-            return []
-        step("querying the timeline")
-        return [replace(r, timeline=self._timeline(r, selector(r.id))) for r in records]
+        try:
+            records = self._records(job_id, since, until, step)
+            if not records:  # perhaps a pod name
+                pod = selector(job_id, "pod")
+                window = f"{max(int(until - since), 1)}s"
+                found = self.api.query(f"max by (job_id) (max_over_time(gpulens_job_info{pod}[{window}]))", until)
+                ids = sorted({item["metric"].get("job_id", "") for item in found} - {""})
+                records = [r for found_id in ids for r in self._records(found_id, since, until, step)]
+            if not records:
+                return []
+            step("querying the timeline")
+            return [replace(r, timeline=self._timeline(r, selector(r.id))) for r in records]
+        except HttpError as error:
+            raise SourceError(str(error)) from None
 
     def _records(self, job_id: str | None, since: float, until: float, step: Step) -> list[JobRecord]:
         sel, window = selector(job_id), f"{max(int(until - since), 1)}s"
 
         def vector(promql: str, what: str) -> list[dict]:
             step(f"querying {what}")
-            return self.query(promql, until)
+            return self.api.query(promql, until)
 
         spans: dict[tuple[str, str], dict] = {}
         for name, series, fn in (("start", "gpulens_job_start_timestamp_seconds", "min"),
@@ -134,12 +92,12 @@ class Prometheus:
             for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
                 spans.setdefault(_key(item), {})[name] = _value(item)
         held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"
-        if not spans and self.query(held, until):
-            raise SourceError(f"Prometheus at {self.url} has the agents' jobs but not their totals: start the agents "
+        if not spans and self.api.query(held, until):
+            raise SourceError(f"{self.api.where} has the agents' jobs but not their totals: start the agents "
                               "with --jobs.export-totals, or read their ledgers with --agent URL")
         for key, span in spans.items():
             if not all(0 <= t <= LAST_EPOCH for t in span.values()):
-                raise SourceError(f"Prometheus at {self.url} answered a time outside 1970 to 9999 for {key[0]} job "
+                raise SourceError(f"{self.api.where} answered a time outside 1970 to 9999 for {key[0]} job "
                                   f"{key[1][:60]!r}; check its gpulens_job_*_timestamp_seconds series")
         fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
         states = vector(f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
@@ -192,7 +150,7 @@ class Prometheus:
         points: dict[float, dict] = {}
 
         def each(promql: str):
-            for item in self.query_range(promql, start, end, step):
+            for item in self.api.query_range(promql, start, end, step):
                 for t, v in item["values"]:
                     if 0 <= float(t) - step <= LAST_EPOCH:  # the range asked for; any other time is junk
                         yield item["metric"], float(t) - step, _finite(v)
@@ -222,29 +180,3 @@ def _value(item: dict) -> float:
 def _finite(text: str) -> float:
     value = float(text)
     return value if math.isfinite(value) else 0.0  # NaN (0/0) and infinities count as nothing
-
-
-def _well_formed(item: object, kind: str) -> bool:
-    """True for a series as the API gives it: string labels, and [time, "number"] samples."""
-    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-        return False
-    if not all(isinstance(v, str) for v in item["metric"].values()):
-        return False
-    samples = [item.get("value")] if kind == "vector" else item.get("values")
-    return isinstance(samples, list) and all(_sample(pair) for pair in samples)
-
-
-def _sample(pair: object) -> bool:
-    """True for [time, "value"]: a finite time, and a value that reads as a number (NaN and Inf included)."""
-    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
-        return False
-    try:
-        float(pair[1])
-        return math.isfinite(float(pair[0]))
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer time past a float
-        return False
-
-
-def _one_line(detail: object) -> str:
-    """Return what a server said, on one line and at most 200 characters."""
-    return " ".join(str(detail).split())[:200]

@@ -4,6 +4,7 @@ The server, the guard and the clients (the report's agents source, the dashboard
 ones; the node is simulated.
 """
 
+import base64
 import json
 import os
 import socket
@@ -20,8 +21,9 @@ from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.webconfig import WebConfigFile
 from gpulens.dashboard.sources.agents import fetch_metrics
 
-from gpulens.agentclient import AccessError, AgentAccess
-from gpulens.report.sources import Agents, SourceError
+from gpulens.credentials import AccessError, Credentials, agent_credentials
+from gpulens.report.agents import Agents
+from gpulens.report.sources import SourceError
 from tests.agent.webcerts import Pki, hashed
 
 
@@ -56,8 +58,8 @@ def pki(tmp_path):
 
 
 def get(url, context=None, auth=None, method="GET"):
-    access = AgentAccess(basic_auth=auth)
-    request = urllib.request.Request(url, headers=access.headers(), method=method)
+    headers = {"Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()} if auth else {}
+    request = urllib.request.Request(url, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=10, context=context) as response:
             return response.status, response.read().decode()
@@ -65,9 +67,13 @@ def get(url, context=None, auth=None, method="GET"):
         return error.code, error.read().decode()
 
 
-def client_context(pki, cert=True):
-    return AgentAccess(ca_file=str(pki.ca_file), cert_file=str(pki.client_cert) if cert else None,
-                       key_file=str(pki.client_key) if cert else None).ssl_context()
+def client_context(pki, cert=True, client=None):
+    """A TLS context trusting the test CA, with the client certificate of `client` (default: the same PKI's)."""
+    context = ssl.create_default_context(cafile=str(pki.ca_file))
+    if cert:
+        client = client or pki
+        context.load_cert_chain(str(client.client_cert), str(client.client_key))
+    return context
 
 
 def test_tls_serves_metrics_to_a_client_that_trusts_the_ca_and_nothing_to_plain_http(node, pki):
@@ -91,8 +97,7 @@ def test_required_client_certificates_are_checked_against_the_client_ca(node, pk
             get(base + "/metrics", client_context(pki, cert=False))
         (tmp_path / "other").mkdir()
         stranger = Pki.make(tmp_path / "other")  # a certificate from a CA the agent does not trust
-        foreign = AgentAccess(ca_file=str(pki.ca_file), cert_file=str(stranger.client_cert),
-                              key_file=str(stranger.client_key)).ssl_context()
+        foreign = client_context(pki, client=stranger)
         with pytest.raises((urllib.error.URLError, ConnectionError, ssl.SSLError)):
             get(base + "/metrics", foreign)
     finally:
@@ -104,16 +109,16 @@ def test_basic_auth_over_tls_with_the_report_and_dashboard_clients(node, pki, tm
     secret = tmp_path / "auth"
     secret.write_text("reports:s3cret\n")
     environ = {"GPULENS_AGENT_CA_FILE": str(pki.ca_file), "GPULENS_AGENT_BASIC_AUTH_FILE": str(secret)}
-    access = AgentAccess.from_environ(environ)
+    credentials = agent_credentials(environ)
     try:
-        assert get(base + "/metrics", access.ssl_context())[0] == 401
-        assert get(base + "/healthz", access.ssl_context())[0] == 200
-        text = fetch_metrics(base + "/metrics", 10, access)
+        assert get(base + "/metrics", client_context(pki, cert=False))[0] == 401
+        assert get(base + "/healthz", client_context(pki, cert=False))[0] == 200
+        text = fetch_metrics(base + "/metrics", 10, credentials)
         assert "gpulens_gpu_up" in text
-        jobs = Agents([base], access=access).jobs(0, 2e9, lambda _: None)
+        jobs = Agents([base], credentials=credentials).jobs(0, 2e9, lambda _: None)
         assert isinstance(jobs, list)
         with pytest.raises(SourceError, match="asks for credentials; .* GPULENS_AGENT_BASIC_AUTH_FILE"):
-            Agents([base], access=AgentAccess(ca_file=str(pki.ca_file))).jobs(0, 2e9, lambda _: None)
+            Agents([base], credentials=Credentials(ca_file=str(pki.ca_file))).jobs(0, 2e9, lambda _: None)
     finally:
         stop()
 
@@ -146,15 +151,15 @@ def test_a_client_that_never_finishes_its_handshake_does_not_block_others(node, 
 
 def test_client_settings_errors_are_one_line(tmp_path):
     with pytest.raises(AccessError, match="GPULENS_AGENT_CA_FILE: .* cannot be read"):
-        AgentAccess.from_environ({"GPULENS_AGENT_CA_FILE": str(tmp_path / "absent.pem")})
+        agent_credentials({"GPULENS_AGENT_CA_FILE": str(tmp_path / "absent.pem")})
     (tmp_path / "cert.pem").write_text("not a certificate")
     with pytest.raises(AccessError, match="go together"):
-        AgentAccess.from_environ({"GPULENS_AGENT_CERT_FILE": str(tmp_path / "cert.pem")})
+        agent_credentials({"GPULENS_AGENT_CERT_FILE": str(tmp_path / "cert.pem")})
     (tmp_path / "auth").write_text("no colon here")
     with pytest.raises(AccessError, match="must hold USER:PASSWORD"):
-        AgentAccess.from_environ({"GPULENS_AGENT_BASIC_AUTH_FILE": str(tmp_path / "auth")})
+        agent_credentials({"GPULENS_AGENT_BASIC_AUTH_FILE": str(tmp_path / "auth")})
     with pytest.raises(AccessError, match="not PEM certificates"):
-        AgentAccess.from_environ({"GPULENS_AGENT_CA_FILE": str(tmp_path / "cert.pem")})
+        agent_credentials({"GPULENS_AGENT_CA_FILE": str(tmp_path / "cert.pem")})
 
 
 def test_probe_runs_are_queued_for_free_gpus_only(tmp_path):

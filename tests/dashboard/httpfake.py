@@ -1,4 +1,5 @@
-"""A loopback HTTP server that answers whatever a test tells it: error JSON, garbage, slowness."""
+"""A loopback HTTP server that answers whatever a test tells it: error JSON, garbage, slowness, and
+401 to a request without the credentials it requires."""
 
 from __future__ import annotations
 
@@ -18,17 +19,25 @@ def json_reply(body: object, status: int = 200) -> Reply:
 
 
 @contextmanager
-def fake_server(answer: Callable[[str], Reply]) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+def fake_server(answer: Callable[[str], Reply],
+                require: str | None = None) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
     """Serve `answer(path with query)` on a free loopback port.
 
-    Yield its URL and the requests it got, as (path with query, Authorization header or None).
+    With `require`, a request whose Authorization header is not `require` gets 401 instead, with an error
+    that echoes the header it got, as some servers and proxies do. Yield its URL and the requests it got,
+    as (path with query, Authorization header or None).
     """
     asked: list[tuple[str, str | None]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the standard library's name
-            asked.append((self.path, self.headers.get("Authorization")))
-            status, kind, body, delay = answer(self.path)
+            authorization = self.headers.get("Authorization")
+            asked.append((self.path, authorization))
+            if require is None or authorization == require:
+                status, kind, body, delay = answer(self.path)
+            else:
+                status, kind, body, delay = json_reply({"status": "error", "errorType": "unauthorized",
+                                                        "error": f"refused Authorization: {authorization}"}, 401)
             time.sleep(delay)
             try:
                 self.send_response(status)

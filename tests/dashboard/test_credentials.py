@@ -17,9 +17,12 @@ import sys
 import psutil
 import pytest
 from gpulens.dashboard.sources import BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
-from gpulens.dashboard.sources.prometheus_api import PrometheusApi, check_url
 from streamlit.testing.v1 import AppTest
 
+from gpulens.credentials import Credentials
+from gpulens.httpclient import HttpError
+from gpulens.prometheus_api import PrometheusApi
+from gpulens.urls import check_url
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.dashboard.rendered import everything
 from tests.tools import free_port
@@ -108,13 +111,12 @@ def test_a_wrong_url_is_named_without_its_password(monkeypatch):
 def test_an_echoed_credential_is_redacted_from_the_problem():
     problems = []
     with fake_server(REPLIES["echoed in an error"]) as (url, _):
-        for api in (PrometheusApi(url, bearer_token=TOKEN, timeout=2),
+        for api in (PrometheusApi(url, Credentials(bearer_token=TOKEN), timeout=2),
                     PrometheusApi(url.replace("http://", f"http://reader:{URL_PASSWORD}@"),
-                                  basic_auth=("grafana", PASSWORD), timeout=2)):
-            try:
+                                  Credentials(basic_auth=("grafana", PASSWORD)), timeout=2)):
+            with pytest.raises(HttpError) as raised:
                 api.query("up")
-            except Exception as error:  # noqa: BLE001 - the problem it carries is what is checked
-                problems.append(error.problem)
+            problems.append(raised.value)
     bearer, basic = problems
     assert f"Bearer <redacted> (basic grafana:{PASSWORD}" in bearer.what  # only what it holds is redacted
     assert f"Bearer {TOKEN} (basic grafana:<redacted>, url <redacted>)" in basic.what

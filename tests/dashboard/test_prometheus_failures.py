@@ -6,17 +6,19 @@ import base64
 
 import pytest
 from gpulens.dashboard.sources import PrometheusSource, from_environment
-from gpulens.dashboard.sources.prometheus import FLEET_SERIES, label_value
-from gpulens.dashboard.sources.prometheus_api import PrometheusApi, shown_url
+from gpulens.dashboard.sources.prometheus import FLEET_SERIES
 
+from gpulens.credentials import Credentials
+from gpulens.prometheus_api import PrometheusApi, label_value
+from gpulens.urls import shown_url
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.tools import free_port
 
 EMPTY = json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
 
 
-def source(url: str, **kwargs) -> PrometheusSource:
-    return PrometheusSource(PrometheusApi(url, timeout=kwargs.pop("timeout", 2.0), **kwargs))
+def source(url: str, credentials: Credentials | None = None, timeout: float = 2.0) -> PrometheusSource:
+    return PrometheusSource(PrometheusApi(url, credentials, timeout))
 
 
 @pytest.mark.parametrize(("reply", "said", "lines"), [
@@ -71,8 +73,8 @@ def test_credentials_are_sent_as_headers_and_never_shown():
         api = PrometheusApi(url.replace("http://", "http://user:secret@"))
         assert api.shown == url
         answer = PrometheusSource(api).fleet(3600)
-        source(url, bearer_token="t0ken").jobs()
-        source(url, basic_auth=("ops", "pw")).jobs()
+        source(url, Credentials(bearer_token="t0ken")).jobs()
+        source(url, Credentials(basic_auth=("ops", "pw"))).jobs()
     def basic(pair: bytes) -> str:
         return "Basic " + base64.b64encode(pair).decode()
 

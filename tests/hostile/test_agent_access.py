@@ -1,5 +1,5 @@
-"""How tools reach agents (gpulens/agentclient.py): any GPULENS_AGENT_* setting gives credentials or one
-AccessError line, whatever the files it names hold."""
+"""How tools reach agents (gpulens/credentials.py): any GPULENS_AGENT_* setting gives credentials or one
+AccessError line, whatever the files it names hold, and a client built from them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpulens.agentclient import BASIC_AUTH_FILE, CA_FILE, CERT_FILE, KEY_FILE, AccessError, AgentAccess
+from gpulens.agentclient import AgentClient
+from gpulens.credentials import BASIC_AUTH_FILE, CA_FILE, CERT_FILE, KEY_FILE, AccessError, agent_credentials
 from tests.agent.webcerts import Pki
 from tests.hostile.common import TEXT, hostile, one_line
 
@@ -35,9 +36,8 @@ def test_any_agent_access_settings_give_credentials_or_one_line(files, data):
         data.draw(st.dictionaries(st.sampled_from(names), st.one_of(st.sampled_from(files), TEXT), max_size=4))]
     for environ in cases:
         try:
-            access = AgentAccess.from_environ(environ)
+            credentials = agent_credentials(environ)
         except AccessError as error:
             one_line(error)
             continue
-        access.headers()
-        access.requests_options()
+        AgentClient("http://127.0.0.1:10906", credentials, 1.0, unreachable="check the address")

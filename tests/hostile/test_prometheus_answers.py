@@ -18,10 +18,10 @@ import zlib
 import pytest
 from gpulens.dashboard.sources import PrometheusSource
 from gpulens.dashboard.sources.base import Answer
-from gpulens.dashboard.sources.prometheus_api import PrometheusApi
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.prometheus_api import PrometheusApi
 from gpulens.report.cli import run
 from gpulens.report.prometheus import Prometheus
 from gpulens.report.sources import SourceError

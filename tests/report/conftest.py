@@ -6,16 +6,20 @@ happens in life. Both records are built once per session.
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from gpulens.agent.clock import ManualClock
 
+from tests.agent.webcerts import hashed
 from tests.conftest import make_agent
 from tests.tools import free_port, require_tool
 
@@ -27,6 +31,8 @@ RESTART_AT, RESTART_GAP = 1800.0, 10.0
 SCRAPE_GAP = (2400.0, 2520.0)
 END = 3600.0
 INSTANCE = "node-a:10906"
+# Who may read the Prometheus behind basic auth.
+GUARD_USER, GUARD_PASSWORD = "reports", "pw-7c1e9a3f5b"
 # The series reports read; the rest of the exposition is not needed to test them.
 KEPT = ("gpulens_job_", "gpulens_gpu_allocation_info")
 
@@ -98,9 +104,26 @@ def fleet_run(tmp_path_factory) -> FleetRun:
 @pytest.fixture(scope="session")
 def prometheus_url(fleet_run, tmp_path_factory):
     """A real Prometheus over the backfilled scrapes; its URL."""
+    with serve_prometheus(fleet_run, tmp_path_factory.mktemp("tsdb")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def guarded_prometheus_url(fleet_run, tmp_path_factory):
+    """The same behind basic auth (its own web config): its URL, where only GUARD_USER:GUARD_PASSWORD gets in."""
+    data = tmp_path_factory.mktemp("tsdb-guarded")
+    web_config = data / "web.yml"
+    web_config.write_text(f"basic_auth_users: {{{GUARD_USER}: '{hashed(GUARD_PASSWORD)}'}}\n")
+    with serve_prometheus(fleet_run, data, web_config, (GUARD_USER, GUARD_PASSWORD)) as url:
+        yield url
+
+
+@contextmanager
+def serve_prometheus(fleet_run: FleetRun, data: Path, web_config: Path | None = None,
+                     auth: tuple[str, str] | None = None) -> Iterator[str]:
+    """Run a real Prometheus over the backfilled scrapes in `data`, behind `web_config` if given; yield its URL."""
     promtool = require_tool("promtool")
     prometheus = require_tool("prometheus")
-    data = tmp_path_factory.mktemp("tsdb")
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(fleet_run.openmetrics), str(data)],
                    check=True, capture_output=True, timeout=120)
     config = data / "prometheus.yml"
@@ -108,16 +131,18 @@ def prometheus_url(fleet_run, tmp_path_factory):
     port = free_port()
     server = subprocess.Popen(
         [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=100y",
-         f"--web.listen-address=127.0.0.1:{port}"],
+         f"--web.listen-address=127.0.0.1:{port}", *([f"--web.config.file={web_config}"] if web_config else [])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()} if auth else {}
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
                 query = f"/api/v1/query?query=count(gpulens_job_start_timestamp_seconds)&time={fleet_run.until - 900}"
-                with urllib.request.urlopen(url + query, timeout=2) as response:
+                request = urllib.request.Request(url + query, headers=headers)
+                with urllib.request.urlopen(request, timeout=2) as response:
                     if json.load(response)["data"]["result"]:
                         break
             except OSError:

@@ -1,0 +1,110 @@
+"""How gpulens tools talk HTTP to Prometheus and agents: one `requests` session per server, with the
+`Credentials` it asks for. Every failure is an `HttpError`: the URL without user:password@, query or
+fragment, and what went wrong with the fix, on one line, every secret the client holds <redacted>."""
+
+from __future__ import annotations
+
+import base64
+import ssl
+import threading
+import urllib.parse
+from collections.abc import Mapping
+
+import requests
+
+from gpulens.credentials import Credentials
+from gpulens.urls import check_url, shown_url
+
+REDACTED = "<redacted>"
+
+
+class HttpError(Exception):
+    """A request failed: `where` names the server, `what` says how and the fix; one line, no secret."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where} {what}")
+        self.where = where
+        self.what = what
+
+
+class HttpClient:
+    """GET requests to one server, from any thread; counts them (`requests_made`). `name` names the server in
+    messages; `unreachable` and `refused` are the fixes for no answer and for HTTP 401 or 403."""
+
+    def __init__(self, url: str, credentials: Credentials | None, timeout: float, *, name: str, unreachable: str,
+                 refused: str):
+        credentials = credentials or Credentials()
+        self.url = check_url(url)
+        self.shown = shown_url(url)
+        self.where = f"{name} at {self.shown}"
+        self.timeout = timeout
+        self._unreachable, self._refused = unreachable, refused
+        parts = urllib.parse.urlsplit(url)
+        if credentials.bearer_token and parts.username:
+            # requests would send the URL's user:password as basic auth in place of the token.
+            raise ValueError(f"{self.shown} is given with user:password@ and a bearer token; keep one")
+        self._session = requests.Session()
+        self._session.trust_env = False  # no proxy, netrc or CA bundle from the environment
+        if credentials.bearer_token:
+            self._session.headers["Authorization"] = f"Bearer {credentials.bearer_token}"
+        self._session.auth = credentials.basic_auth
+        self._session.verify = credentials.ca_file or _system_cas()
+        if credentials.cert_file:
+            self._session.cert = (credentials.cert_file, credentials.key_file)
+        self._secrets = _secrets(credentials, parts)
+        self._lock = threading.Lock()
+        self.requests_made = 0
+
+    def get(self, path: str, params: Mapping[str, object] | None = None,
+            accept: str = "application/json") -> requests.Response:
+        """Return the server's answer to GET `path`; raise HttpError when there is none, and for 401 and 403."""
+        with self._lock:
+            self.requests_made += 1
+        try:
+            response = self._session.get(self.url + path, params=params, timeout=self.timeout,
+                                         headers={"Accept": accept})
+        except requests.Timeout:
+            raise self.error(f"did not answer within {self.timeout:g} s; it may be overloaded") from None
+        except requests.ConnectionError as error:
+            raise self.error(f"cannot be reached ({_reason(error)}); {self._unreachable}") from None
+        except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since
+            raise self.error(f"request failed ({type(error).__name__}); {self._unreachable}") from None
+        if response.status_code == 401:
+            raise self.error(f"asks for credentials; {self._refused}")
+        if response.status_code == 403:
+            raise self.error(f"refused the credentials (HTTP 403); {self._refused}")
+        return response
+
+    def said(self, text: object, limit: int = 300) -> str:
+        """Return what a server said on one line, at most `limit` characters, every secret redacted first."""
+        text = str(text)
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return " ".join(text.split())[:limit]
+
+    def error(self, what: str) -> HttpError:
+        """Return the HttpError that says `what` about this server."""
+        return HttpError(self.where, self.said(what, 1000))
+
+
+def _secrets(credentials: Credentials, parts: urllib.parse.SplitResult) -> tuple[str, ...]:
+    """Return what a server or proxy could echo of the header it refused, longest first: the token, the
+    passwords and each basic-auth header's base64."""
+    in_url = (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
+    pairs = [pair for pair in (credentials.basic_auth, in_url) if pair and pair[1]]
+    found = {credentials.bearer_token, parts.password, *(password for _, password in pairs),
+             *(base64.b64encode(":".join(pair).encode()).decode() for pair in pairs)}
+    return tuple(sorted(filter(None, found), key=len, reverse=True))
+
+
+def _system_cas() -> str | bool:
+    """Return the system's trusted CAs for `requests`, which would otherwise trust certifi's bundle only."""
+    paths = ssl.get_default_verify_paths()
+    return paths.cafile or paths.capath or True
+
+
+def _reason(error: BaseException) -> str:
+    """Return the innermost cause of a failed connection in the system's words, e.g. 'Connection refused'."""
+    while error.__cause__ or error.__context__:  # requests' error wraps urllib3's, which wraps the system's
+        error = error.__cause__ or error.__context__
+    return " ".join(str(getattr(error, "strerror", None) or error).split())[:200]

@@ -1,0 +1,89 @@
+"""The dashboard's and `gpulens report`'s client for the Prometheus HTTP API: /api/v1/query, query_range and
+alerts, which Thanos, Mimir and VictoriaMetrics answer the same way. Every failure, an answer of the wrong
+shape included, is an `HttpError` (gpulens/httpclient.py): one line, the server, the fix, no credential."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpulens.credentials import Credentials
+from gpulens.httpclient import HttpClient
+
+# The fixes, in the flags of both commands that read a Prometheus (`gpulens dashboard`, `gpulens report`).
+UNREACHABLE = "check the --prometheus address and that the server is up"
+REFUSED = "check the bearer token or basic-auth credentials (--bearer-token-file, --basic-auth-file)"
+
+
+def label_value(text: str) -> str:
+    """Return `text` as a quoted PromQL label value: backslash, double quote and newline escaped."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class PrometheusApi(HttpClient):
+    """Runs queries against one server; counts the HTTP requests it makes (`requests_made`)."""
+
+    def __init__(self, url: str, credentials: Credentials | None = None, timeout: float = 5.0):
+        super().__init__(url, credentials, timeout, name="Prometheus", unreachable=UNREACHABLE, refused=REFUSED)
+
+    def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Return an instant query's vector: [{"metric": {labels}, "value": [t, "v"]}, ...]."""
+        params = {"query": promql, **({"time": f"{at:.3f}"} if at is not None else {})}
+        return self._result(self._data("/api/v1/query", params, promql), promql, "vector")
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
+        """Return a range query's matrix: [{"metric": {labels}, "values": [[t, "v"], ...]}, ...]."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        return self._result(self._data("/api/v1/query_range", params, promql), promql, "matrix")
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Return the alerts the server's rules fire or hold pending now."""
+        data = self._data("/api/v1/alerts", {}, "alerts")
+        alerts = data.get("alerts") if isinstance(data, dict) else None
+        if not isinstance(alerts, list):
+            raise self.error("answered /api/v1/alerts without a list of alerts")
+        return alerts
+
+    def _result(self, data: Any, promql: str, kind: str) -> list[dict[str, Any]]:
+        if not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(data.get("result"), list):
+            raise self.error(f"answered query {self.said(promql, 80)!r} with something other than a {kind}")
+        # Label values are strings and samples [time, "number"] in the API; anything else breaks the readers.
+        if not all(_well_formed(item, kind) for item in data["result"]):
+            raise self.error(f"answered query {self.said(promql, 80)!r} with a malformed series")
+        return data["result"]
+
+    def _data(self, path: str, params: dict[str, str], what: str) -> Any:
+        response = self.get(path, params)
+        try:
+            body = response.json()
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+            raise self.error(
+                f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
+                "is --prometheus the Prometheus server itself (not Grafana or a login page)?") from None
+        if not isinstance(body, dict):
+            raise self.error("answered with JSON that is not the Prometheus API's")
+        if body.get("status") != "success":
+            kind = self.said(body.get("errorType") or f"HTTP {response.status_code}", 40)
+            message = self.said(body.get("error") or "no message")
+            raise self.error(f"answered an error to {self.said(what, 80)!r}: {kind}: {message}")
+        return body.get("data")
+
+
+def _well_formed(item: object, kind: str) -> bool:
+    """True for a series as the API gives it: string labels, and [time, "number"] samples."""
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        return False
+    samples = [item.get("value")] if kind == "vector" else item.get("values")
+    return (all(isinstance(v, str) for v in item["metric"].values()) and isinstance(samples, list)
+            and all(_sample(pair) for pair in samples))
+
+
+def _sample(pair: object) -> bool:
+    """True for [time, "value"]: a finite time, and a value that reads as a number (NaN and Inf included)."""
+    if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+        return False
+    try:
+        float(pair[1])
+        return math.isfinite(float(pair[0]))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer time past a float
+        return False

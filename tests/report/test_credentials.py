@@ -1,0 +1,150 @@
+"""`gpulens report` against servers that require credentials: the dashboard's flags (--bearer-token-file,
+--basic-auth-file) for Prometheus, GPULENS_AGENT_BASIC_AUTH_FILE for agents; no secret in any message.
+
+A loopback server answers 401 to a request without the credentials it requires, or echoes them in an error
+as some servers and proxies do; a real Prometheus behind its own basic auth gives the same report as the
+ledger. Label values reach PromQL escaped, a newline included.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import urllib.parse
+
+import pytest
+
+from gpulens.prometheus_api import label_value
+from gpulens.report.cli import run
+from gpulens.report.prometheus import Prometheus
+from tests.dashboard.httpfake import fake_server, json_reply
+from tests.report.conftest import GUARD_PASSWORD, GUARD_USER
+
+NOW = 1_767_225_600.0
+TOKEN = "tok-9b2e4d6f8a1c"
+PASSWORD = "pw-3a5c7e9b1d2f"
+SECRETS = (TOKEN, PASSWORD, base64.b64encode(f"ops:{PASSWORD}".encode()).decode())
+ECHO = f"refused Authorization: Bearer {TOKEN} (basic ops:{PASSWORD}, {SECRETS[2]})"
+EMPTY = json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+def one_job(path: str):
+    """Prometheus's answer to every query a report makes: one job, 7, that ran an hour until a minute ago."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).get("query", [""])[0]
+    value = str(NOW - 3600 if "start_timestamp" in query else NOW - 60 if "last_seen_timestamp" in query else 1800)
+    series = {"metric": {"job_kind": "slurm", "job_id": "7", "state": "busy", "user": "ann"}}
+    if path.startswith("/api/v1/query_range"):
+        return json_reply({"status": "success", "data": {"resultType": "matrix",
+                                                         "result": [{**series, "values": [[NOW - 600, value]]}]}})
+    return json_reply({"status": "success", "data": {"resultType": "vector",
+                                                     "result": [{**series, "value": [NOW, value]}]}})
+
+
+def secret_file(tmp_path, text: str) -> str:
+    path = tmp_path / "secret"
+    path.write_text(text + "\n")
+    return str(path)
+
+
+def report(capsys, *argv: str) -> dict:
+    assert run([*argv, "--format", "json"], now=NOW) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def fails(capsys, argv: list[str], status: int, *words: str, held: tuple[str, ...] = SECRETS) -> str:
+    """Run the report; return its one line on stderr after checking the status, the words and that it holds
+    none of the secrets `held` (the report's own; a server may echo others, which are not for it to hide)."""
+    assert run(argv, now=NOW) == status
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("gpulens report: "), captured.err
+    for word in words:
+        assert word in lines[0], lines[0]
+    assert not [secret for secret in held if secret in captured.err], captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("flag", "content", "header"), [
+    ("--bearer-token-file", TOKEN, f"Bearer {TOKEN}"),
+    ("--basic-auth-file", f"ops:{PASSWORD}", f"Basic {SECRETS[2]}"),
+])
+def test_a_report_reads_a_prometheus_that_requires_credentials(capsys, tmp_path, flag, content, header):
+    with fake_server(one_job, require=header) as (url, asked):
+        given = ("--prometheus", url, flag, secret_file(tmp_path, content))
+        assert [j["id"] for j in report(capsys, "fleet", *given)["jobs"]] == ["7"]
+        assert report(capsys, "job", "7", *given)["job"]["id"] == "7"
+        assert asked and all(authorization == header for _, authorization in asked)
+        fails(capsys, ["fleet", "--prometheus", url], 1, f"Prometheus at {url} asks for credentials",
+              "--bearer-token-file", "--basic-auth-file")
+        fails(capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, "ops:wrong")], 1,
+              "asks for credentials")
+
+
+@pytest.mark.parametrize(("flag", "content", "held"), [
+    ("--bearer-token-file", TOKEN, SECRETS[:1]),
+    ("--basic-auth-file", f"ops:{PASSWORD}", SECRETS[1:]),
+])
+def test_a_secret_the_server_echoes_is_redacted(capsys, tmp_path, flag, content, held):
+    reply = json_reply({"status": "error", "errorType": "bad_data", "error": ECHO}, 400)
+    with fake_server(lambda path: reply) as (url, _):
+        line = fails(capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, content)], 1,
+                     "answered an error to", held=held)
+    assert "<redacted>" in line
+
+
+def test_an_agent_that_echoes_its_basic_auth_password_does_not_get_it_printed(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULENS_AGENT_BASIC_AUTH_FILE", secret_file(tmp_path, f"ops:{PASSWORD}"))
+    with fake_server(lambda path: json_reply({"error": ECHO}, 400)) as (url, asked):
+        line = fails(capsys, ["fleet", "--agent", url], 1, "answered HTTP 400 to /api/v1/jobs", held=SECRETS[1:])
+    assert "<redacted>" in line and asked[0][1] == f"Basic {SECRETS[2]}"
+
+
+def test_credential_mistakes_are_one_line_without_the_secret(capsys, tmp_path):
+    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--basic-auth-file",
+                   secret_file(tmp_path, PASSWORD)], 2, "must hold USER:PASSWORD")
+    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", str(tmp_path / "none")], 2,
+          "cannot read the bearer token file")
+    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "t", "--basic-auth-file",
+                   "b"], 2, "not allowed with argument")
+    fails(capsys, ["fleet", "--agent", "http://127.0.0.1:9", "--bearer-token-file", secret_file(tmp_path, TOKEN)], 2,
+          "are for --prometheus", "GPULENS_AGENT_BASIC_AUTH_FILE")
+
+
+def test_label_values_escape_backslash_quote_and_newline():
+    assert label_value('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    with fake_server(lambda path: EMPTY) as (url, asked):
+        assert Prometheus(url).job('x\ny"', NOW - 3600, NOW, lambda _: None) == []
+    queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for path, _ in asked]
+    assert 'job_id="x\\ny\\""' in queries[0] and 'pod="x\\ny\\""' in queries[-1]
+    assert not any("\n" in query for query in queries)
+
+
+@pytest.mark.parametrize(("argv", "status", "said"), [
+    (["fleet", "--agent", "http://127.0.0.1:9"], 2, "reading --agent needs requests: pip install 'gpulens[report]'"),
+    (["fleet", "--ledger", "/nonexistent.sqlite"], 1, "no such file"),  # the ledger needs nothing more
+])
+def test_without_requests_only_the_http_sources_are_refused(argv, status, said):
+    code = ("import sys; sys.modules['requests'] = None; from gpulens.report.cli import run; "
+            f"sys.exit(run({argv!r}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == status and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_behind_basic_auth_gives_the_ledger_report(capsys, tmp_path, fleet_run,
+                                                                     guarded_prometheus_url):
+    window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until))
+    ledger = report(capsys, "fleet", "--ledger", str(fleet_run.ledger), *window)
+    auth = secret_file(tmp_path, f"{GUARD_USER}:{GUARD_PASSWORD}")
+    guarded = report(capsys, "fleet", "--prometheus", guarded_prometheus_url, "--basic-auth-file", auth, *window)
+    assert {j["id"] for j in guarded["jobs"] + guarded["short_jobs"]} == {
+        j["id"] for j in ledger["jobs"] + ledger["short_jobs"]}
+    fails(capsys, ["fleet", "--prometheus", guarded_prometheus_url, *window], 1, "asks for credentials")
+
+
+@pytest.mark.slow
+def test_a_job_id_with_a_newline_is_a_plain_miss_in_a_real_prometheus(capsys, fleet_run, prometheus_url):
+    window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until))
+    fails(capsys, ["job", 'train-a-0\n"', "--prometheus", prometheus_url, *window], 1, "no job 'train-a-0\\n\"'")
