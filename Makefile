@@ -18,8 +18,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpulens demo
 
-test: $(STAMP)
+# The house's checks: ruff's rules (pyproject.toml [tool.ruff]) and strict mypy over the agent's core
+# (tests/typecheck.py); `make test` runs them first.
+lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python tests/typecheck.py
+
+test: lint
 	$(BIN)/pytest -q
 	# The agent's tests again on the lowest nvidia-ml-py admitted and on Python 3.10 and 3.13.
 	$(BIN)/python tests/matrix.py

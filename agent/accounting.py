@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from gpulens.agent.analysis import AnalysisResult
 from gpulens.agent.attribution.hostusage import HostUsage
@@ -38,6 +39,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpulens.usage import JobRecord, TipUse, merge
 from gpulens.vocabulary import State
+
+if TYPE_CHECKING:
+    from gpulens.agent.jobs.messages import JobReport
+    from gpulens.agent.ledger import Ledger
+
+    from gpulens.tips import RenderedTip
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +106,7 @@ class JobAccounting:
     name = "ledger"
     description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
 
-    def __init__(self, ledger=None, node: str = "", partition: str = "", recent: int = RECENT_JOBS,
+    def __init__(self, ledger: Ledger | None = None, node: str = "", partition: str = "", recent: int = RECENT_JOBS,
                  export: bool = False, process_min_age: float = PROCESS_MIN_AGE_SECONDS,
                  max_jobs: int = MAX_JOBS_EXPORTED):
         self.ledger = ledger  # gpulens.agent.ledger.Ledger, or None to keep totals in memory only
@@ -143,8 +150,9 @@ class JobAccounting:
         for key, delta in deltas.items():
             job = jobs[key]
             opened = self._open.get(key) or self._start(job, epoch, now)
-            delta = replace(delta, start=opened.total.start, last_seen=epoch,
-                            **_owner(job), partition=self._partition, nodes=(self._node,) if self._node else ())
+            delta = replace(delta, start=opened.total.start, last_seen=epoch, user=job.user, namespace=job.namespace,
+                            pod=job.pod, container=job.container, partition=self._partition,
+                            nodes=(self._node,) if self._node else ())
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])
             opened.total = merge(opened.total, delta)
             opened.job, opened.last_seen_at, opened.gpus = job, now, frozenset(held[key])
@@ -312,12 +320,8 @@ def _increase(before: float | None, after: float | None) -> float:
     return after - before if after >= before else after
 
 
-def _owner(job: Job) -> dict[str, str]:
-    return {"user": job.user, "namespace": job.namespace, "pod": job.pod, "container": job.container}
-
-
-def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips, busy: float, sampled: float, energy: float,
-               elapsed: float, epoch: float) -> JobRecord:
+def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips: tuple[RenderedTip, ...], busy: float, sampled: float,
+               energy: float, elapsed: float, epoch: float) -> JobRecord:
     """Return what one job did on one GPU in one cycle."""
     readings = gpu.readings
     memory_reading, processes, gpm = readings.get("memory"), readings.get("processes"), readings.get("gpm")
@@ -339,7 +343,7 @@ def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips, busy: float, samp
     )
 
 
-def _with_reports(delta: JobRecord, job: Job, reports, elapsed: float) -> JobRecord:
+def _with_reports(delta: JobRecord, job: Job, reports: Mapping[int, JobReport], elapsed: float) -> JobRecord:
     """Add the job's own reports: time-weighted data wait and PyTorch allocator peaks."""
     pids = set(job.pids)
     mine = [r for pid, r in reports.items() if pid in pids]
@@ -363,10 +367,10 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
     wait, PyTorch peaks) exist only for a job that sent reports.
     """
-    def counter(name, text):
+    def counter(name: str, text: str) -> CounterMetricFamily:
         return CounterMetricFamily(name, text, labels=_JOB_LABELS)
 
-    def gauge(name, text):
+    def gauge(name: str, text: str) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
 
     info = GaugeMetricFamily(
@@ -418,9 +422,9 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         for name, family in counters.items():
             if reported or name not in _IN_JOB:
                 family.add_metric(labels, getattr(r, name))
-        for name, family in peaks.items():
+        for name, peak in peaks.items():
             if reported or name not in _IN_JOB:
-                family.add_metric(labels, getattr(r, name))
+                peak.add_metric(labels, getattr(r, name))
         for tip, use in sorted(r.tips.items()):
             tips.add_metric((*labels, tip), use.seconds)
     yield from (info, start, seen, *counters.values(), *peaks.values(), memory, tips)

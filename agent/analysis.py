@@ -21,6 +21,7 @@ from gpulens.agent.sources import NodeSources
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens import tips as tip_catalog
+from gpulens.tips import RenderedTip
 from gpulens.vocabulary import WASTED_STATES, State
 
 
@@ -30,7 +31,7 @@ class GpuAnalysis:
 
     verdict: Verdict
     jobs: tuple[Job, ...]  # every job holding it, bare processes not yet jobs of their own included
-    tips: tuple = ()  # gpulens.tips.RenderedTip, best first
+    tips: tuple[RenderedTip, ...] = ()  # best first
     evidence: Mapping[str, float | int | str | bool] = field(default_factory=dict)
 
 
@@ -257,7 +258,7 @@ def _tip_context(
     return context
 
 
-def _report_context(context: dict, report: JobReport) -> None:
+def _report_context(context: dict[str, float | int | str | bool], report: JobReport) -> None:
     if report.data_wait_ratio is not None:
         context["data_wait_ratio"] = report.data_wait_ratio
     if report.dataloader is not None:

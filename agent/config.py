@@ -128,9 +128,9 @@ class Setting:
         return parsed
 
 
-def _setting(flag: str, parse: Callable[[Any, str], Any], default: str | None, help: str, **more: Any) -> Any:
+def _setting(flag: str, parse: Callable[[Any, str], Any], default: str | None, text: str, **more: Any) -> Any:
     """An `AgentConfig` field declared as a setting; its value when not set is `default` parsed."""
-    declared = Setting(flag, parse, default, help, **{"metavar": _METAVARS.get(parse), **more})
+    declared = Setting(flag, parse, default, text, **{"metavar": _METAVARS.get(parse), **more})
     return field(default=None if default is None else parse(default, flag), metadata={"setting": declared})
 
 

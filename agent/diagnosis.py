@@ -62,7 +62,7 @@ class Verdict:
 class _Track:
     """One GPU's short history."""
 
-    window: deque = field(default_factory=deque)  # (time, Evidence) within WINDOW_SECONDS
+    window: deque[tuple[float, Evidence]] = field(default_factory=deque)  # within WINDOW_SECONDS
     held_since: float | None = None
     last_active: float | None = None
     verdict: Verdict | None = None
@@ -145,14 +145,14 @@ class Diagnoser:
         values = self._evidence_values(track, now, busy or 0.0, e)
         if e.busy_ratio <= t.IDLE_BUSY_MAX:
             held_since = track.held_since if track.held_since is not None else now
-            worked = track.last_active is not None and track.last_active >= held_since
-            if not worked or now - track.last_active >= self.settings.idle_patience:
+            last = track.last_active  # never worked since taken, or not for the patience window: idle
+            if last is None or last < held_since or now - last >= self.settings.idle_patience:
                 return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
             if busy is None:
                 # Paused after real work, for less than the patience window (between epochs, for an
                 # evaluation): keep the verdict it had.
                 return (track.verdict.reason if track.verdict else Reason.NO_DATA), values
-        return self._active_reason(track, busy, values), values
+        return self._active_reason(track, busy if busy is not None else e.busy_ratio, values), values
 
     def _active_reason(self, track: _Track, busy: float, values: dict[str, float]) -> Reason:
         sm = self._mean(track, "sm_activity")
@@ -242,11 +242,10 @@ class Diagnoser:
         current = track.verdict
         state = REASON_STATE[reason]
         facts = (State.FREE, State.UNKNOWN)
-        immediate = current is None or state in facts or current.state in facts
         if current is not None and state == current.state:
             track.candidate = None
             verdict = Verdict(state, reason, current.since, values, conditions)
-        elif immediate:
+        elif current is None or state in facts or current.state in facts:  # facts, not judgements: at once
             track.candidate = None
             verdict = Verdict(state, reason, now, values, conditions)
         else:

@@ -37,7 +37,7 @@ class SnapshotExporter:
         for collector in self._collectors:
             try:
                 families = list(collector.metrics(snapshot, interval))
-            except Exception:  # noqa: BLE001 - never blank the scrape
+            except Exception:  # never blank the scrape
                 log.exception("exposition of collector %s failed", collector.name)
                 continue
             yield from families

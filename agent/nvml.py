@@ -246,7 +246,7 @@ class Nvml:
             return getattr(self._lib, function)(*args)
         except self._error as error:
             self._raise_for(function, error)
-        except Exception as error:  # noqa: BLE001 - anything else the binding raises fails this call only
+        except Exception as error:  # anything else the binding raises fails this call only
             self._log_unexpected_once(function, error)
             raise NvmlCallError(function, error) from error
         return None
@@ -376,7 +376,7 @@ class Nvml:
                 return []
             self._raise_for("nvmlDeviceGetSamples", error)
             return None
-        except Exception as error:  # noqa: BLE001 - see _call
+        except Exception as error:  # see _call
             self._log_unexpected_once("nvmlDeviceGetSamples", error)
             raise NvmlCallError("nvmlDeviceGetSamples", error) from error
         return [(int(s.timeStamp), s.sampleValue.uiVal / 100.0) for s in samples]
@@ -456,7 +456,7 @@ class Nvml:
         except self._error as error:
             self._raise_for(symbol, error)
             return None
-        except Exception as error:  # noqa: BLE001 - see _call
+        except Exception as error:  # see _call
             self._log_unexpected_once(symbol, error)
             raise NvmlCallError(symbol, error) from error
         return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory)) for e in entries]
@@ -502,7 +502,7 @@ class Nvml:
                 return {}, since_us
             self._raise_for("nvmlDeviceGetProcessUtilization", error)
             return None
-        except Exception as error:  # noqa: BLE001 - see _call
+        except Exception as error:  # see _call
             self._log_unexpected_once("nvmlDeviceGetProcessUtilization", error)
             raise NvmlCallError("nvmlDeviceGetProcessUtilization", error) from error
         by_pid: dict[int, list[int]] = {}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from gpulens.agent.collectors.base import Collector, GpuContext
 from gpulens.agent.nvml import GpuIdentity, GpuLost, Nvml, NvmlCallError, NvmlDown, SystemInfo
@@ -34,18 +34,45 @@ class _GpuState:
     shared: dict[str, Any] = field(default_factory=dict)
 
 
+Timer = Callable[[], float]
+
+
+class Clock(Protocol):
+    """The sampler's time: `SystemClock`, `SimulatedClock`, or a test's `ManualClock` (agent/clock.py)."""
+
+    def monotonic(self) -> float: ...
+    def time(self) -> float: ...
+    def wall_seconds(self, seconds: float) -> float: ...
+
+
+class AnalysisStage(Protocol):
+    """Runs after every cycle over its snapshot; its result is published in the next (agent/analysis.py)."""
+
+    name: str
+
+    def run(self, snapshot: Snapshot, now: float) -> Any: ...
+
+
+class Stage(Protocol):
+    """Reads each published snapshot: the job ledger (agent/accounting.py), the exposition cache."""
+
+    name: str
+
+    def record(self, snapshot: Snapshot, now: float) -> None: ...
+
+
 class Sampler:
     def __init__(
         self,
         library: Any,
         collectors: list[Collector],
-        clock: Any,
+        clock: Clock,
         interval: float = 1.0,
         rescan_interval: float = 10.0,
         max_backoff: float = 60.0,
-        timer=time.perf_counter,
-        analysis=None,
-        stages=(),
+        timer: Timer = time.perf_counter,
+        analysis: AnalysisStage | None = None,
+        stages: Sequence[Stage] = (),
     ):
         self.nvml = Nvml(library)
         self.collectors = collectors
@@ -100,20 +127,23 @@ class Sampler:
         for stage in self.stages:
             try:
                 stage.record(snapshot, now)
-            except Exception:  # noqa: BLE001 - a failing stage must not stop sampling
+            except Exception:  # a failing stage must not stop sampling
                 log.exception("the %s stage failed", stage.name)
         return snapshot
 
     def _analyse(self, snapshot: Snapshot, now: float) -> Snapshot:
+        analysis = self.analysis
+        if analysis is None:
+            return snapshot
         run = _Run(self._timer)
         result = None
         try:
             with run.timed():
-                result = self.analysis.run(snapshot, now)
-        except Exception as error:  # noqa: BLE001 - a failing analysis must not cost the NVML metrics
+                result = analysis.run(snapshot, now)
+        except Exception as error:  # a failing analysis must not cost the NVML metrics
             run.fail(str(error))
-            log.exception("the %s stage failed", self.analysis.name)
-        collectors = {**snapshot.collectors, self.analysis.name: run.result()}
+            log.exception("the %s stage failed", analysis.name)
+        collectors = {**snapshot.collectors, analysis.name: run.result()}
         return replace(snapshot, analysis=result, collectors=collectors)
 
     def _sample_all(self, now: float, runs: dict[str, _Run]) -> None:
@@ -166,7 +196,7 @@ class Sampler:
                     gpu_readings[collector.name] = collector.read(self.nvml, context)
             except (GpuLost, NvmlDown):
                 raise
-            except Exception as error:  # noqa: BLE001 - NvmlCallError or a bug: this collector only
+            except Exception as error:  # NvmlCallError or a bug: this collector only
                 run.fail(f"gpu {state.identity.index}: {error}")
                 if not isinstance(error, NvmlCallError):
                     log.exception("collector %s failed on GPU %s", collector.name, state.identity.uuid)
@@ -193,7 +223,7 @@ class Sampler:
             log.warning("NVML unavailable (%s); retrying in %.0f s", error, self._backoff)
             self._backoff = min(self._backoff * 2, self.max_backoff)
 
-    def _guarded(self, step, now: float) -> None:
+    def _guarded(self, step: Callable[[float], None], now: float) -> None:
         try:
             step(now)
         except NvmlDown as error:
@@ -285,7 +315,7 @@ class Sampler:
 class _Run:
     """One collector's bookkeeping during a cycle."""
 
-    def __init__(self, timer) -> None:
+    def __init__(self, timer: Timer) -> None:
         self._timer = timer
         self.seconds = 0.0
         self.errors: list[str] = []

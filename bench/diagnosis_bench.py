@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulens.vocabulary import State  # noqa: E402
-from tests.conftest import make_agent  # noqa: E402
+from gpulens.vocabulary import State
+from tests.conftest import make_agent
 
 SCRAPE = 15.0
 DURATION = 900.0

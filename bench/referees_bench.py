@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulens.agent.simulator.scenario import builtin_scenarios  # noqa: E402
+from gpulens.agent.simulator.scenario import builtin_scenarios
 
-from tests.referees import peers  # noqa: E402
-from tests.referees.test_referees import AGENT, DRIVERS, PRECISION, SHOWS, _close, _spreads  # noqa: E402
+from tests.referees import peers
+from tests.referees.test_referees import AGENT, DRIVERS, PRECISION, SHOWS, _close, _spreads
 
 FIELDS = ("memory_used_mib", "utilization_pct", "power_w")
 EXACT = ("memory_total_mib", "temperature_c", "sm_clock_mhz", "pcie_generation", "pcie_width")

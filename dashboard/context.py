@@ -70,7 +70,7 @@ def source() -> Source:
 def _safe(call: Callable[[], Answer[T]], empty: T, what: str) -> Answer[T]:
     try:
         return call()
-    except Exception:  # noqa: BLE001 - a bug must cost the panel, never show a traceback
+    except Exception:  # a bug must cost the panel, never show a traceback
         log.exception("reading %s failed", what)
         return Answer(empty, (SourceProblem("dashboard", f"reading {what} failed unexpectedly; "
                                                          "the dashboard's log has the details"),))

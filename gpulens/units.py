@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpulens.printable import quoted
@@ -31,7 +32,8 @@ def parse_size(text: Any, setting: str) -> int:
     return int(_parse(text, setting, _SIZE, BYTES, "B", "size; write e.g. '256MiB' or '1GiB'"))
 
 
-def _parse(text: Any, setting: str, grammar: re.Pattern, scale: dict, unit: str, fix: str) -> float:
+def _parse(text: Any, setting: str, grammar: re.Pattern[str], scale: Mapping[str, float], unit: str,
+           fix: str) -> float:
     match = grammar.fullmatch(str(text))
     if not match:
         raise UnitError(f"{setting}: {quoted(str(text))} is not a {fix}")

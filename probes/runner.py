@@ -124,10 +124,10 @@ def run(
         guard.check()
         budget.check()
 
+    tell = progress or (lambda done, total, name: None)
     results: list[ProbeResult] = []
     for i, step in enumerate(todo):
-        if progress is not None:
-            progress(i, len(todo), step.name)
+        tell(i, len(todo), step.name)
         try:
             budget.check()
             results.append(_measure(step, target, spec, plan, device, between, multiply))
@@ -145,8 +145,7 @@ def run(
         finally:
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # give each probe's buffers back before the next one
-    if progress is not None:
-        progress(len(todo), len(todo), "done")
+    tell(len(todo), len(todo), "done")
     return report(OK, "", results, plan)
 
 

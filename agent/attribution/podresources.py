@@ -56,7 +56,7 @@ class PodResourcesClient:
             if stub is None:
                 return None
             response = stub.List(self._messages.ListPodResourcesRequest(), timeout=self.timeout)
-        except Exception as error:  # whatever the kubelet does wrong is "not available", never the caller's
+        except Exception as error:  # noqa: BLE001 - whatever the kubelet does wrong is "not available", never the caller's
             return self._unavailable(f"pod-resources List on {self.socket_path} failed: {_describe(error)}")
         if self.reason:
             log.info("pod-resources socket %s answers again", self.socket_path)
@@ -79,7 +79,7 @@ class PodResourcesClient:
             from gpulens.agent.attribution import kubelet_podresources_v1_pb2_grpc as services
         # Besides ImportError, the generated stubs raise RuntimeError (grpc) or VersionError (protobuf)
         # when the installed library is older than the one they were generated for.
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - see above
             return self._unavailable(
                 f"cannot load grpc for the pod-resources client ({error}); install gpulens[kubernetes]"
             )
@@ -112,6 +112,6 @@ def _describe(error: Exception) -> str:
     if callable(code) and callable(details):
         try:
             return f"{code().name}: {details()}"
-        except Exception:  # a half-built RpcError still deserves a message
+        except Exception:  # noqa: BLE001 - a half-built RpcError still deserves a message
             pass
     return str(error) or type(error).__name__

@@ -47,7 +47,7 @@ class Collector:
     description: str = ""
     fields: tuple[str, ...] = ()  # names from gpulens.agent.nvml.FIELDS, read in one batched call
 
-    def prepare(self, nvml: Nvml, handles: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def prepare(self, nvml: Nvml, handles: dict[str, Any]) -> None:
         """Run once per cycle before the per-GPU reads (for node-wide sources such as events)."""
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> Any:
@@ -56,7 +56,7 @@ class Collector:
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         raise NotImplementedError
 
-    def forget(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def forget(self, state: dict[str, Any]) -> None:
         """Release what `state` holds when a GPU is lost or the library goes down."""
 
 

@@ -57,7 +57,7 @@ class GpmCollector(Collector):
         if sample is not None:
             try:
                 sample.free()
-            except Exception:  # the GPU or the library is already gone; nothing left to free
+            except Exception:  # noqa: BLE001 - the GPU or the library is already gone; nothing left to free
                 pass
         state.pop("supported", None)
 

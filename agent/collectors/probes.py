@@ -129,7 +129,7 @@ class ProbesCollector(Collector):
         def work() -> None:
             try:
                 report = self._runner(request)
-            except Exception as error:  # noqa: BLE001 - a broken runner must not stop future probes
+            except Exception as error:  # a broken runner must not stop future probes
                 log.exception("the probe runner failed on GPU %s", request.uuid)
                 report = failed(request, ERROR, str(error))
             level = logging.WARNING if report.status in (ERROR, TIMEOUT, WRONG) else logging.INFO

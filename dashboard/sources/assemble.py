@@ -56,6 +56,11 @@ def _key(labels: Mapping[str, str]) -> GpuKey:
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
 
 
+# Series whose value is a FleetGpu field as it is.
+_VALUES = {"gpulens_gpu_state_since_timestamp_seconds": "since", "gpulens_gpu_memory_used_bytes": "memory_used_bytes",
+           "gpulens_gpu_memory_total_bytes": "memory_total_bytes", WASTED_SECONDS: "wasted_seconds"}
+
+
 def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
     """Return every GPU found in `samples` (sorted by node, then index) and what is missing about them."""
     rows: dict[GpuKey, dict] = defaultdict(dict)
@@ -73,8 +78,8 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
         elif s.name == "gpulens_gpu_verdict_info":
             row.update(state=s.labels.get("state", "unknown"), reason=s.labels.get("reason", "no_data"),
                        tip=s.labels.get("tip", ""), verdict=True)
-        elif s.name == "gpulens_gpu_state_since_timestamp_seconds":
-            row["since"] = s.value
+        elif s.name in _VALUES:
+            row[_VALUES[s.name]] = s.value
         elif s.name == "gpulens_gpu_condition":
             if s.value == 1:
                 conditions[key].add(s.labels.get("condition", ""))
@@ -83,12 +88,6 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
         elif s.name == "gpulens_gpu_allocation_info":
             for label in ("job_kind", "job_id", "user", "namespace", "pod"):
                 row[label] = s.labels.get(label, "")
-        elif s.name == "gpulens_gpu_memory_used_bytes":
-            row["memory_used_bytes"] = s.value
-        elif s.name == "gpulens_gpu_memory_total_bytes":
-            row["memory_total_bytes"] = s.value
-        elif s.name == WASTED_SECONDS:
-            row["wasted_seconds"] = s.value
     gpus = []
     without_verdict: dict[str, int] = defaultdict(int)
     for key in sorted(rows, key=lambda k: (k[0], _index(k[1]), k[2])):

@@ -86,6 +86,44 @@ class Prometheus:
             step(f"querying {what}")
             return self.api.query(promql, until)
 
+        spans = self._spans(vector, sel, window, until)
+        fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
+
+        def each(promql: str, what: str):
+            """Yield (the job's fields, the answer's labels, value) for the jobs with a whole span."""
+            for item in vector(promql, what):
+                if _key(item) in fields:
+                    yield fields[_key(item)], item["metric"], _value(item)
+
+        for found, metric, value in each(
+                f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
+                "GPU-seconds by state"):
+            found.setdefault("state_seconds", {})[metric.get("state", "")] = value
+        for name, series in _COUNTERS.items():
+            for found, _, value in each(f"sum by ({_KEY}) (increase({series}{sel}[{window}]))", name.replace("_", " ")):
+                found[name] = value
+        for name, series in _PEAKS.items():
+            for found, _, value in each(f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))",
+                                        name.replace("_", " ")):
+                found[name] = int(value)
+        labels = "user, namespace, pod, model, partition, instance"
+        for found, metric, _ in each(f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))",
+                                     "owners"):
+            for name in ("user", "namespace", "pod", "partition"):
+                found[name] = found.get(name) or metric.get(name, "")
+            found.setdefault("models", set()).add(metric.get("model", ""))
+            found.setdefault("nodes", set()).add(metric.get("instance", ""))
+        for found, metric, _ in each(
+                f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs"):
+            found.setdefault("gpus", set()).add(metric.get("uuid", ""))
+        for found, metric, value in each(
+                f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips"):
+            if value > 0:
+                found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
+        return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
+
+    def _spans(self, vector, sel: str, window: str, until: float) -> dict[tuple[str, str], dict]:
+        """Each job's first and last sighting in the window; one line when Prometheus has jobs but no totals."""
         spans: dict[tuple[str, str], dict] = {}
         for name, series, fn in (("start", "gpulens_job_start_timestamp_seconds", "min"),
                                  ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max")):
@@ -99,38 +137,7 @@ class Prometheus:
             if not all(0 <= t <= LAST_EPOCH for t in span.values()):
                 raise SourceError(f"{self.api.where} answered a time outside 1970 to 9999 for {key[0]} job "
                                   f"{key[1][:60]!r}; check its gpulens_job_*_timestamp_seconds series")
-        fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
-        states = vector(f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
-                        "GPU-seconds by state")
-        for item in states:
-            if _key(item) in fields:
-                fields[_key(item)].setdefault("state_seconds", {})[item["metric"].get("state", "")] = _value(item)
-        for name, series in _COUNTERS.items():
-            for item in vector(f"sum by ({_KEY}) (increase({series}{sel}[{window}]))", name.replace("_", " ")):
-                if _key(item) in fields:
-                    fields[_key(item)][name] = _value(item)
-        for name, series in _PEAKS.items():
-            for item in vector(f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))", name.replace("_", " ")):
-                if _key(item) in fields:
-                    fields[_key(item)][name] = int(_value(item))
-        labels = "user, namespace, pod, model, partition, instance"
-        for item in vector(f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))", "owners"):
-            if _key(item) in fields:
-                found = fields[_key(item)]
-                metric = item["metric"]
-                for name in ("user", "namespace", "pod", "partition"):
-                    found[name] = found.get(name) or metric.get(name, "")
-                found.setdefault("models", set()).add(metric.get("model", ""))
-                found.setdefault("nodes", set()).add(metric.get("instance", ""))
-        gpus = vector(f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs")
-        for item in gpus:
-            if _key(item) in fields:
-                fields[_key(item)].setdefault("gpus", set()).add(item["metric"].get("uuid", ""))
-        tips = vector(f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips")
-        for item in tips:
-            if _key(item) in fields and _value(item) > 0:
-                fields[_key(item)].setdefault("tips", {})[item["metric"].get("tip", "")] = TipUse(_value(item))
-        return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
+        return spans
 
     @staticmethod
     def _record(key: tuple[str, str], span: dict, found: dict, until: float) -> JobRecord:

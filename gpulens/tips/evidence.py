@@ -44,7 +44,7 @@ class Facts:
     def _raw(self, key: str) -> object:
         try:
             return self._evidence.get(key)
-        except Exception:  # a misbehaving mapping costs the value, never the tip
+        except Exception:  # noqa: BLE001 - a misbehaving mapping costs the value, never the tip
             return None
 
     def number(self, key: str, upper: float = _NUMBER_MAX) -> float | None:

@@ -81,7 +81,7 @@ class Kubelet(api_grpc.PodResourcesListerServicer):
         self.release = threading.Event()
         self.calls = 0
 
-    def List(self, request, context):
+    def List(self, request, context):  # noqa: N802 - the kubelet's gRPC method is named so
         self.calls += 1
         if self.behaviour == "stall":
             self.release.wait(10)

@@ -30,7 +30,7 @@ def fake_server(answer: Callable[[str], Reply],
     asked: list[tuple[str, str | None]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        def do_GET(self) -> None:
             authorization = self.headers.get("Authorization")
             asked.append((self.path, authorization))
             if require is None or authorization == require:

@@ -17,19 +17,19 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpulens.agent import collectors  # noqa: E402
-from gpulens.agent.analysis import Analysis  # noqa: E402
-from gpulens.agent.attribution.hostusage import HostSampler  # noqa: E402
-from gpulens.agent.attribution.resolver import Resolver  # noqa: E402
-from gpulens.agent.clock import SimulatedClock  # noqa: E402
-from gpulens.agent.diagnosis import Diagnoser, Settings  # noqa: E402
-from gpulens.agent.jobs.receiver import Receiver  # noqa: E402
-from gpulens.agent.nvml import load_simulated_library  # noqa: E402
-from gpulens.agent.sampler import Sampler  # noqa: E402
-from gpulens.agent.simulator.scenario import parse_scenario  # noqa: E402
-from gpulens.agent.sources import LiveSources  # noqa: E402
+from gpulens.agent import collectors
+from gpulens.agent.analysis import Analysis
+from gpulens.agent.attribution.hostusage import HostSampler
+from gpulens.agent.attribution.resolver import Resolver
+from gpulens.agent.clock import SimulatedClock
+from gpulens.agent.diagnosis import Diagnoser, Settings
+from gpulens.agent.jobs.receiver import Receiver
+from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.sampler import Sampler
+from gpulens.agent.simulator.scenario import parse_scenario
+from gpulens.agent.sources import LiveSources
 
-from gpulens.vocabulary import Reason, State  # noqa: E402
+from gpulens.vocabulary import Reason, State
 
 TRAIN = """
 import sys, time, torch, gpulens.torch
