@@ -400,9 +400,9 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         "memory_peak_bytes": gauge("gpulens_job_memory_peak_bytes",
                                    "Most device memory the job's processes used on one GPU since it started."),
         "memory_capacity_bytes": gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
-        "torch_allocated_peak_bytes": gauge("gpulens_job_torch_allocated_max_bytes",
+        "torch_allocated_peak_bytes": gauge("gpulens_job_torch_allocated_peak_bytes",
                                             "Highest PyTorch allocated-bytes peak the job reported."),
-        "torch_reserved_peak_bytes": gauge("gpulens_job_torch_reserved_max_bytes",
+        "torch_reserved_peak_bytes": gauge("gpulens_job_torch_reserved_peak_bytes",
                                            "Highest PyTorch reserved-bytes peak the job reported."),
     }
     memory = gauge("gpulens_job_memory_used_bytes",
