@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulens.credentials import BASIC_AUTH_FILE, Credentials
-from gpulens.httpclient import HttpClient
+from gpulens.httpclient import HttpClient, parse_json
 
 
 class AgentClient(HttpClient):
@@ -29,8 +29,8 @@ class AgentClient(HttpClient):
         """Return the agent's /api/v1/jobs answer, a JSON object whose "jobs" the caller checks."""
         response = self.get("/api/v1/jobs", params)
         try:
-            body = response.json()
-        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+            body = parse_json(response)
+        except ValueError:
             body = None
         if not response.ok:
             detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)

@@ -5,10 +5,12 @@ fragment, and what went wrong with the fix, on one line, every secret the client
 from __future__ import annotations
 
 import base64
+import gc
 import ssl
 import threading
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any
 
 import requests
 
@@ -85,6 +87,24 @@ class HttpClient:
     def error(self, what: str) -> HttpError:
         """Return the HttpError that says `what` about this server."""
         return HttpError(self.where, self.said(what, 1000))
+
+
+def parse_json(response: requests.Response) -> Any:
+    """Return the answer's JSON; raise ValueError for anything else, arrays nested thousands deep included.
+
+    The decoder recurses once per level: a hostile answer takes it to the recursion limit. Cyclic garbage
+    collected down there (a discarded session's connection pool) runs its finalizers with no stack left,
+    and they fail noisily; so the collector waits while one answer is decoded.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return response.json()
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _secrets(credentials: Credentials, parts: urllib.parse.SplitResult) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from gpulens.credentials import Credentials
-from gpulens.httpclient import HttpClient
+from gpulens.httpclient import HttpClient, parse_json
 
 # The fixes, in the flags of both commands that read a Prometheus (`gpulens dashboard`, `gpulens report`).
 UNREACHABLE = "check the --prometheus address and that the server is up"
@@ -55,8 +55,8 @@ class PrometheusApi(HttpClient):
     def _data(self, path: str, params: dict[str, str], what: str) -> Any:
         response = self.get(path, params)
         try:
-            body = response.json()
-        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+            body = parse_json(response)
+        except ValueError:
             raise self.error(
                 f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
                 "is --prometheus the Prometheus server itself (not Grafana or a login page)?") from None
