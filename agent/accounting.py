@@ -92,10 +92,21 @@ class _Open:
 
 
 @dataclass(frozen=True)
+class _Row:
+    """One job with series, as of the last cycle."""
+
+    total: JobRecord
+    job: Job
+    memory_bytes: int | None  # the most device memory it used on one GPU this cycle; None once it is gone
+    gpus: frozenset[str]  # the GPUs it holds this cycle
+    host: HostUsage | None
+
+
+@dataclass(frozen=True)
 class _Exported:
     """What the exposition reads, replaced whole after each cycle (scrapes run in other threads)."""
 
-    jobs: tuple[tuple[JobRecord, Job, bool, int, frozenset[str], HostUsage | None], ...] = ()
+    jobs: tuple[_Row, ...] = ()
     allocations: tuple[tuple[tuple[str, str], Job], ...] = ()  # (GPU labels, job) for the jobs exported
     not_exported: int = 0
 
@@ -239,7 +250,7 @@ class JobAccounting:
             found = snapshot.analysis.gpus.get(gpu.identity.uuid)
             allocations += [(gpu.labels, job) for job in (found.jobs if found else ()) if (job.kind, job.id) in chosen]
         return _Exported(
-            jobs=tuple((o.total, o.job, o.last_seen_at == now, o.memory_bytes, o.gpus, o.host)
+            jobs=tuple(_Row(o.total, o.job, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
                        for o in chosen.values()),
             allocations=tuple(allocations),
             not_exported=len(jobs) - len(chosen),
@@ -255,7 +266,7 @@ class JobAccounting:
         exported = self._exported
         yield from _holding_metrics(exported)
         if self.export:
-            yield from job_metrics((r, memory if current else None) for r, _, current, memory, _, _ in exported.jobs)
+            yield from job_metrics((row.total, row.memory_bytes) for row in exported.jobs)
         if self.ledger is not None:
             yield from self.ledger.metrics()
 
@@ -287,13 +298,14 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
                  "near 1 with no workers means it feeds the GPU alone.")
     workers = gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
     io = gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
-    for record, job, current, _, held, host in exported.jobs:
+    for row in exported.jobs:
+        record, job, held, host = row.total, row.job, row.gpus, row.host
         labels = (job.kind, job.id)
         for state in State:
             value = record.state_seconds.get(state.value, 0.0)
             if value > 0:
                 seconds.add_metric((*labels, state.value), value)
-        if not current:
+        if row.memory_bytes is None:  # its last process went: no gauges of this cycle
             continue
         gpus.add_metric(labels, len(held))
         if host is not None:
