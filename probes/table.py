@@ -7,20 +7,16 @@ from typing import TextIO
 
 from gpulens.probes.results import BYTES_PER_SECOND, GpuReport, ProbeResult
 
+from gpulens import words
+
 CONVENTIONS = ("Device copies count bytes read plus bytes written (2 x buffer), as memory bandwidth is quoted; "
                "host and peer copies count each byte once. Matmuls count 2 n^3 FLOP per n x n product; "
                "peaks are dense datasheet figures.")
 
 
 def human(value: float | None, unit: str) -> str:
-    """Return `value` with a decimal prefix: 3.35e12 bytes/s -> "3.35 TB/s", 9.9e14 FLOP/s -> "990 TFLOP/s"."""
-    if value is None:
-        return "-"
-    base = "B/s" if unit == BYTES_PER_SECOND else "FLOP/s"
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{base}"
-    return f"{value:.3g} {base}"
+    """Return a probe's rate with a decimal prefix: 3.35e12 bytes/s -> "3.35 TB/s"; "-" when not measured."""
+    return words.rate(value, "B/s" if unit == BYTES_PER_SECOND else "FLOP/s") or "-"
 
 
 def _row(r: ProbeResult) -> tuple[str, ...]:

@@ -230,11 +230,11 @@ def test_no_bigger_batch_when_memory_is_short():
 def test_numbers_are_formatted_for_people():
     text = render("allocator_fragmentation", {"torch_reserved_bytes": 70 * GIB, "torch_allocated_bytes": 52.4 * GIB,
                                               "alloc_retries": 1}).text
-    assert "70 GiB" in text and "52 GiB" in text and "18 GiB" in text and "1 allocation," in text
+    assert "70 GiB" in text and "52.4 GiB" in text and "17.6 GiB" in text and "1 allocation," in text
     assert "3.5 GiB" in render("right_size_gpu", {"memory_used_ratio": 0.035, "memory_total_bytes": 80 * GIB,
                                                   "sm_activity": 0.1}).text  # 2.8 GiB in use plus 25%
     idle = render("release_idle_gpu", {"idle_seconds": 9000, "held_seconds": 21600}).text
-    assert "2.5 h of the 6.0 h" in idle
+    assert "2 h 30 min of the 6 h" in idle
     assert "18%" in render("host_device_sync", {"busy_ratio": 0.183}).text
     assert "45 s" in render("release_idle_gpu", {"idle_seconds": 45}).text
 

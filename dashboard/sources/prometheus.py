@@ -34,6 +34,7 @@ from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi, label_value
 from gpulens.usage import LAST_EPOCH
 from gpulens.vocabulary import WASTED_STATES
+from gpulens.words import duration
 
 _WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
 
@@ -197,10 +198,7 @@ def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
 
 
 def _span(seconds: float) -> str:
-    hours = seconds / 3600
-    if hours >= 48 and hours % 24 == 0:
-        return f"over the last {hours / 24:g} days"
-    return f"over the last {hours:g} hour{'s' if hours != 1 else ''}"
+    return f"over the last {duration(seconds)}"
 
 
 def _timestamp(text: Any) -> float | None:

@@ -11,6 +11,12 @@ from collections.abc import Mapping
 
 from gpulens.vocabulary import Condition, Reason, State
 
+# The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
+from gpulens.words import duration as duration
+from gpulens.words import gib as gib
+from gpulens.words import gpu_hours as gpu_hours
+from gpulens.words import percent as percent
+
 STATE_ORDER = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED, State.BUSY, State.FREE, State.UNKNOWN)
 
 STATE_NAME = {
@@ -108,39 +114,6 @@ def evidence_text(evidence: Mapping[str, float]) -> str:
         else:
             parts.append(pattern.format(value))
     return "; ".join(parts)
-
-
-def duration(seconds: float | None) -> str:
-    """Return a duration as '45 s', '12 min', '3 h 05 min' or '2 d 4 h'; '' for None."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
-
-
-def gib(value: float | None) -> str:
-    """Return bytes as GiB with one decimal ('' for None)."""
-    return "" if value is None else f"{value / 2**30:.1f} GiB"
-
-
-def percent(value: float | None) -> str:
-    return "" if value is None or not math.isfinite(value) else f"{value:.0%}"
-
-
-def gpu_hours(seconds: float) -> str:
-    """Return GPU-seconds as GPU-hours with two decimals ('under 0.01 GPU-h' for a little above zero)."""
-    if 0 < seconds < 36:
-        return "under 0.01 GPU-h"
-    return f"{seconds / 3600:.2f} GPU-h"
 
 
 def owner(user: str, namespace: str) -> str:

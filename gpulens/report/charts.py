@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from html import escape
 
+from gpulens import words
 from gpulens.usage import STATES, TimelinePoint
 
 # Colours per state: one hue each, red for waste that has a cause in the job, grey for the unknown.
@@ -105,9 +106,9 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
                 continue
             w = value / top * width
             parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOURS[state]}">'
-                         f"<title>{escape(key)}: {escape(state)} {value / 3600:.2f} GPU-hours</title></rect>")
+                         f"<title>{escape(key)}: {escape(state)} {words.gpu_hours(value)}</title></rect>")
             x += w
-        parts.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{sum(seconds.values()) / 3600:,.1f} h</text>')
+        parts.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{words.gpu_hours(sum(seconds.values()))}</text>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
             f'height="{height}" font-size="11" font-family="sans-serif"><title>GPU-hours by state</title>'
             f"{''.join(parts)}</svg>")

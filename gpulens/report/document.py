@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
+from gpulens import words
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import State
@@ -41,31 +42,20 @@ class Document:
 
 
 def hours(seconds: float) -> str:
+    """GPU-seconds as the number in a GPU-hours column: 5400 -> '1.50'."""
     return f"{seconds / 3600:,.2f}"
 
 
 def percent(ratio: float | None) -> str:
-    return "n/a" if ratio is None else f"{ratio * 100:.0f}%"
+    return words.percent(ratio) or "n/a"
 
 
 def gib(n_bytes: float) -> str:
-    return "n/a" if not n_bytes else f"{n_bytes / 2**30:,.1f} GiB"
+    return words.gib(n_bytes or None) or "n/a"  # a peak of 0 is one never reported
 
 
 def when(epoch: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
-
-
-def span(seconds: float) -> str:
-    seconds = int(seconds)
-    d, rest = divmod(seconds, 86_400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    if d:
-        return f"{d}d {h}h {m}m"
-    if h:
-        return f"{h}h {m}m"
-    return f"{m}m {s}s" if m else f"{s}s"
 
 
 def kwh(joules: float) -> str:
@@ -138,7 +128,7 @@ def job_document(report: JobReport) -> Document:
         ("job", f"{r.kind} {r.id}"),
         ("owner", owner),
         ("status", "running" if r.running else "finished"),
-        ("time", f"{when(r.start)} to {when(r.last_seen)} ({span(r.duration_seconds)})"),
+        ("time", f"{when(r.start)} to {when(r.last_seen)} ({words.duration(r.duration_seconds)})"),
         ("GPUs", f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
                  + (f" on {', '.join(r.nodes)}" if r.nodes else "")),
         ("verdict", mark_text(report.flag, r.busy_ratio)),
@@ -163,7 +153,8 @@ def fleet_document(report: FleetReport) -> Document:
     total = report.total.total
     facts = (
         ("period", f"{when(report.since)} to {when(report.until)}"),
-        ("jobs", f"{report.total.jobs} ({len(report.short)} shorter than {span(report.min_duration)}, not judged)"),
+        ("jobs", f"{report.total.jobs} ({len(report.short)} shorter than {words.duration(report.min_duration)}, "
+                 "not judged)"),
         ("GPU-hours", hours(total.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({percent(_share(total))})"),
         ("busy ratio", percent(total.busy_ratio)),
@@ -195,9 +186,9 @@ def fleet_document(report: FleetReport) -> Document:
         tuple(mark for _, mark in report.jobs[:WORST_JOBS_SHOWN]),
     )
     short = Table(
-        f"Shorter than {span(report.min_duration)}: listed, not judged",
+        f"Shorter than {words.duration(report.min_duration)}: listed, not judged",
         ("job", "owner", "duration", "GPU-hours"),
-        tuple((job_name(r), r.user, span(r.duration_seconds), hours(r.gpu_seconds))
+        tuple((job_name(r), r.user, words.duration(r.duration_seconds), hours(r.gpu_seconds))
               for r in report.short[:SHORT_JOBS_SHOWN]),
     )
     notes = [f"Source: {report.source}."]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gpulens import words
 from gpulens.report import charts
 from gpulens.report.document import Document, fleet_document, job_document
 from gpulens.report.summary import FleetReport, JobReport
@@ -57,7 +58,7 @@ def render_job(report: JobReport) -> str:
     capacity = report.record.memory_capacity_bytes / 2**30
     figures = [
         ("GPU state over time", charts.state_timeline(points)),
-        ("Busy ratio over time", charts.line(points, _busy, "busy ratio", 1.0, lambda v: f"{v * 100:.0f}%")),
+        ("Busy ratio over time", charts.line(points, _busy, "busy ratio", 1.0, words.percent)),
         ("Device memory over time (most used on one GPU)",
          charts.line(points, _memory, "device memory", capacity, lambda v: f"{v:.0f} GiB")),
     ]

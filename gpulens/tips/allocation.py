@@ -5,22 +5,13 @@ from __future__ import annotations
 from gpulens.tips.evidence import Facts, job_kind
 from gpulens.tips.thresholds import IDLE_POLICY_SECONDS, LIGHT_ACTIVITY, LIGHT_MEMORY, RIGHT_SIZE_HEADROOM
 from gpulens.tips.tip import UNDER, Family, always
-from gpulens.tips.wording import gib, join, on_gpu, pct, said
+from gpulens.tips.wording import on_gpu, said
 from gpulens.vocabulary import Reason
+from gpulens.words import duration, gib, join, percent
 
 _IDLE = (Reason.NO_KERNELS.value, Reason.ALLOCATED_NO_PROCESS.value)
 
 family = Family()
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def _light(f: Facts) -> tuple[bool | None, bool | None]:
@@ -33,11 +24,11 @@ def _light(f: Facts) -> tuple[bool | None, bool | None]:
 def _idle_observed(f: Facts) -> str:
     idle, held = f.number("idle_seconds"), f.number("held_seconds")
     if idle is not None and held:
-        return f"no kernel has run for {_duration(idle)} of the {_duration(held)} this GPU has been held"
+        return f"no kernel has run for {duration(idle)} of the {duration(held)} this GPU has been held"
     if idle is not None:
-        return f"no kernel has run for {_duration(idle)}"
+        return f"no kernel has run for {duration(idle)}"
     if held is not None:
-        return f"this GPU has been held for {_duration(held)}"
+        return f"this GPU has been held for {duration(held)}"
     return ""
 
 
@@ -68,11 +59,11 @@ def _right_size_text(f: Facts) -> str:
     if light_memory and total:
         seen.append(f"the job uses {gib(used * total)} of the {gib(total)}{on_gpu(f)}")
     elif light_memory:
-        seen.append(f"the job uses {pct(used)} of the GPU memory")
+        seen.append(f"the job uses {percent(used)} of the GPU memory")
     if light_compute and sm is not None:
-        seen.append(f"the SMs are active {pct(sm)} of the time")
+        seen.append(f"the SMs are active {percent(sm)} of the time")
     elif light_compute:
-        seen.append(f"the GPU is busy {pct(busy)} of the time")
+        seen.append(f"the GPU is busy {percent(busy)} of the time")
     if used is not None and total:
         size = (f"a MIG slice or a smaller GPU with at least {gib(used * total * RIGHT_SIZE_HEADROOM)} (the memory in "
                 f"use plus {round((RIGHT_SIZE_HEADROOM - 1) * 100)}%)")
@@ -137,7 +128,7 @@ def _policy_text(f: Facts) -> str:
 )
 def _unused_request_text(f: Facts) -> str:
     held = f.number("held_seconds")
-    observed = (f"the scheduler has given this GPU to a job for {_duration(held)} and no process has run on it"
+    observed = (f"the scheduler has given this GPU to a job for {duration(held)} and no process has run on it"
                 if held is not None else "")
     advice = ("the job requests a GPU it does not use (a sidecar, a CPU-only step, a service waiting for traffic); "
               "remove `nvidia.com/gpu` or `--gres=gpu` from steps that do not need it, split CPU-only steps into "

@@ -8,8 +8,9 @@ from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, wait_notable
 from gpulens.tips.thresholds import DRAM_BOUND
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, join, on_gpu, pct, said
+from gpulens.tips.wording import gpu_busy, on_gpu, said
 from gpulens.vocabulary import Reason
+from gpulens.words import join, percent
 
 family = Family()
 
@@ -69,7 +70,7 @@ def _mixed_precision_text(f: Facts) -> str:
         on = f"autocast is already on ({dtype})" if dtype else "autocast is already on"
         tail = "check that the heavy ops run inside the autocast region and that matmul sizes are multiples of 8"
         if tensor is not None:
-            on += f" yet the Tensor Cores are active {pct(tensor)} of the time"
+            on += f" yet the Tensor Cores are active {percent(tensor)} of the time"
         if dtype and "16" in dtype and "bf" not in dtype.lower() and ampere:
             tail += f"; on this {f.text('model')} `dtype=torch.bfloat16` needs no GradScaler"
         return said(on, tail)
@@ -77,11 +78,11 @@ def _mixed_precision_text(f: Facts) -> str:
     if autocast is False:
         seen.append("autocast is off")
     if tensor is not None:
-        seen.append(f"the Tensor Cores are active {pct(tensor)} of the time"
-                    + (f" while the SMs are active {pct(sm)}" if sm is not None else ""))
+        seen.append(f"the Tensor Cores are active {percent(tensor)} of the time"
+                    + (f" while the SMs are active {percent(sm)}" if sm is not None else ""))
     memory_bound = dram is not None and dram >= DRAM_BOUND
     if memory_bound:
-        seen.append(f"DRAM bandwidth is at {pct(dram)} of peak")
+        seen.append(f"DRAM bandwidth is at {percent(dram)} of peak")
     observed = join(seen)
     if autocast is False:
         observed += f", so matmuls and convolutions run in float32 without Tensor Cores{on_gpu(f)}"
@@ -162,13 +163,13 @@ def _compile_text(f: Facts) -> str:
     dram, sm = f.ratio("dram_bandwidth"), f.ratio("sm_activity")
     observed = ""
     if _small_kernels(f):
-        observed = (f"kernels run {pct(busy)} of the time but keep {pct(occupancy)} of the SMs' warp slots "
+        observed = (f"kernels run {percent(busy)} of the time but keep {percent(occupancy)} of the SMs' warp slots "
                     "occupied, the mark of many small kernels")
     elif _launch_bound(f):
-        observed = (f"the main process uses {pct(main)} of a core while the GPU is busy {pct(busy)} of the time, "
-                    "so Python and kernel launches set the pace")
+        observed = (f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
+                    "of the time, so Python and kernel launches set the pace")
     elif _memory_bound(f):
-        observed = (f"DRAM bandwidth is at {pct(dram)} while the SMs are active {pct(sm)}, the mark of "
+        observed = (f"DRAM bandwidth is at {percent(dram)} while the SMs are active {percent(sm)}, the mark of "
                     "memory-bound elementwise work")
     advice = ("compile the model with `model = torch.compile(model)`, which fuses chains of elementwise ops into fewer "
               "kernels that each read memory once; `mode='reduce-overhead'` adds CUDA graphs against launch overhead, "
@@ -195,8 +196,8 @@ def _graphs_text(f: Facts) -> str:
     busy, main = f.ratio("busy_ratio"), f.ratio("main_process_cpu_ratio")
     observed = ""
     if _launch_bound(f):
-        observed = (f"the main process uses {pct(main)} of a core while the GPU is busy {pct(busy)} of the time "
-                    "and no wait for batches is reported, so the CPU cannot launch kernels fast enough")
+        observed = (f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
+                    "of the time and no wait for batches is reported, so the CPU cannot launch kernels fast enough")
     advice = ("capture the static part of the step in a CUDA graph, which replays all its kernels with one launch; "
               "`torch.compile(model, mode='reduce-overhead')` does it for you, or by hand `torch.cuda.graph` and "
               "`torch.cuda.make_graphed_callables`; shapes must be static and the captured code free of CPU syncs")
@@ -262,7 +263,7 @@ def _sync_text(f: Facts) -> str:
     main = f.ratio("main_process_cpu_ratio")
     seen = [gpu_busy(f)]
     if main is not None:
-        seen.append(f"the main process uses {pct(main)} of a core")
+        seen.append(f"the main process uses {percent(main)} of a core")
     observed = " while ".join(s for s in seen if s)
     advice = ("every `.item()`, `.cpu()`, `.numpy()`, `print(tensor)` or `if tensor:` in the step makes the CPU wait "
               "for the GPU, and the GPU then waits for the CPU to catch up. Log every N steps, keep running metrics "

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from gpulens.tips.evidence import Facts, pcie_bandwidth
 from gpulens.tips.tip import DCGM_FEATURES, NVSMI, Family, always
-from gpulens.tips.wording import join, pct, plural, said
+from gpulens.tips.wording import said
 from gpulens.vocabulary import Condition, Reason
+from gpulens.words import join, percent, plural
 
 # Xid codes seen most on compute nodes: (meaning, what to do). From NVIDIA's Xid catalog and GPU debug
 # guidelines (docs.nvidia.com/deploy/xid-errors, docs.nvidia.com/deploy/gpu-debug-guidelines).
@@ -223,12 +224,12 @@ def _power_text(f: Facts) -> str:
     power = f.ratio("power_ratio")
     check = "compare the enforced, default and maximum power limits in `nvidia-smi -q -d POWER`"
     if power is not None and power >= 0.95:
-        observed = f"the GPU draws {pct(power)} of its power limit and the driver lowers clocks to stay under it"
+        observed = f"the GPU draws {percent(power)} of its power limit and the driver lowers clocks to stay under it"
         advice = (f"that is normal at full load; if throughput matters more than energy, {check}, raise a lowered "
                   "limit with `nvidia-smi -pl <watts>` (root, up to the maximum), or ask whoever caps power in the "
                   "data centre (DCGM power policy, rack or BMC capping)")
     elif power is not None:
-        observed = f"the power cap holds clocks down while the GPU draws {pct(power)} of its limit"
+        observed = f"the power cap holds clocks down while the GPU draws {percent(power)} of its limit"
         advice = (f"short spikes or a limit set below the default do that; {check}, and raise a lowered limit with "
                   "`nvidia-smi -pl <watts>` or ask whoever caps power in the data centre")
     else:
@@ -255,7 +256,7 @@ def _pcie_text(f: Facts) -> str:
         observed = f"the PCIe link runs Gen{g} x{w} but can run Gen{g_max} x{w_max}"
         now, best = pcie_bandwidth(g, w), pcie_bandwidth(g_max, w_max)
         if now is not None and best:
-            observed += (f": about {now:.0f} GB/s per direction instead of {best:.0f} ({pct(now / best)}), which "
+            observed += (f": about {now:.0f} GB/s per direction instead of {best:.0f} ({percent(now / best)}), which "
                          "slows every host-device copy")
     elif w and w_max:
         observed = f"the PCIe link runs x{w} of x{w_max} lanes"

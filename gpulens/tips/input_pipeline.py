@@ -9,8 +9,9 @@ from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, job_kind, pcie_bandwidth, wait_notable
 from gpulens.tips.thresholds import CPU_MOSTLY_WAITING, INPUT_MILD_MAX, PREFETCH_MAX, WORKERS_START_MAX
 from gpulens.tips.tip import NVSMI, PT, STARVED, TUNING, Family, Score, always
-from gpulens.tips.wording import cap, gpu_busy, join, pct, plural, said
+from gpulens.tips.wording import cap, gpu_busy, said
 from gpulens.vocabulary import Reason
+from gpulens.words import join, percent, plural
 
 _DATA = f"{PT}/data.html"
 _DALI = "https://docs.nvidia.com/deeplearning/dali/user-guide/docs/index.html"
@@ -103,11 +104,11 @@ def _workers_text(f: Facts) -> str:
     if n is not None:
         seen.append(f"`num_workers` is {n}")
     if main is not None:
-        seen.append(f"the main process uses {pct(main)} of a core")
+        seen.append(f"the main process uses {percent(main)} of a core")
     if worker is not None and n:
-        seen.append(f"the busiest worker {pct(worker)}")
+        seen.append(f"the busiest worker {percent(worker)}")
     if wait is not None:
-        seen.append(f"each step waits {pct(wait)} of its time for the next batch")
+        seen.append(f"each step waits {percent(wait)} of its time for the next batch")
     observed, busy = join(seen), gpu_busy(f)
     if busy:
         observed = f"{observed} while {busy}" if observed else busy
@@ -154,7 +155,7 @@ def _pin_text(f: Facts) -> str:
     generation, width = f.count("pcie_generation"), f.count("pcie_width")
     seen = []
     if wait is not None:
-        seen.append(f"each step waits {pct(wait)} of its time for its batch")
+        seen.append(f"each step waits {percent(wait)} of its time for its batch")
     bandwidth = pcie_bandwidth(generation, width)
     if bandwidth is not None:
         seen.append(f"every batch crosses a PCIe Gen{generation} x{width} link (about {bandwidth:.0f} GB/s "
@@ -217,7 +218,7 @@ def _prefetch_text(f: Facts) -> str:
     if persistent is False:
         seen.append("`persistent_workers` off (the workers restart every epoch)")
     if wait is not None:
-        seen.append(f"steps waiting {pct(wait)} of their time for the next batch")
+        seen.append(f"steps waiting {percent(wait)} of their time for the next batch")
     actions = []
     if persistent is not True:
         actions.append("set `persistent_workers=True`")
@@ -266,7 +267,7 @@ def _preprocessing_text(f: Facts) -> str:
     worker, cores, used = f.ratio("workers_cpu_ratio_max"), f.number("cpu_cores_allowed"), f.number("cpu_cores_used")
     seen = []
     if worker is not None and worker >= t.CPU_SATURATED:
-        seen.append(f"the busiest DataLoader worker uses {pct(worker)} of a core")
+        seen.append(f"the busiest DataLoader worker uses {percent(worker)} of a core")
     if cores is not None and used is not None and used >= cores - 0.5:
         seen.append(f"the job uses {used:.1f} of the {_cores(cores)} it may use")
     observed, busy = join(seen), gpu_busy(f)
@@ -346,12 +347,12 @@ def _storage_text(f: Facts) -> str:
     wait, main, worker = f.ratio("data_wait_ratio"), f.ratio("main_process_cpu_ratio"), f.ratio("workers_cpu_ratio_max")
     seen = []
     if wait is not None:
-        seen.append(f"each step waits {pct(wait)} of its time for data")
+        seen.append(f"each step waits {percent(wait)} of its time for data")
     cpu = []
     if main is not None:
-        cpu.append(f"the main process uses {pct(main)} of a core")
+        cpu.append(f"the main process uses {percent(main)} of a core")
     if worker is not None:
-        cpu.append(f"the busiest worker {pct(worker)}")
+        cpu.append(f"the busiest worker {percent(worker)}")
     observed = join(seen)
     if cpu:
         observed = f"{observed}, yet {join(cpu)}" if observed else join(cpu)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from gpulens.tips.evidence import Facts
 from gpulens.tips.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score
-from gpulens.tips.wording import gib, join, pct, plural, said
+from gpulens.tips.wording import said
 from gpulens.vocabulary import Reason
+from gpulens.words import gib, join, percent, plural
 
 family = Family()
 
@@ -17,8 +18,8 @@ def _memory_used(f: Facts) -> str:
     if used is None:
         return ""
     if total:
-        return f"the GPU uses {pct(used)} of its {gib(total)}"
-    return f"the GPU uses {pct(used)} of its memory"
+        return f"the GPU uses {percent(used)} of its {gib(total)}"
+    return f"the GPU uses {percent(used)} of its memory"
 
 
 def _memory_short(f: Facts) -> bool:
@@ -44,7 +45,7 @@ def _memory_pressure(f: Facts) -> str:
     seen = []
     used = f.ratio("memory_used_ratio")
     if used is not None:
-        seen.append(f"memory is {pct(used)} used")
+        seen.append(f"memory is {percent(used)} used")
     ooms = f.count("ooms")
     if ooms:
         seen.append(f"the job hit {plural(ooms, 'out-of-memory error')}")
@@ -96,10 +97,10 @@ def _batch_text(f: Facts) -> str:
         seen.append(f"`batch_size` is {batch}")
     seen.append(_memory_used(f))
     if occupancy is not None:
-        seen.append(f"{pct(occupancy)} of the SMs' warp slots are occupied")
+        seen.append(f"{percent(occupancy)} of the SMs' warp slots are occupied")
     elif sm is not None:
-        seen.append(f"the SMs are active {pct(sm)} of the time")
-    target = f"aiming at {pct(MEMORY_TARGET)} of memory"
+        seen.append(f"the SMs are active {percent(sm)} of the time")
+    target = f"aiming at {percent(MEMORY_TARGET)} of memory"
     if factor is not None and factor >= 2 and batch:
         advice = f"try `batch_size={batch * factor}` ({factor}x, {target})"
     elif factor is not None and factor >= 2:

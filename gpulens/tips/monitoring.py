@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from gpulens.tips.evidence import Facts
 from gpulens.tips.tip import DCGM_FEATURES, HEALTHY, NVSMI, PT, STARVED, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, join, pct, said
+from gpulens.tips.wording import gpu_busy, said
 from gpulens.vocabulary import Reason
+from gpulens.words import join, percent
 
 family = Family()
 
@@ -24,7 +25,7 @@ def _profile_text(f: Facts) -> str:
     seen = [gpu_busy(f)]
     sm, steps = f.ratio("sm_activity"), f.number("steps_per_second")
     if sm is not None:
-        seen.append(f"the SMs are active {pct(sm)} of the time")
+        seen.append(f"the SMs are active {percent(sm)} of the time")
     if steps is not None:
         seen.append(f"the job runs {steps:.2g} steps per second")
     observed = join(seen)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts
 from gpulens.tips.tip import NVSMI, PT, Family, always
-from gpulens.tips.wording import join, pct, plural, said
+from gpulens.tips.wording import said
 from gpulens.vocabulary import Reason
+from gpulens.words import join, percent, plural
 
 family = Family()
 
@@ -28,7 +29,7 @@ def _ddp_score(f: Facts) -> int:
 )
 def _ddp_text(f: Facts) -> str:
     main = f.ratio("main_process_cpu_ratio")
-    observed = f"the main process uses {pct(main)} of a core" if main is not None else ""
+    observed = f"the main process uses {percent(main)} of a core" if main is not None else ""
     advice = ("if the job drives several GPUs with `nn.DataParallel`, one Python process scatters inputs and gathers "
               "outputs for all of them every step; launch one process per GPU with `torchrun` and wrap the model in "
               "`DistributedDataParallel`, which overlaps the gradient all-reduce with the backward pass")
@@ -68,11 +69,11 @@ def _hang_text(f: Facts) -> str:
     busy, sm, power = f.ratio("busy_ratio"), f.ratio("sm_activity"), f.ratio("power_ratio")
     seen = []
     if busy is not None:
-        seen.append(f"a kernel has been running {pct(busy)} of the time")
+        seen.append(f"a kernel has been running {percent(busy)} of the time")
     if sm is not None:
-        seen.append(f"the SMs are {pct(sm)} active")
+        seen.append(f"the SMs are {percent(sm)} active")
     if power is not None:
-        seen.append(f"the GPU draws {pct(power)} of its power limit")
+        seen.append(f"the GPU draws {percent(power)} of its power limit")
     observed = join(seen)
     if observed:
         observed += (": a kernel spins without work, most often an NCCL collective waiting for a rank that never "

@@ -1,32 +1,9 @@
-"""How tips write numbers and sentences: whole percents, GiB, "a, b and c", "Observed: advice."."""
+"""How tips write sentences: "Observed: advice.". Numbers and lists are written by `gpulens.words`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from gpulens.tips.evidence import Facts
-
-
-def pct(ratio: float) -> str:
-    """Return a ratio as a whole percent: 0.183 -> "18%"."""
-    return f"{round(ratio * 100)}%"
-
-
-def gib(n_bytes: float) -> str:
-    n = n_bytes / 2**30
-    return f"{n:.1f} GiB" if n < 10 else f"{n:.0f} GiB"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def join(parts: Iterable[str]) -> str:
-    """Return "a", "a and b" or "a, b and c"."""
-    items = [p for p in parts if p]
-    if len(items) < 2:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
+from gpulens.words import percent
 
 
 def cap(text: str) -> str:
@@ -47,4 +24,4 @@ def on_gpu(f: Facts) -> str:
 
 def gpu_busy(f: Facts) -> str:
     busy = f.ratio("busy_ratio")
-    return "" if busy is None else f"the GPU is busy {pct(busy)} of the time"
+    return "" if busy is None else f"the GPU is busy {percent(busy)} of the time"

@@ -123,10 +123,10 @@ def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["GPUs held now"] == "1"
     assert metrics["Waits for data"] == "72%"
-    assert metrics["Device memory in use"] == "30.0 GiB"
+    assert metrics["Device memory in use"] == "30 GiB"
     page = text(at)
     assert "slurm job 81234" in page
-    assert "PyTorch holds 22.0 GiB in tensors and has reserved 28.0 GiB" in page
+    assert "PyTorch holds 22 GiB in tensors and has reserved 28 GiB" in page
     assert "Tip: Add DataLoader workers." in page
     assert "gpulens report job 81234" in page and "--format html" in page
     assert charts(at) == 1

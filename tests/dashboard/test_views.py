@@ -62,11 +62,7 @@ def test_heatmap_rows_name_state_reason_and_owner_in_words():
                    "owner": "nobody", "model": "NVIDIA A100-SXM4-80GB"}
 
 
-def test_words_give_units_and_plain_names():
-    assert words.duration(45) == "45 s" and words.duration(720) == "12 min"
-    assert words.duration(3 * 3600 + 300) == "3 h 05 min" and words.duration(3 * 86400 + 7200) == "3 d 2 h"
-    assert words.gib(80 * 2**30) == "80.0 GiB" and words.percent(0.724) == "72%"
-    assert words.gpu_hours(5400) == "1.50 GPU-h" and words.gpu_hours(10) == "under 0.01 GPU-h"
+def test_words_give_plain_names():
     assert words.state_name("data_starved") == "Starved for data"
     assert words.evidence_text({"busy_ratio": 0.27, "data_wait_ratio": 0.72, "idle_seconds": 30}) == (
         "work running 27% of the time; job waits for data 72% of each step")

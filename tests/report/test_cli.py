@@ -93,7 +93,7 @@ def test_terminal_table(capsys, fleet_run, tmp_path):
     assert "Reclaim idle GPUs automatically" in text
     assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--min-duration", "1h"]) == 0
     text = capsys.readouterr().out
-    assert "Shorter than 1h 0m: listed, not judged" in text and "notebook-bob-0" in text
+    assert "Shorter than 1 h: listed, not judged" in text and "notebook-bob-0" in text
 
 
 def test_unknown_job(capsys, fleet_run):

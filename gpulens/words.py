@@ -1,0 +1,76 @@
+"""Numbers as people read them: durations, sizes, percentages, rates and lists, written one way on every
+page, report and tip. `gpulens.units` reads what people write; this module writes what they read.
+
+Each function returns "" for a value that is not known (None, NaN, infinity); the caller says what an
+unknown reads as in its place ("n/a" in a report, "unknown" on a dashboard card).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+GIB = 2**30
+
+
+def _known(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def duration(seconds: float | None) -> str:
+    """Return '45 s', '12 min', '3 h', '3 h 05 min', '2 d' or '2 d 4 h': two units at most, none of them zero."""
+    if seconds is None or not _known(seconds):
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def gib(n_bytes: float | None) -> str:
+    """Return bytes as GiB to a tenth, a whole number without its '.0': '79.6 GiB', '80 GiB', '1,024 GiB'."""
+    if n_bytes is None or not _known(n_bytes):
+        return ""
+    return f"{n_bytes / GIB:,.1f}".removesuffix(".0") + " GiB"
+
+
+def percent(ratio: float | None) -> str:
+    """Return a ratio as a whole percent: 0.724 -> '72%'."""
+    return f"{ratio:.0%}" if ratio is not None and _known(ratio) else ""
+
+
+def gpu_hours(seconds: float) -> str:
+    """Return GPU-seconds as GPU-hours with two decimals ('under 0.01 GPU-h' for a little above zero)."""
+    if 0 < seconds < 36:
+        return "under 0.01 GPU-h"
+    return f"{seconds / 3600:.2f} GPU-h"
+
+
+def rate(value: float | None, unit: str) -> str:
+    """Return a rate with a decimal prefix and three digits: (3.35e12, 'B/s') -> '3.35 TB/s'."""
+    if value is None or not _known(value):
+        return ""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def plural(n: int, word: str) -> str:
+    """Return '1 GPU' or '3 GPUs'."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def join(parts: Iterable[str]) -> str:
+    """Return 'a', 'a and b' or 'a, b and c' (empty parts left out)."""
+    items = [p for p in parts if p]
+    if len(items) < 2:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,48 @@
+"""One way to write a number for people, on every page, report and tip."""
+
+import math
+
+import pytest
+
+from gpulens import words
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0 s"), (45, "45 s"), (59.4, "59 s"), (60, "1 min"), (720, "12 min"), (3599, "59 min"),
+    (3600, "1 h"), (3 * 3600 + 300, "3 h 05 min"), (5400, "1 h 30 min"), (47 * 3600 + 59 * 60, "47 h 59 min"),
+    (2 * 86400, "2 d"), (3 * 86400 + 7200, "3 d 2 h"), (-5, "0 s"),
+])
+def test_a_duration_reads_in_at_most_two_units(seconds, text):
+    assert words.duration(seconds) == text
+
+
+@pytest.mark.parametrize("unknown", [None, math.nan, math.inf])
+def test_an_unknown_number_is_written_as_nothing_so_the_caller_can_say_what_it_means(unknown):
+    assert words.duration(unknown) == words.gib(unknown) == words.percent(unknown) == words.rate(unknown, "B/s") == ""
+
+
+def test_sizes_percentages_and_gpu_hours():
+    assert words.gib(80 * 2**30) == "80 GiB" and words.gib(2**40) == "1,024 GiB"
+    assert words.gib(85_520_809_984) == "79.6 GiB" and words.gib(0) == "0 GiB" and words.gib(2**29) == "0.5 GiB"
+    assert words.percent(0.724) == "72%" and words.percent(0.0) == "0%" and words.percent(1.5) == "150%"
+    assert words.gpu_hours(5400) == "1.50 GPU-h" and words.gpu_hours(10) == "under 0.01 GPU-h"
+    assert words.gpu_hours(0) == "0.00 GPU-h"
+
+
+def test_rates_take_a_decimal_prefix_and_three_digits():
+    assert words.rate(3.35e12, "B/s") == "3.35 TB/s" and words.rate(989.5e12, "FLOP/s") == "990 TFLOP/s"
+    assert words.rate(12.0, "B/s") == "12 B/s" and words.rate(2.5e15, "FLOP/s") == "2.5 PFLOP/s"
+
+
+def test_lists_and_counts():
+    assert words.join([]) == "" and words.join(["a", "", "b"]) == "a and b"
+    assert words.join(["a", "b", "c"]) == "a, b and c"
+    assert words.plural(1, "GPU") == "1 GPU" and words.plural(3, "GPU") == "3 GPUs"
+
+
+def test_the_dashboard_reports_and_tips_write_a_span_the_same_way():
+    from gpulens.dashboard.views import words as page_words
+    from gpulens.report import document
+    assert page_words.duration(5400) == words.duration(5400) == "1 h 30 min"
+    assert document.percent(None) == "n/a" and document.percent(0.5) == words.percent(0.5)
+    assert document.gib(0) == "n/a" and document.gib(2**30) == words.gib(2**30)
