@@ -3,8 +3,10 @@
 import math
 
 import pytest
+from gpulens.dashboard.views import words as page_words
 
 from gpulens import words
+from gpulens.report import document
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
@@ -41,8 +43,6 @@ def test_lists_and_counts():
 
 
 def test_the_dashboard_reports_and_tips_write_a_span_the_same_way():
-    from gpulens.dashboard.views import words as page_words
-    from gpulens.report import document
     assert page_words.duration(5400) == words.duration(5400) == "1 h 30 min"
     assert document.percent(None) == "n/a" and document.percent(0.5) == words.percent(0.5)
     assert document.gib(0) == "n/a" and document.gib(2**30) == words.gib(2**30)
