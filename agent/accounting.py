@@ -30,20 +30,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
 from gpulens.agent.analysis import AnalysisResult
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import PROCESS, Job
 from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from gpulens.usage import JobRecord, TipUse, merge
 from gpulens.vocabulary import State
 
 if TYPE_CHECKING:
     from gpulens.agent.jobs.messages import JobReport
     from gpulens.agent.ledger import Ledger
-
     from gpulens.tips import RenderedTip
 
 log = logging.getLogger(__name__)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpulens import tips as tip_catalog
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import Job
 from gpulens.agent.collectors.base import GPU_LABELS
@@ -18,9 +21,6 @@ from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
 from gpulens.agent.jobs.messages import JobReport
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.agent.sources import NodeSources
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
-from gpulens import tips as tip_catalog
 from gpulens.tips import RenderedTip
 from gpulens.vocabulary import WASTED_STATES, State
 

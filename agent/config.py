@@ -17,10 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpulens import thresholds as t
 from gpulens.agent import collectors
 from gpulens.agent.server import parse_listen_address
-
-from gpulens import thresholds as t
 from gpulens.printable import printable, quoted
 from gpulens.units import UnitError, parse_duration, parse_size
 from gpulens.yamltext import YamlProblem, read_yaml_file

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from prometheus_client import CollectorRegistry
+
 from gpulens.agent import collectors as collector_registry
 from gpulens.agent import config as agent_config
 from gpulens.agent.access import Guard
@@ -32,7 +34,6 @@ from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.sources import LiveSources
 from gpulens.agent.webconfig import WebConfigError, WebConfigFile
-from prometheus_client import CollectorRegistry
 
 log = logging.getLogger("gpulens.agent")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector
-from gpulens.agent.snapshot import Snapshot
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens import __version__
+from gpulens.agent.collectors.base import GPU_LABELS, Collector
+from gpulens.agent.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 

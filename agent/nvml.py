@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pynvml
+
 from gpulens.agent import nvml_header as h
 
 log = logging.getLogger(__name__)

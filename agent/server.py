@@ -15,12 +15,12 @@ from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from gpulens.agent.access import PEER_CERT
-from gpulens.agent.exposition import ExpositionCache
-from gpulens.agent.jobs_api import BadQuery, answer
 from prometheus_client import CollectorRegistry
 
 from gpulens import __version__
+from gpulens.agent.access import PEER_CERT
+from gpulens.agent.exposition import ExpositionCache
+from gpulens.agent.jobs_api import BadQuery, answer
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
 # the process is wedged and should be restarted. NVML being down is not a reason to restart.

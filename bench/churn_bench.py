@@ -31,9 +31,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
+from prometheus_client import generate_latest
+
 from gpulens.agent import config, daemon
 from gpulens.agent.clock import ManualClock
-from prometheus_client import generate_latest
 
 GPUS = 8
 SHORT_LINES_PER_GPU = 5  # each every 4 s: 5 x 8 / 4 = 10 new processes a second on the node

@@ -30,9 +30,10 @@ import time
 import urllib.parse
 import urllib.request
 
+from streamlit.testing.v1 import AppTest
+
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
-from streamlit.testing.v1 import AppTest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLEET_PAGE = ROOT / "dashboard" / "pages" / "fleet.py"

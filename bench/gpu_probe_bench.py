@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+
 from gpulens.probes import cli
 from gpulens.probes.kernels import DTYPES, synchronize
 from gpulens.probes.table import human

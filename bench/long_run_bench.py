@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import psutil
 from churn import churn_jobs, churn_scenario, jobs_within
+from prometheus_client import CollectorRegistry, generate_latest
+
 from gpulens.agent import collectors
 from gpulens.agent.accounting import JOB_EXPIRY_SECONDS, JobAccounting
 from gpulens.agent.analysis import Analysis
@@ -41,7 +43,6 @@ from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import parse_scenario
-from prometheus_client import CollectorRegistry, generate_latest
 
 JOB_INFO = re.compile(rb'^gpulens_job_info\{[^}]*job_id="([^"]*)"', re.M)
 

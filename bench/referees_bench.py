@@ -18,7 +18,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpulens.agent.simulator.scenario import builtin_scenarios
-
 from tests.referees import peers
 from tests.referees.test_referees import AGENT, DRIVERS, PRECISION, SHOWS, _close, _spreads
 

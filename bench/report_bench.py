@@ -23,7 +23,6 @@ import time
 import tracemalloc
 
 from gpulens.agent.ledger import TIMELINE_SECONDS, Ledger
-
 from gpulens.report.cli import run
 from gpulens.usage import STATES, JobRecord, TipUse
 

@@ -19,9 +19,9 @@ import tempfile
 import time
 
 import torch
-from gpulens.agent.jobs.receiver import Receiver
 
 import gpulens.torch
+from gpulens.agent.jobs.receiver import Receiver
 
 
 def per_step_cost(items: int = 200_000, repeats: int = 7) -> float:

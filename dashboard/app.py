@@ -1,6 +1,7 @@
 """The gpulens dashboard: `streamlit run dashboard/app.py`, or `gpulens dashboard`, which sets the source."""
 
 import streamlit as st
+
 from gpulens.dashboard import gate
 
 st.set_page_config(page_title="gpulens", page_icon=":material/monitoring:", layout="wide")

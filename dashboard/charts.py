@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import altair as alt
 import pandas as pd
+
 from gpulens.dashboard.views import words
 
 _STATES = [words.state_name(s.value) for s in words.STATE_ORDER]

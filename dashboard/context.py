@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import altair as alt
 import streamlit as st
+
 from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
 from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, GpuHistory, Source, SourceProblem

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import streamlit as st
+
 from gpulens.dashboard import access
 
 

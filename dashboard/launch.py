@@ -23,10 +23,9 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
+from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
-
-from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.printable import printable
 from gpulens.urls import check_url
 

@@ -16,11 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TextIO
 
-from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
-from gpulens.probes.table import Progress, render
-
 from gpulens import thresholds
 from gpulens.printable import printable
+from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
+from gpulens.probes.table import Progress, render
 
 EXIT_OK = 0
 EXIT_SLOW = 1

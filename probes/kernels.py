@@ -25,6 +25,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
+
 from gpulens.probes.plan import Plan
 
 Matmul = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import psutil
 import torch
+
+from gpulens import thresholds
+from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 from gpulens.probes import kernels
 from gpulens.probes.plan import CPU_PLAN, GPU_PLAN, Plan, PlanError, fit
 from gpulens.probes.results import (
@@ -35,9 +38,6 @@ from gpulens.probes.results import (
 from gpulens.probes.safety import Budget, GpuBusy, Guard, NoGuard, TimeUp
 from gpulens.probes.steps import Step, steps
 from gpulens.probes.steps import skipped as skipped_result
-
-from gpulens import thresholds
-from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 
 DEFAULT_MEMORY_FRACTION = 0.5  # of what is free when the probe starts, on the device and on the host
 DEFAULT_TIME_BUDGET = 60.0  # seconds per GPU; a healthy GPU needs well under 15

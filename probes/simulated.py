@@ -19,6 +19,7 @@ import random
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import Gpu, Scenario
+from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 from gpulens.probes.results import (
     ABORTED,
     BANDWIDTH,
@@ -35,8 +36,6 @@ from gpulens.probes.results import (
 )
 from gpulens.probes.safety import GpuBusy, Guard
 from gpulens.probes.steps import Step, skipped, steps
-
-from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
 
 STEP_SECONDS = 1.0  # simulated seconds per probe; a real GPU's probe set takes about ten
 SPREAD = 0.015  # relative spread of simulated values between runs and GPUs

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.probes.results import BANDWIDTH, BYTES_PER_SECOND, FLOPS, MATMUL, SKIPPED, ProbeResult
-
 from gpulens.gpus import MATMUL_DTYPES
+from gpulens.probes.results import BANDWIDTH, BYTES_PER_SECOND, FLOPS, MATMUL, SKIPPED, ProbeResult
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TextIO
 
-from gpulens.probes.results import BYTES_PER_SECOND, GpuReport, ProbeResult
-
 from gpulens import words
+from gpulens.probes.results import BYTES_PER_SECOND, GpuReport, ProbeResult
 
 CONVENTIONS = ("Device copies count bytes read plus bytes written (2 x buffer), as memory bandwidth is quoted; "
                "host and peer copies count each byte once. Matmuls count 2 n^3 FLOP per n x n product; "

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
 from gpulens.agent import config as agent_config
 from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.clock import ManualClock
@@ -14,7 +16,6 @@ from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import Scenario, load_scenario
-from prometheus_client import CollectorRegistry, generate_latest
 
 
 @dataclass

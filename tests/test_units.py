@@ -1,11 +1,11 @@
 """One grammar for durations and sizes, and every flag, setting and parameter that takes one reads it alike."""
 
 import pytest
+
+from gpulens import units
 from gpulens.agent import config as agent_config
 from gpulens.agent import jobs_api
 from gpulens.probes import cli as probe_cli
-
-from gpulens import units
 from gpulens.report import cli as report_cli
 
 DAY = 86_400.0

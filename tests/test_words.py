@@ -3,9 +3,9 @@
 import math
 
 import pytest
-from gpulens.dashboard.views import words as page_words
 
 from gpulens import words
+from gpulens.dashboard.views import words as page_words
 from gpulens.report import document
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import psutil
+
 from gpulens.agent.attribution.cgroup import cgroup_paths, parse_cfs_quota, parse_cpu_max
 from gpulens.agent.attribution.proc import ProcessGone, ProcReader, read_bytes
 

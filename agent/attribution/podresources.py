@@ -75,6 +75,7 @@ class PodResourcesClient:
             return self._stub
         try:
             import grpc
+
             from gpulens.agent.attribution import kubelet_podresources_v1_pb2 as messages
             from gpulens.agent.attribution import kubelet_podresources_v1_pb2_grpc as services
         # Besides ImportError, the generated stubs raise RuntimeError (grpc) or VersionError (protobuf)

@@ -6,9 +6,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
 from gpulens.agent.nvml import Nvml
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 GPU_LABELS = ("gpu", "uuid")
 

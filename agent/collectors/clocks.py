@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client.core import GaugeMetricFamily
+
 from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
 from gpulens.agent.nvml import CLOCK_EVENT_REASONS
-from prometheus_client.core import GaugeMetricFamily
 
 
 @dataclass(frozen=True)

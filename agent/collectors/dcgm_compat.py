@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+
 from gpulens.agent.collectors.base import Collector, GpuContext
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
-from prometheus_client.core import GaugeMetricFamily, Metric
 
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "container", "namespace", "pod")
 

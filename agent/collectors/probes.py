@@ -17,12 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client.core import GaugeMetricFamily
+
 from gpulens.agent.clock import SystemClock
 from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
 from gpulens.agent.collectors.processes import read_processes
 from gpulens.probes.child import ChildRunner, ProbeRequest, failed
 from gpulens.probes.results import BANDWIDTH, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
-from prometheus_client.core import GaugeMetricFamily
 
 log = logging.getLogger(__name__)
 

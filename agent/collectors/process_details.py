@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from prometheus_client.core import GaugeMetricFamily
+
 from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, readings
 from gpulens.agent.collectors.processes import ProcessesReading, read_processes
-from prometheus_client.core import GaugeMetricFamily
 
 
 class ProcessDetailsCollector(Collector):

@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, readings
 from prometheus_client.core import CounterMetricFamily
+
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, readings
 
 # Bound on distinct Xid codes kept per GPU; NVIDIA documents fewer than 200 codes.
 _MAX_CODES = 256

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
 from gpulens.agent.jobs.messages import JobReport
 from gpulens.agent.jobs.receiver import RESULTS, Receiver
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 JOB_LABELS = ("pid", "gpu_uuid")
 

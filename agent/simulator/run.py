@@ -25,7 +25,6 @@ from importlib import resources
 
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
-
 from gpulens.printable import printable
 from gpulens.units import UnitError, parse_duration
 

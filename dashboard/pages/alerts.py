@@ -3,6 +3,7 @@
 import time
 
 import streamlit as st
+
 from gpulens.dashboard import context
 from gpulens.dashboard.views import alerts as view
 

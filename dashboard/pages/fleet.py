@@ -3,6 +3,7 @@
 import time
 
 import streamlit as st
+
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import fleet as view
 from gpulens.dashboard.views import words

@@ -4,6 +4,7 @@ import time
 from dataclasses import asdict
 
 import streamlit as st
+
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view

@@ -5,11 +5,11 @@ import time
 from dataclasses import asdict
 
 import streamlit as st
+
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.sources import AGENTS, PROMETHEUS
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links, words
-
 from gpulens.urls import shown_url
 
 source = context.source()

@@ -4,10 +4,10 @@ import time
 from dataclasses import asdict
 
 import streamlit as st
-from gpulens.dashboard import context
-from gpulens.dashboard.views import probes as view
 
 from gpulens import thresholds
+from gpulens.dashboard import context
+from gpulens.dashboard.views import probes as view
 
 source = context.source()
 context.header("Probes", "Is each GPU as fast as it should be, against its datasheet and its peers?", source)

@@ -15,11 +15,10 @@ import functools
 import urllib.parse
 from collections.abc import Mapping
 
+from gpulens.credentials import AccessError, Credentials, agent_credentials
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
-
-from gpulens.credentials import AccessError, Credentials, agent_credentials
 from gpulens.urls import check_url
 
 __all__ = ["AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",

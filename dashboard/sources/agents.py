@@ -17,6 +17,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.agentclient import AgentClient
+from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, Sample
 from gpulens.dashboard.sources.base import (
@@ -28,10 +32,6 @@ from gpulens.dashboard.sources.base import (
     ProbeResult,
     SourceProblem,
 )
-from prometheus_client.parser import text_string_to_metric_families
-
-from gpulens.agentclient import AgentClient
-from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError
 from gpulens.urls import check_url, shown_url
 

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary, ProbeResult, SourceProblem
-
 from gpulens.vocabulary import WASTED_STATES
 
 WASTED = frozenset(s.value for s in WASTED_STATES)

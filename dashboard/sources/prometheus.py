@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import Sample
 from gpulens.dashboard.sources.base import (
@@ -28,8 +29,6 @@ from gpulens.dashboard.sources.base import (
     ProbeResult,
     SourceProblem,
 )
-
-from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi, label_value
 from gpulens.usage import LAST_EPOCH

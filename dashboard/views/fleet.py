@@ -6,11 +6,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from gpulens import tips
 from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link
-
-from gpulens import tips
 from gpulens.vocabulary import WASTED_STATES, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)

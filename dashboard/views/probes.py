@@ -7,11 +7,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpulens import thresholds
 from gpulens.dashboard.sources.base import ProbeResult
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link
-
-from gpulens import thresholds
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 import base64
 
 import pytest
+
 from gpulens.agent.access import PEER_CERT, Guard
 from gpulens.agent.webconfig import PLAIN, WebConfig
-
 from tests.agent.webcerts import hashed
 
 USERS = {"prometheus": hashed("s3cret").encode()}

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 import yaml
+
 from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, SETTINGS, AgentConfig, ConfigError, load
 
 

@@ -1,6 +1,7 @@
 """The adapter contract, against the simulated library for every built-in scenario."""
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario

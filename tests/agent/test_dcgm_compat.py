@@ -11,10 +11,10 @@ import pathlib
 import subprocess
 
 import pytest
+
 from gpulens.agent import collectors
 from gpulens.agent import config as agent_config
 from gpulens.agent.collectors.dcgm_compat import LABELS, SERIES, DcgmCompatCollector
-
 from tests.conftest import make_agent
 from tests.tools import require_tool
 

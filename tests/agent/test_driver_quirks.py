@@ -5,9 +5,9 @@ import logging
 import textwrap
 
 import pytest
+
 from gpulens.agent.simulator import branches
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario, on_driver, parse_scenario
-
 from gpulens.vocabulary import Reason, State
 from tests.conftest import make_agent
 

@@ -4,6 +4,7 @@ import logging
 import textwrap
 
 import pytest
+
 from gpulens.agent.collectors.base import Collector
 
 

@@ -12,8 +12,8 @@ import pathlib
 import subprocess
 
 import pytest
-from gpulens.agent.simulator.scenario import builtin_scenarios
 
+from gpulens.agent.simulator.scenario import builtin_scenarios
 from tests.tools import require_tool
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"

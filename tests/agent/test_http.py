@@ -6,6 +6,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+
 from gpulens.agent.server import AgentApp, parse_listen_address, serve
 
 

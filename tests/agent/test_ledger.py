@@ -15,10 +15,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.ledger import Ledger, connect, connect_readonly, read_records
 from gpulens.agent.server import AgentApp
-
 from gpulens.usage import JobRecord, TipUse
 from gpulens.vocabulary import State
 from tests.conftest import make_agent

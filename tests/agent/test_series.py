@@ -10,13 +10,14 @@ import logging
 from collections import Counter
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpulens.agent import config
 from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.daemon import build
 from gpulens.agent.simulator.scenario import builtin_scenarios
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 # The budget of docs/metrics.md: series about one GPU (a `gpu` label and no job label), per GPU, on any
 # node; and everything the demo node exports, per GPU.

@@ -16,12 +16,12 @@ import urllib.error
 import urllib.request
 
 import pytest
+
 from gpulens.agent.access import Guard
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.webconfig import WebConfigFile
-from gpulens.dashboard.sources.agents import fetch_metrics
-
 from gpulens.credentials import AccessError, Credentials, agent_credentials
+from gpulens.dashboard.sources.agents import fetch_metrics
 from gpulens.report.agents import Agents
 from gpulens.report.sources import SourceError
 from tests.agent.webcerts import Pki, hashed
@@ -166,7 +166,6 @@ def test_probe_runs_are_queued_for_free_gpus_only(tmp_path):
     from gpulens.agent.clock import ManualClock
     from gpulens.agent.collectors.probes import ProbesCollector
     from gpulens.probes import simulated
-
     from tests.conftest import make_agent
     from tests.probes.test_collector import SCENARIO
 

@@ -4,9 +4,9 @@ import os
 import ssl
 
 import pytest
+
 from gpulens.agent import webconfig
 from gpulens.agent.webconfig import PasswordCheck, WebConfigError, WebConfigFile
-
 from tests.agent.webcerts import Pki, hashed
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpulens.agent.attribution.cgroup import (
     DOCKER,
     KUBERNETES,
@@ -15,8 +18,6 @@ from gpulens.agent.attribution.cgroup import (
     parse_cpu_max,
     parse_owner,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 from .cases import CASES, PROC_ROOT
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from gpulens.agent.attribution.hostusage import HostSampler
 from gpulens.agent.clock import ManualClock
 

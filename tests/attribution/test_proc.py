@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from gpulens.agent.attribution.proc import ProcessGone, ProcReader
 
 from .cases import GONE, PROC_ROOT, denying

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from gpulens.agent.attribution.cgroup import DOCKER, KUBERNETES, SLURM
 from gpulens.agent.attribution.podresources import DeviceAllocation
 from gpulens.agent.attribution.proc import read_bytes

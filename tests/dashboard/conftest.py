@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from gpulens.agent.server import AgentApp, serve
 
+from gpulens.agent.server import AgentApp, serve
 from tests.conftest import SimulatedAgent, make_agent
 
 

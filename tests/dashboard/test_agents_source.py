@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
 
+from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
 from tests.conftest import make_agent
 from tests.dashboard.conftest import served
 from tests.dashboard.httpfake import fake_server

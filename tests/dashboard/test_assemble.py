@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.agents import parse_exposition
 from gpulens.dashboard.sources.assemble import Sample

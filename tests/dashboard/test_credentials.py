@@ -16,10 +16,10 @@ import sys
 
 import psutil
 import pytest
-from gpulens.dashboard.sources import BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
 from streamlit.testing.v1 import AppTest
 
 from gpulens.credentials import Credentials
+from gpulens.dashboard.sources import BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
 from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.urls import check_url

@@ -13,10 +13,10 @@ import sys
 
 import psutil
 import pytest
-from gpulens.dashboard import access
-from gpulens.dashboard.context import SOURCE_KEY
 from streamlit.testing.v1 import AppTest
 
+from gpulens.dashboard import access
+from gpulens.dashboard.context import SOURCE_KEY
 from tests.dashboard.fakes import GPUS, FakeSource
 from tests.dashboard.rendered import everything
 from tests.tools import free_port

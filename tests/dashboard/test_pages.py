@@ -6,10 +6,10 @@ import pathlib
 from dataclasses import replace
 
 import pytest
-from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources.base import Alerts, SourceProblem
 from streamlit.testing.v1 import AppTest
 
+from gpulens.dashboard.context import SOURCE_KEY
+from gpulens.dashboard.sources.base import Alerts, SourceProblem
 from tests.dashboard.fakes import GPUS, FakeSource
 
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import base64
 
 import pytest
-from gpulens.dashboard.sources import PrometheusSource, from_environment
-from gpulens.dashboard.sources.prometheus import FLEET_SERIES
 
 from gpulens.credentials import Credentials
+from gpulens.dashboard.sources import PrometheusSource, from_environment
+from gpulens.dashboard.sources.prometheus import FLEET_SERIES
 from gpulens.prometheus_api import PrometheusApi, label_value
 from gpulens.urls import shown_url
 from tests.dashboard.httpfake import fake_server, json_reply

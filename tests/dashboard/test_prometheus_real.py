@@ -11,11 +11,11 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from streamlit.testing.v1 import AppTest
+
 from gpulens.dashboard import launch
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
-from streamlit.testing.v1 import AppTest
-
 from tests.tools import free_port, require_tool
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 from gpulens.dashboard.sources.base import FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
-
 from tests.dashboard.fakes import GPUS, JOBS, NOW, history
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gpulens.agent import config as agent_config
 
 from gpulens import cli
+from gpulens.agent import config as agent_config
 from tests.rules.known import ROOT, rule_files
 from tests.tools import require_tool
 

@@ -3,8 +3,8 @@
 from dataclasses import replace
 
 import pytest
-from gpulens.agent.diagnosis import Diagnoser, Evidence, Settings
 
+from gpulens.agent.diagnosis import Diagnoser, Evidence, Settings
 from gpulens.vocabulary import Condition, Reason, State
 
 HELD = Evidence(processes=1, busy_ratio=0.97, sm_activity=0.85, sm_occupancy=0.4, tensor_activity=0.5,

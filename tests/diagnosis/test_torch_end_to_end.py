@@ -28,7 +28,6 @@ from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.agent.sources import LiveSources
-
 from gpulens.vocabulary import Reason, State
 
 TRAIN = """

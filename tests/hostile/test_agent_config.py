@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from gpulens.agent import collectors
-from gpulens.agent.config import AgentConfig, ConfigError, build_parser, load
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.agent import collectors
+from gpulens.agent.config import AgentConfig, ConfigError, build_parser, load
 from tests.hostile.common import RAW_TEXT, TEXT, VALUES, hostile, one_line
 
 FLAGS = sorted(option for action in build_parser()._actions for option in action.option_strings

@@ -9,13 +9,13 @@ import io
 import socket
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from gpulens.agent.server import serve
 from gpulens.dashboard import launch
 from gpulens.dashboard.sources import ConfigError, from_environment, parse_agents
 from gpulens.probes import cli as probe_cli
-from hypothesis import example, given
-from hypothesis import strategies as st
-
 from gpulens.report import cli as report_cli
 from tests.conftest import make_agent
 from tests.hostile.common import TEXT, hostile, one_line

@@ -16,12 +16,12 @@ import os
 import socket
 
 import pytest
-from gpulens.agent.jobs import messages
-from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
-from gpulens.agent.jobs.receiver import Receiver
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.agent.jobs import messages
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
+from gpulens.agent.jobs.receiver import Receiver
 from tests.hostile.common import JSON, TEXT, hostile, mutate, one_line
 from tests.jobs.helpers import VALID, wait_until
 

@@ -6,10 +6,10 @@ a process may vanish between two reads. Any bytes in any of those files give a j
 
 from __future__ import annotations
 
-from gpulens.agent.attribution.resolver import Job, Resolver
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.agent.attribution.resolver import Job, Resolver
 from tests.hostile.common import TEXT, hostile
 
 STAT = st.one_of(

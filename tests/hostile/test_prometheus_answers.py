@@ -16,11 +16,11 @@ import json
 import zlib
 
 import pytest
-from gpulens.dashboard.sources import PrometheusSource
-from gpulens.dashboard.sources.base import Answer
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.dashboard.sources import PrometheusSource
+from gpulens.dashboard.sources.base import Answer
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.report.cli import run
 from gpulens.report.prometheus import Prometheus

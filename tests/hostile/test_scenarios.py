@@ -13,11 +13,11 @@ import os
 
 import pytest
 import yaml
-from gpulens.agent.simulator import scenario
-from gpulens.agent.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.agent.simulator import scenario
+from gpulens.agent.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from gpulens.usage import LAST_EPOCH
 from tests.conftest import make_agent
 from tests.hostile.common import EDGE_NUMBERS, RAW_TEXT, VALUES, hostile, mutate, no_crash_logged, one_line

@@ -8,12 +8,12 @@ import copy
 
 import pytest
 import yaml
-from gpulens.agent import webconfig
-from gpulens.agent.access import Guard
-from gpulens.agent.webconfig import PasswordCheck, WebConfig, WebConfigError, WebConfigFile
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from gpulens.agent import webconfig
+from gpulens.agent.access import Guard
+from gpulens.agent.webconfig import PasswordCheck, WebConfig, WebConfigError, WebConfigFile
 from tests.agent.webcerts import Pki, hashed
 from tests.hostile.common import RAW_TEXT, TEXT, VALUES, hostile, mutate, one_line
 

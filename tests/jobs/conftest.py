@@ -6,8 +6,8 @@ import copy
 from collections.abc import Callable
 
 import pytest
-from gpulens.agent.jobs.receiver import Receiver
 
+from gpulens.agent.jobs.receiver import Receiver
 from tests.jobs.helpers import VALID
 
 

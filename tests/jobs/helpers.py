@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+
 from gpulens.agent.jobs.receiver import Receiver
 
 VALID = {

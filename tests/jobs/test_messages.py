@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
 from tests.jobs.helpers import VALID
 
 

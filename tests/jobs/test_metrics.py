@@ -8,11 +8,11 @@ import subprocess
 from dataclasses import replace
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
 from gpulens.agent.jobs.messages import parse
 from gpulens.agent.jobs.metrics import JobCollector, job_metrics
 from gpulens.agent.jobs.receiver import RESULTS
-from prometheus_client import CollectorRegistry, generate_latest
-
 from tests.jobs.helpers import VALID, processed, send
 from tests.tools import require_tool
 

@@ -9,10 +9,10 @@ import socket
 import stat
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES
 from gpulens.agent.jobs.receiver import Receiver, ReceiverError
-
 from tests.jobs.helpers import processed, send, send_from_child
 
 

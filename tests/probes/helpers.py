@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from gpulens.agent.clock import ManualClock
 from gpulens.probes.plan import MIB, Plan
 

@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import pytest
+
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.probes.child import ChildRunner, ProbeRequest
 from gpulens.probes.results import ERROR, OK, TIMEOUT

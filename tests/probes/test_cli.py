@@ -5,13 +5,13 @@ import json
 
 import pytest
 import torch
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
+from gpulens.cli import main as gpulens_main
 from gpulens.probes import cli
 from gpulens.probes.table import Progress, human
-
-from gpulens.cli import main as gpulens_main
 
 from .helpers import plenty
 

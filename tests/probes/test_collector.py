@@ -8,12 +8,12 @@ import json
 import subprocess
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.collectors.probes import ProbesCollector
 from gpulens.agent.server import AgentApp
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.probes import simulated
-
 from tests.conftest import make_agent
 from tests.tools import require_tool
 

@@ -1,6 +1,7 @@
 """Probe scheduling settings: flags, environment and file, off by default, one-line mistakes."""
 
 import pytest
+
 from gpulens.agent import collectors
 from gpulens.agent import config as agent_config
 from gpulens.agent.collectors.probes import ProbesCollector

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+
 from gpulens.agent.nvml import Nvml, NvmlDown, load_real_library
 from gpulens.probes import cli
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+
 from gpulens.probes import kernels, runner
 from gpulens.probes.results import OK, SKIPPED, WRONG
 from gpulens.probes.safety import Budget, NoGuard

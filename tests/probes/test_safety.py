@@ -8,6 +8,7 @@ import os
 import textwrap
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario, parse_scenario

@@ -1,6 +1,7 @@
 """Probe results on a simulated node: the scenario's `probe:` keys, its PCIe link, and the same guard."""
 
 import pytest
+
 from gpulens.agent.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from gpulens.probes import simulated
 from gpulens.probes.results import ABORTED, BUSY, OK, SKIPPED, SLOW, TIMEOUT, WRONG

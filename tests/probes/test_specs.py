@@ -1,8 +1,8 @@
 """The spec table: every model the issue names, positive peaks in base units, a source for each."""
 
 import pytest
-from gpulens.agent.simulator.scenario import MODELS
 
+from gpulens.agent.simulator.scenario import MODELS
 from gpulens.gpus import ARCHITECTURES, MATMUL_DTYPES, SPECS, architecture, at_least, find_spec, pcie_bytes_per_second
 
 REQUIRED = {

@@ -21,11 +21,11 @@ import shutil
 import sys
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator import branches
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario, on_driver
-
 from tests.tools import require_tool
 
 from . import peers

@@ -8,6 +8,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpulens.agent import collectors
 from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
@@ -19,8 +22,6 @@ from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import Scenario
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 
 class KeptConnection:

@@ -17,10 +17,10 @@ import time
 
 import psutil
 import pytest
-from gpulens.agent.ledger import connect_readonly, read_records
-from gpulens.agent.simulator.scenario import parse_scenario
 
 from bench.churn import churn_jobs, churn_scenario
+from gpulens.agent.ledger import connect_readonly, read_records
+from gpulens.agent.simulator.scenario import parse_scenario
 from tests.reliability.node import Node, Served
 from tests.reliability.running import agent_process
 

@@ -11,10 +11,10 @@ import tracemalloc
 from collections import Counter
 
 import pytest
-from gpulens.agent.accounting import JOB_EXPIRY_SECONDS
-from gpulens.agent.simulator.scenario import parse_scenario
 
 from bench.churn import churn_jobs, churn_scenario, jobs_within
+from gpulens.agent.accounting import JOB_EXPIRY_SECONDS
+from gpulens.agent.simulator.scenario import parse_scenario
 from tests.reliability.node import Node
 
 GPUS = 2

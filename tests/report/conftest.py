@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpulens.agent.clock import ManualClock
 
+from gpulens.agent.clock import ManualClock
 from tests.agent.webcerts import hashed
 from tests.conftest import make_agent
 from tests.tools import free_port, require_tool

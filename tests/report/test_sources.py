@@ -9,8 +9,8 @@ import json
 import threading
 
 import pytest
-from gpulens.agent.server import AgentApp, serve
 
+from gpulens.agent.server import AgentApp, serve
 from gpulens.report.cli import run
 from tests.conftest import make_agent
 from tests.report.conftest import RESTART_GAP, SCENARIO, SCRAPE

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pynvml
 import pytest
+
 from gpulens.agent import nvml_header as h
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario

@@ -1,6 +1,7 @@
 """Driver branches as data: the symbols each exports and the releases a scenario may name."""
 
 import pytest
+
 from gpulens.agent import nvml_header as h
 from gpulens.agent.simulator import branches
 

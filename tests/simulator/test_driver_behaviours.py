@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import pytest
+
 from gpulens.agent import nvml_header as h
 from gpulens.agent.clock import SimulatedClock
 from gpulens.agent.nvml import load_simulated_library

@@ -9,10 +9,10 @@ import time
 import urllib.request
 
 import pytest
+
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import load_scenario
-
 from tests.tools import free_port
 
 READ_NODE = textwrap.dedent("""

@@ -1,6 +1,7 @@
 """The simulated node's job side: which job each occurrence of a process that comes back belongs to."""
 
 import pytest
+
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import ScenarioError, parse_scenario
 

@@ -9,6 +9,7 @@ import dataclasses
 
 import pynvml
 import pytest
+
 from gpulens.agent import nvml_header as h
 from gpulens.agent.simulator.hardware import DRIVER_RESERVE, RING_SAMPLES
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario

@@ -4,6 +4,7 @@ import re
 import textwrap
 
 import pytest
+
 from gpulens.agent.simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
 
 BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "probes", "square20"]

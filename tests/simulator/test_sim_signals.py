@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from gpulens.agent.simulator.signals import (
     STEP_S,
     Constant,
