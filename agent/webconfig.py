@@ -38,6 +38,7 @@ from typing import Any
 
 import bcrypt
 
+from gpulens import checks
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
 log = logging.getLogger(__name__)
@@ -113,20 +114,27 @@ def load(path: str) -> WebConfig:
 
 def parse(doc: Any, where: str, folder: str) -> WebConfig:
     """Check a parsed web config document; relative file names are taken from `folder`."""
+    try:
+        return _parse(doc, where, folder)
+    except checks.Invalid as invalid:
+        raise WebConfigError(str(invalid)) from None
+
+
+def _parse(doc: Any, where: str, folder: str) -> WebConfig:
     if doc is None:
         return PLAIN
-    doc = _mapping(doc, where, _TOP_KEYS, "e.g. 'basic_auth_users: {prometheus: <bcrypt hash>}'")
+    doc = checks.mapping(doc, where, (), _TOP_KEYS, "e.g. 'basic_auth_users: {prometheus: <bcrypt hash>}'")
     users = _users(doc.get("basic_auth_users"), f"{where}: basic_auth_users")
     excluded = _strings(doc.get("auth_excluded_paths"), f"{where}: auth_excluded_paths")
-    http = _mapping(doc.get("http_server_config") or {}, f"{where}: http_server_config", _HTTP_KEYS, "")
-    if "http2" in http and not isinstance(http["http2"], bool):
-        raise WebConfigError(f"{where}: http_server_config.http2 must be true or false")
+    http = checks.mapping(doc.get("http_server_config") or {}, f"{where}: http_server_config", (), _HTTP_KEYS)
+    if "http2" in http:
+        checks.flag(http["http2"], f"{where}: http_server_config.http2")
     headers = _headers(http.get("headers"), f"{where}: http_server_config.headers")
     tls_doc = doc.get("tls_server_config")
     if tls_doc is None:
         return WebConfig(users=users, excluded_paths=frozenset(excluded), headers=headers)
     tls_where = f"{where}: tls_server_config"
-    tls_doc = _mapping(tls_doc, tls_where, _TLS_KEYS, "e.g. '{cert_file: tls.crt, key_file: tls.key}'")
+    tls_doc = checks.mapping(tls_doc, tls_where, (), _TLS_KEYS, "e.g. '{cert_file: tls.crt, key_file: tls.key}'")
     auth_type = str(tls_doc.get("client_auth_type") or "NoClientCert")
     if auth_type not in CLIENT_AUTH_TYPES:
         raise WebConfigError(f"{tls_where}.client_auth_type: {auth_type!r} is not one of "
@@ -142,15 +150,6 @@ def parse(doc: Any, where: str, folder: str) -> WebConfig:
         excluded_paths=frozenset(excluded),
         headers=headers,
     )
-
-
-def _mapping(value: Any, where: str, keys: tuple[str, ...], example: str) -> dict:
-    if not isinstance(value, dict):
-        raise WebConfigError(f"{where}: must be a mapping{'; ' + example if example else ''}")
-    for key in value:
-        if key not in keys:
-            raise WebConfigError(f"{where}: unknown setting {key!r}; known: {', '.join(keys)}")
-    return value
 
 
 def _strings(value: Any, where: str) -> list[str]:

@@ -8,11 +8,11 @@ joules; GPU-seconds count each GPU the job holds (4 GPUs for 1 s count 4).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from gpulens import checks
 from gpulens.vocabulary import WASTED_STATES, State
 
 STATES = tuple(s.value for s in State)
@@ -56,10 +56,10 @@ class TimelinePoint:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TimelinePoint:
-        return cls(t=_epoch(data["t"]), state_seconds=_states(data.get("state_seconds")),
-                   busy_seconds=_finite(data.get("busy_seconds") or 0.0),
-                   sampled_seconds=_finite(data.get("sampled_seconds") or 0.0),
-                   memory_peak_bytes=int(_finite(data.get("memory_peak_bytes") or 0)))
+        return cls(t=_epoch(data["t"], "t"), state_seconds=_states(data.get("state_seconds")),
+                   busy_seconds=checks.number(data.get("busy_seconds") or 0.0, "busy_seconds"),
+                   sampled_seconds=checks.number(data.get("sampled_seconds") or 0.0, "sampled_seconds"),
+                   memory_peak_bytes=int(checks.number(data.get("memory_peak_bytes") or 0, "memory_peak_bytes")))
 
 
 @dataclass(frozen=True)
@@ -166,18 +166,18 @@ class JobRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> JobRecord:
         """Build a record from `to_dict()` output; raise ValueError naming what is wrong."""
         try:
-            tips = {str(k): TipUse(_finite(v["seconds"]), str(v.get("text", ""))) for k, v in
+            tips = {str(k): TipUse(checks.number(v["seconds"], "tips.seconds"), str(v.get("text", ""))) for k, v in
                     (data.get("tips") or {}).items()}
             return cls(
-                kind=str(data["kind"]), id=str(data["id"]), start=_epoch(data["start"]),
-                last_seen=_epoch(data["last_seen"]),
+                kind=str(data["kind"]), id=str(data["id"]), start=_epoch(data["start"], "start"),
+                last_seen=_epoch(data["last_seen"], "last_seen"),
                 **{name: str(data.get(name) or "") for name in OWNER},
                 nodes=tuple(str(n) for n in data.get("nodes") or ()), running=bool(data.get("running", False)),
                 gpus=tuple(str(g) for g in data.get("gpus") or ()),
                 models=tuple(str(m) for m in data.get("models") or ()),
                 state_seconds=_states(data.get("state_seconds")),
-                **{name: _finite(data.get(name) or 0.0) for name in ADDITIVE},
-                **{name: int(_finite(data.get(name) or 0)) for name in PEAKS},
+                **{name: checks.number(data.get(name) or 0.0, name) for name in ADDITIVE},
+                **{name: int(checks.number(data.get(name) or 0, name)) for name in PEAKS},
                 tips=tips,
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
             )
@@ -187,23 +187,12 @@ class JobRecord:
 
 def _states(data: Any) -> dict[str, float]:
     data = data or {}
-    return {s: _finite(data.get(s) or 0.0) for s in STATES if data.get(s)}
+    return {s: checks.number(data.get(s) or 0.0, f"state_seconds.{s}") for s in STATES if data.get(s)}
 
 
-def _finite(value: Any) -> float:
-    """Return `value` as a float; ValueError for NaN and infinities, which JSON from an agent may carry."""
-    number = float(value)
-    if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not a finite number")
-    return number
-
-
-def _epoch(value: Any) -> float:
-    """Return `value` as epoch seconds; ValueError outside 1970 to 9999, times no report can print."""
-    number = _finite(value)
-    if not 0 <= number <= LAST_EPOCH:
-        raise ValueError(f"{value!r} is not a time between 1970 and 9999")
-    return number
+def _epoch(value: Any, where: str) -> float:
+    """Return `value` as epoch seconds; Invalid outside 1970 to 9999, times no report can print."""
+    return checks.number(value, where, 0, LAST_EPOCH)
 
 
 def merge(a: JobRecord, b: JobRecord) -> JobRecord:

@@ -20,7 +20,7 @@ def test_durations(text, seconds):
 
 
 @pytest.mark.parametrize(("text", "size"), [
-    ("256MiB", 256 * 2**20), ("1GiB", 2**30), ("500MB", 500 * 10**6), ("1024", 1024), ("0.5KiB", 512),
+    ("256MiB", 256 * 2**20), ("1GiB", 2**30), ("500MB", 500 * 10**6), ("1024", 1024), ("0.5KiB", 512), ("1TiB", 2**40),
     (" 2 KB ", 2000), (4096, 4096),
 ])
 def test_sizes(text, size):
@@ -38,7 +38,7 @@ def test_a_bad_duration_is_one_line_naming_the_setting_and_the_fix(text):
     assert "\n" not in message and len(message) < 120
 
 
-@pytest.mark.parametrize("text", ["big", "1TB", "-1MiB", "1 mib", "9" * 400 + "GiB"])
+@pytest.mark.parametrize("text", ["big", "1PB", "-1MiB", "1 mib", "9" * 400 + "GiB"])
 def test_a_bad_size_is_one_line_naming_the_setting_and_the_fix(text):
     with pytest.raises(units.UnitError, match=r"^--ledger\.max-size: .* e\.g\. '256MiB' or '1GiB'$"):
         units.parse_size(text, "--ledger.max-size")

@@ -22,9 +22,8 @@ FOLDERS = {"agent": ROOT / "agent", "dashboard": ROOT / "dashboard", "probes": R
 CORE = [
     "gpulens/agent/snapshot.py", "gpulens/agent/clock.py", "gpulens/agent/sampler.py", "gpulens/agent/sources.py",
     "gpulens/agent/diagnosis.py", "gpulens/agent/analysis.py", "gpulens/agent/accounting.py",
-    "gpulens/units.py", "gpulens/gpus.py", "gpulens/vocabulary.py",
+    "gpulens/units.py", "gpulens/gpus.py", "gpulens/vocabulary.py", "gpulens/words.py", "gpulens/checks.py",
 ]
-
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpulens-typecheck-") as folder:
@@ -36,7 +35,6 @@ def main() -> int:
             (package / name).symlink_to(target)
         command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *CORE]
         return subprocess.run(command, cwd=folder).returncode
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,10 +21,11 @@ label values and in the agent's memory.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from gpulens import checks
 
 VERSION = 1
 # A datagram larger than this is truncated by the receiver's buffer and dropped; a real report is ~700 bytes.
@@ -33,7 +34,7 @@ MAX_MESSAGE_BYTES = 8192
 # Linux caps pid_max at 2^22 (PID_MAX_LIMIT).
 _MAX_PID = 4_194_304
 # Ten years: a report window is a few seconds, but a job paused for hours still sends a sane one.
-_MAX_SECONDS = 10 * 365 * 86_400.0
+_MAX_SECONDS = 10 * 365 * 86_400
 _MAX_COUNT = 10**12
 # 1 PiB: far above any one device's memory, small enough to be exact in a float64 sample value.
 _MAX_BYTES = 2**50
@@ -164,13 +165,20 @@ def parse(data: bytes) -> JobReport:
     except (ValueError, RecursionError) as error:  # an integer too long to convert, nesting too deep
         raise BadMessage(f"not JSON: {type(error).__name__}") from None
     if not isinstance(document, dict):
-        raise BadMessage(f"not a JSON object but {_kind(document)}")
+        raise BadMessage(f"not a JSON object but {checks.described(document)}")
     if "v" not in document:
         raise BadMessage("field v: missing; this agent reads v 1")
     version = document["v"]
     if type(version) is not int or version != VERSION:
-        raise BadMessage(f"v {_show(version)} not supported; this agent reads v {VERSION}")
+        raise BadMessage(f"v {checks.shown(version)} not supported; this agent reads v {VERSION}")
 
+    try:
+        return _report(document)
+    except checks.Invalid as invalid:
+        raise BadMessage(str(invalid)) from None
+
+
+def _report(document: dict[str, Any]) -> JobReport:
     top = _Object(document, "", ("v", "pid", "window_seconds", "step", "dataloader", "precision", "device", "memory"))
     # Read in the order of the schema, so that the first problem reported is the first in the message.
     pid = top.integer("pid", 1, _MAX_PID)
@@ -249,16 +257,18 @@ def _memory(o: _Object) -> TorchMemory:
 
 
 class _Object:
-    """A JSON object with a known set of fields, read one typed, bounded field at a time."""
+    """A JSON object with a known set of fields, read one typed, bounded field at a time.
+
+    Every field is required; a value may be null only where the schema says so. Each value is checked
+    by gpulens.checks; `parse` turns its `Invalid` into a BadMessage.
+    """
 
     def __init__(self, value: Any, path: str, fields: tuple[str, ...]):
-        if not isinstance(value, dict):
-            raise BadMessage(f"field {path}: expected an object, got {_kind(value)}")
-        for name in value:
-            if name not in fields:
-                raise BadMessage(f"unknown field {_show(path + '.' + name if path else name)}")
-        self._value = value
+        self._value = checks.mapping(value, f"field {path}" if path else "message", (), fields)
         self._prefix = f"{path}." if path else ""
+
+    def _field(self, name: str) -> str:
+        return f"field {self._prefix}{name}"
 
     def _get(self, name: str, nullable: bool) -> Any:
         if name not in self._value:
@@ -268,55 +278,31 @@ class _Object:
             raise BadMessage(f"field {self._prefix}{name}: is null, expected a value")
         return value
 
-    def _fail(self, name: str, problem: str) -> BadMessage:
-        return BadMessage(f"field {self._prefix}{name}: {problem}")
-
     def object(self, name: str, nullable: bool = False) -> _Object | None:
         value = self._get(name, nullable)
         return None if value is None else _Object(value, self._prefix + name, _FIELDS[name])
 
     def integer(self, name: str, low: int, high: int, nullable: bool = False) -> int | None:
         value = self._get(name, nullable)
-        if value is None:
-            return None
-        # bool is an int in Python; JSON true is not a number.
-        if type(value) is not int:
-            raise self._fail(name, f"expected an integer, got {_kind(value)}")
-        if value < 0 <= low:
-            raise self._fail(name, f"{_show(value)} is negative")
-        if not low <= value <= high:
-            raise self._fail(name, f"{_show(value)} is outside {low}..{high}")
-        return value
+        return None if value is None else checks.whole(value, self._field(name), low, high)
 
     def seconds(self, name: str) -> float:
-        value = self._get(name, nullable=False)
-        if type(value) not in (int, float):
-            raise self._fail(name, f"expected a number, got {_kind(value)}")
-        # An integer is checked as it is: one too large for a float would overflow math.isfinite.
-        if type(value) is float and not math.isfinite(value):
-            raise self._fail(name, f"{value} is not finite")
-        if value < 0:
-            raise self._fail(name, f"{_show(value)} is negative")
-        if value > _MAX_SECONDS:
-            raise self._fail(name, f"{_show(value)} is above the maximum {_MAX_SECONDS:g}")
-        return float(value)
+        return checks.number(self._get(name, nullable=False), self._field(name), 0, _MAX_SECONDS)
 
     def boolean(self, name: str) -> bool | None:
         value = self._get(name, nullable=True)
-        if value is not None and type(value) is not bool:
-            raise self._fail(name, f"expected true, false or null, got {_kind(value)}")
-        return value
+        return None if value is None else checks.flag(value, self._field(name))
 
     def string(self, name: str, max_length: int, nullable: bool = False) -> str | None:
         value = self._get(name, nullable)
         if value is None:
             return None
         if type(value) is not str:
-            raise self._fail(name, f"expected a string, got {_kind(value)}")
+            raise BadMessage(f"field {self._prefix}{name}: expected a string, got {checks.described(value)}")
         if len(value) > max_length:
-            raise self._fail(name, f"longer than {max_length} characters")
+            raise BadMessage(f"field {self._prefix}{name}: longer than {max_length} characters")
         if not _PLAIN.fullmatch(value):
-            raise self._fail(name, "has characters other than letters, digits and ._:-")
+            raise BadMessage(f"field {self._prefix}{name}: has characters other than letters, digits and ._:-")
         return value
 
 
@@ -338,27 +324,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise BadMessage(f"duplicate field {_show(key)}")
+            raise BadMessage(f"duplicate field {checks.shown(key)}")
         result[key] = value
     return result
-
-
-def _kind(value: Any) -> str:
-    """Return the JSON name of `value`'s type, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
-
-
-def _show(value: Any) -> str:
-    """Return `value` for an error message: quoted, and cut short, since a job chose it."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."

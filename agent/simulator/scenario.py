@@ -15,11 +15,12 @@ from importlib import resources
 from pathlib import Path
 
 from gpulens import gpus
+from gpulens.checks import Invalid, choice, flag, items, mapping, number, text, whole
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
 from . import branches
-from .signals import Signal, SpecError, byte_count, byte_rate, constant, mapping, mix64, number, parse_signal
+from .signals import Signal, byte_count, byte_rate, constant, mix64, parse_signal
 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
 GIB = 2**30
@@ -393,53 +394,6 @@ def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _ranged(raw: object, where: str, lo: float | None = None, hi: float | None = None) -> float:
-    value = number(raw, where)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
-        raise SpecError(where, f"must be {span}, got {value:g}")
-    return value
-
-
-def _integer(raw: object, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise SpecError(where, f"expected a whole number, got {raw!r}")
-    # Compared as integers: 2**64 - 1 is a valid seed, and as a float it would round up past the bound.
-    if (lo is not None and raw < lo) or (hi is not None and raw > hi):
-        span = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
-        shown = str(raw) if len(str(raw)) <= 24 else f"a number of {len(str(raw))} digits"
-        raise SpecError(where, f"must be {span}, got {shown}")
-    return raw
-
-
-def _text(raw: object, where: str) -> str:
-    if not isinstance(raw, str) or not raw.strip():
-        raise SpecError(where, f"expected a non-empty string, got {raw!r}")
-    if "\n" in raw.strip():
-        raise SpecError(where, "must fit on one line")
-    return raw.strip()
-
-
-def _flag(raw: object, where: str) -> bool:
-    if not isinstance(raw, bool):
-        raise SpecError(where, f"expected true or false, got {raw!r}")
-    return raw
-
-
-def _items(raw: object, where: str) -> list:
-    if not isinstance(raw, list):
-        raise SpecError(where, f"expected a list, got {raw!r}")
-    return raw
-
-
-def _choice(raw: object, where: str, options) -> str:
-    if not isinstance(raw, str) or raw not in options:
-        close = difflib.get_close_matches(str(raw), list(options), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SpecError(where, f"unknown value {raw!r}; {hint}use one of {', '.join(options)}")
-    return raw
-
-
 def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, convert=number) -> Signal | None:
     """Return the signal under ``key`` (None if absent), refusing noise-free values outside [lo, hi]."""
     if key not in spec:
@@ -450,19 +404,19 @@ def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, conve
     if low < lo or (hi is not None and high > hi):
         span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
         bad = low if low < lo else high
-        raise SpecError(at, f"values must be {span}, got {bad:g}")
+        raise Invalid(at, f"values must be {span}, got {bad:g}")
     if hi is not None and signal.noise > hi - lo:
-        raise SpecError(at, f"noise must be at most {hi - lo:g}, the whole range, got {signal.noise:g}")
+        raise Invalid(at, f"noise must be at most {hi - lo:g}, the whole range, got {signal.noise:g}")
     return signal
 
 
 def _window(spec: dict, where: str) -> Window:
-    at = _ranged(spec.get("at", 0), _at(where, "at"), 0)
+    at = number(spec.get("at", 0), _at(where, "at"), 0)
     until = None
     if "until" in spec:
         until = number(spec["until"], _at(where, "until"))
         if until <= at:
-            raise SpecError(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
+            raise Invalid(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
     every, lasts = _repeat(spec, where)
     return Window(at, until, every, lasts)
 
@@ -472,11 +426,11 @@ def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
     if "every" not in spec and "for" not in spec:
         return None, None
     if "every" not in spec or "for" not in spec:
-        raise SpecError(where, "every and for go together: every: SECONDS between starts, for: SECONDS each lasts")
-    every = _ranged(spec["every"], _at(where, "every"), 0.001)
-    lasts = _ranged(spec["for"], _at(where, "for"), 0.001)
+        raise Invalid(where, "every and for go together: every: SECONDS between starts, for: SECONDS each lasts")
+    every = number(spec["every"], _at(where, "every"), 0.001)
+    lasts = number(spec["for"], _at(where, "for"), 0.001)
     if lasts >= every:
-        raise SpecError(_at(where, "for"), f"for ({lasts:g}) must be shorter than every ({every:g}); "
+        raise Invalid(_at(where, "for"), f"for ({lasts:g}) must be shorter than every ({every:g}); "
                                            "leave both out for something that never stops")
     return every, lasts
 
@@ -486,35 +440,35 @@ def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
 
 def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...]:
     processes: list[Process] = []
-    for i, item in enumerate(_items(raw, where)):
+    for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
         spec = mapping(item, at, ("pid", "memory"),
                        ("sm_utilization", "start", "end", "every", "for", "job", "host", "torch"))
-        pid = _integer(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
+        pid = whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
         memory = byte_count(spec["memory"], f"{at}.memory")
         if not 0 <= memory <= memory_total:
-            raise SpecError(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
-        start = _ranged(spec.get("start", 0), f"{at}.start", 0)
+            raise Invalid(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
+        start = number(spec.get("start", 0), f"{at}.start", 0)
         end = None
         if "end" in spec:
             end = number(spec["end"], f"{at}.end")
             if end <= start:
-                raise SpecError(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
+                raise Invalid(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
         every, lasts = _repeat(spec, at)
         sm = _signal(spec, "sm_utilization", at, 0, 100)
         job = _job(spec["job"], f"{at}.job") if "job" in spec else None
         host = _host(spec["host"], f"{at}.host") if "host" in spec else None
         torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
         if job is not None and job.id_counts_up and every is None:
-            raise SpecError(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
+            raise Invalid(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
         process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts)
         if process.last_pid is not None and process.last_pid > 2**32 - 1:
-            raise SpecError(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
+            raise Invalid(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
         for other in processes:
             if _pids_overlap(process, other):
                 if process.every is None and other.every is None:
-                    raise SpecError(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
-                raise SpecError(f"{at}.pid", f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
+                    raise Invalid(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
+                raise Invalid(f"{at}.pid", f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
                                              "every takes pid, pid + 1, ... for its occurrences); move one of them")
         processes.append(process)
     return tuple(processes)
@@ -532,24 +486,24 @@ _JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
 
 def _job(raw: object, where: str) -> JobSpec:
     spec = mapping(raw, where, ("kind", "id", "user"), ("namespace", "pod", "container", "id_counts_up"))
-    kind = _choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
-    extra = {key: _text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
+    kind = choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
+    extra = {key: text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
     if extra and kind != "kubernetes":
-        raise SpecError(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
-    job_id = _text(str(spec["id"]), _at(where, "id"))
-    counts_up = _flag(spec.get("id_counts_up", False), _at(where, "id_counts_up"))
+        raise Invalid(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
+    job_id = text(str(spec["id"]), _at(where, "id"))
+    counts_up = flag(spec.get("id_counts_up", False), _at(where, "id_counts_up"))
     if counts_up and not (kind == "slurm" and job_id.isascii() and job_id.isdigit()):
-        raise SpecError(_at(where, "id_counts_up"), "counts up a Slurm job id; use kind: slurm with a numeric id")
-    return JobSpec(kind, job_id, _text(spec["user"], _at(where, "user")), **extra, id_counts_up=counts_up)
+        raise Invalid(_at(where, "id_counts_up"), "counts up a Slurm job id; use kind: slurm with a numeric id")
+    return JobSpec(kind, job_id, text(spec["user"], _at(where, "user")), **extra, id_counts_up=counts_up)
 
 
 def _host(raw: object, where: str) -> HostSpec:
     spec = mapping(raw, where, ("main_cpu",), ("workers", "worker_cpu", "cores_allowed", "io_read"))
-    workers = _integer(spec.get("workers", 0), _at(where, "workers"), 0, 256)
-    cores = _ranged(spec.get("cores_allowed", 16), _at(where, "cores_allowed"), 1, 4096)
+    workers = whole(spec.get("workers", 0), _at(where, "workers"), 0, 256)
+    cores = number(spec.get("cores_allowed", 16), _at(where, "cores_allowed"), 1, 4096)
     worker_cpu = _signal(spec, "worker_cpu", where, 0, MAX_CORES)
     if worker_cpu is not None and not workers:
-        raise SpecError(_at(where, "worker_cpu"), "needs workers: N (N > 0)")
+        raise Invalid(_at(where, "worker_cpu"), "needs workers: N (N > 0)")
     return HostSpec(
         main_cpu=_signal(spec, "main_cpu", where, 0, MAX_CORES),
         workers=workers,
@@ -572,46 +526,46 @@ def _torch(raw: object, where: str) -> TorchSpec:
     allocated = int(byte_count(spec.get("allocated", 0), _at(where, "allocated")))
     reserved = int(byte_count(spec.get("reserved", allocated), _at(where, "reserved")))
     if reserved < allocated:
-        raise SpecError(_at(where, "reserved"), "must be at least allocated: the allocator reserves what it hands out")
+        raise Invalid(_at(where, "reserved"), "must be at least allocated: the allocator reserves what it hands out")
     return TorchSpec(
         data_wait=_signal(spec, "data_wait", where, 0, 1),
-        steps_per_second=_ranged(spec.get("steps_per_second", 1.0), _at(where, "steps_per_second"), 0.001, 100_000),
-        num_workers=optional("num_workers", lambda v, w: _integer(v, w, 0, 256)),
-        pin_memory=optional("pin_memory", _flag),
-        prefetch_factor=optional("prefetch_factor", lambda v, w: _integer(v, w, 1, 1024)),
-        persistent_workers=optional("persistent_workers", _flag),
-        batch_size=optional("batch_size", lambda v, w: _integer(v, w, 1, 10_000_000)),
-        autocast=optional("autocast", _flag),
-        autocast_dtype=optional("autocast_dtype", lambda v, w: _choice(v, w, ("bfloat16", "float16"))),
-        tf32=optional("tf32", _flag),
+        steps_per_second=number(spec.get("steps_per_second", 1.0), _at(where, "steps_per_second"), 0.001, 100_000),
+        num_workers=optional("num_workers", lambda v, w: whole(v, w, 0, 256)),
+        pin_memory=optional("pin_memory", flag),
+        prefetch_factor=optional("prefetch_factor", lambda v, w: whole(v, w, 1, 1024)),
+        persistent_workers=optional("persistent_workers", flag),
+        batch_size=optional("batch_size", lambda v, w: whole(v, w, 1, 10_000_000)),
+        autocast=optional("autocast", flag),
+        autocast_dtype=optional("autocast_dtype", lambda v, w: choice(v, w, ("bfloat16", "float16"))),
+        tf32=optional("tf32", flag),
         allocated=allocated,
         reserved=reserved,
-        alloc_retries=_integer(spec.get("alloc_retries", 0), _at(where, "alloc_retries"), 0),
-        ooms=_integer(spec.get("ooms", 0), _at(where, "ooms"), 0),
+        alloc_retries=whole(spec.get("alloc_retries", 0), _at(where, "alloc_retries"), 0),
+        ooms=whole(spec.get("ooms", 0), _at(where, "ooms"), 0),
     )
 
 
 def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
     windows = []
-    for i, item in enumerate(_items(raw, where)):
+    for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
         spec = mapping(item, at, ("reasons",), ("at", "until", "every", "for"))
-        names = _items(spec["reasons"], f"{at}.reasons")
+        names = items(spec["reasons"], f"{at}.reasons")
         if not names:
-            raise SpecError(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
-        reasons = tuple(_choice(n, f"{at}.reasons[{j}]", THROTTLE_REASONS) for j, n in enumerate(names))
+            raise Invalid(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
+        reasons = tuple(choice(n, f"{at}.reasons[{j}]", THROTTLE_REASONS) for j, n in enumerate(names))
         windows.append(Throttle(_window(spec, at), reasons))
     return tuple(windows)
 
 
 def _ecc(raw: object, where: str) -> tuple[EccEvent, ...]:
     events = []
-    for i, item in enumerate(_items(raw, where)):
+    for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
         spec = mapping(item, at, ("at", "kind"), ("count",))
-        kind = _choice(spec["kind"], f"{at}.kind", ("corrected", "uncorrected"))
-        count = _integer(spec.get("count", 1), f"{at}.count", 1)
-        events.append(EccEvent(_ranged(spec["at"], f"{at}.at", 0), kind == "uncorrected", count))
+        kind = choice(spec["kind"], f"{at}.kind", ("corrected", "uncorrected"))
+        count = whole(spec.get("count", 1), f"{at}.count", 1)
+        events.append(EccEvent(number(spec["at"], f"{at}.at", 0), kind == "uncorrected", count))
     return tuple(events)
 
 
@@ -619,35 +573,35 @@ def _remap_event(raw: object, where: str, timed: bool) -> RemapEvent:
     keys = ("correctable", "uncorrectable", "pending", "failure")
     spec = mapping(raw, where, ("at",) if timed else (), keys)
     return RemapEvent(
-        at=_ranged(spec["at"], f"{where}.at", 0) if timed else 0.0,
-        correctable=_integer(spec.get("correctable", 0), f"{where}.correctable", 0),
-        uncorrectable=_integer(spec.get("uncorrectable", 0), f"{where}.uncorrectable", 0),
-        pending=_flag(spec["pending"], f"{where}.pending") if "pending" in spec else None,
-        failure=_flag(spec["failure"], f"{where}.failure") if "failure" in spec else None,
+        at=number(spec["at"], f"{where}.at", 0) if timed else 0.0,
+        correctable=whole(spec.get("correctable", 0), f"{where}.correctable", 0),
+        uncorrectable=whole(spec.get("uncorrectable", 0), f"{where}.uncorrectable", 0),
+        pending=flag(spec["pending"], f"{where}.pending") if "pending" in spec else None,
+        failure=flag(spec["failure"], f"{where}.failure") if "failure" in spec else None,
     )
 
 
 def _remapped_rows(raw: object, where: str) -> tuple[RemapEvent, ...]:
     if isinstance(raw, dict):
         return (_remap_event(raw, where, timed=False),)
-    return tuple(_remap_event(item, f"{where}[{i}]", timed=True) for i, item in enumerate(_items(raw, where)))
+    return tuple(_remap_event(item, f"{where}[{i}]", timed=True) for i, item in enumerate(items(raw, where)))
 
 
 def _xids(raw: object, where: str) -> tuple[Xid, ...]:
     events = []
-    for i, item in enumerate(_items(raw, where)):
+    for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
         spec = mapping(item, at, ("at", "code"))
-        events.append(Xid(_ranged(spec["at"], f"{at}.at", 0), _integer(spec["code"], f"{at}.code", 1)))
+        events.append(Xid(number(spec["at"], f"{at}.at", 0), whole(spec["code"], f"{at}.code", 1)))
     return tuple(events)
 
 
 def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
     spec = mapping(raw, where, (), ("gen", "width", "max_gen", "max_width", "tx", "rx"))
-    max_gen = _integer(spec.get("max_gen", model.pcie_gen if model else 4), f"{where}.max_gen", 1, 6)
-    max_width = _integer(spec.get("max_width", model.pcie_width if model else 16), f"{where}.max_width", 1, 32)
-    gen = _integer(spec.get("gen", max_gen), f"{where}.gen", 1, max_gen)
-    width = _integer(spec.get("width", max_width), f"{where}.width", 1, max_width)
+    max_gen = whole(spec.get("max_gen", model.pcie_gen if model else 4), f"{where}.max_gen", 1, 6)
+    max_width = whole(spec.get("max_width", model.pcie_width if model else 16), f"{where}.max_width", 1, 32)
+    gen = whole(spec.get("gen", max_gen), f"{where}.gen", 1, max_gen)
+    width = whole(spec.get("width", max_width), f"{where}.width", 1, max_width)
     tx = _signal(spec, "tx", where, 0, MAX_RATE, byte_rate)
     rx = _signal(spec, "rx", where, 0, MAX_RATE, byte_rate)
     return Pcie(gen, width, max_gen, max_width, tx, rx)
@@ -664,8 +618,8 @@ def _clocks(spec: dict, where: str) -> tuple[Signal | None, Signal | None]:
 def _max_clocks(spec: dict, where: str, model: GpuModel | None) -> tuple[int, int]:
     at = _at(where, "max_clocks")
     clocks = mapping(spec.get("max_clocks", {}), at, (), ("sm", "memory"))
-    sm = _integer(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1, MAX_CLOCK_MHZ)
-    memory = _integer(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1, MAX_CLOCK_MHZ)
+    sm = whole(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1, MAX_CLOCK_MHZ)
+    memory = whole(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1, MAX_CLOCK_MHZ)
     return sm, memory
 
 
@@ -675,9 +629,9 @@ def _derived_id(seed: int, index: int, salt: int) -> int:
 
 def _uuid(spec: dict, where: str, seed: int, index: int) -> str:
     if "uuid" in spec:
-        uuid = _text(spec["uuid"], _at(where, "uuid"))
+        uuid = text(spec["uuid"], _at(where, "uuid"))
         if not re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
-            raise SpecError(_at(where, "uuid"), "expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+            raise Invalid(_at(where, "uuid"), "expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
         return uuid
     digits = f"{_derived_id(seed, index, 1):016x}{_derived_id(seed, index, 2):016x}"
     return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
@@ -691,16 +645,16 @@ def _pci_bus_id(spec: dict, where: str, index: int) -> str:
     if "pci_bus_id" not in spec:
         bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0xE0 + index % 0x20
         return f"00000000:{bus:02X}:00.0"
-    bus_id = _text(spec["pci_bus_id"], _at(where, "pci_bus_id")).upper()
+    bus_id = text(spec["pci_bus_id"], _at(where, "pci_bus_id")).upper()
     if not re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-1][0-9A-F]\.[0-7]", bus_id):
-        raise SpecError(_at(where, "pci_bus_id"), "expected domain:bus:device.function like 00000000:1B:00.0")
+        raise Invalid(_at(where, "pci_bus_id"), "expected domain:bus:device.function like 00000000:1B:00.0")
     return bus_id
 
 
 def _features(spec: dict, key: str, where: str) -> frozenset[str]:
     at = _at(where, key)
-    names = _items(spec.get(key, []), at)
-    return frozenset(_choice(name, f"{at}[{i}]", FEATURES) for i, name in enumerate(names))
+    names = items(spec.get(key, []), at)
+    return frozenset(choice(name, f"{at}[{i}]", FEATURES) for i, name in enumerate(names))
 
 
 _GPU_KEYS = (
@@ -713,13 +667,13 @@ _GPU_KEYS = (
 
 
 def _model_needs(spec: dict, where: str) -> GpuModel | None:
-    name = _text(spec["model"], _at(where, "model"))
+    name = text(spec["model"], _at(where, "model"))
     model = find_model(name)
     if model is None:
         for key in ("memory_total", "power_limit"):
             if key not in spec:
                 known = ", ".join(MODELS)
-                raise SpecError(where, f"unknown model {name!r} needs {key}; or use a known model: {known}")
+                raise Invalid(where, f"unknown model {name!r} needs {key}; or use a known model: {known}")
     return model
 
 
@@ -730,17 +684,17 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     memory_total = int(byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0),
                                   _at(where, "memory_total")))
     if not 0 < memory_total <= MAX_MEMORY:
-        raise SpecError(_at(where, "memory_total"), f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
-    power_limit = _ranged(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1,
+        raise Invalid(_at(where, "memory_total"), f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
+    power_limit = number(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1,
                           MAX_POWER_W)
-    idle_power = _ranged(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
+    idle_power = number(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
     mig_capable = model.mig if model else True
-    mig = _flag(spec.get("mig", False), _at(where, "mig"))
+    mig = flag(spec.get("mig", False), _at(where, "mig"))
     if mig and not mig_capable:
-        raise SpecError(_at(where, "mig"), f"{name} does not support MIG; remove mig: true")
+        raise Invalid(_at(where, "mig"), f"{name} does not support MIG; remove mig: true")
     row_remapping = model.row_remapping if model else True
     if "remapped_rows" in spec and not row_remapping:
-        raise SpecError(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
+        raise Invalid(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
     max_sm, max_mem = _max_clocks(spec, where, model)
     sm_clock, memory_clock = _clocks(spec, where)
     return Gpu(
@@ -748,7 +702,7 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         name=name,
         memory_total=memory_total,
         uuid=_uuid(spec, where, seed, index),
-        serial=_text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec
+        serial=text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec
         else f"{_derived_id(seed, index, 3) % 10**13:013d}",
         pci_bus_id=_pci_bus_id(spec, where, index),
         pci_device_id=model.pci_device_id if model else 0x000010DE,
@@ -767,11 +721,11 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         idle_sm_clock=min(model.idle_sm_mhz if model else 300, max_sm),
         throttle=_throttle(spec.get("throttle", []), _at(where, "throttle")),
         pcie=_pcie(spec.get("pcie", {}), _at(where, "pcie"), model),
-        ecc_mode=_flag(spec.get("ecc_mode", True), _at(where, "ecc_mode")),
+        ecc_mode=flag(spec.get("ecc_mode", True), _at(where, "ecc_mode")),
         ecc=_ecc(spec.get("ecc", []), _at(where, "ecc")),
         remapped_rows=_remapped_rows(spec.get("remapped_rows", []), _at(where, "remapped_rows")),
         xid=_xids(spec.get("xid", []), _at(where, "xid")),
-        gpm=_flag(spec.get("gpm", model.gpm if model else False), _at(where, "gpm")),
+        gpm=flag(spec.get("gpm", model.gpm if model else False), _at(where, "gpm")),
         sm_activity=_signal(spec, "sm_activity", where, 0, 1),
         sm_occupancy=_signal(spec, "sm_occupancy", where, 0, 1),
         tensor_activity=_signal(spec, "tensor_activity", where, 0, 1),
@@ -783,10 +737,10 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         power_average=model.power_average if model else True,
         not_supported=_features(spec, "not_supported", where),
         no_permission=_features(spec, "no_permission", where),
-        samples_when_idle=_choice(spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"),
+        samples_when_idle=choice(spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"),
                                   ("continue", "stop")) == "continue",
         # In MIG mode a process's memory is only seen per instance (or with privileges) on the parent.
-        process_memory=_choice(spec.get("process_memory", "unavailable" if mig else "reported"),
+        process_memory=choice(spec.get("process_memory", "unavailable" if mig else "reported"),
                                _at(where, "process_memory"), ("reported", "unavailable")) == "reported",
         processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
         allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
@@ -798,16 +752,16 @@ def _probe(raw: object, where: str) -> ProbeSpec:
     spec = mapping(raw, where, (), ("memory_bandwidth", "host_bandwidth", "matmul", "correct"))
 
     def ratio(key):
-        return _ranged(spec[key], _at(where, key), 0.01, 1.0) if key in spec else None
+        return number(spec[key], _at(where, key), 0.01, 1.0) if key in spec else None
 
     return ProbeSpec(ratio("memory_bandwidth"), ratio("host_bandwidth"), ratio("matmul"),
-                     _flag(spec.get("correct", True), _at(where, "correct")))
+                     flag(spec.get("correct", True), _at(where, "correct")))
 
 
 def _allocation(raw: object, where: str) -> JobSpec:
     job = _job(raw, where)
     if job.kind != "kubernetes" or not (job.namespace and job.pod):
-        raise SpecError(where, "only a kubernetes job with namespace and pod can hold a GPU without a process")
+        raise Invalid(where, "only a kubernetes job with namespace and pod can hold a GPU without a process")
     return job
 
 
@@ -827,41 +781,41 @@ _FAULT_KEYS = {
 
 def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
     if not isinstance(raw, dict) or "kind" not in raw:
-        raise SpecError(where, f"expected a mapping with a kind: one of {', '.join(FAULT_KINDS)}")
-    kind = _choice(raw["kind"], f"{where}.kind", FAULT_KINDS)
+        raise Invalid(where, f"expected a mapping with a kind: one of {', '.join(FAULT_KINDS)}")
+    kind = choice(raw["kind"], f"{where}.kind", FAULT_KINDS)
     required, optional = _FAULT_KEYS[kind]
     spec = mapping(raw, where, ("kind",) + required, optional)
     gpu = None
     if "gpu" in spec:
-        gpu = _integer(spec["gpu"], f"{where}.gpu", 0)
+        gpu = whole(spec["gpu"], f"{where}.gpu", 0)
         if gpu >= len(gpus):
-            raise SpecError(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
+            raise Invalid(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
     pid = None
     if kind == "process_vanishes":
-        pid = _integer(spec["pid"], f"{where}.pid", 1)
+        pid = whole(spec["pid"], f"{where}.pid", 1)
         if not any(p.every is None and p.pid == pid for p in gpus[gpu].processes):
-            raise SpecError(f"{where}.pid", f"gpu {gpu} has no process with pid {pid} (that does not repeat)")
+            raise Invalid(f"{where}.pid", f"gpu {gpu} has no process with pid {pid} (that does not repeat)")
     return Fault(
         kind=kind,
         window=_window(spec, where),
         gpu=gpu,
-        what=_choice(spec["what"], f"{where}.what", FEATURES) if "what" in spec else None,
-        error=_choice(spec["error"], f"{where}.error", INIT_ERRORS) if "error" in spec else None,
+        what=choice(spec["what"], f"{where}.what", FEATURES) if "what" in spec else None,
+        error=choice(spec["error"], f"{where}.error", INIT_ERRORS) if "error" in spec else None,
         pid=pid,
         function=_function(spec["function"], f"{where}.function") if "function" in spec else None,
-        count=_integer(spec["count"], f"{where}.count", 1, 10_000) if "count" in spec else None,
+        count=whole(spec["count"], f"{where}.count", 1, 10_000) if "count" in spec else None,
     )
 
 
 def _function(raw: object, where: str) -> str:
     """Return an NVML C function name a fault may remove: one some branch exports, not init or shutdown."""
-    name = _text(raw, where)
+    name = text(raw, where)
     if not branches.family(name):
         close = difflib.get_close_matches(name, sorted(branches.all_symbols()), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise SpecError(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
+        raise Invalid(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
     if branches.family(name) & _ESSENTIAL:
-        raise SpecError(where, f"{name} cannot be removed: without it no NVML call works; "
+        raise Invalid(where, f"{name} cannot be removed: without it no NVML call works; "
                                "use an init_failure fault instead")
     return name
 
@@ -870,29 +824,29 @@ def _function(raw: object, where: str) -> str:
 
 
 def _scenario(raw: object) -> Scenario:
-    spec = mapping(raw, "", ("name", "description", "gpus"), (
+    spec = mapping(raw, "top level", ("name", "description", "gpus"), (
         "seed", "start_time", "driver", "driver_version", "cuda_driver_version", "nvml_version", "faults"))
-    seed = _integer(spec.get("seed", 0), "seed", 0, 2**64 - 1)
-    gpu_list = _items(spec["gpus"], "gpus")
+    seed = whole(spec.get("seed", 0), "seed", 0, 2**64 - 1)
+    gpu_list = items(spec["gpus"], "gpus")
     if not gpu_list:
-        raise SpecError("gpus", "list at least one GPU")
+        raise Invalid("gpus", "list at least one GPU")
     gpus = tuple(_gpu(item, f"gpus[{i}]", i, seed) for i, item in enumerate(gpu_list))
     uuids = [g.uuid for g in gpus]
     for i, uuid in enumerate(uuids):
         if uuids.index(uuid) != i:
-            raise SpecError(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
+            raise Invalid(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
     driver = _driver(spec)
-    cuda = _integer(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
+    cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
-        name=_text(spec["name"], "name"),
-        description=_text(spec["description"], "description"),
+        name=text(spec["name"], "name"),
+        description=text(spec["description"], "description"),
         seed=seed,
-        start_time=_ranged(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
+        start_time=number(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
         driver=driver,
         cuda_driver_version=cuda,
-        nvml_version=_text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}")), "nvml_version"),
+        nvml_version=text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}")), "nvml_version"),
         gpus=gpus,
-        faults=tuple(_fault(item, f"faults[{i}]", gpus) for i, item in enumerate(_items(spec.get("faults", []),
+        faults=tuple(_fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []),
                                                                                         "faults"))),
     )
 
@@ -900,12 +854,12 @@ def _scenario(raw: object) -> Scenario:
 def _driver(spec: dict) -> branches.Driver:
     """The scenario's driver: `driver` (a branch or a release), or the older `driver_version` key."""
     if "driver" in spec and "driver_version" in spec:
-        raise SpecError("driver_version", "give the driver once: keep driver and remove driver_version")
+        raise Invalid("driver_version", "give the driver once: keep driver and remove driver_version")
     key = "driver" if "driver" in spec else "driver_version"
     try:
-        return branches.resolve(_text(str(spec.get(key, branches.NEWEST)), key))
+        return branches.resolve(text(str(spec.get(key, branches.NEWEST)), key))
     except branches.DriverError as error:
-        raise SpecError(key, str(error)) from None
+        raise Invalid(key, str(error)) from None
 
 
 def parse_scenario(text: str, label: str) -> Scenario:
@@ -920,7 +874,7 @@ def parse_scenario(text: str, label: str) -> Scenario:
 def _checked(raw: object, label: str) -> Scenario:
     try:
         return _scenario(raw)
-    except SpecError as exc:
+    except Invalid as exc:
         raise ScenarioError(f"scenario {label}: {exc.where}: {exc.problem}") from None
 
 

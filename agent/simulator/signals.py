@@ -7,12 +7,14 @@ clamps. The simulator samples every signal once per step of ``STEP_S`` seconds.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from gpulens.checks import Invalid, mapping, number
+from gpulens.units import BYTES
 
 # NVML's utilization sample period on Volta and newer GPUs.
 STEP_S = 1.0 / 6.0
@@ -23,37 +25,10 @@ MIN_PERIOD_S = 1e-3
 SHAPES = ("constant", "square", "ramp", "steps", "noise")
 
 _MASK64 = (1 << 64) - 1
-_BYTE_UNITS = {
-    "B": 1,
-    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-}
 _QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*(/s)?\s*$")
 
 
-class SpecError(ValueError):
-    """A wrong scenario value: ``where`` is its place, ``problem`` says what is wrong and the fix."""
-
-    def __init__(self, where: str, problem: str):
-        super().__init__(f"{where}: {problem}")
-        self.where = where
-        self.problem = problem
-
-
 # ---------------------------------------------------------------- units
-
-
-def number(raw: object, where: str) -> float:
-    """Return a plain number as a float; strings and booleans are refused."""
-    if isinstance(raw, bool) or not isinstance(raw, int | float):
-        raise SpecError(where, f"expected a number, got {raw!r}")
-    try:
-        value = float(raw)  # an int beyond 1.8e308 overflows
-    except OverflowError:
-        raise SpecError(where, "a number of more than 308 digits is too large; write a smaller one") from None
-    if not math.isfinite(value):
-        raise SpecError(where, f"expected a finite number, got {raw!r}")
-    return value
 
 
 def _quantity(raw: object, where: str, rate: bool) -> float:
@@ -61,11 +36,11 @@ def _quantity(raw: object, where: str, rate: bool) -> float:
         return number(raw, where)
     example = '"12GB/s" or "800MiB/s"' if rate else '"40GiB", "512MiB" or "1.5GB"'
     match = _QUANTITY.match(raw)
-    if not match or match.group(2) not in _BYTE_UNITS or bool(match.group(3)) != rate:
-        raise SpecError(where, f"bad unit {raw!r}; use a number or a string like {example}")
-    value = float(match.group(1)) * _BYTE_UNITS[match.group(2)]
+    if not match or match.group(2) not in BYTES or bool(match.group(3)) != rate:
+        raise Invalid(where, f"bad unit {raw!r}; use a number or a string like {example}")
+    value = float(match.group(1)) * BYTES[match.group(2)]
     if not math.isfinite(value):
-        raise SpecError(where, f"{raw[:20]!r}... is too large a quantity")
+        raise Invalid(where, f"{raw[:20]!r}... is too large a quantity")
     return value
 
 
@@ -216,31 +191,14 @@ def constant(level: float) -> Signal:
 Converter = Callable[[object, str], float]
 
 
-def mapping(raw: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
-    """Return ``raw`` if it is a mapping with all ``required`` keys and no key outside required + optional."""
-    allowed = required + optional
-    place = where or "top level"
-    if not isinstance(raw, dict):
-        raise SpecError(place, f"expected a mapping with keys {', '.join(allowed)}")
-    for key in raw:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            fix = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(allowed)}"
-            raise SpecError(place, f"unknown key {key!r}; {fix}")
-    for key in required:
-        if key not in raw:
-            raise SpecError(place, f"missing key {key!r}")
-    return raw
-
-
 def _square(raw: object, where: str, convert: Converter) -> Square:
     spec = mapping(raw, where, ("high", "period", "duty"), ("low", "phase"))
     period = number(spec["period"], f"{where}.period")
     if period <= MIN_PERIOD_S:
-        raise SpecError(f"{where}.period", f"period must be > {MIN_PERIOD_S:g} seconds, got {period:g}")
+        raise Invalid(f"{where}.period", f"period must be > {MIN_PERIOD_S:g} seconds, got {period:g}")
     duty = number(spec["duty"], f"{where}.duty")
     if not 0.0 <= duty <= 1.0:
-        raise SpecError(f"{where}.duty", f"duty must be between 0 and 1, got {duty:g}")
+        raise Invalid(f"{where}.duty", f"duty must be between 0 and 1, got {duty:g}")
     return Square(
         low=convert(spec.get("low", 0), f"{where}.low"),
         high=convert(spec["high"], f"{where}.high"),
@@ -255,7 +213,7 @@ def _ramp(raw: object, where: str, convert: Converter) -> Ramp:
     spec = mapping(raw, where, ("from", "to", "duration"), ("start",))
     duration = number(spec["duration"], f"{where}.duration")
     if duration <= 0:
-        raise SpecError(f"{where}.duration", f"duration must be > 0 seconds, got {duration:g}")
+        raise Invalid(f"{where}.duration", f"duration must be > 0 seconds, got {duration:g}")
     return Ramp(
         start_value=convert(spec["from"], f"{where}.from"),
         end_value=convert(spec["to"], f"{where}.to"),
@@ -266,15 +224,15 @@ def _ramp(raw: object, where: str, convert: Converter) -> Ramp:
 
 def _steps(raw: object, where: str, convert: Converter) -> Steps:
     if not isinstance(raw, list) or not raw:
-        raise SpecError(where, "expected a list of [time, value] pairs, e.g. [[0, 10], [60, 90]]")
+        raise Invalid(where, "expected a list of [time, value] pairs, e.g. [[0, 10], [60, 90]]")
     times, values = [], []
     for i, pair in enumerate(raw):
         at = f"{where}[{i}]"
         if not isinstance(pair, list) or len(pair) != 2:
-            raise SpecError(at, f"expected a [time, value] pair, got {pair!r}")
+            raise Invalid(at, f"expected a [time, value] pair, got {pair!r}")
         t = number(pair[0], f"{at}[0]")
         if times and t <= times[-1]:
-            raise SpecError(f"{at}[0]", f"times must increase; {t:g} follows {times[-1]:g}")
+            raise Invalid(f"{at}[0]", f"times must increase; {t:g} follows {times[-1]:g}")
         times.append(t)
         values.append(convert(pair[1], f"{at}[1]"))
     return Steps(tuple(times), tuple(values))
@@ -283,10 +241,10 @@ def _steps(raw: object, where: str, convert: Converter) -> Steps:
 def _shape_and_noise(spec: dict, where: str, convert: Converter) -> tuple[Shape, float]:
     shapes = [key for key in spec if key in SHAPES and not (key == "noise" and not isinstance(spec[key], dict))]
     if not shapes and "noise" in spec:
-        raise SpecError(where, "noise: N adds noise to a shape; for noise alone use noise: {mean: M, stddev: N}")
+        raise Invalid(where, "noise: N adds noise to a shape; for noise alone use noise: {mean: M, stddev: N}")
     if len(shapes) != 1:
         found = ", ".join(shapes) or "none"
-        raise SpecError(where, f"expected exactly one shape key ({', '.join(SHAPES)}), found {found}")
+        raise Invalid(where, f"expected exactly one shape key ({', '.join(SHAPES)}), found {found}")
     kind = shapes[0]
     at = f"{where}.{kind}"
     extra_noise = convert(spec["noise"], f"{where}.noise") if "noise" in spec and kind != "noise" else 0.0
@@ -308,14 +266,14 @@ def parse_signal(raw: object, where: str, convert: Converter = number) -> Signal
         return constant(convert(raw, where))
     for key in raw:
         if key not in SHAPES + ("min", "max"):
-            raise SpecError(where, f"unknown shape {key!r}; use one of {', '.join(SHAPES)}")
+            raise Invalid(where, f"unknown shape {key!r}; use one of {', '.join(SHAPES)}")
     shape, noise = _shape_and_noise(raw, where, convert)
     if noise < 0:
-        raise SpecError(f"{where}.noise", f"noise is a standard deviation and must be >= 0, got {noise:g}")
+        raise Invalid(f"{where}.noise", f"noise is a standard deviation and must be >= 0, got {noise:g}")
     lo = convert(raw["min"], f"{where}.min") if "min" in raw else None
     hi = convert(raw["max"], f"{where}.max") if "max" in raw else None
     if lo is not None and hi is not None and lo > hi:
-        raise SpecError(where, f"min {lo:g} is above max {hi:g}")
+        raise Invalid(where, f"min {lo:g} is above max {hi:g}")
     return Signal(shape, noise, lo, hi)
 
 

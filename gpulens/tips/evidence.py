@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 
-from gpulens import gpus
+from gpulens import checks, gpus
 from gpulens.tips.thresholds import DATA_WAIT_NOTABLE
 
 EvidenceValue = float | int | str | bool | None
@@ -49,16 +48,10 @@ class Facts:
 
     def number(self, key: str, upper: float = _NUMBER_MAX) -> float | None:
         """Return the value of `key` as a float in [0, upper], or None."""
-        value = self._raw(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
         try:
-            number = float(value)
-        except OverflowError:
+            return checks.number(self._raw(key), key, 0, upper)
+        except checks.Invalid:
             return None
-        if not math.isfinite(number) or number < 0 or number > upper:
-            return None
-        return number
 
     def ratio(self, key: str) -> float | None:
         """Return the ratio `key` (0-1, or more for CPU ratios of one core), or None."""
@@ -72,8 +65,10 @@ class Facts:
         return int(number)
 
     def flag(self, key: str) -> bool | None:
-        value = self._raw(key)
-        return value if isinstance(value, bool) else None
+        try:
+            return checks.flag(self._raw(key), key)
+        except checks.Invalid:
+            return None
 
     def text(self, key: str) -> str | None:
         value = self._raw(key)

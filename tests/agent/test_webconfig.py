@@ -66,9 +66,10 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("tls_server_config: [1]", "tls_server_config: must be a mapping"),
-    ("tls: {}", "unknown setting 'tls'"),
-    ("tls_server_config: {cert_file: a, key_file: b, ciphers: []}", "unknown setting 'ciphers'"),
+    ("tls_server_config: [1]", "tls_server_config: expected a mapping, got a list; e.g."),
+    ("tls: {}", "unknown key 'tls'; use one of tls_server_config,"),
+    ("tls_server_config: {cert_file: a, key_file: b, ciphers: []}",
+     "unknown key 'ciphers'; did you mean 'cipher_suites'?"),
     ("tls_server_config: {key_file: server_key.pem}", "cert_file is missing"),
     ("tls_server_config: {cert_file: nope.pem, key_file: server_key.pem}", "nope.pem cannot be read"),
     ("tls_server_config: {cert_file: server_cert.pem, key_file: client_key.pem}", "key does not match"),
@@ -92,9 +93,9 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
     ("basic_auth_users: [ops]", "must map user names to bcrypt hashes"),
     ("http_server_config: {headers: {Server: x}}", "'Server' cannot be set"),
     ("http_server_config: {headers: {X-Frame-Options: always}}", "'always' is not one of deny, sameorigin"),
-    ("http_server_config: {http2: maybe}", "http2 must be true or false"),
+    ("http_server_config: {http2: maybe}", "http_server_config.http2: expected true or false, got the string 'maybe'"),
     ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
-    ("- just\n- a list", "must be a mapping"),
+    ("- just\n- a list", "expected a mapping, got a list"),
     ("basic_auth_users: {ops: [", "line 1: invalid YAML ("),
 ])
 def test_each_mistake_is_one_line_naming_it(pki, text, says):

@@ -8,7 +8,6 @@ from gpulens.agent.simulator.signals import (
     STEP_S,
     Constant,
     Signal,
-    SpecError,
     Square,
     Steps,
     byte_count,
@@ -18,6 +17,7 @@ from gpulens.agent.simulator.signals import (
     parse_signal,
     step_sampler,
 )
+from gpulens.checks import Invalid
 
 
 def busy(signal, t0: float, t1: float) -> float:
@@ -87,7 +87,7 @@ def test_pure_noise_shape():
     ],
 )
 def test_bad_signals_name_the_place(raw, fragment):
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(Invalid) as caught:
         parse_signal(raw, "gpus[0].utilization")
     assert caught.value.where.startswith("gpus[0].utilization")
     assert fragment in caught.value.problem
@@ -107,7 +107,7 @@ def test_units():
 @pytest.mark.parametrize(("convert", "raw"), [(byte_count, "40GBB"), (byte_count, "12GB/s"), (byte_rate, "12GB"),
                                               (byte_count, "GiB"), (byte_count, True)])
 def test_bad_units(convert, raw):
-    with pytest.raises(SpecError, match="bad unit|expected a number"):
+    with pytest.raises(Invalid, match="bad unit|expected a number"):
         convert(raw, "gpus[0].memory_total")
 
 
