@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python tests/typecheck.py
+
+# Fix what ruff can: import order, layout (indents, spaces, blank lines), old syntax.
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
 
 test: lint
 	$(BIN)/pytest -q

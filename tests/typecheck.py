@@ -25,6 +25,7 @@ CORE = [
     "gpulens/units.py", "gpulens/gpus.py", "gpulens/vocabulary.py", "gpulens/words.py", "gpulens/checks.py",
 ]
 
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpulens-typecheck-") as folder:
         package = Path(folder, "gpulens")
@@ -35,6 +36,7 @@ def main() -> int:
             (package / name).symlink_to(target)
         command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *CORE]
         return subprocess.run(command, cwd=folder).returncode
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -75,6 +75,7 @@ def test_credentials_are_sent_as_headers_and_never_shown():
         answer = PrometheusSource(api).fleet(3600)
         source(url, Credentials(bearer_token="t0ken")).jobs()
         source(url, Credentials(basic_auth=("ops", "pw"))).jobs()
+
     def basic(pair: bytes) -> str:
         return "Basic " + base64.b64encode(pair).decode()
 

@@ -107,6 +107,7 @@ def test_hysteresis_keeps_a_border_gpu_from_flapping():
     d = Diagnoser(Settings(dwell=15, window=5))
     run(d, lambda now: HELD, 120)
     # Alternating 10 s fed / 10 s data-bound: each judgement lasts 10 s, less than the 15 s dwell.
+
     def border(now):
         return HELD if int(now // 10) % 2 else replace(HELD, busy_ratio=0.5, data_wait_ratio=0.4)
     states = set()

@@ -59,8 +59,6 @@ def utilization_samples(sim, handle, since=0):
     return samples
 
 
-
-
 def listed(sim, handle) -> list:
     """The GPU's processes as the driver writes them, read at the record size this driver uses.
 

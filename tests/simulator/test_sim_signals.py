@@ -24,6 +24,7 @@ def busy(signal, t0: float, t1: float) -> float:
     """The busy fraction of a utilization signal (percent) over [t0, t1]."""
     return signal.mean(t0, t1) / 100.0
 
+
 def test_square_busy_fraction_is_exact_whatever_the_window():
     wave = parse_signal({"square": {"high": 100, "period": 2, "duty": 0.2}}, "u")
     assert busy(wave, 0, 2) == pytest.approx(0.2)
