@@ -30,7 +30,7 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
-	# The agent's tests again on the lowest nvidia-ml-py admitted and on Python 3.10 and 3.13.
+	# The agent's tests again on the lowest release of each dependency admitted and on Python 3.10 and 3.13.
 	$(BIN)/python tests/matrix.py
 
 bench: $(STAMP)

@@ -1,6 +1,7 @@
-"""The versions gpulens claims: the agent's tests on the lowest nvidia-ml-py pyproject admits and on
-Python 3.10 and 3.13, each in a virtual environment of its own (`make test` runs this after the full
-suite, which runs on the default Python with the newest nvidia-ml-py).
+"""The versions gpulens claims: the agent's tests on the lowest release of each dependency pyproject
+admits (nvidia-ml-py, prometheus-client, psutil, PyYAML, bcrypt) and on Python 3.10 and 3.13, each in
+a virtual environment of its own (`make test` runs this after the full suite, which runs on the
+default Python with the newest releases).
 
     python tests/matrix.py            # every entry; a missing Python is skipped (failed in CI)
     python tests/matrix.py floor      # one entry by name
@@ -28,14 +29,20 @@ TESTS = ["tests/agent", "tests/simulator", "tests/diagnosis", "tests/test_tips.p
          "--ignore=tests/diagnosis/test_torch_end_to_end.py"]
 
 
-def binding_floor() -> str:
-    """The lowest nvidia-ml-py pyproject.toml admits, as an exact requirement."""
+def floors() -> list[str]:
+    """The lowest release of each of the agent's dependencies that pyproject.toml admits, pinned exactly."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    spec = next(d for d in project["dependencies"] if d.startswith("nvidia-ml-py"))
-    match = re.fullmatch(r"nvidia-ml-py>=([\d.]+)", spec.replace(" ", ""))
-    if match is None:
-        raise SystemExit(f"pyproject.toml: {spec!r} has no '>=' floor for the matrix to test")
-    return f"nvidia-ml-py=={match.group(1)}"
+    pins = []
+    for spec in project["dependencies"]:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([\d.]+)", spec.replace(" ", ""))
+        if match is None:
+            raise SystemExit(f"pyproject.toml: {spec!r} has no '>=' floor for the matrix to test")
+        pins.append(f"{match.group(1)}=={match.group(2)}")
+    return pins
+
+
+DEPENDENCIES = [re.split(r"[<>=!~ ]", spec, maxsplit=1)[0]
+                for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
 
 
 def python(version: str) -> str | None:
@@ -52,15 +59,15 @@ def python(version: str) -> str | None:
 
 ENTRIES = {
     # name: (Python version, what to pin beside the project)
-    "floor": (f"{sys.version_info.major}.{sys.version_info.minor}", binding_floor()),
-    "py3.10": ("3.10", None),
-    "py3.13": ("3.13", None),
+    "floor": (f"{sys.version_info.major}.{sys.version_info.minor}", floors()),
+    "py3.10": ("3.10", []),
+    "py3.13": ("3.13", []),
 }
 
 
 def run(name: str) -> bool | None:
     """Run the agent's tests for one entry; None when its Python is not on this machine."""
-    version, pin = ENTRIES[name]
+    version, pins = ENTRIES[name]
     interpreter = python(version)
     if interpreter is None:
         message = f"matrix {name}: no Python {version} here (pyenv install {version}); skipped"
@@ -71,17 +78,17 @@ def run(name: str) -> bool | None:
         return None
     venv = HOME / name
     stamp = venv / ".installed"
-    wanted = f"{interpreter} {pin or 'newest'} {(ROOT / 'pyproject.toml').stat().st_mtime}"
+    wanted = f"{interpreter} {' '.join(pins) or 'newest'} {(ROOT / 'pyproject.toml').stat().st_mtime}"
     if not stamp.exists() or stamp.read_text() != wanted:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
         install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test]"]
-        subprocess.run(install + ([pin] if pin else ["--upgrade", "nvidia-ml-py"]), check=True)
+        subprocess.run(install + (pins or ["--upgrade", "nvidia-ml-py"]), check=True)
         stamp.write_text(wanted)
-    binding = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import importlib.metadata as m; print(m.version('nvidia-ml-py'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    print(f"== matrix {name}: Python {version}, nvidia-ml-py {binding}", flush=True)
+    show = "; ".join(f"print('{d}', m.version('{d}'))" for d in DEPENDENCIES)
+    installed = subprocess.run([str(venv / "bin" / "python"), "-c", f"import importlib.metadata as m; {show}"],
+                               capture_output=True, text=True, check=True).stdout.split("\n")
+    print(f"== matrix {name}: Python {version}, {', '.join(line for line in installed if line)}", flush=True)
     started = time.monotonic()
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
                           cwd=ROOT)

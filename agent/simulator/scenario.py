@@ -218,12 +218,6 @@ class Process:
         """Return whether an occurrence of the process runs at time ``t`` (seconds)."""
         return self.pid_at(t) is not None
 
-    def owns(self, pid: int) -> bool:
-        """Return whether ``pid`` is one of this process's occurrences."""
-        if self.every is None:
-            return pid == self.pid
-        return pid >= self.pid and (self.last_pid is None or pid <= self.last_pid)
-
     @property
     def last_pid(self) -> int | None:
         """The highest pid an occurrence gets; None when the process comes back forever."""

@@ -16,7 +16,7 @@ from gpulens.agent import collectors
 from gpulens.agent import config as agent_config
 from gpulens.agent.collectors.dcgm_compat import LABELS, SERIES, DcgmCompatCollector
 from tests.conftest import make_agent
-from tests.tools import require_tool
+from tests.tools import go_exponents, require_tool
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "dcgm-compat" / "demo.prom"
 HOST = "gpu-node-01"
@@ -36,7 +36,7 @@ def demo():
 
 
 def test_demo_exposition_matches_golden(demo):
-    text = _dcgm_lines(demo.exposition())
+    text = go_exponents(_dcgm_lines(demo.exposition()))
     if os.environ.get("GPULENS_UPDATE_GOLDEN") == "1":
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)

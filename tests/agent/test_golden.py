@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from gpulens.agent.simulator.scenario import builtin_scenarios
-from tests.tools import require_tool
+from tests.tools import go_exponents, require_tool
 
 GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
 SECONDS = 30  # long enough for GPM pairs, Xid and ECC events in the first half-minute
@@ -24,7 +24,7 @@ SECONDS = 30  # long enough for GPM pairs, Xid and ECC events in the first half-
 def test_exposition_matches_golden(agent_for, name, tmp_path):
     agent = agent_for(name, enable={"process_details": True}, ledger=str(tmp_path / "ledger.sqlite"))
     agent.run(SECONDS)
-    text = agent.exposition()
+    text = go_exponents(agent.exposition())
     path = GOLDEN / f"{name}.prom"
     if os.environ.get("GPULENS_UPDATE_GOLDEN") == "1":
         path.write_text(text)
