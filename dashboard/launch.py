@@ -23,6 +23,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
+from gpulens import bundled
 from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
@@ -30,7 +31,6 @@ from gpulens.printable import printable
 from gpulens.urls import check_url
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
-RULES = pathlib.Path(__file__).resolve().parents[1] / "rules"
 # Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
 DEFAULT_PORT = 10907
 # One node per scenario, each showing different states and faults (docs/scenarios.md).
@@ -293,7 +293,7 @@ def start_prometheus(children: Children, agents: dict[str, str], workdir: pathli
     if binary is None:
         raise LaunchError("--prometheus needs Prometheus installed (Debian package 'prometheus'); "
                           "install it or run 'gpulens demo' without --prometheus")
-    rules = sorted(RULES.glob("*.rules.yml")) if RULES.is_dir() else []
+    rules = bundled.write_rules(workdir / "rules")
     config = workdir / "prometheus.yml"
     config.write_text(prometheus_config(agents, rules))
     with socket.socket() as probe:
@@ -339,7 +339,7 @@ def demo_main(argv: Sequence[str]) -> int:
         if args.prometheus:
             url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name))
             env = {PROMETHEUS: url, AGENTS: ""}
-            lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules) or 'none found'}")
+            lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
         else:
             env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
         dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)

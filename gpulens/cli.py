@@ -19,6 +19,9 @@ commands:
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
+  rules      print the Prometheus rules ('gpulens rules | promtool check rules /dev/stdin')
+  grafana    print the Grafana dashboard to import
+  files      list the other files gpulens ships (Alertmanager, Prometheus, systemd, Slurm) or print one
   sim        run any Python program (nvitop, gpustat, your own) on a simulated node:
              gpulens sim demo [--driver r470] [--at 30] -- nvitop -1
 
@@ -59,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpulens.agent.simulator.run import main as sim_main
 
         return sim_main(rest)
+    if command in ("rules", "grafana", "files"):
+        from gpulens import bundled
+
+        commands = {"rules": bundled.rules_main, "grafana": bundled.grafana_main, "files": bundled.files_main}
+        return commands[command](rest)
     if command == "scenarios":
         from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 

@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from gpulens import bundled
 from gpulens.dashboard import launch
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
@@ -58,7 +59,7 @@ def prometheus(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("prometheus")
     agents = dict(start_agent(s) for s in ("demo", "diagnosis"))
     names = dict(zip(("demo", "diagnosis"), agents.values(), strict=True))
-    rules = sorted(launch.RULES.glob("*.rules.yml")) if launch.RULES.is_dir() else []
+    rules = bundled.write_rules(workdir / "rules")
     (workdir / "prometheus.yml").write_text(launch.prometheus_config(names, rules, interval=1))
     port = free_port()
     server = subprocess.Popen(

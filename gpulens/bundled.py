@@ -1,0 +1,123 @@
+"""The files gpulens ships beside its code, read from the installed package (a wheel has no source tree):
+the Prometheus rules, the Grafana dashboard, and examples for Alertmanager, Prometheus, systemd and Slurm.
+
+`gpulens rules`, `gpulens grafana` and `gpulens files` print them; `gpulens demo --prometheus` loads the
+rules from here. Each file is kept once, in `rules/` or `deploy/` of the source tree, which the package
+installs as `gpulens.rules` and `gpulens.deploy` (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from gpulens.printable import printable
+
+RULE_FILES = ("alerts.rules.yml", "recording.rules.yml", "probes.rules.yml")
+
+
+@dataclass(frozen=True)
+class Shipped:
+    name: str  # what `gpulens files NAME` takes
+    package: str
+    path: str  # inside the package
+    about: str
+
+    def text(self) -> str:
+        return resources.files(self.package).joinpath(self.path).read_text(encoding="utf-8")
+
+
+FILES = {f.name: f for f in (
+    Shipped("alerts.rules.yml", "gpulens.rules", "alerts.rules.yml", "alert rules (docs/alerts.md)"),
+    Shipped("recording.rules.yml", "gpulens.rules", "recording.rules.yml",
+            "recording rules the dashboard, Grafana and reports read"),
+    Shipped("probes.rules.yml", "gpulens.rules", "probes.rules.yml", "probe rules: fleet medians of each model"),
+    Shipped("gpulens.json", "gpulens.deploy", "grafana/gpulens.json", "Grafana dashboard (import it)"),
+    Shipped("alertmanager.yml", "gpulens.deploy", "alertmanager/alertmanager.yml",
+            "Alertmanager: routes by severity, groups by node, inhibits what a cause explains"),
+    Shipped("prometheus.yml", "gpulens.deploy", "prometheus/prometheus.yml",
+            "Prometheus: scrape config for the agents, rule files, Alertmanager"),
+    Shipped("gpulens-agent.service", "gpulens.deploy", "systemd/gpulens-agent.service",
+            "systemd unit for the agent on a bare-metal or Slurm node"),
+    Shipped("epilog.sh", "gpulens.deploy", "slurm/epilog.sh", "Slurm epilog: a report for each job as it ends"),
+)}
+
+
+def rules_document() -> str:
+    """Return every rule group of the three rule files as one YAML document (for promtool or a ConfigMap).
+
+    Each file is a comment header, then `groups:` and its indented list; the lists are joined as they are
+    written, comments included, under one `groups:`.
+    """
+    parts = ["# gpulens rules: " + ", ".join(RULE_FILES) + " in one file (`gpulens rules`).\ngroups:\n"]
+    for name in RULE_FILES:
+        head, found, body = ("\n" + FILES[name].text()).partition("\ngroups:\n")
+        if not found:
+            raise ValueError(f"{name} has no top-level 'groups:' line")
+        parts.append(f"\n  # ---- {name}\n{body}")
+    return "".join(parts)
+
+
+def write_rules(folder: Path) -> list[Path]:
+    """Write the three rule files into `folder`; return their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in RULE_FILES:
+        path = folder / name
+        path.write_text(FILES[name].text(), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage dump
+        print(f"{self.prog}: {printable(message)}; run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def rules_main(argv: Sequence[str]) -> int:
+    """`gpulens rules [--split DIR]`."""
+    parser = _Parser(prog="gpulens rules", description=(
+        "Print gpulens' Prometheus rules as one YAML document, e.g. 'gpulens rules | promtool check rules "
+        "/dev/stdin' or 'gpulens rules > gpulens.rules.yml' for rule_files or a ConfigMap."))
+    parser.add_argument("--split", metavar="DIR", help=f"write the files {', '.join(RULE_FILES)} into DIR instead")
+    args = parser.parse_args(argv)
+    if args.split is None:
+        sys.stdout.write(rules_document())
+        return 0
+    try:
+        for path in write_rules(Path(args.split)):
+            print(path)
+    except OSError as error:
+        print(f"gpulens rules: cannot write into {printable(args.split)!r} ({error.strerror}); "
+              "choose a folder you can write to", file=sys.stderr)
+        return 1
+    return 0
+
+
+def grafana_main(argv: Sequence[str]) -> int:
+    """`gpulens grafana`."""
+    _Parser(prog="gpulens grafana", description=(
+        "Print gpulens' Grafana dashboard (JSON) to import: 'gpulens grafana > gpulens.json', then "
+        "Dashboards > New > Import and pick the Prometheus data source.")).parse_args(argv)
+    sys.stdout.write(FILES["gpulens.json"].text())
+    return 0
+
+
+def files_main(argv: Sequence[str]) -> int:
+    """`gpulens files [NAME]`."""
+    parser = _Parser(prog="gpulens files", description="List the files gpulens ships, or print one of them.")
+    parser.add_argument("name", nargs="?", metavar="NAME", help="the file to print")
+    args = parser.parse_args(argv)
+    if args.name is None:
+        for shipped in FILES.values():
+            print(f"{shipped.name:22} {shipped.about}")
+        return 0
+    if args.name not in FILES:
+        parser.error(f"no shipped file {args.name!r}; 'gpulens files' lists them")
+    sys.stdout.write(FILES[args.name].text())
+    return 0
