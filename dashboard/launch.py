@@ -248,16 +248,16 @@ def dashboard_main(argv: Sequence[str]) -> int:
     return _serve(children, ["gpulens dashboard: serving (Ctrl-C stops it) at", url])
 
 
-def start_agent(children: Children, scenario: str, speed: float, workdir: pathlib.Path) -> str:
+def start_agent(children: Children, scenario: str, speed: float, workdir: pathlib.Path, *flags: str) -> str:
     """Start a simulated agent on a free loopback port, logging to `workdir`; return its base URL.
 
     The log stays out of the terminal: the faults scenario logs its simulated faults as errors.
     """
-    log = workdir / f"agent-{scenario}.log"
+    log = workdir / f"agent-{pathlib.Path(scenario).stem}.log"  # a built-in name or a file
     with log.open("w") as output:
         process = children.start(
             [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", f"{speed:g}",
-             "--web.listen-address", "127.0.0.1:0"],
+             "--web.listen-address", "127.0.0.1:0", *flags],
             stdout=subprocess.PIPE, stderr=output, text=True,
         )
     line = process.stdout.readline()
@@ -268,11 +268,21 @@ def start_agent(children: Children, scenario: str, speed: float, workdir: pathli
     return line.split("listening on ", 1)[1].strip().removesuffix("/metrics")
 
 
-def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], interval: float = 2.0) -> str:
-    """Return a Prometheus configuration scraping `agents` ({name: URL}), each name its `instance` label."""
+def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], interval: float = 2.0,
+                      alertmanager: str | None = None, dashboard: str | None = None) -> str:
+    """Return a Prometheus configuration scraping `agents` ({name: URL}), each name its `instance` label.
+
+    With `alertmanager` (a URL) alerts go there; with `dashboard` (its URL) each GPU alert links to its GPU
+    on the dashboard, through the external label the rules read (`gpulens_dashboard`).
+    """
+    labels = f", external_labels: {{gpulens_dashboard: '{dashboard.rstrip('/')}'}}" if dashboard else ""
     lines = [
-        f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s}}",
+        f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
         "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]",
+    ]
+    if alertmanager:
+        lines.append(f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['{alertmanager.split('://')[-1]}']}}]}}]}}")
+    lines += [
         "scrape_configs:",
         "  - job_name: gpulens",
         "    static_configs:",

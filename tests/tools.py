@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import socket
+import time
 
 import pytest
 
@@ -53,3 +54,21 @@ def go_exponents(exposition: str) -> str:
     the same number, so golden files are compared in one spelling.
     """
     return re.sub(r"(?<=[0-9])e([+-])0(\d\d)\b", r"e\1\2", exposition)
+
+
+def wait_for(check, seconds: float = 60.0, interval: float = 0.2):
+    """Call `check` until it returns something true and return that; fail after `seconds`.
+
+    A server that is not listening yet answers with an OSError, which counts as "not yet".
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            found = check()
+        except OSError:
+            found = None
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds:g} s: {check.__doc__ or getattr(check, '__name__', check)}")
+        time.sleep(interval)

@@ -3,13 +3,12 @@
 import json
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.tools import free_port, require_tool
+from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,20 +31,6 @@ def query(port, promql):
         answer = json.load(response)
     assert answer["status"] == "success"
     return answer["data"]["result"]
-
-
-def wait_for(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"timed out; last answer: {last!r}")
 
 
 def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
@@ -73,7 +58,7 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         assert {s["metric"]["model"] for s in info} == {"NVIDIA H100 80GB HBM3"}
         # The exact busy ratio from the two counters (robust to scrapes aliasing with sampling):
         # the busy GPU 0 near 1, the idle GPU 1 at 0, the data-starved GPU 2 near its 25% duty cycle.
-        wait_for(lambda: query(port, "count_over_time(gpulens_gpu_busy_seconds_total[20s]) >= 10"), timeout=40)
+        wait_for(lambda: query(port, "count_over_time(gpulens_gpu_busy_seconds_total[20s]) >= 10"), seconds=40)
         busy = query(port, "increase(gpulens_gpu_busy_seconds_total[20s])"
                            " / increase(gpulens_gpu_sampled_seconds_total[20s])")
         by_gpu = {s["metric"]["gpu"]: float(s["value"][1]) for s in busy}
@@ -87,7 +72,7 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         assert [s["metric"]["gpu"] for s in idle] == ["1"]
         starved = wait_for(lambda: query(
             port, 'gpulens_gpu_state{state="data_starved"} == 1'
-                  ' and on (gpu, uuid) gpulens_gpu_verdict_info{tip="dataloader_workers"}'), timeout=40)
+                  ' and on (gpu, uuid) gpulens_gpu_verdict_info{tip="dataloader_workers"}'), seconds=40)
         assert [s["metric"]["gpu"] for s in starved] == ["2"]
         owner = query(port, 'gpulens_gpu_allocation_info{gpu="2"}')
         assert owner[0]["metric"]["job_id"] == "81234" and owner[0]["metric"]["user"] == "carol"

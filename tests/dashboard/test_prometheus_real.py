@@ -6,7 +6,6 @@ import json
 import pathlib
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 
@@ -17,7 +16,7 @@ from gpulens import bundled
 from gpulens.dashboard import launch
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
-from tests.tools import free_port, require_tool
+from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,18 +38,6 @@ def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
 def query(url: str, promql: str) -> list:
     with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), timeout=5) as r:
         return json.load(r)["data"]["result"]
-
-
-def wait_for(predicate, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError("timed out")
 
 
 @pytest.fixture(scope="module")

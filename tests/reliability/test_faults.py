@@ -13,7 +13,6 @@ import resource
 import sqlite3
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -23,6 +22,7 @@ from gpulens.agent.ledger import connect_readonly, read_records
 from gpulens.agent.simulator.scenario import parse_scenario
 from tests.reliability.node import Node, Served
 from tests.reliability.running import agent_process
+from tests.tools import wait_for
 
 # Each test serves HTTP on loopback or starts the agent process.
 pytestmark = pytest.mark.slow
@@ -295,17 +295,6 @@ def ledger_metrics(agent) -> dict[str, float]:
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
     return out
-
-
-def wait_for(check, seconds: float = 20.0):
-    """Poll `check` every 0.2 s until it returns something true; return that, or fail after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    pytest.fail(f"not within {seconds:g} s: {check.__doc__ or check}")
 
 
 def test_real_agent_with_an_unwritable_then_full_ledger_keeps_serving_and_catches_up(tmp_path):

@@ -1,0 +1,219 @@
+"""Alerts reach a person: the shipped Alertmanager configuration (deploy/alertmanager/alertmanager.yml) run
+by a real Alertmanager, fed by a real Prometheus with the shipped rules over a simulated node, notifying a
+webhook receiver on loopback.
+
+Only the waits are shortened (group_wait 1 s, group_interval 2 s; the agent's idle patience 10 s and the
+idle alert's 30 minutes 10 s) and the receivers' address replaced; routes, grouping, inhibition, labels and
+annotations are the shipped ones. The agent runs at real speed: its timestamps are on the simulated
+clock, which Prometheus' time() only matches at speed 1. Inhibition is checked with alerts posted to
+Alertmanager's API as Prometheus posts them: a lost GPU, a node whose NVML is down and a missing agent
+cannot be made to fire at once with the usage alerts they silence in a test's minute.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpulens import bundled
+from gpulens.dashboard import launch
+from tests.tools import free_port, require_tool, wait_for
+
+pytestmark = pytest.mark.slow
+
+ALERTMANAGER_PACKAGE = "Debian package 'prometheus-alertmanager'"
+DASHBOARD = "http://dashboard.test:10907"
+# GPU 0 is held by a process that runs nothing for its first 50 s; GPU 1 is free.
+SCENARIO = """
+name: held-then-freed
+description: A GPU held by a process that runs nothing, then given back.
+gpus:
+  - model: "NVIDIA H100 80GB HBM3"
+    utilization: 0
+    processes:
+      - pid: 4102
+        memory: 20GiB
+        end: 50
+        job: {kind: slurm, id: "77001", user: bob}
+        host: {main_cpu: 0.01, cores_allowed: 8}
+  - model: "NVIDIA H100 80GB HBM3"
+"""
+
+
+class Receiver(ThreadingHTTPServer):
+    """A webhook receiver: every notification Alertmanager posts, as (path, body)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict]] = []
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def notices(self, receiver: str, alertname: str, status: str) -> list[dict]:
+        """Every alert in a notification to `receiver` with this name and status."""
+        return [alert for path, body in list(self.received) if path == f"/{receiver}" for alert in body["alerts"]
+                if alert["labels"]["alertname"] == alertname and alert["status"] == status]
+
+    def names(self) -> set[str]:
+        return {alert["labels"]["alertname"] for _, body in list(self.received) for alert in body["alerts"]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.received.append((self.path, body))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def shortened(config: str, receiver: str) -> str:
+    """The shipped configuration with notifications sent to `receiver` and waits of seconds, not minutes."""
+    config, sent = re.subn(r"http://127\.0\.0\.1:9095", receiver, config)
+    config, waits = re.subn(r"group_wait: \w+", "group_wait: 1s", config)
+    config, intervals = re.subn(r"group_interval: \w+", "group_interval: 2s", config)
+    assert sent == 3 and waits >= 1 and intervals >= 1, "the shipped configuration changed shape; update this test"
+    return config
+
+
+def get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def post(url: str, body) -> None:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """A webhook receiver, Alertmanager, a simulated agent and Prometheus, on loopback."""
+    alertmanager_binary = require_tool("prometheus-alertmanager", ALERTMANAGER_PACKAGE)
+    prometheus_binary = require_tool("prometheus")
+    workdir: Path = tmp_path_factory.mktemp("alerting")
+    receiver = Receiver()
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    children = launch.Children()
+    try:
+        config = workdir / "alertmanager.yml"
+        config.write_text(shortened(bundled.FILES["alertmanager.yml"].text(),
+                                    f"http://127.0.0.1:{receiver.server_address[1]}"))
+        alertmanager = f"http://127.0.0.1:{free_port()}"
+        children.start([alertmanager_binary, f"--config.file={config}", f"--storage.path={workdir / 'am'}",
+                        f"--web.listen-address={alertmanager.removeprefix('http://')}", "--cluster.listen-address="],
+                       stdout=subprocess.DEVNULL, stderr=(workdir / "alertmanager.log").open("w"))
+        scenario = workdir / "held-then-freed.yaml"
+        scenario.write_text(SCENARIO)
+        agent = launch.start_agent(children, str(scenario), 1, workdir, "--diagnosis.idle-patience", "10s")
+        rules = bundled.write_rules(workdir / "rules")
+        alerts = rules[0].read_text()
+        idle = alerts.index("- alert: GpulensGpuHeldIdle")
+        start, end = idle, alerts.index("- alert:", idle + 1)
+        rules[0].write_text(alerts[:start] + alerts[start:end].replace("> 1800", "> 10") + alerts[end:])
+        assert alerts[start:end].count("> 1800") == 2, "the idle alert changed shape; update this test"
+        (workdir / "prometheus.yml").write_text(
+            launch.prometheus_config({"gpu-node-1": agent}, rules, interval=1, alertmanager=alertmanager,
+                                     dashboard=DASHBOARD))
+        prometheus = f"http://127.0.0.1:{free_port()}"
+        children.start([prometheus_binary, f"--config.file={workdir / 'prometheus.yml'}",
+                        f"--storage.tsdb.path={workdir / 'data'}",
+                        f"--web.listen-address={prometheus.removeprefix('http://')}"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: get(alertmanager + "/api/v2/status"), 30)
+        yield receiver, alertmanager
+    finally:
+        children.stop()
+        receiver.shutdown()
+
+
+def test_an_idle_gpu_notifies_once_with_its_summary_runbook_and_dashboard_link_then_resolves(stack):
+    receiver, _ = stack
+    firing = wait_for(lambda: receiver.notices("chat", "GpulensGpuHeldIdle", "firing"), 90)
+    alert = firing[0]
+    assert alert["labels"]["instance"] == "gpu-node-1" and alert["labels"]["gpu"] == "0"
+    assert alert["labels"]["job_id"] == "77001" and alert["labels"]["severity"] == "warning"
+    assert alert["annotations"]["summary"].startswith("GPU 0 on gpu-node-1 is held but idle for")
+    assert alert["annotations"]["runbook_url"].endswith("/docs/runbooks/GpulensGpuHeldIdle.md")
+    assert alert["annotations"]["dashboard_url"] == f"{DASHBOARD}/gpu?node=gpu-node-1&gpu=0"
+    resolved = wait_for(lambda: receiver.notices("chat", "GpulensGpuHeldIdle", "resolved"), 90)
+    assert resolved[0]["labels"]["gpu"] == "0"
+    # The free GPU never alerted, and the held one was told of once: its repeat interval is hours.
+    assert len(receiver.notices("chat", "GpulensGpuHeldIdle", "firing")) == 1
+    assert not [a for a in receiver.notices("chat", "GpulensGpuHeldIdle", "firing") if a["labels"]["gpu"] == "1"]
+
+
+def alert(name: str, severity: str, instance: str, **labels: str) -> dict:
+    now = datetime.now(timezone.utc)
+    return {"labels": {"alertname": name, "severity": severity, "job": "gpulens", "instance": instance, **labels},
+            "annotations": {"summary": f"{name} on {instance}"},
+            "startsAt": now.isoformat(), "endsAt": (now + timedelta(minutes=10)).isoformat()}
+
+
+def test_a_cause_silences_what_follows_from_it(stack):
+    receiver, alertmanager = stack
+    post(alertmanager + "/api/v2/alerts", [
+        # A lost GPU: its idle and Xid alerts follow from the loss; another GPU's idle alert does not.
+        alert("GpulensGpuLost", "critical", "node-a", gpu="0", uuid="GPU-a0"),
+        alert("GpulensGpuHeldIdle", "warning", "node-a", gpu="0", uuid="GPU-a0"),
+        alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
+        alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
+        # NVML down on a node: every GPU alert of that node follows.
+        alert("GpulensNvmlDown", "critical", "node-b"),
+        alert("GpulensGpuUnderutilized", "info", "node-b", gpu="3", uuid="GPU-b3"),
+        # An agent that is down: its node's NVML and GPU alerts follow; another node's do not.
+        alert("GpulensAgentDown", "warning", "node-c"),
+        alert("GpulensNvmlDown", "critical", "node-c"),
+        alert("GpulensGpuMemoryNearFull", "info", "node-c", gpu="2", uuid="GPU-c2"),
+        alert("GpulensGpuMemoryNearFull", "info", "node-d", gpu="2", uuid="GPU-d2"),
+    ])
+
+    def told() -> bool:
+        return (bool(receiver.notices("oncall", "GpulensGpuLost", "firing"))
+                and bool(receiver.notices("chat", "GpulensGpuDataStarved", "firing"))
+                and bool(receiver.notices("oncall", "GpulensNvmlDown", "firing"))
+                and bool(receiver.notices("chat", "GpulensAgentDown", "firing"))
+                and bool(receiver.notices("tickets", "GpulensGpuMemoryNearFull", "firing")))
+
+    wait_for(told, 30)
+    time.sleep(5)  # two more group intervals: an inhibited alert would have been sent by now
+    states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]
+              for a in get(alertmanager + "/api/v2/alerts")}
+    for inhibited in [("GpulensGpuHeldIdle", "node-a"), ("GpulensGpuXidError", "node-a"),
+                      ("GpulensGpuUnderutilized", "node-b"), ("GpulensNvmlDown", "node-c"),
+                      ("GpulensGpuMemoryNearFull", "node-c")]:
+        assert states[inhibited]["state"] == "suppressed" and states[inhibited]["inhibitedBy"], inhibited
+    for shown in [("GpulensGpuDataStarved", "node-a"), ("GpulensGpuMemoryNearFull", "node-d"),
+                  ("GpulensNvmlDown", "node-b")]:
+        assert states[shown]["state"] == "active", shown
+    sent = {(a["labels"]["alertname"], a["labels"]["instance"]) for _, body in list(receiver.received)
+            for a in body["alerts"]}
+    assert ("GpulensGpuXidError", "node-a") not in sent and ("GpulensGpuUnderutilized", "node-b") not in sent
+    assert ("GpulensNvmlDown", "node-c") not in sent and ("GpulensGpuMemoryNearFull", "node-c") not in sent
+    assert ("GpulensGpuHeldIdle", "node-a") not in sent and ("GpulensGpuMemoryNearFull", "node-d") in sent
+
+
+def test_amtool_accepts_the_configuration_and_routes_by_severity(tmp_path):
+    amtool = require_tool("amtool", ALERTMANAGER_PACKAGE)
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(bundled.FILES["alertmanager.yml"].text())
+    checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "3 inhibit rules" in checked.stdout, checked.stdout + checked.stderr
+    for labels, receiver in [(["severity=critical", "alertname=GpulensGpuLost"], "gpulens-oncall"),
+                             (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
+                             (["severity=info", "alertname=GpulensGpuUnderutilized"], "gpulens-tickets"),
+                             (["alertname=SomethingElse"], "gpulens-tickets")]:
+        routed = subprocess.run([amtool, "config", "routes", "test", f"--config.file={config}",
+                                 f"--verify.receivers={receiver}", *labels], capture_output=True, text=True,
+                                timeout=60)
+        assert routed.returncode == 0 and routed.stdout.strip() == receiver, (labels, routed.stdout, routed.stderr)
