@@ -32,7 +32,7 @@ DEFAULT_REFRESH_SECONDS = 15.0
 # Short enough that a refresh shows the agents' latest cycle, long enough that several open pages and
 # the refresh of each share one round of queries.
 CACHE_SECONDS = 5
-_SETTINGS = (sources.PROMETHEUS, sources.AGENTS, sources.BEARER_TOKEN, sources.BASIC_AUTH)
+_SETTINGS = (sources.PROMETHEUS, sources.AGENTS, sources.ALERTMANAGER, sources.BEARER_TOKEN, sources.BASIC_AUTH)
 
 
 def refresh_seconds() -> float:

@@ -23,10 +23,20 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 
+import yaml
+
 from gpulens import bundled
 from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
-from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS, ConfigError, parse_agents
+from gpulens.dashboard.sources import (
+    AGENTS,
+    ALERTMANAGER,
+    BASIC_AUTH,
+    BEARER_TOKEN,
+    PROMETHEUS,
+    ConfigError,
+    parse_agents,
+)
 from gpulens.printable import printable
 from gpulens.urls import check_url
 
@@ -207,15 +217,25 @@ def dashboard_main(argv: Sequence[str]) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
     parser.add_argument("--address", default="127.0.0.1",
                         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--alertmanager", metavar="URL",
+                        help="with --prometheus: the Alertmanager its alerts go to; the Alerts page then shows "
+                             "which were sent, silenced or inhibited, and the silences")
     add_credential_flags(parser)
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     parser.add_argument("--auth-file", metavar="FILE",
                         help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect")
     args = parser.parse_args(argv)
     _check_refresh(parser, args.refresh)
+    if args.alertmanager is not None and not args.prometheus:
+        parser.error("--alertmanager goes with --prometheus: the alerts come from Prometheus' rules")
     children = Children()
     try:
-        env = {PROMETHEUS: "", AGENTS: ""}
+        env = {PROMETHEUS: "", AGENTS: "", ALERTMANAGER: ""}
+        if args.alertmanager is not None:
+            try:
+                env[ALERTMANAGER] = check_url(args.alertmanager)
+            except ValueError as error:
+                raise LaunchError(f"--alertmanager: {error}") from None
         secrets_file = None
         if args.auth_file:
             secrets_file = check_auth_file(args.auth_file)
@@ -297,7 +317,25 @@ def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], int
     return "\n".join(lines) + "\n"
 
 
-def start_prometheus(children: Children, agents: dict[str, str], workdir: pathlib.Path) -> tuple[str, list[str]]:
+def _free_loopback_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _start_server(children: Children, argv: list[str], url: str, ready: str, what: str, log: pathlib.Path) -> None:
+    """Start a server that answers `url + ready` once up; its log's last line explains a failed start."""
+    with log.open("w") as output:
+        children.start(argv, stdout=subprocess.DEVNULL, stderr=output)
+    try:
+        wait_until(_answers(url + ready), children, what)
+    except LaunchError as error:
+        last = (log.read_text().strip().splitlines() or ["no message"])[-1]
+        raise LaunchError(f"{error}; its last words: {last[:300]}") from None
+
+
+def start_prometheus(children: Children, agents: dict[str, str], workdir: pathlib.Path,
+                     alertmanager: str | None = None, dashboard: str | None = None) -> tuple[str, list[str]]:
     """Start a real Prometheus scraping `agents` with the project's rules; return its URL and rule files."""
     binary = shutil.which("prometheus")
     if binary is None:
@@ -305,24 +343,32 @@ def start_prometheus(children: Children, agents: dict[str, str], workdir: pathli
                           "install it or run 'gpulens demo' without --prometheus")
     rules = bundled.write_rules(workdir / "rules")
     config = workdir / "prometheus.yml"
-    config.write_text(prometheus_config(agents, rules))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    log = workdir / "prometheus.log"
-    with log.open("w") as output:
-        children.start(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=output,
-        )
-    try:
-        wait_until(_answers(url + "/-/ready"), children, "Prometheus")
-    except LaunchError as error:
-        last = (log.read_text().strip().splitlines() or ["no message"])[-1]
-        raise LaunchError(f"{error}; its last words: {last[:300]}") from None
+    config.write_text(prometheus_config(agents, rules, alertmanager=alertmanager, dashboard=dashboard))
+    url = _free_loopback_url()
+    _start_server(children, [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                             f"--web.listen-address={url.removeprefix('http://')}"],
+                  url, "/-/ready", "Prometheus", workdir / "prometheus.log")
     return url, [path.name for path in rules]
+
+
+ALERTMANAGER_BINARIES = ("prometheus-alertmanager", "alertmanager")  # Debian's name, upstream's
+
+
+def start_alertmanager(children: Children, workdir: pathlib.Path) -> str | None:
+    """Start Alertmanager with the shipped configuration, its receivers left empty (a demo pages nobody);
+    return its URL, or None where Alertmanager is not installed."""
+    binary = next(filter(None, map(shutil.which, ALERTMANAGER_BINARIES)), None)
+    if binary is None:
+        return None
+    config = yaml.safe_load(bundled.FILES["alertmanager.yml"].text())
+    config["receivers"] = [{"name": receiver["name"]} for receiver in config["receivers"]]
+    (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    url = _free_loopback_url()
+    _start_server(children, [binary, f"--config.file={workdir / 'alertmanager.yml'}",
+                             f"--storage.path={workdir / 'alertmanager'}",
+                             f"--web.listen-address={url.removeprefix('http://')}", "--cluster.listen-address="],
+                  url, "/-/ready", "Alertmanager", workdir / "alertmanager.log")
+    return url
 
 
 def demo_main(argv: Sequence[str]) -> int:
@@ -347,9 +393,14 @@ def demo_main(argv: Sequence[str]) -> int:
         lines = [f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
                  + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())]
         if args.prometheus:
-            url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name))
-            env = {PROMETHEUS: url, AGENTS: ""}
+            alertmanager = start_alertmanager(children, pathlib.Path(workdir.name))
+            url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager,
+                                          dashboard=f"http://127.0.0.1:{args.port}")
+            env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
             lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
+            lines.append(f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
+                         if alertmanager else "Alertmanager is not installed (Debian package "
+                         "'prometheus-alertmanager'); alerts stay in Prometheus")
         else:
             env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
         dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)

@@ -68,6 +68,26 @@ def mapping(value: Any, where: str, required: Collection[str] = (), optional: Co
     return value
 
 
+def record(value: Any, where: str, required: Collection[str] = ()) -> dict[Any, Any]:
+    """Return `value` if it is a mapping with every `required` key; other keys are allowed (a server's answer
+    may grow fields)."""
+    if not isinstance(value, dict):
+        raise Invalid(where, f"expected a mapping, got {described(value)}")
+    for key in required:
+        if key not in value:
+            raise Invalid(where, f"missing key {key!r}")
+    return value
+
+
+def labels(value: Any, where: str) -> dict[str, str]:
+    """Return a label set: a mapping of strings to strings."""
+    found = record(value, where)
+    for key, text in found.items():
+        if not isinstance(key, str) or not isinstance(text, str):
+            raise Invalid(where, f"label {shown(key)} is not a string to a string")
+    return found
+
+
 def items(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
         raise Invalid(where, f"expected a list, got {described(value)}")

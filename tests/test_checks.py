@@ -57,3 +57,10 @@ def test_text_flag_choice_and_items():
 def test_a_value_someone_else_chose_is_quoted_short():
     said = problem(checks.number, "x" * 10_000, "field pid")
     assert len(said) < 100 and said.endswith("...") and "x" * 30 in said
+
+
+def test_a_record_allows_other_keys_and_labels_are_strings():
+    assert checks.record({"id": 1, "more": 2}, "s", ("id",)) == {"id": 1, "more": 2}
+    assert problem(checks.record, {"more": 2}, "s", ("id",)) == "s: missing key 'id'"
+    assert checks.labels({"gpu": "0"}, "l") == {"gpu": "0"}
+    assert problem(checks.labels, {"gpu": 0}, "l") == "l: label 'gpu' is not a string to a string"

@@ -24,8 +24,8 @@ def alerts_page() -> None:
     if not rows:
         if not answer.problems:
             st.success("Nothing is firing.")
-        return
-    st.subheader(f"{len(rows)} alert(s)")
+    else:
+        st.subheader(f"{len(rows)} alert(s)")
     for row in rows:
         with st.container(border=True):
             where = f"[{row['where']}]({row['link']})" if row["link"] else (row["where"] or "the fleet")
@@ -34,8 +34,15 @@ def alerts_page() -> None:
                 + (f" for {row['for']}" if row["for"] else "") + f") on {where}  \n"
                 + (f"{row['summary']}  \n" if row["summary"] else "")
                 + (f"{row['description']}  \n" if row["description"] else "")
+                + (f"Alertmanager: {row['notice']}  \n" if row["notice"] else "")
                 + (f"[Runbook]({row['runbook']})" if row["runbook"] else "")
             )
+    if answer.value.alertmanager:
+        silences = view.silence_rows(answer.value.silences, now)
+        st.subheader(f"Silences in force ({len(silences)})")
+        st.caption(f"From {answer.value.alertmanager}; set and lift them there (or with amtool).")
+        if silences:
+            st.dataframe(silences, hide_index=True, width="stretch")
     context.updated(now)
 
 

@@ -4,6 +4,7 @@
 
     GPULENS_DASHBOARD_PROMETHEUS      URL of a Prometheus-compatible server, or
     GPULENS_DASHBOARD_AGENTS          agent URLs, comma-separated, each optionally NAME=URL
+    GPULENS_DASHBOARD_ALERTMANAGER    optional Alertmanager URL (with Prometheus): silences and inhibitions
     GPULENS_PROMETHEUS_BEARER_TOKEN   optional bearer token for the server
     GPULENS_PROMETHEUS_BASIC_AUTH     optional USER:PASSWORD for the server
     GPULENS_AGENT_*                   TLS and basic auth for agents (gpulens/credentials.py)
@@ -21,11 +22,12 @@ from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
 from gpulens.urls import check_url
 
-__all__ = ["AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
+__all__ = ["ALERTMANAGER", "AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
            "from_environment", "parse_agents"]
 
 PROMETHEUS = "GPULENS_DASHBOARD_PROMETHEUS"
 AGENTS = "GPULENS_DASHBOARD_AGENTS"
+ALERTMANAGER = "GPULENS_DASHBOARD_ALERTMANAGER"
 BEARER_TOKEN = "GPULENS_PROMETHEUS_BEARER_TOKEN"
 BASIC_AUTH = "GPULENS_PROMETHEUS_BASIC_AUTH"
 
@@ -74,9 +76,13 @@ def from_environment(environ: Mapping[str, str]) -> Source:
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         try:
             return PrometheusSource.from_url(prometheus, Credentials(bearer_token=environ.get(BEARER_TOKEN) or None,
-                                                                     basic_auth=(user, password) if auth else None))
+                                                                     basic_auth=(user, password) if auth else None),
+                                             alertmanager=environ.get(ALERTMANAGER, "").strip())
         except ValueError as error:
             raise ConfigError(str(error)) from None
+    if environ.get(ALERTMANAGER, "").strip():
+        raise ConfigError(f"{ALERTMANAGER} needs Prometheus: alerts come from Prometheus' rules; "
+                          f"set {PROMETHEUS} too, or unset {ALERTMANAGER}")
     if agents:
         try:
             credentials = agent_credentials(environ)

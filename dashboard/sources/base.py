@@ -134,14 +134,33 @@ class FiringAlert:
     gpu: str
     active_since: float | None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # What Alertmanager did with it, where the dashboard reads one: "sent", "silenced", "inhibited",
+    # "not in Alertmanager", or "" (not known, or pending: Prometheus sends only firing alerts).
+    notice: str = ""
+    notice_why: str = ""  # the silence (matchers, who, why, until) or the alerts that inhibit it
+
+
+@dataclass(frozen=True)
+class SilenceShown:
+    """A silence in force in Alertmanager."""
+
+    matchers: str
+    created_by: str
+    comment: str
+    ends_at: float | None
 
 
 @dataclass(frozen=True)
 class Alerts:
-    """The alerts, or why there are none to show (`supported` is False where the source has no alerting)."""
+    """The alerts, or why there are none to show (`supported` is False where the source has no alerting).
+
+    `alertmanager` names the Alertmanager read for notices and silences ("" where none is configured).
+    """
 
     alerts: tuple[FiringAlert, ...]
     supported: bool = True
+    alertmanager: str = ""
+    silences: tuple[SilenceShown, ...] = ()
 
 
 class Source(Protocol):

@@ -1,8 +1,9 @@
 """`PrometheusSource`: the dashboard's data from any server that answers PromQL.
 
 Each view runs a fixed set of queries, whatever the number of GPUs: the fleet six instant queries,
-a GPU's history four range queries, the jobs one, the probes two, the alerts one request. Queries of
-one view run concurrently. Each returns whole label sets and values; the joining is done by
+a GPU's history four range queries, the jobs one, the probes two, the alerts one request (and two to
+Alertmanager, where one is configured: what became of each alert, and the silences). Queries of one view
+run concurrently. Each returns whole label sets and values; the joining is done by
 `assemble`, the same code the agents source uses.
 """
 
@@ -13,9 +14,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Silence
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import Sample
@@ -27,6 +30,7 @@ from gpulens.dashboard.sources.base import (
     GpuHistory,
     JobSummary,
     ProbeResult,
+    SilenceShown,
     SourceProblem,
 )
 from gpulens.httpclient import HttpError
@@ -59,16 +63,21 @@ HISTORY_POINTS = 300
 
 
 class PrometheusSource:
-    """Reads the fleet from a Prometheus-compatible server (`api`: a PrometheusApi)."""
+    """Reads the fleet from a Prometheus-compatible server (`api`: a PrometheusApi), and what became of each
+    alert from an Alertmanager (`alertmanager`, optional)."""
 
-    def __init__(self, api: PrometheusApi, clock: Callable[[], float] = time.time):
+    def __init__(self, api: PrometheusApi, clock: Callable[[], float] = time.time,
+                 alertmanager: AlertmanagerApi | None = None):
         self._api = api
         self._clock = clock
+        self._alertmanager = alertmanager
         self._key = f"prometheus:{api.shown}:{uuid.uuid4()}"
 
     @classmethod
-    def from_url(cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0) -> PrometheusSource:
-        return cls(PrometheusApi(url, credentials, timeout))
+    def from_url(cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0,
+                 alertmanager: str = "") -> PrometheusSource:
+        return cls(PrometheusApi(url, credentials, timeout),
+                   alertmanager=AlertmanagerApi(alertmanager, timeout) if alertmanager else None)
 
     @property
     def name(self) -> str:
@@ -170,7 +179,10 @@ class PrometheusSource:
                       tuple(problems))
 
     def alerts(self) -> Answer[Alerts]:
-        results, problems = self._run({"alerts": self._api.alerts})
+        calls: dict[str, Callable[[], Any]] = {"alerts": self._api.alerts}
+        if self._alertmanager is not None:
+            calls.update(held=self._alertmanager.alerts, silences=self._alertmanager.silences)
+        results, problems = self._run(calls)
         alerts = []
         for raw in results["alerts"] or ():
             alert = _alert(raw)
@@ -178,10 +190,15 @@ class PrometheusSource:
                 problems.append(SourceProblem(self.name, "answered an alert without labels; it is left out"))
             else:
                 alerts.append(alert)
+        if results.get("held") is not None:
+            alerts = [_with_notice(a, results["held"], results.get("silences") or []) for a in alerts]
         order = {"firing": 0, "pending": 1}
         severity = defaultdict(lambda: 3, {"critical": 0, "warning": 1, "info": 2})
         alerts.sort(key=lambda a: (order.get(a.state, 2), severity[a.severity], a.name, a.node, a.gpu))
-        return Answer(Alerts(tuple(alerts)), tuple(problems))
+        silences = tuple(SilenceShown(", ".join(s.matchers), s.created_by, s.comment, _timestamp(s.ends_at))
+                         for s in results.get("silences") or ())
+        shown = self._alertmanager.where if self._alertmanager is not None else ""
+        return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
 
 
 def _samples(result: list[dict[str, Any]] | None, name: str | None = None) -> list[Sample]:
@@ -232,3 +249,34 @@ def _alert(raw: Any) -> FiringAlert | None:
         active_since=_timestamp(raw.get("activeAt")),
         labels=labels,
     )
+
+
+def _with_notice(alert: FiringAlert, held: list[HeldAlert], silences: list[Silence]) -> FiringAlert:
+    """Return `alert` with what Alertmanager did with it: the held alert whose labels include the alert's
+    (Alertmanager adds Prometheus' external labels)."""
+    mine = alert.labels.items()
+    match = next((h for h in held if h.labels.get("alertname") == alert.name and mine <= h.labels.items()), None)
+    if match is None:
+        return replace(alert, notice="not in Alertmanager" if alert.state == "firing" else "")
+    if match.state == "active":
+        return replace(alert, notice="sent")
+    if match.silenced_by:
+        by_id = {s.id: s for s in silences}
+        why = "; ".join(_silence_text(by_id[i]) if i in by_id else f"silence {i}" for i in match.silenced_by)
+        return replace(alert, notice="silenced", notice_why=why)
+    if match.inhibited_by:
+        by_print = {h.fingerprint: h for h in held}
+        causes = [by_print.get(f) for f in match.inhibited_by]
+        why = ", ".join(_cause_text(c) if c else f"alert {f}" for c, f in zip(causes, match.inhibited_by, strict=True))
+        return replace(alert, notice="inhibited", notice_why=why)
+    return replace(alert, notice=match.state)
+
+
+def _silence_text(silence: Silence) -> str:
+    who = f" by {silence.created_by}" if silence.created_by else ""
+    return f"{', '.join(silence.matchers)}{who}: {silence.comment or 'no comment'}"
+
+
+def _cause_text(cause: HeldAlert) -> str:
+    where = " GPU ".join(part for part in (cause.labels.get("instance", ""), cause.labels.get("gpu", "")) if part)
+    return f"{cause.labels.get('alertname', 'an alert')}{' on ' + where if where else ''}"

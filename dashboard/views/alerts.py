@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpulens.dashboard.sources.base import FiringAlert
+from gpulens.dashboard.sources.base import FiringAlert, SilenceShown
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link, node_link
 
@@ -24,5 +24,22 @@ def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[dict]:
             "description": a.description,
             "runbook": a.runbook_url,
             "link": link,
+            "notice": _NOTICE.get(a.notice, a.notice) + (f": {a.notice_why}" if a.notice_why else ""),
         })
     return rows
+
+
+def silence_rows(silences: Iterable[SilenceShown], now: float) -> list[dict]:
+    """Return one row per silence in force: what it matches, who set it and why, and how long it has left."""
+    return [{"matches": s.matchers, "by": s.created_by, "why": s.comment,
+             "ends in": words.duration(s.ends_at - now) if s.ends_at else ""} for s in silences]
+
+
+# What Alertmanager did with an alert, in the Alerts page's words.
+_NOTICE = {
+    "sent": "sent to its receivers",
+    "silenced": "silenced",
+    "inhibited": "held back (inhibited) by",
+    "not in Alertmanager": "not in Alertmanager: Prometheus has not sent it (check Prometheus' alerting config)",
+    "unprocessed": "reaching Alertmanager",
+}

@@ -122,6 +122,11 @@ def test_demo_with_prometheus_points_the_dashboard_at_it():
             time.sleep(0.5)
         assert all(node in targets for node in nodes), targets
         assert "rules" in lines[1]
+        require_tool("prometheus-alertmanager", "Debian package 'prometheus-alertmanager'")
+        alertmanager = re.search(r"Alertmanager at (http://127\.0\.0\.1:\d+) ", lines[2]).group(1)
+        assert answers(alertmanager + "/-/ready")
+        with urllib.request.urlopen(prometheus + "/api/v1/alertmanagers", timeout=5) as response:
+            assert alertmanager.removeprefix("http://") in response.read().decode()
     finally:
         assert stop(process) == 0
 
@@ -144,6 +149,10 @@ def test_a_port_in_use_is_one_clear_line():
     (["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"], 1,
      "cannot read the bearer token file"),
     (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
+    (["dashboard", "--agents", "http://a:10906", "--alertmanager", "http://am:9093"], 2,
+     "--alertmanager goes with --prometheus"),
+    (["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am:9093"], 1,
+     "--alertmanager: 'am:9093' is not an http:// or https:// URL"),
 ])
 def test_usage_mistakes_are_one_line_and_a_non_zero_exit(args, code, said):
     result = subprocess.run([*GPULENS, *args], capture_output=True, text=True, timeout=60)

@@ -9,8 +9,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources.base import Alerts, SourceProblem
-from tests.dashboard.fakes import GPUS, FakeSource
+from gpulens.dashboard.sources.base import Alerts, SilenceShown, SourceProblem
+from tests.dashboard.fakes import ALERTS, GPUS, NOW, FakeSource
 
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
 DOWN = SourceProblem("agent node-c at http://10.0.0.3:10906", "is down or unreachable; its GPUs are not shown")
@@ -157,6 +157,21 @@ def test_probes_page_without_results_says_none_yet():
 def test_alerts_page_links_each_alert_to_its_gpu():
     page = text(run("alerts", FakeSource()))
     assert "GpulensGpuIdle" in page and "(gpu?node=node-a&gpu=1)" in page and "[Runbook]" in page
+
+
+def test_alerts_page_says_what_alertmanager_did_and_lists_the_silences():
+    silenced = replace(ALERTS[0], notice="silenced", notice_why='instance="node-a" by ops: maintenance')
+    inhibited = replace(ALERTS[0], name="GpulensGpuXidError", notice="inhibited",
+                        notice_why="GpulensGpuLost on node-a GPU 1")
+    alerts = Alerts((silenced, inhibited), alertmanager="Alertmanager at http://am:9093",
+                    silences=(SilenceShown('instance="node-a"', "ops", "maintenance", NOW + 7200),))
+    at = run("alerts", FakeSource(alerts_=alerts))
+    page = text(at)
+    assert 'Alertmanager: silenced: instance="node-a" by ops: maintenance' in page
+    assert "Alertmanager: held back (inhibited) by: GpulensGpuLost on node-a GPU 1" in page
+    assert "Silences in force (1)" in page and "From Alertmanager at http://am:9093" in page
+    table = at.dataframe[0].value
+    assert list(table["by"]) == ["ops"] and list(table["why"]) == ["maintenance"]
 
 
 def test_alerts_page_in_agent_mode_says_alerts_need_prometheus():

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from gpulens import bundled
+from gpulens.alertmanager_api import AlertmanagerApi
 from gpulens.dashboard import launch
 from tests.tools import free_port, require_tool, wait_for
 
@@ -217,3 +218,29 @@ def test_amtool_accepts_the_configuration_and_routes_by_severity(tmp_path):
                                  f"--verify.receivers={receiver}", *labels], capture_output=True, text=True,
                                 timeout=60)
         assert routed.returncode == 0 and routed.stdout.strip() == receiver, (labels, routed.stdout, routed.stderr)
+
+
+def test_the_dashboard_reads_notices_and_silences_from_the_real_alertmanager(stack):
+    _, alertmanager = stack
+    now = datetime.now(timezone.utc)
+    post(alertmanager + "/api/v2/alerts", [
+        alert("GpulensGpuHeldIdle", "warning", "node-m", gpu="5", uuid="GPU-m5"),
+        alert("GpulensGpuLost", "critical", "node-n", gpu="1", uuid="GPU-n1"),
+        alert("GpulensGpuXidError", "warning", "node-n", gpu="1", uuid="GPU-n1", condition="xid_recent")])
+    post(alertmanager + "/api/v2/silences", {
+        "matchers": [{"name": "instance", "value": "node-m", "isRegex": False, "isEqual": True},
+                     {"name": "alertname", "value": "Gpulens.*", "isRegex": True, "isEqual": True}],
+        "startsAt": now.isoformat(), "endsAt": (now + timedelta(hours=2)).isoformat(),
+        "createdBy": "ops", "comment": "node-m in maintenance"})
+    api = AlertmanagerApi(alertmanager)
+    silence = next(s for s in api.silences() if s.comment == "node-m in maintenance")
+    assert silence.matchers == ('instance="node-m"', 'alertname=~"Gpulens.*"') and silence.created_by == "ops"
+
+    def silenced():
+        return [h for h in api.alerts() if h.labels.get("instance") == "node-m" and h.silenced_by]
+
+    held = wait_for(silenced, 20)
+    assert held[0].state == "suppressed" and held[0].silenced_by == (silence.id,)
+    by_name = {(h.labels["alertname"], h.labels["instance"]): h for h in api.alerts()}
+    lost, xid = by_name["GpulensGpuLost", "node-n"], by_name["GpulensGpuXidError", "node-n"]
+    assert xid.inhibited_by == (lost.fingerprint,)
