@@ -296,10 +296,11 @@ def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], int
     on the dashboard, through the external label the rules read (`gpulens_dashboard`).
     """
     labels = f", external_labels: {{gpulens_dashboard: '{dashboard.rstrip('/')}'}}" if dashboard else ""
-    lines = [
-        f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
-        "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]",
-    ]
+    if rules:
+        lines = [f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
+                 "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]"]
+    else:  # for vmagent, which reads the scrape part only and refuses what it does not know
+        lines = [f"global: {{scrape_interval: {interval:g}s{labels}}}"]
     if alertmanager:
         lines.append(f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['{alertmanager.split('://')[-1]}']}}]}}]}}")
     lines += [
@@ -371,13 +372,59 @@ def start_alertmanager(children: Children, workdir: pathlib.Path) -> str | None:
     return url
 
 
+VICTORIAMETRICS = ("victoria-metrics", "vmagent", "vmalert")
+SCRAPERS = 2  # vmagents sharing the targets, as a large fleet shards its scraping
+
+
+def start_victoriametrics(children: Children, agents: dict[str, str], workdir: pathlib.Path,
+                          alertmanager: str | None, dashboard: str) -> tuple[str, list[str]]:
+    """Start VictoriaMetrics fed by two vmagents, each scraping half the agents, and vmalert evaluating
+    the project's rules against it; return the URL that answers the Prometheus API, and the rule files."""
+    binaries = {name: shutil.which(name) for name in VICTORIAMETRICS}
+    missing = [name for name, path in binaries.items() if path is None]
+    if missing:
+        raise LaunchError(f"--victoriametrics needs {', '.join(missing)} (Debian package 'victoria-metrics'); "
+                          "install it or run 'gpulens demo' without --victoriametrics")
+    store, evaluator = _free_loopback_url(), _free_loopback_url()
+    _start_server(children, [binaries["victoria-metrics"], f"-storageDataPath={workdir / 'victoria-metrics'}",
+                             f"-httpListenAddr={store.removeprefix('http://')}", "-retentionPeriod=1d",
+                             # Answer with samples a few seconds old (default 30 s), as a demo refreshes fast.
+                             "-search.latencyOffset=5s", f"-vmalert.proxyURL={evaluator}"],
+                  store, "/health", "VictoriaMetrics", workdir / "victoria-metrics.log")
+    scrape = workdir / "scrape.yml"
+    scrape.write_text(prometheus_config(agents, []))
+    for member in range(SCRAPERS):
+        url = _free_loopback_url()
+        _start_server(children, [binaries["vmagent"], f"-promscrape.config={scrape}",
+                                 f"-promscrape.cluster.membersCount={SCRAPERS}",
+                                 f"-promscrape.cluster.memberNum={member}",
+                                 f"-remoteWrite.url={store}/api/v1/write",
+                                 f"-remoteWrite.tmpDataPath={workdir / f'vmagent-{member}'}",
+                                 f"-httpListenAddr={url.removeprefix('http://')}"],
+                      url, "/health", f"vmagent {member}", workdir / f"vmagent-{member}.log")
+    rules = bundled.write_rules(workdir / "rules")
+    # vmalert needs somewhere to send alerts: without Alertmanager, a loopback port nobody listens on.
+    notifier = alertmanager or _free_loopback_url()
+    _start_server(children, [binaries["vmalert"], *(f"-rule={path}" for path in rules),
+                             f"-datasource.url={store}", f"-remoteWrite.url={store}", f"-remoteRead.url={store}",
+                             f"-notifier.url={notifier}", "-evaluationInterval=2s",
+                             f"-external.label=gpulens_dashboard={dashboard}",
+                             f"-httpListenAddr={evaluator.removeprefix('http://')}"],
+                  evaluator, "/health", "vmalert", workdir / "vmalert.log")
+    return store, [path.name for path in rules]
+
+
 def demo_main(argv: Sequence[str]) -> int:
-    """`gpulens demo [--port N] [--prometheus]`."""
+    """`gpulens demo [--port N] [--prometheus | --victoriametrics]`."""
     parser = _Parser(prog="gpulens demo",
                      description="A simulated fleet of several nodes on loopback, and the dashboard reading it.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
-    parser.add_argument("--prometheus", action="store_true",
-                        help="also run a real Prometheus scraping the agents with the project's rules")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument("--prometheus", action="store_true",
+                       help="also run a real Prometheus scraping the agents with the project's rules")
+    store.add_argument("--victoriametrics", action="store_true",
+                       help="also run VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with "
+                            "the project's rules")
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     args = parser.parse_args(argv)
@@ -392,12 +439,19 @@ def demo_main(argv: Sequence[str]) -> int:
                   for scenario in DEMO_SCENARIOS}
         lines = [f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
                  + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())]
-        if args.prometheus:
+        if args.prometheus or args.victoriametrics:
             alertmanager = start_alertmanager(children, pathlib.Path(workdir.name))
-            url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager,
-                                          dashboard=f"http://127.0.0.1:{args.port}")
+            dashboard_url = f"http://127.0.0.1:{args.port}"
+            if args.prometheus:
+                url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager,
+                                              dashboard_url)
+                lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
+            else:
+                url, rules = start_victoriametrics(children, agents, pathlib.Path(workdir.name), alertmanager,
+                                                   dashboard_url)
+                lines.append(f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
+                             f"evaluates the rules: {', '.join(rules)}")
             env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
-            lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
             lines.append(f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
                          if alertmanager else "Alertmanager is not installed (Debian package "
                          "'prometheus-alertmanager'); alerts stay in Prometheus")

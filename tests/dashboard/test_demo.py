@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -131,6 +132,26 @@ def test_demo_with_prometheus_points_the_dashboard_at_it():
         assert stop(process) == 0
 
 
+@pytest.mark.slow
+def test_demo_with_victoriametrics_points_the_dashboard_at_it():
+    for tool in ("victoria-metrics", "vmagent", "vmalert"):
+        require_tool(tool, "Debian package 'victoria-metrics'")
+    process, lines = start_demo("--port", str(free_port()), "--victoriametrics")
+    try:
+        store = re.search(r"VictoriaMetrics at (http://127\.0\.0\.1:\d+): 2 vmagents", "\n".join(lines)).group(1)
+        assert answers(store + "/health") and answers(lines[-1] + "_stcore/health")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the vmagents' first scrapes reach the store within seconds
+            with urllib.request.urlopen(store + "/api/v1/query?query=count(up%3D%3D1)", timeout=5) as response:
+                result = json.load(response)["data"]["result"]
+            if result and result[0]["value"][1] == "4":
+                break
+            time.sleep(0.5)
+        assert result and result[0]["value"][1] == "4", result
+    finally:
+        assert stop(process) == 0
+
+
 def test_a_port_in_use_is_one_clear_line():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -149,6 +170,7 @@ def test_a_port_in_use_is_one_clear_line():
     (["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"], 1,
      "cannot read the bearer token file"),
     (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
+    (["demo", "--prometheus", "--victoriametrics"], 2, "argument --victoriametrics: not allowed with argument"),
     (["dashboard", "--agents", "http://a:10906", "--alertmanager", "http://am:9093"], 2,
      "--alertmanager goes with --prometheus"),
     (["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am:9093"], 1,

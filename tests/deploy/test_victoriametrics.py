@@ -1,0 +1,113 @@
+"""gpulens on VictoriaMetrics (Debian's victoria-metrics: VictoriaMetrics, vmagent, vmalert), as
+`gpulens demo --victoriametrics` runs it: two vmagents each scraping half the agents and remote-writing
+into VictoriaMetrics, vmalert evaluating every rule file. Every rule loads in vmalert, and the dashboard's
+pages and `gpulens report --prometheus` answer the same on VictoriaMetrics as on Prometheus over the same
+simulated agents."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpulens import bundled
+from gpulens.dashboard import launch
+from gpulens.dashboard.sources import PrometheusSource
+from tests.tools import require_tool, wait_for
+
+pytestmark = pytest.mark.slow
+
+PACKAGE = "Debian package 'victoria-metrics'"
+NODES = ("demo", "diagnosis")
+
+
+def test_every_rule_loads_in_vmalert_and_a_broken_one_does_not(tmp_path):
+    vmalert = require_tool("vmalert", PACKAGE)
+    rules = bundled.write_rules(tmp_path / "rules")
+    checked = subprocess.run([vmalert, "-dryRun", *(f"-rule={path}" for path in rules)], capture_output=True,
+                             text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    broken = tmp_path / "broken.rules.yml"
+    broken.write_text(rules[0].read_text().replace("| urlquery", "| no_such_function", 1))
+    refused = subprocess.run([vmalert, "-dryRun", f"-rule={broken}"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "no_such_function" in refused.stderr
+
+
+def query(url: str, promql: str) -> list:
+    with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), timeout=5) as r:
+        return json.load(r)["data"]["result"]
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """(Prometheus URL, VictoriaMetrics URL), both over the same two simulated agents."""
+    for tool in launch.VICTORIAMETRICS:
+        require_tool(tool, PACKAGE)
+    require_tool("prometheus")
+    workdir: Path = tmp_path_factory.mktemp("stores")
+    children = launch.Children()
+    try:
+        agents = {node: launch.start_agent(children, node, 1, workdir, "--jobs.export-totals") for node in NODES}
+        (workdir / "prometheus").mkdir()
+        (workdir / "vm").mkdir()
+        prometheus, _ = launch.start_prometheus(children, agents, workdir / "prometheus")
+        victoria, _ = launch.start_victoriametrics(children, agents, workdir / "vm", None, "http://dashboard")
+        for url in (prometheus, victoria):
+            # Settled verdicts (the starved GPU needs its dwell) and a minute of samples for rates.
+            wait_for(lambda url=url: query(url, 'gpulens_gpu_state{state="data_starved", instance="demo"} == 1'), 90)
+            wait_for(lambda url=url: query(url, "count_over_time(gpulens_gpu_busy_seconds_total[1m]) > 12"), 90)
+        yield prometheus, victoria
+    finally:
+        children.stop()
+
+
+def test_both_vmagents_scrape_and_together_cover_every_agent(stores):
+    _, victoria = stores
+    scraped = {sample["metric"]["instance"] for sample in query(victoria, 'up{job="gpulens"} == 1')}
+    assert scraped == set(NODES)
+
+
+def test_the_pages_answer_the_same(stores):
+    prometheus, victoria = (PrometheusSource.from_url(url) for url in stores)
+    fleets = [source.fleet(3600) for source in (prometheus, victoria)]
+    assert all(answer.problems == () for answer in fleets), [a.problems for a in fleets]
+    states = [{(g.node, g.gpu): (g.state, g.reason) for g in answer.value.gpus} for answer in fleets]
+    assert len(states[0]) == 16 and states[0] == states[1]
+    conditions = [{(g.node, g.gpu): g.conditions for g in answer.value.gpus} for answer in fleets]
+    assert conditions[0] == conditions[1]
+    jobs = [source.jobs() for source in (prometheus, victoria)]
+    held = [{(j.job_kind, j.job_id) for j in answer.value} for answer in jobs]
+    assert held[0] == held[1] != set()
+    histories = [source.gpu_history("demo", "2", 600) for source in (prometheus, victoria)]
+    assert all(h.problems == () for h in histories)
+    assert set(histories[0].value.series) == set(histories[1].value.series) != set()
+    alerts = [source.alerts() for source in (prometheus, victoria)]  # VictoriaMetrics proxies to vmalert
+    assert all(a.problems == () and a.value.supported for a in alerts)
+
+
+def test_both_evaluate_the_same_rules(stores):
+    groups = []
+    for url in stores:
+        with urllib.request.urlopen(url + "/api/v1/rules", timeout=5) as response:
+            answer = json.load(response)["data"]["groups"]
+        groups.append({g["name"]: sorted(r["name"] for r in g["rules"]) for g in answer})
+    assert groups[0] == groups[1] and sum(map(len, groups[0].values())) == 44
+
+
+def test_a_fleet_report_answers_the_same(stores):
+    reports = []
+    for url in stores:
+        done = subprocess.run([sys.executable, "-m", "gpulens.cli", "report", "fleet", "--prometheus", url,
+                               "--since", "10m", "--format", "json"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        reports.append(json.loads(done.stdout))
+    jobs = [{(j["kind"], j["id"]): j for j in report["jobs"] + report["short_jobs"]} for report in reports]
+    assert jobs[0].keys() == jobs[1].keys() and jobs[0]
+    for key, job in jobs[0].items():
+        # The stores sample the same counters at slightly different moments: totals agree to a few percent.
+        assert job["gpu_hours"] == pytest.approx(jobs[1][key]["gpu_hours"], rel=0.1, abs=0.003), key
