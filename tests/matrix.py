@@ -1,5 +1,7 @@
 """The versions gpulens claims: the agent's tests on the lowest release of each dependency pyproject
-admits (nvidia-ml-py, prometheus-client, psutil, PyYAML, bcrypt) and on Python 3.10 and 3.13, each in
+admits (nvidia-ml-py, prometheus-client, psutil, PyYAML, bcrypt) and on Python 3.10 and 3.13, and the
+dashboard's page and reader tests and the reports' on the lowest Streamlit, Altair, requests, Authlib
+and rich, each in
 a virtual environment of its own (`make test` runs this after the full suite, which runs on the
 default Python with the newest releases).
 
@@ -29,11 +31,11 @@ TESTS = ["tests/agent", "tests/simulator", "tests/diagnosis", "tests/test_tips.p
          "--ignore=tests/diagnosis/test_torch_end_to_end.py"]
 
 
-def floors() -> list[str]:
-    """The lowest release of each of the agent's dependencies that pyproject.toml admits, pinned exactly."""
+def floors(extra: str | None = None) -> list[str]:
+    """The lowest release of each dependency (of `extra`, or of the agent) pyproject.toml admits, pinned."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = []
-    for spec in project["dependencies"]:
+    for spec in project["optional-dependencies"][extra] if extra else project["dependencies"]:
         match = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([\d.]+)", spec.replace(" ", ""))
         if match is None:
             raise SystemExit(f"pyproject.toml: {spec!r} has no '>=' floor for the matrix to test")
@@ -57,17 +59,24 @@ def python(version: str) -> str | None:
     return None
 
 
+HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
+# The dashboard's pages under Streamlit's AppTest, its Prometheus and Alertmanager readers, and the reports.
+EXTRAS_TESTS = ["tests/dashboard/test_pages.py", "tests/dashboard/test_views.py",
+                "tests/dashboard/test_alertmanager_source.py", "tests/dashboard/test_prometheus_failures.py",
+                "tests/report"]
 ENTRIES = {
-    # name: (Python version, what to pin beside the project)
-    "floor": (f"{sys.version_info.major}.{sys.version_info.minor}", floors()),
-    "py3.10": ("3.10", []),
-    "py3.13": ("3.13", []),
+    # name: (Python version, what to pin beside the project, its extras beyond test, the tests)
+    "floor": (HERE, floors(), "", TESTS),
+    "extras-floor": (HERE, list(dict.fromkeys(floors() + floors("dashboard") + floors("report"))), "dashboard,report",
+                     EXTRAS_TESTS),
+    "py3.10": ("3.10", [], "", TESTS),
+    "py3.13": ("3.13", [], "", TESTS),
 }
 
 
 def run(name: str) -> bool | None:
     """Run the agent's tests for one entry; None when its Python is not on this machine."""
-    version, pins = ENTRIES[name]
+    version, pins, extra, tests = ENTRIES[name]
     interpreter = python(version)
     if interpreter is None:
         message = f"matrix {name}: no Python {version} here (pyenv install {version}); skipped"
@@ -82,15 +91,16 @@ def run(name: str) -> bool | None:
     if not stamp.exists() or stamp.read_text() != wanted:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
-        install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test]"]
+        install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test{',' + extra if extra else ''}]"]
         subprocess.run(install + (pins or ["--upgrade", "nvidia-ml-py"]), check=True)
         stamp.write_text(wanted)
-    show = "; ".join(f"print('{d}', m.version('{d}'))" for d in DEPENDENCIES)
+    names = dict.fromkeys([*DEPENDENCIES, *(pin.split("==")[0] for pin in pins)])
+    show = "; ".join(f"print('{d}', m.version('{d}'))" for d in names)
     installed = subprocess.run([str(venv / "bin" / "python"), "-c", f"import importlib.metadata as m; {show}"],
                                capture_output=True, text=True, check=True).stdout.split("\n")
     print(f"== matrix {name}: Python {version}, {', '.join(line for line in installed if line)}", flush=True)
     started = time.monotonic()
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS],
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=ROOT)
     print(f"== matrix {name}: {'passed' if done.returncode == 0 else 'FAILED'} in "
           f"{time.monotonic() - started:.0f} s", flush=True)

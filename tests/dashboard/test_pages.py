@@ -34,7 +34,8 @@ def text(at: AppTest) -> str:
 
 
 def charts(at: AppTest) -> int:
-    return len(at.get("vega_lite_chart"))
+    # Older Streamlit releases (1.51 among them) name the element arrow_vega_lite_chart.
+    return len(at.get("vega_lite_chart")) + len(at.get("arrow_vega_lite_chart"))
 
 
 def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_first():
