@@ -1,6 +1,6 @@
 """The dashboard at fleet scale: 128 nodes x 8 GPUs behind a real Prometheus.
 
-    python bench/dashboard_bench.py [--nodes 128] [--agents 4] [--repeats 5]
+    python bench/dashboard_bench.py [--nodes 128] [--agents 4] [--repeats 5] [--snapshots]
 
 Four simulated agents (scenarios demo, diagnosis, bench8x32 and demo again, 8 GPUs each) stand in for
 the nodes: Prometheus scrapes each agent under many targets, and relabeling gives every target its own
@@ -13,11 +13,16 @@ time `PrometheusSource.fleet()` takes (six concurrent instant queries and the jo
 Streamlit's AppTest takes to run the whole Fleet page on it (queries, views, the heat map and the
 flagged list), and the number of HTTP queries per refresh. Goal: under 2 s, and a constant number of
 queries. Needs the `prometheus` binary (Debian package) and the dashboard extra.
+
+With `--snapshots` (for 1,280 nodes and more, which four Python agents cannot serve every 15 s), a
+small server fetches each agent's exposition every 15 s and serves the latest copy to every target of
+that agent: the series and their progress are the agents' own, the scrapes cost a copy.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import pathlib
 import shutil
@@ -26,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -58,12 +64,54 @@ def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
     return process, line.split("listening on http://")[1].strip().removesuffix("/metrics")
 
 
+class Snapshots(http.server.ThreadingHTTPServer):
+    """Serves /N/metrics: agent N's exposition, fetched again every SCRAPE_SECONDS."""
+
+    daemon_threads = True
+
+    def __init__(self, agents: list[str]):
+        self.agents = agents
+        self.copies = [b""] * len(agents)
+        self.fetch()
+        super().__init__(("127.0.0.1", 0), _SnapshotHandler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self._refresh, daemon=True).start()
+
+    def fetch(self) -> None:
+        for i, agent in enumerate(self.agents):
+            with urllib.request.urlopen(f"http://{agent}/metrics", timeout=30) as response:
+                self.copies[i] = response.read()
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(SCRAPE_SECONDS)
+            self.fetch()
+
+    def targets(self) -> list[str]:
+        return [f"127.0.0.1:{self.server_address[1]}/{i}" for i in range(len(self.agents))]
+
+
+class _SnapshotHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = self.server.copies[int(self.path.split("/")[1])]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
 def config(targets: list[str], nodes: int) -> str:
     """A scrape configuration with one target per node, each an agent address relabelled to its node name."""
     lines = [f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s}}",
              "scrape_configs:", "  - job_name: gpulens", "    static_configs:"]
     for n in range(nodes):
-        lines.append(f"      - {{targets: ['{targets[n % len(targets)]}'], labels: {{node: 'node-{n:03d}'}}}}")
+        address, _, prefix = targets[n % len(targets)].partition("/")
+        path = f", __metrics_path__: '/{prefix}/metrics'" if prefix else ""
+        lines.append(f"      - {{targets: ['{address}'], labels: {{node: 'node-{n:04d}'{path}}}}}")
     lines += ["    relabel_configs:", "      - {source_labels: [node], target_label: instance}",
               "      - {regex: node, action: labeldrop}"]
     return "\n".join(lines) + "\n"
@@ -79,7 +127,8 @@ def wait_for_gpus(url: str, gpus: int, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            ready = query(url, "count(count_over_time(gpulens_gpu_state_seconds_total{state=\"busy\"}[2m]) >= 2)")
+            # Every GPU has gpulens_gpu_up; a state's counter appears only once the GPU has been in it.
+            ready = query(url, "count(count_over_time(gpulens_gpu_up[2m]) >= 2)")
             if ready and int(float(ready[0]["value"][1])) >= gpus:
                 return
         except OSError:
@@ -126,6 +175,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--snapshots", action="store_true", help="serve the agents' expositions from copies")
     args = parser.parse_args()
     binary = shutil.which("prometheus")
     if binary is None:
@@ -133,6 +183,8 @@ def main() -> int:
         return 1
     agents = [start_agent(SCENARIOS[i % len(SCENARIOS)]) for i in range(args.agents)]
     targets = [address for _, address in agents]
+    if args.snapshots:
+        targets = Snapshots(targets).targets()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     config_file = workdir / "prometheus.yml"
     port = free_port()
