@@ -29,7 +29,10 @@ class Invalid(ValueError):
 
 def shown(value: Any) -> str:
     """Return `value` quoted for an error message, cut short."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more than 4,300 digits
+        return "a number of more than 4300 digits"
     return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
 
 
@@ -40,8 +43,11 @@ def described(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
-        digits = len(str(value))
-        return str(value) if digits <= 24 else f"a number of {digits} digits"
+        try:
+            text = str(value)
+        except ValueError:  # Python will not write an integer of more than 4,300 digits
+            return "a number of more than 4300 digits"
+        return text if len(text) <= 24 else f"a number of {len(text)} digits"
     if isinstance(value, str):
         return f"the string {shown(value)}"
     if isinstance(value, Mapping):

@@ -64,3 +64,9 @@ def test_a_record_allows_other_keys_and_labels_are_strings():
     assert problem(checks.record, {"more": 2}, "s", ("id",)) == "s: missing key 'id'"
     assert checks.labels({"gpu": "0"}, "l") == {"gpu": "0"}
     assert problem(checks.labels, {"gpu": 0}, "l") == "l: label 'gpu' is not a string to a string"
+
+
+def test_a_number_too_long_to_write_is_described_not_raised():
+    assert checks.described(10**5000) == checks.shown(10**5000) == "a number of more than 4300 digits"
+    assert problem(checks.whole, 10**5000, "seed", 0, 2**64 - 1) == (
+        "seed: must be between 0 and 18446744073709551615, got a number of more than 4300 digits")
