@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NoReturn
 
 from gpulens.printable import printable
 
@@ -74,7 +75,7 @@ def write_rules(folder: Path) -> list[Path]:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, not argparse's usage dump
+    def error(self, message: str) -> NoReturn:  # one line and exit 2, not argparse's usage dump
         print(f"{self.prog}: {printable(message)}; run '{self.prog} --help'", file=sys.stderr)
         raise SystemExit(2)
 

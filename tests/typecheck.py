@@ -23,6 +23,7 @@ CORE = [
     "gpulens/agent/snapshot.py", "gpulens/agent/clock.py", "gpulens/agent/sampler.py", "gpulens/agent/sources.py",
     "gpulens/agent/diagnosis.py", "gpulens/agent/analysis.py", "gpulens/agent/accounting.py",
     "gpulens/units.py", "gpulens/gpus.py", "gpulens/vocabulary.py", "gpulens/words.py", "gpulens/checks.py",
+    "gpulens/bundled.py", "gpulens/alertmanager_api.py",
 ]
 
 
