@@ -30,8 +30,8 @@ format: $(STAMP)
 
 test: lint
 	$(BIN)/pytest -q
-	# The agent's tests again on the lowest release of each dependency admitted and on Python 3.10 and 3.13;
-	# the dashboard's and reports' tests on their extras' lowest releases.
+	# The agent's tests again on Python 3.10 with the lowest release of each dependency admitted and on
+	# Python 3.13 with the newest; the dashboard's and reports' tests with their extras' lowest releases.
 	$(BIN)/python tests/matrix.py
 
 bench: $(STAMP)
