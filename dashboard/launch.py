@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import yaml
 
 from gpulens import bundled
+from gpulens.cli import OneLineParser
 from gpulens.credentials import add_credential_flags, read_credentials
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import (
@@ -37,7 +38,6 @@ from gpulens.dashboard.sources import (
     ConfigError,
     parse_agents,
 )
-from gpulens.printable import printable
 from gpulens.urls import check_url
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
@@ -54,13 +54,6 @@ EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 class LaunchError(Exception):
     """Something stopped the start; the message is one line naming the problem and the fix."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, instead of argparse's usage dump
-        message = printable(message)  # argparse quotes the arguments as they were typed
-        print(f"{self.prog}: {message}; run '{self.prog} --help'", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 class Children:
@@ -210,7 +203,7 @@ def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> No
 
 def dashboard_main(argv: Sequence[str]) -> int:
     """`gpulens dashboard --prometheus URL | --agents URL[,URL...] [--port N]`."""
-    parser = _Parser(prog="gpulens dashboard", description="Serve the dashboard over Prometheus or the agents.")
+    parser = OneLineParser(prog="gpulens dashboard", description="Serve the dashboard over Prometheus or the agents.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
     source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")
@@ -416,7 +409,7 @@ def start_victoriametrics(children: Children, agents: dict[str, str], workdir: p
 
 def demo_main(argv: Sequence[str]) -> int:
     """`gpulens demo [--port N] [--prometheus | --victoriametrics]`."""
-    parser = _Parser(prog="gpulens demo",
+    parser = OneLineParser(prog="gpulens demo",
                      description="A simulated fleet of several nodes on loopback, and the dashboard reading it.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
     store = parser.add_mutually_exclusive_group()

@@ -68,18 +68,22 @@ class AlertmanagerApi(HttpClient):
                              "itself (not a login page)?") from None
 
 
+def _status(item: object, where: str) -> dict[str, object]:
+    """Return an alert's or a silence's `status` mapping, which has a `state`."""
+    return checks.record(checks.record(item, where, ("status",))["status"], f"{where}.status", ("state",))
+
+
 def _state(item: object, where: str) -> str:
-    status = checks.record(checks.record(item, where, ("status",))["status"], f"{where}.status", ("state",))
-    return checks.text(status["state"], f"{where}.status.state")
+    return checks.text(_status(item, where)["state"], f"{where}.status.state")
 
 
 def _held(item: object, where: str) -> HeldAlert:
-    state = _state(item, where)
-    record, status = checks.record(item, where), checks.record(item, where)["status"]
+    status = _status(item, where)
+    record = checks.record(item, where)
     return HeldAlert(
         fingerprint=checks.text(record.get("fingerprint"), f"{where}.fingerprint"),
         labels=checks.labels(record.get("labels"), f"{where}.labels"),
-        state=state,
+        state=_state(item, where),
         silenced_by=tuple(map(str, checks.items(status.get("silencedBy") or [], f"{where}.status.silencedBy"))),
         inhibited_by=tuple(map(str, checks.items(status.get("inhibitedBy") or [], f"{where}.status.inhibitedBy"))),
     )

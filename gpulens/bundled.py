@@ -8,14 +8,13 @@ installs as `gpulens.rules` and `gpulens.deploy` (pyproject.toml).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn
 
+from gpulens.cli import OneLineParser
 from gpulens.printable import printable
 
 RULE_FILES = ("alerts.rules.yml", "recording.rules.yml", "probes.rules.yml")
@@ -74,15 +73,9 @@ def write_rules(folder: Path) -> list[Path]:
     return paths
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line and exit 2, not argparse's usage dump
-        print(f"{self.prog}: {printable(message)}; run '{self.prog} --help'", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def rules_main(argv: Sequence[str]) -> int:
     """`gpulens rules [--split DIR]`."""
-    parser = _Parser(prog="gpulens rules", description=(
+    parser = OneLineParser(prog="gpulens rules", description=(
         "Print gpulens' Prometheus rules as one YAML document, e.g. 'gpulens rules | promtool check rules "
         "/dev/stdin' or 'gpulens rules > gpulens.rules.yml' for rule_files or a ConfigMap."))
     parser.add_argument("--split", metavar="DIR", help=f"write the files {', '.join(RULE_FILES)} into DIR instead")
@@ -102,7 +95,7 @@ def rules_main(argv: Sequence[str]) -> int:
 
 def grafana_main(argv: Sequence[str]) -> int:
     """`gpulens grafana`."""
-    _Parser(prog="gpulens grafana", description=(
+    OneLineParser(prog="gpulens grafana", description=(
         "Print gpulens' Grafana dashboard (JSON) to import: 'gpulens grafana > gpulens.json', then "
         "Dashboards > New > Import and pick the Prometheus data source.")).parse_args(argv)
     sys.stdout.write(FILES["gpulens.json"].text())
@@ -111,7 +104,7 @@ def grafana_main(argv: Sequence[str]) -> int:
 
 def files_main(argv: Sequence[str]) -> int:
     """`gpulens files [NAME]`."""
-    parser = _Parser(prog="gpulens files", description="List the files gpulens ships, or print one of them.")
+    parser = OneLineParser(prog="gpulens files", description="List the files gpulens ships, or print one of them.")
     parser.add_argument("name", nargs="?", metavar="NAME", help="the file to print")
     args = parser.parse_args(argv)
     if args.name is None:

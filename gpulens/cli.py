@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from gpulens import __version__
+from gpulens.printable import printable
+
+EXIT_USAGE = 2
 
 USAGE = """usage: gpulens COMMAND [OPTIONS]
 
@@ -27,6 +32,15 @@ commands:
 
 'gpulens COMMAND --help' tells more; 'gpulens --version' prints the version.
 """
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line on stderr and exit 2, not argparse's usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        message = printable(message)  # argparse quotes the arguments as they were typed
+        print(f"{self.prog}: {message}; run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
