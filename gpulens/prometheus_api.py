@@ -5,6 +5,7 @@ shape included, is an `HttpError` (gpulens/httpclient.py): one line, the server,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from gpulens.credentials import Credentials
@@ -18,6 +19,18 @@ REFUSED = "check the bearer token or basic-auth credentials (--bearer-token-file
 def label_value(text: str) -> str:
     """Return `text` as a quoted PromQL label value: backslash, double quote and newline escaped."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+_REGEX_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def any_of(texts: Iterable[str]) -> str:
+    """Return a quoted PromQL regex that matches exactly one of `texts` (`label=~any_of(...)`).
+
+    Only RE2's special characters are escaped: RE2 refuses Python's `re.escape` of a space.
+    """
+    alternatives = sorted({"".join("\\" + c if c in _REGEX_SPECIAL else c for c in t) for t in texts})
+    return label_value("|".join(alternatives))
 
 
 class PrometheusApi(HttpClient):
