@@ -41,6 +41,24 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     ), 28 * len(nodes) + 160
 
 
+def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+    """A grid of nodes (rows from `views.fleet.node_map_rows`), each square coloured by the share of its
+    GPUs flagged, with a tooltip of its states; each line is named by its first node."""
+    frame = pd.DataFrame(rows)
+    lines = sorted(frame["line"].unique())
+    return (
+        alt.Chart(frame)
+        .mark_rect(stroke="white", strokeWidth=1)
+        .encode(
+            x=alt.X("column:O", axis=None),
+            y=alt.Y("line:N", sort=lines, title="nodes, from"),
+            color=alt.Color("flagged share:Q", scale=alt.Scale(scheme="yelloworangered", domain=[0, 1]),
+                            title="share of its GPUs flagged", legend=alt.Legend(orient="bottom", format="%")),
+            tooltip=["node", "GPUs", "flagged", "states", "model"],
+        )
+    ), 18 * len(lines) + 120
+
+
 def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
     """A time series chart: one line per legend entry, the y axis titled with its unit."""
     frame = pd.DataFrame(rows)

@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 import altair as alt
@@ -20,7 +20,7 @@ import streamlit as st
 
 from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
-from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, GpuHistory, Source, SourceProblem
+from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, FleetGpu, GpuHistory, Source, SourceProblem
 
 log = logging.getLogger("gpulens.dashboard")
 
@@ -77,7 +77,9 @@ def _safe(call: Callable[[], Answer[T]], empty: T, what: str) -> Answer[T]:
                                                          "the dashboard's log has the details"),))
 
 
-@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+# Kept as the object itself, not a pickled copy: the fleet's records are frozen, and copying 10,000 of
+# them at every refresh costs a tenth of a second.
+@st.cache_resource(ttl=CACHE_SECONDS, show_spinner=False)
 def _fleet(_source: Source, key: str, window: float) -> Answer[Fleet]:
     return _safe(lambda: _source.fleet(window), Fleet((), ""), "the fleet")
 
@@ -106,6 +108,12 @@ def _alerts(_source: Source, key: str) -> Answer[Alerts]:
 
 def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
     return _fleet(source, source.cache_key, window_seconds)
+
+
+def detail(source: Source, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
+    """`gpus` with their evidence and memory: one small query for the GPUs a page writes out, not cached
+    (the rows come from the cached fleet)."""
+    return _safe(lambda: source.detail(gpus), tuple(gpus), "the GPUs' evidence")
 
 
 def gpu_history(source: Source, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:

@@ -10,8 +10,10 @@ from gpulens.dashboard.views import words
 
 # How far back wasted GPU-hours are counted, seconds.
 WINDOWS = {3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours", 7 * 86400: "7 days"}
-# Flagged GPUs shown in full, with evidence and tips; the rest are listed in a table below them.
+# Flagged GPUs shown in full, with evidence and tips; the next LISTED in a table below them. A longer
+# list is for the filters to narrow, not for a person to scroll.
 DETAILED = 20
+LISTED = 1000
 
 source = context.source()
 context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to do.", source)
@@ -22,9 +24,11 @@ def fleet() -> None:
     window = st.selectbox("Count wasted GPU-hours over", list(WINDOWS), index=2, format_func=WINDOWS.get,
                           key="window")
     answer = context.fleet(source, window)
-    context.banner(answer.problems)
+    notices = st.container()  # the problems of every read on this page, filled in at the end
     gpus = answer.value.gpus
     if not gpus:
+        with notices:
+            context.banner(answer.problems)
         st.info("No GPUs to show yet. The banner above says why, if something failed.")
         return
     options = view.filter_options(gpus)
@@ -49,12 +53,22 @@ def fleet() -> None:
                 + ("**Health:** " + ", ".join(f"{n} GPU(s) {what}" for what, n in health) if health
                    else "**Health:** no GPU reports a hardware problem."))
 
-    if shown:
+    if len(shown) > view.MAP_BY_NODE_ABOVE:
+        st.subheader("Every node, by the share of its GPUs flagged")
+        st.caption(f"{len(shown):,} GPUs are too many to draw one by one: pick nodes in the filter above to see "
+                   "their GPUs. Point at a square for its node's states.")
+        context.draw(charts.node_map(view.node_map_rows(shown)))
+    elif shown:
         st.subheader("Every GPU, by node")
         context.draw(charts.heatmap(view.heatmap_rows(shown)))
 
-    flagged = view.flagged(shown, now, detailed=DETAILED)
-    st.subheader(f"Flagged GPUs ({len(flagged)}), most GPU-hours wasted first")
+    # The evidence and memory behind the verdicts, for the GPUs written out in full.
+    ranked = view.ranked(shown)
+    detail = context.detail(source, ranked[:DETAILED])
+    with notices:
+        context.banner((*answer.problems, *detail.problems))
+    flagged = view.flagged([*detail.value, *ranked[DETAILED:DETAILED + LISTED]], now, detailed=DETAILED)
+    st.subheader(f"Flagged GPUs ({len(ranked):,}), most GPU-hours wasted first")
     if not flagged:
         st.success("No GPU is wasted or unhealthy right now.")
     for row in flagged[:DETAILED]:
@@ -70,7 +84,9 @@ def fleet() -> None:
             for tip in row.tips:
                 st.markdown(f"**Tip: {tip.title}.** {tip.text}")
     if len(flagged) > DETAILED:
-        st.caption(f"{len(flagged) - DETAILED} more flagged GPUs:")
+        more = len(ranked) - DETAILED
+        st.caption(f"{more:,} more flagged GPUs" + (f"; the {LISTED:,} most wasted of them are listed, narrow the "
+                                                    "rest with the filters above" if more > LISTED else "") + ":")
         st.dataframe(
             [{"GPU": f"{r.node} GPU {r.gpu}", "state": r.state, "for": r.for_how_long,
               "wasted GPU-hours": round(r.wasted_seconds / 3600, 2), "job": r.job, "owner": r.owner,

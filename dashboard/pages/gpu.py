@@ -36,22 +36,24 @@ def gpu_page() -> None:
     left, middle, right = st.columns(3)
     with left:
         node = _pick("Node", nodes, st.query_params.get("node"), "node")
-    on_node = [g for g in gpus if g.node == node]
+    # The node's GPUs with the evidence and memory behind their verdicts.
+    detail = context.detail(source, [g for g in gpus if g.node == node])
+    on_node = list(detail.value)
     with middle:
         gpu = _pick("GPU", [g.gpu for g in on_node], st.query_params.get("gpu"), "gpu",
                     format_func=lambda i: f"GPU {i}")
     with right:
         seconds = st.selectbox("Time range", list(RANGES), index=0, format_func=RANGES.get, key="range")
     if node is None or gpu is None:
-        context.banner(fleet.problems)
+        context.banner((*fleet.problems, *detail.problems))
         st.info("No GPUs to show yet. The banner above says why, if something failed.")
         return
     history = context.gpu_history(source, node, gpu, seconds)
-    context.banner((*fleet.problems, *history.problems))
+    context.banner((*fleet.problems, *detail.problems, *history.problems))
     now = time.time()
 
     st.subheader(f"Node {node}")
-    st.dataframe(view.node_rows(gpus, node, now), hide_index=True, width="stretch")
+    st.dataframe(view.node_rows(on_node, node, now), hide_index=True, width="stretch")
 
     current = next(g for g in on_node if g.gpu == gpu)
     st.subheader(f"GPU {gpu} on {node}: {words.state_name(current.state)}")

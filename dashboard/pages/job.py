@@ -20,10 +20,12 @@ context.header("Job", "Why is my job slow, and what do I change?", source)
 def job_page() -> None:
     fleet = context.fleet(source, 24 * 3600)
     jobs = context.jobs(source)
-    context.banner((*fleet.problems, *jobs.problems))
+    notices = st.container()  # the problems of every read on this page
     gpus = fleet.value.gpus
     rows = view.job_list(jobs.value, gpus)
     if not rows:
+        with notices:
+            context.banner((*fleet.problems, *jobs.problems))
         st.info("No jobs to show: no GPU is held by a job the agents can see.")
         return
     keys = [(r["kind"], r["id"]) for r in rows]
@@ -34,7 +36,10 @@ def job_page() -> None:
     if (st.query_params.get("kind"), st.query_params.get("id")) != (kind, job_id):
         st.query_params.update({"kind": kind, "id": job_id})
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
-    held = view.job_gpus(gpus, kind, job_id)
+    detail = context.detail(source, view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
+    with notices:
+        context.banner((*fleet.problems, *jobs.problems, *detail.problems))
+    held = list(detail.value)
 
     st.subheader(f"{kind} job {job_id}")
     wait = view.data_wait(job, held)

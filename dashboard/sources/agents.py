@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -27,6 +27,7 @@ from gpulens.dashboard.sources.base import (
     Alerts,
     Answer,
     Fleet,
+    FleetGpu,
     GpuHistory,
     JobSummary,
     ProbeResult,
@@ -193,6 +194,9 @@ class AgentsSource:
         samples, problems = self._current()
         gpus, missing = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
         return Answer(Fleet(gpus, wasted_over="since each agent started"), tuple(problems) + missing)
+
+    def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
+        return Answer(tuple(gpus))  # fleet() read every series of every GPU already
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         self._current()

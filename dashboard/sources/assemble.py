@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import NamedTuple
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary, ProbeResult, SourceProblem
 from gpulens.vocabulary import WASTED_STATES
@@ -29,26 +31,25 @@ IN_JOB = ("gpulens_job_data_wait_ratio", "gpulens_job_steps_per_second",
           "gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes")
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One value of one series: its metric name, labels (with `instance`) and value."""
+class Sample(NamedTuple):
+    """One value of one series: its metric name, labels (with `instance`) and value.
+
+    A tuple, not a dataclass: a fleet of 10,000 GPUs is 60,000 of them at every refresh.
+    """
 
     name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = MappingProxyType({})
     value: float = 1.0
 
 
 GpuKey = tuple[str, str, str]  # (instance, gpu, uuid)
 
-# The per-GPU series the fleet view joins, one of each per GPU; the model (gpulens_gpu_info), conditions
-# and evidence come apart (a Prometheus source asks only for the labels and GPUs that matter), and so does
-# the time wasted.
-FLEET_SERIES = (
-    "gpulens_gpu_up", "gpulens_gpu_verdict_info", "gpulens_gpu_state_since_timestamp_seconds",
-    "gpulens_gpu_allocation_info", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes",
-)
-_FLEET_SERIES = frozenset((*FLEET_SERIES, "gpulens_gpu_info", "gpulens_gpu_condition", "gpulens_gpu_diagnosis_evidence",
-                           WASTED_SECONDS))
+# The per-GPU series the fleet view joins, with the time wasted that the source computes.
+_FLEET_SERIES = frozenset((
+    "gpulens_gpu_info", "gpulens_gpu_up", "gpulens_gpu_verdict_info", "gpulens_gpu_state_since_timestamp_seconds",
+    "gpulens_gpu_allocation_info", "gpulens_gpu_condition", "gpulens_gpu_diagnosis_evidence",
+    "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes", WASTED_SECONDS,
+))
 
 
 def _key(labels: Mapping[str, str]) -> GpuKey:
@@ -60,16 +61,22 @@ _VALUES = {"gpulens_gpu_state_since_timestamp_seconds": "since", "gpulens_gpu_me
            "gpulens_gpu_memory_total_bytes": "memory_total_bytes", WASTED_SECONDS: "wasted_seconds"}
 
 
-def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
-    """Return every GPU found in `samples` (sorted by node, then index) and what is missing about them."""
-    rows: dict[GpuKey, dict] = defaultdict(dict)
-    evidence: dict[GpuKey, dict[str, float]] = defaultdict(dict)
-    conditions: dict[GpuKey, set[str]] = defaultdict(set)
+@dataclass
+class _Found:
+    """FleetGpu fields read from samples, by GPU."""
+
+    rows: dict[GpuKey, dict] = field(default_factory=lambda: defaultdict(dict))
+    evidence: dict[GpuKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    conditions: dict[GpuKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+
+def _read(samples: Iterable[Sample]) -> _Found:
+    found = _Found()
     for s in samples:
         key = _key(s.labels)
         if s.name not in _FLEET_SERIES or not (key[1] or key[2]):
             continue
-        row = rows[key]
+        row = found.rows[key]
         if s.name == "gpulens_gpu_info":
             row["model"] = s.labels.get("model", "")
         elif s.name == "gpulens_gpu_up":
@@ -81,26 +88,45 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
             row[_VALUES[s.name]] = s.value
         elif s.name == "gpulens_gpu_condition":
             if s.value == 1:
-                conditions[key].add(s.labels.get("condition", ""))
+                found.conditions[key].add(s.labels.get("condition", ""))
         elif s.name == "gpulens_gpu_diagnosis_evidence":
-            evidence[key][s.labels.get("evidence", "")] = s.value
+            found.evidence[key][s.labels.get("evidence", "")] = s.value
         elif s.name == "gpulens_gpu_allocation_info":
             for label in ("job_kind", "job_id", "user", "namespace", "pod"):
                 row[label] = s.labels.get(label, "")
+    return found
+
+
+def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
+    """Return every GPU found in `samples` (sorted by node, then index) and what is missing about them."""
+    found = _read(samples)
     gpus = []
     without_verdict: dict[str, int] = defaultdict(int)
-    for key in sorted(rows, key=lambda k: (k[0], _index(k[1]), k[2])):
-        row = rows[key]
+    for key in sorted(found.rows, key=lambda k: (k[0], _index(k[1]), k[2])):
+        row = found.rows[key]
         if not row.pop("verdict", False):
             without_verdict[key[0]] += 1
-        gpus.append(FleetGpu(node=key[0], gpu=key[1], uuid=key[2], conditions=tuple(sorted(conditions[key])),
-                             evidence=dict(evidence[key]), **row))
+        gpus.append(FleetGpu(node=key[0], gpu=key[1], uuid=key[2], conditions=tuple(sorted(found.conditions[key])),
+                             evidence=dict(found.evidence[key]), **row))
     problems = tuple(
         SourceProblem(f"node {node}", f"no verdict for {count} GPU(s): the agent's diagnosis stage is off "
                                       "(--no-collector.diagnosis) or its series are missing; shown as unknown")
         for node, count in sorted(without_verdict.items())
     )
     return tuple(gpus), problems
+
+
+def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[FleetGpu, ...]:
+    """Return `gpus` with the evidence and memory that `samples` hold for each (same node, index and UUID)."""
+    found = _read(samples)
+    memory = ("memory_used_bytes", "memory_total_bytes")
+    result = []
+    for g in gpus:
+        key = (g.node, g.gpu, g.uuid)
+        row = found.rows.get(key, {})
+        result.append(replace(g, evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
+                              **{name: row[name] for name in memory if name in row}))
+    return tuple(result)
 
 
 def _index(gpu: str) -> tuple[int, str]:

@@ -7,7 +7,7 @@ missing), so that the page shows what it has and names the rest in one banner.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -175,7 +175,13 @@ class Source(Protocol):
         """Distinct for each source, so cached answers never cross from one source to another."""
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
-        """Every GPU with its verdict, owner and time wasted over `window_seconds` where the source can."""
+        """Every GPU with its verdict, owner and time wasted over `window_seconds` where the source can.
+
+        The evidence and memory of each GPU may be left out: `detail` reads them for the GPUs a page writes out.
+        """
+
+    def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
+        """`gpus` (from `fleet`) with the evidence behind each verdict and the memory in use, in the same order."""
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         """One GPU's series over the last `seconds`."""

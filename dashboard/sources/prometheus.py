@@ -1,9 +1,10 @@
 """`PrometheusSource`: the dashboard's data from any server that answers PromQL.
 
-Each view runs a fixed set of queries, whatever the number of GPUs: the fleet six instant queries,
-a GPU's history four range queries, the jobs one, the probes two, the alerts one request (and two to
-Alertmanager, where one is configured: what became of each alert, and the silences). Queries of one view
-run concurrently. Each returns whole label sets and values; the joining is done by
+Each view runs a fixed set of queries, whatever the number of GPUs: the fleet seven instant queries
+(and an eighth where the store has no recorded waste counter), the evidence of the GPUs a page writes
+out one, a GPU's history four range queries, the jobs one, the probes two, the alerts one request (and
+two to Alertmanager, where one is configured: what became of each alert, and the silences). Queries of
+one view run concurrently. Each returns whole label sets and values; the joining is done by
 `assemble`, the same code the agents source uses.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -27,29 +28,42 @@ from gpulens.dashboard.sources.base import (
     Answer,
     FiringAlert,
     Fleet,
+    FleetGpu,
     GpuHistory,
     JobSummary,
     ProbeResult,
     SilenceShown,
     SourceProblem,
 )
-from gpulens.httpclient import HttpError
-from gpulens.prometheus_api import PrometheusApi, label_value
+from gpulens.httpclient import HttpError, collector_paused
+from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.usage import LAST_EPOCH
 from gpulens.vocabulary import WASTED_STATES
 from gpulens.words import duration
 
 _WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
 
-FLEET_SERIES = '{__name__=~"' + "|".join(assemble.FLEET_SERIES) + '"}'
-# The model only: gpulens_gpu_info's other labels (serial, bus id, driver) would double the answer's size.
-FLEET_MODELS = "group by (instance, gpu, uuid, model) (gpulens_gpu_info)"
-FLEET_CONDITIONS = "gpulens_gpu_condition == 1"
-# The agents export evidence only for the GPUs whose verdict it explains (wasted or unknown).
-FLEET_EVIDENCE = "gpulens_gpu_diagnosis_evidence"
-# Seconds each GPU spent idle, data-starved or underutilized over the window. increase() is right across
-# agent restarts; a recording rule over a shorter range can stand in for it on very large fleets.
-FLEET_WASTED = ("sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~\"%s\"}[%ds]))")
+# The fleet reads per GPU only what the map, the counts, the filters and the flagged list need: the
+# verdict, the model, the owner, since when, and health (conditions that hold, GPUs that do not answer).
+# The evidence and memory behind a verdict are read by `detail()` for the few GPUs a page writes out.
+FLEET_QUERIES = {
+    # A new verdict is a new series. VictoriaMetrics can answer for a moment with the old one gone stale and
+    # the new one not yet searchable (seen on a GPU or two of 10,240 at every refresh, measured with
+    # bench/dashboard_bench.py): such a GPU keeps its verdict of the last minute instead of reading unknown.
+    "verdicts": "gpulens_gpu_verdict_info or on (instance, gpu, uuid) last_over_time(gpulens_gpu_verdict_info[1m])",
+    # The model only: gpulens_gpu_info's other labels (serial, bus id, driver) would double the answer's size.
+    "models": "group by (instance, gpu, uuid, model) (gpulens_gpu_info)",
+    "owners": "gpulens_gpu_allocation_info",
+    "since": "gpulens_gpu_state_since_timestamp_seconds",
+    "health": "gpulens_gpu_condition == 1 or gpulens_gpu_up == 0",
+}
+DETAIL_SERIES = ("gpulens_gpu_diagnosis_evidence", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")
+# Seconds each GPU spent idle, data-starved or underutilized over the window, by increase(), which is
+# right across agent restarts: of the recorded per-GPU sum (rules/recording.rules.yml, every 5 minutes:
+# 288 points per GPU for a day) where the server has it, else of the raw counters (three per GPU, every
+# scrape).
+WASTED_RECORDED = "increase(instance_gpu:gpulens_gpu_wasted_seconds_total:sum[%ds]) > 0"
+WASTED_RAW = "sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~\"%s\"}[%ds])) > 0"
 # Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
@@ -110,27 +124,41 @@ class PrometheusSource:
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
         now = self._clock()
-        wasted = FLEET_WASTED % (_WASTED_REGEX, max(int(window_seconds), 60))
-        results, problems = self._run({
-            "models": lambda: self._api.query(FLEET_MODELS, now),
-            "series": lambda: self._api.query(FLEET_SERIES, now),
-            "evidence": lambda: self._api.query(FLEET_EVIDENCE, now),
-            "conditions": lambda: self._api.query(FLEET_CONDITIONS, now),
-            "wasted": lambda: self._api.query(wasted, now),
-            "down": lambda: self._api.query(AGENTS_DOWN, now),
-        })
-        samples = _samples(results["models"], name="gpulens_gpu_info") + _samples(results["series"])
-        samples += _samples(results["evidence"]) + _samples(results["conditions"])
-        samples += _samples(results["wasted"], name=assemble.WASTED_SECONDS)
-        gpus, missing = assemble.fleet_gpus(samples)
+        window = max(int(window_seconds), 60)
+        calls: dict[str, Callable[[], Any]] = {name: (lambda q=q: self._api.query(q, now))
+                                               for name, q in FLEET_QUERIES.items()}
+        calls["wasted"] = lambda: self._wasted(window, now)
+        calls["down"] = lambda: self._api.query(AGENTS_DOWN, now)
+        with collector_paused:
+            results, problems = self._run(calls)
+            samples = _samples(results["models"], name="gpulens_gpu_info")
+            for name in ("verdicts", "owners", "since", "health"):
+                samples += _samples(results[name])
+            samples += _samples(results["wasted"], name=assemble.WASTED_SECONDS)
+            gpus, missing = assemble.fleet_gpus(samples)
         problems += missing
         for item in results["down"] or ():
             problems.append(SourceProblem(f"agent {item['metric'].get('instance', '?')}",
                                           "is down: Prometheus cannot scrape it, so its GPUs are not shown"))
-        if results["series"] is not None and not gpus:
+        if results["verdicts"] is not None and results["models"] is not None and not gpus:
             problems.append(SourceProblem(self.name, "has no gpulens series; check that it scrapes the agents "
                                                      "(a job with their :10906/metrics targets)"))
         return Answer(Fleet(gpus, wasted_over=_span(window_seconds)), tuple(problems))
+
+    def _wasted(self, window: int, now: float) -> list[dict[str, Any]]:
+        """Each GPU's wasted seconds over `window`: recorded where the rules run, else from the raw counters."""
+        recorded = self._api.query(WASTED_RECORDED % window, now)
+        return recorded or self._api.query(WASTED_RAW % (_WASTED_REGEX, window), now)
+
+    def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
+        if not gpus:
+            return Answer(())
+        # One query whatever the number: the GPUs' UUIDs and nodes as regex alternatives, the exact
+        # (node, GPU, UUID) matched here.
+        promql = (f'{{__name__=~{any_of(DETAIL_SERIES)}, instance=~{any_of(g.node for g in gpus)}, '
+                  f'uuid=~{any_of(g.uuid for g in gpus)}}}')
+        results, problems = self._run({"detail": lambda: self._api.query(promql, self._clock())})
+        return Answer(assemble.with_detail(gpus, _samples(results["detail"])), tuple(problems))
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         end = self._clock()

@@ -1,8 +1,8 @@
-"""The fleet view's logic, without Streamlit: filters, counts by state, the heat map, the flagged list."""
+"""The fleet view's logic, without Streamlit: filters, counts by state, the maps, the flagged list."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +103,37 @@ def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str]]:
     ]
 
 
+# Above this many GPUs the map shows one square per node: a square per GPU would be too small to point
+# at, and too many for a browser to draw at every refresh. Filtering to fewer nodes brings the GPUs back.
+MAP_BY_NODE_ABOVE = 2048
+NODE_MAP_COLUMNS = 32
+
+
+def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]]:
+    """Return one row per node for a grid of nodes, NODE_MAP_COLUMNS to a line, coloured by the share of
+    its GPUs that are flagged; `line` names the first node of the square's line."""
+    by_node: dict[str, list[FleetGpu]] = defaultdict(list)
+    for g in gpus:
+        by_node[g.node].append(g)
+    nodes = sorted(by_node)
+    rows: list[dict[str, str | int | float]] = []
+    for i, node in enumerate(nodes):
+        held = by_node[node]
+        flagged_here = sum(1 for g in held if is_flagged(g))
+        states = Counter(words.state_name(g.state) for g in held)
+        rows.append({
+            "node": node,
+            "line": nodes[i - i % NODE_MAP_COLUMNS],
+            "column": i % NODE_MAP_COLUMNS,
+            "GPUs": len(held),
+            "flagged": flagged_here,
+            "flagged share": flagged_here / len(held),
+            "states": ", ".join(f"{n} {name.lower()}" for name, n in states.most_common()),
+            "model": ", ".join(sorted({g.model for g in held if g.model})),
+        })
+    return rows
+
+
 @dataclass(frozen=True)
 class Flagged:
     """One GPU that needs a look: wasted, or with a health problem."""
@@ -157,16 +188,20 @@ def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:
     return (tips.render(gpu.tip, context), *rest[: limit - 1])
 
 
+def ranked(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
+    """Return the flagged GPUs, the most GPU-hours wasted first, then the longest in their state."""
+    return sorted((g for g in gpus if is_flagged(g)),
+                  key=lambda g: (-g.wasted_seconds, g.since if g.since else float("inf"), g.node, g.gpu.zfill(4)))
+
+
 def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -> list[Flagged]:
-    """Return the flagged GPUs, the most GPU-hours wasted first, then the longest in their state.
+    """Return the flagged GPUs as rows, in `ranked` order.
 
     Tips are written out for the first `detailed` rows (all when None): on a large fleet the rest are
     listed in a table that shows only the first tip's title.
     """
-    chosen = sorted((g for g in gpus if is_flagged(g)),
-                    key=lambda g: (-g.wasted_seconds, g.since if g.since else float("inf"), g.node, g.gpu.zfill(4)))
     rows: list[Flagged] = []
-    for i, g in enumerate(chosen):
+    for i, g in enumerate(ranked(gpus)):
         written = gpu_tips(g) if detailed is None or i < detailed else ()
         title = written[0].title if written else (tips.CATALOG[g.tip].title if g.tip in tips.CATALOG else "")
         why = [words.reason_text(g.reason)] if g.state not in (State.BUSY.value, State.FREE.value) else []

@@ -16,7 +16,8 @@ REPORT_URL_VARIABLE = "GPULENS_DASHBOARD_REPORT_URL"
 
 def gpu_link(node: str, gpu: str) -> str:
     """Return the Node and GPU page's link for one GPU."""
-    return f"{GPU_PAGE}?{urllib.parse.urlencode({'node': node, 'gpu': gpu})}"
+    quote = urllib.parse.quote_plus  # as urlencode, without its cost on a list of 10,000 GPUs
+    return f"{GPU_PAGE}?node={quote(node)}&gpu={quote(gpu)}"
 
 
 def node_link(node: str) -> str:

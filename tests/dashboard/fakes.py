@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpulens.dashboard.sources.base import (
     Alerts,
@@ -101,8 +101,15 @@ class FakeSource:
             raise RuntimeError("the fake source was told to fail")
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        # As a Prometheus source does: the evidence and memory come from detail().
         self._check("fleet")
-        return Answer(Fleet(self.gpus, "over the last 24 hours"), self.problems)
+        bare = tuple(replace(g, evidence={}, memory_used_bytes=None, memory_total_bytes=None) for g in self.gpus)
+        return Answer(Fleet(bare, "over the last 24 hours"), self.problems)
+
+    def detail(self, gpus) -> Answer[tuple[FleetGpu, ...]]:
+        self._check("detail")
+        full = {(g.node, g.gpu, g.uuid): g for g in self.gpus}
+        return Answer(tuple(full.get((g.node, g.gpu, g.uuid), g) for g in gpus), self.problems)
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         self._check("gpu_history")

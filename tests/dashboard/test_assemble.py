@@ -88,3 +88,17 @@ def test_gpus_sort_by_node_then_numeric_index():
 def test_a_text_that_is_not_an_exposition_raises_value_error():
     with pytest.raises(ValueError):
         parse_exposition("<html>login</html>\n", "a")
+
+
+def test_detail_fills_evidence_and_memory_of_the_exact_gpu_only():
+    gpus, _ = assemble.fleet_gpus([Sample("gpulens_gpu_info", {"instance": node, "gpu": "0", "uuid": "GPU-1"})
+                                   for node in ("a", "b")])
+    # Node b's sample carries the same UUID (a node's answer repeated under another name): it must not leak.
+    samples = [Sample("gpulens_gpu_diagnosis_evidence", {"instance": "a", "gpu": "0", "uuid": "GPU-1",
+                                                         "evidence": "busy_ratio"}, 0.25),
+               Sample("gpulens_gpu_memory_used_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**30),
+               Sample("gpulens_gpu_memory_total_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**34),
+               Sample("gpulens_gpu_memory_used_bytes", {"instance": "b", "gpu": "1", "uuid": "GPU-1"}, 5.0)]
+    a, b = assemble.with_detail(gpus, samples)
+    assert (a.evidence, a.memory_used_bytes, a.memory_total_bytes) == ({"busy_ratio": 0.25}, 2.0**30, 2.0**34)
+    assert b == gpus[1]  # nothing matched node b GPU 0

@@ -57,6 +57,24 @@ def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_fi
     assert not at.warning  # no problem, no banner
 
 
+def test_fleet_reads_evidence_only_for_the_gpus_it_writes_out():
+    source = FakeSource()
+    run("fleet", source)
+    assert source.asked == ["fleet", "detail"]
+
+
+def test_a_large_fleet_is_mapped_by_node_and_a_node_filter_brings_its_gpus_back():
+    gpus = tuple(replace(g, node=f"node-{i:04d}", uuid=f"{g.uuid}-{i}") for i in range(600) for g in GPUS)
+    at = run("fleet", FakeSource(gpus=gpus))
+    page = text(at)
+    assert "Every node, by the share of its GPUs flagged" in page and "2,400 GPUs are too many" in page
+    assert "Flagged GPUs (1,800)" in page and "1,780 more flagged GPUs; the 1,000 most wasted" in page
+    assert len(at.dataframe[0].value) == 1000
+    at.multiselect(key="node").select("node-0007").run()
+    assert not at.exception
+    assert "Every GPU, by node" in text(at) and "Flagged GPUs (3)" in text(at)
+
+
 def test_fleet_filters_narrow_every_panel():
     at = run("fleet", FakeSource())
     at.multiselect(key="user").select("carol").run()

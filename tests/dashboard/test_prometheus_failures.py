@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import base64
+import gc
+import urllib.parse
 
 import pytest
 
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import PrometheusSource, from_environment
-from gpulens.dashboard.sources.prometheus import FLEET_SERIES
-from gpulens.prometheus_api import PrometheusApi, label_value
+from gpulens.dashboard.sources.base import FleetGpu
+from gpulens.httpclient import collector_paused
+from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.urls import shown_url
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.tools import free_port
@@ -24,16 +27,16 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
 @pytest.mark.parametrize(("reply", "said", "lines"), [
     # An error about a query names the query: one line per failed query.
     (json_reply({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400),
-     "answered an error to 'group by", 6),
+     "answered an error to 'gpulens_gpu_verdict_info", 7),
     (json_reply({"status": "error", "errorType": "execution", "error": "query timed out"}, 503),
-     "execution: query timed out", 6),
+     "execution: query timed out", 7),
     # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
     ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
     (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
     (json_reply({"status": "error"}, 401), "check the bearer token", 1),
-    (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 6),
+    (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 7),
     (json_reply({"status": "success", "data": {"resultType": "vector", "result": [{"value": 1}]}}),
-     "malformed series", 6),
+     "malformed series", 7),
 ])
 def test_a_bad_answer_is_a_problem_and_no_exception(reply, said, lines):
     with fake_server(lambda path: reply) as (url, _):
@@ -79,7 +82,7 @@ def test_credentials_are_sent_as_headers_and_never_shown():
     def basic(pair: bytes) -> str:
         return "Basic " + base64.b64encode(pair).decode()
 
-    assert [auth for _, auth in asked] == [basic(b"user:secret")] * 6 + ["Bearer t0ken", basic(b"ops:pw")]
+    assert [auth for _, auth in asked] == [basic(b"user:secret")] * 8 + ["Bearer t0ken", basic(b"ops:pw")]
     assert all("t0ken" not in path and "secret" not in path for path, _ in asked)
     assert all("secret" not in str(p) and "t0ken" not in str(p) for p in answer.problems)
 
@@ -88,18 +91,32 @@ def test_queries_per_refresh_are_fixed_whatever_the_answer():
     with fake_server(lambda path: EMPTY) as (url, asked):
         s = source(url)
         s.fleet(3600)
-        assert len(asked) == 6
+        # Seven concurrent queries, and the time wasted again from the raw counters: no recording rule answered.
+        assert len(asked) == 8
+        queries = [urllib.parse.unquote_plus(path) for path, _ in asked]
+        recorded = next(i for i, q in enumerate(queries) if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in q)
+        assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1:])
         s.gpu_history("node", "0", 3600)
-        assert len(asked) == 10
+        assert len(asked) == 12
         s.jobs()
         s.probes()
         s.alerts()
-        assert len(asked) == 14 == s.queries_made
+        assert len(asked) == 16 == s.queries_made
+        # The evidence of any number of GPUs is one query; of none, no query.
+        assert s.detail(()).value == ()
+        gpus = [FleetGpu(node=f"node-{i}", gpu="0", uuid=f"GPU-{i}") for i in range(500)]
+        assert s.detail(gpus).value == tuple(gpus)
+        assert len(asked) == 17
 
 
 def test_label_values_are_quoted_for_promql():
     assert label_value('a"b\\c') == '"a\\"b\\\\c"'
-    assert FLEET_SERIES.startswith('{__name__=~"gpulens_gpu_up|')
+
+
+def test_a_set_of_label_values_becomes_a_regex_that_matches_each_exactly():
+    # RE2's special characters are escaped, nothing else (RE2 refuses an escaped space); the set is sorted.
+    assert any_of(["node b", "n.1", "a|b", "n.1"]) == '"a\\\\|b|n\\\\.1|node b"'
+    assert any_of(['say "hi"']) == '"say \\"hi\\""'
 
 
 def test_urls_are_checked_and_shown_without_secrets():
@@ -129,3 +146,41 @@ def test_the_environment_configures_the_source():
                           ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http")):
         with pytest.raises(ConfigError, match=said):
             from_environment(environ)
+
+
+def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it():
+    recorded = json_reply({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"instance": "n", "gpu": "0", "uuid": "U"}, "value": [1, "5400"]}]}})
+    verdict = json_reply({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"__name__": "gpulens_gpu_verdict_info", "instance": "n", "gpu": "0", "uuid": "U",
+                    "state": "idle", "reason": "no_kernels"}, "value": [1, "1"]}]}})
+
+    def answer(path: str):
+        query = urllib.parse.unquote_plus(path)
+        if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in query:
+            return recorded
+        return verdict if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info or") else EMPTY
+
+    with fake_server(answer) as (url, asked):
+        answer_ = source(url).fleet(86400)
+    (gpu,) = answer_.value.gpus
+    assert (gpu.state, gpu.wasted_seconds) == ("idle", 5400)
+    assert len(asked) == 7 and not any("gpulens_gpu_state_seconds_total" in urllib.parse.unquote_plus(p)
+                                       for p, _ in asked)
+
+
+def test_the_collector_pause_lasts_while_any_block_is_inside_and_keeps_a_disabled_collector_disabled():
+    assert gc.isenabled()
+    try:
+        collector_paused.__enter__()
+        with collector_paused:  # a second reader, as another thread would be
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the first is still inside
+        collector_paused.__exit__(None, None, None)
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused:
+            pass
+        assert not gc.isenabled()  # it was off before: left off
+    finally:
+        gc.enable()

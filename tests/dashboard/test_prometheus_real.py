@@ -76,10 +76,18 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
     starved, idle = gpus[("demo", "2")], gpus[("demo", "1")]
     assert (starved.state, starved.reason, starved.user, starved.job_id) == ("data_starved", "input_wait_reported",
                                                                             "carol", "81234")
-    assert starved.evidence["data_wait_ratio"] > 0.5 and starved.since is not None
+    assert starved.since is not None and starved.evidence == {}  # evidence comes with detail()
     assert idle.state == "idle" and idle.wasted_seconds > 0
     assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")
-    assert source.queries_made == 6
+    # Seven queries, and an eighth for the time wasted from the raw counters until the waste rule group
+    # (every 5 minutes) has recorded something.
+    assert source.queries_made in (7, 8)
+
+    detailed = source.detail([starved, idle, gpus[("diagnosis", "0")]])
+    assert detailed.problems == () and source.queries_made in (8, 9)
+    starved, idle, other = detailed.value
+    assert starved.evidence["data_wait_ratio"] > 0.5 and starved.memory_total_bytes > 0
+    assert idle.memory_used_bytes is not None and other.node == "diagnosis" and other.memory_total_bytes > 0
 
 
 def test_gpu_history_from_prometheus(prometheus):

@@ -159,3 +159,15 @@ def test_only_the_first_flagged_rows_get_their_tips_written():
 
 def test_job_summary_defaults():
     assert JobSummary("slurm", "1", {}, ()).data_wait_ratio is None
+
+
+def test_the_node_map_has_one_square_per_node_coloured_by_its_share_flagged():
+    many = [replace(g, node=f"n{i:03d}") for i in range(40) for g in GPUS]  # 40 nodes of four GPUs, three flagged
+    rows = fleet.node_map_rows(many)
+    assert len(rows) == 40 and [r["column"] for r in rows[:3]] == [0, 1, 2]
+    first = rows[0]
+    assert (first["node"], first["GPUs"], first["flagged"], first["flagged share"]) == ("n000", 4, 3, 0.75)
+    assert first["states"] == "1 busy, 1 idle (held, no work), 1 starved for data, 1 free"
+    # Lines of NODE_MAP_COLUMNS nodes, each named by its first node.
+    assert rows[fleet.NODE_MAP_COLUMNS]["line"] == rows[-1]["line"] == f"n{fleet.NODE_MAP_COLUMNS:03d}"
+    assert rows[fleet.NODE_MAP_COLUMNS]["column"] == 0

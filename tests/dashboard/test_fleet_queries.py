@@ -1,0 +1,58 @@
+"""The fleet page's PromQL, evaluated by promtool on series written for each case: what the page reads
+when a verdict changes, and the time wasted across an agent restart."""
+
+from __future__ import annotations
+
+import subprocess
+
+import yaml
+
+from gpulens.dashboard.sources import prometheus
+from tests.tools import require_tool
+
+GPU = 'job="gpulens", instance="n1", gpu="0", uuid="U"'
+
+
+def promtool_test(tmp_path, series: list[tuple[str, str]], checks: list[tuple[str, str, list[dict]]]) -> None:
+    """Run promtool's unit test: `series` every 15 s as (series, values), `checks` as (expr, time, samples)."""
+    (tmp_path / "empty.rules.yml").write_text("groups: []\n")
+    test = {
+        "rule_files": ["empty.rules.yml"],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": [{"series": s, "values": v} for s, v in series],
+            "promql_expr_test": [{"expr": e, "eval_time": t, "exp_samples": samples} for e, t, samples in checks],
+        }],
+    }
+    path = tmp_path / "fleet.test.yml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False))
+    result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict(tmp_path):
+    old = f'gpulens_gpu_verdict_info{{{GPU}, state="busy", reason="healthy"}}'
+    new = f'gpulens_gpu_verdict_info{{{GPU}, state="idle", reason="no_kernels"}}'
+    # The busy series ends at 300 s (a staleness marker at 315 s); the idle one is searchable from 330 s.
+    series = [(old, "1x20 stale"), (new, "_x22 1x4")]
+    verdicts = prometheus.FLEET_QUERIES["verdicts"]
+    checks = [
+        (verdicts, "320s", [{"labels": old.replace(" ", ""), "value": 1}]),  # the gap: the last minute's
+        (verdicts, "345s", [{"labels": new.replace(" ", ""), "value": 1}]),  # the new one alone
+        (verdicts, "200s", [{"labels": old.replace(" ", ""), "value": 1}]),
+    ]
+    promtool_test(tmp_path, series, checks)
+
+
+def test_the_time_wasted_is_read_from_the_recorded_counter_across_an_agent_restart(tmp_path):
+    recorded = f"instance_gpu:gpulens_gpu_wasted_seconds_total:sum{{{GPU}}}"
+    busy = 'instance_gpu:gpulens_gpu_wasted_seconds_total:sum{job="gpulens", instance="n1", gpu="1", uuid="V"}'
+    # 15 s of waste every 15 s for 10 minutes; the agent restarts at 300 s and counts from 0 again.
+    series = [(recorded, "0+15x19 0+15x20"), (busy, "0x40")]
+    query = prometheus.WASTED_RECORDED % 600
+    # 600 s of waste but the 15 s between the last count before the restart and the first after it; the
+    # GPU that wasted nothing is left out.
+    checks = [(query, "600s", [{"labels": f"{{{GPU}}}".replace(" ", ""), "value": 585}])]
+    promtool_test(tmp_path, series, checks)
