@@ -1,18 +1,26 @@
-"""The dashboard at fleet scale: 128 nodes x 8 GPUs behind a real Prometheus.
+"""The dashboard at fleet scale: up to 1,280 nodes x 8 GPUs behind a real Prometheus or VictoriaMetrics.
 
     python bench/dashboard_bench.py [--nodes 128] [--agents 4] [--repeats 5] [--snapshots]
+        [--store prometheus|victoriametrics] [--rules] [--backfill-hours H]
 
 Four simulated agents (scenarios demo, diagnosis, bench8x32 and demo again, 8 GPUs each) stand in for
-the nodes: Prometheus scrapes each agent under many targets, and relabeling gives every target its own
-`instance` label (node-000 ... node-127), exactly what a real fleet's series look like to PromQL. The
+the nodes: the store scrapes each agent under many targets, and relabeling gives every target its own
+`instance` label (node-0000 ... node-0127), exactly what a real fleet's series look like to PromQL. The
 series are real, ingested live, so the queries do the same work as on a fleet of real nodes (the
 values repeat every four nodes, which PromQL does not care about).
 
-It measures first with 16 nodes, then reloads Prometheus with all of them, and reports for each: the
-time `PrometheusSource.fleet()` takes (six concurrent instant queries and the joining), the time
-Streamlit's AppTest takes to run the whole Fleet page on it (queries, views, the heat map and the
-flagged list), and the number of HTTP queries per refresh. Goal: under 2 s, and a constant number of
-queries. Needs the `prometheus` binary (Debian package) and the dashboard extra.
+It measures first with 16 nodes, then reloads the store with all of them, and reports for each: the
+time `PrometheusSource.fleet()` takes (its concurrent instant queries and the joining), the time
+Streamlit's AppTest takes to run the whole Fleet page on it (queries, views, the map, the evidence of
+the GPUs written out and the flagged list), the number of HTTP queries per refresh, and the store's
+series and memory. Goal: under 2 s, and a constant number of queries. Needs the `prometheus` binary
+(with `promtool`), or `victoria-metrics` (with `vmalert`) from the Debian packages, and the dashboard extra.
+
+`--store victoriametrics` runs VictoriaMetrics scraping the targets itself (vmagent's scraper) and, with
+`--rules`, vmalert evaluating gpulens' rules; with `--rules` Prometheus evaluates them every minute.
+`--backfill-hours 24` writes a day of the recorded per-GPU waste counter the fleet page reads (with
+`promtool tsdb create-blocks-from openmetrics`, or VictoriaMetrics' import API), so its 24-hour window
+reads a day of points, as on a fleet that has run for a day.
 
 With `--snapshots` (for 1,280 nodes and more, which four Python agents cannot serve every 15 s), a
 small server fetches each agent's exposition every 15 s and serves the latest copy to every target of
@@ -26,6 +34,7 @@ import http.server
 import json
 import pathlib
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -36,8 +45,10 @@ import time
 import urllib.parse
 import urllib.request
 
+import psutil
 from streamlit.testing.v1 import AppTest
 
+from gpulens import bundled
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
 
@@ -46,6 +57,8 @@ FLEET_PAGE = ROOT / "dashboard" / "pages" / "fleet.py"
 SCENARIOS = ("demo", "diagnosis", "bench8x32", "demo")
 # A common production interval; scraping 128 targets faster would load this 2-core machine, not the dashboard.
 SCRAPE_SECONDS = 15
+# The recording rule the fleet page reads the time wasted from (rules/recording.rules.yml).
+WASTE_RECORDED = "instance_gpu:gpulens_gpu_wasted_seconds_total:sum"
 
 
 def free_port() -> int:
@@ -104,10 +117,15 @@ class _SnapshotHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def config(targets: list[str], nodes: int) -> str:
-    """A scrape configuration with one target per node, each an agent address relabelled to its node name."""
-    lines = [f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s}}",
-             "scrape_configs:", "  - job_name: gpulens", "    static_configs:"]
+def config(targets: list[str], nodes: int, rules: str = "") -> str:
+    """A scrape configuration with one target per node, each an agent address relabelled to its node name.
+
+    With `rules` (a glob), Prometheus evaluates those rule files every minute, the interval
+    docs/install.md gives for fleets of thousands of GPUs."""
+    lines = [f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s"
+             + (", evaluation_interval: 1m}" if rules else "}")]
+    lines += [f"rule_files: ['{rules}']"] if rules else []
+    lines += ["scrape_configs:", "  - job_name: gpulens", "    static_configs:"]
     for n in range(nodes):
         address, _, prefix = targets[n % len(targets)].partition("/")
         path = f", __metrics_path__: '/{prefix}/metrics'" if prefix else ""
@@ -170,53 +188,140 @@ def measure(url: str, repeats: int) -> dict:
             "queries": sorted(set(queries))}
 
 
+class Store:
+    """The store the dashboard reads: Prometheus, or VictoriaMetrics (scraping as vmagent does) with vmalert
+    evaluating the rules. `configure` (re)loads a scrape configuration; `stats` says its series and memory."""
+
+    BINARIES = {"prometheus": ("prometheus", "promtool"), "victoriametrics": ("victoria-metrics", "vmalert")}
+
+    def __init__(self, kind: str, workdir: pathlib.Path, rules: bool):
+        self.kind, self.workdir, self.rules = kind, workdir, rules
+        self.binaries = [shutil.which(name) for name in self.BINARIES[kind]]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config_file = workdir / "scrape.yml"
+        self.processes: list[subprocess.Popen] = []
+        self.rule_files = bundled.write_rules(workdir / "rules") if rules else []
+
+    def missing(self) -> list[str]:
+        return [name for name, path in zip(self.BINARIES[self.kind], self.binaries, strict=True) if path is None]
+
+    def configure(self, targets: list[str], nodes: int) -> None:
+        prometheus = self.kind == "prometheus"
+        rules = str(self.workdir / "rules" / "*.rules.yml") if self.rules and prometheus else ""
+        self.config_file.write_text(config(targets, nodes, rules))
+        if self.processes:
+            if prometheus:
+                reload = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+                urllib.request.urlopen(reload, timeout=30).close()
+            else:
+                self.processes[0].send_signal(signal.SIGHUP)  # VictoriaMetrics reloads its scrape configuration
+            return
+        if prometheus:
+            self._start([self.binaries[0], f"--config.file={self.config_file}",
+                         f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+                         "--web.enable-lifecycle"])
+            return
+        self._start([self.binaries[0], f"-storageDataPath={self.workdir / 'data'}",
+                     f"-httpListenAddr=127.0.0.1:{self.port}", f"-promscrape.config={self.config_file}",
+                     "-retentionPeriod=30d", "-search.latencyOffset=5s"])
+        if self.rules:
+            self._start([self.binaries[1], *(f"-rule={path}" for path in self.rule_files),
+                         f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
+                         f"-remoteRead.url={self.url}", "-evaluationInterval=1m",
+                         "-notifier.blackhole", f"-httpListenAddr=127.0.0.1:{free_port()}"])
+
+    def _start(self, command: list[str]) -> None:
+        self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(2)
+
+    def backfill(self, hours: int) -> int:
+        """Write `hours` of the recorded per-GPU waste counter for every GPU the store has, ending 10 minutes
+        ago, every 5 minutes (the rule's interval): what a day of the recording rule leaves. Return samples."""
+        gpus = [item["metric"] for item in query(self.url, "group by (job, instance, gpu, uuid) (gpulens_gpu_info)")]
+        end = int(time.time()) - 600
+        steps = range(end - hours * 3600, end, 300)
+        lines = []
+        for i, labels in enumerate(gpus):
+            text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            share = (i % 4) / 4  # a quarter of the GPUs never wasted, the rest a quarter, half or three quarters
+            lines += [f"{WASTE_RECORDED}{{{text}}} {share * 300 * n:g} {t}" for n, t in enumerate(steps)]
+        if self.kind == "prometheus":
+            source = self.workdir / "backfill.om"
+            source.write_text("\n".join(lines) + "\n# EOF\n")
+            blocks = self.workdir / "backfill-blocks"
+            subprocess.run([self.binaries[1], "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
+                           check=True, capture_output=True, timeout=1800)
+            for block in blocks.iterdir():  # Prometheus loads new blocks from its data folder within a minute
+                shutil.move(str(block), self.workdir / "data" / block.name)
+            source.unlink()
+        else:
+            for chunk in range(0, len(lines), 200_000):
+                body = "\n".join(f"{line}000" for line in lines[chunk:chunk + 200_000]).encode()  # ms
+                urllib.request.urlopen(urllib.request.Request(f"{self.url}/api/v1/import/prometheus", data=body),
+                                       timeout=600).close()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until the oldest backfilled point answers
+            if query(self.url, f"count(count_over_time({WASTE_RECORDED}[{hours}h]) > {hours * 12 - 3})"):
+                break
+            time.sleep(5)
+        return len(lines)
+
+    def stats(self) -> tuple[int, float]:
+        """The series the store holds and the resident memory of its processes (MB)."""
+        with urllib.request.urlopen(f"{self.url}/api/v1/status/tsdb", timeout=30) as response:
+            data = json.load(response)["data"]
+        series = data["headStats"]["numSeries"] if "headStats" in data else data["totalSeries"]
+        memory = sum(psutil.Process(p.pid).memory_info().rss for p in self.processes) / 1e6
+        return series, memory
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+            process.wait(timeout=60)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--snapshots", action="store_true", help="serve the agents' expositions from copies")
+    parser.add_argument("--store", choices=Store.BINARIES, default="prometheus")
+    parser.add_argument("--rules", action="store_true", help="evaluate gpulens' rules every minute, as in production")
+    parser.add_argument("--backfill-hours", type=int, default=0, metavar="H",
+                        help="before measuring the full fleet, write H hours of the recorded waste counter")
     args = parser.parse_args()
-    binary = shutil.which("prometheus")
-    if binary is None:
-        print("dashboard_bench: needs Prometheus (Debian package 'prometheus')", file=sys.stderr)
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
+    store = Store(args.store, workdir, args.rules)
+    if store.missing():
+        print(f"dashboard_bench: needs {', '.join(store.missing())} (Debian packages prometheus, victoria-metrics)",
+              file=sys.stderr)
         return 1
     agents = [start_agent(SCENARIOS[i % len(SCENARIOS)]) for i in range(args.agents)]
     targets = [address for _, address in agents]
     if args.snapshots:
         targets = Snapshots(targets).targets()
-    workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
-    config_file = workdir / "prometheus.yml"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     rows = []
-    server = None
     try:
         for nodes in (16, args.nodes):
-            config_file.write_text(config(targets, nodes))
-            if server is None:
-                server = subprocess.Popen(
-                    [binary, f"--config.file={config_file}", f"--storage.tsdb.path={workdir / 'data'}",
-                     f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(2)
-            else:
-                urllib.request.urlopen(urllib.request.Request(f"{url}/-/reload", method="POST"), timeout=30).close()
-            wait_for_gpus(url, nodes * 8)
-            rows.append((nodes, measure(url, args.repeats)))
+            store.configure(targets, nodes)
+            wait_for_gpus(store.url, nodes * 8)
+            backfilled = store.backfill(args.backfill_hours) if args.backfill_hours and nodes == args.nodes else 0
+            rows.append((nodes, backfilled, measure(store.url, args.repeats), store.stats()))
     finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
+        store.stop()
         for process, _ in agents:
             process.terminate()
             process.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{'nodes':>5} {'GPUs':>5} {'fleet() median / max':>22} {'Fleet page median / max':>26} "
-          f"{'queries per refresh':>20}")
-    for nodes, r in rows:
-        print(f"{nodes:>5} {r['gpus']:>5} {r['fleet_median']:>13.3f} / {r['fleet_max']:.3f} s"
-              f" {r['page_median']:>17.3f} / {r['page_max']:.3f} s {', '.join(map(str, r['queries'])):>20}")
+    print(f"store: {args.store}{', rules every minute' if args.rules else ''}")
+    print(f"{'nodes':>5} {'GPUs':>6} {'fleet() median / max':>22} {'Fleet page median / max':>26} "
+          f"{'queries per refresh':>20} {'series':>9} {'memory':>9} {'backfilled':>11}")
+    for nodes, backfilled, r, (series, memory) in rows:
+        print(f"{nodes:>5} {r['gpus']:>6} {r['fleet_median']:>13.3f} / {r['fleet_max']:.3f} s"
+              f" {r['page_median']:>17.3f} / {r['page_max']:.3f} s {', '.join(map(str, r['queries'])):>20}"
+              f" {series:>9,} {memory:>6.0f} MB {backfilled:>11,}")
     return 0
 
 
