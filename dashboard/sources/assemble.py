@@ -52,7 +52,8 @@ _FLEET_SERIES = frozenset((
 ))
 
 
-def _key(labels: Mapping[str, str]) -> GpuKey:
+def gpu_key(labels: Mapping[str, str]) -> GpuKey:
+    """Return the (instance, gpu, uuid) that names a GPU's series."""
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
 
 
@@ -73,7 +74,7 @@ class _Found:
 def _read(samples: Iterable[Sample]) -> _Found:
     found = _Found()
     for s in samples:
-        key = _key(s.labels)
+        key = gpu_key(s.labels)
         if s.name not in _FLEET_SERIES or not (key[1] or key[2]):
             continue
         row = found.rows[key]
@@ -139,7 +140,7 @@ def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:
     totals: dict[GpuKey, float] = defaultdict(float)
     for s in samples:
         if s.name == "gpulens_gpu_state_seconds_total" and s.labels.get("state") in WASTED:
-            totals[_key(s.labels)] += s.value
+            totals[gpu_key(s.labels)] += s.value
     return [Sample(WASTED_SECONDS, {"instance": k[0], "gpu": k[1], "uuid": k[2]}, v) for k, v in totals.items()]
 
 
@@ -200,7 +201,7 @@ def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
     values: dict[tuple, dict] = {}
     when: dict[GpuKey, float] = {}
     for s in samples:
-        key = _key(s.labels)
+        key = gpu_key(s.labels)
         if s.name == "gpulens_gpu_info":
             models[key] = s.labels.get("model", "")
             continue

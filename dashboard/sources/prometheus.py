@@ -47,16 +47,19 @@ _WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
 # verdict, the model, the owner, since when, and health (conditions that hold, GPUs that do not answer).
 # The evidence and memory behind a verdict are read by `detail()` for the few GPUs a page writes out.
 FLEET_QUERIES = {
-    # A new verdict is a new series. VictoriaMetrics can answer for a moment with the old one gone stale and
-    # the new one not yet searchable (seen on a GPU or two of 10,240 at every refresh, measured with
-    # bench/dashboard_bench.py): such a GPU keeps its verdict of the last minute instead of reading unknown.
-    "verdicts": "gpulens_gpu_verdict_info or on (instance, gpu, uuid) last_over_time(gpulens_gpu_verdict_info[1m])",
+    "verdicts": "gpulens_gpu_verdict_info",
     # The model only: gpulens_gpu_info's other labels (serial, bus id, driver) would double the answer's size.
     "models": "group by (instance, gpu, uuid, model) (gpulens_gpu_info)",
     "owners": "gpulens_gpu_allocation_info",
     "since": "gpulens_gpu_state_since_timestamp_seconds",
     "health": "gpulens_gpu_condition == 1 or gpulens_gpu_up == 0",
 }
+# A new verdict is a new series. VictoriaMetrics can answer for a moment with the old one gone stale and the
+# new one not yet searchable (a GPU or two of 10,240 at every refresh, measured with
+# bench/dashboard_bench.py): such GPUs, up to this many, keep their verdict of the last minute instead of
+# reading unknown. More GPUs without a verdict are a diagnosis stage turned off, which the banner names.
+RECENT_VERDICTS = "last_over_time(gpulens_gpu_verdict_info{instance=~%s, uuid=~%s}[1m])"
+RECENT_VERDICTS_AT_MOST = 100
 DETAIL_SERIES = ("gpulens_gpu_diagnosis_evidence", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")
 # Seconds each GPU spent idle, data-starved or underutilized over the window, by increase(), which is
 # right across agent restarts: of the recorded per-GPU sum (rules/recording.rules.yml, every 5 minutes:
@@ -131,6 +134,7 @@ class PrometheusSource:
         calls["down"] = lambda: self._api.query(AGENTS_DOWN, now)
         with collector_paused:
             results, problems = self._run(calls)
+            results["verdicts"] = self._with_recent_verdicts(results["verdicts"], results["models"], now, problems)
             samples = _samples(results["models"], name="gpulens_gpu_info")
             for name in ("verdicts", "owners", "since", "health"):
                 samples += _samples(results[name])
@@ -144,6 +148,18 @@ class PrometheusSource:
             problems.append(SourceProblem(self.name, "has no gpulens series; check that it scrapes the agents "
                                                      "(a job with their :10906/metrics targets)"))
         return Answer(Fleet(gpus, wasted_over=_span(window_seconds)), tuple(problems))
+
+    def _with_recent_verdicts(self, verdicts: list[dict[str, Any]] | None, models: list[dict[str, Any]] | None,
+                              now: float, problems: list[SourceProblem]) -> list[dict[str, Any]] | None:
+        """Return `verdicts` and, for the few GPUs (in `models`) without one, their last verdict of the minute."""
+        have = {assemble.gpu_key(item["metric"]) for item in verdicts or ()}
+        lacking = {key for key in map(assemble.gpu_key, (item["metric"] for item in models or ())) if key not in have}
+        if verdicts is None or not lacking or len(lacking) > RECENT_VERDICTS_AT_MOST:
+            return verdicts
+        promql = RECENT_VERDICTS % (any_of(node for node, _, _ in lacking), any_of(uuid for _, _, uuid in lacking))
+        results, more = self._run({"recent": lambda: self._api.query(promql, now)})
+        problems += [p for p in more if p not in problems]
+        return verdicts + [item for item in results["recent"] or () if assemble.gpu_key(item["metric"]) in lacking]
 
     def _wasted(self, window: int, now: float) -> list[dict[str, Any]]:
         """Each GPU's wasted seconds over `window`: recorded where the rules run, else from the raw counters."""

@@ -8,6 +8,7 @@ import subprocess
 import yaml
 
 from gpulens.dashboard.sources import prometheus
+from gpulens.prometheus_api import any_of
 from tests.tools import require_tool
 
 GPU = 'job="gpulens", instance="n1", gpu="0", uuid="U"'
@@ -32,16 +33,17 @@ def promtool_test(tmp_path, series: list[tuple[str, str]], checks: list[tuple[st
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict(tmp_path):
+def test_the_last_minutes_verdict_fills_the_gap_between_two_verdict_series(tmp_path):
     old = f'gpulens_gpu_verdict_info{{{GPU}, state="busy", reason="healthy"}}'
     new = f'gpulens_gpu_verdict_info{{{GPU}, state="idle", reason="no_kernels"}}'
     # The busy series ends at 300 s (a staleness marker at 315 s); the idle one is searchable from 330 s.
     series = [(old, "1x20 stale"), (new, "_x22 1x4")]
     verdicts = prometheus.FLEET_QUERIES["verdicts"]
+    recent = prometheus.RECENT_VERDICTS % (any_of(["n1"]), any_of(["U"]))
     checks = [
-        (verdicts, "320s", [{"labels": old.replace(" ", ""), "value": 1}]),  # the gap: the last minute's
-        (verdicts, "345s", [{"labels": new.replace(" ", ""), "value": 1}]),  # the new one alone
-        (verdicts, "200s", [{"labels": old.replace(" ", ""), "value": 1}]),
+        (verdicts, "320s", []),  # the gap
+        (recent, "320s", [{"labels": old.replace(" ", ""), "value": 1}]),  # which the last minute fills
+        (verdicts, "345s", [{"labels": new.replace(" ", ""), "value": 1}]),
     ]
     promtool_test(tmp_path, series, checks)
 

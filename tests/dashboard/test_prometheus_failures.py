@@ -159,7 +159,7 @@ def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it()
         query = urllib.parse.unquote_plus(path)
         if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in query:
             return recorded
-        return verdict if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info or") else EMPTY
+        return verdict if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info&") else EMPTY
 
     with fake_server(answer) as (url, asked):
         answer_ = source(url).fleet(86400)
@@ -184,3 +184,40 @@ def test_the_collector_pause_lasts_while_any_block_is_inside_and_keeps_a_disable
         assert not gc.isenabled()  # it was off before: left off
     finally:
         gc.enable()
+
+
+def vector(*metrics: dict) -> tuple:
+    return json_reply({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": m, "value": [1, "1"]} for m in metrics]}})
+
+
+def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict_and_many_do_not_ask():
+    def gpu(i: int) -> dict:
+        return {"instance": f"n{i}", "gpu": "0", "uuid": f"U{i}"}
+
+    def answer_for(gpus: int):
+        def answer(path: str):
+            query = urllib.parse.unquote_plus(path)
+            if query.startswith("/api/v1/query?query=group by (instance, gpu, uuid, model)"):
+                return vector(*({**gpu(i), "model": "H100"} for i in range(gpus)))
+            if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info&"):  # all but GPU 0
+                return vector(*({"__name__": "gpulens_gpu_verdict_info", **gpu(i), "state": "busy"}
+                                for i in range(1, gpus)))
+            if query.startswith("/api/v1/query?query=last_over_time(gpulens_gpu_verdict_info{"):
+                return vector({"__name__": "gpulens_gpu_verdict_info", **gpu(0), "state": "idle"},
+                              {"__name__": "gpulens_gpu_verdict_info", **gpu(1), "state": "free"})
+            return EMPTY
+        return answer
+
+    with fake_server(answer_for(3)) as (url, asked):
+        fleet = source(url).fleet(3600)
+    assert [g.state for g in fleet.value.gpus] == ["idle", "busy", "busy"] and fleet.problems == ()
+    recent = [urllib.parse.unquote_plus(p) for p, _ in asked if "last_over_time(gpulens_gpu_verdict_info" in p
+              or "last_over_time%28gpulens_gpu_verdict_info" in p]
+    assert len(recent) == 1 and 'instance=~"n0", uuid=~"U0"' in recent[0]
+    # More GPUs without a verdict than a moment's churn explains: no search, the banner names them.
+    with fake_server(lambda path: vector(*({**gpu(i), "model": "H100"} for i in range(101)))
+                     if "group+by" in path or "group%20by" in path else EMPTY) as (url, asked):
+        fleet = source(url).fleet(3600)
+    assert len(fleet.value.gpus) == 101 and "no verdict for 1 GPU(s)" in fleet.problems[0].what
+    assert not any("last_over_time" in urllib.parse.unquote_plus(p) for p, _ in asked)
