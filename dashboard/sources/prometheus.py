@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
@@ -58,7 +58,7 @@ FLEET_QUERIES = {
 # new one not yet searchable (a GPU or two of 10,240 at every refresh, measured with
 # bench/dashboard_bench.py): such GPUs, up to this many, keep their verdict of the last minute instead of
 # reading unknown. More GPUs without a verdict are a diagnosis stage turned off, which the banner names.
-RECENT_VERDICTS = "last_over_time(gpulens_gpu_verdict_info{instance=~%s, uuid=~%s}[1m])"
+RECENT_VERDICTS = "last_over_time(gpulens_gpu_verdict_info{%s}[1m])"
 RECENT_VERDICTS_AT_MOST = 100
 DETAIL_SERIES = ("gpulens_gpu_diagnosis_evidence", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")
 # Seconds each GPU spent idle, data-starved or underutilized over the window, by increase(), which is
@@ -156,7 +156,7 @@ class PrometheusSource:
         lacking = {key for key in map(assemble.gpu_key, (item["metric"] for item in models or ())) if key not in have}
         if verdicts is None or not lacking or len(lacking) > RECENT_VERDICTS_AT_MOST:
             return verdicts
-        promql = RECENT_VERDICTS % (any_of(node for node, _, _ in lacking), any_of(uuid for _, _, uuid in lacking))
+        promql = RECENT_VERDICTS % _matching(lacking)
         results, more = self._run({"recent": lambda: self._api.query(promql, now)})
         problems += [p for p in more if p not in problems]
         return verdicts + [item for item in results["recent"] or () if assemble.gpu_key(item["metric"]) in lacking]
@@ -169,10 +169,7 @@ class PrometheusSource:
     def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
         if not gpus:
             return Answer(())
-        # One query whatever the number: the GPUs' UUIDs and nodes as regex alternatives, the exact
-        # (node, GPU, UUID) matched here.
-        promql = (f'{{__name__=~{any_of(DETAIL_SERIES)}, instance=~{any_of(g.node for g in gpus)}, '
-                  f'uuid=~{any_of(g.uuid for g in gpus)}}}')
+        promql = f"{{__name__=~{any_of(DETAIL_SERIES)}, {_matching((g.node, g.gpu, g.uuid) for g in gpus)}}}"
         results, problems = self._run({"detail": lambda: self._api.query(promql, self._clock())})
         return Answer(assemble.with_detail(gpus, _samples(results["detail"])), tuple(problems))
 
@@ -243,6 +240,13 @@ class PrometheusSource:
                          for s in results.get("silences") or ())
         shown = self._alertmanager.where if self._alertmanager is not None else ""
         return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
+
+
+def _matching(gpus: Iterable[assemble.GpuKey]) -> str:
+    """Return label matchers for the series of `gpus`, one query whatever their number: their nodes and UUIDs
+    as regex alternatives, which may also match another pairing of the two; the caller keeps the exact GPUs."""
+    gpus = list(gpus)
+    return f"instance=~{any_of(node for node, _, _ in gpus)}, uuid=~{any_of(uuid for _, _, uuid in gpus)}"
 
 
 def _samples(result: list[dict[str, Any]] | None, name: str | None = None) -> list[Sample]:
