@@ -18,14 +18,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpulens demo
 
-# The house's checks: ruff's rules (pyproject.toml [tool.ruff]) and strict mypy over the agent's core
-# (tests/typecheck.py); `make test` runs them first.
+# The house's checks: ruff's layout (`ruff format`) and rules (pyproject.toml [tool.ruff]) and strict mypy
+# over the agent's core (tests/typecheck.py); `make test` runs them first.
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/python tests/typecheck.py
 
-# Fix what ruff can: import order, layout (indents, spaces, blank lines), old syntax.
+# Lay the code out (`ruff format`), then fix what ruff's rules can: import order, old syntax.
 format: $(STAMP)
+	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 test: lint

@@ -52,15 +52,28 @@ class Guard:
             return _refuse(respond, "403 Forbidden", b"client certificate names none of client_allowed_sans\n", [])
         password = bool(config.users) and self._password_ok(config, environ)
         if config.users and not password and path not in config.excluded_paths:
-            return _refuse(respond, "401 Unauthorized", b"credentials needed; see docs/security.md\n",
-                           [("WWW-Authenticate", REALM)])
+            return _refuse(
+                respond,
+                "401 Unauthorized",
+                b"credentials needed; see docs/security.md\n",
+                [("WWW-Authenticate", REALM)],
+            )
         if path in WORK_PATHS and not (password or cert):
             if config.users or config.verifies_clients:
-                return _refuse(respond, "401 Unauthorized", b"credentials needed to start work\n",
-                               [("WWW-Authenticate", REALM)] if config.users else [])
+                return _refuse(
+                    respond,
+                    "401 Unauthorized",
+                    b"credentials needed to start work\n",
+                    [("WWW-Authenticate", REALM)] if config.users else [],
+                )
             if not _loopback(environ.get("REMOTE_ADDR", "")):
-                return _refuse(respond, "403 Forbidden", b"with no basic_auth_users in --web.config.file, work "
-                               b"can only be started from this node; configure users to allow it remotely\n", [])
+                return _refuse(
+                    respond,
+                    "403 Forbidden",
+                    b"with no basic_auth_users in --web.config.file, work "
+                    b"can only be started from this node; configure users to allow it remotely\n",
+                    [],
+                )
         return self._app(environ, respond)
 
     def _password_ok(self, config: WebConfig, environ) -> bool:
@@ -86,6 +99,7 @@ def _loopback(address: str) -> bool:
 def _with_headers(start_response, headers):
     def respond(status, response_headers, exc_info=None):
         return start_response(status, [*response_headers, *headers.items()], exc_info)
+
     return respond
 
 

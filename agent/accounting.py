@@ -61,8 +61,9 @@ RECENT_JOBS = 1000
 
 _JOB_LABELS = ("job_kind", "job_id")
 # The per-job series that come from the job's own reports (gpulens.torch): none for a job that sent none.
-_IN_JOB = frozenset(("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes",
-                     "torch_reserved_peak_bytes"))
+_IN_JOB = frozenset(
+    ("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
+)
 JobKey = tuple[str, str]
 
 
@@ -116,9 +117,16 @@ class JobAccounting:
     name = "ledger"
     description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
 
-    def __init__(self, ledger: Ledger | None = None, node: str = "", partition: str = "", recent: int = RECENT_JOBS,
-                 export: bool = False, process_min_age: float = PROCESS_MIN_AGE_SECONDS,
-                 max_jobs: int = MAX_JOBS_EXPORTED):
+    def __init__(
+        self,
+        ledger: Ledger | None = None,
+        node: str = "",
+        partition: str = "",
+        recent: int = RECENT_JOBS,
+        export: bool = False,
+        process_min_age: float = PROCESS_MIN_AGE_SECONDS,
+        max_jobs: int = MAX_JOBS_EXPORTED,
+    ):
         self.ledger = ledger  # gpulens.agent.ledger.Ledger, or None to keep totals in memory only
         self.export = export  # export the per-job totals as series too (--jobs.export-totals)
         self._node = node
@@ -160,9 +168,17 @@ class JobAccounting:
         for key, delta in deltas.items():
             job = jobs[key]
             opened = self._open.get(key) or self._start(job, epoch, now)
-            delta = replace(delta, start=opened.total.start, last_seen=epoch, user=job.user, namespace=job.namespace,
-                            pod=job.pod, container=job.container, partition=self._partition,
-                            nodes=(self._node,) if self._node else ())
+            delta = replace(
+                delta,
+                start=opened.total.start,
+                last_seen=epoch,
+                user=job.user,
+                namespace=job.namespace,
+                pod=job.pod,
+                container=job.container,
+                partition=self._partition,
+                nodes=(self._node,) if self._node else (),
+            )
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])
             opened.total = merge(opened.total, delta)
             opened.job, opened.last_seen_at, opened.gpus = job, now, frozenset(held[key])
@@ -188,8 +204,12 @@ class JobAccounting:
         self._gpus[gpu.identity.uuid] = _GpuCounters(now, busy, sampled, energy)
         if previous is None:
             return 0.0, 0.0, 0.0, 0.0
-        return (_increase(previous.busy, busy), _increase(previous.sampled, sampled),
-                _increase(previous.energy, energy), max(now - previous.at, 0.0))
+        return (
+            _increase(previous.busy, busy),
+            _increase(previous.sampled, sampled),
+            _increase(previous.energy, energy),
+            max(now - previous.at, 0.0),
+        )
 
     def _is_young(self, opened: _Open, now: float) -> bool:
         return opened.job.kind == PROCESS and now - opened.first_seen_at < self._process_min_age
@@ -236,21 +256,28 @@ class JobAccounting:
 
     def _publish(self, snapshot: Snapshot, now: float) -> _Exported:
         """Choose the jobs with series (the limit keeps those holding GPUs, longest first) and freeze them."""
-        jobs = sorted(((k, o) for k, o in self._open.items() if not o.young),
-                      key=lambda item: (item[1].last_seen_at < now, item[1].first_seen_at, item[0]))
+        jobs = sorted(
+            ((k, o) for k, o in self._open.items() if not o.young),
+            key=lambda item: (item[1].last_seen_at < now, item[1].first_seen_at, item[0]),
+        )
         if len(jobs) > self._max_jobs and not self._limit_logged:
             self._limit_logged = True
-            log.warning("%d jobs on this node, more than --jobs.max-exported=%d: the series of the others are "
-                        "left out (counted in gpulens_jobs_not_exported); raise the limit if they matter",
-                        len(jobs), self._max_jobs)
+            log.warning(
+                "%d jobs on this node, more than --jobs.max-exported=%d: the series of the others are "
+                "left out (counted in gpulens_jobs_not_exported); raise the limit if they matter",
+                len(jobs),
+                self._max_jobs,
+            )
         chosen = {key: o for key, o in jobs[: self._max_jobs]}
         allocations = []
         for gpu in snapshot.gpus:
             found = snapshot.analysis.gpus.get(gpu.identity.uuid)
             allocations += [(gpu.labels, job) for job in (found.jobs if found else ()) if (job.kind, job.id) in chosen]
         return _Exported(
-            jobs=tuple(_Row(o.total, o.job, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
-                       for o in chosen.values()),
+            jobs=tuple(
+                _Row(o.total, o.job, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
+                for o in chosen.values()
+            ),
             allocations=tuple(allocations),
             not_exported=len(jobs) - len(chosen),
         )
@@ -291,10 +318,13 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
 
     gpus = gauge("gpulens_job_gpus", "GPUs the job holds on this node this cycle.")
     cpu = gauge("gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).")
-    allowed = gauge("gpulens_job_cpu_cores_allowed",
-                    "CPU cores the job may use (affinity, capped by its cgroup quota).")
-    main = gauge("gpulens_job_main_process_cpu_ratio", "Share of one core the job's main (GPU) process uses; "
-                 "near 1 with no workers means it feeds the GPU alone.")
+    allowed = gauge(
+        "gpulens_job_cpu_cores_allowed", "CPU cores the job may use (affinity, capped by its cgroup quota)."
+    )
+    main = gauge(
+        "gpulens_job_main_process_cpu_ratio",
+        "Share of one core the job's main (GPU) process uses; near 1 with no workers means it feeds the GPU alone.",
+    )
     workers = gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
     io = gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
     for row in exported.jobs:
@@ -331,8 +361,17 @@ def _increase(before: float | None, after: float | None) -> float:
     return after - before if after >= before else after
 
 
-def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips: tuple[RenderedTip, ...], busy: float, sampled: float,
-               energy: float, elapsed: float, epoch: float) -> JobRecord:
+def _gpu_cycle(
+    gpu: GpuSnapshot,
+    job: Job,
+    state: State,
+    tips: tuple[RenderedTip, ...],
+    busy: float,
+    sampled: float,
+    energy: float,
+    elapsed: float,
+    epoch: float,
+) -> JobRecord:
     """Return what one job did on one GPU in one cycle."""
     readings = gpu.readings
     memory_reading, processes, gpm = readings.get("memory"), readings.get("processes"), readings.get("gpm")
@@ -343,13 +382,20 @@ def _gpu_cycle(gpu: GpuSnapshot, job: Job, state: State, tips: tuple[RenderedTip
     capacity = memory_reading.total_bytes if memory_reading is not None else 0
     sm = gpm.sm_activity if gpm is not None else None
     return JobRecord(
-        job.kind, job.id, start=epoch, last_seen=epoch,
-        gpus=(gpu.identity.uuid,), models=(gpu.identity.name,),
+        job.kind,
+        job.id,
+        start=epoch,
+        last_seen=epoch,
+        gpus=(gpu.identity.uuid,),
+        models=(gpu.identity.name,),
         state_seconds={state.value: elapsed} if elapsed > 0 else {},
-        busy_seconds=busy, sampled_seconds=sampled, energy_joules=energy,
+        busy_seconds=busy,
+        sampled_seconds=sampled,
+        energy_joules=energy,
         sm_activity_seconds=sm * elapsed if sm is not None else 0.0,
         gpm_seconds=elapsed if sm is not None else 0.0,
-        memory_peak_bytes=used, memory_capacity_bytes=capacity if used else 0,
+        memory_peak_bytes=used,
+        memory_capacity_bytes=capacity if used else 0,
         tips={t.id: TipUse(elapsed, t.text) for t in tips},
     )
 
@@ -378,6 +424,7 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
     wait, PyTorch peaks) exist only for a job that sent reports.
     """
+
     def counter(name: str, text: str) -> CounterMetricFamily:
         return CounterMetricFamily(name, text, labels=_JOB_LABELS)
 
@@ -385,42 +432,57 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
 
     info = GaugeMetricFamily(
-        "gpulens_job_info", "Always 1: the job's owner and GPU model on this node.",
+        "gpulens_job_info",
+        "Always 1: the job's owner and GPU model on this node.",
         labels=(*_JOB_LABELS, "user", "namespace", "pod", "model"),
     )
     start = gauge("gpulens_job_start_timestamp_seconds", "When this node first saw the job, seconds since the epoch.")
-    seen = gauge("gpulens_job_last_seen_timestamp_seconds",
-                 "When this node last saw the job on a GPU, seconds since the epoch.")
+    seen = gauge(
+        "gpulens_job_last_seen_timestamp_seconds", "When this node last saw the job on a GPU, seconds since the epoch."
+    )
     counters = {
-        "busy_seconds": counter("gpulens_job_gpu_busy_seconds",
-                                "GPU-seconds a kernel ran on the job's GPUs while it held them."),
-        "sampled_seconds": counter("gpulens_job_gpu_sampled_seconds",
-                                   "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled "
-                                   "is the job's busy ratio."),
-        "sm_activity_seconds": counter("gpulens_job_gpu_sm_activity_seconds",
-                                       "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer)."),
+        "busy_seconds": counter(
+            "gpulens_job_gpu_busy_seconds", "GPU-seconds a kernel ran on the job's GPUs while it held them."
+        ),
+        "sampled_seconds": counter(
+            "gpulens_job_gpu_sampled_seconds",
+            "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled is the job's busy ratio.",
+        ),
+        "sm_activity_seconds": counter(
+            "gpulens_job_gpu_sm_activity_seconds",
+            "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer).",
+        ),
         "gpm_seconds": counter("gpulens_job_gpu_gpm_seconds", "GPU-seconds of the job covered by GPM readings."),
-        "energy_joules": counter("gpulens_job_energy_joules",
-                                 "Energy of the job's GPUs while it held them, split among jobs sharing a GPU."),
-        "data_wait_seconds": counter("gpulens_job_data_wait_seconds",
-                                     "Seconds the job waited for data, from its own reports (gpulens.torch)."),
-        "data_wait_observed_seconds": counter("gpulens_job_data_wait_observed_seconds",
-                                              "Seconds covered by the job's own step reports."),
+        "energy_joules": counter(
+            "gpulens_job_energy_joules", "Energy of the job's GPUs while it held them, split among jobs sharing a GPU."
+        ),
+        "data_wait_seconds": counter(
+            "gpulens_job_data_wait_seconds", "Seconds the job waited for data, from its own reports (gpulens.torch)."
+        ),
+        "data_wait_observed_seconds": counter(
+            "gpulens_job_data_wait_observed_seconds", "Seconds covered by the job's own step reports."
+        ),
     }
     peaks = {
-        "memory_peak_bytes": gauge("gpulens_job_memory_peak_bytes",
-                                   "Most device memory the job's processes used on one GPU since it started."),
+        "memory_peak_bytes": gauge(
+            "gpulens_job_memory_peak_bytes", "Most device memory the job's processes used on one GPU since it started."
+        ),
         "memory_capacity_bytes": gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
-        "torch_allocated_peak_bytes": gauge("gpulens_job_torch_allocated_peak_bytes",
-                                            "Highest PyTorch allocated-bytes peak the job reported."),
-        "torch_reserved_peak_bytes": gauge("gpulens_job_torch_reserved_peak_bytes",
-                                           "Highest PyTorch reserved-bytes peak the job reported."),
+        "torch_allocated_peak_bytes": gauge(
+            "gpulens_job_torch_allocated_peak_bytes", "Highest PyTorch allocated-bytes peak the job reported."
+        ),
+        "torch_reserved_peak_bytes": gauge(
+            "gpulens_job_torch_reserved_peak_bytes", "Highest PyTorch reserved-bytes peak the job reported."
+        ),
     }
-    memory = gauge("gpulens_job_memory_used_bytes",
-                   "Most device memory the job's processes use on one GPU, as of the last cycle.")
-    tips = CounterMetricFamily("gpulens_job_tip_seconds",
-                               "GPU-seconds each tip applied to the job's GPUs (ids in docs/tips.md).",
-                               labels=(*_JOB_LABELS, "tip"))
+    memory = gauge(
+        "gpulens_job_memory_used_bytes", "Most device memory the job's processes use on one GPU, as of the last cycle."
+    )
+    tips = CounterMetricFamily(
+        "gpulens_job_tip_seconds",
+        "GPU-seconds each tip applied to the job's GPUs (ids in docs/tips.md).",
+        labels=(*_JOB_LABELS, "tip"),
+    )
     for r, memory_now in records:
         labels = (r.kind, r.id)
         if memory_now is not None:
@@ -439,4 +501,3 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         for tip, use in sorted(r.tips.items()):
             tips.add_metric((*labels, tip), use.seconds)
     yield from (info, start, seen, *counters.values(), *peaks.values(), memory, tips)
-

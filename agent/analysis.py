@@ -182,8 +182,9 @@ def _evidence(
     processes = r.get("processes")
     usages = [host[min(j.pids)] for j in jobs if j.pids and min(j.pids) in host]
     job_reports = _reports_for(gpu, jobs, reports)
-    workers_reported = [rep.dataloader.num_workers for rep in job_reports
-                        if rep.dataloader and rep.dataloader.num_workers is not None]
+    workers_reported = [
+        rep.dataloader.num_workers for rep in job_reports if rep.dataloader and rep.dataloader.num_workers is not None
+    ]
     power_ratio = None
     if power is not None and power.watts is not None and power.limit_watts:
         power_ratio = power.watts / power.limit_watts
@@ -200,8 +201,7 @@ def _evidence(
         power_ratio=power_ratio,
         data_wait_ratio=_worst(rep.data_wait_ratio for rep in job_reports),
         main_process_cpu_ratio=_worst(u.main_process_cpu_ratio for u in usages),
-        num_workers=min(workers_reported) if workers_reported else (
-            min(u.workers for u in usages) if usages else None),
+        num_workers=min(workers_reported) if workers_reported else (min(u.workers for u in usages) if usages else None),
         workers_cpu_ratio_max=_worst(u.workers_cpu_ratio_max if u.workers else None for u in usages),
         clock_reasons=clocks.event_reasons or frozenset() if clocks else frozenset(),
         pcie_generation=pcie.generation if pcie else None,
@@ -215,7 +215,10 @@ def _evidence(
 
 
 def _tip_context(
-    gpu: GpuSnapshot, verdict: Verdict, jobs: list[Job], host: Mapping[int, HostUsage],
+    gpu: GpuSnapshot,
+    verdict: Verdict,
+    jobs: list[Job],
+    host: Mapping[int, HostUsage],
     reports: Mapping[int, JobReport],
 ) -> dict[str, float | int | str | bool]:
     """The evidence the tips are written with: the verdict's values plus the job's own settings."""
@@ -240,8 +243,12 @@ def _tip_context(
         context["dram_bandwidth"] = gpm.dram_bandwidth
     pcie = gpu.readings.get("pcie")
     if pcie is not None:
-        link = {"generation": pcie.generation, "width": pcie.width,
-                "max_generation": gpu.identity.pcie_max_generation, "max_width": gpu.identity.pcie_max_width}
+        link = {
+            "generation": pcie.generation,
+            "width": pcie.width,
+            "max_generation": gpu.identity.pcie_max_generation,
+            "max_width": gpu.identity.pcie_max_width,
+        }
         for name, value in link.items():
             if value is not None:
                 context[f"pcie_{name}"] = value
@@ -274,8 +281,12 @@ def _report_context(context: dict[str, float | int | str | bool], report: JobRep
     if precision.tf32 is not None:
         context["tf32"] = precision.tf32
     if report.memory is not None:
-        for key, name in (("torch_reserved_bytes", "reserved_bytes"), ("torch_allocated_bytes", "allocated_bytes"),
-                          ("alloc_retries", "alloc_retries"), ("ooms", "ooms")):
+        for key, name in (
+            ("torch_reserved_bytes", "reserved_bytes"),
+            ("torch_allocated_bytes", "allocated_bytes"),
+            ("alloc_retries", "alloc_retries"),
+            ("ooms", "ooms"),
+        ):
             value = getattr(report.memory, name)
             if value is not None:
                 context[key] = value

@@ -120,8 +120,13 @@ class Setting:
             raise ConfigError(str(error)) from None
         low, high = (None if bound is None else self.parse(bound, self.flag) for bound in (self.low, self.high))
         if (low is not None and not parsed >= low) or (high is not None and not parsed <= high):  # also NaN
-            choose = (f"between {self.low} and {self.high}" if self.low and self.high else
-                      f"at least {self.low}" if self.low else f"at most {self.high}")
+            choose = (
+                f"between {self.low} and {self.high}"
+                if self.low and self.high
+                else f"at least {self.low}"
+                if self.low
+                else f"at most {self.high}"
+            )
             shown = f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
             raise ConfigError(f"{self.flag}: {shown}{_UNITS.get(self.parse, '')} is out of range; choose {choose}")
         return parsed
@@ -135,50 +140,119 @@ def _setting(flag: str, parse: Callable[[Any, str], Any], default: str | None, t
 
 @dataclass(frozen=True)
 class AgentConfig:
-    listen_address: str = _setting("--web.listen-address", _address, DEFAULT_LISTEN_ADDRESS,
-                                   "where to serve /metrics; ':PORT' listens on every interface",
-                                   metavar="HOST:PORT")
+    listen_address: str = _setting(
+        "--web.listen-address",
+        _address,
+        DEFAULT_LISTEN_ADDRESS,
+        "where to serve /metrics; ':PORT' listens on every interface",
+        metavar="HOST:PORT",
+    )
     web_config_file: str = _setting(  # agent/webconfig.py
-        "--web.config.file", _text, "", "web config file for TLS and basic auth, in the format Prometheus "
-        "exporters share (docs/security.md)", metavar="PATH", shown_default="none: plain HTTP, no auth")
-    interval: float = _setting("--sampling.interval", parse_duration, "1s", "time between NVML sampling cycles",
-                               low="100ms", high="1h")
-    log_level: str = _setting("--log.level", _level, "info", "log verbosity: debug, info, warn or error",
-                              metavar="LEVEL")
-    simulate: str | None = _setting("--simulate", _text, None, "run on a simulated node: a built-in scenario "
-                                    "name (e.g. demo) or a YAML file", metavar="SCENARIO")
-    speed: float = _setting("--speed", _number, "1", "with --simulate, run simulated time N times faster",
-                            low="0.001", high="10000")
-    idle_patience: float = _setting("--diagnosis.idle-patience", parse_duration, f"{t.IDLE_PATIENCE_SECONDS / 60:g}m",
-                                    "how long a held GPU runs no kernel before it is called idle",
-                                    low="10s", high="24h")
-    jobs_socket: str = _setting("--jobs.socket", _text, "/run/gpulens/jobs.sock", "Unix socket where "
-                                "gpulens.torch in jobs sends its reports; empty to disable", metavar="PATH")
+        "--web.config.file",
+        _text,
+        "",
+        "web config file for TLS and basic auth, in the format Prometheus exporters share (docs/security.md)",
+        metavar="PATH",
+        shown_default="none: plain HTTP, no auth",
+    )
+    interval: float = _setting(
+        "--sampling.interval", parse_duration, "1s", "time between NVML sampling cycles", low="100ms", high="1h"
+    )
+    log_level: str = _setting(
+        "--log.level", _level, "info", "log verbosity: debug, info, warn or error", metavar="LEVEL"
+    )
+    simulate: str | None = _setting(
+        "--simulate",
+        _text,
+        None,
+        "run on a simulated node: a built-in scenario name (e.g. demo) or a YAML file",
+        metavar="SCENARIO",
+    )
+    speed: float = _setting(
+        "--speed", _number, "1", "with --simulate, run simulated time N times faster", low="0.001", high="10000"
+    )
+    idle_patience: float = _setting(
+        "--diagnosis.idle-patience",
+        parse_duration,
+        f"{t.IDLE_PATIENCE_SECONDS / 60:g}m",
+        "how long a held GPU runs no kernel before it is called idle",
+        low="10s",
+        high="24h",
+    )
+    jobs_socket: str = _setting(
+        "--jobs.socket",
+        _text,
+        "/run/gpulens/jobs.sock",
+        "Unix socket where gpulens.torch in jobs sends its reports; empty to disable",
+        metavar="PATH",
+    )
     process_min_age: float = _setting(
-        "--jobs.process-min-age", parse_duration, "1m", "how long a bare process (no Slurm job, pod or container) "
-        "holds a GPU before it is a job with series of its own; 0 for at once", low="0s", high="24h")
-    max_exported_jobs: int = _setting("--jobs.max-exported", _whole, "500", "most jobs whose series are exported "
-                                      "at once; the others are counted in gpulens_jobs_not_exported",
-                                      low="1", high="100000")
-    export_job_totals: bool = _setting("--jobs.export-totals", _boolean, "off", "export each job's ledger totals "
-                                       "(busy time, energy, memory, tips) as series, for 'gpulens report "
-                                       "--prometheus' (about 15 series per job)")
+        "--jobs.process-min-age",
+        parse_duration,
+        "1m",
+        "how long a bare process (no Slurm job, pod or container) "
+        "holds a GPU before it is a job with series of its own; 0 for at once",
+        low="0s",
+        high="24h",
+    )
+    max_exported_jobs: int = _setting(
+        "--jobs.max-exported",
+        _whole,
+        "500",
+        "most jobs whose series are exported at once; the others are counted in gpulens_jobs_not_exported",
+        low="1",
+        high="100000",
+    )
+    export_job_totals: bool = _setting(
+        "--jobs.export-totals",
+        _boolean,
+        "off",
+        "export each job's ledger totals "
+        "(busy time, energy, memory, tips) as series, for 'gpulens report "
+        "--prometheus' (about 15 series per job)",
+    )
     pod_resources_socket: str = _setting(
-        "--kubelet.pod-resources-socket", _text, "/var/lib/kubelet/pod-resources/kubelet.sock",
-        "the kubelet's pod-resources socket, for pod names; ignored when absent", metavar="PATH")
+        "--kubelet.pod-resources-socket",
+        _text,
+        "/var/lib/kubelet/pod-resources/kubelet.sock",
+        "the kubelet's pod-resources socket, for pod names; ignored when absent",
+        metavar="PATH",
+    )
     ledger_path: str | None = _setting(  # None: DEFAULT_LEDGER_PATH, or a temporary file when simulated
-        "--ledger.path", _text, None, "SQLite file of the job ledger; empty to keep job accounts in memory only",
-        metavar="PATH", shown_default=f"{DEFAULT_LEDGER_PATH}; a temporary file when simulated")
-    ledger_retention: float = _setting("--ledger.retention", parse_duration, "30d",
-                                       "how long finished jobs stay in the ledger", low="1h", high="3660d")
-    ledger_max_bytes: int = _setting("--ledger.max-size", parse_size, "256MiB",
-                                     "bound on the ledger file; the oldest rows go first", low="1MiB")
-    ledger_partition: str = _setting("--ledger.partition", _text, "", "this node's Slurm partition or node pool, "
-                                     "recorded with each job, for reports by partition", metavar="NAME")
-    probes_interval: float = _setting("--probes.interval", parse_duration, "6h", "with --collector.probes, time "
-                                      "between two probes of a GPU", low="1m", high="30d")
-    probes_jitter: float = _setting("--probes.jitter", parse_duration, "10m", "with --collector.probes, up to "
-                                    "this much random delay on each probe, at most --probes.interval")
+        "--ledger.path",
+        _text,
+        None,
+        "SQLite file of the job ledger; empty to keep job accounts in memory only",
+        metavar="PATH",
+        shown_default=f"{DEFAULT_LEDGER_PATH}; a temporary file when simulated",
+    )
+    ledger_retention: float = _setting(
+        "--ledger.retention", parse_duration, "30d", "how long finished jobs stay in the ledger", low="1h", high="3660d"
+    )
+    ledger_max_bytes: int = _setting(
+        "--ledger.max-size", parse_size, "256MiB", "bound on the ledger file; the oldest rows go first", low="1MiB"
+    )
+    ledger_partition: str = _setting(
+        "--ledger.partition",
+        _text,
+        "",
+        "this node's Slurm partition or node pool, recorded with each job, for reports by partition",
+        metavar="NAME",
+    )
+    probes_interval: float = _setting(
+        "--probes.interval",
+        parse_duration,
+        "6h",
+        "with --collector.probes, time between two probes of a GPU",
+        low="1m",
+        high="30d",
+    )
+    probes_jitter: float = _setting(
+        "--probes.jitter",
+        parse_duration,
+        "10m",
+        "with --collector.probes, up to this much random delay on each probe, at most --probes.interval",
+    )
     collectors: Mapping[str, bool] = field(default_factory=collectors.defaults)
 
     @property
@@ -201,8 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sample every GPU through NVML and serve Prometheus metrics.",
         argument_default=argparse.SUPPRESS,
     )
-    p.add_argument("--config.file", dest="config_file", metavar="PATH",
-                   help="YAML file with any of the settings below (env GPULENS_CONFIG_FILE)")
+    p.add_argument(
+        "--config.file",
+        dest="config_file",
+        metavar="PATH",
+        help="YAML file with any of the settings below (env GPULENS_CONFIG_FILE)",
+    )
     for name, s in SETTINGS.items():
         if s.parse is _boolean:
             p.add_argument(s.flag, dest=name, action="store_true", help=f"{s.help} (default {s.shown})")
@@ -211,10 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(s.flag, dest=name, metavar=s.metavar, help=f"{s.help} (default {s.shown})")
     for name, default in collectors.defaults().items():
         flag = name.replace("_", "-")
-        p.add_argument(f"--collector.{flag}", dest=f"collector_{name}", action="store_true",
-                       help=f"enable the {name} collector (default {'on' if default else 'off'})")
-        p.add_argument(f"--no-collector.{flag}", dest=f"collector_{name}", action="store_false",
-                       help=argparse.SUPPRESS)
+        p.add_argument(
+            f"--collector.{flag}",
+            dest=f"collector_{name}",
+            action="store_true",
+            help=f"enable the {name} collector (default {'on' if default else 'off'})",
+        )
+        p.add_argument(f"--no-collector.{flag}", dest=f"collector_{name}", action="store_false", help=argparse.SUPPRESS)
     return p
 
 
@@ -226,14 +307,16 @@ def load(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Agent
     path = flags.get("config_file") or env.get("config_file")
     given = {**(_from_file(path) if path else {}), **env, **flags}
     enabled = collectors.defaults()
-    enabled.update({key[len("collector_"):]: bool(on) for key, on in given.items() if key.startswith("collector_")})
-    config = AgentConfig(collectors=enabled, **{name: s.read(given[name]) for name, s in SETTINGS.items()
-                                                 if name in given})
+    enabled.update({key[len("collector_") :]: bool(on) for key, on in given.items() if key.startswith("collector_")})
+    config = AgentConfig(
+        collectors=enabled, **{name: s.read(given[name]) for name, s in SETTINGS.items() if name in given}
+    )
     if config.speed != 1.0 and not config.simulate:
         raise ConfigError("--speed only applies to a simulated node; add --simulate SCENARIO or drop --speed")
     if config.probes_jitter > config.probes_interval:
-        raise ConfigError(f"--probes.jitter: {config.probes_jitter:g} s is longer than --probes.interval; "
-                          "choose at most the interval")
+        raise ConfigError(
+            f"--probes.jitter: {config.probes_jitter:g} s is longer than --probes.interval; choose at most the interval"
+        )
     return config
 
 
@@ -245,7 +328,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if key in names:
             out[names[key]] = value
         elif key.startswith(f"{ENV_PREFIX}COLLECTOR_"):
-            name = key[len(f"{ENV_PREFIX}COLLECTOR_"):].lower()
+            name = key[len(f"{ENV_PREFIX}COLLECTOR_") :].lower()
             if name not in known:
                 raise ConfigError(f"environment {key}: unknown collector {name!r}; known: {', '.join(known)}")
             out[f"collector_{name}"] = _boolean(value, f"environment {key}")

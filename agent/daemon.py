@@ -82,8 +82,18 @@ def build(config: agent_config.AgentConfig, clock=None):
     return sampler, registry, mode, receiver
 
 
-def assemble(config: agent_config.AgentConfig, library, sources, clock, mode: str, *, scenario_ref: str | None = None,
-             extra: Sequence = (), timer=time.perf_counter, node: str | None = None):
+def assemble(
+    config: agent_config.AgentConfig,
+    library,
+    sources,
+    clock,
+    mode: str,
+    *,
+    scenario_ref: str | None = None,
+    extra: Sequence = (),
+    timer=time.perf_counter,
+    node: str | None = None,
+):
     """Wire collectors, analysis, the ledger stage, sampler and exporter: (sampler, registry), not yet sampled.
 
     The one wiring of the agent: `build` and the tests' simulated agents both go through it. `extra` adds
@@ -91,14 +101,15 @@ def assemble(config: agent_config.AgentConfig, library, sources, clock, mode: st
     """
     enabled = collector_registry.build(config.collectors)
     # The probes collector needs the node's schedule and mode: replace the registry's default one.
-    enabled = [scheduled_probes(config.probes_interval, config.probes_jitter, scenario_ref, clock)
-               if c.name == "probes" else c for c in enabled] + list(extra)
+    enabled = [
+        scheduled_probes(config.probes_interval, config.probes_jitter, scenario_ref, clock) if c.name == "probes" else c
+        for c in enabled
+    ] + list(extra)
     analysis = None
     if config.collectors.get("diagnosis"):
         analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
-    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages,
-                      timer=timer)
+    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else []), *stages], mode=mode))
     return sampler, registry
@@ -113,8 +124,9 @@ def simulated_node():
     return active()
 
 
-def _accounting(config: agent_config.AgentConfig, simulated: bool, timer=time.perf_counter,
-                node: str | None = None) -> JobAccounting:
+def _accounting(
+    config: agent_config.AgentConfig, simulated: bool, timer=time.perf_counter, node: str | None = None
+) -> JobAccounting:
     """The job-ledger stage; its file is a temporary one on a simulated node unless a path is given."""
     path = config.ledger_path
     if path is None:
@@ -126,10 +138,21 @@ def _accounting(config: agent_config.AgentConfig, simulated: bool, timer=time.pe
             path = agent_config.DEFAULT_LEDGER_PATH
     # In a pod the host name is the pod's: the Helm chart passes the node's name as NODE_NAME.
     node = node or os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
-    ledger = Ledger(path, node=node, retention_seconds=config.ledger_retention,
-                    max_bytes=config.ledger_max_bytes, timer=timer) if path else None
-    return JobAccounting(ledger, node=node, partition=config.ledger_partition, export=config.export_job_totals,
-                         process_min_age=config.process_min_age, max_jobs=config.max_exported_jobs)
+    ledger = (
+        Ledger(
+            path, node=node, retention_seconds=config.ledger_retention, max_bytes=config.ledger_max_bytes, timer=timer
+        )
+        if path
+        else None
+    )
+    return JobAccounting(
+        ledger,
+        node=node,
+        partition=config.ledger_partition,
+        export=config.export_job_totals,
+        process_min_age=config.process_min_age,
+        max_jobs=config.max_exported_jobs,
+    )
 
 
 def _live_sources(config: agent_config.AgentConfig, clock):
@@ -164,15 +187,19 @@ def main(argv: Sequence[str]) -> int:
             # The metrics matter more than the in-job channel: say so and serve without it.
             log.warning("in-job reports disabled: %s", error)
         except OSError as error:
-            log.warning("in-job reports disabled: cannot listen on %s (%s); set --jobs.socket", receiver.socket_path,
-                        error.strerror or error)
+            log.warning(
+                "in-job reports disabled: cannot listen on %s (%s); set --jobs.socket",
+                receiver.socket_path,
+                error.strerror or error,
+            )
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
     accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
     exposition = ExpositionCache(registry, sampler)
     sampler.stages = (*sampler.stages, exposition)  # rendered after each cycle, not in the scrape
-    app = AgentApp(sampler, registry, [c.name for c in sampler.collectors], mode, jobs=accounting,
-                   exposition=exposition)
+    app = AgentApp(
+        sampler, registry, [c.name for c in sampler.collectors], mode, jobs=accounting, exposition=exposition
+    )
     if web is not None:
         app = Guard(app, web.current)
     try:

@@ -172,7 +172,10 @@ class Diagnoser:
         occupancy = self._mean(track, "sm_occupancy")
         tensor = self._mean(track, "tensor_activity")
         if (
-            sm is not None and sm < t.SM_ACTIVITY_GOOD and occupancy is not None and occupancy < t.SM_OCCUPANCY_LOW
+            sm is not None
+            and sm < t.SM_ACTIVITY_GOOD
+            and occupancy is not None
+            and occupancy < t.SM_OCCUPANCY_LOW
             and (tensor is None or tensor < t.TENSOR_ACTIVITY_NONE)
         ):
             return Reason.LOW_OCCUPANCY
@@ -198,8 +201,15 @@ class Diagnoser:
 
     def _evidence_values(self, track: _Track, now: float, busy: float, latest: Evidence) -> dict[str, float]:
         values = {"busy_ratio": busy}
-        for name in ("sm_activity", "sm_occupancy", "tensor_activity", "power_ratio", "data_wait_ratio",
-                     "main_process_cpu_ratio", "workers_cpu_ratio_max"):
+        for name in (
+            "sm_activity",
+            "sm_occupancy",
+            "tensor_activity",
+            "power_ratio",
+            "data_wait_ratio",
+            "main_process_cpu_ratio",
+            "workers_cpu_ratio_max",
+        ):
             mean = self._mean(track, name)
             if mean is not None:
                 values[name] = mean
@@ -272,5 +282,6 @@ def _link_degraded(e: Evidence) -> bool:
     if e.pcie_width is not None and e.pcie_max_width and e.pcie_width < e.pcie_max_width:
         return True
     loaded = e.busy_ratio is not None and e.busy_ratio > t.IDLE_BUSY_MAX
-    return bool(loaded and e.pcie_generation is not None and e.pcie_max_generation
-                and e.pcie_generation < e.pcie_max_generation)
+    return bool(
+        loaded and e.pcie_generation is not None and e.pcie_max_generation and e.pcie_generation < e.pcie_max_generation
+    )

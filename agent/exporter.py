@@ -44,7 +44,8 @@ class SnapshotExporter:
 
     def _agent_metrics(self, s: Snapshot) -> Iterable[Metric]:
         build = GaugeMetricFamily(
-            "gpulens_build_info", "gpulens version and how the agent reads GPUs (nvml or simulated).",
+            "gpulens_build_info",
+            "gpulens version and how the agent reads GPUs (nvml or simulated).",
             labels=("version", "mode"),
         )
         build.add_metric((__version__, self._mode), 1)
@@ -69,11 +70,13 @@ class SnapshotExporter:
             "gpulens_sample_duration_seconds", "How long the last sampling cycle took.", value=s.cycle_seconds
         )
         success = GaugeMetricFamily(
-            "gpulens_collector_success", "1 if the collector's last run succeeded on every GPU that is up.",
+            "gpulens_collector_success",
+            "1 if the collector's last run succeeded on every GPU that is up.",
             labels=("collector",),
         )
         duration = GaugeMetricFamily(
-            "gpulens_collector_duration_seconds", "Time the collector spent in its last run, over all GPUs.",
+            "gpulens_collector_duration_seconds",
+            "Time the collector spent in its last run, over all GPUs.",
             labels=("collector",),
         )
         for name, run in s.collectors.items():
@@ -86,11 +89,21 @@ class SnapshotExporter:
         info = GaugeMetricFamily(
             "gpulens_gpu_info",
             "Metadata of each GPU; always 1. Join on (gpu, uuid) to add these labels to other series.",
-            labels=(*GPU_LABELS, "model", "serial", "pci_bus_id", "mig_mode", "driver_version", "cuda_version",
-                    "pcie_max_generation", "pcie_max_width"),
+            labels=(
+                *GPU_LABELS,
+                "model",
+                "serial",
+                "pci_bus_id",
+                "mig_mode",
+                "driver_version",
+                "cuda_version",
+                "pcie_max_generation",
+                "pcie_max_width",
+            ),
         )
         up = GaugeMetricFamily(
-            "gpulens_gpu_up", "1 if the GPU answered in the last cycle, 0 if it is lost or NVML is down.",
+            "gpulens_gpu_up",
+            "1 if the GPU answered in the last cycle, 0 if it is lost or NVML is down.",
             labels=GPU_LABELS,
         )
         driver = s.system.driver_version if s.system else ""
@@ -98,8 +111,9 @@ class SnapshotExporter:
         for gpu in s.gpus:
             ident = gpu.identity
             link = ("" if v is None else str(v) for v in (ident.pcie_max_generation, ident.pcie_max_width))
-            info.add_metric((*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda,
-                             *link), 1)
+            info.add_metric(
+                (*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda, *link), 1
+            )
             up.add_metric(gpu.labels, int(gpu.up))
         yield info
         yield up

@@ -64,8 +64,11 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     records = ledger.read(since=since, ids=ids, limit=limit + 1, timeline=timeline) if ledger is not None else None
     source = "ledger"
     if records is None or ledger.behind:
-        remembered = [r for r in reversed(accounting.records())
-                      if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)][: limit + 1]
+        remembered = [
+            r
+            for r in reversed(accounting.records())
+            if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)
+        ][: limit + 1]
         if records is None:
             source, records = "memory", remembered
         else:  # writes are failing (disk full, read-only): the file lacks the latest cycles, the memory has them

@@ -230,8 +230,12 @@ class Ledger:
 
     def _refuse(self, problem: str) -> bool:
         self.corrupt = problem
-        log.error("job ledger %s is unusable (%s); it is left untouched and the agent runs without a ledger; "
-                  "move the file aside and a new one starts there", self.path, problem)
+        log.error(
+            "job ledger %s is unusable (%s); it is left untouched and the agent runs without a ledger; "
+            "move the file aside and a new one starts there",
+            self.path,
+            problem,
+        )
         return False
 
     def _failed(self, error: str, reason: str = "other") -> bool:
@@ -252,8 +256,9 @@ class Ledger:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def write(self, written: Sequence[tuple[JobRecord, JobRecord]], finished: Sequence[JobRecord],
-              epoch: float) -> None:
+    def write(
+        self, written: Sequence[tuple[JobRecord, JobRecord]], finished: Sequence[JobRecord], epoch: float
+    ) -> None:
         """Record one cycle: (total, delta) per job seen and the jobs that ended; commit now or later."""
         if (self._conn is not None or self.corrupt) and _identity(self.path) != self._identity:
             # Deleted or moved aside (a refused file, or a fresh start): writing on would go to a file
@@ -300,8 +305,9 @@ class Ledger:
             key = (total.kind, total.id, total.start)
             known = pending.runs.get(key)
             pending.runs[key] = (total, merge(known[1], delta) if known else delta)
-            point = TimelinePoint(bucket, dict(delta.state_seconds), delta.busy_seconds, delta.sampled_seconds,
-                                  delta.memory_peak_bytes)
+            point = TimelinePoint(
+                bucket, dict(delta.state_seconds), delta.busy_seconds, delta.sampled_seconds, delta.memory_peak_bytes
+            )
             before = pending.points.get((key, bucket))
             if before is not None:
                 point = _add_points(before, point)
@@ -332,12 +338,20 @@ class Ledger:
                 f"VALUES (?, ?, {', '.join('?' * len(columns))}, ?) ON CONFLICT (run, t) DO UPDATE SET "
                 + ", ".join(f"{c} = {c} + excluded.{c}" for c in columns)
                 + ", memory_peak_bytes = max(memory_peak_bytes, excluded.memory_peak_bytes)",
-                (run, t, *(point.state_seconds.get(s, 0.0) for s in STATES), point.busy_seconds,
-                 point.sampled_seconds, point.memory_peak_bytes),
+                (
+                    run,
+                    t,
+                    *(point.state_seconds.get(s, 0.0) for s in STATES),
+                    point.busy_seconds,
+                    point.sampled_seconds,
+                    point.memory_peak_bytes,
+                ),
             )
         for (kind, job_id, start), last_seen in self._pending.finished.items():
-            conn.execute("UPDATE jobs SET finished = 1, last_seen = max(last_seen, ?) "
-                         "WHERE kind = ? AND id = ? AND start = ?", (last_seen, kind, job_id, start))
+            conn.execute(
+                "UPDATE jobs SET finished = 1, last_seen = max(last_seen, ?) WHERE kind = ? AND id = ? AND start = ?",
+                (last_seen, kind, job_id, start),
+            )
             self._runs.pop((kind, job_id, start), None)
         conn.execute("COMMIT")
 
@@ -345,15 +359,21 @@ class Ledger:
         additive = (*_STATE_COLUMNS, *ADDITIVE)
         columns = ("kind", "id", "start", "last_seen", "node", *_OWNER_COLUMNS, "gpus", "models", *additive, *PEAKS)
         values = (
-            total.kind, total.id, total.start, delta.last_seen, self.node,
+            total.kind,
+            total.id,
+            total.start,
+            delta.last_seen,
+            self.node,
             *(getattr(total, name) for name in _OWNER_COLUMNS),
-            json.dumps(list(total.gpus)), json.dumps(list(total.models)),
+            json.dumps(list(total.gpus)),
+            json.dumps(list(total.models)),
             *(delta.state_seconds.get(s, 0.0) for s in STATES),
             *(getattr(delta, name) for name in ADDITIVE),
             *(getattr(total, name) for name in PEAKS),
         )
         updates = [
-            "last_seen = max(last_seen, excluded.last_seen)", "finished = 0",
+            "last_seen = max(last_seen, excluded.last_seen)",
+            "finished = 0",
             *(f"{c} = excluded.{c}" for c in (*_OWNER_COLUMNS, "gpus", "models")),
             *(f"{c} = {c} + excluded.{c}" for c in additive),
             *(f"{c} = max({c}, excluded.{c})" for c in PEAKS),
@@ -414,8 +434,9 @@ class Ledger:
         cutoff = epoch - self.retention_seconds
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute("UPDATE jobs SET finished = 1 WHERE finished = 0 AND last_seen < ?",
-                         (epoch - STALE_RUN_SECONDS,))
+            conn.execute(
+                "UPDATE jobs SET finished = 1 WHERE finished = 0 AND last_seen < ?", (epoch - STALE_RUN_SECONDS,)
+            )
             old = "SELECT run FROM jobs WHERE finished = 1 AND last_seen < ?"
             conn.execute(f"DELETE FROM tips WHERE run IN ({old})", (cutoff,))
             conn.execute(f"DELETE FROM timeline WHERE run IN ({old})", (cutoff,))
@@ -438,8 +459,10 @@ class Ledger:
             rows = conn.execute("SELECT count(*) FROM timeline").fetchone()[0]
             conn.execute("BEGIN IMMEDIATE")
             if rows > 0:
-                conn.execute("DELETE FROM timeline WHERE (run, t) IN (SELECT run, t FROM timeline ORDER BY t LIMIT ?)",
-                             (max(rows // 8, 1),))
+                conn.execute(
+                    "DELETE FROM timeline WHERE (run, t) IN (SELECT run, t FROM timeline ORDER BY t LIMIT ?)",
+                    (max(rows // 8, 1),),
+                )
             else:
                 runs = conn.execute("SELECT count(*) FROM jobs WHERE finished = 1").fetchone()[0]
                 if runs == 0:
@@ -463,8 +486,9 @@ class Ledger:
             return None
         return records[0] if records else None
 
-    def read(self, since: float = 0.0, ids: Sequence[str] = (), limit: int = 1000,
-             timeline: bool = False) -> list[JobRecord] | None:
+    def read(
+        self, since: float = 0.0, ids: Sequence[str] = (), limit: int = 1000, timeline: bool = False
+    ) -> list[JobRecord] | None:
         """Return runs seen at or after `since` (epoch s), newest first, from a separate read-only connection;
         None when the ledger cannot be read."""
         if self.corrupt or self._conn is None:
@@ -483,26 +507,40 @@ class Ledger:
     # -- exposition --------------------------------------------------------------------------------
 
     def metrics(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily("gpulens_ledger_up", "1 while the job ledger file is open and written.",
-                                value=int(self.up and self._retry_at == 0.0))
-        yield GaugeMetricFamily("gpulens_ledger_corrupt",
-                                "1 when the ledger file was found corrupt or foreign and is left untouched.",
-                                value=int(bool(self.corrupt)))
+        yield GaugeMetricFamily(
+            "gpulens_ledger_up",
+            "1 while the job ledger file is open and written.",
+            value=int(self.up and self._retry_at == 0.0),
+        )
+        yield GaugeMetricFamily(
+            "gpulens_ledger_corrupt",
+            "1 when the ledger file was found corrupt or foreign and is left untouched.",
+            value=int(bool(self.corrupt)),
+        )
         yield CounterMetricFamily("gpulens_ledger_writes", "Cycles committed to the job ledger.", value=self.writes)
-        yield CounterMetricFamily("gpulens_ledger_write_failures",
-                                  "Failed ledger writes (disk full, read-only, I/O error); retried later.",
-                                  value=self.failures)
-        errors = CounterMetricFamily("gpulens_ledger_errors",
-                                     "Failed ledger operations by cause: full (disk or size limit), read_only, io, "
-                                     "locked, cannot_open, other.", labels=("reason",))
+        yield CounterMetricFamily(
+            "gpulens_ledger_write_failures",
+            "Failed ledger writes (disk full, read-only, I/O error); retried later.",
+            value=self.failures,
+        )
+        errors = CounterMetricFamily(
+            "gpulens_ledger_errors",
+            "Failed ledger operations by cause: full (disk or size limit), read_only, io, locked, cannot_open, other.",
+            labels=("reason",),
+        )
         for reason, count in self.errors.items():
             errors.add_metric((reason,), count)
         yield errors
-        yield GaugeMetricFamily("gpulens_ledger_write_duration_seconds",
-                                "How long the last ledger commit took, in seconds.", value=self.write_seconds)
-        yield GaugeMetricFamily("gpulens_ledger_size_bytes",
-                                "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
-                                value=self.size_bytes)
+        yield GaugeMetricFamily(
+            "gpulens_ledger_write_duration_seconds",
+            "How long the last ledger commit took, in seconds.",
+            value=self.write_seconds,
+        )
+        yield GaugeMetricFamily(
+            "gpulens_ledger_size_bytes",
+            "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
+            value=self.size_bytes,
+        )
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -517,8 +555,14 @@ def _identity(path: str) -> tuple[int, int] | None:
 def _reason(error: BaseException) -> str:
     """Return which of ERROR_REASONS `error` (an sqlite3.Error or an OSError) is."""
     name = getattr(error, "sqlite_errorname", "") or ""
-    for prefix, reason in (("SQLITE_FULL", "full"), ("SQLITE_READONLY", "read_only"), ("SQLITE_IOERR", "io"),
-                           ("SQLITE_BUSY", "locked"), ("SQLITE_LOCKED", "locked"), ("SQLITE_CANTOPEN", "cannot_open")):
+    for prefix, reason in (
+        ("SQLITE_FULL", "full"),
+        ("SQLITE_READONLY", "read_only"),
+        ("SQLITE_IOERR", "io"),
+        ("SQLITE_BUSY", "locked"),
+        ("SQLITE_LOCKED", "locked"),
+        ("SQLITE_CANTOPEN", "cannot_open"),
+    ):
         if name.startswith(prefix):
             return reason
     if isinstance(error, OSError):  # opening the file: not writable, no space, or not there at all
@@ -532,8 +576,13 @@ def _add_points(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
     states = dict(a.state_seconds)
     for s, v in b.state_seconds.items():
         states[s] = states.get(s, 0.0) + v
-    return TimelinePoint(a.t, states, a.busy_seconds + b.busy_seconds, a.sampled_seconds + b.sampled_seconds,
-                         max(a.memory_peak_bytes, b.memory_peak_bytes))
+    return TimelinePoint(
+        a.t,
+        states,
+        a.busy_seconds + b.busy_seconds,
+        a.sampled_seconds + b.sampled_seconds,
+        max(a.memory_peak_bytes, b.memory_peak_bytes),
+    )
 
 
 def _size(conn: sqlite3.Connection) -> int:
@@ -580,8 +629,10 @@ def read_records(
     ).fetchall()
     records = []
     for row in rows:
-        tips = {t["tip"]: TipUse(t["seconds"], t["text"])
-                for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))}
+        tips = {
+            t["tip"]: TipUse(t["seconds"], t["text"])
+            for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))
+        }
         record = _record(row, tips)
         if timeline:
             points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (row["run"],)).fetchall()
@@ -598,7 +649,10 @@ def read_node(conn: sqlite3.Connection) -> str:
 
 def _record(row: sqlite3.Row, tips: dict[str, TipUse]) -> JobRecord:
     return JobRecord(
-        kind=row["kind"], id=row["id"], start=row["start"], last_seen=row["last_seen"],
+        kind=row["kind"],
+        id=row["id"],
+        start=row["start"],
+        last_seen=row["last_seen"],
         **{name: row[name] for name in _OWNER_COLUMNS},
         nodes=(row["node"],) if row["node"] else (),
         running=not row["finished"],
@@ -623,6 +677,7 @@ def _point(row: sqlite3.Row) -> TimelinePoint:
     return TimelinePoint(
         t=row["t"],
         state_seconds={s: row[c] for s, c in zip(STATES, _STATE_COLUMNS, strict=True) if row[c]},
-        busy_seconds=row["busy_seconds"], sampled_seconds=row["sampled_seconds"],
+        busy_seconds=row["busy_seconds"],
+        sampled_seconds=row["sampled_seconds"],
         memory_peak_bytes=row["memory_peak_bytes"],
     )

@@ -58,8 +58,7 @@ class NvmlCallError(Exception):
 
 # Errors that mean "this value does not exist on this GPU/driver/permission level".
 _UNAVAILABLE = (h.ERROR_NOT_SUPPORTED, h.ERROR_NO_PERMISSION, h.ERROR_FUNCTION_NOT_FOUND, h.ERROR_NOT_FOUND)
-_DOWN = (h.ERROR_UNINITIALIZED, h.ERROR_DRIVER_NOT_LOADED, h.ERROR_LIBRARY_NOT_FOUND,
-         h.ERROR_LIB_RM_VERSION_MISMATCH)
+_DOWN = (h.ERROR_UNINITIALIZED, h.ERROR_DRIVER_NOT_LOADED, h.ERROR_LIBRARY_NOT_FOUND, h.ERROR_LIB_RM_VERSION_MISMATCH)
 _LOST = (h.ERROR_GPU_IS_LOST, h.ERROR_GPU_NOT_FOUND, h.ERROR_RESET_REQUIRED)
 
 
@@ -278,8 +277,9 @@ class Nvml:
             if function in self._unexpected:
                 return
             self._unexpected.add(function)
-        log.warning("NVML call %s raised %s: %s; its collector fails until it answers", function,
-                    type(error).__name__, error)
+        log.warning(
+            "NVML call %s raised %s: %s; its collector fails until it answers", function, type(error).__name__, error
+        )
 
     def _has(self, symbol: str) -> bool:
         """Whether the loaded library exports the C function `symbol`."""
@@ -470,7 +470,7 @@ class Nvml:
             array = (record * count.value)() if count.value else None
             code = function(handle, ctypes.byref(count), array)
             if code == h.SUCCESS:
-                return array[:count.value] if array is not None else []
+                return array[: count.value] if array is not None else []
             if code != h.ERROR_INSUFFICIENT_SIZE:
                 raise self._error(code)
             count.value += count.value // 2 + 5  # room for processes that start before the next call
@@ -491,7 +491,8 @@ class Nvml:
         # R535's first releases had confidential-computing memory queries but not yet the detail list
         # that took the extra member out of `_v3`'s record (the same test nvitop makes).
         return self._exports("nvmlDeviceGetConfComputeMemSizeInfo") and not self._exports(
-            "nvmlDeviceGetRunningProcessDetailList")
+            "nvmlDeviceGetRunningProcessDetailList"
+        )
 
     def process_utilization(self, handle: Any, since_us: int) -> tuple[dict[int, float], int] | None:
         """Return the SM utilization ratio of each process that ran kernels since `since_us`, and the

@@ -149,8 +149,13 @@ class Memory(ctypes.Structure):
 class MemoryV2(ctypes.Structure):
     """nvmlMemory_v2_t (R510 and newer): `reserved` is split out of `used`."""
 
-    _fields_ = [("version", c_uint), ("total", c_ulonglong), ("reserved", c_ulonglong), ("free", c_ulonglong),
-                ("used", c_ulonglong)]
+    _fields_ = [
+        ("version", c_uint),
+        ("total", c_ulonglong),
+        ("reserved", c_ulonglong),
+        ("free", c_ulonglong),
+        ("used", c_ulonglong),
+    ]
 
 
 def struct_version(structure: type[ctypes.Structure], version: int) -> int:
@@ -224,8 +229,12 @@ class ProcessInfoV1(ctypes.Structure):
 class ProcessInfo(ctypes.Structure):
     """nvmlProcessInfo_v2_t, which `_v2` fills and `_v3` fills again from R545 on."""
 
-    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
-                ("computeInstanceId", c_uint)]
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
 
 
 class ProcessInfoV3Cc(ctypes.Structure):
@@ -238,22 +247,38 @@ class ProcessInfoV3Cc(ctypes.Structure):
     NVIDIA/go-nvml issue #75; nvidia-ml-py 12.535.77 reads this layout, 12.535.108 and newer do not).
     """
 
-    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
-                ("computeInstanceId", c_uint), ("usedGpuCcProtectedMemory", c_ulonglong)]
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+        ("usedGpuCcProtectedMemory", c_ulonglong),
+    ]
 
 
 class ProcessUtilizationSample(ctypes.Structure):
     """nvmlProcessUtilizationSample_t: one process's latest sample, with its own CPU timestamp."""
 
-    _fields_ = [("pid", c_uint), ("timeStamp", c_ulonglong), ("smUtil", c_uint), ("memUtil", c_uint),
-                ("encUtil", c_uint), ("decUtil", c_uint)]
+    _fields_ = [
+        ("pid", c_uint),
+        ("timeStamp", c_ulonglong),
+        ("smUtil", c_uint),
+        ("memUtil", c_uint),
+        ("encUtil", c_uint),
+        ("decUtil", c_uint),
+    ]
 
 
 class EventData(ctypes.Structure):
     """nvmlEventData_t."""
 
-    _fields_ = [("device", c_void_p), ("eventType", c_ulonglong), ("eventData", c_ulonglong),
-                ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
+    _fields_ = [
+        ("device", c_void_p),
+        ("eventType", c_ulonglong),
+        ("eventData", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
 
 
 class GpmSupport(ctypes.Structure):

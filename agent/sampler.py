@@ -333,4 +333,3 @@ class _Run:
 
     def result(self) -> CollectorRun:
         return CollectorRun(success=not self.errors, duration_seconds=self.seconds, error="; ".join(self.errors[:3]))
-

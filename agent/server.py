@@ -174,8 +174,9 @@ class AgentApp:
     def _probe_history(self, start_response):
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
         body = {
-            gpu.identity.uuid: [{"finished": run.finished, **run.report.to_dict()}
-                                for run in gpu.readings["probes"].runs]
+            gpu.identity.uuid: [
+                {"finished": run.finished, **run.report.to_dict()} for run in gpu.readings["probes"].runs
+            ]
             for gpu in self._sampler.snapshot.gpus
             if gpu.readings.get("probes") is not None
         }
@@ -185,19 +186,29 @@ class AgentApp:
         """Queue a probe of ?gpu=UUID|INDEX for the first cycle in which it is free (202)."""
         probes = next((c for c in self._sampler.collectors if c.name == "probes"), None)
         if probes is None:
-            return _json(start_response, "503 Service Unavailable",
-                         {"error": "the probes collector is off; start the agent with --collector.probes"})
+            return _json(
+                start_response,
+                "503 Service Unavailable",
+                {"error": "the probes collector is off; start the agent with --collector.probes"},
+            )
         wanted = parse_qs(environ.get("QUERY_STRING", "")).get("gpu", [""])[0]
-        gpu = next((g for g in self._sampler.snapshot.gpus if wanted in (g.identity.uuid, str(g.identity.index))),
-                   None)
+        gpu = next((g for g in self._sampler.snapshot.gpus if wanted in (g.identity.uuid, str(g.identity.index))), None)
         if not wanted or gpu is None:
-            return _json(start_response, "404 Not Found",
-                         {"error": f"no GPU {wanted!r} on this node; give ?gpu= a UUID or an index from /"})
+            return _json(
+                start_response,
+                "404 Not Found",
+                {"error": f"no GPU {wanted!r} on this node; give ?gpu= a UUID or an index from /"},
+            )
         reading = gpu.readings.get("probes")
         held = gpu.readings.get("processes")
         if not gpu.up or (reading is not None and reading.running) or held is None or held.processes:
-            why = "is lost" if not gpu.up else "is being probed" if reading is not None and reading.running else (
-                "is held by a process" if held is not None else "has no process list to prove it free")
+            why = (
+                "is lost"
+                if not gpu.up
+                else "is being probed"
+                if reading is not None and reading.running
+                else ("is held by a process" if held is not None else "has no process list to prove it free")
+            )
             return _json(start_response, "409 Conflict", {"error": f"GPU {gpu.identity.uuid} {why}; try later"})
         probes.request(gpu.identity.uuid)
         return _json(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})

@@ -43,12 +43,21 @@ from gpulens.yamltext import YamlProblem, read_yaml_file
 
 log = logging.getLogger(__name__)
 
-CLIENT_AUTH_TYPES = ("NoClientCert", "RequestClientCert", "RequireAnyClientCert", "VerifyClientCertIfGiven",
-                     "RequireAndVerifyClientCert")
+CLIENT_AUTH_TYPES = (
+    "NoClientCert",
+    "RequestClientCert",
+    "RequireAnyClientCert",
+    "VerifyClientCertIfGiven",
+    "RequireAndVerifyClientCert",
+)
 # The types under which a certificate the client presents has been checked against client_ca.
 _VERIFYING = ("RequireAnyClientCert", "VerifyClientCertIfGiven", "RequireAndVerifyClientCert")
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
-                "TLS13": ssl.TLSVersion.TLSv1_3}
+TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
 # Go's names (IANA's) of the TLS 1.2 suites crypto/tls offers, to OpenSSL's. TLS 1.3 suites are not
 # configurable in Go either.
 CIPHER_SUITES = {
@@ -67,13 +76,30 @@ CIPHER_SUITES = {
 }
 CURVES = ("CurveP256", "CurveP384", "CurveP521", "X25519")
 # The headers exporter-toolkit lets a web config set, and the values it accepts where it checks them.
-HEADERS = {"Content-Security-Policy": None, "X-Frame-Options": ("deny", "sameorigin"),
-           "X-Content-Type-Options": ("nosniff",), "X-XSS-Protection": None, "Strict-Transport-Security": None}
+HEADERS = {
+    "Content-Security-Policy": None,
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-XSS-Protection": None,
+    "Strict-Transport-Security": None,
+}
 
 _TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "auth_excluded_paths")
-_TLS_KEYS = ("cert", "key", "client_ca", "cert_file", "key_file", "client_ca_file", "client_auth_type",
-             "client_allowed_sans", "min_version", "max_version", "cipher_suites", "prefer_server_cipher_suites",
-             "curve_preferences")
+_TLS_KEYS = (
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_ca_file",
+    "client_auth_type",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+)
 _HTTP_KEYS = ("http2", "headers")
 
 
@@ -137,10 +163,14 @@ def _parse(doc: Any, where: str, folder: str) -> WebConfig:
     tls_doc = checks.mapping(tls_doc, tls_where, (), _TLS_KEYS, "e.g. '{cert_file: tls.crt, key_file: tls.key}'")
     auth_type = str(tls_doc.get("client_auth_type") or "NoClientCert")
     if auth_type not in CLIENT_AUTH_TYPES:
-        raise WebConfigError(f"{tls_where}.client_auth_type: {auth_type!r} is not one of "
-                             f"{', '.join(CLIENT_AUTH_TYPES)}")
-    files = tuple(os.path.join(folder, tls_doc[k]) for k in ("cert_file", "key_file", "client_ca_file")
-                  if isinstance(tls_doc.get(k), str))
+        raise WebConfigError(
+            f"{tls_where}.client_auth_type: {auth_type!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
+        )
+    files = tuple(
+        os.path.join(folder, tls_doc[k])
+        for k in ("cert_file", "key_file", "client_ca_file")
+        if isinstance(tls_doc.get(k), str)
+    )
     return WebConfig(
         tls=_context(tls_doc, tls_where, folder, auth_type),
         files=files,
@@ -170,8 +200,10 @@ def _users(value: Any, where: str) -> dict[str, bytes]:
         if not isinstance(user, str) or not user or ":" in user:
             raise WebConfigError(f"{where}: {user!r} is not a user name (a non-empty string without ':')")
         if not isinstance(hashed, str) or not _is_bcrypt(hashed):
-            raise WebConfigError(f"{where}.{user}: not a bcrypt hash; make one with "
-                                 "\"htpasswd -nBC 10 '' | tr -d ':\\n'\" (see docs/security.md)")
+            raise WebConfigError(
+                f"{where}.{user}: not a bcrypt hash; make one with "
+                "\"htpasswd -nBC 10 '' | tr -d ':\\n'\" (see docs/security.md)"
+            )
         users[user] = hashed.encode("ascii")
     return users
 
@@ -244,8 +276,9 @@ def _context(doc: dict, where: str, folder: str, auth_type: str) -> ssl.SSLConte
     if suites:
         unknown = [s for s in suites if s not in CIPHER_SUITES]
         if unknown:
-            raise WebConfigError(f"{where}.cipher_suites: unknown suite {unknown[0]!r}; "
-                                 f"known: {', '.join(CIPHER_SUITES)}")
+            raise WebConfigError(
+                f"{where}.cipher_suites: unknown suite {unknown[0]!r}; known: {', '.join(CIPHER_SUITES)}"
+            )
         context.set_ciphers(":".join(CIPHER_SUITES[s] for s in suites))
     if doc.get("prefer_server_cipher_suites", True) is not False:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
@@ -298,8 +331,11 @@ def _load_chain(context: ssl.SSLContext, cert: str, key: str, where: str) -> Non
         try:
             context.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as error:
-            reason = "the key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(error) else (
-                "not a PEM certificate and key")
+            reason = (
+                "the key does not match the certificate"
+                if "KEY_VALUES_MISMATCH" in str(error)
+                else ("not a PEM certificate and key")
+            )
             raise WebConfigError(f"{where}: {reason}; check cert_file and key_file") from None
 
 
@@ -330,8 +366,13 @@ class PasswordCheck:
 
     _DUMMY = bcrypt.hashpw(b"gpulens: no such user", bcrypt.gensalt(10))
 
-    def __init__(self, cache_size: int = 1024, parallel: int = 1, queue: int = 8,
-                 checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw):
+    def __init__(
+        self,
+        cache_size: int = 1024,
+        parallel: int = 1,
+        queue: int = 8,
+        checkpw: Callable[[bytes, bytes], bool] = bcrypt.checkpw,
+    ):
         self._good: OrderedDict[bytes, None] = OrderedDict()
         self._bad: OrderedDict[bytes, None] = OrderedDict()
         self._size = cache_size

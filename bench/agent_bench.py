@@ -167,8 +167,17 @@ def main() -> None:
     results = [
         measure(
             "gpulens agent",
-            [*on_node, sys.executable, "-m", "gpulens.cli", "agent", "--jobs.socket", "",
-             "--web.listen-address", f"127.0.0.1:{gpulens_port}"],
+            [
+                *on_node,
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "agent",
+                "--jobs.socket",
+                "",
+                "--web.listen-address",
+                f"127.0.0.1:{gpulens_port}",
+            ],
             f"http://127.0.0.1:{gpulens_port}/metrics",
             args.duration,
             args.scrapes,
@@ -178,29 +187,47 @@ def main() -> None:
         results.append(
             measure(
                 "nvitop-exporter",
-                [*on_node, str(Path(sys.executable).parent / "nvitop-exporter"),
-                 "--bind-address", "127.0.0.1", "--port", str(nvitop_port), "--interval", "1.0"],
+                [
+                    *on_node,
+                    str(Path(sys.executable).parent / "nvitop-exporter"),
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--port",
+                    str(nvitop_port),
+                    "--interval",
+                    "1.0",
+                ],
                 f"http://127.0.0.1:{nvitop_port}/metrics",
                 args.duration,
                 args.scrapes,
             )
         )
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}, scenario {SCENARIO}, "
-          f"{args.duration:g} s run, {args.scrapes} scrapes\n")
-    print(f"In-process sampling cycle with diagnosis (8 GPUs, 32 processes): {total:.2f} ms CPU, of which "
-          f"the simulated library {simulator:.2f} ms; the agent alone about {total - simulator:.2f} ms.\n")
-    print("| exporter | back-to-back scrape p50 / p99 (ms) | scrape every 15 s p50 / p99 (ms) | CPU (ms per s) | "
-          f"RSS start (MB) | RSS after {args.duration:g} s (MB) | exposition (bytes) | series |")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, scenario {SCENARIO}, "
+        f"{args.duration:g} s run, {args.scrapes} scrapes\n"
+    )
+    print(
+        f"In-process sampling cycle with diagnosis (8 GPUs, 32 processes): {total:.2f} ms CPU, of which "
+        f"the simulated library {simulator:.2f} ms; the agent alone about {total - simulator:.2f} ms.\n"
+    )
+    print(
+        "| exporter | back-to-back scrape p50 / p99 (ms) | scrape every 15 s p50 / p99 (ms) | CPU (ms per s) | "
+        f"RSS start (MB) | RSS after {args.duration:g} s (MB) | exposition (bytes) | series |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.name} | {r.scrape_p50_ms:.2f} / {r.scrape_p99_ms:.2f} | {r.paced_p50_ms:.2f} / "
-              f"{r.paced_p99_ms:.2f} | {r.cpu_per_second_ms:.1f} | {r.rss_start_mb:.1f} | {r.rss_end_mb:.1f} | "
-              f"{r.exposition_bytes} | {r.series} |")
+        print(
+            f"| {r.name} | {r.scrape_p50_ms:.2f} / {r.scrape_p99_ms:.2f} | {r.paced_p50_ms:.2f} / "
+            f"{r.paced_p99_ms:.2f} | {r.cpu_per_second_ms:.1f} | {r.rss_start_mb:.1f} | {r.rss_end_mb:.1f} | "
+            f"{r.exposition_bytes} | {r.series} |"
+        )
     if len(results) == 2:
         g, n = results
-        print(f"\nRatios nvitop-exporter / gpulens: scrape p50 {n.scrape_p50_ms / g.scrape_p50_ms:.1f}x, "
-              f"CPU {n.cpu_per_second_ms / g.cpu_per_second_ms:.1f}x, RSS {n.rss_end_mb / g.rss_end_mb:.1f}x")
+        print(
+            f"\nRatios nvitop-exporter / gpulens: scrape p50 {n.scrape_p50_ms / g.scrape_p50_ms:.1f}x, "
+            f"CPU {n.cpu_per_second_ms / g.cpu_per_second_ms:.1f}x, RSS {n.rss_end_mb / g.rss_end_mb:.1f}x"
+        )
 
 
 if __name__ == "__main__":

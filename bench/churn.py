@@ -27,8 +27,14 @@ class ChurnJob:
     end: float
 
 
-def churn_jobs(gpus: int = 8, seconds: float = 86_400.0, shortest: float = 120.0, longest: float = 300.0,
-               gap: float = 10.0, seed: int = 0) -> list[ChurnJob]:
+def churn_jobs(
+    gpus: int = 8,
+    seconds: float = 86_400.0,
+    shortest: float = 120.0,
+    longest: float = 300.0,
+    gap: float = 10.0,
+    seed: int = 0,
+) -> list[ChurnJob]:
     """Return the jobs: on each GPU, jobs of `shortest`..`longest` seconds, `gap` seconds apart
     (the GPU is free meanwhile), from time 0 until `seconds`, ordered by start."""
     rng = random.Random(seed)
@@ -40,8 +46,10 @@ def churn_jobs(gpus: int = 8, seconds: float = 86_400.0, shortest: float = 120.0
             jobs.append((t, gpu, end))
             t = end + gap
     jobs.sort()
-    return [ChurnJob(str(FIRST_JOB_ID + n), FIRST_PID + n, gpu, round(start, 3), round(end, 3))
-            for n, (start, gpu, end) in enumerate(jobs)]
+    return [
+        ChurnJob(str(FIRST_JOB_ID + n), FIRST_PID + n, gpu, round(start, 3), round(end, 3))
+        for n, (start, gpu, end) in enumerate(jobs)
+    ]
 
 
 def churn_scenario(jobs: list[ChurnJob], gpus: int = 8, name: str = "churn") -> str:

@@ -69,24 +69,39 @@ def churn_scenario(seconds: float, churn: bool = True) -> str:
     `churn`, the steady jobs alone."""
     end = seconds + SLURM_EVERY
     stride = math.ceil(end / SHORT_EVERY) + 1  # pids one short-process line takes
-    kinds = ['{kind: slurm, id: "81234", user: carol}', '{kind: docker, id: "3f2a9c1e7b5d", user: frank}',
-             '{kind: kubernetes, id: 5b2c9e4a-1f3d, user: alice, namespace: vision, pod: train-0, container: t}']
-    lines = ["name: churn", "description: steady jobs, 10 new short processes a second, a new Slurm job a minute",
-             "gpus:"]
+    kinds = [
+        '{kind: slurm, id: "81234", user: carol}',
+        '{kind: docker, id: "3f2a9c1e7b5d", user: frank}',
+        "{kind: kubernetes, id: 5b2c9e4a-1f3d, user: alice, namespace: vision, pod: train-0, container: t}",
+    ]
+    lines = [
+        "name: churn",
+        "description: steady jobs, 10 new short processes a second, a new Slurm job a minute",
+        "gpus:",
+    ]
     for gpu in range(GPUS):
-        lines += ['  - model: "NVIDIA H100 80GB HBM3"', f"    utilization: {{constant: {50 + 5 * gpu}, noise: 3}}",
-                  "    processes:" if churn or gpu < 6 else "    processes: []"]
+        lines += [
+            '  - model: "NVIDIA H100 80GB HBM3"',
+            f"    utilization: {{constant: {50 + 5 * gpu}, noise: 3}}",
+            "    processes:" if churn or gpu < 6 else "    processes: []",
+        ]
         if gpu < 6:
-            lines.append(f"      - {{pid: {4100 + gpu}, memory: 30GiB, job: {kinds[gpu % 3]}, "
-                         "host: {main_cpu: 0.9, workers: 4, worker_cpu: 0.5}}")
+            lines.append(
+                f"      - {{pid: {4100 + gpu}, memory: 30GiB, job: {kinds[gpu % 3]}, "
+                "host: {main_cpu: 0.9, workers: 4, worker_cpu: 0.5}}"
+            )
         if gpu == 6 and churn:
-            lines.append(f"      - {{pid: 50000, memory: 20GiB, every: {SLURM_EVERY}, for: {SLURM_FOR}, end: {end}, "
-                         'job: {kind: slurm, id: "700000", user: dave, id_counts_up: true}}')
+            lines.append(
+                f"      - {{pid: 50000, memory: 20GiB, every: {SLURM_EVERY}, for: {SLURM_FOR}, end: {end}, "
+                'job: {kind: slurm, id: "700000", user: dave, id_counts_up: true}}'
+            )
         for k in range(SHORT_LINES_PER_GPU if churn else 0):
             line = gpu * SHORT_LINES_PER_GPU + k
             start = k * SHORT_EVERY / SHORT_LINES_PER_GPU + gpu * 0.1  # starts spread over the 4 s
-            lines.append(f"      - {{pid: {100_000 + line * stride}, memory: 1GiB, start: {start:.1f}, "
-                         f"every: {SHORT_EVERY}, for: {SHORT_FOR}, end: {end}}}")
+            lines.append(
+                f"      - {{pid: {100_000 + line * stride}, memory: 1GiB, start: {start:.1f}, "
+                f"every: {SHORT_EVERY}, for: {SHORT_FOR}, end: {end}}}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -121,8 +136,16 @@ def run(minutes: int, folder: str, churn: bool = True, flags: tuple[str, ...] = 
             sampler.cycle()
             cpu += time.process_time() - start
         series, job_series = count_series(registry)
-        records.append(Minute(minute, series, job_series, process.memory_info().rss / 2**20, cpu / 60 * 1000,
-                              time.perf_counter() - began))
+        records.append(
+            Minute(
+                minute,
+                series,
+                job_series,
+                process.memory_info().rss / 2**20,
+                cpu / 60 * 1000,
+                time.perf_counter() - began,
+            )
+        )
         if churn:
             print(f"minute {minute}: {records[-1]}", file=sys.stderr, flush=True)
     return records
@@ -147,8 +170,21 @@ def nvitop_demo_series() -> int | None:
 
     port = 19108
     url = f"http://127.0.0.1:{port}/metrics"
-    command = [sys.executable, "-m", "gpulens.cli", "sim", "demo", "--", str(exporter), "--bind-address",
-               "127.0.0.1", "--port", str(port), "--interval", "1.0"]
+    command = [
+        sys.executable,
+        "-m",
+        "gpulens.cli",
+        "sim",
+        "demo",
+        "--",
+        str(exporter),
+        "--bind-address",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--interval",
+        "1.0",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(url, process)
@@ -164,17 +200,20 @@ def report(records: list[Minute], baseline: int, demo: int, nvitop: int | None, 
     n = len(records)
     window = min(10, max(1, n // 2))
     first, last = records[:window], records[-window:]
-    steady = statistics.median(r.series for r in records[n // 2:])
+    steady = statistics.median(r.series for r in records[n // 2 :])
     peak = max(records, key=lambda r: r.series)
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}: {n} simulated minutes on {GPUS} GPUs, "
-          f"{GPUS * SHORT_LINES_PER_GPU / SHORT_EVERY:g} new processes a second, a new Slurm job every "
-          f"{SLURM_EVERY:g} s; {wall:.0f} s of wall time\n")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}: {n} simulated minutes on {GPUS} GPUs, "
+        f"{GPUS * SHORT_LINES_PER_GPU / SHORT_EVERY:g} new processes a second, a new Slurm job every "
+        f"{SLURM_EVERY:g} s; {wall:.0f} s of wall time\n"
+    )
     print("| minute | series | job series | RSS (MB) | CPU per cycle (ms) | wall (s) |")
     print("|---|---|---|---|---|---|")
     for r in records:
-        print(f"| {r.minute} | {r.series} | {r.job_series} | {r.rss_mb:.1f} | {r.cpu_ms_per_cycle:.2f} | "
-              f"{r.wall_s:.1f} |")
+        print(
+            f"| {r.minute} | {r.series} | {r.job_series} | {r.rss_mb:.1f} | {r.cpu_ms_per_cycle:.2f} | {r.wall_s:.1f} |"
+        )
     summary = {
         "steady_series": steady,
         "max_series": peak.series,
@@ -194,16 +233,24 @@ def report(records: list[Minute], baseline: int, demo: int, nvitop: int | None, 
         "nvitop_exporter_measured_on": "demo" if nvitop is not None else "bench8x32 (docs/benchmarks.md)",
     }
     verdict = "within" if summary["max_over_steady"] <= GOAL_RATIO else "over"
-    print(f"\nSteady state (median over minutes {n // 2 + 1}-{n}): {steady:g} series; max {peak.series} at minute "
-          f"{peak.minute}, {summary['max_over_steady']:.2f}x ({verdict} the {GOAL_RATIO}x goal).")
-    print(f"The same node without churn (its steady jobs alone, after {BASELINE_MINUTES} minutes): {baseline} "
-          f"series; the max is {summary['max_over_no_churn']:.2f}x that.")
-    print(f"Means over the first vs the last {window} minutes: series {summary['series_first']:.0f} -> "
-          f"{summary['series_last']:.0f}, RSS {summary['rss_mb_first']:.1f} -> {summary['rss_mb_last']:.1f} MB, "
-          f"CPU per cycle {summary['cpu_ms_first']:.2f} -> {summary['cpu_ms_last']:.2f} ms.")
-    print(f"Series per GPU: gpulens {summary['demo_series_per_gpu']:.1f} (demo, {DEMO_CYCLES} cycles), "
-          f"dcgm-exporter {DCGM_EXPORTER_SERIES_PER_GPU} (default counters), nvitop-exporter "
-          f"{summary['nvitop_exporter_series_per_gpu']:.1f} ({summary['nvitop_exporter_measured_on']}).")
+    print(
+        f"\nSteady state (median over minutes {n // 2 + 1}-{n}): {steady:g} series; max {peak.series} at minute "
+        f"{peak.minute}, {summary['max_over_steady']:.2f}x ({verdict} the {GOAL_RATIO}x goal)."
+    )
+    print(
+        f"The same node without churn (its steady jobs alone, after {BASELINE_MINUTES} minutes): {baseline} "
+        f"series; the max is {summary['max_over_no_churn']:.2f}x that."
+    )
+    print(
+        f"Means over the first vs the last {window} minutes: series {summary['series_first']:.0f} -> "
+        f"{summary['series_last']:.0f}, RSS {summary['rss_mb_first']:.1f} -> {summary['rss_mb_last']:.1f} MB, "
+        f"CPU per cycle {summary['cpu_ms_first']:.2f} -> {summary['cpu_ms_last']:.2f} ms."
+    )
+    print(
+        f"Series per GPU: gpulens {summary['demo_series_per_gpu']:.1f} (demo, {DEMO_CYCLES} cycles), "
+        f"dcgm-exporter {DCGM_EXPORTER_SERIES_PER_GPU} (default counters), nvitop-exporter "
+        f"{summary['nvitop_exporter_series_per_gpu']:.1f} ({summary['nvitop_exporter_measured_on']})."
+    )
     return summary
 
 
@@ -217,8 +264,11 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=60, help="simulated minutes (default 60)")
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers to PATH")
     parser.add_argument("--skip-nvitop", action="store_true", help="take nvitop-exporter's figure from the docs")
-    parser.add_argument("--export-totals", action="store_true",
-                        help="run the agent with --jobs.export-totals (the ledger's per-job series)")
+    parser.add_argument(
+        "--export-totals",
+        action="store_true",
+        help="run the agent with --jobs.export-totals (the ledger's per-job series)",
+    )
     args = parser.parse_args()
     if args.minutes < 1:
         parser.error(f"--minutes must be at least 1, got {args.minutes}")
@@ -235,8 +285,10 @@ def main() -> int:
         try:
             Path(args.json).write_text(json.dumps({"minutes": [asdict(r) for r in records], **summary}, indent=1))
         except OSError as error:
-            print(f"churn_bench: cannot write --json {args.json}: {error.strerror}; choose a writable path",
-                  file=sys.stderr)
+            print(
+                f"churn_bench: cannot write --json {args.json}: {error.strerror}; choose a writable path",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

@@ -69,9 +69,21 @@ def free_port() -> int:
 
 def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", "1",
-         "--web.listen-address", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--simulate",
+            scenario,
+            "--speed",
+            "1",
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     line = process.stdout.readline()
     return process, line.split("listening on http://")[1].strip().removesuffix("/metrics")
@@ -122,16 +134,21 @@ def config(targets: list[str], nodes: int, rules: str = "") -> str:
 
     With `rules` (a glob), Prometheus evaluates those rule files every minute, the interval
     docs/install.md gives for fleets of thousands of GPUs."""
-    lines = [f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s"
-             + (", evaluation_interval: 1m}" if rules else "}")]
+    lines = [
+        f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s"
+        + (", evaluation_interval: 1m}" if rules else "}")
+    ]
     lines += [f"rule_files: ['{rules}']"] if rules else []
     lines += ["scrape_configs:", "  - job_name: gpulens", "    static_configs:"]
     for n in range(nodes):
         address, _, prefix = targets[n % len(targets)].partition("/")
         path = f", __metrics_path__: '/{prefix}/metrics'" if prefix else ""
         lines.append(f"      - {{targets: ['{address}'], labels: {{node: 'node-{n:04d}'{path}}}}}")
-    lines += ["    relabel_configs:", "      - {source_labels: [node], target_label: instance}",
-              "      - {regex: node, action: labeldrop}"]
+    lines += [
+        "    relabel_configs:",
+        "      - {source_labels: [node], target_label: instance}",
+        "      - {regex: node, action: labeldrop}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -183,9 +200,14 @@ def measure(url: str, repeats: int) -> dict:
         elapsed, made = page_run(url)
         page_times.append(elapsed)
         queries.append(made)
-    return {"gpus": gpus, "fleet_median": statistics.median(fleet_times), "fleet_max": max(fleet_times),
-            "page_median": statistics.median(page_times), "page_max": max(page_times),
-            "queries": sorted(set(queries))}
+    return {
+        "gpus": gpus,
+        "fleet_median": statistics.median(fleet_times),
+        "fleet_max": max(fleet_times),
+        "page_median": statistics.median(page_times),
+        "page_max": max(page_times),
+        "queries": sorted(set(queries)),
+    }
 
 
 class Store:
@@ -218,18 +240,39 @@ class Store:
                 self.processes[0].send_signal(signal.SIGHUP)  # VictoriaMetrics reloads its scrape configuration
             return
         if prometheus:
-            self._start([self.binaries[0], f"--config.file={self.config_file}",
-                         f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                         "--web.enable-lifecycle"])
+            self._start(
+                [
+                    self.binaries[0],
+                    f"--config.file={self.config_file}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--web.enable-lifecycle",
+                ]
+            )
             return
-        self._start([self.binaries[0], f"-storageDataPath={self.workdir / 'data'}",
-                     f"-httpListenAddr=127.0.0.1:{self.port}", f"-promscrape.config={self.config_file}",
-                     "-retentionPeriod=30d", "-search.latencyOffset=5s"])
+        self._start(
+            [
+                self.binaries[0],
+                f"-storageDataPath={self.workdir / 'data'}",
+                f"-httpListenAddr=127.0.0.1:{self.port}",
+                f"-promscrape.config={self.config_file}",
+                "-retentionPeriod=30d",
+                "-search.latencyOffset=5s",
+            ]
+        )
         if self.rules:
-            self._start([self.binaries[1], *(f"-rule={path}" for path in self.rule_files),
-                         f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
-                         f"-remoteRead.url={self.url}", "-evaluationInterval=1m",
-                         "-notifier.blackhole", f"-httpListenAddr=127.0.0.1:{free_port()}"])
+            self._start(
+                [
+                    self.binaries[1],
+                    *(f"-rule={path}" for path in self.rule_files),
+                    f"-datasource.url={self.url}",
+                    f"-remoteWrite.url={self.url}",
+                    f"-remoteRead.url={self.url}",
+                    "-evaluationInterval=1m",
+                    "-notifier.blackhole",
+                    f"-httpListenAddr=127.0.0.1:{free_port()}",
+                ]
+            )
 
     def _start(self, command: list[str]) -> None:
         self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -250,16 +293,21 @@ class Store:
             source = self.workdir / "backfill.om"
             source.write_text("\n".join(lines) + "\n# EOF\n")
             blocks = self.workdir / "backfill-blocks"
-            subprocess.run([self.binaries[1], "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
-                           check=True, capture_output=True, timeout=1800)
+            subprocess.run(
+                [self.binaries[1], "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
+                check=True,
+                capture_output=True,
+                timeout=1800,
+            )
             for block in blocks.iterdir():  # Prometheus loads new blocks from its data folder within a minute
                 shutil.move(str(block), self.workdir / "data" / block.name)
             source.unlink()
         else:
             for chunk in range(0, len(lines), 200_000):
-                body = "\n".join(f"{line}000" for line in lines[chunk:chunk + 200_000]).encode()  # ms
-                urllib.request.urlopen(urllib.request.Request(f"{self.url}/api/v1/import/prometheus", data=body),
-                                       timeout=600).close()
+                body = "\n".join(f"{line}000" for line in lines[chunk : chunk + 200_000]).encode()  # ms
+                urllib.request.urlopen(
+                    urllib.request.Request(f"{self.url}/api/v1/import/prometheus", data=body), timeout=600
+                ).close()
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # until the oldest backfilled point answers
             if query(self.url, f"count(count_over_time({WASTE_RECORDED}[{hours}h]) > {hours * 12 - 3})"):
@@ -289,14 +337,21 @@ def main() -> int:
     parser.add_argument("--snapshots", action="store_true", help="serve the agents' expositions from copies")
     parser.add_argument("--store", choices=Store.BINARIES, default="prometheus")
     parser.add_argument("--rules", action="store_true", help="evaluate gpulens' rules every minute, as in production")
-    parser.add_argument("--backfill-hours", type=int, default=0, metavar="H",
-                        help="before measuring the full fleet, write H hours of the recorded waste counter")
+    parser.add_argument(
+        "--backfill-hours",
+        type=int,
+        default=0,
+        metavar="H",
+        help="before measuring the full fleet, write H hours of the recorded waste counter",
+    )
     args = parser.parse_args()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
     store = Store(args.store, workdir, args.rules)
     if store.missing():
-        print(f"dashboard_bench: needs {', '.join(store.missing())} (Debian packages prometheus, victoria-metrics)",
-              file=sys.stderr)
+        print(
+            f"dashboard_bench: needs {', '.join(store.missing())} (Debian packages prometheus, victoria-metrics)",
+            file=sys.stderr,
+        )
         return 1
     agents = [start_agent(SCENARIOS[i % len(SCENARIOS)]) for i in range(args.agents)]
     targets = [address for _, address in agents]
@@ -316,12 +371,16 @@ def main() -> int:
             process.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"store: {args.store}{', rules every minute' if args.rules else ''}")
-    print(f"{'nodes':>5} {'GPUs':>6} {'fleet() median / max':>22} {'Fleet page median / max':>26} "
-          f"{'queries per refresh':>20} {'series':>9} {'memory':>9} {'backfilled':>11}")
+    print(
+        f"{'nodes':>5} {'GPUs':>6} {'fleet() median / max':>22} {'Fleet page median / max':>26} "
+        f"{'queries per refresh':>20} {'series':>9} {'memory':>9} {'backfilled':>11}"
+    )
     for nodes, backfilled, r, (series, memory) in rows:
-        print(f"{nodes:>5} {r['gpus']:>6} {r['fleet_median']:>13.3f} / {r['fleet_max']:.3f} s"
-              f" {r['page_median']:>17.3f} / {r['page_max']:.3f} s {', '.join(map(str, r['queries'])):>20}"
-              f" {series:>9,} {memory:>6.0f} MB {backfilled:>11,}")
+        print(
+            f"{nodes:>5} {r['gpus']:>6} {r['fleet_median']:>13.3f} / {r['fleet_max']:.3f} s"
+            f" {r['page_median']:>17.3f} / {r['page_max']:.3f} s {', '.join(map(str, r['queries'])):>20}"
+            f" {series:>9,} {memory:>6.0f} MB {backfilled:>11,}"
+        )
     return 0
 
 

@@ -26,10 +26,26 @@ DURATION = 900.0
 B, Z, D, F, U, K = State.BUSY, State.IDLE, State.DATA_STARVED, State.FREE, State.UNDERUTILIZED, State.UNKNOWN
 # scenario -> gpu -> truth(t)
 TRUTH = {
-    "demo": {0: lambda t: B, 1: lambda t: Z, 2: lambda t: D, 3: lambda t: F, 4: lambda t: B, 5: lambda t: B,
-             6: lambda t: U, 7: lambda t: B},
-    "diagnosis": {0: lambda t: U, 1: lambda t: B, 2: lambda t: D, 3: lambda t: Z, 4: lambda t: U, 5: lambda t: U,
-                  6: lambda t: Z if t < 600 else B, 7: lambda t: B if t < 480 else K},
+    "demo": {
+        0: lambda t: B,
+        1: lambda t: Z,
+        2: lambda t: D,
+        3: lambda t: F,
+        4: lambda t: B,
+        5: lambda t: B,
+        6: lambda t: U,
+        7: lambda t: B,
+    },
+    "diagnosis": {
+        0: lambda t: U,
+        1: lambda t: B,
+        2: lambda t: D,
+        3: lambda t: Z,
+        4: lambda t: U,
+        5: lambda t: U,
+        6: lambda t: Z if t < 600 else B,
+        7: lambda t: B if t < 480 else K,
+    },
 }
 
 
@@ -81,16 +97,20 @@ def main() -> None:
     elapsed = time.process_time() - started
 
     states = list(State)
-    print(f"# {time.strftime('%Y-%m-%d')}: {len(TRUTH)} scenarios, 16 GPUs, {DURATION:g} s each; accuracy read "
-          f"every {SCRAPE:g} s, time to verdict every 1 s cycle\n")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}: {len(TRUTH)} scenarios, 16 GPUs, {DURATION:g} s each; accuracy read "
+        f"every {SCRAPE:g} s, time to verdict every 1 s cycle\n"
+    )
     for name, counts in rows.items():
         total = sum(counts.values())
         right = sum(n for (truth, got), n in counts.items() if truth == got)
         wasted = [Z, D, U]
         caught = sum(n for (truth, got), n in counts.items() if truth in wasted and got in wasted)
         all_wasted = sum(n for (truth, _), n in counts.items() if truth in wasted)
-        print(f"## {name}: accuracy {right / total:.0%} ({right}/{total}); wasted GPUs flagged as wasted "
-              f"{caught / all_wasted:.0%}\n")
+        print(
+            f"## {name}: accuracy {right / total:.0%} ({right}/{total}); wasted GPUs flagged as wasted "
+            f"{caught / all_wasted:.0%}\n"
+        )
         print("| truth \\ verdict | " + " | ".join(s.value for s in states) + " |")
         print("|---" * (len(states) + 1) + "|")
         for truth in states:
@@ -102,8 +122,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for scenario, gpu, at, truth, delay in delays:
         print(f"| {scenario} | {gpu} | {truth} | {at:g} s | {'never' if delay is None else f'{delay:g}'} |")
-    print(f"\nCPU for {cycles} simulated sampling cycles of 8 GPUs with diagnosis: {elapsed:.1f} s "
-          f"({elapsed / cycles * 1000:.2f} ms per cycle, simulator included)")
+    print(
+        f"\nCPU for {cycles} simulated sampling cycles of 8 GPUs with diagnosis: {elapsed:.1f} s "
+        f"({elapsed / cycles * 1000:.2f} ms per cycle, simulator included)"
+    )
 
 
 if __name__ == "__main__":

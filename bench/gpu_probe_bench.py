@@ -114,8 +114,15 @@ def checks_for(report: dict, device: torch.device) -> list[Check]:
     for dtype in DTYPES:
         result = results.get(f"matmul_{dtype}")
         if result and result["value"]:
-            out.append(Check(f"matmul {dtype} n={result['size']}", result["value"],
-                             matmul_ceiling(device, result["size"], dtype), "FLOP/s", MATMUL_GOAL))
+            out.append(
+                Check(
+                    f"matmul {dtype} n={result['size']}",
+                    result["value"],
+                    matmul_ceiling(device, result["size"], dtype),
+                    "FLOP/s",
+                    MATMUL_GOAL,
+                )
+            )
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return out
@@ -125,8 +132,10 @@ def render(title: str, checks: list[Check], seconds: float, seconds_goal: float 
     lines = [title, f"  {'check':<22} {'probe':>13} {'ceiling':>13} {'ratio':>7} {'goal':>7}  pass"]
     for c in checks:
         ratio = "-" if c.ratio is None else f"{c.ratio:.1%}"
-        lines.append(f"  {c.name:<22} {human(c.probe, c.unit):>13} {human(c.ceiling, c.unit):>13} {ratio:>7} "
-                     f"{'>=' + format(c.goal, '.0%'):>7}  {'yes' if c.passed else 'NO'}")
+        lines.append(
+            f"  {c.name:<22} {human(c.probe, c.unit):>13} {human(c.ceiling, c.unit):>13} {ratio:>7} "
+            f"{'>=' + format(c.goal, '.0%'):>7}  {'yes' if c.passed else 'NO'}"
+        )
     if seconds_goal is not None:
         ok = "yes" if seconds < seconds_goal else "NO"
         goal = f"<{seconds_goal:g} s"
@@ -161,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         checks = checks_for(report, torch.device(f"cuda:{index}"))
         print(render(title, checks, seconds, SECONDS_GOAL))
         failures += sum(not c.passed for c in checks) + (seconds >= SECONDS_GOAL)
-    print(f"Copies count bytes read plus written; goals: copy {COPY_GOAL:.0%}, matmul {MATMUL_GOAL:.0%} of the "
-          f"ceiling, whole set under {SECONDS_GOAL:g} s per GPU.")
+    print(
+        f"Copies count bytes read plus written; goals: copy {COPY_GOAL:.0%}, matmul {MATMUL_GOAL:.0%} of the "
+        f"ceiling, whole set under {SECONDS_GOAL:g} s per GPU."
+    )
     return 1 if failures else 0
 
 

@@ -97,15 +97,17 @@ def complete(status: bytes, headers: dict[bytes, bytes], body: bytes, families: 
 
 
 async def connect(target: Target) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection(target.host, target.port, ssl=target.tls,
-                                         server_hostname=target.host if target.tls else None)
+    return await asyncio.open_connection(
+        target.host, target.port, ssl=target.tls, server_hostname=target.host if target.tls else None
+    )
 
 
 async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, target: Target) -> str:
     """Send one GET /metrics on an open connection and read the answer; return "" or why it failed."""
     auth = f"Authorization: {target.authorization}\r\n" if target.authorization else ""
-    writer.write(f"GET /metrics HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n{auth}"
-                 "Connection: close\r\n\r\n".encode())
+    writer.write(
+        f"GET /metrics HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n{auth}Connection: close\r\n\r\n".encode()
+    )
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.split(b"\r\n")
@@ -262,9 +264,20 @@ def start_agent(extra: list[str], log: Path) -> tuple[subprocess.Popen, int]:
     return it and the port."""
     with open(log, "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", SCENARIO,
-             "--web.listen-address", "127.0.0.1:0", *extra],
-            stdout=subprocess.PIPE, stderr=stderr, text=True,
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "agent",
+                "--simulate",
+                SCENARIO,
+                "--web.listen-address",
+                "127.0.0.1:0",
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
         )
     line = process.stdout.readline()
     if "listening on http" not in line:
@@ -278,11 +291,13 @@ def row(name: str, o: Outcome, requested: str) -> str:
     ms = [v * 1000 for v in o.latencies]
     errors = ", ".join(f"{n} {why}" for why, n in sorted(o.errors.items())) or "0"
     achieved = len(o.latencies) / o.wall if o.wall else math.nan
-    return (f"| {name} | {requested} | {o.total} | {errors} | {percentile(ms, 0.5):.1f} | {percentile(ms, 0.9):.1f} | "
-            f"{percentile(ms, 0.99):.1f} | {max(ms, default=math.nan):.1f} | "
-            f"{max(o.connects, default=math.nan) * 1000:.1f} | {achieved:.1f} | "
-            f"{o.cpu_seconds / o.wall * 100 if o.wall else math.nan:.0f} | "
-            f"{o.rss_peak_bytes / 2**20:.1f} | {o.rss_end_bytes / 2**20:.1f} | {o.threads_peak} |")
+    return (
+        f"| {name} | {requested} | {o.total} | {errors} | {percentile(ms, 0.5):.1f} | {percentile(ms, 0.9):.1f} | "
+        f"{percentile(ms, 0.99):.1f} | {max(ms, default=math.nan):.1f} | "
+        f"{max(o.connects, default=math.nan) * 1000:.1f} | {achieved:.1f} | "
+        f"{o.cpu_seconds / o.wall * 100 if o.wall else math.nan:.0f} | "
+        f"{o.rss_peak_bytes / 2**20:.1f} | {o.rss_end_bytes / 2**20:.1f} | {o.threads_peak} |"
+    )
 
 
 def tls_and_auth(folder: Path) -> tuple[list[str], ssl.SSLContext, str]:
@@ -297,8 +312,9 @@ def tls_and_auth(folder: Path) -> tuple[list[str], ssl.SSLContext, str]:
     cert.private_key_pem.write_to_path(str(folder / "tls.key"))
     password = "load-bench"
     hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(10)).decode()
-    (folder / "web.yml").write_text("tls_server_config: {cert_file: tls.crt, key_file: tls.key}\n"
-                                    f"basic_auth_users: {{prometheus: '{hashed}'}}\n")
+    (folder / "web.yml").write_text(
+        f"tls_server_config: {{cert_file: tls.crt, key_file: tls.key}}\nbasic_auth_users: {{prometheus: '{hashed}'}}\n"
+    )
     context = ssl.create_default_context()
     ca.configure_trust(context)
     authorization = "Basic " + base64.b64encode(f"prometheus:{password}".encode()).decode()
@@ -317,9 +333,11 @@ async def run(args: argparse.Namespace, folder: Path) -> list[str]:
         steady = await watched(agent, sustained(target, args.rate, args.duration))
         flooded = flood = None
         if args.guesses:
+
             async def both():
-                scrapes, flood = await asyncio.gather(sustained(target, args.rate, args.duration),
-                                                      guesses(target, args.guesses, args.duration))
+                scrapes, flood = await asyncio.gather(
+                    sustained(target, args.rate, args.duration), guesses(target, args.guesses, args.duration)
+                )
                 scrapes.guesses = flood
                 return scrapes
 
@@ -342,9 +360,14 @@ async def run(args: argparse.Namespace, folder: Path) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         row("burst", burst_outcome, f"{args.concurrency} at once"),
         row("sustained", steady, f"{args.rate:g}/s for {args.duration:g} s"),
-        *([row("sustained, during the flood", flooded, f"{args.rate:g}/s for {args.duration:g} s"),
-           row("wrong-password flood (all 401)", flood, f"{args.guesses:g}/s, each a new password")]
-          if flood else []),
+        *(
+            [
+                row("sustained, during the flood", flooded, f"{args.rate:g}/s for {args.duration:g} s"),
+                row("wrong-password flood (all 401)", flood, f"{args.guesses:g}/s, each a new password"),
+            ]
+            if flood
+            else []
+        ),
     ]
 
 
@@ -354,11 +377,18 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="sustained scrapes per second (default 50)")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of sustained load (default 60)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds before the load starts (default 3)")
-    parser.add_argument("--tls-auth", action="store_true",
-                        help="serve over TLS with basic auth (--web.config.file; needs trustme and bcrypt)")
-    parser.add_argument("--guesses", type=float, default=0.0,
-                        help="with --tls-auth, also run the sustained phase again beside this many wrong-password "
-                             "requests a second, each a new password (default 0: no flood)")
+    parser.add_argument(
+        "--tls-auth",
+        action="store_true",
+        help="serve over TLS with basic auth (--web.config.file; needs trustme and bcrypt)",
+    )
+    parser.add_argument(
+        "--guesses",
+        type=float,
+        default=0.0,
+        help="with --tls-auth, also run the sustained phase again beside this many wrong-password "
+        "requests a second, each a new password (default 0: no flood)",
+    )
     args = parser.parse_args()
     if args.guesses and not args.tls_auth:
         parser.error("--guesses needs --tls-auth")

@@ -84,8 +84,10 @@ def build(scenario_text: str, ledger_path: str, interval: float):
 def ledger_rows(path: str) -> tuple[int, int]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return (conn.execute("SELECT count(*) FROM jobs").fetchone()[0],
-                conn.execute("SELECT count(*) FROM timeline").fetchone()[0])
+        return (
+            conn.execute("SELECT count(*) FROM jobs").fetchone()[0],
+            conn.execute("SELECT count(*) FROM timeline").fetchone()[0],
+        )
     finally:
         conn.close()
 
@@ -95,8 +97,14 @@ def file_bytes(path: str) -> int:
 
 
 def run(args: argparse.Namespace, folder: str) -> tuple[list[Hour], int]:
-    jobs = churn_jobs(gpus=args.gpus, seconds=args.hours * 3600, shortest=args.shortest, longest=args.longest,
-                      gap=args.gap, seed=args.seed)
+    jobs = churn_jobs(
+        gpus=args.gpus,
+        seconds=args.hours * 3600,
+        shortest=args.shortest,
+        longest=args.longest,
+        gap=args.gap,
+        seed=args.seed,
+    )
     ledger_path = os.path.join(folder, "ledger.sqlite")
     clock, sampler, registry = build(churn_scenario(jobs, args.gpus), ledger_path, args.interval)
     process = psutil.Process()
@@ -122,23 +130,25 @@ def run(args: argparse.Namespace, folder: str) -> tuple[list[Hour], int]:
         lines = [line for line in body.split(b"\n") if line and not line.startswith(b"#")]
         rows = ledger_rows(ledger_path)
         heap = tracemalloc.get_traced_memory()[0] / 2**20 if args.tracemalloc else sys.getallocatedblocks() / 1000
-        hours.append(Hour(
-            hour=hour,
-            started=sum(j.start <= now for j in jobs),
-            finished=sum(j.end <= now for j in jobs),
-            running=sum(j.start <= now < j.end for j in jobs),
-            exported=len(exported),
-            expected=len(expected),
-            series=len(lines),
-            job_series=sum(b'job_id="' in line for line in lines),
-            exposition_bytes=len(body),
-            rss_bytes=process.memory_info().rss,
-            heap=heap,
-            ledger_jobs=rows[0],
-            ledger_timeline=rows[1],
-            ledger_bytes=file_bytes(ledger_path),
-            wall=time.perf_counter() - began,
-        ))
+        hours.append(
+            Hour(
+                hour=hour,
+                started=sum(j.start <= now for j in jobs),
+                finished=sum(j.end <= now for j in jobs),
+                running=sum(j.start <= now < j.end for j in jobs),
+                exported=len(exported),
+                expected=len(expected),
+                series=len(lines),
+                job_series=sum(b'job_id="' in line for line in lines),
+                exposition_bytes=len(body),
+                rss_bytes=process.memory_info().rss,
+                heap=heap,
+                ledger_jobs=rows[0],
+                ledger_timeline=rows[1],
+                ledger_bytes=file_bytes(ledger_path),
+                wall=time.perf_counter() - began,
+            )
+        )
         print(f"hour {hour}: {hours[-1]}", file=sys.stderr, flush=True)
     return hours, mismatches
 
@@ -162,26 +172,34 @@ def main() -> int:
         hours, mismatches = run(args, folder)
     wall = time.perf_counter() - started
     heap = "Python heap (MB, tracemalloc)" if args.tracemalloc else "Python heap (1000 blocks)"
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}: {args.hours} simulated hours on {args.gpus} GPUs, "
-          f"{hours[-1].started} jobs of {args.shortest:g}-{args.longest:g} s, sampled every {args.interval:g} s, "
-          f"scraped every {args.scrape:g} s; {wall:.0f} s of wall time\n")
-    print(f"| hour | jobs started | jobs finished | jobs running | jobs exported / expected | series | "
-          f"per-job series | series per exported job | exposition (KB) | RSS (MB) | {heap} | ledger jobs | "
-          "ledger timeline rows | ledger file (MB) | wall (s) |")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}: {args.hours} simulated hours on {args.gpus} GPUs, "
+        f"{hours[-1].started} jobs of {args.shortest:g}-{args.longest:g} s, sampled every {args.interval:g} s, "
+        f"scraped every {args.scrape:g} s; {wall:.0f} s of wall time\n"
+    )
+    print(
+        f"| hour | jobs started | jobs finished | jobs running | jobs exported / expected | series | "
+        f"per-job series | series per exported job | exposition (KB) | RSS (MB) | {heap} | ledger jobs | "
+        "ledger timeline rows | ledger file (MB) | wall (s) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for h in hours:
         per_job = h.job_series / h.exported if h.exported else 0.0
-        print(f"| {h.hour} | {h.started} | {h.finished} | {h.running} | {h.exported} / {h.expected} | {h.series} | "
-              f"{h.job_series} | {per_job:.1f} | {h.exposition_bytes / 1000:.0f} | {h.rss_bytes / 2**20:.1f} | "
-              f"{h.heap:.1f} | {h.ledger_jobs} | {h.ledger_timeline} | {h.ledger_bytes / 2**20:.2f} | "
-              f"{h.wall:.1f} |")
+        print(
+            f"| {h.hour} | {h.started} | {h.finished} | {h.running} | {h.exported} / {h.expected} | {h.series} | "
+            f"{h.job_series} | {per_job:.1f} | {h.exposition_bytes / 1000:.0f} | {h.rss_bytes / 2**20:.1f} | "
+            f"{h.heap:.1f} | {h.ledger_jobs} | {h.ledger_timeline} | {h.ledger_bytes / 2**20:.2f} | "
+            f"{h.wall:.1f} |"
+        )
     later = hours[2:] or hours
-    print(f"\nFrom hour {later[0].hour} to hour {later[-1].hour}: series {min(h.series for h in later)}-"
-          f"{max(h.series for h in later)}, RSS {later[0].rss_bytes / 2**20:.1f} -> "
-          f"{later[-1].rss_bytes / 2**20:.1f} MB, "
-          f"heap {later[0].heap:.1f} -> {later[-1].heap:.1f}; the exported jobs were exactly the expected ones "
-          f"in {len(hours) - mismatches} of {len(hours)} hours.")
+    print(
+        f"\nFrom hour {later[0].hour} to hour {later[-1].hour}: series {min(h.series for h in later)}-"
+        f"{max(h.series for h in later)}, RSS {later[0].rss_bytes / 2**20:.1f} -> "
+        f"{later[-1].rss_bytes / 2**20:.1f} MB, "
+        f"heap {later[0].heap:.1f} -> {later[-1].heap:.1f}; the exported jobs were exactly the expected ones "
+        f"in {len(hours) - mismatches} of {len(hours)} hours."
+    )
     return 0 if mismatches == 0 else 1
 
 

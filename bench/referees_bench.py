@@ -63,18 +63,24 @@ def main() -> None:
                     counts[tool]["processes"] += ours.process_count or 0
                     if len(listed) == ours.process_count and set(ours.processes) <= set(listed):
                         counts[tool]["processes_matched"] += len(listed)
-    print(f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}, "
-          f"held at {peers.AT:g} s, drivers {', '.join(DRIVERS)}\n")
-    print("| tool | GPU readings | largest difference: memory used (MiB) / utilization (points) / power (W) "
-          "| the same, beyond display precision and the last second's spread | exact fields equal "
-          "| processes listed / agent's | N/A where the agent had a value |")
+    print(
+        f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}, "
+        f"held at {peers.AT:g} s, drivers {', '.join(DRIVERS)}\n"
+    )
+    print(
+        "| tool | GPU readings | largest difference: memory used (MiB) / utilization (points) / power (W) "
+        "| the same, beyond display precision and the last second's spread | exact fields equal "
+        "| processes listed / agent's | N/A where the agent had a value |"
+    )
     print("|---|---|---|---|---|---|---|")
     for tool in counts:
         w, c = worst[tool], counts[tool]
         beyond = " / ".join(f"{max(0.0, w[f + '_beyond']):.2f}" for f in FIELDS)
-        print(f"| {tool} | {c['gpus']} | {w['memory_used_mib']:.2f} / {w['utilization_pct']:.2f} / "
-              f"{w['power_w']:.2f} | {beyond} | {c['exact_checked'] - c['exact_differ']} of "
-              f"{c['exact_checked']} | {c['processes_matched']} / {c['processes']} | {c['not_available']} |")
+        print(
+            f"| {tool} | {c['gpus']} | {w['memory_used_mib']:.2f} / {w['utilization_pct']:.2f} / "
+            f"{w['power_w']:.2f} | {beyond} | {c['exact_checked'] - c['exact_differ']} of "
+            f"{c['exact_checked']} | {c['processes_matched']} / {c['processes']} | {c['not_available']} |"
+        )
     print("\n| scenario | driver | GPUs | seconds for all five readers |")
     print("|---|---|---|---|")
     for name, driver, gpus, seconds in rows:

@@ -49,23 +49,49 @@ def synthesize(path: str, jobs: int, days: float, seed: int = 7) -> int:
         held = duration * gpus
         states = {s: held * w / total for s, w in zip(STATES, shares, strict=True)}
         record = JobRecord(
-            "slurm", str(100_000 + n), start=start, last_seen=start + duration, user=rng.choice(USERS),
-            namespace=rng.choice(NAMESPACES), partition=rng.choice(["gpu", "gpu-large"]),
-            gpus=tuple(f"GPU-{n}-{i}" for i in range(gpus)), models=(rng.choice(["NVIDIA H100 80GB HBM3",
-                                                                                  "NVIDIA A100-SXM4-80GB"]),),
-            state_seconds=states, busy_seconds=held * rng.random(), sampled_seconds=held,
-            sm_activity_seconds=held * rng.random() * 0.8, gpm_seconds=held, energy_joules=held * rng.uniform(100, 700),
-            memory_peak_bytes=rng.randrange(1, 80) * 2**30, memory_capacity_bytes=80 * 2**30,
+            "slurm",
+            str(100_000 + n),
+            start=start,
+            last_seen=start + duration,
+            user=rng.choice(USERS),
+            namespace=rng.choice(NAMESPACES),
+            partition=rng.choice(["gpu", "gpu-large"]),
+            gpus=tuple(f"GPU-{n}-{i}" for i in range(gpus)),
+            models=(rng.choice(["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"]),),
+            state_seconds=states,
+            busy_seconds=held * rng.random(),
+            sampled_seconds=held,
+            sm_activity_seconds=held * rng.random() * 0.8,
+            gpm_seconds=held,
+            energy_joules=held * rng.uniform(100, 700),
+            memory_peak_bytes=rng.randrange(1, 80) * 2**30,
+            memory_capacity_bytes=80 * 2**30,
             tips={tip: TipUse(held * rng.random(), f"Advice about {tip}.") for tip in rng.sample(TIPS, 3)},
         )
         ledger._upsert_run(conn, record, record)
         run_id = ledger._run_id(conn, (record.kind, record.id, record.start))
         conn.execute("UPDATE jobs SET finished = 1 WHERE run = ?", (run_id,))
-        conn.executemany("INSERT INTO tips VALUES (?, ?, ?, ?)",
-                         [(run_id, tip, use.seconds, use.text) for tip, use in record.tips.items()])
+        conn.executemany(
+            "INSERT INTO tips VALUES (?, ?, ?, ?)",
+            [(run_id, tip, use.seconds, use.text) for tip, use in record.tips.items()],
+        )
         minutes = int(duration // TIMELINE_SECONDS)
-        rows = [(run_id, start + m * TIMELINE_SECONDS, 0.0, 0.0, 0.0, 0.0, 60.0 * gpus, 0.0, 50.0 * gpus,
-                 60.0 * gpus, record.memory_peak_bytes) for m in range(minutes)]
+        rows = [
+            (
+                run_id,
+                start + m * TIMELINE_SECONDS,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                60.0 * gpus,
+                0.0,
+                50.0 * gpus,
+                60.0 * gpus,
+                record.memory_peak_bytes,
+            )
+            for m in range(minutes)
+        ]
         conn.executemany("INSERT INTO timeline VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
         points += minutes
     conn.execute("COMMIT")
@@ -95,9 +121,18 @@ def commit_cost(folder: str, jobs: int, cycles: int = 300) -> float:
         epoch = END + cycle
         written = []
         for n in range(jobs):
-            record = JobRecord("slurm", str(n), start=END, last_seen=epoch, user="u", gpus=("GPU-0",),
-                               state_seconds={"busy": 1.0}, busy_seconds=0.9, sampled_seconds=1.0,
-                               tips={"mixed_precision": TipUse(1.0, "Train in bf16.")})
+            record = JobRecord(
+                "slurm",
+                str(n),
+                start=END,
+                last_seen=epoch,
+                user="u",
+                gpus=("GPU-0",),
+                state_seconds={"busy": 1.0},
+                busy_seconds=0.9,
+                sampled_seconds=1.0,
+                tips={"mixed_precision": TipUse(1.0, "Train in bf16.")},
+            )
             written.append((record, record))
         ledger.write(written, [], epoch)
         samples.append(ledger.write_seconds)
@@ -117,23 +152,26 @@ def main() -> None:
         os.remove(path)
     started = time.perf_counter()
     points = synthesize(path, args.jobs, args.days)
-    print(f"ledger: {args.jobs} jobs, {points:,} timeline points, {os.path.getsize(path) / 2**20:.1f} MiB, "
-          f"written in {time.perf_counter() - started:.1f} s")
+    print(
+        f"ledger: {args.jobs} jobs, {points:,} timeline points, {os.path.getsize(path) / 2**20:.1f} MiB, "
+        f"written in {time.perf_counter() - started:.1f} s"
+    )
     since = f"{END - args.days * 86_400:.0f}"
     results = {}
     for fmt in ("json", "csv", "markdown", "html", "terminal"):
-        results[f"fleet {fmt}"] = timed(["fleet", "--ledger", path, "--since", since, "--until", f"{END:.0f}",
-                                         "--by", "user", "--format", fmt])
+        results[f"fleet {fmt}"] = timed(
+            ["fleet", "--ledger", path, "--since", since, "--until", f"{END:.0f}", "--by", "user", "--format", fmt]
+        )
     longest = "100000"
-    results["job html (timeline)"] = timed(["job", longest, "--ledger", path, "--since", since, "--until",
-                                            f"{END:.0f}", "--format", "html"])
+    results["job html (timeline)"] = timed(
+        ["job", longest, "--ledger", path, "--since", since, "--until", f"{END:.0f}", "--format", "html"]
+    )
     for name, (seconds, peak, size) in results.items():
         print(f"{name:22} {seconds * 1000:8.0f} ms   peak traced {peak:6.1f} MiB   output {size / 1024:7.1f} KiB")
     print(f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     for jobs in (8, 32):
         print(f"ledger commit per cycle, {jobs} jobs: {commit_cost(folder, jobs) * 1000:.2f} ms (median of 300)")
-    print(json.dumps({name: {"seconds": round(s, 3), "peak_mib": round(p, 1)} for name, (s, p, _) in
-                      results.items()}))
+    print(json.dumps({name: {"seconds": round(s, 3), "peak_mib": round(p, 1)} for name, (s, p, _) in results.items()}))
 
 
 if __name__ == "__main__":

@@ -87,9 +87,13 @@ def decide(auth_configured: bool, user: Mapping[str, Any], allowed: AllowList, r
     """Return what a viewer may see, given whether `[auth]` is configured and `user` (Streamlit's st.user)."""
     if not auth_configured:
         if allowed or required:
-            return Access(MISCONFIGURED, why=(
-                "a login is required but no [auth] section was found in Streamlit's secrets.toml; "
-                "add one (docs/security.md) or remove the allow-list"))
+            return Access(
+                MISCONFIGURED,
+                why=(
+                    "a login is required but no [auth] section was found in Streamlit's secrets.toml; "
+                    "add one (docs/security.md) or remove the allow-list"
+                ),
+            )
         return Access(OPEN)
     if not user.get("is_logged_in"):
         return Access(LOGIN)
@@ -99,11 +103,18 @@ def decide(auth_configured: bool, user: Mapping[str, Any], allowed: AllowList, r
         return Access(ALLOWED, name)
     # A provider that says the address is unverified cannot vouch for it: anyone could have typed it.
     if user.get("email_verified") is False:
-        return Access(REFUSED, name, f"{email or name}: the identity provider has not verified this address, "
-                                     "so the allow-list cannot admit it")
+        return Access(
+            REFUSED,
+            name,
+            f"{email or name}: the identity provider has not verified this address, so the allow-list cannot admit it",
+        )
     if not allowed.admits(email):
-        return Access(REFUSED, name, f"{email or name} is not allowed to see this dashboard; ask its operator "
-                                     "to add the address or its domain to the allow-list")
+        return Access(
+            REFUSED,
+            name,
+            f"{email or name} is not allowed to see this dashboard; ask its operator "
+            "to add the address or its domain to the allow-list",
+        )
     return Access(ALLOWED, name)
 
 

@@ -34,8 +34,9 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
         .encode(
             x=alt.X("gpu:O", sort=gpus, title="GPU on the node", axis=alt.Axis(orient="top", labelAngle=0)),
             y=alt.Y("node:N", sort=nodes, title="node"),
-            color=alt.Color("state:N", scale=_STATE_SCALE, title="state",
-                            legend=alt.Legend(orient="bottom", columns=6)),
+            color=alt.Color(
+                "state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom", columns=6)
+            ),
             tooltip=["node", "gpu", "state", "reason", "owner", "model"],
         )
     ), 28 * len(nodes) + 160
@@ -52,8 +53,12 @@ def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
         .encode(
             x=alt.X("column:O", axis=None),
             y=alt.Y("line:N", sort=lines, title="nodes, from"),
-            color=alt.Color("flagged share:Q", scale=alt.Scale(scheme="yelloworangered", domain=[0, 1]),
-                            title="share of its GPUs flagged", legend=alt.Legend(orient="bottom", format="%")),
+            color=alt.Color(
+                "flagged share:Q",
+                scale=alt.Scale(scheme="yelloworangered", domain=[0, 1]),
+                title="share of its GPUs flagged",
+                legend=alt.Legend(orient="bottom", format="%"),
+            ),
             tooltip=["node", "GPUs", "flagged", "states", "model"],
         )
     ), 18 * len(lines) + 120
@@ -66,8 +71,9 @@ def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
         alt.Chart(frame)
         .mark_line(point=len(frame) < 40)
         .encode(
-            x=alt.X("time:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]),
-                    axis=_CLOCK),
+            x=alt.X(
+                "time:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]), axis=_CLOCK
+            ),
             y=alt.Y("value:Q", title=axis),
             color=alt.Color("series:N", title="", legend=alt.Legend(orient="bottom", columns=1, labelLimit=500)),
             tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "series", alt.Tooltip("value:Q", format=",.2f")],
@@ -82,12 +88,17 @@ def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
         alt.Chart(frame)
         .mark_bar(height=26)
         .encode(
-            x=alt.X("start:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]),
-                    axis=_CLOCK),
+            x=alt.X(
+                "start:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]), axis=_CLOCK
+            ),
             x2="end:T",
             color=alt.Color("state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom")),
-            tooltip=[alt.Tooltip("start:T", format="%H:%M:%S"), alt.Tooltip("end:T", format="%H:%M:%S"), "state",
-                     alt.Tooltip("minutes:Q", format=".1f", title="minutes")],
+            tooltip=[
+                alt.Tooltip("start:T", format="%H:%M:%S"),
+                alt.Tooltip("end:T", format="%H:%M:%S"),
+                "state",
+                alt.Tooltip("minutes:Q", format=".1f", title="minutes"),
+            ],
         )
     ), 150
 
@@ -102,7 +113,10 @@ def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
             x=alt.X("hours:Q", title="GPU-hours"),
             y=alt.Y("state:N", sort=_STATES, title=""),
             color=alt.Color("state:N", scale=_STATE_SCALE, legend=None),
-            tooltip=["state", alt.Tooltip("hours:Q", format=".2f", title="GPU-hours"),
-                     alt.Tooltip("share:Q", format=".0%", title="share")],
+            tooltip=[
+                "state",
+                alt.Tooltip("hours:Q", format=".2f", title="GPU-hours"),
+                alt.Tooltip("share:Q", format=".0%", title="share"),
+            ],
         )
     ), 28 * len(frame) + 70

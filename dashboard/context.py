@@ -73,8 +73,10 @@ def _safe(call: Callable[[], Answer[T]], empty: T, what: str) -> Answer[T]:
         return call()
     except Exception:  # a bug must cost the panel, never show a traceback
         log.exception("reading %s failed", what)
-        return Answer(empty, (SourceProblem("dashboard", f"reading {what} failed unexpectedly; "
-                                                         "the dashboard's log has the details"),))
+        return Answer(
+            empty,
+            (SourceProblem("dashboard", f"reading {what} failed unexpectedly; the dashboard's log has the details"),),
+        )
 
 
 # Kept as the object itself, not a pickled copy: the fleet's records are frozen, and copying 10,000 of
@@ -87,8 +89,11 @@ def _fleet(_source: Source, key: str, window: float) -> Answer[Fleet]:
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
 def _history(_source: Source, key: str, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
     now = time.time()
-    return _safe(lambda: _source.gpu_history(node, gpu, seconds), GpuHistory(node, gpu, now - seconds, now, {}, ()),
-                 f"GPU {gpu} on {node}")
+    return _safe(
+        lambda: _source.gpu_history(node, gpu, seconds),
+        GpuHistory(node, gpu, now - seconds, now, {}, ()),
+        f"GPU {gpu} on {node}",
+    )
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)

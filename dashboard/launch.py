@@ -90,11 +90,14 @@ def check_port(host: str, port: int, what: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as error:
-            raise LaunchError(f"cannot listen on {host}:{port} ({error.strerror}); choose another port with "
-                              f"{what}") from None
+            raise LaunchError(
+                f"cannot listen on {host}:{port} ({error.strerror}); choose another port with {what}"
+            ) from None
         except (OverflowError, TypeError, ValueError):  # a port outside 0-65535, a NUL in the address
-            raise LaunchError(f"cannot listen on {host!r} port {port}: choose a port from 1 to 65535 with {what} "
-                              "and an address such as 127.0.0.1") from None
+            raise LaunchError(
+                f"cannot listen on {host!r} port {port}: choose a port from 1 to 65535 with {what} "
+                "and an address such as 127.0.0.1"
+            ) from None
 
 
 def wait_until(ready: Callable[[], bool], children: Children, what: str, timeout: float = STARTUP_SECONDS) -> None:
@@ -105,8 +108,9 @@ def wait_until(ready: Callable[[], bool], children: Children, what: str, timeout
             return
         gone = children.exited()
         if gone is not None:
-            raise LaunchError(f"{what} did not start: {pathlib.Path(str(gone.args[0])).name} exited with status "
-                              f"{gone.returncode}")
+            raise LaunchError(
+                f"{what} did not start: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}"
+            )
         time.sleep(0.2)
     raise LaunchError(f"{what} did not answer within {timeout:g} s")
 
@@ -122,8 +126,14 @@ def _answers(url: str) -> Callable[[], bool]:
     return ready
 
 
-def start_dashboard(children: Children, env: dict[str, str], host: str, port: int, refresh: float | None,
-                    secrets_file: str | None = None) -> str:
+def start_dashboard(
+    children: Children,
+    env: dict[str, str],
+    host: str,
+    port: int,
+    refresh: float | None,
+    secrets_file: str | None = None,
+) -> str:
     """Start Streamlit on `host:port` reading the source `env` names; return the URL once it answers.
 
     `secrets_file` replaces Streamlit's own secrets.toml locations (the login settings).
@@ -137,10 +147,32 @@ def start_dashboard(children: Children, env: dict[str, str], host: str, port: in
     # Only paths and public settings go on the command line, which every user on the machine can read.
     secrets = ["--secrets.files", secrets_file] if secrets_file else []
     children.start(
-        [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
-         "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-         "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--logger.level", "warning", *secrets],
-        env=environment, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(APP),
+            "--server.address",
+            host,
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.fileWatcherType",
+            "none",
+            "--server.runOnSave",
+            "false",
+            "--client.toolbarMode",
+            "viewer",
+            "--logger.level",
+            "warning",
+            *secrets,
+        ],
+        env=environment,
+        stdout=subprocess.DEVNULL,
     )
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else shown}:{port}/"
@@ -162,8 +194,10 @@ def _serve(children: Children, lines: Sequence[str]) -> int:
         while not stopping:
             gone = children.exited()
             if gone is not None:
-                print(f"gpulens: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}; "
-                      "stopping", file=sys.stderr)
+                print(
+                    f"gpulens: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}; stopping",
+                    file=sys.stderr,
+                )
                 return EXIT_RUNTIME
             time.sleep(0.3)
         return 0
@@ -208,15 +242,22 @@ def dashboard_main(argv: Sequence[str]) -> int:
     source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
     source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
-    parser.add_argument("--address", default="127.0.0.1",
-                        help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    parser.add_argument("--alertmanager", metavar="URL",
-                        help="with --prometheus: the Alertmanager its alerts go to; the Alerts page then shows "
-                             "which were sent, silenced or inhibited, and the silences")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
+    )
+    parser.add_argument(
+        "--alertmanager",
+        metavar="URL",
+        help="with --prometheus: the Alertmanager its alerts go to; the Alerts page then shows "
+        "which were sent, silenced or inhibited, and the silences",
+    )
     add_credential_flags(parser)
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
-    parser.add_argument("--auth-file", metavar="FILE",
-                        help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect")
+    parser.add_argument(
+        "--auth-file",
+        metavar="FILE",
+        help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect",
+    )
     args = parser.parse_args(argv)
     _check_refresh(parser, args.refresh)
     if args.alertmanager is not None and not args.prometheus:
@@ -269,9 +310,22 @@ def start_agent(children: Children, scenario: str, speed: float, workdir: pathli
     log = workdir / f"agent-{pathlib.Path(scenario).stem}.log"  # a built-in name or a file
     with log.open("w") as output:
         process = children.start(
-            [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", f"{speed:g}",
-             "--web.listen-address", "127.0.0.1:0", *flags],
-            stdout=subprocess.PIPE, stderr=output, text=True,
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "agent",
+                "--simulate",
+                scenario,
+                "--speed",
+                f"{speed:g}",
+                "--web.listen-address",
+                "127.0.0.1:0",
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=output,
+            text=True,
         )
     line = process.stdout.readline()
     if "listening on http://" not in line:
@@ -281,8 +335,13 @@ def start_agent(children: Children, scenario: str, speed: float, workdir: pathli
     return line.split("listening on ", 1)[1].strip().removesuffix("/metrics")
 
 
-def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], interval: float = 2.0,
-                      alertmanager: str | None = None, dashboard: str | None = None) -> str:
+def prometheus_config(
+    agents: dict[str, str],
+    rules: Sequence[pathlib.Path],
+    interval: float = 2.0,
+    alertmanager: str | None = None,
+    dashboard: str | None = None,
+) -> str:
     """Return a Prometheus configuration scraping `agents` ({name: URL}), each name its `instance` label.
 
     With `alertmanager` (a URL) alerts go there; with `dashboard` (its URL) each GPU alert links to its GPU
@@ -290,12 +349,16 @@ def prometheus_config(agents: dict[str, str], rules: Sequence[pathlib.Path], int
     """
     labels = f", external_labels: {{gpulens_dashboard: '{dashboard.rstrip('/')}'}}" if dashboard else ""
     if rules:
-        lines = [f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
-                 "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]"]
+        lines = [
+            f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
+            "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]",
+        ]
     else:  # for vmagent, which reads the scrape part only and refuses what it does not know
         lines = [f"global: {{scrape_interval: {interval:g}s{labels}}}"]
     if alertmanager:
-        lines.append(f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['{alertmanager.split('://')[-1]}']}}]}}]}}")
+        lines.append(
+            f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['{alertmanager.split('://')[-1]}']}}]}}]}}"
+        )
     lines += [
         "scrape_configs:",
         "  - job_name: gpulens",
@@ -328,20 +391,37 @@ def _start_server(children: Children, argv: list[str], url: str, ready: str, wha
         raise LaunchError(f"{error}; its last words: {last[:300]}") from None
 
 
-def start_prometheus(children: Children, agents: dict[str, str], workdir: pathlib.Path,
-                     alertmanager: str | None = None, dashboard: str | None = None) -> tuple[str, list[str]]:
+def start_prometheus(
+    children: Children,
+    agents: dict[str, str],
+    workdir: pathlib.Path,
+    alertmanager: str | None = None,
+    dashboard: str | None = None,
+) -> tuple[str, list[str]]:
     """Start a real Prometheus scraping `agents` with the project's rules; return its URL and rule files."""
     binary = shutil.which("prometheus")
     if binary is None:
-        raise LaunchError("--prometheus needs Prometheus installed (Debian package 'prometheus'); "
-                          "install it or run 'gpulens demo' without --prometheus")
+        raise LaunchError(
+            "--prometheus needs Prometheus installed (Debian package 'prometheus'); "
+            "install it or run 'gpulens demo' without --prometheus"
+        )
     rules = bundled.write_rules(workdir / "rules")
     config = workdir / "prometheus.yml"
     config.write_text(prometheus_config(agents, rules, alertmanager=alertmanager, dashboard=dashboard))
     url = _free_loopback_url()
-    _start_server(children, [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-                             f"--web.listen-address={url.removeprefix('http://')}"],
-                  url, "/-/ready", "Prometheus", workdir / "prometheus.log")
+    _start_server(
+        children,
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+        ],
+        url,
+        "/-/ready",
+        "Prometheus",
+        workdir / "prometheus.log",
+    )
     return url, [path.name for path in rules]
 
 
@@ -358,10 +438,20 @@ def start_alertmanager(children: Children, workdir: pathlib.Path) -> str | None:
     config["receivers"] = [{"name": receiver["name"]} for receiver in config["receivers"]]
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(config, sort_keys=False))
     url = _free_loopback_url()
-    _start_server(children, [binary, f"--config.file={workdir / 'alertmanager.yml'}",
-                             f"--storage.path={workdir / 'alertmanager'}",
-                             f"--web.listen-address={url.removeprefix('http://')}", "--cluster.listen-address="],
-                  url, "/-/ready", "Alertmanager", workdir / "alertmanager.log")
+    _start_server(
+        children,
+        [
+            binary,
+            f"--config.file={workdir / 'alertmanager.yml'}",
+            f"--storage.path={workdir / 'alertmanager'}",
+            f"--web.listen-address={url.removeprefix('http://')}",
+            "--cluster.listen-address=",
+        ],
+        url,
+        "/-/ready",
+        "Alertmanager",
+        workdir / "alertmanager.log",
+    )
     return url
 
 
@@ -369,55 +459,96 @@ VICTORIAMETRICS = ("victoria-metrics", "vmagent", "vmalert")
 SCRAPERS = 2  # vmagents sharing the targets, as a large fleet shards its scraping
 
 
-def start_victoriametrics(children: Children, agents: dict[str, str], workdir: pathlib.Path,
-                          alertmanager: str | None, dashboard: str) -> tuple[str, list[str]]:
+def start_victoriametrics(
+    children: Children, agents: dict[str, str], workdir: pathlib.Path, alertmanager: str | None, dashboard: str
+) -> tuple[str, list[str]]:
     """Start VictoriaMetrics fed by two vmagents, each scraping half the agents, and vmalert evaluating
     the project's rules against it; return the URL that answers the Prometheus API, and the rule files."""
     binaries = {name: shutil.which(name) for name in VICTORIAMETRICS}
     missing = [name for name, path in binaries.items() if path is None]
     if missing:
-        raise LaunchError(f"--victoriametrics needs {', '.join(missing)} (Debian package 'victoria-metrics'); "
-                          "install it or run 'gpulens demo' without --victoriametrics")
+        raise LaunchError(
+            f"--victoriametrics needs {', '.join(missing)} (Debian package 'victoria-metrics'); "
+            "install it or run 'gpulens demo' without --victoriametrics"
+        )
     store, evaluator = _free_loopback_url(), _free_loopback_url()
-    _start_server(children, [binaries["victoria-metrics"], f"-storageDataPath={workdir / 'victoria-metrics'}",
-                             f"-httpListenAddr={store.removeprefix('http://')}", "-retentionPeriod=1d",
-                             # Answer with samples a few seconds old (default 30 s), as a demo refreshes fast.
-                             "-search.latencyOffset=5s", f"-vmalert.proxyURL={evaluator}"],
-                  store, "/health", "VictoriaMetrics", workdir / "victoria-metrics.log")
+    _start_server(
+        children,
+        [
+            binaries["victoria-metrics"],
+            f"-storageDataPath={workdir / 'victoria-metrics'}",
+            f"-httpListenAddr={store.removeprefix('http://')}",
+            "-retentionPeriod=1d",
+            # Answer with samples a few seconds old (default 30 s), as a demo refreshes fast.
+            "-search.latencyOffset=5s",
+            f"-vmalert.proxyURL={evaluator}",
+        ],
+        store,
+        "/health",
+        "VictoriaMetrics",
+        workdir / "victoria-metrics.log",
+    )
     scrape = workdir / "scrape.yml"
     scrape.write_text(prometheus_config(agents, []))
     for member in range(SCRAPERS):
         url = _free_loopback_url()
-        _start_server(children, [binaries["vmagent"], f"-promscrape.config={scrape}",
-                                 f"-promscrape.cluster.membersCount={SCRAPERS}",
-                                 f"-promscrape.cluster.memberNum={member}",
-                                 f"-remoteWrite.url={store}/api/v1/write",
-                                 f"-remoteWrite.tmpDataPath={workdir / f'vmagent-{member}'}",
-                                 f"-httpListenAddr={url.removeprefix('http://')}"],
-                      url, "/health", f"vmagent {member}", workdir / f"vmagent-{member}.log")
+        _start_server(
+            children,
+            [
+                binaries["vmagent"],
+                f"-promscrape.config={scrape}",
+                f"-promscrape.cluster.membersCount={SCRAPERS}",
+                f"-promscrape.cluster.memberNum={member}",
+                f"-remoteWrite.url={store}/api/v1/write",
+                f"-remoteWrite.tmpDataPath={workdir / f'vmagent-{member}'}",
+                f"-httpListenAddr={url.removeprefix('http://')}",
+            ],
+            url,
+            "/health",
+            f"vmagent {member}",
+            workdir / f"vmagent-{member}.log",
+        )
     rules = bundled.write_rules(workdir / "rules")
     # vmalert needs somewhere to send alerts: without Alertmanager, a loopback port nobody listens on.
     notifier = alertmanager or _free_loopback_url()
-    _start_server(children, [binaries["vmalert"], *(f"-rule={path}" for path in rules),
-                             f"-datasource.url={store}", f"-remoteWrite.url={store}", f"-remoteRead.url={store}",
-                             f"-notifier.url={notifier}", "-evaluationInterval=2s",
-                             f"-external.label=gpulens_dashboard={dashboard}",
-                             f"-httpListenAddr={evaluator.removeprefix('http://')}"],
-                  evaluator, "/health", "vmalert", workdir / "vmalert.log")
+    _start_server(
+        children,
+        [
+            binaries["vmalert"],
+            *(f"-rule={path}" for path in rules),
+            f"-datasource.url={store}",
+            f"-remoteWrite.url={store}",
+            f"-remoteRead.url={store}",
+            f"-notifier.url={notifier}",
+            "-evaluationInterval=2s",
+            f"-external.label=gpulens_dashboard={dashboard}",
+            f"-httpListenAddr={evaluator.removeprefix('http://')}",
+        ],
+        evaluator,
+        "/health",
+        "vmalert",
+        workdir / "vmalert.log",
+    )
     return store, [path.name for path in rules]
 
 
 def demo_main(argv: Sequence[str]) -> int:
     """`gpulens demo [--port N] [--prometheus | --victoriametrics]`."""
-    parser = OneLineParser(prog="gpulens demo",
-                     description="A simulated fleet of several nodes on loopback, and the dashboard reading it.")
+    parser = OneLineParser(
+        prog="gpulens demo", description="A simulated fleet of several nodes on loopback, and the dashboard reading it."
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
     store = parser.add_mutually_exclusive_group()
-    store.add_argument("--prometheus", action="store_true",
-                       help="also run a real Prometheus scraping the agents with the project's rules")
-    store.add_argument("--victoriametrics", action="store_true",
-                       help="also run VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with "
-                            "the project's rules")
+    store.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus scraping the agents with the project's rules",
+    )
+    store.add_argument(
+        "--victoriametrics",
+        action="store_true",
+        help="also run VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with the project's rules",
+    )
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     args = parser.parse_args(argv)
@@ -428,26 +559,35 @@ def demo_main(argv: Sequence[str]) -> int:
     workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
     try:
         check_port("127.0.0.1", args.port, "--port")
-        agents = {scenario: start_agent(children, scenario, args.speed, pathlib.Path(workdir.name))
-                  for scenario in DEMO_SCENARIOS}
-        lines = [f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
-                 + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())]
+        agents = {
+            scenario: start_agent(children, scenario, args.speed, pathlib.Path(workdir.name))
+            for scenario in DEMO_SCENARIOS
+        }
+        lines = [
+            f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
+            + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())
+        ]
         if args.prometheus or args.victoriametrics:
             alertmanager = start_alertmanager(children, pathlib.Path(workdir.name))
             dashboard_url = f"http://127.0.0.1:{args.port}"
             if args.prometheus:
-                url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager,
-                                              dashboard_url)
+                url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager, dashboard_url)
                 lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
             else:
-                url, rules = start_victoriametrics(children, agents, pathlib.Path(workdir.name), alertmanager,
-                                                   dashboard_url)
-                lines.append(f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
-                             f"evaluates the rules: {', '.join(rules)}")
+                url, rules = start_victoriametrics(
+                    children, agents, pathlib.Path(workdir.name), alertmanager, dashboard_url
+                )
+                lines.append(
+                    f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
+                    f"evaluates the rules: {', '.join(rules)}"
+                )
             env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
-            lines.append(f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
-                         if alertmanager else "Alertmanager is not installed (Debian package "
-                         "'prometheus-alertmanager'); alerts stay in Prometheus")
+            lines.append(
+                f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
+                if alertmanager
+                else "Alertmanager is not installed (Debian package "
+                "'prometheus-alertmanager'); alerts stay in Prometheus"
+            )
         else:
             env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
         dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)

@@ -15,8 +15,14 @@ class AgentClient(HttpClient):
 
     def __init__(self, url: str, credentials: Credentials | None, timeout: float, unreachable: str):
         base = url.strip().rstrip("/").removesuffix("/metrics").removesuffix("/api/v1/jobs")
-        super().__init__(base, credentials, timeout, name="agent", unreachable=unreachable,
-                         refused=f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
+        super().__init__(
+            base,
+            credentials,
+            timeout,
+            name="agent",
+            unreachable=unreachable,
+            refused=f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}",
+        )
 
     def metrics(self) -> str:
         """Return the text exposition the agent serves at /metrics."""
@@ -34,8 +40,10 @@ class AgentClient(HttpClient):
             body = None
         if not response.ok:
             detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
-            raise self.error(f"answered HTTP {response.status_code} to /api/v1/jobs ({detail}); "
-                             "is it a gpulens agent with the ledger stage?")
+            raise self.error(
+                f"answered HTTP {response.status_code} to /api/v1/jobs ({detail}); "
+                "is it a gpulens agent with the ledger stage?"
+            )
         if not isinstance(body, dict):
             raise self.error("did not answer JSON at /api/v1/jobs; is it a gpulens agent?")
         return body

@@ -59,13 +59,17 @@ class AlertmanagerApi(HttpClient):
     def _json(self, path: str, params: dict[str, str]) -> object:
         response = self.get(path, params)
         if response.status_code != 200:
-            raise self.error(f"answered {path} with HTTP {response.status_code}; is --alertmanager Alertmanager "
-                             "itself, version 0.16 or newer (API v2)?")
+            raise self.error(
+                f"answered {path} with HTTP {response.status_code}; is --alertmanager Alertmanager "
+                "itself, version 0.16 or newer (API v2)?"
+            )
         try:
             return parse_json(response)
         except ValueError:
-            raise self.error(f"answered {path} with something that is not JSON; is --alertmanager Alertmanager "
-                             "itself (not a login page)?") from None
+            raise self.error(
+                f"answered {path} with something that is not JSON; is --alertmanager Alertmanager "
+                "itself (not a login page)?"
+            ) from None
 
 
 def _status(item: object, where: str) -> dict[str, object]:
@@ -97,6 +101,10 @@ def _silence(item: object, where: str) -> Silence:
         regex, equal = m.get("isRegex") is True, m.get("isEqual") is not False
         operator = {(False, True): "=", (True, True): "=~", (False, False): "!=", (True, False): "!~"}[regex, equal]
         matchers.append(f"{m['name']}{operator}{label_value(str(m['value']))}")
-    return Silence(id=checks.text(record["id"], f"{where}.id"), matchers=tuple(matchers),
-                   created_by=str(record.get("createdBy") or ""), comment=str(record.get("comment") or ""),
-                   ends_at=str(record.get("endsAt") or ""))
+    return Silence(
+        id=checks.text(record["id"], f"{where}.id"),
+        matchers=tuple(matchers),
+        created_by=str(record.get("createdBy") or ""),
+        comment=str(record.get("comment") or ""),
+        ends_at=str(record.get("endsAt") or ""),
+    )

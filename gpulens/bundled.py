@@ -31,20 +31,39 @@ class Shipped:
         return resources.files(self.package).joinpath(self.path).read_text(encoding="utf-8")
 
 
-FILES = {f.name: f for f in (
-    Shipped("alerts.rules.yml", "gpulens.rules", "alerts.rules.yml", "alert rules (docs/alerts.md)"),
-    Shipped("recording.rules.yml", "gpulens.rules", "recording.rules.yml",
-            "recording rules the dashboard, Grafana and reports read"),
-    Shipped("probes.rules.yml", "gpulens.rules", "probes.rules.yml", "probe rules: fleet medians of each model"),
-    Shipped("gpulens.json", "gpulens.deploy", "grafana/gpulens.json", "Grafana dashboard (import it)"),
-    Shipped("alertmanager.yml", "gpulens.deploy", "alertmanager/alertmanager.yml",
-            "Alertmanager: routes by severity, groups by node, inhibits what a cause explains"),
-    Shipped("prometheus.yml", "gpulens.deploy", "prometheus/prometheus.yml",
-            "Prometheus: scrape config for the agents, rule files, Alertmanager"),
-    Shipped("gpulens-agent.service", "gpulens.deploy", "systemd/gpulens-agent.service",
-            "systemd unit for the agent on a bare-metal or Slurm node"),
-    Shipped("epilog.sh", "gpulens.deploy", "slurm/epilog.sh", "Slurm epilog: a report for each job as it ends"),
-)}
+FILES = {
+    f.name: f
+    for f in (
+        Shipped("alerts.rules.yml", "gpulens.rules", "alerts.rules.yml", "alert rules (docs/alerts.md)"),
+        Shipped(
+            "recording.rules.yml",
+            "gpulens.rules",
+            "recording.rules.yml",
+            "recording rules the dashboard, Grafana and reports read",
+        ),
+        Shipped("probes.rules.yml", "gpulens.rules", "probes.rules.yml", "probe rules: fleet medians of each model"),
+        Shipped("gpulens.json", "gpulens.deploy", "grafana/gpulens.json", "Grafana dashboard (import it)"),
+        Shipped(
+            "alertmanager.yml",
+            "gpulens.deploy",
+            "alertmanager/alertmanager.yml",
+            "Alertmanager: routes by severity, groups by node, inhibits what a cause explains",
+        ),
+        Shipped(
+            "prometheus.yml",
+            "gpulens.deploy",
+            "prometheus/prometheus.yml",
+            "Prometheus: scrape config for the agents, rule files, Alertmanager",
+        ),
+        Shipped(
+            "gpulens-agent.service",
+            "gpulens.deploy",
+            "systemd/gpulens-agent.service",
+            "systemd unit for the agent on a bare-metal or Slurm node",
+        ),
+        Shipped("epilog.sh", "gpulens.deploy", "slurm/epilog.sh", "Slurm epilog: a report for each job as it ends"),
+    )
+}
 
 
 def rules_document() -> str:
@@ -75,9 +94,13 @@ def write_rules(folder: Path) -> list[Path]:
 
 def rules_main(argv: Sequence[str]) -> int:
     """`gpulens rules [--split DIR]`."""
-    parser = OneLineParser(prog="gpulens rules", description=(
-        "Print gpulens' Prometheus rules as one YAML document, e.g. 'gpulens rules | promtool check rules "
-        "/dev/stdin' or 'gpulens rules > gpulens.rules.yml' for rule_files or a ConfigMap."))
+    parser = OneLineParser(
+        prog="gpulens rules",
+        description=(
+            "Print gpulens' Prometheus rules as one YAML document, e.g. 'gpulens rules | promtool check rules "
+            "/dev/stdin' or 'gpulens rules > gpulens.rules.yml' for rule_files or a ConfigMap."
+        ),
+    )
     parser.add_argument("--split", metavar="DIR", help=f"write the files {', '.join(RULE_FILES)} into DIR instead")
     args = parser.parse_args(argv)
     if args.split is None:
@@ -87,17 +110,24 @@ def rules_main(argv: Sequence[str]) -> int:
         for path in write_rules(Path(args.split)):
             print(path)
     except OSError as error:
-        print(f"gpulens rules: cannot write into {printable(args.split)!r} ({error.strerror}); "
-              "choose a folder you can write to", file=sys.stderr)
+        print(
+            f"gpulens rules: cannot write into {printable(args.split)!r} ({error.strerror}); "
+            "choose a folder you can write to",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
 
 def grafana_main(argv: Sequence[str]) -> int:
     """`gpulens grafana`."""
-    OneLineParser(prog="gpulens grafana", description=(
-        "Print gpulens' Grafana dashboard (JSON) to import: 'gpulens grafana > gpulens.json', then "
-        "Dashboards > New > Import and pick the Prometheus data source.")).parse_args(argv)
+    OneLineParser(
+        prog="gpulens grafana",
+        description=(
+            "Print gpulens' Grafana dashboard (JSON) to import: 'gpulens grafana > gpulens.json', then "
+            "Dashboards > New > Import and pick the Prometheus data source."
+        ),
+    ).parse_args(argv)
     sys.stdout.write(FILES["gpulens.json"].text())
     return 0
 

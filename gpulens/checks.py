@@ -33,7 +33,7 @@ def shown(value: Any) -> str:
         text = repr(value)
     except ValueError:  # an integer of more than 4,300 digits
         return "a number of more than 4300 digits"
-    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
 def described(value: Any) -> str:
@@ -57,8 +57,9 @@ def described(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def mapping(value: Any, where: str, required: Collection[str] = (), optional: Collection[str] = (),
-            example: str = "") -> dict[Any, Any]:
+def mapping(
+    value: Any, where: str, required: Collection[str] = (), optional: Collection[str] = (), example: str = ""
+) -> dict[Any, Any]:
     """Return `value` if it is a mapping with every `required` key and no key outside required + optional."""
     allowed = [*required, *optional]
     if not isinstance(value, dict):

@@ -68,8 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from gpulens.dashboard import launch
         except ImportError as error:
-            print(f"gpulens {command}: {error.name} is not installed; install the dashboard extra: "
-                  "pip install 'gpulens[dashboard]'", file=sys.stderr)
+            print(
+                f"gpulens {command}: {error.name} is not installed; install the dashboard extra: "
+                "pip install 'gpulens[dashboard]'",
+                file=sys.stderr,
+            )
             return 1
         return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
     if command == "sim":

@@ -91,8 +91,9 @@ def agent_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
         if files[CERT_FILE]:
             context.load_cert_chain(files[CERT_FILE], files[KEY_FILE])
     except (ssl.SSLError, OSError) as error:
-        raise AccessError(f"{CA_FILE}/{CERT_FILE}/{KEY_FILE}: not PEM certificates and key ({error}); "
-                          "check the files") from None
+        raise AccessError(
+            f"{CA_FILE}/{CERT_FILE}/{KEY_FILE}: not PEM certificates and key ({error}); check the files"
+        ) from None
     try:
         auth = _basic_auth(environ.get(BASIC_AUTH_FILE, "").strip(), BASIC_AUTH_FILE)
     except ValueError as error:

@@ -28,8 +28,14 @@ MATMUL_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 # base specifications: 8b/10b for 1.x and 2.x, 128b/130b for 3.0 to 5.0, and for 6.0 PAM4 with
 # 256-byte FLITs carrying 242 bytes of payload.
 # https://pcisig.com/specifications (and the summary table at https://en.wikipedia.org/wiki/PCI_Express)
-_PCIE_LANE = {1: (2.5e9, 0.8), 2: (5e9, 0.8), 3: (8e9, 128 / 130), 4: (16e9, 128 / 130), 5: (32e9, 128 / 130),
-              6: (64e9, 242 / 256)}
+_PCIE_LANE = {
+    1: (2.5e9, 0.8),
+    2: (5e9, 0.8),
+    3: (8e9, 128 / 130),
+    4: (16e9, 128 / 130),
+    5: (32e9, 128 / 130),
+    6: (64e9, 242 / 256),
+}
 
 
 def pcie_bytes_per_second(generation: int | None, lanes: int | None) -> float | None:
@@ -72,66 +78,222 @@ class GpuSpec:
 _SPARSE = "tensor-core figures printed with sparsity, halved for dense"
 
 _V100 = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
-_A100 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
-         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf")
-_A10 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/"
-        "nvidia-a10-datasheet.pdf")
+_A100 = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+_A10 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/datasheet-new/nvidia-a10-datasheet.pdf"
 _A30 = "https://www.nvidia.com/content/dam/en-zz/Solutions/data-center/products/a30-gpu/pdf/a30-datasheet.pdf"
 _L4 = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
 _L40S = "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"
 _H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
 _H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 _B200 = "https://www.nvidia.com/en-us/data-center/hgx/"
-_T4 = ("https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/"
-       "t4-tensor-core-datasheet-951643.pdf")
-_ADA = ("https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf")
+_T4 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"
+_ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 
 SPECS: tuple[GpuSpec, ...] = (
     # Volta: no BF16, no TF32; the tensor cores run FP16 with FP32 accumulation at the quoted rate.
-    GpuSpec("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
-            900 * GB, None, 125 * TERA, None, 15.7 * TERA, 3, 16, _V100),
-    GpuSpec("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
-            900 * GB, None, 112 * TERA, None, 14 * TERA, 3, 16, _V100),
-    GpuSpec("A100 SXM4 40GB", ("NVIDIA A100-SXM4-40GB",),
-            1555 * GB, 312 * TERA, 312 * TERA, 156 * TERA, 19.5 * TERA, 4, 16, _A100, _SPARSE),
-    GpuSpec("A100 SXM4 80GB", ("NVIDIA A100-SXM4-80GB",),
-            2039 * GB, 312 * TERA, 312 * TERA, 156 * TERA, 19.5 * TERA, 4, 16, _A100, _SPARSE),
-    GpuSpec("A100 PCIe 40GB", ("NVIDIA A100-PCIE-40GB",),
-            1555 * GB, 312 * TERA, 312 * TERA, 156 * TERA, 19.5 * TERA, 4, 16, _A100, _SPARSE),
-    GpuSpec("A100 PCIe 80GB", ("NVIDIA A100 80GB PCIe",),
-            1935 * GB, 312 * TERA, 312 * TERA, 156 * TERA, 19.5 * TERA, 4, 16, _A100, _SPARSE),
-    GpuSpec("A10", ("NVIDIA A10",),
-            600 * GB, 125 * TERA, 125 * TERA, 62.5 * TERA, 31.2 * TERA, 4, 16, _A10, _SPARSE),
-    GpuSpec("A30", ("NVIDIA A30",),
-            933 * GB, 165 * TERA, 165 * TERA, 82 * TERA, 10.3 * TERA, 4, 16, _A30, _SPARSE),
-    GpuSpec("L4", ("NVIDIA L4",),
-            300 * GB, 121 * TERA, 121 * TERA, 60 * TERA, 30.3 * TERA, 4, 16, _L4,
-            "datasheet prints BF16/FP16 242 and TF32 120 with sparsity; halved for dense"),
-    GpuSpec("L40S", ("NVIDIA L40S",),
-            864 * GB, 362.05 * TERA, 362.05 * TERA, 183 * TERA, 91.6 * TERA, 4, 16, _L40S,
-            "datasheet prints dense and sparse side by side; the dense figures"),
-    GpuSpec("H100 PCIe", ("NVIDIA H100 PCIe",),
-            2000 * GB, 756.5 * TERA, 756.5 * TERA, 378 * TERA, 51 * TERA, 5, 16, _H100, _SPARSE),
-    GpuSpec("H100 SXM", ("NVIDIA H100 80GB HBM3",),
-            3350 * GB, 989.5 * TERA, 989.5 * TERA, 494.5 * TERA, 67 * TERA, 5, 16, _H100, _SPARSE),
-    GpuSpec("H100 NVL", ("NVIDIA H100 NVL",),
-            3900 * GB, 835.5 * TERA, 835.5 * TERA, 417.5 * TERA, 60 * TERA, 5, 16, _H100, _SPARSE),
-    GpuSpec("H200 SXM", ("NVIDIA H200",),
-            4800 * GB, 989.5 * TERA, 989.5 * TERA, 494.5 * TERA, 67 * TERA, 5, 16, _H200, _SPARSE),
-    GpuSpec("H200 NVL", ("NVIDIA H200 NVL",),
-            4800 * GB, 835.5 * TERA, 835.5 * TERA, 417.5 * TERA, 60 * TERA, 5, 16, _H200, _SPARSE),
+    GpuSpec(
+        "V100 SXM2",
+        ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
+        900 * GB,
+        None,
+        125 * TERA,
+        None,
+        15.7 * TERA,
+        3,
+        16,
+        _V100,
+    ),
+    GpuSpec(
+        "V100 PCIe",
+        ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
+        900 * GB,
+        None,
+        112 * TERA,
+        None,
+        14 * TERA,
+        3,
+        16,
+        _V100,
+    ),
+    GpuSpec(
+        "A100 SXM4 40GB",
+        ("NVIDIA A100-SXM4-40GB",),
+        1555 * GB,
+        312 * TERA,
+        312 * TERA,
+        156 * TERA,
+        19.5 * TERA,
+        4,
+        16,
+        _A100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "A100 SXM4 80GB",
+        ("NVIDIA A100-SXM4-80GB",),
+        2039 * GB,
+        312 * TERA,
+        312 * TERA,
+        156 * TERA,
+        19.5 * TERA,
+        4,
+        16,
+        _A100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "A100 PCIe 40GB",
+        ("NVIDIA A100-PCIE-40GB",),
+        1555 * GB,
+        312 * TERA,
+        312 * TERA,
+        156 * TERA,
+        19.5 * TERA,
+        4,
+        16,
+        _A100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "A100 PCIe 80GB",
+        ("NVIDIA A100 80GB PCIe",),
+        1935 * GB,
+        312 * TERA,
+        312 * TERA,
+        156 * TERA,
+        19.5 * TERA,
+        4,
+        16,
+        _A100,
+        _SPARSE,
+    ),
+    GpuSpec("A10", ("NVIDIA A10",), 600 * GB, 125 * TERA, 125 * TERA, 62.5 * TERA, 31.2 * TERA, 4, 16, _A10, _SPARSE),
+    GpuSpec("A30", ("NVIDIA A30",), 933 * GB, 165 * TERA, 165 * TERA, 82 * TERA, 10.3 * TERA, 4, 16, _A30, _SPARSE),
+    GpuSpec(
+        "L4",
+        ("NVIDIA L4",),
+        300 * GB,
+        121 * TERA,
+        121 * TERA,
+        60 * TERA,
+        30.3 * TERA,
+        4,
+        16,
+        _L4,
+        "datasheet prints BF16/FP16 242 and TF32 120 with sparsity; halved for dense",
+    ),
+    GpuSpec(
+        "L40S",
+        ("NVIDIA L40S",),
+        864 * GB,
+        362.05 * TERA,
+        362.05 * TERA,
+        183 * TERA,
+        91.6 * TERA,
+        4,
+        16,
+        _L40S,
+        "datasheet prints dense and sparse side by side; the dense figures",
+    ),
+    GpuSpec(
+        "H100 PCIe",
+        ("NVIDIA H100 PCIe",),
+        2000 * GB,
+        756.5 * TERA,
+        756.5 * TERA,
+        378 * TERA,
+        51 * TERA,
+        5,
+        16,
+        _H100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "H100 SXM",
+        ("NVIDIA H100 80GB HBM3",),
+        3350 * GB,
+        989.5 * TERA,
+        989.5 * TERA,
+        494.5 * TERA,
+        67 * TERA,
+        5,
+        16,
+        _H100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "H100 NVL",
+        ("NVIDIA H100 NVL",),
+        3900 * GB,
+        835.5 * TERA,
+        835.5 * TERA,
+        417.5 * TERA,
+        60 * TERA,
+        5,
+        16,
+        _H100,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "H200 SXM",
+        ("NVIDIA H200",),
+        4800 * GB,
+        989.5 * TERA,
+        989.5 * TERA,
+        494.5 * TERA,
+        67 * TERA,
+        5,
+        16,
+        _H200,
+        _SPARSE,
+    ),
+    GpuSpec(
+        "H200 NVL",
+        ("NVIDIA H200 NVL",),
+        4800 * GB,
+        835.5 * TERA,
+        835.5 * TERA,
+        417.5 * TERA,
+        60 * TERA,
+        5,
+        16,
+        _H200,
+        _SPARSE,
+    ),
     # HGX B200 quotes totals for eight GPUs at 1,000 W each: 64 TB/s, FP16/BF16 36 PFLOPS and TF32
     # 18 PFLOPS with sparsity, FP32 600 TFLOPS. Blackwell's host interface is PCIe Gen6 x16.
-    GpuSpec("B200", ("NVIDIA B200",),
-            8000 * GB, 2250 * TERA, 2250 * TERA, 1125 * TERA, 75 * TERA, 6, 16, _B200,
-            "HGX B200 8-GPU totals divided by 8; tensor figures with sparsity halved for dense"),
+    GpuSpec(
+        "B200",
+        ("NVIDIA B200",),
+        8000 * GB,
+        2250 * TERA,
+        2250 * TERA,
+        1125 * TERA,
+        75 * TERA,
+        6,
+        16,
+        _B200,
+        "HGX B200 8-GPU totals divided by 8; tensor figures with sparsity halved for dense",
+    ),
     # Turing: FP16 tensor cores with FP32 accumulation ("mixed precision" 65 TFLOPS); no BF16, no TF32.
-    GpuSpec("T4", ("Tesla T4",),
-            320 * GB, None, 65 * TERA, None, 8.1 * TERA, 3, 16, _T4),
-    GpuSpec("RTX 4090", ("NVIDIA GeForce RTX 4090",),
-            1008 * GB, 165.2 * TERA, 165.2 * TERA, 82.6 * TERA, 82.6 * TERA, 4, 16, _ADA,
-            "Ada whitepaper, appendix table for the RTX 4090: dense FP16/BF16 with FP32 accumulate 165.2, "
-            "TF32 82.6 (the 330.3 figure is FP16 accumulate)"),
+    GpuSpec("T4", ("Tesla T4",), 320 * GB, None, 65 * TERA, None, 8.1 * TERA, 3, 16, _T4),
+    GpuSpec(
+        "RTX 4090",
+        ("NVIDIA GeForce RTX 4090",),
+        1008 * GB,
+        165.2 * TERA,
+        165.2 * TERA,
+        82.6 * TERA,
+        82.6 * TERA,
+        4,
+        16,
+        _ADA,
+        "Ada whitepaper, appendix table for the RTX 4090: dense FP16/BF16 with FP32 accumulate 165.2, "
+        "TF32 82.6 (the 330.3 figure is FP16 accumulate)",
+    ),
 )
 
 
@@ -155,17 +317,20 @@ def find_spec(nvml_name: str) -> GpuSpec | None:
 ARCHITECTURES = ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell")
 # Families by the names boards carry, data center, workstation and GeForce alike, from NVIDIA's product
 # pages; the first that matches wins, so the more specific names come first.
-_FAMILIES = tuple((re.compile(rf"\b({names})\b", re.IGNORECASE), arch) for names, arch in (
-    (r"GB200|GB300|B100|B200|B300|RTX PRO|RTX 50\d\d", "blackwell"),
-    (r"H100|H200|H800|H20|GH200", "hopper"),
-    (r"L4|L40S?|L20|RTX 40\d\d|RTX \d+ Ada", "ada"),
-    (r"A100|A800|A10G?|A16|A30|A40|A2|RTX 30\d\d|RTX A\d+", "ampere"),
-    (r"T4|RTX 20\d\d|Quadro RTX|GTX 16\d\d", "turing"),
-    (r"V100|TITAN V", "volta"),
-    (r"P100|P40|P4|GTX 10\d\d|GTX", "pascal"),  # a GTX without a known number: Pascal at the newest
-    (r"M60|M40", "maxwell"),
-    (r"K80|K40", "kepler"),
-))
+_FAMILIES = tuple(
+    (re.compile(rf"\b({names})\b", re.IGNORECASE), arch)
+    for names, arch in (
+        (r"GB200|GB300|B100|B200|B300|RTX PRO|RTX 50\d\d", "blackwell"),
+        (r"H100|H200|H800|H20|GH200", "hopper"),
+        (r"L4|L40S?|L20|RTX 40\d\d|RTX \d+ Ada", "ada"),
+        (r"A100|A800|A10G?|A16|A30|A40|A2|RTX 30\d\d|RTX A\d+", "ampere"),
+        (r"T4|RTX 20\d\d|Quadro RTX|GTX 16\d\d", "turing"),
+        (r"V100|TITAN V", "volta"),
+        (r"P100|P40|P4|GTX 10\d\d|GTX", "pascal"),  # a GTX without a known number: Pascal at the newest
+        (r"M60|M40", "maxwell"),
+        (r"K80|K40", "kepler"),
+    )
+)
 
 
 def architecture(name: str) -> str | None:

@@ -33,8 +33,9 @@ class HttpClient:
     """GET requests to one server, from any thread; counts them (`requests_made`). `name` names the server in
     messages; `unreachable` and `refused` are the fixes for no answer and for HTTP 401 or 403."""
 
-    def __init__(self, url: str, credentials: Credentials | None, timeout: float, *, name: str, unreachable: str,
-                 refused: str):
+    def __init__(
+        self, url: str, credentials: Credentials | None, timeout: float, *, name: str, unreachable: str, refused: str
+    ):
         credentials = credentials or Credentials()
         self.url = check_url(url)
         self.shown = shown_url(url)
@@ -57,14 +58,16 @@ class HttpClient:
         self._lock = threading.Lock()
         self.requests_made = 0
 
-    def get(self, path: str, params: Mapping[str, object] | None = None,
-            accept: str = "application/json") -> requests.Response:
+    def get(
+        self, path: str, params: Mapping[str, object] | None = None, accept: str = "application/json"
+    ) -> requests.Response:
         """Return the server's answer to GET `path`; raise HttpError when there is none, and for 401 and 403."""
         with self._lock:
             self.requests_made += 1
         try:
-            response = self._session.get(self.url + path, params=params, timeout=self.timeout,
-                                         headers={"Accept": accept})
+            response = self._session.get(
+                self.url + path, params=params, timeout=self.timeout, headers={"Accept": accept}
+            )
         except requests.Timeout:
             raise self.error(f"did not answer within {self.timeout:g} s; it may be overloaded") from None
         except requests.ConnectionError as error:
@@ -136,8 +139,12 @@ def _secrets(credentials: Credentials, parts: urllib.parse.SplitResult) -> tuple
     passwords and each basic-auth header's base64."""
     in_url = (urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or ""))
     pairs = [pair for pair in (credentials.basic_auth, in_url) if pair and pair[1]]
-    found = {credentials.bearer_token, parts.password, *(password for _, password in pairs),
-             *(base64.b64encode(":".join(pair).encode()).decode() for pair in pairs)}
+    found = {
+        credentials.bearer_token,
+        parts.password,
+        *(password for _, password in pairs),
+        *(base64.b64encode(":".join(pair).encode()).decode() for pair in pairs),
+    }
     return tuple(sorted(filter(None, found), key=len, reverse=True))
 
 

@@ -72,7 +72,8 @@ class PrometheusApi(HttpClient):
         except ValueError:
             raise self.error(
                 f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
-                "is --prometheus the Prometheus server itself (not Grafana or a login page)?") from None
+                "is --prometheus the Prometheus server itself (not Grafana or a login page)?"
+            ) from None
         if not isinstance(body, dict):
             raise self.error("answered with JSON that is not the Prometheus API's")
         if body.get("status") != "success":
@@ -87,8 +88,11 @@ def _well_formed(item: object, kind: str) -> bool:
     if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
         return False
     samples = [item.get("value")] if kind == "vector" else item.get("values")
-    return (all(isinstance(v, str) for v in item["metric"].values()) and isinstance(samples, list)
-            and all(_sample(pair) for pair in samples))
+    return (
+        all(isinstance(v, str) for v in item["metric"].values())
+        and isinstance(samples, list)
+        and all(_sample(pair) for pair in samples)
+    )
 
 
 def _sample(pair: object) -> bool:

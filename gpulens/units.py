@@ -13,8 +13,17 @@ from typing import Any
 from gpulens.printable import quoted
 
 SECONDS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
-BYTES = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-         "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+BYTES = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(BYTES) + r")?\s*")
 
@@ -33,8 +42,7 @@ def parse_size(text: Any, setting: str) -> int:
     return int(_parse(text, setting, _SIZE, BYTES, "B", "size; write e.g. '256MiB' or '1GiB'"))
 
 
-def _parse(text: Any, setting: str, grammar: re.Pattern[str], scale: Mapping[str, float], unit: str,
-           fix: str) -> float:
+def _parse(text: Any, setting: str, grammar: re.Pattern[str], scale: Mapping[str, float], unit: str, fix: str) -> float:
     match = grammar.fullmatch(str(text))
     if not match:
         raise UnitError(f"{setting}: {quoted(str(text))} is not a {fix}")

@@ -28,8 +28,10 @@ def check_url(url: str) -> str:
     if parts is None:
         raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
     if parts.query or parts.fragment:
-        raise ValueError(f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "
-                         "give the server's base URL, e.g. 'http://prometheus:9090'")
+        raise ValueError(
+            f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "
+            "give the server's base URL, e.g. 'http://prometheus:9090'"
+        )
     return url.rstrip("/")
 
 

@@ -19,8 +19,15 @@ STATES = tuple(s.value for s in State)
 JOULES_PER_KWH = 3.6e6
 
 # Fields summed when two records of one job are added up; the memory peaks take the larger.
-ADDITIVE = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules",
-            "data_wait_seconds", "data_wait_observed_seconds")
+ADDITIVE = (
+    "busy_seconds",
+    "sampled_seconds",
+    "sm_activity_seconds",
+    "gpm_seconds",
+    "energy_joules",
+    "data_wait_seconds",
+    "data_wait_observed_seconds",
+)
 PEAKS = ("memory_peak_bytes", "memory_capacity_bytes", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
 OWNER = ("user", "namespace", "pod", "container", "partition")
 # The last second of year 9999: the latest time Python's time and datetime functions can show.
@@ -51,15 +58,23 @@ class TimelinePoint:
         return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "state_seconds": dict(self.state_seconds), "busy_seconds": self.busy_seconds,
-                "sampled_seconds": self.sampled_seconds, "memory_peak_bytes": self.memory_peak_bytes}
+        return {
+            "t": self.t,
+            "state_seconds": dict(self.state_seconds),
+            "busy_seconds": self.busy_seconds,
+            "sampled_seconds": self.sampled_seconds,
+            "memory_peak_bytes": self.memory_peak_bytes,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TimelinePoint:
-        return cls(t=_epoch(data["t"], "t"), state_seconds=_states(data.get("state_seconds")),
-                   busy_seconds=checks.number(data.get("busy_seconds") or 0.0, "busy_seconds"),
-                   sampled_seconds=checks.number(data.get("sampled_seconds") or 0.0, "sampled_seconds"),
-                   memory_peak_bytes=int(checks.number(data.get("memory_peak_bytes") or 0, "memory_peak_bytes")))
+        return cls(
+            t=_epoch(data["t"], "t"),
+            state_seconds=_states(data.get("state_seconds")),
+            busy_seconds=checks.number(data.get("busy_seconds") or 0.0, "busy_seconds"),
+            sampled_seconds=checks.number(data.get("sampled_seconds") or 0.0, "sampled_seconds"),
+            memory_peak_bytes=int(checks.number(data.get("memory_peak_bytes") or 0, "memory_peak_bytes")),
+        )
 
 
 @dataclass(frozen=True)
@@ -166,13 +181,18 @@ class JobRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> JobRecord:
         """Build a record from `to_dict()` output; raise ValueError naming what is wrong."""
         try:
-            tips = {str(k): TipUse(checks.number(v["seconds"], "tips.seconds"), str(v.get("text", ""))) for k, v in
-                    (data.get("tips") or {}).items()}
+            tips = {
+                str(k): TipUse(checks.number(v["seconds"], "tips.seconds"), str(v.get("text", "")))
+                for k, v in (data.get("tips") or {}).items()
+            }
             return cls(
-                kind=str(data["kind"]), id=str(data["id"]), start=_epoch(data["start"], "start"),
+                kind=str(data["kind"]),
+                id=str(data["id"]),
+                start=_epoch(data["start"], "start"),
                 last_seen=_epoch(data["last_seen"], "last_seen"),
                 **{name: str(data.get(name) or "") for name in OWNER},
-                nodes=tuple(str(n) for n in data.get("nodes") or ()), running=bool(data.get("running", False)),
+                nodes=tuple(str(n) for n in data.get("nodes") or ()),
+                running=bool(data.get("running", False)),
                 gpus=tuple(str(g) for g in data.get("gpus") or ()),
                 models=tuple(str(m) for m in data.get("models") or ()),
                 state_seconds=_states(data.get("state_seconds")),
@@ -238,8 +258,13 @@ def _merge_timeline(a: tuple[TimelinePoint, ...], b: tuple[TimelinePoint, ...]) 
         states = dict(q.state_seconds)
         for s, v in p.state_seconds.items():
             states[s] = states.get(s, 0.0) + v
-        points[p.t] = TimelinePoint(p.t, states, q.busy_seconds + p.busy_seconds, q.sampled_seconds + p.sampled_seconds,
-                                    max(q.memory_peak_bytes, p.memory_peak_bytes))
+        points[p.t] = TimelinePoint(
+            p.t,
+            states,
+            q.busy_seconds + p.busy_seconds,
+            q.sampled_seconds + p.sampled_seconds,
+            max(q.memory_peak_bytes, p.memory_peak_bytes),
+        )
     return tuple(points[t] for t in sorted(points))
 
 
@@ -266,9 +291,20 @@ def add_up(records: Sequence[JobRecord], kind: str, name: str) -> JobRecord:
         nodes.update(r.nodes)
     start = min((r.start for r in records), default=0.0)
     last_seen = max((r.last_seen for r in records), default=0.0)
-    return JobRecord(kind, name, start=start, last_seen=last_seen, nodes=tuple(sorted(nodes)),
-                     running=any(r.running for r in records), gpus=tuple(sorted(gpus)), models=tuple(sorted(models)),
-                     state_seconds=states, **sums, **peaks, tips={k: TipUse(v) for k, v in tips.items()})
+    return JobRecord(
+        kind,
+        name,
+        start=start,
+        last_seen=last_seen,
+        nodes=tuple(sorted(nodes)),
+        running=any(r.running for r in records),
+        gpus=tuple(sorted(gpus)),
+        models=tuple(sorted(models)),
+        state_seconds=states,
+        **sums,
+        **peaks,
+        tips={k: TipUse(v) for k, v in tips.items()},
+    )
 
 
 def merge_all(records: Iterable[JobRecord]) -> list[JobRecord]:

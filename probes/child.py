@@ -31,8 +31,15 @@ class ProbeRequest:
 class ChildRunner:
     """Runs one probe per call in a child process and returns its report; never raises."""
 
-    def __init__(self, simulate: str | None = None, time_budget: float = 60.0, device: str = "cuda",
-                 extra: Sequence[str] = (), python: str = sys.executable, grace: float = GRACE_SECONDS):
+    def __init__(
+        self,
+        simulate: str | None = None,
+        time_budget: float = 60.0,
+        device: str = "cuda",
+        extra: Sequence[str] = (),
+        python: str = sys.executable,
+        grace: float = GRACE_SECONDS,
+    ):
         self._simulate = simulate
         self._budget = time_budget
         self._device = device
@@ -50,11 +57,11 @@ class ChildRunner:
 
     def __call__(self, request: ProbeRequest) -> GpuReport:
         try:
-            done = subprocess.run(self.command(request), capture_output=True, text=True,
-                                  timeout=self._budget + self._grace)
+            done = subprocess.run(
+                self.command(request), capture_output=True, text=True, timeout=self._budget + self._grace
+            )
         except subprocess.TimeoutExpired:
-            return failed(request, TIMEOUT, f"the probe child ran past {self._budget + self._grace:g} s "
-                                            "and was killed")
+            return failed(request, TIMEOUT, f"the probe child ran past {self._budget + self._grace:g} s and was killed")
         except OSError as error:
             return failed(request, ERROR, f"cannot start the probe child: {error.strerror or error}")
         try:
@@ -66,5 +73,14 @@ class ChildRunner:
 
 def failed(request: ProbeRequest, status: str, detail: str) -> GpuReport:
     """Return the report of a probe that produced no results."""
-    return GpuReport(gpu=str(request.index), uuid=request.uuid, name=request.name, spec="", device="",
-                     status=status, detail=detail, started=0.0, seconds=0.0)
+    return GpuReport(
+        gpu=str(request.index),
+        uuid=request.uuid,
+        name=request.name,
+        spec="",
+        device="",
+        status=status,
+        detail=detail,
+        started=0.0,
+        seconds=0.0,
+    )

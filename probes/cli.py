@@ -56,27 +56,53 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpulens probe", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-                description="Measure each free local GPU (copies and matmuls) against its datasheet.")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cuda: every free local GPU (default); cpu: the same kernels on the CPU, small sizes")
+    p = _Parser(
+        prog="gpulens probe",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
+        description="Measure each free local GPU (copies and matmuls) against its datasheet.",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cuda: every free local GPU (default); cpu: the same kernels on the CPU, small sizes",
+    )
     p.add_argument("--gpu", metavar="LIST", help="only these GPUs: NVML indexes or UUIDs, comma-separated")
     p.add_argument("--json", action="store_true", help="print the reports as JSON instead of a table")
-    p.add_argument("--min-peak-ratio", type=float, metavar="R", default=thresholds.PROBE_MIN_PEAK_RATIO,
-                   help=f"a judged result below R x its peak exits 1 (default {thresholds.PROBE_MIN_PEAK_RATIO:g})")
-    p.add_argument("--time-budget", metavar="DURATION", default="60s",
-                   help="stop probing a GPU after this long (default 60s)")
-    p.add_argument("--memory-fraction", type=float, metavar="F", default=0.5,
-                   help="use at most F of the memory free at start, on the device and on the host (default 0.5)")
+    p.add_argument(
+        "--min-peak-ratio",
+        type=float,
+        metavar="R",
+        default=thresholds.PROBE_MIN_PEAK_RATIO,
+        help=f"a judged result below R x its peak exits 1 (default {thresholds.PROBE_MIN_PEAK_RATIO:g})",
+    )
+    p.add_argument(
+        "--time-budget", metavar="DURATION", default="60s", help="stop probing a GPU after this long (default 60s)"
+    )
+    p.add_argument(
+        "--memory-fraction",
+        type=float,
+        metavar="F",
+        default=0.5,
+        help="use at most F of the memory free at start, on the device and on the host (default 0.5)",
+    )
     p.add_argument("--matmul-size", type=int, metavar="N", help="n of the n x n x n products (default 8192, CPU 512)")
-    p.add_argument("--copy-mib", type=int, metavar="MIB",
-                   help="MiB per copy buffer (default 256, CPU 32)")
+    p.add_argument("--copy-mib", type=int, metavar="MIB", help="MiB per copy buffer (default 256, CPU 32)")
     p.add_argument("--repeats", type=int, metavar="N", help="timed repeats per probe; the median counts (default 10)")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="skip the GPU-to-GPU copy")
-    p.add_argument("--simulate", metavar="SCENARIO",
-                   help="probe a simulated node (a built-in scenario or a YAML file): no torch, no GPU")
-    p.add_argument("--simulate-time", type=float, metavar="SECONDS", default=0.0,
-                   help="with --simulate, the scenario time at which the probe starts (default 0)")
+    p.add_argument(
+        "--simulate",
+        metavar="SCENARIO",
+        help="probe a simulated node (a built-in scenario or a YAML file): no torch, no GPU",
+    )
+    p.add_argument(
+        "--simulate-time",
+        type=float,
+        metavar="SECONDS",
+        default=0.0,
+        help="with --simulate, the scenario time at which the probe starts (default 0)",
+    )
     return p
 
 
@@ -96,13 +122,17 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         (options.matmul_size is None or 64 <= options.matmul_size <= 65536, "--matmul-size must be 64 to 65536"),
         (options.copy_mib is None or 1 <= options.copy_mib <= 65536, "--copy-mib must be 1 to 65536"),
         (options.repeats is None or 1 <= options.repeats <= 1000, "--repeats must be 1 to 1000"),
-        (not (options.simulate and options.device == "cpu"), "--simulate and --device cpu exclude each other; "
-                                                            "pick one"),
+        (
+            not (options.simulate and options.device == "cpu"),
+            "--simulate and --device cpu exclude each other; pick one",
+        ),
         # The simulator steps through every 1/6 s up to that time (a day takes half a second per GPU):
         # a time of 1e300 s would never end, and infinity cannot be stepped to.
         (0 <= options.simulate_time <= MAX_SIMULATE_TIME, "--simulate-time must be 0 to 31622400 seconds (366 days)"),
-        (not options.simulate_time or options.simulate, "--simulate-time applies to --simulate; add it or drop "
-                                                         "--simulate-time"),
+        (
+            not options.simulate_time or options.simulate,
+            "--simulate-time applies to --simulate; add it or drop --simulate-time",
+        ),
         (not (options.gpu and options.device == "cpu"), "--gpu chooses GPUs; drop it with --device cpu"),
     )
     for ok, message in checks:
@@ -111,8 +141,15 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return options
 
 
-def main(argv: Sequence[str] | None = None, *, multiply: Callable | None = None, library: Any = None,
-         memory: Callable | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    multiply: Callable | None = None,
+    library: Any = None,
+    memory: Callable | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
     """Run `gpulens probe`; return the exit status. `multiply`, `library` (a pynvml-compatible NVML) and
     `memory` (free bytes) replace the real ones, for tests."""
     stdout = stdout or sys.stdout
@@ -133,8 +170,9 @@ def main(argv: Sequence[str] | None = None, *, multiply: Callable | None = None,
         print(f"gpulens probe: {error}", file=stderr)
         return EXIT_UNPROBED
     if options.json:
-        json.dump({"min_peak_ratio": options.min_peak_ratio, "reports": [r.to_dict() for r in reports]}, stdout,
-                  indent=1)
+        json.dump(
+            {"min_peak_ratio": options.min_peak_ratio, "reports": [r.to_dict() for r in reports]}, stdout, indent=1
+        )
         stdout.write("\n")
     else:
         stdout.write(render(reports, options.min_peak_ratio))
@@ -164,8 +202,13 @@ def _settings(options, device: str):
         plan = replace(plan, copy_bytes=options.copy_mib * MIB, host_bytes=options.copy_mib * MIB)
     if options.repeats:
         plan = replace(plan, repeats=options.repeats)
-    return Settings(min_peak_ratio=options.min_peak_ratio, time_budget=options.time_budget,
-                    memory_fraction=options.memory_fraction, plan=plan, peer=options.peer)
+    return Settings(
+        min_peak_ratio=options.min_peak_ratio,
+        time_budget=options.time_budget,
+        memory_fraction=options.memory_fraction,
+        plan=plan,
+        peer=options.peer,
+    )
 
 
 def _run_kwargs(multiply, memory, progress: Progress, label: str) -> dict[str, Any]:
@@ -193,8 +236,15 @@ def _cpu(options, multiply, memory, progress: Progress) -> list[GpuReport]:
 
     settings = _settings(options, "cpu")
     try:
-        return [runner.run(runner.cpu_target(), settings, NoGuard(), Budget(settings.time_budget),
-                           **_run_kwargs(multiply, memory, progress, "cpu"))]
+        return [
+            runner.run(
+                runner.cpu_target(),
+                settings,
+                NoGuard(),
+                Budget(settings.time_budget),
+                **_run_kwargs(multiply, memory, progress, "cpu"),
+            )
+        ]
     finally:
         progress.close()
 
@@ -208,8 +258,10 @@ def _simulated(options) -> list[GpuReport]:
     except ScenarioError as error:
         raise UsageError(str(error)) from None
     gpus = [(str(g.index), g.uuid) for g in scenario.gpus]
-    return [simulated.run(scenario, int(index), options.simulate_time, options.min_peak_ratio, options.time_budget)
-            for index, _ in _select(gpus, options.gpu)]
+    return [
+        simulated.run(scenario, int(index), options.simulate_time, options.min_peak_ratio, options.time_budget)
+        for index, _ in _select(gpus, options.gpu)
+    ]
 
 
 def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, str]]:
@@ -233,8 +285,9 @@ def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuRep
     try:
         nvml.init()
     except NvmlDown as error:
-        raise Unavailable(f"no NVIDIA driver answers here ({error}); 'gpulens probe --device cpu' runs the "
-                          "probes on the CPU instead") from None
+        raise Unavailable(
+            f"no NVIDIA driver answers here ({error}); 'gpulens probe --device cpu' runs the probes on the CPU instead"
+        ) from None
     try:
         try:
             handles = {str(i): nvml.handle(i) for i in range(nvml.device_count())}
@@ -249,8 +302,9 @@ def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuRep
         nvml.shutdown()
 
 
-def _probe_each(options, nvml, handles, identities, chosen: list[str], multiply, memory,
-                progress: Progress) -> list[GpuReport]:
+def _probe_each(
+    options, nvml, handles, identities, chosen: list[str], multiply, memory, progress: Progress
+) -> list[GpuReport]:
     import time
 
     from gpulens.probes.safety import Budget, Guard
@@ -270,13 +324,27 @@ def _probe_each(options, nvml, handles, identities, chosen: list[str], multiply,
             reports.append(_unprobed(ident, "CUDA does not see this GPU (check CUDA_VISIBLE_DEVICES)"))
             continue
         peer = _free_peer(nvml, handles, identities, chosen, index, cuda) if settings.peer else None
-        target = runner.Target(gpu=index, uuid=ident.uuid, name=ident.name, device=f"cuda:{cuda[ident.uuid]}",
-                               peer=f"cuda:{cuda[identities[peer].uuid]}" if peer else None,
-                               pcie_generation=ident.pcie_max_generation, pcie_width=ident.pcie_max_width)
+        target = runner.Target(
+            gpu=index,
+            uuid=ident.uuid,
+            name=ident.name,
+            device=f"cuda:{cuda[ident.uuid]}",
+            peer=f"cuda:{cuda[identities[peer].uuid]}" if peer else None,
+            pcie_generation=ident.pcie_max_generation,
+            pcie_width=ident.pcie_max_width,
+        )
         watched = {index: handles[index], **({peer: handles[peer]} if peer else {})}
         try:
-            reports.append(runner.run(target, settings, Guard(nvml, watched), Budget(settings.time_budget),
-                                      wall=time.time, **_run_kwargs(multiply, memory, progress, f"gpu {index}")))
+            reports.append(
+                runner.run(
+                    target,
+                    settings,
+                    Guard(nvml, watched),
+                    Budget(settings.time_budget),
+                    wall=time.time,
+                    **_run_kwargs(multiply, memory, progress, f"gpu {index}"),
+                )
+            )
         finally:
             progress.close()
     return reports
@@ -293,7 +361,7 @@ def _cuda_indexes(torch) -> dict[str, int]:
 
 def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: dict[str, int]) -> str | None:
     """Return the next chosen GPU after `index` that no process holds now, for the peer copy, or None."""
-    order = chosen[chosen.index(index) + 1:] + chosen[:chosen.index(index)]
+    order = chosen[chosen.index(index) + 1 :] + chosen[: chosen.index(index)]
     for other in order:
         ident = identities[other]
         if ident.uuid not in cuda or ident.mig_mode == "enabled":
@@ -306,5 +374,14 @@ def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: d
 
 
 def _unprobed(ident, detail: str) -> GpuReport:
-    return GpuReport(gpu=str(ident.index), uuid=ident.uuid, name=ident.name, spec="", device="", status=ERROR,
-                     detail=detail, started=0.0, seconds=0.0)
+    return GpuReport(
+        gpu=str(ident.index),
+        uuid=ident.uuid,
+        name=ident.name,
+        spec="",
+        device="",
+        status=ERROR,
+        detail=detail,
+        started=0.0,
+        seconds=0.0,
+    )

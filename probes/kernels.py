@@ -77,8 +77,14 @@ def _generator(device: torch.device, seed: int = 0) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def _time(op: Callable[[int], None], device: torch.device, plan: Plan, between: Callable[[], None],
-          after: Callable[[int], None] | None = None, wall: bool = False) -> list[float]:
+def _time(
+    op: Callable[[int], None],
+    device: torch.device,
+    plan: Plan,
+    between: Callable[[], None],
+    after: Callable[[int], None] | None = None,
+    wall: bool = False,
+) -> list[float]:
     """Run op(i) for warm-up then timed repeats; return the seconds of each timed repeat. The warm-up
     touches every rotated buffer at least once, so no timed repeat pays for first-touch page faults."""
     # CUDA events record on the current device's stream: make it the probed GPU's, not cuda:0's.
@@ -127,8 +133,9 @@ def device_copy(device: torch.device, plan: Plan, between: Callable[[], None]) -
     return Measurement(statistics.median(seconds), len(seconds), 2.0 * n, correct, size=n)
 
 
-def host_copy(device: torch.device, plan: Plan, between: Callable[[], None], to_device: bool,
-              pinned: bool) -> Measurement:
+def host_copy(
+    device: torch.device, plan: Plan, between: Callable[[], None], to_device: bool, pinned: bool
+) -> Measurement:
     """Copy between host memory (pinned or pageable) and the device, one way. Counts each byte once:
     it crosses the bus once. Pinned copies are DMA, timed with events; pageable ones are staged by the
     driver through its own pinned buffer, timed on the host's clock as an application waits for them.
@@ -185,8 +192,9 @@ def _tf32(enabled: bool):
         torch.backends.cuda.matmul.allow_tf32 = previous
 
 
-def slice_error(a: torch.Tensor, b: torch.Tensor, product: torch.Tensor, rows: torch.Tensor,
-                cols: torch.Tensor) -> float:
+def slice_error(
+    a: torch.Tensor, b: torch.Tensor, product: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+) -> float:
     """Return ||P - R|| / ||R|| over the chosen rows and columns, R computed in float64 on the host."""
     if product.shape != (a.shape[0], b.shape[1]):
         return float("inf")
@@ -197,8 +205,9 @@ def slice_error(a: torch.Tensor, b: torch.Tensor, product: torch.Tensor, rows: t
     return error if error == error else float("inf")  # NaN in the product is as wrong as it gets
 
 
-def matmul(device: torch.device, plan: Plan, dtype: str, between: Callable[[], None],
-           multiply: Matmul = torch.matmul) -> Measurement:
+def matmul(
+    device: torch.device, plan: Plan, dtype: str, between: Callable[[], None], multiply: Matmul = torch.matmul
+) -> Measurement:
     """Multiply n x n matrices in `dtype` (bf16, fp16, tf32 or fp32); 2 n^3 operations per product.
     `multiply` is the product under test (torch.matmul unless a test passes a broken one)."""
     if dtype == "tf32" and device.type != "cuda":
@@ -224,5 +233,6 @@ def matmul(device: torch.device, plan: Plan, dtype: str, between: Callable[[], N
 
         seconds = _time(op, device, plan, between, after=verify)
     error = max(errors)
-    return Measurement(statistics.median(seconds), len(seconds), 2.0 * n**3, error <= TOLERANCE[dtype],
-                       error=error, size=n)
+    return Measurement(
+        statistics.median(seconds), len(seconds), 2.0 * n**3, error <= TOLERANCE[dtype], error=error, size=n
+    )

@@ -77,5 +77,7 @@ def fit(plan: Plan, device_cap: int, host_cap: int) -> Plan:
 
 
 def _too_small(device_cap: int, host_cap: int) -> str:
-    return (f"the memory cap ({device_cap / MIB:.0f} MiB on the device, {host_cap / MIB:.0f} MiB on the host) "
-            "is too small for even the smallest probe; free some memory or raise --memory-fraction")
+    return (
+        f"the memory cap ({device_cap / MIB:.0f} MiB on the device, {host_cap / MIB:.0f} MiB on the host) "
+        "is too small for even the smallest probe; free some memory or raise --memory-fraction"
+    )

@@ -99,9 +99,16 @@ def run(
         if final == WRONG and not detail:
             detail = "; ".join(f"{r.name}: {r.detail}" for r in results if r.status == WRONG)
         return GpuReport(
-            gpu=target.gpu, uuid=target.uuid, name=target.name, spec=spec.model if spec else "",
-            device=target.device, status=final, detail=detail, started=started,
-            seconds=time.perf_counter() - timer, results=tuple(results),
+            gpu=target.gpu,
+            uuid=target.uuid,
+            name=target.name,
+            spec=spec.model if spec else "",
+            device=target.device,
+            status=final,
+            detail=detail,
+            started=started,
+            seconds=time.perf_counter() - timer,
+            results=tuple(results),
             memory_bytes=plan.device_bytes if plan else 0,
         )
 
@@ -134,14 +141,19 @@ def run(
         except kernels.Unsupported as why:
             results.append(skipped_result(step, str(why)))
         except GpuBusy as busy:
-            return report(ABORTED, f"stopped to leave the GPU to the job: {busy}",
-                          results + skipped(todo[i:], "aborted: a process appeared"), plan)
+            return report(
+                ABORTED,
+                f"stopped to leave the GPU to the job: {busy}",
+                results + skipped(todo[i:], "aborted: a process appeared"),
+                plan,
+            )
         except TimeUp as spent:
             return report(TIMEOUT, str(spent), results + skipped(todo[i:], "out of time"), plan)
         except Exception as error:  # noqa: BLE001 - a CUDA error or out of memory ends this GPU's run, not the CLI
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            return report(ERROR, f"{step.name} failed: {first}", results + skipped(todo[i:], "not run after a failure"),
-                          plan)
+            return report(
+                ERROR, f"{step.name} failed: {first}", results + skipped(todo[i:], "not run after a failure"), plan
+            )
         finally:
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # give each probe's buffers back before the next one
@@ -149,19 +161,39 @@ def run(
     return report(OK, "", results, plan)
 
 
-def _measure(step: Step, target: Target, spec: GpuSpec | None, plan: Plan, device: torch.device, between,
-             multiply: kernels.Matmul) -> ProbeResult:
+def _measure(
+    step: Step,
+    target: Target,
+    spec: GpuSpec | None,
+    plan: Plan,
+    device: torch.device,
+    between,
+    multiply: kernels.Matmul,
+) -> ProbeResult:
     if step.kind == MATMUL:
         peak = spec.matmul_peak(step.dtype) if spec else None
         if spec is not None and peak is None:
             raise kernels.Unsupported(f"the {spec.model} has no {step.dtype} unit")
         m = kernels.matmul(device, plan, step.dtype, between, multiply)
         if not m.correct:
-            return _result(step, m, peak, WRONG, f"relative error {m.error:.3g} against float64 on a "
-                                                 f"{kernels.SLICE}x{kernels.SLICE} slice exceeds "
-                                                 f"{kernels.TOLERANCE[step.dtype]:g}", judged=True)
-        return _result(step, m, peak, OK, f"2 n^3 FLOP per product, n = {m.size}; checked against float64, "
-                                          f"relative error {m.error:.2g}", judged=True)
+            return _result(
+                step,
+                m,
+                peak,
+                WRONG,
+                f"relative error {m.error:.3g} against float64 on a "
+                f"{kernels.SLICE}x{kernels.SLICE} slice exceeds "
+                f"{kernels.TOLERANCE[step.dtype]:g}",
+                judged=True,
+            )
+        return _result(
+            step,
+            m,
+            peak,
+            OK,
+            f"2 n^3 FLOP per product, n = {m.size}; checked against float64, relative error {m.error:.2g}",
+            judged=True,
+        )
     if step.direction == "d2d":
         m = kernels.device_copy(device, plan, between)
         peak, detail, judged = (spec.memory_bandwidth if spec else None), D2D, True
@@ -172,7 +204,8 @@ def _measure(step: Step, target: Target, spec: GpuSpec | None, plan: Plan, devic
         pinned = step.memory == "pinned"
         m = kernels.host_copy(device, plan, between, to_device=step.direction == "h2d", pinned=pinned)
         peak = pcie_bytes_per_second(target.pcie_generation, target.pcie_width) or (
-            spec.pcie_bytes_per_second if spec else None)
+            spec.pcie_bytes_per_second if spec else None
+        )
         detail = ONE_WAY + ("" if pinned else "; pageable copies are staged by the driver: not judged")
         judged = pinned
     if not m.correct:
@@ -180,17 +213,29 @@ def _measure(step: Step, target: Target, spec: GpuSpec | None, plan: Plan, devic
     return _result(step, m, peak, OK, detail, judged)
 
 
-def _result(step: Step, m: kernels.Measurement, peak: float | None, status: str, detail: str,
-            judged: bool) -> ProbeResult:
+def _result(
+    step: Step, m: kernels.Measurement, peak: float | None, status: str, detail: str, judged: bool
+) -> ProbeResult:
     value = m.rate if status != WRONG else None
     return ProbeResult(
-        kind=step.kind, name=step.name, direction=step.direction, memory=step.memory, dtype=step.dtype,
-        value=value, unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS, peak=peak,
-        peak_ratio=(value / peak) if value is not None and peak else None, status=status, judged=judged,
-        size=m.size, repeats=m.repeats, seconds=m.seconds, error=m.error, detail=detail,
+        kind=step.kind,
+        name=step.name,
+        direction=step.direction,
+        memory=step.memory,
+        dtype=step.dtype,
+        value=value,
+        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
+        peak=peak,
+        peak_ratio=(value / peak) if value is not None and peak else None,
+        status=status,
+        judged=judged,
+        size=m.size,
+        repeats=m.repeats,
+        seconds=m.seconds,
+        error=m.error,
+        detail=detail,
     )
 
 
 def cpu_target() -> Target:
     return Target(gpu="cpu", uuid="", name=f"CPU ({torch.get_num_threads()} threads)", device="cpu")
-

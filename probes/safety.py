@@ -44,8 +44,11 @@ class Guard:
         for gpu, handle in self._handles.items():
             processes = self._nvml.processes(handle)
             if processes is None:
-                raise GpuBusy(gpu, reason=f"NVML cannot list the processes on GPU {gpu}, so it cannot tell that "
-                                          "the GPU is free; probes only run where it can")
+                raise GpuBusy(
+                    gpu,
+                    reason=f"NVML cannot list the processes on GPU {gpu}, so it cannot tell that "
+                    "the GPU is free; probes only run where it can",
+                )
             others = tuple(sorted(p.pid for p in processes if p.pid not in self._own))
             if others:
                 raise GpuBusy(gpu, others)

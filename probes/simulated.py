@@ -58,8 +58,9 @@ def run(scenario: Scenario, index: int, at: float, min_peak_ratio: float, budget
     return _run(scenario, gpu, guard, clock, min_peak_ratio, budget_seconds)
 
 
-def _run(scenario: Scenario, gpu: Gpu, guard: Guard, clock: ManualClock, min_peak_ratio: float,
-         budget_seconds: float) -> GpuReport:
+def _run(
+    scenario: Scenario, gpu: Gpu, guard: Guard, clock: ManualClock, min_peak_ratio: float, budget_seconds: float
+) -> GpuReport:
     spec = find_spec(gpu.name)
     started = clock.now
     todo = steps()
@@ -70,9 +71,18 @@ def _run(scenario: Scenario, gpu: Gpu, guard: Guard, clock: ManualClock, min_pea
         final = overall(judged, status)
         if final == WRONG and not detail:
             detail = "the matmuls differ from the float64 reference"
-        return GpuReport(gpu=str(gpu.index), uuid=gpu.uuid, name=gpu.name, spec=spec.model if spec else "",
-                         device="simulated", status=final, detail=detail, started=scenario.start_time + started,
-                         seconds=clock.now - started, results=judged)
+        return GpuReport(
+            gpu=str(gpu.index),
+            uuid=gpu.uuid,
+            name=gpu.name,
+            spec=spec.model if spec else "",
+            device="simulated",
+            status=final,
+            detail=detail,
+            started=scenario.start_time + started,
+            seconds=clock.now - started,
+            results=judged,
+        )
 
     try:
         guard.check()
@@ -117,8 +127,14 @@ def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult
     probe = gpu.probe
     if step.direction == "d2d":
         ratio = (probe.memory_bandwidth if probe and probe.memory_bandwidth else HEALTHY_MEMORY) * noise
-        return _make(step, spec.memory_bandwidth * ratio, spec.memory_bandwidth, OK, True,
-                     "simulated: bytes read + bytes written")
+        return _make(
+            step,
+            spec.memory_bandwidth * ratio,
+            spec.memory_bandwidth,
+            OK,
+            True,
+            "simulated: bytes read + bytes written",
+        )
     peak = pcie_bytes_per_second(gpu.pcie.max_gen, gpu.pcie.max_width)
     link = pcie_bytes_per_second(gpu.pcie.gen, gpu.pcie.width)
     ratio = (probe.host_bandwidth if probe and probe.host_bandwidth else HEALTHY_HOST) * link / peak * noise
@@ -127,12 +143,23 @@ def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult
     return _make(step, value, peak, OK, pinned, "simulated: bytes transferred, each counted once")
 
 
-def _make(step: Step, value: float | None, peak: float, status: str, judged: bool, detail: str,
-          error: float | None = None) -> ProbeResult:
+def _make(
+    step: Step, value: float | None, peak: float, status: str, judged: bool, detail: str, error: float | None = None
+) -> ProbeResult:
     return ProbeResult(
-        kind=step.kind, name=step.name, direction=step.direction, memory=step.memory, dtype=step.dtype, value=value,
-        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS, peak=peak,
-        peak_ratio=value / peak if value is not None else None, status=status, judged=judged, repeats=1,
-        seconds=STEP_SECONDS, error=error, detail=detail,
+        kind=step.kind,
+        name=step.name,
+        direction=step.direction,
+        memory=step.memory,
+        dtype=step.dtype,
+        value=value,
+        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
+        peak=peak,
+        peak_ratio=value / peak if value is not None else None,
+        status=status,
+        judged=judged,
+        repeats=1,
+        seconds=STEP_SECONDS,
+        error=error,
+        detail=detail,
     )
-

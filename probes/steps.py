@@ -31,6 +31,16 @@ def steps(dtypes: tuple[str, ...] = MATMUL_DTYPES, peer: bool = False) -> list[S
 
 def skipped(step: Step, why: str) -> ProbeResult:
     """Return the result of a probe that did not run, and why."""
-    return ProbeResult(kind=step.kind, name=step.name, direction=step.direction, memory=step.memory, dtype=step.dtype,
-                       value=None, unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS, peak=None,
-                       peak_ratio=None, status=SKIPPED, detail=why)
+    return ProbeResult(
+        kind=step.kind,
+        name=step.name,
+        direction=step.direction,
+        memory=step.memory,
+        dtype=step.dtype,
+        value=None,
+        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
+        peak=None,
+        peak_ratio=None,
+        status=SKIPPED,
+        detail=why,
+    )

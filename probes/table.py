@@ -8,9 +8,11 @@ from typing import TextIO
 from gpulens import words
 from gpulens.probes.results import BYTES_PER_SECOND, GpuReport, ProbeResult
 
-CONVENTIONS = ("Device copies count bytes read plus bytes written (2 x buffer), as memory bandwidth is quoted; "
-               "host and peer copies count each byte once. Matmuls count 2 n^3 FLOP per n x n product; "
-               "peaks are dense datasheet figures.")
+CONVENTIONS = (
+    "Device copies count bytes read plus bytes written (2 x buffer), as memory bandwidth is quoted; "
+    "host and peer copies count each byte once. Matmuls count 2 n^3 FLOP per n x n product; "
+    "peaks are dense datasheet figures."
+)
 
 
 def human(value: float | None, unit: str) -> str:
@@ -34,8 +36,10 @@ def render(reports: Sequence[GpuReport], min_peak_ratio: float) -> str:
     lines: list[str] = []
     for report in reports:
         spec = f" ({report.spec})" if report.spec else " (not in the spec table: no peaks)" if report.uuid else ""
-        lines.append(f"GPU {report.gpu}  {report.name}{spec}  {report.device}  {report.status}  "
-                     f"{report.seconds:.1f} s" + (f"  {report.detail}" if report.detail else ""))
+        lines.append(
+            f"GPU {report.gpu}  {report.name}{spec}  {report.device}  {report.status}  "
+            f"{report.seconds:.1f} s" + (f"  {report.detail}" if report.detail else "")
+        )
         if all(r.status == "skipped" for r in report.results):
             lines.append("")  # refused or failed before any kernel: the header line says why
             continue

@@ -68,9 +68,16 @@ def make_agent(
         flags += ["--diagnosis.idle-patience", f"{value}s"]
     library = load_simulated_library(spec, clock)
     # A fixed timer makes durations zero, so whole expositions compare byte for byte.
-    sampler, registry = assemble(agent_config.load(flags, environ={}), library,
-                                 SimulatedSources(spec, clock.monotonic), clock, "simulated",
-                                 extra=extra, timer=lambda: 0.0, node="sim")
+    sampler, registry = assemble(
+        agent_config.load(flags, environ={}),
+        library,
+        SimulatedSources(spec, clock.monotonic),
+        clock,
+        "simulated",
+        extra=extra,
+        timer=lambda: 0.0,
+        node="sim",
+    )
     sampler.cycle()
     accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
     return SimulatedAgent(clock=clock, sampler=sampler, registry=registry, library=library, accounting=accounting)

@@ -26,8 +26,13 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / ".venv-matrix"
-TESTS = ["tests/agent", "tests/simulator", "tests/diagnosis", "tests/test_tips.py",
-         "--ignore=tests/diagnosis/test_torch_end_to_end.py"]
+TESTS = [
+    "tests/agent",
+    "tests/simulator",
+    "tests/diagnosis",
+    "tests/test_tips.py",
+    "--ignore=tests/diagnosis/test_torch_end_to_end.py",
+]
 
 
 def floors(extra: str | None = None) -> list[str]:
@@ -42,8 +47,10 @@ def floors(extra: str | None = None) -> list[str]:
     return pins
 
 
-DEPENDENCIES = [re.split(r"[<>=!~ ]", spec, maxsplit=1)[0]
-                for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+DEPENDENCIES = [
+    re.split(r"[<>=!~ ]", spec, maxsplit=1)[0]
+    for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+]
 
 
 def python(version: str) -> str | None:
@@ -59,16 +66,24 @@ def python(version: str) -> str | None:
 
 
 # The dashboard's pages under Streamlit's AppTest, its Prometheus and Alertmanager readers, and the reports.
-EXTRAS_TESTS = ["tests/dashboard/test_pages.py", "tests/dashboard/test_views.py",
-                "tests/dashboard/test_alertmanager_source.py", "tests/dashboard/test_prometheus_failures.py",
-                "tests/report"]
+EXTRAS_TESTS = [
+    "tests/dashboard/test_pages.py",
+    "tests/dashboard/test_views.py",
+    "tests/dashboard/test_alertmanager_source.py",
+    "tests/dashboard/test_prometheus_failures.py",
+    "tests/report",
+]
 # The oldest Python with the oldest releases, the newest Python with the newest; the full suite runs on
 # the default Python with the newest releases.
 ENTRIES = {
     # name: (Python version, what to pin beside the project, its extras beyond test, the tests)
     "floor": ("3.10", floors(), "", TESTS),
-    "extras-floor": ("3.10", list(dict.fromkeys(floors() + floors("dashboard") + floors("report"))),
-                     "dashboard,report", EXTRAS_TESTS),
+    "extras-floor": (
+        "3.10",
+        list(dict.fromkeys(floors() + floors("dashboard") + floors("report"))),
+        "dashboard,report",
+        EXTRAS_TESTS,
+    ),
     "py3.13": ("3.13", [], "", TESTS),
 }
 
@@ -95,14 +110,21 @@ def run(name: str) -> bool | None:
         stamp.write_text(wanted)
     names = dict.fromkeys([*DEPENDENCIES, *(pin.split("==")[0] for pin in pins)])
     show = "; ".join(f"print('{d}', m.version('{d}'))" for d in names)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-c", f"import importlib.metadata as m; {show}"],
-                               capture_output=True, text=True, check=True).stdout.split("\n")
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", f"import importlib.metadata as m; {show}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     print(f"== matrix {name}: Python {version}, {', '.join(line for line in installed if line)}", flush=True)
     started = time.monotonic()
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
-                          cwd=ROOT)
-    print(f"== matrix {name}: {'passed' if done.returncode == 0 else 'FAILED'} in "
-          f"{time.monotonic() - started:.0f} s", flush=True)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=ROOT
+    )
+    print(
+        f"== matrix {name}: {'passed' if done.returncode == 0 else 'FAILED'} in {time.monotonic() - started:.0f} s",
+        flush=True,
+    )
     return done.returncode == 0
 
 

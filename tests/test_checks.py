@@ -17,19 +17,28 @@ def problem(check, *args):
 def test_a_mapping_names_the_unknown_key_and_the_likely_one():
     assert checks.mapping({"a": 1}, "x", ("a",), ("b",)) == {"a": 1}
     assert problem(checks.mapping, {"utilisation": 1}, "gpus[0]", (), ("utilization", "power")) == (
-        "gpus[0]: unknown key 'utilisation'; did you mean 'utilization'?")
+        "gpus[0]: unknown key 'utilisation'; did you mean 'utilization'?"
+    )
     assert problem(checks.mapping, {"zzz": 1}, "x", (), ("a", "b")) == "x: unknown key 'zzz'; use one of a, b"
     assert problem(checks.mapping, {}, "x", ("a",)) == "x: missing key 'a'"
     assert problem(checks.mapping, [1], "x", (), (), "e.g. '{a: 1}'") == (
-        "x: expected a mapping, got a list; e.g. '{a: 1}'")
+        "x: expected a mapping, got a list; e.g. '{a: 1}'"
+    )
 
 
-@pytest.mark.parametrize(("value", "said"), [
-    ("3", "expected a number, got the string '3'"), (True, "expected a number, got true"),
-    (None, "expected a number, got null"), (float("nan"), "expected a finite number, got nan"),
-    (10**400, "must be between 0 and 1, got a number of 401 digits"), (-1, "must not be negative, got -1"),
-    (1.5, "must be between 0 and 1, got 1.5"), (2**64, "must be between 0 and 1, got 18446744073709551616"),
-])
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("3", "expected a number, got the string '3'"),
+        (True, "expected a number, got true"),
+        (None, "expected a number, got null"),
+        (float("nan"), "expected a finite number, got nan"),
+        (10**400, "must be between 0 and 1, got a number of 401 digits"),
+        (-1, "must not be negative, got -1"),
+        (1.5, "must be between 0 and 1, got 1.5"),
+        (2**64, "must be between 0 and 1, got 18446744073709551616"),
+    ],
+)
 def test_a_number_is_finite_and_in_range(value, said):
     assert problem(checks.number, value, "duty", 0, 1).startswith(f"duty: {said}")
 
@@ -50,7 +59,8 @@ def test_text_flag_choice_and_items():
     assert problem(checks.text, "a\nb", "name") == "name: must fit on one line"
     assert checks.flag(False, "f") is False and problem(checks.flag, 1, "f") == "f: expected true or false, got 1"
     assert problem(checks.choice, "bfloat", "dtype", ("bfloat16", "float16")) == (
-        "dtype: unknown value 'bfloat'; did you mean 'bfloat16'? use one of bfloat16, float16")
+        "dtype: unknown value 'bfloat'; did you mean 'bfloat16'? use one of bfloat16, float16"
+    )
     assert checks.items([1], "l") == [1] and problem(checks.items, {}, "l") == "l: expected a list, got a mapping"
 
 
@@ -69,4 +79,5 @@ def test_a_record_allows_other_keys_and_labels_are_strings():
 def test_a_number_too_long_to_write_is_described_not_raised():
     assert checks.described(10**5000) == checks.shown(10**5000) == "a number of more than 4300 digits"
     assert problem(checks.whole, 10**5000, "seed", 0, 2**64 - 1) == (
-        "seed: must be between 0 and 18446744073709551615, got a number of more than 4300 digits")
+        "seed: must be between 0 and 18446744073709551615, got a number of more than 4300 digits"
+    )

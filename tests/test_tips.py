@@ -26,45 +26,119 @@ GIB = 2**30
 # Tip ids are Prometheus label values: renaming or dropping one breaks dashboards and alert routes.
 # Adding one means adding it here, on purpose.
 STABLE_IDS = {
-    "allocator_fragmentation", "channels_last", "cuda_graphs", "cudnn_benchmark", "dataloader_prefetch",
-    "dataloader_workers", "dataset_storage", "ddp_not_dataparallel", "debug_hang", "dynamic_batching",
-    "ecc_uncorrected", "gpu_fell_off_bus", "gpu_preprocessing", "gradient_accumulation", "gradient_checkpointing",
-    "host_device_sync", "hw_slowdown", "idle_timeout_policy", "larger_batch", "mig_monitoring", "mixed_precision",
-    "model_parallelism", "more_cpu_cores", "numa_binding", "nvlink_topology", "nvml_unavailable", "pcie_link",
-    "pin_memory", "power_cap", "processes_unreadable", "profile_the_job", "release_idle_gpu", "right_size_gpu",
+    "allocator_fragmentation",
+    "channels_last",
+    "cuda_graphs",
+    "cudnn_benchmark",
+    "dataloader_prefetch",
+    "dataloader_workers",
+    "dataset_storage",
+    "ddp_not_dataparallel",
+    "debug_hang",
+    "dynamic_batching",
+    "ecc_uncorrected",
+    "gpu_fell_off_bus",
+    "gpu_preprocessing",
+    "gradient_accumulation",
+    "gradient_checkpointing",
+    "host_device_sync",
+    "hw_slowdown",
+    "idle_timeout_policy",
+    "larger_batch",
+    "mig_monitoring",
+    "mixed_precision",
+    "model_parallelism",
+    "more_cpu_cores",
+    "numa_binding",
+    "nvlink_topology",
+    "nvml_unavailable",
+    "pcie_link",
+    "pin_memory",
+    "power_cap",
+    "processes_unreadable",
+    "profile_the_job",
+    "release_idle_gpu",
+    "right_size_gpu",
     "row_remap",
-    "tensorrt_inference", "tf32_matmul", "thermal_throttle", "torch_compile", "unused_gpu_request",
-    "update_driver_cuda", "xid_lookup",
+    "tensorrt_inference",
+    "tf32_matmul",
+    "thermal_throttle",
+    "torch_compile",
+    "unused_gpu_request",
+    "update_driver_cuda",
+    "xid_lookup",
 }
 
 # Documentation hosts the tips may cite: vendors' and projects' own documentation.
 DOC_HOSTS = {
-    "pytorch.org", "docs.nvidia.com", "slurm.schedmd.com", "kubernetes.io", "keda.sh", "github.com",
+    "pytorch.org",
+    "docs.nvidia.com",
+    "slurm.schedmd.com",
+    "kubernetes.io",
+    "keda.sh",
+    "github.com",
 }
 
 # Evidence from an input-starved job, the brief's example.
 STARVED = {
-    "num_workers": 0, "main_process_cpu_ratio": 1.0, "busy_ratio": 0.18, "cpu_cores_allowed": 16,
+    "num_workers": 0,
+    "main_process_cpu_ratio": 1.0,
+    "busy_ratio": 0.18,
+    "cpu_cores_allowed": 16,
     "pin_memory": False,
 }
 
 # Two evidence sets that between them give every tip something to quote: one job short of memory,
 # one light job.
 HEAVY = {
-    "busy_ratio": 0.35, "sm_activity": 0.3, "sm_occupancy": 0.05, "tensor_activity": 0.0, "dram_bandwidth": 0.7,
-    "power_ratio": 0.6, "memory_used_ratio": 0.93, "memory_total_bytes": 80 * GIB, "data_wait_ratio": 0.4,
-    "steps_per_second": 2.5, "num_workers": 4, "pin_memory": False, "prefetch_factor": 2,
-    "persistent_workers": False, "batch_size": 64, "autocast": False, "tf32": False,
-    "main_process_cpu_ratio": 1.0, "workers_cpu_ratio_max": 0.97, "cpu_cores_allowed": 8, "cpu_cores_used": 7.8,
-    "idle_seconds": 9000, "held_seconds": 21600, "torch_reserved_bytes": 70 * GIB,
-    "torch_allocated_bytes": 52 * GIB, "alloc_retries": 14, "ooms": 2, "pcie_generation": 3,
-    "pcie_max_generation": 4, "pcie_width": 8, "pcie_max_width": 16, "temperature_celsius": 91, "xid": 119,
-    "model": "NVIDIA H100 80GB HBM3", "processes": 2, "job_kind": "slurm", "ecc_uncorrected": 3,
+    "busy_ratio": 0.35,
+    "sm_activity": 0.3,
+    "sm_occupancy": 0.05,
+    "tensor_activity": 0.0,
+    "dram_bandwidth": 0.7,
+    "power_ratio": 0.6,
+    "memory_used_ratio": 0.93,
+    "memory_total_bytes": 80 * GIB,
+    "data_wait_ratio": 0.4,
+    "steps_per_second": 2.5,
+    "num_workers": 4,
+    "pin_memory": False,
+    "prefetch_factor": 2,
+    "persistent_workers": False,
+    "batch_size": 64,
+    "autocast": False,
+    "tf32": False,
+    "main_process_cpu_ratio": 1.0,
+    "workers_cpu_ratio_max": 0.97,
+    "cpu_cores_allowed": 8,
+    "cpu_cores_used": 7.8,
+    "idle_seconds": 9000,
+    "held_seconds": 21600,
+    "torch_reserved_bytes": 70 * GIB,
+    "torch_allocated_bytes": 52 * GIB,
+    "alloc_retries": 14,
+    "ooms": 2,
+    "pcie_generation": 3,
+    "pcie_max_generation": 4,
+    "pcie_width": 8,
+    "pcie_max_width": 16,
+    "temperature_celsius": 91,
+    "xid": 119,
+    "model": "NVIDIA H100 80GB HBM3",
+    "processes": 2,
+    "job_kind": "slurm",
+    "ecc_uncorrected": 3,
     "row_remap_pending": True,
 }
 LIGHT = {
-    "busy_ratio": 0.9, "sm_activity": 0.1, "sm_occupancy": 0.05, "memory_used_ratio": 0.1,
-    "memory_total_bytes": 80 * GIB, "autocast": True, "autocast_dtype": "float16", "model": "NVIDIA A100-SXM4-80GB",
+    "busy_ratio": 0.9,
+    "sm_activity": 0.1,
+    "sm_occupancy": 0.05,
+    "memory_used_ratio": 0.1,
+    "memory_total_bytes": 80 * GIB,
+    "autocast": True,
+    "autocast_dtype": "float16",
+    "model": "NVIDIA A100-SXM4-80GB",
 }
 # A job whose Python loop sets the pace: the GPU waits, and not for batches.
 LAUNCH_BOUND = {"busy_ratio": 0.3, "main_process_cpu_ratio": 1.0, "data_wait_ratio": 0.01}
@@ -147,7 +221,7 @@ def test_docs_table_matches_the_catalog():
     assert tips.markdown_table() in text, "docs/tips.md is out of date: paste tips.markdown_table() into it"
     for tip_id in CATALOG:
         assert f"`{tip_id}`" in text
-    catalog = text[text.index("## The catalog"):]
+    catalog = text[text.index("## The catalog") :]
     documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", catalog, re.MULTILINE))
     assert documented == set(CATALOG)
 
@@ -223,16 +297,24 @@ def test_no_bigger_batch_when_memory_is_short():
         assert "larger_batch" not in offered
     offered = ids(tips_for(Reason.LOW_OCCUPANCY, (), {"memory_used_ratio": 0.93, "batch_size": 32}, limit=4))
     assert {"gradient_accumulation", "gradient_checkpointing"} <= set(offered)
-    assert "`batch_size=16` with k=2 keeps an effective batch of 32" in render(
-        "gradient_accumulation", {"memory_used_ratio": 0.93, "batch_size": 32}).text
+    assert (
+        "`batch_size=16` with k=2 keeps an effective batch of 32"
+        in render("gradient_accumulation", {"memory_used_ratio": 0.93, "batch_size": 32}).text
+    )
 
 
 def test_numbers_are_formatted_for_people():
-    text = render("allocator_fragmentation", {"torch_reserved_bytes": 70 * GIB, "torch_allocated_bytes": 52.4 * GIB,
-                                              "alloc_retries": 1}).text
+    text = render(
+        "allocator_fragmentation",
+        {"torch_reserved_bytes": 70 * GIB, "torch_allocated_bytes": 52.4 * GIB, "alloc_retries": 1},
+    ).text
     assert "70 GiB" in text and "52.4 GiB" in text and "17.6 GiB" in text and "1 allocation," in text
-    assert "3.5 GiB" in render("right_size_gpu", {"memory_used_ratio": 0.035, "memory_total_bytes": 80 * GIB,
-                                                  "sm_activity": 0.1}).text  # 2.8 GiB in use plus 25%
+    assert (
+        "3.5 GiB"
+        in render(
+            "right_size_gpu", {"memory_used_ratio": 0.035, "memory_total_bytes": 80 * GIB, "sm_activity": 0.1}
+        ).text
+    )  # 2.8 GiB in use plus 25%
     idle = render("release_idle_gpu", {"idle_seconds": 9000, "held_seconds": 21600}).text
     assert "2 h 30 min of the 6 h" in idle
     assert "18%" in render("host_device_sync", {"busy_ratio": 0.183}).text
@@ -240,8 +322,9 @@ def test_numbers_are_formatted_for_people():
 
 
 def test_pcie_tip_computes_the_bandwidth_lost():
-    text = render("pcie_link", {"pcie_generation": 3, "pcie_max_generation": 4, "pcie_width": 8,
-                                "pcie_max_width": 16}).text
+    text = render(
+        "pcie_link", {"pcie_generation": 3, "pcie_max_generation": 4, "pcie_width": 8, "pcie_max_width": 16}
+    ).text
     assert "Gen3 x8" in text and "Gen4 x16" in text and "about 8 GB/s" in text and "instead of 32 (25%)" in text
 
 
@@ -255,8 +338,10 @@ def test_precision_advice_follows_the_gpu():
 def test_idle_advice_follows_the_scheduler():
     assert "scancel" in render("release_idle_gpu", {"job_kind": "slurm"}).text
     assert "kubectl scale" in render("release_idle_gpu", {"job_kind": "kubernetes"}).text
-    assert "--cpus-per-task" in render("more_cpu_cores", {"job_kind": "slurm", "num_workers": 8,
-                                                           "cpu_cores_allowed": 4}).text
+    assert (
+        "--cpus-per-task"
+        in render("more_cpu_cores", {"job_kind": "slurm", "num_workers": 8, "cpu_cores_allowed": 4}).text
+    )
     assert "10 cores" in render("more_cpu_cores", {"num_workers": 8, "cpu_cores_allowed": 4}).text
 
 
@@ -283,8 +368,13 @@ def test_input_cpu_saturated_puts_workers_then_pinning_first():
 
 
 def test_saturated_workers_without_spare_cores_point_to_the_gpu_and_more_cores():
-    evidence = {"num_workers": 15, "workers_cpu_ratio_max": 0.98, "cpu_cores_allowed": 16, "cpu_cores_used": 15.9,
-                "data_wait_ratio": 0.35}
+    evidence = {
+        "num_workers": 15,
+        "workers_cpu_ratio_max": 0.98,
+        "cpu_cores_allowed": 16,
+        "cpu_cores_used": 15.9,
+        "data_wait_ratio": 0.35,
+    }
     assert ids(tips_for(Reason.WORKERS_SATURATED, (), evidence))[:2] == ["gpu_preprocessing", "more_cpu_cores"]
 
 
@@ -308,15 +398,23 @@ def test_low_occupancy_ranks_batch_size_and_kernel_fusion_first():
 
 
 def test_launch_bound_job_gets_sync_compile_and_graph_tips():
-    assert set(ids(tips_for(Reason.LOW_BUSY_RATIO, (), LAUNCH_BOUND))) == {"host_device_sync", "torch_compile",
-                                                                       "cuda_graphs"}
+    assert set(ids(tips_for(Reason.LOW_BUSY_RATIO, (), LAUNCH_BOUND))) == {
+        "host_device_sync",
+        "torch_compile",
+        "cuda_graphs",
+    }
 
 
 def test_the_jobs_own_wait_weighs_the_input_tips():
     # Below the verdict's starvation threshold the input is worth a look, not the answer: the verdict says
     # the GPU is not data-starved, so input tips must not lead.
-    mild = {"busy_ratio": 0.3, "data_wait_ratio": 0.1, "num_workers": 0, "pin_memory": False,
-            "main_process_cpu_ratio": 0.3}
+    mild = {
+        "busy_ratio": 0.3,
+        "data_wait_ratio": 0.1,
+        "num_workers": 0,
+        "pin_memory": False,
+        "main_process_cpu_ratio": 0.3,
+    }
     assert not set(ids(tips_for(Reason.LOW_BUSY_RATIO, (), mild))) & {"dataloader_workers", "pin_memory"}
     assert "dataloader_workers" in ids(tips_for(Reason.LOW_BUSY_RATIO, (), mild, limit=50))
     starved = {**mild, "data_wait_ratio": 0.3}
@@ -344,7 +442,10 @@ def test_spinning_kernel_and_idle_reasons():
 def test_condition_tips_follow_the_reasons_and_keep_a_place():
     conditions = [Condition.THERMAL_THROTTLE, Condition.ECC_UNCORRECTED]
     assert ids(tips_for(Reason.HEALTHY, conditions, {"autocast": False})) == [
-        "mixed_precision", "ecc_uncorrected", "thermal_throttle"]
+        "mixed_precision",
+        "ecc_uncorrected",
+        "thermal_throttle",
+    ]
     everything = ids(tips_for(Reason.HEALTHY, conditions, {"autocast": False}, limit=50))
     assert everything[-2:] == ["ecc_uncorrected", "thermal_throttle"]
     assert ids(tips_for(Reason.HEALTHY, conditions, {"autocast": False}, limit=1)) == ["mixed_precision"]
@@ -356,9 +457,11 @@ def test_condition_tips_follow_the_reasons_and_keep_a_place():
 def test_strings_and_enums_are_the_same_and_limits_hold():
     evidence = {"autocast": False, "memory_used_ratio": 0.2}
     assert tips_for("low_sm_activity", ["pcie_degraded"], evidence) == tips_for(
-        Reason.LOW_SM_ACTIVITY, [Condition.PCIE_DEGRADED], evidence)
+        Reason.LOW_SM_ACTIVITY, [Condition.PCIE_DEGRADED], evidence
+    )
     assert tips_for(Reason.LOW_SM_ACTIVITY, "pcie_degraded", evidence) == tips_for(
-        Reason.LOW_SM_ACTIVITY, ["pcie_degraded"], evidence)
+        Reason.LOW_SM_ACTIVITY, ["pcie_degraded"], evidence
+    )
     for limit in (0, -1, 1, 2, 5):
         assert len(tips_for(Reason.LOW_SM_ACTIVITY, [Condition.PCIE_DEGRADED], evidence, limit=limit)) == max(limit, 0)
 
@@ -373,8 +476,11 @@ def test_unknown_values_are_ignored_and_unknown_ids_named():
 # -- arbitrary evidence ---------------------------------------------------------------------------------------------
 
 _ANY_VALUE = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=80),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=80),
     st.sampled_from(["slurm", "kubernetes", "bfloat16", "float16", "NVIDIA H100 80GB HBM3", "Tesla T4", "None"]),
 )
 
@@ -395,24 +501,72 @@ def test_arbitrary_evidence_never_raises(evidence, reason, conditions, limit):
 
 
 _RATIO = st.floats(min_value=0, max_value=1.5)
-_WELL_TYPED = st.fixed_dictionaries({}, optional={
-    **{key: _RATIO for key in ("busy_ratio", "sm_activity", "sm_occupancy", "tensor_activity", "dram_bandwidth",
-                               "power_ratio", "memory_used_ratio", "data_wait_ratio", "main_process_cpu_ratio",
-                               "workers_cpu_ratio_max")},
-    **{key: st.integers(min_value=0, max_value=512) for key in (
-        "num_workers", "prefetch_factor", "batch_size", "alloc_retries", "ooms", "processes", "xid", "ecc_uncorrected",
-        "pcie_generation", "pcie_max_generation", "pcie_width", "pcie_max_width")},
-    **{key: st.booleans() for key in ("pin_memory", "persistent_workers", "autocast", "tf32", "row_remap_pending",
-                                      "row_remap_failure")},
-    **{key: st.floats(min_value=0, max_value=1e7) for key in ("cpu_cores_allowed", "cpu_cores_used", "idle_seconds",
-                                                               "held_seconds", "steps_per_second",
-                                                               "temperature_celsius")},
-    **{key: st.integers(min_value=0, max_value=2**40) for key in ("torch_reserved_bytes", "torch_allocated_bytes",
-                                                                   "memory_total_bytes")},
-    "model": st.sampled_from(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB", "NVIDIA L4", "Some GPU"]),
-    "autocast_dtype": st.sampled_from(["bfloat16", "float16"]),
-    "job_kind": st.sampled_from(["slurm", "kubernetes", "container", "process"]),
-})
+_WELL_TYPED = st.fixed_dictionaries(
+    {},
+    optional={
+        **{
+            key: _RATIO
+            for key in (
+                "busy_ratio",
+                "sm_activity",
+                "sm_occupancy",
+                "tensor_activity",
+                "dram_bandwidth",
+                "power_ratio",
+                "memory_used_ratio",
+                "data_wait_ratio",
+                "main_process_cpu_ratio",
+                "workers_cpu_ratio_max",
+            )
+        },
+        **{
+            key: st.integers(min_value=0, max_value=512)
+            for key in (
+                "num_workers",
+                "prefetch_factor",
+                "batch_size",
+                "alloc_retries",
+                "ooms",
+                "processes",
+                "xid",
+                "ecc_uncorrected",
+                "pcie_generation",
+                "pcie_max_generation",
+                "pcie_width",
+                "pcie_max_width",
+            )
+        },
+        **{
+            key: st.booleans()
+            for key in (
+                "pin_memory",
+                "persistent_workers",
+                "autocast",
+                "tf32",
+                "row_remap_pending",
+                "row_remap_failure",
+            )
+        },
+        **{
+            key: st.floats(min_value=0, max_value=1e7)
+            for key in (
+                "cpu_cores_allowed",
+                "cpu_cores_used",
+                "idle_seconds",
+                "held_seconds",
+                "steps_per_second",
+                "temperature_celsius",
+            )
+        },
+        **{
+            key: st.integers(min_value=0, max_value=2**40)
+            for key in ("torch_reserved_bytes", "torch_allocated_bytes", "memory_total_bytes")
+        },
+        "model": st.sampled_from(["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB", "NVIDIA L4", "Some GPU"]),
+        "autocast_dtype": st.sampled_from(["bfloat16", "float16"]),
+        "job_kind": st.sampled_from(["slurm", "kubernetes", "container", "process"]),
+    },
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -444,16 +598,50 @@ GOLDEN = Path(__file__).resolve().parent / "golden" / "tips.json"
 # Named evidence sets, each reaching branches the others do not: an older GPU, Kubernetes, a remap that
 # failed, a job whose wait for batches is mild, one with prefetching already deep.
 CONTEXTS = {
-    "empty": {}, "all_none": dict.fromkeys(EVIDENCE_KEYS), "starved": STARVED, "heavy": HEAVY, "light": LIGHT,
+    "empty": {},
+    "all_none": dict.fromkeys(EVIDENCE_KEYS),
+    "starved": STARVED,
+    "heavy": HEAVY,
+    "light": LIGHT,
     "launch_bound": LAUNCH_BOUND,
-    "older_gpu": {"model": "Tesla V100-SXM2-32GB", "autocast": True, "autocast_dtype": "float16", "tf32": False,
-                  "xid": 48, "ecc_uncorrected": 1, "power_ratio": 0.97, "job_kind": "kubernetes", "num_workers": 8,
-                  "cpu_cores_allowed": 32, "cpu_cores_used": 30, "idle_seconds": 45, "memory_used_ratio": 0.3},
-    "remap_failed": {"row_remap_failure": True, "xid": 4242, "pcie_width": 8, "pcie_max_width": 16,
-                     "temperature_celsius": 70, "processes": 1, "held_seconds": 600, "job_kind": "process"},
-    "mild_wait": {"busy_ratio": 0.3, "data_wait_ratio": 0.1, "num_workers": 0, "pin_memory": False,
-                  "main_process_cpu_ratio": 0.3, "workers_cpu_ratio_max": 0.2, "persistent_workers": True,
-                  "prefetch_factor": 8, "memory_used_ratio": 0.05, "memory_total_bytes": 24 * GIB, "batch_size": 1},
+    "older_gpu": {
+        "model": "Tesla V100-SXM2-32GB",
+        "autocast": True,
+        "autocast_dtype": "float16",
+        "tf32": False,
+        "xid": 48,
+        "ecc_uncorrected": 1,
+        "power_ratio": 0.97,
+        "job_kind": "kubernetes",
+        "num_workers": 8,
+        "cpu_cores_allowed": 32,
+        "cpu_cores_used": 30,
+        "idle_seconds": 45,
+        "memory_used_ratio": 0.3,
+    },
+    "remap_failed": {
+        "row_remap_failure": True,
+        "xid": 4242,
+        "pcie_width": 8,
+        "pcie_max_width": 16,
+        "temperature_celsius": 70,
+        "processes": 1,
+        "held_seconds": 600,
+        "job_kind": "process",
+    },
+    "mild_wait": {
+        "busy_ratio": 0.3,
+        "data_wait_ratio": 0.1,
+        "num_workers": 0,
+        "pin_memory": False,
+        "main_process_cpu_ratio": 0.3,
+        "workers_cpu_ratio_max": 0.2,
+        "persistent_workers": True,
+        "prefetch_factor": 8,
+        "memory_used_ratio": 0.05,
+        "memory_total_bytes": 24 * GIB,
+        "batch_size": 1,
+    },
 }
 
 
@@ -462,8 +650,10 @@ def _sweep(count: int = 200, seed: int = 7) -> list[dict]:
     rng = random.Random(seed)
     odd = [None, True, False, -1, math.nan, math.inf, "None", "x{y}", 2.5, 10**30]
     values = {
-        "model": ["NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA L4", "Some GPU"], "job_kind": ["slurm", "kubernetes"],
-        "autocast_dtype": ["bfloat16", "float16"], "xid": sorted(tips.XID_MEANINGS) + [7],
+        "model": ["NVIDIA H100 80GB HBM3", "Tesla T4", "NVIDIA L4", "Some GPU"],
+        "job_kind": ["slurm", "kubernetes"],
+        "autocast_dtype": ["bfloat16", "float16"],
+        "xid": sorted(tips.XID_MEANINGS) + [7],
     }
     sets = []
     for _ in range(count):
@@ -478,8 +668,14 @@ def _sweep(count: int = 200, seed: int = 7) -> list[dict]:
                 evidence[key] = rng.choice(values[key])
             elif key.endswith(("_ratio", "_activity", "_occupancy", "_bandwidth")):
                 evidence[key] = round(rng.random() * 1.2, 3)
-            elif key in ("pin_memory", "persistent_workers", "autocast", "tf32", "row_remap_pending",
-                         "row_remap_failure"):
+            elif key in (
+                "pin_memory",
+                "persistent_workers",
+                "autocast",
+                "tf32",
+                "row_remap_pending",
+                "row_remap_failure",
+            ):
                 evidence[key] = rng.random() < 0.5
             else:
                 evidence[key] = rng.choice([0, 1, 2, 3, 4, 5, 8, 16, 64, 90, 3600, 9000, 2**34, 80 * GIB, 6.5])
@@ -500,8 +696,10 @@ def _written(evidence) -> dict:
 def _golden() -> dict:
     sweep = [json.dumps(_written(evidence), sort_keys=True) for evidence in _sweep()]
     return {
-        "catalog": [[tip.id, tip.title, list(tip.applies_to), list(tip.docs), tip.when, list(tip.reads)]
-                    for tip in CATALOG.values()],
+        "catalog": [
+            [tip.id, tip.title, list(tip.applies_to), list(tip.docs), tip.when, list(tip.reads)]
+            for tip in CATALOG.values()
+        ],
         "contexts": {name: _written(evidence) for name, evidence in CONTEXTS.items()},
         "sweep_sha256": [hashlib.sha256(text.encode()).hexdigest()[:16] for text in sweep],
     }

@@ -11,24 +11,64 @@ from gpulens.report import cli as report_cli
 DAY = 86_400.0
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("500ms", 0.5), ("30s", 30.0), ("1.5", 1.5), ("90", 90.0), ("2m", 120.0), ("12h", 43_200.0), ("7d", 7 * DAY),
-    ("2w", 14 * DAY), (" 5 m ", 300.0), ("0", 0.0), ("0.25h", 900.0), (300, 300.0), (1.5, 1.5),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("30s", 30.0),
+        ("1.5", 1.5),
+        ("90", 90.0),
+        ("2m", 120.0),
+        ("12h", 43_200.0),
+        ("7d", 7 * DAY),
+        ("2w", 14 * DAY),
+        (" 5 m ", 300.0),
+        ("0", 0.0),
+        ("0.25h", 900.0),
+        (300, 300.0),
+        (1.5, 1.5),
+    ],
+)
 def test_durations(text, seconds):
     assert units.parse_duration(text, "--x") == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize(("text", "size"), [
-    ("256MiB", 256 * 2**20), ("1GiB", 2**30), ("500MB", 500 * 10**6), ("1024", 1024), ("0.5KiB", 512), ("1TiB", 2**40),
-    (" 2 KB ", 2000), (4096, 4096),
-])
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("256MiB", 256 * 2**20),
+        ("1GiB", 2**30),
+        ("500MB", 500 * 10**6),
+        ("1024", 1024),
+        ("0.5KiB", 512),
+        ("1TiB", 2**40),
+        (" 2 KB ", 2000),
+        (4096, 4096),
+    ],
+)
 def test_sizes(text, size):
     assert units.parse_size(text, "--x") == size
 
 
-@pytest.mark.parametrize("text", ["soon", "", "-1s", "1e3", "1x", "5 minutes", "nan", "inf", "1.s", ".5s", "2W",
-                                  "9" * 400, "9" * 400 + "w", "1s\nrm -rf"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "soon",
+        "",
+        "-1s",
+        "1e3",
+        "1x",
+        "5 minutes",
+        "nan",
+        "inf",
+        "1.s",
+        ".5s",
+        "2W",
+        "9" * 400,
+        "9" * 400 + "w",
+        "1s\nrm -rf",
+    ],
+)
 def test_a_bad_duration_is_one_line_naming_the_setting_and_the_fix(text):
     with pytest.raises(units.UnitError) as caught:
         units.parse_duration(text, "--ledger.retention")
@@ -67,8 +107,10 @@ def test_each_caller_keeps_its_own_error_type():
 
 def test_a_time_is_epoch_seconds_a_date_or_a_duration_before_now():
     now = 1_800_000_000.0
-    for parse in (lambda text: report_cli.parse_time(text, "--since", now),
-                  lambda text: jobs_api.parse_since(text, now)):
+    for parse in (
+        lambda text: report_cli.parse_time(text, "--since", now),
+        lambda text: jobs_api.parse_since(text, now),
+    ):
         assert parse("2w") == now - 14 * DAY
         assert parse("90m") == now - 5400
         assert parse("1700000000") == 1_700_000_000.0  # a bare number is an epoch here, not seconds ago

@@ -9,11 +9,24 @@ from gpulens.dashboard.views import words as page_words
 from gpulens.report import document
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0 s"), (45, "45 s"), (59.4, "59 s"), (60, "1 min"), (720, "12 min"), (3599, "59 min"),
-    (3600, "1 h"), (3 * 3600 + 300, "3 h 05 min"), (5400, "1 h 30 min"), (47 * 3600 + 59 * 60, "47 h 59 min"),
-    (2 * 86400, "2 d"), (3 * 86400 + 7200, "3 d 2 h"), (-5, "0 s"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0 s"),
+        (45, "45 s"),
+        (59.4, "59 s"),
+        (60, "1 min"),
+        (720, "12 min"),
+        (3599, "59 min"),
+        (3600, "1 h"),
+        (3 * 3600 + 300, "3 h 05 min"),
+        (5400, "1 h 30 min"),
+        (47 * 3600 + 59 * 60, "47 h 59 min"),
+        (2 * 86400, "2 d"),
+        (3 * 86400 + 7200, "3 d 2 h"),
+        (-5, "0 s"),
+    ],
+)
 def test_a_duration_reads_in_at_most_two_units(seconds, text):
     assert words.duration(seconds) == text
 

@@ -20,10 +20,20 @@ FOLDERS = {"agent": ROOT / "agent", "dashboard": ROOT / "dashboard", "probes": R
 # The core: each reading's path from the sampler to the snapshot, the verdicts and the job ledger, and the
 # seams it is built on (typed with Protocols: Clock, AnalysisStage, Stage, NodeSources).
 CORE = [
-    "gpulens/agent/snapshot.py", "gpulens/agent/clock.py", "gpulens/agent/sampler.py", "gpulens/agent/sources.py",
-    "gpulens/agent/diagnosis.py", "gpulens/agent/analysis.py", "gpulens/agent/accounting.py",
-    "gpulens/units.py", "gpulens/gpus.py", "gpulens/vocabulary.py", "gpulens/words.py", "gpulens/checks.py",
-    "gpulens/bundled.py", "gpulens/alertmanager_api.py",
+    "gpulens/agent/snapshot.py",
+    "gpulens/agent/clock.py",
+    "gpulens/agent/sampler.py",
+    "gpulens/agent/sources.py",
+    "gpulens/agent/diagnosis.py",
+    "gpulens/agent/analysis.py",
+    "gpulens/agent/accounting.py",
+    "gpulens/units.py",
+    "gpulens/gpus.py",
+    "gpulens/vocabulary.py",
+    "gpulens/words.py",
+    "gpulens/checks.py",
+    "gpulens/bundled.py",
+    "gpulens/alertmanager_api.py",
 ]
 
 

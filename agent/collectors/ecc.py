@@ -56,8 +56,7 @@ class EccCollector(Collector):
         )
         for gpu, r in pairs:
             _add(volatile, gpu, "kind", corrected=r.corrected_volatile, uncorrected=r.uncorrected_volatile)
-            _add(remapped, gpu, "cause", correctable=r.remapped_correctable,
-                 uncorrectable=r.remapped_uncorrectable)
+            _add(remapped, gpu, "cause", correctable=r.remapped_correctable, uncorrectable=r.remapped_uncorrectable)
         yield volatile
         yield remapped
         # Flags, like the clock event reasons: a series only while raised (read them with `== 1`).

@@ -137,7 +137,8 @@ class ProbesCollector(Collector):
             log.log(level, "probe of GPU %d: %s %s", request.index, report.status, report.detail)
             with self._lock:
                 self._history.setdefault(request.uuid, deque(maxlen=self._keep)).append(
-                    ProbeRun(finished=self._clock.time(), report=report))
+                    ProbeRun(finished=self._clock.time(), report=report)
+                )
                 self._running = None
 
         self._start(work)
@@ -148,25 +149,30 @@ class ProbesCollector(Collector):
             "gpulens_probe_bandwidth_bytes_per_second",
             "Copy bandwidth the latest probe measured, bytes/s (median of its repeats). direction d2d counts bytes "
             "read plus written; h2d, d2h and p2p count each byte once.",
-            labels=(*GPU_LABELS, "direction", "memory"))
+            labels=(*GPU_LABELS, "direction", "memory"),
+        )
         bandwidth_ratio = GaugeMetricFamily(
             "gpulens_probe_bandwidth_peak_ratio",
             "Probe bandwidth as a fraction of the datasheet peak: memory bandwidth for d2d, the PCIe link at its "
             "maximum generation and width for h2d and d2h (0-1).",
-            labels=(*GPU_LABELS, "direction", "memory"))
+            labels=(*GPU_LABELS, "direction", "memory"),
+        )
         matmul = GaugeMetricFamily(
             "gpulens_probe_matmul_flops_per_second",
             "Matrix-multiply throughput the latest probe measured, FLOP/s (2 n^3 per n x n product, median).",
-            labels=(*GPU_LABELS, "dtype"))
+            labels=(*GPU_LABELS, "dtype"),
+        )
         matmul_ratio = GaugeMetricFamily(
             "gpulens_probe_matmul_peak_ratio",
             "Probe matmul throughput as a fraction of the dense datasheet peak for its dtype (0-1).",
-            labels=(*GPU_LABELS, "dtype"))
+            labels=(*GPU_LABELS, "dtype"),
+        )
         correct = GaugeMetricFamily(
             "gpulens_probe_correct",
             "1 if the latest probe's output was right (each matmul product against float64 on a slice, each "
             "copy against its source), 0 if not: the GPU computes or moves data wrong. One series per probe run.",
-            labels=(*GPU_LABELS, "probe"))
+            labels=(*GPU_LABELS, "probe"),
+        )
         for gpu, run in latest:
             for result in run.report.results:
                 if result.value is not None or result.status == WRONG:
@@ -184,15 +190,25 @@ class ProbesCollector(Collector):
                     if result.peak_ratio is not None:
                         matmul_ratio.add_metric(labels, result.peak_ratio)
         yield from (bandwidth, bandwidth_ratio, matmul, matmul_ratio, correct)
-        yield gpu_gauge("gpulens_probe_last_run_timestamp_seconds",
-                        "When the latest probe of the GPU ended, seconds since the epoch.",
-                        latest, lambda run: run.finished)
-        yield gpu_gauge("gpulens_probe_success",
-                        "1 if the latest probe ran every kernel and every result was correct (slow counts: the "
-                        "ratios say how slow); 0 if it was refused, aborted, ran out of time, failed or was wrong.",
-                        latest, lambda run: int(run.report.status in (OK, SLOW)))
-        yield gpu_gauge("gpulens_probe_duration_seconds", "How long the latest probe took, wall-clock seconds.",
-                        latest, lambda run: run.report.seconds)
+        yield gpu_gauge(
+            "gpulens_probe_last_run_timestamp_seconds",
+            "When the latest probe of the GPU ended, seconds since the epoch.",
+            latest,
+            lambda run: run.finished,
+        )
+        yield gpu_gauge(
+            "gpulens_probe_success",
+            "1 if the latest probe ran every kernel and every result was correct (slow counts: the "
+            "ratios say how slow); 0 if it was refused, aborted, ran out of time, failed or was wrong.",
+            latest,
+            lambda run: int(run.report.status in (OK, SLOW)),
+        )
+        yield gpu_gauge(
+            "gpulens_probe_duration_seconds",
+            "How long the latest probe took, wall-clock seconds.",
+            latest,
+            lambda run: run.report.seconds,
+        )
 
 
 def scheduled(interval: float, jitter: float, simulate: str | None, clock: Any) -> ProbesCollector:

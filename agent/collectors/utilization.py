@@ -49,8 +49,14 @@ class UtilizationCollector(Collector):
         samples.sort()
         if "last_seen_us" not in state:
             # First look: the buffer holds history from before we started; count from now on.
-            state.update(last_seen_us=samples[-1][0] if samples else 0, busy=0.0, sampled=0.0, count=0,
-                         heard=gpu.now, typical_gap_us=_typical_gap(samples))
+            state.update(
+                last_seen_us=samples[-1][0] if samples else 0,
+                busy=0.0,
+                sampled=0.0,
+                count=0,
+                heard=gpu.now,
+                typical_gap_us=_typical_gap(samples),
+            )
             recent = [s for s in samples if s[0] > samples[-1][0] - _FIRST_LOOK_SECONDS * 1e6] if samples else []
             busy, sampled = _integrate(recent, 0, state["typical_gap_us"])
             state["last_ratio"] = busy / sampled if sampled > 0 else None

@@ -313,8 +313,14 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "precision": ("autocast", "autocast_dtype", "matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision"),
     "device": ("type", "index", "uuid"),
     "memory": (
-        "allocated_bytes", "allocated_peak_bytes", "reserved_bytes", "reserved_peak_bytes",
-        "active_bytes", "inactive_split_bytes", "alloc_retries", "ooms",
+        "allocated_bytes",
+        "allocated_peak_bytes",
+        "reserved_bytes",
+        "reserved_peak_bytes",
+        "active_bytes",
+        "inactive_split_bytes",
+        "alloc_retries",
+        "ooms",
     ),
 }
 

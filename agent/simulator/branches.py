@@ -87,8 +87,9 @@ def resolve(text: str) -> Driver:
     branch = next((b for b in BRANCHES.values() if match and b.major == int(match.group(1))), None)
     if branch is None:
         known = ", ".join(BRANCHES)
-        raise DriverError(f"unknown driver {text!r}; use a branch ({known}) or a release of one, like "
-                          f"{BRANCHES['r470'].version!r}")
+        raise DriverError(
+            f"unknown driver {text!r}; use a branch ({known}) or a release of one, like {BRANCHES['r470'].version!r}"
+        )
     return _driver(branch, name)
 
 

@@ -39,10 +39,18 @@ FEATURE_FIELDS = {
     "power": (h.FI_DEV_POWER_INSTANT, h.FI_DEV_POWER_AVERAGE),
     "energy": (h.FI_DEV_TOTAL_ENERGY_CONSUMPTION,),
     "memory_temperature": (h.FI_DEV_MEMORY_TEMP,),
-    "ecc": (h.FI_DEV_ECC_SBE_VOL_TOTAL, h.FI_DEV_ECC_DBE_VOL_TOTAL, h.FI_DEV_ECC_SBE_AGG_TOTAL,
-            h.FI_DEV_ECC_DBE_AGG_TOTAL),
-    "remapped_rows": (h.FI_DEV_REMAPPED_COR, h.FI_DEV_REMAPPED_UNC, h.FI_DEV_REMAPPED_PENDING,
-                      h.FI_DEV_REMAPPED_FAILURE),
+    "ecc": (
+        h.FI_DEV_ECC_SBE_VOL_TOTAL,
+        h.FI_DEV_ECC_DBE_VOL_TOTAL,
+        h.FI_DEV_ECC_SBE_AGG_TOTAL,
+        h.FI_DEV_ECC_DBE_AGG_TOTAL,
+    ),
+    "remapped_rows": (
+        h.FI_DEV_REMAPPED_COR,
+        h.FI_DEV_REMAPPED_UNC,
+        h.FI_DEV_REMAPPED_PENDING,
+        h.FI_DEV_REMAPPED_FAILURE,
+    ),
     "pcie_throughput": (h.FI_DEV_PCIE_COUNT_TX_BYTES, h.FI_DEV_PCIE_COUNT_RX_BYTES),
     "pcie_replay": (h.FI_DEV_PCIE_REPLAY_COUNTER,),
 }
@@ -59,8 +67,14 @@ _GPM_POSITION = {
     h.GPM_METRIC_DRAM_BW_UTIL: GPM_RATIOS.index("dram"),
 }
 # CUDA compute capability by model name prefix, as nvmlDeviceGetCudaComputeCapability reports it.
-_COMPUTE_CAPABILITY = (("NVIDIA H", (9, 0)), ("NVIDIA A100", (8, 0)), ("NVIDIA A10", (8, 6)),
-                       ("NVIDIA L", (8, 9)), ("Tesla T4", (7, 5)), ("Tesla V100", (7, 0)))
+_COMPUTE_CAPABILITY = (
+    ("NVIDIA H", (9, 0)),
+    ("NVIDIA A100", (8, 0)),
+    ("NVIDIA A10", (8, 6)),
+    ("NVIDIA L", (8, 9)),
+    ("Tesla T4", (7, 5)),
+    ("Tesla V100", (7, 0)),
+)
 
 
 class CallFailed(Exception):
@@ -87,8 +101,14 @@ class _Entry:
 _ENTRIES: list[_Entry] = []
 
 
-def _export(*names: str, args: tuple = (), device: bool = True, feature: str | None = None,
-            needs_init: bool = True, restype: type = c_int):
+def _export(
+    *names: str,
+    args: tuple = (),
+    device: bool = True,
+    feature: str | None = None,
+    needs_init: bool = True,
+    restype: type = c_int,
+):
     """Register the decorated method as the C function(s) `names`; `args` are the C types after the handle."""
 
     def register(method: Callable) -> Callable:
@@ -196,8 +216,9 @@ class SimulatedDriver:
                 if name in exported:
                     functions[name] = self._pointer(name, entry)
         for name in exported - set(functions):
-            functions[name] = self._pointer(name, _Entry((name,), (P,), SimulatedDriver._unmodelled,
-                                                         device=False, feature=None, needs_init=True))
+            functions[name] = self._pointer(
+                name, _Entry((name,), (P,), SimulatedDriver._unmodelled, device=False, feature=None, needs_init=True)
+            )
         return functions
 
     def _pointer(self, name: str, entry: _Entry):
@@ -448,8 +469,9 @@ class SimulatedDriver:
         return h.SUCCESS
 
     @_export("nvmlDeviceGetSamples", args=(U, ULL, P, P, P), feature="samples")
-    def _samples(self, gpu: SimulatedGpu, now: float, kind: int, since: int, value_type: int, count: int,
-                 samples: int) -> int:
+    def _samples(
+        self, gpu: SimulatedGpu, now: float, kind: int, since: int, value_type: int, count: int, samples: int
+    ) -> int:
         """The buffered utilization samples newer than `since`, oldest first; NOT_FOUND when none is."""
         if kind != h.GPU_UTILIZATION_SAMPLES:
             return h.ERROR_NOT_SUPPORTED
@@ -463,7 +485,7 @@ class SimulatedDriver:
             return h.SUCCESS
         if capacity.value == 0:
             return h.ERROR_INVALID_ARGUMENT
-        written = fresh[:capacity.value]  # "the number of entries which can be accommodated"
+        written = fresh[: capacity.value]  # "the number of entries which can be accommodated"
         for slot, (stamp, value) in zip(_records(samples, h.Sample, len(written)), written, strict=True):
             slot.timeStamp = stamp
             slot.sampleValue.uiVal = value
@@ -544,8 +566,7 @@ class SimulatedDriver:
         _put(out, c_ulonglong, int(gpu.energy_mj))
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit", args=(P,),
-             feature="power_limit")
+    @_export("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit", args=(P,), feature="power_limit")
     def _power_limit(self, gpu: SimulatedGpu, now: float, out: int) -> int:
         _put(out, c_uint, round(gpu.spec.power_limit * 1000))
         return h.SUCCESS
@@ -606,8 +627,12 @@ class SimulatedDriver:
         _put(out, c_uint, clocks[kind])
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons", args=(P,),
-             feature="throttle")
+    @_export(
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        args=(P,),
+        feature="throttle",
+    )
     def _clock_reasons(self, gpu: SimulatedGpu, now: float, out: int) -> int:
         """One bitmask under both names: R535 renamed "throttle" reasons to "event" reasons, same bits."""
         mask = 0
@@ -714,10 +739,16 @@ class SimulatedDriver:
         capacity.value = len(listed)
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2",
-             "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses",
-             "nvmlDeviceGetMPSComputeRunningProcesses_v2", "nvmlDeviceGetMPSComputeRunningProcesses_v3",
-             args=(P, P), feature="processes")
+    @_export(
+        "nvmlDeviceGetGraphicsRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        args=(P, P),
+        feature="processes",
+    )
     def _no_processes(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
         """Simulated nodes run compute work only: no graphics and no MPS clients."""
         _put(count, c_uint, 0)
@@ -745,8 +776,12 @@ class SimulatedDriver:
             capacity.value = len(found)
             return h.ERROR_INSUFFICIENT_SIZE
         for slot, sample in zip(_records(samples, h.ProcessUtilizationSample, len(found)), found, strict=True):
-            slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = sample.pid, sample.timestamp_us, sample.sm, \
-                sample.memory
+            slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = (
+                sample.pid,
+                sample.timestamp_us,
+                sample.sm,
+                sample.memory,
+            )
             slot.encUtil = slot.decUtil = 0
         capacity.value = len(found)
         return h.SUCCESS
@@ -866,4 +901,3 @@ class _Temperature(ctypes.Structure):
     """nvmlTemperature_v1_t."""
 
     _fields_ = [("version", c_uint), ("sensorType", c_int), ("temperature", c_int)]
-

@@ -26,8 +26,12 @@ BURST_MEMORY = GIB // 4  # each one holds a bare CUDA context
 _INF = float("inf")
 
 # Reasons that lower the SM clock, as opposed to idle or informational ones.
-_SLOWDOWNS = frozenset(THROTTLE_REASONS) - {"gpu_idle", "sync_boost", "applications_clocks_setting",
-                                             "display_clock_setting"}
+_SLOWDOWNS = frozenset(THROTTLE_REASONS) - {
+    "gpu_idle",
+    "sync_boost",
+    "applications_clocks_setting",
+    "display_clock_setting",
+}
 # GPM ratios kept per step, in this order.
 GPM_RATIOS = ("graphics", "sm", "occupancy", "tensor", "dram")
 
@@ -115,8 +119,9 @@ class SimulatedGpu:
         self.sm_clock = _lazy(spec.sm_clock, key("clocks.sm"), 0.0, _INF)
         self.memory_clock = _lazy(spec.memory_clock, key("clocks.memory"), 0.0, _INF)
         self.memory_used = _lazy(spec.memory_used, key("memory_used"), 0.0, float(spec.memory_total))
-        self.process_sm = {p.pid: _lazy(p.sm_utilization, key(f"processes.{p.pid}.sm_utilization"), 0.0, 100.0)
-                           for p in spec.processes}
+        self.process_sm = {
+            p.pid: _lazy(p.sm_utilization, key(f"processes.{p.pid}.sm_utilization"), 0.0, 100.0) for p in spec.processes
+        }
 
     def _evaluate(self, k: int) -> tuple[float, float, tuple[float, ...], float, float]:
         util = self._util(k)

@@ -52,8 +52,16 @@ class SimulatedSources:
             if spec is None:
                 job = Job(kind="process", id=f"pid:{pid}", user="nobody", uid=65534, pids=(pid,))
             else:
-                job = Job(kind=spec.kind, id=spec.id, user=spec.user, uid=None, namespace=spec.namespace,
-                          pod=spec.pod, container=spec.container, pids=(pid,))
+                job = Job(
+                    kind=spec.kind,
+                    id=spec.id,
+                    user=spec.user,
+                    uid=None,
+                    namespace=spec.namespace,
+                    pod=spec.pod,
+                    container=spec.container,
+                    pids=(pid,),
+                )
             key = (job.kind, job.id)
             if key in jobs:
                 job = replace(jobs[key], pids=jobs[key].pids + (pid,))
@@ -110,8 +118,9 @@ def _report(gpu: Gpu, process: Process, pid: int, now: float) -> JobReport:
     wait = spec.data_wait.mean(max(0.0, now - _REPORT_SECONDS), now) if now > 0 else spec.data_wait.value(0)
     dataloader = None
     if spec.num_workers is not None or spec.batch_size is not None:
-        dataloader = DataLoaderSettings(spec.num_workers, spec.pin_memory, spec.prefetch_factor,
-                                        spec.persistent_workers, spec.batch_size)
+        dataloader = DataLoaderSettings(
+            spec.num_workers, spec.pin_memory, spec.prefetch_factor, spec.persistent_workers, spec.batch_size
+        )
     return JobReport(
         pid=pid,
         window_seconds=_REPORT_SECONDS,

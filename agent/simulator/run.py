@@ -48,13 +48,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gpulens sim", description="Run COMMAND with a simulated NVIDIA driver under its pynvml.",
-                usage="gpulens sim SCENARIO [--driver BRANCH] [--at SECONDS] [--speed N] -- COMMAND [ARGS...]")
+    p = _Parser(
+        prog="gpulens sim",
+        description="Run COMMAND with a simulated NVIDIA driver under its pynvml.",
+        usage="gpulens sim SCENARIO [--driver BRANCH] [--at SECONDS] [--speed N] -- COMMAND [ARGS...]",
+    )
     p.add_argument("scenario", metavar="SCENARIO", help="a built-in scenario (gpulens scenarios) or a YAML file")
-    p.add_argument("--driver", metavar="BRANCH", help=f"the driver: a branch ({', '.join(branches.BRANCHES)}) "
-                                                      "or a release of one; default the scenario's")
-    p.add_argument("--at", metavar="SECONDS", help="hold simulated time still at this instant, so that "
-                                                   "separate processes read the same values")
+    p.add_argument(
+        "--driver",
+        metavar="BRANCH",
+        help=f"the driver: a branch ({', '.join(branches.BRANCHES)}) or a release of one; default the scenario's",
+    )
+    p.add_argument(
+        "--at",
+        metavar="SECONDS",
+        help="hold simulated time still at this instant, so that separate processes read the same values",
+    )
     p.add_argument("--speed", metavar="N", default="1", help="run simulated time N times faster (default 1)")
     return p
 
@@ -67,7 +76,7 @@ def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
             _parser().parse_args(args)
         raise ConfigError("give the command after --, e.g. gpulens sim demo -- nvitop -1")
     split = args.index("--")
-    options, command = args[:split], args[split + 1:]
+    options, command = args[:split], args[split + 1 :]
     parsed = _parser().parse_args(options)
     if not command:
         raise ConfigError("nothing to run after --; e.g. gpulens sim demo -- nvitop -1")
@@ -116,8 +125,11 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     program = shutil.which(command[0])
     if program is None:
-        print(f"gpulens sim: command {printable(command[0])!r} not found; install it in this environment "
-              "or give its path", file=sys.stderr)
+        print(
+            f"gpulens sim: command {printable(command[0])!r} not found; install it in this environment "
+            "or give its path",
+            file=sys.stderr,
+        )
         return EXIT_NOT_FOUND
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_SIM_")}
     environment.update(env)
@@ -138,8 +150,9 @@ def install_from_environment() -> None:
     if os.environ.get(ENV_DRIVER):
         scenario = on_driver(scenario, os.environ[ENV_DRIVER])
     at = os.environ.get(ENV_AT)
-    clock = SharedClock(epoch=float(os.environ[ENV_EPOCH]), speed=float(os.environ.get(ENV_SPEED, "1")),
-                        at=float(at) if at else None)
+    clock = SharedClock(
+        epoch=float(os.environ[ENV_EPOCH]), speed=float(os.environ.get(ENV_SPEED, "1")), at=float(at) if at else None
+    )
     from gpulens.agent.nvml import load_real_library, load_simulated_library
 
     load_simulated_library(scenario, clock, binding=load_real_library())

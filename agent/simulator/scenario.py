@@ -29,9 +29,27 @@ MIB = 2**20
 # Names usable in `not_supported` and `no_permission` lists and faults; each makes the NVML calls
 # and field values of that feature answer NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_NO_PERMISSION.
 FEATURES = (
-    "power", "energy", "power_limit", "temperature", "memory_temperature", "fan", "memory",
-    "serial", "mig_mode", "ecc", "remapped_rows", "pcie_throughput", "pcie_link", "pcie_replay",
-    "clocks", "throttle", "processes", "process_utilization", "gpm", "samples", "events",
+    "power",
+    "energy",
+    "power_limit",
+    "temperature",
+    "memory_temperature",
+    "fan",
+    "memory",
+    "serial",
+    "mig_mode",
+    "ecc",
+    "remapped_rows",
+    "pcie_throughput",
+    "pcie_link",
+    "pcie_replay",
+    "clocks",
+    "throttle",
+    "processes",
+    "process_utilization",
+    "gpm",
+    "samples",
+    "events",
 )
 
 # Scenario name -> suffix of pynvml's nvmlClocksEventReason* constant.
@@ -54,8 +72,15 @@ INIT_ERRORS = {
     "unknown": "NVML_ERROR_UNKNOWN",
 }
 
-FAULT_KINDS = ("lost", "not_supported", "no_permission", "init_failure", "process_vanishes", "processes_appear",
-               "function_not_found")
+FAULT_KINDS = (
+    "lost",
+    "not_supported",
+    "no_permission",
+    "init_failure",
+    "process_vanishes",
+    "processes_appear",
+    "function_not_found",
+)
 # Functions whose absence would make the library unusable, so no fault may remove them.
 _ESSENTIAL = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"})
 
@@ -377,6 +402,7 @@ class Scenario:
     def driver_version(self) -> str:
         """nvmlSystemGetDriverVersion, e.g. "580.82.07"."""
         return self.driver.version
+
     gpus: tuple[Gpu, ...]
     faults: tuple[Fault, ...]
 
@@ -424,8 +450,10 @@ def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
     every = number(spec["every"], _at(where, "every"), 0.001)
     lasts = number(spec["for"], _at(where, "for"), 0.001)
     if lasts >= every:
-        raise Invalid(_at(where, "for"), f"for ({lasts:g}) must be shorter than every ({every:g}); "
-                                           "leave both out for something that never stops")
+        raise Invalid(
+            _at(where, "for"),
+            f"for ({lasts:g}) must be shorter than every ({every:g}); leave both out for something that never stops",
+        )
     return every, lasts
 
 
@@ -436,8 +464,9 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
     processes: list[Process] = []
     for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
-        spec = mapping(item, at, ("pid", "memory"),
-                       ("sm_utilization", "start", "end", "every", "for", "job", "host", "torch"))
+        spec = mapping(
+            item, at, ("pid", "memory"), ("sm_utilization", "start", "end", "every", "for", "job", "host", "torch")
+        )
         pid = whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
         memory = byte_count(spec["memory"], f"{at}.memory")
         if not 0 <= memory <= memory_total:
@@ -462,8 +491,11 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
             if _pids_overlap(process, other):
                 if process.every is None and other.every is None:
                     raise Invalid(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
-                raise Invalid(f"{at}.pid", f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
-                                             "every takes pid, pid + 1, ... for its occurrences); move one of them")
+                raise Invalid(
+                    f"{at}.pid",
+                    f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
+                    "every takes pid, pid + 1, ... for its occurrences); move one of them",
+                )
         processes.append(process)
     return tuple(processes)
 
@@ -507,8 +539,21 @@ def _host(raw: object, where: str) -> HostSpec:
     )
 
 
-_TORCH_KEYS = ("steps_per_second", "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size",
-               "autocast", "autocast_dtype", "tf32", "allocated", "reserved", "alloc_retries", "ooms")
+_TORCH_KEYS = (
+    "steps_per_second",
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+    "persistent_workers",
+    "batch_size",
+    "autocast",
+    "autocast_dtype",
+    "tf32",
+    "allocated",
+    "reserved",
+    "alloc_retries",
+    "ooms",
+)
 
 
 def _torch(raw: object, where: str) -> TorchSpec:
@@ -652,11 +697,40 @@ def _features(spec: dict, key: str, where: str) -> frozenset[str]:
 
 
 _GPU_KEYS = (
-    "model", "memory_total", "uuid", "serial", "pci_bus_id", "power_limit", "idle_power", "utilization",
-    "memory_used", "power", "temperature", "memory_temperature", "fan", "clocks", "max_clocks", "throttle",
-    "pcie", "ecc_mode", "ecc", "remapped_rows", "xid", "gpm", "sm_activity", "sm_occupancy",
-    "tensor_activity", "dram_bandwidth", "mig", "not_supported", "no_permission", "samples_when_idle",
-    "process_memory", "processes", "allocated_to", "probe",
+    "model",
+    "memory_total",
+    "uuid",
+    "serial",
+    "pci_bus_id",
+    "power_limit",
+    "idle_power",
+    "utilization",
+    "memory_used",
+    "power",
+    "temperature",
+    "memory_temperature",
+    "fan",
+    "clocks",
+    "max_clocks",
+    "throttle",
+    "pcie",
+    "ecc_mode",
+    "ecc",
+    "remapped_rows",
+    "xid",
+    "gpm",
+    "sm_activity",
+    "sm_occupancy",
+    "tensor_activity",
+    "dram_bandwidth",
+    "mig",
+    "not_supported",
+    "no_permission",
+    "samples_when_idle",
+    "process_memory",
+    "processes",
+    "allocated_to",
+    "probe",
 )
 
 
@@ -675,12 +749,14 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     spec = mapping(raw, where, ("model",), _GPU_KEYS[1:])
     model = _model_needs(spec, where)
     name = model.name if model else spec["model"].strip()
-    memory_total = int(byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0),
-                                  _at(where, "memory_total")))
+    memory_total = int(
+        byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0), _at(where, "memory_total"))
+    )
     if not 0 < memory_total <= MAX_MEMORY:
         raise Invalid(_at(where, "memory_total"), f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
-    power_limit = number(spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1,
-                          MAX_POWER_W)
+    power_limit = number(
+        spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1, MAX_POWER_W
+    )
     idle_power = number(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
     mig_capable = model.mig if model else True
     mig = flag(spec.get("mig", False), _at(where, "mig"))
@@ -696,7 +772,8 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         name=name,
         memory_total=memory_total,
         uuid=_uuid(spec, where, seed, index),
-        serial=text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec
+        serial=text(str(spec["serial"]), _at(where, "serial"))
+        if "serial" in spec
         else f"{_derived_id(seed, index, 3) % 10**13:013d}",
         pci_bus_id=_pci_bus_id(spec, where, index),
         pci_device_id=model.pci_device_id if model else 0x000010DE,
@@ -731,11 +808,17 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         power_average=model.power_average if model else True,
         not_supported=_features(spec, "not_supported", where),
         no_permission=_features(spec, "no_permission", where),
-        samples_when_idle=choice(spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"),
-                                  ("continue", "stop")) == "continue",
+        samples_when_idle=choice(
+            spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"), ("continue", "stop")
+        )
+        == "continue",
         # In MIG mode a process's memory is only seen per instance (or with privileges) on the parent.
-        process_memory=choice(spec.get("process_memory", "unavailable" if mig else "reported"),
-                               _at(where, "process_memory"), ("reported", "unavailable")) == "reported",
+        process_memory=choice(
+            spec.get("process_memory", "unavailable" if mig else "reported"),
+            _at(where, "process_memory"),
+            ("reported", "unavailable"),
+        )
+        == "reported",
         processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
         allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
         probe=_probe(spec["probe"], _at(where, "probe")) if "probe" in spec else None,
@@ -748,8 +831,12 @@ def _probe(raw: object, where: str) -> ProbeSpec:
     def ratio(key):
         return number(spec[key], _at(where, key), 0.01, 1.0) if key in spec else None
 
-    return ProbeSpec(ratio("memory_bandwidth"), ratio("host_bandwidth"), ratio("matmul"),
-                     flag(spec.get("correct", True), _at(where, "correct")))
+    return ProbeSpec(
+        ratio("memory_bandwidth"),
+        ratio("host_bandwidth"),
+        ratio("matmul"),
+        flag(spec.get("correct", True), _at(where, "correct")),
+    )
 
 
 def _allocation(raw: object, where: str) -> JobSpec:
@@ -809,8 +896,9 @@ def _function(raw: object, where: str) -> str:
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise Invalid(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
     if branches.family(name) & _ESSENTIAL:
-        raise Invalid(where, f"{name} cannot be removed: without it no NVML call works; "
-                               "use an init_failure fault instead")
+        raise Invalid(
+            where, f"{name} cannot be removed: without it no NVML call works; use an init_failure fault instead"
+        )
     return name
 
 
@@ -818,8 +906,12 @@ def _function(raw: object, where: str) -> str:
 
 
 def _scenario(raw: object) -> Scenario:
-    spec = mapping(raw, "top level", ("name", "description", "gpus"), (
-        "seed", "start_time", "driver", "driver_version", "cuda_driver_version", "nvml_version", "faults"))
+    spec = mapping(
+        raw,
+        "top level",
+        ("name", "description", "gpus"),
+        ("seed", "start_time", "driver", "driver_version", "cuda_driver_version", "nvml_version", "faults"),
+    )
     seed = whole(spec.get("seed", 0), "seed", 0, 2**64 - 1)
     gpu_list = items(spec["gpus"], "gpus")
     if not gpu_list:
@@ -840,8 +932,9 @@ def _scenario(raw: object) -> Scenario:
         cuda_driver_version=cuda,
         nvml_version=text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}")), "nvml_version"),
         gpus=gpus,
-        faults=tuple(_fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []),
-                                                                                        "faults"))),
+        faults=tuple(
+            _fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []), "faults"))
+        ),
     )
 
 
@@ -886,8 +979,10 @@ def load_scenario(name_or_path: str) -> Scenario:
         return parse_scenario(text, label)
     path = Path(name_or_path)
     if not name_or_path or not path.is_file():
-        raise ScenarioError(f"scenario {name_or_path!r}: no such file and no built-in of that name; "
-                            f"built-ins are: {', '.join(builtin_scenarios())}")
+        raise ScenarioError(
+            f"scenario {name_or_path!r}: no such file and no built-in of that name; "
+            f"built-ins are: {', '.join(builtin_scenarios())}"
+        )
     try:
         raw = read_yaml_file(str(path), f"scenario {path}", "check its permissions")
     except YamlProblem as problem:

@@ -16,8 +16,10 @@ def alerts_page() -> None:
     answer = context.alerts(source)
     context.banner(answer.problems)
     if not answer.value.supported:
-        st.info("Alerts need Prometheus: this dashboard reads the agents directly, and the agents do not "
-                "evaluate alert rules. Start it with `gpulens dashboard --prometheus URL` to see them.")
+        st.info(
+            "Alerts need Prometheus: this dashboard reads the agents directly, and the agents do not "
+            "evaluate alert rules. Start it with `gpulens dashboard --prometheus URL` to see them."
+        )
         return
     now = time.time()
     rows = view.alert_rows(answer.value.alerts, now)
@@ -31,7 +33,8 @@ def alerts_page() -> None:
             where = f"[{row['where']}]({row['link']})" if row["link"] else (row["where"] or "the fleet")
             st.markdown(
                 f"**{row['alert']}** ({row['severity'] or 'no severity'}, {row['state']}"
-                + (f" for {row['for']}" if row["for"] else "") + f") on {where}  \n"
+                + (f" for {row['for']}" if row["for"] else "")
+                + f") on {where}  \n"
                 + (f"{row['summary']}  \n" if row["summary"] else "")
                 + (f"{row['description']}  \n" if row["description"] else "")
                 + (f"Alertmanager: {row['notice']}  \n" if row["notice"] else "")

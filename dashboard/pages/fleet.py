@@ -21,8 +21,7 @@ context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to d
 
 @st.fragment(run_every=context.refresh_seconds())
 def fleet() -> None:
-    window = st.selectbox("Count wasted GPU-hours over", list(WINDOWS), index=2, format_func=WINDOWS.get,
-                          key="window")
+    window = st.selectbox("Count wasted GPU-hours over", list(WINDOWS), index=2, format_func=WINDOWS.get, key="window")
     answer = context.fleet(source, window)
     notices = st.container()  # the problems of every read on this page, filled in at the end
     gpus = answer.value.gpus
@@ -35,8 +34,11 @@ def fleet() -> None:
     columns = st.columns(4)
     filters = view.Filters(
         nodes=tuple(columns[0].multiselect("Node", options.nodes, key="node")),
-        namespaces=tuple(columns[1].multiselect("Namespace", options.namespaces, key="namespace",
-                                                help="Kubernetes namespace of the job holding the GPU")),
+        namespaces=tuple(
+            columns[1].multiselect(
+                "Namespace", options.namespaces, key="namespace", help="Kubernetes namespace of the job holding the GPU"
+            )
+        ),
         users=tuple(columns[2].multiselect("User", options.users, key="user")),
         models=tuple(columns[3].multiselect("GPU model", options.models, key="model")),
     )
@@ -48,15 +50,22 @@ def fleet() -> None:
         column.metric(count.name, count.count, help=count.meaning)
     wasted = view.wasted_total(shown)
     health = view.health_counts(shown)
-    st.markdown(f"**{words.gpu_hours(wasted)} wasted** (idle, starved for data or underused) "
-                f"{answer.value.wasted_over}.  \n"
-                + ("**Health:** " + ", ".join(f"{n} GPU(s) {what}" for what, n in health) if health
-                   else "**Health:** no GPU reports a hardware problem."))
+    st.markdown(
+        f"**{words.gpu_hours(wasted)} wasted** (idle, starved for data or underused) "
+        f"{answer.value.wasted_over}.  \n"
+        + (
+            "**Health:** " + ", ".join(f"{n} GPU(s) {what}" for what, n in health)
+            if health
+            else "**Health:** no GPU reports a hardware problem."
+        )
+    )
 
     if len(shown) > view.MAP_BY_NODE_ABOVE:
         st.subheader("Every node, by the share of its GPUs flagged")
-        st.caption(f"{len(shown):,} GPUs are too many to draw one by one: pick nodes in the filter above to see "
-                   "their GPUs. Point at a square for its node's states.")
+        st.caption(
+            f"{len(shown):,} GPUs are too many to draw one by one: pick nodes in the filter above to see "
+            "their GPUs. Point at a square for its node's states."
+        )
         context.draw(charts.node_map(view.node_map_rows(shown)))
     elif shown:
         st.subheader("Every GPU, by node")
@@ -67,7 +76,7 @@ def fleet() -> None:
     detail = context.detail(source, ranked[:DETAILED])
     with notices:
         context.banner((*answer.problems, *detail.problems))
-    flagged = view.flagged([*detail.value, *ranked[DETAILED:DETAILED + LISTED]], now, detailed=DETAILED)
+    flagged = view.flagged([*detail.value, *ranked[DETAILED : DETAILED + LISTED]], now, detailed=DETAILED)
     st.subheader(f"Flagged GPUs ({len(ranked):,}), most GPU-hours wasted first")
     if not flagged:
         st.success("No GPU is wasted or unhealthy right now.")
@@ -85,15 +94,33 @@ def fleet() -> None:
                 st.markdown(f"**Tip: {tip.title}.** {tip.text}")
     if len(flagged) > DETAILED:
         more = len(ranked) - DETAILED
-        st.caption(f"{more:,} more flagged GPUs" + (f"; the {LISTED:,} most wasted of them are listed, narrow the "
-                                                    "rest with the filters above" if more > LISTED else "") + ":")
+        st.caption(
+            f"{more:,} more flagged GPUs"
+            + (
+                f"; the {LISTED:,} most wasted of them are listed, narrow the rest with the filters above"
+                if more > LISTED
+                else ""
+            )
+            + ":"
+        )
         st.dataframe(
-            [{"GPU": f"{r.node} GPU {r.gpu}", "state": r.state, "for": r.for_how_long,
-              "wasted GPU-hours": round(r.wasted_seconds / 3600, 2), "job": r.job, "owner": r.owner,
-              "why": r.why, "tip": r.tip_title, "details": r.link}
-             for r in flagged[DETAILED:]],
+            [
+                {
+                    "GPU": f"{r.node} GPU {r.gpu}",
+                    "state": r.state,
+                    "for": r.for_how_long,
+                    "wasted GPU-hours": round(r.wasted_seconds / 3600, 2),
+                    "job": r.job,
+                    "owner": r.owner,
+                    "why": r.why,
+                    "tip": r.tip_title,
+                    "details": r.link,
+                }
+                for r in flagged[DETAILED:]
+            ],
             column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
-            hide_index=True, width="stretch",
+            hide_index=True,
+            width="stretch",
         )
     context.updated(now)
 

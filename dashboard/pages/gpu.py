@@ -40,8 +40,9 @@ def gpu_page() -> None:
     detail = context.detail(source, [g for g in gpus if g.node == node])
     on_node = list(detail.value)
     with middle:
-        gpu = _pick("GPU", [g.gpu for g in on_node], st.query_params.get("gpu"), "gpu",
-                    format_func=lambda i: f"GPU {i}")
+        gpu = _pick(
+            "GPU", [g.gpu for g in on_node], st.query_params.get("gpu"), "gpu", format_func=lambda i: f"GPU {i}"
+        )
     with right:
         seconds = st.selectbox("Time range", list(RANGES), index=0, format_func=RANGES.get, key="range")
     if node is None or gpu is None:
@@ -59,10 +60,10 @@ def gpu_page() -> None:
     st.subheader(f"GPU {gpu} on {node}: {words.state_name(current.state)}")
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
-        + (f", for {words.duration(now - current.since)}" if current.since else "") + ".  \n"
+        + (f", for {words.duration(now - current.since)}" if current.since else "")
+        + ".  \n"
         + (f"Evidence: {words.evidence_text(current.evidence)}.  \n" if current.evidence else "")
-        + (f"Health: {', '.join(words.condition_text(c) for c in current.conditions)}." if current.conditions
-           else "")
+        + (f"Health: {', '.join(words.condition_text(c) for c in current.conditions)}." if current.conditions else "")
     )
     for tip in fleet_view.gpu_tips(current):
         st.markdown(f"**Tip: {tip.title}.** {tip.text}")
@@ -70,8 +71,11 @@ def gpu_page() -> None:
     data = history.value
     start, end = view.span(data)
     shown = (end - start).total_seconds()
-    st.markdown(f"**State over the last {RANGES[seconds]}**" if shown >= seconds - 1 else
-                f"**State over the last {words.duration(shown)}** (the history this source has so far)")
+    st.markdown(
+        f"**State over the last {RANGES[seconds]}**"
+        if shown >= seconds - 1
+        else f"**State over the last {words.duration(shown)}** (the history this source has so far)"
+    )
     segments = view.timeline(data)
     if segments:
         context.draw(charts.timeline([asdict(s) for s in segments], start, end))

@@ -31,8 +31,9 @@ def job_page() -> None:
     keys = [(r["kind"], r["id"]) for r in rows]
     wanted = (st.query_params.get("kind"), st.query_params.get("id"))
     labels = {(r["kind"], r["id"]): f"{r['job']} — {r['user'] or 'unknown user'}" for r in rows}
-    kind, job_id = st.selectbox("Job", keys, index=keys.index(wanted) if wanted in keys else 0,
-                                format_func=labels.get, key="job")
+    kind, job_id = st.selectbox(
+        "Job", keys, index=keys.index(wanted) if wanted in keys else 0, format_func=labels.get, key="job"
+    )
     if (st.query_params.get("kind"), st.query_params.get("id")) != (kind, job_id):
         st.query_params.update({"kind": kind, "id": job_id})
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
@@ -46,17 +47,27 @@ def job_page() -> None:
     memory = view.memory(job, held)
     columns = st.columns(4)
     columns[0].metric("GPUs held now", len(held), help="GPUs on which the job has a process or an allocation now")
-    columns[1].metric("GPU-hours so far", f"{sum(job.state_seconds.values()) / 3600:.2f}",
-                      help="Summed over its GPUs since the agents saw the job start")
-    columns[2].metric("Waits for data", words.percent(wait) or "not reported",
-                      help="Share of each training step spent waiting for the next batch (reported by "
-                           "gpulens.torch in the job); above 20% the GPU is starved for data")
-    columns[3].metric("Device memory in use", words.gib(memory.device_used_bytes) or "unknown",
-                      help="On the GPUs it holds, all processes, of "
-                           + (words.gib(memory.device_total_bytes) or "unknown size"))
+    columns[1].metric(
+        "GPU-hours so far",
+        f"{sum(job.state_seconds.values()) / 3600:.2f}",
+        help="Summed over its GPUs since the agents saw the job start",
+    )
+    columns[2].metric(
+        "Waits for data",
+        words.percent(wait) or "not reported",
+        help="Share of each training step spent waiting for the next batch (reported by "
+        "gpulens.torch in the job); above 20% the GPU is starved for data",
+    )
+    columns[3].metric(
+        "Device memory in use",
+        words.gib(memory.device_used_bytes) or "unknown",
+        help="On the GPUs it holds, all processes, of " + (words.gib(memory.device_total_bytes) or "unknown size"),
+    )
     if memory.torch_allocated_bytes is not None:
-        st.caption(f"PyTorch holds {words.gib(memory.torch_allocated_bytes)} in tensors and has reserved "
-                   f"{words.gib(memory.torch_reserved_bytes)} in its cache.")
+        st.caption(
+            f"PyTorch holds {words.gib(memory.torch_allocated_bytes)} in tensors and has reserved "
+            f"{words.gib(memory.torch_reserved_bytes)} in its cache."
+        )
 
     st.markdown("**How its GPU-hours were spent**")
     breakdown = view.state_breakdown(job)
@@ -68,10 +79,19 @@ def job_page() -> None:
     st.markdown("**Its GPUs**")
     if held:
         st.dataframe(
-            [{"GPU": f"{g.node} GPU {g.gpu}", "state": words.state_name(g.state), "why": words.reason_text(g.reason),
-              "evidence": words.evidence_text(g.evidence), "details": links.gpu_link(g.node, g.gpu)} for g in held],
+            [
+                {
+                    "GPU": f"{g.node} GPU {g.gpu}",
+                    "state": words.state_name(g.state),
+                    "why": words.reason_text(g.reason),
+                    "evidence": words.evidence_text(g.evidence),
+                    "details": links.gpu_link(g.node, g.gpu),
+                }
+                for g in held
+            ],
             column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
-            hide_index=True, width="stretch",
+            hide_index=True,
+            width="stretch",
         )
     else:
         st.caption("The job holds no GPU now; the hours above are what the agents counted while it ran.")
@@ -87,8 +107,11 @@ def job_page() -> None:
     if report:
         st.markdown(f"[The job's report]({report})")
     else:
-        command = links.report_command(job_id, shown_url(os.environ.get(PROMETHEUS, "")) if
-                                       os.environ.get(PROMETHEUS) else "", os.environ.get(AGENTS, ""))
+        command = links.report_command(
+            job_id,
+            shown_url(os.environ.get(PROMETHEUS, "")) if os.environ.get(PROMETHEUS) else "",
+            os.environ.get(AGENTS, ""),
+        )
         st.caption(f"The job's report, as a page to keep or mail: `{command}`")
     context.updated(time.time())
 

@@ -20,32 +20,48 @@ def probes_page() -> None:
     now = time.time()
     rows = view.probe_rows(answer.value, now)
     if not rows:
-        st.info("No probe results yet. The agents run probes on free GPUs when probing is enabled; "
-                "`gpulens probe` runs them by hand.")
+        st.info(
+            "No probe results yet. The agents run probes on free GPUs when probing is enabled; "
+            "`gpulens probe` runs them by hand."
+        )
         return
     outliers = [r for r in rows if r.outlier]
     if outliers:
-        st.error(f"{len(outliers)} result(s) below {thresholds.PROBE_FLEET_RATIO_LOW:.0%} of the same model's "
-                 f"fleet median or below {thresholds.PROBE_MIN_PEAK_RATIO:.0%} of the datasheet:\n\n"
-                 + "\n".join(f"- [{r.node} GPU {r.gpu}]({r.link}) {r.test}: {r.measured}" for r in outliers))
+        st.error(
+            f"{len(outliers)} result(s) below {thresholds.PROBE_FLEET_RATIO_LOW:.0%} of the same model's "
+            f"fleet median or below {thresholds.PROBE_MIN_PEAK_RATIO:.0%} of the datasheet:\n\n"
+            + "\n".join(f"- [{r.node} GPU {r.gpu}]({r.link}) {r.test}: {r.measured}" for r in outliers)
+        )
     else:
         st.success("Every GPU measures close to its peers and its datasheet.")
     st.dataframe(
         [{**asdict(r), "link": r.link} for r in rows],
-        column_order=("node", "gpu", "model", "test", "measured", "of_spec", "of_fleet_median", "outlier",
-                      "last_run", "link"),
+        column_order=(
+            "node",
+            "gpu",
+            "model",
+            "test",
+            "measured",
+            "of_spec",
+            "of_fleet_median",
+            "outlier",
+            "last_run",
+            "link",
+        ),
         column_config={
-            "of_spec": st.column_config.ProgressColumn("of datasheet peak", format="percent", min_value=0,
-                                                       max_value=1),
+            "of_spec": st.column_config.ProgressColumn("of datasheet peak", format="percent", min_value=0, max_value=1),
             "of_fleet_median": st.column_config.NumberColumn("of fleet median (same model)", format="percent"),
             "last_run": "last run",
             "link": st.column_config.LinkColumn("GPU", display_text="open"),
         },
-        hide_index=True, width="stretch",
+        hide_index=True,
+        width="stretch",
     )
-    st.caption("Bandwidths count bytes read plus bytes written, in GB/s (10⁹ bytes per second); matrix "
-               "multiplies in TFLOP/s (10¹² operations per second). The fleet median is over GPUs of the same "
-               "model running the same test.")
+    st.caption(
+        "Bandwidths count bytes read plus bytes written, in GB/s (10⁹ bytes per second); matrix "
+        "multiplies in TFLOP/s (10¹² operations per second). The fleet median is over GPUs of the same "
+        "model running the same test."
+    )
 
 
 probes_page()

@@ -22,8 +22,17 @@ from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
 from gpulens.urls import check_url
 
-__all__ = ["ALERTMANAGER", "AgentsSource", "Answer", "ConfigError", "PrometheusSource", "Source", "SourceProblem",
-           "from_environment", "parse_agents"]
+__all__ = [
+    "ALERTMANAGER",
+    "AgentsSource",
+    "Answer",
+    "ConfigError",
+    "PrometheusSource",
+    "Source",
+    "SourceProblem",
+    "from_environment",
+    "parse_agents",
+]
 
 PROMETHEUS = "GPULENS_DASHBOARD_PROMETHEUS"
 AGENTS = "GPULENS_DASHBOARD_AGENTS"
@@ -51,8 +60,9 @@ def parse_agents(text: str) -> dict[str, str]:
         try:
             check_url(url)  # also a port that is not a number, or an unclosed '[' of an IPv6 address
         except ValueError:
-            raise ConfigError(f"agent URL {url!r} is not http://HOST:PORT; "
-                              "write e.g. 'http://gpu-node-1:10906'") from None
+            raise ConfigError(
+                f"agent URL {url!r} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'"
+            ) from None
         name = name.strip() or urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
         if name in agents:
             raise ConfigError(f"agent name {name!r} is given twice; name each agent once (NAME=URL)")
@@ -75,19 +85,27 @@ def from_environment(environ: Mapping[str, str]) -> Source:
         if auth and environ.get(BEARER_TOKEN):
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         try:
-            return PrometheusSource.from_url(prometheus, Credentials(bearer_token=environ.get(BEARER_TOKEN) or None,
-                                                                     basic_auth=(user, password) if auth else None),
-                                             alertmanager=environ.get(ALERTMANAGER, "").strip())
+            return PrometheusSource.from_url(
+                prometheus,
+                Credentials(
+                    bearer_token=environ.get(BEARER_TOKEN) or None, basic_auth=(user, password) if auth else None
+                ),
+                alertmanager=environ.get(ALERTMANAGER, "").strip(),
+            )
         except ValueError as error:
             raise ConfigError(str(error)) from None
     if environ.get(ALERTMANAGER, "").strip():
-        raise ConfigError(f"{ALERTMANAGER} needs Prometheus: alerts come from Prometheus' rules; "
-                          f"set {PROMETHEUS} too, or unset {ALERTMANAGER}")
+        raise ConfigError(
+            f"{ALERTMANAGER} needs Prometheus: alerts come from Prometheus' rules; "
+            f"set {PROMETHEUS} too, or unset {ALERTMANAGER}"
+        )
     if agents:
         try:
             credentials = agent_credentials(environ)
         except AccessError as error:
             raise ConfigError(str(error)) from None
         return AgentsSource(parse_agents(agents), fetch=functools.partial(fetch_metrics, credentials=credentials))
-    raise ConfigError(f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
-                      f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})")
+    raise ConfigError(
+        f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
+        f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})"
+    )

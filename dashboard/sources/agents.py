@@ -148,6 +148,7 @@ class AgentsSource:
 
     def start(self) -> threading.Thread:
         """Scrape every `interval` seconds in a daemon thread until `stop()`, so history builds unwatched."""
+
         def loop() -> None:
             while not self._stop.is_set():
                 self.refresh()
@@ -172,8 +173,11 @@ class AgentsSource:
         try:
             samples = parse_exposition(text, name)
         except (ValueError, TypeError, IndexError):
-            return _Scrape(now, (), SourceProblem(where, "answered something that is not Prometheus metrics; "
-                                                         "is this URL a gpulens agent?"))
+            return _Scrape(
+                now,
+                (),
+                SourceProblem(where, "answered something that is not Prometheus metrics; is this URL a gpulens agent?"),
+            )
         if not any(s.name == "gpulens_build_info" for s in samples):
             return _Scrape(now, tuple(samples), SourceProblem(where, "serves metrics, but not gpulens ones"))
         return _Scrape(now, tuple(samples), None)
@@ -182,7 +186,8 @@ class AgentsSource:
         """The latest samples of every agent (scraping again when older than the interval), and problems."""
         with self._lock:
             stale = len(self._latest) < len(self._agents) or any(
-                self._clock() - s.time >= self._interval for s in self._latest.values())
+                self._clock() - s.time >= self._interval for s in self._latest.values()
+            )
         if stale:
             self.refresh()
         with self._lock:
@@ -205,8 +210,10 @@ class AgentsSource:
         with self._lock:
             ring = list(self._rings.get(node, ()))
         if node not in self._agents:
-            return Answer(GpuHistory(node, gpu, start, end, {}, ()),
-                          (SourceProblem(f"node {node}", "is not one of the agents this dashboard reads"),))
+            return Answer(
+                GpuHistory(node, gpu, start, end, {}, ()),
+                (SourceProblem(f"node {node}", "is not one of the agents this dashboard reads"),),
+            )
         points = [p for p in ring if p.time >= start and gpu in p.values]
         series: dict[str, list[tuple[float, float]]] = {}
         for p in points:
@@ -218,8 +225,9 @@ class AgentsSource:
             b0, b1 = before.values[gpu], after.values[gpu]
             sampled = b1.get("sampled_seconds_total", 0.0) - b0.get("sampled_seconds_total", 0.0)
             if sampled > 0 and "busy_seconds_total" in b0 and "busy_seconds_total" in b1:
-                busy.append((after.time, max(0.0, min(1.0, (b1["busy_seconds_total"] - b0["busy_seconds_total"])
-                                                      / sampled))))
+                busy.append(
+                    (after.time, max(0.0, min(1.0, (b1["busy_seconds_total"] - b0["busy_seconds_total"]) / sampled)))
+                )
         if busy:
             series["busy_ratio"] = busy
         states = tuple((p.time, p.states[gpu]) for p in points if gpu in p.states)

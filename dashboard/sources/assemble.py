@@ -22,13 +22,26 @@ WASTED = frozenset(s.value for s in WASTED_STATES)
 WASTED_SECONDS = "wasted_seconds"
 
 # The per-GPU gauges a GPU's history charts, by their name without the `gpulens_gpu_` prefix.
-HISTORY_GAUGES = ("utilization_ratio", "sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "power_watts",
-                  "power_limit_watts", "temperature_celsius", "pcie_transmit_bytes_per_second",
-                  "pcie_receive_bytes_per_second", "processes")
+HISTORY_GAUGES = (
+    "utilization_ratio",
+    "sm_activity_ratio",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "power_watts",
+    "power_limit_watts",
+    "temperature_celsius",
+    "pcie_transmit_bytes_per_second",
+    "pcie_receive_bytes_per_second",
+    "processes",
+)
 
 # The in-job series (gpulens.torch) the job view reads; labels `pid` and `gpu_uuid`.
-IN_JOB = ("gpulens_job_data_wait_ratio", "gpulens_job_steps_per_second",
-          "gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes")
+IN_JOB = (
+    "gpulens_job_data_wait_ratio",
+    "gpulens_job_steps_per_second",
+    "gpulens_job_torch_allocated_bytes",
+    "gpulens_job_torch_reserved_bytes",
+)
 
 
 class Sample(NamedTuple):
@@ -45,11 +58,20 @@ class Sample(NamedTuple):
 GpuKey = tuple[str, str, str]  # (instance, gpu, uuid)
 
 # The per-GPU series the fleet view joins, with the time wasted that the source computes.
-_FLEET_SERIES = frozenset((
-    "gpulens_gpu_info", "gpulens_gpu_up", "gpulens_gpu_verdict_info", "gpulens_gpu_state_since_timestamp_seconds",
-    "gpulens_gpu_allocation_info", "gpulens_gpu_condition", "gpulens_gpu_diagnosis_evidence",
-    "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes", WASTED_SECONDS,
-))
+_FLEET_SERIES = frozenset(
+    (
+        "gpulens_gpu_info",
+        "gpulens_gpu_up",
+        "gpulens_gpu_verdict_info",
+        "gpulens_gpu_state_since_timestamp_seconds",
+        "gpulens_gpu_allocation_info",
+        "gpulens_gpu_condition",
+        "gpulens_gpu_diagnosis_evidence",
+        "gpulens_gpu_memory_used_bytes",
+        "gpulens_gpu_memory_total_bytes",
+        WASTED_SECONDS,
+    )
+)
 
 
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:
@@ -58,8 +80,12 @@ def gpu_key(labels: Mapping[str, str]) -> GpuKey:
 
 
 # Series whose value is a FleetGpu field as it is.
-_VALUES = {"gpulens_gpu_state_since_timestamp_seconds": "since", "gpulens_gpu_memory_used_bytes": "memory_used_bytes",
-           "gpulens_gpu_memory_total_bytes": "memory_total_bytes", WASTED_SECONDS: "wasted_seconds"}
+_VALUES = {
+    "gpulens_gpu_state_since_timestamp_seconds": "since",
+    "gpulens_gpu_memory_used_bytes": "memory_used_bytes",
+    "gpulens_gpu_memory_total_bytes": "memory_total_bytes",
+    WASTED_SECONDS: "wasted_seconds",
+}
 
 
 @dataclass
@@ -83,8 +109,12 @@ def _read(samples: Iterable[Sample]) -> _Found:
         elif s.name == "gpulens_gpu_up":
             row["up"] = s.value == 1
         elif s.name == "gpulens_gpu_verdict_info":
-            row.update(state=s.labels.get("state", "unknown"), reason=s.labels.get("reason", "no_data"),
-                       tip=s.labels.get("tip", ""), verdict=True)
+            row.update(
+                state=s.labels.get("state", "unknown"),
+                reason=s.labels.get("reason", "no_data"),
+                tip=s.labels.get("tip", ""),
+                verdict=True,
+            )
         elif s.name in _VALUES:
             row[_VALUES[s.name]] = s.value
         elif s.name == "gpulens_gpu_condition":
@@ -107,11 +137,22 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
         row = found.rows[key]
         if not row.pop("verdict", False):
             without_verdict[key[0]] += 1
-        gpus.append(FleetGpu(node=key[0], gpu=key[1], uuid=key[2], conditions=tuple(sorted(found.conditions[key])),
-                             evidence=dict(found.evidence[key]), **row))
+        gpus.append(
+            FleetGpu(
+                node=key[0],
+                gpu=key[1],
+                uuid=key[2],
+                conditions=tuple(sorted(found.conditions[key])),
+                evidence=dict(found.evidence[key]),
+                **row,
+            )
+        )
     problems = tuple(
-        SourceProblem(f"node {node}", f"no verdict for {count} GPU(s): the agent's diagnosis stage is off "
-                                      "(--no-collector.diagnosis) or its series are missing; shown as unknown")
+        SourceProblem(
+            f"node {node}",
+            f"no verdict for {count} GPU(s): the agent's diagnosis stage is off "
+            "(--no-collector.diagnosis) or its series are missing; shown as unknown",
+        )
         for node, count in sorted(without_verdict.items())
     )
     return tuple(gpus), problems
@@ -125,8 +166,13 @@ def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[Fl
     for g in gpus:
         key = (g.node, g.gpu, g.uuid)
         row = found.rows.get(key, {})
-        result.append(replace(g, evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
-                              **{name: row[name] for name in memory if name in row}))
+        result.append(
+            replace(
+                g,
+                evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
+                **{name: row[name] for name in memory if name in row},
+            )
+        )
     return tuple(result)
 
 
@@ -179,7 +225,9 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             values[short] = values.get(short, 0.0) + s.value
     return tuple(
         JobSummary(
-            job_kind=kind, job_id=job_id, state_seconds=dict(seconds[(kind, job_id)]),
+            job_kind=kind,
+            job_id=job_id,
+            state_seconds=dict(seconds[(kind, job_id)]),
             nodes=tuple(sorted(nodes[(kind, job_id)])),
             data_wait_ratio=extra[(kind, job_id)].get("data_wait_ratio"),
             torch_allocated_bytes=extra[(kind, job_id)].get("allocated_bytes"),
@@ -208,12 +256,18 @@ def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
         if s.name == "gpulens_probe_last_run_timestamp_seconds":
             when[key] = s.value
             continue
-        kind = "bandwidth" if s.name.startswith("gpulens_probe_bandwidth") else (
-            "matmul" if s.name.startswith("gpulens_probe_matmul") else None)
+        kind = (
+            "bandwidth"
+            if s.name.startswith("gpulens_probe_bandwidth")
+            else ("matmul" if s.name.startswith("gpulens_probe_matmul") else None)
+        )
         if kind is None:
             continue
-        detail = (s.labels.get("direction", ""), s.labels.get("memory", "")) if kind == "bandwidth" else (
-            s.labels.get("dtype", ""),)
+        detail = (
+            (s.labels.get("direction", ""), s.labels.get("memory", ""))
+            if kind == "bandwidth"
+            else (s.labels.get("dtype", ""),)
+        )
         test = " ".join(part for part in (kind, *detail) if part)
         entry = values.setdefault((key, test), {"unit": "B/s" if kind == "bandwidth" else "FLOP/s"})
         entry["peak_ratio" if s.name.endswith("peak_ratio") else "value"] = s.value
@@ -221,7 +275,17 @@ def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
     for (key, test), entry in sorted(values.items()):
         if "value" not in entry:
             continue
-        results.append(ProbeResult(node=key[0], gpu=key[1], uuid=key[2], model=models.get(key, ""), test=test,
-                                   unit=entry["unit"], value=entry["value"], peak_ratio=entry.get("peak_ratio"),
-                                   when=when.get(key)))
+        results.append(
+            ProbeResult(
+                node=key[0],
+                gpu=key[1],
+                uuid=key[2],
+                model=models.get(key, ""),
+                test=test,
+                unit=entry["unit"],
+                value=entry["value"],
+                peak_ratio=entry.get("peak_ratio"),
+                when=when.get(key),
+            )
+        )
     return tuple(results)

@@ -66,12 +66,11 @@ DETAIL_SERIES = ("gpulens_gpu_diagnosis_evidence", "gpulens_gpu_memory_used_byte
 # 288 points per GPU for a day) where the server has it, else of the raw counters (three per GPU, every
 # scrape).
 WASTED_RECORDED = "increase(instance_gpu:gpulens_gpu_wasted_seconds_total:sum[%ds]) > 0"
-WASTED_RAW = "sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~\"%s\"}[%ds])) > 0"
+WASTED_RAW = 'sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~"%s"}[%ds])) > 0'
 # Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
-JOBS = ('{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|'
-        + "|".join(assemble.IN_JOB) + '"}')
+JOBS = '{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|' + "|".join(assemble.IN_JOB) + '"}'
 PROBES = '{__name__=~"gpulens_probe_.+"}'
 PROBED_GPUS = 'gpulens_gpu_info and on (instance, gpu, uuid) {__name__=~"gpulens_probe_.+"}'
 
@@ -83,18 +82,22 @@ class PrometheusSource:
     """Reads the fleet from a Prometheus-compatible server (`api`: a PrometheusApi), and what became of each
     alert from an Alertmanager (`alertmanager`, optional)."""
 
-    def __init__(self, api: PrometheusApi, clock: Callable[[], float] = time.time,
-                 alertmanager: AlertmanagerApi | None = None):
+    def __init__(
+        self, api: PrometheusApi, clock: Callable[[], float] = time.time, alertmanager: AlertmanagerApi | None = None
+    ):
         self._api = api
         self._clock = clock
         self._alertmanager = alertmanager
         self._key = f"prometheus:{api.shown}:{uuid.uuid4()}"
 
     @classmethod
-    def from_url(cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0,
-                 alertmanager: str = "") -> PrometheusSource:
-        return cls(PrometheusApi(url, credentials, timeout),
-                   alertmanager=AlertmanagerApi(alertmanager, timeout) if alertmanager else None)
+    def from_url(
+        cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0, alertmanager: str = ""
+    ) -> PrometheusSource:
+        return cls(
+            PrometheusApi(url, credentials, timeout),
+            alertmanager=AlertmanagerApi(alertmanager, timeout) if alertmanager else None,
+        )
 
     @property
     def name(self) -> str:
@@ -128,8 +131,9 @@ class PrometheusSource:
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
         now = self._clock()
         window = max(int(window_seconds), 60)
-        calls: dict[str, Callable[[], Any]] = {name: (lambda q=q: self._api.query(q, now))
-                                               for name, q in FLEET_QUERIES.items()}
+        calls: dict[str, Callable[[], Any]] = {
+            name: (lambda q=q: self._api.query(q, now)) for name, q in FLEET_QUERIES.items()
+        }
         calls["wasted"] = lambda: self._wasted(window, now)
         calls["down"] = lambda: self._api.query(AGENTS_DOWN, now)
         with collector_paused:
@@ -142,15 +146,28 @@ class PrometheusSource:
             gpus, missing = assemble.fleet_gpus(samples)
         problems += missing
         for item in results["down"] or ():
-            problems.append(SourceProblem(f"agent {item['metric'].get('instance', '?')}",
-                                          "is down: Prometheus cannot scrape it, so its GPUs are not shown"))
+            problems.append(
+                SourceProblem(
+                    f"agent {item['metric'].get('instance', '?')}",
+                    "is down: Prometheus cannot scrape it, so its GPUs are not shown",
+                )
+            )
         if results["verdicts"] is not None and results["models"] is not None and not gpus:
-            problems.append(SourceProblem(self.name, "has no gpulens series; check that it scrapes the agents "
-                                                     "(a job with their :10906/metrics targets)"))
+            problems.append(
+                SourceProblem(
+                    self.name,
+                    "has no gpulens series; check that it scrapes the agents (a job with their :10906/metrics targets)",
+                )
+            )
         return Answer(Fleet(gpus, wasted_over=_span(window_seconds)), tuple(problems))
 
-    def _with_recent_verdicts(self, verdicts: list[dict[str, Any]] | None, models: list[dict[str, Any]] | None,
-                              now: float, problems: list[SourceProblem]) -> list[dict[str, Any]] | None:
+    def _with_recent_verdicts(
+        self,
+        verdicts: list[dict[str, Any]] | None,
+        models: list[dict[str, Any]] | None,
+        now: float,
+        problems: list[SourceProblem],
+    ) -> list[dict[str, Any]] | None:
         """Return `verdicts` and, for the few GPUs (in `models`) without one, their last verdict of the minute."""
         have = {assemble.gpu_key(item["metric"]) for item in verdicts or ()}
         lacking = {key for key in map(assemble.gpu_key, (item["metric"] for item in models or ())) if key not in have}
@@ -180,18 +197,24 @@ class PrometheusSource:
         window = max(60, 4 * step)
         where = f"instance={label_value(node)}, gpu={label_value(gpu)}"
         gauges = '{__name__=~"gpulens_gpu_(' + "|".join(assemble.HISTORY_GAUGES) + f')", {where}}}'
-        busy = (f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
-                f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])")
+        busy = (
+            f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
+            f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])"
+        )
         states = f"gpulens_gpu_state{{{where}}} == 1"
         # In-job series carry the GPU's UUID as `gpu_uuid`; summed over the GPU's processes.
-        torch = ('sum by (series) (label_replace({__name__=~"gpulens_job_torch_(allocated|reserved)_bytes", '
-                 f'instance={label_value(node)}}}, "series", "torch_$1_bytes", "__name__", '
-                 '"gpulens_job_torch_(.*)_bytes") and on (instance, gpu_uuid) '
-                 'label_replace(gpulens_gpu_info{' + where + '}, "gpu_uuid", "$1", "uuid", "(.*)"))')
-        results, problems = self._run({
-            name: (lambda q=query: self._api.query_range(q, start, end, step))
-            for name, query in (("gauges", gauges), ("busy", busy), ("states", states), ("torch", torch))
-        })
+        torch = (
+            'sum by (series) (label_replace({__name__=~"gpulens_job_torch_(allocated|reserved)_bytes", '
+            f'instance={label_value(node)}}}, "series", "torch_$1_bytes", "__name__", '
+            '"gpulens_job_torch_(.*)_bytes") and on (instance, gpu_uuid) '
+            "label_replace(gpulens_gpu_info{" + where + '}, "gpu_uuid", "$1", "uuid", "(.*)"))'
+        )
+        results, problems = self._run(
+            {
+                name: (lambda q=query: self._api.query_range(q, start, end, step))
+                for name, query in (("gauges", gauges), ("busy", busy), ("states", states), ("torch", torch))
+            }
+        )
         series: dict[str, tuple] = {}
         for item in results["gauges"] or ():
             series[item["metric"].get("__name__", "").removeprefix("gpulens_gpu_")] = _points(item)
@@ -199,11 +222,11 @@ class PrometheusSource:
             series["busy_ratio"] = _points(item)
         for item in results["torch"] or ():
             series[item["metric"].get("series", "torch")] = _points(item)
-        timeline = sorted((t, item["metric"].get("state", "unknown"))
-                          for item in results["states"] or () for t, _ in _points(item))
+        timeline = sorted(
+            (t, item["metric"].get("state", "unknown")) for item in results["states"] or () for t, _ in _points(item)
+        )
         if results["gauges"] == [] and results["states"] == []:
-            problems.append(SourceProblem(self.name, f"has no series for GPU {gpu} on node {node} "
-                                                     "in this time range"))
+            problems.append(SourceProblem(self.name, f"has no series for GPU {gpu} on node {node} in this time range"))
         return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline)), tuple(problems))
 
     def jobs(self) -> Answer[tuple[JobSummary, ...]]:
@@ -212,12 +235,13 @@ class PrometheusSource:
 
     def probes(self) -> Answer[tuple[ProbeResult, ...]]:
         now = self._clock()
-        results, problems = self._run({
-            "probes": lambda: self._api.query(PROBES, now),
-            "gpus": lambda: self._api.query(PROBED_GPUS, now),
-        })
-        return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])),
-                      tuple(problems))
+        results, problems = self._run(
+            {
+                "probes": lambda: self._api.query(PROBES, now),
+                "gpus": lambda: self._api.query(PROBED_GPUS, now),
+            }
+        )
+        return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])), tuple(problems))
 
     def alerts(self) -> Answer[Alerts]:
         calls: dict[str, Callable[[], Any]] = {"alerts": self._api.alerts}
@@ -236,8 +260,10 @@ class PrometheusSource:
         order = {"firing": 0, "pending": 1}
         severity = defaultdict(lambda: 3, {"critical": 0, "warning": 1, "info": 2})
         alerts.sort(key=lambda a: (order.get(a.state, 2), severity[a.severity], a.name, a.node, a.gpu))
-        silences = tuple(SilenceShown(", ".join(s.matchers), s.created_by, s.comment, _timestamp(s.ends_at))
-                         for s in results.get("silences") or ())
+        silences = tuple(
+            SilenceShown(", ".join(s.matchers), s.created_by, s.comment, _timestamp(s.ends_at))
+            for s in results.get("silences") or ()
+        )
         shown = self._alertmanager.where if self._alertmanager is not None else ""
         return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
 
@@ -251,8 +277,10 @@ def _matching(gpus: Iterable[assemble.GpuKey]) -> str:
 
 def _samples(result: list[dict[str, Any]] | None, name: str | None = None) -> list[Sample]:
     """Return a vector's series (checked by PrometheusApi: string labels, numeric values) as samples."""
-    return [Sample(name or item["metric"].get("__name__", ""), item["metric"], float(item["value"][1]))
-            for item in result or ()]
+    return [
+        Sample(name or item["metric"].get("__name__", ""), item["metric"], float(item["value"][1]))
+        for item in result or ()
+    ]
 
 
 def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
@@ -272,7 +300,7 @@ def _timestamp(text: Any) -> float | None:
     head, dot, rest = text.partition(".")
     if dot:
         digits = "".join(c for c in rest if c.isdigit())
-        zone = rest[len(digits):]
+        zone = rest[len(digits) :]
         text = f"{head}.{digits[:6]}{zone}"
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

@@ -14,25 +14,34 @@ def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[dict]:
     rows = []
     for a in alerts:
         link = gpu_link(a.node, a.gpu) if a.node and a.gpu else (node_link(a.node) if a.node else "")
-        rows.append({
-            "alert": a.name,
-            "state": a.state,
-            "severity": a.severity,
-            "where": " GPU ".join(part for part in (a.node, a.gpu) if part),
-            "for": words.duration(now - a.active_since) if a.active_since else "",
-            "summary": a.summary,
-            "description": a.description,
-            "runbook": a.runbook_url,
-            "link": link,
-            "notice": _NOTICE.get(a.notice, a.notice) + (f": {a.notice_why}" if a.notice_why else ""),
-        })
+        rows.append(
+            {
+                "alert": a.name,
+                "state": a.state,
+                "severity": a.severity,
+                "where": " GPU ".join(part for part in (a.node, a.gpu) if part),
+                "for": words.duration(now - a.active_since) if a.active_since else "",
+                "summary": a.summary,
+                "description": a.description,
+                "runbook": a.runbook_url,
+                "link": link,
+                "notice": _NOTICE.get(a.notice, a.notice) + (f": {a.notice_why}" if a.notice_why else ""),
+            }
+        )
     return rows
 
 
 def silence_rows(silences: Iterable[SilenceShown], now: float) -> list[dict]:
     """Return one row per silence in force: what it matches, who set it and why, and how long it has left."""
-    return [{"matches": s.matchers, "by": s.created_by, "why": s.comment,
-             "ends in": words.duration(s.ends_at - now) if s.ends_at else ""} for s in silences]
+    return [
+        {
+            "matches": s.matchers,
+            "by": s.created_by,
+            "why": s.comment,
+            "ends in": words.duration(s.ends_at - now) if s.ends_at else "",
+        }
+        for s in silences
+    ]
 
 
 # What Alertmanager did with an alert, in the Alerts page's words.

@@ -50,11 +50,14 @@ def filter_options(gpus: Iterable[FleetGpu]) -> FilterOptions:
 
 def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
     """Return the GPUs that pass every filter."""
+
     def keep(g: FleetGpu) -> bool:
-        return ((not filters.nodes or g.node in filters.nodes)
-                and (not filters.namespaces or g.namespace in filters.namespaces)
-                and (not filters.users or g.user in filters.users)
-                and (not filters.models or g.model in filters.models))
+        return (
+            (not filters.nodes or g.node in filters.nodes)
+            and (not filters.namespaces or g.namespace in filters.namespaces)
+            and (not filters.users or g.user in filters.users)
+            and (not filters.models or g.model in filters.models)
+        )
 
     return [g for g in gpus if keep(g)]
 
@@ -70,8 +73,10 @@ class StateCount:
 def state_counts(gpus: Iterable[FleetGpu]) -> list[StateCount]:
     """Return how many GPUs are in each state, every state listed, wasted states first."""
     counts = Counter(g.state for g in gpus)
-    return [StateCount(s.value, words.state_name(s.value), counts.get(s.value, 0), words.STATE_MEANING[s.value])
-            for s in words.STATE_ORDER]
+    return [
+        StateCount(s.value, words.state_name(s.value), counts.get(s.value, 0), words.STATE_MEANING[s.value])
+        for s in words.STATE_ORDER
+    ]
 
 
 def health_counts(gpus: Iterable[FleetGpu]) -> list[tuple[str, int]]:
@@ -121,16 +126,18 @@ def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]
         held = by_node[node]
         flagged_here = sum(1 for g in held if is_flagged(g))
         states = Counter(words.state_name(g.state) for g in held)
-        rows.append({
-            "node": node,
-            "line": nodes[i - i % NODE_MAP_COLUMNS],
-            "column": i % NODE_MAP_COLUMNS,
-            "GPUs": len(held),
-            "flagged": flagged_here,
-            "flagged share": flagged_here / len(held),
-            "states": ", ".join(f"{n} {name.lower()}" for name, n in states.most_common()),
-            "model": ", ".join(sorted({g.model for g in held if g.model})),
-        })
+        rows.append(
+            {
+                "node": node,
+                "line": nodes[i - i % NODE_MAP_COLUMNS],
+                "column": i % NODE_MAP_COLUMNS,
+                "GPUs": len(held),
+                "flagged": flagged_here,
+                "flagged share": flagged_here / len(held),
+                "states": ", ".join(f"{n} {name.lower()}" for name, n in states.most_common()),
+                "model": ", ".join(sorted({g.model for g in held if g.model})),
+            }
+        )
     return rows
 
 
@@ -190,8 +197,10 @@ def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:
 
 def ranked(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
     """Return the flagged GPUs, the most GPU-hours wasted first, then the longest in their state."""
-    return sorted((g for g in gpus if is_flagged(g)),
-                  key=lambda g: (-g.wasted_seconds, g.since if g.since else float("inf"), g.node, g.gpu.zfill(4)))
+    return sorted(
+        (g for g in gpus if is_flagged(g)),
+        key=lambda g: (-g.wasted_seconds, g.since if g.since else float("inf"), g.node, g.gpu.zfill(4)),
+    )
 
 
 def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -> list[Flagged]:
@@ -208,13 +217,23 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
         why += [words.condition_text(c) for c in g.conditions]
         if not g.up and "lost" not in g.conditions:
             why.append("not answering")
-        rows.append(Flagged(
-            node=g.node, gpu=g.gpu, model=g.model, state=words.state_name(g.state), why="; ".join(why),
-            job=words.job_label(g.job_kind, g.job_id, g.pod), owner=words.owner(g.user, g.namespace),
-            for_how_long=words.duration(now - g.since) if g.since else "",
-            wasted_seconds=g.wasted_seconds, evidence=words.evidence_text(g.evidence),
-            tips=written, tip_title=title, link=gpu_link(g.node, g.gpu),
-        ))
+        rows.append(
+            Flagged(
+                node=g.node,
+                gpu=g.gpu,
+                model=g.model,
+                state=words.state_name(g.state),
+                why="; ".join(why),
+                job=words.job_label(g.job_kind, g.job_id, g.pod),
+                owner=words.owner(g.user, g.namespace),
+                for_how_long=words.duration(now - g.since) if g.since else "",
+                wasted_seconds=g.wasted_seconds,
+                evidence=words.evidence_text(g.evidence),
+                tips=written,
+                tip_title=title,
+                link=gpu_link(g.node, g.gpu),
+            )
+        )
     return rows
 
 

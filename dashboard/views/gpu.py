@@ -27,30 +27,53 @@ class ChartSpec:
 
 
 CHARTS = (
-    ChartSpec("Is the GPU working?", "% of time or of the GPU", (
-        Line("utilization_ratio", "work running (driver's utilization, last second)", 100),
-        Line("busy_ratio", "work running (exact, averaged between samples)", 100),
-        Line("sm_activity_ratio", "compute units busy (SM activity)", 100),
-    ), "Work running says a kernel ran, not how much of the GPU it used; compute units busy says how much "
-       "(H100 and newer only). Healthy training keeps both near 100%."),
-    ChartSpec("Memory", "GiB", (
-        Line("memory_used_bytes", "device memory in use (all processes)", 1 / 2**30),
-        Line("memory_total_bytes", "device memory size", 1 / 2**30),
-        Line("torch_allocated_bytes", "PyTorch: held by tensors", 1 / 2**30),
-        Line("torch_reserved_bytes", "PyTorch: reserved by its cache", 1 / 2**30),
-    ), "PyTorch's lines appear when the job uses gpulens.torch. Reserved far above held means a "
-       "fragmented cache; used near the size means no room for a bigger batch."),
-    ChartSpec("Power", "watts", (
-        Line("power_watts", "power draw", 1.0),
-        Line("power_limit_watts", "power limit", 1.0),
-    ), "A GPU doing real work draws well above half its limit."),
-    ChartSpec("Temperature", "°C", (
-        Line("temperature_celsius", "GPU temperature", 1.0),
-    ), "GPUs slow themselves down when too hot (around 85-90 °C for data-center GPUs)."),
-    ChartSpec("PCIe traffic", "GB/s", (
-        Line("pcie_receive_bytes_per_second", "host → GPU", 1e-9),
-        Line("pcie_transmit_bytes_per_second", "GPU → host", 1e-9),
-    ), "Copies between host memory and the GPU. A x16 PCIe Gen4 link carries about 32 GB/s each way, Gen5 about 64."),
+    ChartSpec(
+        "Is the GPU working?",
+        "% of time or of the GPU",
+        (
+            Line("utilization_ratio", "work running (driver's utilization, last second)", 100),
+            Line("busy_ratio", "work running (exact, averaged between samples)", 100),
+            Line("sm_activity_ratio", "compute units busy (SM activity)", 100),
+        ),
+        "Work running says a kernel ran, not how much of the GPU it used; compute units busy says how much "
+        "(H100 and newer only). Healthy training keeps both near 100%.",
+    ),
+    ChartSpec(
+        "Memory",
+        "GiB",
+        (
+            Line("memory_used_bytes", "device memory in use (all processes)", 1 / 2**30),
+            Line("memory_total_bytes", "device memory size", 1 / 2**30),
+            Line("torch_allocated_bytes", "PyTorch: held by tensors", 1 / 2**30),
+            Line("torch_reserved_bytes", "PyTorch: reserved by its cache", 1 / 2**30),
+        ),
+        "PyTorch's lines appear when the job uses gpulens.torch. Reserved far above held means a "
+        "fragmented cache; used near the size means no room for a bigger batch.",
+    ),
+    ChartSpec(
+        "Power",
+        "watts",
+        (
+            Line("power_watts", "power draw", 1.0),
+            Line("power_limit_watts", "power limit", 1.0),
+        ),
+        "A GPU doing real work draws well above half its limit.",
+    ),
+    ChartSpec(
+        "Temperature",
+        "°C",
+        (Line("temperature_celsius", "GPU temperature", 1.0),),
+        "GPUs slow themselves down when too hot (around 85-90 °C for data-center GPUs).",
+    ),
+    ChartSpec(
+        "PCIe traffic",
+        "GB/s",
+        (
+            Line("pcie_receive_bytes_per_second", "host → GPU", 1e-9),
+            Line("pcie_transmit_bytes_per_second", "GPU → host", 1e-9),
+        ),
+        "Copies between host memory and the GPU. A x16 PCIe Gen4 link carries about 32 GB/s each way, Gen5 about 64.",
+    ),
 )
 
 
@@ -134,11 +157,13 @@ def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
     count = int(last) if last is not None and math.isfinite(last) else None  # NaN: the source sent junk
     if not gpu.job_id and not count:
         return []
-    return [{
-        "job kind": gpu.job_kind or "unattributed",
-        "job": gpu.job_id,
-        "user": gpu.user,
-        "namespace": gpu.namespace,
-        "pod": gpu.pod,
-        "processes on the GPU": "" if count is None else str(count),
-    }]
+    return [
+        {
+            "job kind": gpu.job_kind or "unattributed",
+            "job": gpu.job_id,
+            "user": gpu.user,
+            "namespace": gpu.namespace,
+            "pod": gpu.pod,
+            "processes on the GPU": "" if count is None else str(count),
+        }
+    ]

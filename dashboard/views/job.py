@@ -25,18 +25,20 @@ def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[dict]
         total = sum(job.state_seconds.values())
         wasted = sum(v for k, v in job.state_seconds.items() if k in WASTED)
         first = held[0] if held else None
-        rows.append({
-            "job": words.job_label(job.job_kind, job.job_id, first.pod if first else ""),
-            "kind": job.job_kind,
-            "id": job.job_id,
-            "user": first.user if first else "",
-            "namespace": first.namespace if first else "",
-            "GPUs now": len(held),
-            "nodes": ", ".join(job.nodes),
-            "GPU-hours": total / 3600,
-            "wasted share": wasted / total if total else 0.0,
-            "link": job_link(job.job_kind, job.job_id),
-        })
+        rows.append(
+            {
+                "job": words.job_label(job.job_kind, job.job_id, first.pod if first else ""),
+                "kind": job.job_kind,
+                "id": job.job_id,
+                "user": first.user if first else "",
+                "namespace": first.namespace if first else "",
+                "GPUs now": len(held),
+                "nodes": ", ".join(job.nodes),
+                "GPU-hours": total / 3600,
+                "wasted share": wasted / total if total else 0.0,
+                "link": job_link(job.job_kind, job.job_id),
+            }
+        )
     rows.sort(key=lambda r: (-r["wasted share"] * r["GPU-hours"], r["job"]))
     return rows
 
@@ -52,8 +54,11 @@ def state_breakdown(job: JobSummary) -> list[StateShare]:
     """Return the job's GPU-hours in each state it has been in, in the states' display order."""
     total = sum(job.state_seconds.values())
     return [
-        StateShare(words.state_name(s.value), job.state_seconds.get(s.value, 0.0) / 3600,
-                   job.state_seconds.get(s.value, 0.0) / total if total else 0.0)
+        StateShare(
+            words.state_name(s.value),
+            job.state_seconds.get(s.value, 0.0) / 3600,
+            job.state_seconds.get(s.value, 0.0) / total if total else 0.0,
+        )
         for s in words.STATE_ORDER
         if job.state_seconds.get(s.value, 0.0) > 0
     ]
@@ -79,8 +84,9 @@ def memory(job: JobSummary, gpus: Iterable[FleetGpu]) -> JobMemory:
     gpus = list(gpus)
     used = [g.memory_used_bytes for g in gpus if g.memory_used_bytes is not None]
     total = [g.memory_total_bytes for g in gpus if g.memory_total_bytes is not None]
-    return JobMemory(sum(used) if used else None, sum(total) if total else None,
-                     job.torch_allocated_bytes, job.torch_reserved_bytes)
+    return JobMemory(
+        sum(used) if used else None, sum(total) if total else None, job.torch_allocated_bytes, job.torch_reserved_bytes
+    )
 
 
 def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:

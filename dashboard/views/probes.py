@@ -48,13 +48,23 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
     for r in results:
         median = medians.get((r.model, r.test))
         of_median = r.value / median if median else None
-        outlier = ((of_median is not None and of_median < thresholds.PROBE_FLEET_RATIO_LOW)
-                   or (r.peak_ratio is not None and r.peak_ratio < thresholds.PROBE_MIN_PEAK_RATIO))
-        rows.append(ProbeRow(
-            node=r.node, gpu=r.gpu, model=r.model, test=r.test, measured=_measured(r), of_spec=r.peak_ratio,
-            of_fleet_median=of_median, outlier=outlier,
-            last_run=f"{words.duration(now - r.when)} ago" if r.when else "", link=gpu_link(r.node, r.gpu),
-        ))
+        outlier = (of_median is not None and of_median < thresholds.PROBE_FLEET_RATIO_LOW) or (
+            r.peak_ratio is not None and r.peak_ratio < thresholds.PROBE_MIN_PEAK_RATIO
+        )
+        rows.append(
+            ProbeRow(
+                node=r.node,
+                gpu=r.gpu,
+                model=r.model,
+                test=r.test,
+                measured=_measured(r),
+                of_spec=r.peak_ratio,
+                of_fleet_median=of_median,
+                outlier=outlier,
+                last_run=f"{words.duration(now - r.when)} ago" if r.when else "",
+                link=gpu_link(r.node, r.gpu),
+            )
+        )
     known = [v for row in rows for v in (row.of_spec, row.of_fleet_median) if v is not None]
     worst_default = max(known, default=1.0) + 1
 

@@ -16,11 +16,14 @@ from gpulens.usage import JobRecord
 class Agents:
     """Running agents, asked over HTTP for their ledgers."""
 
-    def __init__(self, urls: Sequence[str], timeout: float = HTTP_TIMEOUT_SECONDS,
-                 credentials: Credentials | None = None):
+    def __init__(
+        self, urls: Sequence[str], timeout: float = HTTP_TIMEOUT_SECONDS, credentials: Credentials | None = None
+    ):
         # ValueError with the fix for one that is not a URL; `credentials` for agents with a web config.
-        self.agents = [AgentClient(http_url(url, "--agent"), credentials, timeout,
-                                   unreachable="check the --agent address") for url in urls]
+        self.agents = [
+            AgentClient(http_url(url, "--agent"), credentials, timeout, unreachable="check the --agent address")
+            for url in urls
+        ]
         self.description = "agent " + ", ".join(agent.shown for agent in self.agents)
 
     def _get(self, agent: AgentClient, params: dict, step: Step) -> list[JobRecord]:

@@ -13,8 +13,14 @@ from gpulens import words
 from gpulens.usage import STATES, TimelinePoint
 
 # Colours per state: one hue each, red for waste that has a cause in the job, grey for the unknown.
-STATE_COLOURS = {"free": "#d9d9d9", "idle": "#e45756", "data_starved": "#f58518", "underutilized": "#eeca3b",
-                 "busy": "#54a24b", "unknown": "#9d9d9d"}
+STATE_COLOURS = {
+    "free": "#d9d9d9",
+    "idle": "#e45756",
+    "data_starved": "#f58518",
+    "underutilized": "#eeca3b",
+    "busy": "#54a24b",
+    "unknown": "#9d9d9d",
+}
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 56, 28, 12
 
 
@@ -25,13 +31,17 @@ def _clock(epoch: float) -> str:
 def _frame(title: str, body: str, y_labels: Sequence[tuple[float, str]], x_labels: Sequence[tuple[float, str]]) -> str:
     axis = [f'<line x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH}" y2="{HEIGHT - BOTTOM}" stroke="#888"/>']
     for y, text in y_labels:
-        axis.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(text)}</text>'
-                    f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH}" y2="{y:.1f}" stroke="#eee"/>')
+        axis.append(
+            f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(text)}</text>'
+            f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH}" y2="{y:.1f}" stroke="#eee"/>'
+        )
     for x, text in x_labels:
         axis.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">{escape(text)}</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'width="{WIDTH}" height="{HEIGHT}" font-size="11" font-family="sans-serif">'
-            f"<title>{escape(title)}</title>{''.join(axis)}{body}</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'width="{WIDTH}" height="{HEIGHT}" font-size="11" font-family="sans-serif">'
+        f"<title>{escape(title)}</title>{''.join(axis)}{body}</svg>"
+    )
 
 
 def _x_scale(points: Sequence[TimelinePoint]) -> tuple[Callable[[float], float], float, list[tuple[float, str]]]:
@@ -64,13 +74,20 @@ def state_timeline(points: Sequence[TimelinePoint]) -> str:
                 continue
             h = seconds / total * plot
             y -= h
-            bars.append(f'<rect x="{x(p.t):.1f}" y="{y:.1f}" width="{max(bar, 1):.1f}" height="{h:.1f}" '
-                        f'fill="{STATE_COLOURS[state]}"><title>{escape(state)} {_clock(p.t)}</title></rect>')
+            bars.append(
+                f'<rect x="{x(p.t):.1f}" y="{y:.1f}" width="{max(bar, 1):.1f}" height="{h:.1f}" '
+                f'fill="{STATE_COLOURS[state]}"><title>{escape(state)} {_clock(p.t)}</title></rect>'
+            )
     return _frame("GPU state over time", "".join(bars), [(TOP, "100%"), (HEIGHT - BOTTOM, "0%")], ticks)
 
 
-def line(points: Sequence[TimelinePoint], value: Callable[[TimelinePoint], float | None], title: str,
-         top: float, label: Callable[[float], str]) -> str:
+def line(
+    points: Sequence[TimelinePoint],
+    value: Callable[[TimelinePoint], float | None],
+    title: str,
+    top: float,
+    label: Callable[[float], str],
+) -> str:
     """Return a line chart of `value` per point, from 0 to `top` (at least the largest value)."""
     known = [(p.t, v) for p in points if (v := value(p)) is not None]
     if not known:
@@ -105,16 +122,23 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
             if value <= 0:
                 continue
             w = value / top * width
-            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOURS[state]}">'
-                         f"<title>{escape(key)}: {escape(state)} {words.gpu_hours(value)}</title></rect>")
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOURS[state]}">'
+                f"<title>{escape(key)}: {escape(state)} {words.gpu_hours(value)}</title></rect>"
+            )
             x += w
         parts.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{words.gpu_hours(sum(seconds.values()))}</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
-            f'height="{height}" font-size="11" font-family="sans-serif"><title>GPU-hours by state</title>'
-            f"{''.join(parts)}</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
+        f'height="{height}" font-size="11" font-family="sans-serif"><title>GPU-hours by state</title>'
+        f"{''.join(parts)}</svg>"
+    )
 
 
 def legend() -> str:
-    items = "".join(f'<span class="key"><i style="background:{colour}"></i>{escape(state)}</span>'
-                    for state, colour in STATE_COLOURS.items() if state != "free")
+    items = "".join(
+        f'<span class="key"><i style="background:{colour}"></i>{escape(state)}</span>'
+        for state, colour in STATE_COLOURS.items()
+        if state != "free"
+    )
     return f'<p class="legend">{items}</p>'

@@ -54,8 +54,10 @@ def parse_time(text: str, flag: str, now: float) -> float:
     """Return epoch seconds from 'now', a duration before now ('7d'), epoch seconds, or an ISO date (UTC)."""
     epoch = _parse_time(text, flag, now)
     if not 0 <= epoch <= LAST_EPOCH:  # also NaN; a report prints its times, and a calendar ends in 9999
-        raise UsageError(f"{flag}: {text.strip()[:40]!r} is not a time between 1970 and 9999; write a duration "
-                         "before now (7d), a date (2026-01-31) or epoch seconds")
+        raise UsageError(
+            f"{flag}: {text.strip()[:40]!r} is not a time between 1970 and 9999; write a duration "
+            "before now (7d), a date (2026-01-31) or epoch seconds"
+        )
     return epoch
 
 
@@ -76,8 +78,10 @@ def _parse_time(text: str, flag: str, now: float) -> float:
             return float(calendar.timegm(time.strptime(text, layout)))
         except ValueError:
             continue
-    raise UsageError(f"{flag}: {text!r} is not a time; write a duration before now (7d), a date "
-                     "(2026-01-31 or 2026-01-31T12:00:00Z, UTC) or epoch seconds")
+    raise UsageError(
+        f"{flag}: {text!r} is not a time; write a duration before now (7d), a date "
+        "(2026-01-31 or 2026-01-31T12:00:00Z, UTC) or epoch seconds"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,37 +95,58 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--by", choices=GROUPINGS, default="user", help="group jobs by (default user)")
     for sub in (job, fleet):
         sub.add_argument("--until", default="now", help="end of the period (default now)")
-        sub.add_argument("--source", choices=SOURCES,
-                         help="where to read jobs from (default: the one whose option is given)")
-        sub.add_argument("--ledger", action="append", default=[], metavar="PATH",
-                         help=f"an agent's ledger file, read-only (repeatable; default {DEFAULT_LEDGER})")
-        sub.add_argument("--agent", action="append", default=[], metavar="URL",
-                         help="a running agent, e.g. http://node1:10906 (repeatable)")
+        sub.add_argument(
+            "--source", choices=SOURCES, help="where to read jobs from (default: the one whose option is given)"
+        )
+        sub.add_argument(
+            "--ledger",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help=f"an agent's ledger file, read-only (repeatable; default {DEFAULT_LEDGER})",
+        )
+        sub.add_argument(
+            "--agent",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="a running agent, e.g. http://node1:10906 (repeatable)",
+        )
         sub.add_argument("--prometheus", metavar="URL", help="a Prometheus that scrapes the agents")
         add_credential_flags(sub)
         sub.add_argument("--format", choices=FORMATS, default="terminal", help="output format (default terminal)")
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
-        sub.add_argument("--min-duration", default=f"{t.REPORT_MIN_JOB_SECONDS:g}s",
-                         help="shorter jobs are listed apart, not judged (default 300s, as jobstats)")
+        sub.add_argument(
+            "--min-duration",
+            default=f"{t.REPORT_MIN_JOB_SECONDS:g}s",
+            help="shorter jobs are listed apart, not judged (default 300s, as jobstats)",
+        )
     return parser
 
 
 def _source(args) -> Source:
     chosen = args.source
-    given = [name for name, value in (("ledger", args.ledger), ("agent", args.agent),
-                                      ("prometheus", args.prometheus)) if value]
+    given = [
+        name
+        for name, value in (("ledger", args.ledger), ("agent", args.agent), ("prometheus", args.prometheus))
+        if value
+    ]
     if chosen is None:
         if len(given) > 1:
             raise UsageError(f"options for several sources given ({', '.join(given)}); pick one with --source")
         chosen = given[0] if given else "ledger"
     if chosen != "prometheus" and (args.bearer_token_file or args.basic_auth_file):
-        raise UsageError("--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
-                         "credentials from GPULENS_AGENT_BASIC_AUTH_FILE")
+        raise UsageError(
+            "--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
+            "credentials from GPULENS_AGENT_BASIC_AUTH_FILE"
+        )
     if chosen == "ledger":
         paths = args.ledger or [DEFAULT_LEDGER]
         if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
-            raise UsageError("no source given and no ledger at the default path "
-                             f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL")
+            raise UsageError(
+                "no source given and no ledger at the default path "
+                f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL"
+            )
         return LedgerFiles(paths)
     if importlib.util.find_spec("requests") is None:
         raise UsageError(f"reading --{chosen} needs requests: pip install 'gpulens[report]'")
@@ -190,16 +215,20 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         if args.command == "job":
             records = source.job(args.id, since, until, progress)
             if not records:
-                raise SourceError(f"no job {args.id!r} in {source.description} between {_day(since)} and "
-                                  f"{_day(until)}; check the id, widen --since, or list the jobs with "
-                                  "'gpulens report fleet'")
+                raise SourceError(
+                    f"no job {args.id!r} in {source.description} between {_day(since)} and "
+                    f"{_day(until)}; check the id, widen --since, or list the jobs with "
+                    "'gpulens report fleet'"
+                )
             records = _one_job(records, args.id, source.description)
             report = job_report(records, source.description, min_duration)
         else:
             records = source.jobs(since, until, progress)
             if not records:
-                raise SourceError(f"no jobs in {source.description} between {_day(since)} and {_day(until)}; "
-                                  "widen --since or check that the agents run with a ledger")
+                raise SourceError(
+                    f"no jobs in {source.description} between {_day(since)} and {_day(until)}; "
+                    "widen --since or check that the agents run with a ledger"
+                )
             report = fleet_report(records, args.by, since, until, min_duration, source.description)
     except SourceError as error:
         progress.close()

@@ -20,8 +20,14 @@ from gpulens.vocabulary import State
 WORST_JOBS_SHOWN = 25
 SHORT_JOBS_SHOWN = 25
 ID_SHOWN = 12  # pod UIDs and container ids are long; tables show their start (JSON and CSV keep them whole)
-STATE_NAMES = {"free": "free", "idle": "idle", "data_starved": "data-starved", "underutilized": "underutilized",
-               "busy": "busy", "unknown": "unknown"}
+STATE_NAMES = {
+    "free": "free",
+    "idle": "idle",
+    "data_starved": "data-starved",
+    "underutilized": "underutilized",
+    "busy": "busy",
+    "unknown": "unknown",
+}
 
 
 @dataclass(frozen=True)
@@ -112,9 +118,13 @@ def memory_text(record: JobRecord) -> str:
 def _states_table(record: JobRecord) -> Table:
     held = record.gpu_seconds
     rows = tuple(
-        (STATE_NAMES[s], hours(record.state_seconds.get(s, 0.0)),
-         percent(record.state_seconds.get(s, 0.0) / held if held else None))
-        for s in STATES if s != State.FREE.value and record.state_seconds.get(s, 0.0) > 0
+        (
+            STATE_NAMES[s],
+            hours(record.state_seconds.get(s, 0.0)),
+            percent(record.state_seconds.get(s, 0.0) / held if held else None),
+        )
+        for s in STATES
+        if s != State.FREE.value and record.state_seconds.get(s, 0.0) > 0
     )
     return Table("How the GPU-hours were spent", ("state", "GPU-hours", "share"), rows)
 
@@ -129,16 +139,23 @@ def job_document(report: JobReport) -> Document:
         ("owner", owner),
         ("status", "running" if r.running else "finished"),
         ("time", f"{when(r.start)} to {when(r.last_seen)} ({words.duration(r.duration_seconds)})"),
-        ("GPUs", f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
-                 + (f" on {', '.join(r.nodes)}" if r.nodes else "")),
+        (
+            "GPUs",
+            f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
+            + (f" on {', '.join(r.nodes)}" if r.nodes else ""),
+        ),
         ("verdict", mark_text(report.flag, r.busy_ratio)),
         ("GPU-hours", hours(r.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(r.wasted_seconds)} (idle, data-starved, underutilized)"),
         ("busy ratio", percent(r.busy_ratio)),
         ("SM activity", percent(r.sm_activity)),
         ("device memory peak", memory_text(r)),
-        ("PyTorch peaks", f"allocated {gib(r.torch_allocated_peak_bytes)}, reserved {gib(r.torch_reserved_peak_bytes)}"
-         if r.torch_reserved_peak_bytes else "n/a (the job does not use gpulens.torch)"),
+        (
+            "PyTorch peaks",
+            f"allocated {gib(r.torch_allocated_peak_bytes)}, reserved {gib(r.torch_reserved_peak_bytes)}"
+            if r.torch_reserved_peak_bytes
+            else "n/a (the job does not use gpulens.torch)",
+        ),
         ("data wait", percent(r.data_wait_ratio) + (" of step time" if r.data_wait_ratio is not None else "")),
         ("energy", f"{kwh(r.energy_joules)} kWh"),
     ]
@@ -153,8 +170,10 @@ def fleet_document(report: FleetReport) -> Document:
     total = report.total.total
     facts = (
         ("period", f"{when(report.since)} to {when(report.until)}"),
-        ("jobs", f"{report.total.jobs} ({len(report.short)} shorter than {words.duration(report.min_duration)}, "
-                 "not judged)"),
+        (
+            "jobs",
+            f"{report.total.jobs} ({len(report.short)} shorter than {words.duration(report.min_duration)}, not judged)",
+        ),
         ("GPU-hours", hours(total.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({percent(_share(total))})"),
         ("busy ratio", percent(total.busy_ratio)),
@@ -162,25 +181,71 @@ def fleet_document(report: FleetReport) -> Document:
     )
     groups = Table(
         f"By {report.by}, most wasted first",
-        (report.by, "jobs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.",
-         "peak memory", "kWh", "top tip", "worst jobs"),
+        (
+            report.by,
+            "jobs",
+            "GPU-hours",
+            "wasted",
+            "idle",
+            "starved",
+            "underused",
+            "wasted %",
+            "busy",
+            "SM act.",
+            "peak memory",
+            "kWh",
+            "top tip",
+            "worst jobs",
+        ),
         tuple(
-            (g.key, str(g.jobs), hours(g.total.gpu_seconds), hours(g.total.wasted_seconds),
-             hours(g.total.seconds_in(State.IDLE)), hours(g.total.seconds_in(State.DATA_STARVED)),
-             hours(g.total.seconds_in(State.UNDERUTILIZED)), percent(_share(g.total)), percent(g.total.busy_ratio),
-             percent(g.total.sm_activity), gib(g.total.memory_peak_bytes), kwh(g.total.energy_joules),
-             _top_tip(g.total), ", ".join(w if len(w) <= ID_SHOWN else w[:ID_SHOWN] + "…" for w in g.worst))
+            (
+                g.key,
+                str(g.jobs),
+                hours(g.total.gpu_seconds),
+                hours(g.total.wasted_seconds),
+                hours(g.total.seconds_in(State.IDLE)),
+                hours(g.total.seconds_in(State.DATA_STARVED)),
+                hours(g.total.seconds_in(State.UNDERUTILIZED)),
+                percent(_share(g.total)),
+                percent(g.total.busy_ratio),
+                percent(g.total.sm_activity),
+                gib(g.total.memory_peak_bytes),
+                kwh(g.total.energy_joules),
+                _top_tip(g.total),
+                ", ".join(w if len(w) <= ID_SHOWN else w[:ID_SHOWN] + "…" for w in g.worst),
+            )
             for g in report.groups
         ),
     )
     jobs = Table(
         "Jobs, most wasted first",
-        ("job", "owner", "GPUs", "GPU-hours", "wasted", "busy", "SM act.", "data wait", "peak memory", "mark",
-         "top tip"),
+        (
+            "job",
+            "owner",
+            "GPUs",
+            "GPU-hours",
+            "wasted",
+            "busy",
+            "SM act.",
+            "data wait",
+            "peak memory",
+            "mark",
+            "top tip",
+        ),
         tuple(
-            (job_name(r), r.user, str(len(r.gpus)), hours(r.gpu_seconds), hours(r.wasted_seconds),
-             percent(r.busy_ratio), percent(r.sm_activity), percent(r.data_wait_ratio), memory_text(r), mark,
-             _top_tip(r))
+            (
+                job_name(r),
+                r.user,
+                str(len(r.gpus)),
+                hours(r.gpu_seconds),
+                hours(r.wasted_seconds),
+                percent(r.busy_ratio),
+                percent(r.sm_activity),
+                percent(r.data_wait_ratio),
+                memory_text(r),
+                mark,
+                _top_tip(r),
+            )
             for r, mark in report.jobs[:WORST_JOBS_SHOWN]
         ),
         tuple(mark for _, mark in report.jobs[:WORST_JOBS_SHOWN]),
@@ -188,8 +253,10 @@ def fleet_document(report: FleetReport) -> Document:
     short = Table(
         f"Shorter than {words.duration(report.min_duration)}: listed, not judged",
         ("job", "owner", "duration", "GPU-hours"),
-        tuple((job_name(r), r.user, words.duration(r.duration_seconds), hours(r.gpu_seconds))
-              for r in report.short[:SHORT_JOBS_SHOWN]),
+        tuple(
+            (job_name(r), r.user, words.duration(r.duration_seconds), hours(r.gpu_seconds))
+            for r in report.short[:SHORT_JOBS_SHOWN]
+        ),
     )
     notes = [f"Source: {report.source}."]
     if len(report.jobs) > WORST_JOBS_SHOWN:

@@ -30,18 +30,24 @@ def _page(doc: Document, charts_html: str) -> str:
     for table in doc.tables:
         head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
         marks = table.marks or ("",) * len(table.rows)
-        body = "".join(
-            f'<tr class="{escape(mark)}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
-            for row, mark in zip(table.rows, marks, strict=True)
-        ) or f'<tr><td colspan="{len(table.headers)}">None.</td></tr>'
-        sections.append(f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead>"
-                        f"<tbody>{body}</tbody></table>")
+        body = (
+            "".join(
+                f'<tr class="{escape(mark)}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                for row, mark in zip(table.rows, marks, strict=True)
+            )
+            or f'<tr><td colspan="{len(table.headers)}">None.</td></tr>'
+        )
+        sections.append(
+            f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
     if doc.tips:
         items = "".join(f"<li><b>{escape(title)}</b>: {escape(text)}</li>" for title, text in doc.tips)
         sections.append(f"<h2>What to change</h2><ol>{items}</ol>")
     sections += [f'<p class="note">{escape(note)}</p>' for note in doc.notes]
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(doc.title)}</title>'
-            f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>\n")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(doc.title)}</title>'
+        f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+    )
 
 
 def _busy(p: TimelinePoint) -> float | None:
@@ -59,8 +65,10 @@ def render_job(report: JobReport) -> str:
     figures = [
         ("GPU state over time", charts.state_timeline(points)),
         ("Busy ratio over time", charts.line(points, _busy, "busy ratio", 1.0, words.percent)),
-        ("Device memory over time (most used on one GPU)",
-         charts.line(points, _memory, "device memory", capacity, lambda v: f"{v:.0f} GiB")),
+        (
+            "Device memory over time (most used on one GPU)",
+            charts.line(points, _memory, "device memory", capacity, lambda v: f"{v:.0f} GiB"),
+        ),
     ]
     html = charts.legend() + "".join(f"<h2>{escape(title)}</h2>{svg}" for title, svg in figures if svg)
     if not points:

@@ -12,20 +12,47 @@ from gpulens.usage import STATES, JobRecord
 
 SCHEMA = "gpulens.report/v1"
 CSV_COLUMNS = (
-    "kind", "id", "user", "namespace", "pod", "partition", "nodes", "models", "gpus", "start", "end", "running",
-    "duration_seconds", "mark", "gpu_hours", "wasted_gpu_hours", *(f"{s}_gpu_hours" for s in STATES),
-    "busy_ratio", "sm_activity", "data_wait_ratio", "memory_peak_bytes", "memory_capacity_bytes",
-    "torch_allocated_peak_bytes", "torch_reserved_peak_bytes", "energy_kwh", "top_tips",
+    "kind",
+    "id",
+    "user",
+    "namespace",
+    "pod",
+    "partition",
+    "nodes",
+    "models",
+    "gpus",
+    "start",
+    "end",
+    "running",
+    "duration_seconds",
+    "mark",
+    "gpu_hours",
+    "wasted_gpu_hours",
+    *(f"{s}_gpu_hours" for s in STATES),
+    "busy_ratio",
+    "sm_activity",
+    "data_wait_ratio",
+    "memory_peak_bytes",
+    "memory_capacity_bytes",
+    "torch_allocated_peak_bytes",
+    "torch_reserved_peak_bytes",
+    "energy_kwh",
+    "top_tips",
 )
 
 
 def _job(record: JobRecord, mark: str, timeline: bool = False) -> dict[str, Any]:
     out = record.to_dict(timeline=timeline)
     out.update(
-        mark=mark, duration_seconds=record.duration_seconds, gpu_hours=record.gpu_seconds / 3600,
-        wasted_gpu_hours=record.wasted_seconds / 3600, busy_ratio=record.busy_ratio,
-        sm_activity=record.sm_activity, data_wait_ratio=record.data_wait_ratio,
-        memory_peak_ratio=record.memory_peak_ratio, energy_kwh=record.energy_kwh,
+        mark=mark,
+        duration_seconds=record.duration_seconds,
+        gpu_hours=record.gpu_seconds / 3600,
+        wasted_gpu_hours=record.wasted_seconds / 3600,
+        busy_ratio=record.busy_ratio,
+        sm_activity=record.sm_activity,
+        data_wait_ratio=record.data_wait_ratio,
+        memory_peak_ratio=record.memory_peak_ratio,
+        energy_kwh=record.energy_kwh,
         top_tips=[tip for tip, _ in record.top_tips(3)],
     )
     return out
@@ -34,11 +61,16 @@ def _job(record: JobRecord, mark: str, timeline: bool = False) -> dict[str, Any]
 def _group(group: Group) -> dict[str, Any]:
     total = group.total
     return {
-        "key": group.key, "jobs": group.jobs, "gpu_hours": total.gpu_seconds / 3600,
+        "key": group.key,
+        "jobs": group.jobs,
+        "gpu_hours": total.gpu_seconds / 3600,
         "wasted_gpu_hours": total.wasted_seconds / 3600,
         "state_gpu_hours": {s: total.state_seconds.get(s, 0.0) / 3600 for s in STATES},
-        "busy_ratio": total.busy_ratio, "sm_activity": total.sm_activity, "memory_peak_bytes": total.memory_peak_bytes,
-        "energy_kwh": total.energy_kwh, "top_tips": [tip for tip, _ in total.top_tips(3)],
+        "busy_ratio": total.busy_ratio,
+        "sm_activity": total.sm_activity,
+        "memory_peak_bytes": total.memory_peak_bytes,
+        "energy_kwh": total.energy_kwh,
+        "top_tips": [tip for tip, _ in total.top_tips(3)],
         "worst_jobs": list(group.worst),
     }
 
@@ -46,12 +78,24 @@ def _group(group: Group) -> dict[str, Any]:
 def to_json(report: JobReport | FleetReport) -> str:
     """Return the report as JSON: `{"schema": ..., "kind": "job" | "fleet", ...}`."""
     if isinstance(report, JobReport):
-        body = {"schema": SCHEMA, "kind": "job", "source": report.source, "runs": report.runs,
-                "min_duration_seconds": report.min_duration, "job": _job(report.record, report.flag, timeline=True)}
+        body = {
+            "schema": SCHEMA,
+            "kind": "job",
+            "source": report.source,
+            "runs": report.runs,
+            "min_duration_seconds": report.min_duration,
+            "job": _job(report.record, report.flag, timeline=True),
+        }
     else:
         body = {
-            "schema": SCHEMA, "kind": "fleet", "source": report.source, "since": report.since, "until": report.until,
-            "by": report.by, "min_duration_seconds": report.min_duration, "total": _group(report.total),
+            "schema": SCHEMA,
+            "kind": "fleet",
+            "source": report.source,
+            "since": report.since,
+            "until": report.until,
+            "by": report.by,
+            "min_duration_seconds": report.min_duration,
+            "total": _group(report.total),
             "groups": [_group(g) for g in report.groups],
             "jobs": [_job(r, mark) for r, mark in report.jobs],
             "short_jobs": [_job(r, flag(r, report.min_duration)) for r in report.short],
@@ -78,11 +122,30 @@ def _csv_row(r: JobRecord, mark: str) -> list:
         return "" if value is None else f"{value:.{digits}f}"
 
     return [
-        r.kind, r.id, r.user, r.namespace, r.pod, r.partition, " ".join(r.nodes), " ".join(r.models), len(r.gpus),
-        f"{r.start:.0f}", f"{r.last_seen:.0f}", int(r.running), f"{r.duration_seconds:.0f}", mark,
-        number(r.gpu_seconds / 3600), number(r.wasted_seconds / 3600),
+        r.kind,
+        r.id,
+        r.user,
+        r.namespace,
+        r.pod,
+        r.partition,
+        " ".join(r.nodes),
+        " ".join(r.models),
+        len(r.gpus),
+        f"{r.start:.0f}",
+        f"{r.last_seen:.0f}",
+        int(r.running),
+        f"{r.duration_seconds:.0f}",
+        mark,
+        number(r.gpu_seconds / 3600),
+        number(r.wasted_seconds / 3600),
         *(number(r.state_seconds.get(s, 0.0) / 3600) for s in STATES),
-        number(r.busy_ratio), number(r.sm_activity), number(r.data_wait_ratio), r.memory_peak_bytes,
-        r.memory_capacity_bytes, r.torch_allocated_peak_bytes, r.torch_reserved_peak_bytes, number(r.energy_kwh, 6),
+        number(r.busy_ratio),
+        number(r.sm_activity),
+        number(r.data_wait_ratio),
+        r.memory_peak_bytes,
+        r.memory_capacity_bytes,
+        r.torch_allocated_peak_bytes,
+        r.torch_reserved_peak_bytes,
+        number(r.energy_kwh, 6),
         " ".join(tip for tip, _ in r.top_tips(3)),
     ]

@@ -36,8 +36,12 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                console=self._console or Console(stderr=True), transient=True,
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                console=self._console or Console(stderr=True),
+                transient=True,
             )
             self._bar.start()
             self._task = self._bar.add_task(description, total=None)

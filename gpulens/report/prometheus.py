@@ -96,28 +96,33 @@ class Prometheus:
                     yield fields[_key(item)], item["metric"], _value(item)
 
         for found, metric, value in each(
-                f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
-                "GPU-seconds by state"):
+            f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
+            "GPU-seconds by state",
+        ):
             found.setdefault("state_seconds", {})[metric.get("state", "")] = value
         for name, series in _COUNTERS.items():
             for found, _, value in each(f"sum by ({_KEY}) (increase({series}{sel}[{window}]))", name.replace("_", " ")):
                 found[name] = value
         for name, series in _PEAKS.items():
-            for found, _, value in each(f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))",
-                                        name.replace("_", " ")):
+            for found, _, value in each(
+                f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))", name.replace("_", " ")
+            ):
                 found[name] = int(value)
         labels = "user, namespace, pod, model, partition, instance"
-        for found, metric, _ in each(f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))",
-                                     "owners"):
+        for found, metric, _ in each(
+            f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))", "owners"
+        ):
             for name in ("user", "namespace", "pod", "partition"):
                 found[name] = found.get(name) or metric.get(name, "")
             found.setdefault("models", set()).add(metric.get("model", ""))
             found.setdefault("nodes", set()).add(metric.get("instance", ""))
         for found, metric, _ in each(
-                f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs"):
+            f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs"
+        ):
             found.setdefault("gpus", set()).add(metric.get("uuid", ""))
         for found, metric, value in each(
-                f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips"):
+            f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips"
+        ):
             if value > 0:
                 found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
         return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
@@ -125,18 +130,24 @@ class Prometheus:
     def _spans(self, vector, sel: str, window: str, until: float) -> dict[tuple[str, str], dict]:
         """Each job's first and last sighting in the window; one line when Prometheus has jobs but no totals."""
         spans: dict[tuple[str, str], dict] = {}
-        for name, series, fn in (("start", "gpulens_job_start_timestamp_seconds", "min"),
-                                 ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max")):
+        for name, series, fn in (
+            ("start", "gpulens_job_start_timestamp_seconds", "min"),
+            ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max"),
+        ):
             for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
                 spans.setdefault(_key(item), {})[name] = _value(item)
         held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"
         if not spans and self.api.query(held, until):
-            raise SourceError(f"{self.api.where} has the agents' jobs but not their totals: start the agents "
-                              "with --jobs.export-totals, or read their ledgers with --agent URL")
+            raise SourceError(
+                f"{self.api.where} has the agents' jobs but not their totals: start the agents "
+                "with --jobs.export-totals, or read their ledgers with --agent URL"
+            )
         for key, span in spans.items():
             if not all(0 <= t <= LAST_EPOCH for t in span.values()):
-                raise SourceError(f"{self.api.where} answered a time outside 1970 to 9999 for {key[0]} job "
-                                  f"{key[1][:60]!r}; check its gpulens_job_*_timestamp_seconds series")
+                raise SourceError(
+                    f"{self.api.where} answered a time outside 1970 to 9999 for {key[0]} job "
+                    f"{key[1][:60]!r}; check its gpulens_job_*_timestamp_seconds series"
+                )
         return spans
 
     @staticmethod
@@ -144,9 +155,14 @@ class Prometheus:
         states = {s: v for s, v in found.pop("state_seconds", {}).items() if s in STATES and v > 0}
         sets = {name: tuple(sorted(v for v in found.pop(name, set()) if v)) for name in ("models", "nodes", "gpus")}
         return JobRecord(
-            kind=key[0], id=key[1], start=span["start"], last_seen=span["last_seen"],
+            kind=key[0],
+            id=key[1],
+            start=span["start"],
+            last_seen=span["last_seen"],
             running=until - span["last_seen"] <= RUNNING_WITHIN_SECONDS,
-            state_seconds=states, **sets, **found,
+            state_seconds=states,
+            **sets,
+            **found,
         )
 
     def _timeline(self, record: JobRecord, sel: str) -> tuple[TimelinePoint, ...]:
@@ -165,15 +181,24 @@ class Prometheus:
         for metric, t, v in each(f"sum by (state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"):
             if metric.get("state") in STATES and v > 0:
                 points.setdefault(t, {}).setdefault("state_seconds", {})[metric["state"]] = v
-        for name, series in (("busy_seconds", _COUNTERS["busy_seconds"]),
-                             ("sampled_seconds", _COUNTERS["sampled_seconds"])):
+        for name, series in (
+            ("busy_seconds", _COUNTERS["busy_seconds"]),
+            ("sampled_seconds", _COUNTERS["sampled_seconds"]),
+        ):
             for _, t, v in each(f"sum(increase({series}{sel}[{window}]))"):
                 points.setdefault(t, {})[name] = v
         for _, t, v in each(f"max(max_over_time(gpulens_job_memory_used_bytes{sel}[{window}]))"):
             points.setdefault(t, {})["memory_peak_bytes"] = int(v)
-        return tuple(TimelinePoint(t, p.get("state_seconds", {}), p.get("busy_seconds", 0.0),
-                                   p.get("sampled_seconds", 0.0), p.get("memory_peak_bytes", 0))
-                     for t, p in sorted(points.items()))
+        return tuple(
+            TimelinePoint(
+                t,
+                p.get("state_seconds", {}),
+                p.get("busy_seconds", 0.0),
+                p.get("sampled_seconds", 0.0),
+                p.get("memory_peak_bytes", 0),
+            )
+            for t, p in sorted(points.items())
+        )
 
 
 def _key(item: dict) -> tuple[str, str]:

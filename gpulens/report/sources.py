@@ -56,8 +56,9 @@ class LedgerFiles:
             node = read_node(conn)
             records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)
         except sqlite3.DatabaseError as error:
-            raise SourceError(f"ledger {path} cannot be read ({error}); it was left untouched, "
-                              "give another file with --ledger") from None
+            raise SourceError(
+                f"ledger {path} cannot be read ({error}); it was left untouched, give another file with --ledger"
+            ) from None
         finally:
             conn.close()
         return [r if r.nodes or not node else replace(r, nodes=(node,)) for r in records]
@@ -66,14 +67,18 @@ class LedgerFiles:
         return [r for path in self.paths for r in self._read(path, step, since=since, until=until)]
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
-        return [r for path in self.paths
-                for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)]
+        return [
+            r
+            for path in self.paths
+            for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)
+        ]
 
 
 def http_url(text: str, flag: str) -> str:
     """Return the URL 'HOST:PORT' or 'http(s)://HOST:PORT/...' means; raise ValueError naming `flag` and the fix."""
     url = text.strip() if "://" in text else "http://" + text.strip()
     if split_http_url(url) is None:
-        raise ValueError(f"{flag} {text.strip()[:60]!r} is not HOST:PORT or http://HOST:PORT; "
-                         "write e.g. http://node1:10906")
+        raise ValueError(
+            f"{flag} {text.strip()[:60]!r} is not HOST:PORT or http://HOST:PORT; write e.g. http://node1:10906"
+        )
     return url

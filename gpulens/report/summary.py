@@ -85,25 +85,28 @@ def _wasted_first(record: JobRecord) -> tuple:
     return (-record.wasted_seconds, -record.gpu_seconds, record.kind, record.id)
 
 
-def fleet_report(records: Iterable[JobRecord], by: str, since: float, until: float, min_duration: float,
-                 source: str) -> FleetReport:
+def fleet_report(
+    records: Iterable[JobRecord], by: str, since: float, until: float, min_duration: float, source: str
+) -> FleetReport:
     """Return the fleet report of the jobs seen in [since, until] (epoch s), grouped `by` one of GROUPINGS."""
     if by not in GROUPINGS:
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
     jobs = merge_all(records)
-    judged = sorted(((r, flag(r, min_duration)) for r in jobs if flag(r, min_duration) != SHORT),
-                    key=lambda pair: _wasted_first(pair[0]))
+    judged = sorted(
+        ((r, flag(r, min_duration)) for r in jobs if flag(r, min_duration) != SHORT),
+        key=lambda pair: _wasted_first(pair[0]),
+    )
     short = tuple(sorted((r for r in jobs if flag(r, min_duration) == SHORT), key=_wasted_first))
     groups: dict[str, list[JobRecord]] = {}
     for record in jobs:
         groups.setdefault(group_key(record, by), []).append(record)
     built = [_group(key, members, min_duration) for key, members in groups.items()]
     built.sort(key=lambda g: (-g.total.wasted_seconds, -g.total.gpu_seconds, g.key))
-    return FleetReport(since, until, by, min_duration, source, tuple(built), tuple(judged), short,
-                       _group("all", jobs, min_duration))
+    return FleetReport(
+        since, until, by, min_duration, source, tuple(built), tuple(judged), short, _group("all", jobs, min_duration)
+    )
 
 
 def _group(key: str, members: Sequence[JobRecord], min_duration: float) -> Group:
-    judged = sorted((r for r in members if flag(r, min_duration) != SHORT and r.wasted_seconds > 0),
-                    key=_wasted_first)
+    judged = sorted((r for r in members if flag(r, min_duration) != SHORT and r.wasted_seconds > 0), key=_wasted_first)
     return Group(key, len(members), add_up(members, "group", key), tuple(r.pod or r.id for r in judged[:3]))

@@ -10,8 +10,22 @@ from rich.text import Text
 from gpulens.report.document import Document
 
 STYLES = {"red": "bold red", "warning": "yellow", "ok": "green", "short": "dim", "no_data": "dim"}
-_NUMERIC = {"jobs", "GPUs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.",
-            "kWh", "share", "data wait", "duration"}
+_NUMERIC = {
+    "jobs",
+    "GPUs",
+    "GPU-hours",
+    "wasted",
+    "idle",
+    "starved",
+    "underused",
+    "wasted %",
+    "busy",
+    "SM act.",
+    "kWh",
+    "share",
+    "data wait",
+    "duration",
+}
 
 
 def renderable(doc: Document) -> Group:

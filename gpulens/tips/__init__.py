@@ -30,5 +30,19 @@ from gpulens.tips.input_pipeline import worker_plan
 from gpulens.tips.memory import batch_growth
 from gpulens.tips.tip import RenderedTip, Tip
 
-__all__ = ["CATALOG", "CONDITION_ORDER", "EVIDENCE_KEYS", "NO_ADVICE", "XID_MEANINGS", "EvidenceValue", "Facts",
-           "RenderedTip", "Tip", "batch_growth", "markdown_table", "render", "tips_for", "worker_plan"]
+__all__ = [
+    "CATALOG",
+    "CONDITION_ORDER",
+    "EVIDENCE_KEYS",
+    "NO_ADVICE",
+    "XID_MEANINGS",
+    "EvidenceValue",
+    "Facts",
+    "RenderedTip",
+    "Tip",
+    "batch_growth",
+    "markdown_table",
+    "render",
+    "tips_for",
+    "worker_plan",
+]

@@ -45,8 +45,10 @@ def _right_size_score(f: Facts) -> int:
     id="right_size_gpu",
     title="Use a smaller GPU or a MIG slice",
     applies_to=UNDER,
-    docs=("https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
-          "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/"),
+    docs=(
+        "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
+        "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
+    ),
     when="under 25% of device memory used and SMs active under 25% of the time",
     reads=("memory_used_ratio", "memory_total_bytes", "sm_activity", "busy_ratio", "model"),
     score=_right_size_score,
@@ -65,8 +67,10 @@ def _right_size_text(f: Facts) -> str:
     elif light_compute:
         seen.append(f"the GPU is busy {percent(busy)} of the time")
     if used is not None and total:
-        size = (f"a MIG slice or a smaller GPU with at least {gib(used * total * RIGHT_SIZE_HEADROOM)} (the memory in "
-                f"use plus {round((RIGHT_SIZE_HEADROOM - 1) * 100)}%)")
+        size = (
+            f"a MIG slice or a smaller GPU with at least {gib(used * total * RIGHT_SIZE_HEADROOM)} (the memory in "
+            f"use plus {round((RIGHT_SIZE_HEADROOM - 1) * 100)}%)"
+        )
     else:
         size = "a MIG slice or a smaller GPU that holds the memory in use plus a quarter"
     advice = f"{size} would do the same work and leave this one to a job that needs it; request that size"
@@ -85,11 +89,15 @@ def _right_size_text(f: Facts) -> str:
 def _release_text(f: Facts) -> str:
     kind = job_kind(f)
     if kind == "slurm":
-        advice = ("end the job with `scancel <jobid>` if it is done, and for interactive work ask only for the "
-                  "`--time` you need and leave `salloc` or `srun --pty` sessions when you stop")
+        advice = (
+            "end the job with `scancel <jobid>` if it is done, and for interactive work ask only for the "
+            "`--time` you need and leave `salloc` or `srun --pty` sessions when you stop"
+        )
     elif kind == "kubernetes":
-        advice = ("delete the pod if its work is done, or scale the workload to zero replicas "
-                  "(`kubectl scale --replicas=0`, or KEDA to scale to zero between requests)")
+        advice = (
+            "delete the pod if its work is done, or scale the workload to zero replicas "
+            "(`kubectl scale --replicas=0`, or KEDA to scale to zero between requests)"
+        )
     else:
         advice = "close the notebook kernel or interactive session that holds it, or end the process"
     return said(_idle_observed(f), advice, "an idle GPU held by a job is lost to everyone else: ")
@@ -104,16 +112,21 @@ def _policy_score(f: Facts) -> int:
     id="idle_timeout_policy",
     title="Reclaim idle GPUs automatically",
     applies_to=_IDLE,
-    docs=("https://github.com/jupyterhub/jupyterhub-idle-culler", "https://slurm.schedmd.com/sbatch.html",
-          "https://kubernetes.io/docs/concepts/workloads/controllers/job/"),
+    docs=(
+        "https://github.com/jupyterhub/jupyterhub-idle-culler",
+        "https://slurm.schedmd.com/sbatch.html",
+        "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
+    ),
     when="idle GPUs, above all idle for an hour or more",
     reads=("idle_seconds", "held_seconds"),
     score=_policy_score,
 )
 def _policy_text(f: Facts) -> str:
-    advice = ("reclaim idle GPUs by policy rather than by hand, with JupyterHub's idle culler for notebooks, Slurm "
-              "time limits and a gpulens alert on long idle jobs, `activeDeadlineSeconds` for Kubernetes Jobs and "
-              "scale-to-zero for services")
+    advice = (
+        "reclaim idle GPUs by policy rather than by hand, with JupyterHub's idle culler for notebooks, Slurm "
+        "time limits and a gpulens alert on long idle jobs, `activeDeadlineSeconds` for Kubernetes Jobs and "
+        "scale-to-zero for services"
+    )
     return said(_idle_observed(f), advice)
 
 
@@ -128,9 +141,14 @@ def _policy_text(f: Facts) -> str:
 )
 def _unused_request_text(f: Facts) -> str:
     held = f.number("held_seconds")
-    observed = (f"the scheduler has given this GPU to a job for {duration(held)} and no process has run on it"
-                if held is not None else "")
-    advice = ("the job requests a GPU it does not use (a sidecar, a CPU-only step, a service waiting for traffic); "
-              "remove `nvidia.com/gpu` or `--gres=gpu` from steps that do not need it, split CPU-only steps into "
-              "their own jobs, and scale idle services to zero")
+    observed = (
+        f"the scheduler has given this GPU to a job for {duration(held)} and no process has run on it"
+        if held is not None
+        else ""
+    )
+    advice = (
+        "the job requests a GPU it does not use (a sidecar, a CPU-only step, a service waiting for traffic); "
+        "remove `nvidia.com/gpu` or `--gres=gpu` from steps that do not need it, split CPU-only steps into "
+        "their own jobs, and scale idle services to zero"
+    )
     return said(observed, advice)

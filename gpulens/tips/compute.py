@@ -26,8 +26,7 @@ def _launch_bound(f: Facts) -> bool:
     """The CPU sets the pace: the main process is saturated, the GPU mostly waits, and not for batches."""
     busy, main = f.ratio("busy_ratio"), f.ratio("main_process_cpu_ratio")
     return bool(
-        busy is not None and busy < t.BUSY_LOW and main is not None and main >= t.CPU_SATURATED
-        and not wait_notable(f)
+        busy is not None and busy < t.BUSY_LOW and main is not None and main >= t.CPU_SATURATED and not wait_notable(f)
     )
 
 
@@ -56,8 +55,11 @@ def _mixed_precision_score(f: Facts) -> int:
     id="mixed_precision",
     title="Train in bf16 or fp16 with autocast",
     applies_to=(Reason.LOW_SM_ACTIVITY.value, Reason.LOW_OCCUPANCY.value, *HEALTHY),
-    docs=(f"{PT}/amp.html", f"{PT}/notes/amp_examples.html",
-          "https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html"),
+    docs=(
+        f"{PT}/amp.html",
+        f"{PT}/notes/amp_examples.html",
+        "https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html",
+    ),
     when="autocast is False, above all when the Tensor Cores are idle",
     reads=("autocast", "autocast_dtype", "tensor_activity", "sm_activity", "dram_bandwidth", "model"),
     score=_mixed_precision_score,
@@ -78,8 +80,10 @@ def _mixed_precision_text(f: Facts) -> str:
     if autocast is False:
         seen.append("autocast is off")
     if tensor is not None:
-        seen.append(f"the Tensor Cores are active {percent(tensor)} of the time"
-                    + (f" while the SMs are active {percent(sm)}" if sm is not None else ""))
+        seen.append(
+            f"the Tensor Cores are active {percent(tensor)} of the time"
+            + (f" while the SMs are active {percent(sm)}" if sm is not None else "")
+        )
     memory_bound = dram is not None and dram >= DRAM_BOUND
     if memory_bound:
         seen.append(f"DRAM bandwidth is at {percent(dram)} of peak")
@@ -87,19 +91,29 @@ def _mixed_precision_text(f: Facts) -> str:
     if autocast is False:
         observed += f", so matmuls and convolutions run in float32 without Tensor Cores{on_gpu(f)}"
     if ampere is True:
-        advice = ("wrap the forward pass and the loss in `with torch.autocast('cuda', dtype=torch.bfloat16):`; "
-                  "bf16 keeps float32's range, so no GradScaler is needed")
+        advice = (
+            "wrap the forward pass and the loss in `with torch.autocast('cuda', dtype=torch.bfloat16):`; "
+            "bf16 keeps float32's range, so no GradScaler is needed"
+        )
     elif ampere is False:
-        advice = ("wrap the forward pass and the loss in `with torch.autocast('cuda', dtype=torch.float16):` and "
-                  "scale the loss with `torch.amp.GradScaler('cuda')`; this GPU has fp16 Tensor Cores but not bf16")
+        advice = (
+            "wrap the forward pass and the loss in `with torch.autocast('cuda', dtype=torch.float16):` and "
+            "scale the loss with `torch.amp.GradScaler('cuda')`; this GPU has fp16 Tensor Cores but not bf16"
+        )
     else:
-        advice = ("wrap the forward pass and the loss in `torch.autocast('cuda', dtype=torch.bfloat16)` on Ampere "
-                  "or newer GPUs (no GradScaler needed), or `dtype=torch.float16` with `torch.amp.GradScaler` on "
-                  "older ones")
+        advice = (
+            "wrap the forward pass and the loss in `torch.autocast('cuda', dtype=torch.bfloat16)` on Ampere "
+            "or newer GPUs (no GradScaler needed), or `dtype=torch.float16` with `torch.amp.GradScaler` on "
+            "older ones"
+        )
     if memory_bound:
         advice += ", and half precision halves the bytes moved"
-    return said(observed, advice, "mixed precision runs matmuls and convolutions on the Tensor Cores at several "
-                "times float32 speed with half the memory traffic: ")
+    return said(
+        observed,
+        advice,
+        "mixed precision runs matmuls and convolutions on the Tensor Cores at several "
+        "times float32 speed with half the memory traffic: ",
+    )
 
 
 def _tf32_score(f: Facts) -> int:
@@ -122,8 +136,10 @@ def _tf32_score(f: Facts) -> int:
 )
 def _tf32_text(f: Facts) -> str:
     if _ampere_or_newer(f) is False:
-        return (f"TF32 needs an Ampere or newer GPU and this {f.text('model')} has none: use autocast with "
-                "`dtype=torch.float16` for Tensor Core speed instead.")
+        return (
+            f"TF32 needs an Ampere or newer GPU and this {f.text('model')} has none: use autocast with "
+            "`dtype=torch.float16` for Tensor Core speed instead."
+        )
     tf32, autocast = f.flag("tf32"), f.flag("autocast")
     seen = []
     if tf32 is False:
@@ -133,10 +149,12 @@ def _tf32_text(f: Facts) -> str:
     observed = join(seen)
     if observed:
         observed += f", so float32 matmuls run without Tensor Cores{on_gpu(f)}"
-    advice = ("call `torch.set_float32_matmul_precision('high')` at start-up (or set "
-              "`torch.backends.cuda.matmul.allow_tf32 = True`); TF32 keeps float32's range with a 10-bit mantissa, "
-              "enough for most training, and cuDNN convolutions already use it unless "
-              "`torch.backends.cudnn.allow_tf32` was turned off")
+    advice = (
+        "call `torch.set_float32_matmul_precision('high')` at start-up (or set "
+        "`torch.backends.cuda.matmul.allow_tf32 = True`); TF32 keeps float32's range with a 10-bit mantissa, "
+        "enough for most training, and cuDNN convolutions already use it unless "
+        "`torch.backends.cudnn.allow_tf32` was turned off"
+    )
     return said(observed, advice)
 
 
@@ -154,8 +172,7 @@ def _compile_score(f: Facts) -> int:
     applies_to=(*UNDER, *HEALTHY),
     docs=("https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html", TUNING),
     when="many small kernels (busy but low occupancy), a saturated main process, or memory-bound kernels",
-    reads=("busy_ratio", "sm_occupancy", "main_process_cpu_ratio", "data_wait_ratio", "dram_bandwidth",
-           "sm_activity"),
+    reads=("busy_ratio", "sm_occupancy", "main_process_cpu_ratio", "data_wait_ratio", "dram_bandwidth", "sm_activity"),
     score=_compile_score,
 )
 def _compile_text(f: Facts) -> str:
@@ -163,17 +180,25 @@ def _compile_text(f: Facts) -> str:
     dram, sm = f.ratio("dram_bandwidth"), f.ratio("sm_activity")
     observed = ""
     if _small_kernels(f):
-        observed = (f"kernels run {percent(busy)} of the time but keep {percent(occupancy)} of the SMs' warp slots "
-                    "occupied, the mark of many small kernels")
+        observed = (
+            f"kernels run {percent(busy)} of the time but keep {percent(occupancy)} of the SMs' warp slots "
+            "occupied, the mark of many small kernels"
+        )
     elif _launch_bound(f):
-        observed = (f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
-                    "of the time, so Python and kernel launches set the pace")
+        observed = (
+            f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
+            "of the time, so Python and kernel launches set the pace"
+        )
     elif _memory_bound(f):
-        observed = (f"DRAM bandwidth is at {percent(dram)} while the SMs are active {percent(sm)}, the mark of "
-                    "memory-bound elementwise work")
-    advice = ("compile the model with `model = torch.compile(model)`, which fuses chains of elementwise ops into fewer "
-              "kernels that each read memory once; `mode='reduce-overhead'` adds CUDA graphs against launch overhead, "
-              "and `TORCH_LOGS=graph_breaks` shows where compilation stops")
+        observed = (
+            f"DRAM bandwidth is at {percent(dram)} while the SMs are active {percent(sm)}, the mark of "
+            "memory-bound elementwise work"
+        )
+    advice = (
+        "compile the model with `model = torch.compile(model)`, which fuses chains of elementwise ops into fewer "
+        "kernels that each read memory once; `mode='reduce-overhead'` adds CUDA graphs against launch overhead, "
+        "and `TORCH_LOGS=graph_breaks` shows where compilation stops"
+    )
     return said(observed, advice)
 
 
@@ -196,11 +221,15 @@ def _graphs_text(f: Facts) -> str:
     busy, main = f.ratio("busy_ratio"), f.ratio("main_process_cpu_ratio")
     observed = ""
     if _launch_bound(f):
-        observed = (f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
-                    "of the time and no wait for batches is reported, so the CPU cannot launch kernels fast enough")
-    advice = ("capture the static part of the step in a CUDA graph, which replays all its kernels with one launch; "
-              "`torch.compile(model, mode='reduce-overhead')` does it for you, or by hand `torch.cuda.graph` and "
-              "`torch.cuda.make_graphed_callables`; shapes must be static and the captured code free of CPU syncs")
+        observed = (
+            f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
+            "of the time and no wait for batches is reported, so the CPU cannot launch kernels fast enough"
+        )
+    advice = (
+        "capture the static part of the step in a CUDA graph, which replays all its kernels with one launch; "
+        "`torch.compile(model, mode='reduce-overhead')` does it for you, or by hand `torch.cuda.graph` and "
+        "`torch.cuda.make_graphed_callables`; shapes must be static and the captured code free of CPU syncs"
+    )
     return said(observed, advice)
 
 
@@ -208,8 +237,10 @@ def _graphs_text(f: Facts) -> str:
     id="channels_last",
     title="Use channels_last for convolutions",
     applies_to=(Reason.LOW_SM_ACTIVITY.value, Reason.LOW_OCCUPANCY.value),
-    docs=("https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
-          "https://docs.nvidia.com/deeplearning/performance/dl-performance-convolutional/index.html"),
+    docs=(
+        "https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
+        "https://docs.nvidia.com/deeplearning/performance/dl-performance-convolutional/index.html",
+    ),
     when="convolutional models, above all with autocast on",
     reads=("autocast", "autocast_dtype"),
     score=lambda f: 40 if f.flag("autocast") is True else 30,
@@ -220,8 +251,10 @@ def _channels_last_text(f: Facts) -> str:
     if autocast is True:
         observed = f"autocast is on ({dtype})" if dtype else "autocast is on"
         observed += ", and half-precision Tensor Core convolutions work in NHWC"
-    advice = ("for convolutional models, convert the model and each input batch with "
-              "`.to(memory_format=torch.channels_last)`, which saves a transpose around every convolution")
+    advice = (
+        "for convolutional models, convert the model and each input batch with "
+        "`.to(memory_format=torch.channels_last)`, which saves a transpose around every convolution"
+    )
     return said(observed, advice)
 
 
@@ -235,9 +268,11 @@ def _channels_last_text(f: Facts) -> str:
     score=always(25),
 )
 def _cudnn_text(f: Facts) -> str:
-    advice = ("with fixed input shapes, set `torch.backends.cudnn.benchmark = True` once at start-up: cuDNN times its "
-              "convolution algorithms for each new input shape and keeps the fastest; leave it off if shapes change "
-              "every step, since each new shape is benchmarked again")
+    advice = (
+        "with fixed input shapes, set `torch.backends.cudnn.benchmark = True` once at start-up: cuDNN times its "
+        "convolution algorithms for each new input shape and keeps the fastest; leave it off if shapes change "
+        "every step, since each new shape is benchmarked again"
+    )
     return said("", advice)
 
 
@@ -265,10 +300,12 @@ def _sync_text(f: Facts) -> str:
     if main is not None:
         seen.append(f"the main process uses {percent(main)} of a core")
     observed = " while ".join(s for s in seen if s)
-    advice = ("every `.item()`, `.cpu()`, `.numpy()`, `print(tensor)` or `if tensor:` in the step makes the CPU wait "
-              "for the GPU, and the GPU then waits for the CPU to catch up. Log every N steps, keep running metrics "
-              "on the GPU, create tensors with `device=` instead of copying them, and find hidden syncs with "
-              "`torch.cuda.set_sync_debug_mode('warn')`")
+    advice = (
+        "every `.item()`, `.cpu()`, `.numpy()`, `print(tensor)` or `if tensor:` in the step makes the CPU wait "
+        "for the GPU, and the GPU then waits for the CPU to catch up. Log every N steps, keep running metrics "
+        "on the GPU, create tensors with `device=` instead of copying them, and find hidden syncs with "
+        "`torch.cuda.set_sync_debug_mode('warn')`"
+    )
     return said(observed, advice)
 
 
@@ -283,7 +320,9 @@ def _sync_text(f: Facts) -> str:
 )
 def _tensorrt_text(f: Facts) -> str:
     model = f.text("model")
-    advice = ("for an inference service, compile the model with Torch-TensorRT (`torch_tensorrt.compile`) or export "
-              "it to ONNX and build a TensorRT engine in FP16 or INT8, which fuses layers and picks kernels for "
-              f"{'this ' + model if model else 'the GPU it runs on'}; then batch the requests")
+    advice = (
+        "for an inference service, compile the model with Torch-TensorRT (`torch_tensorrt.compile`) or export "
+        "it to ONNX and build a TensorRT engine in FP16 or INT8, which fuses layers and picks kernels for "
+        f"{'this ' + model if model else 'the GPU it runs on'}; then batch the requests"
+    )
     return said("", advice)

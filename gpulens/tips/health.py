@@ -12,42 +12,71 @@ from gpulens.words import join, percent, plural
 # Xid codes seen most on compute nodes: (meaning, what to do). From NVIDIA's Xid catalog and GPU debug
 # guidelines (docs.nvidia.com/deploy/xid-errors, docs.nvidia.com/deploy/gpu-debug-guidelines).
 XID_MEANINGS: dict[int, tuple[str, str]] = {
-    13: ("graphics engine exception",
-         "usually the application (an out-of-range access or illegal instruction); rerun it under "
-         "`compute-sanitizer`; if different jobs hit it on this GPU, drain it and run `dcgmi diag -r 3`"),
-    31: ("GPU memory page fault",
-         "usually an illegal memory access by the application; rerun with `CUDA_LAUNCH_BLOCKING=1` to find "
-         "the kernel; if different jobs hit it on this GPU, suspect the driver or the hardware"),
-    43: ("GPU stopped processing",
-         "the application hit a fault and its channel was reset; the GPU itself is fine, so fix and restart the job"),
-    45: ("preemptive cleanup",
-         "the driver cleaned up after an earlier error or a killed process; read the Xid logged before it"),
-    48: ("double-bit ECC error",
-         "an uncorrectable memory error; drain the node, reset the GPU, and check ECC counts and remapped rows"),
-    61: ("internal micro-controller breakpoint or warning",
-         "reset the GPU; if it recurs, update the driver and collect `nvidia-bug-report.sh`"),
-    62: ("internal micro-controller halt",
-         "reset the GPU; if it recurs, update the driver and collect `nvidia-bug-report.sh`"),
-    63: ("ECC page retirement or row remap recorded",
-         "the repair takes effect at the next GPU reset; drain and reset when convenient"),
-    64: ("ECC page retirement or row remap failed",
-         "the memory could not be repaired; drain the node, run `dcgmi diag -r 3`, and RMA if it repeats"),
-    74: ("NVLink error",
-         "check `nvidia-smi nvlink -e` for the failing link, reset the GPU, and reseat or replace the NVLink "
-         "bridge or board if it repeats"),
-    79: ("GPU has fallen off the bus",
-         "drain the node, check power, PCIe seating and temperatures, then reboot; RMA if it happens again"),
-    92: ("high single-bit ECC error rate",
-         "the memory is degrading; schedule a reset and watch remapped rows and uncorrectable errors"),
-    94: ("contained ECC error",
-         "only the application that touched the bad memory was stopped; restart it, and reset the GPU when "
-         "convenient so the row is remapped"),
-    95: ("uncontained ECC error",
-         "every application on the GPU is affected; drain the node and reset the GPU"),
-    119: ("GSP RPC timeout",
-          "the GPU's system processor stopped answering; reset the GPU and update the driver if it recurs"),
-    120: ("GSP error",
-          "the GPU's system processor reported an error; reset the GPU and update the driver if it recurs"),
+    13: (
+        "graphics engine exception",
+        "usually the application (an out-of-range access or illegal instruction); rerun it under "
+        "`compute-sanitizer`; if different jobs hit it on this GPU, drain it and run `dcgmi diag -r 3`",
+    ),
+    31: (
+        "GPU memory page fault",
+        "usually an illegal memory access by the application; rerun with `CUDA_LAUNCH_BLOCKING=1` to find "
+        "the kernel; if different jobs hit it on this GPU, suspect the driver or the hardware",
+    ),
+    43: (
+        "GPU stopped processing",
+        "the application hit a fault and its channel was reset; the GPU itself is fine, so fix and restart the job",
+    ),
+    45: (
+        "preemptive cleanup",
+        "the driver cleaned up after an earlier error or a killed process; read the Xid logged before it",
+    ),
+    48: (
+        "double-bit ECC error",
+        "an uncorrectable memory error; drain the node, reset the GPU, and check ECC counts and remapped rows",
+    ),
+    61: (
+        "internal micro-controller breakpoint or warning",
+        "reset the GPU; if it recurs, update the driver and collect `nvidia-bug-report.sh`",
+    ),
+    62: (
+        "internal micro-controller halt",
+        "reset the GPU; if it recurs, update the driver and collect `nvidia-bug-report.sh`",
+    ),
+    63: (
+        "ECC page retirement or row remap recorded",
+        "the repair takes effect at the next GPU reset; drain and reset when convenient",
+    ),
+    64: (
+        "ECC page retirement or row remap failed",
+        "the memory could not be repaired; drain the node, run `dcgmi diag -r 3`, and RMA if it repeats",
+    ),
+    74: (
+        "NVLink error",
+        "check `nvidia-smi nvlink -e` for the failing link, reset the GPU, and reseat or replace the NVLink "
+        "bridge or board if it repeats",
+    ),
+    79: (
+        "GPU has fallen off the bus",
+        "drain the node, check power, PCIe seating and temperatures, then reboot; RMA if it happens again",
+    ),
+    92: (
+        "high single-bit ECC error rate",
+        "the memory is degrading; schedule a reset and watch remapped rows and uncorrectable errors",
+    ),
+    94: (
+        "contained ECC error",
+        "only the application that touched the bad memory was stopped; restart it, and reset the GPU when "
+        "convenient so the row is remapped",
+    ),
+    95: ("uncontained ECC error", "every application on the GPU is affected; drain the node and reset the GPU"),
+    119: (
+        "GSP RPC timeout",
+        "the GPU's system processor stopped answering; reset the GPU and update the driver if it recurs",
+    ),
+    120: (
+        "GSP error",
+        "the GPU's system processor reported an error; reset the GPU and update the driver if it recurs",
+    ),
 }
 
 # Xids that newer drivers often fix: micro-controller and GSP faults.
@@ -74,9 +103,11 @@ family = Family()
 def _lost_text(f: Facts) -> str:
     model = f.text("model")
     observed = f"this {model} no longer answers on the PCIe bus" if model else ""
-    advice = ("jobs on the GPU have failed. Drain the node, collect `nvidia-bug-report.sh`, and check power cables, "
-              "power supplies, PCIe seating and temperatures; a reboot usually brings the GPU back, and one that "
-              "falls off the bus again (Xid 79) needs an RMA")
+    advice = (
+        "jobs on the GPU have failed. Drain the node, collect `nvidia-bug-report.sh`, and check power cables, "
+        "power supplies, PCIe seating and temperatures; a reboot usually brings the GPU back, and one that "
+        "falls off the bus again (Xid 79) needs an RMA"
+    )
     return said(observed, advice, "the GPU has fallen off the bus: ")
 
 
@@ -96,9 +127,11 @@ def _ecc_text(f: Facts) -> str:
         seen.append(f"{plural(errors, 'uncorrectable ECC error')} since the driver loaded")
     if xid in (48, 94, 95):
         seen.append(f"the last Xid was {xid} ({XID_MEANINGS[xid][0]})")
-    advice = ("jobs that touched the bad memory were stopped. Drain the node, reset the GPU (`nvidia-smi -r -i "
-              "<index>`) or reboot so the bad rows are remapped, then run `dcgmi diag -r 3` before returning it to "
-              "service; repeated uncorrectable errors or a failed remap mean an RMA (attach `nvidia-bug-report.sh`)")
+    advice = (
+        "jobs that touched the bad memory were stopped. Drain the node, reset the GPU (`nvidia-smi -r -i "
+        "<index>`) or reboot so the bad rows are remapped, then run `dcgmi diag -r 3` before returning it to "
+        "service; repeated uncorrectable errors or a failed remap mean an RMA (attach `nvidia-bug-report.sh`)"
+    )
     return said(join(seen), advice, "uncorrectable ECC errors: ")
 
 
@@ -114,15 +147,21 @@ def _ecc_text(f: Facts) -> str:
 def _remap_text(f: Facts) -> str:
     pending, failed = f.flag("row_remap_pending"), f.flag("row_remap_failure")
     if failed:
-        return ("Row remapping failed: the memory bank has no spare row left for the error. Drain the node, run "
-                "`dcgmi diag -r 3`, and RMA the GPU (attach `nvidia-bug-report.sh`).")
+        return (
+            "Row remapping failed: the memory bank has no spare row left for the error. Drain the node, run "
+            "`dcgmi diag -r 3`, and RMA the GPU (attach `nvidia-bug-report.sh`)."
+        )
     if pending:
-        return ("A row remap is pending and takes effect at the next GPU reset: drain the node when convenient and "
-                "reset the GPU (`nvidia-smi -r -i <index>`) or reboot; until then error containment keeps other jobs "
-                "safe.")
-    return ("If a row remap is pending, drain the node and reset the GPU (`nvidia-smi -r -i <index>`) or reboot to "
-            "apply it; if remapping failed, the bank has no spare rows left: run `dcgmi diag -r 3` and RMA the GPU. "
-            "`nvidia-smi -q -d ROW_REMAPPER` tells which.")
+        return (
+            "A row remap is pending and takes effect at the next GPU reset: drain the node when convenient and "
+            "reset the GPU (`nvidia-smi -r -i <index>`) or reboot; until then error containment keeps other jobs "
+            "safe."
+        )
+    return (
+        "If a row remap is pending, drain the node and reset the GPU (`nvidia-smi -r -i <index>`) or reboot to "
+        "apply it; if remapping failed, the bank has no spare rows left: run `dcgmi diag -r 3` and RMA the GPU. "
+        "`nvidia-smi -q -d ROW_REMAPPER` tells which."
+    )
 
 
 @family.tip(
@@ -140,10 +179,14 @@ def _xid_text(f: Facts) -> str:
         meaning, action = XID_MEANINGS[xid]
         return f"Xid {xid} ({meaning}): {action}. NVIDIA's Xid catalog lists the resolution for each code."
     if xid is not None:
-        return (f"Xid {xid}: look it up in NVIDIA's Xid catalog, which gives an immediate and an investigatory "
-                "action for each code; `sudo dmesg -T | grep -i xid` shows the full message.")
-    return ("An Xid error was logged: read it with `sudo dmesg -T | grep -i xid` and look the code up in NVIDIA's Xid "
-            "catalog, which gives an immediate and an investigatory action for each code.")
+        return (
+            f"Xid {xid}: look it up in NVIDIA's Xid catalog, which gives an immediate and an investigatory "
+            "action for each code; `sudo dmesg -T | grep -i xid` shows the full message."
+        )
+    return (
+        "An Xid error was logged: read it with `sudo dmesg -T | grep -i xid` and look the code up in NVIDIA's Xid "
+        "catalog, which gives an immediate and an investigatory action for each code."
+    )
 
 
 @family.tip(
@@ -161,10 +204,12 @@ def _driver_text(f: Facts) -> str:
     if xid in _DRIVER_XIDS:
         observed = f"Xid {xid} ({XID_MEANINGS[xid][0]}) is often fixed in newer drivers"
     model = f.text("model")
-    advice = ("run a current data-center driver and a PyTorch build for a recent CUDA: newer cuDNN, cuBLAS and NCCL "
-              f"releases carry kernels tuned for {'this ' + model if model else 'recent GPUs'} and bug fixes; check "
-              "the driver against the CUDA release's minimum in NVIDIA's compatibility table, and prefer the CUDA "
-              "wheels or NGC containers over hand-mixed libraries")
+    advice = (
+        "run a current data-center driver and a PyTorch build for a recent CUDA: newer cuDNN, cuBLAS and NCCL "
+        f"releases carry kernels tuned for {'this ' + model if model else 'recent GPUs'} and bug fixes; check "
+        "the driver against the CUDA release's minimum in NVIDIA's compatibility table, and prefer the CUDA "
+        "wheels or NGC containers over hand-mixed libraries"
+    )
     return said(observed, advice)
 
 
@@ -182,10 +227,12 @@ def _hw_slowdown_text(f: Facts) -> str:
     observed = ""
     if temperature is not None:
         observed = f"hardware slowdown cuts the clocks with the GPU at {temperature:.0f} °C"
-    advice = ("the board or the system asserts it for over-temperature, power-supply trouble or an external "
-              "power-brake signal. Read `nvidia-smi -q -d PERFORMANCE` (HW Slowdown, HW Thermal Slowdown, HW Power "
-              "Brake Slowdown), check the power supplies and the BMC event log; if all GPUs of the node show it, "
-              "suspect the node's power; if one alone does, drain it and run `dcgmi diag -r 3`")
+    advice = (
+        "the board or the system asserts it for over-temperature, power-supply trouble or an external "
+        "power-brake signal. Read `nvidia-smi -q -d PERFORMANCE` (HW Slowdown, HW Thermal Slowdown, HW Power "
+        "Brake Slowdown), check the power supplies and the BMC event log; if all GPUs of the node show it, "
+        "suspect the node's power; if one alone does, drain it and run `dcgmi diag -r 3`"
+    )
     return said(observed, advice, "hardware slowdown cuts the clocks: ")
 
 
@@ -204,10 +251,12 @@ def _thermal_text(f: Facts) -> str:
     if temperature is not None:
         gpu = f"this {model}" if model else "the GPU"
         observed = f"{gpu} is at {temperature:.0f} °C and thermal slowdown holds its clocks down"
-    advice = ("check the airflow through the chassis (fans, blanking panels, filters, cables in the way) and the "
-              "inlet temperature, compare with the neighbouring GPUs, and read "
-              "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE` for the active slowdown and the slowdown temperature; "
-              "slowdown with normal inlet air points to a fan, heat sink or thermal interface fault")
+    advice = (
+        "check the airflow through the chassis (fans, blanking panels, filters, cables in the way) and the "
+        "inlet temperature, compare with the neighbouring GPUs, and read "
+        "`nvidia-smi -q -d PERFORMANCE,TEMPERATURE` for the active slowdown and the slowdown temperature; "
+        "slowdown with normal inlet air points to a fan, heat sink or thermal interface fault"
+    )
     return said(observed, advice, "thermal slowdown holds the clocks down: ")
 
 
@@ -225,17 +274,23 @@ def _power_text(f: Facts) -> str:
     check = "compare the enforced, default and maximum power limits in `nvidia-smi -q -d POWER`"
     if power is not None and power >= 0.95:
         observed = f"the GPU draws {percent(power)} of its power limit and the driver lowers clocks to stay under it"
-        advice = (f"that is normal at full load; if throughput matters more than energy, {check}, raise a lowered "
-                  "limit with `nvidia-smi -pl <watts>` (root, up to the maximum), or ask whoever caps power in the "
-                  "data centre (DCGM power policy, rack or BMC capping)")
+        advice = (
+            f"that is normal at full load; if throughput matters more than energy, {check}, raise a lowered "
+            "limit with `nvidia-smi -pl <watts>` (root, up to the maximum), or ask whoever caps power in the "
+            "data centre (DCGM power policy, rack or BMC capping)"
+        )
     elif power is not None:
         observed = f"the power cap holds clocks down while the GPU draws {percent(power)} of its limit"
-        advice = (f"short spikes or a limit set below the default do that; {check}, and raise a lowered limit with "
-                  "`nvidia-smi -pl <watts>` or ask whoever caps power in the data centre")
+        advice = (
+            f"short spikes or a limit set below the default do that; {check}, and raise a lowered limit with "
+            "`nvidia-smi -pl <watts>` or ask whoever caps power in the data centre"
+        )
     else:
         observed = ""
-        advice = (f"{check}; raise a lowered limit with `nvidia-smi -pl <watts>` (root, up to the maximum) or ask "
-                  "whoever caps power in the data centre (DCGM power policy, rack or BMC capping)")
+        advice = (
+            f"{check}; raise a lowered limit with `nvidia-smi -pl <watts>` (root, up to the maximum) or ask "
+            "whoever caps power in the data centre (DCGM power policy, rack or BMC capping)"
+        )
     return said(observed, advice, "the power cap holds the clocks down: ")
 
 
@@ -256,14 +311,18 @@ def _pcie_text(f: Facts) -> str:
         observed = f"the PCIe link runs Gen{g} x{w} but can run Gen{g_max} x{w_max}"
         now, best = pcie_bandwidth(g, w), pcie_bandwidth(g_max, w_max)
         if now is not None and best:
-            observed += (f": about {now:.0f} GB/s per direction instead of {best:.0f} ({percent(now / best)}), which "
-                         "slows every host-device copy")
+            observed += (
+                f": about {now:.0f} GB/s per direction instead of {best:.0f} ({percent(now / best)}), which "
+                "slows every host-device copy"
+            )
     elif w and w_max:
         observed = f"the PCIe link runs x{w} of x{w_max} lanes"
     elif g and g_max:
         observed = f"the PCIe link runs Gen{g} of Gen{g_max}"
-    advice = ("reseat the card, check risers and cables, check the slot's PCIe settings in the BIOS (a forced lower "
-              "speed, bifurcation), and compare LnkSta with LnkCap in `sudo lspci -vv`; a link that trains down again "
-              "after reseating points to the riser, the slot or the GPU. GPUs drop to a lower generation when idle to "
-              "save power, so check under load")
+    advice = (
+        "reseat the card, check risers and cables, check the slot's PCIe settings in the BIOS (a forced lower "
+        "speed, bifurcation), and compare LnkSta with LnkCap in `sudo lspci -vv`; a link that trains down again "
+        "after reseating points to the riser, the slot or the GPU. GPUs drop to a lower generation when idle to "
+        "save power, so check under load"
+    )
     return said(observed, advice, "the PCIe link runs below what the GPU and slot support: ")

@@ -90,9 +90,16 @@ def _workers_score(f: Facts) -> int:
     applies_to=(*STARVED, Reason.LOW_BUSY_RATIO.value),
     docs=(_DATA, TUNING),
     when="num_workers is 0 or below min(cores allowed - 1, 8) while the main process is saturated or steps "
-         "wait for batches",
-    reads=("num_workers", "main_process_cpu_ratio", "workers_cpu_ratio_max", "data_wait_ratio", "busy_ratio",
-           "cpu_cores_allowed", "pin_memory"),
+    "wait for batches",
+    reads=(
+        "num_workers",
+        "main_process_cpu_ratio",
+        "workers_cpu_ratio_max",
+        "data_wait_ratio",
+        "busy_ratio",
+        "cpu_cores_allowed",
+        "pin_memory",
+    ),
     score=_workers_score,
 )
 def _workers_text(f: Facts) -> str:
@@ -119,18 +126,25 @@ def _workers_text(f: Facts) -> str:
             "will not help; move preprocessing to the GPU or give the job more cores",
         )
     if target is not None and cores is not None:
-        advice = (f"set `num_workers={target}` in the DataLoader (the job may use {_cores(cores)}; one stays with "
-                  f"the main process, and {WORKERS_START_MAX} is the starting cap)")
+        advice = (
+            f"set `num_workers={target}` in the DataLoader (the job may use {_cores(cores)}; one stays with "
+            f"the main process, and {WORKERS_START_MAX} is the starting cap)"
+        )
     elif n is not None and n >= WORKERS_START_MAX:
-        advice = ("raise `num_workers` further only while steps still wait for batches, and only up to the cores the "
-                  "job may use minus one (`len(os.sched_getaffinity(0)) - 1`)")
+        advice = (
+            "raise `num_workers` further only while steps still wait for batches, and only up to the cores the "
+            "job may use minus one (`len(os.sched_getaffinity(0)) - 1`)"
+        )
     else:
-        advice = ("set `num_workers` to the cores the job may use minus one (`len(os.sched_getaffinity(0)) - 1`), "
-                  f"at most {WORKERS_START_MAX} to start, per training process")
+        advice = (
+            "set `num_workers` to the cores the job may use minus one (`len(os.sched_getaffinity(0)) - 1`), "
+            f"at most {WORKERS_START_MAX} to start, per training process"
+        )
     if f.flag("pin_memory") is False:
         advice += " and `pin_memory=True`"
-    return said(observed, advice, "without DataLoader workers the training process prepares every batch "
-                "while the GPU waits: ")
+    return said(
+        observed, advice, "without DataLoader workers the training process prepares every batch while the GPU waits: "
+    )
 
 
 @_input_side
@@ -158,17 +172,22 @@ def _pin_text(f: Facts) -> str:
         seen.append(f"each step waits {percent(wait)} of its time for its batch")
     bandwidth = pcie_bandwidth(generation, width)
     if bandwidth is not None:
-        seen.append(f"every batch crosses a PCIe Gen{generation} x{width} link (about {bandwidth:.0f} GB/s "
-                    "per direction)")
+        seen.append(
+            f"every batch crosses a PCIe Gen{generation} x{width} link (about {bandwidth:.0f} GB/s per direction)"
+        )
     copy = "copy each batch with `.to(device, non_blocking=True)` so the transfer overlaps compute"
     if pin is True:
         advice = f"`pin_memory` is already on; {copy}, since without `non_blocking=True` each copy still blocks"
     elif pin is False:
-        advice = ("`pin_memory` is False, so each batch is staged through a pageable buffer and its copy cannot "
-                  f"overlap compute: set `pin_memory=True` in the DataLoader and {copy}")
+        advice = (
+            "`pin_memory` is False, so each batch is staged through a pageable buffer and its copy cannot "
+            f"overlap compute: set `pin_memory=True` in the DataLoader and {copy}"
+        )
     else:
-        advice = ("set `pin_memory=True` in the DataLoader, which puts batches in page-locked memory the GPU "
-                  f"reads directly, and {copy}")
+        advice = (
+            "set `pin_memory=True` in the DataLoader, which puts batches in page-locked memory the GPU "
+            f"reads directly, and {copy}"
+        )
     if seen:
         return f"{cap(join(seen))}. {cap(advice)}."
     return f"{cap(advice)}."
@@ -208,8 +227,10 @@ def _prefetch_text(f: Facts) -> str:
     n, factor = f.count("num_workers"), f.count("prefetch_factor")
     persistent, wait = f.flag("persistent_workers"), f.ratio("data_wait_ratio")
     if n == 0:
-        return ("`prefetch_factor` and `persistent_workers` act only when `num_workers` is above 0: add workers "
-                "first, then set `persistent_workers=True`, and raise `prefetch_factor` if batches still arrive late.")
+        return (
+            "`prefetch_factor` and `persistent_workers` act only when `num_workers` is above 0: add workers "
+            "first, then set `persistent_workers=True`, and raise `prefetch_factor` if batches still arrive late."
+        )
     seen = []
     if n is not None:
         seen.append(plural(n, "worker"))
@@ -229,8 +250,10 @@ def _prefetch_text(f: Facts) -> str:
         in_flight = f" ({n * deeper} batches in flight, each held in host memory)" if n else ""
         actions.append(f"raise `prefetch_factor` to {deeper}{in_flight}")
     if not actions:
-        advice = ("prefetching is already deep and the workers stay alive: the workers themselves are too slow, so "
-                  "add workers or make each batch cheaper to prepare")
+        advice = (
+            "prefetching is already deep and the workers stay alive: the workers themselves are too slow, so "
+            "add workers or make each batch cheaper to prepare"
+        )
     else:
         advice = join(actions) + " so batches queue up ahead of the step and no epoch starts with cold workers"
     return said(join(seen), advice)
@@ -273,9 +296,11 @@ def _preprocessing_text(f: Facts) -> str:
     observed, busy = join(seen), gpu_busy(f)
     if busy and observed:
         observed = f"{observed} while {busy}"
-    advice = ("decode and augment on the GPU instead, with NVIDIA DALI (nvJPEG decoding, augmentation on the device) "
-              "or `torchvision.transforms.v2` on batched GPU tensors after the copy; and do once, offline, what is "
-              "the same every epoch (decoding, resizing to the training size)")
+    advice = (
+        "decode and augment on the GPU instead, with NVIDIA DALI (nvJPEG decoding, augmentation on the device) "
+        "or `torchvision.transforms.v2` on batched GPU tensors after the copy; and do once, offline, what is "
+        "the same every epoch (decoding, resizing to the training size)"
+    )
     return said(observed, advice, "when the CPU cannot prepare batches fast enough, ")
 
 
@@ -295,8 +320,10 @@ def _cpu_cores_score(f: Facts) -> int:
     id="more_cpu_cores",
     title="Give the job more CPU cores",
     applies_to=(Reason.INPUT_CPU_SATURATED.value, Reason.WORKERS_SATURATED.value),
-    docs=("https://slurm.schedmd.com/sbatch.html",
-          "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/"),
+    docs=(
+        "https://slurm.schedmd.com/sbatch.html",
+        "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/",
+    ),
     when="the job uses 90% or more of the CPU cores it may use",
     reads=("cpu_cores_allowed", "cpu_cores_used", "num_workers", "job_kind"),
     score=_cpu_cores_score,
@@ -358,9 +385,11 @@ def _storage_text(f: Facts) -> str:
         observed = f"{observed}, yet {join(cpu)}" if observed else join(cpu)
     if wait_notable(f) and _cpu_idle(f):
         observed += ", so the loaders wait on storage or the network rather than compute"
-    advice = ("copy the dataset to local NVMe or RAM (`/dev/shm`) before the run, pack small files into large shards "
-              "read sequentially (tar shards with WebDataset, LMDB, DALI readers), and cache decoded samples that do "
-              "not change between epochs")
+    advice = (
+        "copy the dataset to local NVMe or RAM (`/dev/shm`) before the run, pack small files into large shards "
+        "read sequentially (tar shards with WebDataset, LMDB, DALI readers), and cache decoded samples that do "
+        "not change between epochs"
+    )
     return said(observed, advice, "when the loaders wait on storage rather than the CPU, ")
 
 
@@ -368,8 +397,11 @@ def _storage_text(f: Facts) -> str:
     id="numa_binding",
     title="Keep data loading on the GPU's NUMA node",
     applies_to=STARVED,
-    docs=(NVSMI, "https://slurm.schedmd.com/gres.html",
-          "https://kubernetes.io/docs/tasks/administer-cluster/topology-manager/"),
+    docs=(
+        NVSMI,
+        "https://slurm.schedmd.com/gres.html",
+        "https://kubernetes.io/docs/tasks/administer-cluster/topology-manager/",
+    ),
     when="an input-bound job; more likely to matter on two-socket hosts",
     reads=("cpu_cores_allowed", "job_kind", "data_wait_ratio"),
     score=_input_side(always(25)),
@@ -380,12 +412,16 @@ def _numa_text(f: Facts) -> str:
     if kind == "slurm":
         how = "with Slurm, `--gres-flags=enforce-binding` and `--cpu-bind=cores` do that"
     elif kind == "kubernetes":
-        how = ("in Kubernetes, the kubelet's Topology Manager policy `single-numa-node` (with the static CPU manager "
-               "and Guaranteed pods) does that")
+        how = (
+            "in Kubernetes, the kubelet's Topology Manager policy `single-numa-node` (with the static CPU manager "
+            "and Guaranteed pods) does that"
+        )
     else:
         how = "`numactl --cpunodebind=<node> --membind=<node> python train.py` does that"
     observed = f"the job may use {_cores(cores)}, possibly on both sockets" if cores is not None and cores > 1 else ""
-    advice = ("run `nvidia-smi topo -m` to read the CPUs and NUMA node closest to this GPU and keep the main process, "
-              f"its workers and their pinned buffers there; {how}. Batches in the other socket's memory cross the "
-              "inter-socket link on every copy")
+    advice = (
+        "run `nvidia-smi topo -m` to read the CPUs and NUMA node closest to this GPU and keep the main process, "
+        f"its workers and their pinned buffers there; {how}. Batches in the other socket's memory cross the "
+        "inter-socket link on every copy"
+    )
     return said(observed, advice)

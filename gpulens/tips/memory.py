@@ -85,8 +85,15 @@ def _batch_score(f: Facts) -> int:
     applies_to=UNDER,
     docs=(TUNING, "https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html"),
     when="device memory is under 40% used (room to double the batch below 80%) and no OOMs or retries",
-    reads=("batch_size", "memory_used_ratio", "memory_total_bytes", "sm_occupancy", "sm_activity", "ooms",
-           "alloc_retries"),
+    reads=(
+        "batch_size",
+        "memory_used_ratio",
+        "memory_total_bytes",
+        "sm_occupancy",
+        "sm_activity",
+        "ooms",
+        "alloc_retries",
+    ),
     score=_batch_score,
 )
 def _batch_text(f: Facts) -> str:
@@ -106,8 +113,10 @@ def _batch_text(f: Facts) -> str:
     elif factor is not None and factor >= 2:
         advice = f"try a batch {factor}x larger ({target})"
     elif factor == 1:
-        advice = ("memory leaves little room to grow the batch: free some first (mixed precision, gradient "
-                  "checkpointing) or accumulate gradients")
+        advice = (
+            "memory leaves little room to grow the batch: free some first (mixed precision, gradient "
+            "checkpointing) or accumulate gradients"
+        )
     else:
         advice = "double the batch size while memory allows, so each kernel has more work to spread over the SMs"
     if factor is None or factor >= 2:
@@ -126,9 +135,11 @@ def _batch_text(f: Facts) -> str:
 )
 def _accumulation_text(f: Facts) -> str:
     batch = f.count("batch_size")
-    advice = ("grow the effective batch without more memory. Run k micro-batches, call `(loss / k).backward()` for "
-              "each and `optimizer.step()` and `optimizer.zero_grad()` once every k; under DDP wrap the first k-1 "
-              "in `model.no_sync()`")
+    advice = (
+        "grow the effective batch without more memory. Run k micro-batches, call `(loss / k).backward()` for "
+        "each and `optimizer.step()` and `optimizer.zero_grad()` once every k; under DDP wrap the first k-1 "
+        "in `model.no_sync()`"
+    )
     if batch is not None and batch >= 2:
         advice += f". For example `batch_size={batch // 2}` with k=2 keeps an effective batch of {batch // 2 * 2}"
     return said(_memory_pressure(f), advice, "when a larger batch does not fit, ")
@@ -144,9 +155,11 @@ def _accumulation_text(f: Facts) -> str:
     score=_when_short(65, unknown=10),
 )
 def _checkpointing_text(f: Facts) -> str:
-    advice = ("checkpoint the largest blocks with `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)`, "
-              "so their activations are recomputed in the backward pass instead of stored: about one extra forward "
-              "pass of compute for much less activation memory, which leaves room for a larger batch")
+    advice = (
+        "checkpoint the largest blocks with `torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)`, "
+        "so their activations are recomputed in the backward pass instead of stored: about one extra forward "
+        "pass of compute for much less activation memory, which leaves room for a larger batch"
+    )
     return said(_memory_pressure(f), advice, "when activations fill the memory, ")
 
 
@@ -161,10 +174,12 @@ def _checkpointing_text(f: Facts) -> str:
 )
 def _parallel_text(f: Facts) -> str:
     observed = _memory_pressure(f)
-    advice = ("when the model and its optimizer state fill the memory and force a tiny batch, shard parameters, "
-              "gradients and optimizer state across GPUs with FSDP (`fully_shard`), or split the layers into stages "
-              "with `torch.distributed.pipelining`; in a pipeline, more micro-batches per step shrink the idle "
-              "bubble at its start and end")
+    advice = (
+        "when the model and its optimizer state fill the memory and force a tiny batch, shard parameters, "
+        "gradients and optimizer state across GPUs with FSDP (`fully_shard`), or split the layers into stages "
+        "with `torch.distributed.pipelining`; in a pipeline, more micro-batches per step shrink the idle "
+        "bubble at its start and end"
+    )
     return said(observed, advice)
 
 
@@ -177,17 +192,22 @@ def _dynamic_batch_score(f: Facts) -> int:
     id="dynamic_batching",
     title="Size batches to the memory that is free",
     applies_to=(Reason.LOW_OCCUPANCY.value, Reason.LOW_BUSY_RATIO.value),
-    docs=("https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/"
-          "model_configuration.html#dynamic-batcher", TUNING),
+    docs=(
+        "https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/user_guide/"
+        "model_configuration.html#dynamic-batcher",
+        TUNING,
+    ),
     when="device memory under half used with a fixed batch, or an inference service with small requests",
     reads=("memory_used_ratio", "memory_total_bytes"),
     score=_dynamic_batch_score,
 )
 def _dynamic_batch_text(f: Facts) -> str:
     observed = _memory_used(f)
-    advice = ("instead of one fixed batch sized for the worst case, find the largest batch that fits at start-up "
-              "(double until out of memory, then step back once), and for inference servers let requests queue a few "
-              "milliseconds to be batched together (Triton's dynamic batcher, `max_queue_delay_microseconds`)")
+    advice = (
+        "instead of one fixed batch sized for the worst case, find the largest batch that fits at start-up "
+        "(double until out of memory, then step back once), and for inference servers let requests queue a few "
+        "milliseconds to be batched together (Triton's dynamic batcher, `max_queue_delay_microseconds`)"
+    )
     return said(observed, advice)
 
 
@@ -211,14 +231,20 @@ def _allocator_text(f: Facts) -> str:
     retries, ooms = f.count("alloc_retries"), f.count("ooms")
     seen = []
     if reserved is not None and allocated is not None and reserved >= allocated:
-        seen.append(f"PyTorch holds {gib(reserved)} but its tensors use {gib(allocated)} "
-                    f"({gib(reserved - allocated)} cached in free blocks)")
+        seen.append(
+            f"PyTorch holds {gib(reserved)} but its tensors use {gib(allocated)} "
+            f"({gib(reserved - allocated)} cached in free blocks)"
+        )
     if retries:
-        seen.append(f"the allocator retried {plural(retries, 'allocation')}, each time freeing its cache and "
-                    "synchronizing with the GPU")
+        seen.append(
+            f"the allocator retried {plural(retries, 'allocation')}, each time freeing its cache and "
+            "synchronizing with the GPU"
+        )
     if ooms:
         seen.append(f"the job hit {plural(ooms, 'out-of-memory error')}")
-    advice = ("start the job with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so memory segments grow in place "
-              "instead of fragmenting; if out-of-memory errors remain, lower the batch size or checkpoint activations, "
-              "and `torch.cuda.memory._record_memory_history()` with a memory snapshot shows what holds the memory")
+    advice = (
+        "start the job with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so memory segments grow in place "
+        "instead of fragmenting; if out-of-memory errors remain, lower the batch size or checkpoint activations, "
+        "and `torch.cuda.memory._record_memory_history()` with a memory snapshot shows what holds the memory"
+    )
     return said(join(seen), advice, "when the caching allocator retries or runs out of memory, ")

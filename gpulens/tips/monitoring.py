@@ -15,8 +15,11 @@ family = Family()
     id="profile_the_job",
     title="Profile a few steps",
     applies_to=(*STARVED, *UNDER, *HEALTHY),
-    docs=("https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html", f"{PT}/profiler.html",
-          "https://docs.nvidia.com/nsight-systems/UserGuide/index.html"),
+    docs=(
+        "https://pytorch.org/tutorials/recipes/recipes/profiler_recipe.html",
+        f"{PT}/profiler.html",
+        "https://docs.nvidia.com/nsight-systems/UserGuide/index.html",
+    ),
     when="always available: for what a monitor cannot see",
     reads=("busy_ratio", "sm_activity", "steps_per_second"),
     score=always(20),
@@ -31,9 +34,11 @@ def _profile_text(f: Facts) -> str:
     observed = join(seen)
     if observed:
         observed = f"from outside, gpulens sees that {observed}; it cannot see which op or wait costs the time"
-    advice = ("record a few steps with `torch.profiler.profile(activities=[ProfilerActivity.CPU, "
-              "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=1, warmup=1, active=3))` and open the "
-              "trace, or run `nsys profile -t cuda,nvtx,osrt python train.py` for a timeline of CPU, GPU and copies")
+    advice = (
+        "record a few steps with `torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+        "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=1, warmup=1, active=3))` and open the "
+        "trace, or run `nsys profile -t cuda,nvtx,osrt python train.py` for a timeline of CPU, GPU and copies"
+    )
     return said(observed, advice, "a monitor sees the GPU from outside; to see which op or wait costs the time, ")
 
 
@@ -41,17 +46,22 @@ def _profile_text(f: Facts) -> str:
     id="nvml_unavailable",
     title="Restore NVML on the node",
     applies_to=(Reason.NVML_DOWN.value,),
-    docs=("https://docs.nvidia.com/deploy/nvml-api/index.html", NVSMI,
-          "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"),
+    docs=(
+        "https://docs.nvidia.com/deploy/nvml-api/index.html",
+        NVSMI,
+        "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html",
+    ),
     when="the agent cannot initialize NVML",
     reads=(),
     score=always(90),
 )
 def _nvml_text(f: Facts) -> str:
-    return ("The agent cannot reach NVML on this node. Run `nvidia-smi` there: \"Driver/library version mismatch\" "
-            "means the driver was upgraded without a reboot (reboot, or reload the nvidia kernel modules); \"No "
-            "devices were found\" or a permission error in a container means it started without the NVIDIA runtime "
-            "or device access; if `nvidia-smi` hangs, the driver is stuck: drain the node and reboot.")
+    return (
+        'The agent cannot reach NVML on this node. Run `nvidia-smi` there: "Driver/library version mismatch" '
+        'means the driver was upgraded without a reboot (reboot, or reload the nvidia kernel modules); "No '
+        'devices were found" or a permission error in a container means it started without the NVIDIA runtime '
+        "or device access; if `nvidia-smi` hangs, the driver is stuck: drain the node and reboot."
+    )
 
 
 @family.tip(
@@ -64,12 +74,14 @@ def _nvml_text(f: Facts) -> str:
     score=always(85),
 )
 def _processes_unknown_text(f: Facts) -> str:
-    return ("The agent could not list this GPU's processes, so it cannot tell a held GPU from a free one. "
-            "The agent's log names the NVML call and its error once, and the processes collector's "
-            "success metric (gpulens_collector_success) is 0 while it lasts. In a container, a "
-            "MIG-enabled GPU lists processes only to a privileged caller; otherwise compare "
-            "`nvidia-smi` and the driver version with the nvidia-ml-py the agent runs "
-            "(`pip show nvidia-ml-py`), and upgrade the agent if the driver is newer than it knows.")
+    return (
+        "The agent could not list this GPU's processes, so it cannot tell a held GPU from a free one. "
+        "The agent's log names the NVML call and its error once, and the processes collector's "
+        "success metric (gpulens_collector_success) is 0 while it lasts. In a container, a "
+        "MIG-enabled GPU lists processes only to a privileged caller; otherwise compare "
+        "`nvidia-smi` and the driver version with the nvidia-ml-py the agent runs "
+        "(`pip show nvidia-ml-py`), and upgrade the agent if the driver is newer than it knows."
+    )
 
 
 @family.tip(
@@ -82,6 +94,8 @@ def _processes_unknown_text(f: Facts) -> str:
     score=always(60),
 )
 def _mig_text(f: Facts) -> str:
-    return ("MIG is on, and NVML reports no utilization per MIG instance, so gpulens cannot tell busy from idle here. "
-            "DCGM's profiling fields (for example DCGM_FI_PROF_GR_ENGINE_ACTIVE) report activity per instance; "
-            "meanwhile `nvidia-smi mig -lgi` lists the instances and `nvidia-smi` the processes on each.")
+    return (
+        "MIG is on, and NVML reports no utilization per MIG instance, so gpulens cannot tell busy from idle here. "
+        "DCGM's profiling fields (for example DCGM_FI_PROF_GR_ENGINE_ACTIVE) report activity per instance; "
+        "meanwhile `nvidia-smi mig -lgi` lists the instances and `nvidia-smi` the processes on each."
+    )

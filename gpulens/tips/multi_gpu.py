@@ -21,8 +21,11 @@ def _ddp_score(f: Facts) -> int:
     id="ddp_not_dataparallel",
     title="Use DistributedDataParallel, not DataParallel",
     applies_to=(Reason.LOW_BUSY_RATIO.value,),
-    docs=(f"{PT}/notes/ddp.html", "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html",
-          f"{PT}/generated/torch.nn.DataParallel.html"),
+    docs=(
+        f"{PT}/notes/ddp.html",
+        "https://pytorch.org/tutorials/intermediate/ddp_tutorial.html",
+        f"{PT}/generated/torch.nn.DataParallel.html",
+    ),
     when="a multi-GPU job whose one main process is saturated",
     reads=("main_process_cpu_ratio",),
     score=_ddp_score,
@@ -30,9 +33,11 @@ def _ddp_score(f: Facts) -> int:
 def _ddp_text(f: Facts) -> str:
     main = f.ratio("main_process_cpu_ratio")
     observed = f"the main process uses {percent(main)} of a core" if main is not None else ""
-    advice = ("if the job drives several GPUs with `nn.DataParallel`, one Python process scatters inputs and gathers "
-              "outputs for all of them every step; launch one process per GPU with `torchrun` and wrap the model in "
-              "`DistributedDataParallel`, which overlaps the gradient all-reduce with the backward pass")
+    advice = (
+        "if the job drives several GPUs with `nn.DataParallel`, one Python process scatters inputs and gathers "
+        "outputs for all of them every step; launch one process per GPU with `torchrun` and wrap the model in "
+        "`DistributedDataParallel`, which overlaps the gradient all-reduce with the backward pass"
+    )
     return said(observed, advice)
 
 
@@ -48,10 +53,12 @@ def _ddp_text(f: Facts) -> str:
 def _topology_text(f: Facts) -> str:
     processes = f.count("processes")
     observed = f"{plural(processes, 'process')} share this GPU" if processes and processes > 1 else ""
-    advice = ("multi-GPU jobs wait on collectives when GPUs talk over PCIe or across sockets instead of NVLink: "
-              "`nvidia-smi topo -m` shows NV# (NVLink) against PIX, PXB, PHB or SYS paths, "
-              "`nvidia-smi nvlink --status` shows links that are down, and `NCCL_DEBUG=INFO` logs which transport "
-              "NCCL chose; place a job's ranks on NVLink-connected GPUs")
+    advice = (
+        "multi-GPU jobs wait on collectives when GPUs talk over PCIe or across sockets instead of NVLink: "
+        "`nvidia-smi topo -m` shows NV# (NVLink) against PIX, PXB, PHB or SYS paths, "
+        "`nvidia-smi nvlink --status` shows links that are down, and `NCCL_DEBUG=INFO` logs which transport "
+        "NCCL chose; place a job's ranks on NVLink-connected GPUs"
+    )
     return said(observed, advice)
 
 
@@ -59,8 +66,11 @@ def _topology_text(f: Facts) -> str:
     id="debug_hang",
     title="Find the rank the job hangs on",
     applies_to=(Reason.SPINNING_KERNEL.value,),
-    docs=(f"{PT}/distributed.html", "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html",
-          "https://github.com/benfred/py-spy"),
+    docs=(
+        f"{PT}/distributed.html",
+        "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html",
+        "https://github.com/benfred/py-spy",
+    ),
     when="a kernel runs all the time while SM activity or power stays near idle",
     reads=("busy_ratio", "sm_activity", "power_ratio"),
     score=always(95),
@@ -76,11 +86,18 @@ def _hang_text(f: Facts) -> str:
         seen.append(f"the GPU draws {percent(power)} of its power limit")
     observed = join(seen)
     if observed:
-        observed += (": a kernel spins without work, most often an NCCL collective waiting for a rank that never "
-                     "arrived. Find that rank")
-    advice = ("dump each rank's Python stack with `py-spy dump --pid <pid>` to see which one is elsewhere; rerun with "
-              "`NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL` for mismatched collectives) to log the last "
-              "collective of each rank; and pass `timeout=` to `torch.distributed.init_process_group` so a hang "
-              "fails fast instead of holding the GPUs")
-    return said(observed, advice, "a kernel that runs without doing work is usually an NCCL collective waiting for "
-                "a rank that never arrived: ")
+        observed += (
+            ": a kernel spins without work, most often an NCCL collective waiting for a rank that never "
+            "arrived. Find that rank"
+        )
+    advice = (
+        "dump each rank's Python stack with `py-spy dump --pid <pid>` to see which one is elsewhere; rerun with "
+        "`NCCL_DEBUG=INFO` (and `TORCH_DISTRIBUTED_DEBUG=DETAIL` for mismatched collectives) to log the last "
+        "collective of each rank; and pass `timeout=` to `torch.distributed.init_process_group` so a hang "
+        "fails fast instead of holding the GPUs"
+    )
+    return said(
+        observed,
+        advice,
+        "a kernel that runs without doing work is usually an NCCL collective waiting for a rank that never arrived: ",
+    )

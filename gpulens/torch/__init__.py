@@ -64,8 +64,13 @@ class Instrumented:
     pass's last batch is not part of any step, nor is the time between passes.
     """
 
-    def __init__(self, iterable: Iterable, model: Any = None, interval: float = DEFAULT_INTERVAL_SECONDS,
-                 socket_path: str | None = None):
+    def __init__(
+        self,
+        iterable: Iterable,
+        model: Any = None,
+        interval: float = DEFAULT_INTERVAL_SECONDS,
+        socket_path: str | None = None,
+    ):
         self.failures: Counter[str] = Counter()  # what went wrong, by kind; nothing is ever raised
         self.reports_sent = 0
         self._iterable = iterable
@@ -228,8 +233,7 @@ def _checked_interval(interval: Any) -> float:
     if isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval < math.inf:
         return float(interval)
     warnings.warn(
-        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using "
-        f"{DEFAULT_INTERVAL_SECONDS:g}",
+        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {DEFAULT_INTERVAL_SECONDS:g}",
         stacklevel=3,
     )
     return DEFAULT_INTERVAL_SECONDS

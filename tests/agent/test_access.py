@@ -9,12 +9,15 @@ from gpulens.agent.webconfig import PLAIN, WebConfig
 from tests.agent.webcerts import hashed
 
 USERS = {"prometheus": hashed("s3cret").encode()}
-CERT = {"subject": ((("commonName", "prometheus"),),),
-        "subjectAltName": (("DNS", "prometheus.monitoring.svc"), ("IP Address", "10.0.0.7"))}
+CERT = {
+    "subject": ((("commonName", "prometheus"),),),
+    "subjectAltName": (("DNS", "prometheus.monitoring.svc"), ("IP Address", "10.0.0.7")),
+}
 
 
 def call(config, path="/metrics", method="GET", remote="10.1.2.3", auth=None, cert=None):
     """Return (status, headers) of a request through a Guard around an app that answers 200."""
+
     def app(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
@@ -55,8 +58,10 @@ def test_basic_auth_guards_every_path_but_healthz():
     assert call(config, "/api/v1/probes/run", "POST", auth="prometheus:s3cret")[0] == 200
 
 
-@pytest.mark.parametrize("header", ["Bearer abc", "Basic", "Basic !!!notbase64", "Basic " + "w6k=",
-                                    "Basic " + base64.b64encode(b"no-colon").decode()])
+@pytest.mark.parametrize(
+    "header",
+    ["Bearer abc", "Basic", "Basic !!!notbase64", "Basic " + "w6k=", "Basic " + base64.b64encode(b"no-colon").decode()],
+)
 def test_malformed_credentials_are_refused_not_crashed_on(header):
     config = WebConfig(users=USERS)
     statuses = []
@@ -77,8 +82,11 @@ def test_excluded_paths_are_open_but_work_still_needs_credentials():
 
 
 def test_a_verified_client_certificate_may_start_work_and_must_carry_an_allowed_name():
-    tls = WebConfig(tls=object(), client_auth_type="RequireAndVerifyClientCert",
-                    allowed_sans=frozenset({"prometheus.monitoring.svc"}))
+    tls = WebConfig(
+        tls=object(),
+        client_auth_type="RequireAndVerifyClientCert",
+        allowed_sans=frozenset({"prometheus.monitoring.svc"}),
+    )
     assert call(tls, "/api/v1/probes/run", "POST", cert=CERT)[0] == 200
     assert call(tls, "/metrics", cert={"subjectAltName": (("DNS", "intruder"),)})[0] == 403
     assert call(tls, "/api/v1/probes/run", "POST")[0] == 401  # no certificate: no work

@@ -19,8 +19,10 @@ def test_defaults_are_documented_values():
 
 def test_flag_beats_env_beats_file(tmp_path):
     path = tmp_path / "agent.yaml"
-    path.write_text("web: {listen_address: ':1111'}\nsampling: {interval: 5s}\nlog: {level: debug}\n"
-                    "collectors: {gpm: false, process_details: true}\n")
+    path.write_text(
+        "web: {listen_address: ':1111'}\nsampling: {interval: 5s}\nlog: {level: debug}\n"
+        "collectors: {gpm: false, process_details: true}\n"
+    )
     env = {"GPULENS_CONFIG_FILE": str(path), "GPULENS_SAMPLING_INTERVAL": "2s", "GPULENS_COLLECTOR_ECC": "false"}
     config = load(["--web.listen-address", "127.0.0.1:2222"], environ=env)
     assert config.listen_address == "127.0.0.1:2222"  # flag
@@ -36,9 +38,11 @@ def test_web_config_file_from_flag_env_and_file(tmp_path):
     assert load([], {}).web_config_file == ""
     assert load(["--config.file", str(config)], {}).web_config_file == "/etc/gpulens/web.yml"
     assert load([], {"GPULENS_WEB_CONFIG_FILE": "/env.yml", "GPULENS_CONFIG_FILE": str(config)}).web_config_file == (
-        "/env.yml")
+        "/env.yml"
+    )
     assert load(["--web.config.file", "/flag.yml"], {"GPULENS_WEB_CONFIG_FILE": "/env.yml"}).web_config_file == (
-        "/flag.yml")
+        "/flag.yml"
+    )
 
 
 def test_job_settings_from_flags_env_and_file(tmp_path):
@@ -129,9 +133,18 @@ def test_cli_unknown_command():
 
 
 # A text for each setting that is not its default (the top of its range where it has one).
-OTHER_VALUES = {"listen_address": ":1", "web_config_file": "/w.yml", "log_level": "debug", "simulate": "faults",
-                "jobs_socket": "", "export_job_totals": "on", "pod_resources_socket": "/k.sock", "ledger_path": "",
-                "ledger_partition": "gpu", "probes_jitter": "1m"}
+OTHER_VALUES = {
+    "listen_address": ":1",
+    "web_config_file": "/w.yml",
+    "log_level": "debug",
+    "simulate": "faults",
+    "jobs_socket": "",
+    "export_job_totals": "on",
+    "pod_resources_socket": "/k.sock",
+    "ledger_path": "",
+    "ledger_partition": "gpu",
+    "probes_jitter": "1m",
+}
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
@@ -144,6 +157,8 @@ def test_each_setting_reads_alike_from_its_flag_variable_and_file_key(tmp_path, 
     path.write_text(yaml.safe_dump({section: {key: text}} if key else {section: text}))
     flag = [s.flag] if s.metavar is None else [f"{s.flag}={text}"]
     simulated = ["--simulate", "demo"] if name == "speed" else []  # --speed needs it
-    read = [getattr(load([*argv, *simulated], environ=env), name)
-            for argv, env in ((flag, {}), ([], {s.env: text}), (["--config.file", str(path)], {}))]
+    read = [
+        getattr(load([*argv, *simulated], environ=env), name)
+        for argv, env in ((flag, {}), ([], {s.env: text}), (["--config.file", str(path)], {}))
+    ]
     assert read[0] == read[1] == read[2] != getattr(AgentConfig(), name)

@@ -24,8 +24,11 @@ SECONDS = 30
 
 
 def _dcgm_lines(exposition: str) -> str:
-    return "".join(line + "\n" for line in exposition.splitlines()
-                   if line.startswith("DCGM_") or line.startswith(("# HELP DCGM_", "# TYPE DCGM_")))
+    return "".join(
+        line + "\n"
+        for line in exposition.splitlines()
+        if line.startswith("DCGM_") or line.startswith(("# HELP DCGM_", "# TYPE DCGM_"))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +47,18 @@ def test_demo_exposition_matches_golden(demo):
 
 
 # What promtool's linter says of dcgm-exporter's own naming, which this collector keeps on purpose.
-DCGM_NAMING = ("label names should be written in 'snake_case' not 'camelCase'",  # modelName, Hostname
-               "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'")
+DCGM_NAMING = (
+    "label names should be written in 'snake_case' not 'camelCase'",  # modelName, Hostname
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'",
+)
 
 
 def test_golden_passes_promtool_check_metrics_but_for_dcgms_own_naming():
     """promtool parses it; its only complaints are about dcgm-exporter's names, kept for compatibility."""
     promtool = require_tool("promtool")
-    result = subprocess.run([promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=GOLDEN.read_text(), capture_output=True, text=True, timeout=60
+    )
     problems = (result.stdout + result.stderr).splitlines()
     assert problems, "promtool stopped flagging camelCase labels: check what it says now"
     other = [p for p in problems if not p.endswith(DCGM_NAMING)]
@@ -83,21 +89,30 @@ def test_values_are_the_agents_own_in_dcgm_units(demo, gpu):
     assert _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu) == _ours(demo, "gpulens_gpu_memory_used_bytes", gpu) / 2**20
     total = _ours(demo, "gpulens_gpu_memory_total_bytes", gpu) / 2**20
     assert _dcgm(demo, "DCGM_FI_DEV_FB_RESERVED", gpu) == _ours(demo, "gpulens_gpu_memory_reserved_bytes", gpu) / 2**20
-    assert (_dcgm(demo, "DCGM_FI_DEV_FB_FREE", gpu) + _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu)
-            + _dcgm(demo, "DCGM_FI_DEV_FB_RESERVED", gpu)) == pytest.approx(total)
+    assert (
+        _dcgm(demo, "DCGM_FI_DEV_FB_FREE", gpu)
+        + _dcgm(demo, "DCGM_FI_DEV_FB_USED", gpu)
+        + _dcgm(demo, "DCGM_FI_DEV_FB_RESERVED", gpu)
+    ) == pytest.approx(total)
     assert _dcgm(demo, "DCGM_FI_DEV_POWER_USAGE", gpu) == _ours(demo, "gpulens_gpu_power_watts", gpu)
     assert _dcgm(demo, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu) == pytest.approx(
-        _ours(demo, "gpulens_gpu_energy_joules_total", gpu) * 1000)
+        _ours(demo, "gpulens_gpu_energy_joules_total", gpu) * 1000
+    )
     assert _dcgm(demo, "DCGM_FI_DEV_SM_CLOCK", gpu) == pytest.approx(
-        _ours(demo, "gpulens_gpu_sm_clock_hertz", gpu) / 1e6)
+        _ours(demo, "gpulens_gpu_sm_clock_hertz", gpu) / 1e6
+    )
     assert _dcgm(demo, "DCGM_FI_DEV_GPU_TEMP", gpu) == _ours(demo, "gpulens_gpu_temperature_celsius", gpu)
     assert _dcgm(demo, "DCGM_FI_DEV_GPU_UTIL", gpu) == pytest.approx(
-        _ours(demo, "gpulens_gpu_utilization_ratio", gpu) * 100)
+        _ours(demo, "gpulens_gpu_utilization_ratio", gpu) * 100
+    )
     assert _dcgm(demo, "DCGM_FI_PROF_SM_ACTIVE", gpu) == _ours(demo, "gpulens_gpu_sm_activity_ratio", gpu)
     assert _dcgm(demo, "DCGM_FI_PROF_PCIE_TX_BYTES", gpu) == _ours(
-        demo, "gpulens_gpu_pcie_transmit_bytes_per_second", gpu)
-    assert _dcgm(demo, "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", gpu) == _ours(
-        demo, "gpulens_gpu_pcie_transmit_bytes_per_second", gpu) / 1024
+        demo, "gpulens_gpu_pcie_transmit_bytes_per_second", gpu
+    )
+    assert (
+        _dcgm(demo, "DCGM_FI_DEV_PCIE_TX_THROUGHPUT", gpu)
+        == _ours(demo, "gpulens_gpu_pcie_transmit_bytes_per_second", gpu) / 1024
+    )
 
 
 def test_labels_are_dcgm_exporters_with_the_pod_using_the_gpu(demo):
@@ -121,8 +136,9 @@ def test_xid_errors_carry_the_last_code_not_the_highest(tmp_path):
     scenario = tmp_path / "xids.yaml"
     scenario.write_text(
         "name: xids\ndescription: two Xids, the higher first\nseed: 1\ngpus:\n"
-        "  - model: \"NVIDIA H100 80GB HBM3\"\n    utilization: 50\n"
-        "    xid:\n      - {at: 5, code: 79}\n      - {at: 12, code: 13}\n")
+        '  - model: "NVIDIA H100 80GB HBM3"\n    utilization: 50\n'
+        "    xid:\n      - {at: 5, code: 79}\n      - {at: 12, code: 13}\n"
+    )
     agent = make_agent(str(scenario), extra=(DcgmCompatCollector(hostname=HOST),))
     agent.run(3)
     assert _dcgm(agent, "DCGM_FI_DEV_XID_ERRORS", 0) == 0

@@ -66,12 +66,15 @@ def test_process_records_are_read_at_the_size_the_driver_writes(driver):
 
 
 def test_an_idle_gpu_whose_driver_stops_sampling_reads_idle_not_its_last_value():
-    agent = make_agent(scenario("""
+    agent = make_agent(
+        scenario("""
         - model: "NVIDIA H100 80GB HBM3"
           utilization: {steps: [[0, 90], [30, 0]]}
           samples_when_idle: stop
           processes: [{pid: 50, memory: 4GiB}]
-        """), diagnosis={"idle_patience": 60.0})
+        """),
+        diagnosis={"idle_patience": 60.0},
+    )
     agent.run(29)
     labels = gpu_labels(agent, 0)
     assert agent.value("gpulens_gpu_utilization_ratio", **labels) == pytest.approx(0.9)
@@ -88,9 +91,15 @@ def test_an_idle_gpu_whose_driver_stops_sampling_reads_idle_not_its_last_value()
 
 
 def test_a_failed_process_list_makes_the_gpu_unknown_never_free():
-    agent = make_agent(scenario(BUSY_PAIR + """
+    agent = make_agent(
+        scenario(
+            BUSY_PAIR
+            + """
 - model: "NVIDIA H100 80GB HBM3"
-""", extra="faults:\n  - {kind: no_permission, gpu: 0, what: processes, at: 20}\n"))
+""",
+            extra="faults:\n  - {kind: no_permission, gpu: 0, what: processes, at: 20}\n",
+        )
+    )
     agent.run(30)
     assert verdicts(agent)[0] == (State.UNKNOWN, Reason.PROCESSES_UNKNOWN)
     assert verdicts(agent)[1] == (State.FREE, Reason.NO_PROCESS)  # an empty list is still a list
@@ -148,12 +157,14 @@ def _vanished(spec, index: int, now: float) -> set[int]:
 
 
 def test_a_process_that_comes_back_is_a_new_process_each_time():
-    agent = make_agent(scenario("""
+    agent = make_agent(
+        scenario("""
         - model: "NVIDIA H100 80GB HBM3"
           utilization: 80
           processes:
             - {pid: 7000, memory: 1GiB, every: 4, for: 2, host: {main_cpu: 0.5}}
-        """))
+        """)
+    )
     seen = set()
     for _ in range(12):
         agent.run(1)

@@ -33,10 +33,14 @@ def labels(agent, index):
 
 
 def test_lost_gpu_drops_only_its_series_and_returns_with_its_counters(agent_for, tmp_path):
-    path = scenario(tmp_path, TWO_GPUS + """
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + """
     faults:
       - {at: 20, until: 40, gpu: 1, kind: lost}
-    """)
+    """,
+    )
     agent = agent_for(path)
     agent.run(15)
     lost, other = labels(agent, 1), labels(agent, 0)
@@ -69,10 +73,14 @@ def test_not_supported_field_drops_that_series_only(agent_for, tmp_path):
 
 
 def test_nvml_down_at_start_is_retried_with_backoff_and_recovers(agent_for, tmp_path):
-    path = scenario(tmp_path, TWO_GPUS + """
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + """
     faults:
       - {at: 0, until: 30, kind: init_failure, error: driver_not_loaded}
-    """)
+    """,
+    )
     agent = agent_for(path)
     assert agent.value("gpulens_nvml_up") == 0
     assert agent.value("gpulens_collector_success", collector="memory") == 0
@@ -87,10 +95,14 @@ def test_nvml_down_at_start_is_retried_with_backoff_and_recovers(agent_for, tmp_
 
 
 def test_version_mismatch_is_reported_not_fatal(agent_for, tmp_path):
-    path = scenario(tmp_path, TWO_GPUS + """
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + """
     faults:
       - {at: 0, until: 1000, kind: init_failure, error: lib_rm_version_mismatch}
-    """)
+    """,
+    )
     agent = agent_for(path)
     agent.run(5)
     snapshot = agent.sampler.snapshot
@@ -100,10 +112,14 @@ def test_version_mismatch_is_reported_not_fatal(agent_for, tmp_path):
 
 
 def test_process_vanishing_between_calls_is_not_an_error(agent_for, tmp_path):
-    path = scenario(tmp_path, TWO_GPUS + """
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + """
     faults:
       - {at: 5, gpu: 0, kind: process_vanishes, pid: 100}
-    """)
+    """,
+    )
     agent = agent_for(path, enable={"process_details": True})
     agent.run(4)
     assert agent.value("gpulens_gpu_processes", **labels(agent, 0)) == 1
@@ -114,10 +130,14 @@ def test_process_vanishing_between_calls_is_not_an_error(agent_for, tmp_path):
 
 
 def test_old_driver_falls_back_and_logs_the_missing_function_once(agent_for, tmp_path, caplog):
-    path = scenario(tmp_path, TWO_GPUS + """
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + """
     faults:
       - {at: 0, kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReasons}
-    """)
+    """,
+    )
     with caplog.at_level(logging.INFO, logger="gpulens.agent.nvml"):
         agent = agent_for(path)
         agent.run(5)
@@ -149,10 +169,14 @@ def test_a_failing_collector_never_blanks_the_scrape(agent_for, tmp_path):
 
 @pytest.mark.parametrize("error", ["driver_not_loaded", "library_not_found", "unknown"])
 def test_every_init_error_keeps_the_agent_serving(agent_for, tmp_path, error):
-    path = scenario(tmp_path, TWO_GPUS + f"""
+    path = scenario(
+        tmp_path,
+        TWO_GPUS
+        + f"""
     faults:
       - {{at: 0, until: 10, kind: init_failure, error: {error}}}
-    """)
+    """,
+    )
     agent = agent_for(path)
     assert "gpulens_nvml_up 0.0" in agent.exposition()
     agent.run(40)

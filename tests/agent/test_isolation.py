@@ -42,8 +42,9 @@ def _imports(path: pathlib.Path) -> set[str]:
 def test_only_the_adapter_imports_pynvml_and_the_agent_never_imports_torch():
     # gpulens.torch is the in-job library: it runs inside training jobs, never in the agent.
     in_job = ROOT / "gpulens" / "torch"
-    sources = [p for p in [*(ROOT / "agent").rglob("*.py"), *(ROOT / "gpulens").rglob("*.py")]
-               if in_job not in p.parents]
+    sources = [
+        p for p in [*(ROOT / "agent").rglob("*.py"), *(ROOT / "gpulens").rglob("*.py")] if in_job not in p.parents
+    ]
     pynvml_users = sorted(str(p.relative_to(ROOT)) for p in sources if "pynvml" in _imports(p))
     assert pynvml_users == ["agent/nvml.py"]
     for path in sources:

@@ -77,7 +77,8 @@ def test_demo_ledger_matches_the_ground_truth(tmp_path):
     memory = by_key(agent.accounting.records())
     assert memory[STARVED].state_seconds == pytest.approx(starved.state_seconds)
     assert agent.value("gpulens_job_gpu_busy_seconds_total", job_kind="slurm", job_id="81234") == pytest.approx(
-        starved.busy_seconds)
+        starved.busy_seconds
+    )
     assert agent.value("gpulens_ledger_up") == 1 and agent.value("gpulens_ledger_write_failures_total") == 0
 
 
@@ -114,10 +115,19 @@ def test_finished_jobs_are_closed_and_old_ones_deleted(tmp_path):
 
 
 def synthetic(index: int, epoch: float, seconds: float = 60.0) -> tuple[JobRecord, JobRecord]:
-    record = JobRecord("slurm", str(index), start=EPOCH, last_seen=epoch, user=f"user{index % 7}",
-                       gpus=(f"GPU-{index}",), models=("NVIDIA H100 80GB HBM3",),
-                       state_seconds={"busy": seconds}, busy_seconds=seconds * 0.9, sampled_seconds=seconds,
-                       tips={"mixed_precision": TipUse(seconds, "Train in bf16.")})
+    record = JobRecord(
+        "slurm",
+        str(index),
+        start=EPOCH,
+        last_seen=epoch,
+        user=f"user{index % 7}",
+        gpus=(f"GPU-{index}",),
+        models=("NVIDIA H100 80GB HBM3",),
+        state_seconds={"busy": seconds},
+        busy_seconds=seconds * 0.9,
+        sampled_seconds=seconds,
+        tips={"mixed_precision": TipUse(seconds, "Train in bf16.")},
+    )
     return record, record
 
 
@@ -130,8 +140,9 @@ def test_the_file_stays_under_its_size_bound(tmp_path):
     conn = connect_readonly(str(path))
     assert conn.execute("SELECT count(*) FROM timeline").fetchone()[0] < 240 * 40
     ledger.write([synthetic(0, EPOCH + 240 * 60)], [], EPOCH + 240 * 60)  # still writable
-    pages, free, size = (conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count",
-                                                                             "page_size"))
+    pages, free, size = (
+        conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_count", "freelist_count", "page_size")
+    )
     assert (pages - free) * size <= 256 * 1024
     assert conn.execute("SELECT min(t) FROM timeline").fetchone()[0] > EPOCH  # the oldest points went first
     assert len(read_records(conn)) == 40  # the jobs themselves are kept
@@ -167,7 +178,7 @@ def test_a_damaged_page_is_found_and_left_alone(tmp_path):
     agent.accounting.ledger.close()
     data = bytearray(path.read_bytes())
     page = 4096
-    data[page + 8: page * 3] = b"\xff" * (page * 2 - 8)  # the second and third pages: table b-trees
+    data[page + 8 : page * 3] = b"\xff" * (page * 2 - 8)  # the second and third pages: table b-trees
     path.write_bytes(bytes(data))
     before = digest(path)
     ledger = Ledger(str(path))
@@ -245,9 +256,23 @@ def test_the_jobs_endpoint(tmp_path, ledger):
 
 def start_agent(path: Path) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", "demo", "--speed", "10",
-         "--web.listen-address", "127.0.0.1:0", "--ledger.path", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--simulate",
+            "demo",
+            "--speed",
+            "10",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--ledger.path",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     line = process.stdout.readline()
     assert "listening on http://" in line
@@ -258,8 +283,11 @@ def starved_seconds_exported(base: str) -> float:
     """Return the GPU-seconds of the data-starved job the agent exports: the ledger's total, this run's included."""
     with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("gpulens_job_gpu_state_seconds_total{") and 'job_id="81234"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gpulens_job_gpu_state_seconds_total{") and 'job_id="81234"' in line
+    )
 
 
 def ledger_seconds(path: Path) -> float:

@@ -43,8 +43,12 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         f"scrape_configs: [{{job_name: gpulens, static_configs: [{{targets: ['{target}']}}]}}]\n"
     )
     server = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -59,8 +63,9 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         # The exact busy ratio from the two counters (robust to scrapes aliasing with sampling):
         # the busy GPU 0 near 1, the idle GPU 1 at 0, the data-starved GPU 2 near its 25% duty cycle.
         wait_for(lambda: query(port, "count_over_time(gpulens_gpu_busy_seconds_total[20s]) >= 10"), seconds=40)
-        busy = query(port, "increase(gpulens_gpu_busy_seconds_total[20s])"
-                           " / increase(gpulens_gpu_sampled_seconds_total[20s])")
+        busy = query(
+            port, "increase(gpulens_gpu_busy_seconds_total[20s]) / increase(gpulens_gpu_sampled_seconds_total[20s])"
+        )
         by_gpu = {s["metric"]["gpu"]: float(s["value"][1]) for s in busy}
         assert by_gpu["0"] > 0.9
         assert by_gpu["1"] == 0
@@ -70,9 +75,14 @@ def test_prometheus_scrapes_the_simulated_demo_node(tmp_path):
         # The verdicts, as alerts and dashboards will query them.
         idle = wait_for(lambda: query(port, 'gpulens_gpu_state{state="idle"} == 1'))
         assert [s["metric"]["gpu"] for s in idle] == ["1"]
-        starved = wait_for(lambda: query(
-            port, 'gpulens_gpu_state{state="data_starved"} == 1'
-                  ' and on (gpu, uuid) gpulens_gpu_verdict_info{tip="dataloader_workers"}'), seconds=40)
+        starved = wait_for(
+            lambda: query(
+                port,
+                'gpulens_gpu_state{state="data_starved"} == 1'
+                ' and on (gpu, uuid) gpulens_gpu_verdict_info{tip="dataloader_workers"}',
+            ),
+            seconds=40,
+        )
         assert [s["metric"]["gpu"] for s in starved] == ["2"]
         owner = query(port, 'gpulens_gpu_allocation_info{gpu="2"}')
         assert owner[0]["metric"]["job_id"] == "81234" and owner[0]["metric"]["user"] == "carol"

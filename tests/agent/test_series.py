@@ -88,13 +88,21 @@ def test_a_jobs_gauges_are_gone_the_cycle_after_its_last_process_exits(tmp_path)
     assert {dict(k)["job_id"] for k in node.values("gpulens_job_gpus")} == {"81234", "81240"}
     assert any(dict(k)["job_id"] == "81234" for k in node.values("gpulens_job_cpu_cores_used"))
     node.run(1)  # the process is gone at 20 s
-    for gauge in ("gpulens_job_gpus", "gpulens_job_cpu_cores_used", "gpulens_job_main_process_cpu_ratio",
-                  "gpulens_job_memory_used_bytes"):
+    for gauge in (
+        "gpulens_job_gpus",
+        "gpulens_job_cpu_cores_used",
+        "gpulens_job_main_process_cpu_ratio",
+        "gpulens_job_memory_used_bytes",
+    ):
         assert all(dict(k)["job_id"] != "81234" for k in node.values(gauge)), gauge
     assert {dict(k)["job_id"] for k in node.values("gpulens_job_gpus")} == {"81240"}
     # The counters and the facts of its life stay for the expiry window, so increase() sees the last step.
-    for counter in ("gpulens_job_gpu_state_seconds_total", "gpulens_job_gpu_busy_seconds_total",
-                    "gpulens_job_start_timestamp_seconds", "gpulens_job_info"):
+    for counter in (
+        "gpulens_job_gpu_state_seconds_total",
+        "gpulens_job_gpu_busy_seconds_total",
+        "gpulens_job_start_timestamp_seconds",
+        "gpulens_job_info",
+    ):
         assert any(dict(k)["job_id"] == "81234" for k in node.values(counter)), counter
     node.run(60)
     assert sum(node.values("gpulens_job_gpus").values()) == 1
@@ -130,8 +138,11 @@ def test_a_bare_process_becomes_a_job_only_after_holding_a_gpu_for_a_minute(tmp_
     assert jobs == {"pid:6000"}
     assert {dict(k)["job_id"] for k in node.values("gpulens_job_info")} == {"pid:6000"}
     # Its counters start from its first cycle, not from the minute it became a job.
-    [held] = [v for k, v in node.values("gpulens_job_gpu_state_seconds_total").items()
-              if dict(k)["job_id"] == "pid:6000" and dict(k)["state"] == "busy"]
+    [held] = [
+        v
+        for k, v in node.values("gpulens_job_gpu_state_seconds_total").items()
+        if dict(k)["job_id"] == "pid:6000" and dict(k)["state"] == "busy"
+    ]
     assert held >= 60
     [busy] = node.values("gpulens_job_gpu_busy_seconds_total").values()
     assert busy >= 50
@@ -166,8 +177,10 @@ gpus:
 
 
 def churn_node(tmp_path, churn: bool) -> Node:
-    lines = ("      - {pid: 100000, memory: 1GiB, every: 2, for: 1}",
-             "      - {pid: 200000, memory: 1GiB, start: 1, every: 2, for: 1}")
+    lines = (
+        "      - {pid: 100000, memory: 1GiB, every: 2, for: 1}",
+        "      - {pid: 200000, memory: 1GiB, start: 1, every: 2, for: 1}",
+    )
     text = CHURN.replace("{churn}", lines[0] if churn else "").replace("{churn2}", lines[1] if churn else "")
     path = tmp_path / ("churn.yaml" if churn else "steady.yaml")
     path.write_text(text)
@@ -219,8 +232,12 @@ def test_the_ceiling_leaves_out_job_series_counts_them_and_keeps_the_gpus(tmp_pa
     assert len({dict(k)["job_id"] for k in node.values("gpulens_gpu_allocation_info")}) == 2
 
     def about_gpus(n: Node) -> dict:
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in n.samples()
-                if "gpu" in s.labels and "job_id" not in s.labels and "seconds" not in s.name}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for s in n.samples()
+            if "gpu" in s.labels and "job_id" not in s.labels and "seconds" not in s.name
+        }
+
     assert about_gpus(node).keys() == about_gpus(unlimited).keys()
 
 

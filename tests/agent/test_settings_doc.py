@@ -14,16 +14,21 @@ END = "\n<!-- end of the settings table -->\n"
 
 def settings_table() -> str:
     """Return the markdown table: one row per setting, with its flag, variable, file key, default and help."""
-    rows = ["| flag | environment | config file | default | what it sets |", "|---|---|---|---|---|",
-            "| `--config.file PATH` | `GPULENS_CONFIG_FILE` | | none | a YAML file with any of the settings below |"]
+    rows = [
+        "| flag | environment | config file | default | what it sets |",
+        "|---|---|---|---|---|",
+        "| `--config.file PATH` | `GPULENS_CONFIG_FILE` | | none | a YAML file with any of the settings below |",
+    ]
     for s in SETTINGS.values():
         flag = f"`{s.flag} {s.metavar}`" if s.metavar else f"`{s.flag}`, `--no-{s.flag[2:]}`"
         section, _, key = s.file_key.partition(".")
         in_file = f"`{section}: {{{key}: ...}}`" if key else f"`{section}: ...`"
         default = s.shown_default or (f"`{s.default}`" if s.default else "none")
         rows.append(f"| {flag} | `{s.env}` | {in_file} | {default} | {s.help} |")
-    rows.append("| `--collector.NAME`, `--no-collector.NAME` | `GPULENS_COLLECTOR_NAME` | `collectors: {NAME: true}` "
-                "| see [metrics](docs/metrics.md) | switch one collector on or off |")
+    rows.append(
+        "| `--collector.NAME`, `--no-collector.NAME` | `GPULENS_COLLECTOR_NAME` | `collectors: {NAME: true}` "
+        "| see [metrics](docs/metrics.md) | switch one collector on or off |"
+    )
     return "\n".join(rows) + "\n"
 
 

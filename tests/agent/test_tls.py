@@ -39,8 +39,16 @@ def node():
 def start(agent, web_config):
     """Serve `agent` behind the web config at `web_config`; return (base URL, stop function)."""
     web = WebConfigFile(str(web_config))
-    app = Guard(AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated",
-                         jobs=agent.accounting), web.current)
+    app = Guard(
+        AgentApp(
+            agent.sampler,
+            agent.registry,
+            [c.name for c in agent.sampler.collectors],
+            "simulated",
+            jobs=agent.accounting,
+        ),
+        web.current,
+    )
     server = serve(app, "127.0.0.1", 0, tls=lambda: web.current().tls)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
@@ -211,8 +219,9 @@ def test_the_agent_command_serves_https_and_refuses_a_bad_web_config(pki):
     done = subprocess.run([*cli, "--web.config.file", str(bad)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "basic_auth_users.ops: not a bcrypt hash" in done.stderr
-    agent = subprocess.Popen([*cli, "--web.config.file", str(pki.web_config())], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True)
+    agent = subprocess.Popen(
+        [*cli, "--web.config.file", str(pki.web_config())], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         line = agent.stdout.readline()
         assert line.startswith("gpulens agent listening on https://127.0.0.1:")
@@ -224,16 +233,21 @@ def test_the_agent_command_serves_https_and_refuses_a_bad_web_config(pki):
 
 
 def test_a_verified_client_certificate_reaches_the_guard_through_the_real_server(node, pki):
-    base, stop = start(node, pki.web_config(client_auth="VerifyClientCertIfGiven",
-                                            extra="  client_allowed_sans: [prometheus.monitoring.svc]\n"))
+    base, stop = start(
+        node,
+        pki.web_config(
+            client_auth="VerifyClientCertIfGiven", extra="  client_allowed_sans: [prometheus.monitoring.svc]\n"
+        ),
+    )
     try:
         # No probes collector on this node: 503 means the guard let the certificate start work.
         assert get(base + "/api/v1/probes/run?gpu=0", client_context(pki), method="POST")[0] == 503
         assert get(base + "/api/v1/probes/run?gpu=0", client_context(pki, cert=False), method="POST")[0] == 401
     finally:
         stop()
-    base, stop = start(node, pki.web_config(client_auth="VerifyClientCertIfGiven",
-                                            extra="  client_allowed_sans: [someone.else]\n"))
+    base, stop = start(
+        node, pki.web_config(client_auth="VerifyClientCertIfGiven", extra="  client_allowed_sans: [someone.else]\n")
+    )
     try:
         assert get(base + "/metrics", client_context(pki))[0] == 403
     finally:

@@ -25,10 +25,10 @@ def test_a_full_toolkit_file_loads(pki):
     path = pki.web_config(
         client_auth="RequireAndVerifyClientCert",
         extra="  client_allowed_sans: [prometheus.monitoring.svc]\n  min_version: TLS13\n"
-              "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519, CurveP256]\n"
-              "http_server_config:\n  http2: true\n"
-              "  headers: {X-Frame-Options: deny, X-Content-Type-Options: nosniff}\n"
-              f"basic_auth_users:\n  prometheus: {hashed('s3cret')}\nauth_excluded_paths: [/metrics]\n",
+        "  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519, CurveP256]\n"
+        "http_server_config:\n  http2: true\n"
+        "  headers: {X-Frame-Options: deny, X-Content-Type-Options: nosniff}\n"
+        f"basic_auth_users:\n  prometheus: {hashed('s3cret')}\nauth_excluded_paths: [/metrics]\n",
     )
     config = webconfig.load(str(path))
     assert config.tls.minimum_version == ssl.TLSVersion.TLSv1_3
@@ -39,13 +39,16 @@ def test_a_full_toolkit_file_loads(pki):
     assert set(config.files) == {str(pki.server_cert), str(pki.server_key), str(pki.ca_file)}
 
 
-@pytest.mark.parametrize("auth_type, mode, authenticates", [
-    ("NoClientCert", ssl.CERT_NONE, False),
-    ("RequestClientCert", ssl.CERT_OPTIONAL, False),
-    ("RequireAnyClientCert", ssl.CERT_REQUIRED, True),  # never looser than Go: required and verified
-    ("VerifyClientCertIfGiven", ssl.CERT_OPTIONAL, True),
-    ("RequireAndVerifyClientCert", ssl.CERT_REQUIRED, True),
-])
+@pytest.mark.parametrize(
+    "auth_type, mode, authenticates",
+    [
+        ("NoClientCert", ssl.CERT_NONE, False),
+        ("RequestClientCert", ssl.CERT_OPTIONAL, False),
+        ("RequireAnyClientCert", ssl.CERT_REQUIRED, True),  # never looser than Go: required and verified
+        ("VerifyClientCertIfGiven", ssl.CERT_OPTIONAL, True),
+        ("RequireAndVerifyClientCert", ssl.CERT_REQUIRED, True),
+    ],
+)
 def test_each_client_auth_type(pki, auth_type, mode, authenticates):
     config = webconfig.load(str(pki.web_config(client_auth=auth_type)))
     assert config.tls.verify_mode == mode and config.verifies_clients == authenticates
@@ -65,39 +68,64 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
     assert PasswordCheck()(users.users, "ops", "pw")
 
 
-@pytest.mark.parametrize("text, says", [
-    ("tls_server_config: [1]", "tls_server_config: expected a mapping, got a list; e.g."),
-    ("tls: {}", "unknown key 'tls'; use one of tls_server_config,"),
-    ("tls_server_config: {cert_file: a, key_file: b, ciphers: []}",
-     "unknown key 'ciphers'; did you mean 'cipher_suites'?"),
-    ("tls_server_config: {key_file: server_key.pem}", "cert_file is missing"),
-    ("tls_server_config: {cert_file: nope.pem, key_file: server_key.pem}", "nope.pem cannot be read"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: client_key.pem}", "key does not match"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, client_auth_type: Always}",
-     "client_auth_type: 'Always' is not one of"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
-     "client_auth_type: RequireAndVerifyClientCert}", "needs client_ca_file"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
-     "client_auth_type: RequireAnyClientCert}", "RequireAnyClientCert needs client_ca_file"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
-     "min_version: 'TLS14' is not one of"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS13, "
-     "max_version: TLS12}", "min_version is above max_version"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, cipher_suites: [RC4]}",
-     "unknown suite 'RC4'"),
-    ("tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, curve_preferences: [P9]}",
-     "unknown curve 'P9'"),
-    ("tls_server_config: {cert_file: server_cert.pem, cert: x, key_file: server_key.pem}", "not both"),
-    ("basic_auth_users: {ops: hunter2}", "basic_auth_users.ops: not a bcrypt hash"),
-    ("basic_auth_users: {'a:b': x}", "'a:b' is not a user"),
-    ("basic_auth_users: [ops]", "must map user names to bcrypt hashes"),
-    ("http_server_config: {headers: {Server: x}}", "'Server' cannot be set"),
-    ("http_server_config: {headers: {X-Frame-Options: always}}", "'always' is not one of deny, sameorigin"),
-    ("http_server_config: {http2: maybe}", "http_server_config.http2: expected true or false, got the string 'maybe'"),
-    ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
-    ("- just\n- a list", "expected a mapping, got a list"),
-    ("basic_auth_users: {ops: [", "line 1: invalid YAML ("),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("tls_server_config: [1]", "tls_server_config: expected a mapping, got a list; e.g."),
+        ("tls: {}", "unknown key 'tls'; use one of tls_server_config,"),
+        (
+            "tls_server_config: {cert_file: a, key_file: b, ciphers: []}",
+            "unknown key 'ciphers'; did you mean 'cipher_suites'?",
+        ),
+        ("tls_server_config: {key_file: server_key.pem}", "cert_file is missing"),
+        ("tls_server_config: {cert_file: nope.pem, key_file: server_key.pem}", "nope.pem cannot be read"),
+        ("tls_server_config: {cert_file: server_cert.pem, key_file: client_key.pem}", "key does not match"),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, client_auth_type: Always}",
+            "client_auth_type: 'Always' is not one of",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
+            "client_auth_type: RequireAndVerifyClientCert}",
+            "needs client_ca_file",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
+            "client_auth_type: RequireAnyClientCert}",
+            "RequireAnyClientCert needs client_ca_file",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
+            "min_version: 'TLS14' is not one of",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS13, "
+            "max_version: TLS12}",
+            "min_version is above max_version",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, cipher_suites: [RC4]}",
+            "unknown suite 'RC4'",
+        ),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, curve_preferences: [P9]}",
+            "unknown curve 'P9'",
+        ),
+        ("tls_server_config: {cert_file: server_cert.pem, cert: x, key_file: server_key.pem}", "not both"),
+        ("basic_auth_users: {ops: hunter2}", "basic_auth_users.ops: not a bcrypt hash"),
+        ("basic_auth_users: {'a:b': x}", "'a:b' is not a user"),
+        ("basic_auth_users: [ops]", "must map user names to bcrypt hashes"),
+        ("http_server_config: {headers: {Server: x}}", "'Server' cannot be set"),
+        ("http_server_config: {headers: {X-Frame-Options: always}}", "'always' is not one of deny, sameorigin"),
+        (
+            "http_server_config: {http2: maybe}",
+            "http_server_config.http2: expected true or false, got the string 'maybe'",
+        ),
+        ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
+        ("- just\n- a list", "expected a mapping, got a list"),
+        ("basic_auth_users: {ops: [", "line 1: invalid YAML ("),
+    ],
+)
 def test_each_mistake_is_one_line_naming_it(pki, text, says):
     path = pki.folder / "bad.yml"
     path.write_text(text)

@@ -31,8 +31,10 @@ class Pki:
         ca = trustme.CA()
         server = ca.issue_cert("localhost", "127.0.0.1")
         client = ca.issue_cert(client_name)
-        paths = {name: folder / f"{name}.pem" for name in
-                 ("server_cert", "server_key", "ca_file", "client_cert", "client_key")}
+        paths = {
+            name: folder / f"{name}.pem"
+            for name in ("server_cert", "server_key", "ca_file", "client_cert", "client_key")
+        }
         server.cert_chain_pems[0].write_to_path(str(paths["server_cert"]))
         server.private_key_pem.write_to_path(str(paths["server_key"]))
         ca.cert_pem.write_to_path(str(paths["ca_file"]))

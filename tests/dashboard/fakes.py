@@ -21,22 +21,73 @@ from gpulens.dashboard.sources.base import (
 NOW = time.time()
 
 GPUS = (
-    FleetGpu(node="node-a", gpu="0", uuid="GPU-a0", model="NVIDIA H100 80GB HBM3", state="busy", reason="healthy",
-             tip="torch_compile", since=NOW - 7200, evidence={"busy_ratio": 0.97, "sm_activity": 0.85},
-             job_kind="kubernetes", job_id="job-alice", user="alice", namespace="vision", pod="resnet-0",
-             memory_used_bytes=70 * 2**30, memory_total_bytes=80 * 2**30),
-    FleetGpu(node="node-a", gpu="1", uuid="GPU-a1", model="NVIDIA H100 80GB HBM3", state="idle", reason="no_kernels",
-             tip="release_idle_gpu", since=NOW - 5400, evidence={"busy_ratio": 0.0, "idle_seconds": 5400},
-             job_kind="kubernetes", job_id="job-bob", user="bob", namespace="research", pod="jupyter-bob",
-             wasted_seconds=5400, memory_used_bytes=20 * 2**30, memory_total_bytes=80 * 2**30),
-    FleetGpu(node="node-b", gpu="0", uuid="GPU-b0", model="NVIDIA A100-SXM4-80GB", state="data_starved",
-             reason="input_wait_reported", tip="dataloader_workers", since=NOW - 1800,
-             evidence={"busy_ratio": 0.27, "data_wait_ratio": 0.72, "main_process_cpu_ratio": 1.0, "num_workers": 0},
-             job_kind="slurm", job_id="81234", user="carol", wasted_seconds=1800,
-             memory_used_bytes=30 * 2**30, memory_total_bytes=80 * 2**30),
-    FleetGpu(node="node-b", gpu="1", uuid="GPU-b1", model="NVIDIA A100-SXM4-80GB", state="free", reason="no_process",
-             since=NOW - 600, conditions=("thermal_throttle",), evidence={}, memory_used_bytes=0,
-             memory_total_bytes=80 * 2**30),
+    FleetGpu(
+        node="node-a",
+        gpu="0",
+        uuid="GPU-a0",
+        model="NVIDIA H100 80GB HBM3",
+        state="busy",
+        reason="healthy",
+        tip="torch_compile",
+        since=NOW - 7200,
+        evidence={"busy_ratio": 0.97, "sm_activity": 0.85},
+        job_kind="kubernetes",
+        job_id="job-alice",
+        user="alice",
+        namespace="vision",
+        pod="resnet-0",
+        memory_used_bytes=70 * 2**30,
+        memory_total_bytes=80 * 2**30,
+    ),
+    FleetGpu(
+        node="node-a",
+        gpu="1",
+        uuid="GPU-a1",
+        model="NVIDIA H100 80GB HBM3",
+        state="idle",
+        reason="no_kernels",
+        tip="release_idle_gpu",
+        since=NOW - 5400,
+        evidence={"busy_ratio": 0.0, "idle_seconds": 5400},
+        job_kind="kubernetes",
+        job_id="job-bob",
+        user="bob",
+        namespace="research",
+        pod="jupyter-bob",
+        wasted_seconds=5400,
+        memory_used_bytes=20 * 2**30,
+        memory_total_bytes=80 * 2**30,
+    ),
+    FleetGpu(
+        node="node-b",
+        gpu="0",
+        uuid="GPU-b0",
+        model="NVIDIA A100-SXM4-80GB",
+        state="data_starved",
+        reason="input_wait_reported",
+        tip="dataloader_workers",
+        since=NOW - 1800,
+        evidence={"busy_ratio": 0.27, "data_wait_ratio": 0.72, "main_process_cpu_ratio": 1.0, "num_workers": 0},
+        job_kind="slurm",
+        job_id="81234",
+        user="carol",
+        wasted_seconds=1800,
+        memory_used_bytes=30 * 2**30,
+        memory_total_bytes=80 * 2**30,
+    ),
+    FleetGpu(
+        node="node-b",
+        gpu="1",
+        uuid="GPU-b1",
+        model="NVIDIA A100-SXM4-80GB",
+        state="free",
+        reason="no_process",
+        since=NOW - 600,
+        conditions=("thermal_throttle",),
+        evidence={},
+        memory_used_bytes=0,
+        memory_total_bytes=80 * 2**30,
+    ),
 )
 
 
@@ -58,8 +109,15 @@ def history(node: str = "node-a", gpu: str = "1") -> GpuHistory:
 
 JOBS = (
     JobSummary("kubernetes", "job-bob", {"idle": 5400.0, "busy": 600.0}, ("node-a",)),
-    JobSummary("slurm", "81234", {"data_starved": 1800.0, "busy": 300.0}, ("node-b",), data_wait_ratio=0.72,
-               torch_allocated_bytes=22 * 2**30, torch_reserved_bytes=28 * 2**30),
+    JobSummary(
+        "slurm",
+        "81234",
+        {"data_starved": 1800.0, "busy": 300.0},
+        ("node-b",),
+        data_wait_ratio=0.72,
+        torch_allocated_bytes=22 * 2**30,
+        torch_reserved_bytes=28 * 2**30,
+    ),
     JobSummary("kubernetes", "job-alice", {"busy": 7200.0}, ("node-a",)),
 )
 
@@ -70,9 +128,17 @@ PROBES = (
 )
 
 ALERTS = (
-    FiringAlert("GpulensGpuIdle", "firing", "warning", "GPU 1 on node-a is held but idle",
-                "bob's notebook has run nothing for 90 minutes", "https://example.org/runbooks/idle",
-                "node-a", "1", NOW - 3600),
+    FiringAlert(
+        "GpulensGpuIdle",
+        "firing",
+        "warning",
+        "GPU 1 on node-a is held but idle",
+        "bob's notebook has run nothing for 90 minutes",
+        "https://example.org/runbooks/idle",
+        "node-a",
+        "1",
+        NOW - 3600,
+    ),
 )
 
 

@@ -19,8 +19,9 @@ def json_reply(body: object, status: int = 200) -> Reply:
 
 
 @contextmanager
-def fake_server(answer: Callable[[str], Reply],
-                require: str | None = None) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
+def fake_server(
+    answer: Callable[[str], Reply], require: str | None = None
+) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
     """Serve `answer(path with query)` on a free loopback port.
 
     With `require`, a request whose Authorization header is not `require` gets 401 instead, with an error
@@ -36,8 +37,14 @@ def fake_server(answer: Callable[[str], Reply],
             if require is None or authorization == require:
                 status, kind, body, delay = answer(self.path)
             else:
-                status, kind, body, delay = json_reply({"status": "error", "errorType": "unauthorized",
-                                                        "error": f"refused Authorization: {authorization}"}, 401)
+                status, kind, body, delay = json_reply(
+                    {
+                        "status": "error",
+                        "errorType": "unauthorized",
+                        "error": f"refused Authorization: {authorization}",
+                    },
+                    401,
+                )
             time.sleep(delay)
             try:
                 self.send_response(status)

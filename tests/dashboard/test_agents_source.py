@@ -23,8 +23,9 @@ def test_fleet_from_two_nodes_with_a_third_down(demo_agent):
     diagnosis = make_agent("diagnosis")
     diagnosis.run(60)
     with served(demo_agent) as demo_url, served(diagnosis) as diagnosis_url:
-        source = AgentsSource({"demo": demo_url, "diagnosis": diagnosis_url,
-                               "gone": f"http://127.0.0.1:{free_port()}"}, timeout=2)
+        source = AgentsSource(
+            {"demo": demo_url, "diagnosis": diagnosis_url, "gone": f"http://127.0.0.1:{free_port()}"}, timeout=2
+        )
         answer = source.fleet(3600)
     gpus = answer.value.gpus
     assert {g.node for g in gpus} == {"demo", "diagnosis"}
@@ -66,11 +67,14 @@ def test_a_slow_agent_times_out_into_a_problem():
     assert answer.value.gpus == () and "did not answer within 0.5 s" in answer.problems[0].what
 
 
-@pytest.mark.parametrize(("reply", "said"), [
-    ((404, "text/plain", b"not found", 0.0), "answered HTTP 404"),
-    ((200, "text/html", b"<html><body>login</body></html>", 0.0), "not Prometheus metrics"),
-    ((200, "text/plain", b"node_load1 0.5\n", 0.0), "not gpulens ones"),
-])
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ((404, "text/plain", b"not found", 0.0), "answered HTTP 404"),
+        ((200, "text/html", b"<html><body>login</body></html>", 0.0), "not Prometheus metrics"),
+        ((200, "text/plain", b"node_load1 0.5\n", 0.0), "not gpulens ones"),
+    ],
+)
 def test_an_endpoint_that_is_not_an_agent_is_named(reply, said):
     with fake_server(lambda path: reply) as (url, _):
         answer = AgentsSource({"other": url}).fleet(3600)
@@ -102,8 +106,13 @@ def test_queries_within_the_interval_share_one_scrape(demo_agent):
 
 def test_agent_lists_parse_names_and_refuse_mistakes():
     assert parse_agents("http://a:10906, b=http://10.0.0.2:10906/metrics") == {
-        "a:10906": "http://a:10906", "b": "http://10.0.0.2:10906/metrics"}
-    for bad, said in (("a:10906", "is not http://HOST:PORT"), ("", "no agent URL"),
-                      ("x=http://a:1,x=http://b:1", "given twice")):
+        "a:10906": "http://a:10906",
+        "b": "http://10.0.0.2:10906/metrics",
+    }
+    for bad, said in (
+        ("a:10906", "is not http://HOST:PORT"),
+        ("", "no agent URL"),
+        ("x=http://a:1,x=http://b:1", "given twice"),
+    ):
         with pytest.raises(ConfigError, match=said):
             parse_agents(bad)

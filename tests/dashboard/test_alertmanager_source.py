@@ -14,24 +14,49 @@ from tests.dashboard.httpfake import fake_server, json_reply
 
 
 def firing(name: str, instance: str, gpu: str, state: str = "firing") -> dict:
-    return {"labels": {"alertname": name, "job": "gpulens", "instance": instance, "gpu": gpu, "severity": "warning"},
-            "annotations": {"summary": f"{name} on {instance}"}, "state": state,
-            "activeAt": "2026-12-01T12:00:00.123456789Z", "value": "1"}
+    return {
+        "labels": {"alertname": name, "job": "gpulens", "instance": instance, "gpu": gpu, "severity": "warning"},
+        "annotations": {"summary": f"{name} on {instance}"},
+        "state": state,
+        "activeAt": "2026-12-01T12:00:00.123456789Z",
+        "value": "1",
+    }
 
 
 def held(name: str, instance: str, gpu: str, fingerprint: str, state: str = "active", silenced=(), inhibited=()):
     # Alertmanager adds Prometheus' external labels to what Prometheus sends.
-    labels = {"alertname": name, "job": "gpulens", "instance": instance, "gpu": gpu, "severity": "warning",
-              "gpulens_dashboard": "http://dash"}
-    return {"labels": labels, "annotations": {}, "fingerprint": fingerprint, "receivers": [{"name": "gpulens-chat"}],
-            "startsAt": "2026-12-01T12:00:00Z", "endsAt": "2026-12-01T12:10:00Z", "updatedAt": "2026-12-01T12:00:00Z",
-            "status": {"state": state, "silencedBy": list(silenced), "inhibitedBy": list(inhibited)}}
+    labels = {
+        "alertname": name,
+        "job": "gpulens",
+        "instance": instance,
+        "gpu": gpu,
+        "severity": "warning",
+        "gpulens_dashboard": "http://dash",
+    }
+    return {
+        "labels": labels,
+        "annotations": {},
+        "fingerprint": fingerprint,
+        "receivers": [{"name": "gpulens-chat"}],
+        "startsAt": "2026-12-01T12:00:00Z",
+        "endsAt": "2026-12-01T12:10:00Z",
+        "updatedAt": "2026-12-01T12:00:00Z",
+        "status": {"state": state, "silencedBy": list(silenced), "inhibitedBy": list(inhibited)},
+    }
 
 
-PROMETHEUS_ALERTS = {"status": "success", "data": {"alerts": [
-    firing("GpulensGpuHeldIdle", "node-a", "0"), firing("GpulensGpuHeldIdle", "node-b", "1"),
-    firing("GpulensGpuXidError", "node-c", "2"), firing("GpulensGpuDataStarved", "node-d", "3"),
-    firing("GpulensGpuUnderutilized", "node-e", "4", state="pending")]}}
+PROMETHEUS_ALERTS = {
+    "status": "success",
+    "data": {
+        "alerts": [
+            firing("GpulensGpuHeldIdle", "node-a", "0"),
+            firing("GpulensGpuHeldIdle", "node-b", "1"),
+            firing("GpulensGpuXidError", "node-c", "2"),
+            firing("GpulensGpuDataStarved", "node-d", "3"),
+            firing("GpulensGpuUnderutilized", "node-e", "4", state="pending"),
+        ]
+    },
+}
 HELD = [
     held("GpulensGpuHeldIdle", "node-a", "0", "aaaa"),
     held("GpulensGpuHeldIdle", "node-b", "1", "bbbb", "suppressed", silenced=["5e1f"]),
@@ -39,12 +64,26 @@ HELD = [
     held("GpulensGpuXidError", "node-c", "2", "dddd", "suppressed", inhibited=["cccc"]),
 ]
 SILENCES = [
-    {"id": "5e1f", "status": {"state": "active"}, "createdBy": "ops", "comment": "node-b in maintenance",
-     "startsAt": "2026-12-01T11:00:00Z", "endsAt": "2026-12-01T15:00:00Z",
-     "matchers": [{"name": "instance", "value": "node-b", "isRegex": False, "isEqual": True},
-                  {"name": "alertname", "value": "Gpulens.*", "isRegex": True}]},
-    {"id": "0ld", "status": {"state": "expired"}, "createdBy": "ops", "comment": "over",
-     "endsAt": "2026-11-01T00:00:00Z", "matchers": [{"name": "instance", "value": "node-z", "isRegex": False}]},
+    {
+        "id": "5e1f",
+        "status": {"state": "active"},
+        "createdBy": "ops",
+        "comment": "node-b in maintenance",
+        "startsAt": "2026-12-01T11:00:00Z",
+        "endsAt": "2026-12-01T15:00:00Z",
+        "matchers": [
+            {"name": "instance", "value": "node-b", "isRegex": False, "isEqual": True},
+            {"name": "alertname", "value": "Gpulens.*", "isRegex": True},
+        ],
+    },
+    {
+        "id": "0ld",
+        "status": {"state": "expired"},
+        "createdBy": "ops",
+        "comment": "over",
+        "endsAt": "2026-11-01T00:00:00Z",
+        "matchers": [{"name": "instance", "value": "node-z", "isRegex": False}],
+    },
 ]
 
 
@@ -65,7 +104,9 @@ def test_each_alert_says_whether_it_was_sent_silenced_or_inhibited():
     notices = {(a.name, a.node): (a.notice, a.notice_why) for a in result.value.alerts}
     assert notices[("GpulensGpuHeldIdle", "node-a")] == ("sent", "")
     assert notices[("GpulensGpuHeldIdle", "node-b")] == (
-        "silenced", 'instance="node-b", alertname=~"Gpulens.*" by ops: node-b in maintenance')
+        "silenced",
+        'instance="node-b", alertname=~"Gpulens.*" by ops: node-b in maintenance',
+    )
     assert notices[("GpulensGpuXidError", "node-c")] == ("inhibited", "GpulensGpuLost on node-c GPU 2")
     assert notices[("GpulensGpuDataStarved", "node-d")] == ("not in Alertmanager", "")
     assert notices[("GpulensGpuUnderutilized", "node-e")] == ("", "")  # pending: Prometheus does not send it
@@ -75,12 +116,15 @@ def test_each_alert_says_whether_it_was_sent_silenced_or_inhibited():
     assert any(path.startswith("/api/v2/alerts?") and "inhibited=true" in path for path, _ in asked)
 
 
-@pytest.mark.parametrize(("reply", "said"), [
-    (json_reply([{"labels": {}}]), "answered /api/v2/alerts with alerts[0]: missing key 'status'"),
-    (json_reply({"alerts": []}), "answered /api/v2/alerts with alerts: expected a list, got a mapping"),
-    ((200, "text/html", b"<html>login</html>", 0.0), "not JSON; is --alertmanager Alertmanager itself"),
-    (json_reply({"error": "not found"}, 404), "HTTP 404; is --alertmanager Alertmanager itself, version 0.16"),
-])
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (json_reply([{"labels": {}}]), "answered /api/v2/alerts with alerts[0]: missing key 'status'"),
+        (json_reply({"alerts": []}), "answered /api/v2/alerts with alerts: expected a list, got a mapping"),
+        ((200, "text/html", b"<html>login</html>", 0.0), "not JSON; is --alertmanager Alertmanager itself"),
+        (json_reply({"error": "not found"}, 404), "HTTP 404; is --alertmanager Alertmanager itself, version 0.16"),
+    ],
+)
 def test_a_bad_alertmanager_costs_the_notices_and_keeps_the_alerts(reply, said):
     def mixed(path: str):
         return json_reply(PROMETHEUS_ALERTS) if path.startswith("/api/v1/alerts") else reply
@@ -97,5 +141,6 @@ def test_alertmanager_needs_prometheus_and_a_url():
     with pytest.raises(ConfigError, match="GPULENS_DASHBOARD_ALERTMANAGER needs Prometheus"):
         from_environment({"GPULENS_DASHBOARD_AGENTS": "http://127.0.0.1:1", "GPULENS_DASHBOARD_ALERTMANAGER": "x"})
     with pytest.raises(ConfigError):
-        from_environment({"GPULENS_DASHBOARD_PROMETHEUS": "http://127.0.0.1:1",
-                          "GPULENS_DASHBOARD_ALERTMANAGER": "not a url"})
+        from_environment(
+            {"GPULENS_DASHBOARD_PROMETHEUS": "http://127.0.0.1:1", "GPULENS_DASHBOARD_ALERTMANAGER": "not a url"}
+        )

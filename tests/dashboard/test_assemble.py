@@ -17,9 +17,18 @@ def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_an
     by_index = {g.gpu: g for g in gpus}
     idle, starved, free = by_index["1"], by_index["2"], by_index["3"]
     assert (idle.state, idle.reason, idle.tip, idle.user, idle.namespace) == (
-        "idle", "no_kernels", "release_idle_gpu", "bob", "research")
-    assert (starved.state, starved.job_kind, starved.job_id, starved.user) == ("data_starved", "slurm", "81234",
-                                                                              "carol")
+        "idle",
+        "no_kernels",
+        "release_idle_gpu",
+        "bob",
+        "research",
+    )
+    assert (starved.state, starved.job_kind, starved.job_id, starved.user) == (
+        "data_starved",
+        "slurm",
+        "81234",
+        "carol",
+    )
     assert starved.evidence["data_wait_ratio"] == pytest.approx(0.72, abs=0.05)
     assert free.state == "free" and free.job_id == "" and free.wasted_seconds == 0
     assert idle.wasted_seconds == pytest.approx(90, abs=1.5)  # idle since it was taken
@@ -30,16 +39,29 @@ def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_an
 
 def test_jobs_sum_gpu_seconds_over_nodes_and_join_in_job_series_by_gpu_uuid():
     samples = [
-        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "a", "job_kind": "slurm", "job_id": "7",
-                                                       "state": "busy"}, 100.0),
-        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "b", "job_kind": "slurm", "job_id": "7",
-                                                       "state": "busy"}, 50.0),
-        Sample("gpulens_job_gpu_state_seconds_total", {"instance": "b", "job_kind": "slurm", "job_id": "7",
-                                                       "state": "idle"}, 25.0),
-        Sample("gpulens_gpu_allocation_info", {"instance": "a", "gpu": "0", "uuid": "U0", "job_kind": "slurm",
-                                               "job_id": "7"}),
-        Sample("gpulens_gpu_allocation_info", {"instance": "b", "gpu": "0", "uuid": "U1", "job_kind": "slurm",
-                                               "job_id": "7"}),
+        Sample(
+            "gpulens_job_gpu_state_seconds_total",
+            {"instance": "a", "job_kind": "slurm", "job_id": "7", "state": "busy"},
+            100.0,
+        ),
+        Sample(
+            "gpulens_job_gpu_state_seconds_total",
+            {"instance": "b", "job_kind": "slurm", "job_id": "7", "state": "busy"},
+            50.0,
+        ),
+        Sample(
+            "gpulens_job_gpu_state_seconds_total",
+            {"instance": "b", "job_kind": "slurm", "job_id": "7", "state": "idle"},
+            25.0,
+        ),
+        Sample(
+            "gpulens_gpu_allocation_info",
+            {"instance": "a", "gpu": "0", "uuid": "U0", "job_kind": "slurm", "job_id": "7"},
+        ),
+        Sample(
+            "gpulens_gpu_allocation_info",
+            {"instance": "b", "gpu": "0", "uuid": "U1", "job_kind": "slurm", "job_id": "7"},
+        ),
         Sample("gpulens_job_data_wait_ratio", {"instance": "a", "pid": "1", "gpu_uuid": "U0"}, 0.1),
         Sample("gpulens_job_data_wait_ratio", {"instance": "b", "pid": "2", "gpu_uuid": "U1"}, 0.4),
         Sample("gpulens_job_torch_allocated_bytes", {"instance": "a", "pid": "1", "gpu_uuid": "U0"}, 1e9),
@@ -67,21 +89,26 @@ def test_probe_results_pair_values_with_their_peak_ratio_and_model():
     ]
     results = assemble.probe_results(samples)
     assert [(r.test, r.unit, r.value, r.peak_ratio) for r in results] == [
-        ("bandwidth h2d pinned", "B/s", 5.3e10, 0.84), ("matmul bf16", "FLOP/s", 7.9e14, 0.8)]
+        ("bandwidth h2d pinned", "B/s", 5.3e10, 0.84),
+        ("matmul bf16", "FLOP/s", 7.9e14, 0.8),
+    ]
     assert {r.model for r in results} == {"NVIDIA H100 80GB HBM3"} and results[0].when == 1.7e9
 
 
 def test_gpus_without_a_verdict_are_unknown_and_named_once_per_node():
-    samples = [Sample("gpulens_gpu_info", {"instance": "a", "gpu": str(i), "uuid": f"U{i}", "model": "m"})
-               for i in range(3)]
+    samples = [
+        Sample("gpulens_gpu_info", {"instance": "a", "gpu": str(i), "uuid": f"U{i}", "model": "m"}) for i in range(3)
+    ]
     gpus, problems = assemble.fleet_gpus(samples)
     assert [g.state for g in gpus] == ["unknown"] * 3
     assert len(problems) == 1 and "no verdict for 3 GPU(s)" in problems[0].what
 
 
 def test_gpus_sort_by_node_then_numeric_index():
-    samples = [Sample("gpulens_gpu_info", {"instance": node, "gpu": gpu, "uuid": node + gpu})
-               for node, gpu in (("b", "0"), ("a", "10"), ("a", "2"))]
+    samples = [
+        Sample("gpulens_gpu_info", {"instance": node, "gpu": gpu, "uuid": node + gpu})
+        for node, gpu in (("b", "0"), ("a", "10"), ("a", "2"))
+    ]
     assert [(g.node, g.gpu) for g in assemble.fleet_gpus(samples)[0]] == [("a", "2"), ("a", "10"), ("b", "0")]
 
 
@@ -91,14 +118,20 @@ def test_a_text_that_is_not_an_exposition_raises_value_error():
 
 
 def test_detail_fills_evidence_and_memory_of_the_exact_gpu_only():
-    gpus, _ = assemble.fleet_gpus([Sample("gpulens_gpu_info", {"instance": node, "gpu": "0", "uuid": "GPU-1"})
-                                   for node in ("a", "b")])
+    gpus, _ = assemble.fleet_gpus(
+        [Sample("gpulens_gpu_info", {"instance": node, "gpu": "0", "uuid": "GPU-1"}) for node in ("a", "b")]
+    )
     # Node b's sample carries the same UUID (a node's answer repeated under another name): it must not leak.
-    samples = [Sample("gpulens_gpu_diagnosis_evidence", {"instance": "a", "gpu": "0", "uuid": "GPU-1",
-                                                         "evidence": "busy_ratio"}, 0.25),
-               Sample("gpulens_gpu_memory_used_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**30),
-               Sample("gpulens_gpu_memory_total_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**34),
-               Sample("gpulens_gpu_memory_used_bytes", {"instance": "b", "gpu": "1", "uuid": "GPU-1"}, 5.0)]
+    samples = [
+        Sample(
+            "gpulens_gpu_diagnosis_evidence",
+            {"instance": "a", "gpu": "0", "uuid": "GPU-1", "evidence": "busy_ratio"},
+            0.25,
+        ),
+        Sample("gpulens_gpu_memory_used_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**30),
+        Sample("gpulens_gpu_memory_total_bytes", {"instance": "a", "gpu": "0", "uuid": "GPU-1"}, 2.0**34),
+        Sample("gpulens_gpu_memory_used_bytes", {"instance": "b", "gpu": "1", "uuid": "GPU-1"}, 5.0),
+    ]
     a, b = assemble.with_detail(gpus, samples)
     assert (a.evidence, a.memory_used_bytes, a.memory_total_bytes) == ({"busy_ratio": 0.25}, 2.0**30, 2.0**34)
     assert b == gpus[1]  # nothing matched node b GPU 0

@@ -111,9 +111,14 @@ def test_a_wrong_url_is_named_without_its_password(monkeypatch):
 def test_an_echoed_credential_is_redacted_from_the_problem():
     problems = []
     with fake_server(REPLIES["echoed in an error"]) as (url, _):
-        for api in (PrometheusApi(url, Credentials(bearer_token=TOKEN), timeout=2),
-                    PrometheusApi(url.replace("http://", f"http://reader:{URL_PASSWORD}@"),
-                                  Credentials(basic_auth=("grafana", PASSWORD)), timeout=2)):
+        for api in (
+            PrometheusApi(url, Credentials(bearer_token=TOKEN), timeout=2),
+            PrometheusApi(
+                url.replace("http://", f"http://reader:{URL_PASSWORD}@"),
+                Credentials(basic_auth=("grafana", PASSWORD)),
+                timeout=2,
+            ),
+        ):
             with pytest.raises(HttpError) as raised:
                 api.query("up")
             problems.append(raised.value)
@@ -129,20 +134,38 @@ def _tree(process: psutil.Process) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("flag", "content", "variable"), [
-    ("--bearer-token-file", TOKEN, BEARER_TOKEN),
-    ("--basic-auth-file", f"grafana:{PASSWORD}", BASIC_AUTH),
-])
-def test_gpulens_dashboard_passes_the_credentials_by_environment_never_by_command_line(tmp_path, flag, content,
-                                                                                       variable):
+@pytest.mark.parametrize(
+    ("flag", "content", "variable"),
+    [
+        ("--bearer-token-file", TOKEN, BEARER_TOKEN),
+        ("--basic-auth-file", f"grafana:{PASSWORD}", BASIC_AUTH),
+    ],
+)
+def test_gpulens_dashboard_passes_the_credentials_by_environment_never_by_command_line(
+    tmp_path, flag, content, variable
+):
     secret_file = tmp_path / "secret"
     secret_file.write_text(content + "\n")
-    with fake_server(lambda path: json_reply({"status": "success", "data": {"resultType": "vector",
-                                                                            "result": []}})) as (url, _):
+    with fake_server(
+        lambda path: json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
+    ) as (url, _):
         process = subprocess.Popen(
-            [sys.executable, "-m", "gpulens.cli", "dashboard", "--prometheus", url, "--port", str(free_port()),
-             flag, str(secret_file)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "dashboard",
+                "--prometheus",
+                url,
+                "--port",
+                str(free_port()),
+                flag,
+                str(secret_file),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             lines = [process.stdout.readline(), process.stdout.readline()]
             assert lines[1].startswith("http://127.0.0.1:"), (lines, process.stderr.read() if process.poll() else "")
@@ -161,7 +184,21 @@ def test_gpulens_dashboard_passes_the_credentials_by_environment_never_by_comman
 
 def test_a_token_and_a_password_together_are_refused(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "gpulens.cli", "dashboard", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file",
-         str(tmp_path / "t"), "--basic-auth-file", str(tmp_path / "b")], capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "dashboard",
+            "--prometheus",
+            "http://127.0.0.1:9",
+            "--bearer-token-file",
+            str(tmp_path / "t"),
+            "--basic-auth-file",
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "not allowed with argument" in result.stderr and len(result.stderr.splitlines()) == 1

@@ -74,9 +74,18 @@ def test_the_browser_shows_flagged_gpus_and_their_tips(demo, tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = require_tool("chromium", "Debian package 'chromium'")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,2400"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1400,2400",
+    ):
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(driver_path), options=options)
     try:
@@ -160,22 +169,39 @@ def test_a_port_in_use_is_one_clear_line():
         result = subprocess.run([*GPULENS, "demo", "--port", str(port)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"gpulens demo: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port with --port"]
+        f"gpulens demo: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port with --port"
+    ]
 
 
-@pytest.mark.parametrize(("args", "code", "said"), [
-    (["dashboard"], 2, "one of the arguments --prometheus --agents is required"),
-    (["dashboard", "--agents", "gpu-node:10906"], 1, "--agents: agent URL 'gpu-node:10906' is not http://HOST:PORT"),
-    (["dashboard", "--prometheus", "prometheus:9090"], 1, "is not an http:// or https:// URL"),
-    (["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"], 1,
-     "cannot read the bearer token file"),
-    (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
-    (["demo", "--prometheus", "--victoriametrics"], 2, "argument --victoriametrics: not allowed with argument"),
-    (["dashboard", "--agents", "http://a:10906", "--alertmanager", "http://am:9093"], 2,
-     "--alertmanager goes with --prometheus"),
-    (["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am:9093"], 1,
-     "--alertmanager: 'am:9093' is not an http:// or https:// URL"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["dashboard"], 2, "one of the arguments --prometheus --agents is required"),
+        (
+            ["dashboard", "--agents", "gpu-node:10906"],
+            1,
+            "--agents: agent URL 'gpu-node:10906' is not http://HOST:PORT",
+        ),
+        (["dashboard", "--prometheus", "prometheus:9090"], 1, "is not an http:// or https:// URL"),
+        (
+            ["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"],
+            1,
+            "cannot read the bearer token file",
+        ),
+        (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
+        (["demo", "--prometheus", "--victoriametrics"], 2, "argument --victoriametrics: not allowed with argument"),
+        (
+            ["dashboard", "--agents", "http://a:10906", "--alertmanager", "http://am:9093"],
+            2,
+            "--alertmanager goes with --prometheus",
+        ),
+        (
+            ["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am:9093"],
+            1,
+            "--alertmanager: 'am:9093' is not an http:// or https:// URL",
+        ),
+    ],
+)
 def test_usage_mistakes_are_one_line_and_a_non_zero_exit(args, code, said):
     result = subprocess.run([*GPULENS, *args], capture_output=True, text=True, timeout=60)
     assert result.returncode == code
@@ -187,7 +213,11 @@ def test_a_basic_auth_file_without_a_colon_is_refused():
     with tempfile.NamedTemporaryFile("w", suffix=".auth") as auth:
         auth.write("justauser\n")
         auth.flush()
-        result = subprocess.run([*GPULENS, "dashboard", "--prometheus", "http://p:9090", "--basic-auth-file",
-                                 auth.name], capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*GPULENS, "dashboard", "--prometheus", "http://p:9090", "--basic-auth-file", auth.name],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert result.returncode == 1 and "must hold USER:PASSWORD" in result.stderr
     assert "justauser" not in result.stderr

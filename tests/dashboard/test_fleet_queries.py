@@ -19,16 +19,19 @@ def promtool_test(tmp_path, series: list[tuple[str, str]], checks: list[tuple[st
     test = {
         "rule_files": ["empty.rules.yml"],
         "evaluation_interval": "15s",
-        "tests": [{
-            "interval": "15s",
-            "input_series": [{"series": s, "values": v} for s, v in series],
-            "promql_expr_test": [{"expr": e, "eval_time": t, "exp_samples": samples} for e, t, samples in checks],
-        }],
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [{"series": s, "values": v} for s, v in series],
+                "promql_expr_test": [{"expr": e, "eval_time": t, "exp_samples": samples} for e, t, samples in checks],
+            }
+        ],
     }
     path = tmp_path / "fleet.test.yml"
     path.write_text(yaml.safe_dump(test, sort_keys=False))
-    result = subprocess.run([require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [require_tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -57,6 +57,7 @@ def assert_nothing_from_the_fleet(at: AppTest, source: FakeSource) -> None:
 
 # -- the decision ---------------------------------------------------------------------------------
 
+
 def test_without_auth_the_dashboard_is_open():
     assert access.decide(False, {"email": "test@example.com"}, access.AllowList()).kind == access.OPEN
 
@@ -69,14 +70,23 @@ def test_with_auth_a_viewer_must_log_in_and_then_sees_the_fleet():
 
 
 def test_the_allow_list_admits_addresses_and_domains_case_blind():
-    allowed = access.allow_list({"allowed_emails": ["Eve@Elsewhere.net"], "allowed_domains": "example.org"},
-                                {access.ALLOWED_DOMAINS: "@Research.Example.COM, "})
-    assert allowed == access.AllowList(frozenset({"eve@elsewhere.net"}),
-                                       frozenset({"example.org", "research.example.com"}))
+    allowed = access.allow_list(
+        {"allowed_emails": ["Eve@Elsewhere.net"], "allowed_domains": "example.org"},
+        {access.ALLOWED_DOMAINS: "@Research.Example.COM, "},
+    )
+    assert allowed == access.AllowList(
+        frozenset({"eve@elsewhere.net"}), frozenset({"example.org", "research.example.com"})
+    )
     assert allowed.admits("ADA@example.org") and allowed.admits("eve@elsewhere.net")
     assert allowed.admits("bob@research.example.com")
-    for stranger in ("mallory@elsewhere.net", "ada@example.org.evil.net", "ada@sub.example.org", "example.org",
-                     "@example.org", ""):
+    for stranger in (
+        "mallory@elsewhere.net",
+        "ada@example.org.evil.net",
+        "ada@sub.example.org",
+        "example.org",
+        "@example.org",
+        "",
+    ):
         assert not allowed.admits(stranger), stranger
 
 
@@ -90,8 +100,10 @@ def test_the_allow_list_refuses_others_and_unverified_addresses():
 
 
 def test_a_login_that_cannot_be_enforced_shows_nothing():
-    for decision in (access.decide(False, ADA, access.AllowList(emails=frozenset({"ada@example.org"}))),
-                     access.decide(False, ADA, access.AllowList(), required=True)):
+    for decision in (
+        access.decide(False, ADA, access.AllowList(emails=frozenset({"ada@example.org"}))),
+        access.decide(False, ADA, access.AllowList(), required=True),
+    ):
         assert decision.kind == access.MISCONFIGURED and not decision.shows_fleet
         assert "[auth]" in decision.why
 
@@ -102,14 +114,22 @@ def test_providers_offer_one_button_each():
     assert access.providers(named) == ("google", "okta")
 
 
-@pytest.mark.parametrize(("secrets", "said"), [
-    ({}, "has no [auth] section"),
-    ({"auth": {**AUTH, "cookie_secret": ""}}, "has no cookie_secret in [auth]"),
-    ({"auth": {k: v for k, v in AUTH.items() if k != "redirect_uri"}}, "has no redirect_uri in [auth]"),
-    ({"auth": {k: v for k, v in AUTH.items() if k != "server_metadata_url"}}, "has no server_metadata_url in [auth]"),
-    ({"auth": {"redirect_uri": "r", "cookie_secret": "c", "okta": {"client_id": "o"}}},
-     "has no client_secret in [auth.okta]"),
-])
+@pytest.mark.parametrize(
+    ("secrets", "said"),
+    [
+        ({}, "has no [auth] section"),
+        ({"auth": {**AUTH, "cookie_secret": ""}}, "has no cookie_secret in [auth]"),
+        ({"auth": {k: v for k, v in AUTH.items() if k != "redirect_uri"}}, "has no redirect_uri in [auth]"),
+        (
+            {"auth": {k: v for k, v in AUTH.items() if k != "server_metadata_url"}},
+            "has no server_metadata_url in [auth]",
+        ),
+        (
+            {"auth": {"redirect_uri": "r", "cookie_secret": "c", "okta": {"client_id": "o"}}},
+            "has no client_secret in [auth.okta]",
+        ),
+    ],
+)
 def test_an_incomplete_auth_section_is_named(secrets, said):
     assert access.auth_problem(secrets) == said
 
@@ -119,6 +139,7 @@ def test_a_complete_auth_section_passes():
 
 
 # -- the app and its pages ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("script", ["app", *PAGES])
 def test_not_logged_in_shows_a_login_button_and_nothing_from_the_fleet(script):
@@ -148,7 +169,8 @@ def test_a_viewer_not_on_the_allow_list_gets_one_line_and_nothing_else(script):
     at = run(path, EVE, {"auth": AUTH, "gpulens": {"allowed_domains": ["example.org"]}}, source)
     assert [e.value for e in at.error] == [
         "eve@elsewhere.net is not allowed to see this dashboard; ask its operator to add the address or its "
-        "domain to the allow-list"]
+        "domain to the allow-list"
+    ]
     assert [b.label for b in at.button] == ["Log out"]
     assert_nothing_from_the_fleet(at, source)
 
@@ -164,9 +186,12 @@ def test_the_allow_list_from_the_environment_admits_its_domain(monkeypatch):
 
 
 def test_one_button_per_named_provider():
-    auth = {"redirect_uri": AUTH["redirect_uri"], "cookie_secret": "c",
-            "google": {"client_id": "g", "client_secret": "s", "server_metadata_url": "https://g/"},
-            "okta": {"client_id": "o", "client_secret": "s", "server_metadata_url": "https://o/"}}
+    auth = {
+        "redirect_uri": AUTH["redirect_uri"],
+        "cookie_secret": "c",
+        "google": {"client_id": "g", "client_secret": "s", "server_metadata_url": "https://g/"},
+        "okta": {"client_id": "o", "client_secret": "s", "server_metadata_url": "https://o/"},
+    }
     at = run(DASHBOARD / "app.py", NOBODY, {"auth": auth})
     assert [b.label for b in at.button] == ["Log in with google", "Log in with okta"]
 
@@ -189,22 +214,30 @@ def test_without_auth_the_pages_stay_open():
 
 # -- gpulens dashboard --auth-file ------------------------------------------------------------------
 
+
 def _toml(auth: dict) -> str:
     return "[auth]\n" + "".join(f'{key} = "{value}"\n' for key, value in auth.items())
 
 
-@pytest.mark.parametrize(("content", "said"), [
-    (None, "cannot read the auth file"),
-    ("[auth\nredirect_uri = 1", "is not valid TOML"),
-    ("[gpulens]\nallowed_domains = ['example.org']\n", "has no [auth] section"),
-    (_toml({k: v for k, v in AUTH.items() if k != "client_secret"}), "has no client_secret in [auth]"),
-])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "cannot read the auth file"),
+        ("[auth\nredirect_uri = 1", "is not valid TOML"),
+        ("[gpulens]\nallowed_domains = ['example.org']\n", "has no [auth] section"),
+        (_toml({k: v for k, v in AUTH.items() if k != "client_secret"}), "has no client_secret in [auth]"),
+    ],
+)
 def test_a_broken_auth_file_stops_the_start_with_one_line(tmp_path, content, said):
     path = tmp_path / "secrets.toml"
     if content is not None:
         path.write_text(content)
-    result = subprocess.run([sys.executable, "-m", "gpulens.cli", "dashboard", "--agents", "http://127.0.0.1:9",
-                             "--auth-file", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", "dashboard", "--agents", "http://127.0.0.1:9", "--auth-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and result.stdout == ""
     assert said in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
     assert AUTH["client_secret"] not in result.stderr and AUTH["cookie_secret"] not in result.stderr
@@ -214,9 +247,23 @@ def test_a_broken_auth_file_stops_the_start_with_one_line(tmp_path, content, sai
 def test_an_auth_file_reaches_streamlit_by_path_and_requires_the_login(tmp_path):
     path = tmp_path / "secrets.toml"
     path.write_text(_toml(AUTH) + '\n[gpulens]\nallowed_domains = ["example.org"]\n')
-    process = subprocess.Popen([sys.executable, "-m", "gpulens.cli", "dashboard", "--agents", "http://127.0.0.1:9",
-                                "--port", str(free_port()), "--auth-file", str(path)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "dashboard",
+            "--agents",
+            "http://127.0.0.1:9",
+            "--port",
+            str(free_port()),
+            "--auth-file",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = [process.stdout.readline(), process.stdout.readline()]
         assert lines[1].startswith("http://127.0.0.1:"), lines

@@ -28,8 +28,11 @@ def run(page: str, source, **query) -> AppTest:
 
 def text(at: AppTest) -> str:
     """Everything the page wrote as text (markdown, captions, alerts, titles)."""
-    parts = [e.value for kind in ("title", "subheader", "markdown", "caption", "warning", "error", "info", "success")
-             for e in getattr(at, kind)]
+    parts = [
+        e.value
+        for kind in ("title", "subheader", "markdown", "caption", "warning", "error", "info", "success")
+        for e in getattr(at, kind)
+    ]
     return "\n".join(str(p) for p in parts)
 
 
@@ -41,8 +44,14 @@ def charts(at: AppTest) -> int:
 def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_first():
     at = run("fleet", FakeSource())
     counts = {m.label: m.value for m in at.metric}
-    assert counts == {"Idle (held, no work)": "1", "Starved for data": "1", "Underused": "0", "Busy": "1",
-                      "Free": "1", "Unknown": "0"}
+    assert counts == {
+        "Idle (held, no work)": "1",
+        "Starved for data": "1",
+        "Underused": "0",
+        "Busy": "1",
+        "Free": "1",
+        "Unknown": "0",
+    }
     assert charts(at) == 1  # the node-by-GPU map
     page = text(at)
     assert "Flagged GPUs (3)" in page
@@ -94,8 +103,9 @@ def test_fleet_shows_one_banner_for_every_problem_and_still_shows_the_gpus():
 
 
 def test_fleet_with_nothing_readable_says_so_in_words():
-    at = run("fleet", FakeSource(gpus=(), problems=(SourceProblem("Prometheus at http://p:9090",
-                                                                  "cannot be reached"),)))
+    at = run(
+        "fleet", FakeSource(gpus=(), problems=(SourceProblem("Prometheus at http://p:9090", "cannot be reached"),))
+    )
     assert "cannot be reached" in at.warning[0].value
     assert "No GPUs to show yet" in at.info[0].value
 
@@ -180,10 +190,14 @@ def test_alerts_page_links_each_alert_to_its_gpu():
 
 def test_alerts_page_says_what_alertmanager_did_and_lists_the_silences():
     silenced = replace(ALERTS[0], notice="silenced", notice_why='instance="node-a" by ops: maintenance')
-    inhibited = replace(ALERTS[0], name="GpulensGpuXidError", notice="inhibited",
-                        notice_why="GpulensGpuLost on node-a GPU 1")
-    alerts = Alerts((silenced, inhibited), alertmanager="Alertmanager at http://am:9093",
-                    silences=(SilenceShown('instance="node-a"', "ops", "maintenance", NOW + 7200),))
+    inhibited = replace(
+        ALERTS[0], name="GpulensGpuXidError", notice="inhibited", notice_why="GpulensGpuLost on node-a GPU 1"
+    )
+    alerts = Alerts(
+        (silenced, inhibited),
+        alertmanager="Alertmanager at http://am:9093",
+        silences=(SilenceShown('instance="node-a"', "ops", "maintenance", NOW + 7200),),
+    )
     at = run("alerts", FakeSource(alerts_=alerts))
     page = text(at)
     assert 'Alertmanager: silenced: instance="node-a" by ops: maintenance' in page

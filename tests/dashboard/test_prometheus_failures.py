@@ -24,20 +24,32 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
     return PrometheusSource(PrometheusApi(url, credentials, timeout))
 
 
-@pytest.mark.parametrize(("reply", "said", "lines"), [
-    # An error about a query names the query: one line per failed query.
-    (json_reply({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400),
-     "answered an error to 'gpulens_gpu_verdict_info", 7),
-    (json_reply({"status": "error", "errorType": "execution", "error": "query timed out"}, 503),
-     "execution: query timed out", 7),
-    # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
-    ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
-    (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
-    (json_reply({"status": "error"}, 401), "check the bearer token", 1),
-    (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 7),
-    (json_reply({"status": "success", "data": {"resultType": "vector", "result": [{"value": 1}]}}),
-     "malformed series", 7),
-])
+@pytest.mark.parametrize(
+    ("reply", "said", "lines"),
+    [
+        # An error about a query names the query: one line per failed query.
+        (
+            json_reply({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400),
+            "answered an error to 'gpulens_gpu_verdict_info",
+            7,
+        ),
+        (
+            json_reply({"status": "error", "errorType": "execution", "error": "query timed out"}, 503),
+            "execution: query timed out",
+            7,
+        ),
+        # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
+        ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
+        (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
+        (json_reply({"status": "error"}, 401), "check the bearer token", 1),
+        (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 7),
+        (
+            json_reply({"status": "success", "data": {"resultType": "vector", "result": [{"value": 1}]}}),
+            "malformed series",
+            7,
+        ),
+    ],
+)
 def test_a_bad_answer_is_a_problem_and_no_exception(reply, said, lines):
     with fake_server(lambda path: reply) as (url, _):
         answer = source(url).fleet(3600)
@@ -95,7 +107,7 @@ def test_queries_per_refresh_are_fixed_whatever_the_answer():
         assert len(asked) == 8
         queries = [urllib.parse.unquote_plus(path) for path, _ in asked]
         recorded = next(i for i, q in enumerate(queries) if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in q)
-        assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1:])
+        assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1 :])
         s.gpu_history("node", "0", 3600)
         assert len(asked) == 12
         s.jobs()
@@ -126,34 +138,70 @@ def test_urls_are_checked_and_shown_without_secrets():
 
 
 def test_the_environment_configures_the_source():
-    built = from_environment({"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090",
-                              "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw"})
+    built = from_environment(
+        {"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw"}
+    )
     assert built.name == "Prometheus at http://p:9090"
     from gpulens.dashboard.sources import ConfigError
 
-    for environ, said in (({}, "no source configured"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_DASHBOARD_AGENTS": "http://a"},
-                           "choose one"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops"},
-                           "USER:PASSWORD"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw",
-                            "GPULENS_PROMETHEUS_BEARER_TOKEN": "t"}, "keep one"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://u:pw@p:9090",
-                            "GPULENS_PROMETHEUS_BEARER_TOKEN": "t"}, "user:password@ and a bearer token; keep one"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090/?x=1"}, "has a query or fragment"),
-                          ({"GPULENS_DASHBOARD_AGENTS": "http://a:10906", "GPULENS_AGENT_CA_FILE": "/absent.pem"},
-                           "GPULENS_AGENT_CA_FILE: '/absent.pem' cannot be read"),
-                          ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http")):
+    for environ, said in (
+        ({}, "no source configured"),
+        ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_DASHBOARD_AGENTS": "http://a"}, "choose one"),
+        ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops"}, "USER:PASSWORD"),
+        (
+            {
+                "GPULENS_DASHBOARD_PROMETHEUS": "http://p",
+                "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw",
+                "GPULENS_PROMETHEUS_BEARER_TOKEN": "t",
+            },
+            "keep one",
+        ),
+        (
+            {"GPULENS_DASHBOARD_PROMETHEUS": "http://u:pw@p:9090", "GPULENS_PROMETHEUS_BEARER_TOKEN": "t"},
+            "user:password@ and a bearer token; keep one",
+        ),
+        ({"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090/?x=1"}, "has a query or fragment"),
+        (
+            {"GPULENS_DASHBOARD_AGENTS": "http://a:10906", "GPULENS_AGENT_CA_FILE": "/absent.pem"},
+            "GPULENS_AGENT_CA_FILE: '/absent.pem' cannot be read",
+        ),
+        ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http"),
+    ):
         with pytest.raises(ConfigError, match=said):
             from_environment(environ)
 
 
 def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it():
-    recorded = json_reply({"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"instance": "n", "gpu": "0", "uuid": "U"}, "value": [1, "5400"]}]}})
-    verdict = json_reply({"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": {"__name__": "gpulens_gpu_verdict_info", "instance": "n", "gpu": "0", "uuid": "U",
-                    "state": "idle", "reason": "no_kernels"}, "value": [1, "1"]}]}})
+    recorded = json_reply(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "vector",
+                "result": [{"metric": {"instance": "n", "gpu": "0", "uuid": "U"}, "value": [1, "5400"]}],
+            },
+        }
+    )
+    verdict = json_reply(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "vector",
+                "result": [
+                    {
+                        "metric": {
+                            "__name__": "gpulens_gpu_verdict_info",
+                            "instance": "n",
+                            "gpu": "0",
+                            "uuid": "U",
+                            "state": "idle",
+                            "reason": "no_kernels",
+                        },
+                        "value": [1, "1"],
+                    }
+                ],
+            },
+        }
+    )
 
     def answer(path: str):
         query = urllib.parse.unquote_plus(path)
@@ -165,8 +213,9 @@ def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it()
         answer_ = source(url).fleet(86400)
     (gpu,) = answer_.value.gpus
     assert (gpu.state, gpu.wasted_seconds) == ("idle", 5400)
-    assert len(asked) == 7 and not any("gpulens_gpu_state_seconds_total" in urllib.parse.unquote_plus(p)
-                                       for p, _ in asked)
+    assert len(asked) == 7 and not any(
+        "gpulens_gpu_state_seconds_total" in urllib.parse.unquote_plus(p) for p, _ in asked
+    )
 
 
 def test_the_collector_pause_lasts_while_any_block_is_inside_and_keeps_a_disabled_collector_disabled():
@@ -187,8 +236,12 @@ def test_the_collector_pause_lasts_while_any_block_is_inside_and_keeps_a_disable
 
 
 def vector(*metrics: dict) -> tuple:
-    return json_reply({"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": m, "value": [1, "1"]} for m in metrics]}})
+    return json_reply(
+        {
+            "status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": m, "value": [1, "1"]} for m in metrics]},
+        }
+    )
 
 
 def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict_and_many_do_not_ask():
@@ -201,23 +254,35 @@ def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict_and_man
             if query.startswith("/api/v1/query?query=group by (instance, gpu, uuid, model)"):
                 return vector(*({**gpu(i), "model": "H100"} for i in range(gpus)))
             if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info&"):  # all but GPU 0
-                return vector(*({"__name__": "gpulens_gpu_verdict_info", **gpu(i), "state": "busy"}
-                                for i in range(1, gpus)))
+                return vector(
+                    *({"__name__": "gpulens_gpu_verdict_info", **gpu(i), "state": "busy"} for i in range(1, gpus))
+                )
             if query.startswith("/api/v1/query?query=last_over_time(gpulens_gpu_verdict_info{"):
-                return vector({"__name__": "gpulens_gpu_verdict_info", **gpu(0), "state": "idle"},
-                              {"__name__": "gpulens_gpu_verdict_info", **gpu(1), "state": "free"})
+                return vector(
+                    {"__name__": "gpulens_gpu_verdict_info", **gpu(0), "state": "idle"},
+                    {"__name__": "gpulens_gpu_verdict_info", **gpu(1), "state": "free"},
+                )
             return EMPTY
+
         return answer
 
     with fake_server(answer_for(3)) as (url, asked):
         fleet = source(url).fleet(3600)
     assert [g.state for g in fleet.value.gpus] == ["idle", "busy", "busy"] and fleet.problems == ()
-    recent = [urllib.parse.unquote_plus(p) for p, _ in asked if "last_over_time(gpulens_gpu_verdict_info" in p
-              or "last_over_time%28gpulens_gpu_verdict_info" in p]
+    recent = [
+        urllib.parse.unquote_plus(p)
+        for p, _ in asked
+        if "last_over_time(gpulens_gpu_verdict_info" in p or "last_over_time%28gpulens_gpu_verdict_info" in p
+    ]
     assert len(recent) == 1 and 'instance=~"n0", uuid=~"U0"' in recent[0]
     # More GPUs without a verdict than a moment's churn explains: no search, the banner names them.
-    with fake_server(lambda path: vector(*({**gpu(i), "model": "H100"} for i in range(101)))
-                     if "group+by" in path or "group%20by" in path else EMPTY) as (url, asked):
+    with fake_server(
+        lambda path: (
+            vector(*({**gpu(i), "model": "H100"} for i in range(101)))
+            if "group+by" in path or "group%20by" in path
+            else EMPTY
+        )
+    ) as (url, asked):
         fleet = source(url).fleet(3600)
     assert len(fleet.value.gpus) == 101 and "no verdict for 1 GPU(s)" in fleet.problems[0].what
     assert not any("last_over_time" in urllib.parse.unquote_plus(p) for p, _ in asked)

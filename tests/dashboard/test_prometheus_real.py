@@ -26,9 +26,21 @@ SPEED = 5  # simulated seconds per second: verdicts settle past their 15 s dwell
 
 def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", scenario, "--speed", str(SPEED),
-         "--web.listen-address", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--simulate",
+            scenario,
+            "--speed",
+            str(SPEED),
+            "--web.listen-address",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     line = process.stdout.readline()
     assert "listening on http://" in line
@@ -50,8 +62,15 @@ def prometheus(tmp_path_factory):
     (workdir / "prometheus.yml").write_text(launch.prometheus_config(names, rules, interval=1))
     port = free_port()
     server = subprocess.Popen(
-        [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            binary,
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         # Settled verdicts (the starved GPU needs its dwell) and enough samples for rates and increases.
@@ -74,8 +93,12 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
     gpus = {(g.node, g.gpu): g for g in answer.value.gpus}
     assert len(gpus) == 16 and {node for node, _ in gpus} == {"demo", "diagnosis"}
     starved, idle = gpus[("demo", "2")], gpus[("demo", "1")]
-    assert (starved.state, starved.reason, starved.user, starved.job_id) == ("data_starved", "input_wait_reported",
-                                                                            "carol", "81234")
+    assert (starved.state, starved.reason, starved.user, starved.job_id) == (
+        "data_starved",
+        "input_wait_reported",
+        "carol",
+        "81234",
+    )
     assert starved.since is not None and starved.evidence == {}  # evidence comes with detail()
     assert idle.state == "idle" and idle.wasted_seconds > 0
     assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")
@@ -94,8 +117,15 @@ def test_gpu_history_from_prometheus(prometheus):
     answer = PrometheusSource.from_url(prometheus).gpu_history("demo", "2", 120)
     assert answer.problems == ()
     series = answer.value.series
-    assert {"utilization_ratio", "busy_ratio", "sm_activity_ratio", "memory_used_bytes", "power_watts",
-            "temperature_celsius", "pcie_receive_bytes_per_second"} <= set(series)
+    assert {
+        "utilization_ratio",
+        "busy_ratio",
+        "sm_activity_ratio",
+        "memory_used_bytes",
+        "power_watts",
+        "temperature_celsius",
+        "pcie_receive_bytes_per_second",
+    } <= set(series)
     assert all(0.1 < v < 0.5 for _, v in series["busy_ratio"][-3:])  # its 25% duty cycle
     assert answer.value.states[-1][1] == "data_starved"
 
@@ -109,13 +139,16 @@ def test_jobs_probes_and_alerts_from_prometheus(prometheus):
     assert alerts.problems == () and alerts.value.supported
 
 
-@pytest.mark.parametrize(("page", "query", "expected"), [
-    ("fleet", {}, "Flagged GPUs"),
-    ("gpu", {"node": "demo", "gpu": "2"}, "GPU 2 on demo: Starved for data"),
-    ("job", {"kind": "slurm", "id": "81234"}, "slurm job 81234"),
-    ("probes", {}, "No probe results yet"),
-    ("alerts", {}, "Alerts"),
-])
+@pytest.mark.parametrize(
+    ("page", "query", "expected"),
+    [
+        ("fleet", {}, "Flagged GPUs"),
+        ("gpu", {"node": "demo", "gpu": "2"}, "GPU 2 on demo: Starved for data"),
+        ("job", {"kind": "slurm", "id": "81234"}, "slurm job 81234"),
+        ("probes", {}, "No probe results yet"),
+        ("alerts", {}, "Alerts"),
+    ],
+)
 def test_every_page_reads_the_real_prometheus(prometheus, page, query, expected):
     at = AppTest.from_file(str(PAGES / f"{page}.py"), default_timeout=30)
     at.session_state[SOURCE_KEY] = PrometheusSource.from_url(prometheus)

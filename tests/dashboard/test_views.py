@@ -57,14 +57,21 @@ def test_gpu_tips_put_the_agents_pick_first_then_the_catalogs_without_repeats():
 
 def test_heatmap_rows_name_state_reason_and_owner_in_words():
     row = fleet.heatmap_rows([GPUS[3]])[0]
-    assert row == {"node": "node-b", "gpu": "GPU 1", "state": "Free", "reason": "no process on it",
-                   "owner": "nobody", "model": "NVIDIA A100-SXM4-80GB"}
+    assert row == {
+        "node": "node-b",
+        "gpu": "GPU 1",
+        "state": "Free",
+        "reason": "no process on it",
+        "owner": "nobody",
+        "model": "NVIDIA A100-SXM4-80GB",
+    }
 
 
 def test_words_give_plain_names():
     assert words.state_name("data_starved") == "Starved for data"
     assert words.evidence_text({"busy_ratio": 0.27, "data_wait_ratio": 0.72, "idle_seconds": 30}) == (
-        "work running 27% of the time; job waits for data 72% of each step")
+        "work running 27% of the time; job waits for data 72% of each step"
+    )
     assert words.job_label("docker", "3f2a9c1e7b5d4a60e8f1c2b3") == "docker 3f2a9c1e7b5d…"
 
 
@@ -81,7 +88,9 @@ def test_timeline_merges_runs_of_one_state():
     data = GpuHistory("n", "0", 0.0, 100.0, {}, ((10.0, "busy"), (20.0, "busy"), (30.0, "idle"), (40.0, "idle")))
     segments = gpu.timeline(data)
     assert [(s.state, s.start.timestamp(), s.end.timestamp()) for s in segments] == [
-        ("Busy", 10.0, 30.0), ("Idle (held, no work)", 30.0, 100.0)]
+        ("Busy", 10.0, 30.0),
+        ("Idle (held, no work)", 30.0, 100.0),
+    ]
 
 
 def test_span_starts_where_the_samples_do():
@@ -106,7 +115,9 @@ def test_job_list_breakdown_data_wait_memory_and_tips():
     starved = JOBS[1]
     held = job.job_gpus(GPUS, "slurm", "81234")
     assert [(s.state, round(s.share, 3)) for s in job.state_breakdown(starved)] == [
-        ("Starved for data", 0.857), ("Busy", 0.143)]
+        ("Starved for data", 0.857),
+        ("Busy", 0.143),
+    ]
     assert job.data_wait(starved, held) == 0.72
     # Without the job's own report, its GPUs' evidence stands in.
     assert job.data_wait(replace(starved, data_wait_ratio=None), held) == 0.72
@@ -122,9 +133,11 @@ def test_report_link_follows_the_template_or_is_absent():
     assert links.report_url("https://r.example/{nope}", "slurm", "1") is None
     assert links.report_url("javascript:alert(1)//{job_id}", "slurm", "1") is None
     assert links.report_command("81234", prometheus="http://p:9090") == (
-        "gpulens report job 81234 --prometheus http://p:9090 --format html -o report.html")
+        "gpulens report job 81234 --prometheus http://p:9090 --format html -o report.html"
+    )
     assert links.report_command("a b", agents="n1=http://a:1,http://b:2") == (
-        "gpulens report job 'a b' --agent http://a:1 --agent http://b:2 --format html -o report.html")
+        "gpulens report job 'a b' --agent http://a:1 --agent http://b:2 --format html -o report.html"
+    )
 
 
 def test_probe_rows_compare_with_spec_and_fleet_median_outliers_first():

@@ -59,8 +59,13 @@ class Receiver(ThreadingHTTPServer):
 
     def notices(self, receiver: str, alertname: str, status: str) -> list[dict]:
         """Every alert in a notification to `receiver` with this name and status."""
-        return [alert for path, body in list(self.received) if path == f"/{receiver}" for alert in body["alerts"]
-                if alert["labels"]["alertname"] == alertname and alert["status"] == status]
+        return [
+            alert
+            for path, body in list(self.received)
+            if path == f"/{receiver}"
+            for alert in body["alerts"]
+            if alert["labels"]["alertname"] == alertname and alert["status"] == status
+        ]
 
     def names(self) -> set[str]:
         return {alert["labels"]["alertname"] for _, body in list(self.received) for alert in body["alerts"]}
@@ -108,12 +113,21 @@ def stack(tmp_path_factory):
     children = launch.Children()
     try:
         config = workdir / "alertmanager.yml"
-        config.write_text(shortened(bundled.FILES["alertmanager.yml"].text(),
-                                    f"http://127.0.0.1:{receiver.server_address[1]}"))
+        config.write_text(
+            shortened(bundled.FILES["alertmanager.yml"].text(), f"http://127.0.0.1:{receiver.server_address[1]}")
+        )
         alertmanager = f"http://127.0.0.1:{free_port()}"
-        children.start([alertmanager_binary, f"--config.file={config}", f"--storage.path={workdir / 'am'}",
-                        f"--web.listen-address={alertmanager.removeprefix('http://')}", "--cluster.listen-address="],
-                       stdout=subprocess.DEVNULL, stderr=(workdir / "alertmanager.log").open("w"))
+        children.start(
+            [
+                alertmanager_binary,
+                f"--config.file={config}",
+                f"--storage.path={workdir / 'am'}",
+                f"--web.listen-address={alertmanager.removeprefix('http://')}",
+                "--cluster.listen-address=",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "alertmanager.log").open("w"),
+        )
         scenario = workdir / "held-then-freed.yaml"
         scenario.write_text(SCENARIO)
         agent = launch.start_agent(children, str(scenario), 1, workdir, "--diagnosis.idle-patience", "10s")
@@ -124,13 +138,21 @@ def stack(tmp_path_factory):
         rules[0].write_text(alerts[:start] + alerts[start:end].replace("> 1800", "> 10") + alerts[end:])
         assert alerts[start:end].count("> 1800") == 2, "the idle alert changed shape; update this test"
         (workdir / "prometheus.yml").write_text(
-            launch.prometheus_config({"gpu-node-1": agent}, rules, interval=1, alertmanager=alertmanager,
-                                     dashboard=DASHBOARD))
+            launch.prometheus_config(
+                {"gpu-node-1": agent}, rules, interval=1, alertmanager=alertmanager, dashboard=DASHBOARD
+            )
+        )
         prometheus = f"http://127.0.0.1:{free_port()}"
-        children.start([prometheus_binary, f"--config.file={workdir / 'prometheus.yml'}",
-                        f"--storage.tsdb.path={workdir / 'data'}",
-                        f"--web.listen-address={prometheus.removeprefix('http://')}"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        children.start(
+            [
+                prometheus_binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address={prometheus.removeprefix('http://')}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_for(lambda: get(alertmanager + "/api/v2/status"), 30)
         yield receiver, alertmanager
     finally:
@@ -156,49 +178,68 @@ def test_an_idle_gpu_notifies_once_with_its_summary_runbook_and_dashboard_link_t
 
 def alert(name: str, severity: str, instance: str, **labels: str) -> dict:
     now = datetime.now(timezone.utc)
-    return {"labels": {"alertname": name, "severity": severity, "job": "gpulens", "instance": instance, **labels},
-            "annotations": {"summary": f"{name} on {instance}"},
-            "startsAt": now.isoformat(), "endsAt": (now + timedelta(minutes=10)).isoformat()}
+    return {
+        "labels": {"alertname": name, "severity": severity, "job": "gpulens", "instance": instance, **labels},
+        "annotations": {"summary": f"{name} on {instance}"},
+        "startsAt": now.isoformat(),
+        "endsAt": (now + timedelta(minutes=10)).isoformat(),
+    }
 
 
 def test_a_cause_silences_what_follows_from_it(stack):
     receiver, alertmanager = stack
-    post(alertmanager + "/api/v2/alerts", [
-        # A lost GPU: its idle and Xid alerts follow from the loss; another GPU's idle alert does not.
-        alert("GpulensGpuLost", "critical", "node-a", gpu="0", uuid="GPU-a0"),
-        alert("GpulensGpuHeldIdle", "warning", "node-a", gpu="0", uuid="GPU-a0"),
-        alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
-        alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
-        # NVML down on a node: every GPU alert of that node follows.
-        alert("GpulensNvmlDown", "critical", "node-b"),
-        alert("GpulensGpuUnderutilized", "info", "node-b", gpu="3", uuid="GPU-b3"),
-        # An agent that is down: its node's NVML and GPU alerts follow; another node's do not.
-        alert("GpulensAgentDown", "warning", "node-c"),
-        alert("GpulensNvmlDown", "critical", "node-c"),
-        alert("GpulensGpuMemoryNearFull", "info", "node-c", gpu="2", uuid="GPU-c2"),
-        alert("GpulensGpuMemoryNearFull", "info", "node-d", gpu="2", uuid="GPU-d2"),
-    ])
+    post(
+        alertmanager + "/api/v2/alerts",
+        [
+            # A lost GPU: its idle and Xid alerts follow from the loss; another GPU's idle alert does not.
+            alert("GpulensGpuLost", "critical", "node-a", gpu="0", uuid="GPU-a0"),
+            alert("GpulensGpuHeldIdle", "warning", "node-a", gpu="0", uuid="GPU-a0"),
+            alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
+            alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
+            # NVML down on a node: every GPU alert of that node follows.
+            alert("GpulensNvmlDown", "critical", "node-b"),
+            alert("GpulensGpuUnderutilized", "info", "node-b", gpu="3", uuid="GPU-b3"),
+            # An agent that is down: its node's NVML and GPU alerts follow; another node's do not.
+            alert("GpulensAgentDown", "warning", "node-c"),
+            alert("GpulensNvmlDown", "critical", "node-c"),
+            alert("GpulensGpuMemoryNearFull", "info", "node-c", gpu="2", uuid="GPU-c2"),
+            alert("GpulensGpuMemoryNearFull", "info", "node-d", gpu="2", uuid="GPU-d2"),
+        ],
+    )
 
     def told() -> bool:
-        return (bool(receiver.notices("oncall", "GpulensGpuLost", "firing"))
-                and bool(receiver.notices("chat", "GpulensGpuDataStarved", "firing"))
-                and bool(receiver.notices("oncall", "GpulensNvmlDown", "firing"))
-                and bool(receiver.notices("chat", "GpulensAgentDown", "firing"))
-                and bool(receiver.notices("tickets", "GpulensGpuMemoryNearFull", "firing")))
+        return (
+            bool(receiver.notices("oncall", "GpulensGpuLost", "firing"))
+            and bool(receiver.notices("chat", "GpulensGpuDataStarved", "firing"))
+            and bool(receiver.notices("oncall", "GpulensNvmlDown", "firing"))
+            and bool(receiver.notices("chat", "GpulensAgentDown", "firing"))
+            and bool(receiver.notices("tickets", "GpulensGpuMemoryNearFull", "firing"))
+        )
 
     wait_for(told, 30)
     time.sleep(5)  # two more group intervals: an inhibited alert would have been sent by now
-    states = {(a["labels"]["alertname"], a["labels"]["instance"]): a["status"]
-              for a in get(alertmanager + "/api/v2/alerts")}
-    for inhibited in [("GpulensGpuHeldIdle", "node-a"), ("GpulensGpuXidError", "node-a"),
-                      ("GpulensGpuUnderutilized", "node-b"), ("GpulensNvmlDown", "node-c"),
-                      ("GpulensGpuMemoryNearFull", "node-c")]:
+    states = {
+        (a["labels"]["alertname"], a["labels"]["instance"]): a["status"] for a in get(alertmanager + "/api/v2/alerts")
+    }
+    for inhibited in [
+        ("GpulensGpuHeldIdle", "node-a"),
+        ("GpulensGpuXidError", "node-a"),
+        ("GpulensGpuUnderutilized", "node-b"),
+        ("GpulensNvmlDown", "node-c"),
+        ("GpulensGpuMemoryNearFull", "node-c"),
+    ]:
         assert states[inhibited]["state"] == "suppressed" and states[inhibited]["inhibitedBy"], inhibited
-    for shown in [("GpulensGpuDataStarved", "node-a"), ("GpulensGpuMemoryNearFull", "node-d"),
-                  ("GpulensNvmlDown", "node-b")]:
+    for shown in [
+        ("GpulensGpuDataStarved", "node-a"),
+        ("GpulensGpuMemoryNearFull", "node-d"),
+        ("GpulensNvmlDown", "node-b"),
+    ]:
         assert states[shown]["state"] == "active", shown
-    sent = {(a["labels"]["alertname"], a["labels"]["instance"]) for _, body in list(receiver.received)
-            for a in body["alerts"]}
+    sent = {
+        (a["labels"]["alertname"], a["labels"]["instance"])
+        for _, body in list(receiver.received)
+        for a in body["alerts"]
+    }
     assert ("GpulensGpuXidError", "node-a") not in sent and ("GpulensGpuUnderutilized", "node-b") not in sent
     assert ("GpulensNvmlDown", "node-c") not in sent and ("GpulensGpuMemoryNearFull", "node-c") not in sent
     assert ("GpulensGpuHeldIdle", "node-a") not in sent and ("GpulensGpuMemoryNearFull", "node-d") in sent
@@ -210,28 +251,45 @@ def test_amtool_accepts_the_configuration_and_routes_by_severity(tmp_path):
     config.write_text(bundled.FILES["alertmanager.yml"].text())
     checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0 and "3 inhibit rules" in checked.stdout, checked.stdout + checked.stderr
-    for labels, receiver in [(["severity=critical", "alertname=GpulensGpuLost"], "gpulens-oncall"),
-                             (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
-                             (["severity=info", "alertname=GpulensGpuUnderutilized"], "gpulens-tickets"),
-                             (["alertname=SomethingElse"], "gpulens-tickets")]:
-        routed = subprocess.run([amtool, "config", "routes", "test", f"--config.file={config}",
-                                 f"--verify.receivers={receiver}", *labels], capture_output=True, text=True,
-                                timeout=60)
+    for labels, receiver in [
+        (["severity=critical", "alertname=GpulensGpuLost"], "gpulens-oncall"),
+        (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
+        (["severity=info", "alertname=GpulensGpuUnderutilized"], "gpulens-tickets"),
+        (["alertname=SomethingElse"], "gpulens-tickets"),
+    ]:
+        routed = subprocess.run(
+            [amtool, "config", "routes", "test", f"--config.file={config}", f"--verify.receivers={receiver}", *labels],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert routed.returncode == 0 and routed.stdout.strip() == receiver, (labels, routed.stdout, routed.stderr)
 
 
 def test_the_dashboard_reads_notices_and_silences_from_the_real_alertmanager(stack):
     _, alertmanager = stack
     now = datetime.now(timezone.utc)
-    post(alertmanager + "/api/v2/alerts", [
-        alert("GpulensGpuHeldIdle", "warning", "node-m", gpu="5", uuid="GPU-m5"),
-        alert("GpulensGpuLost", "critical", "node-n", gpu="1", uuid="GPU-n1"),
-        alert("GpulensGpuXidError", "warning", "node-n", gpu="1", uuid="GPU-n1", condition="xid_recent")])
-    post(alertmanager + "/api/v2/silences", {
-        "matchers": [{"name": "instance", "value": "node-m", "isRegex": False, "isEqual": True},
-                     {"name": "alertname", "value": "Gpulens.*", "isRegex": True, "isEqual": True}],
-        "startsAt": now.isoformat(), "endsAt": (now + timedelta(hours=2)).isoformat(),
-        "createdBy": "ops", "comment": "node-m in maintenance"})
+    post(
+        alertmanager + "/api/v2/alerts",
+        [
+            alert("GpulensGpuHeldIdle", "warning", "node-m", gpu="5", uuid="GPU-m5"),
+            alert("GpulensGpuLost", "critical", "node-n", gpu="1", uuid="GPU-n1"),
+            alert("GpulensGpuXidError", "warning", "node-n", gpu="1", uuid="GPU-n1", condition="xid_recent"),
+        ],
+    )
+    post(
+        alertmanager + "/api/v2/silences",
+        {
+            "matchers": [
+                {"name": "instance", "value": "node-m", "isRegex": False, "isEqual": True},
+                {"name": "alertname", "value": "Gpulens.*", "isRegex": True, "isEqual": True},
+            ],
+            "startsAt": now.isoformat(),
+            "endsAt": (now + timedelta(hours=2)).isoformat(),
+            "createdBy": "ops",
+            "comment": "node-m in maintenance",
+        },
+    )
     api = AlertmanagerApi(alertmanager)
     silence = next(s for s in api.silences() if s.comment == "node-m in maintenance")
     assert silence.matchers == ('instance="node-m"', 'alertname=~"Gpulens.*"') and silence.created_by == "ops"

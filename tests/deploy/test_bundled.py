@@ -25,8 +25,11 @@ def test_every_shipped_file_is_the_one_in_the_source_tree():
     folders = {"gpulens.rules": ROOT / "rules", "gpulens.deploy": ROOT / "deploy"}
     for shipped in bundled.FILES.values():
         assert shipped.text() == (folders[shipped.package] / shipped.path).read_text(), shipped.name
-    on_disk = {p.name for p in (ROOT / "deploy").rglob("*") if p.is_file() and p.suffix != ".py"
-               and "__pycache__" not in p.parts}
+    on_disk = {
+        p.name
+        for p in (ROOT / "deploy").rglob("*")
+        if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts
+    }
     assert on_disk == {p.split("/")[-1] for p in (s.path for s in bundled.FILES.values())} - set(bundled.RULE_FILES)
     assert {p.name for p in rule_files()} == set(bundled.RULE_FILES)
 
@@ -43,8 +46,9 @@ def test_gpulens_rules_passes_promtool_from_stdin():
     promtool = require_tool("promtool")
     rules = run("rules")
     assert rules.returncode == 0 and rules.stderr == ""
-    checked = subprocess.run([promtool, "check", "rules", "/dev/stdin"], input=rules.stdout, capture_output=True,
-                             text=True, timeout=60)
+    checked = subprocess.run(
+        [promtool, "check", "rules", "/dev/stdin"], input=rules.stdout, capture_output=True, text=True, timeout=60
+    )
     assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
 
 
@@ -68,11 +72,14 @@ def test_grafana_prints_the_dashboard_and_files_prints_any_shipped_file():
     assert unit.stdout == (ROOT / "deploy" / "systemd" / "gpulens-agent.service").read_text()
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["files", "nope.yml"], "gpulens files: no shipped file 'nope.yml'; 'gpulens files' lists them"),
-    (["rules", "--bogus"], "gpulens rules: unrecognized arguments: --bogus"),
-    (["grafana", "extra"], "gpulens grafana: unrecognized arguments: extra"),
-])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["files", "nope.yml"], "gpulens files: no shipped file 'nope.yml'; 'gpulens files' lists them"),
+        (["rules", "--bogus"], "gpulens rules: unrecognized arguments: --bogus"),
+        (["grafana", "extra"], "gpulens grafana: unrecognized arguments: extra"),
+    ],
+)
 def test_mistakes_are_one_line_and_exit_2(args, said):
     done = run(*args)
     assert done.returncode == 2 and done.stdout == ""

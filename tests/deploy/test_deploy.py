@@ -68,8 +68,7 @@ def test_the_unit_is_hardened_and_keeps_only_what_the_agent_needs():
 
 def _epilog(tmp_path: Path, env: dict[str, str], timeout: float = 30) -> subprocess.CompletedProcess:
     base = {"PATH": os.environ["PATH"], "GPULENS_REPORT_DIR": str(tmp_path / "reports")}
-    return subprocess.run(["bash", str(EPILOG)], env={**base, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(["bash", str(EPILOG)], env={**base, **env}, capture_output=True, text=True, timeout=timeout)
 
 
 def _fake_gpulens(tmp_path: Path, body: str) -> str:

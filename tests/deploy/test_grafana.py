@@ -23,8 +23,12 @@ ROWS = ["Fleet", "Node", "Job", "Probes"]
 VARIABLES = {"$__rate_interval": "1m", "$instance": ".*", "$model": ".*", "$namespace": ".*", "$job_id": ".*"}
 # Panels that read only what a simulated node does not send: the in-job reports (gpulens.torch) and
 # alerts, none of which fires in the first minute.
-EMPTY_ON_A_SIMULATED_NODE = {"Firing gpulens alerts", "Data wait", "PyTorch allocator memory",
-                             "OOMs and allocation retries"}
+EMPTY_ON_A_SIMULATED_NODE = {
+    "Firing gpulens alerts",
+    "Data wait",
+    "PyTorch allocator memory",
+    "OOMs and allocation retries",
+}
 
 
 def _dashboard() -> dict:
@@ -93,7 +97,7 @@ def test_every_query_reads_real_series_or_recording_rules():
 def test_fleet_panels_read_recording_rules_only():
     """Fleet panels stay one cheap query however many GPUs there are: they read aggregates, not raw series."""
     dashboard = _dashboard()["panels"]
-    fleet = dashboard[1:[p["type"] for p in dashboard].index("row", 1)]
+    fleet = dashboard[1 : [p["type"] for p in dashboard].index("row", 1)]
     for panel in fleet:
         for target in panel["targets"]:
             raw = {n for n in referenced_metrics(target["expr"]) if ":" not in n}
@@ -130,9 +134,23 @@ def prometheus(tmp_path_factory):
     binary = require_tool("prometheus")
     tmp = tmp_path_factory.mktemp("grafana")
     agent = subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "agent", "--simulate", "demo", "--web.listen-address", "127.0.0.1:0",
-         "--collector.probes", "--probes.jitter", "0s"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--simulate",
+            "demo",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--collector.probes",
+            "--probes.jitter",
+            "0s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     line = agent.stdout.readline()
     target = line.split("http://")[1].split("/")[0]
     rules = []
@@ -145,17 +163,32 @@ def prometheus(tmp_path_factory):
         copy.write_text(yaml.safe_dump({"groups": groups}))
         rules.append(str(copy))
     config = tmp / "prometheus.yml"
-    config.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": rules,
-        "scrape_configs": [{"job_name": "gpulens", "honor_labels": True,
-                            "static_configs": [{"targets": [target], "labels": {"instance": "node1"}}]}],
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": rules,
+                "scrape_configs": [
+                    {
+                        "job_name": "gpulens",
+                        "honor_labels": True,
+                        "static_configs": [{"targets": [target], "labels": {"instance": "node1"}}],
+                    }
+                ],
+            }
+        )
+    )
     port = free_port()
     server = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         # Rates and increases need a few samples; the probe of the free GPU, one run.
         _wait_for("the busy ratio", lambda: _query(port, "instance:gpulens_gpu_busy:ratio_rate5m"))
@@ -192,8 +225,10 @@ def test_every_panel_query_is_answered_by_prometheus(prometheus):
 
 @pytest.mark.slow
 def test_fleet_panels_count_the_demo_nodes_gpus(prometheus):
-    states = {s["metric"]["state"]: float(s["value"][1])
-              for s in _query(prometheus, "sum by (state) (instance:gpulens_gpu_state:count)")}
+    states = {
+        s["metric"]["state"]: float(s["value"][1])
+        for s in _query(prometheus, "sum by (state) (instance:gpulens_gpu_state:count)")
+    }
     assert sum(states.values()) == 8
     assert states["idle"] >= 1 and states["free"] == 1
     namespaces = {s["metric"].get("namespace", "") for s in _query(prometheus, "namespace:gpulens_gpu_state:count")}

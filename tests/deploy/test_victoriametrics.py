@@ -30,8 +30,9 @@ NODES = ("demo", "diagnosis")
 def test_every_rule_loads_in_vmalert_and_a_broken_one_does_not(tmp_path):
     vmalert = require_tool("vmalert", PACKAGE)
     rules = bundled.write_rules(tmp_path / "rules")
-    checked = subprocess.run([vmalert, "-dryRun", *(f"-rule={path}" for path in rules)], capture_output=True,
-                             text=True, timeout=60)
+    checked = subprocess.run(
+        [vmalert, "-dryRun", *(f"-rule={path}" for path in rules)], capture_output=True, text=True, timeout=60
+    )
     assert checked.returncode == 0, checked.stderr[-2000:]
     broken = tmp_path / "broken.rules.yml"
     broken.write_text(rules[0].read_text().replace("| urlquery", "| no_such_function", 1))
@@ -104,8 +105,24 @@ def test_both_evaluate_the_same_rules(stores):
 def test_a_fleet_report_answers_the_same(stores):
     reports = []
     for url in stores:
-        done = subprocess.run([sys.executable, "-m", "gpulens.cli", "report", "fleet", "--prometheus", url,
-                               "--since", "10m", "--format", "json"], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "report",
+                "fleet",
+                "--prometheus",
+                url,
+                "--since",
+                "10m",
+                "--format",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         reports.append(json.loads(done.stdout))
     jobs = [{(j["kind"], j["id"]): j for j in report["jobs"] + report["short_jobs"]} for report in reports]

@@ -29,37 +29,51 @@ RULES = sum(len(group["rules"]) for group in yaml.safe_load(bundled.rules_docume
 def installed(tmp_path_factory) -> Path:
     """The `bin` folder of a fresh virtual environment with the wheel and its dashboard and report extras."""
     home = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(home / "dist"),
-                    str(ROOT)], check=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(home / "dist"), str(ROOT)],
+        check=True,
+        timeout=600,
+    )
     wheel = next((home / "dist").glob("gpulens-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True, timeout=120)
-    subprocess.run([str(home / "venv" / "bin" / "pip"), "install", "--quiet", f"{wheel}[dashboard,report]"],
-                   check=True, timeout=900)
+    subprocess.run(
+        [str(home / "venv" / "bin" / "pip"), "install", "--quiet", f"{wheel}[dashboard,report]"],
+        check=True,
+        timeout=900,
+    )
     return home / "venv" / "bin"
 
 
 def test_the_wheel_holds_every_rule_and_deploy_file(installed):
     wheel = next(installed.parents[1].glob("dist/gpulens-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    tracked = subprocess.run(["git", "ls-files", "rules", "deploy"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", "rules", "deploy"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tracked and all(f"gpulens/{path}" in names for path in tracked), sorted(
-        path for path in tracked if f"gpulens/{path}" not in names)
+        path for path in tracked if f"gpulens/{path}" not in names
+    )
 
 
 def test_rules_from_the_wheel_pass_promtool(installed, tmp_path):
     promtool = require_tool("promtool")
     rules = subprocess.run([installed / "gpulens", "rules"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    checked = subprocess.run([promtool, "check", "rules", "/dev/stdin"], input=rules.stdout, capture_output=True,
-                             text=True, timeout=60)
+    checked = subprocess.run(
+        [promtool, "check", "rules", "/dev/stdin"], input=rules.stdout, capture_output=True, text=True, timeout=60
+    )
     assert rules.returncode == 0 and checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {RULES} rules found" in checked.stdout
 
 
 def test_the_demo_with_prometheus_and_a_report_run_from_the_wheel(installed, tmp_path):
     require_tool("prometheus")
-    demo = subprocess.Popen([installed / "gpulens", "demo", "--prometheus", "--port", str(free_port())], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    demo = subprocess.Popen(
+        [installed / "gpulens", "demo", "--prometheus", "--port", str(free_port())],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         for line in demo.stdout:
@@ -78,8 +92,13 @@ def test_the_demo_with_prometheus_and_a_report_run_from_the_wheel(installed, tmp
             time.sleep(0.5)
         assert sum(len(g["rules"]) for g in groups) == RULES, groups
         agent = re.search(r"demo \((http://127\.0\.0\.1:\d+)/metrics\)", said).group(1)
-        report = subprocess.run([installed / "gpulens", "report", "fleet", "--agent", agent, "--since", "1h"],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        report = subprocess.run(
+            [installed / "gpulens", "report", "fleet", "--agent", agent, "--since", "1h"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert report.returncode == 0 and "GPU-hours" in report.stdout, report.stdout + report.stderr
     finally:
         demo.send_signal(signal.SIGINT)

@@ -7,8 +7,7 @@ import pytest
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Settings
 from gpulens.vocabulary import Condition, Reason, State
 
-HELD = Evidence(processes=1, busy_ratio=0.97, sm_activity=0.85, sm_occupancy=0.4, tensor_activity=0.5,
-                power_ratio=0.8)
+HELD = Evidence(processes=1, busy_ratio=0.97, sm_activity=0.85, sm_occupancy=0.4, tensor_activity=0.5, power_ratio=0.8)
 
 
 def run(diagnoser, evidence_at, seconds, start=0.0, step=1.0, uuid="GPU-a"):
@@ -110,6 +109,7 @@ def test_hysteresis_keeps_a_border_gpu_from_flapping():
 
     def border(now):
         return HELD if int(now // 10) % 2 else replace(HELD, busy_ratio=0.5, data_wait_ratio=0.4)
+
     states = set()
     now = 120.0
     while now < 300:
@@ -171,7 +171,8 @@ def test_xid_is_recent_for_ten_minutes():
 def test_the_jobs_own_timing_beats_host_cpu():
     # The main process at 100% of a core, no workers, but the job says it barely waits for data:
     # not starved (it is launching kernels or spinning in a sync), so no worker advice.
-    busy_cpu = replace(HELD, busy_ratio=0.3, sm_activity=None, main_process_cpu_ratio=1.0, num_workers=0,
-                       data_wait_ratio=0.02)
+    busy_cpu = replace(
+        HELD, busy_ratio=0.3, sm_activity=None, main_process_cpu_ratio=1.0, num_workers=0, data_wait_ratio=0.02
+    )
     verdict = run(Diagnoser(), lambda now: busy_cpu, 120)
     assert (verdict.state, verdict.reason) == (State.UNDERUTILIZED, Reason.LOW_BUSY_RATIO)

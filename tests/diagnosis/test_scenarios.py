@@ -57,12 +57,25 @@ def test_demo_metrics_carry_state_reason_tip_and_owner(demo_at_6_minutes):
     sample = next(s for s in info.samples if s.labels["gpu"] == "2")
     assert sample.labels["reason"] == "input_wait_reported"
     assert sample.labels["tip"] == "dataloader_workers"
-    assert agent.value("gpulens_gpu_allocation_info", job_kind="slurm", job_id="81234", user="carol", namespace="",
-                       pod="", container="", **labels) == 1
+    assert (
+        agent.value(
+            "gpulens_gpu_allocation_info",
+            job_kind="slurm",
+            job_id="81234",
+            user="carol",
+            namespace="",
+            pod="",
+            container="",
+            **labels,
+        )
+        == 1
+    )
     assert agent.value("gpulens_gpu_diagnosis_evidence", evidence="data_wait_ratio", **labels) == pytest.approx(
-        0.72, abs=0.05)
-    assert agent.value("gpulens_job_gpu_state_seconds_total", job_kind="slurm", job_id="81234",
-                       state="data_starved") == pytest.approx(starved_seconds)
+        0.72, abs=0.05
+    )
+    assert agent.value(
+        "gpulens_job_gpu_state_seconds_total", job_kind="slurm", job_id="81234", state="data_starved"
+    ) == pytest.approx(starved_seconds)
     assert agent.value("gpulens_job_main_process_cpu_ratio", job_kind="slurm", job_id="81234") >= 0.9
 
 

@@ -42,19 +42,27 @@ CASES: dict[str, dict] = {
             "runtimeClassName": "nvidia",
             "priorityClassName": "system-node-critical",
             "nodeSelector": {"node.kubernetes.io/instance-type": "p5.48xlarge"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoExecute"},
+            ],
             "extraArgs": ["--collector.process-details", "--ledger.partition=h100"],
             "dcgmCompat": True,
             "extraEnv": [{"name": "GPULENS_LOG_LEVEL", "value": "debug"}],
             "image": {"tag": "0.1.0-rc1"},
         },
         "dashboard": {
-            "prometheus": {"url": "https://thanos-query.monitoring.svc:10902",
-                           "bearerTokenSecret": {"name": "thanos-token", "key": "token"}},
+            "prometheus": {
+                "url": "https://thanos-query.monitoring.svc:10902",
+                "bearerTokenSecret": {"name": "thanos-token", "key": "token"},
+            },
             "refreshSeconds": 30,
-            "ingress": {"enabled": True, "className": "nginx", "host": "gpus.example.org",
-                        "tls": [{"hosts": ["gpus.example.org"], "secretName": "gpus-tls"}]},
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "gpus.example.org",
+                "tls": [{"hosts": ["gpus.example.org"], "secretName": "gpus-tls"}],
+            },
         },
         "serviceMonitor": {"labels": {"release": "prom"}, "interval": "30s"},
         "prometheusRule": {
@@ -67,9 +75,12 @@ CASES: dict[str, dict] = {
     # Agent only, on a cluster without the pod-resources socket, with probes enabled; no dashboard.
     "agent-only": {
         "dashboard": {"enabled": False},
-        "agent": {"podResources": {"enabled": False}, "ledger": {"enabled": False},
-                  "probes": {"enabled": True, "interval": "12h"},
-                  "resources": {"limits": {"memory": "4Gi"}}},
+        "agent": {
+            "podResources": {"enabled": False},
+            "ledger": {"enabled": False},
+            "probes": {"enabled": True, "interval": "12h"},
+            "resources": {"limits": {"memory": "4Gi"}},
+        },
     },
 }
 
@@ -87,8 +98,15 @@ def _values_file(tmp_path: Path, values: dict) -> list[str]:
 
 
 def _template(tmp_path: Path, values: dict, chart: Path = CHART) -> list[dict]:
-    args = [_helm(), "template", "gpulens", str(chart), "--namespace", "gpu-monitoring",
-            *_values_file(tmp_path, values)]
+    args = [
+        _helm(),
+        "template",
+        "gpulens",
+        str(chart),
+        "--namespace",
+        "gpu-monitoring",
+        *_values_file(tmp_path, values),
+    ]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
@@ -109,8 +127,12 @@ def rendered(tmp_path_factory) -> dict[str, list[dict]]:
 
 def test_helm_lint_passes_strictly_on_every_case(tmp_path):
     for name, values in CASES.items():
-        result = subprocess.run([_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
 
 
@@ -140,8 +162,14 @@ def test_the_validator_rejects_a_broken_manifest(rendered):
 def test_every_object_has_the_standard_labels(rendered, case):
     for doc in rendered[case]:
         labels = doc["metadata"]["labels"]
-        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-                    "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "helm.sh/chart"):
+        for key in (
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/part-of",
+            "helm.sh/chart",
+        ):
             assert key in labels, f"{case}: {doc['kind']} lacks {key}"
         assert doc["metadata"]["namespace"] == "gpu-monitoring"
         template = doc.get("spec", {}).get("template")
@@ -186,8 +214,11 @@ def test_the_agent_mounts_the_kubelet_socket_read_only_and_the_jobs_directory(re
     pod, container = _agent(rendered["defaults"])
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert mounts["pod-resources"] == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources",
-                                       "readOnly": True}
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
     assert volumes["pod-resources"]["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     assert mounts["jobs"]["mountPath"] == "/run/gpulens" and not mounts["jobs"].get("readOnly")
     assert volumes["jobs"]["hostPath"] == {"path": "/run/gpulens", "type": "DirectoryOrCreate"}
@@ -333,8 +364,9 @@ def _notes(tmp_path: Path, values: dict) -> str:
     shutil.copytree(CHART, copy)
     shutil.copy(copy / "templates" / "NOTES.txt", copy / "notes.txt")
     (copy / "templates" / "zz-notes.yaml").write_text(
-        'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n'
-        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n')
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
     docs = _template(tmp_path, values, chart=copy)
     return next(d for d in docs if d["metadata"]["name"] == "notes")["data"]["notes"]
 
@@ -362,8 +394,17 @@ def _documented_keys(values: dict, prefix: str = "") -> list[str]:
     return keys
 
 
-_FREE_FORM = {"nodeSelector", "affinity", "resources", "podSecurityContext", "securityContext", "labels",
-              "updateStrategy", "requests", "limits"}
+_FREE_FORM = {
+    "nodeSelector",
+    "affinity",
+    "resources",
+    "podSecurityContext",
+    "securityContext",
+    "labels",
+    "updateStrategy",
+    "requests",
+    "limits",
+}
 
 
 def test_the_readme_documents_every_value():

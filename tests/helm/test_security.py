@@ -27,8 +27,10 @@ from tests.helm.test_chart import (
 )
 
 WEB_SECRET = "gpulens-agent-web"
-SCRAPE_AUTH = {"username": {"name": "gpulens-scrape", "key": "username"},
-               "password": {"name": "gpulens-scrape", "key": "password"}}
+SCRAPE_AUTH = {
+    "username": {"name": "gpulens-scrape", "key": "username"},
+    "password": {"name": "gpulens-scrape", "key": "password"},
+}
 SCRAPE_TLS = {"ca": {"secret": {"name": "gpulens-agent-ca", "key": "ca.crt"}}, "serverName": "gpulens-agent"}
 
 LOCKED: dict[str, dict] = {
@@ -38,15 +40,23 @@ LOCKED: dict[str, dict] = {
         "serviceMonitor": {"tlsConfig": SCRAPE_TLS, "basicAuth": SCRAPE_AUTH},
         "dashboard": {
             "prometheus": {"basicAuthSecret": {"name": "prometheus-reader", "key": "basic-auth"}},
-            "auth": {"existingSecret": "gpulens-dashboard-login", "allowedEmails": ["ada@example.org"],
-                     "allowedDomains": ["research.example.org"]},
+            "auth": {
+                "existingSecret": "gpulens-dashboard-login",
+                "allowedEmails": ["ada@example.org"],
+                "allowedDomains": ["research.example.org"],
+            },
         },
     },
     # Client certificates required: the kubelet has none, so the probes only connect.
     "mtls": {
         "agent": {"webConfig": {"existingSecret": WEB_SECRET, "tls": True, "requireClientCert": True}},
-        "serviceMonitor": {"tlsConfig": {**SCRAPE_TLS, "cert": {"secret": {"name": "prom-client", "key": "tls.crt"}},
-                                         "keySecret": {"name": "prom-client", "key": "tls.key"}}},
+        "serviceMonitor": {
+            "tlsConfig": {
+                **SCRAPE_TLS,
+                "cert": {"secret": {"name": "prom-client", "key": "tls.crt"}},
+                "keySecret": {"name": "prom-client", "key": "tls.key"},
+            }
+        },
     },
     # Basic auth over plain HTTP (TLS terminated elsewhere, or a lab).
     "basic-auth-only": {
@@ -65,8 +75,9 @@ def rendered(tmp_path_factory) -> dict[str, list[dict]]:
 
 
 def _pods(docs: list[dict]) -> list[tuple[str, dict]]:
-    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs if d["kind"] in ("DaemonSet",
-                                                                                                 "Deployment")]
+    return [
+        (d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in docs if d["kind"] in ("DaemonSet", "Deployment")
+    ]
 
 
 def _dashboard(docs: list[dict]) -> tuple[dict, dict]:
@@ -76,8 +87,12 @@ def _dashboard(docs: list[dict]) -> tuple[dict, dict]:
 
 def test_the_new_cases_lint_and_validate(rendered, tmp_path):
     for name, values in LOCKED.items():
-        result = subprocess.run([_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
         for doc in rendered[name]:
             if doc["kind"] in ("ServiceMonitor", "PrometheusRule"):
@@ -87,6 +102,7 @@ def test_the_new_cases_lint_and_validate(rendered, tmp_path):
 
 
 # -- the agent's web config -----------------------------------------------------------------------
+
 
 def test_the_web_config_secret_is_mounted_read_only_and_passed_to_the_agent(rendered):
     pod, container = _agent(rendered["locked"])
@@ -100,8 +116,10 @@ def test_the_web_config_secret_is_mounted_read_only_and_passed_to_the_agent(rend
 def test_the_agent_accepts_the_web_config_flag():
     from gpulens.agent import config
 
-    assert config.load(["--web.config.file=/etc/gpulens/web/web-config.yml"], environ={}).web_config_file == \
-        "/etc/gpulens/web/web-config.yml"
+    assert (
+        config.load(["--web.config.file=/etc/gpulens/web/web-config.yml"], environ={}).web_config_file
+        == "/etc/gpulens/web/web-config.yml"
+    )
 
 
 def test_without_a_web_config_nothing_is_mounted_and_the_probes_use_http(rendered):
@@ -137,31 +155,45 @@ def test_the_service_monitor_scrapes_https_with_the_configured_tls_and_basic_aut
     assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint and "basicAuth" not in endpoint
 
 
-@pytest.mark.parametrize(("values", "said"), [
-    ({"agent": {"webConfig": {"tls": True}}}, "set agent.webConfig.existingSecret"),
-    ({"agent": {"webConfig": {"existingSecret": WEB_SECRET, "requireClientCert": True}}},
-     "requireClientCert needs TLS"),
-    ({"dashboard": {"prometheus": {"bearerTokenSecret": {"name": "a"}, "basicAuthSecret": {"name": "b"}}}},
-     "not both"),
-    ({"serviceMonitor": {"basicAuth": {"user": {"name": "s", "key": "u"}}}}, "serviceMonitor.basicAuth"),
-    ({"dashboard": {"auth": {"allowedEmails": ["not-an-address"]}}}, "dashboard.auth.allowedEmails"),
-])
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"agent": {"webConfig": {"tls": True}}}, "set agent.webConfig.existingSecret"),
+        (
+            {"agent": {"webConfig": {"existingSecret": WEB_SECRET, "requireClientCert": True}}},
+            "requireClientCert needs TLS",
+        ),
+        (
+            {"dashboard": {"prometheus": {"bearerTokenSecret": {"name": "a"}, "basicAuthSecret": {"name": "b"}}}},
+            "not both",
+        ),
+        ({"serviceMonitor": {"basicAuth": {"user": {"name": "s", "key": "u"}}}}, "serviceMonitor.basicAuth"),
+        ({"dashboard": {"auth": {"allowedEmails": ["not-an-address"]}}}, "dashboard.auth.allowedEmails"),
+    ],
+)
 def test_a_web_config_mistake_is_named(tmp_path, values, said):
-    result = subprocess.run([_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0
     assert said in result.stderr, result.stderr
 
 
 # -- the dashboard ---------------------------------------------------------------------------------
 
+
 def test_the_dashboard_login_and_credentials_come_from_secrets(rendered):
     pod, container = _dashboard(rendered["locked"])
     assert "--auth-file=/etc/gpulens/dashboard-auth/secrets.toml" in container["args"]
     assert "--basic-auth-file=/etc/gpulens/prometheus/basic-auth" in container["args"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert volumes["auth"]["secret"] == {"secretName": "gpulens-dashboard-login",
-                                         "items": [{"key": "secrets.toml", "path": "secrets.toml"}]}
+    assert volumes["auth"]["secret"] == {
+        "secretName": "gpulens-dashboard-login",
+        "items": [{"key": "secrets.toml", "path": "secrets.toml"}],
+    }
     assert volumes["prometheus-credentials"]["secret"] == {"secretName": "prometheus-reader"}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["auth"]["readOnly"] and mounts["prometheus-credentials"]["readOnly"]
@@ -187,6 +219,7 @@ def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
 
 
 # -- least privilege, in every case ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("case", sorted(ALL_CASES))
 def test_no_pod_gets_more_than_it_needs(rendered, case):
@@ -231,14 +264,40 @@ def test_the_agent_gets_the_cuda_driver_only_for_probes(rendered):
 def test_every_privilege_is_explained_in_values_and_security_docs():
     values = (CHART / "values.yaml").read_text()
     security = (ROOT / "docs" / "security.md").read_text()
-    for key in ("hostPID", "runAsUser: 0", "readOnlyRootFilesystem", "capabilities", "seccompProfile",
-                "podResources", "jobsSocket", "ledger", "webConfig", "bearerTokenSecret", "auth:"):
+    for key in (
+        "hostPID",
+        "runAsUser: 0",
+        "readOnlyRootFilesystem",
+        "capabilities",
+        "seccompProfile",
+        "podResources",
+        "jobsSocket",
+        "ledger",
+        "webConfig",
+        "bearerTokenSecret",
+        "auth:",
+    ):
         line = next(i for i, text in enumerate(values.splitlines()) if text.strip().startswith(key))
         assert values.splitlines()[line - 1].strip().startswith("#"), f"values.yaml: no comment above {key}"
-    for words in ("hostPID", "runAsUser: 0", "readOnlyRootFilesystem", "drop: [ALL]", "RuntimeDefault",
-                  "automountServiceAccountToken: false", "enableServiceLinks: false", "/var/lib/kubelet/pod-resources",
-                  "/run/gpulens", "/var/lib/gpulens", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-                  "runtimeClassName", "pod-security.kubernetes.io/enforce"):
+    for words in (
+        "hostPID",
+        "runAsUser: 0",
+        "readOnlyRootFilesystem",
+        "drop: [ALL]",
+        "RuntimeDefault",
+        "automountServiceAccountToken: false",
+        "enableServiceLinks: false",
+        "/var/lib/kubelet/pod-resources",
+        "/run/gpulens",
+        "/var/lib/gpulens",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "runtimeClassName",
+        "pod-security.kubernetes.io/enforce",
+    ):
         assert words in security, f"docs/security.md does not explain {words}"
-    assert yaml.safe_load(values)["agent"]["webConfig"] == {"existingSecret": "", "tls": False,
-                                                            "requireClientCert": False}
+    assert yaml.safe_load(values)["agent"]["webConfig"] == {
+        "existingSecret": "",
+        "tls": False,
+        "requireClientCert": False,
+    }

@@ -13,9 +13,13 @@ from hypothesis import strategies as st
 
 def hostile(examples: int) -> settings:
     """Return hypothesis settings for `examples` runs: derandomized and without a database, so CI repeats them."""
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.filter_too_much])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    )
 
 
 # What moves a terminal to another line; other separators (\x1c, \u2028) print nothing there or in a page.
@@ -32,25 +36,84 @@ def one_line(error: BaseException | str, limit: int = 2000) -> str:
 
 
 # Numbers where parsers break: the edges of floats and of int-to-float conversion, and the signs.
-EDGE_NUMBERS = st.sampled_from([
-    0, -0.0, 1, -1, 0.5, 2**31, 2**32, 2**53 + 1, 2**63, 2**64, -(2**63), 10**18, 10**308, 10**309, 10**400,
-    -(10**400), 1e308, -1e308, 1.7976931348623157e308, 5e-324, -5e-324, 1e-300, float("inf"), float("-inf"),
-    float("nan"),
-])
+EDGE_NUMBERS = st.sampled_from(
+    [
+        0,
+        -0.0,
+        1,
+        -1,
+        0.5,
+        2**31,
+        2**32,
+        2**53 + 1,
+        2**63,
+        2**64,
+        -(2**63),
+        10**18,
+        10**308,
+        10**309,
+        10**400,
+        -(10**400),
+        1e308,
+        -1e308,
+        1.7976931348623157e308,
+        5e-324,
+        -5e-324,
+        1e-300,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+    ]
+)
 NUMBERS = st.one_of(EDGE_NUMBERS, st.integers(), st.floats())
 # Text a user or a job could type or paste: control characters, surrogate-free unicode, digits of other scripts.
 TEXT = st.one_of(
     st.text(max_size=40),
-    st.sampled_from(["", " ", "\n", "\x00", "\t1s", "１", "²", "٣", "1e400", "nan", "NaN", "+Inf", "-inf", "0x10",
-                     "1_000", "-1", "1.", ".5", "9" * 400, "ｍ", "true", "null", "~", "[", "{", "*a", "&a",
-                     "!!python/object:os.system", "%", "'", '"', "\\", "é" * 300]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "\n",
+            "\x00",
+            "\t1s",
+            "１",
+            "²",
+            "٣",
+            "1e400",
+            "nan",
+            "NaN",
+            "+Inf",
+            "-inf",
+            "0x10",
+            "1_000",
+            "-1",
+            "1.",
+            ".5",
+            "9" * 400,
+            "ｍ",
+            "true",
+            "null",
+            "~",
+            "[",
+            "{",
+            "*a",
+            "&a",
+            "!!python/object:os.system",
+            "%",
+            "'",
+            '"',
+            "\\",
+            "é" * 300,
+        ]
+    ),
 )
 SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, TEXT)
 # Any value a YAML or JSON parser can hand over, nested a little.
 VALUES = st.recursive(
     SCALARS,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.one_of(TEXT, st.integers()), children,
-                                                                      max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.one_of(TEXT, st.integers()), children, max_size=4)
+    ),
     max_leaves=12,
 )
 # JSON-representable values only (string keys), for bodies and messages.
@@ -62,10 +125,23 @@ JSON = st.recursive(
 # Raw documents: random text, and nesting deeper than any recursive parser's stack.
 RAW_TEXT = st.one_of(
     st.text(max_size=300),
-    st.sampled_from(["{a: " * 1500 + "1" + "}" * 1500, "- " * 1500 + "x",
-                     "&a [*a]", "a: &a {b: *a}", "\x00", "\ufeff", "\x85", "a: !!binary '////'",
-                     "a: !!python/object/apply:os.system ['true']", "%YAML 9.9\n---\na: 1", "? [a]\n: 1",
-                     "a: 1\na: 2", "<html><body>502 Bad Gateway</body></html>"]),
+    st.sampled_from(
+        [
+            "{a: " * 1500 + "1" + "}" * 1500,
+            "- " * 1500 + "x",
+            "&a [*a]",
+            "a: &a {b: *a}",
+            "\x00",
+            "\ufeff",
+            "\x85",
+            "a: !!binary '////'",
+            "a: !!python/object/apply:os.system ['true']",
+            "%YAML 9.9\n---\na: 1",
+            "? [a]\n: 1",
+            "a: 1\na: 2",
+            "<html><body>502 Bad Gateway</body></html>",
+        ]
+    ),
 )
 
 
@@ -95,7 +171,8 @@ def no_crash_logged(logger: str = "gpulens") -> Iterator[list[logging.LogRecord]
     finally:
         target.removeHandler(handler)
     assert not records, "a caught crash was logged: " + "; ".join(
-        f"{r.getMessage()}: {r.exc_info[0].__name__}: {r.exc_info[1]}" for r in records)
+        f"{r.getMessage()}: {r.exc_info[0].__name__}: {r.exc_info[1]}" for r in records
+    )
 
 
 def paths(node, prefix: tuple = ()):

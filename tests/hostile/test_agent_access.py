@@ -17,8 +17,14 @@ from tests.hostile.common import TEXT, hostile, one_line
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("agent-access")
     pki = Pki.make(folder)
-    texts = {"userpw": "prometheus:s3cret\n", "nocolon": "prometheus\n", "colonfirst": ":pw", "empty": "",
-             "lines": "a:b\nc:d\n", "pem-junk": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"}
+    texts = {
+        "userpw": "prometheus:s3cret\n",
+        "nocolon": "prometheus\n",
+        "colonfirst": ":pw",
+        "empty": "",
+        "lines": "a:b\nc:d\n",
+        "pem-junk": "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    }
     paths = [str(pki.ca_file), str(pki.client_cert), str(pki.client_key), str(pki.server_cert)]
     for name, text in texts.items():
         (folder / name).write_text(text)
@@ -32,8 +38,11 @@ def files(tmp_path_factory):
 @example(data=None)
 def test_any_agent_access_settings_give_credentials_or_one_line(files, data):
     names = (CA_FILE, CERT_FILE, KEY_FILE, BASIC_AUTH_FILE)
-    cases = [{name: "a\x00b"} for name in names] if data is None else [
-        data.draw(st.dictionaries(st.sampled_from(names), st.one_of(st.sampled_from(files), TEXT), max_size=4))]
+    cases = (
+        [{name: "a\x00b"} for name in names]
+        if data is None
+        else [data.draw(st.dictionaries(st.sampled_from(names), st.one_of(st.sampled_from(files), TEXT), max_size=4))]
+    )
     for environ in cases:
         try:
             credentials = agent_credentials(environ)

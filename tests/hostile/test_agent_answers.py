@@ -28,14 +28,29 @@ from tests.hostile.views import render_everything
 
 # -------------------------------------------------------------- /metrics text, read by the dashboard
 
-EXPOSED = [*NAMES, "gpulens_build_info", "gpulens_gpu_busy_seconds_total", "gpulens_gpu_sampled_seconds_total",
-           "gpulens_gpu_state_seconds_total", "gpulens_gpu_power_watts", "gpulens_job_torch_reserved_bytes"]
+EXPOSED = [
+    *NAMES,
+    "gpulens_build_info",
+    "gpulens_gpu_busy_seconds_total",
+    "gpulens_gpu_sampled_seconds_total",
+    "gpulens_gpu_state_seconds_total",
+    "gpulens_gpu_power_watts",
+    "gpulens_job_torch_reserved_bytes",
+]
 # Values the text format allows, at every edge; and, in raw lines, ones it does not.
-SAMPLE_TEXT = st.one_of(st.sampled_from(["1", "0", "NaN", "+Inf", "-Inf", "1e400", "-1e400", "1e308", "-0", "5e-324",
-                                         "9" * 400, "1767225600", "-1"]),
-                        st.floats().map(repr), st.integers().map(str))
-BAD_LINES = st.one_of(TEXT, st.sampled_from(['x{a="1"} abc', "x 0x1", r'x{a="\q"} 1', "x{a=1} 1", "x 1 2 3", "{} 1",
-                                             "# TYPE x nonsense", "x 1_0", "x ٣"]))
+SAMPLE_TEXT = st.one_of(
+    st.sampled_from(
+        ["1", "0", "NaN", "+Inf", "-Inf", "1e400", "-1e400", "1e308", "-0", "5e-324", "9" * 400, "1767225600", "-1"]
+    ),
+    st.floats().map(repr),
+    st.integers().map(str),
+)
+BAD_LINES = st.one_of(
+    TEXT,
+    st.sampled_from(
+        ['x{a="1"} abc', "x 0x1", r'x{a="\q"} 1', "x{a=1} 1", "x 1 2 3", "{} 1", "# TYPE x nonsense", "x 1_0", "x ٣"]
+    ),
+)
 
 
 def escaped(text: str) -> str:
@@ -55,9 +70,13 @@ def expositions(draw):
             lines.append(draw(BAD_LINES))
         else:
             labels = {"gpu": draw(st.sampled_from(["0", "1", "²", "x"])), "uuid": draw(st.sampled_from(["u0", "u1"]))}
-            labels.update({label: draw(LABEL_VALUES) for label in draw(st.lists(st.sampled_from(LABELS), max_size=4,
-                                                                                   unique=True))
-                           if label not in ("__name__", "gpu", "uuid")})
+            labels.update(
+                {
+                    label: draw(LABEL_VALUES)
+                    for label in draw(st.lists(st.sampled_from(LABELS), max_size=4, unique=True))
+                    if label not in ("__name__", "gpu", "uuid")
+                }
+            )
             rendered = ",".join(f'{k}="{escaped(v)}"' for k, v in labels.items())
             stamp = draw(st.sampled_from(["", "", " 1767225600000", " -1"]))
             lines.append(f"{name}{{{rendered}}} {draw(SAMPLE_TEXT)}{stamp}")
@@ -77,18 +96,28 @@ class Clock:
 @hostile(80)
 @given(st.lists(expositions(), min_size=1, max_size=3))
 @example(['gpulens_build_info 1\ngpulens_gpu_verdict_info{gpu="²",uuid="u",state="idle"} 1\n'])
-@example(['gpulens_build_info 1\ngpulens_gpu_processes{gpu="0",uuid="u"} NaN\n'
-          'gpulens_gpu_verdict_info{gpu="0",uuid="u"} 1\ngpulens_gpu_allocation_info{gpu="0",uuid="u",job_id="7"} 1\n'])
+@example(
+    [
+        'gpulens_build_info 1\ngpulens_gpu_processes{gpu="0",uuid="u"} NaN\n'
+        'gpulens_gpu_verdict_info{gpu="0",uuid="u"} 1\ngpulens_gpu_allocation_info{gpu="0",uuid="u",job_id="7"} 1\n'
+    ]
+)
 def test_the_dashboard_reads_any_metrics_text_into_records_and_one_line_problems(texts):
     clock = Clock()
     replies = iter(texts * 2)
-    source = AgentsSource({"node-a": "http://node-a:10906"}, fetch=lambda url, timeout: next(replies), clock=clock,
-                          interval=5)
+    source = AgentsSource(
+        {"node-a": "http://node-a:10906"}, fetch=lambda url, timeout: next(replies), clock=clock, interval=5
+    )
     for _ in texts:  # one scrape per text, so the history ring holds each
         source.refresh()
         clock.now += 5
-    answers = [source.fleet(3600), source.gpu_history("node-a", "0", 3600), source.jobs(), source.probes(),
-               source.alerts()]
+    answers = [
+        source.fleet(3600),
+        source.gpu_history("node-a", "0", 3600),
+        source.jobs(),
+        source.probes(),
+        source.alerts(),
+    ]
     for answer in answers:
         for problem in answer.problems:
             one_line(problem)
@@ -98,16 +127,36 @@ def test_the_dashboard_reads_any_metrics_text_into_records_and_one_line_problems
 # -------------------------------------------------------------- /api/v1/jobs JSON, read by reports
 
 RECORD = {
-    "kind": "slurm", "id": "7", "start": NOW - 3600, "last_seen": NOW - 60, "user": "ann", "nodes": ["n1"],
-    "running": False, "gpus": ["GPU-1"], "models": ["NVIDIA H100 80GB HBM3"],
-    "state_seconds": {"busy": 1800.0, "idle": 1700.0}, "busy_seconds": 1700.0, "sampled_seconds": 3500.0,
-    "energy_joules": 1e6, "memory_peak_bytes": 2**30, "memory_capacity_bytes": 80 * 2**30,
+    "kind": "slurm",
+    "id": "7",
+    "start": NOW - 3600,
+    "last_seen": NOW - 60,
+    "user": "ann",
+    "nodes": ["n1"],
+    "running": False,
+    "gpus": ["GPU-1"],
+    "models": ["NVIDIA H100 80GB HBM3"],
+    "state_seconds": {"busy": 1800.0, "idle": 1700.0},
+    "busy_seconds": 1700.0,
+    "sampled_seconds": 3500.0,
+    "energy_joules": 1e6,
+    "memory_peak_bytes": 2**30,
+    "memory_capacity_bytes": 80 * 2**30,
     "tips": {"pin_memory": {"seconds": 100.0, "text": "pin it"}},
-    "timeline": [{"t": NOW - 3600, "state_seconds": {"busy": 60.0}, "busy_seconds": 50.0, "sampled_seconds": 60.0,
-                  "memory_peak_bytes": 2**30}],
+    "timeline": [
+        {
+            "t": NOW - 3600,
+            "state_seconds": {"busy": 60.0},
+            "busy_seconds": 50.0,
+            "sampled_seconds": 60.0,
+            "memory_peak_bytes": 2**30,
+        }
+    ],
 }
-HOSTILE_NUMBERS = st.one_of(NUMBERS, st.sampled_from([float("nan"), float("inf"), -1e300, 1e300, "1e400", "12",
-                                                     "abc", None, True, [], {}, 10**400]))
+HOSTILE_NUMBERS = st.one_of(
+    NUMBERS,
+    st.sampled_from([float("nan"), float("inf"), -1e300, 1e300, "1e400", "12", "abc", None, True, [], {}, 10**400]),
+)
 
 
 @st.composite
@@ -136,15 +185,20 @@ def agent_server():
 
 
 @hostile(100)
-@given(job_answers(), st.sampled_from([200] * 7 + [400, 404, 500]), st.sampled_from(["job", "fleet"]),
-       st.sampled_from(["terminal", "markdown", "html", "json", "csv"]))
+@given(
+    job_answers(),
+    st.sampled_from([200] * 7 + [400, 404, 500]),
+    st.sampled_from(["job", "fleet"]),
+    st.sampled_from(["terminal", "markdown", "html", "json", "csv"]),
+)
 @example(json.dumps({"node": "n", "jobs": [{**RECORD, "start": 1e300}]}).encode(), 200, "fleet", "markdown")
-@example(json.dumps({"node": "n", "jobs": [{**RECORD, "memory_peak_bytes": float("inf")}]}).encode(), 200,
-         "job", "json")
-@example(json.dumps({"node": "n", "jobs": [{**RECORD, "busy_seconds": float("nan")}]}).encode(), 200,
-         "fleet", "html")
-@example(json.dumps({"node": "n", "jobs": [RECORD, {**RECORD, "kind": "docker"}]}).encode(), 200, "job",
-         "terminal")  # one id under two kinds
+@example(
+    json.dumps({"node": "n", "jobs": [{**RECORD, "memory_peak_bytes": float("inf")}]}).encode(), 200, "job", "json"
+)
+@example(json.dumps({"node": "n", "jobs": [{**RECORD, "busy_seconds": float("nan")}]}).encode(), 200, "fleet", "html")
+@example(
+    json.dumps({"node": "n", "jobs": [RECORD, {**RECORD, "kind": "docker"}]}).encode(), 200, "job", "terminal"
+)  # one id under two kinds
 def test_the_report_reads_any_agent_answer_into_a_report_or_one_line(agent_server, body, status, command, fmt):
     url, replies = agent_server
     replies[0] = (status, "application/json", body)
@@ -162,6 +216,7 @@ def test_the_report_reads_any_agent_answer_into_a_report_or_one_line(agent_serve
 
 # -------------------------------------------------------------- the agent's own query string
 
+
 @pytest.fixture(scope="module", params=["ledger", "memory"])
 def jobs_app(request, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("jobs-api") / "ledger.sqlite") if request.param == "ledger" else ""
@@ -171,13 +226,44 @@ def jobs_app(request, tmp_path_factory):
 
 
 PARAMETERS = st.sampled_from(["since", "id", "limit", "timeline", "x", "", "since[]", "Since"])
-PARAMETER_VALUES = st.one_of(TEXT, st.sampled_from([
-    "7d", "1h", "0", "-1", "nan", "inf", "-inf", "1e400", "9" * 400, "9" * 400 + "d", "1.5m", "١", "٣d", "1_000",
-    "10000", "10001", "0x10", " 5 ", "true", "yes", "1", "jupyter-bob-7f9c", "a\x00b", "%00", "%ff", "%", "é",
-]))
+PARAMETER_VALUES = st.one_of(
+    TEXT,
+    st.sampled_from(
+        [
+            "7d",
+            "1h",
+            "0",
+            "-1",
+            "nan",
+            "inf",
+            "-inf",
+            "1e400",
+            "9" * 400,
+            "9" * 400 + "d",
+            "1.5m",
+            "١",
+            "٣d",
+            "1_000",
+            "10000",
+            "10001",
+            "0x10",
+            " 5 ",
+            "true",
+            "yes",
+            "1",
+            "jupyter-bob-7f9c",
+            "a\x00b",
+            "%00",
+            "%ff",
+            "%",
+            "é",
+        ]
+    ),
+)
 QUERIES = st.one_of(
     st.lists(st.tuples(PARAMETERS, PARAMETER_VALUES), max_size=5).map(
-        lambda pairs: "&".join(f"{k}={v}" for k, v in pairs)),
+        lambda pairs: "&".join(f"{k}={v}" for k, v in pairs)
+    ),
     TEXT,
 )
 
@@ -193,8 +279,11 @@ def test_any_query_string_gets_jobs_or_one_line(jobs_app, query):
     def start_response(status, headers):
         answered["status"] = status
 
-    body = json.loads(b"".join(jobs_app({"PATH_INFO": "/api/v1/jobs", "QUERY_STRING": query,
-                                         "REQUEST_METHOD": "GET"}, start_response)))
+    body = json.loads(
+        b"".join(
+            jobs_app({"PATH_INFO": "/api/v1/jobs", "QUERY_STRING": query, "REQUEST_METHOD": "GET"}, start_response)
+        )
+    )
     assert answered["status"] in ("200 OK", "400 Bad Request")
     if answered["status"] == "400 Bad Request":
         one_line(body["error"], limit=300)

@@ -11,26 +11,87 @@ from gpulens.agent import collectors
 from gpulens.agent.config import AgentConfig, ConfigError, build_parser, load
 from tests.hostile.common import RAW_TEXT, TEXT, VALUES, hostile, one_line
 
-FLAGS = sorted(option for action in build_parser()._actions for option in action.option_strings
-               if option not in ("-h", "--help", "--config.file"))
+FLAGS = sorted(
+    option
+    for action in build_parser()._actions
+    for option in action.option_strings
+    if option not in ("-h", "--help", "--config.file")
+)
 # Values that parse as each kind of setting, and near misses.
-SETTING_VALUES = st.one_of(TEXT, st.sampled_from([
-    "1s", "500ms", "2m", "1h", "30d", "0", "0.1", "99999999999999999999999999999999", "9" * 400, "1e3",
-    "256MiB", "1GiB", "9" * 400 + "GiB", "0.5KiB", "1 MB", ":10906", "127.0.0.1:0", "[::1]:99999", ":²",
-    "host:１２", ":-1", "demo", "faults", "nan", "inf", "-inf", "10000", "1e-300", "true", "off", "maybe",
-]))
-ENV_NAMES = ["CONFIG_FILE", "WEB_LISTEN_ADDRESS", "SAMPLING_INTERVAL", "LOG_LEVEL", "SIMULATE", "SPEED",
-             "DIAGNOSIS_IDLE_PATIENCE", "JOBS_SOCKET", "KUBELET_POD_RESOURCES_SOCKET", "LEDGER_PATH",
-             "LEDGER_RETENTION", "LEDGER_MAX_SIZE", "LEDGER_PARTITION", "PROBES_INTERVAL", "PROBES_JITTER",
-             "WEB_CONFIG_FILE", *(f"COLLECTOR_{name.upper()}" for name in collectors.defaults()), "COLLECTOR_NOPE"]
-FILE_SECTIONS = {"web": ["listen_address", "config_file"], "sampling": ["interval"], "log": ["level"],
-                 "diagnosis": ["idle_patience"], "jobs": ["socket"], "kubelet": ["pod_resources_socket"],
-                 "ledger": ["path", "retention", "max_size", "partition"], "probes": ["interval", "jitter"],
-                 "collectors": sorted(collectors.defaults())}
+SETTING_VALUES = st.one_of(
+    TEXT,
+    st.sampled_from(
+        [
+            "1s",
+            "500ms",
+            "2m",
+            "1h",
+            "30d",
+            "0",
+            "0.1",
+            "99999999999999999999999999999999",
+            "9" * 400,
+            "1e3",
+            "256MiB",
+            "1GiB",
+            "9" * 400 + "GiB",
+            "0.5KiB",
+            "1 MB",
+            ":10906",
+            "127.0.0.1:0",
+            "[::1]:99999",
+            ":²",
+            "host:１２",
+            ":-1",
+            "demo",
+            "faults",
+            "nan",
+            "inf",
+            "-inf",
+            "10000",
+            "1e-300",
+            "true",
+            "off",
+            "maybe",
+        ]
+    ),
+)
+ENV_NAMES = [
+    "CONFIG_FILE",
+    "WEB_LISTEN_ADDRESS",
+    "SAMPLING_INTERVAL",
+    "LOG_LEVEL",
+    "SIMULATE",
+    "SPEED",
+    "DIAGNOSIS_IDLE_PATIENCE",
+    "JOBS_SOCKET",
+    "KUBELET_POD_RESOURCES_SOCKET",
+    "LEDGER_PATH",
+    "LEDGER_RETENTION",
+    "LEDGER_MAX_SIZE",
+    "LEDGER_PARTITION",
+    "PROBES_INTERVAL",
+    "PROBES_JITTER",
+    "WEB_CONFIG_FILE",
+    *(f"COLLECTOR_{name.upper()}" for name in collectors.defaults()),
+    "COLLECTOR_NOPE",
+]
+FILE_SECTIONS = {
+    "web": ["listen_address", "config_file"],
+    "sampling": ["interval"],
+    "log": ["level"],
+    "diagnosis": ["idle_patience"],
+    "jobs": ["socket"],
+    "kubelet": ["pod_resources_socket"],
+    "ledger": ["path", "retention", "max_size", "partition"],
+    "probes": ["interval", "jitter"],
+    "collectors": sorted(collectors.defaults()),
+}
 
 argv = st.lists(st.one_of(st.sampled_from(FLAGS), SETTING_VALUES), max_size=8)
-environ = st.dictionaries(st.one_of(st.sampled_from(ENV_NAMES).map("GPULENS_".__add__), TEXT), SETTING_VALUES,
-                          max_size=5)
+environ = st.dictionaries(
+    st.one_of(st.sampled_from(ENV_NAMES).map("GPULENS_".__add__), TEXT), SETTING_VALUES, max_size=5
+)
 
 
 @st.composite
@@ -44,8 +105,10 @@ def config_documents(draw):
         if keys is None or draw(st.integers(0, 5)) == 0:
             doc[section] = draw(st.one_of(SETTING_VALUES, VALUES))
         else:
-            doc[section] = {draw(st.one_of(st.sampled_from(keys), TEXT)): draw(st.one_of(SETTING_VALUES, VALUES))
-                            for _ in range(draw(st.integers(0, 3)))}
+            doc[section] = {
+                draw(st.one_of(st.sampled_from(keys), TEXT)): draw(st.one_of(SETTING_VALUES, VALUES))
+                for _ in range(draw(st.integers(0, 3)))
+            }
     try:
         return yaml.safe_dump(doc, allow_unicode=True)
     except (yaml.YAMLError, ValueError, OverflowError):

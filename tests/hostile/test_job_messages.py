@@ -47,19 +47,36 @@ def valid_messages(draw):
         "v": 1,
         "pid": draw(counts(1, messages._MAX_PID)),
         "window_seconds": draw(SECONDS),
-        "step": {"count": draw(counts(0, messages._MAX_COUNT)), "total_seconds": total,
-                 "data_wait_seconds": draw(st.floats(0, 1)) * total},
-        "dataloader": draw(nullable(st.fixed_dictionaries({
-            "num_workers": nullable(counts(0, messages._MAX_WORKERS)), "pin_memory": nullable(st.booleans()),
-            "prefetch_factor": nullable(counts(0, messages._MAX_BATCH)),
-            "persistent_workers": nullable(st.booleans()), "batch_size": nullable(counts(0, messages._MAX_BATCH)),
-        }))),
-        "precision": {"autocast": draw(nullable(st.booleans())), "autocast_dtype": draw(nullable(PLAIN)),
-                      "matmul_allow_tf32": draw(nullable(st.booleans())),
-                      "cudnn_allow_tf32": draw(nullable(st.booleans())),
-                      "float32_matmul_precision": draw(nullable(PLAIN))},
-        "device": {"type": draw(PLAIN), "index": draw(nullable(counts(0, messages._MAX_DEVICE_INDEX))),
-                   "uuid": draw(st.text(st.sampled_from("GPU-0123456789abcdef"), max_size=64))},
+        "step": {
+            "count": draw(counts(0, messages._MAX_COUNT)),
+            "total_seconds": total,
+            "data_wait_seconds": draw(st.floats(0, 1)) * total,
+        },
+        "dataloader": draw(
+            nullable(
+                st.fixed_dictionaries(
+                    {
+                        "num_workers": nullable(counts(0, messages._MAX_WORKERS)),
+                        "pin_memory": nullable(st.booleans()),
+                        "prefetch_factor": nullable(counts(0, messages._MAX_BATCH)),
+                        "persistent_workers": nullable(st.booleans()),
+                        "batch_size": nullable(counts(0, messages._MAX_BATCH)),
+                    }
+                )
+            )
+        ),
+        "precision": {
+            "autocast": draw(nullable(st.booleans())),
+            "autocast_dtype": draw(nullable(PLAIN)),
+            "matmul_allow_tf32": draw(nullable(st.booleans())),
+            "cudnn_allow_tf32": draw(nullable(st.booleans())),
+            "float32_matmul_precision": draw(nullable(PLAIN)),
+        },
+        "device": {
+            "type": draw(PLAIN),
+            "index": draw(nullable(counts(0, messages._MAX_DEVICE_INDEX))),
+            "uuid": draw(st.text(st.sampled_from("GPU-0123456789abcdef"), max_size=64)),
+        },
         "memory": draw(st.sampled_from([None, memory])),
     }
 
@@ -97,8 +114,13 @@ def check(data: bytes) -> JobReport | None:
 @hostile(400)
 @given(st.data())
 def test_several_wrong_fields_at_once_give_a_report_or_one_line(data):
-    message = mutate(data.draw, json.loads(json.dumps(VALID)), JSON, st.one_of(TEXT, st.sampled_from(
-        ["v", "pid", "step", "memory", "count", "uuid"])), times=(1, 5))
+    message = mutate(
+        data.draw,
+        json.loads(json.dumps(VALID)),
+        JSON,
+        st.one_of(TEXT, st.sampled_from(["v", "pid", "step", "memory", "count", "uuid"])),
+        times=(1, 5),
+    )
     try:
         text = json.dumps(message)
     except (ValueError, OverflowError):
@@ -114,15 +136,19 @@ def test_valid_json_damaged_byte_by_byte_gives_a_report_or_one_line(data):
     if data is None:  # tricks a random byte rarely finds
         cases = [
             original.replace(b'"ooms": 1', b'"ooms": 1, "ooms": 1'),  # a duplicate deep down
-            original.replace(b"5.0", b"NaN"), original.replace(b"5.0", b"Infinity"),
-            original.replace(b"5.0", b"1e999999"), original.replace(b"5.0", b"-0.0"),
+            original.replace(b"5.0", b"NaN"),
+            original.replace(b"5.0", b"Infinity"),
+            original.replace(b"5.0", b"1e999999"),
+            original.replace(b"5.0", b"-0.0"),
             original.replace(b'"cuda"', b'"\\ud800"'),  # a lone surrogate, which json accepts
             original.replace(b'"type"', b'"\\ud800"'),
             original.replace(b"4242", b"4" * 4400),  # an integer past Python's 4300-digit limit
             original.replace(b"4242", b"4242" + b"0" * 300 + b".5"),
             original.replace(b"{", b"{" * 3000, 1),
             b"\xef\xbb\xbf" + original,  # a UTF-8 byte order mark
-            original + b"\x00", original[:-1], original * 2,
+            original + b"\x00",
+            original[:-1],
+            original * 2,
         ]
     else:
         damaged = bytearray(original)
@@ -134,7 +160,7 @@ def test_valid_json_damaged_byte_by_byte_gives_a_report_or_one_line(data):
             elif action == "insert":
                 damaged[at:at] = data.draw(st.binary(min_size=1, max_size=8))
             elif action == "delete":
-                del damaged[at:at + data.draw(st.integers(1, 8))]
+                del damaged[at : at + data.draw(st.integers(1, 8))]
             else:
                 del damaged[at:]
         cases = [bytes(damaged)]
@@ -173,10 +199,23 @@ def claims(pid):
 
 DATAGRAMS = st.one_of(
     st.binary(max_size=64),
-    st.sampled_from([b"", b" " * (MAX_MESSAGE_BYTES + 1), b"{" * (MAX_MESSAGE_BYTES * 4), claims(os.getpid()),
-                     claims(os.getppid()), claims(1), claims(os.getpid() + 1), claims(messages._MAX_PID),
-                     claims(0), claims(-os.getpid()), claims(str(os.getpid())), claims(float(os.getpid())),
-                     claims(True)]),
+    st.sampled_from(
+        [
+            b"",
+            b" " * (MAX_MESSAGE_BYTES + 1),
+            b"{" * (MAX_MESSAGE_BYTES * 4),
+            claims(os.getpid()),
+            claims(os.getppid()),
+            claims(1),
+            claims(os.getpid() + 1),
+            claims(messages._MAX_PID),
+            claims(0),
+            claims(-os.getpid()),
+            claims(str(os.getpid())),
+            claims(float(os.getpid())),
+            claims(True),
+        ]
+    ),
     st.integers(-(2**63), 2**63).map(claims),
     st.integers(MAX_MESSAGE_BYTES - 2, MAX_MESSAGE_BYTES + 2).map(lambda n: claims(os.getpid()).ljust(n)),
     st.integers(MAX_MESSAGE_BYTES + 1, 200_000).map(lambda n: b"x" * n),

@@ -47,18 +47,44 @@ BASE = {
             "xid": [{"at": 2, "code": 48}],
             "not_supported": ["fan"],
             "probe": {"matmul": 0.5, "correct": True},
-            "processes": [{
-                "pid": 4242, "memory": "10GiB", "start": 0, "end": 100, "sm_utilization": 50,
-                "job": {"kind": "kubernetes", "id": "uid-1", "user": "ann", "namespace": "ns", "pod": "p-0",
-                        "container": "c"},
-                "host": {"main_cpu": 0.5, "workers": 2, "worker_cpu": 0.3, "cores_allowed": 8, "io_read": "10MB/s"},
-                "torch": {"data_wait": 0.3, "steps_per_second": 2, "num_workers": 2, "pin_memory": True,
-                          "prefetch_factor": 2, "batch_size": 32, "autocast": True, "autocast_dtype": "bfloat16",
-                          "tf32": True, "allocated": "1GiB", "reserved": "2GiB", "alloc_retries": 1, "ooms": 0},
-            }],
+            "processes": [
+                {
+                    "pid": 4242,
+                    "memory": "10GiB",
+                    "start": 0,
+                    "end": 100,
+                    "sm_utilization": 50,
+                    "job": {
+                        "kind": "kubernetes",
+                        "id": "uid-1",
+                        "user": "ann",
+                        "namespace": "ns",
+                        "pod": "p-0",
+                        "container": "c",
+                    },
+                    "host": {"main_cpu": 0.5, "workers": 2, "worker_cpu": 0.3, "cores_allowed": 8, "io_read": "10MB/s"},
+                    "torch": {
+                        "data_wait": 0.3,
+                        "steps_per_second": 2,
+                        "num_workers": 2,
+                        "pin_memory": True,
+                        "prefetch_factor": 2,
+                        "batch_size": 32,
+                        "autocast": True,
+                        "autocast_dtype": "bfloat16",
+                        "tf32": True,
+                        "allocated": "1GiB",
+                        "reserved": "2GiB",
+                        "alloc_retries": 1,
+                        "ooms": 0,
+                    },
+                }
+            ],
         },
-        {"model": "Tesla T4", "allocated_to": {"kind": "kubernetes", "id": "u2", "user": "bo", "namespace": "n",
-                                               "pod": "q"}},
+        {
+            "model": "Tesla T4",
+            "allocated_to": {"kind": "kubernetes", "id": "u2", "user": "bo", "namespace": "n", "pod": "q"},
+        },
     ],
     "faults": [
         {"kind": "lost", "gpu": 1, "at": 2, "until": 3},
@@ -140,8 +166,9 @@ def test_unreadable_files_are_one_error_line(tmp_path):
 # -------------------------------------------------------------- valid documents with extreme values
 
 # Times and durations at the edges: tiny, huge, negative where a shape allows it.
-TIMES = st.one_of(st.sampled_from([0.0, 5e-324, 1e-9, 0.17, 1.0, 1e9, 1e15, 1e300, 1.7976931348623157e308]),
-                  st.floats(0, 1e6))
+TIMES = st.one_of(
+    st.sampled_from([0.0, 5e-324, 1e-9, 0.17, 1.0, 1e9, 1e15, 1e300, 1.7976931348623157e308]), st.floats(0, 1e6)
+)
 SIGNED = st.one_of(TIMES, TIMES.map(lambda t: -t))
 
 
@@ -159,12 +186,24 @@ def signals(draw, lo: float, hi: float):
     if shape == "constant":
         signal = {"constant": draw(level)}
     elif shape == "square":
-        signal = {"square": {"high": draw(level), "low": draw(level), "duty": draw(st.floats(0, 1)),
-                             "period": draw(st.one_of(st.sampled_from([0.0011, 0.01]), TIMES.filter(lambda t: t > 1))),
-                             "phase": draw(SIGNED)}}
+        signal = {
+            "square": {
+                "high": draw(level),
+                "low": draw(level),
+                "duty": draw(st.floats(0, 1)),
+                "period": draw(st.one_of(st.sampled_from([0.0011, 0.01]), TIMES.filter(lambda t: t > 1))),
+                "phase": draw(SIGNED),
+            }
+        }
     elif shape == "ramp":
-        signal = {"ramp": {"from": draw(level), "to": draw(level), "start": draw(SIGNED),
-                           "duration": draw(TIMES.filter(lambda t: t > 0))}}
+        signal = {
+            "ramp": {
+                "from": draw(level),
+                "to": draw(level),
+                "start": draw(SIGNED),
+                "duration": draw(TIMES.filter(lambda t: t > 0)),
+            }
+        }
     elif shape == "steps":
         signal = {"steps": [[t, draw(level)] for t in sorted(set(draw(st.lists(SIGNED, min_size=1, max_size=4))))]}
     else:
@@ -178,9 +217,18 @@ def signals(draw, lo: float, hi: float):
 
 
 H100_MEMORY = 81559 * 2**20
-GPU_SIGNALS = {"utilization": (0, 100), "sm_activity": (0, 1), "sm_occupancy": (0, 1), "tensor_activity": (0, 1),
-               "dram_bandwidth": (0, 1), "power": (0, scenario.MAX_POWER_W), "temperature": (0, 150),
-               "memory_temperature": (0, 150), "fan": (0, 100), "memory_used": (0, H100_MEMORY)}
+GPU_SIGNALS = {
+    "utilization": (0, 100),
+    "sm_activity": (0, 1),
+    "sm_occupancy": (0, 1),
+    "tensor_activity": (0, 1),
+    "dram_bandwidth": (0, 1),
+    "power": (0, scenario.MAX_POWER_W),
+    "temperature": (0, 150),
+    "memory_temperature": (0, 150),
+    "fan": (0, 100),
+    "memory_used": (0, H100_MEMORY),
+}
 
 
 @st.composite
@@ -192,12 +240,16 @@ def extreme(draw):
     for key in draw(st.lists(st.sampled_from(sorted(GPU_SIGNALS)), min_size=1, max_size=5, unique=True)):
         gpu[key] = draw(signals(*GPU_SIGNALS[key]))
     if draw(st.booleans()):
-        gpu["clocks"] = {"sm": draw(signals(0, scenario.MAX_CLOCK_MHZ)),
-                         "memory": draw(signals(0, scenario.MAX_CLOCK_MHZ))}
+        gpu["clocks"] = {
+            "sm": draw(signals(0, scenario.MAX_CLOCK_MHZ)),
+            "memory": draw(signals(0, scenario.MAX_CLOCK_MHZ)),
+        }
     gpu["pcie"]["tx"] = draw(signals(0, scenario.MAX_RATE))
     gpu["power_limit"] = draw(levels(1, scenario.MAX_POWER_W))
-    gpu["max_clocks"] = {"sm": draw(st.integers(1, scenario.MAX_CLOCK_MHZ)),
-                         "memory": draw(st.integers(1, scenario.MAX_CLOCK_MHZ))}
+    gpu["max_clocks"] = {
+        "sm": draw(st.integers(1, scenario.MAX_CLOCK_MHZ)),
+        "memory": draw(st.integers(1, scenario.MAX_CLOCK_MHZ)),
+    }
     process = gpu["processes"][0]
     process["start"] = draw(TIMES)
     process["end"] = process["start"] + draw(TIMES.filter(lambda t: t > 0))
@@ -228,8 +280,15 @@ def folder(tmp_path_factory):
 @hostile(80)
 @given(doc=extreme())
 @example(doc={**BASE, "faults": [], "gpus": [{"model": "NVIDIA H100 80GB HBM3", "power": 1e308}]})  # energy: inf
-@example(doc={**BASE, "faults": [], "gpus": [{"model": "NVIDIA H100 80GB HBM3",
-                                              "utilization": {"square": {"high": 90, "period": 5e-324, "duty": 0.5}}}]})
+@example(
+    doc={
+        **BASE,
+        "faults": [],
+        "gpus": [
+            {"model": "NVIDIA H100 80GB HBM3", "utilization": {"square": {"high": 90, "period": 5e-324, "duty": 0.5}}}
+        ],
+    }
+)
 @example(doc={**BASE, "start_time": 1e300})
 @example(doc={**BASE, "seed": 2**64 - 1})  # the largest seed, once rounded up past its bound as a float
 def test_what_the_validator_accepts_runs_without_a_caught_crash(folder, doc):

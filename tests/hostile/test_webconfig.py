@@ -28,10 +28,16 @@ def base(pki):
     """A valid web config using every section, its files named relative to the PKI's folder."""
     return {
         "tls_server_config": {
-            "cert_file": pki.server_cert.name, "key_file": pki.server_key.name, "client_ca_file": pki.ca_file.name,
-            "client_auth_type": "RequireAndVerifyClientCert", "client_allowed_sans": ["prometheus.monitoring.svc"],
-            "min_version": "TLS12", "max_version": "TLS13", "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"],
-            "prefer_server_cipher_suites": True, "curve_preferences": ["X25519"],
+            "cert_file": pki.server_cert.name,
+            "key_file": pki.server_key.name,
+            "client_ca_file": pki.ca_file.name,
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_allowed_sans": ["prometheus.monitoring.svc"],
+            "min_version": "TLS12",
+            "max_version": "TLS13",
+            "cipher_suites": ["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"],
+            "prefer_server_cipher_suites": True,
+            "curve_preferences": ["X25519"],
         },
         "http_server_config": {"http2": True, "headers": {"X-Frame-Options": "deny"}},
         "basic_auth_users": {"prometheus": hashed("s3cret")},
@@ -40,13 +46,42 @@ def base(pki):
 
 
 # Values that reach further than random ones: near-valid names, paths and hashes.
-NEAR = st.one_of(TEXT, VALUES, st.sampled_from([
-    "TLS10", "TLS14", "tls12", ["TLS12"], {"a": 1}, "NoClientCert", "RequestClientCert", "RequireAnyClientCert",
-    "VerifyClientCertIfGiven", "Require", "/etc/passwd", "/dev/null", ".", "..", "x\x00y", "../" * 50, "",
-    "$2b$04$" + "." * 53, "$2b$99$" + "a" * 53, "$2y$10$" + "/" * 53, "$2b$1x$" + "a" * 53, "$2a$", "é:é",
-    "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "X-Content-Type-Options", "nosniff",
-    "Strict-Transport-Security", "a\r\nb",
-]))
+NEAR = st.one_of(
+    TEXT,
+    VALUES,
+    st.sampled_from(
+        [
+            "TLS10",
+            "TLS14",
+            "tls12",
+            ["TLS12"],
+            {"a": 1},
+            "NoClientCert",
+            "RequestClientCert",
+            "RequireAnyClientCert",
+            "VerifyClientCertIfGiven",
+            "Require",
+            "/etc/passwd",
+            "/dev/null",
+            ".",
+            "..",
+            "x\x00y",
+            "../" * 50,
+            "",
+            "$2b$04$" + "." * 53,
+            "$2b$99$" + "a" * 53,
+            "$2y$10$" + "/" * 53,
+            "$2b$1x$" + "a" * 53,
+            "$2a$",
+            "é:é",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+            "X-Content-Type-Options",
+            "nosniff",
+            "Strict-Transport-Security",
+            "a\r\nb",
+        ]
+    ),
+)
 
 
 @st.composite
@@ -87,7 +122,7 @@ def test_any_file_gives_a_config_or_one_error_line(pki, base, data):
         "[" * 1000 + "]" * 1000,  # nesting past the YAML composer's recursion limit
         "basic_auth_users: {ops: 2026-13-45}",  # a date PyYAML fails to build
         "tls_server_config: {cert_file: tls.crt, key_file: tls.key, min_version: [TLS12]}",  # unhashable
-        "tls_server_config: {cert_file: \"a\\0b\", key_file: tls.key}",  # a path open() refuses
+        'tls_server_config: {cert_file: "a\\0b", key_file: tls.key}',  # a path open() refuses
         "tls_server_config: {cert_file: tls.crt, key_file: tls.key, max_version: {a: 1}}",
     ]
     texts = examples if data is None else [data.draw(documents(base))]
@@ -125,11 +160,24 @@ def test_a_broken_edit_keeps_the_last_good_config(pki, base, data):
 
 HEADERS = st.one_of(
     TEXT,
-    st.sampled_from(["Basic", "Basic ", "basic dTpw", "Basic é", "Basic ====", "Basic dTpw\x00", "Bearer x",
-                     "Basic " + "QUFB" * 5000, "Basic //79/Q==", "Basic OnA=", "Basic dQ==", "Basic " + "A" * 101]),
+    st.sampled_from(
+        [
+            "Basic",
+            "Basic ",
+            "basic dTpw",
+            "Basic é",
+            "Basic ====",
+            "Basic dTpw\x00",
+            "Bearer x",
+            "Basic " + "QUFB" * 5000,
+            "Basic //79/Q==",
+            "Basic OnA=",
+            "Basic dQ==",
+            "Basic " + "A" * 101,
+        ]
+    ),
     st.binary(max_size=60).map(lambda raw: "Basic " + base64.b64encode(raw).decode()),
-    st.text(max_size=80).map(lambda text: "Basic " + base64.b64encode(text.encode("utf-8", "surrogatepass"))
-                             .decode()),
+    st.text(max_size=80).map(lambda text: "Basic " + base64.b64encode(text.encode("utf-8", "surrogatepass")).decode()),
 )
 PEERS = st.one_of(TEXT, st.sampled_from(["127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.1", "::ffff:", "[::1]"]))
 CHECK = PasswordCheck()
@@ -150,9 +198,10 @@ def test_any_authorization_header_gets_an_answer(header, peer, path, users):
 
     answers = []
     guard = Guard(app, lambda: config, CHECK)
-    guard({"PATH_INFO": path, "REQUEST_METHOD": "GET", "HTTP_AUTHORIZATION": header, "REMOTE_ADDR": peer},
-          lambda status, headers, exc_info=None: answers.append(status))
+    guard(
+        {"PATH_INFO": path, "REQUEST_METHOD": "GET", "HTTP_AUTHORIZATION": header, "REMOTE_ADDR": peer},
+        lambda status, headers, exc_info=None: answers.append(status),
+    )
     assert len(answers) == 1
     assert answers[0] in ("200 OK", "401 Unauthorized", "403 Forbidden")
     assert (answers[0] == "200 OK") == bool(reached)
-

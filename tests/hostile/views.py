@@ -14,8 +14,14 @@ def draw(chart_and_height) -> None:
     chart.to_dict()  # what Streamlit does with it: Vega-Lite JSON, the data serialized
 
 
-def render_everything(fleet_answer: Answer, history_answer: Answer, jobs_answer: Answer, probes_answer: Answer,
-                      alerts_answer: Answer, now: float) -> None:
+def render_everything(
+    fleet_answer: Answer,
+    history_answer: Answer,
+    jobs_answer: Answer,
+    probes_answer: Answer,
+    alerts_answer: Answer,
+    now: float,
+) -> None:
     """Run each page's pure functions and charts, with the pages' guards; any exception is a crashed page."""
     gpus = fleet_answer.value.gpus
     fleet.filter_options(gpus)

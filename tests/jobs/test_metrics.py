@@ -52,8 +52,14 @@ def test_every_series_of_a_cuda_job():
     assert value("gpulens_job_torch_alloc_retries_total", job) == 3
     assert value("gpulens_job_torch_ooms_total", job) == 1
     assert value("gpulens_job_report_age_seconds", job) == pytest.approx(2.0)
-    loader = {**job, "num_workers": "2", "pin_memory": "true", "prefetch_factor": "4",
-              "persistent_workers": "false", "batch_size": "64"}
+    loader = {
+        **job,
+        "num_workers": "2",
+        "pin_memory": "true",
+        "prefetch_factor": "4",
+        "persistent_workers": "false",
+        "batch_size": "64",
+    }
     assert value("gpulens_job_dataloader_info", loader) == 1
     precision = {**job, "autocast": "true", "autocast_dtype": "bfloat16", "tf32": "false"}
     assert value("gpulens_job_precision_info", precision) == 1
@@ -61,7 +67,10 @@ def test_every_series_of_a_cuda_job():
 
 def test_a_cpu_job_without_a_dataloader_has_no_memory_and_no_loader_series():
     cpu = report(
-        7, device={"type": "cpu", "index": None, "uuid": ""}, memory=None, dataloader=None,
+        7,
+        device={"type": "cpu", "index": None, "uuid": ""},
+        memory=None,
+        dataloader=None,
         precision=dict.fromkeys(VALID["precision"]),
     )
     registry = registry_for({7: cpu})

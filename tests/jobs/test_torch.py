@@ -71,8 +71,11 @@ def job_receiver(receiver):
 def test_a_job_starved_by_its_dataset_reports_a_high_data_wait_ratio(job_receiver, socket_path):
     loader = torch.utils.data.DataLoader(Samples(32, seconds=0.01), batch_size=BATCH, num_workers=0)
     model = mlp()
-    steps = train(gpulens.torch.instrument(loader, model=model, interval=0.1, socket_path=socket_path), model,
-                  compute_seconds=0.002)
+    steps = train(
+        gpulens.torch.instrument(loader, model=model, interval=0.1, socket_path=socket_path),
+        model,
+        compute_seconds=0.002,
+    )
     assert steps == 8
     report = last_report(job_receiver)
     assert report.data_wait_ratio > 0.5
@@ -88,16 +91,23 @@ def test_a_job_starved_by_its_dataset_reports_a_high_data_wait_ratio(job_receive
 def test_a_job_with_a_fast_dataset_reports_a_low_data_wait_ratio(job_receiver, socket_path):
     loader = torch.utils.data.DataLoader(Samples(64), batch_size=BATCH, num_workers=0)
     model = mlp()
-    train(gpulens.torch.instrument(loader, model=model, interval=0.1, socket_path=socket_path), model,
-          compute_seconds=0.02)
+    train(
+        gpulens.torch.instrument(loader, model=model, interval=0.1, socket_path=socket_path),
+        model,
+        compute_seconds=0.02,
+    )
     assert last_report(job_receiver).data_wait_ratio < 0.2
 
 
 def test_autocast_is_seen_when_the_step_runs_under_it(job_receiver, socket_path):
     loader = torch.utils.data.DataLoader(Samples(32), batch_size=BATCH)
     model = mlp()
-    train(gpulens.torch.instrument(loader, model=model, interval=0.02, socket_path=socket_path), model,
-          autocast=True, compute_seconds=0.01)
+    train(
+        gpulens.torch.instrument(loader, model=model, interval=0.02, socket_path=socket_path),
+        model,
+        autocast=True,
+        compute_seconds=0.01,
+    )
     precision = last_report(job_receiver).precision
     assert precision.autocast is True and precision.autocast_dtype == "bfloat16"
     assert precision.matmul_allow_tf32 == torch.backends.cuda.matmul.allow_tf32
@@ -118,8 +128,11 @@ def test_any_iterable_works_and_reports_no_loader_settings(job_receiver, socket_
 
 def test_the_socket_comes_from_the_environment(job_receiver, socket_path, monkeypatch):
     monkeypatch.setenv("GPULENS_SOCKET", socket_path)
-    train(gpulens.torch.instrument([(torch.randn(BATCH, 16), torch.randn(BATCH, 1))] * 8, interval=0.02), mlp(),
-          compute_seconds=0.01)
+    train(
+        gpulens.torch.instrument([(torch.randn(BATCH, 16), torch.randn(BATCH, 1))] * 8, interval=0.02),
+        mlp(),
+        compute_seconds=0.01,
+    )
     assert last_report(job_receiver).step.count > 0
 
 
@@ -229,9 +242,14 @@ def test_a_cuda_job_reports_its_gpu_uuid_as_nvml_writes_it_and_allocator_statist
         uuid = "5d3c0a3e-1b2c-4d5e-8f90-123456789abc"  # torch prints the bare UUID
 
     stats = {
-        "allocated_bytes.all.current": 10, "allocated_bytes.all.peak": 20, "reserved_bytes.all.current": 30,
-        "reserved_bytes.all.peak": 40, "active_bytes.all.current": 10, "inactive_split_bytes.all.current": 5,
-        "num_alloc_retries": 2, "num_ooms": 0,
+        "allocated_bytes.all.current": 10,
+        "allocated_bytes.all.peak": 20,
+        "reserved_bytes.all.current": 30,
+        "reserved_bytes.all.peak": 40,
+        "active_bytes.all.current": 10,
+        "inactive_split_bytes.all.current": 5,
+        "num_alloc_retries": 2,
+        "num_ooms": 0,
     }
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
@@ -265,8 +283,11 @@ def test_a_real_cuda_job_reports_allocator_memory_and_its_gpu(job_receiver, sock
         pytest.skip("no CUDA device")
     model = mlp().cuda()
     batches = [(torch.randn(BATCH, 16).cuda(), torch.randn(BATCH, 1).cuda()) for _ in range(8)]
-    train(gpulens.torch.instrument(batches, model=model, interval=0.02, socket_path=socket_path), model,
-          compute_seconds=0.01)
+    train(
+        gpulens.torch.instrument(batches, model=model, interval=0.02, socket_path=socket_path),
+        model,
+        compute_seconds=0.01,
+    )
     report = last_report(job_receiver)
     assert report.device.type == "cuda" and report.device.uuid.startswith(("GPU-", "MIG-"))
     assert report.memory.allocated_bytes > 0 and report.memory.reserved_bytes >= report.memory.allocated_bytes

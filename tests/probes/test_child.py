@@ -40,8 +40,9 @@ def test_a_child_past_its_budget_is_killed(tmp_path):
 
 
 def test_a_child_that_crashes_is_an_error_with_its_last_words(tmp_path):
-    runner = ChildRunner(python=fake_python(tmp_path, "echo 'Traceback...' >&2\necho 'CUDA error: no kernel' >&2\n"
-                                                       "exit 1\n"))
+    runner = ChildRunner(
+        python=fake_python(tmp_path, "echo 'Traceback...' >&2\necho 'CUDA error: no kernel' >&2\nexit 1\n")
+    )
     report = runner(request(0))
     assert report.status == ERROR and report.detail == "the probe child exited with status 1: CUDA error: no kernel"
 

@@ -56,27 +56,38 @@ def test_help_documents_the_exit_statuses(capsys):
     assert "3  a result is WRONG" in text and "1  a judged result" in text and "--min-peak-ratio" in text
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--min-peak-ratio", "2"], "--min-peak-ratio must be between 0 and 1"),
-    (["--time-budget", "soon"], "--time-budget: 'soon' is not a duration"),
-    (["--memory-fraction", "0"], "--memory-fraction must be above 0"),
-    (["--simulate", "probes", "--device", "cpu"], "--simulate and --device cpu exclude each other"),
-    (["--simulate", "nosuch"], "scenario 'nosuch': no such file"),
-    (["--simulate", "probes", "--gpu", "9"], "--gpu 9: no such GPU; indexes here: 0, 1, 2, 3, 4, 5, 6, 7"),
-    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
-    (["--device", "cpu", "--gpu", "0"], "--gpu chooses GPUs; drop it with --device cpu"),
-    (["--simulate-time", "5"], "--simulate-time applies to --simulate"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--min-peak-ratio", "2"], "--min-peak-ratio must be between 0 and 1"),
+        (["--time-budget", "soon"], "--time-budget: 'soon' is not a duration"),
+        (["--memory-fraction", "0"], "--memory-fraction must be above 0"),
+        (["--simulate", "probes", "--device", "cpu"], "--simulate and --device cpu exclude each other"),
+        (["--simulate", "nosuch"], "scenario 'nosuch': no such file"),
+        (["--simulate", "probes", "--gpu", "9"], "--gpu 9: no such GPU; indexes here: 0, 1, 2, 3, 4, 5, 6, 7"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (["--device", "cpu", "--gpu", "0"], "--gpu chooses GPUs; drop it with --device cpu"),
+        (["--simulate-time", "5"], "--simulate-time applies to --simulate"),
+    ],
+)
 def test_mistakes_are_one_line_and_exit_2(argv, message):
     status, out, err = probe(*argv)
     assert status == cli.EXIT_USAGE and out == ""
     assert err.startswith("gpulens probe: ") and message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("gpu, expected", [
-    ("0", cli.EXIT_OK), ("3", cli.EXIT_SLOW), ("4", cli.EXIT_WRONG), ("5", cli.EXIT_UNPROBED),
-    ("7", cli.EXIT_UNPROBED), ("0,3,4,5", cli.EXIT_WRONG), ("0,3,7", cli.EXIT_SLOW),
-])
+@pytest.mark.parametrize(
+    "gpu, expected",
+    [
+        ("0", cli.EXIT_OK),
+        ("3", cli.EXIT_SLOW),
+        ("4", cli.EXIT_WRONG),
+        ("5", cli.EXIT_UNPROBED),
+        ("7", cli.EXIT_UNPROBED),
+        ("0,3,4,5", cli.EXIT_WRONG),
+        ("0,3,7", cli.EXIT_SLOW),
+    ],
+)
 def test_exit_status_on_a_simulated_node(gpu, expected):
     assert probe("--simulate", "probes", "--gpu", gpu)[0] == expected
 

@@ -34,8 +34,14 @@ class Runner:
 
 def build(runner=None, start=None, history=10, interval=3600.0, jitter=0.0):
     clock = ManualClock()
-    collector = ProbesCollector(runner=runner or Runner(), interval=interval, jitter=jitter, history=history,
-                                clock=clock, start=start or (lambda work: work()))
+    collector = ProbesCollector(
+        runner=runner or Runner(),
+        interval=interval,
+        jitter=jitter,
+        history=history,
+        clock=clock,
+        start=start or (lambda work: work()),
+    )
     agent = make_agent("probes", extra=(collector,), clock=clock)
     return agent, collector
 

@@ -30,11 +30,14 @@ def test_flags_environment_and_file_set_the_schedule(tmp_path):
     assert config.collectors["probes"] is True
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--probes.interval", "10s"), "--probes.interval: 10 s is out of range; choose between 1m and 30d"),
-    (("--probes.interval", "1h", "--probes.jitter", "2h"), "--probes.jitter: 7200 s is longer than"),
-    (("--probes.jitter", "often"), "--probes.jitter: 'often' is not a duration"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--probes.interval", "10s"), "--probes.interval: 10 s is out of range; choose between 1m and 30d"),
+        (("--probes.interval", "1h", "--probes.jitter", "2h"), "--probes.jitter: 7200 s is longer than"),
+        (("--probes.jitter", "often"), "--probes.jitter: 'often' is not a duration"),
+    ],
+)
 def test_mistakes_name_the_setting(argv, message):
     with pytest.raises(agent_config.ConfigError, match=message):
         load(*argv)
@@ -45,5 +48,9 @@ def test_the_agent_builds_a_scheduled_collector_that_runs_simulated_children():
     (probes,) = [c for c in sampler.collectors if isinstance(c, ProbesCollector)]
     assert probes.interval == 3600
     command = probes.runner.command(ProbeRequest(index=0, uuid="GPU-x", name="", at=5.0))
-    assert command[1:3] == ["-m", "gpulens.probes"] and command[-4:] == ["--simulate", "probes", "--simulate-time",
-                                                                         "5.000"]
+    assert command[1:3] == ["-m", "gpulens.probes"] and command[-4:] == [
+        "--simulate",
+        "probes",
+        "--simulate-time",
+        "5.000",
+    ]

@@ -27,9 +27,17 @@ def report():
 def test_a_cpu_run_measures_every_path_the_cpu_has(report):
     statuses = {r.name: r.status for r in report.results}
     assert report.status == OK and report.device == "cpu" and report.spec == ""
-    assert statuses == {"d2d": OK, "h2d_pinned": SKIPPED, "h2d_pageable": OK, "d2h_pinned": SKIPPED,
-                        "d2h_pageable": OK, "matmul_bf16": OK, "matmul_fp16": OK, "matmul_tf32": SKIPPED,
-                        "matmul_fp32": OK}
+    assert statuses == {
+        "d2d": OK,
+        "h2d_pinned": SKIPPED,
+        "h2d_pageable": OK,
+        "d2h_pinned": SKIPPED,
+        "d2h_pageable": OK,
+        "matmul_bf16": OK,
+        "matmul_fp16": OK,
+        "matmul_tf32": SKIPPED,
+        "matmul_fp32": OK,
+    }
     assert report.result("h2d_pinned").detail == "pinned host memory needs CUDA"
 
 
@@ -91,16 +99,18 @@ def wrong_shape(a, b):
     return torch.matmul(a, b)[:-1]
 
 
-@pytest.mark.parametrize("broken", [scaled, transposed, one_wrong_block, not_a_number, wrong_shape],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "broken", [scaled, transposed, one_wrong_block, not_a_number, wrong_shape], ids=lambda f: f.__name__
+)
 def test_a_wrong_matmul_is_caught(broken):
     measurement = kernels.matmul(CPU, SMALL, "fp32", nothing, multiply=broken)
     assert not measurement.correct and measurement.error > kernels.TOLERANCE["fp32"]
 
 
 def test_a_wrong_matmul_makes_the_report_wrong_and_exports_no_speed():
-    report = runner.run(runner.cpu_target(), runner.Settings(plan=SMALL), NoGuard(), Budget(60), memory=plenty,
-                        multiply=transposed)
+    report = runner.run(
+        runner.cpu_target(), runner.Settings(plan=SMALL), NoGuard(), Budget(60), memory=plenty, multiply=transposed
+    )
     assert report.status == WRONG
     for dtype in ("bf16", "fp16", "fp32"):
         result = report.result(f"matmul_{dtype}")

@@ -27,20 +27,29 @@ def guard_for(scenario, clock: ManualClock, index: int = 0) -> Guard:
 
 
 def one_gpu(processes: str = "", extra: str = "") -> object:
-    return parse_scenario(textwrap.dedent(f"""
+    return parse_scenario(
+        textwrap.dedent(f"""
         name: one
         description: one H100
         gpus:
           - model: "NVIDIA H100 80GB HBM3"
             {extra}
             processes: [{processes}]
-        """), "one.yaml")
+        """),
+        "one.yaml",
+    )
 
 
 def run(guard, clock: ManualClock, budget: float = 60.0, memory=plenty, plan: Plan = SMALL, settings=None):
     ticking = Ticking(clock)
-    report = runner.run(runner.cpu_target(), settings or runner.Settings(plan=plan), guard,
-                        Budget(budget, clock.monotonic), multiply=ticking, memory=memory)
+    report = runner.run(
+        runner.cpu_target(),
+        settings or runner.Settings(plan=plan),
+        guard,
+        Budget(budget, clock.monotonic),
+        multiply=ticking,
+        memory=memory,
+    )
     return report, ticking
 
 

@@ -87,9 +87,18 @@ def test_every_simulated_model_is_in_the_catalog_with_its_architecture():
 
 
 def test_architectures_by_name():
-    cases = {"NVIDIA A10G": "ampere", "NVIDIA GeForce RTX 4090": "ada", "NVIDIA RTX A6000": "ampere",
-             "Quadro RTX 8000": "turing", "NVIDIA GeForce GTX 1660": "turing", "Tesla V100-SXM2-32GB": "volta",
-             "NVIDIA B200": "blackwell", "NVIDIA H20": "hopper", "Tesla K80": "kepler", "Something Else": None}
+    cases = {
+        "NVIDIA A10G": "ampere",
+        "NVIDIA GeForce RTX 4090": "ada",
+        "NVIDIA RTX A6000": "ampere",
+        "Quadro RTX 8000": "turing",
+        "NVIDIA GeForce GTX 1660": "turing",
+        "Tesla V100-SXM2-32GB": "volta",
+        "NVIDIA B200": "blackwell",
+        "NVIDIA H20": "hopper",
+        "Tesla K80": "kepler",
+        "Something Else": None,
+    }
     assert {name: architecture(name) for name in cases} == cases
     assert at_least("NVIDIA L4", "ampere") is True and at_least("Tesla T4", "ampere") is False
     assert at_least("Mystery GPU", "ampere") is None

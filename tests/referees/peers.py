@@ -53,8 +53,7 @@ def sim(scenario: str | None, driver: str | None, *command: str, at: float = AT)
     """The command line that runs `command` on the simulated node; on this node's GPUs when `scenario` is None."""
     if scenario is None:
         return list(command)
-    return [sys.executable, "-m", "gpulens.cli", "sim", scenario, "--driver", driver, "--at", f"{at:g}", "--",
-            *command]
+    return [sys.executable, "-m", "gpulens.cli", "sim", scenario, "--driver", driver, "--at", f"{at:g}", "--", *command]
 
 
 def run(args: list[str], timeout: float = 60) -> str:
@@ -102,19 +101,36 @@ def _samples(text: str) -> list:
 
 def agent(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     port = free_port()
-    text = scrape_while_running(sim(scenario, driver, sys.executable, "-m", "gpulens.cli", "agent",
-                                    "--web.listen-address", f"127.0.0.1:{port}", "--jobs.socket", "",
-                                    "--ledger.path", "", "--collector.process-details"),
-                                port, "gpulens_gpu_info{")
+    text = scrape_while_running(
+        sim(
+            scenario,
+            driver,
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--web.listen-address",
+            f"127.0.0.1:{port}",
+            "--jobs.socket",
+            "",
+            "--ledger.path",
+            "",
+            "--collector.process-details",
+        ),
+        port,
+        "gpulens_gpu_info{",
+    )
     readings: dict[str, Reading] = {}
-    scale = {"gpulens_gpu_memory_used_bytes": ("memory_used_mib", 1 / MIB),
-             "gpulens_gpu_memory_total_bytes": ("memory_total_mib", 1 / MIB),
-             "gpulens_gpu_utilization_ratio": ("utilization_pct", 100.0),
-             "gpulens_gpu_power_watts": ("power_w", 1.0),
-             "gpulens_gpu_temperature_celsius": ("temperature_c", 1.0),
-             "gpulens_gpu_sm_clock_hertz": ("sm_clock_mhz", 1e-6),
-             "gpulens_gpu_pcie_link_generation": ("pcie_generation", 1),
-             "gpulens_gpu_pcie_link_width": ("pcie_width", 1)}
+    scale = {
+        "gpulens_gpu_memory_used_bytes": ("memory_used_mib", 1 / MIB),
+        "gpulens_gpu_memory_total_bytes": ("memory_total_mib", 1 / MIB),
+        "gpulens_gpu_utilization_ratio": ("utilization_pct", 100.0),
+        "gpulens_gpu_power_watts": ("power_w", 1.0),
+        "gpulens_gpu_temperature_celsius": ("temperature_c", 1.0),
+        "gpulens_gpu_sm_clock_hertz": ("sm_clock_mhz", 1e-6),
+        "gpulens_gpu_pcie_link_generation": ("pcie_generation", 1),
+        "gpulens_gpu_pcie_link_width": ("pcie_width", 1),
+    }
     for sample in _samples(text):
         uuid = sample.labels.get("uuid")
         if uuid is None:
@@ -161,13 +177,17 @@ def gpustat(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     readings = {}
     for gpu in report["gpus"]:
         readings[gpu["uuid"]] = Reading(
-            memory_used_mib=gpu["memory.used"], memory_total_mib=gpu["memory.total"],
-            utilization_pct=gpu["utilization.gpu"], power_w=gpu["power.draw"],
+            memory_used_mib=gpu["memory.used"],
+            memory_total_mib=gpu["memory.total"],
+            utilization_pct=gpu["utilization.gpu"],
+            power_w=gpu["power.draw"],
             temperature_c=gpu["temperature.gpu"],
             processes={int(pid): mib for pid, mib in listed.get(gpu["uuid"], {}).items()}
-            if gpu["uuid"] in listed else None,
-            not_available=[key for key in ("memory.used", "utilization.gpu", "power.draw", "temperature.gpu")
-                           if gpu[key] is None],
+            if gpu["uuid"] in listed
+            else None,
+            not_available=[
+                key for key in ("memory.used", "utilization.gpu", "power.draw", "temperature.gpu") if gpu[key] is None
+            ],
         )
     return readings
 
@@ -203,9 +223,12 @@ def nvitop_api(scenario: str | None, driver: str | None) -> dict[str, Reading]:
         readings[uuid] = Reading(
             memory_used_mib=None if got["memory_used"] is None else got["memory_used"] / MIB,
             memory_total_mib=None if got["memory_total"] is None else got["memory_total"] / MIB,
-            utilization_pct=got["utilization"], power_w=None if got["power"] is None else got["power"] / 1000,
-            temperature_c=got["temperature"], sm_clock_mhz=got["sm_clock"],
-            pcie_generation=got["pcie_generation"], pcie_width=got["pcie_width"],
+            utilization_pct=got["utilization"],
+            power_w=None if got["power"] is None else got["power"] / 1000,
+            temperature_c=got["temperature"],
+            sm_clock_mhz=got["sm_clock"],
+            pcie_generation=got["pcie_generation"],
+            pcie_width=got["pcie_width"],
             processes={int(pid): None if mib is None else mib / MIB for pid, mib in got["processes"].items()},
             bus_id=got["bus_id"].upper(),
         )
@@ -213,8 +236,10 @@ def nvitop_api(scenario: str | None, driver: str | None) -> dict[str, Reading]:
 
 
 _GIB = {"B": 1 / MIB, "KiB": 1 / 1024, "MiB": 1.0, "GiB": 1024.0, "TiB": 1024.0**2}
-_ROW = re.compile(r"│\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*(?P<limit>\S+)\s*│"
-                  r"\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*│\s*(?P<util>\S+)\s")
+_ROW = re.compile(
+    r"│\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<power>\S+)\s*/\s*(?P<limit>\S+)\s*│"
+    r"\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*│\s*(?P<util>\S+)\s"
+)
 _HEAD = re.compile(r"│\s*(?P<index>\d+)\s+.*│\s*(?P<bus>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s")
 _PROCESS = re.compile(r"│\s*(?P<gpu>\d+)\s+(?P<pid>\d+)\s+\S+\s+\S+\s+(?P<memory>\S+)\s")
 
@@ -243,12 +268,19 @@ def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[
             continue
         uuid = uuid_by_bus[head.group("bus").upper()]
         index_to_uuid[int(head.group("index"))] = uuid
-        fields = {"temperature": row.group("temp"), "power": row.group("power"), "memory": row.group("used"),
-                  "utilization": row.group("util")}
+        fields = {
+            "temperature": row.group("temp"),
+            "power": row.group("power"),
+            "memory": row.group("used"),
+            "utilization": row.group("util"),
+        }
         readings[uuid] = Reading(
-            memory_used_mib=_mib(row.group("used")), memory_total_mib=_mib(row.group("total")),
-            utilization_pct=_number(row.group("util"), "%"), power_w=_number(row.group("power"), "W"),
-            temperature_c=_number(row.group("temp"), "C"), processes={},
+            memory_used_mib=_mib(row.group("used")),
+            memory_total_mib=_mib(row.group("total")),
+            utilization_pct=_number(row.group("util"), "%"),
+            power_w=_number(row.group("power"), "W"),
+            temperature_c=_number(row.group("temp"), "C"),
+            processes={},
             not_available=[name for name, shown in fields.items() if shown == "N/A"],
         )
     for line in lines:
@@ -264,11 +296,20 @@ def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[
 
 def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     port = free_port()
-    text = scrape_while_running(sim(scenario, driver, str(BIN / "nvitop-exporter"), "--bind-address", "127.0.0.1",
-                                    "--port", str(port)), port, "gpu_utilization_Percentage{", scrapes=2)
-    names = {"gpu_memory_used_MiB": "memory_used_mib", "gpu_memory_total_MiB": "memory_total_mib",
-             "gpu_utilization_Percentage": "utilization_pct", "gpu_power_usage_W": "power_w",
-             "gpu_temperature_C": "temperature_c", "gpu_clock_sm_MHz": "sm_clock_mhz"}
+    text = scrape_while_running(
+        sim(scenario, driver, str(BIN / "nvitop-exporter"), "--bind-address", "127.0.0.1", "--port", str(port)),
+        port,
+        "gpu_utilization_Percentage{",
+        scrapes=2,
+    )
+    names = {
+        "gpu_memory_used_MiB": "memory_used_mib",
+        "gpu_memory_total_MiB": "memory_total_mib",
+        "gpu_utilization_Percentage": "utilization_pct",
+        "gpu_power_usage_W": "power_w",
+        "gpu_temperature_C": "temperature_c",
+        "gpu_clock_sm_MHz": "sm_clock_mhz",
+    }
     readings: dict[str, Reading] = {}
     for sample in _samples(text):
         uuid = sample.labels.get("uuid")
@@ -293,4 +334,3 @@ def every_peer(scenario: str | None, driver: str | None) -> dict[str, dict[str, 
     found["gpustat"] = gpustat(scenario, driver)
     found["nvitop-exporter"] = nvitop_exporter(scenario, driver)
     return found
-

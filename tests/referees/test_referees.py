@@ -37,10 +37,24 @@ AGENT = "gpulens agent"
 SHOWS = {
     "gpustat": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c"),
     "nvitop -1": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c"),
-    "nvitop Device API": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c",
-                          "sm_clock_mhz", "pcie_generation", "pcie_width"),
-    "nvitop-exporter": ("memory_used_mib", "memory_total_mib", "utilization_pct", "power_w", "temperature_c",
-                        "sm_clock_mhz"),
+    "nvitop Device API": (
+        "memory_used_mib",
+        "memory_total_mib",
+        "utilization_pct",
+        "power_w",
+        "temperature_c",
+        "sm_clock_mhz",
+        "pcie_generation",
+        "pcie_width",
+    ),
+    "nvitop-exporter": (
+        "memory_used_mib",
+        "memory_total_mib",
+        "utilization_pct",
+        "power_w",
+        "temperature_c",
+        "sm_clock_mhz",
+    ),
 }
 # Half a unit of each tool's last shown digit (gpustat rounds down: a whole unit).
 PRECISION = {
@@ -66,8 +80,10 @@ def _spreads(name: str, driver: str) -> dict[str, dict[str, float]]:
         gpu.advance(peers.AT)
         window = [value for stamp, value in gpu.samples if stamp > since]
         power = list(gpu.recent_power) or [gpu.power_w]
-        spreads[gpu.spec.uuid] = {"utilization_pct": (max(window) - min(window)) if window else 0.0,
-                                  "power_w": max(power) - min(power)}
+        spreads[gpu.spec.uuid] = {
+            "utilization_pct": (max(window) - min(window)) if window else 0.0,
+            "power_w": max(power) - min(power),
+        }
     return spreads
 
 
@@ -114,7 +130,12 @@ def test_utilization_agrees_within_the_last_seconds_spread(node):
             continue
         slack = spreads[uuid]["utilization_pct"] + 1.0
         assert _close(tool, "utilization_pct", ours.utilization_pct, theirs.utilization_pct, slack), (
-            tool, uuid, ours.utilization_pct, theirs.utilization_pct, slack)
+            tool,
+            uuid,
+            ours.utilization_pct,
+            theirs.utilization_pct,
+            slack,
+        )
 
 
 def test_power_agrees_within_the_last_seconds_spread(node):

@@ -39,8 +39,14 @@ class Node:
     """A simulated node's agent: default collectors, diagnosis, job accounting (with a ledger file when
     `ledger_path` is given). `wrap` may replace the simulated NVML library, to break it on cue."""
 
-    def __init__(self, scenario: Scenario, ledger_path: str | None = None, interval: float = 1.0,
-                 recent: int = 1000, wrap: Callable | None = None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        ledger_path: str | None = None,
+        interval: float = 1.0,
+        recent: int = 1000,
+        wrap: Callable | None = None,
+    ):
         self.clock = ManualClock()
         library = load_simulated_library(scenario, self.clock)
         if wrap is not None:
@@ -50,8 +56,15 @@ class Node:
         self.opener = KeptConnection()
         ledger = Ledger(ledger_path, node="sim", open_connection=self.opener) if ledger_path else None
         self.accounting = JobAccounting(ledger, node="sim", recent=recent, export=True)
-        self.sampler = Sampler(library, enabled, self.clock, interval=interval, timer=lambda: 0.0,
-                               analysis=analysis, stages=[self.accounting])
+        self.sampler = Sampler(
+            library,
+            enabled,
+            self.clock,
+            interval=interval,
+            timer=lambda: 0.0,
+            analysis=analysis,
+            stages=[self.accounting],
+        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotExporter(self.sampler, [*enabled, analysis, self.accounting], mode="simulated"))
         self.sampler.cycle()
@@ -120,13 +133,16 @@ class Served:
 
     def __init__(self, node: Node):
         self.node = node
-        app = AgentApp(node.sampler, node.registry, [c.name for c in node.sampler.collectors], "simulated",
-                       jobs=node.accounting)
+        app = AgentApp(
+            node.sampler, node.registry, [c.name for c in node.sampler.collectors], "simulated", jobs=node.accounting
+        )
         self.server = serve(app, "127.0.0.1", 0)
         self.port = self.server.server_port
         self.scraper = Scraper(self.port)
-        self._threads = [threading.Thread(target=self.server.serve_forever, daemon=True),
-                         threading.Thread(target=self.scraper.run, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self.server.serve_forever, daemon=True),
+            threading.Thread(target=self.scraper.run, daemon=True),
+        ]
 
     def get(self, path: str) -> tuple[int, bytes]:
         return get(self.port, path)
@@ -135,8 +151,11 @@ class Served:
         """Scrape /metrics now; return {(sample name, sorted labels): value}."""
         status, body = self.get("/metrics")
         assert status == 200, body
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples
+        }
 
     def __enter__(self) -> Served:
         for thread in self._threads:

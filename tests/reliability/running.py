@@ -37,7 +37,10 @@ def agent_process(*args: str, preexec_fn=None) -> Iterator[RunningAgent]:
     """
     process = subprocess.Popen(
         [sys.executable, "-m", "gpulens.cli", "agent", *args, "--web.listen-address", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, preexec_fn=preexec_fn,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        preexec_fn=preexec_fn,
     )
     try:
         line = process.stdout.readline()

@@ -82,7 +82,8 @@ def test_lost_gpus_drop_only_their_series_and_come_back_counting_on():
             # The GPUs never lost count on without a gap.
             for i in (0, 3):
                 assert metrics[("gpulens_gpu_busy_seconds_total", labels[i])] == pytest.approx(
-                    t * (0.9 if i == 0 else 0.3), abs=1.0)
+                    t * (0.9 if i == 0 else 0.3), abs=1.0
+                )
     assert seen_down == {1, 2}
     assert served.scraper.scrapes > 10 and served.scraper.failures == []
     # Back, GPU 2 counted on from where it was: its sampled time misses the 45 s it was lost, less the
@@ -247,6 +248,7 @@ def test_sigkill_then_restart_serves_every_committed_job(tmp_path):
     scenario.write_text(churn_scenario(churn_jobs(gpus=4, seconds=3600, shortest=5.0, longest=15.0, gap=2.0), 4))
     ledger = tmp_path / "ledger.sqlite"
     with agent_process("--simulate", str(scenario), "--speed", "20", "--ledger.path", str(ledger)) as agent:
+
         def dozen_jobs():
             """a few dozen jobs in the ledger (about 60 simulated seconds)"""
             answer = api_jobs(agent.get)
@@ -302,12 +304,17 @@ def test_real_agent_with_an_unwritable_then_full_ledger_keeps_serving_and_catche
     whose files may not grow (RLIMIT_FSIZE, set from outside: writes fail as on a full disk)."""
     ledger = tmp_path / "ledger.sqlite"
     ledger.touch(mode=0o444)
-    probe = subprocess.run([sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(ledger)!r}, os.W_OK))"],
-                           preexec_fn=without_file_override, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import os, sys; sys.exit(os.access({str(ledger)!r}, os.W_OK))"],
+        preexec_fn=without_file_override,
+        check=False,
+    )
     if probe.returncode:
         pytest.skip("this process cannot be kept from writing a read-only file (it may not drop CAP_DAC_OVERRIDE)")
-    with agent_process("--simulate", "demo", "--speed", "10", "--ledger.path", str(ledger),
-                       preexec_fn=without_file_override) as agent:
+    with agent_process(
+        "--simulate", "demo", "--speed", "10", "--ledger.path", str(ledger), preexec_fn=without_file_override
+    ) as agent:
+
         def refused():
             """the ledger is refused as read-only"""
             found = ledger_metrics(agent)

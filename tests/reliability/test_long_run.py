@@ -36,8 +36,11 @@ def series(body: str) -> list[str]:
 
 def fixed_series(lines: list[str]) -> Counter:
     """How many series that name no job each metric has, less the verdicts' evidence."""
-    return Counter(re.split(r"[{ ]", line, maxsplit=1)[0] for line in lines
-                   if "job_id=" not in line and not line.startswith("gpulens_gpu_diagnosis_evidence{"))
+    return Counter(
+        re.split(r"[{ ]", line, maxsplit=1)[0]
+        for line in lines
+        if "job_id=" not in line and not line.startswith("gpulens_gpu_diagnosis_evidence{")
+    )
 
 
 def traced_after_collect() -> int:
@@ -48,8 +51,12 @@ def traced_after_collect() -> int:
 def test_series_and_heap_stay_flat_through_hundreds_of_jobs(tmp_path):
     jobs = churn_jobs(gpus=GPUS, seconds=2 * HOUR, shortest=20.0, longest=60.0, gap=5.0, seed=3)
     assert len(jobs) > 300
-    node = Node(parse_scenario(churn_scenario(jobs, GPUS), "churn"), str(tmp_path / "ledger.sqlite"),
-                interval=INTERVAL, recent=RECENT)
+    node = Node(
+        parse_scenario(churn_scenario(jobs, GPUS), "churn"),
+        str(tmp_path / "ledger.sqlite"),
+        interval=INTERVAL,
+        recent=RECENT,
+    )
     scraped = []
 
     def scrape():  # what Prometheus would get, every SCRAPE seconds

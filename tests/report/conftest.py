@@ -119,20 +119,32 @@ def guarded_prometheus_url(fleet_run, tmp_path_factory):
 
 
 @contextmanager
-def serve_prometheus(fleet_run: FleetRun, data: Path, web_config: Path | None = None,
-                     auth: tuple[str, str] | None = None) -> Iterator[str]:
+def serve_prometheus(
+    fleet_run: FleetRun, data: Path, web_config: Path | None = None, auth: tuple[str, str] | None = None
+) -> Iterator[str]:
     """Run a real Prometheus over the backfilled scrapes in `data`, behind `web_config` if given; yield its URL."""
     promtool = require_tool("promtool")
     prometheus = require_tool("prometheus")
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(fleet_run.openmetrics), str(data)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(fleet_run.openmetrics), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     config = data / "prometheus.yml"
     config.write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     port = free_port()
     server = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}", "--storage.tsdb.retention.time=100y",
-         f"--web.listen-address=127.0.0.1:{port}", *([f"--web.config.file={web_config}"] if web_config else [])],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            "--storage.tsdb.retention.time=100y",
+            f"--web.listen-address=127.0.0.1:{port}",
+            *([f"--web.config.file={web_config}"] if web_config else []),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()} if auth else {}

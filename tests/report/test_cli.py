@@ -35,8 +35,24 @@ def test_json_is_complete(capsys, fleet_run):
     body = json.loads(capsys.readouterr().out)
     assert body["schema"] == "gpulens.report/v1" and body["kind"] == "fleet" and body["by"] == "user"
     for job in body["jobs"]:
-        assert {"kind", "id", "user", "start", "last_seen", "gpus", "state_seconds", "gpu_hours", "wasted_gpu_hours",
-                "busy_ratio", "sm_activity", "memory_peak_bytes", "energy_kwh", "mark", "top_tips", "tips"} <= set(job)
+        assert {
+            "kind",
+            "id",
+            "user",
+            "start",
+            "last_seen",
+            "gpus",
+            "state_seconds",
+            "gpu_hours",
+            "wasted_gpu_hours",
+            "busy_ratio",
+            "sm_activity",
+            "memory_peak_bytes",
+            "energy_kwh",
+            "mark",
+            "top_tips",
+            "tips",
+        } <= set(job)
         assert set(job["state_seconds"]) == {"free", "idle", "data_starved", "underutilized", "busy", "unknown"}
     for group in body["groups"]:
         assert group["wasted_gpu_hours"] <= group["gpu_hours"] + 1e-9
@@ -60,8 +76,10 @@ def self_contained(html: str) -> None:
 
 def test_html_is_self_contained_with_charts(capsys, fleet_run, tmp_path):
     page = tmp_path / "job.html"
-    assert run(["job", "7001", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "html",
-                "-o", str(page)]) == 0
+    assert (
+        run(["job", "7001", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "html", "-o", str(page)])
+        == 0
+    )
     html = page.read_text()
     self_contained(html)
     assert html.count("<svg") == 3  # state timeline, busy ratio, memory
@@ -73,8 +91,21 @@ def test_html_is_self_contained_with_charts(capsys, fleet_run, tmp_path):
 
 
 def test_markdown_tables(capsys, fleet_run):
-    assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "markdown",
-                "--by", "namespace"]) == 0
+    assert (
+        run(
+            [
+                "fleet",
+                "--ledger",
+                str(fleet_run.ledger),
+                *window(fleet_run),
+                "--format",
+                "markdown",
+                "--by",
+                "namespace",
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("# GPU usage by namespace")
     assert "| namespace | jobs | GPU-hours |" in text
@@ -97,26 +128,36 @@ def test_terminal_table(capsys, fleet_run, tmp_path):
 
 
 def test_unknown_job(capsys, fleet_run):
-    fails(capsys, ["job", "no-such-job", "--ledger", str(fleet_run.ledger), *window(fleet_run)], 1,
-          "no job 'no-such-job'", "gpulens report fleet")
+    fails(
+        capsys,
+        ["job", "no-such-job", "--ledger", str(fleet_run.ledger), *window(fleet_run)],
+        1,
+        "no job 'no-such-job'",
+        "gpulens report fleet",
+    )
 
 
 def test_empty_period(capsys, fleet_run):
-    fails(capsys, ["fleet", "--ledger", str(fleet_run.ledger), "--since", "2020-01-01", "--until", "2020-01-02"], 1,
-          "no jobs in", "widen --since")
+    fails(
+        capsys,
+        ["fleet", "--ledger", str(fleet_run.ledger), "--since", "2020-01-01", "--until", "2020-01-02"],
+        1,
+        "no jobs in",
+        "widen --since",
+    )
 
 
 def test_prometheus_down(capsys):
-    fails(capsys, ["fleet", "--prometheus", f"http://127.0.0.1:{free_port()}"], 1, "cannot be reached",
-          "--prometheus")
+    fails(capsys, ["fleet", "--prometheus", f"http://127.0.0.1:{free_port()}"], 1, "cannot be reached", "--prometheus")
 
 
 def test_agent_down(capsys):
     fails(capsys, ["fleet", "--agent", f"127.0.0.1:{free_port()}"], 1, "cannot be reached", "--agent")
 
 
-@pytest.mark.parametrize("content", [b"", b"SQLite format 3\x00" + b"\x00" * 200, b"garbage" * 1000],
-                         ids=["empty", "truncated", "garbage"])
+@pytest.mark.parametrize(
+    "content", [b"", b"SQLite format 3\x00" + b"\x00" * 200, b"garbage" * 1000], ids=["empty", "truncated", "garbage"]
+)
 def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, content):
     path = tmp_path / "ledger.sqlite"
     path.write_bytes(content)
@@ -151,7 +192,11 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
 
 
 def test_through_the_gpulens_command(fleet_run):
-    done = subprocess.run([sys.executable, "-m", "gpulens.cli", "report", "job", "nope", "--ledger",
-                           str(fleet_run.ledger)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", "report", "job", "nope", "--ledger", str(fleet_run.ledger)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1

@@ -36,10 +36,15 @@ def one_job(path: str):
     value = str(NOW - 3600 if "start_timestamp" in query else NOW - 60 if "last_seen_timestamp" in query else 1800)
     series = {"metric": {"job_kind": "slurm", "job_id": "7", "state": "busy", "user": "ann"}}
     if path.startswith("/api/v1/query_range"):
-        return json_reply({"status": "success", "data": {"resultType": "matrix",
-                                                         "result": [{**series, "values": [[NOW - 600, value]]}]}})
-    return json_reply({"status": "success", "data": {"resultType": "vector",
-                                                     "result": [{**series, "value": [NOW, value]}]}})
+        return json_reply(
+            {
+                "status": "success",
+                "data": {"resultType": "matrix", "result": [{**series, "values": [[NOW - 600, value]]}]},
+            }
+        )
+    return json_reply(
+        {"status": "success", "data": {"resultType": "vector", "result": [{**series, "value": [NOW, value]}]}}
+    )
 
 
 def secret_file(tmp_path, text: str) -> str:
@@ -66,31 +71,49 @@ def fails(capsys, argv: list[str], status: int, *words: str, held: tuple[str, ..
     return lines[0]
 
 
-@pytest.mark.parametrize(("flag", "content", "header"), [
-    ("--bearer-token-file", TOKEN, f"Bearer {TOKEN}"),
-    ("--basic-auth-file", f"ops:{PASSWORD}", f"Basic {SECRETS[2]}"),
-])
+@pytest.mark.parametrize(
+    ("flag", "content", "header"),
+    [
+        ("--bearer-token-file", TOKEN, f"Bearer {TOKEN}"),
+        ("--basic-auth-file", f"ops:{PASSWORD}", f"Basic {SECRETS[2]}"),
+    ],
+)
 def test_a_report_reads_a_prometheus_that_requires_credentials(capsys, tmp_path, flag, content, header):
     with fake_server(one_job, require=header) as (url, asked):
         given = ("--prometheus", url, flag, secret_file(tmp_path, content))
         assert [j["id"] for j in report(capsys, "fleet", *given)["jobs"]] == ["7"]
         assert report(capsys, "job", "7", *given)["job"]["id"] == "7"
         assert asked and all(authorization == header for _, authorization in asked)
-        fails(capsys, ["fleet", "--prometheus", url], 1, f"Prometheus at {url} asks for credentials",
-              "--bearer-token-file", "--basic-auth-file")
-        fails(capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, "ops:wrong")], 1,
-              "asks for credentials")
+        fails(
+            capsys,
+            ["fleet", "--prometheus", url],
+            1,
+            f"Prometheus at {url} asks for credentials",
+            "--bearer-token-file",
+            "--basic-auth-file",
+        )
+        fails(
+            capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, "ops:wrong")], 1, "asks for credentials"
+        )
 
 
-@pytest.mark.parametrize(("flag", "content", "held"), [
-    ("--bearer-token-file", TOKEN, SECRETS[:1]),
-    ("--basic-auth-file", f"ops:{PASSWORD}", SECRETS[1:]),
-])
+@pytest.mark.parametrize(
+    ("flag", "content", "held"),
+    [
+        ("--bearer-token-file", TOKEN, SECRETS[:1]),
+        ("--basic-auth-file", f"ops:{PASSWORD}", SECRETS[1:]),
+    ],
+)
 def test_a_secret_the_server_echoes_is_redacted(capsys, tmp_path, flag, content, held):
     reply = json_reply({"status": "error", "errorType": "bad_data", "error": ECHO}, 400)
     with fake_server(lambda path: reply) as (url, _):
-        line = fails(capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, content)], 1,
-                     "answered an error to", held=held)
+        line = fails(
+            capsys,
+            ["fleet", "--prometheus", url, flag, secret_file(tmp_path, content)],
+            1,
+            "answered an error to",
+            held=held,
+        )
     assert "<redacted>" in line
 
 
@@ -102,14 +125,31 @@ def test_an_agent_that_echoes_its_basic_auth_password_does_not_get_it_printed(ca
 
 
 def test_credential_mistakes_are_one_line_without_the_secret(capsys, tmp_path):
-    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--basic-auth-file",
-                   secret_file(tmp_path, PASSWORD)], 2, "must hold USER:PASSWORD")
-    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", str(tmp_path / "none")], 2,
-          "cannot read the bearer token file")
-    fails(capsys, ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "t", "--basic-auth-file",
-                   "b"], 2, "not allowed with argument")
-    fails(capsys, ["fleet", "--agent", "http://127.0.0.1:9", "--bearer-token-file", secret_file(tmp_path, TOKEN)], 2,
-          "are for --prometheus", "GPULENS_AGENT_BASIC_AUTH_FILE")
+    fails(
+        capsys,
+        ["fleet", "--prometheus", "http://127.0.0.1:9", "--basic-auth-file", secret_file(tmp_path, PASSWORD)],
+        2,
+        "must hold USER:PASSWORD",
+    )
+    fails(
+        capsys,
+        ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", str(tmp_path / "none")],
+        2,
+        "cannot read the bearer token file",
+    )
+    fails(
+        capsys,
+        ["fleet", "--prometheus", "http://127.0.0.1:9", "--bearer-token-file", "t", "--basic-auth-file", "b"],
+        2,
+        "not allowed with argument",
+    )
+    fails(
+        capsys,
+        ["fleet", "--agent", "http://127.0.0.1:9", "--bearer-token-file", secret_file(tmp_path, TOKEN)],
+        2,
+        "are for --prometheus",
+        "GPULENS_AGENT_BASIC_AUTH_FILE",
+    )
 
 
 def test_label_values_escape_backslash_quote_and_newline():
@@ -121,26 +161,34 @@ def test_label_values_escape_backslash_quote_and_newline():
     assert not any("\n" in query for query in queries)
 
 
-@pytest.mark.parametrize(("argv", "status", "said"), [
-    (["fleet", "--agent", "http://127.0.0.1:9"], 2, "reading --agent needs requests: pip install 'gpulens[report]'"),
-    (["fleet", "--ledger", "/nonexistent.sqlite"], 1, "no such file"),  # the ledger needs nothing more
-])
+@pytest.mark.parametrize(
+    ("argv", "status", "said"),
+    [
+        (
+            ["fleet", "--agent", "http://127.0.0.1:9"],
+            2,
+            "reading --agent needs requests: pip install 'gpulens[report]'",
+        ),
+        (["fleet", "--ledger", "/nonexistent.sqlite"], 1, "no such file"),  # the ledger needs nothing more
+    ],
+)
 def test_without_requests_only_the_http_sources_are_refused(argv, status, said):
-    code = ("import sys; sys.modules['requests'] = None; from gpulens.report.cli import run; "
-            f"sys.exit(run({argv!r}))")
+    code = f"import sys; sys.modules['requests'] = None; from gpulens.report.cli import run; sys.exit(run({argv!r}))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == status and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
 @pytest.mark.slow
-def test_a_real_prometheus_behind_basic_auth_gives_the_ledger_report(capsys, tmp_path, fleet_run,
-                                                                     guarded_prometheus_url):
+def test_a_real_prometheus_behind_basic_auth_gives_the_ledger_report(
+    capsys, tmp_path, fleet_run, guarded_prometheus_url
+):
     window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until))
     ledger = report(capsys, "fleet", "--ledger", str(fleet_run.ledger), *window)
     auth = secret_file(tmp_path, f"{GUARD_USER}:{GUARD_PASSWORD}")
     guarded = report(capsys, "fleet", "--prometheus", guarded_prometheus_url, "--basic-auth-file", auth, *window)
     assert {j["id"] for j in guarded["jobs"] + guarded["short_jobs"]} == {
-        j["id"] for j in ledger["jobs"] + ledger["short_jobs"]}
+        j["id"] for j in ledger["jobs"] + ledger["short_jobs"]
+    }
     fails(capsys, ["fleet", "--prometheus", guarded_prometheus_url, *window], 1, "asks for credentials")
 
 

@@ -26,8 +26,19 @@ def report(capsys, *argv) -> dict:
 
 
 def fleet(capsys, fleet_run, *source, by="user") -> dict:
-    return report(capsys, "fleet", *source, "--since", str(fleet_run.since), "--until", str(fleet_run.until),
-                  "--by", by, "--format", "json")
+    return report(
+        capsys,
+        "fleet",
+        *source,
+        "--since",
+        str(fleet_run.since),
+        "--until",
+        str(fleet_run.until),
+        "--by",
+        by,
+        "--format",
+        "json",
+    )
 
 
 def jobs_by_id(body: dict) -> dict:
@@ -43,8 +54,7 @@ def test_the_ledger_report_tells_the_scenario(capsys, fleet_run):
     order = [j["id"] for j in body["jobs"]]
     assert order[0] == "7001" and set(order[1:3]) == {NOTEBOOK, "7003"} and order[3] == TRAIN
     assert [j["id"] for j in body["short_jobs"]] == ["7002"]  # two minutes: listed apart
-    assert {j["id"]: j["mark"] for j in body["jobs"]} == {"7001": "warning", NOTEBOOK: "red", "7003": "ok",
-                                                          TRAIN: "ok"}
+    assert {j["id"]: j["mark"] for j in body["jobs"]} == {"7001": "warning", NOTEBOOK: "red", "7003": "ok", TRAIN: "ok"}
     starved = jobs["7001"]
     # Ran 0-3000 s; the agent was down 10 s of it.
     assert starved["gpu_hours"] * 3600 == pytest.approx(3000 - RESTART_GAP, abs=10)

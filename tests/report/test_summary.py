@@ -10,14 +10,30 @@ from gpulens.usage import JobRecord, TimelinePoint, TipUse, merge
 
 def job(job_id="1", busy=0.5, seconds=3600.0, gpus=1, **fields) -> JobRecord:
     held = seconds * gpus
-    return JobRecord("slurm", job_id, start=0.0, last_seen=seconds, gpus=tuple(f"GPU-{i}" for i in range(gpus)),
-                     state_seconds={"busy": held * busy, "idle": held * (1 - busy)}, busy_seconds=held * busy,
-                     sampled_seconds=held, **fields)
+    return JobRecord(
+        "slurm",
+        job_id,
+        start=0.0,
+        last_seen=seconds,
+        gpus=tuple(f"GPU-{i}" for i in range(gpus)),
+        state_seconds={"busy": held * busy, "idle": held * (1 - busy)},
+        busy_seconds=held * busy,
+        sampled_seconds=held,
+        **fields,
+    )
 
 
-@pytest.mark.parametrize(("busy", "mark"), [(0.0, "red"), (t.REPORT_BUSY_RED - 0.01, "red"),
-                                             (t.REPORT_BUSY_RED, "warning"), (t.REPORT_BUSY_WARN - 0.01, "warning"),
-                                             (t.REPORT_BUSY_WARN, "ok"), (0.99, "ok")])
+@pytest.mark.parametrize(
+    ("busy", "mark"),
+    [
+        (0.0, "red"),
+        (t.REPORT_BUSY_RED - 0.01, "red"),
+        (t.REPORT_BUSY_RED, "warning"),
+        (t.REPORT_BUSY_WARN - 0.01, "warning"),
+        (t.REPORT_BUSY_WARN, "ok"),
+        (0.99, "ok"),
+    ],
+)
 def test_jobstats_marks(busy, mark):
     assert flag(job(busy=busy)) == mark
 
@@ -30,12 +46,24 @@ def test_short_and_sampleless_jobs_are_not_judged():
 
 
 def test_a_job_on_two_nodes_adds_up():
-    a = job(busy=0.9, nodes=("n1",), energy_joules=100.0, memory_peak_bytes=5, memory_capacity_bytes=10,
-            tips={"mixed_precision": TipUse(10.0, "on n1")},
-            timeline=(TimelinePoint(0.0, {"busy": 60.0}, 54.0, 60.0, 5),))
-    b = job(busy=0.1, nodes=("n2",), energy_joules=50.0, memory_peak_bytes=8, memory_capacity_bytes=10,
-            tips={"mixed_precision": TipUse(5.0, "on n2"), "release_idle_gpu": TipUse(1.0)},
-            timeline=(TimelinePoint(0.0, {"idle": 60.0}, 6.0, 60.0, 8), TimelinePoint(60.0, {"idle": 60.0})))
+    a = job(
+        busy=0.9,
+        nodes=("n1",),
+        energy_joules=100.0,
+        memory_peak_bytes=5,
+        memory_capacity_bytes=10,
+        tips={"mixed_precision": TipUse(10.0, "on n1")},
+        timeline=(TimelinePoint(0.0, {"busy": 60.0}, 54.0, 60.0, 5),),
+    )
+    b = job(
+        busy=0.1,
+        nodes=("n2",),
+        energy_joules=50.0,
+        memory_peak_bytes=8,
+        memory_capacity_bytes=10,
+        tips={"mixed_precision": TipUse(5.0, "on n2"), "release_idle_gpu": TipUse(1.0)},
+        timeline=(TimelinePoint(0.0, {"idle": 60.0}, 6.0, 60.0, 8), TimelinePoint(60.0, {"idle": 60.0})),
+    )
     both = job_report([a, b], "test", 300.0)
     r = both.record
     assert r.nodes == ("n1", "n2") and both.runs == 2
@@ -46,8 +74,12 @@ def test_a_job_on_two_nodes_adds_up():
 
 
 def test_groups_and_worst_offenders():
-    records = [job("a", busy=0.8, user="ann", gpus=8), job("b", busy=0.1, user="ben"),
-               job("c", busy=0.5, user="ann", gpus=2), job("d", busy=0.0, user="cy", seconds=60)]
+    records = [
+        job("a", busy=0.8, user="ann", gpus=8),
+        job("b", busy=0.1, user="ben"),
+        job("c", busy=0.5, user="ann", gpus=2),
+        job("d", busy=0.0, user="cy", seconds=60),
+    ]
     report = fleet_report(records, "user", 0.0, 3600.0, 300.0, "test")
     assert [r.id for r, _ in report.jobs] == ["a", "c", "b"]  # 8 GPUs 20% idle waste the most
     assert [r.id for r in report.short] == ["d"]
@@ -61,8 +93,11 @@ def test_groups_and_worst_offenders():
 
 
 def test_round_trip_through_json():
-    record = job(tips={"pin_memory": TipUse(3.0, "Pin it.")}, timeline=(TimelinePoint(0.0, {"busy": 1.0}),),
-                 models=("NVIDIA H100 80GB HBM3",))
+    record = job(
+        tips={"pin_memory": TipUse(3.0, "Pin it.")},
+        timeline=(TimelinePoint(0.0, {"busy": 1.0}),),
+        models=("NVIDIA H100 80GB HBM3",),
+    )
     assert JobRecord.from_dict(record.to_dict()) == record
     with pytest.raises(ValueError, match="not a job record"):
         JobRecord.from_dict({"kind": "slurm"})

@@ -176,7 +176,9 @@ def test_the_chart_ships_the_same_rule_files():
     """Helm cannot read outside the chart: it carries copies, byte for byte those in rules/."""
     copies = ROOT / "helm" / "gpulens" / "rules"
     assert sorted(p.name for p in copies.glob("*.rules.yml")) == [p.name for p in rule_files()], (
-        "copy the rule files into the chart: cp rules/*.rules.yml helm/gpulens/rules/")
+        "copy the rule files into the chart: cp rules/*.rules.yml helm/gpulens/rules/"
+    )
     for path in rule_files():
         assert (copies / path.name).read_bytes() == path.read_bytes(), (
-            f"helm/gpulens/rules/{path.name} differs from rules/{path.name}: cp rules/*.rules.yml helm/gpulens/rules/")
+            f"helm/gpulens/rules/{path.name} differs from rules/{path.name}: cp rules/*.rules.yml helm/gpulens/rules/"
+        )

@@ -75,6 +75,11 @@ def listed(sim, handle) -> list:
     code = function(handle, ctypes.byref(count), records)
     if code != h.SUCCESS:
         raise sim.NVMLError(code)
-    return [SimpleNamespace(pid=r.pid, gpuInstanceId=r.gpuInstanceId,
-                            usedGpuMemory=None if r.usedGpuMemory == h.VALUE_NOT_AVAILABLE_ULL else r.usedGpuMemory)
-            for r in records[:count.value]]
+    return [
+        SimpleNamespace(
+            pid=r.pid,
+            gpuInstanceId=r.gpuInstanceId,
+            usedGpuMemory=None if r.usedGpuMemory == h.VALUE_NOT_AVAILABLE_ULL else r.usedGpuMemory,
+        )
+        for r in records[: count.value]
+    ]

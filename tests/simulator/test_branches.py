@@ -16,7 +16,10 @@ nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device
 
 def test_declared_functions_come_from_the_header_text():
     assert branches.declared_functions(HEADER) == [
-        "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetCount_v2", "nvmlInit_v2"]
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetCount_v2",
+        "nvmlInit_v2",
+    ]
 
 
 def test_each_branch_adds_to_the_one_before():
@@ -29,16 +32,19 @@ def test_each_branch_adds_to_the_one_before():
     assert "nvmlDeviceCcuGetStreamState" in symbols["r525"] - symbols["r535"]
 
 
-@pytest.mark.parametrize(("symbol", "first"), [
-    ("nvmlDeviceGetComputeRunningProcesses_v3", "r525"),  # R510 (CUDA 11.6); the oldest branch here lacks it
-    ("nvmlDeviceGetMemoryInfo_v2", "r525"),
-    ("nvmlGpmMetricsGet", "r525"),
-    ("nvmlDeviceGetCurrentClocksEventReasons", "r535"),
-    ("nvmlDeviceGetConfComputeMemSizeInfo", "r535"),
-    ("nvmlDeviceGetProcessesUtilizationInfo", "r550"),
-    ("nvmlDeviceGetTemperatureV", "r570"),
-    ("nvmlDeviceGetComputeRunningProcesses_v2", "r470"),
-])
+@pytest.mark.parametrize(
+    ("symbol", "first"),
+    [
+        ("nvmlDeviceGetComputeRunningProcesses_v3", "r525"),  # R510 (CUDA 11.6); the oldest branch here lacks it
+        ("nvmlDeviceGetMemoryInfo_v2", "r525"),
+        ("nvmlGpmMetricsGet", "r525"),
+        ("nvmlDeviceGetCurrentClocksEventReasons", "r535"),
+        ("nvmlDeviceGetConfComputeMemSizeInfo", "r535"),
+        ("nvmlDeviceGetProcessesUtilizationInfo", "r550"),
+        ("nvmlDeviceGetTemperatureV", "r570"),
+        ("nvmlDeviceGetComputeRunningProcesses_v2", "r470"),
+    ],
+)
 def test_where_the_functions_the_agent_and_its_peers_use_arrive(symbol, first):
     order = list(branches.BRANCHES)
     for name in order:
@@ -58,7 +64,9 @@ def test_r535_as_first_released_writes_the_longer_process_record():
     early, late = branches.resolve("535.54.03"), branches.resolve("535.104.05")
     assert early.process_info_v3 is h.ProcessInfoV3Cc and late.process_info_v3 is h.ProcessInfo
     assert h.ProcessInfoV3Cc is not h.ProcessInfo and (32, 24) == (
-        h.ctypes.sizeof(h.ProcessInfoV3Cc), h.ctypes.sizeof(h.ProcessInfo))
+        h.ctypes.sizeof(h.ProcessInfoV3Cc),
+        h.ctypes.sizeof(h.ProcessInfo),
+    )
     assert "nvmlDeviceGetRunningProcessDetailList" not in early.symbols
     assert "nvmlDeviceGetRunningProcessDetailList" in late.symbols
     assert branches.resolve("r535").process_info_v3 is h.ProcessInfo  # the branch's late release

@@ -24,11 +24,14 @@ def scenario(gpus: str, extra: str = "", driver: str = ""):
 
 def test_an_idle_gpu_can_stop_filling_its_sample_buffer(clock):
     # polarsignals/gpu-metrics-agent pull request #37: GetSamples answers NOT_FOUND while the GPU idles.
-    sim = started(scenario("""
+    sim = started(
+        scenario("""
         - model: "NVIDIA H100 80GB HBM3"
           utilization: {steps: [[0, 0], [5, 80], [10, 0]]}
           samples_when_idle: stop
-        """), clock)
+        """),
+        clock,
+    )
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     clock.t = 4
     with raises_nvml("NotFound"):
@@ -46,14 +49,17 @@ def test_an_idle_gpu_can_stop_filling_its_sample_buffer(clock):
 def test_process_utilization_lists_only_processes_that_ran_each_with_its_own_time(clock):
     # nvml.h: "one utilization sample structure is returned per process running, that had some non-zero
     # utilization during the last sample period"; NVIDIA/go-nvml issue #51 shows per-process timestamps.
-    sim = started(scenario("""
+    sim = started(
+        scenario("""
         - model: "NVIDIA H100 80GB HBM3"
           utilization: 90
           processes:
             - {pid: 10, memory: 1GiB, sm_utilization: 60}
             - {pid: 11, memory: 1GiB, sm_utilization: {steps: [[0, 30], [2, 0]]}}
             - {pid: 12, memory: 1GiB, sm_utilization: 0}
-        """), clock)
+        """),
+        clock,
+    )
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     clock.t = 3
     samples = {s.pid: s for s in sim.nvmlDeviceGetProcessUtilization(handle, 0)}
@@ -69,7 +75,7 @@ def test_process_utilization_lists_only_processes_that_ran_each_with_its_own_tim
 def test_sample_timestamps_are_cpu_time_on_a_running_node():
     # nvml.h: sample timestamps are "CPU timestamp in microseconds", so a caller asking for the last
     # second (nvitop, nvtop) must find samples.
-    sim = load_simulated_library(scenario("- {model: \"NVIDIA L4\", utilization: 50}"), SimulatedClock(1.0))
+    sim = load_simulated_library(scenario('- {model: "NVIDIA L4", utilization: 50}'), SimulatedClock(1.0))
     sim.nvmlInit()
     time.sleep(0.4)
     handle = sim.nvmlDeviceGetHandleByIndex(0)
@@ -81,11 +87,14 @@ def test_sample_timestamps_are_cpu_time_on_a_running_node():
 def test_used_gpu_memory_can_be_not_available(clock):
     # nvml.h: usedGpuMemory is NVML_VALUE_NOT_AVAILABLE where the driver cannot attribute it (WDDM), and
     # in MIG mode aggregate information on the parent device needs privileges.
-    sim = started(scenario("""
+    sim = started(
+        scenario("""
         - model: "NVIDIA L4"
           process_memory: unavailable
           processes: [{pid: 20, memory: 2GiB}]
-        """), clock)
+        """),
+        clock,
+    )
     (process,) = sim.nvmlDeviceGetComputeRunningProcesses(sim.nvmlDeviceGetHandleByIndex(0))
     assert (process.pid, process.usedGpuMemory) == (20, None)
 
@@ -93,10 +102,16 @@ def test_used_gpu_memory_can_be_not_available(clock):
 def test_no_permission_for_what_an_unprivileged_caller_cannot_read(clock):
     # nvidia-container-toolkit issue #842: NoPermission from a MIG device in a container; pynvml
     # (gpuopenanalytics) issue #19: profiling counters are admin-only under RmProfilingAdminOnly.
-    sim = started(scenario("""
+    sim = started(
+        scenario(
+            """
         - model: "NVIDIA H100 80GB HBM3"
           no_permission: [processes, ecc]
-        """, extra="faults:\n  - {kind: no_permission, gpu: 0, what: power, at: 10, until: 20}\n"), clock)
+        """,
+            extra="faults:\n  - {kind: no_permission, gpu: 0, what: power, at: 10, until: 20}\n",
+        ),
+        clock,
+    )
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     with raises_nvml("NoPermission"):
         sim.nvmlDeviceGetComputeRunningProcesses(handle)
@@ -112,10 +127,16 @@ def test_no_permission_for_what_an_unprivileged_caller_cannot_read(clock):
 def test_processes_that_start_between_the_two_calls_overflow_the_list(clock):
     # nvml.h: "the number of elements might change in time. Allocate more space"; pynvml allocates
     # 2n + 5 records after its size query, and raises InsufficientSize when even that is too few.
-    sim = started(scenario("""
+    sim = started(
+        scenario(
+            """
         - model: "NVIDIA H100 80GB HBM3"
           processes: [{pid: 30, memory: 1GiB}]
-        """, extra="faults:\n  - {kind: processes_appear, gpu: 0, count: 20, at: 10}\n"), clock)
+        """,
+            extra="faults:\n  - {kind: processes_appear, gpu: 0, count: 20, at: 10}\n",
+        ),
+        clock,
+    )
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     clock.t = 10
     with raises_nvml("InsufficientSize"):
@@ -127,20 +148,29 @@ def test_a_lost_gpu_fails_every_call_even_unmodelled_ones(clock):
     sim = started("faults", clock)
     handle = sim.nvmlDeviceGetHandleByIndex(3)
     clock.t = 61
-    for call in (lambda: sim.nvmlDeviceGetBAR1MemoryInfo(handle), lambda: sim.nvmlDeviceGetBoardId(handle),
-                 lambda: sim.nvmlDeviceGetComputeRunningProcesses(handle),
-                 lambda: sim.nvmlDeviceGetSamples(handle, UTIL, 0)):
+    for call in (
+        lambda: sim.nvmlDeviceGetBAR1MemoryInfo(handle),
+        lambda: sim.nvmlDeviceGetBoardId(handle),
+        lambda: sim.nvmlDeviceGetComputeRunningProcesses(handle),
+        lambda: sim.nvmlDeviceGetSamples(handle, UTIL, 0),
+    ):
         with raises_nvml("GpuIsLost"):
             call()
 
 
 def test_a_process_and_a_fault_can_repeat_in_one_line(clock):
-    sim = started(scenario("""
+    sim = started(
+        scenario(
+            """
         - model: "NVIDIA H100 80GB HBM3"
           processes:
             - {pid: 5000, memory: 1GiB, every: 2, for: 1, end: 9}
         - model: "NVIDIA H100 80GB HBM3"
-        """, extra="faults:\n  - {kind: lost, gpu: 1, at: 10, every: 10, for: 2}\n"), clock)
+        """,
+            extra="faults:\n  - {kind: lost, gpu: 1, at: 10, every: 10, for: 2}\n",
+        ),
+        clock,
+    )
     first, second = sim.nvmlDeviceGetHandleByIndex(0), sim.nvmlDeviceGetHandleByIndex(1)
     seen = []
     for tenth in range(0, 100, 5):
@@ -173,7 +203,7 @@ def test_r535s_first_releases_write_longer_process_records(clock):
     count = ctypes.c_uint(8)
     records = (h.ProcessInfoV3Cc * 8)()
     assert function(handle, ctypes.byref(count), records) == h.SUCCESS
-    assert [(r.pid, r.usedGpuMemory) for r in records[:count.value]] == [(41, 10 * 2**30), (42, 20 * 2**30)]
+    assert [(r.pid, r.usedGpuMemory) for r in records[: count.value]] == [(41, 10 * 2**30), (42, 20 * 2**30)]
     # The binding's own wrapper reads one record size for every driver: right on one side of 535.104
     # and garbled on the other (gpustat issue #161). The agent picks the size itself
     # (tests/agent/test_driver_quirks.py).
@@ -185,13 +215,16 @@ def test_r535s_first_releases_write_longer_process_records(clock):
     assert (early == [41, 42], late == [41, 42]) == (reads_long, not reads_long)
 
 
-@pytest.mark.parametrize(("driver", "instant", "pcie_bytes", "memory_v2", "event_reasons"), [
-    ("r470", False, False, False, False),
-    ("r525", False, False, True, False),
-    ("r535", True, False, True, True),
-    ("r550", True, True, True, True),
-    ("r580", True, True, True, True),
-])
+@pytest.mark.parametrize(
+    ("driver", "instant", "pcie_bytes", "memory_v2", "event_reasons"),
+    [
+        ("r470", False, False, False, False),
+        ("r525", False, False, True, False),
+        ("r535", True, False, True, True),
+        ("r550", True, True, True, True),
+        ("r580", True, True, True, True),
+    ],
+)
 def test_the_branch_decides_fields_and_functions(clock, driver, instant, pcie_bytes, memory_v2, event_reasons):
     # POWER_INSTANT (186) is below R535's NVML_FI_MAX (197), the PCIe byte counters (197, 198) below
     # R550's (200); nvmlMemory_v2_t arrived with R510, clock "event" reasons with R535.
@@ -218,8 +251,10 @@ def test_the_branch_decides_fields_and_functions(clock, driver, instant, pcie_by
 
 def test_function_not_found_for_all_time_removes_the_symbol(clock):
     always = scenario(TWO_PROCESSES, extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetSamples}\n")
-    timed = scenario(TWO_PROCESSES, extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetSamples,"
-                                          " at: 5, until: 10}\n")
+    timed = scenario(
+        TWO_PROCESSES,
+        extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetSamples, at: 5, until: 10}\n",
+    )
     sim = started(always, clock)
     assert "nvmlDeviceGetSamples" not in sim.gpulens_driver.exported()
     other = started(timed, clock)
@@ -232,8 +267,12 @@ def test_function_not_found_for_all_time_removes_the_symbol(clock):
 
 
 def test_a_missing_library_fails_to_load_until_it_is_there(clock):
-    sim = loaded(scenario(TWO_PROCESSES, extra="faults:\n  - {kind: init_failure, error: library_not_found,"
-                                               " at: 0, until: 10}\n"), clock)
+    sim = loaded(
+        scenario(
+            TWO_PROCESSES, extra="faults:\n  - {kind: init_failure, error: library_not_found, at: 0, until: 10}\n"
+        ),
+        clock,
+    )
     with raises_nvml("LibraryNotFound"):
         sim.nvmlInit()
     assert sim.nvmlLib is None  # nothing was loaded

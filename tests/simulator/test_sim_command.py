@@ -34,8 +34,9 @@ READ_NODE = textwrap.dedent("""
 
 
 def sim(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpulens.cli", "sim", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", "sim", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def read_in_process(name: str, at: float, driver: str | None = None) -> dict:
@@ -49,9 +50,15 @@ def read_in_process(name: str, at: float, driver: str | None = None) -> dict:
     gpus = []
     for i in range(lib.nvmlDeviceGetCount()):
         h = lib.nvmlDeviceGetHandleByIndex(i)
-        gpus.append({"uuid": lib.nvmlDeviceGetUUID(h), "util": lib.nvmlDeviceGetUtilizationRates(h).gpu,
-                     "used": lib.nvmlDeviceGetMemoryInfo(h).used, "power": lib.nvmlDeviceGetPowerUsage(h),
-                     "pids": sorted(p.pid for p in Nvml(lib).processes(h))})
+        gpus.append(
+            {
+                "uuid": lib.nvmlDeviceGetUUID(h),
+                "util": lib.nvmlDeviceGetUtilizationRates(h).gpu,
+                "used": lib.nvmlDeviceGetMemoryInfo(h).used,
+                "power": lib.nvmlDeviceGetPowerUsage(h),
+                "pids": sorted(p.pid for p in Nvml(lib).processes(h)),
+            }
+        )
     return {"driver": lib.nvmlSystemGetDriverVersion(), "gpus": gpus}
 
 
@@ -70,8 +77,10 @@ def test_the_driver_can_be_chosen_per_run():
 
 
 def test_a_running_clock_moves_and_stays_on_the_wall_clock():
-    script = ("import pynvml, time; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); time.sleep(0.5);"
-              "_, s = pynvml.nvmlDeviceGetSamples(h, 1, int((time.time() - 1) * 1e6)); print(len(s))")
+    script = (
+        "import pynvml, time; pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0); time.sleep(0.5);"
+        "_, s = pynvml.nvmlDeviceGetSamples(h, 1, int((time.time() - 1) * 1e6)); print(len(s))"
+    )
     done = sim("square20", "--speed", "2", "--", sys.executable, "-c", script)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) >= 3  # the last second of CPU time holds samples (6 per simulated second)
@@ -80,22 +89,31 @@ def test_a_running_clock_moves_and_stays_on_the_wall_clock():
 def test_the_commands_own_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import builtins\nbuiltins.SITE_MARK = 'theirs'\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = sim("demo", "--", sys.executable, "-c", "import builtins, pynvml; pynvml.nvmlInit();"
-               "print(builtins.SITE_MARK, pynvml.nvmlDeviceGetCount())", env=env)
+    done = sim(
+        "demo",
+        "--",
+        sys.executable,
+        "-c",
+        "import builtins, pynvml; pynvml.nvmlInit();print(builtins.SITE_MARK, pynvml.nvmlDeviceGetCount())",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["theirs", "8"]
 
 
-@pytest.mark.parametrize(("args", "status", "message"), [
-    (["demo"], 2, "give the command after --, e.g. gpulens sim demo -- nvitop -1"),
-    (["demo", "--"], 2, "nothing to run after --"),
-    (["nope", "--", "true"], 2, "scenario 'nope': no such file and no built-in of that name"),
-    (["demo", "--driver", "r999", "--", "true"], 2, "--driver: unknown driver 'r999'; use a branch"),
-    (["demo", "--speed", "fast", "--", "true"], 2, "--speed: 'fast' is not a speed"),
-    (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
-    (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
-    (["demo", "--", "gpulens-no-such-command"], 127, "command 'gpulens-no-such-command' not found"),
-])
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["demo"], 2, "give the command after --, e.g. gpulens sim demo -- nvitop -1"),
+        (["demo", "--"], 2, "nothing to run after --"),
+        (["nope", "--", "true"], 2, "scenario 'nope': no such file and no built-in of that name"),
+        (["demo", "--driver", "r999", "--", "true"], 2, "--driver: unknown driver 'r999'; use a branch"),
+        (["demo", "--speed", "fast", "--", "true"], 2, "--speed: 'fast' is not a speed"),
+        (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
+        (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
+        (["demo", "--", "gpulens-no-such-command"], 127, "command 'gpulens-no-such-command' not found"),
+    ],
+)
 def test_mistakes_get_one_line_and_a_status(args, status, message):
     done = sim(*args)
     assert done.returncode == status
@@ -115,20 +133,55 @@ def _metrics(port: int, deadline: float) -> str:
 
 def _identity(text: str) -> list[str]:
     """The lines that say which node this is: its GPUs and the jobs that hold them."""
-    return sorted(line for line in text.splitlines()
-                  if line.startswith(("gpulens_gpu_info{", "gpulens_job_info{", "gpulens_gpu_up{")))
+    return sorted(
+        line
+        for line in text.splitlines()
+        if line.startswith(("gpulens_gpu_info{", "gpulens_job_info{", "gpulens_gpu_up{"))
+    )
 
 
 def test_an_agent_under_gpulens_sim_is_the_node_that_agent_simulate_runs():
     under, own = free_port(), free_port()
     common = ["--jobs.socket", "", "--ledger.path", ""]
     processes = [
-        subprocess.Popen([sys.executable, "-m", "gpulens.cli", "sim", "demo", "--at", "30", "--", sys.executable,
-                          "-m", "gpulens.cli", "agent", "--web.listen-address", f"127.0.0.1:{under}", *common],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
-        subprocess.Popen([sys.executable, "-m", "gpulens.cli", "agent", "--simulate", "demo",
-                          "--web.listen-address", f"127.0.0.1:{own}", *common],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "sim",
+                "demo",
+                "--at",
+                "30",
+                "--",
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "agent",
+                "--web.listen-address",
+                f"127.0.0.1:{under}",
+                *common,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpulens.cli",
+                "agent",
+                "--simulate",
+                "demo",
+                "--web.listen-address",
+                f"127.0.0.1:{own}",
+                *common,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        ),
     ]
     try:
         deadline = time.monotonic() + 60

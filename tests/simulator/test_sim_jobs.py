@@ -44,14 +44,26 @@ def test_with_id_counts_up_each_occurrence_is_a_new_job():
 @pytest.mark.parametrize(
     ("process", "place", "fix"),
     [
-        ('{pid: 9, memory: 1GiB, job: {kind: slurm, id: "7", user: u, id_counts_up: true}}',
-         "gpus[0].processes[0].job.id_counts_up", "needs a process that comes back; add every and for"),
-        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "a7", user: u, id_counts_up: true}}',
-         "gpus[0].processes[0].job.id_counts_up", "use kind: slurm with a numeric id"),
-        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: docker, id: "7", user: u, id_counts_up: true}}',
-         "gpus[0].processes[0].job.id_counts_up", "use kind: slurm with a numeric id"),
-        ('{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "7", user: u, id_counts_up: 1}}',
-         "gpus[0].processes[0].job.id_counts_up", "expected true or false"),
+        (
+            '{pid: 9, memory: 1GiB, job: {kind: slurm, id: "7", user: u, id_counts_up: true}}',
+            "gpus[0].processes[0].job.id_counts_up",
+            "needs a process that comes back; add every and for",
+        ),
+        (
+            '{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "a7", user: u, id_counts_up: true}}',
+            "gpus[0].processes[0].job.id_counts_up",
+            "use kind: slurm with a numeric id",
+        ),
+        (
+            '{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: docker, id: "7", user: u, id_counts_up: true}}',
+            "gpus[0].processes[0].job.id_counts_up",
+            "use kind: slurm with a numeric id",
+        ),
+        (
+            '{pid: 9, memory: 1GiB, every: 2, for: 1, job: {kind: slurm, id: "7", user: u, id_counts_up: 1}}',
+            "gpus[0].processes[0].job.id_counts_up",
+            "expected true or false",
+        ),
     ],
 )
 def test_id_counts_up_mistakes_name_the_place(process, place, fix):

@@ -65,8 +65,16 @@ def test_every_builtin_answers_with_pynvml_types(name, clock):
         assert isinstance(handle, sim.c_nvmlDevice_t)
         got = poll_everything(sim, handle)
         expected_types = {
-            "name": str, "uuid": str, "pci": sim.nvmlPciInfo_t, "memory": sim.c_nvmlMemory_t,
-            "energy": int, "limit": int, "temperature": int, "throttle": int, "link": int, "processes": list,
+            "name": str,
+            "uuid": str,
+            "pci": sim.nvmlPciInfo_t,
+            "memory": sim.c_nvmlMemory_t,
+            "energy": int,
+            "limit": int,
+            "temperature": int,
+            "throttle": int,
+            "link": int,
+            "processes": list,
             # R470 predates GPM and nvmlMemory_v2_t.
             "gpm_support": "NVMLError_FunctionNotFound" if name == "old-driver" else sim.c_nvmlGpmSupport_t,
             "memory_v2": "NVMLError_FunctionNotFound" if name == "old-driver" else sim.c_nvmlMemory_v2_t,
@@ -101,7 +109,11 @@ def test_handles_are_distinct_device_pointers(clock):
     assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleByPciBusId("00000000:9A:00.0")) == 4
     info = sim.nvmlDeviceGetPciInfo(all_handles[4])
     assert (info.busId, info.busIdLegacy, info.bus, info.pciDeviceId) == (
-        "00000000:9A:00.0", "0000:9A:00.0", 0x9A, 0x233010DE)
+        "00000000:9A:00.0",
+        "0000:9A:00.0",
+        0x9A,
+        0x233010DE,
+    )
 
 
 def test_bad_handles_and_lookups(clock):
@@ -141,12 +153,15 @@ def test_calls_before_init_and_after_last_shutdown_raise_uninitialized(clock):
         sim.nvmlShutdown()
 
 
-@pytest.mark.parametrize(("error", "exception"), [
-    ("driver_not_loaded", "DriverNotLoaded"),
-    ("library_not_found", "LibraryNotFound"),
-    ("lib_rm_version_mismatch", "LibRmVersionMismatch"),
-    ("unknown", "Unknown"),
-])
+@pytest.mark.parametrize(
+    ("error", "exception"),
+    [
+        ("driver_not_loaded", "DriverNotLoaded"),
+        ("library_not_found", "LibraryNotFound"),
+        ("lib_rm_version_mismatch", "LibRmVersionMismatch"),
+        ("unknown", "Unknown"),
+    ],
+)
 def test_init_failure_raises_its_error_while_active(tmp_path, clock, error, exception):
     path = tmp_path / "down.yaml"
     path.write_text(f"""name: down\ndescription: d\ngpus: [{{model: "NVIDIA L4"}}]
@@ -248,11 +263,13 @@ def test_lost_gpu_raises_then_recovers_with_the_same_uuid(clock):
     handle = sim.nvmlDeviceGetHandleByIndex(3)
     uuid = sim.nvmlDeviceGetUUID(handle)
     clock.t = 60.0
-    for call in (lambda: sim.nvmlDeviceGetUUID(handle),
-                 lambda: sim.nvmlDeviceGetPowerUsage(handle),
-                 lambda: sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT]),
-                 lambda: sim.nvmlDeviceGetHandleByIndex(3),
-                 lambda: sim.nvmlDeviceGetHandleByUUID(uuid)):
+    for call in (
+        lambda: sim.nvmlDeviceGetUUID(handle),
+        lambda: sim.nvmlDeviceGetPowerUsage(handle),
+        lambda: sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT]),
+        lambda: sim.nvmlDeviceGetHandleByIndex(3),
+        lambda: sim.nvmlDeviceGetHandleByUUID(uuid),
+    ):
         with raises_nvml("GpuIsLost"):
             call()
     assert sim.nvmlDeviceGetCount() == 4
@@ -270,8 +287,7 @@ def test_timed_not_supported(clock):
     clock.t = 20
     with raises_nvml("NotSupported"):
         sim.nvmlDeviceGetPowerUsage(handle)
-    power, energy = sim.nvmlDeviceGetFieldValues(
-        handle, [h.FI_DEV_POWER_INSTANT, h.FI_DEV_TOTAL_ENERGY_CONSUMPTION])
+    power, energy = sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT, h.FI_DEV_TOTAL_ENERGY_CONSUMPTION])
     assert power.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
     assert energy.nvmlReturn == pynvml.NVML_SUCCESS and energy.value.ullVal > 0
     clock.t = 40
@@ -321,8 +337,11 @@ def test_function_not_found(clock):
     assert sim.nvmlDeviceGetCurrentClocksThrottleReasons(handle) == 0  # busy, not throttled
     old = started("old-driver", clock)
     t4 = old.nvmlDeviceGetHandleByIndex(0)
-    for call in (lambda: old.nvmlGpmQueryDeviceSupport(t4), old.nvmlGpmSampleAlloc,
-                 lambda: old.nvmlDeviceGetCurrentClocksEventReasons(t4)):
+    for call in (
+        lambda: old.nvmlGpmQueryDeviceSupport(t4),
+        old.nvmlGpmSampleAlloc,
+        lambda: old.nvmlDeviceGetCurrentClocksEventReasons(t4),
+    ):
         with raises_nvml("FunctionNotFound"):
             call()
     with raises_nvml("NotSupported"):
@@ -359,9 +378,11 @@ def test_mig_parent_answers_not_supported(clock):
     clock.t = 5
     assert sim.nvmlDeviceGetMigMode(plain) == [0, 0]
     assert sim.nvmlDeviceGetMigMode(mig) == [1, 1]
-    for call in (lambda: sim.nvmlDeviceGetSamples(mig, UTIL, 0),
-                 lambda: sim.nvmlDeviceGetUtilizationRates(mig),
-                 lambda: sim.nvmlDeviceGetProcessUtilization(mig, 0)):
+    for call in (
+        lambda: sim.nvmlDeviceGetSamples(mig, UTIL, 0),
+        lambda: sim.nvmlDeviceGetUtilizationRates(mig),
+        lambda: sim.nvmlDeviceGetProcessUtilization(mig, 0),
+    ):
         with raises_nvml("NotSupported"):
             call()
     assert utilization_samples(sim, plain)
@@ -381,10 +402,16 @@ def test_field_values_carry_their_own_return(clock):
     sim = started("demo", clock)
     clock.t = 130
     gpu7 = sim.nvmlDeviceGetHandleByIndex(7)
-    ids = [h.FI_DEV_POWER_INSTANT, h.FI_DEV_POWER_AVERAGE, 9999,
-           (h.FI_DEV_ECC_SBE_VOL_TOTAL, 0), h.FI_DEV_ECC_DBE_AGG_TOTAL,
-           h.FI_DEV_REMAPPED_PENDING, h.FI_DEV_MEMORY_TEMP,
-           h.FI_DEV_PCIE_COUNT_TX_BYTES]
+    ids = [
+        h.FI_DEV_POWER_INSTANT,
+        h.FI_DEV_POWER_AVERAGE,
+        9999,
+        (h.FI_DEV_ECC_SBE_VOL_TOTAL, 0),
+        h.FI_DEV_ECC_DBE_AGG_TOTAL,
+        h.FI_DEV_REMAPPED_PENDING,
+        h.FI_DEV_MEMORY_TEMP,
+        h.FI_DEV_PCIE_COUNT_TX_BYTES,
+    ]
     values = sim.nvmlDeviceGetFieldValues(gpu7, ids)
     assert [v.fieldId for v in values] == [i if isinstance(i, int) else i[0] for i in ids]
     returns = [v.nvmlReturn for v in values]
@@ -398,8 +425,7 @@ def test_field_values_carry_their_own_return(clock):
     assert tx.value.ullVal == 0
     assert values[0].timestamp == BASE_US + 130_000_000
     a100 = started("faults", clock)
-    (a100_average,) = a100.nvmlDeviceGetFieldValues(a100.nvmlDeviceGetHandleByIndex(0),
-                                                     [h.FI_DEV_POWER_AVERAGE])
+    (a100_average,) = a100.nvmlDeviceGetFieldValues(a100.nvmlDeviceGetHandleByIndex(0), [h.FI_DEV_POWER_AVERAGE])
     assert a100_average.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED  # GA100 lacks the 1 s average
 
 
@@ -407,11 +433,11 @@ def test_ecc_counts_grow_at_their_time(clock):
     sim = started("demo", clock)
     gpu7 = sim.nvmlDeviceGetHandleByIndex(7)
     clock.t = 119
-    assert sim.nvmlDeviceGetTotalEccErrors(gpu7, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                                           pynvml.NVML_VOLATILE_ECC) == 0
+    assert sim.nvmlDeviceGetTotalEccErrors(gpu7, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC) == 0
     clock.t = 120
-    assert sim.nvmlDeviceGetTotalEccErrors(gpu7, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
-                                           pynvml.NVML_AGGREGATE_ECC) == 1
+    assert (
+        sim.nvmlDeviceGetTotalEccErrors(gpu7, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_AGGREGATE_ECC) == 1
+    )
     assert sim.nvmlDeviceGetRemappedRows(gpu7) == (0, 0, 0, 0)
 
 
@@ -419,8 +445,12 @@ def test_pcie_power_clocks_and_throttle(clock):
     sim = started("demo", clock)
     clock.t = 10
     gpus = handles(sim)
-    link = (sim.nvmlDeviceGetCurrPcieLinkGeneration(gpus[5]), sim.nvmlDeviceGetCurrPcieLinkWidth(gpus[5]),
-            sim.nvmlDeviceGetMaxPcieLinkGeneration(gpus[5]), sim.nvmlDeviceGetMaxPcieLinkWidth(gpus[5]))
+    link = (
+        sim.nvmlDeviceGetCurrPcieLinkGeneration(gpus[5]),
+        sim.nvmlDeviceGetCurrPcieLinkWidth(gpus[5]),
+        sim.nvmlDeviceGetMaxPcieLinkGeneration(gpus[5]),
+        sim.nvmlDeviceGetMaxPcieLinkWidth(gpus[5]),
+    )
     assert link == (3, 8, 5, 16)
     rx = sim.nvmlDeviceGetPcieThroughput(gpus[5], pynvml.NVML_PCIE_UTIL_RX_BYTES)
     assert rx == pytest.approx(6.5e9 / 1024, rel=0.2)
@@ -486,9 +516,14 @@ def test_gpm_metrics_are_signal_averages(clock):
     sim.nvmlGpmSampleGet(gpu2, first)
     clock.t = 48  # ten 4 s periods of the 25%-duty waves
     sim.nvmlGpmSampleGet(gpu2, second)
-    ids = [pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, pynvml.NVML_GPM_METRIC_SM_UTIL,
-           pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
-           pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, pynvml.NVML_GPM_METRIC_FP64_UTIL]
+    ids = [
+        pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL,
+        pynvml.NVML_GPM_METRIC_SM_UTIL,
+        pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+        pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+        pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+        pynvml.NVML_GPM_METRIC_FP64_UTIL,
+    ]
     got = gpm_metrics(sim, first, second, ids)
     assert [r for r, _ in got] == [0, 0, 0, 0, 0, pynvml.NVML_ERROR_NOT_SUPPORTED]
     # high * duty: utilization 100, sm 0.8, occupancy sm/2, tensor 0.4, dram sm*0.4
@@ -552,11 +587,17 @@ def snapshot(sim) -> list:
     for handle in handles(sim):
         got = poll_everything(sim, handle)
         samples = got["samples"]
-        out.append((
-            [(s.timeStamp, s.sampleValue.uiVal) for s in samples[1]] if isinstance(samples, tuple) else samples,
-            got["power"], got["energy"], got["temperature"], got["sm_clock"], got["rx"],
-            [(v.nvmlReturn, v.value.ullVal) for v in got["fields"]],
-        ))
+        out.append(
+            (
+                [(s.timeStamp, s.sampleValue.uiVal) for s in samples[1]] if isinstance(samples, tuple) else samples,
+                got["power"],
+                got["energy"],
+                got["temperature"],
+                got["sm_clock"],
+                got["rx"],
+                [(v.nvmlReturn, v.value.ullVal) for v in got["fields"]],
+            )
+        )
     return out
 
 

@@ -63,25 +63,37 @@ def test_identity_defaults_are_derived_and_deterministic(tmp_path):
     assert all(re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", u) for u in uuids)
     assert uuids == [g.uuid for g in load_scenario("demo").gpus]
     assert [g.pci_bus_id for g in demo.gpus][:3] == ["00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0"]
-    other_seed = load_scenario(write(tmp_path, f"""
+    other_seed = load_scenario(
+        write(
+            tmp_path,
+            f"""
         name: s
         description: d
         seed: 8
         gpus:
           - {GOOD_GPU}
-        """, "s.yaml"))
+        """,
+            "s.yaml",
+        )
+    )
     assert other_seed.gpus[0].uuid != demo.gpus[0].uuid
     assert re.fullmatch(r"\d{13}", other_seed.gpus[0].serial)
 
 
 def test_unknown_model_with_required_keys(tmp_path):
-    scenario = load_scenario(write(tmp_path, """
+    scenario = load_scenario(
+        write(
+            tmp_path,
+            """
         name: custom
         description: d
         start_time: 1700000000
         gpus:
           - {model: "Acme X1", memory_total: 24GiB, power_limit: 300}
-        """, "custom.yaml"))
+        """,
+            "custom.yaml",
+        )
+    )
     gpu = scenario.gpus[0]
     assert (gpu.name, gpu.memory_total, gpu.power_limit, gpu.idle_power) == ("Acme X1", 24 * 2**30, 300, 30)
     assert scenario.start_time == 1700000000
@@ -95,63 +107,120 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
     ("text", "place", "fix"),
     [
         (body(GOOD_GPU + "\n    utilisation: 50"), "gpus[0]", "unknown key 'utilisation'; did you mean 'utilization'?"),
-        (body(GOOD_GPU + "\n    utilization: {sqare: {high: 100}}"), "gpus[0].utilization",
-         "unknown shape 'sqare'; use one of constant, square, ramp, steps, noise"),
-        (body(GOOD_GPU + "\n    utilization: {square: {high: 100, period: 4, duty: 1.5}}"),
-         "gpus[0].utilization.square.duty", "duty must be between 0 and 1, got 1.5"),
+        (
+            body(GOOD_GPU + "\n    utilization: {sqare: {high: 100}}"),
+            "gpus[0].utilization",
+            "unknown shape 'sqare'; use one of constant, square, ramp, steps, noise",
+        ),
+        (
+            body(GOOD_GPU + "\n    utilization: {square: {high: 100, period: 4, duty: 1.5}}"),
+            "gpus[0].utilization.square.duty",
+            "duty must be between 0 and 1, got 1.5",
+        ),
         (body(GOOD_GPU + "\n    utilization: 120"), "gpus[0].utilization", "values must be between 0 and 100"),
         (body(GOOD_GPU + "\n    sm_activity: 80"), "gpus[0].sm_activity", "values must be between 0 and 1"),
-        (body(extra="faults:\n  - {kind: exploded, gpu: 0}"), "faults[0].kind",
-         "unknown value 'exploded'; use one of lost, not_supported"),
-        (body(extra="faults:\n  - {kind: lost, gpu: 2, at: 5}"), "faults[0].gpu",
-         "gpu 2 does not exist; this scenario has gpus 0..0"),
-        (body(extra="faults:\n  - {kind: lost, gpu: 0, at: 50, until: 40}"), "faults[0].until",
-         "until (40) must be after at (50)"),
-        (body(extra="faults:\n  - {kind: process_vanishes, gpu: 0, pid: 9}"), "faults[0].pid",
-         "gpu 0 has no process with pid 9"),
-        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReason}"),
-         "faults[0].function", "did you mean 'nvmlDeviceGetCurrentClocksEventReasons'?"),
-        (body(extra="faults:\n  - {kind: init_failure, error: driver_not_loaded, gpu: 0}"), "faults[0]",
-         "unknown key 'gpu'"),
+        (
+            body(extra="faults:\n  - {kind: exploded, gpu: 0}"),
+            "faults[0].kind",
+            "unknown value 'exploded'; use one of lost, not_supported",
+        ),
+        (
+            body(extra="faults:\n  - {kind: lost, gpu: 2, at: 5}"),
+            "faults[0].gpu",
+            "gpu 2 does not exist; this scenario has gpus 0..0",
+        ),
+        (
+            body(extra="faults:\n  - {kind: lost, gpu: 0, at: 50, until: 40}"),
+            "faults[0].until",
+            "until (40) must be after at (50)",
+        ),
+        (
+            body(extra="faults:\n  - {kind: process_vanishes, gpu: 0, pid: 9}"),
+            "faults[0].pid",
+            "gpu 0 has no process with pid 9",
+        ),
+        (
+            body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReason}"),
+            "faults[0].function",
+            "did you mean 'nvmlDeviceGetCurrentClocksEventReasons'?",
+        ),
+        (
+            body(extra="faults:\n  - {kind: init_failure, error: driver_not_loaded, gpu: 0}"),
+            "faults[0]",
+            "unknown key 'gpu'",
+        ),
         (body(GOOD_GPU + "\n    memory_total: 40GBB"), "gpus[0].memory_total", "bad unit '40GBB'"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 90GiB}"), "gpus[0].processes[0].memory",
-         "must be between 0 and the GPU's memory_total"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB}\n      - {pid: 7, memory: 1GiB}"),
-         "gpus[0].processes[1].pid", "pid 7 appears twice"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: -3, memory: 1GiB}"), "gpus[0].processes[0].pid",
-         "must be between 1"),
-        (body(GOOD_GPU + "\n    throttle: [{reasons: [power_cap]}]"), "gpus[0].throttle[0].reasons[0]",
-         "unknown value 'power_cap'"),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 90GiB}"),
+            "gpus[0].processes[0].memory",
+            "must be between 0 and the GPU's memory_total",
+        ),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB}\n      - {pid: 7, memory: 1GiB}"),
+            "gpus[0].processes[1].pid",
+            "pid 7 appears twice",
+        ),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: -3, memory: 1GiB}"),
+            "gpus[0].processes[0].pid",
+            "must be between 1",
+        ),
+        (
+            body(GOOD_GPU + "\n    throttle: [{reasons: [power_cap]}]"),
+            "gpus[0].throttle[0].reasons[0]",
+            "unknown value 'power_cap'",
+        ),
         (body(GOOD_GPU + "\n    not_supported: [powr]"), "gpus[0].not_supported[0]", "did you mean 'power'?"),
         (body(GOOD_GPU + "\n    pcie: {gen: 6, max_gen: 5}"), "gpus[0].pcie.gen", "must be between 1 and 5"),
         (body('model: "Tesla T4"\n    mig: true'), "gpus[0].mig", "Tesla T4 does not support MIG"),
-        (body('model: "Tesla T4"\n    remapped_rows: {correctable: 1}'), "gpus[0].remapped_rows",
-         "has no row remapping"),
+        (
+            body('model: "Tesla T4"\n    remapped_rows: {correctable: 1}'),
+            "gpus[0].remapped_rows",
+            "has no row remapping",
+        ),
         (body('model: "Acme X1"'), "gpus[0]", "unknown model 'Acme X1' needs memory_total"),
         ("description: d\ngpus: []\n", "top level", "missing key 'name'"),
         (body() + "flavour: x\n", "top level", "unknown key 'flavour'"),
         (body(GOOD_GPU + '\n    uuid: "GPU-1234"'), "gpus[0].uuid", "expected GPU-xxxxxxxx"),
         (body() + 'driver: "545.23.08"\n', "driver", "unknown driver '545.23.08'; use a branch (r470"),
-        (body() + 'driver: r999\n', "driver", "unknown driver 'r999'"),
+        (body() + "driver: r999\n", "driver", "unknown driver 'r999'"),
         (body() + 'driver: r535\ndriver_version: "535.54.03"\n', "driver_version", "give the driver once"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2}"), "gpus[0].processes[0]",
-         "every and for go together"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 2}"),
-         "gpus[0].processes[0].for", "for (2) must be shorter than every (2)"),
-        (body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 1}\n"
-                         "      - {pid: 9, memory: 1GiB}"), "gpus[0].processes[1].pid",
-         "the pids of pid 9 and pid 7 overlap"),
-        (body(GOOD_GPU + "\n    no_permission: [procesess]"), "gpus[0].no_permission[0]",
-         "did you mean 'processes'?"),
-        (body(GOOD_GPU + "\n    samples_when_idle: pause"), "gpus[0].samples_when_idle",
-         "use one of continue, stop"),
-        (body(extra="faults:\n  - {kind: processes_appear, gpu: 0, count: 0}"), "faults[0].count",
-         "must be between 1 and 10000"),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2}"),
+            "gpus[0].processes[0]",
+            "every and for go together",
+        ),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 2}"),
+            "gpus[0].processes[0].for",
+            "for (2) must be shorter than every (2)",
+        ),
+        (
+            body(
+                GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, every: 2, for: 1}\n"
+                "      - {pid: 9, memory: 1GiB}"
+            ),
+            "gpus[0].processes[1].pid",
+            "the pids of pid 9 and pid 7 overlap",
+        ),
+        (body(GOOD_GPU + "\n    no_permission: [procesess]"), "gpus[0].no_permission[0]", "did you mean 'processes'?"),
+        (body(GOOD_GPU + "\n    samples_when_idle: pause"), "gpus[0].samples_when_idle", "use one of continue, stop"),
+        (
+            body(extra="faults:\n  - {kind: processes_appear, gpu: 0, count: 0}"),
+            "faults[0].count",
+            "must be between 1 and 10000",
+        ),
         (body(extra="faults:\n  - {kind: lost, gpu: 0, every: 10}"), "faults[0]", "every and for go together"),
-        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlInit}"), "faults[0].function",
-         "cannot be removed"),
-        (body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetFluxCapacitor}"),
-         "faults[0].function", "unknown NVML function"),
+        (
+            body(extra="faults:\n  - {kind: function_not_found, function: nvmlInit}"),
+            "faults[0].function",
+            "cannot be removed",
+        ),
+        (
+            body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetFluxCapacitor}"),
+            "faults[0].function",
+            "unknown NVML function",
+        ),
     ],
 )
 def test_bad_scenarios_give_one_line_naming_file_place_and_fix(tmp_path, text, place, fix):
@@ -177,7 +246,8 @@ def test_missing_file_lists_builtins():
     with pytest.raises(ScenarioError) as caught:
         load_scenario("foo")
     assert str(caught.value) == (
-        "scenario 'foo': no such file and no built-in of that name; built-ins are: " + ", ".join(BUILTINS))
+        "scenario 'foo': no such file and no built-in of that name; built-ins are: " + ", ".join(BUILTINS)
+    )
 
 
 def test_scenario_error_is_a_value_error():

@@ -105,8 +105,10 @@ def test_units():
     assert parse_signal({"constant": "2GiB", "noise": "1MiB"}, "m", byte_count).noise == 2**20
 
 
-@pytest.mark.parametrize(("convert", "raw"), [(byte_count, "40GBB"), (byte_count, "12GB/s"), (byte_rate, "12GB"),
-                                              (byte_count, "GiB"), (byte_count, True)])
+@pytest.mark.parametrize(
+    ("convert", "raw"),
+    [(byte_count, "40GBB"), (byte_count, "12GB/s"), (byte_rate, "12GB"), (byte_count, "GiB"), (byte_count, True)],
+)
 def test_bad_units(convert, raw):
     with pytest.raises(Invalid, match="bad unit|expected a number"):
         convert(raw, "gpus[0].memory_total")

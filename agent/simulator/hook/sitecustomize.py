@@ -11,8 +11,10 @@ def _simulate() -> None:
     try:
         from gpulens.agent.simulator.run import install_from_environment
     except ImportError as error:
-        sys.stderr.write(f"gpulens sim: this Python cannot import gpulens ({error}); run the command from the "
-                         "environment gpulens is installed in\n")
+        sys.stderr.write(
+            f"gpulens sim: this Python cannot import gpulens ({error}); run the command from the "
+            "environment gpulens is installed in\n"
+        )
         return
     try:
         install_from_environment()
