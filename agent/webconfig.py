@@ -39,6 +39,7 @@ from typing import Any
 import bcrypt
 
 from gpulens import checks
+from gpulens.printable import printable
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ PLAIN = WebConfig()
 
 def load(path: str) -> WebConfig:
     """Read and check the web config at `path`; raise WebConfigError naming what is wrong."""
-    where = f"web config {path}"
+    where = f"web config {printable(path)}"
     try:
         doc = read_yaml_file(path, where, "check --web.config.file")
     except YamlProblem as problem:
@@ -316,9 +317,11 @@ def _pem(doc: dict, name: str, where: str, folder: str, required: bool) -> str |
         with open(full, encoding="ascii") as f:
             return f.read()
     except OSError as error:
-        raise WebConfigError(f"{where}.{name}_file: {full} cannot be read ({error.strerror}); fix the path") from None
+        raise WebConfigError(
+            f"{where}.{name}_file: {printable(full)} cannot be read ({error.strerror}); fix the path"
+        ) from None
     except UnicodeDecodeError:
-        raise WebConfigError(f"{where}.{name}_file: {full} is not PEM text; convert it to PEM") from None
+        raise WebConfigError(f"{where}.{name}_file: {printable(full)} is not PEM text; convert it to PEM") from None
 
 
 def _load_chain(context: ssl.SSLContext, cert: str, key: str, where: str) -> None:
