@@ -81,11 +81,19 @@ class HttpClient:
         return response
 
     def said(self, text: object, limit: int = 300) -> str:
-        """Return what a server said on one line, at most `limit` characters, every secret redacted first."""
+        """Return what a server said on one line, at most `limit` characters, every secret redacted first.
+
+        A longer text keeps its start and its end: stores wrap an error in their context ("error when
+        executing query=...: ...: the number of matching timeseries exceeds 300000; ...increase
+        -search.max*"), so the cause and its fix come last."""
         text = str(text)
         for secret in self._secrets:
             text = text.replace(secret, REDACTED)
-        return " ".join(text.split())[:limit]
+        text = " ".join(text.split())
+        if len(text) <= limit:
+            return text
+        head = limit // 3
+        return f"{text[:head]} ... {text[len(text) - (limit - head - 5) :]}"
 
     def error(self, what: str) -> HttpError:
         """Return the HttpError that says `what` about this server."""

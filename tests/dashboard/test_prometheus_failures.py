@@ -38,6 +38,24 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
             "execution: query timed out",
             7,
         ),
+        # A long error keeps its end, where a store says the cause and the fix (VictoriaMetrics' wording).
+        (
+            json_reply(
+                {
+                    "status": "error",
+                    "errorType": "422",
+                    "error": 'error when executing query="max by (job_kind, job_id, uuid) (max_over_time('
+                    'gpulens_gpu_allocation_info[2592000s]))" for (time=1796144400000, step=300000): search '
+                    'error after reading 0 data blocks: error when searching for tagFilters=[{__name__="gpulens_'
+                    'gpu_allocation_info"}] on the time range [2026-11-01T18:00:00Z..2026-12-01T18:00:00Z]: '
+                    "error when searching tsids: the number of matching timeseries exceeds 300000; either "
+                    "narrow down the search or increase -search.max* command-line flag values at vmselect",
+                },
+                422,
+            ),
+            "exceeds 300000; either narrow down the search or increase -search.max* command-line flag values",
+            7,
+        ),
         # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
         ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
         (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
