@@ -31,17 +31,26 @@ class HttpError(Exception):
 
 class HttpClient:
     """GET requests to one server, from any thread; counts them (`requests_made`). `name` names the server in
-    messages; `unreachable` and `refused` are the fixes for no answer and for HTTP 401 or 403."""
+    messages; `unreachable`, `refused` and `slow` are the fixes for no answer, for HTTP 401 or 403, and for
+    no answer within `timeout` seconds."""
 
     def __init__(
-        self, url: str, credentials: Credentials | None, timeout: float, *, name: str, unreachable: str, refused: str
+        self,
+        url: str,
+        credentials: Credentials | None,
+        timeout: float,
+        *,
+        name: str,
+        unreachable: str,
+        refused: str,
+        slow: str = "it may be overloaded",
     ):
         credentials = credentials or Credentials()
         self.url = check_url(url)
         self.shown = shown_url(url)
         self.where = f"{name} at {self.shown}"
         self.timeout = timeout
-        self._unreachable, self._refused = unreachable, refused
+        self._unreachable, self._refused, self._slow = unreachable, refused, slow
         parts = urllib.parse.urlsplit(url)
         if credentials.bearer_token and parts.username:
             # requests would send the URL's user:password as basic auth in place of the token.
@@ -69,7 +78,7 @@ class HttpClient:
                 self.url + path, params=params, timeout=self.timeout, headers={"Accept": accept}
             )
         except requests.Timeout:
-            raise self.error(f"did not answer within {self.timeout:g} s; it may be overloaded") from None
+            raise self.error(f"did not answer within {self.timeout:g} s; {self._slow}") from None
         except requests.ConnectionError as error:
             raise self.error(f"cannot be reached ({_reason(error)}); {self._unreachable}") from None
         except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since

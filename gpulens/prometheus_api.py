@@ -36,8 +36,16 @@ def any_of(texts: Iterable[str]) -> str:
 class PrometheusApi(HttpClient):
     """Runs queries against one server; counts the HTTP requests it makes (`requests_made`)."""
 
-    def __init__(self, url: str, credentials: Credentials | None = None, timeout: float = 5.0):
-        super().__init__(url, credentials, timeout, name="Prometheus", unreachable=UNREACHABLE, refused=REFUSED)
+    def __init__(
+        self,
+        url: str,
+        credentials: Credentials | None = None,
+        timeout: float = 5.0,
+        slow: str = "it may be overloaded",
+    ):
+        super().__init__(
+            url, credentials, timeout, name="Prometheus", unreachable=UNREACHABLE, refused=REFUSED, slow=slow
+        )
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
         """Return an instant query's vector: [{"metric": {labels}, "value": [t, "v"]}, ...]."""

@@ -20,7 +20,7 @@ from gpulens import units
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, read_credentials
 from gpulens.printable import printable
 from gpulens.report.progress import Progress
-from gpulens.report.sources import LedgerFiles, Source, SourceError
+from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, fleet_report, job_report
 from gpulens.usage import LAST_EPOCH
 
@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="a running agent, e.g. http://node1:10906 (repeatable)",
         )
         sub.add_argument("--prometheus", metavar="URL", help="a Prometheus that scrapes the agents")
+        sub.add_argument(
+            "--timeout",
+            default=f"{HTTP_TIMEOUT_SECONDS:g}s",
+            help=f"how long one answer from Prometheus or an agent may take (default {HTTP_TIMEOUT_SECONDS:g}s)",
+        )
         add_credential_flags(sub)
         sub.add_argument("--format", choices=FORMATS, default="terminal", help="output format (default terminal)")
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
@@ -135,6 +140,9 @@ def _source(args) -> Source:
         if len(given) > 1:
             raise UsageError(f"options for several sources given ({', '.join(given)}); pick one with --source")
         chosen = given[0] if given else "ledger"
+    timeout = parse_duration(args.timeout, "--timeout")
+    if not 0.1 <= timeout <= 86_400:
+        raise UsageError(f"--timeout: {printable(args.timeout)[:40]!r} is out of range; give 100ms to 1d, e.g. 2m")
     if chosen != "prometheus" and (args.bearer_token_file or args.basic_auth_file):
         raise UsageError(
             "--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
@@ -156,7 +164,7 @@ def _source(args) -> Source:
         from gpulens.report.agents import Agents
 
         try:
-            return Agents(args.agent, credentials=agent_credentials())
+            return Agents(args.agent, timeout, credentials=agent_credentials())
         except (AccessError, ValueError) as error:  # ValueError: an --agent that is not a URL
             raise UsageError(str(error)) from None
     if not args.prometheus:
@@ -164,7 +172,9 @@ def _source(args) -> Source:
     from gpulens.report.prometheus import Prometheus
 
     try:
-        return Prometheus(args.prometheus, credentials=read_credentials(args.bearer_token_file, args.basic_auth_file))
+        return Prometheus(
+            args.prometheus, timeout, credentials=read_credentials(args.bearer_token_file, args.basic_auth_file)
+        )
     except ValueError as error:  # also an unreadable credentials file
         raise UsageError(str(error)) from None
 

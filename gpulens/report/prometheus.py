@@ -15,7 +15,7 @@ from dataclasses import replace
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi, label_value
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SourceError, Step, http_url
+from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
@@ -52,7 +52,7 @@ class Prometheus:
 
     def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS, credentials: Credentials | None = None):
         # ValueError with the fix when it is not a URL; HOST:PORT means http://HOST:PORT.
-        self.api = PrometheusApi(http_url(url, "--prometheus"), credentials, timeout)
+        self.api = PrometheusApi(http_url(url, "--prometheus"), credentials, timeout, slow=SLOW)
         self.description = f"prometheus {self.api.shown}"
 
     # -- jobs ------------------------------------------------------------------------------------

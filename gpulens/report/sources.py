@@ -21,6 +21,8 @@ from gpulens.usage import JobRecord
 # Enough for a month of a large node's jobs; the agent caps one answer at this too.
 MAX_JOBS_PER_SOURCE = 10_000
 HTTP_TIMEOUT_SECONDS = 30.0
+# A month over thousands of GPUs can take a store longer than that (docs/benchmarks.md, Reports).
+SLOW = "it may be overloaded, or the period too long for it: give it longer with --timeout"
 
 Step = Callable[[str], None]  # reports progress: called with what is being done next
 

@@ -12,6 +12,7 @@ import pytest
 
 from gpulens.report.cli import run
 from gpulens.report.machine import CSV_COLUMNS
+from tests.dashboard.httpfake import fake_server, json_reply
 from tests.tools import free_port
 
 
@@ -151,6 +152,13 @@ def test_prometheus_down(capsys):
     fails(capsys, ["fleet", "--prometheus", f"http://127.0.0.1:{free_port()}"], 1, "cannot be reached", "--prometheus")
 
 
+def test_a_slow_prometheus_names_the_timeout_and_its_flag(capsys):
+    empty = json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
+    with fake_server(lambda path: (*empty[:3], 1.0)) as (url, _):
+        line = fails(capsys, ["fleet", "--prometheus", url, "--timeout", "200ms"], 1, "did not answer within 0.2 s")
+    assert "give it longer with --timeout" in line
+
+
 def test_agent_down(capsys):
     fails(capsys, ["fleet", "--agent", f"127.0.0.1:{free_port()}"], 1, "cannot be reached", "--agent")
 
@@ -180,6 +188,8 @@ def test_a_missing_ledger(capsys, tmp_path):
         (["fleet", "--by", "team", "--ledger", "x"], ("--by", "--help")),
         (["fleet", "--format", "pdf", "--ledger", "x"], ("--format",)),
         (["fleet", "--min-duration", "long", "--ledger", "x"], ("--min-duration",)),
+        (["fleet", "--timeout", "soon", "--prometheus", "http://p:9090"], ("--timeout", "not a duration")),
+        (["fleet", "--timeout", "0s", "--prometheus", "http://p:9090"], ("--timeout", "100ms to 1d")),
         (["fleet", "--ledger", "x", "--prometheus", "http://p:9090"], ("--source",)),
         (["fleet", "--source", "agent"], ("--agent URL",)),
         (["fleet", "--source", "prometheus"], ("--prometheus URL",)),
