@@ -31,11 +31,8 @@ from __future__ import annotations
 
 import argparse
 import http.server
-import json
 import pathlib
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,26 +42,17 @@ import time
 import urllib.parse
 import urllib.request
 
-import psutil
+from stores import SCRAPE_SECONDS, Store, query
 from streamlit.testing.v1 import AppTest
 
-from gpulens import bundled
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLEET_PAGE = ROOT / "dashboard" / "pages" / "fleet.py"
 SCENARIOS = ("demo", "diagnosis", "bench8x32", "demo")
-# A common production interval; scraping 128 targets faster would load this 2-core machine, not the dashboard.
-SCRAPE_SECONDS = 15
 # The recording rule the fleet page reads the time wasted from (rules/recording.rules.yml).
 WASTE_RECORDED = "instance_gpu:gpulens_gpu_wasted_seconds_total:sum"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
@@ -129,34 +117,6 @@ class _SnapshotHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def config(targets: list[str], nodes: int, rules: str = "") -> str:
-    """A scrape configuration with one target per node, each an agent address relabelled to its node name.
-
-    With `rules` (a glob), Prometheus evaluates those rule files every minute, the interval
-    docs/install.md gives for fleets of thousands of GPUs."""
-    lines = [
-        f"global: {{scrape_interval: {SCRAPE_SECONDS}s, scrape_timeout: {SCRAPE_SECONDS}s"
-        + (", evaluation_interval: 1m}" if rules else "}")
-    ]
-    lines += [f"rule_files: ['{rules}']"] if rules else []
-    lines += ["scrape_configs:", "  - job_name: gpulens", "    static_configs:"]
-    for n in range(nodes):
-        address, _, prefix = targets[n % len(targets)].partition("/")
-        path = f", __metrics_path__: '/{prefix}/metrics'" if prefix else ""
-        lines.append(f"      - {{targets: ['{address}'], labels: {{node: 'node-{n:04d}'{path}}}}}")
-    lines += [
-        "    relabel_configs:",
-        "      - {source_labels: [node], target_label: instance}",
-        "      - {regex: node, action: labeldrop}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def query(url: str, promql: str) -> list:
-    with urllib.request.urlopen(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": promql}), timeout=30) as r:
-        return json.load(r)["data"]["result"]
-
-
 def wait_for_gpus(url: str, gpus: int, timeout: float = 180.0) -> None:
     """Wait until every node's GPUs have verdicts and two scrapes (for increase())."""
     deadline = time.monotonic() + timeout
@@ -210,123 +170,25 @@ def measure(url: str, repeats: int) -> dict:
     }
 
 
-class Store:
-    """The store the dashboard reads: Prometheus, or VictoriaMetrics (scraping as vmagent does) with vmalert
-    evaluating the rules. `configure` (re)loads a scrape configuration; `stats` says its series and memory."""
-
-    BINARIES = {"prometheus": ("prometheus", "promtool"), "victoriametrics": ("victoria-metrics", "vmalert")}
-
-    def __init__(self, kind: str, workdir: pathlib.Path, rules: bool):
-        self.kind, self.workdir, self.rules = kind, workdir, rules
-        self.binaries = [shutil.which(name) for name in self.BINARIES[kind]]
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.config_file = workdir / "scrape.yml"
-        self.processes: list[subprocess.Popen] = []
-        self.rule_files = bundled.write_rules(workdir / "rules") if rules else []
-
-    def missing(self) -> list[str]:
-        return [name for name, path in zip(self.BINARIES[self.kind], self.binaries, strict=True) if path is None]
-
-    def configure(self, targets: list[str], nodes: int) -> None:
-        prometheus = self.kind == "prometheus"
-        rules = str(self.workdir / "rules" / "*.rules.yml") if self.rules and prometheus else ""
-        self.config_file.write_text(config(targets, nodes, rules))
-        if self.processes:
-            if prometheus:
-                reload = urllib.request.Request(f"{self.url}/-/reload", method="POST")
-                urllib.request.urlopen(reload, timeout=30).close()
-            else:
-                self.processes[0].send_signal(signal.SIGHUP)  # VictoriaMetrics reloads its scrape configuration
-            return
-        if prometheus:
-            self._start(
-                [
-                    self.binaries[0],
-                    f"--config.file={self.config_file}",
-                    f"--storage.tsdb.path={self.workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--web.enable-lifecycle",
-                ]
-            )
-            return
-        self._start(
-            [
-                self.binaries[0],
-                f"-storageDataPath={self.workdir / 'data'}",
-                f"-httpListenAddr=127.0.0.1:{self.port}",
-                f"-promscrape.config={self.config_file}",
-                "-retentionPeriod=30d",
-                "-search.latencyOffset=5s",
-            ]
-        )
-        if self.rules:
-            self._start(
-                [
-                    self.binaries[1],
-                    *(f"-rule={path}" for path in self.rule_files),
-                    f"-datasource.url={self.url}",
-                    f"-remoteWrite.url={self.url}",
-                    f"-remoteRead.url={self.url}",
-                    "-evaluationInterval=1m",
-                    "-notifier.blackhole",
-                    f"-httpListenAddr=127.0.0.1:{free_port()}",
-                ]
-            )
-
-    def _start(self, command: list[str]) -> None:
-        self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(2)
-
-    def backfill(self, hours: int) -> int:
-        """Write `hours` of the recorded per-GPU waste counter for every GPU the store has, ending 10 minutes
-        ago, every 5 minutes (the rule's interval): what a day of the recording rule leaves. Return samples."""
-        gpus = [item["metric"] for item in query(self.url, "group by (job, instance, gpu, uuid) (gpulens_gpu_info)")]
-        end = int(time.time()) - 600
-        steps = range(end - hours * 3600, end, 300)
-        lines = []
+def backfill(store: Store, hours: int) -> int:
+    """Write `hours` of the recorded per-GPU waste counter for every GPU the store has, ending 10 minutes
+    ago, every 5 minutes (the rule's interval): what a day of the recording rule leaves. Return samples."""
+    gpus = [item["metric"] for item in query(store.url, "group by (job, instance, gpu, uuid) (gpulens_gpu_info)")]
+    end = int(time.time()) - 600
+    steps = range(end - hours * 3600, end, 300)
+    source = store.workdir / "backfill.om"
+    with source.open("w") as text:
         for i, labels in enumerate(gpus):
-            text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+            matchers = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
             share = (i % 4) / 4  # a quarter of the GPUs never wasted, the rest a quarter, half or three quarters
-            lines += [f"{WASTE_RECORDED}{{{text}}} {share * 300 * n:g} {t}" for n, t in enumerate(steps)]
-        if self.kind == "prometheus":
-            source = self.workdir / "backfill.om"
-            source.write_text("\n".join(lines) + "\n# EOF\n")
-            blocks = self.workdir / "backfill-blocks"
-            subprocess.run(
-                [self.binaries[1], "tsdb", "create-blocks-from", "openmetrics", str(source), str(blocks)],
-                check=True,
-                capture_output=True,
-                timeout=1800,
-            )
-            for block in blocks.iterdir():  # Prometheus loads new blocks from its data folder within a minute
-                shutil.move(str(block), self.workdir / "data" / block.name)
-            source.unlink()
-        else:
-            for chunk in range(0, len(lines), 200_000):
-                body = "\n".join(f"{line}000" for line in lines[chunk : chunk + 200_000]).encode()  # ms
-                urllib.request.urlopen(
-                    urllib.request.Request(f"{self.url}/api/v1/import/prometheus", data=body), timeout=600
-                ).close()
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # until the oldest backfilled point answers
-            if query(self.url, f"count(count_over_time({WASTE_RECORDED}[{hours}h]) > {hours * 12 - 3})"):
-                break
-            time.sleep(5)
-        return len(lines)
-
-    def stats(self) -> tuple[int, float]:
-        """The series the store holds and the resident memory of its processes (MB)."""
-        with urllib.request.urlopen(f"{self.url}/api/v1/status/tsdb", timeout=30) as response:
-            data = json.load(response)["data"]
-        series = data["headStats"]["numSeries"] if "headStats" in data else data["totalSeries"]
-        memory = sum(psutil.Process(p.pid).memory_info().rss for p in self.processes) / 1e6
-        return series, memory
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()
-            process.wait(timeout=60)
+            text.writelines(f"{WASTE_RECORDED}{{{matchers}}} {share * 300 * n:g} {t}\n" for n, t in enumerate(steps))
+    store.load([source])
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # until the oldest backfilled point answers
+        if query(store.url, f"count(count_over_time({WASTE_RECORDED}[{hours}h]) > {hours * 12 - 3})"):
+            break
+        time.sleep(5)
+    return len(gpus) * len(steps)
 
 
 def main() -> int:
@@ -362,7 +224,7 @@ def main() -> int:
         for nodes in (16, args.nodes):
             store.configure(targets, nodes)
             wait_for_gpus(store.url, nodes * 8)
-            backfilled = store.backfill(args.backfill_hours) if args.backfill_hours and nodes == args.nodes else 0
+            backfilled = backfill(store, args.backfill_hours) if args.backfill_hours and nodes == args.nodes else 0
             rows.append((nodes, backfilled, measure(store.url, args.repeats), store.stats()))
     finally:
         store.stop()

@@ -1,0 +1,285 @@
+"""A 30-day fleet report from the store: `gpulens report fleet --prometheus` over a backfilled month.
+
+    python bench/report_store_bench.py [--nodes 1280] [--days 30] [--step 3600]
+        [--store prometheus|victoriametrics] [--repeats 3]
+
+It writes a month of the per-job series the agents export with `--jobs.export-totals` (the families the
+report reads: lifetimes, GPU-seconds by state, the seven counters, the four peaks, owners, GPUs and tips)
+for `--nodes` nodes of 8 GPUs, loads them into a real Prometheus (`promtool tsdb create-blocks-from
+openmetrics`) or VictoriaMetrics (its import API), and times `gpulens report fleet` over the whole month,
+checking that the report finds every job and every GPU-hour.
+
+Each node runs two queues of jobs on 4 GPUs each, back to back with gaps of up to an hour; a job takes 1,
+2 or 4 of its queue's GPUs for 10 minutes to 3 days (log-uniform), so 1,280 nodes run about 150,000
+jobs a month. The series, labels and values have the shape of the agents'; the samples are `--step`
+seconds apart instead of the scrape interval (15 s), which would be 240 times as many as this machine
+can write at an hour. Run it at two steps to see what a sample costs against what a series costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import io
+import math
+import pathlib
+import random
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+
+import requests
+from stores import Store, query
+
+from gpulens.report.cli import run
+
+# At 10,240 GPUs a month holds about 370,000 series of gpulens_gpu_allocation_info (a job's GPUs), and
+# VictoriaMetrics refuses a query matching more than 300,000 by default (docs/install.md says so).
+FLAGS = {"prometheus": [], "victoriametrics": ["-search.maxUniqueTimeseries=2000000"]}
+BLOCK_SECONDS = 7200  # promtool reads its input once per 2-hour block: a file per block
+GPUS_PER_NODE, QUEUES = 8, 2
+USERS = [f"user{i:03d}" for i in range(200)]
+NAMESPACES = ["vision", "nlp", "research", "speech", "rl", "infra"]
+MODEL = "NVIDIA H100 80GB HBM3"
+TIPS = ["mixed_precision", "dataloader_workers", "pin_memory", "larger_batch", "release_idle_gpu", "torch_compile"]
+# What each job's GPUs did: busy, then one wasted state (gpulens.usage.STATES).
+WASTED = ["idle", "data_starved", "underutilized"]
+
+
+class Month:
+    """Writes the series of every job into one OpenMetrics file per 2-hour block; counts what it wrote."""
+
+    def __init__(self, folder: pathlib.Path, step: int):
+        self.folder, self.step = folder, step
+        self.files: dict[int, io.TextIOWrapper] = {}
+        self.jobs = self.series = self.samples = 0
+        self.gpu_seconds = 0.0
+
+    def file(self, block: int) -> io.TextIOWrapper:
+        if block not in self.files:
+            self.files[block] = (self.folder / f"{block:08d}.om").open("w", buffering=1 << 18)
+        return self.files[block]
+
+    def close(self) -> list[pathlib.Path]:
+        for text in self.files.values():
+            text.close()
+        return sorted(self.folder / f"{block:08d}.om" for block in self.files)
+
+    def job(self, rng: random.Random, node: str, gpus: list[str], n: int, start: float, end: float, begin: float):
+        """Write job `n` on `node`'s `gpus` from `start` to `end`; samples from `begin` on."""
+        job_id, user = str(1_000_000 + n), rng.choice(USERS)
+        key = f'instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm"'
+        busy = rng.uniform(0.2, 1.0)
+        shares = {"busy": busy, rng.choice(WASTED): 1.0 - busy}
+        torch_job = rng.random() < 0.5
+        size = len(gpus)
+        memory = rng.uniform(0.2, 0.95) * 80 * 2**30 * size
+        counters = {  # name: GPU-seconds (or joules) per second of the job
+            **{f'gpulens_job_gpu_state_seconds_total{{{key},state="{s}"}}': size * v for s, v in shares.items()},
+            f"gpulens_job_gpu_busy_seconds_total{{{key}}}": size * busy,
+            f"gpulens_job_gpu_sampled_seconds_total{{{key}}}": size,
+            f"gpulens_job_gpu_sm_activity_seconds_total{{{key}}}": size * busy * 0.6,
+            f"gpulens_job_gpu_gpm_seconds_total{{{key}}}": size,
+            f"gpulens_job_energy_joules_total{{{key}}}": size * (100 + 450 * busy),
+            **{f'gpulens_job_tip_seconds_total{{{key},tip="{t}"}}': size * 0.3 for t in rng.sample(TIPS, 2)},
+        }
+        gauges = {
+            f'gpulens_job_info{{{key},model="{MODEL}",namespace="{rng.choice(NAMESPACES)}",pod="",user="{user}"}}': 1,
+            f"gpulens_job_start_timestamp_seconds{{{key}}}": start,
+            f"gpulens_job_memory_peak_bytes{{{key}}}": int(memory),
+            f"gpulens_job_memory_capacity_bytes{{{key}}}": 80 * 2**30 * size,
+            **{
+                f'gpulens_gpu_allocation_info{{{key},container="",gpu="{gpu.rsplit("-", 1)[1]}",namespace="",'
+                f'pod="",user="{user}",uuid="{gpu}"}}': 1
+                for gpu in gpus
+            },
+        }
+        if torch_job:
+            counters[f"gpulens_job_data_wait_seconds_total{{{key}}}"] = shares.get("data_starved", 0.0)
+            counters[f"gpulens_job_data_wait_observed_seconds_total{{{key}}}"] = 1.0
+            gauges[f"gpulens_job_torch_allocated_peak_bytes{{{key}}}"] = int(memory * 0.8)
+            gauges[f"gpulens_job_torch_reserved_peak_bytes{{{key}}}"] = int(memory * 0.9)
+        last_seen = f"gpulens_job_last_seen_timestamp_seconds{{{key}}}"
+        first = max(start, begin)
+        times = [*range(math.ceil(first / self.step) * self.step, math.ceil(end), self.step), end]
+        for t in times:
+            text, elapsed = self.file(int(t) // BLOCK_SECONDS), t - start
+            text.writelines(f"{name} {rate * elapsed:.6g} {t:.0f}\n" for name, rate in counters.items())
+            text.writelines(f"{name} {value} {t:.0f}\n" for name, value in gauges.items())
+            text.write(f"{last_seen} {t:.0f} {t:.0f}\n")
+        self.jobs += 1
+        self.series += len(counters) + len(gauges) + 1
+        self.samples += len(times) * (len(counters) + len(gauges) + 1)
+        self.gpu_seconds += size * (end - first)  # what the period holds of it
+
+
+def synthesize(folder: pathlib.Path, nodes: int, days: float, step: int, end: float, seed: int = 7) -> Month:
+    """Write `days` of jobs ending at `end` on `nodes` nodes; return what was written."""
+    rng = random.Random(seed)
+    month, begin = Month(folder, step), end - days * 86_400
+    for node in range(nodes):
+        name = f"node-{node:04d}"
+        for queue in range(QUEUES):
+            gpus = [f"GPU-{node:04d}-{queue * 4 + i}" for i in range(GPUS_PER_NODE // QUEUES)]
+            t = begin - rng.uniform(0, 86_400)  # some jobs started before the period
+            while True:
+                duration = math.exp(rng.uniform(math.log(600), math.log(3 * 86_400)))
+                if t + duration >= end:
+                    break  # the last job is still running at the end; left out to keep every job whole
+                if t + duration > begin:
+                    month.job(rng, name, gpus[: rng.choice([1, 2, 4])], month.jobs, t, t + duration, begin)
+                t += duration + rng.uniform(0, 3600)
+    return month
+
+
+def settle(store: Store, series_name: str, expected: int, since: float) -> None:
+    """Wait until the store answers every job's lifetime series over the whole period."""
+    promql = f"count(last_over_time({series_name}[{time.time() - since + 60:.0f}s]))"
+    if store.kind == "victoriametrics":
+        urllib.request.urlopen(f"{store.url}/internal/force_flush", timeout=600).close()
+    deadline = time.monotonic() + 1800
+    found = 0
+    while time.monotonic() < deadline:
+        answer = query(store.url, promql)
+        found = int(float(answer[0]["value"][1])) if answer else 0
+        if found >= expected:
+            break
+        time.sleep(10)
+    else:
+        raise SystemExit(f"the store answered {found} of {expected} jobs after 30 minutes")
+    if store.kind == "prometheus":  # its compactor merges the 2-hour blocks, as it would have over the month
+        compactions = -1.0
+        while (now := own_metric(store, "prometheus_tsdb_compactions_total")) != compactions:
+            compactions = now
+            time.sleep(90)  # Prometheus plans compactions every minute
+
+
+def own_metric(store: Store, name: str) -> float:
+    """One of Prometheus' own metrics, from its /metrics."""
+    with urllib.request.urlopen(f"{store.url}/metrics", timeout=30) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+    raise SystemExit(f"Prometheus does not export {name}")
+
+
+class Answers:
+    """What the store's answers cost: their number, the seconds until each answer's headers (the store's
+    work; Prometheus and VictoriaMetrics evaluate a query before they answer), and their bytes."""
+
+    queries, seconds, size = 0, 0.0, 0
+    _get = requests.Session.get
+
+    @classmethod
+    def watch(cls) -> None:
+        def get(session: requests.Session, *args, **kwargs) -> requests.Response:
+            response = cls._get(session, *args, **kwargs)
+            cls.queries, cls.seconds = cls.queries + 1, cls.seconds + response.elapsed.total_seconds()
+            cls.size += len(response.content)
+            return response
+
+        requests.Session.get = get
+
+    @classmethod
+    def take(cls) -> tuple[int, float, int]:
+        taken = cls.queries, cls.seconds, cls.size
+        cls.queries, cls.seconds, cls.size = 0, 0.0, 0
+        return taken
+
+
+def report(url: str, since: float, until: float, fmt: str) -> tuple[float, str]:
+    """Run `gpulens report fleet --format FMT` in this process; return seconds and what it wrote."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["fleet", "--prometheus", url, "--since", f"{since:.0f}", "--until", f"{until:.0f}", "--format", fmt]
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = run(argv, now=until)
+    seconds = time.perf_counter() - started
+    if status != 0:
+        raise SystemExit(f"gpulens report failed: {err.getvalue().strip()}")
+    return seconds, out.getvalue()
+
+
+def totals(text: str) -> tuple[int, float]:
+    """The jobs and GPU-hours of a CSV fleet report."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    return len(rows), sum(float(row["gpu_hours"]) for row in rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1280)
+    parser.add_argument("--days", type=float, default=30.0)
+    parser.add_argument("--step", type=int, default=3600, help="seconds between samples (default 3600)")
+    parser.add_argument("--store", choices=Store.BINARIES, default="prometheus")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-report-store-"))
+    store = Store(args.store, workdir, rules=False, flags=FLAGS[args.store])
+    if store.missing():
+        print(f"report_store_bench: needs {', '.join(store.missing())}", file=sys.stderr)
+        return 1
+    end = (time.time() - 3600) // args.step * args.step
+    since = end - args.days * 86_400
+    try:
+        started = time.perf_counter()
+        (workdir / "month").mkdir()
+        month = synthesize(workdir / "month", args.nodes, args.days, args.step, end)
+        files = month.close()
+        written = time.perf_counter() - started
+        store.configure([], 0)
+        started = time.perf_counter()
+        store.load(files)
+        settle(store, "gpulens_job_start_timestamp_seconds", month.jobs, since)
+        loaded = time.perf_counter() - started
+        # The report people read (groups, the worst jobs, tips), then every job as CSV to check the sums.
+        Answers.watch()
+        runs, answers = [], []
+        for _ in range(args.repeats):
+            runs.append(report(store.url, since, end, "markdown"))
+            answers.append(Answers.take())
+        every = report(store.url, since, end, "csv")
+        _, memory = store.stats()  # its series count covers only the head (Prometheus) or today (VM)
+        blocks = own_metric(store, "prometheus_tsdb_blocks_loaded") if store.kind == "prometheus" else None
+    finally:
+        store.stop()
+        disk = sum(f.stat().st_size for f in (workdir / "data").rglob("*") if f.is_file()) / 1e6
+        shutil.rmtree(workdir, ignore_errors=True)
+    times = [seconds for seconds, _ in runs]
+    middle = times.index(statistics.median_low(times))
+    queries, server, size = answers[middle]
+    found, gpu_hours = totals(every[1])
+    print(
+        f"store: {args.store}; {args.nodes} nodes, {args.nodes * GPUS_PER_NODE:,} GPUs, {args.days:g} days, "
+        f"a sample every {args.step} s"
+    )
+    print(
+        f"written: {month.jobs:,} jobs, {month.series:,} series, {month.samples:,} samples in {written:.0f} s; "
+        f"loaded in {loaded:.0f} s; store on disk {disk:,.0f} MB"
+    )
+    print(
+        f"report fleet (markdown): median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+        f"(of {len(times)}); every job as CSV: {every[0]:.2f} s, {len(every[1]) / 1e6:.1f} MB; report "
+        f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
+    print(
+        f"the median run made {queries} queries; the store took {server:.2f} s to answer them, "
+        f"{size / 1e6:.0f} MB of JSON; the rest is transfer, decoding and building the report"
+    )
+    print(
+        f"store: {memory:,.0f} MB resident after the reports" + (f", {blocks:.0f} blocks" if blocks is not None else "")
+    )
+    print(
+        f"the report found {found:,} of {month.jobs:,} jobs and {gpu_hours:,.0f} of "
+        f"{month.gpu_seconds / 3600:,.0f} GPU-hours"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
