@@ -9,17 +9,24 @@ from range queries over the same counters.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from gpulens.credentials import Credentials
-from gpulens.httpclient import HttpError
+from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
 RUNNING_WITHIN_SECONDS = 120.0
+# Queries asked at once: a month over thousands of GPUs answers hundreds of thousands of series a query,
+# so a few at a time keep the store busy without holding every answer in memory.
+QUERIES_AT_ONCE = 4
 # A timeline has about this many points, and points no closer than a minute (the ledger's bucket).
 TIMELINE_POINTS = 240
 TIMELINE_MIN_STEP_SECONDS = 60.0
@@ -80,63 +87,91 @@ class Prometheus:
             raise SourceError(str(error)) from None
 
     def _records(self, job_id: str | None, since: float, until: float, step: Step) -> list[JobRecord]:
-        sel, window = selector(job_id), f"{max(int(until - since), 1)}s"
+        over = f"{selector(job_id)}[{max(int(until - since), 1)}s]"
+        with collector_paused:  # the answers and the records are many small objects and no cycles
+            spans = self._spans(over, until, step)
+            fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
 
-        def vector(promql: str, what: str) -> list[dict]:
-            step(f"querying {what}")
-            return self.api.query(promql, until)
+            def state(found: dict, metric: dict, value: float) -> None:
+                found.setdefault("state_seconds", {})[metric.get("state", "")] = value
 
-        spans = self._spans(vector, sel, window, until)
-        fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
+            def counter(name: str) -> Callable[[dict, dict, float], None]:
+                return lambda found, metric, value: found.update({name: value})
 
-        def each(promql: str, what: str):
-            """Yield (the job's fields, the answer's labels, value) for the jobs with a whole span."""
-            for item in vector(promql, what):
-                if _key(item) in fields:
-                    yield fields[_key(item)], item["metric"], _value(item)
+            def peak(name: str) -> Callable[[dict, dict, float], None]:
+                return lambda found, metric, value: found.update({name: int(value)})
 
-        for found, metric, value in each(
-            f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))",
-            "GPU-seconds by state",
-        ):
-            found.setdefault("state_seconds", {})[metric.get("state", "")] = value
-        for name, series in _COUNTERS.items():
-            for found, _, value in each(f"sum by ({_KEY}) (increase({series}{sel}[{window}]))", name.replace("_", " ")):
-                found[name] = value
-        for name, series in _PEAKS.items():
-            for found, _, value in each(
-                f"max by ({_KEY}) (max_over_time({series}{sel}[{window}]))", name.replace("_", " ")
-            ):
-                found[name] = int(value)
-        labels = "user, namespace, pod, model, partition, instance"
-        for found, metric, _ in each(
-            f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{sel}[{window}]))", "owners"
-        ):
-            for name in ("user", "namespace", "pod", "partition"):
-                found[name] = found.get(name) or metric.get(name, "")
-            found.setdefault("models", set()).add(metric.get("model", ""))
-            found.setdefault("nodes", set()).add(metric.get("instance", ""))
-        for found, metric, _ in each(
-            f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{sel}[{window}]))", "GPUs"
-        ):
-            found.setdefault("gpus", set()).add(metric.get("uuid", ""))
-        for found, metric, value in each(
-            f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{sel}[{window}]))", "tips"
-        ):
-            if value > 0:
-                found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
-        return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
+            def owners(found: dict, metric: dict, value: float) -> None:
+                for name in ("user", "namespace", "pod", "partition"):
+                    found[name] = found.get(name) or metric.get(name, "")
+                found.setdefault("models", set()).add(metric.get("model", ""))
+                found.setdefault("nodes", set()).add(metric.get("instance", ""))
 
-    def _spans(self, vector, sel: str, window: str, until: float) -> dict[tuple[str, str], dict]:
+            def gpus(found: dict, metric: dict, value: float) -> None:
+                found.setdefault("gpus", set()).add(metric.get("uuid", ""))
+
+            def tips(found: dict, metric: dict, value: float) -> None:
+                if value > 0:
+                    found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
+
+            labels = "user, namespace, pod, model, partition, instance"
+            queries = {  # what, in the progress line: (PromQL, what each answered series adds to its job)
+                "GPU-seconds by state": (
+                    f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{over}))",
+                    state,
+                ),
+                **{
+                    name.replace("_", " "): (f"sum by ({_KEY}) (increase({series}{over}))", counter(name))
+                    for name, series in _COUNTERS.items()
+                },
+                **{
+                    name.replace("_", " "): (f"max by ({_KEY}) (max_over_time({series}{over}))", peak(name))
+                    for name, series in _PEAKS.items()
+                },
+                "owners": (f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{over}))", owners),
+                "GPUs": (f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{over}))", gpus),
+                "tips": (f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{over}))", tips),
+            }
+            answers = self._answers({what: promql for what, (promql, _) in queries.items()}, until, step)
+            for what, vector in answers:
+                add = queries[what][1]
+                for item in vector:  # only the jobs with a whole span
+                    found = fields.get(_key(item))
+                    if found is not None:
+                        add(found, item["metric"], _value(item))
+            return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
+
+    def _answers(self, queries: dict[str, str], until: float, step: Step) -> Iterator[tuple[str, list[dict]]]:
+        """Yield (what, its vector) for each query in order, asking up to QUERIES_AT_ONCE of them at a time: the
+        store answers them in parallel while the last answer is read, and few answers are held at once."""
+        pending: deque[tuple[str, Future[list[dict]]]] = deque()
+        waiting = iter(queries.items())
+        with ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool:
+
+            def ask(what: str, promql: str) -> None:
+                pending.append((what, pool.submit(self.api.query, promql, until)))
+
+            for what, promql in itertools.islice(waiting, QUERIES_AT_ONCE):
+                ask(what, promql)
+            while pending:
+                what, future = pending.popleft()
+                step(f"querying {what}")
+                following = next(waiting, None)
+                if following is not None:  # the store works on it while this answer is read
+                    ask(*following)
+                yield what, future.result()
+
+    def _spans(self, over: str, until: float, step: Step) -> dict[tuple[str, str], dict]:
         """Each job's first and last sighting in the window; one line when Prometheus has jobs but no totals."""
         spans: dict[tuple[str, str], dict] = {}
-        for name, series, fn in (
-            ("start", "gpulens_job_start_timestamp_seconds", "min"),
-            ("last_seen", "gpulens_job_last_seen_timestamp_seconds", "max"),
-        ):
-            for item in vector(f"{fn} by ({_KEY}) ({fn}_over_time({series}{sel}[{window}]))", "job lifetimes"):
+        lifetimes = {
+            "start": f"min by ({_KEY}) (min_over_time(gpulens_job_start_timestamp_seconds{over}))",
+            "last_seen": f"max by ({_KEY}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{over}))",
+        }
+        for name, vector in self._answers(lifetimes, until, lambda _: step("querying job lifetimes")):
+            for item in vector:
                 spans.setdefault(_key(item), {})[name] = _value(item)
-        held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"
+        held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{over}))"
         if not spans and self.api.query(held, until):
             raise SourceError(
                 f"{self.api.where} has the agents' jobs but not their totals: start the agents "
