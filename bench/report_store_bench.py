@@ -12,8 +12,8 @@ checking that the report finds every job and every GPU-hour.
 Each node runs two queues of jobs on 4 GPUs each, back to back with gaps of up to an hour; a job takes 1,
 2 or 4 of its queue's GPUs for 10 minutes to 3 days (log-uniform), so 1,280 nodes run about 150,000
 jobs a month. The series, labels and values have the shape of the agents'; the samples are `--step`
-seconds apart instead of the scrape interval (15 s), which would be 240 times as many as this machine
-can write at an hour. Run it at two steps to see what a sample costs against what a series costs.
+seconds apart instead of the scrape interval (15 s): at an hour apart that is 240 times fewer samples
+than a real month, which this machine could not write.
 """
 
 from __future__ import annotations
