@@ -92,15 +92,26 @@ class PrometheusApi(HttpClient):
 
 
 def _well_formed(item: object, kind: str) -> bool:
-    """True for a series as the API gives it: string labels, and [time, "number"] samples."""
-    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+    """True for a series as the API gives it: string labels, and [time, "number"] samples.
+
+    Written as loops: a month of a big fleet is millions of series to check."""
+    if not isinstance(item, dict):
         return False
-    samples = [item.get("value")] if kind == "vector" else item.get("values")
-    return (
-        all(isinstance(v, str) for v in item["metric"].values())
-        and isinstance(samples, list)
-        and all(_sample(pair) for pair in samples)
-    )
+    metric = item.get("metric")
+    if not isinstance(metric, dict):
+        return False
+    for label in metric.values():
+        if not isinstance(label, str):
+            return False
+    if kind == "vector":
+        return _sample(item.get("value"))
+    samples = item.get("values")
+    if not isinstance(samples, list):
+        return False
+    for pair in samples:
+        if not _sample(pair):
+            return False
+    return True
 
 
 def _sample(pair: object) -> bool:
