@@ -19,14 +19,16 @@ from gpulens import thresholds as t
 from gpulens import units
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, read_credentials
 from gpulens.printable import printable
+from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN
 from gpulens.report.progress import Progress
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
-from gpulens.report.summary import GROUPINGS, fleet_report, job_report
+from gpulens.report.summary import GROUPINGS, FleetReport, fleet_report, job_report
 from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
 EXIT_USAGE = 2
 FORMATS = ("terminal", "markdown", "html", "json", "csv")
+MACHINE_FORMATS = ("json", "csv")  # every job, one row each
 SOURCES = ("ledger", "agent", "prometheus")
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
@@ -233,13 +235,12 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             records = _one_job(records, args.id, source.description)
             report = job_report(records, source.description, min_duration)
         else:
-            records = source.jobs(since, until, progress)
-            if not records:
+            report = _fleet(source, args, since, until, min_duration, progress)
+            if report is None:
                 raise SourceError(
                     f"no jobs in {source.description} between {_day(since)} and {_day(until)}; "
                     "widen --since or check that the agents run with a ledger"
                 )
-            report = fleet_report(records, args.by, since, until, min_duration, source.description)
     except SourceError as error:
         progress.close()
         print(f"gpulens report: {error}", file=sys.stderr)
@@ -247,6 +248,16 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     progress.close()
     output = _render(report, args.format, args.command == "job")
     return _write(output, args.output)
+
+
+def _fleet(source: Source, args, since: float, until: float, min_duration: float, progress) -> FleetReport | None:
+    """The fleet report, or None without jobs. From a store, the formats people read ask each job only what
+    the tables show and read the listed jobs whole; JSON and CSV list every job whole."""
+    tables = getattr(source, "fleet", None)  # a store (Prometheus' API); not the ledgers or the agents
+    if tables is not None and args.format not in MACHINE_FORMATS:
+        return tables(args.by, since, until, min_duration, progress, max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN))
+    records = source.jobs(since, until, progress)
+    return fleet_report(records, args.by, since, until, min_duration, source.description) if records else None
 
 
 def _one_job(records: list, wanted: str, description: str) -> list:

@@ -172,7 +172,8 @@ def fleet_document(report: FleetReport) -> Document:
         ("period", f"{when(report.since)} to {when(report.until)}"),
         (
             "jobs",
-            f"{report.total.jobs} ({len(report.short)} shorter than {words.duration(report.min_duration)}, not judged)",
+            f"{report.total.jobs} ({report.short_count} shorter than "
+            f"{words.duration(report.min_duration)}, not judged)",
         ),
         ("GPU-hours", hours(total.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({percent(_share(total))})"),
@@ -259,8 +260,8 @@ def fleet_document(report: FleetReport) -> Document:
         ),
     )
     notes = [f"Source: {report.source}."]
-    if len(report.jobs) > WORST_JOBS_SHOWN:
-        notes.append(f"{len(report.jobs) - WORST_JOBS_SHOWN} more jobs are in the JSON and CSV formats.")
+    if report.judged_count > WORST_JOBS_SHOWN:
+        notes.append(f"{report.judged_count - WORST_JOBS_SHOWN} more jobs are in the JSON and CSV formats.")
     return Document(f"GPU usage by {report.by}", facts, (groups, jobs, short), (), tuple(notes))
 
 

@@ -87,6 +87,7 @@ def to_json(report: JobReport | FleetReport) -> str:
             "job": _job(report.record, report.flag, timeline=True),
         }
     else:
+        _every_job(report)
         body = {
             "schema": SCHEMA,
             "kind": "fleet",
@@ -108,6 +109,7 @@ def to_csv(report: JobReport | FleetReport) -> str:
     if isinstance(report, JobReport):
         rows = [(report.record, report.flag)]
     else:
+        _every_job(report)
         rows = [*report.jobs, *((r, flag(r, report.min_duration)) for r in report.short)]
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -115,6 +117,11 @@ def to_csv(report: JobReport | FleetReport) -> str:
     for record, mark in rows:
         writer.writerow(_csv_row(record, mark))
     return out.getvalue()
+
+
+def _every_job(report: FleetReport) -> None:
+    if report.shown_only:  # a report read for its tables holds their rows only
+        raise ValueError("JSON and CSV list every job: build the report from every job's record")
 
 
 def _csv_row(r: JobRecord, mark: str) -> list:

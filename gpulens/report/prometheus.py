@@ -18,8 +18,9 @@ from dataclasses import replace
 
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError, collector_paused
-from gpulens.prometheus_api import PrometheusApi, label_value
+from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
+from gpulens.report.summary import GROUPINGS, FleetReport, fleet_report
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
@@ -41,6 +42,9 @@ _COUNTERS = {
     "data_wait_seconds": "gpulens_job_data_wait_seconds_total",
     "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds_total",
 }
+# What the fleet report's tables show of every job (summary.fleet_report, document.fleet_document).
+_TABLE_COUNTERS = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules")
+_TABLE_PEAKS = ("memory_peak_bytes",)
 _PEAKS = {
     "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
     "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
@@ -66,19 +70,19 @@ class Prometheus:
 
     def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
         try:
-            return self._records(None, since, until, step)
+            return self._records("", since, until, step)
         except HttpError as error:
             raise SourceError(str(error)) from None
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         try:
-            records = self._records(job_id, since, until, step)
+            records = self._records(selector(job_id), since, until, step)
             if not records:  # perhaps a pod name
                 pod = selector(job_id, "pod")
                 window = f"{max(int(until - since), 1)}s"
                 found = self.api.query(f"max by (job_id) (max_over_time(gpulens_job_info{pod}[{window}]))", until)
                 ids = sorted({item["metric"].get("job_id", "") for item in found} - {""})
-                records = [r for found_id in ids for r in self._records(found_id, since, until, step)]
+                records = [r for found_id in ids for r in self._records(selector(found_id), since, until, step)]
             if not records:
                 return []
             step("querying the timeline")
@@ -86,8 +90,47 @@ class Prometheus:
         except HttpError as error:
             raise SourceError(str(error)) from None
 
-    def _records(self, job_id: str | None, since: float, until: float, step: Step) -> list[JobRecord]:
-        over = f"{selector(job_id)}[{max(int(until - since), 1)}s]"
+    # -- the fleet report people read ---------------------------------------------------------------
+
+    def fleet(
+        self, by: str, since: float, until: float, min_duration: float, step: Step, rows: int
+    ) -> FleetReport | None:
+        """The fleet report's tables: every job read with only what they need (owner, span, GPU-seconds by
+        state, the counters of the ratios, energy, memory peak, tips), then whole records for the `rows`
+        worst judged and short jobs. None when the store has no jobs.
+
+        A month of a big fleet is hundreds of thousands of jobs; JSON and CSV list them whole (`jobs()`).
+        """
+        if by not in GROUPINGS:
+            raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
+        try:
+            lean = self._records("", since, until, step, grouped_by=by)
+            if not lean:
+                return None
+            with collector_paused:  # 10^5 records and their sums, and no cycles among them
+                report = fleet_report(lean, by, since, until, min_duration, self.description)
+            shown = [r for r, _ in report.jobs[:rows]] + list(report.short[:rows])
+            ids = {r.id for r in shown}
+            found = self._records(f"{{job_id=~{any_of(ids)}}}", since, until, step) if ids else []
+            whole = {r.key: r for r in found}
+        except HttpError as error:
+            raise SourceError(str(error)) from None
+        return replace(
+            report,
+            jobs=tuple((whole.get(r.key, r), mark) for r, mark in report.jobs[:rows]),
+            short=tuple(whole.get(r.key, r) for r in report.short[:rows]),
+            shown_only=True,
+        )
+
+    def _records(
+        self, matcher: str, since: float, until: float, step: Step, grouped_by: str | None = None
+    ) -> list[JobRecord]:
+        """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span.
+        With `grouped_by`, only what a fleet report's tables need of each job, grouped by that owner label."""
+        over = f"{matcher}[{max(int(until - since), 1)}s]"
+        counters = _COUNTERS if grouped_by is None else {n: _COUNTERS[n] for n in _TABLE_COUNTERS}
+        peaks = _PEAKS if grouped_by is None else {n: _PEAKS[n] for n in _TABLE_PEAKS}
+        labels = "user, namespace, pod, model, partition, instance" if grouped_by is None else f"{grouped_by}, pod"
         with collector_paused:  # the answers and the records are many small objects and no cycles
             spans = self._spans(over, until, step)
             fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
@@ -114,7 +157,6 @@ class Prometheus:
                 if value > 0:
                     found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
 
-            labels = "user, namespace, pod, model, partition, instance"
             queries = {  # what, in the progress line: (PromQL, what each answered series adds to its job)
                 "GPU-seconds by state": (
                     f"sum by ({_KEY}, state) (increase(gpulens_job_gpu_state_seconds_total{over}))",
@@ -122,23 +164,28 @@ class Prometheus:
                 ),
                 **{
                     name.replace("_", " "): (f"sum by ({_KEY}) (increase({series}{over}))", counter(name))
-                    for name, series in _COUNTERS.items()
+                    for name, series in counters.items()
                 },
                 **{
                     name.replace("_", " "): (f"max by ({_KEY}) (max_over_time({series}{over}))", peak(name))
-                    for name, series in _PEAKS.items()
+                    for name, series in peaks.items()
                 },
                 "owners": (f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{over}))", owners),
-                "GPUs": (f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{over}))", gpus),
                 "tips": (f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{over}))", tips),
             }
+            if grouped_by is None:  # a job's GPUs: as many series as GPUs, and no table counts them
+                queries["GPUs"] = (
+                    f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{over}))",
+                    gpus,
+                )
             answers = self._answers({what: promql for what, (promql, _) in queries.items()}, until, step)
             for what, vector in answers:
                 add = queries[what][1]
                 for item in vector:  # only the jobs with a whole span
-                    found = fields.get(_key(item))
+                    metric = item["metric"]
+                    found = fields.get((metric.get("job_kind", ""), metric.get("job_id", "")))
                     if found is not None:
-                        add(found, item["metric"], _value(item))
+                        add(found, metric, _finite(item["value"][1]))
             return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
 
     def _answers(self, queries: dict[str, str], until: float, step: Step) -> Iterator[tuple[str, list[dict]]]:

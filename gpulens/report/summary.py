@@ -17,6 +17,7 @@ from gpulens.usage import JobRecord, add_up, merge_all
 GROUPINGS = ("user", "namespace", "partition", "model")
 RED, WARNING, OK, SHORT, NO_DATA = "red", "warning", "ok", "short", "no_data"
 NONE = "(none)"
+GROUP_WORST = 3  # a group's worst jobs, by name
 
 
 def flag(record: JobRecord, min_duration: float = t.REPORT_MIN_JOB_SECONDS) -> str:
@@ -65,6 +66,11 @@ class FleetReport:
     jobs: tuple[tuple[JobRecord, str], ...]  # judged jobs and their flags, most wasted first
     short: tuple[JobRecord, ...]  # shorter than min_duration: listed apart, not judged
     total: Group
+    # How many jobs were judged and how many were short. A report read for its tables (`shown_only`) holds
+    # the worst of each list only, enough for the tables people read; JSON and CSV need every job.
+    judged_count: int
+    short_count: int
+    shown_only: bool = False
 
 
 def job_report(records: Sequence[JobRecord], source: str, min_duration: float) -> JobReport:
@@ -82,6 +88,7 @@ def group_key(record: JobRecord, by: str) -> str:
 
 
 def _wasted_first(record: JobRecord) -> tuple:
+    """The order of every report's lists: the most wasted GPU-hours first, then the most GPU-hours."""
     return (-record.wasted_seconds, -record.gpu_seconds, record.kind, record.id)
 
 
@@ -92,21 +99,27 @@ def fleet_report(
     if by not in GROUPINGS:
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
     jobs = merge_all(records)
-    judged = sorted(
-        ((r, flag(r, min_duration)) for r in jobs if flag(r, min_duration) != SHORT),
-        key=lambda pair: _wasted_first(pair[0]),
-    )
-    short = tuple(sorted((r for r in jobs if flag(r, min_duration) == SHORT), key=_wasted_first))
-    groups: dict[str, list[JobRecord]] = {}
+    # Each job's order and mark once: a month of a big fleet is 10^5 jobs. The order keys are unique.
+    ordered = sorted(((_wasted_first(r), r, flag(r, min_duration)) for r in jobs), key=lambda item: item[0])
+    judged = tuple((r, mark) for _, r, mark in ordered if mark != SHORT)
+    short = tuple(r for _, r, mark in ordered if mark == SHORT)
+    members: dict[str, list[JobRecord]] = {}
     for record in jobs:
-        groups.setdefault(group_key(record, by), []).append(record)
-    built = [_group(key, members, min_duration) for key, members in groups.items()]
+        members.setdefault(group_key(record, by), []).append(record)
+    worst: dict[str, list[str]] = {key: [] for key in members}
+    for order, r, mark in ordered:  # the judged jobs that wasted most, worst first
+        names = worst[group_key(r, by)]
+        if mark != SHORT and -order[0] > 0 and len(names) < GROUP_WORST:
+            names.append(r.pod or r.id)
+    built = [_group(key, group, worst[key]) for key, group in members.items()]
     built.sort(key=lambda g: (-g.total.wasted_seconds, -g.total.gpu_seconds, g.key))
+    # The fleet's sums are the groups' sums added up (the groups split the jobs).
+    everyone = [r.pod or r.id for r, _ in judged if r.wasted_seconds > 0][:GROUP_WORST]
+    total = Group("all", len(jobs), add_up([g.total for g in built], "group", "all"), tuple(everyone))
     return FleetReport(
-        since, until, by, min_duration, source, tuple(built), tuple(judged), short, _group("all", jobs, min_duration)
+        since, until, by, min_duration, source, tuple(built), judged, short, total, len(judged), len(short)
     )
 
 
-def _group(key: str, members: Sequence[JobRecord], min_duration: float) -> Group:
-    judged = sorted((r for r in members if flag(r, min_duration) != SHORT and r.wasted_seconds > 0), key=_wasted_first)
-    return Group(key, len(members), add_up(members, "group", key), tuple(r.pod or r.id for r in judged[:3]))
+def _group(key: str, members: Sequence[JobRecord], worst: Sequence[str]) -> Group:
+    return Group(key, len(members), add_up(members, "group", key), tuple(worst))

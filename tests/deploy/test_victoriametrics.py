@@ -6,9 +6,11 @@ simulated agents."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -130,3 +132,29 @@ def test_a_fleet_report_answers_the_same(stores):
     for key, job in jobs[0].items():
         # The stores sample the same counters at slightly different moments: totals agree to a few percent.
         assert job["gpu_hours"] == pytest.approx(jobs[1][key]["gpu_hours"], rel=0.1, abs=0.003), key
+
+
+def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
+    """The fleet report people read asks each store for only what its tables show, then the listed jobs
+    whole (a job-id regex): on each store it agrees with the report built from every job's whole record."""
+    from gpulens.report.prometheus import Prometheus
+    from gpulens.report.summary import fleet_report
+
+    def settled() -> float | None:
+        """Both stores hold judged jobs 35 s ago (VictoriaMetrics hides its last 30 s)."""
+        until = time.time() - 35
+        fleets = [Prometheus(url).fleet("user", until - 600, until, 10.0, lambda _: None, 25) for url in stores]
+        return until if all(f is not None and f.judged_count for f in fleets) else None
+
+    until = wait_for(settled, seconds=120, interval=2)
+    since = until - 600
+    for url, by in itertools.product(stores, ("user", "model")):
+        source = Prometheus(url)
+        tables = source.fleet(by, since, until, 10.0, lambda _: None, 25)
+        every = fleet_report(source.jobs(since, until, lambda _: None), by, since, until, 10.0, source.description)
+        assert tables is not None, url
+        assert [(g.key, g.jobs) for g in tables.groups] == [(g.key, g.jobs) for g in every.groups], url
+        for got, want in zip(tables.groups, every.groups, strict=True):
+            assert got.total.gpu_seconds == pytest.approx(want.total.gpu_seconds), (url, got.key)
+            assert got.total.energy_joules == pytest.approx(want.total.energy_joules), (url, got.key)
+        assert [r.key for r, _ in tables.jobs] == [r.key for r, _ in every.jobs[:25]], url
