@@ -211,6 +211,12 @@ def totals(text: str) -> tuple[int, float]:
     return len(rows), sum(float(row["gpu_hours"]) for row in rows)
 
 
+def facts(markdown: str) -> tuple[int, float]:
+    """The jobs and GPU-hours a Markdown fleet report states (read with only what its tables need)."""
+    found = dict(line[4:].split("**: ", 1) for line in markdown.splitlines() if line.startswith("- **"))
+    return int(found["jobs"].split()[0]), float(found["GPU-hours"].replace(",", ""))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1280)
@@ -243,6 +249,7 @@ def main() -> int:
         for _ in range(args.repeats):
             runs.append(report(store.url, since, end, "markdown"))
             answers.append(Answers.take())
+        tables_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         every = report(store.url, since, end, "csv")
         _, memory = store.stats()  # its series count covers only the head (Prometheus) or today (VM)
         blocks = own_metric(store, "prometheus_tsdb_blocks_loaded") if store.kind == "prometheus" else None
@@ -254,6 +261,7 @@ def main() -> int:
     middle = times.index(statistics.median_low(times))
     queries, server, size = answers[middle]
     found, gpu_hours = totals(every[1])
+    stated_jobs, stated_hours = facts(runs[middle][1])
     print(
         f"store: {args.store}; {args.nodes} nodes, {args.nodes * GPUS_PER_NODE:,} GPUs, {args.days:g} days, "
         f"a sample every {args.step} s"
@@ -264,8 +272,8 @@ def main() -> int:
     )
     print(
         f"report fleet (markdown): median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-        f"(of {len(times)}); every job as CSV: {every[0]:.2f} s, {len(every[1]) / 1e6:.1f} MB; report "
-        f"process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+        f"(of {len(times)}), report process peak RSS {tables_rss:.0f} MiB; every job as CSV: {every[0]:.2f} s, "
+        f"{len(every[1]) / 1e6:.1f} MB, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
     print(
         f"the median run made {queries} queries; the store took {server:.2f} s to answer them, "
@@ -276,7 +284,8 @@ def main() -> int:
     )
     print(
         f"the report found {found:,} of {month.jobs:,} jobs and {gpu_hours:,.0f} of "
-        f"{month.gpu_seconds / 3600:,.0f} GPU-hours"
+        f"{month.gpu_seconds / 3600:,.0f} GPU-hours; the Markdown report states "
+        f"{stated_jobs:,} jobs and {stated_hours:,.0f} GPU-hours"
     )
     return 0
 
