@@ -13,7 +13,14 @@ from gpulens.httpclient import HttpClient, parse_json
 class AgentClient(HttpClient):
     """One agent, at its base URL or one of the two below; `unreachable` is the fix, in the reader's words."""
 
-    def __init__(self, url: str, credentials: Credentials | None, timeout: float, unreachable: str):
+    def __init__(
+        self,
+        url: str,
+        credentials: Credentials | None,
+        timeout: float,
+        unreachable: str,
+        slow: str = "it may be overloaded",
+    ):
         base = url.strip().rstrip("/").removesuffix("/metrics").removesuffix("/api/v1/jobs")
         super().__init__(
             base,
@@ -22,6 +29,7 @@ class AgentClient(HttpClient):
             name="agent",
             unreachable=unreachable,
             refused=f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}",
+            slow=slow,
         )
 
     def metrics(self) -> str:

@@ -9,7 +9,7 @@ from dataclasses import replace
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SourceError, Step, http_url
+from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
 from gpulens.usage import JobRecord
 
 
@@ -21,7 +21,7 @@ class Agents:
     ):
         # ValueError with the fix for one that is not a URL; `credentials` for agents with a web config.
         self.agents = [
-            AgentClient(http_url(url, "--agent"), credentials, timeout, unreachable="check the --agent address")
+            AgentClient(http_url(url, "--agent"), credentials, timeout, "check the --agent address", SLOW)
             for url in urls
         ]
         self.description = "agent " + ", ".join(agent.shown for agent in self.agents)

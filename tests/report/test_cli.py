@@ -159,6 +159,13 @@ def test_a_slow_prometheus_names_the_timeout_and_its_flag(capsys):
     assert "give it longer with --timeout" in line
 
 
+def test_a_slow_agent_names_the_timeout_and_its_flag(capsys):
+    empty = json_reply({"jobs": [], "node": "n1"})
+    with fake_server(lambda path: (*empty[:3], 1.0)) as (url, _):
+        line = fails(capsys, ["fleet", "--agent", url, "--timeout", "200ms"], 1, "did not answer within 0.2 s")
+    assert "give it longer with --timeout" in line
+
+
 def test_agent_down(capsys):
     fails(capsys, ["fleet", "--agent", f"127.0.0.1:{free_port()}"], 1, "cannot be reached", "--agent")
 
