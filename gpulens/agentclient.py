@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulens.credentials import BASIC_AUTH_FILE, Credentials
-from gpulens.httpclient import HttpClient, parse_json
+from gpulens.httpclient import OVERLOADED, HttpClient, parse_json
 
 
 class AgentClient(HttpClient):
@@ -19,7 +19,7 @@ class AgentClient(HttpClient):
         credentials: Credentials | None,
         timeout: float,
         unreachable: str,
-        slow: str = "it may be overloaded",
+        slow: str = OVERLOADED,
     ):
         base = url.strip().rstrip("/").removesuffix("/metrics").removesuffix("/api/v1/jobs")
         super().__init__(

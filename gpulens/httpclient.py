@@ -29,6 +29,10 @@ class HttpError(Exception):
         self.what = what
 
 
+# The fix for an answer slower than the timeout, unless the reader knows a better one.
+OVERLOADED = "it may be overloaded"
+
+
 class HttpClient:
     """GET requests to one server, from any thread; counts them (`requests_made`). `name` names the server in
     messages; `unreachable`, `refused` and `slow` are the fixes for no answer, for HTTP 401 or 403, and for
@@ -43,7 +47,7 @@ class HttpClient:
         name: str,
         unreachable: str,
         refused: str,
-        slow: str = "it may be overloaded",
+        slow: str = OVERLOADED,
     ):
         credentials = credentials or Credentials()
         self.url = check_url(url)

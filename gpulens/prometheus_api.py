@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpulens.credentials import Credentials
-from gpulens.httpclient import HttpClient, parse_json
+from gpulens.httpclient import OVERLOADED, HttpClient, parse_json
 
 # The fixes, in the flags of both commands that read a Prometheus (`gpulens dashboard`, `gpulens report`).
 UNREACHABLE = "check the --prometheus address and that the server is up"
@@ -41,7 +41,7 @@ class PrometheusApi(HttpClient):
         url: str,
         credentials: Credentials | None = None,
         timeout: float = 5.0,
-        slow: str = "it may be overloaded",
+        slow: str = OVERLOADED,
     ):
         super().__init__(
             url, credentials, timeout, name="Prometheus", unreachable=UNREACHABLE, refused=REFUSED, slow=slow

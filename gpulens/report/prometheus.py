@@ -20,7 +20,7 @@ from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
-from gpulens.report.summary import GROUPINGS, FleetReport, fleet_report
+from gpulens.report.summary import FleetReport, check_grouping, fleet_report
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
@@ -101,8 +101,7 @@ class Prometheus:
 
         A month of a big fleet is hundreds of thousands of jobs; JSON and CSV list them whole (`jobs()`).
         """
-        if by not in GROUPINGS:
-            raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
+        check_grouping(by)  # before it goes into the queries
         try:
             lean = self._records("", since, until, step, grouped_by=by)
             if not lean:

@@ -87,6 +87,12 @@ def group_key(record: JobRecord, by: str) -> str:
     return getattr(record, by) or NONE
 
 
+def check_grouping(by: str) -> None:
+    """Raise ValueError unless `by` is one of GROUPINGS."""
+    if by not in GROUPINGS:
+        raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
+
+
 def _wasted_first(record: JobRecord) -> tuple:
     """The order of every report's lists: the most wasted GPU-hours first, then the most GPU-hours."""
     return (-record.wasted_seconds, -record.gpu_seconds, record.kind, record.id)
@@ -96,8 +102,7 @@ def fleet_report(
     records: Iterable[JobRecord], by: str, since: float, until: float, min_duration: float, source: str
 ) -> FleetReport:
     """Return the fleet report of the jobs seen in [since, until] (epoch s), grouped `by` one of GROUPINGS."""
-    if by not in GROUPINGS:
-        raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
+    check_grouping(by)
     jobs = merge_all(records)
     # Each job's order and mark once: a month of a big fleet is 10^5 jobs. The order keys are unique.
     ordered = sorted(((_wasted_first(r), r, flag(r, min_duration)) for r in jobs), key=lambda item: item[0])
