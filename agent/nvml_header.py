@@ -305,3 +305,19 @@ class GpmMetricsGetHead(ctypes.Structure):
     """
 
     _fields_ = [("version", c_uint), ("numMetrics", c_uint), ("sample1", c_void_p), ("sample2", c_void_p)]
+
+
+class DeviceAttributes(ctypes.Structure):
+    """nvmlDeviceAttributes_t: what a MIG device has of its GPU (nvmlDeviceGetAttributes_v2)."""
+
+    _fields_ = [
+        ("multiprocessorCount", c_uint),
+        ("sharedCopyEngineCount", c_uint),
+        ("sharedDecoderCount", c_uint),
+        ("sharedEncoderCount", c_uint),
+        ("sharedJpegCount", c_uint),
+        ("sharedOfaCount", c_uint),
+        ("gpuInstanceSliceCount", c_uint),
+        ("computeInstanceSliceCount", c_uint),
+        ("memorySizeMB", c_ulonglong),
+    ]

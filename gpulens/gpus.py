@@ -342,3 +342,114 @@ def at_least(name: str, arch: str) -> bool | None:
     """Whether the GPU is of `arch` or newer (one of ARCHITECTURES); None when its architecture is unknown."""
     found = architecture(name)
     return None if found is None else ARCHITECTURES.index(found) >= ARCHITECTURES.index(arch)
+
+
+# -- MIG profiles -------------------------------------------------------------------------------------
+
+_MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html"
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU instance profile, as `nvidia-smi mig -lgip` lists it and NVML's attributes report it."""
+
+    name: str  # "3g.40gb", the part of a MIG device's NVML name after " MIG "
+    profile_id: int  # nvmlGpuInstanceProfileInfo_t.id, the id `nvidia-smi mig -lgip` prints
+    slices: int  # compute slices (gpuInstanceSliceCount): its share of the GPU is slices / MIG_SLICES
+    memory_slices: int  # of the 8 memory slices
+    sm_count: int  # multiprocessorCount
+    memory_mib: int  # memorySizeMB
+    instances: int  # how many of it one GPU holds at most
+    bar1_gib_per_slice: int  # BAR1 aperture per memory slice: nvidia-smi shows it as N GiB less 1 MiB
+
+    @property
+    def bar1_mib(self) -> int:
+        return self.bar1_gib_per_slice * 1024 * self.memory_slices - 1
+
+
+# A whole GPU's compute slices, as many as the 1-slice instances it holds: the "Max Number of Instances"
+# of the MIG User Guide's supported GPUs (supported-gpus.html): 4 on the A30 and the RTX PRO 6000
+# Blackwell, 2 on the RTX PRO 5000 and 4500 Blackwell, 7 on all the others (A100, H100, H20, H200, B200).
+# A 1g slice-hour of an A100 is 1/7 of a GPU-hour.
+MIG_SLICES = 7
+_MIG_SLICES_BY_NAME = (("A30", 4), ("RTX PRO 6000", 4), ("RTX PRO 5000", 2), ("RTX PRO 4500", 2))
+
+
+def mig_slices(nvml_name: str) -> int:
+    """Return the compute slices of the whole GPU NVML names `nvml_name` ("NVIDIA A30": 4)."""
+    return next((n for model, n in _MIG_SLICES_BY_NAME if re.search(rf"\b{model}\b", nvml_name)), MIG_SLICES)
+
+
+def _mig(bar1_gib_per_slice: int, rows: tuple[tuple[str, int, int, int, int, int, int], ...]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(*row, bar1_gib_per_slice) for row in rows)
+
+
+# The guide's tables give each profile's fractions, engines and counts; the ids, SM counts and sizes are
+# from `nvidia-smi mig -lgip` listings: the guide's own for A100-40GB (4864 to 40192 MiB, also in
+# NVIDIA/go-nvml's dgxa100 mock), a real H100 SXM5 listing (stackhpc/ansible-slurm-appliance docs/mig.md;
+# the guide's H100 example shows 3g.40gb with 60 SMs and 40448 MiB), and `nvidia-smi` on an A100 80GB
+# (driver 570.148.08, in ztouchnetworks/k8s-dra-driver-gpu's README: 3g.40gb 42 SMs 40192 MiB, 2g.20gb
+# 19968 MiB, 1g.10gb 9728 MiB). The profiles no listing shows (A100-80GB's 7g.80gb, H200's 1g.35gb,
+# 3g.71gb, 4g.71gb) follow their board's layout: derived, not read from a board, and marked so. The same
+# listings show the BAR1 aperture of each MIG device: 8 GiB per memory slice on A100-40GB, 16 on
+# A100-80GB and H100, 32 on H200 (1g.5gb 8191 MiB, 1g.10gb 16383, 1g.18gb 32767).
+MIG_PROFILES: dict[str, tuple[MigProfile, ...]] = {
+    "A100 SXM4 40GB": _mig(
+        8,
+        (
+            ("1g.5gb", 19, 1, 1, 14, 4864, 7),
+            ("1g.5gb+me", 20, 1, 1, 14, 4864, 1),
+            ("1g.10gb", 15, 1, 2, 14, 9856, 4),
+            ("2g.10gb", 14, 2, 2, 28, 9856, 3),
+            ("3g.20gb", 9, 3, 4, 42, 19968, 2),
+            ("4g.20gb", 5, 4, 4, 56, 19968, 1),
+            ("7g.40gb", 0, 7, 8, 98, 40192, 1),
+        ),
+    ),
+    "A100 SXM4 80GB": _mig(
+        16,
+        (
+            ("1g.10gb", 19, 1, 1, 14, 9728, 7),
+            ("1g.10gb+me", 20, 1, 1, 14, 9728, 1),
+            ("1g.20gb", 15, 1, 2, 14, 19968, 4),
+            ("2g.20gb", 14, 2, 2, 28, 19968, 3),
+            ("3g.40gb", 9, 3, 4, 42, 40192, 2),
+            ("4g.40gb", 5, 4, 4, 56, 40192, 1),
+            ("7g.80gb", 0, 7, 8, 98, 81152, 1),  # derived: 79.25 GiB in a third-party listing
+        ),
+    ),
+    "H100 SXM": _mig(
+        16,
+        (
+            ("1g.10gb", 19, 1, 1, 16, 9984, 7),
+            ("1g.10gb+me", 20, 1, 1, 16, 9984, 1),
+            ("1g.20gb", 15, 1, 2, 26, 20096, 4),
+            ("2g.20gb", 14, 2, 2, 32, 20096, 3),
+            ("3g.40gb", 9, 3, 4, 60, 40448, 2),
+            ("4g.40gb", 5, 4, 4, 64, 40448, 1),
+            ("7g.80gb", 0, 7, 8, 132, 81152, 1),
+        ),
+    ),
+    "H200 SXM": _mig(  # 1g.18gb, 2g.35gb and 7g.141gb from a listing; the rest derived from H100's layout
+        32,
+        (
+            ("1g.18gb", 19, 1, 1, 16, 16384, 7),
+            ("1g.18gb+me", 20, 1, 1, 16, 16384, 1),
+            ("1g.35gb", 15, 1, 2, 26, 33280, 4),
+            ("2g.35gb", 14, 2, 2, 32, 33280, 3),
+            ("3g.71gb", 9, 3, 4, 60, 71680, 2),
+            ("4g.71gb", 5, 4, 4, 64, 71680, 1),
+            ("7g.141gb", 0, 7, 8, 132, 143360, 1),
+        ),
+    ),
+}
+MIG_PROFILES["A100 PCIe 40GB"] = MIG_PROFILES["A100 SXM4 40GB"]  # the guide's tables are per memory size
+MIG_PROFILES["A100 PCIe 80GB"] = MIG_PROFILES["A100 SXM4 80GB"]
+MIG_PROFILES["H100 PCIe"] = MIG_PROFILES["H100 SXM"]  # the guide's one H100 table covers both boards
+MIG_PROFILES["H200 NVL"] = MIG_PROFILES["H200 SXM"]  # and its one H200 table both of these
+
+
+def mig_profiles(nvml_name: str) -> tuple[MigProfile, ...]:
+    """Return the GPU instance profiles of a board named as NVML names it; () for a board not listed."""
+    spec = find_spec(nvml_name)
+    return MIG_PROFILES.get(spec.model, ()) if spec is not None else ()

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from gpulens.agent import nvml_header as h
 
 from .branches import family
-from .hardware import GPM_RATIOS, SimulatedGpu, SimulatedNode
-from .scenario import INIT_ERRORS, Scenario
+from .hardware import GPM_RATIOS, Running, SimulatedGpu, SimulatedInstance, SimulatedNode
+from .scenario import INIT_ERRORS, MIB, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class _Entry:
     feature: str | None  # the scenario feature that may refuse it
     needs_init: bool
     restype: type = c_int
+    mig: bool = False  # also takes a MIG device handle
 
 
 _ENTRIES: list[_Entry] = []
@@ -108,12 +109,13 @@ def _export(
     feature: str | None = None,
     needs_init: bool = True,
     restype: type = c_int,
+    mig: bool = False,
 ):
     """Register the decorated method as the C function(s) `names`; `args` are the C types after the handle."""
 
     def register(method: Callable) -> Callable:
         argtypes = ((P,) if device else ()) + args
-        _ENTRIES.append(_Entry(names, argtypes, method, device, feature, needs_init, restype))
+        _ENTRIES.append(_Entry(names, argtypes, method, device, feature, needs_init, restype, mig))
         return method
 
     return register
@@ -154,6 +156,14 @@ def _records(address: int | None, structure: type[ctypes.Structure], count: int)
     return [structure.from_address(start + i * size) for i in range(count)]
 
 
+@dataclass(frozen=True)
+class _Mig:
+    """What a MIG device handle stands for: one instance of one GPU."""
+
+    gpu: SimulatedGpu
+    instance: SimulatedInstance
+
+
 @dataclass
 class _EventSet:
     memory: ctypes.Array  # the object nvmlEventSet_t points at
@@ -182,6 +192,15 @@ class SimulatedDriver:
             self._keep.append(memory)
             self._gpus_by_handle[ctypes.addressof(memory)] = gpu
             self._handles.append(ctypes.addressof(memory))
+        # MIG device handles, one per instance for the library's lifetime (NVML's stay valid while it lives).
+        self._migs_by_handle: dict[int, _Mig] = {}
+        self._mig_handles: dict[int, int] = {}  # id(instance) -> handle
+        for gpu in self.node.gpus:
+            for instance in gpu.instances:
+                memory = ctypes.create_string_buffer(16)
+                self._keep.append(memory)
+                self._migs_by_handle[ctypes.addressof(memory)] = _Mig(gpu, instance)
+                self._mig_handles[id(instance)] = ctypes.addressof(memory)
         self._event_sets: dict[int, _EventSet] = {}
         self._gpm_samples: dict[int, tuple | None] = {}
         self._gpm_memory: dict[int, ctypes.Array] = {}
@@ -248,6 +267,9 @@ class SimulatedDriver:
             raise CallFailed(h.ERROR_FUNCTION_NOT_FOUND)
         if not entry.device:
             return (now, *args)
+        mig = self._migs_by_handle.get(args[0] or 0)
+        if mig is not None:
+            return (self._mig(mig, entry, now), now, *args[1:])
         gpu = self._gpu(args[0], now)
         if entry.feature is not None:
             self._require(gpu, entry.feature, now)
@@ -262,6 +284,21 @@ class SimulatedDriver:
         if gpu.is_lost(now):
             raise CallFailed(h.ERROR_GPU_IS_LOST)
         return gpu
+
+    def _mig(self, mig: _Mig, entry: _Entry, now: float) -> _Mig:
+        """Check a call made on a MIG device handle. nvml.h documents MIG handles for a few functions
+        (memory, processes, names, ids, attributes); what the others answer is not documented, and the
+        simulator says NOT_SUPPORTED, which nvitop and gpustat show as N/A."""
+        if mig.gpu.is_lost(now):
+            raise CallFailed(h.ERROR_GPU_IS_LOST)
+        if not mig.instance.exists(now):  # the handle of an instance destroyed since
+            raise CallFailed(h.ERROR_INVALID_ARGUMENT)
+        if not entry.mig:
+            raise CallFailed(h.ERROR_NOT_SUPPORTED)
+        if entry.feature is not None:
+            self._require(mig.gpu, entry.feature, now)
+        mig.gpu.advance(now)
+        return mig
 
     def _refusal(self, gpu: SimulatedGpu, feature: str, now: float) -> int | None:
         if gpu.spec.mig and feature in _MIG_PARENT_UNSUPPORTED:
@@ -381,14 +418,19 @@ class SimulatedDriver:
         _put(out, c_uint, gpu.spec.index)
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetUUID", args=(P, U))
-    def _uuid(self, gpu: SimulatedGpu, now: float, buffer: int, length: int) -> int:
-        _put_text(buffer, length, gpu.spec.uuid)
+    @_export("nvmlDeviceGetUUID", args=(P, U), mig=True)
+    def _uuid(self, gpu: SimulatedGpu | _Mig, now: float, buffer: int, length: int) -> int:
+        _put_text(buffer, length, gpu.instance.spec.uuid if isinstance(gpu, _Mig) else gpu.spec.uuid)
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetName", args=(P, U))
-    def _name(self, gpu: SimulatedGpu, now: float, buffer: int, length: int) -> int:
-        _put_text(buffer, length, gpu.spec.name)
+    @_export("nvmlDeviceGetName", args=(P, U), mig=True)
+    def _name(self, gpu: SimulatedGpu | _Mig, now: float, buffer: int, length: int) -> int:
+        """A MIG device's name is its GPU's and its profile: "NVIDIA H100 80GB HBM3 MIG 3g.40gb" (nvml.h says
+        "MIG device names"; the form is what CUDA, Ray's and HTCondor's MIG handling show)."""
+        if isinstance(gpu, _Mig):
+            _put_text(buffer, length, f"{gpu.gpu.spec.name} MIG {gpu.instance.spec.profile.name}")
+        else:
+            _put_text(buffer, length, gpu.spec.name)
         return h.SUCCESS
 
     @_export("nvmlDeviceGetSerial", args=(P, U), feature="serial")
@@ -416,9 +458,68 @@ class SimulatedDriver:
         _put(pending, c_uint, mode)
         return h.SUCCESS
 
-    @_export("nvmlDeviceIsMigDeviceHandle", args=(P,))
-    def _is_mig_device(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, 0)  # every handle here is a physical GPU's
+    @_export("nvmlDeviceIsMigDeviceHandle", args=(P,), mig=True)
+    def _is_mig_device(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        _put(out, c_uint, int(isinstance(gpu, _Mig)))
+        return h.SUCCESS
+
+    # -- MIG devices (nvml.h, "Multi Instance GPU Management") ----------------------------------------
+
+    def _live_instances(self, gpu: SimulatedGpu, now: float) -> list[SimulatedInstance]:
+        return sorted((i for i in gpu.instances if i.exists(now)), key=lambda i: i.spec.gpu_instance)
+
+    @_export("nvmlDeviceGetMaxMigDeviceCount", args=(P,))
+    def _max_mig_devices(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """Seven on a MIG-enabled board here; "zero if MIG is not supported or enabled" (nvml.h)."""
+        _put(out, c_uint, 7 if gpu.spec.mig else 0)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetMigDeviceHandleByIndex", args=(U, P))
+    def _mig_handle(self, gpu: SimulatedGpu, now: float, index: int, out: int) -> int:
+        """The index-th MIG device that exists now; NOT_FOUND "if no valid MIG device was found at index"."""
+        _need(out)
+        if not gpu.spec.mig:
+            return h.ERROR_NOT_SUPPORTED
+        live = self._live_instances(gpu, now)
+        if index >= len(live):
+            return h.ERROR_NOT_FOUND
+        _put(out, c_void_p, self._mig_handles[id(live[index])])
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", args=(P,), mig=True)
+    def _mig_parent(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        if not isinstance(gpu, _Mig):
+            return h.ERROR_INVALID_ARGUMENT
+        _put(out, c_void_p, self._handle_of(gpu.gpu))
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetGpuInstanceId", args=(P,), mig=True)
+    def _gpu_instance_id(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        if not isinstance(gpu, _Mig):
+            return h.ERROR_NOT_SUPPORTED
+        _put(out, c_uint, gpu.instance.spec.gpu_instance)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetComputeInstanceId", args=(P,), mig=True)
+    def _compute_instance_id(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        if not isinstance(gpu, _Mig):
+            return h.ERROR_NOT_SUPPORTED
+        _put(out, c_uint, gpu.instance.spec.compute_instance)
+        return h.SUCCESS
+
+    @_export("nvmlDeviceGetAttributes_v2", args=(P,), mig=True)
+    def _attributes(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        """ "This API currently only supports MIG device handles" (nvml.h); the profile's SMs, slices and
+        memory, with one compute instance spanning the GPU instance."""
+        if not isinstance(gpu, _Mig):
+            return h.ERROR_NOT_SUPPORTED
+        profile = gpu.instance.spec.profile
+        attributes = _struct(out, h.DeviceAttributes)
+        ctypes.memset(ctypes.addressof(attributes), 0, ctypes.sizeof(h.DeviceAttributes))
+        attributes.multiprocessorCount = profile.sm_count
+        attributes.sharedCopyEngineCount = profile.slices
+        attributes.gpuInstanceSliceCount = attributes.computeInstanceSliceCount = profile.slices
+        attributes.memorySizeMB = profile.memory_mib
         return h.SUCCESS
 
     @_export("nvmlDeviceGetCudaComputeCapability", args=(P, P))
@@ -447,26 +548,54 @@ class SimulatedDriver:
 
     # -- memory and utilization ------------------------------------------------------------------
 
-    @_export("nvmlDeviceGetMemoryInfo", args=(P,), feature="memory")
-    def _memory(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+    @_export("nvmlDeviceGetMemoryInfo", args=(P,), feature="memory", mig=True)
+    def _memory(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
         """nvmlMemory_t: `used` counts the driver's reserve (gpustat issue #141)."""
         memory = _struct(out, h.Memory)
+        if isinstance(gpu, _Mig):
+            total, used = self._instance_memory(gpu, now)
+            memory.total, memory.used, memory.free = total, used, total - used
+            return h.SUCCESS
         total, reserved = gpu.spec.memory_total, gpu.reserved_memory()
         used = min(total, gpu.allocated_memory(now) + reserved)
         memory.total, memory.used, memory.free = total, used, total - used
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetMemoryInfo_v2", args=(P,), feature="memory")
-    def _memory_v2(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+    @_export("nvmlDeviceGetMemoryInfo_v2", args=(P,), feature="memory", mig=True)
+    def _memory_v2(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
         """nvmlMemory_v2_t: `reserved` apart, `used` is what processes hold; the version must match."""
         memory = _struct(out, h.MemoryV2)
         if memory.version != h.MEMORY_V2:
             return h.ERROR_ARGUMENT_VERSION_MISMATCH
+        if isinstance(gpu, _Mig):
+            total, used = self._instance_memory(gpu, now)
+            memory.total, memory.reserved, memory.used, memory.free = total, 0, used, total - used
+            return h.SUCCESS
         total = gpu.spec.memory_total
         reserved = gpu.reserved_memory()
         used = min(total - reserved, gpu.allocated_memory(now))
         memory.total, memory.reserved, memory.used, memory.free = total, reserved, used, total - reserved - used
         return h.SUCCESS
+
+    @_export("nvmlDeviceGetBAR1MemoryInfo", args=(P,), feature="memory", mig=True)
+    def _bar1(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        """nvmlBAR1Memory_t of a MIG device: its profile's aperture, a few MiB of it mapped while processes
+        run (4 to 6 MiB in an A100 80GB `nvidia-smi` listing; 0 MiB idle). A whole GPU's is not modelled."""
+        if not isinstance(gpu, _Mig):
+            return h.ERROR_NOT_SUPPORTED
+        total = gpu.instance.spec.profile.bar1_mib * MIB
+        used = 4 * MIB if gpu.instance.running(gpu.gpu.running(now)) else 0
+        bar1 = _struct(out, h.Memory)  # nvmlBAR1Memory_t has the same three members in the same order
+        bar1.total, bar1.free, bar1.used = total, total - used, used
+        return h.SUCCESS
+
+    @staticmethod
+    def _instance_memory(mig: _Mig, now: float) -> tuple[int, int]:
+        """A MIG device's memory: its profile's size, and what its processes hold (nvml.h: per-instance
+        information with a MIG handle). The few MiB an idle instance shows in nvidia-smi are left out."""
+        total = mig.instance.memory_total()
+        used = sum(p.memory for p in mig.instance.running(mig.gpu.running(now)))
+        return total, min(total, used)
 
     @_export("nvmlDeviceGetSamples", args=(U, ULL, P, P, P), feature="samples")
     def _samples(
@@ -701,27 +830,34 @@ class SimulatedDriver:
 
     # -- processes -------------------------------------------------------------------------------
 
-    @_export("nvmlDeviceGetComputeRunningProcesses", args=(P, P), feature="processes")
-    def _processes_v1(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+    @_export("nvmlDeviceGetComputeRunningProcesses", args=(P, P), feature="processes", mig=True)
+    def _processes_v1(self, gpu: SimulatedGpu | _Mig, now: float, count: int, infos: int) -> int:
         return self._list_processes(gpu, now, count, infos, h.ProcessInfoV1)
 
-    @_export("nvmlDeviceGetComputeRunningProcesses_v2", args=(P, P), feature="processes")
-    def _processes_v2(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+    @_export("nvmlDeviceGetComputeRunningProcesses_v2", args=(P, P), feature="processes", mig=True)
+    def _processes_v2(self, gpu: SimulatedGpu | _Mig, now: float, count: int, infos: int) -> int:
         return self._list_processes(gpu, now, count, infos, h.ProcessInfo)
 
-    @_export("nvmlDeviceGetComputeRunningProcesses_v3", args=(P, P), feature="processes")
-    def _processes_v3(self, gpu: SimulatedGpu, now: float, count: int, infos: int) -> int:
+    @_export("nvmlDeviceGetComputeRunningProcesses_v3", args=(P, P), feature="processes", mig=True)
+    def _processes_v3(self, gpu: SimulatedGpu | _Mig, now: float, count: int, infos: int) -> int:
         return self._list_processes(gpu, now, count, infos, self.release.process_info_v3)
 
-    def _list_processes(self, gpu: SimulatedGpu, now: float, count: int, infos: int, record: type) -> int:
+    def _list_processes(self, gpu: SimulatedGpu | _Mig, now: float, count: int, infos: int, record: type) -> int:
         """nvml.h's size protocol: with too small an array, INSUFFICIENT_SIZE and the count needed.
 
         A processes_appear fault adds its processes to the first call that passes an array, as when
-        processes start between a caller's size query and its second call.
+        processes start between a caller's size query and its second call. A MIG handle lists its
+        instance's processes with their memory; the parent lists every instance's, with the memory only
+        where `process_memory` says the caller may see it (nvml.h: "aggregate information, only if the
+        caller has appropriate privileges").
         """
         capacity = c_uint.from_address(_need(count))
+        mig = gpu if isinstance(gpu, _Mig) else None
+        gpu = mig.gpu if mig is not None else gpu
         listed = gpu.list_processes(now)
-        if infos:
+        if mig is not None:
+            listed = mig.instance.running(listed)
+        elif infos:
             listed = listed + gpu.take_burst(now)
         if not listed:
             capacity.value = 0
@@ -729,15 +865,26 @@ class SimulatedDriver:
         if not infos or capacity.value < len(listed):
             capacity.value = len(listed)
             return h.ERROR_INSUFFICIENT_SIZE
-        instance = 0 if gpu.spec.mig else h.NO_INSTANCE
+        reported = gpu.spec.process_memory or mig is not None
         for slot, process in zip(_records(infos, record, len(listed)), listed, strict=True):
             ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(record))
             slot.pid = process.pid
-            slot.usedGpuMemory = process.memory if gpu.spec.process_memory else h.VALUE_NOT_AVAILABLE_ULL
+            slot.usedGpuMemory = process.memory if reported else h.VALUE_NOT_AVAILABLE_ULL
             if hasattr(slot, "gpuInstanceId"):
-                slot.gpuInstanceId = slot.computeInstanceId = instance
+                slot.gpuInstanceId, slot.computeInstanceId = self._instance_ids(gpu, process)
         capacity.value = len(listed)
         return h.SUCCESS
+
+    @staticmethod
+    def _instance_ids(gpu: SimulatedGpu, process: Running) -> tuple[int, int]:
+        """A process's GPU and compute instance ids: 0xFFFFFFFF each when MIG is off (nvml.h), its
+        instance's in MIG mode (0 and 0 where the scenario describes no instances)."""
+        if not gpu.spec.mig:
+            return h.NO_INSTANCE, h.NO_INSTANCE
+        for instance in gpu.instances:
+            if process.spec is not None and process.spec in instance.spec.processes:
+                return instance.spec.gpu_instance, instance.spec.compute_instance
+        return 0, 0
 
     @_export(
         "nvmlDeviceGetGraphicsRunningProcesses",
@@ -865,6 +1012,18 @@ class SimulatedDriver:
         if not gpu.spec.gpm:
             return h.ERROR_NOT_SUPPORTED
         self._gpm_samples[self._gpm_sample(sample)] = (gpu.spec.index, gpu.k, gpu.gpm_sums, gpu.ratios)
+        return h.SUCCESS
+
+    @_export("nvmlGpmMigSampleGet", args=(U, P))
+    def _gpm_mig_get(self, gpu: SimulatedGpu, now: float, gpu_instance: int, sample: int) -> int:
+        """Record one MIG instance's activity integrals (nvml.h: "for a MIG GPU Instance", Hopper or newer)."""
+        if not gpu.spec.gpm or gpu.refusal("gpm", now) is not None:
+            return h.ERROR_NOT_SUPPORTED
+        found = next((i for i in gpu.instances if i.exists(now) and i.spec.gpu_instance == gpu_instance), None)
+        if not gpu.spec.mig or found is None:
+            return h.ERROR_INVALID_ARGUMENT
+        source = (gpu.spec.index, found.spec.uuid)
+        self._gpm_samples[self._gpm_sample(sample)] = (source, gpu.k, found.gpm_sums, found.ratios)
         return h.SUCCESS
 
     @_export("nvmlGpmSampleFree", args=(P,), device=False)

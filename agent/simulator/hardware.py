@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .scenario import GIB, MIB, THROTTLE_REASONS, Fault, Gpu, Process, Scenario, Window
+from .scenario import GIB, MIB, THROTTLE_REASONS, Fault, Gpu, MigInstance, Process, Scenario, Window
 from .signals import STEP_S, STEPS_PER_S, Signal, noise_key, step_sampler
 
 RING_SAMPLES = 120  # the driver keeps about 20 s of 1/6 s utilization samples
@@ -105,7 +105,12 @@ class SimulatedGpu:
             return noise_key(seed, spec.index, name)
 
         idle, busy_span = spec.idle_power, 0.9 * spec.power_limit - spec.idle_power
+        self.instances = [SimulatedInstance(i, key) for i in spec.mig_instances]
         self._util = step_sampler(spec.utilization, key("utilization"), 0.0, 100.0)
+        if spec.utilization_from_instances:
+            # A MIG GPU's engines run what its instances run: its (hidden) utilization, which drives power,
+            # clocks and temperature, is their SM activity weighted by their share of the GPU.
+            self._util = lambda k: 100.0 * sum(i.spec.share * i.evaluate(k)[1] for i in self.instances)
         self._power = _driven(spec.power, key("power"), 0.0, _INF, lambda k, uf: idle + uf * busy_span)
         self._sm = _driven(spec.sm_activity, key("sm_activity"), 0.0, 1.0, lambda k, uf: uf * 0.8)
         self._occupancy = _driven(spec.sm_occupancy, key("sm_occupancy"), 0.0, 1.0, lambda k, sm: sm * 0.5)
@@ -143,6 +148,8 @@ class SimulatedGpu:
             self.tx_bytes += tx * STEP_S
             self.rx_bytes += rx * STEP_S
             self.gpm_sums = tuple(total + ratio for total, ratio in zip(self.gpm_sums, ratios, strict=True))
+            for instance in self.instances:
+                instance.step(k)
             self.k, self.util, self.power_w, self.ratios, self.tx, self.rx = k, util, power, ratios, tx, rx
 
     # -- availability ---------------------------------------------------------------------------------
@@ -285,6 +292,37 @@ class SimulatedGpu:
                 pending = pending if event.pending is None else int(event.pending)
                 failure = failure if event.failure is None else int(event.failure)
         return correctable, uncorrectable, pending, failure
+
+
+class SimulatedInstance:
+    """One MIG device of a GPU: its activity integrals for GPM, kept while it exists (nvmlGpmMigSampleGet)."""
+
+    def __init__(self, spec: MigInstance, key: Callable[[str], int]):
+        self.spec = spec
+        name = f"mig.{spec.uuid}"
+        self._sm = step_sampler(spec.sm_activity, key(f"{name}.sm_activity"), 0.0, 1.0)
+        self._tensor = _driven(spec.tensor_activity, key(f"{name}.tensor_activity"), 0.0, 1.0, lambda k, sm: 0.0)
+        self.gpm_sums = (0.0,) * len(GPM_RATIOS)
+        self.ratios = self.evaluate(0)
+
+    def evaluate(self, k: int) -> tuple[float, ...]:
+        """The GPM ratios of step k, as for a whole GPU (GPM_RATIOS); nothing runs before or after its window."""
+        sm = self._sm(k) if self.spec.window.active(k * STEP_S) else 0.0
+        return (sm, sm, sm * 0.5, self._tensor(k, sm), sm * 0.4)
+
+    def step(self, k: int) -> None:
+        self.ratios = self.evaluate(k)
+        self.gpm_sums = tuple(total + ratio for total, ratio in zip(self.gpm_sums, self.ratios, strict=True))
+
+    def exists(self, now: float) -> bool:
+        return self.spec.window.active(now)
+
+    def running(self, listed: list[Running]) -> list[Running]:
+        """Its processes among the GPU's `listed` ones."""
+        return [p for p in listed if p.spec is not None and p.spec in self.spec.processes]
+
+    def memory_total(self) -> int:
+        return self.spec.profile.memory_mib * MIB
 
 
 class SimulatedNode:

@@ -254,6 +254,25 @@ class Process:
 
 
 @dataclass(frozen=True)
+class MigInstance:
+    """One MIG device: a GPU instance of a profile with one compute instance spanning it, for its window."""
+
+    profile: gpus.MigProfile
+    gpu_instance: int  # nvmlDeviceGetGpuInstanceId
+    compute_instance: int  # nvmlDeviceGetComputeInstanceId
+    uuid: str  # "MIG-..." (R470 and newer)
+    window: Window  # created at `at`, destroyed at `until`
+    sm_activity: Signal  # ratio 0..1: GPM per instance on Hopper; the parent's utilization follows it
+    tensor_activity: Signal | None
+    processes: tuple[Process, ...]
+
+    @property
+    def share(self) -> float:
+        """The instance's share of the GPU's compute."""
+        return self.profile.slices / gpus.MIG_SLICES
+
+
+@dataclass(frozen=True)
 class Window:
     """A time window [at, until); ``until`` None means it never ends.
 
@@ -374,6 +393,8 @@ class Gpu:
     no_permission: frozenset[str] = frozenset()  # features an unprivileged caller may not read here
     samples_when_idle: bool = True  # False: the driver takes no utilization sample while nothing runs
     process_memory: bool = True  # False: usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (MIG, unprivileged)
+    mig_instances: tuple[MigInstance, ...] = ()  # with MIG on: its devices; `processes` holds theirs too
+    utilization_from_instances: bool = False  # MIG without a `utilization`: the instances' activity drives it
 
 
 @dataclass(frozen=True)
@@ -759,9 +780,18 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     )
     idle_power = number(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
     mig_capable = model.mig if model else True
-    mig = flag(spec.get("mig", False), _at(where, "mig"))
+    described = spec.get("mig", False)  # true, or the list of its MIG devices
+    mig = isinstance(described, list) or flag(described, _at(where, "mig"))
     if mig and not mig_capable:
-        raise Invalid(_at(where, "mig"), f"{name} does not support MIG; remove mig: true")
+        raise Invalid(_at(where, "mig"), f"{name} does not support MIG; remove mig")
+    instances = _mig_instances(described, _at(where, "mig"), name, seed, index) if isinstance(described, list) else ()
+    if instances and "processes" in spec:
+        raise Invalid(_at(where, "processes"), "in MIG mode a process runs in an instance: move it to mig[N].processes")
+    processes = (
+        _instance_processes(instances, _at(where, "mig"))
+        if instances
+        else _processes(spec.get("processes", []), _at(where, "processes"), memory_total)
+    )
     row_remapping = model.row_remapping if model else True
     if "remapped_rows" in spec and not row_remapping:
         raise Invalid(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
@@ -819,10 +849,137 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
             ("reported", "unavailable"),
         )
         == "reported",
-        processes=_processes(spec.get("processes", []), _at(where, "processes"), memory_total),
+        processes=processes,
+        mig_instances=instances,
+        utilization_from_instances=bool(instances) and "utilization" not in spec,
         allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
         probe=_probe(spec["probe"], _at(where, "probe")) if "probe" in spec else None,
     )
+
+
+_MIG_KEYS = ("gpu_instance", "compute_instance", "uuid", "at", "until", "sm_activity", "tensor_activity", "processes")
+_MEMORY_SLICES = 8  # every MIG-capable board splits its memory in eighths (MIG User Guide, profile tables)
+_MAX_GPU_INSTANCE_ID = 14  # the highest id on an A100 or H100 (seven 1g slices take 7 to 13, +me 14)
+
+
+def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> tuple[MigInstance, ...]:
+    """Parse a GPU's MIG devices: each a GPU instance of one of the board's profiles, with one compute
+    instance, created at `at` and destroyed at `until`, never holding more slices than the board has."""
+    profiles = {p.name: p for p in gpus.mig_profiles(name)}
+    if not profiles:
+        known = ", ".join(m for m in MODELS if gpus.mig_profiles(m))
+        raise Invalid(where, f"no MIG profiles are known for {name}; use mig: true, or one of {known}")
+    parsed: list[dict] = []
+    for i, item in enumerate(items(raw, where)):
+        at = f"{where}[{i}]"
+        spec = mapping(item, at, ("profile",), _MIG_KEYS)
+        wanted = text(spec["profile"], f"{at}.profile")
+        if wanted not in profiles:
+            raise Invalid(f"{at}.profile", f"{name} has no MIG profile {wanted!r}; choose one of {', '.join(profiles)}")
+        profile = profiles[wanted]
+        window = _window({key: spec[key] for key in ("at", "until") if key in spec}, at)
+        processes = _processes(spec.get("processes", []), f"{at}.processes", profile.memory_mib * MIB)
+        for j, process in enumerate(processes):
+            if process.start < window.at:
+                raise Invalid(
+                    f"{at}.processes[{j}].start", f"the instance is created at {window.at:g} s; start then or later"
+                )
+            if window.until is not None and (process.end is None or process.end > window.until):
+                # nvidia-smi mig -dgi answers "In use by another client" while a process runs in it.
+                raise Invalid(
+                    f"{at}.processes[{j}].end",
+                    f"an instance in use cannot be destroyed: end by its until ({window.until:g})",
+                )
+        gpu_instance = (
+            whole(spec["gpu_instance"], f"{at}.gpu_instance", 0, _MAX_GPU_INSTANCE_ID)
+            if "gpu_instance" in spec
+            else None
+        )
+        uuid = _mig_uuid(spec, at, seed, index, i)
+        parsed.append(
+            {
+                "profile": profile,
+                "gpu_instance": gpu_instance,
+                "compute_instance": whole(spec.get("compute_instance", 0), f"{at}.compute_instance", 0, 7),
+                "uuid": uuid,
+                "window": window,
+                "sm_activity": _signal(spec, "sm_activity", at, 0, 1) or constant(0.0),
+                "tensor_activity": _signal(spec, "tensor_activity", at, 0, 1),
+                "processes": processes,
+            }
+        )
+    _check_mig_capacity(parsed, where, name)
+    _give_instance_ids(parsed, where)
+    return tuple(MigInstance(**fields) for fields in parsed)
+
+
+def _overlap(a: Window, b: Window) -> bool:
+    return a.at < (b.until if b.until is not None else math.inf) and b.at < (
+        a.until if a.until is not None else math.inf
+    )
+
+
+def _check_mig_capacity(parsed: list[dict], where: str, name: str) -> None:
+    """Refuse instances that would not fit at once: slices, memory slices and each profile's count."""
+    for start in sorted({fields["window"].at for fields in parsed}):
+        live = [f for f in parsed if f["window"].active(start)]
+        slices = sum(f["profile"].slices for f in live)
+        memory = sum(f["profile"].memory_slices for f in live)
+        if slices > gpus.MIG_SLICES or memory > _MEMORY_SLICES:
+            raise Invalid(
+                where,
+                f"at {start:g} s the instances need {slices} compute and {memory} memory slices; a {name} has "
+                f"{gpus.MIG_SLICES} and {_MEMORY_SLICES}: drop one or give it an until",
+            )
+        for profile in {f["profile"] for f in live}:
+            count = sum(f["profile"] == profile for f in live)
+            if count > profile.instances:
+                raise Invalid(
+                    where, f"at {start:g} s there are {count} {profile.name}; a {name} holds {profile.instances}"
+                )
+
+
+def _give_instance_ids(parsed: list[dict], where: str) -> None:
+    """Check the scenario's GPU instance ids and give the others the lowest free one (the driver picks
+    ids by placement; 0 is the whole-GPU profile's), never one an instance alive at the same time has."""
+    for i, fields in enumerate(parsed):
+        if fields["gpu_instance"] is None:
+            continue
+        for other in parsed[:i]:
+            if other["gpu_instance"] == fields["gpu_instance"] and _overlap(other["window"], fields["window"]):
+                raise Invalid(
+                    f"{where}[{i}].gpu_instance", f"{fields['gpu_instance']} is taken by another instance then"
+                )
+    for fields in parsed:
+        if fields["gpu_instance"] is not None:
+            continue
+        taken = {o["gpu_instance"] for o in parsed if o is not fields and _overlap(o["window"], fields["window"])}
+        first = 0 if fields["profile"].slices == gpus.MIG_SLICES else 1
+        fields["gpu_instance"] = next(n for n in range(first, _MAX_GPU_INSTANCE_ID + 1) if n not in taken)
+
+
+def _mig_uuid(spec: dict, where: str, seed: int, index: int, position: int) -> str:
+    """Drivers from R470 on name a MIG device "MIG-<uuid>" (dcgm-exporter's nvmlprovider; MIG User Guide)."""
+    if "uuid" in spec:
+        uuid = text(spec["uuid"], _at(where, "uuid"))
+        if not re.fullmatch(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
+            raise Invalid(_at(where, "uuid"), "expected MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+        return uuid
+    salt = 0x100 + 2 * position
+    digits = f"{_derived_id(seed, index, salt):016x}{_derived_id(seed, index, salt + 1):016x}"
+    return f"MIG-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def _instance_processes(instances: tuple[MigInstance, ...], where: str) -> tuple[Process, ...]:
+    """Every instance's processes, which the parent lists together; pids are the host's, so one GPU's differ."""
+    everyone: list[Process] = []
+    for i, instance in enumerate(instances):
+        for process in instance.processes:
+            for other in everyone:
+                if _pids_overlap(process, other):
+                    raise Invalid(f"{where}[{i}].processes", f"pid {process.pid} is also used in another instance")
+            everyone.append(process)
+    return tuple(everyone)
 
 
 def _probe(raw: object, where: str) -> ProbeSpec:

@@ -374,7 +374,7 @@ def test_symbols_follow_the_branch_and_unmodelled_ones_answer_not_supported(cloc
 
 def test_mig_parent_answers_not_supported(clock):
     sim = started("mig", clock)
-    plain, mig = handles(sim)
+    plain, mig, _ = handles(sim)
     clock.t = 5
     assert sim.nvmlDeviceGetMigMode(plain) == [0, 0]
     assert sim.nvmlDeviceGetMigMode(mig) == [1, 1]
@@ -386,9 +386,10 @@ def test_mig_parent_answers_not_supported(clock):
         with raises_nvml("NotSupported"):
             call()
     assert utilization_samples(sim, plain)
-    assert sim.nvmlDeviceGetMemoryInfo(mig).used == 30 * 2**30 + DRIVER_RESERVE
+    assert sim.nvmlDeviceGetMemoryInfo(mig).used == (30 + 6 + 2) * 2**30 + DRIVER_RESERVE
     # In MIG mode a process's memory is seen per instance, not on the parent (nvml.h).
     assert {p.usedGpuMemory for p in listed(sim, mig)} == {None}
+    assert {p.gpuInstanceId for p in listed(sim, mig)} == {1, 2, 3}
     assert {p.gpuInstanceId for p in listed(sim, plain)} == {0xFFFFFFFF}
     old = started("old-driver", clock)
     with raises_nvml("NotSupported"):

@@ -99,6 +99,9 @@ def test_unknown_model_with_required_keys(tmp_path):
     assert scenario.start_time == 1700000000
 
 
+H100_MIG = 'model: "NVIDIA H100 80GB HBM3"\n    mig:\n      - {profile: 3g.40gb, gpu_instance: 1}'
+
+
 def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
     return f"name: t\ndescription: d\ngpus:\n  - {gpu_lines}\n{extra}"
 
@@ -173,6 +176,46 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         (body(GOOD_GPU + "\n    not_supported: [powr]"), "gpus[0].not_supported[0]", "did you mean 'power'?"),
         (body(GOOD_GPU + "\n    pcie: {gen: 6, max_gen: 5}"), "gpus[0].pcie.gen", "must be between 1 and 5"),
         (body('model: "Tesla T4"\n    mig: true'), "gpus[0].mig", "Tesla T4 does not support MIG"),
+        (body(H100_MIG + "\n      - profile: 2g.10gb"), "gpus[0].mig[1].profile", "choose one of 1g.10gb, "),
+        (
+            body(H100_MIG + "\n      - profile: 4g.40gb\n      - profile: 1g.10gb"),
+            "gpus[0].mig",
+            "at 0 s the instances need 8 compute and 9 memory slices",
+        ),
+        (
+            body(H100_MIG + "\n      - {profile: 1g.10gb, processes: [{pid: 9, memory: 12GiB}]}"),
+            "gpus[0].mig[1].processes[0].memory",
+            "must be between 0 and the GPU's memory_total (10468982784 B)",
+        ),
+        (
+            body(H100_MIG + "\n      - {profile: 1g.10gb, until: 60, processes: [{pid: 9, memory: 1GiB}]}"),
+            "gpus[0].mig[1].processes[0].end",
+            "an instance in use cannot be destroyed: end by its until (60)",
+        ),
+        (
+            body(H100_MIG + "\n      - {profile: 1g.10gb, at: 60, processes: [{pid: 9, memory: 1GiB}]}"),
+            "gpus[0].mig[1].processes[0].start",
+            "the instance is created at 60 s",
+        ),
+        (
+            body(H100_MIG + "\n      - {profile: 1g.10gb, gpu_instance: 1}"),
+            "gpus[0].mig[1].gpu_instance",
+            "1 is taken by another instance then",
+        ),
+        (
+            body(H100_MIG + "\n    processes: [{pid: 9, memory: 1GiB}]"),
+            "gpus[0].processes",
+            "move it to mig[N].processes",
+        ),
+        (
+            body(
+                'model: "NVIDIA A100-SXM4-80GB"\n    mig:\n'
+                "      - {profile: 1g.10gb, processes: [{pid: 9, memory: 1GiB}]}\n"
+                "      - {profile: 1g.10gb, processes: [{pid: 9, memory: 1GiB}]}"
+            ),
+            "gpus[0].mig[1].processes",
+            "pid 9 is also used in another instance",
+        ),
         (
             body('model: "Tesla T4"\n    remapped_rows: {correctable: 1}'),
             "gpus[0].remapped_rows",
