@@ -2,14 +2,15 @@
 
 After each sampling cycle it finds the jobs on every GPU, joins NVML's readings with the jobs' host
 side and in-job reports into `Evidence`, asks the `Diagnoser` for a verdict, picks the tips, and keeps
-each GPU's seconds per state. It answers for GPUs only: what each job did is the ledger stage's
-(gpulens.agent.accounting), which reads this stage's result.
+each GPU's seconds per state. Each MIG device of a GPU in MIG mode is judged the same way, from what NVML
+gives per instance (docs/diagnosis.md). It answers for GPUs only: what each job did is the ledger
+stage's (gpulens.agent.accounting), which reads this stage's result.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -17,6 +18,7 @@ from gpulens import tips as tip_catalog
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import Job
 from gpulens.agent.collectors.base import GPU_LABELS
+from gpulens.agent.collectors.mig import MIG_LABELS, MigInstance, mig_labels
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
 from gpulens.agent.jobs.messages import JobReport
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
@@ -36,6 +38,15 @@ class GpuAnalysis:
 
 
 @dataclass(frozen=True)
+class InstanceAnalysis:
+    """One MIG device's verdict, beside the GPU it is part of."""
+
+    gpu: GpuSnapshot
+    instance: MigInstance
+    analysis: GpuAnalysis
+
+
+@dataclass(frozen=True)
 class AnalysisResult:
     """What the last cycle's analysis found; published in the snapshot, read by the exposition."""
 
@@ -44,6 +55,7 @@ class AnalysisResult:
     reports: Mapping[int, JobReport]
     host: Mapping[int, HostUsage]  # each job's host side, by the lowest pid of the job
     clock_offset: float  # add to the sampler clock's seconds to get seconds since the epoch
+    instances: Mapping[str, InstanceAnalysis] = field(default_factory=dict)  # MIG devices, by MIG UUID
 
 
 class Analysis:
@@ -57,6 +69,7 @@ class Analysis:
         self._tips = tips
         self._last: dict[str, float] = {}
         self._state_seconds: dict[str, dict[State, float]] = {}
+        self._instances: set[str] = set()  # the MIG devices judged last cycle
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -74,16 +87,47 @@ class Analysis:
             context = _tip_context(gpu, verdict, jobs, host, reports)
             tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
             results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
-            elapsed = now - self._last.get(uuid, now)
-            self._last[uuid] = now
-            self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))[verdict.state] += elapsed
+            self._count(uuid, verdict, now)
+        instances: dict[str, InstanceAnalysis] = {}
+        for gpu in snapshot.gpus:
+            for instance in gpu.readings.get("mig") or () if gpu.up else ():
+                jobs = (
+                    self._sources.jobs([p.pid for p in instance.processes], instance.uuid) if instance.processes else []
+                )
+                evidence = _instance_evidence(
+                    snapshot, gpu, instance, jobs, instance.uuid in allocations, host, reports
+                )
+                verdict = self._diagnoser.update(instance.uuid, now, evidence)
+                context = _instance_context(gpu, instance, verdict, jobs, host, reports)
+                tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+                instances[instance.uuid] = InstanceAnalysis(
+                    gpu, instance, GpuAnalysis(verdict, tuple(jobs), tips, context)
+                )
+                self._count(instance.uuid, verdict, now)
+        self._forget_instances(set(instances))
         return AnalysisResult(
             gpus=results,
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
             reports=reports,
             host=host,
             clock_offset=snapshot.timestamp - now,
+            instances=instances,
         )
+
+    def _count(self, uuid: str, verdict: Verdict, now: float) -> None:
+        """Add the time since the last cycle to the device's current state."""
+        elapsed = now - self._last.get(uuid, now)
+        self._last[uuid] = now
+        self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))[verdict.state] += elapsed
+
+    def _forget_instances(self, seen: set[str]) -> None:
+        """A MIG device destroyed (or unseen while its GPU is lost) leaves with its history and counters."""
+        gone = self._instances - seen
+        for uuid in gone:
+            self._last.pop(uuid, None)
+            self._state_seconds.pop(uuid, None)
+        self._diagnoser.drop(gone)
+        self._instances = seen
 
     def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
         processes = gpu.readings.get("processes") if gpu.up else None
@@ -95,57 +139,76 @@ class Analysis:
         result: AnalysisResult | None = snapshot.analysis
         if result is None:
             return
-        state = GaugeMetricFamily(
-            "gpulens_gpu_state",
-            "1 for the GPU's usage state (free, idle, data_starved, underutilized, busy, unknown); "
-            "only the current state has a series.",
-            labels=(*GPU_LABELS, "state"),
-        )
-        seconds = CounterMetricFamily(
-            "gpulens_gpu_state_seconds",
-            "Seconds the GPU spent in each usage state since the agent started; a state appears once entered.",
-            labels=(*GPU_LABELS, "state"),
-        )
-        since = GaugeMetricFamily(
-            "gpulens_gpu_state_since_timestamp_seconds",
-            "When the GPU entered its current usage state, seconds since the epoch.",
-            labels=GPU_LABELS,
-        )
-        verdict = GaugeMetricFamily(
-            "gpulens_gpu_verdict_info",
-            "Always 1: the reason for the GPU's state and the first tip (ids in docs/diagnosis.md, docs/tips.md).",
-            labels=(*GPU_LABELS, "state", "reason", "tip"),
-        )
+        gpus = _VerdictFamilies("gpulens_gpu", "GPU", GPU_LABELS, interval)
         condition = GaugeMetricFamily(
             "gpulens_gpu_condition",
             "1 while a health condition holds (throttling, PCIe degraded, ECC, Xid, lost); no series otherwise.",
             labels=(*GPU_LABELS, "condition"),
         )
-        evidence = GaugeMetricFamily(
-            "gpulens_gpu_diagnosis_evidence",
-            "The values a wasted or unknown GPU's verdict rests on, averaged "
-            f"over the diagnosis window; sampled every {interval:g} s.",
-            labels=(*GPU_LABELS, "evidence"),
-        )
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             if found is None:
                 continue
-            labels = gpu.labels
-            v = found.verdict
-            state.add_metric((*labels, v.state.value), 1.0)
-            for s, value in result.state_seconds[gpu.identity.uuid].items():
-                if value > 0 or s == v.state:
-                    seconds.add_metric((*labels, s.value), value)
-            since.add_metric(labels, v.since + result.clock_offset)
-            top = found.tips[0].id if found.tips else ""
-            verdict.add_metric((*labels, v.state.value, v.reason.value, top), 1.0)
-            for c in sorted(v.conditions):
-                condition.add_metric((*labels, c.value), 1.0)
-            if needs_action(v):
-                for name, value in sorted(v.evidence.items()):
-                    evidence.add_metric((*labels, name), value)
-        yield from (state, seconds, since, verdict, condition, evidence)
+            gpus.add(gpu.labels, found, result.state_seconds[gpu.identity.uuid], result.clock_offset)
+            for c in sorted(found.verdict.conditions):
+                condition.add_metric((*gpu.labels, c.value), 1.0)
+        # A MIG device's health is its GPU's: it has no conditions of its own.
+        migs = _VerdictFamilies("gpulens_mig", "MIG device", MIG_LABELS, interval)
+        for uuid, instance in result.instances.items():
+            labels = mig_labels(instance.gpu, instance.instance)
+            migs.add(labels, instance.analysis, result.state_seconds[uuid], result.clock_offset)
+        yield from (*gpus.families(), condition, *migs.families())
+
+
+class _VerdictFamilies:
+    """The verdict series of one kind of device (GPUs, MIG devices): state, seconds per state, since when,
+    reason and tip, and the evidence of a verdict that needs action."""
+
+    def __init__(self, prefix: str, device: str, labels: tuple[str, ...], interval: float):
+        self.state = GaugeMetricFamily(
+            f"{prefix}_state",
+            f"1 for the {device}'s usage state (free, idle, data_starved, underutilized, busy, unknown); "
+            "only the current state has a series.",
+            labels=(*labels, "state"),
+        )
+        self.seconds = CounterMetricFamily(
+            f"{prefix}_state_seconds",
+            f"Seconds the {device} spent in each usage state since the agent started; a state appears once entered.",
+            labels=(*labels, "state"),
+        )
+        self.since = GaugeMetricFamily(
+            f"{prefix}_state_since_timestamp_seconds",
+            f"When the {device} entered its current usage state, seconds since the epoch.",
+            labels=labels,
+        )
+        self.verdict = GaugeMetricFamily(
+            f"{prefix}_verdict_info",
+            f"Always 1: the reason for the {device}'s state and the first tip "
+            "(ids in docs/diagnosis.md, docs/tips.md).",
+            labels=(*labels, "state", "reason", "tip"),
+        )
+        self.evidence = GaugeMetricFamily(
+            f"{prefix}_diagnosis_evidence",
+            f"The values a wasted or unknown {device}'s verdict rests on, averaged "
+            f"over the diagnosis window; sampled every {interval:g} s.",
+            labels=(*labels, "evidence"),
+        )
+
+    def add(self, labels: tuple[str, ...], found: GpuAnalysis, seconds: Mapping[State, float], offset: float) -> None:
+        v = found.verdict
+        self.state.add_metric((*labels, v.state.value), 1.0)
+        for s, value in seconds.items():
+            if value > 0 or s == v.state:
+                self.seconds.add_metric((*labels, s.value), value)
+        self.since.add_metric(labels, v.since + offset)
+        top = found.tips[0].id if found.tips else ""
+        self.verdict.add_metric((*labels, v.state.value, v.reason.value, top), 1.0)
+        if needs_action(v):
+            for name, value in sorted(v.evidence.items()):
+                self.evidence.add_metric((*labels, name), value)
+
+    def families(self) -> tuple[Metric, ...]:
+        return (self.state, self.seconds, self.since, self.verdict, self.evidence)
 
 
 def needs_action(verdict: Verdict) -> bool:
@@ -157,9 +220,10 @@ def needs_action(verdict: Verdict) -> bool:
     return verdict.state in WASTED_STATES or verdict.state == State.UNKNOWN
 
 
-def _reports_for(gpu: GpuSnapshot, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
+def _reports_for(uuid: str, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
+    """The in-job reports of the jobs on a device (a GPU or a MIG device, whose UUID a job reports too)."""
     pids = {pid for job in jobs for pid in job.pids}
-    return [r for pid, r in sorted(reports.items()) if pid in pids or r.device.uuid == gpu.identity.uuid]
+    return [r for pid, r in sorted(reports.items()) if pid in pids or r.device.uuid == uuid]
 
 
 def _worst(values: Iterable[float | None]) -> float | None:
@@ -180,15 +244,10 @@ def _evidence(
     utilization, gpm, power = r.get("utilization"), r.get("gpm"), r.get("power")
     clocks, pcie, ecc, xid = r.get("clocks"), r.get("pcie"), r.get("ecc"), r.get("xid")
     processes = r.get("processes")
-    usages = [host[min(j.pids)] for j in jobs if j.pids and min(j.pids) in host]
-    job_reports = _reports_for(gpu, jobs, reports)
-    workers_reported = [
-        rep.dataloader.num_workers for rep in job_reports if rep.dataloader and rep.dataloader.num_workers is not None
-    ]
     power_ratio = None
     if power is not None and power.watts is not None and power.limit_watts:
         power_ratio = power.watts / power.limit_watts
-    return Evidence(
+    nvml = Evidence(
         up=gpu.up,
         nvml_up=snapshot.nvml_up,
         mig=gpu.identity.mig_mode == "enabled",
@@ -199,10 +258,6 @@ def _evidence(
         sm_occupancy=gpm.sm_occupancy if gpm else None,
         tensor_activity=gpm.tensor_activity if gpm else None,
         power_ratio=power_ratio,
-        data_wait_ratio=_worst(rep.data_wait_ratio for rep in job_reports),
-        main_process_cpu_ratio=_worst(u.main_process_cpu_ratio for u in usages),
-        num_workers=min(workers_reported) if workers_reported else (min(u.workers for u in usages) if usages else None),
-        workers_cpu_ratio_max=_worst(u.workers_cpu_ratio_max if u.workers else None for u in usages),
         clock_reasons=clocks.event_reasons or frozenset() if clocks else frozenset(),
         pcie_generation=pcie.generation if pcie else None,
         pcie_max_generation=gpu.identity.pcie_max_generation,
@@ -211,6 +266,50 @@ def _evidence(
         ecc_uncorrected=ecc.uncorrected_volatile if ecc else None,
         remap_failure=bool(ecc and (ecc.remap_failure or ecc.remap_pending)),
         xid_total=sum(count for _, count in xid.counts) if xid else 0,
+    )
+    return _with_jobs(nvml, jobs, host, _reports_for(gpu.identity.uuid, jobs, reports))
+
+
+def _instance_evidence(
+    snapshot: Snapshot,
+    gpu: GpuSnapshot,
+    instance: MigInstance,
+    jobs: list[Job],
+    allocated: bool,
+    host: Mapping[int, HostUsage],
+    reports: Mapping[int, JobReport],
+) -> Evidence:
+    """What a MIG device gives: its processes, and on Hopper and newer its GPM, whose engine activity is its
+    busy ratio. No power ratio (the board's power is every instance's) and no health: those are its GPU's."""
+    gpm = instance.gpm
+    nvml = Evidence(
+        up=gpu.up,
+        nvml_up=snapshot.nvml_up,
+        activity_unreported=not instance.activity_reported,
+        processes=len(instance.processes) if instance.processes is not None else None,
+        allocated=allocated,
+        busy_ratio=gpm.graphics_activity if gpm else None,
+        sm_activity=gpm.sm_activity if gpm else None,
+        sm_occupancy=gpm.sm_occupancy if gpm else None,
+        tensor_activity=gpm.tensor_activity if gpm else None,
+    )
+    return _with_jobs(nvml, jobs, host, _reports_for(instance.uuid, jobs, reports))
+
+
+def _with_jobs(
+    evidence: Evidence, jobs: list[Job], host: Mapping[int, HostUsage], job_reports: list[JobReport]
+) -> Evidence:
+    """Add the jobs' side: their own reports (data wait, DataLoader workers) and their processes on the host."""
+    usages = [host[min(j.pids)] for j in jobs if j.pids and min(j.pids) in host]
+    workers_reported = [
+        rep.dataloader.num_workers for rep in job_reports if rep.dataloader and rep.dataloader.num_workers is not None
+    ]
+    return replace(
+        evidence,
+        data_wait_ratio=_worst(rep.data_wait_ratio for rep in job_reports),
+        main_process_cpu_ratio=_worst(u.main_process_cpu_ratio for u in usages),
+        num_workers=min(workers_reported) if workers_reported else (min(u.workers for u in usages) if usages else None),
+        workers_cpu_ratio_max=_worst(u.workers_cpu_ratio_max if u.workers else None for u in usages),
     )
 
 
@@ -252,6 +351,38 @@ def _tip_context(
         for name, value in link.items():
             if value is not None:
                 context[f"pcie_{name}"] = value
+    _job_context(context, gpu.identity.uuid, jobs, host, reports)
+    return context
+
+
+def _instance_context(
+    gpu: GpuSnapshot,
+    instance: MigInstance,
+    verdict: Verdict,
+    jobs: list[Job],
+    host: Mapping[int, HostUsage],
+    reports: Mapping[int, JobReport],
+) -> dict[str, float | int | str | bool]:
+    """A MIG device's tip evidence: its verdict, its memory and profile, its job; its GPU's health is the GPU's."""
+    context: dict[str, float | int | str | bool] = dict(verdict.evidence)
+    context["model"] = f"{gpu.identity.name} MIG {instance.profile}"
+    context["mig_profile"] = instance.profile
+    if instance.memory_used_bytes is not None and instance.memory_total_bytes:
+        context["memory_used_ratio"] = instance.memory_used_bytes / instance.memory_total_bytes
+        context["memory_total_bytes"] = instance.memory_total_bytes
+    if instance.gpm is not None and instance.gpm.dram_bandwidth is not None:
+        context["dram_bandwidth"] = instance.gpm.dram_bandwidth
+    _job_context(context, instance.uuid, jobs, host, reports)
+    return context
+
+
+def _job_context(
+    context: dict[str, float | int | str | bool],
+    uuid: str,
+    jobs: list[Job],
+    host: Mapping[int, HostUsage],
+    reports: Mapping[int, JobReport],
+) -> None:
     if jobs:
         context["job_kind"] = jobs[0].kind
         usage = host.get(min(jobs[0].pids)) if jobs[0].pids else None
@@ -260,9 +391,8 @@ def _tip_context(
             context["cpu_cores_used"] = usage.cpu_cores_used
             if usage.cpu_cores_allowed is not None:
                 context["cpu_cores_allowed"] = usage.cpu_cores_allowed
-    for report in _reports_for(gpu, jobs, reports)[:1]:
+    for report in _reports_for(uuid, jobs, reports)[:1]:
         _report_context(context, report)
-    return context
 
 
 def _report_context(context: dict[str, float | int | str | bool], report: JobReport) -> None:

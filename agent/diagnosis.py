@@ -27,7 +27,10 @@ class Evidence:
 
     up: bool = True
     nvml_up: bool = True
-    mig: bool = False
+    mig: bool = False  # a GPU in MIG mode: its instances are judged, each on its own
+    # A MIG instance whose GPU reports no activity per instance (no GPM before Hopper): only its processes,
+    # its memory and the job's own reports remain.
+    activity_unreported: bool = False
     processes: int | None = 0  # None: the processes could not be listed this cycle
     allocated: bool = False  # a scheduler holds the GPU for a job (Kubernetes pod-resources), processes or not
     busy_ratio: float | None = None  # share of this cycle a kernel ran
@@ -94,8 +97,12 @@ class Diagnoser:
 
     def forget(self, keep: set[str]) -> None:
         """Drop the history of GPUs not in `keep` (gone for good)."""
-        for uuid in set(self._tracks) - keep:
-            del self._tracks[uuid]
+        self.drop(set(self._tracks) - keep)
+
+    def drop(self, gone: set[str]) -> None:
+        """Drop the history of the devices in `gone` (a MIG device destroyed)."""
+        for uuid in gone:
+            self._tracks.pop(uuid, None)
 
     # -- history -----------------------------------------------------------------------------------
 
@@ -140,7 +147,7 @@ class Diagnoser:
         if e.processes == 0 and not e.allocated:
             return Reason.NO_PROCESS, {}
         if e.busy_ratio is None:
-            return Reason.NO_DATA, {}
+            return self._without_activity(track, e)
         busy = self._mean(track, "busy_ratio")
         values = self._evidence_values(track, now, busy or 0.0, e)
         if e.busy_ratio <= t.IDLE_BUSY_MAX:
@@ -153,6 +160,14 @@ class Diagnoser:
                 # evaluation): keep the verdict it had.
                 return (track.verdict.reason if track.verdict else Reason.NO_DATA), values
         return self._active_reason(track, busy if busy is not None else e.busy_ratio, values), values
+
+    def _without_activity(self, track: _Track, e: Evidence) -> tuple[Reason, dict[str, float]]:
+        """A held GPU or slice with no activity reading: still data-starved when the job's own step timing
+        says so (gpulens.torch), else unknown; never a guess from zeros."""
+        wait = self._mean(track, "data_wait_ratio")
+        if wait is not None and wait >= t.DATA_WAIT_STARVED:
+            return Reason.INPUT_WAIT_REPORTED, {"data_wait_ratio": wait}
+        return (Reason.MIG_NO_ACTIVITY if e.activity_unreported else Reason.NO_DATA), {}
 
     def _active_reason(self, track: _Track, busy: float, values: dict[str, float]) -> Reason:
         sm = self._mean(track, "sm_activity")

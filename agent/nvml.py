@@ -25,7 +25,7 @@ import logging
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
@@ -35,6 +35,7 @@ from gpulens.agent import nvml_header as h
 log = logging.getLogger(__name__)
 
 _MHZ = 1_000_000
+_MIB = 2**20
 # nvmlDeviceGetPcieThroughput reports KB/s; NVML counts memory in KiB throughout, so KiB here.
 _KIB = 1024
 LIBRARY_NAME = "libnvidia-ml.so.1"
@@ -93,6 +94,9 @@ CLOCK_EVENT_REASONS: dict[str, int] = dict(h.CLOCK_EVENT_REASONS)
 
 # GPM metrics (Hopper and newer), NVML returns percent 0-100.
 GPM_METRICS: dict[str, int] = {
+    # The share of time the graphics/compute engine ran work: what DCGM calls GR_ENGINE_ACTIVE, the busy
+    # ratio of a MIG instance, which has no utilization samples.
+    "graphics_activity": h.GPM_METRIC_GRAPHICS_UTIL,
     "sm_activity": h.GPM_METRIC_SM_UTIL,
     "sm_occupancy": h.GPM_METRIC_SM_OCCUPANCY,
     "tensor_activity": h.GPM_METRIC_ANY_TENSOR_UTIL,
@@ -145,6 +149,27 @@ class MemoryInfo:
 class ProcessInfo:
     pid: int
     used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU in MIG mode: a compute instance inside a GPU instance.
+
+    `handle` is the MIG device's own: memory and process calls on it answer for this instance alone
+    (nvml.h, nvmlDeviceGetMemoryInfo and nvmlDeviceGetComputeRunningProcesses). A figure NVML does
+    not give is None.
+    """
+
+    handle: Any = field(compare=False, repr=False)
+    index: int  # its MIG index on the parent GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: str  # "MIG-<uuid>" from R470, "MIG-GPU-<gpu uuid>/<gi>/<ci>" before (dcgm-exporter's provider.go)
+    gpu_instance: int | None
+    compute_instance: int | None
+    profile: str  # "3g.40gb", or "1c.3g.40gb" for one of several compute instances; "" if not named
+    slices: int | None  # compute slices of its GPU instance (gpuInstanceSliceCount)
+    compute_slices: int | None  # of its compute instance (computeInstanceSliceCount): fewer when split
+    sm_count: int | None
+    memory_total_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -514,6 +539,39 @@ class Nvml:
             newest = max(newest, int(s.timeStamp))
         return {pid: sum(v) / len(v) / 100.0 for pid, v in by_pid.items()}, newest
 
+    # -- MIG ----------------------------------------------------------------------------------
+
+    def mig_devices(self, parent: Any) -> list[MigDevice]:
+        """Return the MIG devices of the GPU `parent`, by MIG index; [] when MIG is off or not supported."""
+        count = self._call("nvmlDeviceGetMaxMigDeviceCount", parent) or 0  # 0 when MIG is off (nvml.h)
+        devices = []
+        for index in range(count):
+            handle = self._call("nvmlDeviceGetMigDeviceHandleByIndex", parent, index)
+            if handle is None:
+                # NOT_FOUND: the count is the most the GPU could hold, and the driver numbers the devices
+                # it has from 0 without gaps; nvitop's PhysicalDevice.mig_devices stops here too.
+                break
+            devices.append(self._mig_device(handle, index))
+        return devices
+
+    def _mig_device(self, handle: Any, index: int) -> MigDevice:
+        # nvmlDeviceGetAttributes_v2 answers only on MIG device handles (nvml.h); memorySizeMB is in MiB.
+        attributes = self._call("nvmlDeviceGetAttributes_v2", handle)
+        name = self._call("nvmlDeviceGetName", handle) or ""
+        return MigDevice(
+            handle=handle,
+            index=index,
+            uuid=self._call("nvmlDeviceGetUUID", handle) or "",
+            gpu_instance=self._call("nvmlDeviceGetGpuInstanceId", handle),
+            compute_instance=self._call("nvmlDeviceGetComputeInstanceId", handle),
+            # NVML names a MIG device "<GPU name> MIG <profile>", e.g. "NVIDIA H100 80GB HBM3 MIG 3g.40gb".
+            profile=name.partition(" MIG ")[2],
+            slices=None if attributes is None else int(attributes.gpuInstanceSliceCount),
+            compute_slices=None if attributes is None else int(attributes.computeInstanceSliceCount),
+            sm_count=None if attributes is None else int(attributes.multiprocessorCount),
+            memory_total_bytes=None if attributes is None else int(attributes.memorySizeMB) * _MIB,
+        )
+
     # -- GPM (Hopper and newer) ---------------------------------------------------------------
 
     def gpm_supported(self, handle: Any) -> bool:
@@ -521,12 +579,21 @@ class Nvml:
         return bool(support is not None and support.isSupportedDevice)
 
     def gpm_sample(self, handle: Any) -> GpmSample | None:
+        """Return a GPM sample of the whole GPU, or None where GPM is not supported."""
+        return self._gpm_sample("nvmlGpmSampleGet", handle)
+
+    def gpm_mig_sample(self, parent: Any, gpu_instance: int) -> GpmSample | None:
+        """Return a GPM sample of the GPU instance `gpu_instance` of the GPU `parent`, or None where not
+        supported: nvmlGpmMigSampleGet is in R525 and newer, for Hopper and newer (nvml.h)."""
+        return self._gpm_sample("nvmlGpmMigSampleGet", parent, gpu_instance)
+
+    def _gpm_sample(self, function: str, *args: Any) -> GpmSample | None:
         raw = self._call("nvmlGpmSampleAlloc")
         if raw is None:
             return None
         sample = GpmSample(self, raw)
         try:
-            if self._call("nvmlGpmSampleGet", handle, raw) is None:
+            if self._call(function, *args, raw) is None:
                 sample.free()
                 return None
         except Exception:

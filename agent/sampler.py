@@ -194,6 +194,8 @@ class Sampler:
             try:
                 with run.timed():
                     gpu_readings[collector.name] = collector.read(self.nvml, context)
+                for problem in context.errors:
+                    run.fail(f"gpu {state.identity.index}: {problem}")
             except (GpuLost, NvmlDown):
                 raise
             except Exception as error:  # NvmlCallError or a bug: this collector only

@@ -45,6 +45,7 @@ class Reason(str, Enum):
     GPU_LOST = "gpu_lost"
     NVML_DOWN = "nvml_down"
     MIG_ENABLED = "mig_enabled"
+    MIG_NO_ACTIVITY = "mig_no_activity"
 
     def __str__(self) -> str:
         return self.value
@@ -67,6 +68,7 @@ REASON_STATE: dict[Reason, State] = {
     Reason.GPU_LOST: State.UNKNOWN,
     Reason.NVML_DOWN: State.UNKNOWN,
     Reason.MIG_ENABLED: State.UNKNOWN,
+    Reason.MIG_NO_ACTIVITY: State.UNKNOWN,
 }
 
 

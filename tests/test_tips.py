@@ -46,6 +46,7 @@ STABLE_IDS = {
     "idle_timeout_policy",
     "larger_batch",
     "mig_monitoring",
+    "mig_slices",
     "mixed_precision",
     "model_parallelism",
     "more_cpu_cores",

@@ -13,6 +13,7 @@ from gpulens.agent.collectors.dcgm_compat import DcgmCompatCollector
 from gpulens.agent.collectors.ecc import EccCollector, EccLifetimeCollector
 from gpulens.agent.collectors.gpm import GpmCollector
 from gpulens.agent.collectors.memory import MemoryCollector
+from gpulens.agent.collectors.mig import MigCollector
 from gpulens.agent.collectors.pcie import PcieCollector
 from gpulens.agent.collectors.power import PowerCollector
 from gpulens.agent.collectors.probes import ProbesCollector
@@ -36,6 +37,7 @@ REGISTRY: dict[str, Callable[[], Collector]] = {
     "processes": ProcessesCollector,
     "process_details": ProcessDetailsCollector,
     "gpm": GpmCollector,
+    "mig": MigCollector,
     "probes": ProbesCollector,
     "dcgm_compat": DcgmCompatCollector,
 }

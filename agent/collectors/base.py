@@ -21,7 +21,9 @@ class GpuContext:
     `fields` holds this GPU's batched nvmlDeviceGetFieldValues answers (None where not available);
     `state` is this collector's own memory for this GPU, kept across cycles (and across a GPU being
     lost and found again, keyed by UUID); `shared` is the same but common to all collectors; `cycle`
-    lives for this cycle only, so that two collectors needing one NVML answer ask once.
+    lives for this cycle only, so that two collectors needing one NVML answer ask once. `errors` takes
+    the failures a collector meets while it still returns a reading (one MIG instance's call failed, the
+    others answered): the sampler reports them as the collector's failure and keeps the reading.
     """
 
     handle: Any
@@ -32,6 +34,7 @@ class GpuContext:
     state: dict[str, Any] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
     cycle: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
 
 
 class Collector:

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
 
 # NVML rejects GPM samples taken closer together than this.
-_MIN_SAMPLE_GAP_SECONDS = 0.1
+MIN_SAMPLE_GAP_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
 class GpmReading:
+    graphics_activity: float | None  # the engine's busy share; the GPU's own busy ratio comes from its samples
     sm_activity: float | None
     sm_occupancy: float | None
     tensor_activity: float | None
@@ -36,7 +37,7 @@ class GpmCollector(Collector):
             return None
         previous, taken_at = state.get("sample"), state.get("taken_at", 0.0)
         now = gpu.now
-        if previous is not None and now - taken_at < _MIN_SAMPLE_GAP_SECONDS:
+        if previous is not None and now - taken_at < MIN_SAMPLE_GAP_SECONDS:
             return state.get("last")
         current = nvml.gpm_sample(gpu.handle)
         if current is None:

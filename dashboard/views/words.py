@@ -63,7 +63,8 @@ REASON_TEXT = {
     Reason.PROCESSES_UNKNOWN.value: "the driver would not list its processes, so it may be free or held",
     Reason.GPU_LOST.value: "the GPU stopped answering (fell off the bus)",
     Reason.NVML_DOWN.value: "the NVIDIA driver does not answer on this node",
-    Reason.MIG_ENABLED.value: "split into MIG slices, whose use the driver does not report",
+    Reason.MIG_ENABLED.value: "split into MIG slices, each judged on its own",
+    Reason.MIG_NO_ACTIVITY.value: "a MIG slice of a GPU that reports no activity per slice (before Hopper)",
 }
 
 CONDITION_TEXT = {

@@ -60,6 +60,7 @@ ORDER = (
     "debug_hang",
     "nvml_unavailable",
     "processes_unreadable",
+    "mig_slices",
     "mig_monitoring",
     "gpu_fell_off_bus",
     "ecc_uncorrected",

@@ -84,18 +84,40 @@ def _processes_unknown_text(f: Facts) -> str:
     )
 
 
+_MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html"
+
+
+@family.tip(
+    id="mig_slices",
+    title="Read each MIG slice's verdict",
+    applies_to=(Reason.MIG_ENABLED.value,),
+    docs=(_MIG_GUIDE,),
+    when="the GPU is split into MIG instances, judged one by one",
+    reads=(),
+    score=always(60),
+)
+def _mig_slices_text(f: Facts) -> str:
+    return (
+        "This GPU is split into MIG instances and NVML reports no utilization for it as a whole, so gpulens "
+        "judges each instance on its own: gpulens_mig_state and gpulens_mig_verdict_info give each slice's "
+        "state, reason and tip, under the GPU's uuid as gpu_uuid. `nvidia-smi mig -lgi` lists the instances."
+    )
+
+
 @family.tip(
     id="mig_monitoring",
-    title="Watch MIG instances with DCGM",
-    applies_to=(Reason.MIG_ENABLED.value,),
-    docs=("https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html", DCGM_FEATURES),
-    when="MIG is enabled, so NVML gives no utilization",
+    title="Watch a MIG slice's activity from the job or with DCGM",
+    applies_to=(Reason.MIG_NO_ACTIVITY.value,),
+    docs=(_MIG_GUIDE, DCGM_FEATURES),
+    when="a MIG slice of a GPU without GPM (before Hopper): its processes and memory show, its activity does not",
     reads=(),
     score=always(60),
 )
 def _mig_text(f: Facts) -> str:
     return (
-        "MIG is on, and NVML reports no utilization per MIG instance, so gpulens cannot tell busy from idle here. "
-        "DCGM's profiling fields (for example DCGM_FI_PROF_GR_ENGINE_ACTIVE) report activity per instance; "
-        "meanwhile `nvidia-smi mig -lgi` lists the instances and `nvidia-smi` the processes on each."
+        "Before Hopper, NVML reports no activity per MIG instance (the MIG User Guide: on A100 and A30 NVML "
+        '"does not support attribution of utilization metrics to MIG devices"), so gpulens sees this slice\'s '
+        "processes and memory but not whether it computes. Run the job with gpulens.torch: its step timing "
+        "tells a data-starved job from a working one. DCGM's profiling fields (DCGM_FI_PROF_GR_ENGINE_ACTIVE) "
+        "report activity per instance; on H100 and newer gpulens reads it per slice itself."
     )

@@ -46,6 +46,13 @@ def check_adapter_contract(nvml, wait) -> None:
             assert 1 <= link["generation"] <= ident.pcie_max_generation <= 6
         for process in nvml.processes(handle) or []:
             assert process.pid > 0
+        for device in nvml.mig_devices(handle):
+            assert ident.mig_mode == "enabled"
+            # R470 and newer name a MIG device MIG-<uuid>; older drivers MIG-GPU-<uuid>/<gi>/<ci>.
+            assert re.fullmatch(r"MIG-([0-9a-f-]{36}|GPU-[0-9a-f-]{36}/\d+/\d+)", device.uuid), device.uuid
+            assert device.slices is None or 1 <= device.slices <= 7
+            mig_memory = nvml.memory(device.handle)
+            assert mig_memory is None or 0 <= mig_memory.used <= mig_memory.total < memory.total
     wait()
     for handle, first in zip(handles, firsts, strict=True):
         since = first[-1][0] if first else 0

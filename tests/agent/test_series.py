@@ -20,7 +20,7 @@ from gpulens.agent.daemon import build
 from gpulens.agent.simulator.scenario import builtin_scenarios
 
 # The budget of docs/metrics.md: series about one GPU (a `gpu` label and no job label), per GPU, on any
-# node; and everything the demo node exports, per GPU.
+# node, where a MIG device counts as a GPU; and everything the demo node exports, per GPU.
 GPU_SERIES_BUDGET = 50
 JOB_LABELS = ("job_kind", "job_id")
 
@@ -58,7 +58,8 @@ def test_every_builtin_scenario_keeps_the_series_budget_per_gpu(scenario):
     node = Node(scenario)
     node.run(90)  # past the 60 s a bare process waits to become a job
     samples = node.samples()
-    gpus = node.sampler.device_count
+    migs = {s.labels["uuid"] for s in samples if s.name == "gpulens_mig_info"}
+    gpus = node.sampler.device_count + len(migs)
     about_gpus = [s for s in samples if "gpu" in s.labels and not any(k in s.labels for k in JOB_LABELS)]
     by_name = Counter(s.name for s in about_gpus)
     assert len(about_gpus) <= GPU_SERIES_BUDGET * gpus, by_name.most_common(8)

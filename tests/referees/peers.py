@@ -46,6 +46,7 @@ class Reading:
     processes: dict[int, float | None] | None = None
     process_count: int | None = None  # when the tool counts processes it cannot name (the agent, MIG)
     bus_id: str | None = None  # the PCI bus id, for tools that name GPUs by it (nvitop -1)
+    index: str | None = None  # "1:0" for MIG device 0 of GPU 1, as nvitop names MIG devices
     not_available: list[str] = field(default_factory=list)  # fields the tool printed as N/A
 
 
@@ -130,6 +131,8 @@ def agent(scenario: str | None, driver: str | None) -> dict[str, Reading]:
         "gpulens_gpu_sm_clock_hertz": ("sm_clock_mhz", 1e-6),
         "gpulens_gpu_pcie_link_generation": ("pcie_generation", 1),
         "gpulens_gpu_pcie_link_width": ("pcie_width", 1),
+        "gpulens_mig_memory_used_bytes": ("memory_used_mib", 1 / MIB),
+        "gpulens_mig_memory_total_bytes": ("memory_total_mib", 1 / MIB),
     }
     for sample in _samples(text):
         uuid = sample.labels.get("uuid")
@@ -140,7 +143,7 @@ def agent(scenario: str | None, driver: str | None) -> dict[str, Reading]:
             attribute, factor = scale[sample.name]
             value = sample.value * factor
             setattr(reading, attribute, int(value) if attribute.startswith("pcie") else value)
-        elif sample.name == "gpulens_gpu_processes":
+        elif sample.name in ("gpulens_gpu_processes", "gpulens_mig_processes"):
             reading.process_count = int(sample.value)
         elif sample.name == "gpulens_process_gpu_memory_used_bytes":
             reading.processes[int(sample.labels["pid"])] = sample.value / MIB
@@ -200,9 +203,19 @@ from nvitop import Device, NA, libnvml
 out = {}
 def value(x):
     return None if x is NA or (isinstance(x, float) and math.isnan(x)) else x
+def mig(device):
+    return {
+        "memory_used": value(device.memory_used()), "memory_total": value(device.memory_total()),
+        "utilization": value(device.gpu_utilization()), "power": value(device.power_usage()),
+        "temperature": value(device.temperature()), "sm_clock": None, "pcie_generation": None,
+        "pcie_width": None, "bus_id": None, "index": "%d:%d" % device.index,
+        "processes": {pid: value(p.gpu_memory()) for pid, p in device.processes().items()},
+    }
 for device in Device.all():
     handle = device.handle
     processes = device.processes()
+    for instance in device.mig_devices():
+        out[instance.uuid()] = mig(instance)
     out[device.uuid()] = {
         "memory_used": value(device.memory_used()), "memory_total": value(device.memory_total()),
         "utilization": value(device.gpu_utilization()), "power": value(device.power_usage()),
@@ -210,7 +223,7 @@ for device in Device.all():
         "pcie_generation": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkGeneration", handle)),
         "pcie_width": value(libnvml.nvmlQuery("nvmlDeviceGetCurrPcieLinkWidth", handle)),
         "processes": {pid: value(p.gpu_memory()) for pid, p in processes.items()},
-        "bus_id": device.bus_id(),
+        "bus_id": device.bus_id(), "index": None,
     }
 print(json.dumps(out))
 """
@@ -230,7 +243,8 @@ def nvitop_api(scenario: str | None, driver: str | None) -> dict[str, Reading]:
             pcie_generation=got["pcie_generation"],
             pcie_width=got["pcie_width"],
             processes={int(pid): None if mib is None else mib / MIB for pid, mib in got["processes"].items()},
-            bus_id=got["bus_id"].upper(),
+            bus_id=got["bus_id"].upper() if got["bus_id"] else None,
+            index=got["index"],
         )
     return readings
 
@@ -241,7 +255,9 @@ _ROW = re.compile(
     r"\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*│\s*(?P<util>\S+)\s"
 )
 _HEAD = re.compile(r"│\s*(?P<index>\d+)\s+.*│\s*(?P<bus>[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s")
-_PROCESS = re.compile(r"│\s*(?P<gpu>\d+)\s+(?P<pid>\d+)\s+\S+\s+\S+\s+(?P<memory>\S+)\s")
+_PROCESS = re.compile(r"│\s*(?P<gpu>\d+(?::\d+)?)\s+(?P<pid>\d+)\s+\S+\s+\S+\s+(?P<memory>\S+)\s")
+# A MIG device's row: "│ 1:0      3g.40gb @ GI/CI: 1/0 │  30.00GiB / 39.25GiB │ BAR1: ..."
+_MIG_ROW = re.compile(r"│\s*(?P<index>\d+:\d+)\s+\S+ @ GI/CI:[^│]*│\s*(?P<used>\S+)\s*/\s*(?P<total>\S+)\s*│")
 
 
 def _mib(text: str) -> float | None:
@@ -253,12 +269,23 @@ def _number(text: str, suffix: str) -> float | None:
     return float(text.removesuffix(suffix)) if text.endswith(suffix) and text != "N/A" else None
 
 
-def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[str, str]) -> dict[str, Reading]:
-    """`nvitop -1`: the table a person reads; GPUs are matched by PCI bus id, values parsed off the text."""
+def nvitop_one_shot(
+    scenario: str | None, driver: str | None, uuid_by_bus: dict[str, str], uuid_by_mig_index: dict[str, str]
+) -> dict[str, Reading]:
+    """`nvitop -1`: the table a person reads; GPUs are matched by PCI bus id and MIG devices by their
+    "GPU:MIG" index, values parsed off the text."""
     text = run(sim(scenario, driver, str(BIN / "nvitop"), "-1"))
     readings: dict[str, Reading] = {}
-    index_to_uuid: dict[int, str] = {}
+    index_to_uuid: dict[str, str] = {}
     lines = text.splitlines()
+    for line in lines:
+        row = _MIG_ROW.search(line)
+        if row is not None:
+            uuid = uuid_by_mig_index[row.group("index")]
+            index_to_uuid[row.group("index")] = uuid
+            readings[uuid] = Reading(
+                memory_used_mib=_mib(row.group("used")), memory_total_mib=_mib(row.group("total")), processes={}
+            )
     for i, line in enumerate(lines):
         head = _HEAD.search(line)
         if head is None or i + 1 >= len(lines):
@@ -267,7 +294,7 @@ def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[
         if row is None:
             continue
         uuid = uuid_by_bus[head.group("bus").upper()]
-        index_to_uuid[int(head.group("index"))] = uuid
+        index_to_uuid[head.group("index")] = uuid
         fields = {
             "temperature": row.group("temp"),
             "power": row.group("power"),
@@ -285,9 +312,11 @@ def nvitop_one_shot(scenario: str | None, driver: str | None, uuid_by_bus: dict[
         )
     for line in lines:
         process = _PROCESS.search(line)
-        if process and int(process.group("gpu")) in index_to_uuid:
-            reading = readings[index_to_uuid[int(process.group("gpu"))]]
-            reading.processes[int(process.group("pid"))] = _mib(process.group("memory"))
+        if process and process.group("gpu") in index_to_uuid:
+            # A process in a MIG device ("1:0") is listed under it; its GPU ("1") lists it too, in NVML.
+            for where in {process.group("gpu"), process.group("gpu").split(":")[0]}:
+                memory = _mib(process.group("memory")) if where == process.group("gpu") else None
+                readings[index_to_uuid[where]].processes.setdefault(int(process.group("pid")), memory)
     return readings
 
 
@@ -329,8 +358,10 @@ def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Readi
 def every_peer(scenario: str | None, driver: str | None) -> dict[str, dict[str, Reading]]:
     """Every tool's readings of the node: {tool: {uuid: Reading}}."""
     found = {"gpulens agent": agent(scenario, driver), "nvitop Device API": nvitop_api(scenario, driver)}
-    bus = {reading.bus_id: uuid for uuid, reading in found["nvitop Device API"].items()}
-    found["nvitop -1"] = nvitop_one_shot(scenario, driver, bus)
+    api = found["nvitop Device API"]
+    bus = {reading.bus_id: uuid for uuid, reading in api.items() if reading.bus_id}
+    migs = {reading.index: uuid for uuid, reading in api.items() if reading.index}
+    found["nvitop -1"] = nvitop_one_shot(scenario, driver, bus, migs)
     found["gpustat"] = gpustat(scenario, driver)
     found["nvitop-exporter"] = nvitop_exporter(scenario, driver)
     return found

@@ -13,6 +13,9 @@ Tolerances, and why they are not zero:
   power field where the driver has it (R535 and newer). They agree within that second's spread.
 - Memory: every tool reads nvmlMemory_v2_t "used" (the driver's reserve apart) where the driver has
   it, and nvmlMemory_t "used" (reserve included) on R470: the same convention in each, so exact.
+
+MIG devices: nvitop and nvitop-exporter list each one (memory and processes per instance, nothing else);
+gpustat lists GPUs only.
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ SHOWS = {
         "sm_clock_mhz",
     ),
 }
+# The tools that list MIG devices beside their GPUs.
+LISTS_MIG = frozenset({"nvitop -1", "nvitop Device API", "nvitop-exporter"})
 # Half a unit of each tool's last shown digit (gpustat rounds down: a whole unit).
 PRECISION = {
     "gpustat": {"memory_used_mib": 1.0, "memory_total_mib": 1.0, "power_w": 1.0, "utilization_pct": 1.0},
@@ -112,8 +117,9 @@ def test_every_tool_runs_and_sees_every_gpu_the_agent_sees(node):
     found, _ = node
     agent_gpus = set(found[AGENT])
     assert agent_gpus
+    whole = {uuid for uuid in agent_gpus if not uuid.startswith("MIG-")}
     for tool, gpus in found.items():
-        assert set(gpus) == agent_gpus, tool
+        assert set(gpus) == (agent_gpus if tool in LISTS_MIG or tool == AGENT else whole), tool
 
 
 def test_memory_used_and_total_agree(node):
@@ -141,6 +147,9 @@ def test_utilization_agrees_within_the_last_seconds_spread(node):
 def test_power_agrees_within_the_last_seconds_spread(node):
     _, spreads = node
     for tool, uuid, ours, theirs in _each(node):
+        if ours.power_w is None:  # a MIG device: the board's power is not split among its instances
+            assert theirs.power_w is None, (tool, uuid)
+            continue
         slack = spreads[uuid]["power_w"] + 0.01
         assert _close(tool, "power_w", ours.power_w, theirs.power_w, slack), (tool, uuid, ours.power_w, theirs.power_w)
 

@@ -1,0 +1,227 @@
+"""MIG instances: what NVML tells of each MIG device of a GPU in MIG mode, one series per device.
+
+In MIG mode NVML has no utilization, for the GPU or for an instance (nvml.h, nvmlDeviceGetUtilizationRates),
+and the parent's memory and process lists are aggregates that need privileges. A MIG device's own handle
+gives its memory and its processes; on Hopper and newer GPM gives its GPU instance's SM, tensor and DRAM
+activity between two samples (nvmlGpmMigSampleGet). The devices are listed every cycle, so instances
+created or destroyed while the agent runs come and go without a restart; a GPU not in MIG mode costs one
+call (nvmlDeviceGetMaxMigDeviceCount answers 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from prometheus_client.core import GaugeMetricFamily
+
+from gpulens import gpus
+from gpulens.agent.collectors.base import Collector, GpuContext, readings
+from gpulens.agent.collectors.gpm import MIN_SAMPLE_GAP_SECONDS, GpmReading
+from gpulens.agent.nvml import GpmSample, MigDevice, NvmlCallError, ProcessInfo
+from gpulens.agent.snapshot import GpuSnapshot
+
+MIG_LABELS = ("gpu", "gpu_uuid", "uuid", "gpu_instance", "compute_instance", "mig_profile")
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device as read this cycle; None where NVML gave no figure or the call failed."""
+
+    index: int  # MIG index on its GPU
+    uuid: str
+    gpu_instance: int | None
+    compute_instance: int | None
+    profile: str  # "3g.40gb"
+    # Compute slices it runs on: its compute instance's, which are its GPU instance's unless that is split
+    # into several compute instances (then each has fewer, and the shares still add up to at most 1).
+    slices: int | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    processes: tuple[ProcessInfo, ...] | None  # by pid
+    gpm: GpmReading | None  # its GPU instance's: Hopper and newer, from the second cycle of the instance
+    # Whether NVML reports activity for this instance at all (GPM per instance): False before Hopper, or
+    # on a driver without nvmlGpmMigSampleGet; True until it answered otherwise.
+    activity_reported: bool = True
+
+
+@dataclass
+class _InstanceGpm:
+    """One MIG device's GPM across cycles: the last sample, when it was taken, the metrics it gave."""
+
+    sample: GpmSample | None = None
+    taken_at: float = 0.0
+    last: GpmReading | None = None
+    supported: bool = True
+
+    def free(self) -> None:
+        sample, self.sample = self.sample, None
+        if sample is not None:
+            try:
+                sample.free()
+            except Exception:  # noqa: BLE001 - the GPU or the library is already gone; nothing left to free
+                pass
+
+
+class MigCollector(Collector):
+    name = "mig"
+    description = "memory, processes and (Hopper and newer) GPM of each MIG instance"
+
+    def read(self, nvml, gpu: GpuContext) -> tuple[MigInstance, ...] | None:
+        devices = nvml.mig_devices(gpu.handle)
+        gpm: dict[str, _InstanceGpm] = gpu.state.setdefault("gpm", {})  # by MIG device UUID
+        for destroyed in gpm.keys() - {d.uuid for d in devices}:
+            gpm.pop(destroyed).free()
+        if not devices:
+            return None
+        return tuple(
+            _read_instance(nvml, gpu, device, gpm.setdefault(device.uuid, _InstanceGpm())) for device in devices
+        )
+
+    def forget(self, state) -> None:
+        for instance in state.pop("gpm", {}).values():
+            instance.free()
+
+    def metrics(self, snapshot, interval):
+        rows = [(gpu, instance) for gpu, instances in readings(snapshot.gpus, self.name) for instance in instances]
+        window = f"between two GPM samples {interval:g} s apart"
+        yield _gauge(
+            "gpulens_mig_info",
+            "Always 1, one series per MIG device (a compute instance in a GPU instance); `uuid` is the MIG "
+            "device's, the id the Kubernetes device plugin hands a pod, and `gpu_uuid` its GPU's.",
+            rows,
+            lambda gpu, i: 1,
+        )
+        yield _gauge(
+            "gpulens_mig_gpu_share_ratio",
+            "The MIG device's share of its GPU's compute: its compute slices over the GPU's (0-1).",
+            rows,
+            lambda gpu, i: None if not i.slices else i.slices / gpus.mig_slices(gpu.identity.name),
+        )
+        yield _gauge(
+            "gpulens_mig_memory_used_bytes",
+            f"Device memory in use in the MIG device, in bytes; sampled every {interval:g} s.",
+            rows,
+            lambda gpu, i: i.memory_used_bytes,
+        )
+        yield _gauge(
+            "gpulens_mig_memory_total_bytes",
+            "Device memory of the MIG device, in bytes.",
+            rows,
+            lambda gpu, i: i.memory_total_bytes,
+        )
+        yield _gauge(
+            "gpulens_mig_processes",
+            f"Compute processes holding a context in the MIG device; sampled every {interval:g} s.",
+            rows,
+            lambda gpu, i: None if i.processes is None else len(i.processes),
+        )
+        yield _gauge(
+            "gpulens_mig_sm_activity_ratio",
+            f"Share of the GPU instance's SMs busy, averaged over time {window} (0-1; Hopper and newer).",
+            rows,
+            lambda gpu, i: None if i.gpm is None else i.gpm.sm_activity,
+        )
+        yield _gauge(
+            "gpulens_mig_sm_occupancy_ratio",
+            f"Resident warps against the GPU instance's SMs' maximum, {window} (0-1; Hopper and newer).",
+            rows,
+            lambda gpu, i: None if i.gpm is None else i.gpm.sm_occupancy,
+        )
+        yield _gauge(
+            "gpulens_mig_tensor_activity_ratio",
+            f"Share of time the GPU instance's tensor cores ran any instruction, {window} (0-1; Hopper and newer).",
+            rows,
+            lambda gpu, i: None if i.gpm is None else i.gpm.tensor_activity,
+        )
+        yield _gauge(
+            "gpulens_mig_dram_bandwidth_ratio",
+            f"DRAM bandwidth the GPU instance used against its peak, {window} (0-1; Hopper and newer).",
+            rows,
+            lambda gpu, i: None if i.gpm is None else i.gpm.dram_bandwidth,
+        )
+
+
+def _read_instance(nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) -> MigInstance:
+    memory = _isolated(gpu, device, lambda: nvml.memory(device.handle))
+    processes = _isolated(gpu, device, lambda: nvml.processes(device.handle))
+    return MigInstance(
+        index=device.index,
+        uuid=device.uuid,
+        gpu_instance=device.gpu_instance,
+        compute_instance=device.compute_instance,
+        profile=device.profile,
+        slices=device.compute_slices or device.slices,
+        memory_used_bytes=None if memory is None else memory.used,
+        memory_total_bytes=device.memory_total_bytes if memory is None else memory.total,
+        processes=None if processes is None else tuple(sorted(processes, key=lambda p: p.pid)),
+        gpm=_isolated(gpu, device, lambda: _read_gpm(nvml, gpu, device, gpm)),
+        activity_reported=gpm.supported and device.gpu_instance is not None,
+    )
+
+
+def _isolated(gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
+    """Return `read()`, or None when one of its NVML calls failed: one instance's failure is reported
+    (`gpu.errors`) and must not cost the others their series. A lost GPU or NVML going down still raises."""
+    try:
+        return read()
+    except NvmlCallError as error:
+        gpu.errors.append(f"MIG device {device.uuid}: {error}")
+        return None
+
+
+def _read_gpm(nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> GpmReading | None:
+    """Return the GPM metrics of the device's GPU instance between the previous cycle's sample and this
+    one's; None on its first cycle, before Hopper, or where its GPU instance id is unknown."""
+    if not state.supported or device.gpu_instance is None:
+        return None
+    if state.sample is not None and gpu.now - state.taken_at < MIN_SAMPLE_GAP_SECONDS:
+        return state.last
+    current = nvml.gpm_mig_sample(gpu.handle, device.gpu_instance)
+    if current is None:
+        state.supported = False  # NOT_SUPPORTED before Hopper: asked once per instance, not every cycle
+        return None
+    previous, state.sample, state.taken_at = state.sample, current, gpu.now
+    if previous is None:
+        return None
+    try:
+        metrics = nvml.gpm_metrics(previous, current)
+    finally:
+        previous.free()
+    state.last = GpmReading(**metrics)
+    return state.last
+
+
+def _gauge(
+    name: str,
+    help_text: str,
+    rows: Iterable[tuple[GpuSnapshot, MigInstance]],
+    value: Callable[[GpuSnapshot, MigInstance], Any],
+) -> GaugeMetricFamily:
+    """A gauge with one series per MIG device; devices whose value is None get none (absent, not zero)."""
+    family = GaugeMetricFamily(name, help_text, labels=MIG_LABELS)
+    for gpu, instance in rows:
+        v = value(gpu, instance)
+        if v is not None:
+            family.add_metric(mig_labels(gpu, instance), float(v))
+    return family
+
+
+def mig_labels(gpu: GpuSnapshot, instance: MigInstance) -> tuple[str, ...]:
+    """The values of MIG_LABELS for one MIG device of `gpu`."""
+    return (
+        str(gpu.identity.index),
+        gpu.identity.uuid,
+        instance.uuid,
+        _text(instance.gpu_instance),
+        _text(instance.compute_instance),
+        instance.profile,
+    )
+
+
+def _text(value: int | None) -> str:
+    return "" if value is None else str(value)
