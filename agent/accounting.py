@@ -20,6 +20,11 @@ minute. At most `--jobs.max-exported` jobs have series; the others are counted i
 
 Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds) and
 busy time; the GPU's energy is split evenly among them, so energy adds up.
+
+A GPU in MIG mode bills its MIG devices, not itself: a job on an instance is credited the instance's
+share of the GPU (a 1g slice of an A100 for an hour is 1/7 of a GPU-hour), in the instance's state, with
+its GPM engine activity as busy time (none before Hopper, where NVML reports no activity per instance)
+and the board's energy split by share (NVML measures no power per instance).
 """
 
 from __future__ import annotations
@@ -32,10 +37,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.agent.analysis import AnalysisResult
+from gpulens.agent.analysis import AnalysisResult, InstanceAnalysis
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import PROCESS, Job
 from gpulens.agent.collectors.base import GPU_LABELS
+from gpulens.agent.collectors.mig import MIG_LABELS, mig_labels
+from gpulens.agent.collectors.mig import share as instance_share
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.usage import JobRecord, TipUse, merge
 from gpulens.vocabulary import State
@@ -108,6 +115,7 @@ class _Exported:
 
     jobs: tuple[_Row, ...] = ()
     allocations: tuple[tuple[tuple[str, str], Job], ...] = ()  # (GPU labels, job) for the jobs exported
+    mig_allocations: tuple[tuple[tuple[str, ...], Job], ...] = ()  # (MIG device labels, job), the same
     not_exported: int = 0
 
 
@@ -151,19 +159,33 @@ class JobAccounting:
         jobs: dict[JobKey, Job] = {}
         held: dict[JobKey, set[str]] = {}
         elapsed_by_job: dict[JobKey, float] = {}
+        slices: dict[str, list[InstanceAnalysis]] = {}
+        for instance in result.instances.values():
+            slices.setdefault(instance.gpu.identity.uuid, []).append(instance)
+
+        def add(job: Job, device: str, elapsed: float, cycle: JobRecord) -> None:
+            key = (job.kind, job.id)
+            jobs[key] = job
+            held.setdefault(key, set()).add(device)
+            elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
+            deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle
+
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             busy, sampled, energy, elapsed = self._gpu_deltas(gpu, now)
+            if gpu.identity.uuid in slices:  # in MIG mode: its instances are billed, each by its share
+                for part in slices[gpu.identity.uuid]:
+                    weight = instance_share(part.gpu, part.instance) or 0.0
+                    for job in part.analysis.jobs:
+                        split = energy * weight / len(part.analysis.jobs)
+                        add(job, part.instance.uuid, elapsed, _instance_cycle(part, job, weight, split, elapsed, epoch))
+                continue
             if found is None or not found.jobs:
                 continue
-            share = energy / len(found.jobs)
+            split = energy / len(found.jobs)
             for job in found.jobs:
-                key = (job.kind, job.id)
-                jobs[key] = job
-                held.setdefault(key, set()).add(gpu.identity.uuid)
-                elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
-                cycle = _gpu_cycle(gpu, job, found.verdict.state, found.tips, busy, sampled, share, elapsed, epoch)
-                deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle
+                cycle = _gpu_cycle(gpu, job, found.verdict.state, found.tips, busy, sampled, split, elapsed, epoch)
+                add(job, gpu.identity.uuid, elapsed, cycle)
         written: list[tuple[JobRecord, JobRecord]] = []
         for key, delta in deltas.items():
             job = jobs[key]
@@ -273,12 +295,19 @@ class JobAccounting:
         for gpu in snapshot.gpus:
             found = snapshot.analysis.gpus.get(gpu.identity.uuid)
             allocations += [(gpu.labels, job) for job in (found.jobs if found else ()) if (job.kind, job.id) in chosen]
+        mig_allocations = [
+            (mig_labels(part.gpu, part.instance), job)
+            for part in snapshot.analysis.instances.values()
+            for job in part.analysis.jobs
+            if (job.kind, job.id) in chosen
+        ]
         return _Exported(
             jobs=tuple(
                 _Row(o.total, o.job, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
                 for o in chosen.values()
             ),
             allocations=tuple(allocations),
+            mig_allocations=tuple(mig_allocations),
             not_exported=len(jobs) - len(chosen),
         )
 
@@ -306,6 +335,13 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
     )
     for labels, job in exported.allocations:
         allocation.add_metric((*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+    mig_allocation = GaugeMetricFamily(
+        "gpulens_mig_allocation_info",
+        "Always 1: a job holding the MIG device and its owner, as gpulens_gpu_allocation_info for a GPU.",
+        labels=(*MIG_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
+    )
+    for device, job in exported.mig_allocations:
+        mig_allocation.add_metric((*device, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
     seconds = CounterMetricFamily(
         "gpulens_job_gpu_state_seconds",
         "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
@@ -351,7 +387,7 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
         "are kept. Above 0, raise the limit.",
         value=exported.not_exported,
     )
-    yield from (allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
+    yield from (allocation, mig_allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
 
 
 def _increase(before: float | None, after: float | None) -> float:
@@ -397,6 +433,36 @@ def _gpu_cycle(
         memory_peak_bytes=used,
         memory_capacity_bytes=capacity if used else 0,
         tips={t.id: TipUse(elapsed, t.text) for t in tips},
+    )
+
+
+def _instance_cycle(
+    part: InstanceAnalysis, job: Job, weight: float, energy: float, elapsed: float, epoch: float
+) -> JobRecord:
+    """Return what one job did on one MIG device in one cycle, in GPU-seconds: `weight` is the device's
+    share of its GPU."""
+    instance, analysis = part.instance, part.analysis
+    pids = set(job.pids)
+    used = sum(p.used_memory_bytes or 0 for p in instance.processes or () if p.pid in pids)
+    gpm, seconds = instance.gpm, elapsed * weight
+    busy = gpm.graphics_activity if gpm is not None else None
+    sm = gpm.sm_activity if gpm is not None else None
+    return JobRecord(
+        job.kind,
+        job.id,
+        start=epoch,
+        last_seen=epoch,
+        gpus=(instance.uuid,),
+        models=(f"{part.gpu.identity.name} MIG {instance.profile}",),
+        state_seconds={analysis.verdict.state.value: seconds} if seconds > 0 else {},
+        busy_seconds=busy * seconds if busy is not None else 0.0,
+        sampled_seconds=seconds if busy is not None else 0.0,
+        energy_joules=energy,
+        sm_activity_seconds=sm * seconds if sm is not None else 0.0,
+        gpm_seconds=seconds if sm is not None else 0.0,
+        memory_peak_bytes=used,
+        memory_capacity_bytes=(instance.memory_total_bytes or 0) if used else 0,
+        tips={t.id: TipUse(seconds, t.text) for t in analysis.tips},
     )
 
 

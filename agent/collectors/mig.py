@@ -100,7 +100,7 @@ class MigCollector(Collector):
             "gpulens_mig_gpu_share_ratio",
             "The MIG device's share of its GPU's compute: its compute slices over the GPU's (0-1).",
             rows,
-            lambda gpu, i: None if not i.slices else i.slices / gpus.mig_slices(gpu.identity.name),
+            share,
         )
         yield _gauge(
             "gpulens_mig_memory_used_bytes",
@@ -209,6 +209,11 @@ def _gauge(
         if v is not None:
             family.add_metric(mig_labels(gpu, instance), float(v))
     return family
+
+
+def share(gpu: GpuSnapshot, instance: MigInstance) -> float | None:
+    """The MIG device's share of its GPU's compute (0-1), or None where NVML did not give its slices."""
+    return instance.slices / gpus.mig_slices(gpu.identity.name) if instance.slices else None
 
 
 def mig_labels(gpu: GpuSnapshot, instance: MigInstance) -> tuple[str, ...]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+from gpulens import gpus
 from gpulens.tips.evidence import Facts, job_kind
 from gpulens.tips.thresholds import IDLE_POLICY_SECONDS, LIGHT_ACTIVITY, LIGHT_MEMORY, RIGHT_SIZE_HEADROOM
 from gpulens.tips.tip import UNDER, Family, always
@@ -19,6 +22,27 @@ def _light(f: Facts) -> tuple[bool | None, bool | None]:
     used, sm, busy = f.ratio("memory_used_ratio"), f.ratio("sm_activity"), f.ratio("busy_ratio")
     activity = sm if sm is not None else busy
     return (None if used is None else used < LIGHT_MEMORY, None if activity is None else activity < LIGHT_ACTIVITY)
+
+
+def _smaller_profile(f: Facts) -> gpus.MigProfile | None:
+    """The smallest MIG profile of this board that holds the memory in use and the compute in use, with
+    headroom, when it is smaller than what the job has (a whole GPU, or its MIG slice); else None."""
+    used, total, model = f.ratio("memory_used_ratio"), f.number("memory_total_bytes"), f.text("model")
+    sm, busy = f.ratio("sm_activity"), f.ratio("busy_ratio")
+    activity = sm if sm is not None else busy
+    if used is None or not total or activity is None or not model:
+        return None
+    board, _, current = model.partition(" MIG ")  # a MIG device is named "<GPU> MIG <profile>"
+    profiles = gpus.mig_profiles(board)
+    held = next((p for p in profiles if p.name == current), None)
+    slices = held.slices if held is not None else gpus.mig_slices(board)
+    memory = used * total * RIGHT_SIZE_HEADROOM
+    needed = math.ceil(slices * activity * RIGHT_SIZE_HEADROOM)
+    fits = [p for p in profiles if p.memory_mib * 2**20 >= memory and p.slices >= needed and "+" not in p.name]
+    smallest = min(fits, key=lambda p: (p.slices, p.memory_mib), default=None)
+    if smallest is None or (smallest.slices, smallest.memory_mib) >= (slices, held.memory_mib if held else math.inf):
+        return None
+    return smallest
 
 
 def _idle_observed(f: Facts) -> str:
@@ -66,7 +90,10 @@ def _right_size_text(f: Facts) -> str:
         seen.append(f"the SMs are active {percent(sm)} of the time")
     elif light_compute:
         seen.append(f"the GPU is busy {percent(busy)} of the time")
-    if used is not None and total:
+    profile = _smaller_profile(f)
+    if profile is not None:
+        size = f"a {profile.name} MIG slice of this model ({gib(profile.memory_mib * 2**20)})"
+    elif used is not None and total:
         size = (
             f"a MIG slice or a smaller GPU with at least {gib(used * total * RIGHT_SIZE_HEADROOM)} (the memory in "
             f"use plus {round((RIGHT_SIZE_HEADROOM - 1) * 100)}%)"

@@ -6,6 +6,8 @@ its GPM; before Hopper only the job's own reports can say more than held or free
 
 import textwrap
 
+import pytest
+
 from gpulens.agent.diagnosis import Diagnoser, Evidence
 from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.vocabulary import Reason
@@ -127,3 +129,43 @@ def test_without_an_activity_reading_only_the_jobs_own_timing_decides():
     working = Evidence(processes=1, activity_unreported=True, data_wait_ratio=0.05)
     assert diagnoser.update("MIG-d", 0, working).reason == Reason.MIG_NO_ACTIVITY
     assert diagnoser.update("MIG-e", 0, Evidence(processes=0, activity_unreported=True)).reason == Reason.NO_PROCESS
+
+
+def test_jobs_on_instances_are_billed_by_the_instances_share_and_state():
+    agent = node()
+    agent.run(70)
+    records = {r.id: r for r in agent.accounting.records()}
+    # 70 s on a 3g of 7 slices: 30 GPU-seconds, busy, with GPM's engine activity as busy time.
+    busy = records["700"]
+    assert busy.state_seconds == {"busy": pytest.approx(70 * 3 / 7)}
+    assert busy.busy_ratio == pytest.approx(0.9, abs=0.02)
+    assert busy.gpus[0].startswith("MIG-") and busy.models == ("NVIDIA H100 80GB HBM3 MIG 3g.40gb",)
+    assert busy.memory_peak_bytes == 30 * 2**30 and busy.memory_capacity_bytes == 40448 * 2**20
+    assert records["2e9c"].state_seconds == {"idle": pytest.approx(70 * 2 / 7)}
+    # Before Hopper: the GPU-seconds count, in the state the evidence allows, with no busy ratio invented.
+    blind = records["pid:5201"]
+    assert blind.state_seconds == {"unknown": pytest.approx(70 * 3 / 7)}
+    assert blind.busy_ratio is None and blind.sampled_seconds == 0
+    # The GPUs in MIG mode bill nothing of their own: the instances' shares add up to what is held.
+    held = sum(r.gpu_seconds for r in records.values())
+    assert held == pytest.approx(70 * (3 + 2 + 1) / 7 + 70 * (3 + 3) / 7)
+    # Energy: the board's, split by share among the instances' jobs; less than the boards used in all.
+    assert 0 < busy.energy_joules < sum(r.energy_joules for r in records.values())
+
+
+def test_the_right_size_tip_names_the_profile_that_fits():
+    from gpulens.tips import tips_for
+
+    facts = {
+        "model": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        "memory_used_ratio": 6 * 2**30 / (40448 * 2**20),
+        "memory_total_bytes": 40448 * 2**20,
+        "sm_activity": 0.09,
+        "busy_ratio": 0.4,
+    }
+    text = {t.id: t.text for t in tips_for(Reason.LOW_SM_ACTIVITY, (), facts, limit=10)}["right_size_gpu"]
+    assert "a 1g.10gb MIG slice of this model (9.8 GiB)" in text
+    whole = {**facts, "model": "NVIDIA A100-SXM4-80GB", "memory_total_bytes": 80 * 2**30}
+    whole["memory_used_ratio"] = 12 / 80
+    text = {t.id: t.text for t in tips_for(Reason.LOW_SM_ACTIVITY, (), whole, limit=10)}["right_size_gpu"]
+    assert "a 1g.20gb MIG slice of this model" in text  # 15 GiB with headroom: more than a 1g.10gb holds
