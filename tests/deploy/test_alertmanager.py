@@ -194,6 +194,8 @@ def test_a_cause_silences_what_follows_from_it(stack):
             # A lost GPU: its idle and Xid alerts follow from the loss; another GPU's idle alert does not.
             alert("GpulensGpuLost", "critical", "node-a", gpu="0", uuid="GPU-a0"),
             alert("GpulensGpuHeldIdle", "warning", "node-a", gpu="0", uuid="GPU-a0"),
+            # ... and so do the alerts of its MIG slices, which carry its index and their own UUID.
+            alert("GpulensGpuSliceHeldIdle", "warning", "node-a", gpu="0", gpu_uuid="GPU-a0", uuid="MIG-a0-1"),
             alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
             alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
             # NVML down on a node: every GPU alert of that node follows.
@@ -223,6 +225,7 @@ def test_a_cause_silences_what_follows_from_it(stack):
     }
     for inhibited in [
         ("GpulensGpuHeldIdle", "node-a"),
+        ("GpulensGpuSliceHeldIdle", "node-a"),
         ("GpulensGpuXidError", "node-a"),
         ("GpulensGpuUnderutilized", "node-b"),
         ("GpulensNvmlDown", "node-c"),

@@ -20,6 +20,7 @@ TEST_FILES = sorted((RULES / "tests").glob("*.test.yml"))
 # Each named threshold and the alerts whose expression must carry it.
 THRESHOLDS = {
     "GpulensGpuHeldIdle": ("> %g", t.ALERT_IDLE_SECONDS),
+    "GpulensGpuSliceHeldIdle": ("> %g", t.ALERT_IDLE_SECONDS),
     "GpulensGpuDataStarved": ("> %g", t.ALERT_DATA_STARVED_SECONDS),
     "GpulensGpuUnderutilized": ("> %g", t.ALERT_UNDERUTILIZED_SECONDS),
     "GpulensGpuMemoryNearFull": ("> %g", t.ALERT_MEMORY_FULL_RATIO),
