@@ -7,9 +7,13 @@ other collectors already took this cycle (no NVML call of its own), converted to
 collector is off or unsupported on a GPU has no series, as everywhere in gpulens.
 
 dcgm-exporter's labels are `gpu`, `UUID`, `pci_bus_id`, `device`, `modelName` and `Hostname`, plus
-`namespace`, `pod` and `container` of the pod using the GPU. Series are typed gauge, including the two
-dcgm-exporter calls counters: the OpenMetrics format the agent also serves requires a counter's name to
-end in `_total`, which would change the names this collector exists to keep.
+`namespace`, `pod` and `container` of the pod using the GPU. A MIG device's series carry its GPU's labels
+and the pod using the device, plus `GPU_I_PROFILE` and `GPU_I_ID`, as dcgm-exporter's template writes
+them (internal/pkg/rendermetrics/render_metrics.go): memory, and on Hopper and newer GPM's activity.
+
+Series are typed gauge, including the two dcgm-exporter calls counters: the OpenMetrics format the agent
+also serves requires a counter's name to end in `_total`, which would change the names this collector
+exists to keep.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens.agent.collectors.base import Collector, GpuContext
+from gpulens.agent.collectors.mig import MigInstance
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "container", "namespace", "pod")
@@ -166,6 +171,23 @@ SERIES: tuple[_Series, ...] = (
 )
 
 
+# What a MIG device gives, by dcgm-exporter name: its memory, and on Hopper and newer its GPM activity (which
+# DCGM's maintainers name as the per-instance replacement for DCGM_FI_DEV_GPU_UTIL, dcgm-exporter #216).
+MIG_SERIES: dict[str, Callable[[MigInstance], float | None]] = {
+    "DCGM_FI_DEV_FB_FREE": lambda i: (
+        None
+        if i.memory_used_bytes is None or i.memory_total_bytes is None
+        else (i.memory_total_bytes - i.memory_used_bytes) / _MIB
+    ),
+    "DCGM_FI_DEV_FB_USED": lambda i: None if i.memory_used_bytes is None else i.memory_used_bytes / _MIB,
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": lambda i: i.gpm.graphics_activity if i.gpm else None,
+    "DCGM_FI_PROF_SM_ACTIVE": lambda i: i.gpm.sm_activity if i.gpm else None,
+    "DCGM_FI_PROF_SM_OCCUPANCY": lambda i: i.gpm.sm_occupancy if i.gpm else None,
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": lambda i: i.gpm.tensor_activity if i.gpm else None,
+    "DCGM_FI_PROF_DRAM_ACTIVE": lambda i: i.gpm.dram_bandwidth if i.gpm else None,
+}
+
+
 def node_name() -> str:
     """Return the node's name for the `Hostname` label: $NODE_NAME (set by the Helm chart from the pod's
     node, as dcgm-exporter reads it), else the host name."""
@@ -196,7 +218,12 @@ class DcgmCompatCollector(Collector):
         return DcgmCompatReading(last_xid=gpu.state.get("last", 0))
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
-        labels = {gpu.identity.uuid: self._labels(gpu, snapshot) for gpu in snapshot.gpus if gpu.up}
+        analysis = snapshot.analysis
+        labels = {
+            gpu.identity.uuid: self._labels(gpu, self._jobs(analysis, gpu.identity.uuid))
+            for gpu in snapshot.gpus
+            if gpu.up
+        }
         for series in SERIES:
             family = GaugeMetricFamily(series.name, series.help, labels=LABELS)
             for gpu in snapshot.gpus:
@@ -205,13 +232,34 @@ class DcgmCompatCollector(Collector):
                 value = series.value(gpu.readings[series.source])
                 if value is not None:
                     family.add_metric(labels[gpu.identity.uuid], float(value))
+            if series.name in MIG_SERIES:
+                self._add_mig(family, MIG_SERIES[series.name], snapshot)
             yield family
 
-    def _labels(self, gpu: GpuSnapshot, snapshot: Snapshot) -> tuple[str, ...]:
+    def _add_mig(
+        self, family: GaugeMetricFamily, value: Callable[[MigInstance], float | None], snapshot: Snapshot
+    ) -> None:
+        """One series per MIG device, with its GPU's labels, its pod and its GPU instance's profile and id."""
+        for gpu in snapshot.gpus:
+            for instance in gpu.readings.get("mig") or () if gpu.up else ():
+                found = value(instance)
+                if found is None:
+                    continue
+                jobs = snapshot.analysis.instances.get(instance.uuid) if snapshot.analysis is not None else None
+                labels = dict(zip(LABELS, self._labels(gpu, jobs.analysis.jobs if jobs else ()), strict=True))
+                labels["GPU_I_PROFILE"] = instance.profile
+                labels["GPU_I_ID"] = "" if instance.gpu_instance is None else str(instance.gpu_instance)
+                family.add_sample(family.name, labels, float(found))
+
+    @staticmethod
+    def _jobs(analysis: Any, uuid: str) -> tuple[Any, ...]:
+        found = analysis.gpus.get(uuid) if analysis is not None else None
+        return found.jobs if found is not None else ()
+
+    def _labels(self, gpu: GpuSnapshot, jobs: Iterable[Any]) -> tuple[str, ...]:
         ident = gpu.identity
         container = namespace = pod = ""
-        found = snapshot.analysis.gpus.get(ident.uuid) if snapshot.analysis is not None else None
-        pods = sorted((j.namespace, j.pod, j.container) for j in (found.jobs if found else ()) if j.pod)
+        pods = sorted((j.namespace, j.pod, j.container) for j in jobs if j.pod)
         if pods:
             # A GPU shared by several pods (time-slicing) is labelled with the first; dcgm-exporter's own
             # choice differs by version, and one series per GPU keeps sums of power and memory right.

@@ -169,3 +169,23 @@ def test_the_hostname_comes_from_node_name(monkeypatch):
     agent = make_agent("demo", extra=(DcgmCompatCollector(),))
     agent.run(1)
     assert _labels(agent, 0)["Hostname"] == "gpu-node-42"
+
+
+def test_mig_devices_carry_dcgm_exporters_instance_labels():
+    """dcgm-exporter labels a MIG device's series with its GPU's labels and GPU_I_PROFILE, GPU_I_ID; DCGM's
+    maintainers point MIG users at the profiling fields, which GPM gives per instance on Hopper and newer."""
+    agent = make_agent("mig", extra=(DcgmCompatCollector(hostname=HOST),))
+    agent.run(5)
+    samples = [s for f in agent.registry.collect() for s in f.samples if s.name.startswith("DCGM_")]
+    sliced = [s for s in samples if "GPU_I_ID" in s.labels]
+    h100 = {s.labels["GPU_I_ID"]: s for s in sliced if s.name == "DCGM_FI_PROF_SM_ACTIVE"}
+    assert set(h100) == {"1", "2", "3"} and {s.labels["gpu"] for s in h100.values()} == {"2"}
+    assert h100["1"].labels["GPU_I_PROFILE"] == "3g.40gb" and 0.5 < h100["1"].value < 0.75
+    assert h100["1"].labels["UUID"].startswith("GPU-")  # the GPU's, as dcgm-exporter's
+    assert h100["1"].labels["pod"] == "llm-ft-0"  # the pod using this slice, not the GPU's first
+    used = {(s.labels["gpu"], s.labels["GPU_I_ID"]): s.value for s in sliced if s.name == "DCGM_FI_DEV_FB_USED"}
+    assert used[("1", "1")] == 30 * 1024 and used[("1", "4")] == 0  # MiB; the A100's free slice
+    # An A100 has no activity per instance: no profiling series for its slices, never a zero.
+    assert not [s for s in sliced if s.labels["gpu"] == "1" and s.name.startswith("DCGM_FI_PROF_")]
+    # In MIG mode the GPU itself has no utilization (dcgm-exporter issues #50, #216).
+    assert not [s for s in samples if s.name == "DCGM_FI_DEV_GPU_UTIL" and s.labels["gpu"] in ("1", "2")]
