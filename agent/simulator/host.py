@@ -19,7 +19,7 @@ from gpulens.agent.jobs.messages import (
     StepTiming,
     TorchMemory,
 )
-from gpulens.agent.simulator.scenario import Gpu, Process, Scenario
+from gpulens.agent.simulator.scenario import Gpu, JobSpec, Process, Scenario
 
 # gpulens.torch reports every 5 s by default.
 _REPORT_SECONDS = 5.0
@@ -69,11 +69,18 @@ class SimulatedSources:
         return list(jobs.values())
 
     def allocations(self) -> dict[str, PodRef]:
-        allocated = {g.uuid: g.allocated_to for g in self._scenario.gpus if g.allocated_to is not None}
+        """The pod each device is allocated to, as the kubelet's pod-resources lists them: by GPU UUID, and
+        in MIG mode by MIG device UUID (the device plugin hands out MIG devices, not the GPU)."""
+        now = self._clock()
+        allocated: dict[str, JobSpec] = {}
         for gpu in self._scenario.gpus:
-            for process in gpu.processes:
-                if process.job and process.job.kind == "kubernetes" and process.job.pod:
-                    allocated.setdefault(gpu.uuid, process.job)
+            devices = [(i.uuid, i.allocated_to, i.processes) for i in gpu.mig_instances if i.window.active(now)]
+            for uuid, holder, processes in devices or [(gpu.uuid, gpu.allocated_to, gpu.processes)]:
+                if holder is not None:
+                    allocated[uuid] = holder
+                for process in processes:
+                    if process.job and process.job.kind == "kubernetes" and process.job.pod:
+                        allocated.setdefault(uuid, process.job)
         return {uuid: PodRef(j.namespace, j.pod, j.container) for uuid, j in allocated.items()}
 
     def host_usage(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:

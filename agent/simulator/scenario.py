@@ -265,6 +265,7 @@ class MigInstance:
     sm_activity: Signal  # ratio 0..1: GPM per instance on Hopper; the parent's utilization follows it
     tensor_activity: Signal | None
     processes: tuple[Process, ...]
+    allocated_to: JobSpec | None = None  # a pod the kubelet gave this MIG device, processes or not
 
     @property
     def share(self) -> float:
@@ -787,6 +788,11 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     instances = _mig_instances(described, _at(where, "mig"), name, seed, index) if isinstance(described, list) else ()
     if instances and "processes" in spec:
         raise Invalid(_at(where, "processes"), "in MIG mode a process runs in an instance: move it to mig[N].processes")
+    if instances and "allocated_to" in spec:
+        raise Invalid(
+            _at(where, "allocated_to"),
+            "in MIG mode the device plugin allocates MIG devices: move it to mig[N].allocated_to",
+        )
     processes = (
         _instance_processes(instances, _at(where, "mig"))
         if instances
@@ -857,7 +863,17 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     )
 
 
-_MIG_KEYS = ("gpu_instance", "compute_instance", "uuid", "at", "until", "sm_activity", "tensor_activity", "processes")
+_MIG_KEYS = (
+    "gpu_instance",
+    "compute_instance",
+    "uuid",
+    "at",
+    "until",
+    "sm_activity",
+    "tensor_activity",
+    "processes",
+    "allocated_to",
+)
 _MEMORY_SLICES = 8  # every MIG-capable board splits its memory in eighths (MIG User Guide, profile tables)
 _MAX_GPU_INSTANCE_ID = 14  # the highest id on an A100 or H100 (seven 1g slices take 7 to 13, +me 14)
 
@@ -906,6 +922,9 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
                 "sm_activity": _signal(spec, "sm_activity", at, 0, 1) or constant(0.0),
                 "tensor_activity": _signal(spec, "tensor_activity", at, 0, 1),
                 "processes": processes,
+                "allocated_to": _allocation(spec["allocated_to"], f"{at}.allocated_to")
+                if "allocated_to" in spec
+                else None,
             }
         )
     _check_mig_capacity(parsed, where, name)

@@ -169,3 +169,18 @@ def test_the_right_size_tip_names_the_profile_that_fits():
     whole["memory_used_ratio"] = 12 / 80
     text = {t.id: t.text for t in tips_for(Reason.LOW_SM_ACTIVITY, (), whole, limit=10)}["right_size_gpu"]
     assert "a 1g.20gb MIG slice of this model" in text  # 15 GiB with headroom: more than a 1g.10gb holds
+
+
+def test_a_slice_the_kubelet_gave_a_pod_that_runs_nothing_in_it_is_idle():
+    # pod-resources lists MIG device UUIDs (the device plugin's nvidia.com/mig-<profile> resources).
+    agent = node("""
+    - model: "NVIDIA H100 80GB HBM3"
+      mig:
+        - profile: 1g.10gb
+          allocated_to: {kind: kubernetes, id: uid-9, user: gus, namespace: nb, pod: idle-gus}
+        - profile: 1g.10gb
+    """)
+    agent.run(30)
+    found = verdicts(agent)
+    assert found[("0", "1", "1g.10gb")][:2] == ("idle", "allocated_no_process")
+    assert found[("0", "2", "1g.10gb")][:2] == ("free", "no_process")

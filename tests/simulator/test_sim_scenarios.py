@@ -203,6 +203,11 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "1 is taken by another instance then",
         ),
         (
+            body(H100_MIG + "\n    allocated_to: {kind: kubernetes, id: u, user: a, namespace: n, pod: p}"),
+            "gpus[0].allocated_to",
+            "move it to mig[N].allocated_to",
+        ),
+        (
             body(H100_MIG + "\n    processes: [{pid: 9, memory: 1GiB}]"),
             "gpus[0].processes",
             "move it to mig[N].processes",
