@@ -6,6 +6,7 @@ chart by the height it is given, not by the chart's own.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import altair as alt
@@ -24,20 +25,32 @@ def _index(gpu: str) -> int:
 
 
 def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
-    """A node-by-GPU grid, one square per GPU coloured by its state, with a tooltip of who and why."""
+    """A node-by-GPU grid (rows from `views.fleet.heatmap_rows`), one square per GPU coloured by its state,
+    a GPU in MIG mode split into its slices by their share, with a tooltip of who and why."""
     frame = pd.DataFrame(rows)
     gpus = sorted(frame["gpu"].unique(), key=_index)
     nodes = sorted(frame["node"].unique())
+    # Each GPU's column is a unit wide on a number line, so that a slice can fill its share of it.
+    column = frame["gpu"].map({gpu: i for i, gpu in enumerate(gpus)})
+    frame = frame.assign(left=column + frame["start"], right=column + frame["end"])
+    axis = alt.Axis(
+        orient="top",
+        labelAngle=0,
+        grid=False,
+        values=[i + 0.5 for i in range(len(gpus))],
+        labelExpr=f"{json.dumps(gpus)}[floor(datum.value)]",
+    )
     return (
         alt.Chart(frame)
         .mark_rect(stroke="white", strokeWidth=1)
         .encode(
-            x=alt.X("gpu:O", sort=gpus, title="GPU on the node", axis=alt.Axis(orient="top", labelAngle=0)),
+            x=alt.X("left:Q", title="GPU on the node", scale=alt.Scale(domain=[0, len(gpus)], nice=False), axis=axis),
+            x2="right:Q",
             y=alt.Y("node:N", sort=nodes, title="node"),
             color=alt.Color(
                 "state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom", columns=6)
             ),
-            tooltip=["node", "gpu", "state", "reason", "owner", "model"],
+            tooltip=["node", "gpu", "slice", "state", "reason", "owner", "model"],
         )
     ), 28 * len(nodes) + 160
 

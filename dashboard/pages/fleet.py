@@ -14,6 +14,7 @@ WINDOWS = {3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours", 7 * 86400
 # list is for the filters to narrow, not for a person to scroll.
 DETAILED = 20
 LISTED = 1000
+MIG_COUNT = "; a MIG slice counts by its share of its GPU (a 1g slice of an A100 is 1/7)"
 
 source = context.source()
 context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to do.", source)
@@ -47,7 +48,7 @@ def fleet() -> None:
 
     st.subheader(f"{len(shown)} GPUs by state")
     for column, count in zip(st.columns(6), view.state_counts(shown), strict=True):
-        column.metric(count.name, count.count, help=count.meaning)
+        column.metric(count.name, words.count(count.count), help=count.meaning + MIG_COUNT)
     wasted = view.wasted_total(shown)
     health = view.health_counts(shown)
     st.markdown(
@@ -83,7 +84,7 @@ def fleet() -> None:
     for row in flagged[:DETAILED]:
         with st.container(border=True):
             st.markdown(
-                f"**[{row.node} · GPU {row.gpu}]({row.link})** {row.model} — **{row.state}**"
+                f"**[{row.node} · {row.name}]({row.link})** {row.model} — **{row.state}**"
                 + (f" for {row.for_how_long}" if row.for_how_long else "")
                 + f" — {words.gpu_hours(row.wasted_seconds)} wasted  \n"
                 + f"Why: {row.why}  \n"
@@ -106,7 +107,7 @@ def fleet() -> None:
         st.dataframe(
             [
                 {
-                    "GPU": f"{r.node} GPU {r.gpu}",
+                    "GPU": f"{r.node} {r.name}",
                     "state": r.state,
                     "for": r.for_how_long,
                     "wasted GPU-hours": round(r.wasted_seconds / 3600, 2),

@@ -1,4 +1,5 @@
-"""Node and GPU: one node's GPUs, then one GPU over time: work, memory, power, heat, PCIe, its states."""
+"""Node and GPU: one node's GPUs, then one GPU over time: work, memory, power, heat, PCIe, its states, its
+MIG slices."""
 
 import time
 from dataclasses import asdict
@@ -67,6 +68,9 @@ def gpu_page() -> None:
     )
     for tip in fleet_view.gpu_tips(current):
         st.markdown(f"**Tip: {tip.title}.** {tip.text}")
+    if current.slices:
+        st.markdown(f"**Its MIG slices ({len(current.slices)})**, each judged on its own")
+        st.dataframe(view.slice_rows(current, now), hide_index=True, width="stretch")
 
     data = history.value
     start, end = view.span(data)
@@ -96,7 +100,9 @@ def gpu_page() -> None:
 
     st.subheader("Who holds it")
     holders = view.holder_rows(current, data)
-    if holders:
+    if current.slices:
+        st.caption("Its MIG slices are held one by one: their holders are listed with them above.")
+    elif holders:
         st.dataframe(holders, hide_index=True, width="stretch")
         if current.job_id:
             st.markdown(f"[Open the job's page]({job_link(current.job_kind, current.job_id)})")

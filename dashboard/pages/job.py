@@ -46,7 +46,11 @@ def job_page() -> None:
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)
     columns = st.columns(4)
-    columns[0].metric("GPUs held now", len(held), help="GPUs on which the job has a process or an allocation now")
+    columns[0].metric(
+        "GPUs held now",
+        words.count(sum(g.share for g in held)),
+        help="GPUs on which the job has a process or an allocation now; a MIG slice counts by its share of its GPU",
+    )
     columns[1].metric(
         "GPU-hours so far",
         f"{sum(job.state_seconds.values()) / 3600:.2f}",
@@ -81,7 +85,7 @@ def job_page() -> None:
         st.dataframe(
             [
                 {
-                    "GPU": f"{g.node} GPU {g.gpu}",
+                    "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
                     "state": words.state_name(g.state),
                     "why": words.reason_text(g.reason),
                     "evidence": words.evidence_text(g.evidence),

@@ -2,7 +2,9 @@
 
 Both sources reduce what they read to `Sample`s carrying the agents' own names and labels plus the
 `instance` label naming the node (Prometheus adds it at scrape time; `AgentsSource` adds the agent's
-name). Everything here is about joining those samples on (instance, gpu, uuid).
+name). Everything here is about joining those samples on (instance, gpu, uuid). A MIG slice's series
+(`gpulens_mig_*`) carry its GPU's index as `gpu`, its own UUID as `uuid` and its GPU's as `gpu_uuid`:
+joined the same way, each slice goes to its GPU's `slices`.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class Sample(NamedTuple):
     value: float = 1.0
 
 
-GpuKey = tuple[str, str, str]  # (instance, gpu, uuid)
+GpuKey = tuple[str, str, str]  # (instance, gpu, uuid); a MIG slice's: its GPU's index, its own UUID
 
 # The per-GPU series the fleet view joins, with the time wasted that the source computes.
 _FLEET_SERIES = frozenset(
@@ -69,13 +71,41 @@ _FLEET_SERIES = frozenset(
         "gpulens_gpu_diagnosis_evidence",
         "gpulens_gpu_memory_used_bytes",
         "gpulens_gpu_memory_total_bytes",
+        "gpulens_mig_info",
+        "gpulens_mig_gpu_share_ratio",
         WASTED_SECONDS,
     )
 )
+# A MIG slice's series that mean what the GPU series of the same name do, read as those.
+_MIG_AS_GPU = {
+    f"gpulens_mig_{name}": f"gpulens_gpu_{name}"
+    for name in (
+        "verdict_info",
+        "state_since_timestamp_seconds",
+        "allocation_info",
+        "diagnosis_evidence",
+        "memory_used_bytes",
+        "memory_total_bytes",
+    )
+}
+# The MIG series the fleet reads (the verdict, holder and share of each slice); the evidence and memory
+# come with the detail, as a GPU's do.
+MIG_FLEET_SERIES = (
+    "gpulens_mig_gpu_share_ratio",
+    "gpulens_mig_verdict_info",
+    "gpulens_mig_state_since_timestamp_seconds",
+    "gpulens_mig_allocation_info",
+)
+MIG_DETAIL_SERIES = (
+    "gpulens_mig_diagnosis_evidence",
+    "gpulens_mig_memory_used_bytes",
+    "gpulens_mig_memory_total_bytes",
+)
+_HOLDER = ("job_kind", "job_id", "user", "namespace", "pod")
 
 
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:
-    """Return the (instance, gpu, uuid) that names a GPU's series."""
+    """Return the (instance, gpu, uuid) that names a GPU's or a MIG slice's series."""
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
 
 
@@ -84,13 +114,14 @@ _VALUES = {
     "gpulens_gpu_state_since_timestamp_seconds": "since",
     "gpulens_gpu_memory_used_bytes": "memory_used_bytes",
     "gpulens_gpu_memory_total_bytes": "memory_total_bytes",
+    "gpulens_mig_gpu_share_ratio": "share",
     WASTED_SECONDS: "wasted_seconds",
 }
 
 
 @dataclass
 class _Found:
-    """FleetGpu fields read from samples, by GPU."""
+    """FleetGpu fields read from samples, by GPU or MIG slice; a slice's row names its GPU's UUID (`parent`)."""
 
     rows: dict[GpuKey, dict] = field(default_factory=lambda: defaultdict(dict))
     evidence: dict[GpuKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
@@ -101,52 +132,64 @@ def _read(samples: Iterable[Sample]) -> _Found:
     found = _Found()
     for s in samples:
         key = gpu_key(s.labels)
-        if s.name not in _FLEET_SERIES or not (key[1] or key[2]):
+        name = _MIG_AS_GPU.get(s.name, s.name)
+        if name not in _FLEET_SERIES or not (key[1] or key[2]):
             continue
         row = found.rows[key]
-        if s.name == "gpulens_gpu_info":
+        if "gpu_uuid" in s.labels:  # a MIG slice's; every series of a slice but its time wasted names its profile
+            row["parent"] = s.labels["gpu_uuid"]
+            if "mig_profile" in s.labels:
+                row["mig_profile"] = s.labels["mig_profile"]
+                row["order"] = (_index(s.labels.get("gpu_instance", "")), _index(s.labels.get("compute_instance", "")))
+        if name == "gpulens_gpu_info":
             row["model"] = s.labels.get("model", "")
-        elif s.name == "gpulens_gpu_up":
+        elif name == "gpulens_gpu_up":
             row["up"] = s.value == 1
-        elif s.name == "gpulens_gpu_verdict_info":
+        elif name == "gpulens_gpu_verdict_info":
             row.update(
                 state=s.labels.get("state", "unknown"),
                 reason=s.labels.get("reason", "no_data"),
                 tip=s.labels.get("tip", ""),
                 verdict=True,
             )
-        elif s.name in _VALUES:
-            row[_VALUES[s.name]] = s.value
-        elif s.name == "gpulens_gpu_condition":
+        elif name in _VALUES:
+            row[_VALUES[name]] = s.value
+        elif name == "gpulens_gpu_condition":
             if s.value == 1:
                 found.conditions[key].add(s.labels.get("condition", ""))
-        elif s.name == "gpulens_gpu_diagnosis_evidence":
+        elif name == "gpulens_gpu_diagnosis_evidence":
             found.evidence[key][s.labels.get("evidence", "")] = s.value
-        elif s.name == "gpulens_gpu_allocation_info":
-            for label in ("job_kind", "job_id", "user", "namespace", "pod"):
+        elif name == "gpulens_gpu_allocation_info":
+            for label in _HOLDER:
                 row[label] = s.labels.get(label, "")
     return found
 
 
 def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
-    """Return every GPU found in `samples` (sorted by node, then index) and what is missing about them."""
+    """Return every GPU found in `samples` (sorted by node, then index), each in MIG mode with its slices,
+    and what is missing about them."""
     found = _read(samples)
     gpus = []
+    slices: dict[GpuKey, list[tuple[tuple, FleetGpu]]] = defaultdict(list)
     without_verdict: dict[str, int] = defaultdict(int)
     for key in sorted(found.rows, key=lambda k: (k[0], _index(k[1]), k[2])):
         row = found.rows[key]
-        if not row.pop("verdict", False):
-            without_verdict[key[0]] += 1
-        gpus.append(
-            FleetGpu(
-                node=key[0],
-                gpu=key[1],
-                uuid=key[2],
-                conditions=tuple(sorted(found.conditions[key])),
-                evidence=dict(found.evidence[key]),
-                **row,
-            )
+        parent, order = row.pop("parent", None), row.pop("order", ())
+        verdict = row.pop("verdict", False)
+        record = FleetGpu(
+            node=key[0],
+            gpu=key[1],
+            uuid=key[2],
+            conditions=tuple(sorted(found.conditions[key])),
+            evidence=dict(found.evidence[key]),
+            **row,
         )
+        if parent is None:
+            gpus.append(record)
+            if not verdict:
+                without_verdict[key[0]] += 1
+        elif record.mig_profile:  # else only the time wasted of a slice since destroyed is left: not shown
+            slices[(key[0], key[1], parent)].append((order, record))
     problems = tuple(
         SourceProblem(
             f"node {node}",
@@ -155,25 +198,35 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
         )
         for node, count in sorted(without_verdict.items())
     )
-    return tuple(gpus), problems
+    return tuple(_with_slices(g, slices.get((g.node, g.gpu, g.uuid), [])) for g in gpus), problems
+
+
+def _with_slices(gpu: FleetGpu, slices: list[tuple[tuple, FleetGpu]]) -> FleetGpu:
+    """Return `gpu` carrying its MIG slices, each with the GPU's model. The GPU's own allocation series name
+    every slice's holder, one at a time: its holders are its slices'."""
+    if not slices:
+        return gpu
+    ordered = tuple(replace(s, model=gpu.model) for _, s in sorted(slices, key=lambda item: item[0]))
+    return replace(gpu, slices=ordered, **dict.fromkeys(_HOLDER, ""))
 
 
 def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[FleetGpu, ...]:
-    """Return `gpus` with the evidence and memory that `samples` hold for each (same node, index and UUID)."""
+    """Return `gpus` with the evidence and memory that `samples` hold for each (same node, index and UUID),
+    and for each of their MIG slices."""
     found = _read(samples)
     memory = ("memory_used_bytes", "memory_total_bytes")
-    result = []
-    for g in gpus:
+
+    def filled(g: FleetGpu) -> FleetGpu:
         key = (g.node, g.gpu, g.uuid)
         row = found.rows.get(key, {})
-        result.append(
-            replace(
-                g,
-                evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
-                **{name: row[name] for name in memory if name in row},
-            )
+        return replace(
+            g,
+            evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
+            slices=tuple(map(filled, g.slices)),
+            **{name: row[name] for name in memory if name in row},
         )
-    return tuple(result)
+
+    return tuple(map(filled, gpus))
 
 
 def _index(gpu: str) -> tuple[int, str]:
@@ -181,13 +234,22 @@ def _index(gpu: str) -> tuple[int, str]:
     return (int(gpu), "") if gpu.isascii() and gpu.isdigit() else (1 << 30, gpu)
 
 
+_STATE_COUNTERS = ("gpulens_gpu_state_seconds_total", "gpulens_mig_state_seconds_total")
+
+
 def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:
-    """Return one WASTED_SECONDS sample per GPU: its `gpulens_gpu_state_seconds_total` in wasted states."""
-    totals: dict[GpuKey, float] = defaultdict(float)
+    """Return one WASTED_SECONDS sample per GPU and per MIG slice: its state counter in wasted states.
+
+    A slice's sample names its GPU (`gpu_uuid`), as its other series do.
+    """
+    totals: dict[tuple[str, str, str, str], float] = defaultdict(float)
     for s in samples:
-        if s.name == "gpulens_gpu_state_seconds_total" and s.labels.get("state") in WASTED:
-            totals[gpu_key(s.labels)] += s.value
-    return [Sample(WASTED_SECONDS, {"instance": k[0], "gpu": k[1], "uuid": k[2]}, v) for k, v in totals.items()]
+        if s.name in _STATE_COUNTERS and s.labels.get("state") in WASTED:
+            totals[(*gpu_key(s.labels), s.labels.get("gpu_uuid", ""))] += s.value
+    return [
+        Sample(WASTED_SECONDS, {"instance": i, "gpu": g, "uuid": u, **({"gpu_uuid": p} if p else {})}, v)
+        for (i, g, u, p), v in totals.items()
+    ]
 
 
 def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:

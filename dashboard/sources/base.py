@@ -39,7 +39,12 @@ class Answer(Generic[T]):
 
 @dataclass(frozen=True)
 class FleetGpu:
-    """One GPU as the fleet view shows it; times in seconds since the epoch, memory in bytes."""
+    """One GPU as the fleet view shows it; times in seconds since the epoch, memory in bytes.
+
+    A GPU in MIG mode reads `unknown` (`mig_enabled`) and carries its MIG slices in `slices`: each a
+    FleetGpu of its own, with the GPU's node, index and model, the slice's own UUID (`MIG-...`), verdict,
+    holder, memory and time wasted, and `mig_profile` and `share` set.
+    """
 
     node: str  # Prometheus' `instance` label, or the agent's name in agent mode
     gpu: str  # the NVML index, as the `gpu` label
@@ -60,6 +65,9 @@ class FleetGpu:
     wasted_seconds: float = 0.0  # seconds idle, data-starved or underutilized (see Fleet.wasted_over)
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
+    mig_profile: str = ""  # a MIG slice's profile, e.g. "3g.40gb"; "" for a GPU
+    share: float = 1.0  # of its GPU's compute (gpulens_mig_gpu_share_ratio, 3/7 for a 3g slice); 1 for a GPU
+    slices: tuple[FleetGpu, ...] = ()  # a GPU in MIG mode: its slices, in GPU-instance order
 
 
 @dataclass(frozen=True)
@@ -181,7 +189,8 @@ class Source(Protocol):
         """
 
     def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
-        """`gpus` (from `fleet`) with the evidence behind each verdict and the memory in use, in the same order."""
+        """`gpus` (from `fleet`) with the evidence behind each verdict and the memory in use, in the same order;
+        a GPU's MIG slices with theirs too."""
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         """One GPU's series over the last `seconds`."""

@@ -1,7 +1,7 @@
 """`PrometheusSource`: the dashboard's data from any server that answers PromQL.
 
-Each view runs a fixed set of queries, whatever the number of GPUs: the fleet seven instant queries
-(and an eighth where the store has no recorded waste counter), the evidence of the GPUs a page writes
+Each view runs a fixed set of queries, whatever the number of GPUs: the fleet eight instant queries
+(and a ninth where the store has no recorded waste counter), the evidence of the GPUs a page writes
 out one, a GPU's history four range queries, the jobs one, the probes two, the alerts one request (and
 two to Alertmanager, where one is configured: what became of each alert, and the silences). Queries of
 one view run concurrently. Each returns whole label sets and values; the joining is done by
@@ -60,13 +60,26 @@ FLEET_QUERIES = {
 # reading unknown. More GPUs without a verdict are a diagnosis stage turned off, which the banner names.
 RECENT_VERDICTS = "last_over_time(gpulens_gpu_verdict_info{%s}[1m])"
 RECENT_VERDICTS_AT_MOST = 100
-DETAIL_SERIES = ("gpulens_gpu_diagnosis_evidence", "gpulens_gpu_memory_used_bytes", "gpulens_gpu_memory_total_bytes")
+DETAIL_SERIES = (
+    "gpulens_gpu_diagnosis_evidence",
+    "gpulens_gpu_memory_used_bytes",
+    "gpulens_gpu_memory_total_bytes",
+    *assemble.MIG_DETAIL_SERIES,
+)
 # Seconds each GPU spent idle, data-starved or underutilized over the window, by increase(), which is
 # right across agent restarts: of the recorded per-GPU sum (rules/recording.rules.yml, every 5 minutes:
 # 288 points per GPU for a day) where the server has it, else of the raw counters (three per GPU, every
 # scrape).
 WASTED_RECORDED = "increase(instance_gpu:gpulens_gpu_wasted_seconds_total:sum[%ds]) > 0"
 WASTED_RAW = 'sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~"%s"}[%ds])) > 0'
+# Every MIG slice's verdict, holder, state start and share, with the seconds each spent in a wasted state
+# over the window, in one request: no rule records a slice's waste, so it comes from the raw counters,
+# named WASTED_SECONDS by label_replace. A fleet without MIG answers nothing.
+MIG = (
+    f"{{__name__=~{any_of(assemble.MIG_FLEET_SERIES)}}} or label_replace(sum by (instance, gpu, uuid, gpu_uuid) "
+    f'(increase(gpulens_mig_state_seconds_total{{state=~"{_WASTED_REGEX}"}}[%ds])) > 0, '
+    f'"__name__", "{assemble.WASTED_SECONDS}", "", "")'
+)
 # Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
@@ -135,6 +148,7 @@ class PrometheusSource:
             name: (lambda q=q: self._api.query(q, now)) for name, q in FLEET_QUERIES.items()
         }
         calls["wasted"] = lambda: self._wasted(window, now)
+        calls["mig"] = lambda: self._api.query(MIG % window, now)
         calls["down"] = lambda: self._api.query(AGENTS_DOWN, now)
         with collector_paused:
             results, problems = self._run(calls)
@@ -143,6 +157,7 @@ class PrometheusSource:
             for name in ("verdicts", "owners", "since", "health"):
                 samples += _samples(results[name])
             samples += _samples(results["wasted"], name=assemble.WASTED_SECONDS)
+            samples += _samples(results["mig"])
             gpus, missing = assemble.fleet_gpus(samples)
         problems += missing
         for item in results["down"] or ():
@@ -186,7 +201,8 @@ class PrometheusSource:
     def detail(self, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
         if not gpus:
             return Answer(())
-        promql = f"{{__name__=~{any_of(DETAIL_SERIES)}, {_matching((g.node, g.gpu, g.uuid) for g in gpus)}}}"
+        keys = ((u.node, u.gpu, u.uuid) for g in gpus for u in (g, *g.slices))
+        promql = f"{{__name__=~{any_of(DETAIL_SERIES)}, {_matching(keys)}}}"
         results, problems = self._run({"detail": lambda: self._api.query(promql, self._clock())})
         return Answer(assemble.with_detail(gpus, _samples(results["detail"])), tuple(problems))
 

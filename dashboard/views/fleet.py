@@ -1,10 +1,14 @@
-"""The fleet view's logic, without Streamlit: filters, counts by state, the maps, the flagged list."""
+"""The fleet view's logic, without Streamlit: filters, counts by state, the maps, the flagged list.
+
+A GPU in MIG mode is its slices: they are counted, drawn and flagged each by its share of the GPU (a 1g
+slice of an A100 is 1/7 of a GPU), as the agent bills them (docs/diagnosis.md, "MIG instances").
+"""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpulens import tips
 from gpulens.dashboard.sources.base import FleetGpu
@@ -33,9 +37,36 @@ class FilterOptions:
     models: tuple[str, ...]
 
 
+def units(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
+    """Return every GPU and MIG slice in `gpus` (GPUs, slices or both: `ranked` lists both), each once, in order,
+    a GPU's slices after it."""
+    seen: set[tuple[str, str, str]] = set()
+    result = []
+    for unit in (u for g in gpus for u in (g, *g.slices)):
+        key = (unit.node, unit.gpu, unit.uuid)
+        if key not in seen:
+            seen.add(key)
+            result.append(unit)
+    return result
+
+
+def parts(gpu: FleetGpu) -> tuple[tuple[FleetGpu, float], ...]:
+    """Return what the GPU's time is spent as, each with its share of the GPU: the GPU itself, or its slices.
+
+    A part of a GPU in MIG mode that no slice covers runs nothing and counts nowhere, as in the rules'
+    `instance:gpulens_gpu_hours:increase1h`.
+    """
+    return tuple((s, s.share) for s in gpu.slices) if gpu.slices else ((gpu, 1.0),)
+
+
+def gpu_seconds_wasted(unit: FleetGpu) -> float:
+    """Return the GPU-seconds a GPU or a MIG slice wasted: a slice's seconds count by its share."""
+    return unit.wasted_seconds * unit.share
+
+
 def filter_options(gpus: Iterable[FleetGpu]) -> FilterOptions:
-    """Return the distinct values each filter can take, sorted."""
-    gpus = list(gpus)
+    """Return the distinct values each filter can take (slices' holders included), sorted."""
+    gpus = units(gpus)
 
     def distinct(values: Iterable[str]) -> tuple[str, ...]:
         return tuple(sorted({v for v in values if v}))
@@ -49,7 +80,7 @@ def filter_options(gpus: Iterable[FleetGpu]) -> FilterOptions:
 
 
 def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
-    """Return the GPUs that pass every filter."""
+    """Return the GPUs that pass every filter; a GPU in MIG mode with the slices that pass, if any does."""
 
     def keep(g: FleetGpu) -> bool:
         return (
@@ -59,20 +90,30 @@ def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
             and (not filters.models or g.model in filters.models)
         )
 
-    return [g for g in gpus if keep(g)]
+    kept = []
+    for g in gpus:
+        if not g.slices:
+            if keep(g):
+                kept.append(g)
+        elif slices := tuple(s for s in g.slices if keep(s)):
+            kept.append(g if len(slices) == len(g.slices) else replace(g, slices=slices))
+    return kept
 
 
 @dataclass(frozen=True)
 class StateCount:
     state: str
     name: str
-    count: int
+    count: float  # GPUs, a MIG slice counting by its share
     meaning: str
 
 
 def state_counts(gpus: Iterable[FleetGpu]) -> list[StateCount]:
-    """Return how many GPUs are in each state, every state listed, wasted states first."""
-    counts = Counter(g.state for g in gpus)
+    """Return how many GPUs are in each state (MIG slices by their share), every state listed, wasted first."""
+    counts: dict[str, float] = defaultdict(float)
+    for g in gpus:
+        for part, share in parts(g):
+            counts[part.state] += share
     return [
         StateCount(s.value, words.state_name(s.value), counts.get(s.value, 0), words.STATE_MEANING[s.value])
         for s in words.STATE_ORDER
@@ -93,19 +134,31 @@ def health_counts(gpus: Iterable[FleetGpu]) -> list[tuple[str, int]]:
     return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
 
 
-def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str]]:
-    """Return one row per GPU for a node-by-GPU grid coloured by state."""
-    return [
-        {
-            "node": g.node,
-            "gpu": f"GPU {g.gpu}",
-            "state": words.state_name(g.state),
-            "reason": words.reason_text(g.reason),
-            "owner": words.owner(g.user, g.namespace) or "nobody",
-            "model": g.model,
-        }
-        for g in gpus
-    ]
+def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | float]]:
+    """Return one row per GPU, or per MIG slice, for a node-by-GPU grid coloured by state.
+
+    A slice fills its share of its GPU's square, from `start` to `end` (0-1 across the square), in GPU
+    instance order; `slice` names its profile ("" for a whole GPU).
+    """
+    rows: list[dict[str, str | float]] = []
+    for g in gpus:
+        start = 0.0
+        for part, share in parts(g):
+            rows.append(
+                {
+                    "node": g.node,
+                    "gpu": f"GPU {g.gpu}",
+                    "start": start,
+                    "end": start + share,
+                    "slice": f"{part.mig_profile} ({share:.0%} of the GPU)" if part.mig_profile else "",
+                    "state": words.state_name(part.state),
+                    "reason": words.reason_text(part.reason),
+                    "owner": words.owner(part.user, part.namespace) or "nobody",
+                    "model": g.model,
+                }
+            )
+            start += share
+    return rows
 
 
 # Above this many GPUs the map shows one square per node: a square per GPU would be too small to point
@@ -124,17 +177,22 @@ def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]
     rows: list[dict[str, str | int | float]] = []
     for i, node in enumerate(nodes):
         held = by_node[node]
-        flagged_here = sum(1 for g in held if is_flagged(g))
-        states = Counter(words.state_name(g.state) for g in held)
+        flagged_here = sum(flagged_share(g) for g in held)
+        states: dict[str, float] = defaultdict(float)
+        for g in held:
+            for part, share in parts(g):
+                states[words.state_name(part.state)] += share
         rows.append(
             {
                 "node": node,
                 "line": nodes[i - i % NODE_MAP_COLUMNS],
                 "column": i % NODE_MAP_COLUMNS,
                 "GPUs": len(held),
-                "flagged": flagged_here,
+                "flagged": round(flagged_here, 2),  # GPUs, MIG slices by their share
                 "flagged share": flagged_here / len(held),
-                "states": ", ".join(f"{n} {name.lower()}" for name, n in states.most_common()),
+                "states": ", ".join(
+                    f"{words.count(n)} {name.lower()}" for name, n in sorted(states.items(), key=lambda item: -item[1])
+                ),
                 "model": ", ".join(sorted({g.model for g in held if g.model})),
             }
         )
@@ -143,17 +201,18 @@ def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]
 
 @dataclass(frozen=True)
 class Flagged:
-    """One GPU that needs a look: wasted, or with a health problem."""
+    """One GPU or MIG slice that needs a look: wasted, or with a health problem."""
 
     node: str
     gpu: str
+    name: str  # "GPU 2", or "GPU 2 · 2g.20gb slice"
     model: str
     state: str
     why: str  # the reason in words, then health conditions
     job: str
     owner: str
     for_how_long: str  # in the current state
-    wasted_seconds: float
+    wasted_seconds: float  # GPU-seconds: a slice's by its share
     evidence: str
     tips: tuple[tips.RenderedTip, ...]  # written out for the first `detailed` rows only
     tip_title: str  # the first tip's title, for every row
@@ -161,15 +220,21 @@ class Flagged:
 
 
 def is_flagged(gpu: FleetGpu) -> bool:
-    """A GPU is flagged when it is wasted, lost, or has a health condition."""
+    """A GPU or MIG slice is flagged when it is wasted, lost, or has a health condition."""
     return gpu.state in WASTED or bool(gpu.conditions) or not gpu.up
+
+
+def flagged_share(gpu: FleetGpu) -> float:
+    """Return the share of a GPU that is flagged: all of it when it is, else its flagged MIG slices' shares."""
+    return 1.0 if is_flagged(gpu) else sum(share for part, share in parts(gpu) if is_flagged(part))
 
 
 def tip_evidence(gpu: FleetGpu) -> dict[str, float | str]:
     """Return what the tips can be written with: the verdict's evidence plus the GPU's model and memory."""
     context: dict[str, float | str] = dict(gpu.evidence)
     if gpu.model:
-        context["model"] = gpu.model
+        # A MIG device's NVML name, which the right-sizing tip reads its current profile from.
+        context["model"] = f"{gpu.model} MIG {gpu.mig_profile}" if gpu.mig_profile else gpu.model
     if gpu.job_kind:
         context["job_kind"] = gpu.job_kind
     if gpu.memory_used_bytes is not None and gpu.memory_total_bytes:
@@ -196,15 +261,15 @@ def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:
 
 
 def ranked(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
-    """Return the flagged GPUs, the most GPU-hours wasted first, then the longest in their state."""
+    """Return the flagged GPUs and MIG slices, the most GPU-hours wasted first, then the longest in their state."""
     return sorted(
-        (g for g in gpus if is_flagged(g)),
-        key=lambda g: (-g.wasted_seconds, g.since if g.since else float("inf"), g.node, g.gpu.zfill(4)),
+        (u for u in units(gpus) if is_flagged(u)),
+        key=lambda u: (-gpu_seconds_wasted(u), u.since if u.since else float("inf"), u.node, u.gpu.zfill(4), u.uuid),
     )
 
 
 def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -> list[Flagged]:
-    """Return the flagged GPUs as rows, in `ranked` order.
+    """Return the flagged GPUs and MIG slices as rows, in `ranked` order.
 
     Tips are written out for the first `detailed` rows (all when None): on a large fleet the rest are
     listed in a table that shows only the first tip's title.
@@ -221,13 +286,14 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
             Flagged(
                 node=g.node,
                 gpu=g.gpu,
+                name=words.gpu_name(g.gpu, g.mig_profile),
                 model=g.model,
                 state=words.state_name(g.state),
                 why="; ".join(why),
                 job=words.job_label(g.job_kind, g.job_id, g.pod),
                 owner=words.owner(g.user, g.namespace),
                 for_how_long=words.duration(now - g.since) if g.since else "",
-                wasted_seconds=g.wasted_seconds,
+                wasted_seconds=gpu_seconds_wasted(g),
                 evidence=words.evidence_text(g.evidence),
                 tips=written,
                 tip_title=title,
@@ -238,5 +304,5 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
 
 
 def wasted_total(gpus: Sequence[FleetGpu]) -> float:
-    """Return the seconds all `gpus` spent idle, data-starved or underutilized."""
-    return sum(g.wasted_seconds for g in gpus)
+    """Return the GPU-seconds all `gpus` and their MIG slices spent idle, data-starved or underutilized."""
+    return sum(map(gpu_seconds_wasted, units(gpus)))

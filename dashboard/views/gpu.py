@@ -1,4 +1,5 @@
-"""The Node and GPU view's logic, without Streamlit: charts with units and legends, the state timeline."""
+"""The Node and GPU view's logic, without Streamlit: charts with units and legends, the state timeline,
+a GPU's MIG slices."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime, timezone
 
 from gpulens.dashboard.sources.base import FleetGpu, GpuHistory
 from gpulens.dashboard.views import words
+from gpulens.dashboard.views.fleet import gpu_tips
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,30 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
         for g in gpus
         if g.node == node
     ]
+
+
+def slice_rows(gpu: FleetGpu, now: float) -> list[dict]:
+    """Return a GPU's MIG slices as table rows: profile, share, state, why, memory, holder, since, top tip."""
+    rows = []
+    for s in gpu.slices:
+        tips = gpu_tips(s, limit=1)
+        memory = words.gib(s.memory_used_bytes)
+        rows.append(
+            {
+                "slice": s.mig_profile,
+                "share of the GPU": words.percent(s.share),
+                "state": words.state_name(s.state),
+                "why": words.reason_text(s.reason),
+                "memory used": f"{memory} of {words.gib(s.memory_total_bytes)}"
+                if memory and s.memory_total_bytes
+                else memory,
+                "owner": words.owner(s.user, s.namespace),
+                "job": words.job_label(s.job_kind, s.job_id, s.pod),
+                "in this state for": words.duration(now - s.since) if s.since else "",
+                "tip": tips[0].title if tips else "",
+            }
+        )
+    return rows
 
 
 def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.fleet import WASTED, gpu_tips
+from gpulens.dashboard.views.fleet import WASTED, gpu_tips, units
 from gpulens.dashboard.views.links import job_link
 
 
 def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[FleetGpu]:
-    """Return the GPUs the job holds now."""
-    return [g for g in gpus if g.job_kind == job_kind and g.job_id == job_id]
+    """Return the GPUs and MIG slices the job holds now."""
+    return [u for u in units(gpus) if u.job_kind == job_kind and u.job_id == job_id]
 
 
 def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[dict]:
@@ -32,7 +32,7 @@ def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[dict]
                 "id": job.job_id,
                 "user": first.user if first else "",
                 "namespace": first.namespace if first else "",
-                "GPUs now": len(held),
+                "GPUs now": round(sum(g.share for g in held), 2),  # a MIG slice by its share
                 "nodes": ", ".join(job.nodes),
                 "GPU-hours": total / 3600,
                 "wasted share": wasted / total if total else 0.0,
@@ -95,5 +95,5 @@ def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:
     for g in gpus:
         for tip in gpu_tips(g):
             entry = by_id.setdefault(tip.id, (tip.title, tip.text, []))
-            entry[2].append(f"{g.node} GPU {g.gpu}")
+            entry[2].append(f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}")
     return [(title, text, ", ".join(where)) for title, text, where in by_id.values()]

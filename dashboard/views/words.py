@@ -117,6 +117,16 @@ def evidence_text(evidence: Mapping[str, float]) -> str:
     return "; ".join(parts)
 
 
+def count(value: float) -> str:
+    """Return a count of GPUs: whole as '3', with MIG slices' shares as '1.29'."""
+    return f"{value:,.0f}" if abs(value - round(value)) < 0.005 else f"{value:,.2f}"
+
+
+def gpu_name(gpu: str, mig_profile: str = "") -> str:
+    """Return a GPU by its index, 'GPU 2', or a MIG slice of it, 'GPU 2 · 2g.20gb slice'."""
+    return f"GPU {gpu} · {mig_profile} slice" if mig_profile else f"GPU {gpu}"
+
+
 def owner(user: str, namespace: str) -> str:
     return " / ".join(part for part in (user, namespace) if part)
 

@@ -33,3 +33,11 @@ def demo_agent() -> SimulatedAgent:
     agent = make_agent("demo")
     agent.run(90)
     return agent
+
+
+@pytest.fixture(scope="module")
+def mig_agent() -> SimulatedAgent:
+    """The mig node after 150 simulated seconds: verdicts settled, the H100's last slice created (at 120 s)."""
+    agent = make_agent("mig")
+    agent.run(150)
+    return agent

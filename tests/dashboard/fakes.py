@@ -91,6 +91,72 @@ GPUS = (
 )
 
 
+# A GPU in MIG mode, as the sources nest it: unknown itself, its slices judged one by one.
+_SLICE = {"node": "node-c", "gpu": "2", "model": "NVIDIA H100 80GB HBM3"}
+MIG_GPU = FleetGpu(
+    uuid="GPU-c2",
+    state="unknown",
+    reason="mig_enabled",
+    tip="mig_slices",
+    since=NOW - 7200,
+    slices=(
+        FleetGpu(
+            **_SLICE,
+            uuid="MIG-c2-1",
+            mig_profile="3g.40gb",
+            share=3 / 7,
+            state="busy",
+            reason="healthy",
+            since=NOW - 7200,
+            job_kind="kubernetes",
+            job_id="llm-ft",
+            user="dev",
+            namespace="nlp",
+            pod="llm-ft-0",
+            memory_used_bytes=28 * 2**30,
+            memory_total_bytes=40 * 2**30,
+        ),
+        FleetGpu(
+            **_SLICE,
+            uuid="MIG-c2-2",
+            mig_profile="2g.20gb",
+            share=2 / 7,
+            state="idle",
+            reason="no_kernels",
+            tip="release_idle_gpu",
+            since=NOW - 7200,
+            evidence={"busy_ratio": 0.0, "idle_seconds": 7200},
+            job_kind="kubernetes",
+            job_id="jupyter-eli",
+            user="eli",
+            namespace="notebooks",
+            pod="jupyter-eli",
+            wasted_seconds=7200,  # 2/7 of that in GPU-seconds: less than node-a GPU 1's 5400, more than node-b's 1800
+            memory_used_bytes=5 * 2**30,
+            memory_total_bytes=20 * 2**30,
+        ),
+        FleetGpu(
+            **_SLICE,
+            uuid="MIG-c2-3",
+            mig_profile="1g.10gb",
+            share=1 / 7,
+            state="underutilized",
+            reason="low_sm_activity",
+            since=NOW - 3600,
+            evidence={"busy_ratio": 0.15, "sm_activity": 0.15},
+            job_kind="slurm",
+            job_id="88240",
+            user="fay",
+            wasted_seconds=3600,
+            memory_used_bytes=4 * 2**30,
+            memory_total_bytes=10 * 2**30,
+        ),
+        FleetGpu(**_SLICE, uuid="MIG-c2-4", mig_profile="1g.10gb", share=1 / 7, state="free", reason="no_process"),
+    ),
+    **_SLICE,
+)
+
+
 def history(node: str = "node-a", gpu: str = "1") -> GpuHistory:
     times = [NOW - 600 + 10 * i for i in range(60)]
     series = {
@@ -167,14 +233,19 @@ class FakeSource:
             raise RuntimeError("the fake source was told to fail")
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
-        # As a Prometheus source does: the evidence and memory come from detail().
+        # As a Prometheus source does: the evidence and memory come from detail(), a MIG slice's too.
         self._check("fleet")
-        bare = tuple(replace(g, evidence={}, memory_used_bytes=None, memory_total_bytes=None) for g in self.gpus)
-        return Answer(Fleet(bare, "over the last 24 hours"), self.problems)
+
+        def bare(g: FleetGpu) -> FleetGpu:
+            return replace(
+                g, evidence={}, memory_used_bytes=None, memory_total_bytes=None, slices=tuple(map(bare, g.slices))
+            )
+
+        return Answer(Fleet(tuple(map(bare, self.gpus)), "over the last 24 hours"), self.problems)
 
     def detail(self, gpus) -> Answer[tuple[FleetGpu, ...]]:
         self._check("detail")
-        full = {(g.node, g.gpu, g.uuid): g for g in self.gpus}
+        full = {(u.node, u.gpu, u.uuid): u for g in self.gpus for u in (g, *g.slices)}
         return Answer(tuple(full.get((g.node, g.gpu, g.uuid), g) for g in gpus), self.problems)
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:

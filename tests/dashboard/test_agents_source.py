@@ -37,6 +37,17 @@ def test_fleet_from_two_nodes_with_a_third_down(demo_agent):
     assert {g.state for g in gpus if g.node == "demo"} >= {"idle", "data_starved", "busy", "free"}
 
 
+def test_fleet_from_a_mig_node_nests_its_slices(mig_agent):
+    with served(mig_agent) as url:
+        answer = AgentsSource({"mig": url}).fleet(3600)
+    assert answer.problems == ()
+    gpus = {g.gpu: g for g in answer.value.gpus}
+    assert len(gpus) == 3 and len(gpus["1"].slices) == 4 and len(gpus["2"].slices) == 4
+    idle = gpus["2"].slices[1]
+    assert (idle.mig_profile, idle.state, idle.user, idle.node) == ("2g.20gb", "idle", "eli", "mig")
+    assert idle.wasted_seconds > 0 and idle.memory_used_bytes is not None
+
+
 def test_history_grows_one_point_per_scrape_and_stays_bounded(demo_agent):
     clock = Clock()
     with served(demo_agent) as url:

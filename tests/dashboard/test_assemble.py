@@ -135,3 +135,50 @@ def test_detail_fills_evidence_and_memory_of_the_exact_gpu_only():
     a, b = assemble.with_detail(gpus, samples)
     assert (a.evidence, a.memory_used_bytes, a.memory_total_bytes) == ({"busy_ratio": 0.25}, 2.0**30, 2.0**34)
     assert b == gpus[1]  # nothing matched node b GPU 0
+
+
+def test_a_mig_gpu_carries_its_slices_with_verdict_share_holder_memory_and_waste(mig_agent):
+    samples = parse_exposition(mig_agent.exposition(), "node-1")
+    gpus, problems = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+    assert problems == () and [g.gpu for g in gpus] == ["0", "1", "2"]
+    whole, a100, h100 = gpus
+    assert whole.slices == () and whole.share == 1
+    assert (h100.state, h100.reason, h100.tip) == ("unknown", "mig_enabled", "mig_slices")
+    # The GPU's own allocation series name each slice's holder in turn: it holds nothing itself.
+    assert (h100.job_id, h100.user) == ("", "")
+    assert [(s.mig_profile, round(s.share, 3), s.state) for s in h100.slices] == [
+        ("3g.40gb", 0.429, "busy"),
+        ("2g.20gb", 0.286, "idle"),
+        ("1g.10gb", 0.143, "underutilized"),
+        ("1g.10gb", 0.143, "free"),
+    ]
+    idle = h100.slices[1]
+    assert (idle.node, idle.gpu, idle.model) == ("node-1", "2", "NVIDIA H100 80GB HBM3")
+    assert idle.uuid.startswith("MIG-") and (idle.reason, idle.tip) == ("no_kernels", "release_idle_gpu")
+    assert (idle.user, idle.namespace, idle.pod) == ("eli", "notebooks", "jupyter-eli")
+    assert idle.memory_total_bytes > idle.memory_used_bytes > 0 and idle.since is not None
+    assert idle.wasted_seconds > 0 and "idle_seconds" in idle.evidence
+    assert {s.reason for s in a100.slices} == {"mig_no_activity", "no_process"}
+
+
+def test_detail_fills_the_slices_of_a_mig_gpu():
+    slice_ = {"instance": "a", "gpu": "1", "uuid": "MIG-1", "gpu_uuid": "GPU-1", "mig_profile": "1g.10gb"}
+    gpus, _ = assemble.fleet_gpus(
+        [
+            Sample("gpulens_gpu_info", {"instance": "a", "gpu": "1", "uuid": "GPU-1", "model": "m"}),
+            Sample("gpulens_mig_verdict_info", {**slice_, "state": "idle", "reason": "no_kernels", "tip": ""}),
+            Sample("gpulens_mig_gpu_share_ratio", slice_, 1 / 7),
+            # A slice destroyed within the window has only its time wasted left: not shown.
+            Sample(assemble.WASTED_SECONDS, {"instance": "a", "gpu": "1", "uuid": "MIG-0", "gpu_uuid": "GPU-1"}, 9),
+        ]
+    )
+    (gpu,) = gpus
+    assert [s.uuid for s in gpu.slices] == ["MIG-1"] and gpu.slices[0].model == "m"
+    (detailed,) = assemble.with_detail(
+        gpus,
+        [
+            Sample("gpulens_mig_memory_used_bytes", slice_, 2.0**30),
+            Sample("gpulens_mig_diagnosis_evidence", {**slice_, "evidence": "idle_seconds"}, 600),
+        ],
+    )
+    assert detailed.slices[0].memory_used_bytes == 2.0**30 and detailed.slices[0].evidence == {"idle_seconds": 600}

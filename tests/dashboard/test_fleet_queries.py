@@ -60,3 +60,27 @@ def test_the_time_wasted_is_read_from_the_recorded_counter_across_an_agent_resta
     # GPU that wasted nothing is left out.
     checks = [(query, "600s", [{"labels": f"{{{GPU}}}".replace(" ", ""), "value": 585}])]
     promtool_test(tmp_path, series, checks)
+
+
+def test_one_query_reads_every_mig_slices_verdict_share_and_time_wasted(tmp_path):
+    slice_ = 'job="gpulens", instance="n1", gpu="1", uuid="MIG-1", gpu_uuid="G", gpu_instance="2", compute_instance="0"'
+    labels = f'{slice_}, mig_profile="2g.20gb"'
+    verdict = f'gpulens_mig_verdict_info{{{labels}, state="idle", reason="no_kernels", tip="release_idle_gpu"}}'
+    share = f"gpulens_mig_gpu_share_ratio{{{labels}}}"
+    # Idle from 300 s on, 15 s at a time; the free slice wastes nothing and is left out of the time wasted.
+    idle = f'gpulens_mig_state_seconds_total{{{labels}, state="idle"}}'
+    free = f'gpulens_mig_state_seconds_total{{{labels.replace("MIG-1", "MIG-2")}, state="free"}}'
+    series = [(verdict, "1x40"), (share, f"{2 / 7}x40"), (idle, "_x20 0+15x20"), (free, "0+15x40")]
+    query = prometheus.MIG % 600
+    checks = [
+        (
+            query,
+            "600s",
+            [
+                {"labels": verdict.replace(", ", ","), "value": 1},
+                {"labels": share.replace(", ", ","), "value": 2 / 7},
+                {"labels": '{__name__="wasted_seconds",instance="n1",gpu="1",uuid="MIG-1",gpu_uuid="G"}', "value": 300},
+            ],
+        )
+    ]
+    promtool_test(tmp_path, series, checks)

@@ -9,8 +9,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
+from gpulens.dashboard.sources import AgentsSource
 from gpulens.dashboard.sources.base import Alerts, SilenceShown, SourceProblem
-from tests.dashboard.fakes import ALERTS, GPUS, NOW, FakeSource
+from gpulens.dashboard.views import words
+from tests.dashboard.conftest import served
+from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
 DOWN = SourceProblem("agent node-c at http://10.0.0.3:10906", "is down or unreachable; its GPUs are not shown")
@@ -64,6 +67,61 @@ def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_fi
     assert "for 1 h 30 min" in page
     assert "slowed down by heat" in page
     assert not at.warning  # no problem, no banner
+
+
+def test_fleet_flags_wasted_mig_slices_by_name_with_their_tip_and_counts_them_by_share():
+    at = run("fleet", FakeSource(gpus=(*GPUS, MIG_GPU)))
+    counts = {m.label: m.value for m in at.metric}
+    assert (counts["Idle (held, no work)"], counts["Underused"], counts["Unknown"]) == ("1.29", "0.14", "0")
+    page = text(at)
+    assert "5 GPUs by state" in page and "Flagged GPUs (5)" in page
+    # 1.5 + 0.5 GPU-hours of the whole GPUs, 2 h of 2/7 and 1 h of 1/7 of a GPU from the slices.
+    assert "**2.71 GPU-h wasted**" in page
+    entry = page[page.index("node-c · GPU 2 · 2g.20gb slice") :]
+    assert page.index("node-a · GPU 1") < page.index("node-c · GPU 2 · 2g.20gb slice") < page.index("node-b · GPU 0")
+    assert entry.startswith("node-c · GPU 2 · 2g.20gb slice](gpu?node=node-c&gpu=2)")
+    assert "0.57 GPU-h wasted" in entry and "owner: eli / notebooks" in entry
+    assert "Tip: Give the idle GPU back." in entry and "no work for 2 h" in entry  # its evidence, read by detail()
+    assert "node-c · GPU 2 · 1g.10gb slice" in page
+    assert charts(at) == 1
+
+
+def test_the_fleet_page_over_a_simulated_mig_node(mig_agent):
+    with served(mig_agent) as url:
+        at = run("fleet", AgentsSource({"mig": url}))
+    page = text(at)
+    assert "3 GPUs by state" in page
+    entry = page[page.index("mig · GPU 2 · 2g.20gb slice") :]
+    assert "Idle (held, no work)" in entry and "owner: eli / notebooks" in entry
+    assert "Tip: Give the idle GPU back." in entry
+    assert "mig · GPU 2 · 1g.10gb slice" in page  # the underused one
+    assert "GPU 1 · 3g.40gb slice" not in page  # an A100's held slices are unknown, not wasted
+    assert not at.warning
+
+
+def test_the_gpu_page_lists_a_mig_gpus_slices(mig_agent):
+    with served(mig_agent) as url:
+        at = run("gpu", AgentsSource({"mig": url}), node="mig", gpu="1")
+    page = text(at)
+    assert "GPU 1 on mig: Unknown" in page and "split into MIG slices" in page
+    assert "Its MIG slices (4)" in page and "Tip: Read each MIG slice's verdict." in page
+    slices = at.dataframe[1].value
+    assert list(slices["slice"]) == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert list(slices["share of the GPU"]) == ["43%", "29%", "14%", "14%"]
+    assert list(slices["owner"]) == ["ana / vision", "bo / notebooks", "chen", ""]
+    assert list(slices["state"])[-1] == "Free" and slices["why"][0] == words.reason_text("mig_no_activity")
+    assert (
+        slices["memory used"][0] == "30 GiB of 39.2 GiB"
+        and slices["tip"][0] == "Watch a MIG slice's activity from the job or with DCGM"
+    )
+    assert "held one by one" in page
+
+
+def test_the_gpu_page_of_a_fake_mig_gpu_lists_memory_from_the_detail():
+    at = run("gpu", FakeSource(gpus=(*GPUS, MIG_GPU)), node="node-c", gpu="2")
+    slices = at.dataframe[1].value
+    assert list(slices["memory used"])[:3] == ["28 GiB of 40 GiB", "5 GiB of 20 GiB", "4 GiB of 10 GiB"]
+    assert list(slices["tip"])[1] == "Give the idle GPU back"
 
 
 def test_fleet_reads_evidence_only_for_the_gpus_it_writes_out():

@@ -31,12 +31,12 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
         (
             json_reply({"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 400),
             "answered an error to 'gpulens_gpu_verdict_info",
-            7,
+            8,
         ),
         (
             json_reply({"status": "error", "errorType": "execution", "error": "query timed out"}, 503),
             "execution: query timed out",
-            7,
+            8,
         ),
         # A long error keeps its end, where a store says the cause and the fix (VictoriaMetrics' wording).
         (
@@ -54,17 +54,17 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
                 422,
             ),
             "exceeds 300000; either narrow down the search or increase -search.max* command-line flag values",
-            7,
+            8,
         ),
         # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
         ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
         (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's", 1),
         (json_reply({"status": "error"}, 401), "check the bearer token", 1),
-        (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 7),
+        (json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}), "other than a vector", 8),
         (
             json_reply({"status": "success", "data": {"resultType": "vector", "result": [{"value": 1}]}}),
             "malformed series",
-            7,
+            8,
         ),
     ],
 )
@@ -112,7 +112,7 @@ def test_credentials_are_sent_as_headers_and_never_shown():
     def basic(pair: bytes) -> str:
         return "Basic " + base64.b64encode(pair).decode()
 
-    assert [auth for _, auth in asked] == [basic(b"user:secret")] * 8 + ["Bearer t0ken", basic(b"ops:pw")]
+    assert [auth for _, auth in asked] == [basic(b"user:secret")] * 9 + ["Bearer t0ken", basic(b"ops:pw")]
     assert all("t0ken" not in path and "secret" not in path for path, _ in asked)
     assert all("secret" not in str(p) and "t0ken" not in str(p) for p in answer.problems)
 
@@ -121,22 +121,23 @@ def test_queries_per_refresh_are_fixed_whatever_the_answer():
     with fake_server(lambda path: EMPTY) as (url, asked):
         s = source(url)
         s.fleet(3600)
-        # Seven concurrent queries, and the time wasted again from the raw counters: no recording rule answered.
-        assert len(asked) == 8
+        # Eight concurrent queries (the MIG slices' one of them), and the time wasted again from the raw
+        # counters: no recording rule answered.
+        assert len(asked) == 9
         queries = [urllib.parse.unquote_plus(path) for path, _ in asked]
         recorded = next(i for i, q in enumerate(queries) if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in q)
         assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1 :])
         s.gpu_history("node", "0", 3600)
-        assert len(asked) == 12
+        assert len(asked) == 13
         s.jobs()
         s.probes()
         s.alerts()
-        assert len(asked) == 16 == s.queries_made
+        assert len(asked) == 17 == s.queries_made
         # The evidence of any number of GPUs is one query; of none, no query.
         assert s.detail(()).value == ()
         gpus = [FleetGpu(node=f"node-{i}", gpu="0", uuid=f"GPU-{i}") for i in range(500)]
         assert s.detail(gpus).value == tuple(gpus)
-        assert len(asked) == 17
+        assert len(asked) == 18
 
 
 def test_label_values_are_quoted_for_promql():
@@ -231,7 +232,7 @@ def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it()
         answer_ = source(url).fleet(86400)
     (gpu,) = answer_.value.gpus
     assert (gpu.state, gpu.wasted_seconds) == ("idle", 5400)
-    assert len(asked) == 7 and not any(
+    assert len(asked) == 8 and not any(
         "gpulens_gpu_state_seconds_total" in urllib.parse.unquote_plus(p) for p, _ in asked
     )
 

@@ -56,8 +56,9 @@ def query(url: str, promql: str) -> list:
 def prometheus(tmp_path_factory):
     binary = require_tool("prometheus")
     workdir = tmp_path_factory.mktemp("prometheus")
-    agents = dict(start_agent(s) for s in ("demo", "diagnosis"))
-    names = dict(zip(("demo", "diagnosis"), agents.values(), strict=True))
+    scenarios = ("demo", "diagnosis", "mig")
+    agents = dict(start_agent(s) for s in scenarios)
+    names = dict(zip(scenarios, agents.values(), strict=True))
     rules = bundled.write_rules(workdir / "rules")
     (workdir / "prometheus.yml").write_text(launch.prometheus_config(names, rules, interval=1))
     port = free_port()
@@ -75,6 +76,7 @@ def prometheus(tmp_path_factory):
     try:
         # Settled verdicts (the starved GPU needs its dwell) and enough samples for rates and increases.
         wait_for(lambda: query(url, 'gpulens_gpu_state{state="data_starved", instance="demo"} == 1'))
+        wait_for(lambda: query(url, 'gpulens_mig_state{state="idle", instance="mig"} == 1'))
         wait_for(lambda: query(url, "count_over_time(gpulens_gpu_busy_seconds_total[1m]) > 6"))
         yield url
     finally:
@@ -91,7 +93,7 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
     answer = source.fleet(3600)
     assert answer.problems == ()
     gpus = {(g.node, g.gpu): g for g in answer.value.gpus}
-    assert len(gpus) == 16 and {node for node, _ in gpus} == {"demo", "diagnosis"}
+    assert len(gpus) == 19 and {node for node, _ in gpus} == {"demo", "diagnosis", "mig"}
     starved, idle = gpus[("demo", "2")], gpus[("demo", "1")]
     assert (starved.state, starved.reason, starved.user, starved.job_id) == (
         "data_starved",
@@ -102,15 +104,32 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
     assert starved.since is not None and starved.evidence == {}  # evidence comes with detail()
     assert idle.state == "idle" and idle.wasted_seconds > 0
     assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")
-    # Seven queries, and an eighth for the time wasted from the raw counters until the waste rule group
-    # (every 5 minutes) has recorded something.
-    assert source.queries_made in (7, 8)
+    # Eight queries (one for every MIG slice), and a ninth for the time wasted from the raw counters until
+    # the waste rule group (every 5 minutes) has recorded something.
+    assert source.queries_made in (8, 9)
 
     detailed = source.detail([starved, idle, gpus[("diagnosis", "0")]])
-    assert detailed.problems == () and source.queries_made in (8, 9)
+    assert detailed.problems == () and source.queries_made in (9, 10)
     starved, idle, other = detailed.value
     assert starved.evidence["data_wait_ratio"] > 0.5 and starved.memory_total_bytes > 0
     assert idle.memory_used_bytes is not None and other.node == "diagnosis" and other.memory_total_bytes > 0
+
+
+def test_mig_slices_from_prometheus_in_one_more_query(prometheus):
+    source = PrometheusSource.from_url(prometheus)
+    gpus = {(g.node, g.gpu): g for g in source.fleet(3600).value.gpus}
+    h100 = gpus[("mig", "2")]
+    assert h100.reason == "mig_enabled" and h100.user == ""
+    assert [s.mig_profile for s in h100.slices][:3] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+    idle = h100.slices[1]
+    assert (idle.state, idle.tip, idle.user, idle.pod) == ("idle", "release_idle_gpu", "eli", "jupyter-eli")
+    assert abs(idle.share - 2 / 7) < 1e-9 and idle.since is not None and idle.wasted_seconds > 0
+    assert idle.memory_used_bytes is None  # memory and evidence come with detail(), as a GPU's
+    queries = source.queries_made
+    (detailed,) = source.detail([h100]).value
+    assert source.queries_made == queries + 1
+    assert detailed.slices[1].memory_total_bytes > detailed.slices[1].memory_used_bytes > 0
+    assert "idle_seconds" in detailed.slices[1].evidence
 
 
 def test_gpu_history_from_prometheus(prometheus):
@@ -144,6 +163,7 @@ def test_jobs_probes_and_alerts_from_prometheus(prometheus):
     [
         ("fleet", {}, "Flagged GPUs"),
         ("gpu", {"node": "demo", "gpu": "2"}, "GPU 2 on demo: Starved for data"),
+        ("gpu", {"node": "mig", "gpu": "2"}, "Its MIG slices ("),  # 3 or 4: the last is made at 120 s
         ("job", {"kind": "slurm", "id": "81234"}, "slurm job 81234"),
         ("probes", {}, "No probe results yet"),
         ("alerts", {}, "Alerts"),

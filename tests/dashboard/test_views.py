@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from gpulens.dashboard import charts
 from gpulens.dashboard.sources.base import FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
-from tests.dashboard.fakes import GPUS, JOBS, NOW, history
+from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, history
 
 
 def test_filters_keep_only_matching_gpus_and_options_are_distinct_and_sorted():
@@ -60,6 +63,9 @@ def test_heatmap_rows_name_state_reason_and_owner_in_words():
     assert row == {
         "node": "node-b",
         "gpu": "GPU 1",
+        "start": 0.0,
+        "end": 1.0,
+        "slice": "",
         "state": "Free",
         "reason": "no process on it",
         "owner": "nobody",
@@ -184,3 +190,84 @@ def test_the_node_map_has_one_square_per_node_coloured_by_its_share_flagged():
     # Lines of NODE_MAP_COLUMNS nodes, each named by its first node.
     assert rows[fleet.NODE_MAP_COLUMNS]["line"] == rows[-1]["line"] == f"n{fleet.NODE_MAP_COLUMNS:03d}"
     assert rows[fleet.NODE_MAP_COLUMNS]["column"] == 0
+
+
+def test_mig_slices_count_by_their_share_of_the_gpu():
+    counts = {c.state: c.count for c in fleet.state_counts([*GPUS, MIG_GPU])}
+    # The MIG GPU is its slices: 3/7 busy, 2/7 idle, 1/7 underused, 1/7 free; not one more unknown GPU.
+    assert counts["idle"] == pytest.approx(1 + 2 / 7) and counts["underutilized"] == pytest.approx(1 / 7)
+    assert counts["busy"] == pytest.approx(1 + 3 / 7) and counts["unknown"] == 0
+    assert [words.count(counts[s]) for s in ("idle", "data_starved", "free")] == ["1.29", "1", "1.14"]
+    # Time wasted in GPU-seconds: the idle 2g slice's 7200 s are 2/7 of a GPU's, the 1g slice's 3600 s 1/7.
+    assert fleet.wasted_total([*GPUS, MIG_GPU]) == pytest.approx(5400 + 1800 + 7200 * 2 / 7 + 3600 / 7)
+
+
+def test_wasted_mig_slices_are_flagged_by_name_holder_and_tip_ranked_by_their_share():
+    rows = fleet.flagged([*GPUS, MIG_GPU], NOW)
+    assert [f"{r.node} {r.name}" for r in rows] == [
+        "node-a GPU 1",  # 5400 GPU-seconds
+        "node-c GPU 2 · 2g.20gb slice",  # 7200 s of 2/7 of a GPU: 2057
+        "node-b GPU 0",  # 1800
+        "node-c GPU 2 · 1g.10gb slice",  # 3600 s of 1/7: 514
+        "node-b GPU 1",  # hot, wastes nothing
+    ]
+    idle = rows[1]
+    assert idle.wasted_seconds == pytest.approx(7200 * 2 / 7) and idle.link == "gpu?node=node-c&gpu=2"
+    assert (idle.state, idle.owner, idle.job) == (
+        "Idle (held, no work)",
+        "eli / notebooks",
+        "kubernetes pod jupyter-eli",
+    )
+    assert idle.tips[0].id == "release_idle_gpu" and "2 h" in idle.evidence
+    # A GPU listed with its slices, as the page passes the flagged rows back, lists each slice once.
+    assert len(fleet.flagged([*fleet.ranked([MIG_GPU]), MIG_GPU], NOW)) == 2
+
+
+def test_a_slices_tips_know_its_profile():
+    underused = MIG_GPU.slices[2]
+    assert fleet.tip_evidence(underused)["model"] == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+
+
+def test_filters_narrow_a_mig_gpu_to_the_slices_that_pass():
+    (only,) = fleet.apply([*GPUS, MIG_GPU], fleet.Filters(users=("eli",)))
+    assert [s.mig_profile for s in only.slices] == ["2g.20gb"]
+    assert "eli" in fleet.filter_options([MIG_GPU]).users
+    assert fleet.apply([MIG_GPU], fleet.Filters(nodes=("node-c",))) == [MIG_GPU]
+    assert fleet.apply([MIG_GPU], fleet.Filters(users=("nobody",))) == []
+
+
+def test_the_map_splits_a_mig_gpus_square_into_its_slices_and_counts_them_by_share():
+    rows = fleet.heatmap_rows([MIG_GPU])
+    assert [(r["slice"], r["state"]) for r in rows] == [
+        ("3g.40gb (43% of the GPU)", "Busy"),
+        ("2g.20gb (29% of the GPU)", "Idle (held, no work)"),
+        ("1g.10gb (14% of the GPU)", "Underused"),
+        ("1g.10gb (14% of the GPU)", "Free"),
+    ]
+    assert rows[0]["start"] == 0 and rows[1]["start"] == pytest.approx(3 / 7) and rows[-1]["end"] == pytest.approx(1)
+    assert rows[1]["owner"] == "eli / notebooks" and {r["gpu"] for r in rows} == {"GPU 2"}
+    charts.heatmap(fleet.heatmap_rows([*GPUS, MIG_GPU]))[0].to_dict()  # draws
+    (node,) = fleet.node_map_rows([MIG_GPU])
+    assert (node["GPUs"], node["flagged"]) == (1, 0.43)  # the idle 2/7 and the underused 1/7
+    assert node["states"] == "0.43 busy, 0.29 idle (held, no work), 0.14 underused, 0.14 free"
+
+
+def test_gpu_view_lists_a_mig_gpus_slices():
+    rows = gpu.slice_rows(MIG_GPU, NOW)
+    assert [r["slice"] for r in rows] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    idle = rows[1]
+    assert (idle["share of the GPU"], idle["state"], idle["owner"]) == (
+        "29%",
+        "Idle (held, no work)",
+        "eli / notebooks",
+    )
+    assert idle["memory used"] == "5 GiB of 20 GiB" and idle["tip"] == "Give the idle GPU back"
+    assert rows[3]["owner"] == "" and rows[3]["memory used"] == ""
+
+
+def test_a_job_on_a_mig_slice_holds_its_share():
+    held = job.job_gpus([*GPUS, MIG_GPU], "slurm", "88240")
+    assert [h.mig_profile for h in held] == ["1g.10gb"]
+    (row,) = job.job_list([JobSummary("slurm", "88240", {"underutilized": 3600 / 7}, ("node-c",))], [MIG_GPU])
+    assert row["GPUs now"] == 0.14 and row["user"] == "fay"
+    assert job.job_tips(held)[0][2] == "node-c GPU 2 · 1g.10gb slice"
