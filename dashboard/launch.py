@@ -44,7 +44,7 @@ APP = pathlib.Path(__file__).resolve().parent / "app.py"
 # Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
 DEFAULT_PORT = 10907
 # One node per scenario, each showing different states and faults (docs/scenarios.md).
-DEMO_SCENARIOS = ("demo", "diagnosis", "faults", "bench8x32")
+DEMO_SCENARIOS = ("demo", "diagnosis", "faults", "bench8x32", "mig")
 STARTUP_SECONDS = 60.0
 
 EXIT_RUNTIME = 1

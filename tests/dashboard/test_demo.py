@@ -57,10 +57,11 @@ def test_demo_prints_its_url_on_a_line_of_its_own_and_serves_the_dashboard(demo)
     process, lines = demo
     url = lines[-1]
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
-    assert "4 simulated nodes" in lines[0] and all(s in lines[0] for s in ("demo", "diagnosis", "faults", "bench8x32"))
+    assert "5 simulated nodes" in lines[0]
+    assert all(s in lines[0] for s in ("demo", "diagnosis", "faults", "bench8x32", "mig"))
     assert answers(url + "_stcore/health") and answers(url)
     agents = re.findall(r"\((http://127\.0\.0\.1:\d+)/metrics\)", lines[0])
-    assert len(agents) == 4 and all(answers(a + "/metrics") for a in agents)
+    assert len(agents) == 5 and all(answers(a + "/metrics") for a in agents)
 
 
 @pytest.mark.slow
@@ -101,6 +102,7 @@ def test_the_browser_shows_flagged_gpus_and_their_tips(demo, tmp_path):
     assert re.search(r"Flagged GPUs \(\d+\)", text)
     assert "demo · GPU 1" in text and "Idle (held, no work)" in text  # bob's notebook, held and idle
     assert "diagnosis · GPU 0" in text and "Find the rank the job hangs on" in text  # the hung collective
+    assert "mig · GPU 2 · 2g.20gb slice" in text  # eli's notebook on a MIG slice of the H100, held and idle
     assert "Traceback" not in text
     assert os.path.getsize(screenshot) > 10_000
 
@@ -122,7 +124,7 @@ def test_demo_with_prometheus_points_the_dashboard_at_it():
     try:
         prometheus = re.search(r"Prometheus at (http://127\.0\.0\.1:\d+) ", "\n".join(lines)).group(1)
         assert answers(prometheus + "/-/ready") and answers(lines[-1] + "_stcore/health")
-        nodes = [f'"instance":"{node}"' for node in ("demo", "diagnosis", "faults", "bench8x32")]
+        nodes = [f'"instance":"{node}"' for node in ("demo", "diagnosis", "faults", "bench8x32", "mig")]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # Prometheus discovers its targets shortly after it is ready
             with urllib.request.urlopen(prometheus + "/api/v1/targets", timeout=5) as response:
@@ -153,10 +155,10 @@ def test_demo_with_victoriametrics_points_the_dashboard_at_it():
         while time.monotonic() < deadline:  # the vmagents' first scrapes reach the store within seconds
             with urllib.request.urlopen(store + "/api/v1/query?query=count(up%3D%3D1)", timeout=5) as response:
                 result = json.load(response)["data"]["result"]
-            if result and result[0]["value"][1] == "4":
+            if result and result[0]["value"][1] == "5":
                 break
             time.sleep(0.5)
-        assert result and result[0]["value"][1] == "4", result
+        assert result and result[0]["value"][1] == "5", result
     finally:
         assert stop(process) == 0
 
