@@ -3,7 +3,7 @@
 After each sampling cycle it finds the jobs on every GPU, joins NVML's readings with the jobs' host
 side and in-job reports into `Evidence`, asks the `Diagnoser` for a verdict, picks the tips, and keeps
 each GPU's seconds per state. Each MIG device of a GPU in MIG mode is judged the same way, from what NVML
-gives per instance (docs/diagnosis.md). It answers for GPUs only: what each job did is the ledger
+gives per instance (docs/diagnosis.md). It answers for devices only: what each job did is the ledger
 stage's (gpulens.agent.accounting), which reads this stage's result.
 """
 
@@ -76,7 +76,12 @@ class Analysis:
         allocations = self._sources.allocations()
         reports = self._sources.job_reports()
         gpu_jobs = {g.identity.uuid: self._jobs_on(g) for g in snapshot.gpus}
-        roots = sorted({pid for jobs in gpu_jobs.values() for job in jobs for pid in job.pids})
+        # A GPU in MIG mode and its MIG devices: a device's own process list names its jobs even where the
+        # GPU's aggregate list needs privileges the agent lacks.
+        slices = [(gpu, instance) for gpu in snapshot.gpus if gpu.up for instance in gpu.readings.get("mig") or ()]
+        slice_jobs = {instance.uuid: self._jobs_in(instance) for _, instance in slices}
+        everyone = (*gpu_jobs.values(), *slice_jobs.values())
+        roots = sorted({pid for jobs in everyone for job in jobs for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
         results: dict[str, GpuAnalysis] = {}
         for gpu in snapshot.gpus:
@@ -89,21 +94,14 @@ class Analysis:
             results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
             self._count(uuid, verdict, now)
         instances: dict[str, InstanceAnalysis] = {}
-        for gpu in snapshot.gpus:
-            for instance in gpu.readings.get("mig") or () if gpu.up else ():
-                jobs = (
-                    self._sources.jobs([p.pid for p in instance.processes], instance.uuid) if instance.processes else []
-                )
-                evidence = _instance_evidence(
-                    snapshot, gpu, instance, jobs, instance.uuid in allocations, host, reports
-                )
-                verdict = self._diagnoser.update(instance.uuid, now, evidence)
-                context = _instance_context(gpu, instance, verdict, jobs, host, reports)
-                tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
-                instances[instance.uuid] = InstanceAnalysis(
-                    gpu, instance, GpuAnalysis(verdict, tuple(jobs), tips, context)
-                )
-                self._count(instance.uuid, verdict, now)
+        for gpu, instance in slices:
+            jobs = slice_jobs[instance.uuid]
+            evidence = _instance_evidence(snapshot, gpu, instance, jobs, instance.uuid in allocations, host, reports)
+            verdict = self._diagnoser.update(instance.uuid, now, evidence)
+            context = _instance_context(gpu, instance, verdict, jobs, host, reports)
+            tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+            instances[instance.uuid] = InstanceAnalysis(gpu, instance, GpuAnalysis(verdict, tuple(jobs), tips, context))
+            self._count(instance.uuid, verdict, now)
         self._forget_instances(set(instances))
         return AnalysisResult(
             gpus=results,
@@ -128,6 +126,11 @@ class Analysis:
             self._state_seconds.pop(uuid, None)
         self._diagnoser.drop(gone)
         self._instances = seen
+
+    def _jobs_in(self, instance: MigInstance) -> list[Job]:
+        if not instance.processes:
+            return []
+        return self._sources.jobs([p.pid for p in instance.processes], instance.uuid)
 
     def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
         processes = gpu.readings.get("processes") if gpu.up else None

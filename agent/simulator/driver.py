@@ -295,7 +295,8 @@ class SimulatedDriver:
             raise CallFailed(h.ERROR_INVALID_ARGUMENT)
         if not entry.mig:
             raise CallFailed(h.ERROR_NOT_SUPPORTED)
-        if entry.feature is not None:
+        # The privileges nvml.h asks for are the GPU's aggregate's: a MIG handle answers for its instance.
+        if entry.feature is not None and mig.gpu.refusal(entry.feature, now) != "no_permission":
             self._require(mig.gpu, entry.feature, now)
         mig.gpu.advance(now)
         return mig

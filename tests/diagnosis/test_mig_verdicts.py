@@ -184,3 +184,20 @@ def test_a_slice_the_kubelet_gave_a_pod_that_runs_nothing_in_it_is_idle():
     found = verdicts(agent)
     assert found[("0", "1", "1g.10gb")][:2] == ("idle", "allocated_no_process")
     assert found[("0", "2", "1g.10gb")][:2] == ("free", "no_process")
+
+
+def test_an_unprivileged_agent_still_finds_each_slices_jobs():
+    # nvml.h: the GPU's aggregate process list in MIG mode needs privileges; a MIG handle's does not.
+    agent = node("""
+    - model: "NVIDIA H100 80GB HBM3"
+      no_permission: [processes]
+      mig:
+        - profile: 3g.40gb
+          sm_activity: 0.9
+          processes: [{pid: 5101, memory: 30GiB, job: {kind: slurm, id: "700", user: ana}}]
+    """)
+    agent.run(70)
+    assert verdicts(agent)[("0", "1", "3g.40gb")][:2] == ("busy", "healthy")
+    assert {r.id for r in agent.accounting.records()} == {"700"}
+    holders = [s.labels for f in agent.registry.collect() for s in f.samples if s.name == "gpulens_mig_allocation_info"]
+    assert [(h["job_id"], h["user"]) for h in holders] == [("700", "ana")]
