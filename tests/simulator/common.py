@@ -79,6 +79,7 @@ def listed(sim, handle) -> list:
         SimpleNamespace(
             pid=r.pid,
             gpuInstanceId=r.gpuInstanceId,
+            computeInstanceId=r.computeInstanceId,
             usedGpuMemory=None if r.usedGpuMemory == h.VALUE_NOT_AVAILABLE_ULL else r.usedGpuMemory,
         )
         for r in records[: count.value]

@@ -12,7 +12,7 @@ import pytest
 from gpulens import gpus
 from gpulens.agent.simulator.scenario import parse_scenario
 
-from .common import raises_nvml, started
+from .common import listed, raises_nvml, started
 from .test_sim_nvml import gpm_metrics
 
 MIXED = textwrap.dedent("""\
@@ -94,14 +94,11 @@ def test_memory_and_processes_per_instance_and_in_aggregate(sim):
     memory = sim.nvmlDeviceGetMemoryInfo(big)
     assert (memory.used, memory.total) == (20 * 2**30, 40448 * 2**20)
     assert sim.nvmlDeviceGetMemoryInfo(small).used == 3 * 2**30
-    listed = {
-        p.pid: (p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId)
-        for p in sim.nvmlDeviceGetComputeRunningProcesses(big)
-    }
-    assert listed == {5101: (20 * 2**30, 1, 0)}
+    mine = {p.pid: (p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId) for p in listed(sim, big)}
+    assert mine == {5101: (20 * 2**30, 1, 0)}
     # The parent lists every instance's processes with their instance ids; their memory only to a
     # privileged caller (the scenario's default, process_memory: unavailable, is the unprivileged one).
-    everyone = {p.pid: (p.usedGpuMemory, p.gpuInstanceId) for p in sim.nvmlDeviceGetComputeRunningProcesses(h100)}
+    everyone = {p.pid: (p.usedGpuMemory, p.gpuInstanceId) for p in listed(sim, h100)}
     assert everyone == {5101: (None, 1), 5102: (None, 2)}
     assert sim.nvmlDeviceGetMemoryInfo(h100).used >= 23 * 2**30
 
