@@ -328,20 +328,18 @@ class JobAccounting:
 
 def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
     """Who holds each GPU, each job's GPU-seconds by state, and its gauges of this cycle."""
-    allocation = GaugeMetricFamily(
+    allocation = _holders(
         "gpulens_gpu_allocation_info",
         "Always 1: a job holding the GPU (Slurm job, Kubernetes pod, container or bare process) and its owner.",
-        labels=(*GPU_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
+        GPU_LABELS,
+        exported.allocations,
     )
-    for labels, job in exported.allocations:
-        allocation.add_metric((*labels, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
-    mig_allocation = GaugeMetricFamily(
+    mig_allocation = _holders(
         "gpulens_mig_allocation_info",
         "Always 1: a job holding the MIG device and its owner, as gpulens_gpu_allocation_info for a GPU.",
-        labels=(*MIG_LABELS, "job_kind", "job_id", "user", "namespace", "pod", "container"),
+        MIG_LABELS,
+        exported.mig_allocations,
     )
-    for device, job in exported.mig_allocations:
-        mig_allocation.add_metric((*device, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
     seconds = CounterMetricFamily(
         "gpulens_job_gpu_state_seconds",
         "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
@@ -388,6 +386,18 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
         value=exported.not_exported,
     )
     yield from (allocation, mig_allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
+
+
+def _holders(
+    name: str, text: str, labels: tuple[str, ...], rows: Iterable[tuple[tuple[str, ...], Job]]
+) -> GaugeMetricFamily:
+    """One series per (device, job holding it), the device's labels then the job's and its owner's."""
+    family = GaugeMetricFamily(
+        name, text, labels=(*labels, "job_kind", "job_id", "user", "namespace", "pod", "container")
+    )
+    for device, job in rows:
+        family.add_metric((*device, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+    return family
 
 
 def _increase(before: float | None, after: float | None) -> float:

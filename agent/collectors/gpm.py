@@ -8,12 +8,14 @@ and, unlike DCGM's profiling fields, does not lock users' own profilers out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.nvml import GpmSample, Nvml
 
 # NVML rejects GPM samples taken closer together than this.
-MIN_SAMPLE_GAP_SECONDS = 0.1
+_MIN_SAMPLE_GAP_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,43 @@ class GpmReading:
     sm_occupancy: float | None
     tensor_activity: float | None
     dram_bandwidth: float | None
+
+
+@dataclass
+class GpmSeries:
+    """One device's GPM across cycles (a GPU's, or a MIG instance's): the last sample, when it was taken,
+    and the metrics it gave, so that each cycle compares its sample with the previous cycle's."""
+
+    sample: GpmSample | None = None
+    taken_at: float = 0.0
+    last: GpmReading | None = None
+
+    def read(self, nvml: Nvml, now: float, take: Callable[[], GpmSample | None]) -> GpmReading | None:
+        """Take a sample with `take` and return the metrics since the previous one; None on the first
+        sample or when `take` gets none. Closer than NVML allows to the previous one: the last metrics."""
+        if self.sample is not None and now - self.taken_at < _MIN_SAMPLE_GAP_SECONDS:
+            return self.last
+        current = take()
+        if current is None:
+            return None
+        previous, self.sample, self.taken_at = self.sample, current, now
+        if previous is None:
+            return None
+        try:
+            metrics = nvml.gpm_metrics(previous, current)
+        finally:
+            previous.free()
+        self.last = GpmReading(**metrics)
+        return self.last
+
+    def free(self) -> None:
+        """Release the sample held; the GPU or the library may already be gone."""
+        sample, self.sample = self.sample, None
+        if sample is not None:
+            try:
+                sample.free()
+            except Exception:  # noqa: BLE001 - the GPU or the library is already gone; nothing left to free
+                pass
 
 
 class GpmCollector(Collector):
@@ -35,31 +74,13 @@ class GpmCollector(Collector):
             state["supported"] = nvml.gpm_supported(gpu.handle)
         if not state["supported"]:
             return None
-        previous, taken_at = state.get("sample"), state.get("taken_at", 0.0)
-        now = gpu.now
-        if previous is not None and now - taken_at < MIN_SAMPLE_GAP_SECONDS:
-            return state.get("last")
-        current = nvml.gpm_sample(gpu.handle)
-        if current is None:
-            return None
-        state["sample"], state["taken_at"] = current, now
-        if previous is None:
-            return None
-        try:
-            metrics = nvml.gpm_metrics(previous, current)
-        finally:
-            previous.free()
-        reading = GpmReading(**metrics)
-        state["last"] = reading
-        return reading
+        series: GpmSeries = state.setdefault("series", GpmSeries())
+        return series.read(nvml, gpu.now, lambda: nvml.gpm_sample(gpu.handle))
 
     def forget(self, state) -> None:
-        sample = state.pop("sample", None)
-        if sample is not None:
-            try:
-                sample.free()
-            except Exception:  # noqa: BLE001 - the GPU or the library is already gone; nothing left to free
-                pass
+        series = state.pop("series", None)
+        if series is not None:
+            series.free()
         state.pop("supported", None)
 
     def metrics(self, snapshot, interval):

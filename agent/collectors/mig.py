@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpulens import gpus
 from gpulens.agent.collectors.base import Collector, GpuContext, readings
-from gpulens.agent.collectors.gpm import MIN_SAMPLE_GAP_SECONDS, GpmReading
+from gpulens.agent.collectors.gpm import GpmReading, GpmSeries
 from gpulens.agent.nvml import GpmSample, MigDevice, NvmlCallError, ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot
 
@@ -50,21 +50,10 @@ class MigInstance:
 
 
 @dataclass
-class _InstanceGpm:
-    """One MIG device's GPM across cycles: the last sample, when it was taken, the metrics it gave."""
+class _InstanceGpm(GpmSeries):
+    """One MIG device's GPM across cycles, and whether its GPU gives GPM per instance at all."""
 
-    sample: GpmSample | None = None
-    taken_at: float = 0.0
-    last: GpmReading | None = None
     supported: bool = True
-
-    def free(self) -> None:
-        sample, self.sample = self.sample, None
-        if sample is not None:
-            try:
-                sample.free()
-            except Exception:  # noqa: BLE001 - the GPU or the library is already gone; nothing left to free
-                pass
 
 
 class MigCollector(Collector):
@@ -177,23 +166,17 @@ def _isolated(gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | 
 def _read_gpm(nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> GpmReading | None:
     """Return the GPM metrics of the device's GPU instance between the previous cycle's sample and this
     one's; None on its first cycle, before Hopper, or where its GPU instance id is unknown."""
-    if not state.supported or device.gpu_instance is None:
+    gpu_instance = device.gpu_instance
+    if not state.supported or gpu_instance is None:
         return None
-    if state.sample is not None and gpu.now - state.taken_at < MIN_SAMPLE_GAP_SECONDS:
-        return state.last
-    current = nvml.gpm_mig_sample(gpu.handle, device.gpu_instance)
-    if current is None:
-        state.supported = False  # NOT_SUPPORTED before Hopper: asked once per instance, not every cycle
-        return None
-    previous, state.sample, state.taken_at = state.sample, current, gpu.now
-    if previous is None:
-        return None
-    try:
-        metrics = nvml.gpm_metrics(previous, current)
-    finally:
-        previous.free()
-    state.last = GpmReading(**metrics)
-    return state.last
+
+    def take() -> GpmSample | None:
+        current = nvml.gpm_mig_sample(gpu.handle, gpu_instance)
+        if current is None:
+            state.supported = False  # NOT_SUPPORTED before Hopper: asked once per instance, not every cycle
+        return current
+
+    return state.read(nvml, gpu.now, take)
 
 
 def _gauge(
