@@ -7,7 +7,7 @@ The rules, in order:
   must carry one of `client_allowed_sans`, when given.
 - With `basic_auth_users` set, every other path needs a user's credentials, except the config's
   `auth_excluded_paths`; as with exporter-toolkit, a client certificate does not replace the password.
-- A request that starts work (WORK_PATHS: a probe run) needs an authenticated client (a password, or a
+- A request that starts work (WORK_PATHS: a probe run, a trace of a job) needs an authenticated client (a password, or a
   verified certificate) when any auth is configured. With none configured it is served to loopback
   clients only, so that an open agent on the cluster network cannot be made to run kernels by anyone
   who reaches its port.
@@ -25,7 +25,7 @@ from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, peer_names
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz"})
-WORK_PATHS = frozenset({"/api/v1/probes/run"})
+WORK_PATHS = frozenset({"/api/v1/probes/run", "/api/v1/traces/run"})
 PEER_CERT = "gpulens.peer_cert"  # the environ key where the server puts a verified client certificate
 REALM = 'Basic realm="gpulens", charset="UTF-8"'
 

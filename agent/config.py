@@ -211,6 +211,31 @@ class AgentConfig:
         "(busy time, energy, memory, tips) as series, for 'gpulens report "
         "--prometheus' (about 15 series per job)",
     )
+    traces_max_steps: int = _setting(
+        "--traces.max-steps",
+        _whole,
+        "200",
+        "most steps a trace of a job may cover (gpulens trace --steps); each job caps it at 1000 too",
+        low="1",
+        high="1000",
+    )
+    traces_max_duration: float = _setting(
+        "--traces.max-duration",
+        parse_duration,
+        "5m",
+        "longest a job's trace may run before the job stops it, whatever its steps",
+        low="1s",
+        high="1h",
+    )
+    traces_auto_after: float = _setting(
+        "--traces.auto-after",
+        parse_duration,
+        "0s",
+        "trace a job by itself once its GPU has been data_starved or underutilized this long "
+        "(at most once a day per job); 0 for never",
+        low="0s",
+        high="7d",
+    )
     pod_resources_socket: str = _setting(
         "--kubelet.pod-resources-socket",
         _text,

@@ -33,7 +33,7 @@ from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.sources import LiveSources
-from gpulens.agent.webconfig import WebConfigError, WebConfigFile
+from gpulens.agent.webconfig import PLAIN, WebConfigError, WebConfigFile
 
 log = logging.getLogger("gpulens.agent")
 
@@ -192,16 +192,22 @@ def main(argv: Sequence[str]) -> int:
                 receiver.socket_path,
                 error.strerror or error,
             )
+    traces = _traces(config, receiver, sampler, registry) if receiver is not None and receiver.running else None
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
     accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
     exposition = ExpositionCache(registry, sampler)
     sampler.stages = (*sampler.stages, exposition)  # rendered after each cycle, not in the scrape
     app = AgentApp(
-        sampler, registry, [c.name for c in sampler.collectors], mode, jobs=accounting, exposition=exposition
+        sampler,
+        registry,
+        [c.name for c in sampler.collectors],
+        mode,
+        jobs=accounting,
+        exposition=exposition,
+        traces=traces,
     )
-    if web is not None:
-        app = Guard(app, web.current)
+    app = guarded(app, web)
     try:
         server = serve(app, host, port, tls=(lambda: web.current().tls) if web is not None else None)
     except OSError as error:
@@ -232,6 +238,37 @@ def main(argv: Sequence[str]) -> int:
         server.server_close()
         if accounting is not None and accounting.ledger is not None:
             accounting.ledger.close()
+        if traces is not None:
+            traces.control.stop()
         if receiver is not None:
             receiver.stop()
     return 0
+
+
+def guarded(app, web: WebConfigFile | None) -> Guard:
+    """Return `app` behind the access rules: with no web config, work (a probe, a trace) starts from loopback only."""
+    return Guard(app, web.current if web is not None else lambda: PLAIN)
+
+
+def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
+    """Listen for jobs' control connections beside the reports socket; None (logged) when that fails."""
+    from gpulens.agent.jobs.control import ControlServer, control_path
+    from gpulens.agent.jobs.traces import TraceCollector, Traces
+
+    traces = Traces(
+        None,
+        receiver.latest,
+        max_steps=config.traces_max_steps,
+        max_seconds=config.traces_max_duration,
+        auto_after=config.traces_auto_after,
+    )
+    control = ControlServer(control_path(receiver.socket_path), traces.on_message)
+    try:
+        control.start()
+    except ReceiverError as error:
+        log.warning("traces of jobs disabled: %s", error)
+        return None
+    traces.control = control
+    registry.register(TraceCollector(traces))
+    sampler.stages = (*sampler.stages, traces)
+    return traces

@@ -1,4 +1,4 @@
-"""The agent's HTTP endpoints: /metrics, /healthz and a landing page at /."""
+"""The agent's HTTP endpoints: /metrics, /healthz, the job ledger, probes, traces and a landing page at /."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from gpulens import __version__
 from gpulens.agent.access import PEER_CERT
 from gpulens.agent.exposition import ExpositionCache
+from gpulens.agent.jobs.traces import DEFAULT_STEPS, TraceError, job_pids
 from gpulens.agent.jobs_api import BadQuery, answer
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
@@ -118,10 +119,18 @@ class AgentApp:
     """The WSGI application; reads the sampler's snapshot, never NVML."""
 
     def __init__(
-        self, sampler, registry: CollectorRegistry, collectors: list[str], mode: str, jobs=None, exposition=None
+        self,
+        sampler,
+        registry: CollectorRegistry,
+        collectors: list[str],
+        mode: str,
+        jobs=None,
+        exposition=None,
+        traces=None,
     ):
         self._sampler = sampler
         self._jobs = jobs  # gpulens.agent.accounting.JobAccounting: serves /api/v1/jobs
+        self._traces = traces  # gpulens.agent.jobs.traces.Traces: serves /api/v1/traces (None: no in-job channel)
         self._metrics = exposition or ExpositionCache(registry, sampler)
         self._collectors = collectors
         self._mode = mode
@@ -133,6 +142,10 @@ class AgentApp:
             if method != "POST":
                 return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
             return self._probe_run(environ, start_response)
+        if path == "/api/v1/traces/run":
+            if method != "POST":
+                return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
+            return self._trace_run(environ, start_response)
         if method not in ("GET", "HEAD"):
             return _respond(start_response, "405 Method Not Allowed", "text/plain", b"only GET is served\n")
         if path == "/metrics":
@@ -143,6 +156,8 @@ class AgentApp:
             return self._job_ledger(environ, start_response)
         if path == "/api/v1/probes":
             return self._probe_history(start_response)
+        if path == "/api/v1/traces":
+            return self._trace_list(environ, start_response)
         if path == "/":
             return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
         return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
@@ -213,6 +228,52 @@ class AgentApp:
         probes.request(gpu.identity.uuid)
         return _json(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})
 
+    def _trace_run(self, environ, start_response):
+        """Ask a job (?job=ID) or processes (?pid=N, repeatable) for a trace of ?steps=N steps (202)."""
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        unknown = set(query) - {"pid", "job", "steps"}
+        try:
+            if unknown:
+                raise TraceError(400, f"unknown parameter {sorted(unknown)[0]!r}; use pid, job and steps")
+            steps = _whole(query.get("steps", [str(DEFAULT_STEPS)])[-1], "steps")
+            job = query.get("job", [""])[-1]
+            pids = [_whole(p, "pid") for p in query.get("pid", [])]
+            if bool(job) == bool(pids):
+                raise TraceError(400, "name either a job (?job=ID) or processes (?pid=N), not both and not neither")
+            if self._traces is None:
+                raise TraceError(
+                    503,
+                    "traces need the in-job channel, which this agent does not have (a simulated node, "
+                    "or --jobs.socket is empty)",
+                )
+            if job:
+                pids = job_pids(self._sampler.snapshot, job)
+                if not pids:
+                    raise TraceError(404, f"no job {job!r} holds a GPU on this node; give its id or its pod's name")
+            trace_id = self._traces.start(pids, steps, job=job)
+        except TraceError as error:
+            status = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}.get(
+                error.status, "503 Service Unavailable"
+            )
+            return _json(start_response, status, {"error": str(error)})
+        runs = [r.to_dict() for r in self._traces.runs(trace_id)]
+        return _json(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
+
+    def _trace_list(self, environ, start_response):
+        """Traces asked of this node's jobs, newest first: ?id=, ?pid=, ?job= narrow them."""
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        unknown = set(query) - {"id", "pid", "job"}
+        try:
+            if unknown:
+                raise TraceError(400, f"unknown parameter {sorted(unknown)[0]!r}; use id, pid and job")
+            pid = _whole(query["pid"][-1], "pid") if "pid" in query else None
+        except TraceError as error:
+            return _json(start_response, "400 Bad Request", {"error": str(error)})
+        if self._traces is None:
+            return _json(start_response, "200 OK", {"enabled": False, "traces": []})
+        runs = self._traces.runs(query.get("id", [""])[-1], pid, query.get("job", [""])[-1])
+        return _json(start_response, "200 OK", {"enabled": True, "traces": [r.to_dict() for r in runs]})
+
     def _landing(self) -> str:
         s = self._sampler.snapshot
         rows = "".join(
@@ -250,6 +311,13 @@ def _verdict_cell(snapshot, uuid: str) -> str:
     if found.tips:
         cell += f"<br>{html.escape(found.tips[0].text)}"
     return cell
+
+
+def _whole(text: str, name: str) -> int:
+    """Return a positive whole number from a query parameter, or raise TraceError(400) saying how to write it."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+        raise TraceError(400, f"{name}={text[:20]!r} is not a positive whole number; write e.g. {name}=20")
+    return int(text)
 
 
 def _json(start_response, status: str, body: dict):

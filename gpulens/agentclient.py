@@ -1,5 +1,6 @@
-"""How gpulens tools read an agent (the dashboard's agents source, reports): its /metrics text and its
-/api/v1/jobs ledger, with the credentials GPULENS_AGENT_* give (gpulens/credentials.py)."""
+"""How gpulens tools read an agent (the dashboard's agents source, reports, `gpulens trace`): its /metrics
+text, its /api/v1/jobs ledger and its /api/v1/traces, with the credentials GPULENS_AGENT_* give
+(gpulens/credentials.py)."""
 
 from __future__ import annotations
 
@@ -54,4 +55,26 @@ class AgentClient(HttpClient):
             )
         if not isinstance(body, dict):
             raise self.error("did not answer JSON at /api/v1/jobs; is it a gpulens agent?")
+        return body
+
+    def start_trace(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Ask the agent for a trace (POST /api/v1/traces/run); return its answer, {"id": ..., "traces": [...]}."""
+        return self._traces_answer(self.post("/api/v1/traces/run", params), "/api/v1/traces/run")
+
+    def traces(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Return the agent's /api/v1/traces answer: {"enabled": bool, "traces": [...]}, newest first."""
+        return self._traces_answer(self.get("/api/v1/traces", params), "/api/v1/traces")
+
+    def _traces_answer(self, response, path: str) -> dict[str, Any]:
+        try:
+            body = parse_json(response)
+        except ValueError:
+            body = None
+        if not response.ok:
+            detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
+            if response.status_code == 404 and not isinstance(body, dict):
+                detail += "; is it a gpulens agent new enough to take traces?"
+            raise self.error(f"answered HTTP {response.status_code} to {path}: {detail}")
+        if not isinstance(body, dict) or not isinstance(body.get("traces"), list):
+            raise self.error(f"did not answer a trace list at {path}; is it a gpulens agent?")
         return body

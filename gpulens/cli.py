@@ -21,6 +21,8 @@ commands:
   demo       a simulated fleet of several nodes and the dashboard reading it (no GPU needed)
   report     GPU usage reports: 'report job ID' for one job, 'report fleet --since 7d --by user'
              for a period (from agents' ledgers, the agents themselves or Prometheus)
+  trace      ask this node's agent for a PyTorch trace of a running job and print where its step
+             time goes: 'gpulens trace --job ID' (the job uses gpulens.torch)
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
@@ -60,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpulens.report.cli import run as report_main
 
         return report_main(rest)
+    if command == "trace":
+        from gpulens.tracecli import main as trace_main
+
+        return trace_main(rest)
     if command == "probe":
         from gpulens.probes.cli import main as probe_main
 

@@ -34,9 +34,9 @@ OVERLOADED = "it may be overloaded"
 
 
 class HttpClient:
-    """GET requests to one server, from any thread; counts them (`requests_made`). `name` names the server in
-    messages; `unreachable`, `refused` and `slow` are the fixes for no answer, for HTTP 401 or 403, and for
-    no answer within `timeout` seconds."""
+    """GET (and the odd POST) requests to one server, from any thread; counts them (`requests_made`).
+    `name` names the server in messages; `unreachable`, `refused` and `slow` are the fixes for no answer,
+    for HTTP 401 or 403, and for no answer within `timeout` seconds."""
 
     def __init__(
         self,
@@ -75,11 +75,18 @@ class HttpClient:
         self, path: str, params: Mapping[str, object] | None = None, accept: str = "application/json"
     ) -> requests.Response:
         """Return the server's answer to GET `path`; raise HttpError when there is none, and for 401 and 403."""
+        return self._request("GET", path, params, accept)
+
+    def post(self, path: str, params: Mapping[str, object] | None = None) -> requests.Response:
+        """Return the server's answer to POST `path` (parameters in the query, no body); as `get` otherwise."""
+        return self._request("POST", path, params, "application/json")
+
+    def _request(self, method: str, path: str, params: Mapping[str, object] | None, accept: str) -> requests.Response:
         with self._lock:
             self.requests_made += 1
         try:
-            response = self._session.get(
-                self.url + path, params=params, timeout=self.timeout, headers={"Accept": accept}
+            response = self._session.request(
+                method, self.url + path, params=params, timeout=self.timeout, headers={"Accept": accept}
             )
         except requests.Timeout:
             raise self.error(f"did not answer within {self.timeout:g} s; {self._slow}") from None
@@ -90,7 +97,8 @@ class HttpClient:
         if response.status_code == 401:
             raise self.error(f"asks for credentials; {self._refused}")
         if response.status_code == 403:
-            raise self.error(f"refused the credentials (HTTP 403); {self._refused}")
+            said = " ".join(response.text.split())[:200] if method != "GET" else ""
+            raise self.error(f"refused the credentials (HTTP 403{': ' + said if said else ''}); {self._refused}")
         return response
 
     def said(self, text: object, limit: int = 300) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpulens import checks
@@ -148,8 +148,90 @@ class JobReport:
         return self.step.count / self.window_seconds
 
 
+TRACE_STATES = ("started", "refused", "done", "failed")
+TRACE_ENDINGS = ("steps", "time", "end_of_pass", "exit")
+TRACE_PARTS = ("data_wait", "host", "compute", "communication")
+_MAX_PATH = 4096
+_MAX_RANKED = 10
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """Where a traced job's step time went (gpulens.torch.summary), as the job sent it."""
+
+    steps: int
+    step_seconds: float
+    device: str
+    shares: dict[str, float]  # one per TRACE_PARTS, adding up to 1
+    bottleneck: str | None
+    top_operators: tuple[tuple[str, float, int], ...]  # (name, seconds, count)
+    top_kernels: tuple[tuple[str, float, int], ...]
+    peak_allocated_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "step_seconds": self.step_seconds,
+            "device": self.device,
+            "shares": dict(self.shares),
+            "bottleneck": self.bottleneck,
+            "top_operators": [{"name": n, "seconds": s, "count": c} for n, s, c in self.top_operators],
+            "top_kernels": [{"name": n, "seconds": s, "count": c} for n, s, c in self.top_kernels],
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class TraceUpdate:
+    """A job's answer to a trace request ("started", "refused", "failed") or its result ("done")."""
+
+    pid: int  # as the job claims; the control server checks it against the connection's credentials
+    id: str
+    state: str
+    reason: str | None
+    ended: str | None  # why a trace stopped: TRACE_ENDINGS
+    path: str | None  # the compressed trace, as the job's file system names it
+    summary: TraceSummary | None
+
+
 def parse(data: bytes) -> JobReport:
     """Return the report in `data`, or raise BadMessage naming the first problem found."""
+    document = _document(data)
+    try:
+        return _report(document)
+    except checks.Invalid as invalid:
+        raise BadMessage(str(invalid)) from None
+
+
+def parse_trace(data: bytes) -> TraceUpdate:
+    """Return the trace answer or result in `data` (from the control connection), or raise BadMessage."""
+    document = _document(data)
+    try:
+        top = _Object(document, "", ("v", "pid", "trace"))
+        pid = top.integer("pid", 1, _MAX_PID)
+        o = top.object("trace")
+        update = TraceUpdate(
+            pid=pid,
+            id=o.string("id", 64),
+            state=checks.choice(o._get("state", nullable=False), "field trace.state", TRACE_STATES),
+            reason=o.text("reason", 300, nullable=True),
+            ended=None,
+            path=o.text("path", _MAX_PATH, nullable=True),
+            summary=None,
+        )
+        ended = o._get("ended", nullable=True)
+        found = o.object("summary", nullable=True)
+        return replace(
+            update,
+            ended=None if ended is None else checks.choice(ended, "field trace.ended", TRACE_ENDINGS),
+            summary=None if found is None else _summary(found),
+        )
+    except checks.Invalid as invalid:
+        raise BadMessage(str(invalid)) from None
+
+
+def _document(data: bytes) -> dict[str, Any]:
+    """Return the JSON object in `data`, checked for size, encoding and version."""
     if len(data) > MAX_MESSAGE_BYTES:
         raise BadMessage(f"too large: {len(data)} bytes, the limit is {MAX_MESSAGE_BYTES}")
     try:
@@ -171,11 +253,7 @@ def parse(data: bytes) -> JobReport:
     version = document["v"]
     if type(version) is not int or version != VERSION:
         raise BadMessage(f"v {checks.shown(version)} not supported; this agent reads v {VERSION}")
-
-    try:
-        return _report(document)
-    except checks.Invalid as invalid:
-        raise BadMessage(str(invalid)) from None
+    return document
 
 
 def _report(document: dict[str, Any]) -> JobReport:
@@ -198,6 +276,38 @@ def _report(document: dict[str, Any]) -> JobReport:
         device=device,
         memory=None if memory is None else _memory(memory),
     )
+
+
+def _summary(o: _Object) -> TraceSummary:
+    shares = o.object("shares")
+    values = {
+        part: checks.number(shares._get(part, False), f"field summary.shares.{part}", 0, 1) for part in TRACE_PARTS
+    }
+    if abs(sum(values.values()) - 1) > 0.01 and any(values.values()):
+        raise BadMessage(f"field summary.shares: add up to {sum(values.values()):.3f}, not 1")
+    bottleneck = o._get("bottleneck", nullable=True)
+    return TraceSummary(
+        steps=o.integer("steps", 0, _MAX_COUNT),
+        step_seconds=o.seconds("step_seconds"),
+        device=o.string("device", 16),
+        shares=values,
+        bottleneck=None if bottleneck is None else checks.choice(bottleneck, "field summary.bottleneck", TRACE_PARTS),
+        top_operators=_ranking(o, "top_operators"),
+        top_kernels=_ranking(o, "top_kernels"),
+        peak_allocated_bytes=o.integer("peak_allocated_bytes", 0, _MAX_BYTES, nullable=True),
+    )
+
+
+def _ranking(o: _Object, name: str) -> tuple[tuple[str, float, int], ...]:
+    where = f"field summary.{name}"
+    entries = checks.items(o._get(name, nullable=False), where)
+    if len(entries) > _MAX_RANKED:
+        raise BadMessage(f"{where}: more than {_MAX_RANKED} entries")
+    ranked = []
+    for index, entry in enumerate(entries):
+        item = _Object(entry, f"summary.{name}[{index}]", ("name", "seconds", "count"))
+        ranked.append((item.text("name", 200), item.seconds("seconds"), item.integer("count", 0, _MAX_COUNT)))
+    return tuple(ranked)
 
 
 def _step(o: _Object) -> StepTiming:
@@ -289,6 +399,19 @@ class _Object:
     def seconds(self, name: str) -> float:
         return checks.number(self._get(name, nullable=False), self._field(name), 0, _MAX_SECONDS)
 
+    def text(self, name: str, max_length: int, nullable: bool = False) -> str | None:
+        """A free-form string (a path, a reason, a kernel's name): printable, bounded; never a label value."""
+        value = self._get(name, nullable)
+        if value is None:
+            return None
+        if type(value) is not str:
+            raise BadMessage(f"field {self._prefix}{name}: expected a string, got {checks.described(value)}")
+        if len(value) > max_length:
+            raise BadMessage(f"field {self._prefix}{name}: longer than {max_length} characters")
+        if not value.isprintable():
+            raise BadMessage(f"field {self._prefix}{name}: has control characters")
+        return value
+
     def boolean(self, name: str) -> bool | None:
         value = self._get(name, nullable=True)
         return None if value is None else checks.flag(value, self._field(name))
@@ -312,6 +435,18 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     "dataloader": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
     "precision": ("autocast", "autocast_dtype", "matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision"),
     "device": ("type", "index", "uuid"),
+    "trace": ("id", "state", "reason", "ended", "path", "summary"),
+    "summary": (
+        "steps",
+        "step_seconds",
+        "device",
+        "shares",
+        "bottleneck",
+        "top_operators",
+        "top_kernels",
+        "peak_allocated_bytes",
+    ),
+    "shares": TRACE_PARTS,
     "memory": (
         "allocated_bytes",
         "allocated_peak_bytes",

@@ -133,6 +133,11 @@ class Receiver:
 
     # -- what the rest of the agent reads -------------------------------------------------------------
 
+    @property
+    def running(self) -> bool:
+        """Whether the socket is bound and the loop runs (start() succeeded and stop() was not called)."""
+        return self._thread is not None
+
     def latest(self) -> dict[int, JobReport]:
         """Return each process's last accepted report, by kernel-verified pid, leaving out expired ones."""
         with self._lock:
@@ -192,7 +197,7 @@ class Receiver:
         except BadMessage as error:
             self._tell_once(job, sender, f"rejected a report from pid {sender.pid}: {error}")
             return "bad_message"
-        if report.pid != sender.pid and report.pid != self._innermost_pid(sender.pid):
+        if report.pid != sender.pid and report.pid != innermost_pid(sender.pid, self._proc_root):
             self._tell_once(job, sender, f"pid {sender.pid} sent a report claiming pid {report.pid}; dropped")
             return "pid_mismatch"
         with self._lock:
@@ -232,26 +237,27 @@ class Receiver:
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _innermost_pid(self, pid: int) -> int | None:
-        """Return `pid`'s pid in its own pid namespace (the last NSpid entry), or None when unreadable.
-
-        A job in a container sees its own pid (say 7) while the kernel gives the agent, in the host
-        namespace, the host pid (say 81234); /proc/81234/status then reads "NSpid: 81234 7".
-        """
-        try:
-            with open(os.path.join(self._proc_root, str(pid), "status"), "rb") as status:
-                for line in status:
-                    if line.startswith(b"NSpid:"):
-                        return int(line.split()[-1])
-        except (OSError, ValueError):
-            pass  # the process is gone, or /proc is not ours to read: the claim cannot be verified
-        return None
-
     def _tell_once(self, job: _Job, sender: Credentials, text: str) -> None:
         # One line per process, so that one job sending the wrong thing every 5 s does not flood the log.
         if not job.told_why:
             job.told_why = True
             log.info("%s (uid %d)", text, sender.uid)
+
+
+def innermost_pid(pid: int, proc_root: str = "/proc") -> int | None:
+    """Return `pid`'s pid in its own pid namespace (the last NSpid entry), or None when unreadable.
+
+    A job in a container sees its own pid (say 7) while the kernel gives the agent, in the host
+    namespace, the host pid (say 81234); /proc/81234/status then reads "NSpid: 81234 7".
+    """
+    try:
+        with open(os.path.join(proc_root, str(pid), "status"), "rb") as status:
+            for line in status:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass  # the process is gone, or /proc is not ours to read: the claim cannot be verified
+    return None
 
 
 def _credentials(ancillary: list[tuple[int, int, bytes]]) -> Credentials | None:
@@ -269,7 +275,7 @@ def _bind(path: str) -> socket.socket:
         # Sending needs search permission on the directory and write permission on the socket, no more:
         # a world-writable directory would let any user put their own file where jobs look for the agent.
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        _remove_stale(path)
+        remove_stale(path, socket.SOCK_DGRAM)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     except OSError as error:
         raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
@@ -287,15 +293,15 @@ def _bind(path: str) -> socket.socket:
 _FIX = "give the agent write access to that directory or choose another socket path"
 
 
-def _remove_stale(path: str) -> None:
-    """Remove a socket left at `path` by an agent that is gone; refuse anything else found there."""
+def remove_stale(path: str, kind: int) -> None:
+    """Remove a socket (of `kind`) left at `path` by an agent that is gone; refuse anything else there."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     if not stat.S_ISSOCK(mode):
         raise ReceiverError(f"{path} exists and is not a socket; remove it or choose another socket path")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    probe = socket.socket(socket.AF_UNIX, kind)
     try:
         probe.connect(path)
     except ConnectionRefusedError:

@@ -12,6 +12,10 @@ caching allocator's statistics, which no process but the job itself can read.
 It never raises into the job and never waits: every failure (no agent, a full socket buffer, a
 torch API this version lacks) is counted in `Instrumented.failures` and the loop goes on. It starts
 no thread; a report is built and sent from inside `next()`, once per interval.
+
+At each report it also reads the agent's control socket, where the agent may ask for a trace of the
+next steps (`gpulens trace`; see gpulens.torch.tracing). `traces=False`, or GPULENS_TRACES=0, turns
+that off: the job then never connects.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from gpulens.torch import readings, sender
+from gpulens.torch import readings, sender, tracing
 
 __all__ = ["Instrumented", "instrument"]
 
@@ -46,14 +50,20 @@ def instrument(
     model: Any = None,
     interval: float = DEFAULT_INTERVAL_SECONDS,
     socket_path: str | None = None,
+    traces: bool | None = None,
+    trace_dir: str | None = None,
 ) -> Instrumented:
     """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds.
 
     `iterable` is usually a DataLoader (its settings are then reported), but any iterable works.
     `model`, if given, gets a forward pre-hook that notes once per step whether autocast is on.
     `socket_path` defaults to $GPULENS_SOCKET, else /run/gpulens/jobs.sock.
+    `traces` says whether the agent may ask for a trace (default: yes, unless GPULENS_TRACES=0), and
+    `trace_dir` where traces are written (default: $GPULENS_TRACE_DIR, else ~/.cache/gpulens/traces).
     """
-    return Instrumented(iterable, model=model, interval=interval, socket_path=socket_path)
+    return Instrumented(
+        iterable, model=model, interval=interval, socket_path=socket_path, traces=traces, trace_dir=trace_dir
+    )
 
 
 class Instrumented:
@@ -70,6 +80,8 @@ class Instrumented:
         model: Any = None,
         interval: float = DEFAULT_INTERVAL_SECONDS,
         socket_path: str | None = None,
+        traces: bool | None = None,
+        trace_dir: str | None = None,
     ):
         self.failures: Counter[str] = Counter()  # what went wrong, by kind; nothing is ever raised
         self.reports_sent = 0
@@ -94,8 +106,23 @@ class Instrumented:
         self._autocast: bool | None = None
         self._autocast_dtype: str | None = None
         self._autocast_device: str | None = None  # the model's device type, found at its first forward
+        self._device_type = "cpu"  # as the last report found it
         if model is not None:
             self._watch(model)
+        # Traces the agent asks for: the connection is opened at the first report, polled at each.
+        self._tracer: tracing.Tracer | None = None
+        self._control: sender.Control | None = None
+        if tracing.traces_allowed(traces):
+            this = weakref.ref(self)  # the tracer outlives the wrapper (see _abandon): it must not hold it
+            self._tracer = tracing.Tracer(
+                tracing.trace_directory(trace_dir),
+                os.getpid(),
+                self.failures,
+                peak_memory=lambda: wrapper._peak_memory() if (wrapper := this()) is not None else None,
+            )
+            self._control = sender.Control(sender.control_path(self._path))
+            # A trace still running when the loader is dropped or the process exits is ended and written.
+            weakref.finalize(self, _abandon, self._tracer, self._control, self.failures)
 
     def __len__(self) -> int:
         return len(self._iterable)
@@ -113,13 +140,21 @@ class Instrumented:
     def __next__(self) -> Any:
         if self._iterator is None:
             self.__iter__()
+        tracer = self._tracer
+        tracing_now = tracer is not None and tracer.running
+        if tracing_now:
+            tracer.wait_started()
         start = time.perf_counter()
         try:
             batch = next(self._iterator)
         except StopIteration:
+            if tracing_now:
+                self._tell(tracer.finish("end_of_pass"))
             self._end_of_pass()
             raise
         now = time.perf_counter()
+        if tracing_now:
+            self._tell(tracer.batch_arrived())  # writing a finished trace counts in this step's body
         self._batches += 1
         self._steps += 1
         self._wait += now - start + self._iter_wait
@@ -185,8 +220,11 @@ class Instrumented:
         self._steps = 0
         self._wait = 0.0
         self._total = 0.0
-        if data is None:
-            return
+        if data is not None:
+            self._send(data)
+        self._poll_agent()
+
+    def _send(self, data: bytes) -> None:
         try:
             sender.send(data, self._path)
         except (FileNotFoundError, ConnectionRefusedError):
@@ -202,6 +240,7 @@ class Instrumented:
         """Return the v1 report for the window that ends at `now` (see gpulens.agent.jobs.messages)."""
         device = self._devices.device(self._model)
         self._autocast_device = device["type"]  # the model may have moved since its first forward
+        self._device_type = device["type"]
         return {
             "v": VERSION,
             "pid": os.getpid(),
@@ -222,6 +261,31 @@ class Instrumented:
             "memory": readings.memory_stats(device, self.failures),
         }
 
+    # -- traces the agent asks for --------------------------------------------------------------------
+
+    def _poll_agent(self) -> None:
+        """Read the agent's requests (at most one trace starts) and answer each."""
+        if self._control is None:
+            return
+        try:
+            requests = self._control.poll()
+        except (FileNotFoundError, ConnectionRefusedError):
+            return  # no agent, or one without traces: nothing is wrong, and the next report tries again
+        except OSError:
+            self.failures["control"] += 1
+            return
+        for data in requests:
+            self._tell(self._tracer.request(data, self._device_type))
+
+    def _tell(self, message: dict[str, Any] | None) -> None:
+        """Send a trace's answer or result to the agent; on failure, count it (the trace file stays)."""
+        if message is not None:
+            _answer(self._control, message, self.failures)
+
+    def _peak_memory(self) -> int | None:
+        memory = readings.memory_stats(self._devices.device(self._model), self.failures)
+        return memory.get("allocated_peak_bytes") if memory else None
+
     def _fail(self, kind: str, text: str) -> None:
         self.failures[kind] += 1
         if self.failures[kind] == 1:
@@ -237,3 +301,27 @@ def _checked_interval(interval: Any) -> float:
         stacklevel=3,
     )
     return DEFAULT_INTERVAL_SECONDS
+
+
+def _answer(control: sender.Control, message: dict[str, Any], failures: Counter) -> None:
+    try:
+        data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        if len(data) > sender.MAX_CONTROL_BYTES and message["trace"]["summary"] is not None:
+            # Long kernel names: the shares matter more than the rankings.
+            message["trace"]["summary"].update(top_operators=[], top_kernels=[])
+            data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        control.send(data)
+    except Exception:  # noqa: BLE001 - the agent not hearing of a trace is never worth a crash
+        failures["control"] += 1
+
+
+def _abandon(tracer: tracing.Tracer, control: sender.Control, failures: Counter) -> None:
+    """End a trace whose loader was dropped, or whose process is exiting (weakref.finalize calls it then too)."""
+    try:
+        message = tracer.finish("exit")
+    except Exception:  # noqa: BLE001 - at interpreter exit torch may be half gone
+        failures["trace"] += 1
+        return
+    if message is not None:
+        _answer(control, message, failures)
+    control.close()

@@ -31,3 +31,70 @@ def send(data: bytes, path: str) -> None:
         sock.setblocking(False)
         _socket = sock
     _socket.sendto(data, path)
+
+
+# -- the control connection: how the agent asks a job for a trace ---------------------------------------
+
+CONTROL_SOCKET_NAME = "traces.sock"
+MAX_CONTROL_BYTES = 8192
+
+
+def control_path(report_path: str) -> str:
+    """Return where the agent accepts control connections: `traces.sock` beside the reports socket."""
+    return os.path.join(os.path.dirname(report_path) or ".", CONTROL_SOCKET_NAME)
+
+
+class Control:
+    """A job's connection to the agent's control socket, opened lazily and polled, never waited on.
+
+    A Unix SOCK_SEQPACKET connection: the agent learns who connected from the kernel (SO_PEERCRED),
+    messages keep their boundaries, and connecting needs only write permission on the socket file, so
+    a read-only mount of the agent's directory is enough. `poll()` and `send()` raise OSError on any
+    failure and drop the connection; the next `poll()` connects again (an agent that restarted).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._socket: socket.socket | None = None
+
+    def poll(self) -> list[bytes]:
+        """Return the messages the agent has sent since the last poll, connecting first if needed."""
+        if self._socket is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.setblocking(False)
+            try:
+                sock.connect(self.path)
+            except OSError:
+                sock.close()
+                raise
+            self._socket = sock
+        messages = []
+        while True:
+            try:
+                data = self._socket.recv(MAX_CONTROL_BYTES)
+            except BlockingIOError:
+                return messages
+            except OSError:
+                self.close()
+                raise
+            if not data:  # the agent closed the connection: it stopped, or restarted
+                self.close()
+                return messages
+            messages.append(data)
+
+    def send(self, data: bytes) -> None:
+        """Send one message to the agent now, or raise OSError (no connection, a full buffer)."""
+        if self._socket is None:
+            raise ConnectionRefusedError("not connected to the agent's control socket")
+        try:
+            self._socket.send(data)
+        except BlockingIOError:
+            raise
+        except OSError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None

@@ -1,0 +1,215 @@
+"""The control socket: where jobs that accept trace requests stay connected, so that the agent can ask.
+
+`traces.sock` sits beside the reports socket (`jobs.sock`). A job using gpulens.torch connects at its
+first report with a Unix SOCK_SEQPACKET connection, which keeps message boundaries and tells the
+agent who connected: the kernel's SO_PEERCRED (pid, uid, gid, in the agent's pid namespace), taken at
+connect time, so a job can only ever be asked, or answer, as itself. Connecting needs write
+permission on the socket file and nothing else, so the read-only mount that carries a job's reports
+carries this too.
+
+The agent only sends requests here (`ask`); the job answers on the same connection, and every answer
+is parsed by `messages.parse_trace` and handed to `on_message(pid, uid, update)`. Bounds: one
+connection per process (a newer one replaces it), at most `max_connections` (newcomers are closed
+beyond it), and a message over 8 KiB or that does not parse costs that message only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, TraceUpdate, parse_trace
+from gpulens.agent.jobs.receiver import ReceiverError, innermost_pid, remove_stale
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "traces.sock"
+_UCRED = struct.Struct("iII")
+_POLL_SECONDS = 0.2
+
+
+def control_path(reports_path: str) -> str:
+    """Return the control socket's path for the reports socket at `reports_path` (its sibling)."""
+    return os.path.join(os.path.dirname(reports_path) or ".", SOCKET_NAME)
+
+
+class NotConnected(Exception):
+    """The process has no control connection, or it broke; the message says what the operator can do."""
+
+
+@dataclass
+class _Peer:
+    pid: int  # in the agent's pid namespace
+    uid: int
+    connection: socket.socket
+
+
+class ControlServer:
+    """Accepts jobs' control connections in a daemon thread; `ask` may be called from any thread."""
+
+    def __init__(
+        self,
+        path: str,
+        on_message: Callable[[int, int, TraceUpdate], None],
+        max_connections: int = 512,
+        proc_root: str = "/proc",
+    ):
+        self.path = path
+        self._on_message = on_message
+        self._max = max_connections
+        self._proc_root = proc_root
+        self._lock = threading.Lock()
+        self._peers: dict[int, _Peer] = {}  # by pid
+        self._listener: socket.socket | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self.rejected = 0  # messages that did not parse or lied about their pid
+
+    # -- lifetime ---------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Listen at `path` and start serving; raise ReceiverError when the socket cannot be bound."""
+        try:
+            remove_stale(self.path, socket.SOCK_SEQPACKET)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(self.path)
+            os.chmod(self.path, 0o666)  # any user's job may connect; it can only speak for itself
+            listener.listen(64)
+            listener.setblocking(False)
+        except OSError as error:
+            raise ReceiverError(
+                f"cannot listen for trace connections on {self.path}: {error.strerror or error}; "
+                "give the agent write access to that directory"
+            ) from None
+        self._listener = listener
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(listener, selectors.EVENT_READ)
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._serve, name="gpulens-control", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stopping.set()
+        self._thread.join()
+        self._thread = None
+        with self._lock:
+            for peer in self._peers.values():
+                peer.connection.close()
+            self._peers.clear()
+        self._selector.close()
+        self._listener.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    # -- what the agent does -------------------------------------------------------------------------------
+
+    def connected(self) -> set[int]:
+        """Return the pids with a control connection open."""
+        with self._lock:
+            return set(self._peers)
+
+    def unreachable(self, pid: int) -> str:
+        """Say why a process without a control connection cannot be asked, and what would fix it."""
+        return (
+            f"pid {pid} has no control connection: its gpulens is older than traces, it set traces=False or "
+            f"GPULENS_TRACES=0, or it cannot reach {self.path} (it connects at its next report)"
+        )
+
+    def ask(self, pid: int, data: bytes) -> None:
+        """Send `data` to process `pid` now; raise NotConnected when it cannot be reached."""
+        with self._lock:
+            peer = self._peers.get(pid)
+            if peer is None:
+                raise NotConnected(self.unreachable(pid))
+            try:
+                peer.connection.send(data)
+            except OSError as error:
+                self._drop(peer)
+                raise NotConnected(f"pid {pid}'s control connection failed: {error.strerror or error}") from None
+
+    # -- the loop ----------------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                events = self._selector.select(_POLL_SECONDS)
+            except OSError as error:  # pragma: no cover - select on a closed descriptor
+                log.warning("waiting for trace connections failed: %s", error)
+                self._stopping.wait(_POLL_SECONDS)
+                continue
+            for key, _ in events:
+                try:
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    else:
+                        self._read(key.data)
+                except Exception:  # a bug costs one connection, never the loop
+                    log.exception("serving a trace connection failed")
+                    if key.data is not None:
+                        with self._lock:
+                            self._drop(key.data)
+
+    def _accept(self) -> None:
+        try:
+            connection, _ = self._listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        pid, uid, _gid = _UCRED.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        with self._lock:
+            # pid 0: the job is in a pid namespace the agent cannot see (no hostPID); it cannot be asked.
+            if pid <= 0 or (pid not in self._peers and len(self._peers) >= self._max):
+                connection.close()
+                return
+            old = self._peers.get(pid)
+            if old is not None:
+                self._drop(old)
+            connection.setblocking(False)
+            peer = self._peers[pid] = _Peer(pid, uid, connection)
+            self._selector.register(connection, selectors.EVENT_READ, peer)
+
+    def _read(self, peer: _Peer) -> None:
+        try:
+            data, _, flags, _ = peer.connection.recvmsg(MAX_MESSAGE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, flags = b"", 0
+        if not data:  # the job closed it, or exited
+            with self._lock:
+                self._drop(peer)
+            return
+        if flags & socket.MSG_TRUNC:
+            self.rejected += 1
+            return
+        try:
+            update = parse_trace(data)
+        except BadMessage as error:
+            self.rejected += 1
+            log.info("rejected a trace message from pid %d: %s", peer.pid, error)
+            return
+        if update.pid not in (peer.pid, innermost_pid(peer.pid, self._proc_root)):
+            self.rejected += 1
+            log.info("pid %d sent a trace message claiming pid %d; dropped", peer.pid, update.pid)
+            return
+        self._on_message(peer.pid, peer.uid, update)
+
+    def _drop(self, peer: _Peer) -> None:
+        """Forget `peer` and close its connection (called with the lock held)."""
+        if self._peers.get(peer.pid) is peer:
+            del self._peers[peer.pid]
+        try:
+            self._selector.unregister(peer.connection)
+        except (KeyError, ValueError):
+            pass
+        peer.connection.close()

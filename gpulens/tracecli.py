@@ -1,0 +1,157 @@
+"""`gpulens trace`: ask the node's agent for a PyTorch trace of a running job, wait, print where the time went.
+
+    gpulens trace --job 81234                 every instrumented process of Slurm job / pod 81234
+    gpulens trace --pid 4242 --steps 50       one process, 50 steps
+    gpulens trace --job 81234 --no-wait       print the request's id and return; read it later with --id
+    gpulens trace --id t-1a2b3c4d             the result of an earlier request
+
+The job must iterate its data through `gpulens.torch.instrument` (docs/in-job.md); it writes the trace
+into its own directory and the agent passes on its summary. Exit status: 0 when every process wrote its
+trace, 1 when one refused, failed, was lost or is still running at --wait, 2 for a usage mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpulens.agentclient import AgentClient
+from gpulens.cli import OneLineParser
+from gpulens.credentials import AccessError, agent_credentials
+from gpulens.httpclient import HttpError
+from gpulens.report.sources import http_url
+from gpulens.units import UnitError, parse_duration
+from gpulens.words import percent
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_AGENT = "http://127.0.0.1:10906"
+FINISHED = ("done", "failed", "refused", "lost")
+_POLL_SECONDS = 1.0
+PART_WORDS = {
+    "data_wait": "data wait",
+    "host": "host",
+    "compute": "compute",
+    "communication": "communication",
+}
+# What to look at first for each bottleneck; the tips (docs/tips.md) have the details for a GPU.
+NEXT_STEP = {
+    "data_wait": "feed the GPU faster: more DataLoader workers, pin_memory=True, persistent_workers=True "
+    "(docs/tips.md, dataloader_workers)",
+    "host": "launch less from Python: larger batches, torch.compile or CUDA graphs, fewer .item() syncs",
+    "communication": "overlap or shrink communication: DDP bucket sizes, gradient accumulation, a faster link",
+    "compute": "the device is the limit: mixed precision (bf16) and TF32 make its kernels faster",
+}
+
+
+def main(argv: Sequence[str], out=sys.stdout, sleep: Callable[[float], None] = time.sleep) -> int:
+    parser = OneLineParser(prog="gpulens trace", description="Ask the node's agent for a trace of a running job.")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--job", metavar="ID", help="the Slurm job id, pod UID or pod name")
+    target.add_argument("--pid", metavar="PID", type=int, action="append", help="a process (repeatable)")
+    target.add_argument("--id", metavar="TRACE_ID", help="show an earlier request's result")
+    parser.add_argument("--steps", type=int, default=20, help="steps to trace (default 20)")
+    parser.add_argument("--agent", default=DEFAULT_AGENT, metavar="URL", help=f"the agent (default {DEFAULT_AGENT})")
+    parser.add_argument("--wait", default="10m", metavar="DURATION", help="how long to wait for the result")
+    parser.add_argument("--no-wait", action="store_true", help="print the request's id and return")
+    parser.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
+    args = parser.parse_args(argv)
+    try:
+        wait = parse_duration(args.wait, "--wait")
+        agent = AgentClient(
+            http_url(args.agent, "--agent"), agent_credentials(), 30.0, "check --agent: is the agent running there?"
+        )
+    except (UnitError, ValueError, AccessError) as error:
+        print(f"gpulens trace: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.steps < 1:
+        print("gpulens trace: --steps must be at least 1; write e.g. --steps 20", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.id:
+            trace_id = args.id
+        else:
+            params: dict[str, Any] = {"steps": args.steps, **({"job": args.job} if args.job else {"pid": args.pid})}
+            trace_id = agent.start_trace(params)["id"]
+            if not args.json:
+                print(f"asked {agent.shown} for trace {trace_id}; waiting for the job's next steps", file=out)
+        runs = _runs(agent, trace_id)
+        deadline = time.monotonic() + (0 if args.no_wait else wait)
+        while not args.no_wait and not all(r["state"] in FINISHED for r in runs) and time.monotonic() < deadline:
+            sleep(_POLL_SECONDS)
+            runs = _runs(agent, trace_id)
+    except HttpError as error:
+        print(f"gpulens trace: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps({"id": trace_id, "traces": runs}, indent=2), file=out)
+    else:
+        for run in runs:
+            print(describe(run), file=out)
+    if not runs:
+        print(f"gpulens trace: {agent.shown} knows no trace {trace_id}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK if all(r["state"] == "done" for r in runs) else EXIT_FAILED
+
+
+def _runs(agent: AgentClient, trace_id: str) -> list[dict[str, Any]]:
+    return [r for r in agent.traces({"id": trace_id})["traces"] if isinstance(r, dict)]
+
+
+def describe(run: dict[str, Any]) -> str:
+    """Return a run as the lines an engineer reads: state, where the step time went, what to try, the file."""
+    who = f"pid {run['pid']}" + (f" of job {run['job']}" if run.get("job") else "")
+    head = f"trace {run['id']}, {who}: {run['state']}"
+    if run["state"] not in FINISHED:
+        return head + " (still running; read it later with: gpulens trace --id " + run["id"] + ")"
+    if run["state"] != "done":
+        return f"{head}: {run.get('reason') or 'no reason given'}"
+    found = run.get("summary") or {}
+    lines = [f"{head}, {found.get('steps', 0)} steps ({_ending(run.get('ended'))})"]
+    shares = found.get("shares") or {}
+    if found.get("steps"):
+        parts = ", ".join(f"{PART_WORDS[p]} {percent(shares.get(p, 0))}" for p in PART_WORDS)
+        idle = shares.get("data_wait", 0) + shares.get("host", 0)
+        lines.append(f"  a step takes {found['step_seconds']:.3g} s: {parts}; the device idles {percent(idle)}")
+        lines.append(f"  {run.get('sentence')}")
+        lines.append(f"  next: {NEXT_STEP[found['bottleneck']]}")
+    for key, title in (("top_operators", "top operators (host, self time)"), ("top_kernels", "top kernels")):
+        ranked = found.get(key) or []
+        if ranked:
+            lines.append(f"  {title}: " + "; ".join(f"{r['name']} {r['seconds']:.3g} s ×{r['count']}" for r in ranked))
+    if found.get("peak_allocated_bytes") is not None:
+        lines.append(f"  peak allocator memory: {found['peak_allocated_bytes'] / 2**30:.2f} GiB")
+    settings = _settings(run)
+    if settings:
+        lines.append(f"  seen: {settings}")
+    lines.append(f"  file: {run.get('path')}")
+    lines.append("  open it in Perfetto (ui.perfetto.dev, or a copy served on your network) or chrome://tracing")
+    return "\n".join(lines)
+
+
+def _ending(ended: str | None) -> str:
+    return {
+        "steps": "all the steps asked for",
+        "time": "stopped at the time limit",
+        "end_of_pass": "the pass over the data ended first",
+        "exit": "the job exited or dropped its loader first",
+    }.get(ended or "", "ended")
+
+
+def _settings(run: dict[str, Any]) -> str:
+    loader, precision = run.get("dataloader"), run.get("precision") or {}
+    shown = []
+    if loader:
+        shown.append(
+            "DataLoader "
+            + ", ".join(f"{k}={loader[k]}" for k in ("num_workers", "pin_memory", "prefetch_factor", "batch_size"))
+        )
+    if precision:
+        autocast = precision.get("autocast")
+        shown.append(
+            "autocast "
+            + ("unknown" if autocast is None else (precision.get("autocast_dtype") or "on") if autocast else "off")
+        )
+    return "; ".join(shown)

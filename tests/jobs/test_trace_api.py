@@ -1,0 +1,204 @@
+"""Traces through a real agent process: POST /api/v1/traces/run, the control socket, GET /api/v1/traces,
+/metrics and `gpulens trace`. The job is played by hand here (a report datagram and a control connection
+answering as gpulens.torch does), so that the agent's side is tested without torch; tests/jobs/test_traces.py
+runs real training loops."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import requests
+
+from gpulens import tracecli
+from gpulens.agent import daemon
+from gpulens.agent.access import Guard
+from gpulens.agent.jobs.messages import parse_trace
+from gpulens.agent.webconfig import WebConfig
+from tests.agent.webcerts import hashed
+from tests.jobs.helpers import VALID, wait_until
+
+SUMMARY = {
+    "steps": 20,
+    "step_seconds": 0.25,
+    "device": "cuda",
+    "shares": {"data_wait": 0.71, "host": 0.09, "compute": 0.2, "communication": 0.0},
+    "bottleneck": "data_wait",
+    "top_operators": [{"name": "aten::addmm", "seconds": 0.4, "count": 40}],
+    "top_kernels": [
+        {"name": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)", "seconds": 0.9, "count": 40}
+    ],
+    "peak_allocated_bytes": 3 * 2**30,
+}
+
+
+@pytest.fixture
+def agent(tmp_path):
+    """A real `gpulens agent` (no GPU: NVML is down, the in-job channel works); yields (url, jobs socket path)."""
+    jobs = str(tmp_path / "run" / "jobs.sock")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--jobs.socket",
+            jobs,
+            "--ledger.path",
+            "",
+            "--kubelet.pod-resources-socket",
+            str(tmp_path / "no"),
+            "--traces.max-steps",
+            "50",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("gpulens agent listening on http://127.0.0.1:"), process.stderr.read()
+        yield line.split()[-1].removesuffix("/metrics"), jobs
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    assert "Traceback" not in process.stderr.read()
+
+
+class HandMadeJob:
+    """This test process as an instrumented job: it reports once, connects, and answers requests by hand."""
+
+    def __init__(self, jobs_socket: str):
+        report = {**VALID, "pid": os.getpid()}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(json.dumps(report).encode(), jobs_socket)
+        self.control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.control.connect(os.path.join(os.path.dirname(jobs_socket), "traces.sock"))
+        self.control.settimeout(10)
+
+    def answer(self, **trace) -> dict:
+        """Wait for a request, answer 'started' then `trace` (a finished state); return the request."""
+        request = json.loads(self.control.recv(8192))
+        base = {"id": request["trace"]["id"], "reason": None, "ended": None, "path": None, "summary": None}
+        for fields in ({"state": "started"}, trace):
+            self.control.send(json.dumps({"v": 1, "pid": os.getpid(), "trace": {**base, **fields}}).encode())
+        return request
+
+
+def test_a_trace_asked_over_http_comes_back_with_its_summary_in_the_api_the_metrics_and_the_cli(agent):
+    url, jobs = agent
+    job = HandMadeJob(jobs)
+    wait_until(lambda: f'pid="{os.getpid()}"' in requests.get(url + "/metrics", timeout=5).text, timeout=10)
+
+    asked = requests.post(url + "/api/v1/traces/run", params={"pid": os.getpid(), "steps": 20}, timeout=5)
+    assert asked.status_code == 202, asked.text
+    trace_id = asked.json()["id"]
+    request = job.answer(
+        state="done", ended="steps", path="/home/u/.cache/gpulens/traces/x.pt.trace.json.gz", summary=SUMMARY
+    )
+    assert request == {"v": 1, "trace": {"id": trace_id, "steps": 20, "max_seconds": 300.0}}
+
+    wait_until(
+        lambda: (
+            requests.get(url + "/api/v1/traces", params={"id": trace_id}, timeout=5).json()["traces"][0]["state"]
+            == "done"
+        ),
+        timeout=10,
+    )
+    (run,) = requests.get(url + "/api/v1/traces", params={"id": trace_id}, timeout=5).json()["traces"]
+    assert run["summary"]["shares"]["data_wait"] == 0.71 and run["pid"] == os.getpid()
+    assert run["sentence"] == "the trace shows 71% of each step waiting for the next batch"
+    assert run["dataloader"]["num_workers"] == VALID["dataloader"]["num_workers"]
+
+    share = f'gpulens_job_trace_share{{gpu_uuid="{VALID["device"]["uuid"]}",part="data_wait",pid="{os.getpid()}"}} 0.71'
+    # The exposition is rendered after each sampling cycle (1 s).
+    wait_until(lambda: share in requests.get(url + "/metrics", timeout=5).text, timeout=10)
+    assert 'gpulens_job_traces_total{result="done"} 1.0' in requests.get(url + "/metrics", timeout=5).text
+
+    out = io.StringIO()
+    assert tracecli.main(["--agent", url, "--id", trace_id], out=out) == 0
+    printed = out.getvalue()
+    assert "the trace shows 71% of each step waiting for the next batch" in printed
+    assert "next: feed the GPU faster" in printed and "x.pt.trace.json.gz" in printed
+    assert "peak allocator memory: 3.00 GiB" in printed and "DataLoader num_workers=2" in printed
+
+
+def test_the_cli_asks_waits_and_exits_1_when_the_job_refuses(agent):
+    url, jobs = agent
+    job = HandMadeJob(jobs)
+    wait_until(lambda: f'pid="{os.getpid()}"' in requests.get(url + "/metrics", timeout=5).text, timeout=10)
+    answered = threading.Thread(target=job.answer, kwargs={"state": "refused", "reason": "a trace is already running"})
+    answered.start()
+    out = io.StringIO()
+    code = tracecli.main(["--agent", url, "--pid", str(os.getpid()), "--steps", "5"], out=out, sleep=lambda s: None)
+    answered.join()
+    assert code == 1
+    assert "refused: a trace is already running" in out.getvalue()
+
+
+def test_requests_the_agent_cannot_make_are_refused_with_the_fix(agent):
+    url, jobs = agent
+    post = lambda **params: requests.post(url + "/api/v1/traces/run", params=params, timeout=5)  # noqa: E731
+    assert post(pid=os.getpid()).status_code == 404  # no report from it yet
+    job = HandMadeJob(jobs)
+    wait_until(lambda: f'pid="{os.getpid()}"' in requests.get(url + "/metrics", timeout=5).text, timeout=10)
+    too_many = post(pid=os.getpid(), steps=51)
+    assert too_many.status_code == 400 and "choose 1 to 50 (--traces.max-steps)" in too_many.json()["error"]
+    assert post(pid="x").status_code == 400
+    assert "not both and not neither" in post(steps=5).json()["error"]
+    assert post(job="81234").status_code == 404  # no GPU, so no job holds one
+    assert requests.get(url + "/api/v1/traces/run", timeout=5).status_code == 405
+    first = post(pid=os.getpid())
+    assert first.status_code == 202
+    second = post(pid=os.getpid())
+    assert second.status_code == 409 and first.json()["id"] in second.json()["error"]
+    job.answer(state="failed", reason="the profiler did not start: RuntimeError: boom")
+    wait_until(lambda: requests.get(url + "/api/v1/traces", timeout=5).json()["traces"][0]["state"] == "failed")
+
+
+def test_without_a_web_config_only_this_node_may_start_a_trace():
+    def app(environ, start_response):
+        start_response("202 Accepted", [])
+        return [b""]
+
+    def status(guard, remote, auth=None):
+        environ = {"PATH_INFO": "/api/v1/traces/run", "REQUEST_METHOD": "POST", "REMOTE_ADDR": remote}
+        if auth:
+            environ["HTTP_AUTHORIZATION"] = auth
+        seen = []
+        guard(environ, lambda s, h, e=None: seen.append(int(s.split()[0])))
+        return seen[0]
+
+    plain = daemon.guarded(app, None)  # what `gpulens agent` serves without --web.config.file
+    assert status(plain, "10.1.2.3") == 403
+    assert status(plain, "127.0.0.1") == 202
+    with_users = Guard(app, lambda: WebConfig(users={"ops": hashed("s3cret").encode()}))
+    assert status(with_users, "127.0.0.1") == 401
+    assert status(with_users, "10.1.2.3", "Basic b3BzOnMzY3JldA==") == 202
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ({"state": "finished"}, "field trace.state: unknown value 'finished'"),
+        ({"state": "done", "path": "/tmp/a\nb"}, "field trace.path: has control characters"),
+        ({"state": "done", "ended": "crash"}, "field trace.ended: unknown value 'crash'"),
+        ({"state": "done", "summary": {**SUMMARY, "shares": {**SUMMARY["shares"], "host": 0.5}}}, "add up to 1.410"),
+        ({"state": "done", "summary": {**SUMMARY, "bottleneck": "gpu"}}, "field summary.bottleneck: unknown value"),
+        ({"state": "done", "summary": {**SUMMARY, "extra": 1}}, "extra"),
+    ],
+)
+def test_a_trace_message_the_agent_cannot_take_is_named(message, problem):
+    from gpulens.agent.jobs.messages import BadMessage
+
+    trace = {"id": "t-1", "state": "done", "reason": None, "ended": None, "path": None, "summary": None, **message}
+    with pytest.raises(BadMessage, match=problem.replace("(", r"\(").replace(".", r"\.")):
+        parse_trace(json.dumps({"v": 1, "pid": 7, "trace": trace}).encode())

@@ -1,0 +1,309 @@
+"""Traces of running training loops: the agent asks over the control socket, the job profiles, writes and
+summarizes. Real PyTorch loops on the CPU, a real receiver, control server and HTTP endpoint."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gpulens.torch  # noqa: E402 - only once torch is known to be there
+from gpulens.agent.jobs.control import ControlServer, control_path  # noqa: E402
+from gpulens.agent.jobs.traces import TraceError, Traces  # noqa: E402
+from gpulens.torch import summary, tracing  # noqa: E402
+from tests.jobs.helpers import wait_until  # noqa: E402
+
+BATCH = 4
+
+
+class Samples(torch.utils.data.Dataset):
+    """Samples of `width` features, each taking `seconds` to load."""
+
+    def __init__(self, count: int, seconds: float = 0.0, width: int = 16):
+        self._x = torch.randn(count, width)
+        self._seconds = seconds
+
+    def __len__(self) -> int:
+        return len(self._x)
+
+    def __getitem__(self, index: int):
+        if self._seconds:
+            time.sleep(self._seconds)
+        return self._x[index]
+
+
+@pytest.fixture
+def agent(receiver, socket_path):
+    """The agent's side of traces: a receiver, a control server beside it, and Traces over both."""
+    reports = receiver(burst=1000, rate_per_second=1000.0)
+    traces = Traces(None, reports.latest, max_steps=200, max_seconds=60)
+    control = ControlServer(control_path(socket_path), traces.on_message)
+    control.start()
+    traces.control = control
+    yield traces
+    control.stop()
+
+
+class Loop:
+    """A real training loop in a thread, instrumented, reporting every 50 ms; `steps` counts its steps."""
+
+    def __init__(self, socket_path, trace_dir, dataset, width=16, hidden=32, **options):
+        self.model = torch.nn.Sequential(torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=0)
+        self.batches = gpulens.torch.instrument(
+            loader, model=self.model, interval=0.05, socket_path=socket_path, trace_dir=str(trace_dir), **options
+        )
+        self.steps = 0
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        try:
+            for x in self.batches:
+                optimizer.zero_grad()
+                self.model(x).sum().backward()
+                optimizer.step()
+                self.steps += 1
+        except BaseException as error:  # noqa: BLE001 - the test asserts there is none
+            self.error = error
+
+    def join(self):
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+        assert self.error is None
+
+
+def finished(traces: Traces, trace_id: str):
+    wait_until(lambda: all(r.finished for r in traces.runs(trace_id)), timeout=30)
+    (run,) = traces.runs(trace_id)
+    return run
+
+
+def connected(traces: Traces):
+    wait_until(lambda: os.getpid() in traces.control.connected(), timeout=10)
+
+
+def test_a_loop_starved_by_its_dataset_shows_data_wait_as_its_bottleneck(agent, socket_path, tmp_path):
+    loop = Loop(socket_path, tmp_path / "traces", Samples(400, seconds=0.004))
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=10))
+    loop.join()
+    assert loop.steps == 100  # the loop ran to its end, trace or not
+    assert run.state == "done", run.reason
+    assert run.ended == "steps" and run.summary.steps == 10
+    assert run.summary.bottleneck == "data_wait"
+    assert run.summary.shares["data_wait"] > 0.5
+    assert run.to_dict()["sentence"].startswith("the trace shows ")
+    assert "waiting for the next batch" in run.to_dict()["sentence"]
+    assert run.dataloader["num_workers"] == 0 and run.precision["autocast"] is False
+    # The file is where the job said, compressed, and holds the annotations the summary read.
+    assert run.path.startswith(str(tmp_path / "traces")) and run.path.endswith(".pt.trace.json.gz")
+    with gzip.open(run.path, "rt") as trace:
+        names = {e.get("name") for e in json.load(trace)["traceEvents"]}
+    assert {summary.STEP, summary.DATA_WAIT} <= names
+    assert any(op.startswith("aten::") for op, _, _ in run.summary.top_operators)
+    families = {f.name: f for f in agent.metrics()}
+    shares = {s.labels["part"]: s.value for s in families["gpulens_job_trace_share"].samples}
+    assert shares["data_wait"] == run.summary.shares["data_wait"]
+    (info,) = families["gpulens_job_trace_info"].samples
+    assert info.labels == {"pid": str(os.getpid()), "gpu_uuid": "", "trace_id": run.id, "bottleneck": "data_wait"}
+
+
+def test_a_loop_with_a_fast_dataset_is_not_waiting_for_data(agent, socket_path, tmp_path):
+    loop = Loop(socket_path, tmp_path, Samples(2000, width=512), width=512, hidden=1024)
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=10))
+    loop.join()
+    assert run.state == "done", run.reason
+    assert run.summary.bottleneck != "data_wait"
+    assert run.summary.shares["data_wait"] < 0.3
+    assert run.summary.shares["compute"] > 0.3
+
+
+def test_a_second_request_is_refused_while_one_runs(agent, socket_path, tmp_path):
+    loop = Loop(socket_path, tmp_path, Samples(200, seconds=0.004))
+    connected(agent)
+    first = agent.start([os.getpid()], steps=30)
+    with pytest.raises(TraceError) as refused:
+        agent.start([os.getpid()], steps=5)
+    assert refused.value.status == 409 and first in str(refused.value)
+    # The job refuses too, whoever asks: one trace at a time.
+    wait_until(lambda: agent.runs(first)[0].state != "requested", timeout=10)
+    agent.control.ask(os.getpid(), json.dumps({"v": 1, "trace": {"id": "t-x", "steps": 5, "max_seconds": 9}}).encode())
+    assert finished(agent, first).state == "done"
+    loop.join()
+    assert loop.batches.failures["trace"] == 0
+
+
+def test_a_profiler_that_fails_ends_the_trace_not_the_loop(agent, socket_path, tmp_path, monkeypatch):
+    class Broken:
+        def start(self):
+            raise RuntimeError("Can't disable Kineto profiler when it's not running")
+
+    monkeypatch.setattr(tracing, "_torch_profiler", lambda device: Broken())
+    loop = Loop(socket_path, tmp_path, Samples(200, seconds=0.002))
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=5))
+    loop.join()
+    assert loop.steps == 50
+    assert run.state == "failed"
+    assert "the profiler did not start: RuntimeError: Can't disable Kineto" in run.reason
+    assert loop.batches.failures["trace"] == 1
+
+
+def test_a_trace_that_cannot_be_written_is_reported_and_the_loop_goes_on(agent, socket_path, tmp_path, monkeypatch):
+    real = tracing._torch_profiler
+
+    def unwritable(device):
+        profiler = real(device)
+        profiler.export_chrome_trace = lambda path: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+        return profiler
+
+    monkeypatch.setattr(tracing, "_torch_profiler", unwritable)
+    loop = Loop(socket_path, tmp_path / "traces", Samples(200, seconds=0.002))
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=5))
+    loop.join()
+    assert loop.steps == 50
+    assert run.state == "failed" and "No space left on device" in run.reason
+    assert os.listdir(tmp_path / "traces") == []  # no half-written file left behind
+
+
+def test_a_job_with_traces_off_never_connects_and_the_request_says_why(agent, socket_path, tmp_path):
+    loop = Loop(socket_path, tmp_path, Samples(200, seconds=0.002), traces=False)
+    wait_until(lambda: os.getpid() in agent._reports(), timeout=10)
+    with pytest.raises(TraceError) as refused:
+        agent.start([os.getpid()])
+    loop.join()
+    assert refused.value.status == 409
+    assert "traces=False or GPULENS_TRACES=0" in str(refused.value)
+    assert agent.control.connected() == set()
+
+
+def test_a_pass_that_ends_first_ends_the_trace_with_the_steps_it_had(agent, socket_path, tmp_path):
+    loop = Loop(socket_path, tmp_path, Samples(80, seconds=0.004))  # 20 steps in all
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=200))
+    loop.join()
+    assert run.state == "done" and run.ended == "end_of_pass"
+    assert 0 < run.summary.steps < 20
+
+
+_EXITING_JOB = textwrap.dedent(
+    """
+    import sys, time, torch, gpulens.torch
+    socket_path, trace_dir = sys.argv[1:]
+    batches = gpulens.torch.instrument(range(100000), interval=0.05, socket_path=socket_path, trace_dir=trace_dir)
+    x = torch.randn(64, 64)
+    for step in batches:
+        x = (x @ x).tanh()
+        time.sleep(0.02)
+        if step == 60:  # about 1.2 s in, well before the 200 steps asked for
+            raise SystemExit("the job gives up midway")
+    """
+)
+
+
+def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", _EXITING_JOB, socket_path, str(tmp_path)], stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: agent.control.connected(), timeout=30)
+        (pid,) = agent.control.connected()
+        run = finished(agent, agent.start([pid], steps=200))
+        assert child.wait(timeout=30) == 1
+    finally:
+        child.kill()
+    assert b"the job gives up midway" in child.stderr.read()
+    assert run.state == "done" and run.ended == "exit"
+    assert run.summary.steps > 0
+    with gzip.open(run.path, "rt") as trace:
+        assert json.load(trace)["traceEvents"]
+
+
+# -- the summary, on traces written by hand as Kineto writes them for CUDA jobs -----------------------------
+
+
+def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
+
+
+def test_a_cuda_step_splits_into_compute_exposed_communication_data_wait_and_host():
+    # One 1000 µs step: data wait 0-200, kernels 300-600, NCCL 500-800 (only 600-800 exposed), idle rest.
+    events = [
+        _x(summary.STEP, "user_annotation", 0, 1000),
+        _x(summary.DATA_WAIT, "user_annotation", 0, 200),
+        _x("ampere_sgemm_128x64_tn", "kernel", 300, 200, tid=7),
+        _x("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", 500, 100, tid=8),
+        _x("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "kernel", 500, 300, tid=9),
+        _x("aten::mm", "cpu_op", 250, 40),
+    ]
+    found = summary.summarize({"traceEvents": events})
+    assert found.device == "cuda" and found.steps == 1
+    assert found.shares == pytest.approx({"compute": 0.3, "communication": 0.2, "data_wait": 0.2, "host": 0.3})
+    assert found.device_idle == pytest.approx(0.5)
+    assert found.bottleneck in ("compute", "host")
+    assert [k.name for k in found.top_kernels][0].startswith("ncclDevKernel_AllReduce")
+
+
+def test_old_kineto_kernel_category_and_a_step_cut_short_are_read():
+    events = [
+        _x(summary.STEP, "user_annotation", 0, 100),
+        _x("volta_gemm", "Kernel", 10, 90),
+        _x(summary.STEP, "user_annotation", 100, 50),
+        _x(summary.PASS_END, "user_annotation", 140, 0),
+    ]
+    found = summary.summarize({"traceEvents": events})
+    assert found.steps == 1 and found.shares["compute"] == pytest.approx(0.9)
+
+
+def test_host_operators_are_ranked_by_self_time():
+    events = [
+        _x(summary.STEP, "user_annotation", 0, 100),
+        _x("aten::linear", "cpu_op", 0, 50),
+        _x("aten::addmm", "cpu_op", 5, 40),
+        _x("aten::relu", "cpu_op", 60, 5),
+    ]
+    found = summary.summarize({"traceEvents": events})
+    assert [(r.name, round(r.seconds * 1e6)) for r in found.top_operators] == [
+        ("aten::addmm", 40),
+        ("aten::linear", 10),
+        ("aten::relu", 5),
+    ]
+    assert found.shares["compute"] == pytest.approx(0.55) and found.device == "cpu"
+
+
+def test_a_trace_without_steps_has_no_bottleneck():
+    found = summary.summarize({"traceEvents": [_x("aten::mm", "cpu_op", 0, 10)]})
+    assert found.steps == 0 and found.bottleneck is None
+    assert found.sentence() == "the trace holds no complete step"
+
+
+@pytest.mark.parametrize(
+    ("request_body", "why"),
+    [
+        (b"not json", "unreadable"),
+        (b'{"v": 2, "trace": {"id": "t-1", "steps": 5, "max_seconds": 9}}', "version"),
+        (b'{"v": 1, "trace": {"id": "t 1", "steps": 5, "max_seconds": 9}}', "request id"),
+        (b'{"v": 1, "trace": {"id": "t-1", "steps": 0, "max_seconds": 9}}', "steps 0"),
+        (b'{"v": 1, "trace": {"id": "t-1", "steps": 5, "max_seconds": true}}', "max_seconds True"),
+    ],
+)
+def test_a_request_the_job_cannot_read_is_named(request_body, why):
+    with pytest.raises(tracing.BadRequest, match=why):
+        tracing.parse_request(request_body)
+
+
+def test_the_job_clamps_what_it_is_asked_to_its_own_bounds():
+    body = json.dumps({"v": 1, "trace": {"id": "t-1", "steps": 10**6, "max_seconds": 10**9}}).encode()
+    assert tracing.parse_request(body) == ("t-1", tracing.MAX_STEPS, tracing.MAX_SECONDS)
