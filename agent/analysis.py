@@ -401,6 +401,11 @@ def _job_context(
 def _report_context(context: dict[str, float | int | str | bool], report: JobReport) -> None:
     if report.data_wait_ratio is not None:
         context["data_wait_ratio"] = report.data_wait_ratio
+    if report.trace is not None and report.trace.steps:
+        # The job's last trace (gpulens trace): where each step's time went, which the tips cite.
+        context["trace_steps"] = report.trace.steps
+        context["trace_data_wait_ratio"] = report.trace.shares["data_wait"]
+        context["trace_host_ratio"] = report.trace.shares["host"]
     if report.dataloader is not None:
         for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"):
             value = getattr(report.dataloader, name)

@@ -261,6 +261,7 @@ def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
         max_steps=config.traces_max_steps,
         max_seconds=config.traces_max_duration,
         auto_after=config.traces_auto_after,
+        attach=receiver.attach_trace,
     )
     control = ControlServer(control_path(receiver.socket_path), traces.on_message)
     try:

@@ -75,7 +75,12 @@ EXTRAS_TESTS = [
     "tests/report",
 ]
 # The in-job library's training loop and the probe kernels, on the CPU.
-TORCH_TESTS = ["tests/jobs/test_torch.py", "tests/jobs/test_traces.py", "tests/probes", "tests/diagnosis/test_torch_end_to_end.py"]
+TORCH_TESTS = [
+    "tests/jobs/test_torch.py",
+    "tests/jobs/test_traces.py",
+    "tests/probes",
+    "tests/diagnosis/test_torch_end_to_end.py",
+]
 # The oldest Python with the oldest releases, the newest Python with the newest; the full suite runs on
 # the default Python with the newest releases.
 ENTRIES = {

@@ -605,6 +605,9 @@ CONTEXTS = {
     "heavy": HEAVY,
     "light": LIGHT,
     "launch_bound": LAUNCH_BOUND,
+    # The same jobs after `gpulens trace`: the tips cite what the trace showed.
+    "starved_traced": {**STARVED, "trace_steps": 20, "trace_data_wait_ratio": 0.71, "trace_host_ratio": 0.09},
+    "launch_bound_traced": {**LAUNCH_BOUND, "trace_steps": 20, "trace_data_wait_ratio": 0.02, "trace_host_ratio": 0.64},
     "older_gpu": {
         "model": "Tesla V100-SXM2-32GB",
         "autocast": True,

@@ -132,6 +132,7 @@ class JobReport:
     memory: TorchMemory | None  # None unless the job uses CUDA
     uid: int | None = None
     received_at: float | None = None
+    trace: TraceSummary | None = None  # the process's last finished trace, which the receiver attaches
 
     @property
     def data_wait_ratio(self) -> float | None:

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, parse
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport, TraceSummary, parse
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class _Job:
     refilled_at: float  # clock seconds
     heard_at: float  # clock seconds of the last datagram, whatever became of it
     report: JobReport | None = None
+    trace: TraceSummary | None = None  # the last finished trace, attached to every report from then on
     told_why: bool = False  # a rejected report has been logged once for this process
 
 
@@ -144,10 +145,17 @@ class Receiver:
             now = self.clock()
             self._expire(now)
             return {
-                pid: job.report
+                pid: job.report if job.trace is None else replace(job.report, trace=job.trace)
                 for pid, job in self._jobs.items()
                 if job.report is not None and now - job.report.received_at <= self._expiry
             }
+
+    def attach_trace(self, pid: int, found: TraceSummary) -> None:
+        """Keep `found` as process `pid`'s last trace, given with its reports until the process is forgotten."""
+        with self._lock:
+            job = self._jobs.get(pid)
+            if job is not None:
+                job.trace = found
 
     def counters(self) -> dict[str, int]:
         """Return datagrams `received` since start and how many ended in each of RESULTS."""

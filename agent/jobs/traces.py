@@ -146,9 +146,11 @@ class Traces:
         max_seconds: float = DEFAULT_MAX_SECONDS,
         auto_after: float = 0.0,
         keep: int = 256,
+        attach: Callable[[int, TraceSummary], None] = lambda pid, found: None,
     ):
         self.control = control
         self._reports = reports
+        self._attach = attach  # hands a finished trace to the receiver, so that the tips can cite it
         self._clock = clock
         self.max_steps = max_steps
         self.max_seconds = max_seconds
@@ -229,6 +231,8 @@ class Traces:
                 run.state = "started"
                 return
             run.summary = update.summary
+            if update.state == "done" and update.summary is not None and update.summary.steps:
+                self._attach(pid, update.summary)
             report = self._reports().get(pid)
             if report is not None:
                 run.dataloader = None if report.dataloader is None else vars(report.dataloader).copy()

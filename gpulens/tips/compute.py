@@ -8,7 +8,7 @@ from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, wait_notable
 from gpulens.tips.thresholds import DRAM_BOUND
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, on_gpu, said
+from gpulens.tips.wording import gpu_busy, on_gpu, said, traced
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent
 
@@ -214,7 +214,14 @@ def _graphs_score(f: Facts) -> int:
     applies_to=(Reason.LOW_BUSY_RATIO.value, Reason.LOW_OCCUPANCY.value),
     docs=(CUDA_NOTES, "https://pytorch.org/blog/accelerating-pytorch-with-cuda-graphs/"),
     when="the main process is saturated while the GPU is busy under half the time and no batch wait is reported",
-    reads=("busy_ratio", "main_process_cpu_ratio", "data_wait_ratio", "sm_occupancy"),
+    reads=(
+        "busy_ratio",
+        "main_process_cpu_ratio",
+        "data_wait_ratio",
+        "sm_occupancy",
+        "trace_steps",
+        "trace_host_ratio",
+    ),
     score=_graphs_score,
 )
 def _graphs_text(f: Facts) -> str:
@@ -225,6 +232,9 @@ def _graphs_text(f: Facts) -> str:
             f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
             "of the time and no wait for batches is reported, so the CPU cannot launch kernels fast enough"
         )
+    trace = traced(f, "trace_host_ratio", "in host-side work while the GPU idles")
+    if trace:
+        observed = f"{observed}; {trace}" if observed else trace
     advice = (
         "capture the static part of the step in a CUDA graph, which replays all its kernels with one launch; "
         "`torch.compile(model, mode='reduce-overhead')` does it for you, or by hand `torch.cuda.graph` and "
@@ -291,7 +301,7 @@ def _sync_score(f: Facts) -> int:
     applies_to=(Reason.LOW_BUSY_RATIO.value, Reason.LOW_SM_ACTIVITY.value),
     docs=(TUNING, f"{PT}/generated/torch.cuda.set_sync_debug_mode.html"),
     when="the GPU is busy under half the time while the main process is saturated and no batch wait is reported",
-    reads=("busy_ratio", "main_process_cpu_ratio", "data_wait_ratio"),
+    reads=("busy_ratio", "main_process_cpu_ratio", "data_wait_ratio", "trace_steps", "trace_host_ratio"),
     score=_sync_score,
 )
 def _sync_text(f: Facts) -> str:
@@ -300,6 +310,9 @@ def _sync_text(f: Facts) -> str:
     if main is not None:
         seen.append(f"the main process uses {percent(main)} of a core")
     observed = " while ".join(s for s in seen if s)
+    trace = traced(f, "trace_host_ratio", "in host-side work while the GPU idles")
+    if trace:
+        observed = f"{observed}; {trace}" if observed else trace
     advice = (
         "every `.item()`, `.cpu()`, `.numpy()`, `print(tensor)` or `if tensor:` in the step makes the CPU wait "
         "for the GPU, and the GPU then waits for the CPU to catch up. Log every N steps, keep running metrics "

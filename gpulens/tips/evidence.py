@@ -54,6 +54,10 @@ EVIDENCE_KEYS = (
     "ecc_uncorrected",
     "row_remap_pending",
     "row_remap_failure",
+    # From the job's last trace (gpulens trace): its steps and the shares of a step by part.
+    "trace_steps",
+    "trace_data_wait_ratio",
+    "trace_host_ratio",
 )
 
 _NUMBER_MAX = 1e18  # larger numbers are not evidence, they are garbage

@@ -9,7 +9,7 @@ from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, job_kind, pcie_bandwidth, wait_notable
 from gpulens.tips.thresholds import CPU_MOSTLY_WAITING, INPUT_MILD_MAX, PREFETCH_MAX, WORKERS_START_MAX
 from gpulens.tips.tip import NVSMI, PT, STARVED, TUNING, Family, Score, always
-from gpulens.tips.wording import cap, gpu_busy, said
+from gpulens.tips.wording import cap, gpu_busy, said, traced
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent, plural
 
@@ -99,6 +99,8 @@ def _workers_score(f: Facts) -> int:
         "busy_ratio",
         "cpu_cores_allowed",
         "pin_memory",
+        "trace_steps",
+        "trace_data_wait_ratio",
     ),
     score=_workers_score,
 )
@@ -116,6 +118,9 @@ def _workers_text(f: Facts) -> str:
         seen.append(f"the busiest worker {percent(worker)}")
     if wait is not None:
         seen.append(f"each step waits {percent(wait)} of its time for the next batch")
+    trace = traced(f, "trace_data_wait_ratio", "waiting for the next batch")
+    if trace:
+        seen.append(trace)
     observed, busy = join(seen), gpu_busy(f)
     if busy:
         observed = f"{observed} while {busy}" if observed else busy

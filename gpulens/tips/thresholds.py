@@ -7,6 +7,9 @@ DATA_WAIT_NOTABLE = 0.05
 # The highest score an input-side tip keeps when the job waits for batches, but less than the verdict's
 # starvation threshold: still shown, after the advice that answers the verdict.
 INPUT_MILD_MAX = 15
+# A tip cites the job's trace when the part it is about took at least this share of each traced step:
+# below it, the trace does not back the tip, and quoting it would argue against the advice.
+TRACE_CITED = 0.2
 
 # Under half a core, a process is mostly waiting (on storage, the network or the GPU), not computing.
 CPU_MOSTLY_WAITING = 0.5

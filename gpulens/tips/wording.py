@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpulens.tips.evidence import Facts
-from gpulens.words import percent
+from gpulens.tips.thresholds import TRACE_CITED
+from gpulens.words import percent, plural
 
 
 def cap(text: str) -> str:
@@ -25,3 +26,12 @@ def on_gpu(f: Facts) -> str:
 def gpu_busy(f: Facts) -> str:
     busy = f.ratio("busy_ratio")
     return "" if busy is None else f"the GPU is busy {percent(busy)} of the time"
+
+
+def traced(f: Facts, key: str, words: str) -> str:
+    """Return what the job's last trace showed for `key` ('a trace of 20 steps shows 71% of each step waiting
+    for the next batch'), or "" without one, or when the share is too small to back the tip (TRACE_CITED)."""
+    steps, share = f.count("trace_steps"), f.ratio(key)
+    if not steps or share is None or share < TRACE_CITED:
+        return ""
+    return f"a trace of {plural(steps, 'step')} shows {percent(share)} of each step {words}"

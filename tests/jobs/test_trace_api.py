@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 
 import pytest
 import requests
@@ -20,6 +21,7 @@ from gpulens import tracecli
 from gpulens.agent import daemon
 from gpulens.agent.access import Guard
 from gpulens.agent.jobs.messages import parse_trace
+from gpulens.agent.jobs.traces import Traces
 from gpulens.agent.webconfig import WebConfig
 from tests.agent.webcerts import hashed
 from tests.jobs.helpers import VALID, wait_until
@@ -202,3 +204,111 @@ def test_a_trace_message_the_agent_cannot_take_is_named(message, problem):
     trace = {"id": "t-1", "state": "done", "reason": None, "ended": None, "path": None, "summary": None, **message}
     with pytest.raises(BadMessage, match=problem.replace("(", r"\(").replace(".", r"\.")):
         parse_trace(json.dumps({"v": 1, "pid": 7, "trace": trace}).encode())
+
+
+def _summary():
+    from gpulens.agent.jobs.messages import parse_trace
+
+    body = {"id": "t-1", "state": "done", "reason": None, "ended": "steps", "path": "/x", "summary": SUMMARY}
+    return parse_trace(json.dumps({"v": 1, "pid": 7, "trace": body}).encode())
+
+
+def test_a_finished_trace_rides_with_the_process_reports_into_the_tips(receiver):
+    from gpulens.agent.analysis import _report_context
+    from gpulens.agent.jobs.traces import Traces
+    from gpulens.tips import render
+
+    reports = receiver()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.sendto(json.dumps({**VALID, "pid": os.getpid()}).encode(), reports.socket_path)
+    wait_until(lambda: os.getpid() in reports.latest())
+    traces = Traces(FakeControl({os.getpid()}), reports.latest, attach=reports.attach_trace)
+    trace_id = traces.start([os.getpid()])
+    traces.on_message(os.getpid(), 0, replace(_summary(), pid=os.getpid(), id=trace_id))
+    report = reports.latest()[os.getpid()]
+    assert report.trace.shares["data_wait"] == 0.71
+    context: dict = {}
+    _report_context(context, report)
+    assert (context["trace_steps"], context["trace_data_wait_ratio"]) == (20, 0.71)
+    assert (
+        "a trace of 20 steps shows 71% of each step waiting for the next batch"
+        in render("dataloader_workers", context).text
+    )
+
+
+class FakeControl:
+    """A control server whose processes are all connected and take every request."""
+
+    def __init__(self, pids):
+        self.pids, self.asked = set(pids), []
+
+    def connected(self):
+        return set(self.pids)
+
+    def ask(self, pid, data):
+        self.asked.append((pid, json.loads(data)))
+
+    def unreachable(self, pid):
+        return f"pid {pid} is not connected"
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self):
+        return self.now
+
+
+def _snapshot(state: str, job_id: str, pids):
+    from types import SimpleNamespace
+
+    job = SimpleNamespace(id=job_id, pod="", pids=tuple(pids))
+    found = SimpleNamespace(verdict=SimpleNamespace(state=SimpleNamespace(value=state)), jobs=(job,))
+    return SimpleNamespace(analysis=SimpleNamespace(gpus={"GPU-a": found}, instances={}))
+
+
+def test_automatic_traces_wait_for_the_verdict_to_last_and_come_once_a_day_per_job():
+    from gpulens.agent.jobs.messages import parse
+
+    pid = os.getpid()
+    report = parse(json.dumps({**VALID, "pid": pid}).encode())
+    clock, control = Clock(), FakeControl({pid})
+    traces = Traces(control, lambda: {pid: report}, clock=clock, auto_after=600)
+    starved = _snapshot("data_starved", "81234", [pid])
+    traces.record(starved, clock.now)
+    clock.now += 599
+    traces.record(starved, clock.now)
+    assert control.asked == []  # not data_starved for 10 minutes yet
+    clock.now += 1
+    traces.record(starved, clock.now)
+    assert [p for p, _ in control.asked] == [pid]
+    (run,) = traces.runs(job="81234")
+    assert run.trigger == "auto" and run.steps == 20
+    traces.on_message(pid, 0, replace(_summary(), pid=pid, id=run.id))
+    clock.now += 3600
+    traces.record(starved, clock.now)
+    assert len(control.asked) == 1  # once a day per job
+    clock.now += 86_400
+    traces.record(starved, clock.now)
+    assert len(control.asked) == 2
+    # A busy GPU never triggers one, and off (0) is off.
+    quiet = Traces(control, lambda: {pid: report}, clock=clock, auto_after=0)
+    quiet.record(starved, clock.now + 10**6)
+    traces.record(_snapshot("busy", "99", [pid]), clock.now + 10**6)
+    assert len(control.asked) == 2
+
+
+def test_a_run_the_job_never_finishes_is_lost_after_its_limit():
+    from gpulens.agent.jobs.messages import parse
+
+    pid = os.getpid()
+    report = parse(json.dumps({**VALID, "pid": pid}).encode())
+    clock = Clock()
+    traces = Traces(FakeControl({pid}), lambda: {pid: report}, clock=clock, max_seconds=60)
+    trace_id = traces.start([pid])
+    clock.now += 60 + 121
+    (run,) = traces.runs(trace_id)
+    assert run.state == "lost" and "the job exited, hung or was killed" in run.reason
+    assert traces.counters()["lost"] == 1
+    traces.start([pid])  # a lost run no longer blocks the next one
