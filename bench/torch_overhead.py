@@ -1,7 +1,8 @@
 """What gpulens.torch costs a training job, measured three ways on this machine's CPU.
 
 1. The wrapper's added time per step, over a plain list (no reports due): the per-batch price.
-2. The time to build and send one report, with an agent listening and with none: paid once per interval.
+2. The time to build and send one report, with an agent listening (its reports socket and its control
+   socket, so the report also polls for trace requests) and with none: paid once per interval.
 3. A real training loop (an MLP with a DataLoader), with and without the wrapper, runs interleaved,
    median of several: the end-to-end overhead, at the default 5 s interval and at a 0.1 s one.
 
@@ -21,6 +22,7 @@ import time
 import torch
 
 import gpulens.torch
+from gpulens.agent.jobs.control import ControlServer, control_path
 from gpulens.agent.jobs.receiver import Receiver
 
 
@@ -103,6 +105,8 @@ def main() -> None:
     socket_path = os.path.join(directory, "jobs.sock")
     receiver = Receiver(socket_path=socket_path, burst=1000, rate_per_second=1000.0)
     receiver.start()
+    control = ControlServer(control_path(socket_path), lambda pid, uid, update: None)
+    control.start()
     try:
         step_us = per_step_cost() * 1e6
         report_listening_us = per_report_cost(socket_path) * 1e6
@@ -110,6 +114,7 @@ def main() -> None:
         loops = {interval: loop_overhead(args.steps, args.repeats, interval, socket_path) for interval in (5.0, 0.1)}
     finally:
         receiver.stop()
+        control.stop()
 
     cpu = platform.processor() or platform.machine()
     print(f"torch {torch.__version__}, Python {platform.python_version()}, {cpu}, 1 torch thread")
