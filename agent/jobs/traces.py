@@ -126,7 +126,7 @@ class _Watch:
 def job_pids(snapshot: Any, job_id: str) -> list[int]:
     """Return the pids of the job named `job_id` (its id, or its pod's name) on this node's GPUs and slices."""
     analysis = snapshot.analysis
-    if analysis is None:
+    if analysis is None or not job_id:
         return []
     found = [*analysis.gpus.values(), *(i.analysis for i in getattr(analysis, "instances", {}).values())]
     return sorted({pid for f in found for job in f.jobs if job_id in (job.id, job.pod) for pid in job.pids})
@@ -177,6 +177,8 @@ class Traces:
         pids = sorted(set(pids))
         reports = self._reports()
         connected = self.control.connected()
+        if job:  # a job's processes that hold GPUs but run no instrumented loop (helpers) are left out
+            pids = [p for p in pids if p in reports]
         missing = [p for p in pids if p not in reports]
         if not pids or missing:
             what = f"pid {missing[0]}" if missing else f"job {job}"

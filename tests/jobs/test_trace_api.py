@@ -21,7 +21,7 @@ from gpulens import tracecli
 from gpulens.agent import daemon
 from gpulens.agent.access import Guard
 from gpulens.agent.jobs.messages import parse_trace
-from gpulens.agent.jobs.traces import Traces
+from gpulens.agent.jobs.traces import TraceError, Traces
 from gpulens.agent.webconfig import WebConfig
 from tests.agent.webcerts import hashed
 from tests.jobs.helpers import VALID, wait_until
@@ -312,3 +312,23 @@ def test_a_run_the_job_never_finishes_is_lost_after_its_limit():
     assert run.state == "lost" and "the job exited, hung or was killed" in run.reason
     assert traces.counters()["lost"] == 1
     traces.start([pid])  # a lost run no longer blocks the next one
+
+
+def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
+    from gpulens.agent.jobs.messages import parse
+    from gpulens.agent.jobs.traces import job_pids
+
+    pid = os.getpid()
+    report = parse(json.dumps({**VALID, "pid": pid}).encode())
+    snapshot = _snapshot("data_starved", "81234", [pid, pid + 1])  # pid + 1 holds the GPU, runs no loop
+    assert job_pids(snapshot, "81234") == [pid, pid + 1]
+    assert job_pids(snapshot, "other") == []
+    control = FakeControl({pid})
+    traces = Traces(control, lambda: {pid: report})
+    trace_id = traces.start(job_pids(snapshot, "81234"), steps=5, job="81234")
+    assert [p for p, _ in control.asked] == [pid]
+    assert [(r.pid, r.job, r.gpu_uuid) for r in traces.runs(job="81234")] == [(pid, "81234", VALID["device"]["uuid"])]
+    assert traces.runs(trace_id)[0].steps == 5
+    with pytest.raises(TraceError) as nobody:
+        traces.start([pid + 1], job="99")
+    assert nobody.value.status == 404 and "job 99 sends no gpulens.torch reports" in str(nobody.value)
