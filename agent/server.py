@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from gpulens import __version__
 from gpulens.agent.access import PEER_CERT
 from gpulens.agent.exposition import ExpositionCache
-from gpulens.agent.jobs.traces import DEFAULT_STEPS, TraceError, job_pids
+from gpulens.agent.jobs.traces import DEFAULT_STEPS, TraceError, find_job
 from gpulens.agent.jobs_api import BadQuery, answer
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
@@ -246,11 +246,14 @@ class AgentApp:
                     "traces need the in-job channel, which this agent does not have (a simulated node, "
                     "or --jobs.socket is empty)",
                 )
+            pod = ""
             if job:
-                pids = job_pids(self._sampler.snapshot, job)
+                job, pod, pids = find_job(self._sampler.snapshot, job)
                 if not pids:
-                    raise TraceError(404, f"no job {job!r} holds a GPU on this node; give its id or its pod's name")
-            trace_id = self._traces.start(pids, steps, job=job)
+                    raise TraceError(
+                        404, f"no job {query['job'][-1]!r} holds a GPU on this node; give its id or its pod's name"
+                    )
+            trace_id = self._traces.start(pids, steps, job=job, pod=pod)
         except TraceError as error:
             status = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}.get(
                 error.status, "503 Service Unavailable"

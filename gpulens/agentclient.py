@@ -74,7 +74,7 @@ class AgentClient(HttpClient):
             detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
             if response.status_code == 404 and not isinstance(body, dict):
                 detail += "; is it a gpulens agent new enough to take traces?"
-            raise self.error(f"answered HTTP {response.status_code} to {path}: {detail}")
+            raise self.error(f"answered HTTP {response.status_code} to {path}: {detail}", response.status_code)
         if not isinstance(body, dict) or not isinstance(body.get("traces"), list):
             raise self.error(f"did not answer a trace list at {path}; is it a gpulens agent?")
         return body

@@ -21,12 +21,14 @@ REDACTED = "<redacted>"
 
 
 class HttpError(Exception):
-    """A request failed: `where` names the server, `what` says how and the fix; one line, no secret."""
+    """A request failed: `where` names the server, `what` says how and the fix; one line, no secret.
+    `status` is the HTTP status when the server answered one (None when it did not answer)."""
 
-    def __init__(self, where: str, what: str):
+    def __init__(self, where: str, what: str, status: int | None = None):
         super().__init__(f"{where} {what}")
         self.where = where
         self.what = what
+        self.status = status
 
 
 # The fix for an answer slower than the timeout, unless the reader knows a better one.
@@ -116,9 +118,9 @@ class HttpClient:
         head = limit // 3
         return f"{text[:head]} ... {text[len(text) - (limit - head - 5) :]}"
 
-    def error(self, what: str) -> HttpError:
-        """Return the HttpError that says `what` about this server."""
-        return HttpError(self.where, self.said(what, 1000))
+    def error(self, what: str, status: int | None = None) -> HttpError:
+        """Return the HttpError that says `what` about this server (which answered HTTP `status`)."""
+        return HttpError(self.where, self.said(what, 1000), status)
 
 
 class _CollectorPause:

@@ -24,7 +24,7 @@ from gpulens.credentials import AccessError, agent_credentials
 from gpulens.httpclient import HttpError
 from gpulens.report.sources import http_url
 from gpulens.units import UnitError, parse_duration
-from gpulens.words import percent
+from gpulens.words import percent, trace_sentence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_AGENT = "http://127.0.0.1:10906"
@@ -102,7 +102,8 @@ def _runs(agent: AgentClient, trace_id: str) -> list[dict[str, Any]]:
 
 def describe(run: dict[str, Any]) -> str:
     """Return a run as the lines an engineer reads: state, where the step time went, what to try, the file."""
-    who = f"pid {run['pid']}" + (f" of job {run['job']}" if run.get("job") else "")
+    owner = f" of pod {run['pod']}" if run.get("pod") else f" of job {run['job']}" if run.get("job") else ""
+    who = f"pid {run['pid']}{owner}"
     head = f"trace {run['id']}, {who}: {run['state']}"
     if run["state"] not in FINISHED:
         return head + " (still running; read it later with: gpulens trace --id " + run["id"] + ")"
@@ -110,13 +111,8 @@ def describe(run: dict[str, Any]) -> str:
         return f"{head}: {run.get('reason') or 'no reason given'}"
     found = run.get("summary") or {}
     lines = [f"{head}, {found.get('steps', 0)} steps ({_ending(run.get('ended'))})"]
-    shares = found.get("shares") or {}
     if found.get("steps"):
-        parts = ", ".join(f"{PART_WORDS[p]} {percent(shares.get(p, 0))}" for p in PART_WORDS)
-        idle = shares.get("data_wait", 0) + shares.get("host", 0)
-        lines.append(f"  a step takes {found['step_seconds']:.3g} s: {parts}; the device idles {percent(idle)}")
-        lines.append(f"  {run.get('sentence')}")
-        lines.append(f"  next: {NEXT_STEP[found['bottleneck']]}")
+        lines += step_lines(found)
     for key, title in (("top_operators", "top operators (host, self time)"), ("top_kernels", "top kernels")):
         ranked = found.get(key) or []
         if ranked:
@@ -129,6 +125,19 @@ def describe(run: dict[str, Any]) -> str:
     lines.append(f"  file: {run.get('path')}")
     lines.append("  open it in Perfetto (ui.perfetto.dev, or a copy served on your network) or chrome://tracing")
     return "\n".join(lines)
+
+
+def step_lines(found: dict[str, Any]) -> list[str]:
+    """Return where a step's time went, the bottleneck in a sentence, and what to try: the heart of a summary
+    (as the agent gives it, or as Prometheus keeps it: `step_seconds`, `shares`, `bottleneck`)."""
+    shares = found["shares"]
+    parts = ", ".join(f"{PART_WORDS[p]} {percent(shares.get(p, 0))}" for p in PART_WORDS)
+    idle = shares.get("data_wait", 0) + shares.get("host", 0)
+    lines = [f"  a step takes {found['step_seconds']:.3g} s: {parts}; the device idles {percent(idle)}"]
+    said = trace_sentence(shares, found.get("bottleneck"))
+    if said:
+        lines += [f"  {said}", f"  next: {NEXT_STEP[found['bottleneck']]}"]
+    return lines
 
 
 def _ending(ended: str | None) -> str:

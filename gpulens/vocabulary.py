@@ -26,6 +26,17 @@ class State(str, Enum):
 WASTED_STATES = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED)
 
 
+# Where a traced step's time goes (gpulens trace; gpulens/torch/summary.py), and how a sentence names each
+# part when it is the bottleneck: "the trace shows 71% of each step waiting for the next batch".
+TRACE_PARTS = ("data_wait", "host", "compute", "communication")
+TRACE_PART_WORDS = {
+    "data_wait": "waiting for the next batch",
+    "host": "in host-side work while the device idles",
+    "communication": "in communication the compute does not hide",
+    "compute": "in device compute",
+}
+
+
 class Reason(str, Enum):
     """Why a GPU is in its state; each belongs to one state."""
 

@@ -8,7 +8,9 @@ unknown reads as in its place ("n/a" in a report, "unknown" on a dashboard card)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+from gpulens.vocabulary import TRACE_PART_WORDS
 
 GIB = 2**30
 
@@ -61,6 +63,13 @@ def rate(value: float | None, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
+
+
+def trace_sentence(shares: Mapping[str, float], bottleneck: str | None) -> str | None:
+    """Return 'the trace shows 71% of each step waiting for the next batch', or None without a bottleneck."""
+    if bottleneck not in TRACE_PART_WORDS:
+        return None
+    return f"the trace shows {percent(shares.get(bottleneck))} of each step {TRACE_PART_WORDS[bottleneck]}"
 
 
 def plural(n: int, word: str) -> str:

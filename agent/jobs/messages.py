@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpulens import checks
+from gpulens.vocabulary import TRACE_PARTS
 
 VERSION = 1
 # A datagram larger than this is truncated by the receiver's buffer and dropped; a real report is ~700 bytes.
@@ -151,7 +152,6 @@ class JobReport:
 
 TRACE_STATES = ("started", "refused", "done", "failed")
 TRACE_ENDINGS = ("steps", "time", "end_of_pass", "exit")
-TRACE_PARTS = ("data_wait", "host", "compute", "communication")
 _MAX_PATH = 4096
 _MAX_RANKED = 10
 

@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpulens.agent.jobs.control import ControlServer, NotConnected
 from gpulens.agent.jobs.messages import TRACE_PARTS, JobReport, TraceSummary, TraceUpdate
+from gpulens.words import trace_sentence
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class TraceRun:
     id: str
     pid: int
     job: str  # the job id the agent knows the process by ("" when asked by pid alone)
+    pod: str  # the job's pod name, "" outside Kubernetes
     steps: int
     trigger: str  # "manual" or "auto"
     requested_at: float  # epoch seconds
@@ -81,6 +83,7 @@ class TraceRun:
             "id": self.id,
             "pid": self.pid,
             "job": self.job,
+            "pod": self.pod,
             "gpu_uuid": self.gpu_uuid,
             "steps_requested": self.steps,
             "trigger": self.trigger,
@@ -97,20 +100,9 @@ class TraceRun:
         }
 
 
-# How a summary names its bottleneck; the words of gpulens.torch.summary, which the job used.
-_WORDS = {
-    "data_wait": "waiting for the next batch",
-    "host": "in host-side work while the device idles",
-    "communication": "in communication the compute does not hide",
-    "compute": "in device compute",
-}
-
-
 def sentence(found: TraceSummary | None) -> str | None:
     """Return 'the trace shows 71% of each step waiting for the next batch', or None without a summary."""
-    if found is None or found.bottleneck is None:
-        return None
-    return f"the trace shows {found.shares[found.bottleneck]:.0%} of each step {_WORDS[found.bottleneck]}"
+    return None if found is None else trace_sentence(found.shares, found.bottleneck)
 
 
 @dataclass
@@ -123,13 +115,17 @@ class _Watch:
     jobs: tuple[str, ...] = field(default_factory=tuple)
 
 
-def job_pids(snapshot: Any, job_id: str) -> list[int]:
-    """Return the pids of the job named `job_id` (its id, or its pod's name) on this node's GPUs and slices."""
+def find_job(snapshot: Any, name: str) -> tuple[str, str, list[int]]:
+    """Return (id, pod name, pids) of the job called `name` (its id, or its pod's name) on this node's GPUs
+    and MIG devices; ("", "", []) when no job of that name holds one."""
     analysis = snapshot.analysis
-    if analysis is None or not job_id:
-        return []
+    if analysis is None or not name:
+        return "", "", []
     found = [*analysis.gpus.values(), *(i.analysis for i in getattr(analysis, "instances", {}).values())]
-    return sorted({pid for f in found for job in f.jobs if job_id in (job.id, job.pod) for pid in job.pids})
+    jobs = [job for f in found for job in f.jobs if name in (job.id, job.pod)]
+    if not jobs:
+        return "", "", []
+    return jobs[0].id, jobs[0].pod, sorted({pid for job in jobs for pid in job.pids})
 
 
 class Traces:
@@ -164,8 +160,11 @@ class Traces:
 
     # -- requests --------------------------------------------------------------------------------------
 
-    def start(self, pids: Iterable[int], steps: int = DEFAULT_STEPS, job: str = "", trigger: str = "manual") -> str:
-        """Ask each of `pids` for a trace of `steps` steps; return the request's id or raise TraceError."""
+    def start(
+        self, pids: Iterable[int], steps: int = DEFAULT_STEPS, job: str = "", trigger: str = "manual", pod: str = ""
+    ) -> str:
+        """Ask each of `pids` (of `job`, in `pod`) for a trace of `steps` steps; return the request's id or raise
+        TraceError."""
         if self.control is None:
             raise TraceError(
                 503,
@@ -203,7 +202,9 @@ class Traces:
             runs = []
             for pid in pids:
                 report = reports[pid]
-                run = TraceRun(trace_id, pid, job, steps, trigger, now, updated_at=now, gpu_uuid=report.device.uuid)
+                run = TraceRun(
+                    trace_id, pid, job, pod, steps, trigger, now, updated_at=now, gpu_uuid=report.device.uuid
+                )
                 self._runs[(trace_id, pid)] = run
                 runs.append(run)
             self._trim()
@@ -250,13 +251,15 @@ class Traces:
     # -- reading ---------------------------------------------------------------------------------------
 
     def runs(self, trace_id: str = "", pid: int | None = None, job: str = "") -> list[TraceRun]:
-        """Return the runs matching every filter given, newest first."""
+        """Return the runs matching every filter given (`job`: its id or its pod's name), newest first."""
         with self._lock:
             self._expire(self._clock())
             return [
                 r
                 for r in reversed(self._runs.values())
-                if (not trace_id or r.id == trace_id) and (pid is None or r.pid == pid) and (not job or r.job == job)
+                if (not trace_id or r.id == trace_id)
+                and (pid is None or r.pid == pid)
+                and (not job or job in (r.job, r.pod))
             ]
 
     def counters(self) -> dict[str, int]:
@@ -292,7 +295,7 @@ class Traces:
                     continue
                 self._auto_done[job.id] = now
                 try:
-                    self.start(pids, DEFAULT_STEPS, job=job.id, trigger="auto")
+                    self.start(pids, DEFAULT_STEPS, job=job.id, trigger="auto", pod=job.pod)
                 except TraceError as error:
                     log.info("no automatic trace of job %s: %s", job.id, error)
         for uuid in set(self._watches) - seen:

@@ -1,16 +1,23 @@
-"""Jobs from running agents, asked over HTTP (`/api/v1/jobs`) for their ledgers."""
+"""Jobs from running agents, asked over HTTP (`/api/v1/jobs`) for their ledgers, and a job's traces
+(`/api/v1/traces`) from the agents it ran on."""
 
 from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
+from gpulens.report.traces import SLACK_SECONDS, JobTraces, checked_run, newest_first
 from gpulens.usage import JobRecord
+
+OLDER_AGENT = "it answers HTTP 404 to /api/v1/traces: an agent older than traces"
+NO_CHANNEL = "its traces are off: it has no in-job channel (a simulated node, or --jobs.socket is empty)"
 
 
 class Agents:
@@ -25,6 +32,8 @@ class Agents:
             for url in urls
         ]
         self.description = "agent " + ", ".join(agent.shown for agent in self.agents)
+        # The agents each job was found on, and the node each named: where to ask for its traces.
+        self._found_on: dict[tuple[str, str], dict[str, tuple[AgentClient, str]]] = {}
 
     def _get(self, agent: AgentClient, params: dict, step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
@@ -45,7 +54,40 @@ class Agents:
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}
-        return _in_period([r for agent in self.agents for r in self._get(agent, params, step)], since, until)
+        found = []
+        for agent in self.agents:
+            records = _in_period(self._get(agent, params, step), since, until)
+            for r in records:
+                self._found_on.setdefault(r.key, {})[agent.shown] = (agent, r.nodes[0])
+            found += records
+        return found
+
+    def traces(self, record: JobRecord, step: Step) -> JobTraces:
+        """Return the traces of the job `record` (found by `job`) that the agents it ran on remember, requested
+        while it ran (an agent finds a job by its id or its pod's name, and a pod name outlives its pod). An
+        agent without traces is named in `unavailable`."""
+        runs: dict[tuple[str, str, int], dict[str, Any]] = {}
+        unavailable = []
+        for agent, node in self._found_on.get(record.key, {}).values():
+            step(f"asking {agent.shown} for traces")
+            try:
+                body = agent.traces({"job": record.id})
+            except HttpError as error:
+                if error.status == 404:  # an agent from before traces: its generic "not found"
+                    unavailable.append((agent.where, OLDER_AGENT))
+                    continue
+                raise SourceError(str(error)) from None
+            if body.get("enabled") is False:
+                unavailable.append((agent.where, NO_CHANNEL))
+                continue
+            try:
+                found = [checked_run(run) for run in body["traces"]]
+            except checks.Invalid as error:
+                raise SourceError(f"{agent.where} sent a trace list this gpulens cannot read ({error})") from None
+            for run in found:
+                if record.start - SLACK_SECONDS <= run["requested_at"] <= record.last_seen + SLACK_SECONDS:
+                    runs[(agent.shown, run["id"], run["pid"])] = {**run, "node": node}
+        return JobTraces(newest_first(list(runs.values())), tuple(unavailable))
 
 
 def _in_period(records: Sequence[JobRecord], since: float, until: float) -> list[JobRecord]:

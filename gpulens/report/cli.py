@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpulens import thresholds as t
 from gpulens import units
@@ -234,6 +235,9 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 )
             records = _one_job(records, args.id, source.description)
             report = job_report(records, source.description, min_duration)
+            traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
+            if traces is not None:
+                report = replace(report, traces=traces(report.record, progress))
         else:
             report = _fleet(source, args, since, until, min_duration, progress)
             if report is None:

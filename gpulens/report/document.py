@@ -6,13 +6,18 @@ already written for people (GPU-hours, percentages, GiB, kWh, UTC times).
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
+from gpulens.printable import printable
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
+from gpulens.report.traces import JobTraces
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import State
 
@@ -20,6 +25,8 @@ from gpulens.vocabulary import State
 WORST_JOBS_SHOWN = 25
 SHORT_JOBS_SHOWN = 25
 ID_SHOWN = 12  # pod UIDs and container ids are long; tables show their start (JSON and CSV keep them whole)
+# Requests that brought no trace, listed under the traces (JSON carries every one the agents remember).
+UNTRACED_SHOWN = 5
 STATE_NAMES = {
     "free": "free",
     "idle": "idle",
@@ -39,12 +46,21 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Section:
+    """Lines shown as written, in a fixed-width font: a trace's summary, indented under its heading line."""
+
+    title: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Document:
     title: str
     facts: tuple[tuple[str, str], ...]
     tables: tuple[Table, ...]
     tips: tuple[tuple[str, str], ...] = ()  # (title, text)
     notes: tuple[str, ...] = ()
+    sections: tuple[Section, ...] = ()  # after the tables, before the tips
 
 
 def hours(seconds: float) -> str:
@@ -163,7 +179,72 @@ def job_document(report: JobReport) -> Document:
         facts.insert(2, ("partition", r.partition))
     tips = tuple((tip_title(i), tip_text(i, use)) for i, use in r.top_tips(3))
     notes = (f"Source: {report.source}; {report.runs} run(s) added up.",)
-    return Document(f"GPU usage of job {r.id}", tuple(facts), (_states_table(r),), tips, notes)
+    traces = _traces(report.traces, r) if report.traces is not None else None
+    sections = (traces,) if traces is not None else ()
+    return Document(f"GPU usage of job {r.id}", tuple(facts), (_states_table(r),), tips, notes, sections)
+
+
+def _traces(traces: JobTraces, record: JobRecord) -> Section | None:
+    """Return the job's traces: the sources without any, the last finished trace of each traced process, then
+    the requests that brought none; None when the job has no trace and every source could have had one."""
+    lines = [f"traces are not available from {source}: {why}" for source, why in traces.unavailable]
+    latest, untraced = traces.latest(), traces.without_trace()
+    if not latest and not untraced:
+        return Section("Traces", tuple(lines)) if lines else None
+    from gpulens import tracecli  # needs requests, as do the sources that find traces
+
+    if traces.from_metrics:
+        lines.append("from Prometheus: the last trace of each process on the job's GPUs while it ran")
+    for run in latest:
+        lines += (
+            _from_metrics(run) if traces.from_metrics else [*tracecli.describe(run).splitlines(), _copy(run, record)]
+        )
+    if traces.earlier_done():
+        lines.append(f"{traces.earlier_done()} earlier trace(s) of these processes: in --format json")
+    if untraced:
+        lines.append("requests without a trace, newest first:")
+        lines += [f"  {tracecli.describe(run)}" for run in untraced[:UNTRACED_SHOWN]]
+        if len(untraced) > UNTRACED_SHOWN:
+            lines.append(f"  {len(untraced) - UNTRACED_SHOWN} more: in --format json")
+    # Names, paths and reasons come from the job and its agent: each stays on its own line.
+    return Section("Traces", tuple(printable(line) for line in lines if line))
+
+
+def _copy(run: dict[str, Any], record: JobRecord) -> str:
+    """Return how to fetch a trace's file from the job's node (its path is the one the job saw)."""
+    path, node = run.get("path"), run.get("node") or "the job's node"
+    if not path:
+        return ""
+    name = shlex.quote(os.path.basename(path))
+    if record.kind == "kubernetes" and record.namespace and record.pod:
+        pod = f"{record.namespace}/{record.pod}"
+        container = f" -c {shlex.quote(record.container)}" if record.container else ""
+        return f"  it is in pod {pod} on {node}: kubectl cp {shlex.quote(f'{pod}:{path}')} {name}{container}"
+    if record.kind == "docker":
+        where = shlex.quote(f"{record.id}:{path}")
+        return f"  it is in container {record.id[:ID_SHOWN]} on {node}: on {node}, docker cp {where} {name}"
+    return f"  it is on {node}: scp {shlex.quote(f'{node}:{path}')} {name}"
+
+
+def _from_metrics(run: dict[str, Any]) -> list[str]:
+    """Return a process's last trace as Prometheus holds it: the shares of a step, the bottleneck, and where
+    to read the rest."""
+    from gpulens.tracecli import step_lines
+
+    found, node = run["summary"], run["node"] or "unknown instance"
+    trace = f"trace {run['id']}" if run["id"] else "the last trace (id unknown)"
+    lines = [f"{trace}, pid {run['pid']} on {run['gpu_uuid']} ({node}): done {when(run['updated_at'])}"]
+    if found["step_seconds"] and any(found["shares"].values()):
+        lines += step_lines(found)
+    if run["shared_gpu"]:
+        lines.append("  other jobs held this GPU while this one ran: the trace may be of one of their processes")
+    if run["id"]:
+        agent = f" --agent {shlex.quote(run['node'])}" if run["node"] else ""
+        ask = f"gpulens trace --id {run['id']}{agent}"
+    else:
+        ask = f"gpulens report job {shlex.quote(run['job'])} --agent URL"
+    lines.append(f"  top operators and kernels, peak memory and the file: {ask} (while its agent remembers it)")
+    return lines
 
 
 def fleet_document(report: FleetReport) -> Document:

@@ -21,6 +21,7 @@ dl.facts dt{font-weight:600}dl.facts dd{margin:0}
 tr.red td{background:#fde2e1}tr.warning td{background:#fff4cc}tr.short td,tr.no_data td{color:#777}
 .legend .key{margin-right:1em;white-space:nowrap}.legend i{display:inline-block;width:.9em;height:.9em;
 margin-right:.3em;vertical-align:-.1em}.note{color:#666;font-size:.85em}svg{max-width:100%;height:auto}
+pre{white-space:pre-wrap;font-size:.85em;background:#f8f8f8;padding:.6em}
 """
 
 
@@ -40,6 +41,9 @@ def _page(doc: Document, charts_html: str) -> str:
         sections.append(
             f"<h2>{escape(table.title)}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         )
+    for section in doc.sections:
+        text = escape("\n".join(section.lines))
+        sections.append(f"<h2>{escape(section.title)}</h2><pre>{text}</pre>")
     if doc.tips:
         items = "".join(f"<li><b>{escape(title)}</b>: {escape(text)}</li>" for title, text in doc.tips)
         sections.append(f"<h2>What to change</h2><ol>{items}</ol>")

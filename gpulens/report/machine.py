@@ -85,6 +85,7 @@ def to_json(report: JobReport | FleetReport) -> str:
             "runs": report.runs,
             "min_duration_seconds": report.min_duration,
             "job": _job(report.record, report.flag, timeline=True),
+            "traces": None if report.traces is None else report.traces.to_dict(),
         }
     else:
         _every_job(report)

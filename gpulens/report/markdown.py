@@ -21,6 +21,12 @@ def render(doc: Document) -> str:
         lines.append("| " + " | ".join(_cell(h) for h in table.headers) + " |")
         lines.append("|" + "|".join("---" for _ in table.headers) + "|")
         lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]
+    for section in doc.sections:
+        text = "\n".join(section.lines)
+        fence = "```"
+        while fence in text:  # a name from the job could hold one
+            fence += "`"
+        lines += ["", f"## {section.title}", "", fence + "text", text, fence]
     if doc.tips:
         lines += ["", "## What to change", ""]
         lines += [f"{n}. **{_cell(title)}**: {_cell(text)}" for n, (title, text) in enumerate(doc.tips, 1)]

@@ -4,7 +4,7 @@ Counters make the answer robust: `increase()` spans scrape gaps and counter rese
 restarted starts its counters again at zero), and a job on several nodes is summed over instances.
 What remains is Prometheus's extrapolation at the edges of a series, at most half a scrape interval at
 each end of a job. The peaks (memory) take the maximum over the period. A timeline for one job comes
-from range queries over the same counters.
+from range queries over the same counters, and its traces from the series of each process's last trace.
 """
 
 from __future__ import annotations
@@ -15,13 +15,17 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
 from gpulens.report.summary import FleetReport, check_grouping, fleet_report
+from gpulens.report.traces import SLACK_SECONDS, JobTraces, newest_first
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
+from gpulens.vocabulary import TRACE_PARTS
+from gpulens.words import trace_sentence
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
 RUNNING_WITHIN_SECONDS = 120.0
@@ -31,6 +35,8 @@ QUERIES_AT_ONCE = 4
 # A timeline has about this many points, and points no closer than a minute (the ledger's bucket).
 TIMELINE_POINTS = 240
 TIMELINE_MIN_STEP_SECONDS = 60.0
+# Processes whose last trace id one query asks (one `or` term each), so that a query stays short.
+TRACE_IDS_PER_QUERY = 16
 
 _KEY = "job_kind, job_id"
 _COUNTERS = {
@@ -246,6 +252,101 @@ class Prometheus:
             **found,
         )
 
+    # -- traces ----------------------------------------------------------------------------------------
+
+    def traces(self, record: JobRecord, step: Step) -> JobTraces | None:
+        """Return the last trace of each process on the job's GPUs while it ran (the agents'
+        gpulens_job_trace_* series), or None when the store names none of its GPUs.
+
+        The series name a process and its GPU, not its job: a trace counts as the job's when it finished on
+        one of the job's GPUs while the job was seen there. Where another job held that GPU meanwhile
+        (time-slicing, MPS) the run says `shared_gpu`: the trace may be of that job's process."""
+        if not record.gpus:
+            return None
+        gpus = any_of(record.gpus)
+        at = record.last_seen + SLACK_SECONDS  # the scrape that holds the last sighting comes after it
+        over = f"{{gpu_uuid=~{gpus}}}[{_seconds(at - record.start)}]"
+        by = "instance, pid, gpu_uuid"
+        try:
+            queries = {
+                "trace times": f"max by ({by}) (last_over_time(gpulens_job_trace_timestamp_seconds{over}))",
+                "trace step times": f"max by ({by}) (last_over_time(gpulens_job_trace_step_seconds{over}))",
+                "trace shares": f"max by ({by}, part) (last_over_time(gpulens_job_trace_share{over}))",
+            }
+            answers = dict(self._answers(queries, at, step))
+            found: dict[tuple[str, str, str], dict[str, Any]] = {
+                _process(item): {"updated_at": _value(item), "shares": {}}
+                for item in answers["trace times"]
+                if record.start <= _value(item) <= at and item["metric"].get("pid", "").isdigit()
+            }
+            for item in answers["trace step times"]:
+                if _process(item) in found:
+                    found[_process(item)]["step_seconds"] = _value(item)
+            for item in answers["trace shares"]:
+                if _process(item) in found and item["metric"].get("part") in TRACE_PARTS:
+                    found[_process(item)]["shares"][item["metric"]["part"]] = _value(item)
+            if not found:
+                return JobTraces(from_metrics=True)
+            ids = self._trace_ids({key: p["updated_at"] for key, p in found.items()}, at, step)
+            step("querying who else held the job's GPUs")
+            held = f"gpulens_gpu_allocation_info{{uuid=~{gpus}}}[{_seconds(record.last_seen - record.start)}]"
+            shared = {
+                item["metric"].get("uuid", "")
+                for item in self.api.query(
+                    f"count by (uuid) (max by (uuid, job_kind, job_id) (max_over_time({held})))", record.last_seen
+                )
+                if _value(item) > 1
+            }
+        except HttpError as error:
+            raise SourceError(str(error)) from None
+        runs = []
+        for (instance, pid, uuid), p in found.items():
+            trace_id, bottleneck = ids.get((instance, pid, uuid), (None, None))
+            shares = {part: p["shares"].get(part, 0.0) for part in TRACE_PARTS}
+            step_seconds = p.get("step_seconds")
+            runs.append(
+                {
+                    "id": trace_id,
+                    "pid": int(pid),
+                    "job": record.id,
+                    "gpu_uuid": uuid,
+                    "node": instance,
+                    "state": "done",
+                    "updated_at": p["updated_at"],
+                    "summary": {"step_seconds": step_seconds, "shares": shares, "bottleneck": bottleneck},
+                    "sentence": trace_sentence(shares, bottleneck),
+                    "shared_gpu": uuid in shared,
+                }
+            )
+        return JobTraces(newest_first(runs), from_metrics=True)
+
+    def _trace_ids(
+        self, finished: dict[tuple[str, str, str], float], at: float, step: Step
+    ) -> dict[tuple[str, str, str], tuple[str, str | None]]:
+        """Return each process's last trace id and bottleneck, from the gpulens_job_trace_info series it
+        exported after that trace `finished` (epoch s): the earlier traces' series ended before it.
+        A process with none, or with two (clocks apart by more than a scrape), is left out."""
+        terms = [
+            f"last_over_time(gpulens_job_trace_info{{instance={label_value(instance)},pid={label_value(pid)},"
+            f"gpu_uuid={label_value(uuid)}}}[{_seconds(at - when, floor=True)}])"
+            for (instance, pid, uuid), when in sorted(finished.items())
+        ]
+        queries = {
+            f"trace ids ({n // TRACE_IDS_PER_QUERY + 1})": "max by (instance, pid, gpu_uuid, trace_id, bottleneck) ("
+            + " or ".join(terms[n : n + TRACE_IDS_PER_QUERY])
+            + ")"
+            for n in range(0, len(terms), TRACE_IDS_PER_QUERY)
+        }
+        seen: dict[tuple[str, str, str], list[tuple[str, str | None]]] = {}
+        for _, vector in self._answers(queries, at, step):
+            for item in vector:
+                metric = item["metric"]
+                bottleneck = metric.get("bottleneck")  # "" for a trace without a whole step
+                seen.setdefault(_process(item), []).append(
+                    (metric.get("trace_id", ""), bottleneck if bottleneck in TRACE_PARTS else None)
+                )
+        return {key: found[0] for key, found in seen.items() if len(found) == 1 and found[0][0]}
+
     def _timeline(self, record: JobRecord, sel: str) -> tuple[TimelinePoint, ...]:
         span = max(record.last_seen - record.start, 1.0)
         step = max(TIMELINE_MIN_STEP_SECONDS, span / TIMELINE_POINTS)
@@ -282,12 +383,23 @@ class Prometheus:
         )
 
 
+def _process(item: dict) -> tuple[str, str, str]:
+    """Return the (instance, pid, gpu_uuid) of a trace series: one traced process."""
+    metric = item["metric"]
+    return (metric.get("instance", ""), metric.get("pid", ""), metric.get("gpu_uuid", ""))
+
+
 def _key(item: dict) -> tuple[str, str]:
     return (item["metric"].get("job_kind", ""), item["metric"].get("job_id", ""))
 
 
 def _value(item: dict) -> float:
     return _finite(item["value"][1])
+
+
+def _seconds(span: float, floor: bool = False) -> str:
+    """Return a PromQL range of `span` seconds, at least 1s; rounded down with `floor` (never longer)."""
+    return f"{max(int(span) if floor else math.ceil(span), 1)}s"
 
 
 def _finite(text: str) -> float:

@@ -3,8 +3,9 @@
 
 Every source answers the same two questions, `jobs(since, until)` for a fleet report and
 `job(id, since, until)` for one job (with its timeline), as `JobRecord`s: one per run and node, which
-the report adds up per job. Problems a user can cause or fix (a missing or corrupt file, an agent that
-does not answer) raise `SourceError` with one line that names the thing and the fix.
+the report adds up per job. Agents and Prometheus also answer `traces(record)`, the job's PyTorch traces
+(`traces.py`); a ledger keeps none. Problems a user can cause or fix (a missing or corrupt file, an agent
+that does not answer) raise `SourceError` with one line that names the thing and the fix.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens import thresholds as t
+from gpulens.report.traces import JobTraces
 from gpulens.usage import JobRecord, add_up, merge_all
 
 GROUPINGS = ("user", "namespace", "partition", "model")
@@ -43,6 +44,7 @@ class JobReport:
     runs: int
     source: str
     min_duration: float
+    traces: JobTraces | None = None  # None from a source that keeps no traces (a ledger)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ def renderable(doc: Document) -> Group:
         if not table.rows:
             rich.add_row(*("-" for _ in table.headers))
         parts.append(rich)
+    for section in doc.sections:
+        parts += [Text(section.title, style="bold"), Text("\n".join(section.lines))]
     if doc.tips:
         parts.append(Text("What to change", style="bold"))
         for n, (title, text) in enumerate(doc.tips, 1):

@@ -28,25 +28,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpulens.vocabulary import TRACE_PARTS
+from gpulens.words import trace_sentence
+
 STEP = "gpulens.step"
 DATA_WAIT = "gpulens.data_wait"
 # Marks a step that did not end with a batch (the pass ended, the process exited): it is left out.
 PASS_END = "gpulens.pass_end"
 
-PARTS = ("data_wait", "host", "compute", "communication")
-# The verdict each bottleneck points at (gpulens.vocabulary.State values), and how a sentence names it.
-BOTTLENECK_STATE = {
-    "data_wait": "data_starved",
-    "host": "underutilized",
-    "communication": "underutilized",
-    "compute": "busy",
-}
-BOTTLENECK_WORDS = {
-    "data_wait": "waiting for the next batch",
-    "host": "in host-side work while the device idles",
-    "communication": "in communication the compute does not hide",
-    "compute": "in device compute",
-}
+PARTS = TRACE_PARTS
 TOP = 5
 MAX_NAME = 120
 
@@ -88,10 +78,7 @@ class Summary:
 
     def sentence(self) -> str:
         """One line a tip can cite: 'the trace shows 71% of each step waiting for the next batch'."""
-        part = self.bottleneck
-        if part is None:
-            return "the trace holds no complete step"
-        return f"the trace shows {self.shares[part]:.0%} of each step {BOTTLENECK_WORDS[part]}"
+        return trace_sentence(self.shares, self.bottleneck) or "the trace holds no complete step"
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -263,7 +263,7 @@ class Clock:
 def _snapshot(state: str, job_id: str, pids):
     from types import SimpleNamespace
 
-    job = SimpleNamespace(id=job_id, pod="", pids=tuple(pids))
+    job = SimpleNamespace(id=job_id, pod=f"train-{job_id}", pids=tuple(pids))
     found = SimpleNamespace(verdict=SimpleNamespace(state=SimpleNamespace(value=state)), jobs=(job,))
     return SimpleNamespace(analysis=SimpleNamespace(gpus={"GPU-a": found}, instances={}))
 
@@ -316,18 +316,21 @@ def test_a_run_the_job_never_finishes_is_lost_after_its_limit():
 
 def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
     from gpulens.agent.jobs.messages import parse
-    from gpulens.agent.jobs.traces import job_pids
+    from gpulens.agent.jobs.traces import find_job
 
     pid = os.getpid()
     report = parse(json.dumps({**VALID, "pid": pid}).encode())
     snapshot = _snapshot("data_starved", "81234", [pid, pid + 1])  # pid + 1 holds the GPU, runs no loop
-    assert job_pids(snapshot, "81234") == [pid, pid + 1]
-    assert job_pids(snapshot, "other") == []
+    assert find_job(snapshot, "81234") == ("81234", "train-81234", [pid, pid + 1])
+    assert find_job(snapshot, "train-81234") == find_job(snapshot, "81234")  # by its pod's name too
+    assert find_job(snapshot, "other") == find_job(snapshot, "") == ("", "", [])
     control = FakeControl({pid})
     traces = Traces(control, lambda: {pid: report})
-    trace_id = traces.start(job_pids(snapshot, "81234"), steps=5, job="81234")
+    job, pod, pids = find_job(snapshot, "train-81234")
+    trace_id = traces.start(pids, steps=5, job=job, pod=pod)
     assert [p for p, _ in control.asked] == [pid]
     assert [(r.pid, r.job, r.gpu_uuid) for r in traces.runs(job="81234")] == [(pid, "81234", VALID["device"]["uuid"])]
+    assert traces.runs(job="train-81234") == traces.runs(job="81234")
     assert traces.runs(trace_id)[0].steps == 5
     with pytest.raises(TraceError) as nobody:
         traces.start([pid + 1], job="99")
