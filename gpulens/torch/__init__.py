@@ -112,6 +112,7 @@ class Instrumented:
         # Traces the agent asks for: the connection is opened at the first report, polled at each.
         self._tracer: tracing.Tracer | None = None
         self._control: sender.Control | None = None
+        self._tracing = False  # whether self._tracer runs a trace now
         if tracing.traces_allowed(traces):
             this = weakref.ref(self)  # the tracer outlives the wrapper (see _abandon): it must not hold it
             self._tracer = tracing.Tracer(
@@ -140,21 +141,22 @@ class Instrumented:
     def __next__(self) -> Any:
         if self._iterator is None:
             self.__iter__()
-        tracer = self._tracer
-        tracing_now = tracer is not None and tracer.running
+        tracing_now = self._tracing  # a plain attribute: this runs every step
         if tracing_now:
-            tracer.wait_started()
+            self._tracer.wait_started()
         start = time.perf_counter()
         try:
             batch = next(self._iterator)
         except StopIteration:
             if tracing_now:
-                self._tell(tracer.finish("end_of_pass"))
+                self._tell(self._tracer.finish("end_of_pass"))
+                self._tracing = False
             self._end_of_pass()
             raise
         now = time.perf_counter()
         if tracing_now:
-            self._tell(tracer.batch_arrived())  # writing a finished trace counts in this step's body
+            self._tell(self._tracer.batch_arrived())  # writing a finished trace counts in this step's body
+            self._tracing = self._tracer.running
         self._batches += 1
         self._steps += 1
         self._wait += now - start + self._iter_wait
@@ -276,6 +278,7 @@ class Instrumented:
             return
         for data in requests:
             self._tell(self._tracer.request(data, self._device_type))
+        self._tracing = self._tracer.running
 
     def _tell(self, message: dict[str, Any] | None) -> None:
         """Send a trace's answer or result to the agent; on failure, count it (the trace file stays)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import time
+from collections.abc import Callable
 
 DEFAULT_SOCKET_PATH = "/run/gpulens/jobs.sock"
 SOCKET_ENV = "GPULENS_SOCKET"
@@ -37,6 +40,8 @@ def send(data: bytes, path: str) -> None:
 
 CONTROL_SOCKET_NAME = "traces.sock"
 MAX_CONTROL_BYTES = 8192
+# How long a job waits to connect again after the agent's control socket refused it.
+RETRY_SECONDS = 30.0
 
 
 def control_path(report_path: str) -> str:
@@ -53,19 +58,24 @@ class Control:
     failure and drop the connection; the next `poll()` connects again (an agent that restarted).
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, clock: Callable[[], float] = time.monotonic):
         self.path = path
         self._socket: socket.socket | None = None
+        self._clock = clock
+        self._retry_at = -math.inf  # after a failed connect, the next try waits RETRY_SECONDS
 
     def poll(self) -> list[bytes]:
         """Return the messages the agent has sent since the last poll, connecting first if needed."""
         if self._socket is None:
+            if self._clock() < self._retry_at:
+                return []  # no agent, or one without traces: asking every report would cost a socket each
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             sock.setblocking(False)
             try:
                 sock.connect(self.path)
             except OSError:
                 sock.close()
+                self._retry_at = self._clock() + RETRY_SECONDS
                 raise
             self._socket = sock
         messages = []
