@@ -1,14 +1,19 @@
-"""Who may see the fleet: the decision alone, from the login settings and the viewer, without Streamlit.
+"""Who may see the fleet, and who may start work on an agent: the decisions alone, from the login
+settings and the viewer, without Streamlit.
 
 With an `[auth]` section in Streamlit's secrets (an OpenID Connect provider) only a logged-in viewer
 sees anything, and, when an allow-list is set, only one whose e-mail address or domain is on it. Without
 `[auth]` the dashboard is open: right on one machine, or behind a proxy that authenticates (oauth2-proxy,
 an Ingress with authentication). An allow-list or REQUIRE_LOGIN without `[auth]` cannot be enforced,
 so it shows nothing rather than everything.
+
+Starting work (a trace of a job) is more than seeing: a logged-in viewer may, and so may one on the
+dashboard's own machine; a viewer of an open dashboard from elsewhere may not.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +121,52 @@ def decide(auth_configured: bool, user: Mapping[str, Any], allowed: AllowList, r
             "to add the address or its domain to the allow-list",
         )
     return Access(ALLOWED, name)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The request that opened the page: the `Host` the browser asked for (port included), whether its
+    peer is this machine, and whether a proxy says it forwarded it (Forwarded, X-Forwarded-For)."""
+
+    host: str = ""
+    loopback: bool = False
+    forwarded: bool = False
+
+    @property
+    def local(self) -> bool:
+        """Whether the viewer sits at the dashboard's machine.
+
+        A proxy on this machine makes every viewer's peer look local, hence `forwarded`; the Host must name
+        loopback too, which a page of another site that re-points its name at 127.0.0.1 (DNS rebinding)
+        cannot make its browser send.
+        """
+        return self.loopback and not self.forwarded and loopback_host(self.host)
+
+
+def loopback_host(host: str) -> bool:
+    """Return whether a Host header ('localhost:10907', '127.0.0.1', '[::1]:10907') names this machine."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name = name[1:].partition("]")[0]
+    elif name.count(":") == 1:
+        name = name.partition(":")[0]
+    name = name.removesuffix(".")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def may_start_work(decision: Access, connection: Connection) -> str:
+    """Return "" when the viewer may ask an agent to start work (a trace of a job), else why not, in one line."""
+    if decision.kind == ALLOWED or (decision.kind == OPEN and connection.local):
+        return ""
+    return (
+        "Asking for a trace is offered to a logged-in viewer, or on the dashboard's own machine "
+        "(http://localhost:PORT); this dashboard has no login and was opened from elsewhere (docs/security.md)"
+    )
 
 
 def providers(auth_section: Mapping[str, Any]) -> tuple[str | None, ...]:

@@ -20,7 +20,18 @@ import streamlit as st
 
 from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
-from gpulens.dashboard.sources.base import Alerts, Answer, Fleet, FleetGpu, GpuHistory, Source, SourceProblem
+from gpulens.dashboard.sources.base import (
+    Alerts,
+    Answer,
+    Fleet,
+    FleetGpu,
+    GpuHistory,
+    JobSummary,
+    JobTraces,
+    Source,
+    SourceProblem,
+    TraceShown,
+)
 
 log = logging.getLogger("gpulens.dashboard")
 
@@ -111,6 +122,14 @@ def _alerts(_source: Source, key: str) -> Answer[Alerts]:
     return _safe(_source.alerts, Alerts(()), "the alerts")
 
 
+# Keyed by the job's kind, id and nodes; the record itself (`_job`) is not hashed.
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _traces(
+    _source: Source, key: str, _job: JobSummary, kind: str, job_id: str, nodes: tuple[str, ...]
+) -> Answer[JobTraces]:
+    return _safe(lambda: _source.traces(_job), JobTraces(), f"the traces of job {job_id}")
+
+
 def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
     return _fleet(source, source.cache_key, window_seconds)
 
@@ -135,6 +154,17 @@ def probes(source: Source) -> Answer:
 
 def alerts(source: Source) -> Answer[Alerts]:
     return _alerts(source, source.cache_key)
+
+
+def traces(source: Source, job: JobSummary) -> Answer[JobTraces]:
+    return _traces(source, source.cache_key, job, job.job_kind, job.job_id, job.nodes)
+
+
+def start_trace(source: Source, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+    """Ask for a trace of the job's next `steps` steps; forget the cached traces, so that the new one shows."""
+    answer = _safe(lambda: source.start_trace(job, steps), (), f"the answer to a trace request for job {job.job_id}")
+    _traces.clear()
+    return answer
 
 
 def header(title: str, purpose: str, source: Source) -> None:

@@ -49,6 +49,21 @@ def guard() -> access.Access:
     st.stop()
 
 
+# Headers a proxy adds to the requests it passes on.
+_FORWARDED = ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip")
+
+
+def connection() -> access.Connection:
+    """Return what Streamlit saw of the request that opened the page (nothing under AppTest: not local)."""
+    headers = st.context.headers
+    return access.Connection(
+        host=headers.get("Host", ""),
+        # Streamlit gives no address for a loopback peer, and no headers where there is no request.
+        loopback=bool(headers) and st.context.ip_address is None,
+        forwarded=any(headers.get(name) for name in _FORWARDED),
+    )
+
+
 def account(decision: access.Access) -> None:
     """Show who is logged in and a log-out button in the sidebar; nothing when the dashboard is open."""
     if decision.kind != access.ALLOWED:

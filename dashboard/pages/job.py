@@ -1,4 +1,5 @@
-"""Job: its GPUs, how their hours were spent, how long it waits for data, its memory, and what to change."""
+"""Job: its GPUs, how their hours were spent, how long it waits for data, its memory, what to change, and
+its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine)."""
 
 import os
 import time
@@ -6,14 +7,67 @@ from dataclasses import asdict
 
 import streamlit as st
 
-from gpulens.dashboard import charts, context
+from gpulens.dashboard import access, charts, context, gate
 from gpulens.dashboard.sources import AGENTS, PROMETHEUS
+from gpulens.dashboard.sources.base import JobSummary, JobTraces
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links, words
+from gpulens.dashboard.views import traces as trace_view
 from gpulens.urls import shown_url
 
 source = context.source()
 context.header("Job", "Why is my job slow, and what do I change?", source)
+
+
+def ask_for_trace(job: JobSummary, key: str) -> None:
+    st.session_state[key] = context.start_trace(source, job, trace_view.TRACE_STEPS)
+
+
+def trace_panel(job: JobSummary, traces: JobTraces) -> None:
+    """The job's traces: the button (or why there is none), the last finished trace, the earlier ones."""
+    key = f"trace-asked-{job.job_kind}-{job.job_id}"
+    now = time.time()
+    why_not = trace_view.offer(traces, access.may_start_work(gate.current()[0], gate.connection()))
+    if why_not:
+        st.caption(why_not)
+    else:
+        st.button(
+            f"Trace the next {trace_view.TRACE_STEPS} steps",
+            key="trace",
+            on_click=ask_for_trace,
+            args=(job, key),
+            help="Asks the job's agent to profile its next steps with the PyTorch profiler; "
+            "the job writes the trace file on its node",
+        )
+    asked = st.session_state.get(key)
+    if asked is not None:
+        for line in trace_view.started(asked.value):
+            st.success(line)
+        for problem in asked.problems:
+            st.error(str(problem))
+    last = trace_view.last_finished(traces.runs)
+    if last:
+        st.caption(trace_view.finished_line(last, now))
+        parts = trace_view.step_parts(last[0].run)
+        if parts:
+            for column, (label, value) in zip(st.columns(len(parts)), parts, strict=True):
+                column.metric(label, value)
+        for shown in last:
+            st.code(trace_view.details(shown), language=None)
+    if traces.exported:
+        st.caption(
+            "The last trace of each process, as its agent exports it (the file and its operators are on the node)."
+        )
+        st.dataframe(trace_view.exported_rows(traces.exported, now), hide_index=True, width="stretch")
+        newest = trace_view.exported_text(traces.exported)
+        if newest:
+            st.code(newest, language=None)
+    earlier = trace_view.earlier(traces.runs, last, now)
+    if earlier:
+        st.caption("Its other traces, newest first")
+        st.dataframe(earlier, hide_index=True, width="stretch")
+    if not last and not traces.exported and (traces.enabled or traces.cannot_start):
+        st.caption("No finished trace of this job's processes to show.")
 
 
 @st.fragment(run_every=context.refresh_seconds())
@@ -38,8 +92,9 @@ def job_page() -> None:
         st.query_params.update({"kind": kind, "id": job_id})
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
     detail = context.detail(source, view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
+    traces = context.traces(source, job)
     with notices:
-        context.banner((*fleet.problems, *jobs.problems, *detail.problems))
+        context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems))
     held = list(detail.value)
 
     st.subheader(f"{kind} job {job_id}")
@@ -106,6 +161,9 @@ def job_page() -> None:
         st.markdown(f"**Tip: {title}.** {text}  \n_Applies to: {where}_")
     if not tips:
         st.caption("No advice: its GPUs are used well, or it holds none now.")
+
+    st.markdown("**Where its steps' time goes: PyTorch traces**")
+    trace_panel(job, traces.value)
 
     report = links.report_url(os.environ.get(links.REPORT_URL_VARIABLE, ""), kind, job_id)
     if report:

@@ -104,7 +104,11 @@ def from_environment(environ: Mapping[str, str]) -> Source:
             credentials = agent_credentials(environ)
         except AccessError as error:
             raise ConfigError(str(error)) from None
-        return AgentsSource(parse_agents(agents), fetch=functools.partial(fetch_metrics, credentials=credentials))
+        return AgentsSource(
+            parse_agents(agents),
+            fetch=functools.partial(fetch_metrics, credentials=credentials),
+            credentials=credentials,
+        )
     raise ConfigError(
         f"no source configured: start the dashboard with 'gpulens dashboard --prometheus URL' or "
         f"'--agents URL' (or set {PROMETHEUS} or {AGENTS})"

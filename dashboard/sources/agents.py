@@ -3,12 +3,14 @@
 The embedded default for one machine or a small lab. Each refresh scrapes every agent's /metrics
 concurrently and parses it with prometheus_client's own parser. The agents keep no history, so this
 source keeps a bounded ring of past scrapes in the dashboard process: the charts show what happened
-since the dashboard started, up to `history_seconds`.
+since the dashboard started, up to `history_seconds`. A job's traces are read from, and asked of, the
+agent of each node the job runs on (/api/v1/traces).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 import uuid
@@ -16,9 +18,11 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
@@ -30,16 +34,23 @@ from gpulens.dashboard.sources.base import (
     FleetGpu,
     GpuHistory,
     JobSummary,
+    JobTraces,
     ProbeResult,
     SourceProblem,
+    TraceShown,
 )
 from gpulens.httpclient import HttpError
+from gpulens.report import traces as report_traces
 from gpulens.urls import check_url, shown_url
+
+T = TypeVar("T")
 
 _COUNTERS = ("busy_seconds_total", "sampled_seconds_total")
 _KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS))
 
 Fetch = Callable[[str, float], str]
+
+_TRACE_ID = re.compile(r"[\w.-]{1,64}", re.ASCII)  # the agent's are "t-" and 8 hex digits
 
 
 def fetch_metrics(url: str, timeout: float, credentials: Credentials | None = None) -> str:
@@ -111,6 +122,7 @@ class AgentsSource:
         interval: float = 5.0,
         fetch: Fetch = fetch_metrics,
         clock: Callable[[], float] = time.time,
+        credentials: Credentials | None = None,
     ):
         if not agents:
             raise ValueError("no agent URL given; pass at least one, e.g. --agents http://127.0.0.1:10906")
@@ -119,6 +131,7 @@ class AgentsSource:
         self._interval = interval
         self._fetch = fetch
         self._clock = clock
+        self._credentials = credentials  # for the traces; `fetch` holds its own
         self._lock = threading.Lock()
         self._latest: dict[str, _Scrape] = {}
         self._rings: dict[str, deque[_Point]] = {
@@ -243,3 +256,79 @@ class AgentsSource:
 
     def alerts(self) -> Answer[Alerts]:
         return Answer(Alerts((), supported=False))
+
+    def traces(self, job: JobSummary) -> Answer[JobTraces]:
+        runs: list[TraceShown] = []
+        enabled: list[bool] = []
+        problems: list[SourceProblem] = []
+        for node, body, problem in self._ask(job, lambda agent: agent.traces({"job": job.job_id})):
+            if problem is None:
+                enabled.append(body.get("enabled") is True)
+                problem = self._checked(node, body["traces"], runs)
+            if problem is not None:
+                problems.append(problem)
+        runs.sort(key=lambda t: t.run["requested_at"], reverse=True)
+        return Answer(JobTraces(tuple(runs), enabled=any(enabled) if enabled else None), tuple(problems))
+
+    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+        started: list[TraceShown] = []
+        problems: list[SourceProblem] = []
+        for node, body, problem in self._ask(job, lambda agent: agent.start_trace({"job": job.job_id, "steps": steps})):
+            if problem is None:
+                problem = self._checked(node, body["traces"], started)
+            if problem is not None:
+                problems.append(problem)
+        return Answer(tuple(started), tuple(problems))
+
+    def _checked(self, node: str, records: list, into: list[TraceShown]) -> SourceProblem | None:
+        """Add the trace records of `node`'s agent that check to `into`; return the problem the others make."""
+        bad = []
+        for raw in records:
+            try:
+                into.append(TraceShown(node, checked_run(raw)))
+            except checks.Invalid as invalid:
+                bad.append(invalid)
+        if not bad:
+            return None
+        return SourceProblem(
+            f"agent {node} at {shown_url(self._agents[node])}",
+            f"answered {len(bad)} trace record(s) the dashboard cannot read ({bad[0]}); they are left out",
+        )
+
+    def _ask(
+        self, job: JobSummary, call: Callable[[AgentClient], T]
+    ) -> list[tuple[str, T | None, SourceProblem | None]]:
+        """Run `call` on the agent of each node the job runs on, concurrently; return (node, answer, problem)."""
+        nodes = [node for node in job.nodes if node in self._agents]
+        if not nodes:
+            return [("", None, SourceProblem(f"job {job.job_id}", "runs on no node whose agent this dashboard reads"))]
+
+        def one(node: str) -> tuple[str, T | None, SourceProblem | None]:
+            agent = AgentClient(
+                self._agents[node],
+                self._credentials,
+                self._timeout,
+                "its traces are not shown, nor asked for, while it is down or unreachable",
+            )
+            try:
+                return node, call(agent), None
+            except HttpError as error:
+                return node, None, SourceProblem(f"agent {node} at {agent.shown}", error.what)
+
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            return list(pool.map(one, nodes))
+
+
+def checked_run(raw: Any) -> dict[str, Any]:
+    """Return an agent's trace record if it holds what `gpulens.tracecli.describe` reads (the reports' check,
+    `gpulens.report.traces.checked_run`) and what the job page reads besides: an id it can write in Markdown,
+    when the trace ended, and its texts. Raise `checks.Invalid` naming the first field that does not."""
+    run = report_traces.checked_run(raw)
+    if not _TRACE_ID.fullmatch(run["id"]):
+        raise checks.Invalid("trace.id", f"expected letters, digits, '-', '_' or '.', got {checks.shown(run['id'])}")
+    if run.get("updated_at") is not None:
+        checks.number(run["updated_at"], "trace.updated_at", 0)
+    for key in ("trigger", "reason", "sentence"):
+        if run.get(key) is not None and not isinstance(run[key], str):
+            raise checks.Invalid(f"trace.{key}", f"expected a string or null, got {checks.described(run[key])}")
+    return run

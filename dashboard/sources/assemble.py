@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
-from gpulens.dashboard.sources.base import FleetGpu, JobSummary, ProbeResult, SourceProblem
-from gpulens.vocabulary import WASTED_STATES
+from gpulens.dashboard.sources.base import ExportedTrace, FleetGpu, JobSummary, ProbeResult, SourceProblem
+from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
 
@@ -44,6 +44,15 @@ IN_JOB = (
     "gpulens_job_torch_allocated_bytes",
     "gpulens_job_torch_reserved_bytes",
 )
+
+# The last finished trace of each process (agent/jobs/traces.py); labels `pid` and `gpu_uuid`.
+TRACE_SERIES = (
+    "gpulens_job_trace_share",
+    "gpulens_job_trace_step_seconds",
+    "gpulens_job_trace_timestamp_seconds",
+    "gpulens_job_trace_info",
+)
+ALLOCATIONS = ("gpulens_gpu_allocation_info", "gpulens_mig_allocation_info")
 
 
 class Sample(NamedTuple):
@@ -299,6 +308,51 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
         for kind, job_id in sorted(seconds)
         if job_id
     )
+
+
+def job_traces(samples: Iterable[Sample], job_kind: str, job_id: str) -> tuple[ExportedTrace, ...]:
+    """Return the last finished trace of each of the job's processes in `samples`, newest first.
+
+    The trace series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU or
+    MIG slice (`gpulens_gpu_allocation_info`, `gpulens_mig_allocation_info`), as the in-job series are.
+    """
+    samples = list(samples)
+    held = {
+        (s.labels.get("instance", ""), s.labels.get("uuid", ""))
+        for s in samples
+        if s.name in ALLOCATIONS and (s.labels.get("job_kind"), s.labels.get("job_id")) == (job_kind, job_id)
+    }
+    found: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"shares": {}})
+    for s in samples:
+        node, gpu_uuid = s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")
+        if s.name not in TRACE_SERIES or (node, gpu_uuid) not in held:
+            continue
+        row = found[(node, s.labels.get("pid", ""), gpu_uuid)]
+        if s.name == "gpulens_job_trace_share":
+            if s.labels.get("part") in TRACE_PARTS:
+                row["shares"][s.labels["part"]] = s.value
+        elif s.name == "gpulens_job_trace_step_seconds":
+            row["step_seconds"] = s.value
+        elif s.name == "gpulens_job_trace_timestamp_seconds":
+            row["finished_at"] = s.value
+        else:
+            row["trace_id"] = s.labels.get("trace_id", "")
+            row["bottleneck"] = s.labels.get("bottleneck", "") if s.labels.get("bottleneck") in TRACE_PARTS else ""
+    traces = [
+        ExportedTrace(
+            node=node,
+            pid=pid,
+            gpu_uuid=gpu_uuid,
+            trace_id=row.get("trace_id", ""),
+            bottleneck=row.get("bottleneck", ""),
+            step_seconds=row.get("step_seconds"),
+            finished_at=row.get("finished_at"),
+            shares=row["shares"],
+        )
+        for (node, pid, gpu_uuid), row in found.items()
+    ]
+    traces.sort(key=lambda t: (-(t.finished_at or 0.0), t.node, t.pid))
+    return tuple(traces)
 
 
 def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:

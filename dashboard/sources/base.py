@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -171,6 +171,46 @@ class Alerts:
     silences: tuple[SilenceShown, ...] = ()
 
 
+@dataclass(frozen=True)
+class TraceShown:
+    """One process's trace as the agent of `node` tells it: `run` is a record of its /api/v1/traces
+    (agent/jobs/traces.py `TraceRun.to_dict`), checked by the source, so that `gpulens.tracecli.describe`
+    can write any of them."""
+
+    node: str
+    run: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ExportedTrace:
+    """A process's last finished trace as its agent exports it (`gpulens_job_trace_*`): where its steps'
+    time went, without the file, the operators or the kernels, which only the agent holds."""
+
+    node: str
+    pid: str
+    gpu_uuid: str
+    trace_id: str
+    bottleneck: str  # the part that took the most of each step (gpulens.vocabulary.TRACE_PARTS), "" for none
+    step_seconds: float | None  # mean wall time of a step
+    finished_at: float | None  # seconds since the epoch
+    shares: Mapping[str, float]  # of each step, per part, 0-1
+
+
+@dataclass(frozen=True)
+class JobTraces:
+    """A job's traces: the agents' records (`runs`, newest first) where the source reads the agents, else
+    the last finished trace of each process from the metrics (`exported`).
+
+    `enabled` says whether an agent of the job can take traces (None: none said); `cannot_start` is ""
+    where the source can ask the job's agents for a trace, else why it cannot, in one line.
+    """
+
+    runs: tuple[TraceShown, ...] = ()
+    exported: tuple[ExportedTrace, ...] = ()
+    enabled: bool | None = None
+    cannot_start: str = ""
+
+
 class Source(Protocol):
     """Where the dashboard's data comes from. Every method answers; none raises."""
 
@@ -203,3 +243,10 @@ class Source(Protocol):
 
     def alerts(self) -> Answer[Alerts]:
         """What Prometheus fires now."""
+
+    def traces(self, job: JobSummary) -> Answer[JobTraces]:
+        """The job's PyTorch traces on the nodes that run it."""
+
+    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+        """Ask the agent of each node that runs the job for a trace of its next `steps` steps; return the
+        runs they started, and each refusal (the agent's own words) as a problem."""

@@ -2,14 +2,15 @@
 
 Each view runs a fixed set of queries, whatever the number of GPUs: the fleet eight instant queries
 (and a ninth where the store has no recorded waste counter), the evidence of the GPUs a page writes
-out one, a GPU's history four range queries, the jobs one, the probes two, the alerts one request (and
-two to Alertmanager, where one is configured: what became of each alert, and the silences). Queries of
-one view run concurrently. Each returns whole label sets and values; the joining is done by
-`assemble`, the same code the agents source uses.
+out one, a GPU's history four range queries, the jobs one, a job's traces two, the probes two, the
+alerts one request (and two to Alertmanager, where one is configured: what became of each alert, and
+the silences). Queries of one view run concurrently. Each returns whole label sets and values; the
+joining is done by `assemble`, the same code the agents source uses.
 """
 
 from __future__ import annotations
 
+import shlex
 import time
 import uuid
 from collections import defaultdict
@@ -31,9 +32,11 @@ from gpulens.dashboard.sources.base import (
     FleetGpu,
     GpuHistory,
     JobSummary,
+    JobTraces,
     ProbeResult,
     SilenceShown,
     SourceProblem,
+    TraceShown,
 )
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
@@ -84,6 +87,9 @@ MIG = (
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
 JOBS = '{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|' + "|".join(assemble.IN_JOB) + '"}'
+# A job's traces: the last finished one of each process on its nodes, and what holds its GPUs to join them by.
+TRACES = f"{{__name__=~{any_of(assemble.TRACE_SERIES)}, instance=~%s}}"
+HOLDERS = f"{{__name__=~{any_of(assemble.ALLOCATIONS)}, job_kind=%s, job_id=%s}}"
 PROBES = '{__name__=~"gpulens_probe_.+"}'
 PROBED_GPUS = 'gpulens_gpu_info and on (instance, gpu, uuid) {__name__=~"gpulens_probe_.+"}'
 
@@ -259,6 +265,23 @@ class PrometheusSource:
         )
         return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])), tuple(problems))
 
+    def traces(self, job: JobSummary) -> Answer[JobTraces]:
+        if not job.nodes:
+            return Answer(JobTraces(cannot_start=_no_agent(job)))
+        now = self._clock()
+        results, problems = self._run(
+            {
+                "traces": lambda: self._api.query(TRACES % any_of(job.nodes), now),
+                "holders": lambda: self._api.query(HOLDERS % (label_value(job.job_kind), label_value(job.job_id)), now),
+            }
+        )
+        samples = _samples(results["traces"]) + _samples(results["holders"])
+        exported = assemble.job_traces(samples, job.job_kind, job.job_id)
+        return Answer(JobTraces(exported=exported, cannot_start=_no_agent(job)), tuple(problems))
+
+    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+        return Answer((), (SourceProblem(self.name, _no_agent(job)),))
+
     def alerts(self) -> Answer[Alerts]:
         calls: dict[str, Callable[[], Any]] = {"alerts": self._api.alerts}
         if self._alertmanager is not None:
@@ -282,6 +305,15 @@ class PrometheusSource:
         )
         shown = self._alertmanager.where if self._alertmanager is not None else ""
         return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
+
+
+def _no_agent(job: JobSummary) -> str:
+    """Why a dashboard on Prometheus offers no trace, and how to take one, in one line."""
+    where = ", ".join(job.nodes) or "the job's node"
+    return (
+        "A trace is asked of the job's agent, which this dashboard does not reach: it reads Prometheus. "
+        f"On {where}, run `gpulens trace --job {shlex.quote(job.job_id)}`."
+    )
 
 
 def _matching(gpus: Iterable[assemble.GpuKey]) -> str:

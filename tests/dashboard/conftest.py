@@ -17,7 +17,8 @@ def served(agent: SimulatedAgent) -> Iterator[str]:
     """Serve a simulated agent's endpoints on a free loopback port; yield its base URL."""
     app = AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated")
     server = serve(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it, half a second by default.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}"

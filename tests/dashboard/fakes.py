@@ -14,8 +14,10 @@ from gpulens.dashboard.sources.base import (
     FleetGpu,
     GpuHistory,
     JobSummary,
+    JobTraces,
     ProbeResult,
     SourceProblem,
+    TraceShown,
 )
 
 NOW = time.time()
@@ -207,6 +209,62 @@ ALERTS = (
     ),
 )
 
+# Traces of slurm job 81234 on node-b as its agent answers them (agent/jobs/traces.py TraceRun.to_dict):
+# one done, one refused, and one just asked for.
+DONE_TRACE = {
+    "id": "t-1a2b3c4d",
+    "pid": 4242,
+    "job": "81234",
+    "pod": "",
+    "gpu_uuid": "GPU-b0",
+    "steps_requested": 20,
+    "trigger": "manual",
+    "state": "done",
+    "requested_at": NOW - 600,
+    "updated_at": NOW - 560,
+    "reason": None,
+    "ended": "steps",
+    "path": "/scratch/carol/traces/t-1a2b3c4d-4242.pt.trace.json.gz",
+    "summary": {
+        "steps": 20,
+        "step_seconds": 0.412,
+        "device": "cuda",
+        "shares": {"data_wait": 0.71, "host": 0.05, "compute": 0.22, "communication": 0.02},
+        "bottleneck": "data_wait",
+        "top_operators": [{"name": "aten::copy_", "seconds": 1.2, "count": 400}],
+        "top_kernels": [{"name": "sm90_xmma_gemm_bf16bf16_bf16f32", "seconds": 0.9, "count": 1200}],
+        "peak_allocated_bytes": 22 * 2**30,
+    },
+    "sentence": "the trace shows 71% of each step waiting for the next batch",
+    "dataloader": {
+        "num_workers": 0,
+        "pin_memory": False,
+        "prefetch_factor": None,
+        "persistent_workers": None,
+        "batch_size": 64,
+    },
+    "precision": {
+        "autocast": True,
+        "autocast_dtype": "bfloat16",
+        "matmul_allow_tf32": False,
+        "cudnn_allow_tf32": True,
+        "float32_matmul_precision": "highest",
+    },
+}
+_NOT_DONE = {"ended": None, "path": None, "summary": None, "sentence": None, "dataloader": None, "precision": None}
+REFUSED_TRACE = {
+    **DONE_TRACE,
+    **_NOT_DONE,
+    "id": "t-0f0f0f0f",
+    "trigger": "auto",
+    "state": "refused",
+    "requested_at": NOW - 7200,
+    "updated_at": NOW - 7199,
+    "reason": "the profiler is already running in this process",
+}
+ASKED = {**DONE_TRACE, **_NOT_DONE, "id": "t-5e5e5e5e", "state": "requested", "requested_at": NOW, "updated_at": NOW}
+TRACES = JobTraces((TraceShown("node-b", DONE_TRACE), TraceShown("node-b", REFUSED_TRACE)), enabled=True)
+
 
 @dataclass
 class FakeSource:
@@ -217,6 +275,8 @@ class FakeSource:
     jobs_: tuple[JobSummary, ...] = JOBS
     probes_: tuple[ProbeResult, ...] = PROBES
     alerts_: Alerts = field(default_factory=lambda: Alerts(ALERTS))
+    traces_: JobTraces = TRACES
+    started_: Answer[tuple[TraceShown, ...]] = Answer((TraceShown("node-b", ASKED),))
     fail: bool = False  # every method raises, as a buggy source would
     asked: list[str] = field(default_factory=list)
     key: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -263,3 +323,11 @@ class FakeSource:
     def alerts(self) -> Answer[Alerts]:
         self._check("alerts")
         return Answer(self.alerts_, self.problems)
+
+    def traces(self, job: JobSummary) -> Answer[JobTraces]:
+        self._check("traces")
+        return Answer(self.traces_, self.problems)
+
+    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+        self._check(f"start_trace {job.job_kind} {job.job_id} {steps}")
+        return self.started_

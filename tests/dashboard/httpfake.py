@@ -1,5 +1,5 @@
 """A loopback HTTP server that answers whatever a test tells it: error JSON, garbage, slowness, and
-401 to a request without the credentials it requires."""
+401 to a request without the credentials it requires. GET and POST alike; tests tell them apart by path."""
 
 from __future__ import annotations
 
@@ -55,12 +55,15 @@ def fake_server(
             except OSError:
                 pass  # the client gave up waiting
 
+        do_POST = do_GET  # noqa: N815 (the name http.server calls)
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it, half a second by default, at the end of every test.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}", asked
