@@ -307,3 +307,52 @@ def test_a_request_the_job_cannot_read_is_named(request_body, why):
 def test_the_job_clamps_what_it_is_asked_to_its_own_bounds():
     body = json.dumps({"v": 1, "trace": {"id": "t-1", "steps": 10**6, "max_seconds": 10**9}}).encode()
     assert tracing.parse_request(body) == ("t-1", tracing.MAX_STEPS, tracing.MAX_SECONDS)
+
+
+class OnGpu(torch.utils.data.Dataset):
+    """Batches made on the host, slowly (`seconds` each), for a model on the GPU."""
+
+    def __init__(self, count: int, seconds: float):
+        self._count, self._seconds = count, seconds
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index: int):
+        time.sleep(self._seconds)
+        return torch.randn(1024)
+
+
+@pytest.mark.gpu
+def test_a_real_cuda_trace_has_kernels_device_compute_and_allocator_memory(agent, socket_path, tmp_path):
+    """On a GPU: Kineto's CUDA activity in the trace is read as compute, kernels are ranked, memory is read."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(OnGpu(4000, 0.0005), batch_size=64)
+    batches = gpulens.torch.instrument(
+        loader, model=model, interval=0.05, socket_path=socket_path, trace_dir=str(tmp_path)
+    )
+    done = threading.Event()
+
+    def train():
+        for x in batches:
+            optimizer.zero_grad()
+            model(x.cuda(non_blocking=True)).sum().backward()
+            optimizer.step()
+            if done.is_set():
+                break
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=20))
+    done.set()
+    thread.join(timeout=60)
+    assert run.state == "done", run.reason
+    found = run.summary
+    assert found.device == "cuda" and found.steps == 20
+    assert found.shares["compute"] > 0 and found.top_kernels
+    assert found.shares["data_wait"] > 0.3  # 64 samples of 0.5 ms each per step, against a fast GPU step
+    assert found.peak_allocated_bytes > 0
