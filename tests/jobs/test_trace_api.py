@@ -335,3 +335,23 @@ def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
     with pytest.raises(TraceError) as nobody:
         traces.start([pid + 1], job="99")
     assert nobody.value.status == 404 and "job 99 sends no gpulens.torch reports" in str(nobody.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "said"),
+    [
+        ([], 2, "one of the arguments --job --pid --id is required"),
+        (["--job", "1", "--steps", "0"], 2, "--steps must be at least 1"),
+        (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http://HOST:PORT"),
+        (["--job", "1", "--wait", "5x"], 2, "'5x' is not a duration"),
+        (["--job", "1", "--agent", "127.0.0.1:1"], 1, "cannot be reached"),
+    ],
+)
+def test_the_cli_says_what_is_wrong_in_one_line(argv, code, said, capsys):
+    try:
+        returned = tracecli.main(argv, sleep=lambda s: None)
+    except SystemExit as stopped:  # argparse's own mistakes
+        returned = stopped.code
+    assert returned == code
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
