@@ -278,7 +278,9 @@ class Traces:
     def _automatic(self, snapshot: Any, now: float) -> None:
         reports = self._reports()
         seen = set()
-        for uuid, found in snapshot.analysis.gpus.items():
+        analysis = snapshot.analysis
+        devices = {**analysis.gpus, **{u: i.analysis for u, i in getattr(analysis, "instances", {}).items()}}
+        for uuid, found in devices.items():  # GPUs and MIG devices alike
             state = found.verdict.state.value
             if state not in AUTO_STATES:
                 continue
