@@ -42,39 +42,29 @@ class AgentClient(HttpClient):
 
     def jobs(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the agent's /api/v1/jobs answer, a JSON object whose "jobs" the caller checks."""
-        response = self.get("/api/v1/jobs", params)
-        try:
-            body = parse_json(response)
-        except ValueError:
-            body = None
-        if not response.ok:
-            detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
-            raise self.error(
-                f"answered HTTP {response.status_code} to /api/v1/jobs ({detail}); "
-                "is it a gpulens agent with the ledger stage?"
-            )
-        if not isinstance(body, dict):
-            raise self.error("did not answer JSON at /api/v1/jobs; is it a gpulens agent?")
-        return body
+        return self._answer(self.get("/api/v1/jobs", params), "/api/v1/jobs", "jobs", "with the ledger stage")
 
     def start_trace(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Ask the agent for a trace (POST /api/v1/traces/run); return its answer, {"id": ..., "traces": [...]}."""
-        return self._traces_answer(self.post("/api/v1/traces/run", params), "/api/v1/traces/run")
+        return self._answer(self.post("/api/v1/traces/run", params), "/api/v1/traces/run", "traces", "new enough")
 
     def traces(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the agent's /api/v1/traces answer: {"enabled": bool, "traces": [...]}, newest first."""
-        return self._traces_answer(self.get("/api/v1/traces", params), "/api/v1/traces")
+        return self._answer(self.get("/api/v1/traces", params), "/api/v1/traces", "traces", "new enough")
 
-    def _traces_answer(self, response, path: str) -> dict[str, Any]:
+    def _answer(self, response, path: str, key: str, kind: str) -> dict[str, Any]:
+        """Return the JSON object an agent answered at `path`, holding a list under `key`; else raise HttpError
+        (its `status` the HTTP status) saying what the agent said, and that it may not be a gpulens agent
+        `kind` (with the ledger stage, new enough for traces)."""
         try:
             body = parse_json(response)
         except ValueError:
             body = None
         if not response.ok:
-            detail = self.said((body.get("error") if isinstance(body, dict) else None) or response.reason)
-            if response.status_code == 404 and not isinstance(body, dict):
-                detail += "; is it a gpulens agent new enough to take traces?"
-            raise self.error(f"answered HTTP {response.status_code} to {path}: {detail}", response.status_code)
-        if not isinstance(body, dict) or not isinstance(body.get("traces"), list):
-            raise self.error(f"did not answer a trace list at {path}; is it a gpulens agent?")
+            said = body.get("error") if isinstance(body, dict) else None
+            # An agent's own refusal says what to do; anything else may not be a gpulens agent at all.
+            what = f": {self.said(said)}" if said else f" ({self.said(response.reason)}); is it a gpulens agent {kind}?"
+            raise self.error(f"answered HTTP {response.status_code} to {path}{what}", response.status_code)
+        if not isinstance(body, dict) or not isinstance(body.get(key), list):
+            raise self.error(f"did not answer a {key} list at {path}; is it a gpulens agent?")
         return body

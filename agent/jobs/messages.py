@@ -402,14 +402,8 @@ class _Object:
 
     def text(self, name: str, max_length: int, nullable: bool = False) -> str | None:
         """A free-form string (a path, a reason, a kernel's name): printable, bounded; never a label value."""
-        value = self._get(name, nullable)
-        if value is None:
-            return None
-        if type(value) is not str:
-            raise BadMessage(f"field {self._prefix}{name}: expected a string, got {checks.described(value)}")
-        if len(value) > max_length:
-            raise BadMessage(f"field {self._prefix}{name}: longer than {max_length} characters")
-        if not value.isprintable():
+        value = self._str(name, max_length, nullable)
+        if value is not None and not value.isprintable():
             raise BadMessage(f"field {self._prefix}{name}: has control characters")
         return value
 
@@ -418,6 +412,13 @@ class _Object:
         return None if value is None else checks.flag(value, self._field(name))
 
     def string(self, name: str, max_length: int, nullable: bool = False) -> str | None:
+        """A short plain string, fit for a label value."""
+        value = self._str(name, max_length, nullable)
+        if value is not None and not _PLAIN.fullmatch(value):
+            raise BadMessage(f"field {self._prefix}{name}: has characters other than letters, digits and ._:-")
+        return value
+
+    def _str(self, name: str, max_length: int, nullable: bool) -> str | None:
         value = self._get(name, nullable)
         if value is None:
             return None
@@ -425,8 +426,6 @@ class _Object:
             raise BadMessage(f"field {self._prefix}{name}: expected a string, got {checks.described(value)}")
         if len(value) > max_length:
             raise BadMessage(f"field {self._prefix}{name}: longer than {max_length} characters")
-        if not _PLAIN.fullmatch(value):
-            raise BadMessage(f"field {self._prefix}{name}: has characters other than letters, digits and ._:-")
         return value
 
 
