@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from gpulens import __version__
 from gpulens.agent.access import PEER_CERT
 from gpulens.agent.exposition import ExpositionCache
-from gpulens.agent.jobs.traces import DEFAULT_STEPS, TraceError, find_job
+from gpulens.agent.jobs.traces import DEFAULT_STEPS, NO_CHANNEL, TraceError, find_job
 from gpulens.agent.jobs_api import BadQuery, answer
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
@@ -241,11 +241,7 @@ class AgentApp:
             if bool(job) == bool(pids):
                 raise TraceError(400, "name either a job (?job=ID) or processes (?pid=N), not both and not neither")
             if self._traces is None:
-                raise TraceError(
-                    503,
-                    "traces need the in-job channel, which this agent does not have (a simulated node, "
-                    "or --jobs.socket is empty)",
-                )
+                raise TraceError(503, NO_CHANNEL)
             pod = ""
             if job:
                 job, pod, pids = find_job(self._sampler.snapshot, job)

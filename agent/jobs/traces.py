@@ -43,6 +43,9 @@ GRACE_SECONDS = 120.0
 FINISHED = ("done", "failed", "refused", "lost")
 RESULTS = FINISHED
 LABELS = ("pid", "gpu_uuid")
+NO_CHANNEL = (
+    "traces need the in-job channel, which this agent does not have (a simulated node, or --jobs.socket is empty)"
+)
 
 
 class TraceError(Exception):
@@ -166,11 +169,7 @@ class Traces:
         """Ask each of `pids` (of `job`, in `pod`) for a trace of `steps` steps; return the request's id or raise
         TraceError."""
         if self.control is None:
-            raise TraceError(
-                503,
-                "traces need the in-job channel, which this agent does not have (a simulated node, or "
-                "--jobs.socket is empty)",
-            )
+            raise TraceError(503, NO_CHANNEL)
         if not 1 <= steps <= self.max_steps:
             raise TraceError(400, f"steps={steps} is out of range; choose 1 to {self.max_steps} (--traces.max-steps)")
         pids = sorted(set(pids))
