@@ -138,7 +138,15 @@ class Tracer:
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
             if not os.access(self.directory, os.W_OK):
-                raise PermissionError(f"{self.directory} is not writable")
+                raise PermissionError("not writable by this job")
+        except OSError as error:
+            self._failures["trace"] += 1
+            return self._message(
+                "failed",
+                trace_id,
+                reason=f"the trace directory {self.directory} cannot be used ({_said(error)}); set {TRACE_DIR_ENV}",
+            )
+        try:
             profiler = self._make_profiler(device_type)
             profiler.start()
         except Exception as error:  # noqa: BLE001 - a profiler that cannot start costs the trace only

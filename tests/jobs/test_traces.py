@@ -95,11 +95,11 @@ def connected(traces: Traces):
 
 
 def test_a_loop_starved_by_its_dataset_shows_data_wait_as_its_bottleneck(agent, socket_path, tmp_path):
-    loop = Loop(socket_path, tmp_path / "traces", Samples(400, seconds=0.004))
+    loop = Loop(socket_path, tmp_path / "traces", Samples(240, seconds=0.004))
     connected(agent)
     run = finished(agent, agent.start([os.getpid()], steps=10))
     loop.join()
-    assert loop.steps == 100  # the loop ran to its end, trace or not
+    assert loop.steps == 60  # the loop ran to its end, trace or not
     assert run.state == "done", run.reason
     assert run.ended == "steps" and run.summary.steps == 10
     assert run.summary.bottleneck == "data_wait"
@@ -121,7 +121,7 @@ def test_a_loop_starved_by_its_dataset_shows_data_wait_as_its_bottleneck(agent, 
 
 
 def test_a_loop_with_a_fast_dataset_is_not_waiting_for_data(agent, socket_path, tmp_path):
-    loop = Loop(socket_path, tmp_path, Samples(2000, width=512), width=512, hidden=1024)
+    loop = Loop(socket_path, tmp_path, Samples(1000, width=512), width=512, hidden=1024)
     connected(agent)
     run = finished(agent, agent.start([os.getpid()], steps=10))
     loop.join()
@@ -356,3 +356,16 @@ def test_a_real_cuda_trace_has_kernels_device_compute_and_allocator_memory(agent
     assert found.shares["compute"] > 0 and found.top_kernels
     assert found.shares["data_wait"] > 0.3  # 64 samples of 0.5 ms each per step, against a fast GPU step
     assert found.peak_allocated_bytes > 0
+
+
+def test_a_trace_directory_the_job_cannot_write_is_named_with_the_fix(agent, socket_path, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    loop = Loop(socket_path, blocked / "traces", Samples(200, seconds=0.002))
+    connected(agent)
+    run = finished(agent, agent.start([os.getpid()], steps=5))
+    loop.join()
+    assert loop.steps == 50
+    assert run.state == "failed"
+    assert f"the trace directory {blocked / 'traces'} cannot be used" in run.reason
+    assert "set GPULENS_TRACE_DIR" in run.reason
