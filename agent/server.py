@@ -231,10 +231,8 @@ class AgentApp:
     def _trace_run(self, environ, start_response):
         """Ask a job (?job=ID) or processes (?pid=N, repeatable) for a trace of ?steps=N steps (202)."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
-        unknown = set(query) - {"pid", "job", "steps"}
         try:
-            if unknown:
-                raise TraceError(400, f"unknown parameter {sorted(unknown)[0]!r}; use pid, job and steps")
+            _known(query, ("pid", "job", "steps"))
             steps = _whole(query.get("steps", [str(DEFAULT_STEPS)])[-1], "steps")
             job = query.get("job", [""])[-1]
             pids = [_whole(p, "pid") for p in query.get("pid", [])]
@@ -261,10 +259,8 @@ class AgentApp:
     def _trace_list(self, environ, start_response):
         """Traces asked of this node's jobs, newest first: ?id=, ?pid=, ?job= narrow them."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
-        unknown = set(query) - {"id", "pid", "job"}
         try:
-            if unknown:
-                raise TraceError(400, f"unknown parameter {sorted(unknown)[0]!r}; use id, pid and job")
+            _known(query, ("id", "pid", "job"))
             pid = _whole(query["pid"][-1], "pid") if "pid" in query else None
         except TraceError as error:
             return _json(start_response, "400 Bad Request", {"error": str(error)})
@@ -310,6 +306,13 @@ def _verdict_cell(snapshot, uuid: str) -> str:
     if found.tips:
         cell += f"<br>{html.escape(found.tips[0].text)}"
     return cell
+
+
+def _known(query: dict[str, list[str]], names: tuple[str, ...]) -> None:
+    """Raise TraceError(400) for a query parameter not in `names`, naming the ones that are."""
+    unknown = sorted(set(query) - set(names))
+    if unknown:
+        raise TraceError(400, f"unknown parameter {unknown[0]!r}; use {', '.join(names[:-1])} and {names[-1]}")
 
 
 def _whole(text: str, name: str) -> int:

@@ -24,11 +24,11 @@ from gpulens.credentials import AccessError, agent_credentials
 from gpulens.httpclient import HttpError
 from gpulens.report.sources import http_url
 from gpulens.units import UnitError, parse_duration
+from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import percent, trace_sentence
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_AGENT = "http://127.0.0.1:10906"
-FINISHED = ("done", "failed", "refused", "lost")
 _POLL_SECONDS = 1.0
 PART_WORDS = {
     "data_wait": "data wait",
@@ -79,7 +79,7 @@ def main(argv: Sequence[str], out=sys.stdout, sleep: Callable[[float], None] = t
                 print(f"asked {agent.shown} for trace {trace_id}; waiting for the job's next steps", file=out)
         runs = _runs(agent, trace_id)
         deadline = time.monotonic() + (0 if args.no_wait else wait)
-        while not args.no_wait and not all(r["state"] in FINISHED for r in runs) and time.monotonic() < deadline:
+        while not args.no_wait and not all(r["state"] in TRACE_FINISHED for r in runs) and time.monotonic() < deadline:
             sleep(_POLL_SECONDS)
             runs = _runs(agent, trace_id)
     except HttpError as error:
@@ -105,7 +105,7 @@ def describe(run: dict[str, Any]) -> str:
     owner = f" of pod {run['pod']}" if run.get("pod") else f" of job {run['job']}" if run.get("job") else ""
     who = f"pid {run['pid']}{owner}"
     head = f"trace {run['id']}, {who}: {run['state']}"
-    if run["state"] not in FINISHED:
+    if run["state"] not in TRACE_FINISHED:
         return head + " (still running; read it later with: gpulens trace --id " + run["id"] + ")"
     if run["state"] != "done":
         return f"{head}: {run.get('reason') or 'no reason given'}"

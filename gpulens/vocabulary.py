@@ -29,6 +29,8 @@ WASTED_STATES = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED)
 # Where a traced step's time goes (gpulens trace; gpulens/torch/summary.py), and how a sentence names each
 # part when it is the bottleneck: "the trace shows 71% of each step waiting for the next batch".
 TRACE_PARTS = ("data_wait", "host", "compute", "communication")
+# The states a trace request ends in (agent/jobs/traces.py): it brought a trace, or why not.
+TRACE_FINISHED = ("done", "failed", "refused", "lost")
 TRACE_PART_WORDS = {
     "data_wait": "waiting for the next batch",
     "host": "in host-side work while the device idles",

@@ -22,13 +22,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.agent.jobs.control import ControlServer, NotConnected
 from gpulens.agent.jobs.messages import TRACE_PARTS, JobReport, TraceSummary, TraceUpdate
+from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import trace_sentence
 
 log = logging.getLogger(__name__)
@@ -40,8 +41,6 @@ AUTO_STATES = ("data_starved", "underutilized")
 AUTO_EVERY_SECONDS = 86_400.0  # at most one automatic trace per job per day
 # How long past its time limit a run may stay unanswered: writing and summarizing a trace takes time.
 GRACE_SECONDS = 120.0
-FINISHED = ("done", "failed", "refused", "lost")
-RESULTS = FINISHED
 LABELS = ("pid", "gpu_uuid")
 NO_CHANNEL = (
     "traces need the in-job channel, which this agent does not have (a simulated node, or --jobs.socket is empty)"
@@ -79,7 +78,7 @@ class TraceRun:
 
     @property
     def finished(self) -> bool:
-        return self.state in FINISHED
+        return self.state in TRACE_FINISHED
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,8 +113,6 @@ class _Watch:
 
     state: str
     since: float
-    pids: tuple[int, ...] = ()
-    jobs: tuple[str, ...] = field(default_factory=tuple)
 
 
 def find_job(snapshot: Any, name: str) -> tuple[str, str, list[int]]:
@@ -157,7 +154,7 @@ class Traces:
         self._keep = keep
         self._lock = threading.Lock()
         self._runs: OrderedDict[tuple[str, int], TraceRun] = OrderedDict()  # oldest first
-        self._counts = dict.fromkeys(RESULTS, 0)
+        self._counts = dict.fromkeys(TRACE_FINISHED, 0)
         self._auto_done: dict[str, float] = {}  # job id -> when it was last traced automatically
         self._watches: dict[str, _Watch] = {}
 
@@ -359,7 +356,7 @@ class Traces:
         results = CounterMetricFamily(
             "gpulens_job_traces", "Traces asked of jobs, by how they ended.", labels=("result",)
         )
-        for result in RESULTS:
+        for result in TRACE_FINISHED:
             results.add_metric((result,), counts[result])
         return [share, step, when, info, results]
 

@@ -36,7 +36,6 @@ DATA_WAIT = "gpulens.data_wait"
 # Marks a step that did not end with a batch (the pass ended, the process exited): it is left out.
 PASS_END = "gpulens.pass_end"
 
-PARTS = TRACE_PARTS
 TOP = 5
 MAX_NAME = 120
 
@@ -60,7 +59,7 @@ class Summary:
 
     steps: int
     step_seconds: float  # mean wall time of a step
-    shares: dict[str, float]  # one per PARTS, summing to 1 (all 0 with no steps)
+    shares: dict[str, float]  # one per TRACE_PARTS, summing to 1 (all 0 with no steps)
     device: str  # "cuda" when the trace holds device activity, else "cpu"
     top_operators: list[Ranked] = field(default_factory=list)  # by self time on the host
     top_kernels: list[Ranked] = field(default_factory=list)  # by device time; empty on CPU
@@ -74,7 +73,7 @@ class Summary:
         """The part that took the most of the steps' time, or None with no steps."""
         if not self.steps:
             return None
-        return max(PARTS, key=lambda part: self.shares[part])
+        return max(TRACE_PARTS, key=lambda part: self.shares[part])
 
     def sentence(self) -> str:
         """One line a tip can cite: 'the trace shows 71% of each step waiting for the next batch'."""
@@ -85,7 +84,7 @@ class Summary:
             "steps": self.steps,
             "step_seconds": round(self.step_seconds, 6),
             "device": self.device,
-            "shares": {part: round(self.shares[part], 4) for part in PARTS},
+            "shares": {part: round(self.shares[part], 4) for part in TRACE_PARTS},
             "bottleneck": self.bottleneck,
             "top_operators": [_ranked(r) for r in self.top_operators],
             "top_kernels": [_ranked(r) for r in self.top_kernels],
@@ -130,7 +129,7 @@ def summarize(trace: Mapping[str, Any]) -> Summary:
     busy = _union([*compute, *collectives])
 
     steps = [s for s in steps if s[1] > s[0] and not any(s[0] <= t <= s[1] for t in cut)]
-    totals = dict.fromkeys(PARTS, 0.0)
+    totals = dict.fromkeys(TRACE_PARTS, 0.0)
     wall = 0.0
     for step in sorted(steps):
         length = step[1] - step[0]
@@ -142,7 +141,7 @@ def summarize(trace: Mapping[str, Any]) -> Summary:
         totals["communication"] += in_busy - in_compute
         totals["data_wait"] += idle_wait
         totals["host"] += max(0.0, length - in_busy - idle_wait)
-    shares = {part: (totals[part] / wall if wall else 0.0) for part in PARTS}
+    shares = {part: (totals[part] / wall if wall else 0.0) for part in TRACE_PARTS}
     counted = len(steps)
     return Summary(
         steps=counted,

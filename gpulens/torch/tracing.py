@@ -34,7 +34,6 @@ from typing import Any
 from gpulens.torch import summary as summaries
 
 VERSION = 1
-DEFAULT_STEPS = 20
 MAX_STEPS = 1000  # the job's own bound, whatever the agent asks
 MAX_SECONDS = 3600.0
 TRACES_ENV = "GPULENS_TRACES"

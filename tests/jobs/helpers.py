@@ -13,6 +13,44 @@ import pytest
 
 from gpulens.agent.jobs.receiver import Receiver
 
+# A finished trace's summary as gpulens.torch sends it (gpulens/torch/summary.py, plus the allocator's peak).
+TRACE_SUMMARY = {
+    "steps": 20,
+    "step_seconds": 0.25,
+    "device": "cuda",
+    "shares": {"data_wait": 0.71, "host": 0.09, "compute": 0.2, "communication": 0.0},
+    "bottleneck": "data_wait",
+    "top_operators": [{"name": "aten::addmm", "seconds": 0.4, "count": 40}],
+    "top_kernels": [{"name": "sm90_xmma_gemm_bf16bf16", "seconds": 0.9, "count": 40}],
+    "peak_allocated_bytes": 3 * 2**30,
+}
+
+
+def start_agent(tmp_path, jobs_socket: str, *flags: str) -> subprocess.Popen:
+    """Start a real `gpulens agent` on a free loopback port, listening for jobs on `jobs_socket`, no ledger, no
+    kubelet; with no GPU here NVML is down. Its first line on stdout names its URL."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpulens.cli",
+            "agent",
+            "--web.listen-address",
+            "127.0.0.1:0",
+            "--jobs.socket",
+            jobs_socket,
+            "--ledger.path",
+            "",
+            "--kubelet.pod-resources-socket",
+            str(tmp_path / "no"),
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 VALID = {
     "v": 1,
     "pid": 4242,

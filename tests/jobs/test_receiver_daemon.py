@@ -1,35 +1,17 @@
 """The agent keeps serving metrics when the in-job channel cannot listen."""
 
-import subprocess
-import sys
 import urllib.request
 
 import pytest
+
+from tests.jobs.helpers import start_agent
 
 
 @pytest.mark.slow
 def test_a_file_in_the_way_of_the_jobs_socket_disables_only_the_channel(tmp_path):
     in_the_way = tmp_path / "jobs.sock"
     in_the_way.write_text("not a socket")
-    agent = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpulens.cli",
-            "agent",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--jobs.socket",
-            str(in_the_way),
-            "--ledger.path",
-            "",
-            "--kubelet.pod-resources-socket",
-            str(tmp_path / "no"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    agent = start_agent(tmp_path, str(in_the_way))
     try:
         line = agent.stdout.readline()
         assert line.startswith("gpulens agent listening on http://127.0.0.1:"), agent.stderr.read()

@@ -9,8 +9,6 @@ import io
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 from dataclasses import replace
 
@@ -24,19 +22,14 @@ from gpulens.agent.jobs.messages import parse_trace
 from gpulens.agent.jobs.traces import TraceError, Traces
 from gpulens.agent.webconfig import WebConfig
 from tests.agent.webcerts import hashed
-from tests.jobs.helpers import VALID, wait_until
+from tests.jobs.helpers import TRACE_SUMMARY, VALID, start_agent, wait_until
 
+# A kernel's name as Kineto writes it, brackets and all: the agent takes any printable name.
 SUMMARY = {
-    "steps": 20,
-    "step_seconds": 0.25,
-    "device": "cuda",
-    "shares": {"data_wait": 0.71, "host": 0.09, "compute": 0.2, "communication": 0.0},
-    "bottleneck": "data_wait",
-    "top_operators": [{"name": "aten::addmm", "seconds": 0.4, "count": 40}],
+    **TRACE_SUMMARY,
     "top_kernels": [
         {"name": "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm>(Params)", "seconds": 0.9, "count": 40}
     ],
-    "peak_allocated_bytes": 3 * 2**30,
 }
 
 
@@ -44,27 +37,7 @@ SUMMARY = {
 def agent(tmp_path):
     """A real `gpulens agent` (no GPU: NVML is down, the in-job channel works); yields (url, jobs socket path)."""
     jobs = str(tmp_path / "run" / "jobs.sock")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpulens.cli",
-            "agent",
-            "--web.listen-address",
-            "127.0.0.1:0",
-            "--jobs.socket",
-            jobs,
-            "--ledger.path",
-            "",
-            "--kubelet.pod-resources-socket",
-            str(tmp_path / "no"),
-            "--traces.max-steps",
-            "50",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_agent(tmp_path, jobs, "--traces.max-steps", "50")
     try:
         line = process.stdout.readline()
         assert line.startswith("gpulens agent listening on http://127.0.0.1:"), process.stderr.read()

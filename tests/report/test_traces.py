@@ -15,22 +15,13 @@ from gpulens.report.machine import to_json
 from gpulens.report.summary import job_report
 from gpulens.usage import JobRecord, TipUse
 from tests.dashboard.httpfake import fake_server, json_reply
+from tests.jobs.helpers import TRACE_SUMMARY
 from tests.report.conftest import FleetRun, serve_prometheus
 
 NOW = 1_767_225_600.0
 POD_UID = "c81d4e7f-5a26-4b09-9e3c-2f7a1b6d8e05"
-GIB = 2**30
 PATH = "/workspace/traces/t-1a2b3c4d-4242.json.gz"
-SUMMARY = {
-    "steps": 20,
-    "step_seconds": 0.25,
-    "device": "cuda",
-    "shares": {"data_wait": 0.71, "host": 0.09, "compute": 0.2, "communication": 0.0},
-    "bottleneck": "data_wait",
-    "top_operators": [{"name": "aten::addmm", "seconds": 0.4, "count": 40}],
-    "top_kernels": [{"name": "sm90_xmma_gemm_bf16bf16", "seconds": 0.9, "count": 40}],
-    "peak_allocated_bytes": 3 * GIB,
-}
+SUMMARY = TRACE_SUMMARY
 
 
 def trace_run(trace_id: str, job: str, state: str, requested_at: float, **fields) -> dict:
