@@ -49,7 +49,7 @@ from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.sources import PrometheusSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FLEET_PAGE = ROOT / "dashboard" / "pages" / "fleet.py"
+FLEET_PAGE = ROOT / "dashboard" / "screens" / "fleet.py"
 SCENARIOS = ("demo", "diagnosis", "bench8x32", "demo")
 # The recording rule the fleet page reads the time wasted from (rules/recording.rules.yml).
 WASTE_RECORDED = "instance_gpu:gpulens_gpu_wasted_seconds_total:sum"

@@ -1,5 +1,5 @@
 """The Streamlit dashboard: `app.py` and its pages, over one `sources.Source` (Prometheus or the agents).
 
 Only this package imports streamlit. `sources/` reads, `views/` is the pages' logic without Streamlit,
-`pages/` renders, `launch.py` is `gpulens dashboard` and `gpulens demo`.
+`screens/` renders, `launch.py` is `gpulens dashboard` and `gpulens demo`.
 """

@@ -28,7 +28,7 @@ from tests.dashboard.rendered import everything
 from tests.tools import free_port
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "dashboard"
-SCRIPTS = ("app.py", *(f"pages/{page}.py" for page in ("fleet", "gpu", "job", "probes", "alerts")))
+SCRIPTS = ("app.py", *(f"screens/{page}.py" for page in ("fleet", "gpu", "job", "probes", "alerts")))
 TOKEN = "tok-3f9a1c7e5b2d"
 PASSWORD = "pw-8e4b0d2a6c1f"
 URL_PASSWORD = "urlpw-5d7c9e1b3a"
@@ -100,7 +100,7 @@ def test_no_page_shows_the_credentials_when_the_server_is_gone(monkeypatch):
 def test_a_wrong_url_is_named_without_its_password(monkeypatch):
     monkeypatch.setenv(PROMETHEUS, f"ftp://reader:{URL_PASSWORD}@prometheus:9090/?token={TOKEN}")
     monkeypatch.delenv("GPULENS_DASHBOARD_AGENTS", raising=False)
-    at = render("pages/fleet.py")
+    at = render("screens/fleet.py")
     assert "'ftp://prometheus:9090/' is not an http:// or https:// URL" in at.error[0].value
     assert not leaked(everything(at))
     with pytest.raises(ValueError) as error:

@@ -144,7 +144,7 @@ def test_a_complete_auth_section_passes():
 @pytest.mark.parametrize("script", ["app", *PAGES])
 def test_not_logged_in_shows_a_login_button_and_nothing_from_the_fleet(script):
     source = FakeSource()
-    path = DASHBOARD / "app.py" if script == "app" else DASHBOARD / "pages" / f"{script}.py"
+    path = DASHBOARD / "app.py" if script == "app" else DASHBOARD / "screens" / f"{script}.py"
     at = run(path, NOBODY, source=source)
     assert [b.label for b in at.button] == ["Log in"]
     assert at.title[0].value == "gpulens"
@@ -165,7 +165,7 @@ def test_logged_in_shows_the_page_the_name_and_a_log_out():
 @pytest.mark.parametrize("script", ["app", "fleet"])
 def test_a_viewer_not_on_the_allow_list_gets_one_line_and_nothing_else(script):
     source = FakeSource()
-    path = DASHBOARD / "app.py" if script == "app" else DASHBOARD / "pages" / f"{script}.py"
+    path = DASHBOARD / "app.py" if script == "app" else DASHBOARD / "screens" / f"{script}.py"
     at = run(path, EVE, {"auth": AUTH, "gpulens": {"allowed_domains": ["example.org"]}}, source)
     assert [e.value for e in at.error] == [
         "eve@elsewhere.net is not allowed to see this dashboard; ask its operator to add the address or its "
@@ -178,10 +178,10 @@ def test_a_viewer_not_on_the_allow_list_gets_one_line_and_nothing_else(script):
 def test_the_allow_list_from_the_environment_admits_its_domain(monkeypatch):
     monkeypatch.setenv(access.ALLOWED_DOMAINS, "example.org")
     source = FakeSource()
-    at = run(DASHBOARD / "pages" / "fleet.py", ADA, source=source)
+    at = run(DASHBOARD / "screens" / "fleet.py", ADA, source=source)
     assert "fleet" in source.asked and not at.error
     source = FakeSource()
-    at = run(DASHBOARD / "pages" / "fleet.py", EVE, source=source)
+    at = run(DASHBOARD / "screens" / "fleet.py", EVE, source=source)
     assert at.error and source.asked == []
 
 

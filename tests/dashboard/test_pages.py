@@ -15,7 +15,7 @@ from gpulens.dashboard.views import words
 from tests.dashboard.conftest import served
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 
-PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
+PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "screens"
 DOWN = SourceProblem("agent node-c at http://10.0.0.3:10906", "is down or unreachable; its GPUs are not shown")
 
 

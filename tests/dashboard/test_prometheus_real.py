@@ -20,7 +20,7 @@ from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
 
-PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "pages"
+PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "screens"
 SPEED = 5  # simulated seconds per second: verdicts settle past their 15 s dwell within seconds
 
 
