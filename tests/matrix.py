@@ -2,11 +2,12 @@
 dependency pyproject admits (nvidia-ml-py, prometheus-client, psutil, PyYAML, bcrypt) and on Python 3.13
 with the newest, and the dashboard's page and reader tests and the reports' on Python 3.10 with the
 lowest Streamlit, Altair, requests, Authlib and rich, each in a virtual environment of its own
-(`make test` runs this after the full suite, which runs on the default Python with the newest releases).
+(`make test` runs this beside the full suite, which runs on the default Python with the newest releases).
 The in-job library's and the probes' tests on the lowest torch are an entry of their own, which CI runs.
 
     python tests/matrix.py               # the default entries; a missing Python is skipped (failed in CI)
     python tests/matrix.py torch-floor   # one entry by name (CI runs this one after `make test`)
+    python tests/matrix.py --install-only  # make the entries' virtual environments, run nothing
 
 The agent's tests are those of the agent, the simulated driver and the diagnosis: what runs on a GPU
 node, where these versions matter. They need no torch, streamlit or browser.
@@ -101,16 +102,12 @@ ENTRIES = {
 DEFAULT = ["floor", "extras-floor", "py3.13"]
 
 
-def run(name: str) -> bool | None:
-    """Run the agent's tests for one entry; None when its Python is not on this machine."""
-    version, pins, extra, tests = ENTRIES[name]
+def install(name: str) -> Path | None:
+    """Make (or keep) the virtual environment of one entry and return it; None when its Python is not on
+    this machine."""
+    version, pins, extra, _ = ENTRIES[name]
     interpreter = python(version)
     if interpreter is None:
-        message = f"matrix {name}: no Python {version} here (pyenv install {version}); skipped"
-        if os.environ.get("GPULENS_REQUIRE_TOOLS") == "1":
-            print(message.replace("skipped", "failed: CI must run it"), flush=True)
-            return False
-        print(message, flush=True)
         return None
     venv = HOME / name
     stamp = venv / ".installed"
@@ -121,6 +118,20 @@ def run(name: str) -> bool | None:
         install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test{',' + extra if extra else ''}]"]
         subprocess.run(install + (pins or ["--upgrade", "nvidia-ml-py"]), check=True)
         stamp.write_text(wanted)
+    return venv
+
+
+def run(name: str) -> bool | None:
+    """Run the tests of one entry; None when its Python is not on this machine."""
+    version, pins, _, tests = ENTRIES[name]
+    venv = install(name)
+    if venv is None:
+        message = f"matrix {name}: no Python {version} here (pyenv install {version}); skipped"
+        if os.environ.get("GPULENS_REQUIRE_TOOLS") == "1":
+            print(message.replace("skipped", "failed: CI must run it"), flush=True)
+            return False
+        print(message, flush=True)
+        return None
     names = dict.fromkeys([*DEPENDENCIES, *(pin.split("==")[0] for pin in pins)])
     show = "; ".join(f"print('{d}', m.version('{d}'))" for d in names)
     installed = subprocess.run(
@@ -141,11 +152,17 @@ def run(name: str) -> bool | None:
     return done.returncode == 0
 
 
-def main(names: list[str]) -> int:
+def main(args: list[str]) -> int:
+    install_only = "--install-only" in args
+    names = [a for a in args if a != "--install-only"]
     unknown = [n for n in names if n not in ENTRIES]
     if unknown:
         print(f"matrix: unknown entry {unknown[0]!r}; use one of {', '.join(ENTRIES)}", file=sys.stderr)
         return 2
+    if install_only:
+        for name in names or DEFAULT:
+            install(name)
+        return 0
     results = [run(name) for name in names or DEFAULT]
     return 1 if False in results else 0
 
