@@ -186,6 +186,11 @@ def test_every_reason_has_a_tip_unless_no_advice_applies(reason):
     if reason.value in NO_ADVICE:
         assert answering == []
         assert tips_for(reason, (), {}) == []
+    elif reason is Reason.HEALTHY:
+        # A busy GPU gets only the advice its evidence points to: none without evidence.
+        assert answering
+        assert tips_for(reason, (), {}, limit=50) == []
+        assert ids(tips_for(reason, (), {"autocast": False}))[0] == "mixed_precision"
     else:
         assert answering
         assert tips_for(reason, (), {}), f"{reason} has tips but none survives empty evidence"
@@ -204,6 +209,31 @@ def test_applies_to_and_reads_use_the_vocabulary():
         assert tip.applies_to and set(tip.applies_to) <= known, tip.id
         assert set(tip.reads) <= set(EVIDENCE_KEYS), tip.id
         assert tip.when and "|" not in tip.when
+
+
+class _Recording(tips.Facts):
+    """Facts that note every evidence key asked for."""
+
+    def __init__(self, evidence, asked: set[str]) -> None:
+        super().__init__(evidence)
+        self.asked = asked
+
+    def _raw(self, key: str) -> object:
+        self.asked.add(key)
+        return super()._raw(key)
+
+
+@pytest.mark.parametrize("tip_id", sorted(STABLE_IDS))
+def test_reads_names_exactly_the_evidence_a_tip_uses(tip_id):
+    # `reads` is what docs/tips.md and a reviewer trust: a key the score or the text reads but `reads`
+    # leaves out is evidence nobody knows the tip weighs; a key it names but never reads is a claim.
+    tip, asked = CATALOG[tip_id], set()
+    for evidence in (*CONTEXTS.values(), *_sweep(60)):
+        tip.score(_Recording(evidence, asked))
+        tip.advise(_Recording(evidence, asked))
+    assert asked == set(tip.reads), f"{tip_id}: reads but undeclared {asked - set(tip.reads)}, " + (
+        f"declared but unread {set(tip.reads) - asked}"
+    )
 
 
 def test_docs_are_well_formed_https_documentation_urls():

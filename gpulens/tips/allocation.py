@@ -5,9 +5,16 @@ from __future__ import annotations
 import math
 
 from gpulens import gpus
+from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, job_kind
-from gpulens.tips.thresholds import IDLE_POLICY_SECONDS, LIGHT_ACTIVITY, LIGHT_MEMORY, RIGHT_SIZE_HEADROOM
-from gpulens.tips.tip import UNDER, Family, always
+from gpulens.tips.thresholds import (
+    IDLE_POLICY_SECONDS,
+    LIGHT_ACTIVITY,
+    LIGHT_MEMORY,
+    POWER_NEAR_LIMIT,
+    RIGHT_SIZE_HEADROOM,
+)
+from gpulens.tips.tip import UNDER, Family
 from gpulens.tips.wording import on_gpu, said
 from gpulens.vocabulary import Reason
 from gpulens.words import duration, gib, join, percent
@@ -18,10 +25,29 @@ family = Family()
 
 
 def _light(f: Facts) -> tuple[bool | None, bool | None]:
-    """Return (memory use is light, compute use is light), each None when not known."""
+    """Return (memory use is light, compute use is light), each None when not known.
+
+    Out-of-memory errors or allocator retries say the job needs more memory, not less; Tensor Cores busy
+    a quarter of the time or power near the limit say it computes hard, whatever else is known.
+    """
     used, sm, busy = f.ratio("memory_used_ratio"), f.ratio("sm_activity"), f.ratio("busy_ratio")
+    tensor, power = f.ratio("tensor_activity"), f.ratio("power_ratio")
     activity = sm if sm is not None else busy
-    return (None if used is None else used < LIGHT_MEMORY, None if activity is None else activity < LIGHT_ACTIVITY)
+    light_memory = None if used is None else used < LIGHT_MEMORY
+    light_compute = None if activity is None else activity < LIGHT_ACTIVITY
+    if f.count("ooms") or f.count("alloc_retries"):
+        light_memory = False
+    if (tensor is not None and tensor >= LIGHT_ACTIVITY) or (power is not None and power >= POWER_NEAR_LIMIT):
+        light_compute = False
+    return light_memory, light_compute
+
+
+def _on_smallest_slice(f: Facts) -> bool:
+    """The job already runs on its board's smallest MIG profile: there is nothing smaller to move to."""
+    board, _, current = (f.text("model") or "").partition(" MIG ")
+    profiles = gpus.mig_profiles(board) if current else ()
+    held = next((p for p in profiles if p.name == current), None)
+    return held is not None and all((held.slices, held.memory_mib) <= (p.slices, p.memory_mib) for p in profiles)
 
 
 def _smaller_profile(f: Facts) -> gpus.MigProfile | None:
@@ -45,6 +71,13 @@ def _smaller_profile(f: Facts) -> gpus.MigProfile | None:
     return smallest
 
 
+def _working_again(f: Facts) -> bool:
+    """Kernels ran within the verdict's window: the GPU went back to work, its idle verdict not yet moved on
+    (the verdict waits DWELL_SECONDS before it changes state)."""
+    busy = f.ratio("busy_ratio")
+    return busy is not None and busy > t.IDLE_BUSY_MAX
+
+
 def _idle_observed(f: Facts) -> str:
     idle, held = f.number("idle_seconds"), f.number("held_seconds")
     if idle is not None and held:
@@ -58,8 +91,8 @@ def _idle_observed(f: Facts) -> str:
 
 def _right_size_score(f: Facts) -> int:
     light_memory, light_compute = _light(f)
-    if light_memory is False or light_compute is False:
-        return 0  # the job needs this GPU's memory or compute
+    if light_memory is False or light_compute is False or _on_smallest_slice(f):
+        return 0  # the job needs this GPU's memory or compute, or has the smallest slice already
     if light_memory and light_compute:
         return 70
     return 30 if light_memory or light_compute else 15
@@ -73,8 +106,19 @@ def _right_size_score(f: Facts) -> int:
         "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html",
         "https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/",
     ),
-    when="under 25% of device memory used and SMs active under 25% of the time",
-    reads=("memory_used_ratio", "memory_total_bytes", "sm_activity", "busy_ratio", "model"),
+    when="under 25% of device memory used and SMs active under 25% of the time; not with OOMs, busy Tensor "
+    "Cores, power near the limit, or on the smallest MIG slice",
+    reads=(
+        "memory_used_ratio",
+        "memory_total_bytes",
+        "sm_activity",
+        "busy_ratio",
+        "tensor_activity",
+        "power_ratio",
+        "ooms",
+        "alloc_retries",
+        "model",
+    ),
     score=_right_size_score,
 )
 def _right_size_text(f: Facts) -> str:
@@ -109,9 +153,9 @@ def _right_size_text(f: Facts) -> str:
     title="Give the idle GPU back",
     applies_to=_IDLE,
     docs=("https://slurm.schedmd.com/scancel.html", "https://keda.sh/docs/latest/concepts/scaling-deployments/"),
-    when="no kernel for the idle patience window while a job holds the GPU",
-    reads=("idle_seconds", "held_seconds", "job_kind"),
-    score=always(90),
+    when="no kernel for the idle patience window while a job holds the GPU; not once kernels run again",
+    reads=("idle_seconds", "held_seconds", "job_kind", "busy_ratio"),
+    score=lambda f: 0 if _working_again(f) else 90,
 )
 def _release_text(f: Facts) -> str:
     kind = job_kind(f)
@@ -132,6 +176,8 @@ def _release_text(f: Facts) -> str:
 
 def _policy_score(f: Facts) -> int:
     idle = f.number("idle_seconds")
+    if _working_again(f):
+        return 0  # this GPU is no longer a case for it
     return 60 if idle is not None and idle >= IDLE_POLICY_SECONDS else 40
 
 
@@ -144,8 +190,8 @@ def _policy_score(f: Facts) -> int:
         "https://slurm.schedmd.com/sbatch.html",
         "https://kubernetes.io/docs/concepts/workloads/controllers/job/",
     ),
-    when="idle GPUs, above all idle for an hour or more",
-    reads=("idle_seconds", "held_seconds"),
+    when="idle GPUs, above all idle for an hour or more; not once kernels run again",
+    reads=("idle_seconds", "held_seconds", "busy_ratio"),
     score=_policy_score,
 )
 def _policy_text(f: Facts) -> str:
@@ -163,8 +209,8 @@ def _policy_text(f: Facts) -> str:
     applies_to=(Reason.ALLOCATED_NO_PROCESS.value,),
     docs=("https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/", "https://slurm.schedmd.com/gres.html"),
     when="the scheduler allocated the GPU to a job that runs no process on it",
-    reads=("held_seconds",),
-    score=always(80),
+    reads=("held_seconds", "processes"),
+    score=lambda f: 0 if f.count("processes") else 80,
 )
 def _unused_request_text(f: Facts) -> str:
     held = f.number("held_seconds")

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from gpulens.tips import allocation, compute, health, input_pipeline, memory, monitoring, multi_gpu
 from gpulens.tips.evidence import EvidenceValue, Facts
+from gpulens.tips.thresholds import BUSY_ADVICE_MIN
 from gpulens.tips.tip import RenderedTip, Tip
 from gpulens.vocabulary import Condition, Reason
 
@@ -89,9 +90,14 @@ def _rendered(tip: Tip, facts: Facts) -> RenderedTip:
 
 
 def _ranked(value: str, facts: Facts) -> list[Tip]:
-    """Return the tips answering `value` that the evidence does not rule out, the strongest first."""
+    """Return the tips answering `value` that the evidence does not rule out, the strongest first.
+
+    A busy GPU (`healthy`) gets only the tips the evidence points to (BUSY_ADVICE_MIN): nothing is wrong
+    with it, so general advice would only bury the one change worth making, or be taken for a fault.
+    """
+    least = BUSY_ADVICE_MIN if value == Reason.HEALTHY.value else 1
     scored = [(tip.score(facts), i, tip) for i, tip in enumerate(CATALOG.values()) if value in tip.applies_to]
-    return [tip for score, _, tip in sorted(scored, key=lambda s: (-s[0], s[1])) if score > 0]
+    return [tip for score, _, tip in sorted(scored, key=lambda s: (-s[0], s[1])) if score >= least]
 
 
 def _conditions(conditions: Iterable[str | Condition] | str | Condition | None) -> list[str]:
@@ -116,9 +122,11 @@ def tips_for(
     """Return up to `limit` tips for a GPU, rendered with `evidence`: the reason's tips first, then the conditions'.
 
     The reason's tips come ranked by their scores (ties keep catalog order); tips the evidence rules out
-    are left out. Conditions follow in CONDITION_ORDER (the GPU lost or its memory broken first), each
-    with its own tips ranked the same way. So that a health fault is never crowded out by tuning advice,
-    the first tip of each condition keeps a place as long as one reason tip still fits. A tip appears once.
+    are left out, and so, for a busy GPU (`healthy`), is every tip the evidence does not point to: a busy
+    GPU with nothing to change gets no reason tip. Conditions follow in CONDITION_ORDER (the GPU lost or
+    its memory broken first), each with its own tips ranked the same way. So that a health fault is never
+    crowded out by tuning advice, the first tip of each condition keeps a place as long as one reason tip
+    still fits. A tip appears once.
     Unknown reason or condition values have no tips; they never raise.
     """
     if not isinstance(limit, int) or limit <= 0:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gpulens import gpus
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts, wait_notable
-from gpulens.tips.thresholds import DRAM_BOUND
+from gpulens.tips.evidence import Facts, kept_fed, saturated, starved, tensor_busy, wait_notable
+from gpulens.tips.thresholds import DRAM_BOUND, TRACE_CITED
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
 from gpulens.tips.wording import gpu_busy, on_gpu, said, traced
 from gpulens.vocabulary import Reason
@@ -22,6 +22,12 @@ def _ampere_or_newer(f: Facts) -> bool | None:
     return None if model is None else gpus.at_least(model, "ampere")
 
 
+def _has_tensor_cores(f: Facts) -> bool | None:
+    """Return whether the GPU has Tensor Cores at all (Volta and newer), or None when the model is not known."""
+    model = f.text("model")
+    return None if model is None else gpus.at_least(model, "volta")
+
+
 def _launch_bound(f: Facts) -> bool:
     """The CPU sets the pace: the main process is saturated, the GPU mostly waits, and not for batches."""
     busy, main = f.ratio("busy_ratio"), f.ratio("main_process_cpu_ratio")
@@ -31,9 +37,22 @@ def _launch_bound(f: Facts) -> bool:
 
 
 def _small_kernels(f: Facts) -> bool:
-    """Kernels run most of the time but each keeps few warps resident: many small kernels."""
-    busy, occupancy = f.ratio("busy_ratio"), f.ratio("sm_occupancy")
-    return bool(busy is not None and busy >= t.BUSY_LOW and occupancy is not None and occupancy < t.SM_OCCUPANCY_LOW)
+    """Kernels run most of the time but each keeps few warps resident and no Tensor Core work: many small
+    kernels. Tensor Core GEMMs run at low occupancy by design (the verdict's LOW_OCCUPANCY guard)."""
+    busy, occupancy, tensor = f.ratio("busy_ratio"), f.ratio("sm_occupancy"), f.ratio("tensor_activity")
+    return bool(
+        busy is not None
+        and busy >= t.BUSY_LOW
+        and occupancy is not None
+        and occupancy < t.SM_OCCUPANCY_LOW
+        and (tensor is None or tensor < t.TENSOR_ACTIVITY_NONE)
+    )
+
+
+def _host_traced(f: Facts) -> bool:
+    """The job's last trace shows at least TRACE_CITED of each step in host-side work while the GPU idles."""
+    host = f.ratio("trace_host_ratio")
+    return bool(f.count("trace_steps") and host is not None and host >= TRACE_CITED)
 
 
 def _memory_bound(f: Facts) -> bool:
@@ -42,12 +61,21 @@ def _memory_bound(f: Facts) -> bool:
 
 
 def _mixed_precision_score(f: Facts) -> int:
-    autocast, tensor = f.flag("autocast"), f.ratio("tensor_activity")
+    autocast, tensor, busy_cores = f.flag("autocast"), f.ratio("tensor_activity"), tensor_busy(f)
     if autocast is True:
         return 5
+    if _has_tensor_cores(f) is False:
+        return 10  # half precision still halves the bytes moved, but there are no Tensor Cores to speed up
+    if busy_cores:
+        # The Tensor Cores already run the matmuls: in reduced precision without autocast means TF32 or a
+        # model cast by hand, where bf16 could still double the math rate; with autocast unknown, nothing
+        # calls for the tip.
+        return 30 if autocast is False else 0
+    if tensor is not None and tensor >= t.TENSOR_ACTIVITY_NONE:
+        return 75 if autocast is False else 25  # some work already reaches the Tensor Cores
     score = 90 if autocast is False else 45
-    if tensor is not None and tensor < t.TENSOR_ACTIVITY_NONE:
-        score += 5
+    if tensor is not None:
+        score += 5  # Tensor Cores idle
     return score
 
 
@@ -60,7 +88,8 @@ def _mixed_precision_score(f: Facts) -> int:
         f"{PT}/notes/amp_examples.html",
         "https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html",
     ),
-    when="autocast is False, above all when the Tensor Cores are idle",
+    when="autocast is False, above all when the Tensor Cores are idle; not when they are already busy (20%+) "
+    "or the GPU has none",
     reads=("autocast", "autocast_dtype", "tensor_activity", "sm_activity", "dram_bandwidth", "model"),
     score=_mixed_precision_score,
 )
@@ -88,8 +117,24 @@ def _mixed_precision_text(f: Facts) -> str:
     if memory_bound:
         seen.append(f"DRAM bandwidth is at {percent(dram)} of peak")
     observed = join(seen)
-    if autocast is False:
+    if autocast is False and tensor_busy(f):
+        # Dense bf16 and fp16 Tensor Core peaks are twice TF32's on Ampere and Hopper (gpulens.gpus, from the
+        # datasheets: A100 312 against 156 TFLOP/s, H100 SXM 989 against 495).
+        observed += (
+            ", so matmuls already run on them in TF32 or a hand-cast half precision"
+            f"{on_gpu(f)}; bf16 or fp16 would run them at up to twice the TF32 rate"
+        )
+    elif autocast is False and _has_tensor_cores(f) is not False:
         observed += f", so matmuls and convolutions run in float32 without Tensor Cores{on_gpu(f)}"
+    elif tensor_busy(f):
+        observed += ", so most matmuls already run on them in reduced precision"
+    if _has_tensor_cores(f) is False:
+        return said(
+            observed,
+            f"this {f.text('model')} has no Tensor Cores, so half precision gains only its halved memory traffic: "
+            "`torch.autocast('cuda', dtype=torch.float16)` with `torch.amp.GradScaler('cuda')` helps a "
+            "memory-bound model",
+        )
     if ampere is True:
         advice = (
             "wrap the forward pass and the loss in `with torch.autocast('cuda', dtype=torch.bfloat16):`; "
@@ -106,6 +151,8 @@ def _mixed_precision_text(f: Facts) -> str:
             "or newer GPUs (no GradScaler needed), or `dtype=torch.float16` with `torch.amp.GradScaler` on "
             "older ones"
         )
+    if autocast is None and tensor_busy(f):
+        advice = f"only if a profile still shows float32 matmul kernels, {advice}"
     if memory_bound:
         advice += ", and half precision halves the bytes moved"
     return said(
@@ -122,6 +169,10 @@ def _tf32_score(f: Facts) -> int:
         return 0
     if autocast is True:
         return 10
+    if tensor_busy(f):
+        # The Tensor Cores already run the matmuls (autocast, TF32 or a hand-cast model): with TF32 known to
+        # be off only the float32 rest would gain; with it unknown, nothing calls for the tip.
+        return 10 if tf32 is False else 0
     return 70 if tf32 is False else 30
 
 
@@ -130,8 +181,8 @@ def _tf32_score(f: Facts) -> int:
     title="Allow TF32 for float32 matmuls",
     applies_to=(Reason.LOW_SM_ACTIVITY.value, *HEALTHY),
     docs=(f"{PT}/generated/torch.set_float32_matmul_precision.html", CUDA_NOTES),
-    when="tf32 is False and autocast is off on an Ampere or newer GPU",
-    reads=("tf32", "autocast", "model"),
+    when="tf32 is False and autocast is off on an Ampere or newer GPU whose Tensor Cores are not already busy",
+    reads=("tf32", "autocast", "tensor_activity", "model"),
     score=_tf32_score,
 )
 def _tf32_text(f: Facts) -> str:
@@ -147,7 +198,13 @@ def _tf32_text(f: Facts) -> str:
     if autocast is False:
         seen.append("autocast is off")
     observed = join(seen)
-    if observed:
+    tensor = f.ratio("tensor_activity")
+    if observed and tensor_busy(f):
+        observed += (
+            f", yet the Tensor Cores are active {percent(tensor)} of the time, so most matmuls already run on "
+            "them; TF32 would speed only the float32 ones left"
+        )
+    elif observed:
         observed += f", so float32 matmuls run without Tensor Cores{on_gpu(f)}"
     advice = (
         "call `torch.set_float32_matmul_precision('high')` at start-up (or set "
@@ -163,6 +220,10 @@ def _compile_score(f: Facts) -> int:
         return 80
     if _memory_bound(f):
         return 70
+    if starved(f):
+        return 10  # the GPU waits for batches: faster kernels only wait longer
+    if saturated(f):
+        return 20  # the GPU is full: fusion may still cut memory traffic, but nothing points to it
     return 45
 
 
@@ -171,8 +232,18 @@ def _compile_score(f: Facts) -> int:
     title="Fuse kernels with torch.compile",
     applies_to=(*UNDER, *HEALTHY),
     docs=("https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html", TUNING),
-    when="many small kernels (busy but low occupancy), a saturated main process, or memory-bound kernels",
-    reads=("busy_ratio", "sm_occupancy", "main_process_cpu_ratio", "data_wait_ratio", "dram_bandwidth", "sm_activity"),
+    when="many small kernels (busy but low occupancy, Tensor Cores idle), a saturated main process, or "
+    "memory-bound kernels; not while the GPU waits for batches",
+    reads=(
+        "busy_ratio",
+        "sm_occupancy",
+        "tensor_activity",
+        "main_process_cpu_ratio",
+        "data_wait_ratio",
+        "dram_bandwidth",
+        "sm_activity",
+        "power_ratio",
+    ),
     score=_compile_score,
 )
 def _compile_text(f: Facts) -> str:
@@ -205,7 +276,15 @@ def _compile_text(f: Facts) -> str:
 def _graphs_score(f: Facts) -> int:
     if _launch_bound(f):
         return 80
-    return 40 if _small_kernels(f) else 30
+    if starved(f):
+        return 10  # the gaps between kernels are waits for batches, not launches
+    if _host_traced(f):
+        return 70
+    if _small_kernels(f):
+        return 40
+    # Kernels run back to back (NVML's busy ratio is the share of each sample period with a kernel running,
+    # gaps included: docs.nvidia.com/deploy/nvml-api, nvmlUtilization_t): the CPU launches them fast enough.
+    return 10 if kept_fed(f) else 30
 
 
 @family.tip(
@@ -213,12 +292,14 @@ def _graphs_score(f: Facts) -> int:
     title="Capture the step in CUDA graphs",
     applies_to=(Reason.LOW_BUSY_RATIO.value, Reason.LOW_OCCUPANCY.value),
     docs=(CUDA_NOTES, "https://pytorch.org/blog/accelerating-pytorch-with-cuda-graphs/"),
-    when="the main process is saturated while the GPU is busy under half the time and no batch wait is reported",
+    when="the main process is saturated while the GPU is busy under half the time and no batch wait is reported, "
+    "or a trace shows host-side work; not when kernels already run back to back",
     reads=(
         "busy_ratio",
         "main_process_cpu_ratio",
         "data_wait_ratio",
         "sm_occupancy",
+        "tensor_activity",
         "trace_steps",
         "trace_host_ratio",
     ),
@@ -243,6 +324,14 @@ def _graphs_text(f: Facts) -> str:
     return said(observed, advice)
 
 
+def _channels_last_score(f: Facts) -> int:
+    autocast = f.flag("autocast")
+    if autocast is None:
+        return 30
+    # NHWC pays off most for half-precision Tensor Core convolutions; in float32 the precision tip comes first.
+    return 40 if autocast else 20
+
+
 @family.tip(
     id="channels_last",
     title="Use channels_last for convolutions",
@@ -253,7 +342,7 @@ def _graphs_text(f: Facts) -> str:
     ),
     when="convolutional models, above all with autocast on",
     reads=("autocast", "autocast_dtype"),
-    score=lambda f: 40 if f.flag("autocast") is True else 30,
+    score=_channels_last_score,
 )
 def _channels_last_text(f: Facts) -> str:
     autocast, dtype = f.flag("autocast"), f.text("autocast_dtype")
@@ -290,6 +379,12 @@ def _sync_score(f: Facts) -> int:
     busy = f.ratio("busy_ratio")
     if _launch_bound(f):
         return 85
+    if starved(f):
+        return 10  # the GPU waits for batches, not for the CPU to catch up after a sync
+    if _host_traced(f):
+        return 75
+    if kept_fed(f):
+        return 10  # kernels queue back to back: syncs do not leave the GPU waiting
     if busy is not None and busy < t.BUSY_LOW:
         return 45
     return 30
@@ -300,7 +395,8 @@ def _sync_score(f: Facts) -> int:
     title="Remove host-device syncs and copies from the loop",
     applies_to=(Reason.LOW_BUSY_RATIO.value, Reason.LOW_SM_ACTIVITY.value),
     docs=(TUNING, f"{PT}/generated/torch.cuda.set_sync_debug_mode.html"),
-    when="the GPU is busy under half the time while the main process is saturated and no batch wait is reported",
+    when="the GPU is busy under half the time while the main process is saturated and no batch wait is reported, "
+    "or a trace shows host-side work; not when kernels already run back to back",
     reads=("busy_ratio", "main_process_cpu_ratio", "data_wait_ratio", "trace_steps", "trace_host_ratio"),
     score=_sync_score,
 )

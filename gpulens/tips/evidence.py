@@ -6,7 +6,8 @@ import re
 from collections.abc import Mapping
 
 from gpulens import checks, gpus
-from gpulens.tips.thresholds import DATA_WAIT_NOTABLE
+from gpulens import thresholds as t
+from gpulens.tips.thresholds import DATA_WAIT_NOTABLE, POWER_NEAR_LIMIT, TENSOR_ACTIVITY_BUSY
 
 EvidenceValue = float | int | str | bool | None
 
@@ -119,6 +120,32 @@ class Facts:
 def wait_notable(f: Facts) -> bool | None:
     wait = f.ratio("data_wait_ratio")
     return None if wait is None else wait >= DATA_WAIT_NOTABLE
+
+
+def starved(f: Facts) -> bool:
+    """The job's own wait for batches reaches the verdict's starvation threshold: the GPU waits for input."""
+    wait = f.ratio("data_wait_ratio")
+    return wait is not None and wait >= t.DATA_WAIT_STARVED
+
+
+def kept_fed(f: Facts) -> bool:
+    """Kernels run at least the verdict's BUSY_HEALTHY share of the time: the GPU does not wait for work."""
+    busy = f.ratio("busy_ratio")
+    return busy is not None and busy >= t.BUSY_HEALTHY
+
+
+def saturated(f: Facts) -> bool:
+    """The GPU is full: kept fed, and its SMs active at the verdict's SM_ACTIVITY_GOOD or its power near the
+    limit. Bigger batches and a smaller GPU are wrong for it."""
+    sm, power = f.ratio("sm_activity"), f.ratio("power_ratio")
+    full = (sm is not None and sm >= t.SM_ACTIVITY_GOOD) or (power is not None and power >= POWER_NEAR_LIMIT)
+    return kept_fed(f) and full
+
+
+def tensor_busy(f: Facts) -> bool | None:
+    """Whether the Tensor Cores are already busy (TENSOR_ACTIVITY_BUSY), or None when their activity is not known."""
+    tensor = f.ratio("tensor_activity")
+    return None if tensor is None else tensor >= TENSOR_ACTIVITY_BUSY
 
 
 def job_kind(f: Facts) -> str:

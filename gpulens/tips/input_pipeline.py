@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts, job_kind, pcie_bandwidth, wait_notable
+from gpulens.tips.evidence import Facts, job_kind, kept_fed, pcie_bandwidth, wait_notable
 from gpulens.tips.thresholds import CPU_MOSTLY_WAITING, INPUT_MILD_MAX, PREFETCH_MAX, WORKERS_START_MAX
 from gpulens.tips.tip import NVSMI, PT, STARVED, TUNING, Family, Score, always
 from gpulens.tips.wording import cap, gpu_busy, said, traced
@@ -49,11 +49,14 @@ def _input_side(score: Score) -> Score:
 
     Under DATA_WAIT_NOTABLE the batches are ready when asked for: the tip is ruled out. Under the verdict's
     DATA_WAIT_STARVED the input is worth a look but not the bottleneck (the verdict says so too), so the
-    tip drops to general advice.
+    tip drops to general advice. Without a reported wait, kernels running the verdict's BUSY_HEALTHY share
+    of the time say the GPU is kept fed: the tip is ruled out too.
     """
 
     def weighed(f: Facts) -> int:
         wait = f.ratio("data_wait_ratio")
+        if wait is None and kept_fed(f):
+            return 0
         if wait is None or wait >= t.DATA_WAIT_STARVED:
             return score(f)
         return min(score(f), INPUT_MILD_MAX) if wait_notable(f) else 0
@@ -166,7 +169,7 @@ def _pin_score(f: Facts) -> int:
     applies_to=(*STARVED, Reason.LOW_BUSY_RATIO.value),
     docs=("https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html", _DATA, TUNING),
     when="pin_memory is False while steps wait for batches",
-    reads=("pin_memory", "data_wait_ratio", "pcie_generation", "pcie_width"),
+    reads=("pin_memory", "data_wait_ratio", "busy_ratio", "pcie_generation", "pcie_width"),
     score=_pin_score,
 )
 def _pin_text(f: Facts) -> str:
@@ -225,7 +228,14 @@ def _prefetch_score(f: Facts) -> int:
     applies_to=(*STARVED, Reason.LOW_BUSY_RATIO.value),
     docs=(_DATA,),
     when="workers exist but persistent_workers is False or prefetch_factor is at its default while steps wait",
-    reads=("num_workers", "prefetch_factor", "persistent_workers", "data_wait_ratio"),
+    reads=(
+        "num_workers",
+        "prefetch_factor",
+        "persistent_workers",
+        "workers_cpu_ratio_max",
+        "data_wait_ratio",
+        "busy_ratio",
+    ),
     score=_prefetch_score,
 )
 def _prefetch_text(f: Facts) -> str:
@@ -288,7 +298,14 @@ def _preprocessing_score(f: Facts) -> int:
     applies_to=STARVED,
     docs=(_DALI, "https://pytorch.org/vision/stable/transforms.html"),
     when="the busiest worker is saturated, or the job uses all the cores it may",
-    reads=("workers_cpu_ratio_max", "main_process_cpu_ratio", "cpu_cores_allowed", "cpu_cores_used", "busy_ratio"),
+    reads=(
+        "workers_cpu_ratio_max",
+        "main_process_cpu_ratio",
+        "cpu_cores_allowed",
+        "cpu_cores_used",
+        "data_wait_ratio",
+        "busy_ratio",
+    ),
     score=_preprocessing_score,
 )
 def _preprocessing_text(f: Facts) -> str:
@@ -330,7 +347,7 @@ def _cpu_cores_score(f: Facts) -> int:
         "https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/",
     ),
     when="the job uses 90% or more of the CPU cores it may use",
-    reads=("cpu_cores_allowed", "cpu_cores_used", "num_workers", "job_kind"),
+    reads=("cpu_cores_allowed", "cpu_cores_used", "num_workers", "job_kind", "data_wait_ratio", "busy_ratio"),
     score=_cpu_cores_score,
 )
 def _cpu_cores_text(f: Facts) -> str:
@@ -372,7 +389,7 @@ def _storage_score(f: Facts) -> int:
     applies_to=(Reason.INPUT_WAIT_REPORTED.value, Reason.LOW_BUSY_RATIO.value),
     docs=(_DATA, _DALI),
     when="steps wait 5% or more for batches while the main process and the workers use under half a core",
-    reads=("data_wait_ratio", "main_process_cpu_ratio", "workers_cpu_ratio_max"),
+    reads=("data_wait_ratio", "main_process_cpu_ratio", "workers_cpu_ratio_max", "busy_ratio"),
     score=_storage_score,
 )
 def _storage_text(f: Facts) -> str:
@@ -408,7 +425,7 @@ def _storage_text(f: Facts) -> str:
         "https://kubernetes.io/docs/tasks/administer-cluster/topology-manager/",
     ),
     when="an input-bound job; more likely to matter on two-socket hosts",
-    reads=("cpu_cores_allowed", "job_kind", "data_wait_ratio"),
+    reads=("cpu_cores_allowed", "job_kind", "data_wait_ratio", "busy_ratio"),
     score=_input_side(always(25)),
 )
 def _numa_text(f: Facts) -> str:

@@ -3,7 +3,7 @@ sharding the model, and the caching allocator."""
 
 from __future__ import annotations
 
-from gpulens.tips.evidence import Facts
+from gpulens.tips.evidence import Facts, saturated, starved
 from gpulens.tips.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score
 from gpulens.tips.wording import said
@@ -28,9 +28,15 @@ def _memory_short(f: Facts) -> bool:
 
 
 def _when_short(short: int, unknown: int) -> Score:
-    """Return a score function: `short` when memory is short, `unknown` when its use is not known, else 0."""
+    """Return a score function: `short` when memory is short, `unknown` when its use is not known, else 0.
+
+    A saturated GPU rules the tip out unless the job runs out of memory: these tips make room for a bigger
+    batch, which a full GPU cannot turn into speed.
+    """
 
     def score(f: Facts) -> int:
+        if saturated(f) and not f.count("ooms"):
+            return 0
         if _memory_short(f):
             return short
         return unknown if f.ratio("memory_used_ratio") is None else 0
@@ -71,8 +77,10 @@ def batch_growth(f: Facts) -> int | None:
 
 
 def _batch_score(f: Facts) -> int:
-    if _memory_short(f) or f.count("alloc_retries"):
+    if _memory_short(f) or f.count("alloc_retries") or saturated(f):
         return 0
+    if starved(f):
+        return 10  # a bigger batch waits for its input as long per sample
     factor = batch_growth(f)
     if factor is None:
         return 40
@@ -84,13 +92,17 @@ def _batch_score(f: Facts) -> int:
     title="Increase the batch size",
     applies_to=UNDER,
     docs=(TUNING, "https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html"),
-    when="device memory is under 40% used (room to double the batch below 80%) and no OOMs or retries",
+    when="device memory is under 40% used (room to double the batch below 80%) and no OOMs or retries; "
+    "not on a saturated GPU (busy 80%+ with SMs active 80%+ or power at 90%+ of the limit)",
     reads=(
         "batch_size",
         "memory_used_ratio",
         "memory_total_bytes",
         "sm_occupancy",
         "sm_activity",
+        "busy_ratio",
+        "power_ratio",
+        "data_wait_ratio",
         "ooms",
         "alloc_retries",
     ),
@@ -129,8 +141,8 @@ def _batch_text(f: Facts) -> str:
     title="Accumulate gradients instead of a bigger batch",
     applies_to=(Reason.LOW_OCCUPANCY.value, Reason.LOW_SM_ACTIVITY.value),
     docs=(f"{PT}/notes/amp_examples.html", f"{PT}/generated/torch.nn.parallel.DistributedDataParallel.html"),
-    when="device memory is 85% or more used, or the job hit OOMs",
-    reads=("memory_used_ratio", "ooms", "batch_size"),
+    when="device memory is 85% or more used, or the job hit OOMs; not on a saturated GPU without OOMs",
+    reads=("memory_used_ratio", "ooms", "batch_size", "busy_ratio", "sm_activity", "power_ratio"),
     score=_when_short(75, unknown=15),
 )
 def _accumulation_text(f: Facts) -> str:
@@ -150,8 +162,8 @@ def _accumulation_text(f: Facts) -> str:
     title="Recompute activations to free memory",
     applies_to=(Reason.LOW_OCCUPANCY.value, Reason.LOW_SM_ACTIVITY.value),
     docs=(f"{PT}/checkpoint.html",),
-    when="device memory is 85% or more used, or the job hit OOMs",
-    reads=("memory_used_ratio", "ooms"),
+    when="device memory is 85% or more used, or the job hit OOMs; not on a saturated GPU without OOMs",
+    reads=("memory_used_ratio", "ooms", "busy_ratio", "sm_activity", "power_ratio"),
     score=_when_short(65, unknown=10),
 )
 def _checkpointing_text(f: Facts) -> str:
@@ -169,7 +181,7 @@ def _checkpointing_text(f: Facts) -> str:
     applies_to=(Reason.LOW_BUSY_RATIO.value, Reason.LOW_OCCUPANCY.value),
     docs=(f"{PT}/fsdp.html", f"{PT}/distributed.pipelining.html"),
     when="device memory is 85% or more used or OOMs force a tiny batch; pipeline jobs with idle bubbles",
-    reads=("memory_used_ratio", "ooms"),
+    reads=("memory_used_ratio", "ooms", "busy_ratio", "sm_activity", "power_ratio"),
     score=_when_short(45, unknown=15),
 )
 def _parallel_text(f: Facts) -> str:
@@ -185,6 +197,8 @@ def _parallel_text(f: Facts) -> str:
 
 def _dynamic_batch_score(f: Facts) -> int:
     used = f.ratio("memory_used_ratio")
+    if _memory_short(f) or saturated(f):
+        return 0  # no free memory to size the batch into, or a full GPU a bigger batch cannot speed up
     return 35 if used is not None and used < 0.5 else 20
 
 
@@ -197,8 +211,9 @@ def _dynamic_batch_score(f: Facts) -> int:
         "model_configuration.html#dynamic-batcher",
         TUNING,
     ),
-    when="device memory under half used with a fixed batch, or an inference service with small requests",
-    reads=("memory_used_ratio", "memory_total_bytes"),
+    when="device memory under half used with a fixed batch, or an inference service with small requests; "
+    "not with memory short or the GPU saturated",
+    reads=("memory_used_ratio", "memory_total_bytes", "ooms", "busy_ratio", "sm_activity", "power_ratio"),
     score=_dynamic_batch_score,
 )
 def _dynamic_batch_text(f: Facts) -> str:

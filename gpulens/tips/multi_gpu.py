@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts
+from gpulens.tips.evidence import Facts, starved
+from gpulens.tips.thresholds import CPU_MOSTLY_WAITING
 from gpulens.tips.tip import NVSMI, PT, Family, always
 from gpulens.tips.wording import said
 from gpulens.vocabulary import Reason
@@ -14,6 +15,10 @@ family = Family()
 
 def _ddp_score(f: Facts) -> int:
     main = f.ratio("main_process_cpu_ratio")
+    # DataParallel's one process scatters, gathers and runs the loop for every GPU, so it keeps its core
+    # busy; a main process mostly waiting, or a job waiting for batches, points elsewhere.
+    if starved(f) or (main is not None and main < CPU_MOSTLY_WAITING):
+        return 10
     return 50 if main is not None and main >= t.CPU_SATURATED else 30
 
 
@@ -27,7 +32,7 @@ def _ddp_score(f: Facts) -> int:
         f"{PT}/generated/torch.nn.DataParallel.html",
     ),
     when="a multi-GPU job whose one main process is saturated",
-    reads=("main_process_cpu_ratio",),
+    reads=("main_process_cpu_ratio", "data_wait_ratio"),
     score=_ddp_score,
 )
 def _ddp_text(f: Facts) -> str:
@@ -62,6 +67,14 @@ def _topology_text(f: Facts) -> str:
     return said(observed, advice)
 
 
+def _hang_score(f: Facts) -> int:
+    """95 while the evidence shows a spinning kernel; 20 once the SMs (or, without GPM, the power) show real
+    work: the verdict keeps its reason for DWELL_SECONDS after the job moves on."""
+    sm, power = f.ratio("sm_activity"), f.ratio("power_ratio")
+    working = sm > t.SPIN_SM_ACTIVITY_MAX if sm is not None else power is not None and power > t.SPIN_POWER_RATIO_MAX
+    return 20 if working else 95
+
+
 @family.tip(
     id="debug_hang",
     title="Find the rank the job hangs on",
@@ -73,7 +86,7 @@ def _topology_text(f: Facts) -> str:
     ),
     when="a kernel runs all the time while SM activity or power stays near idle",
     reads=("busy_ratio", "sm_activity", "power_ratio"),
-    score=always(95),
+    score=_hang_score,
 )
 def _hang_text(f: Facts) -> str:
     busy, sm, power = f.ratio("busy_ratio"), f.ratio("sm_activity"), f.ratio("power_ratio")

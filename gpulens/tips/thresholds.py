@@ -42,5 +42,26 @@ RIGHT_SIZE_HEADROOM = 1.25
 # DRAM bandwidth at or above this share of peak while SMs are underused: memory-bound kernels.
 DRAM_BOUND = 0.6
 
+# Tensor Cores already busy: the tensor pipes (NVML GPM "ANY_TENSOR_UTIL", the share of time the SMs run any
+# tensor instruction; docs.nvidia.com/deploy/nvml-api/api/group__nvmlGpmEnums.html) active at least this
+# share of the time. Only fp16, bf16, TF32, int8, fp8 and fp64-tensor math issues tensor instructions;
+# float32 matmuls without TF32 run on the CUDA cores and read near zero (the verdict's
+# TENSOR_ACTIVITY_NONE, 0.05, is that floor). At four times the floor the matmuls demonstrably run on
+# Tensor Cores in reduced precision already, and advice to turn on autocast or TF32 would be wrong. Not
+# higher: even well-tuned mixed-precision training spends much of each step in elementwise, normalization
+# and communication kernels that use no Tensor Cores, so its tensor activity sits well below 1. Our
+# judgement, not a published number.
+TENSOR_ACTIVITY_BUSY = 0.2
+
+# Power draw at or above this share of the enforced limit: the GPU works as hard as its power budget lets
+# it (clocks drop at the cap, nvidia-smi's "SW Power Cap"); small or sparse kernels cannot draw that much.
+# Stands in for SM activity on GPUs without GPM (before Hopper). Our judgement.
+POWER_NEAR_LIMIT = 0.9
+
+# A busy GPU is doing its work: tips for the `healthy` reason are shown only when the evidence points to
+# them (score 60 or more, see gpulens.tips); general and merely plausible advice waits for a GPU that needs
+# it, so that a busy GPU's top tip is never advice nothing called for.
+BUSY_ADVICE_MIN = 60
+
 # Idle this long (longer than any pause for evaluation or a checkpoint): reclaim by policy, not by hand.
 IDLE_POLICY_SECONDS = 3600.0
