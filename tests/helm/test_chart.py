@@ -52,6 +52,7 @@ CASES: dict[str, dict] = {
             "image": {"tag": "0.1.0-rc1"},
         },
         "dashboard": {
+            "externalURL": "https://gpus.example.org",
             "prometheus": {
                 "url": "https://thanos-query.monitoring.svc:10902",
                 "bearerTokenSecret": {"name": "thanos-token", "key": "token"},
@@ -334,6 +335,38 @@ def test_the_rendered_rules_pass_promtool(rendered, tmp_path):
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+# The promtool cases of a fleet, a node and a job link (rules/tests), run again on the chart's rendered rules.
+LINK_CASES = {"GpulensAgentAbsent", "GpulensAgentDown", "GpulensJobOutOfMemory", "GpulensJobAllocRetries"}
+
+
+def test_the_dashboard_address_reaches_every_alert_link(tmp_path):
+    """dashboard.externalURL replaces the external label in both rule objects: the project's promtool cases,
+    run on the rendered rules with no external label, get the same links."""
+    values = {"dashboard": {"externalURL": "https://gpulens.example.org/"}, "rulesConfigMap": {"enabled": True}}
+    kinds = _kinds(_template(tmp_path, values))
+    groups = kinds["PrometheusRule"][0]["spec"]["groups"]
+    for text in (yaml.safe_dump(groups), *kinds["ConfigMap"][0]["data"].values()):
+        assert "$externalLabels" not in text
+    rendered_rules = tmp_path / "rendered.rules.yml"
+    rendered_rules.write_text(yaml.safe_dump({"groups": groups}))
+    tests = []
+    for name in ("agent.test.yml", "usage.test.yml"):
+        for test in yaml.safe_load((ROOT / "rules" / "tests" / name).read_text())["tests"]:
+            if LINK_CASES & {case["alertname"] for case in test["alert_rule_test"]}:
+                labels = test.pop("external_labels", {})
+                for case in test["alert_rule_test"]:
+                    for alert in case.get("exp_alerts", []):
+                        if not labels:  # the case of a Prometheus without the label: the chart's address wins
+                            alert["exp_annotations"]["dashboard_url"] = "https://gpulens.example.org/gpu?node=node1"
+                tests.append(test)
+    assert len(tests) >= 5
+    cases = tmp_path / "links.test.yml"
+    cases.write_text(yaml.safe_dump({"rule_files": [str(rendered_rules)], "evaluation_interval": "1m", "tests": tests}))
+    promtool = require_tool("promtool")
+    result = subprocess.run([promtool, "test", "rules", str(cases)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_the_rules_config_map_holds_the_rule_files(rendered):
     config_map = _kinds(rendered["no-operator"])["ConfigMap"][0]
     assert config_map["data"] == {path.name: path.read_text() for path in rule_files()}
@@ -349,6 +382,7 @@ def test_the_rules_config_map_holds_the_rule_files(rendered):
         ({"agent": {"extraArgs": ["collector.gpm"]}}, "agent.extraArgs"),
         ({"dashboard": {"prometheus": {"url": "prometheus:9090"}}}, "dashboard.prometheus.url"),
         ({"prometheusRule": {"disabledAlerts": ["NodeDown"]}}, "prometheusRule.disabledAlerts"),
+        ({"dashboard": {"externalURL": "gpus.example.org"}}, "dashboard.externalURL"),
     ],
 )
 def test_the_schema_names_a_wrong_value(tmp_path, values, named):

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from gpulens import thresholds as t
+from gpulens.dashboard.views import links
 from tests.rules.known import ROOT, RULES, agent_metric_names, recorded_names, referenced_metrics, rule_files, rules
 from tests.tools import require_tool
 
@@ -105,6 +106,90 @@ def test_every_alert_has_severity_evidence_and_a_runbook(alert):
     assert f"**Severity: {rule['labels']['severity']}.**" in text, f"{runbook.name} names another severity"
     for section in ("## What it means", "## How to confirm", "## What to do"):
         assert section in text, f"{runbook.name}: no '{section}'"
+
+
+# A dashboard_url is empty without the external label and links to one of the dashboard's pages: the Fleet
+# page (the app's root), a node or GPU, or a job.
+_DASHBOARD_URL = re.compile(
+    r"\{\{ with (?:\$base := )?\$externalLabels\.gpulens_dashboard \}\}.*\{\{ end \}\}", re.DOTALL
+)
+_PAGE = re.compile(r"\}\}/(?:\{\{|gpu\?node=\{\{|job\?kind=\{\{)")
+
+
+@pytest.mark.parametrize("alert", sorted(ALERTS))
+def test_every_alert_links_to_where_the_operator_acts(alert):
+    url = ALERTS[alert]["annotations"].get("dashboard_url", "")
+    assert _DASHBOARD_URL.fullmatch(url), f"{alert}: no dashboard_url built from the gpulens_dashboard label"
+    assert _PAGE.search(url), f"{alert}: dashboard_url names no dashboard page"
+    for value in re.findall(r"\{\{ ([^{}]*?(?:\$labels|\.Labels)\.\w+[^{}]*?) \}\}", url):
+        if not value.startswith(("with ", "if ")):
+            assert value.endswith("| urlquery"), f"{alert}: {value!r} is not escaped with urlquery"
+
+
+def _expected_links() -> set[str]:
+    """Every dashboard_url the promtool cases expect."""
+    found = set()
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            for case in test.get("alert_rule_test", []):
+                found.update(a["exp_annotations"].get("dashboard_url", "") for a in case.get("exp_alerts", []))
+    return found - {""}
+
+
+def test_the_promtool_cases_expect_the_dashboards_own_links():
+    """The links the rules render (checked by promtool) are those the dashboard writes, escapes included."""
+    base = "https://gpulens.example.org/"
+    expected = _expected_links()
+    assert base + links.node_link("gpu-node-1:10906") in expected
+    assert base + links.job_link("process", "pid:4242") in expected
+    assert base + links.job_link("kubernetes", "uid-2") in expected
+    assert base + links.gpu_link("node1", "0") in expected
+
+
+def _for_words(duration: str) -> re.Pattern:
+    """A pattern for a rule's `for:` (15m, 1h) as a text writes it: "15 minutes", "15-minute", "an hour"."""
+    number, unit = re.fullmatch(r"(\d+)([smhd])", duration).groups()
+    names = {"s": "seconds?", "m": "minutes?", "h": "hours?", "d": "days?"}[unit]
+    count = r"(?:1|an?|one)" if number == "1" else number
+    return re.compile(rf"\b{count}(?:[- ]{names}\b|{unit}\b)")
+
+
+def claims_its_duration(text: str, duration: str) -> list[str]:
+    """Return the sentences of an annotation that state `duration` (its alert's `for:`) as already held.
+
+    An alert is pending for that long before it fires, and its annotations show all along: the duration may
+    appear as the rule ("this fires after 15 minutes of it") or as the expression's window ("in the last 15
+    minutes"), never as a fact ("has failed for 15 minutes").
+    """
+    prose = " ".join(re.sub(r"\{\{.*?\}\}", "X", text, flags=re.DOTALL).split())
+    pattern = _for_words(duration)
+    claims = []
+    for sentence in re.split(r"(?<=[.;:])\s+", prose):
+        for match in pattern.finditer(sentence):
+            before = sentence[: match.start()]
+            if not re.search(r"\bfires (?:after|once)\b", before) and not before.endswith("the last "):
+                claims.append(sentence)
+    return claims
+
+
+@pytest.mark.parametrize("alert", sorted(a for a, rule in ALERTS.items() if "for" in rule))
+def test_no_annotation_claims_its_alerts_pending_time(alert):
+    rule = ALERTS[alert]
+    for key in ("summary", "description"):
+        claims = claims_its_duration(rule["annotations"][key], rule["for"])
+        assert not claims, f"{alert} {key} states its for: ({rule['for']}) as held while pending: {claims}"
+
+
+def test_the_pending_time_check_can_fail():
+    old = (
+        "The PCIe link of GPU {{ $labels.gpu }} has run below its maximum under load for 30 minutes:"
+        " Gen4 of Gen5. Reseat it."
+    )
+    assert claims_its_duration(old, "30m")
+    assert claims_its_duration("It has failed for 15 minutes; check it.", "15m")
+    assert claims_its_duration("Retrying for an hour.", "1h")
+    assert not claims_its_duration("Retried in the last 15 minutes (this fires after 15 minutes of it).", "15m")
+    assert not claims_its_duration("It failed for 5 minutes.", "15m")
 
 
 def test_no_runbook_without_an_alert():

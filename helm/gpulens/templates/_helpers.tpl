@@ -59,3 +59,14 @@ httpGet:
 {{- define "gpulens.agentScheme" -}}
 {{- if and .Values.agent.webConfig.existingSecret .Values.agent.webConfig.tls }}https{{ else }}http{{ end }}
 {{- end }}
+
+{{/* A rule file's text as the chart ships it: with dashboard.externalURL set, the dashboard_url annotations
+start with that address instead of the Prometheus external label gpulens_dashboard (a Go string literal in
+the template; the schema keeps quotes, backslashes and braces out of it). Call with (dict "root" $ "path" PATH). */}}
+{{- define "gpulens.ruleFile" -}}
+{{- $text := .root.Files.Get .path -}}
+{{- with .root.Values.dashboard.externalURL -}}
+{{- $text = $text | replace "$externalLabels.gpulens_dashboard" (trimSuffix "/" . | quote) -}}
+{{- end -}}
+{{- $text -}}
+{{- end }}
