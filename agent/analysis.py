@@ -223,6 +223,27 @@ def needs_action(verdict: Verdict) -> bool:
     return verdict.state in WASTED_STATES or verdict.state == State.UNKNOWN
 
 
+def job_verdict(report: JobReport, host: HostUsage | None = None, tips: int = 3) -> GpuAnalysis:
+    """Judge a job by its own report (and its host side, if sampled) alone, with no reading of any GPU.
+
+    For a job on no GPU this agent samples: a run on a CPU (`gpulens try`), or a real job reporting to an
+    agent on a simulated node. It is the rule for a held device without activity readings: data_starved
+    (input_wait_reported) when its steps wait for data at least DATA_WAIT_STARVED of their time, else
+    unknown (no_data), because without a GPU how busy it would be is not known. Tips are written with the
+    same evidence a GPU's tips get from that job. The verdict is one window's, so its `since` is 0.
+    """
+    job = Job(kind="process", id=f"pid:{report.pid}", user="", uid=report.uid, pids=(report.pid,))
+    usage = {report.pid: host} if host is not None else {}
+    evidence = _with_jobs(Evidence(processes=1), [job], usage, [report])
+    verdict = Diagnoser().update(job.id, 0.0, evidence)
+    context: dict[str, float | int | str | bool] = dict(verdict.evidence)
+    _job_context(context, report.device.uuid, [job], usage, {report.pid: report})
+    if evidence.num_workers and evidence.workers_cpu_ratio_max is not None:
+        context["workers_cpu_ratio_max"] = evidence.workers_cpu_ratio_max  # a GPU's verdict carries it
+    chosen = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=tips))
+    return GpuAnalysis(verdict, (job,), chosen, context)
+
+
 def _reports_for(uuid: str, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
     """The in-job reports of the jobs on a device (a GPU or a MIG device, whose UUID a job reports too)."""
     pids = {pid for job in jobs for pid in job.pids}

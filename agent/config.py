@@ -19,6 +19,7 @@ from typing import Any
 
 from gpulens import thresholds as t
 from gpulens.agent import collectors
+from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
 from gpulens.printable import printable, quoted
 from gpulens.units import UnitError, parse_duration, parse_size
@@ -29,6 +30,7 @@ from gpulens.yamltext import YamlProblem, read_yaml_file
 DEFAULT_PORT = 10906
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
 DEFAULT_LEDGER_PATH = "/var/lib/gpulens/ledger.sqlite"
+DEFAULT_JOBS_SOCKET = DEFAULT_SOCKET_PATH
 LOG_LEVELS = ("debug", "info", "warn", "error")
 ENV_PREFIX = "GPULENS_"
 
@@ -179,12 +181,13 @@ class AgentConfig:
         low="10s",
         high="24h",
     )
-    jobs_socket: str = _setting(
+    jobs_socket: str | None = _setting(  # None: DEFAULT_JOBS_SOCKET, or none when simulated
         "--jobs.socket",
         _text,
-        "/run/gpulens/jobs.sock",
+        None,
         "Unix socket where gpulens.torch in jobs sends its reports; empty to disable",
         metavar="PATH",
+        shown_default=f"{DEFAULT_JOBS_SOCKET}; none when simulated",
     )
     process_min_age: float = _setting(
         "--jobs.process-min-age",

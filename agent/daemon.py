@@ -39,12 +39,17 @@ log = logging.getLogger("gpulens.agent")
 
 EXIT_USAGE = 2
 EXIT_RUNTIME = 1
+_SIMULATED_JOBS = (
+    " (simulated node: a real job's report is exported as its gpulens_job_* series, and joins a simulated GPU "
+    "only where the scenario gives that GPU the job's pid; docs/in-job.md)"
+)
 
 
 def build(config: agent_config.AgentConfig, clock=None):
     """Return (sampler, registry, mode, receiver) for `config`; raise ConfigError for a bad scenario.
 
-    `receiver` is the in-job report listener, not yet started (None when simulated or disabled).
+    `receiver` is the in-job report listener, not yet started (None when disabled, and on a simulated node
+    unless --jobs.socket names a socket).
     `clock` replaces a simulated node's clock (a `ManualClock`, for tests and benchmarks).
     """
     receiver = None
@@ -59,7 +64,8 @@ def build(config: agent_config.AgentConfig, clock=None):
             raise agent_config.ConfigError(str(error)) from None
         clock = clock or SimulatedClock(config.speed)
         library = load_simulated_library(scenario, clock)
-        sources = SimulatedSources(scenario, clock.monotonic)
+        receiver = _simulated_receiver(config)
+        sources = SimulatedSources(scenario, clock.monotonic, receiver)
         mode = "simulated"
     elif under_sim is not None:
         # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
@@ -68,7 +74,8 @@ def build(config: agent_config.AgentConfig, clock=None):
 
         scenario, clock = under_sim
         library = load_real_library()
-        sources = SimulatedSources(scenario, clock.monotonic)
+        receiver = _simulated_receiver(config)
+        sources = SimulatedSources(scenario, clock.monotonic, receiver)
         mode = "simulated"
     else:
         clock = SystemClock()
@@ -164,8 +171,20 @@ def _live_sources(config: agent_config.AgentConfig, clock):
 
     pods = PodResourcesClient(config.pod_resources_socket)
     resolver = Resolver(podresources=pods, clock=clock.monotonic)
-    receiver = Receiver(config.jobs_socket, clock=clock.monotonic) if config.jobs_socket else None
+    path = agent_config.DEFAULT_JOBS_SOCKET if config.jobs_socket is None else config.jobs_socket
+    receiver = Receiver(path, clock=clock.monotonic) if path else None
     return LiveSources(resolver, HostSampler(clock=clock.monotonic), receiver), receiver
+
+
+def _simulated_receiver(config: agent_config.AgentConfig):
+    """Real jobs' reports on a simulated node: only on a socket --jobs.socket names, since a laptop has no
+    /run/gpulens and several simulated agents must not contend for one path. Its clock is the wall clock
+    whatever --speed says: the jobs that send are real processes, reporting in real time."""
+    if not config.jobs_socket:
+        return None
+    from gpulens.agent.jobs.receiver import Receiver
+
+    return Receiver(config.jobs_socket)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -192,6 +211,8 @@ def main(argv: Sequence[str]) -> int:
                 receiver.socket_path,
                 error.strerror or error,
             )
+        else:
+            log.info("in-job reports on %s%s", receiver.socket_path, _SIMULATED_JOBS if mode == "simulated" else "")
     traces = _traces(config, receiver, sampler, registry) if receiver is not None and receiver.running else None
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data

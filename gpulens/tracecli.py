@@ -119,7 +119,7 @@ def describe(run: dict[str, Any]) -> str:
             lines.append(f"  {title}: " + "; ".join(f"{r['name']} {r['seconds']:.3g} s ×{r['count']}" for r in ranked))
     if found.get("peak_allocated_bytes") is not None:
         lines.append(f"  peak allocator memory: {found['peak_allocated_bytes'] / 2**30:.2f} GiB")
-    settings = _settings(run)
+    settings = settings_text(run)
     if settings:
         lines.append(f"  seen: {settings}")
     lines.append(f"  file: {run.get('path')}")
@@ -149,7 +149,8 @@ def _ending(ended: str | None) -> str:
     }.get(ended or "", "ended")
 
 
-def _settings(run: dict[str, Any]) -> str:
+def settings_text(run: dict[str, Any]) -> str:
+    """Return a job's DataLoader and autocast settings (`dataloader`, `precision`, as a report holds them) in a line."""
     loader, precision = run.get("dataloader"), run.get("precision") or {}
     shown = []
     if loader:

@@ -38,6 +38,9 @@ _UCRED = struct.Struct("iII")
 _ANCILLARY_BYTES = socket.CMSG_SPACE(_UCRED.size)
 # How often the loop looks up from a quiet socket to see whether stop() was called.
 _POLL_SECONDS = 0.2
+# Most datagrams stop() handles after its call: the queue holds what came before it, and a job that keeps
+# sending must not keep the receiver from stopping.
+_DRAIN_MAX = 1024
 
 
 class ReceiverError(Exception):
@@ -69,7 +72,9 @@ class Receiver:
     """Listens on `socket_path` in a daemon thread; `latest()` and `counters()` may be called from any thread.
 
     `clock` returns monotonic seconds and drives rate limits and expiry; `proc_root` is where the
-    pid-namespace table (`<pid>/status`, NSpid) of a sender is read.
+    pid-namespace table (`<pid>/status`, NSpid) of a sender is read. `on_accept`, if given, is called
+    with every accepted report (as `latest()` would give it), on the receiver's thread: for a reader that
+    wants each report rather than the last (`gpulens try` adds up a whole run).
     """
 
     def __init__(
@@ -81,6 +86,7 @@ class Receiver:
         burst: int = 10,
         rate_per_second: float = 2.0,
         proc_root: str = "/proc",
+        on_accept: Callable[[JobReport], None] | None = None,
     ):
         self.socket_path = socket_path
         self.clock = clock
@@ -89,6 +95,7 @@ class Receiver:
         self._burst = burst
         self._rate = rate_per_second
         self._proc_root = proc_root
+        self._on_accept = on_accept
         self._lock = threading.Lock()
         # Ordered by the time each process was last heard from, oldest first, so expiry pops from the front.
         self._jobs: OrderedDict[int, _Job] = OrderedDict()
@@ -109,7 +116,11 @@ class Receiver:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop receiving, close the socket and remove its file."""
+        """Handle the datagrams already queued, then stop receiving, close the socket and remove its file.
+
+        The reports a job sent just before it ended are still counted and kept: `gpulens try` stops the
+        receiver once its command has exited, and the last report is often the one sent at that exit.
+        """
         if self._thread is None:
             return
         self._stopping.set()
@@ -175,16 +186,32 @@ class Receiver:
                 log.warning("receiving a job report on %s failed: %s", self.socket_path, error)
                 self._stopping.wait(_POLL_SECONDS)  # do not spin if the error repeats
                 continue
-            if self._stopping.is_set():
-                return  # the wake-up from stop(), or a report that came too late to be read
+            if self._stopping.is_set() and not data:
+                break  # the wake-up from stop()
+            self._take(data, ancillary, flags)
+        self._drain(sock)
+
+    def _drain(self, sock: socket.socket) -> None:
+        """Handle what is still queued at stop(): everything sent before it, which comes before its wake-up."""
+        sock.setblocking(False)
+        for _ in range(_DRAIN_MAX):
             try:
-                result = self._handle(data, _credentials(ancillary), truncated=bool(flags & socket.MSG_TRUNC))
-            except Exception:  # a bug must cost one datagram, never the receiver
-                log.exception("handling a job report failed")
-                result = "error"
-            with self._lock:
-                self._counts["received"] += 1
-                self._counts[result] += 1
+                data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES, _ANCILLARY_BYTES)
+            except OSError:  # BlockingIOError: the queue is empty
+                return
+            if data:  # an empty datagram is the wake-up, or a job's empty message that no longer matters
+                self._take(data, ancillary, flags)
+
+    def _take(self, data: bytes, ancillary: list[tuple[int, int, bytes]], flags: int) -> None:
+        """Judge one datagram and count its result."""
+        try:
+            result = self._handle(data, _credentials(ancillary), truncated=bool(flags & socket.MSG_TRUNC))
+        except Exception:  # a bug must cost one datagram, never the receiver
+            log.exception("handling a job report failed")
+            result = "error"
+        with self._lock:
+            self._counts["received"] += 1
+            self._counts[result] += 1
 
     def _handle(self, data: bytes, sender: Credentials | None, truncated: bool = False) -> str:
         """Judge one datagram from `sender`, store it if accepted, and return its result (one of RESULTS)."""
@@ -210,6 +237,9 @@ class Receiver:
             return "pid_mismatch"
         with self._lock:
             job.report = replace(report, pid=sender.pid, uid=sender.uid, received_at=now)
+            accepted = job.report
+        if self._on_accept is not None:
+            self._on_accept(accepted)
         return "accepted"
 
     # -- per-process state (called with the lock held) -----------------------------------------------

@@ -43,7 +43,8 @@ AUTO_EVERY_SECONDS = 86_400.0  # at most one automatic trace per job per day
 GRACE_SECONDS = 120.0
 LABELS = ("pid", "gpu_uuid")
 NO_CHANNEL = (
-    "traces need the in-job channel, which this agent does not have (a simulated node, or --jobs.socket is empty)"
+    "traces need the in-job channel, which this agent does not have "
+    "(--jobs.socket empty, or not given to a simulated node)"
 )
 
 

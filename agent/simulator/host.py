@@ -19,6 +19,7 @@ from gpulens.agent.jobs.messages import (
     StepTiming,
     TorchMemory,
 )
+from gpulens.agent.jobs.receiver import Receiver
 from gpulens.agent.simulator.scenario import Gpu, JobSpec, Process, Scenario
 
 # gpulens.torch reports every 5 s by default.
@@ -26,9 +27,14 @@ _REPORT_SECONDS = 5.0
 
 
 class SimulatedSources:
-    def __init__(self, scenario: Scenario, clock: Callable[[], float]):
+    """`receiver`, when the agent listens on a jobs socket, adds real jobs' reports to the scenario's: a real
+    report joins a simulated GPU as any report does (the GPU's process has its pid, or the job names the GPU's
+    UUID), and on a pid both claim, the real process's report wins."""
+
+    def __init__(self, scenario: Scenario, clock: Callable[[], float], receiver: Receiver | None = None):
         self._scenario = scenario
         self._clock = clock
+        self._receiver = receiver
         self._by_pid: dict[int, tuple[Gpu, Process]] = {
             p.pid: (g, p) for g in scenario.gpus for p in g.processes if p.every is None
         }
@@ -116,6 +122,8 @@ class SimulatedSources:
             if process.torch is None or pid is None:
                 continue
             reports[pid] = _report(gpu, process, pid, now)
+        if self._receiver is not None:
+            reports.update(self._receiver.latest())
         return reports
 
 

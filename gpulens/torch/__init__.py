@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 VERSION = 1
 DEFAULT_INTERVAL_SECONDS = 5.0
+INTERVAL_ENV = "GPULENS_REPORT_INTERVAL"
 # A pass over the data that ends sends what it has if its window is at least this old (or the interval,
 # if shorter): a script that instruments each epoch anew still reports, and the agent's per-process
 # limit (2 reports a second) is kept.
@@ -48,12 +49,13 @@ _END_OF_PASS_MIN_SECONDS = 1.0
 def instrument(
     iterable: Iterable,
     model: Any = None,
-    interval: float = DEFAULT_INTERVAL_SECONDS,
+    interval: float | None = None,
     socket_path: str | None = None,
     traces: bool | None = None,
     trace_dir: str | None = None,
 ) -> Instrumented:
-    """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds.
+    """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds
+    (default: $GPULENS_REPORT_INTERVAL, which `gpulens try` sets, else 5).
 
     `iterable` is usually a DataLoader (its settings are then reported), but any iterable works.
     `model`, if given, gets a forward pre-hook that notes once per step whether autocast is on.
@@ -78,7 +80,7 @@ class Instrumented:
         self,
         iterable: Iterable,
         model: Any = None,
-        interval: float = DEFAULT_INTERVAL_SECONDS,
+        interval: float | None = None,
         socket_path: str | None = None,
         traces: bool | None = None,
         trace_dir: str | None = None,
@@ -88,7 +90,7 @@ class Instrumented:
         self._iterable = iterable
         self._iterator: Iterator | None = None
         self._model = model
-        self._interval = _checked_interval(interval)
+        self._interval = _checked_interval(interval) if interval is not None else _default_interval()
         self._path = sender.socket_path(socket_path)
         self._loader = readings.dataloader_settings(iterable, self.failures)
         self._devices = readings.DeviceReader(self.failures)
@@ -293,6 +295,25 @@ class Instrumented:
         self.failures[kind] += 1
         if self.failures[kind] == 1:
             log.debug(text)  # once per kind: the job's log is the job's, not ours
+
+
+def _default_interval() -> float:
+    """Return $GPULENS_REPORT_INTERVAL in seconds if set, else DEFAULT_INTERVAL_SECONDS (a bad value warns)."""
+    text = os.environ.get(INTERVAL_ENV, "").strip()
+    if not text:
+        return DEFAULT_INTERVAL_SECONDS
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if 0 < value < math.inf:
+        return value
+    warnings.warn(
+        f"gpulens.torch: {INTERVAL_ENV}={text!r} is not a positive number of seconds; using "
+        f"{DEFAULT_INTERVAL_SECONDS:g}",
+        stacklevel=4,
+    )
+    return DEFAULT_INTERVAL_SECONDS
 
 
 def _checked_interval(interval: Any) -> float:

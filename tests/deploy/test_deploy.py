@@ -61,7 +61,7 @@ def test_the_unit_is_hardened_and_keeps_only_what_the_agent_needs():
     # The directories the agent writes: the jobs' socket (0755, so any job can reach it) and the ledger.
     assert unit["RuntimeDirectory"] == ["gpulens"] and unit["RuntimeDirectoryMode"] == ["0755"]
     assert unit["StateDirectory"] == ["gpulens"]
-    assert Path(agent_config.AgentConfig.jobs_socket).parent == Path("/run/gpulens")
+    assert Path(agent_config.DEFAULT_JOBS_SOCKET).parent == Path("/run/gpulens")
     assert Path(agent_config.DEFAULT_LEDGER_PATH).parent == Path("/var/lib/gpulens")
     assert unit["RestartPreventExitStatus"] == ["2"]
 

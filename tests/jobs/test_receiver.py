@@ -7,13 +7,14 @@ import json
 import os
 import socket
 import stat
+import threading
 
 import pytest
 
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES
 from gpulens.agent.jobs.receiver import Receiver, ReceiverError
-from tests.jobs.helpers import processed, send, send_from_child
+from tests.jobs.helpers import processed, send, send_from_child, wait_until
 
 
 def own(message: dict) -> dict:
@@ -204,3 +205,21 @@ def test_a_directory_that_cannot_be_made_is_one_clear_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(ReceiverError, match=r"cannot listen for jobs on .*: .*; give the agent write access"):
         Receiver(socket_path=str(blocker / "jobs.sock")).start()
+
+
+def test_each_accepted_report_is_handed_on_and_stop_handles_what_was_queued(receiver, socket_path, message):
+    handed, release = [], threading.Event()
+
+    def on_accept(report):
+        handed.append(report)
+        release.wait(5)  # the first report holds the loop while the others queue up
+
+    r = receiver(on_accept=on_accept)
+    for count in range(1, 6):
+        send(socket_path, own(message(step={"count": count, "data_wait_seconds": 0.0, "total_seconds": 1.0})))
+    wait_until(lambda: len(handed) == 1)
+    threading.Timer(0.2, release.set).start()  # after stop() has begun: the queue is drained, not dropped
+    r.stop()
+    assert [report.step.count for report in handed] == [1, 2, 3, 4, 5]
+    assert all(report.pid == os.getpid() and report.received_at is not None for report in handed)
+    assert r.counters()["accepted"] == 5

@@ -182,6 +182,18 @@ def test_a_bad_interval_warns_and_uses_the_default():
         gpulens.torch.instrument([], interval=0)
 
 
+def test_the_default_interval_comes_from_the_environment_and_a_given_one_wins(tmp_path, monkeypatch):
+    nowhere = str(tmp_path / "none.sock")
+    monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "1e-9")  # what `gpulens try` sets, only smaller
+    often = gpulens.torch.instrument(range(100), socket_path=nowhere, traces=False)
+    rarely = gpulens.torch.instrument(range(100), interval=60.0, socket_path=nowhere, traces=False)
+    assert sum(1 for _ in often) == sum(1 for _ in rarely) == 100
+    assert often.failures["no_agent"] >= 50 and rarely.failures["no_agent"] == 0
+    monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "soon")
+    with pytest.warns(UserWarning, match="GPULENS_REPORT_INTERVAL='soon' is not a positive number of seconds; using 5"):
+        gpulens.torch.instrument([])
+
+
 def test_the_model_hook_goes_away_with_the_wrapper():
     model = mlp()
     for _ in range(3):  # a script that instruments each epoch anew

@@ -1,0 +1,77 @@
+"""An agent on a simulated node takes real jobs' reports on the socket --jobs.socket names.
+
+A real report joins a simulated GPU as any report does, by the pid of the GPU's process: here the scenario
+gives one GPU this test's own pid, and the test sends a report as itself. A report from a process on no
+simulated GPU is exported as its own series and changes no GPU's verdict.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.agent import config
+from gpulens.agent.clock import ManualClock
+from gpulens.agent.daemon import build
+from gpulens.vocabulary import Reason, State
+from tests.jobs.helpers import processed, send, send_from_child
+
+SCENARIO = """
+name: real-jobs
+description: a GPU whose process is the test itself, and one held by a simulated job that sends nothing
+gpus:
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: 40
+    processes:
+      - {{pid: {pid}, memory: 4GiB}}
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: 40
+    processes:
+      - {{pid: 424242, memory: 4GiB}}
+"""
+
+
+def node(tmp_path, *flags: str):
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(SCENARIO.format(pid=os.getpid()))
+    settings = config.load(["--simulate", str(scenario), "--ledger.path", "", *flags], environ={})
+    clock = ManualClock()
+    sampler, registry, mode, receiver = build(settings, clock=clock)
+    return sampler, registry, mode, receiver, clock
+
+
+def test_without_jobs_socket_a_simulated_node_listens_for_no_job():
+    settings = config.load(["--simulate", "demo", "--ledger.path", ""], environ={})
+    assert build(settings)[3] is None
+
+
+def test_a_real_report_joins_the_simulated_gpu_of_its_pid_and_others_are_series_of_their_own(
+    tmp_path, socket_path, message
+):
+    sampler, registry, mode, receiver, clock = node(tmp_path, "--jobs.socket", socket_path)
+    assert mode == "simulated" and receiver is not None and receiver.socket_path == socket_path
+    receiver.start()
+    try:
+        send(socket_path, message(pid=os.getpid()))  # 3 s of 4 waiting for data
+        stranger = send_from_child(socket_path, message(pid=None))
+        processed(receiver, 2)
+        for _ in range(3):
+            sampler.cycle()
+            clock.advance(1.0)
+        gpus = sampler.snapshot.analysis.gpus
+        mine, other = (gpus[g.identity.uuid] for g in sampler.snapshot.gpus)
+        assert (mine.verdict.state, mine.verdict.reason) == (State.DATA_STARVED, Reason.INPUT_WAIT_REPORTED)
+        assert mine.evidence["data_wait_ratio"] == 0.75
+        assert other.verdict.state == State.UNDERUTILIZED and "data_wait_ratio" not in other.evidence
+        text = generate_latest(registry).decode()
+        waits = {
+            int(s.labels["pid"]): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "gpulens_job_data_wait_ratio"
+        }
+        assert waits == {os.getpid(): 0.75, stranger: 0.75}
+    finally:
+        receiver.stop()

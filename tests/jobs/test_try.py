@@ -1,0 +1,233 @@
+"""`gpulens try`: a real command reporting through gpulens.torch to the command's own receiver, and its verdict.
+
+The torch loops run once for the module: one process imports torch, then forks a slow loop (its Dataset
+sleeps in __getitem__, num_workers=0) and a fast one (cheap data), each reporting under its own pid.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpulens import trycli
+from gpulens.agent.analysis import job_verdict
+from gpulens.agent.jobs.messages import parse
+from gpulens.tips import CATALOG
+from gpulens.vocabulary import Reason, State
+from tests.jobs.helpers import VALID, send_from_child
+
+LOOPS = """
+import os, sys, time, torch, gpulens.torch
+torch.set_num_threads(1)
+
+class Samples(torch.utils.data.Dataset):
+    def __init__(self, seconds): self.seconds = seconds
+    def __len__(self): return 10**6
+    def __getitem__(self, i):
+        if self.seconds: time.sleep(self.seconds)
+        return torch.randn(16), torch.randn(1)
+
+def train(seconds, run_for):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    loader = torch.utils.data.DataLoader(Samples(seconds), batch_size=8, num_workers=0)
+    end = time.monotonic() + run_for
+    for x, y in gpulens.torch.instrument(loader, model=model):
+        model.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        with torch.no_grad():  # plain SGD by hand: torch.optim's first optimizer imports torch._dynamo (seconds)
+            for parameter in model.parameters():
+                parameter -= 0.01 * parameter.grad
+        time.sleep(0.005)  # the device step the host would wait on
+        if time.monotonic() > end:
+            break
+
+children = []
+for name, seconds in (("slow", 0.005), ("fast", 0.0)):  # slow: 8 samples x 5 ms = 40 ms of loading a step
+    pid = os.fork()
+    if pid == 0:
+        os.write(1, f"{name} {os.getpid()}\\n".encode())  # one write: the two children share the pipe
+        train(seconds, 1.2)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+sys.exit(3)
+"""
+
+
+def gpulens_try(*args: str, **options) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "try", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        **options,
+    )
+
+
+def blocks(stderr: str) -> dict[int, str]:
+    """Return the lines `gpulens try` printed for each process, by pid."""
+    found = {}
+    for block in re.split(r"\n(?=gpulens try: )", stderr):
+        head = re.match(r"gpulens try: pid (\d+) ", block)
+        if head:
+            found[int(head.group(1))] = block
+    return found
+
+
+def waiting(block: str) -> float:
+    return int(re.search(r"waiting for data: (\d+)% of each step", block).group(1)) / 100
+
+
+@pytest.fixture(scope="module")
+def loops():
+    """Run the two loops under `gpulens try`; return (exit status, stderr, the block of each loop by name)."""
+    pytest.importorskip("torch")
+    run = gpulens_try("--", sys.executable, "-c", textwrap.dedent(LOOPS))
+    stdout, stderr = run.communicate(timeout=120)
+    pids = {name: int(pid) for name, pid in (line.split() for line in stdout.splitlines())}
+    by_pid = blocks(stderr)
+    return run.returncode, stderr, {name: by_pid.get(pid, "") for name, pid in pids.items()}
+
+
+def test_a_loop_that_waits_on_its_dataset_is_input_bound_with_the_worker_tip(loops):
+    _, stderr, found = loops
+    slow = found["slow"]
+    assert slow, stderr
+    assert waiting(slow) > 0.5
+    assert "num_workers=0" in slow
+    assert "verdict: input-bound" in slow
+    tip = CATALOG["dataloader_workers"]
+    first = next(line for line in slow.splitlines() if line.startswith("  tip 1 "))
+    assert first.startswith(f"  tip 1 (dataloader_workers): {tip.title}. ")
+    assert "`num_workers` is 0" in first
+
+
+def test_a_loop_with_cheap_data_is_not_input_bound_and_gets_no_worker_tip(loops):
+    _, stderr, found = loops
+    fast = found["fast"]
+    assert fast, stderr
+    assert waiting(fast) < 0.2
+    assert "verdict: not input-bound" in fast
+    assert "dataloader_workers" not in fast
+
+
+def test_the_exit_status_is_the_command_s(loops):
+    code, stderr, _ = loops
+    assert code == 3, stderr
+    assert "Traceback" not in stderr
+
+
+def test_a_command_that_never_reports_is_told_how_to_add_instrument_in_one_line():
+    run = gpulens_try("--", sys.executable, "-c", "import sys; sys.exit(4)")
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 4
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("gpulens try: the command sent no report")
+    assert "gpulens.torch.instrument(loader" in last
+
+
+@pytest.mark.parametrize(
+    "argv, status, words",
+    [
+        ([], 2, "give the command after --, e.g. gpulens try -- python train.py"),
+        (["python", "train.py"], 2, "give the command after --, e.g. gpulens try -- python train.py"),
+        (["--keep"], 2, "give the command after --"),
+        (["--", "no-such-command-here"], 127, "command 'no-such-command-here' not found"),
+    ],
+)
+def test_usage_mistakes_are_one_line_and_start_nothing(argv, status, words):
+    err = io.StringIO()
+    assert trycli.main(argv, err=err) == status
+    assert err.getvalue().count("\n") == 1 and words in err.getvalue()
+
+
+def test_a_socket_that_cannot_be_bound_is_one_line(tmp_path):
+    in_the_way = tmp_path / "jobs.sock"
+    in_the_way.write_text("not a socket")
+    err = io.StringIO()
+    assert trycli.main(["--socket", str(in_the_way), "--", "true"], err=err) == trycli.EXIT_RUNTIME
+    assert err.getvalue().count("\n") == 1 and "is not a socket" in err.getvalue()
+
+
+CAUGHT = """
+import signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: sys.exit(7))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_ctrl_c_without_a_terminal_is_passed_to_the_command_and_the_run_is_still_judged():
+    # No controlling terminal here (a new session), so the SIGINT gpulens gets reached only gpulens.
+    run = gpulens_try("--", sys.executable, "-c", CAUGHT, start_new_session=True)
+    assert run.stdout.readline() == "ready\n"
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 7  # the command's own handler ran, and its status is gpulens's
+    assert "the command sent no report" in stderr and "Traceback" not in stderr
+
+
+def test_a_command_ended_by_a_signal_exits_as_a_shell_says():
+    run = gpulens_try("--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    run.communicate(timeout=30)
+    assert run.returncode == 128 + signal.SIGTERM
+
+
+def test_keep_goes_on_listening_after_the_command_until_ctrl_c(tmp_path):
+    socket_path = str(tmp_path / "jobs.sock")
+    run = gpulens_try("--socket", socket_path, "--keep", "--", "true", start_new_session=True)
+    assert run.stderr.readline().startswith(f"gpulens try: listening on {socket_path}")
+    assert "still listening" in run.stderr.readline()
+    pid = send_from_child(socket_path, {**VALID, "pid": None})  # a job started elsewhere, sent to the socket
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 0
+    found = blocks(stderr)
+    assert list(found) == [pid]
+    assert "waiting for data: 75% of each step" in found[pid] and "verdict: input-bound" in found[pid]
+
+
+def test_the_command_is_told_what_the_in_job_library_reads():
+    pytest.importorskip("torch")
+    from gpulens.torch import INTERVAL_ENV
+    from gpulens.torch.sender import SOCKET_ENV
+    from gpulens.torch.tracing import TRACES_ENV
+
+    assert (trycli.SOCKET_ENV, trycli.INTERVAL_ENV, trycli.TRACES_ENV) == (SOCKET_ENV, INTERVAL_ENV, TRACES_ENV)
+
+
+def report(wait_seconds: float, total_seconds: float = 4.0, num_workers: int = 0):
+    message = {**VALID, "step": {"count": 100, "data_wait_seconds": wait_seconds, "total_seconds": total_seconds}}
+    message["dataloader"] = {**VALID["dataloader"], "num_workers": num_workers, "pin_memory": False}
+    return parse(json.dumps(message).encode())
+
+
+def test_a_job_on_no_gpu_is_judged_by_its_own_wait_for_data():
+    starved = job_verdict(report(3.0))
+    assert (starved.verdict.state, starved.verdict.reason) == (State.DATA_STARVED, Reason.INPUT_WAIT_REPORTED)
+    assert starved.tips[0].id == "dataloader_workers" and "`num_workers` is 0" in starved.tips[0].text
+    fed = job_verdict(report(0.1))
+    assert fed.verdict.state != State.DATA_STARVED
+    assert fed.evidence["data_wait_ratio"] == pytest.approx(0.025)
+    assert all(tip.id != "dataloader_workers" for tip in fed.tips)
+
+
+def test_reports_add_up_over_the_whole_run():
+    runs = trycli.Runs()
+    runs.add(report(3.0, 4.0))  # 75% waiting, then a long stretch with 5%
+    runs.add(report(0.6, 12.0))
+    whole, count = runs.whole()[VALID["pid"]]
+    assert count == 2
+    assert whole.step.count == 200
+    assert whole.data_wait_ratio == pytest.approx(3.6 / 16)
+    assert whole.window_seconds == pytest.approx(2 * VALID["window_seconds"])
