@@ -67,6 +67,15 @@ REPORT_BUSY_RED = 0.15
 REPORT_BUSY_WARN = 0.25
 REPORT_MIN_JOB_SECONDS = 300.0
 
+# Trend rules (`gpulens report trend`), our own choices: a run is flagged with a waste reason (idle,
+# data_starved, underutilized) that took at least a quarter of its GPU-hours, jobstats' warning mark carried
+# over to a share of time; the reason has gone from a later run when it takes less than a twentieth, about
+# what start-up and checkpoints cost a healthy run. The fleet's waste a day counts as unchanged within a
+# tenth either way: day-to-day swings of a fleet's mix of jobs are that large.
+TREND_REASON_FLAGGED = 0.25
+TREND_REASON_GONE = 0.05
+TREND_UNCHANGED_RATIO = 0.10
+
 # Probes: a judged result (device copy, pinned host copies, matmuls) below this share of its datasheet
 # peak makes `gpulens probe` exit non-zero. Careful measurements of healthy GPUs reach 0.8-0.9 of those
 # peaks (one H200: device copy 4.3 of 4.8 TB/s, bf16 8192^3 matmul 790 of 989 TFLOP/s; a Gen5 x16 link

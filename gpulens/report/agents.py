@@ -17,7 +17,7 @@ from gpulens.report.traces import SLACK_SECONDS, JobTraces, checked_run, newest_
 from gpulens.usage import JobRecord
 
 OLDER_AGENT = "it answers HTTP 404 to /api/v1/traces: an agent older than traces"
-NO_CHANNEL = "its traces are off: it has no in-job channel (a simulated node, or --jobs.socket is empty)"
+NO_CHANNEL = "its traces are off: it has no in-job channel (--jobs.socket empty, or not given to a simulated node)"
 
 
 class Agents:

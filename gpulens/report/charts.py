@@ -5,6 +5,7 @@ Each function returns an `<svg>` element as text; every label is escaped.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from html import escape
@@ -22,10 +23,46 @@ STATE_COLOURS = {
     "unknown": "#9d9d9d",
 }
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 56, 28, 12
+# Time-axis ticks fall on round clock times, one of these steps (seconds) apart, at most MAX_TICKS of them:
+# the plot is then at least 5 steps of 132 px, which keep two labels of 11 characters apart even when the
+# last one is pushed inside the right edge.
+TICK_STEPS = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 259200, 604800)
+MAX_TICKS = 6
+# Room for one character of an 11 px label: digits in common sans-serif faces are about 0.55 em wide
+# (Arial's 1139/2048 em); 7 px leaves a margin, so a label kept inside by this estimate is inside.
+CHAR_WIDTH = 7.0
 
 
 def _clock(epoch: float) -> str:
     return time.strftime("%m-%d %H:%M", time.gmtime(epoch))
+
+
+def time_ticks(start: float, end: float) -> list[tuple[float, str]]:
+    """Return (epoch seconds, label) for round times in [start, end]: distinct labels, at most MAX_TICKS.
+
+    Labels are UTC: HH:MM (with the date on the first) under a day, MM-DD HH:MM over one, MM-DD from a
+    step of a day (YYYY-MM-DD over a year); seconds only when ticks are under a minute apart.
+    """
+    span = max(end - start, 1.0)
+    steps = MAX_TICKS - 1
+    step = next((s for s in TICK_STEPS if span / s <= steps), 0) or 86400 * math.ceil(span / steps / 86400)
+    first = math.ceil(start / step) * step
+    times = [float(t) for t in range(int(first), int(end) + 1, step)]
+    if step >= 86400:
+        fmt, first_fmt = "%Y-%m-%d" if span >= 365 * 86400 else "%m-%d", "%Y-%m-%d"
+    elif span >= 86400:
+        fmt = first_fmt = "%m-%d %H:%M"
+    else:
+        fmt = "%H:%M:%S" if step < 60 else "%H:%M"
+        first_fmt = "%m-%d " + fmt
+    return [(t, time.strftime(first_fmt if i == 0 else fmt, time.gmtime(t))) for i, t in enumerate(times)]
+
+
+def _x_label(x: float, text: str) -> str:
+    """Return a time-axis label at `x`, centred on it unless that would put it past the chart's edge."""
+    half = len(text) * CHAR_WIDTH / 2
+    anchor = "end" if x + half > WIDTH else "start" if x - half < 0 else "middle"
+    return f'<text x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="{anchor}">{escape(text)}</text>'
 
 
 def _frame(title: str, body: str, y_labels: Sequence[tuple[float, str]], x_labels: Sequence[tuple[float, str]]) -> str:
@@ -35,8 +72,7 @@ def _frame(title: str, body: str, y_labels: Sequence[tuple[float, str]], x_label
             f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{escape(text)}</text>'
             f'<line x1="{LEFT}" y1="{y:.1f}" x2="{WIDTH}" y2="{y:.1f}" stroke="#eee"/>'
         )
-    for x, text in x_labels:
-        axis.append(f'<text x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">{escape(text)}</text>')
+    axis += [_x_label(x, text) for x, text in x_labels]
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" role="img" viewBox="0 0 {WIDTH} {HEIGHT}" '
         f'width="{WIDTH}" height="{HEIGHT}" font-size="11" font-family="sans-serif">'
@@ -52,7 +88,7 @@ def _x_scale(points: Sequence[TimelinePoint]) -> tuple[Callable[[float], float],
     def x(t: float) -> float:
         return LEFT + (t - start) / (end - start) * width
 
-    ticks = [(x(start + (end - start) * i / 4), _clock(start + (end - start) * i / 4)) for i in range(5)]
+    ticks = [(x(t), label) for t, label in time_ticks(start, end)]
     return x, width / max(len(points), 1), ticks
 
 

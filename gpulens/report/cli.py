@@ -1,4 +1,5 @@
-"""`gpulens report job ID` and `gpulens report fleet`: parse the command line, fetch, judge, render.
+"""`gpulens report job ID`, `gpulens report fleet` and `gpulens report trend`: parse the command line, fetch,
+judge, render.
 
 Exit status: 0 with a report, 1 when there is nothing to report or a source fails (an unknown job, an
 empty period, Prometheus down, a corrupt ledger), 2 for a usage mistake. Every failure is one line on
@@ -24,6 +25,7 @@ from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN
 from gpulens.report.progress import Progress
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, FleetReport, fleet_report, job_report
+from gpulens.report.trend import TrendReport, check_period, spread, trend_report, whole_hours
 from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
@@ -89,14 +91,22 @@ def _parse_time(text: str, flag: str, now: float) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpulens report", description="GPU usage reports per job and per team.")
-    commands = parser.add_subparsers(dest="command", metavar="job ID | fleet")
+    commands = parser.add_subparsers(dest="command", metavar="job ID | fleet | trend")
     job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
     job.add_argument("id", help="the job id (Slurm job id, pod UID, container id) or the pod name")
     job.add_argument("--since", default="30d", help="how far back to look for the job (default 30d)")
     fleet = commands.add_parser("fleet", help="every job of a period, grouped", description="GPU usage of a period.")
     fleet.add_argument("--since", default="7d", help="start of the period: 7d, a date or epoch seconds (default 7d)")
     fleet.add_argument("--by", choices=GROUPINGS, default="user", help="group jobs by (default user)")
-    for sub in (job, fleet):
+    trend = commands.add_parser(
+        "trend",
+        help="waste per day, and who improved",
+        description="Is waste going down? Waste per day and its reasons, the first week against the last, "
+        "the groups that improved or worsened, and the tips followed.",
+    )
+    trend.add_argument("--since", default="30d", help="start of the period: 30d, a date or epoch seconds (default 30d)")
+    trend.add_argument("--by", choices=GROUPINGS, default="namespace", help="group by (default namespace)")
+    for sub in (job, fleet, trend):
         sub.add_argument("--until", default="now", help="end of the period (default now)")
         sub.add_argument(
             "--source", choices=SOURCES, help="where to read jobs from (default: the one whose option is given)"
@@ -182,7 +192,7 @@ def _source(args) -> Source:
         raise UsageError(str(error)) from None
 
 
-def _render(report, fmt: str, job: bool) -> str:
+def _render(report, fmt: str, command: str) -> str:
     if fmt == "json":
         from gpulens.report.machine import to_json
 
@@ -194,10 +204,11 @@ def _render(report, fmt: str, job: bool) -> str:
     if fmt == "html":
         from gpulens.report import htmlpage
 
-        return htmlpage.render_job(report) if job else htmlpage.render_fleet(report)
-    from gpulens.report.document import fleet_document, job_document
+        render = {"job": htmlpage.render_job, "fleet": htmlpage.render_fleet, "trend": htmlpage.render_trend}
+        return render[command](report)
+    from gpulens.report.document import fleet_document, job_document, trend_document
 
-    document = job_document(report) if job else fleet_document(report)
+    document = {"job": job_document, "fleet": fleet_document, "trend": trend_document}[command](report)
     if fmt == "markdown":
         from gpulens.report import markdown
 
@@ -211,13 +222,28 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     try:
         args = build_parser().parse_args(list(argv))
         if args.command is None:
-            raise UsageError("say what to report: 'gpulens report job ID' or 'gpulens report fleet --since 7d'")
+            raise UsageError(
+                "say what to report: 'gpulens report job ID', 'gpulens report fleet --since 7d' "
+                "or 'gpulens report trend --since 30d'"
+            )
         until = parse_time(args.until, "--until", now)
         since = parse_time(args.since, "--since", until)
         if since >= until:
             raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
+        if args.command == "trend":
+            since, until = whole_hours(since, until)
+            try:
+                check_period(since, until)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
         min_duration = parse_duration(args.min_duration, "--min-duration")
         source = _source(args)
+        if args.command == "trend" and args.by not in getattr(source, "TREND_GROUPINGS", GROUPINGS):
+            raise UsageError(
+                f"--by {args.by}: {source.description} records no {args.by} in its hourly GPU-hours; "
+                f"group by one of {', '.join(source.TREND_GROUPINGS)}, "
+                "or read the ledgers (--ledger PATH or --agent URL)"
+            )
         if args.format == "terminal":
             _need_rich()
     except UsageError as error:
@@ -238,6 +264,8 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
             if traces is not None:
                 report = replace(report, traces=traces(report.record, progress))
+        elif args.command == "trend":
+            report = _trend(source, args.by, since, until, min_duration, progress)
         else:
             report = _fleet(source, args, since, until, min_duration, progress)
             if report is None:
@@ -250,7 +278,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         print(f"gpulens report: {error}", file=sys.stderr)
         return EXIT_EMPTY
     progress.close()
-    output = _render(report, args.format, args.command == "job")
+    output = _render(report, args.format, args.command)
     return _write(output, args.output)
 
 
@@ -262,6 +290,24 @@ def _fleet(source: Source, args, since: float, until: float, min_duration: float
         return tables(args.by, since, until, min_duration, progress, max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN))
     records = source.jobs(since, until, progress)
     return fleet_report(records, args.by, since, until, min_duration, source.description) if records else None
+
+
+def _trend(source: Source, by: str, since: float, until: float, min_duration: float, progress) -> TrendReport:
+    """The trend: from a store, its hourly GPU-hours and its Kubernetes jobs (`Prometheus.trend`); from ledgers,
+    every run of the period, spread over its days. Raises SourceError when the period has no GPU-hours."""
+    from_store = getattr(source, "trend", None)  # a store (Prometheus' API); not the ledgers or the agents
+    if from_store is not None:
+        report = from_store(by, since, until, min_duration, progress)
+    else:
+        records = source.jobs(since, until, progress)
+        daily = spread(records, by, since, until)
+        report = trend_report(daily, records, by, since, until, min_duration, source.description)
+    if report.total.held <= 0:
+        raise SourceError(
+            f"no GPU-hours in {source.description} between {_day(since)} and {_day(until)}; "
+            "widen --since or check that the agents run with a ledger"
+        )
+    return report
 
 
 def _one_job(records: list, wanted: str, description: str) -> list:

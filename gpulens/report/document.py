@@ -18,6 +18,19 @@ from gpulens import words
 from gpulens.printable import printable
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.report.traces import JobTraces
+from gpulens.report.trend import (
+    GONE,
+    LESS,
+    REASONS,
+    STILL,
+    Day,
+    TrendReport,
+    Usage,
+    change_sentence,
+    followed_by_group,
+    slope_sentence,
+    unnamed_note,
+)
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import State
 
@@ -353,3 +366,180 @@ def _share(record: JobRecord) -> float | None:
 def _top_tip(record: JobRecord) -> str:
     top = record.top_tips(1)
     return tip_title(top[0][0]) if top else ""
+
+
+# Groups a trend's table of waste a day names one by one; the others are added up in one column.
+TREND_GROUPS_SHOWN = 6
+FOLLOW_UPS_SHOWN = 25  # the gone first; JSON carries every one
+OUTCOME_TEXT = {GONE: "gone", LESS: "less, not gone", STILL: "still there"}
+
+
+def _arrow(before: float | None, after: float | None) -> str:
+    return f"{percent(before)} → {percent(after)}"
+
+
+def _signed(seconds: float) -> str:
+    return f"{seconds / 3600:+,.2f}"
+
+
+def trend_document(report: TrendReport) -> Document:
+    total, change = report.total, report.change
+    window = words.plural(change.days, "day")
+    facts = [
+        ("period", f"{when(report.since)} to {when(report.until)} ({words.duration(report.until - report.since)})"),
+        ("GPU-hours", hours(total.held)),
+        ("wasted GPU-hours", f"{hours(total.wasted)} ({percent(total.share)})"),
+        ("waste", change_sentence(change)),
+    ]
+    slope = slope_sentence(report.slope, len(report.days))
+    if slope:
+        facts.append(("trend line", slope))
+    improved = [g for g in report.groups if g.change.difference < 0]
+    worsened = [g for g in reversed(report.groups) if g.change.difference > 0]
+    for label, group in (("improved most", improved[:1]), ("worsened most", worsened[:1])):
+        if group:
+            g = group[0]
+            facts.append(
+                (
+                    label,
+                    f"{g.key}: {hours(g.change.first_per_day)} → {hours(g.change.last_per_day)} wasted GPU-hours a day",
+                )
+            )
+    if report.follow_ups:
+        facts.append(
+            (
+                "tips followed",
+                f"{len(report.followed)} of {len(report.follow_ups)} flagged reasons were gone from a later run "
+                "of the same job",
+            )
+        )
+    reasons = tuple(STATE_NAMES[r] for r in REASONS)
+    days = Table(
+        "Wasted GPU-hours per day",
+        ("day", "GPU-hours", "wasted", "wasted %", *reasons),
+        tuple(
+            (
+                _date(d),
+                hours(d.total.held),
+                hours(d.total.wasted),
+                percent(d.total.share),
+                *(hours(d.total.seconds(r)) for r in REASONS),
+            )
+            for d in report.days
+        ),
+    )
+    ranked = sorted(report.groups, key=lambda g: (-g.total.wasted, g.key))
+    named = [g.key for g in ranked[:TREND_GROUPS_SHOWN]]
+    others = len(ranked) > TREND_GROUPS_SHOWN
+    by_group = Table(
+        f"Wasted GPU-hours per day by {report.by}"
+        + (f" (the {TREND_GROUPS_SHOWN} that wasted most, the rest as others)" if others else ""),
+        ("day", *named, *(("others",) if others else ())),
+        tuple(
+            (
+                _date(d),
+                *(hours(d.groups.get(key, Usage()).wasted) for key in named),
+                *((hours(sum(u.wasted for k, u in d.groups.items() if k not in named)),) if others else ()),
+            )
+            for d in report.days
+        ),
+    )
+    followed = {key: f"{gone} of {total}" for key, (gone, total) in followed_by_group(report).items()}
+    groups = Table(
+        f"By {report.by}: the first {window} against the last {change.days}, most improved first",
+        (
+            report.by,
+            "GPU-hours",
+            "wasted",
+            "wasted %",
+            *reasons,
+            "first, a day",
+            "last, a day",
+            "change",
+            "wasted % then → now",
+            "tips followed",
+        ),
+        tuple(
+            (
+                g.key,
+                hours(g.total.held),
+                hours(g.total.wasted),
+                percent(g.total.share),
+                *(hours(g.total.seconds(r)) for r in REASONS),
+                hours(g.change.first_per_day),
+                hours(g.change.last_per_day),
+                _signed(g.change.difference),
+                _arrow(g.change.first.share, g.change.last.share),
+                followed.get(g.key, ""),
+            )
+            for g in report.groups
+        ),
+    )
+    causes = Table(
+        f"Reasons: the first {window} against the last {change.days}",
+        ("reason", "wasted GPU-hours", "of the waste", "first, a day", "last, a day", "change"),
+        tuple(
+            (
+                STATE_NAMES[r],
+                hours(total.seconds(r)),
+                percent(total.seconds(r) / total.wasted if total.wasted else None),
+                hours(change.reason_per_day(r)[0]),
+                hours(change.reason_per_day(r)[1]),
+                _signed(change.reason_per_day(r)[1] - change.reason_per_day(r)[0]),
+            )
+            for r in REASONS
+        ),
+    )
+    follow = Table(
+        "Tips followed: the first run flagged with a reason, against the last run of the same job after it",
+        (
+            "user",
+            "job",
+            "reason",
+            "tip",
+            "flagged run",
+            "its share",
+            "last run",
+            "its share",
+            "runs after",
+            "reason now",
+        ),
+        tuple(
+            (
+                f.user or "unknown",
+                f.job,
+                STATE_NAMES[f.reason],
+                tip_title(f.tip),
+                f"{job_name(f.before)}, {when(f.before.start)}",
+                percent(f.before_share),
+                f"{job_name(f.after)}, {when(f.after.start)}",
+                percent(f.after_share),
+                str(f.later_runs),
+                OUTCOME_TEXT[f.outcome],
+            )
+            for f in report.follow_ups[:FOLLOW_UPS_SHOWN]
+        ),
+        tuple(
+            "ok" if f.outcome == GONE else "warning" if f.outcome == STILL else ""
+            for f in report.follow_ups[:FOLLOW_UPS_SHOWN]
+        ),
+    )
+    notes = [f"Source: {report.source}.", *report.notes]
+    if len(report.follow_ups) > FOLLOW_UPS_SHOWN:
+        notes.append(f"{len(report.follow_ups) - FOLLOW_UPS_SHOWN} more follow-ups are in the JSON format.")
+    notes.append(
+        f"A run is flagged with a reason that took {percent(t.TREND_REASON_FLAGGED)} of its GPU-hours or more while "
+        f"a tip for it applied; the reason is gone from a later run of the same user and job name below "
+        f"{percent(t.TREND_REASON_GONE)}. Runs shorter than {words.duration(report.min_duration)} are not judged."
+    )
+    if report.unnamed:
+        notes.append(unnamed_note(report))
+    return Document(
+        f"Waste trend by {report.by}", tuple(facts), (days, by_group, groups, causes, follow), (), tuple(notes)
+    )
+
+
+def _date(day: Day) -> str:
+    """The day's date, and how much of it the period covers when not all of it."""
+    text = time.strftime("%Y-%m-%d", time.gmtime(day.start))
+    return text if day.measured >= 86_400 else f"{text} ({words.duration(day.measured)})"

@@ -3,12 +3,15 @@ so it can be mailed or attached to a ticket."""
 
 from __future__ import annotations
 
+import re
+import time
 from html import escape
 
 from gpulens import words
 from gpulens.report import charts
-from gpulens.report.document import Document, fleet_document, job_document
+from gpulens.report.document import Document, fleet_document, job_document, trend_document
 from gpulens.report.summary import FleetReport, JobReport
+from gpulens.report.trend import REASONS, TrendReport, Usage
 from gpulens.usage import TimelinePoint
 
 _STYLE = """
@@ -22,7 +25,26 @@ tr.red td{background:#fde2e1}tr.warning td{background:#fff4cc}tr.short td,tr.no_
 .legend .key{margin-right:1em;white-space:nowrap}.legend i{display:inline-block;width:.9em;height:.9em;
 margin-right:.3em;vertical-align:-.1em}.note{color:#666;font-size:.85em}svg{max-width:100%;height:auto}
 pre{white-space:pre-wrap;font-size:.85em;background:#f8f8f8;padding:.6em}
+code{font-size:.9em;background:#f4f4f4;padding:0 .2em}
 """
+
+# A Markdown code span: a run of backticks up to the next run of the same length, one space trimmed from
+# each end when both ends have one (CommonMark 0.31.2, section 6.1, https://spec.commonmark.org/0.31.2/#code-spans).
+# The tips write code so (`num_workers=8`), for the Markdown report and the dashboard as they are; the
+# package's dependencies hold no Markdown renderer, and code spans are all the report's text uses.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+
+
+def inline_html(text: str) -> str:
+    """Return `text` as escaped HTML, its Markdown code spans as <code> elements; a lone backtick stays."""
+    parts, end = [], 0
+    for match in _CODE_SPAN.finditer(text):
+        code = match[2]
+        if code.startswith(" ") and code.endswith(" ") and code.strip():
+            code = code[1:-1]
+        parts += [escape(text[end : match.start()]), f"<code>{escape(code)}</code>"]
+        end = match.end()
+    return "".join(parts) + escape(text[end:])
 
 
 def _page(doc: Document, charts_html: str) -> str:
@@ -45,9 +67,9 @@ def _page(doc: Document, charts_html: str) -> str:
         text = escape("\n".join(section.lines))
         sections.append(f"<h2>{escape(section.title)}</h2><pre>{text}</pre>")
     if doc.tips:
-        items = "".join(f"<li><b>{escape(title)}</b>: {escape(text)}</li>" for title, text in doc.tips)
+        items = "".join(f"<li><b>{inline_html(title)}</b>: {inline_html(text)}</li>" for title, text in doc.tips)
         sections.append(f"<h2>What to change</h2><ol>{items}</ol>")
-    sections += [f'<p class="note">{escape(note)}</p>' for note in doc.notes]
+    sections += [f'<p class="note">{inline_html(note)}</p>' for note in doc.notes]
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(doc.title)}</title>'
         f"<style>{_STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
@@ -86,3 +108,19 @@ def render_fleet(report: FleetReport) -> str:
     svg = charts.stacked_bars(rows)
     html = f"<h2>GPU-hours by {escape(report.by)} and state</h2>{charts.legend()}{svg}" if svg else ""
     return _page(fleet_document(report), html)
+
+
+def render_trend(report: TrendReport) -> str:
+    """Return the trend as HTML with the waste of each day and of each group, by reason."""
+
+    def wasted(usage: Usage) -> dict[str, float]:
+        return {r: usage.seconds(r) for r in REASONS}
+
+    days = charts.stacked_bars(
+        [(time.strftime("%Y-%m-%d", time.gmtime(d.start)), wasted(d.total)) for d in report.days]
+    )
+    groups = charts.stacked_bars([(g.key, wasted(g.total)) for g in report.groups])
+    html = f"<h2>Wasted GPU-hours per day, by reason</h2>{charts.legend()}{days}"
+    if groups:
+        html += f"<h2>Wasted GPU-hours by {escape(report.by)} over the period, by reason</h2>{groups}"
+    return _page(trend_document(report), html)

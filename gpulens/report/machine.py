@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from typing import Any
 
 from gpulens.report.summary import FleetReport, Group, JobReport, flag
+from gpulens.report.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.usage import STATES, JobRecord
 
 SCHEMA = "gpulens.report/v1"
@@ -75,9 +77,11 @@ def _group(group: Group) -> dict[str, Any]:
     }
 
 
-def to_json(report: JobReport | FleetReport) -> str:
-    """Return the report as JSON: `{"schema": ..., "kind": "job" | "fleet", ...}`."""
-    if isinstance(report, JobReport):
+def to_json(report: JobReport | FleetReport | TrendReport) -> str:
+    """Return the report as JSON: `{"schema": ..., "kind": "job" | "fleet" | "trend", ...}`."""
+    if isinstance(report, TrendReport):
+        body = _trend(report)
+    elif isinstance(report, JobReport):
         body = {
             "schema": SCHEMA,
             "kind": "job",
@@ -105,8 +109,11 @@ def to_json(report: JobReport | FleetReport) -> str:
     return json.dumps(body, indent=2, sort_keys=False) + "\n"
 
 
-def to_csv(report: JobReport | FleetReport) -> str:
-    """Return one CSV row per job (judged jobs worst first, then the short ones)."""
+def to_csv(report: JobReport | FleetReport | TrendReport) -> str:
+    """Return one CSV row per job (judged jobs worst first, then the short ones); for a trend, one row per
+    day, group and state (TREND_CSV_COLUMNS)."""
+    if isinstance(report, TrendReport):
+        return _trend_csv(report)
     if isinstance(report, JobReport):
         rows = [(report.record, report.flag)]
     else:
@@ -157,3 +164,94 @@ def _csv_row(r: JobRecord, mark: str) -> list:
         number(r.energy_kwh, 6),
         " ".join(tip for tip, _ in r.top_tips(3)),
     ]
+
+
+TREND_CSV_COLUMNS = ("day", "group", "state", "gpu_hours", "wasted", "measured_hours")
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "gpu_hours": usage.held / 3600,
+        "wasted_gpu_hours": usage.wasted / 3600,
+        "wasted_ratio": usage.share,
+        "state_gpu_hours": {s: usage.seconds(s) / 3600 for s in HELD},
+    }
+
+
+def _follow_up(f: FollowUp) -> dict[str, Any]:
+    def run(r: JobRecord, share: float) -> dict[str, Any]:
+        return {"kind": r.kind, "id": r.id, "pod": r.pod, "start": r.start, "last_seen": r.last_seen, "share": share}
+
+    return {
+        "user": f.user,
+        "job": f.job,
+        "group": f.group,
+        "reason": f.reason,
+        "tip": f.tip,
+        "outcome": f.outcome,
+        "later_runs": f.later_runs,
+        "before": run(f.before, f.before_share),
+        "after": run(f.after, f.after_share),
+    }
+
+
+def _trend(report: TrendReport) -> dict[str, Any]:
+    change = report.change
+    return {
+        "schema": SCHEMA,
+        "kind": "trend",
+        "source": report.source,
+        "since": report.since,
+        "until": report.until,
+        "by": report.by,
+        "min_duration_seconds": report.min_duration,
+        "total": _usage(report.total),
+        "change": {
+            "days": change.days,
+            "direction": change.direction,
+            "first_wasted_gpu_hours_a_day": change.first_per_day / 3600,
+            "last_wasted_gpu_hours_a_day": change.last_per_day / 3600,
+            "ratio": change.ratio,
+            "first": _usage(change.first),
+            "last": _usage(change.last),
+        },
+        "slope_wasted_gpu_hours_a_day_per_day": None if report.slope is None else report.slope / 3600,
+        "days": [
+            {
+                "start": d.start,
+                "measured_seconds": d.measured,
+                **_usage(d.total),
+                "groups": {key: _usage(u) for key, u in sorted(d.groups.items())},
+            }
+            for d in report.days
+        ],
+        "groups": [
+            {
+                "key": g.key,
+                **_usage(g.total),
+                "direction": g.change.direction,
+                "first_wasted_gpu_hours_a_day": g.change.first_per_day / 3600,
+                "last_wasted_gpu_hours_a_day": g.change.last_per_day / 3600,
+            }
+            for g in report.groups
+        ],
+        "follow_ups": [_follow_up(f) for f in report.follow_ups],
+        "runs_judged": report.runs,
+        "runs_without_name": report.unnamed,
+        "notes": list(report.notes),
+    }
+
+
+def _trend_csv(report: TrendReport) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(TREND_CSV_COLUMNS)
+    for d in report.days:
+        day = time.strftime("%Y-%m-%d", time.gmtime(d.start))
+        for key, usage in sorted(d.groups.items()):
+            for state in HELD:
+                seconds = usage.seconds(state)
+                if seconds > 0:
+                    wasted = int(state in REASONS)
+                    writer.writerow([day, key, state, f"{seconds / 3600:.4f}", wasted, f"{d.measured / 3600:g}"])
+    return out.getvalue()

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
+import time
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpulens.credentials import Credentials
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
-from gpulens.report.summary import FleetReport, check_grouping, fleet_report
+from gpulens.report.summary import NONE, FleetReport, check_grouping, fleet_report
 from gpulens.report.traces import SLACK_SECONDS, JobTraces, newest_first
+from gpulens.report.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
 from gpulens.vocabulary import TRACE_PARTS
 from gpulens.words import trace_sentence
@@ -37,6 +39,9 @@ TIMELINE_POINTS = 240
 TIMELINE_MIN_STEP_SECONDS = 60.0
 # Processes whose last trace id one query asks (one `or` term each), so that a query stays short.
 TRACE_IDS_PER_QUERY = 16
+# Hours one range query of the trend asks: Prometheus refuses a range of more than 11,000 steps (web/api/v1/
+# api.go queryRange, "exceeded maximum resolution of 11,000 points per timeseries"), 15 months of hours.
+TREND_HOURS_PER_QUERY = 10_000
 
 _KEY = "job_kind, job_id"
 _COUNTERS = {
@@ -59,6 +64,54 @@ _PEAKS = {
 }
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What `_records` asks of each job: the counters and peaks (by JobRecord field), the owner labels, and
+    whether its GPUs (a series per GPU)."""
+
+    counters: tuple[str, ...]
+    peaks: tuple[str, ...]
+    labels: str
+    gpus: bool = False
+
+
+_WHOLE = _Read(tuple(_COUNTERS), tuple(_PEAKS), "user, namespace, pod, model, partition, instance", gpus=True)
+# A trend's runs: owner, name, span, GPU-seconds by state and tips; none of the counters or peaks.
+_RUNS = _Read((), (), "user, namespace, pod, model")
+
+
+def _tables(by: str) -> _Read:
+    """What the fleet report's tables show of every job, grouped `by` that owner label."""
+    return _Read(_TABLE_COUNTERS, _TABLE_PEAKS, f"{by}, pod")
+
+
+# The trend's GPU-hours by hour, group and state (every state but free). The recording rules
+# (rules/recording.rules.yml) add them up every 5 minutes over the last hour, so a month is 720 points of a
+# few series per group: one fast range query, whatever the fleet's size. Where a rule is not loaded (a store
+# without the rules, or hours before they were), the store evaluates the rule's own expression at each hour:
+# it then reads every sample of every job's state counters of the period and joins each hour to its owners,
+# which a month of a big fleet makes slow (docs/benchmarks.md). Each point at t covers the hour before t.
+_TREND_RULES = {
+    "user": "namespace_user:gpulens_job_gpu_hours:increase1h",
+    "namespace": "namespace_user:gpulens_job_gpu_hours:increase1h",
+    "model": "model:gpulens_gpu_hours:increase1h",
+}
+
+
+def recorded_expression(name: str) -> str:
+    """Return the expression of the recording rule `name`, as the package ships it (rules/recording.rules.yml)."""
+    import yaml
+
+    from gpulens.bundled import FILES
+
+    groups = yaml.safe_load(FILES["recording.rules.yml"].text())["groups"]
+    return next(" ".join(r["expr"].split()) for g in groups for r in g["rules"] if r.get("record") == name)
+
+
+class NoTotals(SourceError):
+    """The store has the agents' jobs but not their per-job totals (--jobs.export-totals)."""
+
+
 def selector(job_id: str | None, label: str = "job_id") -> str:
     """Return the PromQL label matcher for one job (by id, or by pod name with label="pod"), or "" for all."""
     return "" if job_id is None else f"{{{label}={label_value(job_id)}}}"
@@ -67,9 +120,18 @@ def selector(job_id: str | None, label: str = "job_id") -> str:
 class Prometheus:
     """A Prometheus (or PromQL-compatible) server that scraped the agents."""
 
-    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_SECONDS, credentials: Credentials | None = None):
-        # ValueError with the fix when it is not a URL; HOST:PORT means http://HOST:PORT.
-        self.api = PrometheusApi(http_url(url, "--prometheus"), credentials, timeout, slow=SLOW)
+    TREND_GROUPINGS = tuple(_TREND_RULES)  # the owner labels the recorded hours keep
+
+    def __init__(
+        self,
+        url: str = "",
+        timeout: float = HTTP_TIMEOUT_SECONDS,
+        credentials: Credentials | None = None,
+        api: PrometheusApi | None = None,
+    ):
+        # ValueError with the fix when it is not a URL; HOST:PORT means http://HOST:PORT. `api`, a client
+        # built elsewhere (the dashboard's, with its own timeout and fixes), is used as it is instead.
+        self.api = api or PrometheusApi(http_url(url, "--prometheus"), credentials, timeout, slow=SLOW)
         self.description = f"prometheus {self.api.shown}"
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -109,7 +171,7 @@ class Prometheus:
         """
         check_grouping(by)  # before it goes into the queries
         try:
-            lean = self._records("", since, until, step, grouped_by=by)
+            lean = self._records("", since, until, step, _tables(by))
             if not lean:
                 return None
             with collector_paused:  # 10^5 records and their sums, and no cycles among them
@@ -127,15 +189,13 @@ class Prometheus:
             shown_only=True,
         )
 
-    def _records(
-        self, matcher: str, since: float, until: float, step: Step, grouped_by: str | None = None
-    ) -> list[JobRecord]:
-        """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span.
-        With `grouped_by`, only what a fleet report's tables need of each job, grouped by that owner label."""
+    def _records(self, matcher: str, since: float, until: float, step: Step, read: _Read = _WHOLE) -> list[JobRecord]:
+        """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span and
+        what `read` asks of it (all it has, by default)."""
         over = f"{matcher}[{max(int(until - since), 1)}s]"
-        counters = _COUNTERS if grouped_by is None else {n: _COUNTERS[n] for n in _TABLE_COUNTERS}
-        peaks = _PEAKS if grouped_by is None else {n: _PEAKS[n] for n in _TABLE_PEAKS}
-        labels = "user, namespace, pod, model, partition, instance" if grouped_by is None else f"{grouped_by}, pod"
+        counters = {n: _COUNTERS[n] for n in read.counters}
+        peaks = {n: _PEAKS[n] for n in read.peaks}
+        labels = read.labels
         with collector_paused:  # the answers and the records are many small objects and no cycles
             spans = self._spans(over, until, step)
             fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
@@ -178,7 +238,7 @@ class Prometheus:
                 "owners": (f"max by ({_KEY}, {labels}) (max_over_time(gpulens_job_info{over}))", owners),
                 "tips": (f"sum by ({_KEY}, tip) (increase(gpulens_job_tip_seconds_total{over}))", tips),
             }
-            if grouped_by is None:  # a job's GPUs: as many series as GPUs, and no table counts them
+            if read.gpus:  # a job's GPUs: as many series as GPUs, and no table counts them
                 queries["GPUs"] = (
                     f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{over}))",
                     gpus,
@@ -225,7 +285,7 @@ class Prometheus:
                 spans.setdefault(_key(item), {})[name] = _value(item)
         held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{over}))"
         if not spans and self.api.query(held, until):
-            raise SourceError(
+            raise NoTotals(
                 f"{self.api.where} has the agents' jobs but not their totals: start the agents "
                 "with --jobs.export-totals, or read their ledgers with --agent URL"
             )
@@ -251,6 +311,74 @@ class Prometheus:
             **sets,
             **found,
         )
+
+    # -- the trend -----------------------------------------------------------------------------------
+
+    def trend(self, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
+        """The trend of [since, until] (whole hours): the recorded GPU-hours of each hour added up by day, and
+        the Kubernetes jobs of the period for the follow-ups (the only jobs with a name to follow)."""
+        if by not in self.TREND_GROUPINGS:  # before it goes into the queries
+            raise SourceError(
+                f"{self.api.where} records no {by} in its hourly GPU-hours; group by one of "
+                f"{', '.join(self.TREND_GROUPINGS)}, or read the ledgers (--ledger PATH or --agent URL)"
+            )
+        try:
+            daily, how = self._daily(by, since, until, step)
+            notes = [how]
+            try:
+                runs = self._records('{job_kind="kubernetes"}', since, until, step, _RUNS)
+            except NoTotals:
+                runs = []
+                notes.append(
+                    "No tips are followed up: the agents export no per-job totals; start them with "
+                    "--jobs.export-totals."
+                )
+        except HttpError as error:
+            raise SourceError(str(error)) from None
+        with collector_paused:  # a month of a big fleet's jobs, and no cycles among them
+            return trend_report(daily, runs, by, since, until, min_duration, self.description, notes)
+
+    def _daily(self, by: str, since: float, until: float, step: Step) -> tuple[dict, str]:
+        """Return the GPU-seconds by (UTC day, group, state) of the whole hours in [since, until], and how they
+        were read: from the recording rule, and from the raw counters for the hours before its first point."""
+        rule = _TREND_RULES[by]
+        step("querying the recorded GPU-hours")
+        daily: dict[tuple[float, str, str], float] = defaultdict(float)
+        first = self._hourly(f"sum by ({by}, state) ({rule})", by, since, until, daily)
+        raw_until = until if first is None else first - HOUR_SECONDS
+        if raw_until - since < HOUR_SECONDS:
+            return daily, f"Days add up the recording rule {rule}."
+        step("querying the raw GPU-seconds (no recording rule for these hours)")
+        raw = self._hourly(f"sum by ({by}, state) ({recorded_expression(rule)})", by, since, raw_until, daily)
+        if raw is None and first is not None:  # hours before the rule with nothing in them: a quiet start
+            return daily, f"Days add up the recording rule {rule}."
+        if first is None:
+            return daily, (
+                f"Days add up the raw counters: load the recording rule {rule} (rules/recording.rules.yml) "
+                "for a faster trend."
+            )
+        return daily, (
+            f"Days add up the raw counters until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(raw_until))}, "
+            f"then the recording rule {rule}."
+        )
+
+    def _hourly(self, promql: str, by: str, since: float, until: float, into: dict) -> float | None:
+        """Add `promql`'s GPU-hours of each whole hour in [since, until] into `into` by (UTC day, group, state),
+        in GPU-seconds; return the time of the first point with any (None without one)."""
+        first = None
+        start = since + HOUR_SECONDS  # each point covers the hour before it
+        while start <= until:
+            end = min(until, start + (TREND_HOURS_PER_QUERY - 1) * HOUR_SECONDS)
+            for item in self.api.query_range(promql, start, end, HOUR_SECONDS):
+                metric = item["metric"]
+                key, state = metric.get(by, "") or NONE, metric.get("state", "")
+                for at, value in item["values"]:
+                    hours = _finite(value)
+                    if state in STATES and hours > 0:
+                        into[(utc_day(float(at) - HOUR_SECONDS), key, state)] += hours * HOUR_SECONDS
+                        first = float(at) if first is None else min(first, float(at))
+            start = end + HOUR_SECONDS
+        return first
 
     # -- traces ----------------------------------------------------------------------------------------
 

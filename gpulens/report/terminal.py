@@ -25,6 +25,16 @@ _NUMERIC = {
     "share",
     "data wait",
     "duration",
+    # the trend's
+    "data-starved",
+    "underutilized",
+    "wasted GPU-hours",
+    "of the waste",
+    "first, a day",
+    "last, a day",
+    "change",
+    "its share",
+    "runs after",
 }
 
 

@@ -1,7 +1,8 @@
 """One simulated hour on the `fleet.yaml` node, recorded twice: in the agent's ledger, and as the scrapes a
 Prometheus would have taken, backfilled into a real Prometheus with `promtool tsdb create-blocks-from
 openmetrics`. The agent restarts at 30 minutes (10 s down) and two minutes of scrapes are missing, as
-happens in life. Both records are built once per session.
+happens in life. Both records are built once per session. The same Prometheus holds a simulated month
+before that hour, for the trend (`month.py`).
 """
 
 from __future__ import annotations
@@ -102,9 +103,18 @@ def fleet_run(tmp_path_factory) -> FleetRun:
 
 
 @pytest.fixture(scope="session")
-def prometheus_url(fleet_run, tmp_path_factory):
-    """A real Prometheus over the backfilled scrapes; its URL."""
-    with serve_prometheus(fleet_run, tmp_path_factory.mktemp("tsdb")) as url:
+def month_openmetrics(tmp_path_factory) -> Path:
+    from tests.report import month
+
+    path = tmp_path_factory.mktemp("month") / "month.om"
+    path.write_text(month.openmetrics())
+    return path
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(fleet_run, month_openmetrics, tmp_path_factory):
+    """A real Prometheus over the backfilled scrapes, and the simulated month ten days before them; its URL."""
+    with serve_prometheus(fleet_run, tmp_path_factory.mktemp("tsdb"), extra=(month_openmetrics,)) as url:
         yield url
 
 
@@ -120,17 +130,23 @@ def guarded_prometheus_url(fleet_run, tmp_path_factory):
 
 @contextmanager
 def serve_prometheus(
-    fleet_run: FleetRun, data: Path, web_config: Path | None = None, auth: tuple[str, str] | None = None
+    fleet_run: FleetRun,
+    data: Path,
+    web_config: Path | None = None,
+    auth: tuple[str, str] | None = None,
+    extra: tuple[Path, ...] = (),
 ) -> Iterator[str]:
-    """Run a real Prometheus over the backfilled scrapes in `data`, behind `web_config` if given; yield its URL."""
+    """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files), behind
+    `web_config` if given; yield its URL."""
     promtool = require_tool("promtool")
     prometheus = require_tool("prometheus")
-    subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(fleet_run.openmetrics), str(data)],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
+    for scrapes in (fleet_run.openmetrics, *extra):
+        subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(scrapes), str(data)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     config = data / "prometheus.yml"
     config.write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     port = free_port()

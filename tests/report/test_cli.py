@@ -85,6 +85,12 @@ def test_html_is_self_contained_with_charts(capsys, fleet_run, tmp_path):
     self_contained(html)
     assert html.count("<svg") == 3  # state timeline, busy ratio, memory
     assert "GPU state over time" in html and "data_starved" in html and "Add DataLoader workers" in html
+    tips = html[html.index("<h2>What to change</h2>") :]
+    assert "<code>num_workers=8</code>" in tips and "`" not in tips  # the tips' code spans, as code
+    for svg in re.findall(r"<svg.*?</svg>", html):
+        axis = re.findall(r'<text x="([\d.]+)" y="172" text-anchor="(\w+)">([^<]*)</text>', svg)
+        assert len(axis) >= 2 and len({text for *_, text in axis}) == len(axis), axis
+        assert all(float(x) <= 720 and (anchor == "end" or float(x) < 680) for x, anchor, _ in axis), axis
     assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "html"]) == 0
     html = capsys.readouterr().out
     self_contained(html)

@@ -199,7 +199,7 @@ def test_an_agent_without_the_in_job_channel_says_so_in_one_line(capsys, agents)
     traces = text[text.index("## Traces") :].split("```text\n")[1].split("\n```")[0]
     assert traces == (
         f"traces are not available from agent at {at('off')}: its traces are off: it has no in-job channel "
-        "(a simulated node, or --jobs.socket is empty)"
+        "(--jobs.socket empty, or not given to a simulated node)"
     )
 
 

@@ -1,0 +1,96 @@
+"""Trends: is waste going down, which teams improved, which tips were followed? The page of `gpulens report
+trend`: the same reading of the same source, drawn."""
+
+import time
+
+import streamlit as st
+
+from gpulens.dashboard import charts, context
+from gpulens.dashboard.views import trends as view
+from gpulens.dashboard.views import words
+
+source = context.source()
+context.header("Trends", "Is waste going down, which teams improved, which tips were followed?", source)
+
+left, right = st.columns(2)
+days = left.selectbox(
+    "Period",
+    view.PERIOD_DAYS,
+    index=view.PERIOD_DAYS.index(view.DEFAULT_DAYS),
+    format_func=lambda n: f"the last {n} days",
+    key="trend_days",
+)
+by = right.selectbox("Group by", view.BY, index=view.BY.index(view.DEFAULT_BY), key="trend_by")
+
+
+@st.fragment(run_every=context.refresh_seconds())
+def trends_page() -> None:
+    since, until = view.period(time.time(), days)
+    answer = context.trends(source, by, since, until)
+    context.banner(answer.problems)
+    report = answer.value
+    if report is None or report.total.held <= 0:
+        if report is not None or not answer.problems:
+            st.info(
+                f"No GPU-hours held in the last {days} days. The agents' ledgers (or Prometheus) hold what the "
+                "trend reads; a newly started fleet has none yet."
+            )
+        return
+    kind, sentence = view.headline(report)
+    getattr(st, kind)(sentence)
+    total = report.total
+    st.caption(
+        f"{words.gpu_hours(total.wasted)} wasted of {words.gpu_hours(total.held)} held "
+        f"({words.percent(total.share)}). {view.slope(report)}"
+    )
+
+    st.subheader("Wasted GPU-hours per day")
+    context.draw(charts.daily_waste(view.daily_rows(report)))
+
+    st.subheader(f"By {by}: the first {report.change.days} days against the last {report.change.days}")
+    context.draw(charts.daily_groups(view.group_daily_rows(report)))
+    hours = st.column_config.NumberColumn(format="%.2f")
+    share = st.column_config.NumberColumn(format="percent")
+    st.dataframe(
+        view.group_rows(report),
+        column_config={
+            "GPU-hours": hours,
+            "wasted GPU-hours": hours,
+            "wasted share": share,
+            "first days, a day": hours,
+            "last days, a day": hours,
+            "change, a day": st.column_config.NumberColumn(format="%+.2f"),
+            "share then": share,
+            "share now": share,
+        },
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption("Most improved first: waste a day in the last days less that in the first days, in GPU-hours.")
+
+    st.subheader("Reasons")
+    st.dataframe(
+        view.reason_rows(report),
+        column_config={
+            "wasted GPU-hours": hours,
+            "of the waste": share,
+            "first days, a day": hours,
+            "last days, a day": hours,
+        },
+        hide_index=True,
+        width="stretch",
+    )
+
+    st.subheader(f"Tips followed ({len(report.followed)} of {len(report.follow_ups)})")
+    rows = view.follow_up_rows(report)
+    if rows:
+        st.dataframe(rows, column_config={"share then": share, "share now": share}, hide_index=True, width="stretch")
+    else:
+        st.info("No run of the period was flagged with a reason while a tip for it applied, and then run again.")
+    for note in view.notes(report):
+        st.caption(note)
+    st.caption(f"The same report: `gpulens report trend --since {days}d --by {by}`.")
+    context.updated(time.time())
+
+
+trends_page()

@@ -1,0 +1,86 @@
+"""The trend from a real Prometheus holding the simulated month (`month.py`): its days from the raw counters
+before the recording rule's first point and from the rule after, both as the month happened, and its
+follow-ups from the jobs' series, the same as a ledger of the same month gives."""
+
+import time
+
+import pytest
+
+from gpulens.dashboard.sources import PrometheusSource
+from gpulens.report.prometheus import Prometheus
+from gpulens.report.trend import GONE, LESS, STILL, spread, trend_report
+from tests.report import month
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def test_the_synthetic_series_carry_the_agents_labels(fleet_run, month_openmetrics):
+    """The month is written by hand: its series must be labelled as a real agent's are."""
+    families = (
+        "gpulens_job_gpu_state_seconds_total",
+        "gpulens_job_tip_seconds_total",
+        "gpulens_job_info",
+        "gpulens_gpu_allocation_info",
+        "gpulens_job_start_timestamp_seconds",
+        "gpulens_job_last_seen_timestamp_seconds",
+    )
+    assert month.MONTH_END < fleet_run.since  # the fleet hour's reports never see the month
+    real = month.label_names(fleet_run.openmetrics.read_text(), families)
+    assert month.label_names(month_openmetrics.read_text(), families) == real
+    assert set(real) == set(families)
+
+
+@pytest.mark.parametrize("by", ["namespace", "user"])
+def test_the_days_are_the_months_from_raw_counters_then_the_rule(prometheus_url, by):
+    report = Prometheus(prometheus_url).trend(by, month.MONTH_START, month.MONTH_END, 300.0, _quiet)
+    found = {
+        (d.start, key, s): v for d in report.days for key, u in d.groups.items() for s, v in u.state_seconds.items()
+    }
+    want = month.truth(by)
+    assert set(found) == set(want)
+    for key, seconds in want.items():
+        # Each run's samples span its hour whole, so increase() has nothing to extrapolate, and the rule's points
+        # are 5 minutes apart in the same phase, so the hours they cover tile the day: exact but for rounding.
+        assert found[key] == pytest.approx(seconds, rel=1e-6), key
+    rule_day = time.strftime("%Y-%m-%d", time.gmtime(month.MONTH_START + month.RULE_FROM_DAY * month.DAY))
+    assert any(f"raw counters until {rule_day} 10:00 UTC, then the recording rule" in n for n in report.notes), (
+        report.notes
+    )
+
+
+def test_the_store_and_a_ledger_tell_the_same_trend(prometheus_url):
+    records = month.records()
+    ledger = trend_report(
+        spread(records, "namespace", month.MONTH_START, month.MONTH_END),
+        records,
+        "namespace",
+        month.MONTH_START,
+        month.MONTH_END,
+        300.0,
+        "ledger",
+    )
+    store = Prometheus(prometheus_url).trend("namespace", month.MONTH_START, month.MONTH_END, 300.0, _quiet)
+    assert store.change.direction == ledger.change.direction == "down"
+    assert [g.key for g in store.groups] == [g.key for g in ledger.groups] == ["vision", "(none)", "nlp"]
+    outcomes = {(f.user, f.job, f.reason): f.outcome for f in store.follow_ups}
+    assert outcomes == {(f.user, f.job, f.reason): f.outcome for f in ledger.follow_ups}
+    assert outcomes == {
+        ("alice", "resnet-train", "idle"): GONE,
+        ("erin", "vit-sweep", "underutilized"): LESS,
+        ("bob", "bert-ft", "data_starved"): STILL,
+        ("carol", "llm-eval", "underutilized"): STILL,
+    }
+    # Only Kubernetes jobs are asked for: the store's runs have no Slurm job to leave unnamed.
+    assert (store.runs, store.unnamed) == (120, 0) and (ledger.runs, ledger.unnamed) == (150, 30)
+
+
+def test_the_dashboard_reads_the_same_trend(prometheus_url):
+    answer = PrometheusSource.from_url(prometheus_url, timeout=30).trends("user", month.MONTH_START, month.MONTH_END)
+    assert not answer.problems
+    report = answer.value
+    assert [g.key for g in report.groups][0] == "alice" and [g.key for g in report.groups][-1] == "carol"
+    assert len(report.followed) == 1
+    unknown = PrometheusSource.from_url(prometheus_url).trends("partition", month.MONTH_START, month.MONTH_END)
+    assert unknown.value is None and "records no partition" in unknown.problems[0].what
