@@ -7,8 +7,9 @@ sees anything, and, when an allow-list is set, only one whose e-mail address or 
 an Ingress with authentication). An allow-list or REQUIRE_LOGIN without `[auth]` cannot be enforced,
 so it shows nothing rather than everything.
 
-Starting work (a trace of a job) is more than seeing: a logged-in viewer may, and so may one on the
-dashboard's own machine; a viewer of an open dashboard from elsewhere may not.
+Acting (asking an agent for a trace of a job, silencing a GPU's alerts in Alertmanager) is more than
+seeing: a logged-in viewer may, and so may one on the dashboard's own machine; a viewer of an open
+dashboard from elsewhere may not.
 """
 
 from __future__ import annotations
@@ -51,11 +52,13 @@ class AllowList:
 
 @dataclass(frozen=True)
 class Access:
-    """What the viewer gets (`kind`, one of the constants above), their name, and a line saying why."""
+    """What the viewer gets (`kind`, one of the constants above), their name and e-mail address as the
+    identity provider gives them, and a line saying why."""
 
     kind: str
     name: str = ""
     why: str = ""
+    email: str = ""
 
     @property
     def shows_fleet(self) -> bool:
@@ -105,7 +108,7 @@ def decide(auth_configured: bool, user: Mapping[str, Any], allowed: AllowList, r
     email = str(user.get("email") or "")
     name = str(user.get("name") or email or user.get("sub") or "you")
     if not allowed:
-        return Access(ALLOWED, name)
+        return Access(ALLOWED, name, email=email)
     # A provider that says the address is unverified cannot vouch for it: anyone could have typed it.
     if user.get("email_verified") is False:
         return Access(
@@ -120,7 +123,7 @@ def decide(auth_configured: bool, user: Mapping[str, Any], allowed: AllowList, r
             f"{email or name} is not allowed to see this dashboard; ask its operator "
             "to add the address or its domain to the allow-list",
         )
-    return Access(ALLOWED, name)
+    return Access(ALLOWED, name, email=email)
 
 
 @dataclass(frozen=True)
@@ -159,12 +162,13 @@ def loopback_host(host: str) -> bool:
         return False
 
 
-def may_start_work(decision: Access, connection: Connection) -> str:
-    """Return "" when the viewer may ask an agent to start work (a trace of a job), else why not, in one line."""
+def may_start_work(decision: Access, connection: Connection, action: str = "Asking for a trace") -> str:
+    """Return "" when the viewer may act (ask an agent for a trace of a job, silence alerts), else why `action`
+    is not offered, in one line."""
     if decision.kind == ALLOWED or (decision.kind == OPEN and connection.local):
         return ""
     return (
-        "Asking for a trace is offered to a logged-in viewer, or on the dashboard's own machine "
+        f"{action} is offered to a logged-in viewer, or on the dashboard's own machine "
         "(http://localhost:PORT); this dashboard has no login and was opened from elsewhere (docs/security.md)"
     )
 

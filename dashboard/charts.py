@@ -16,6 +16,12 @@ from gpulens.dashboard.views import words
 
 _STATES = [words.state_name(s.value) for s in words.STATE_ORDER]
 _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
+# Numbers on value axes and in tooltips: three significant digits, thousands separated, no trailing zeros
+# (d3-format's `~`), so that 0 reads "0" and 1250 "1,250". Without a format Vega-Lite takes the digits
+# from the tick step, and a flat line at zero has none: it read "0.000000".
+NUMBER = ",.3~r"
+# Every value axis reaches at least 1 in its unit: a flat line at zero lies on the axis, not alone at its top.
+_AT_LEAST_ONE = alt.Scale(domain={"unionWith": [0, 1]})
 _STATE_SCALE = alt.Scale(domain=_STATES, range=[words.STATE_COLOR[s.value] for s in words.STATE_ORDER])
 
 
@@ -87,9 +93,9 @@ def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
             x=alt.X(
                 "time:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]), axis=_CLOCK
             ),
-            y=alt.Y("value:Q", title=axis),
+            y=alt.Y("value:Q", title=axis, axis=alt.Axis(format=NUMBER), scale=_AT_LEAST_ONE),
             color=alt.Color("series:N", title="", legend=alt.Legend(orient="bottom", columns=1, labelLimit=500)),
-            tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "series", alt.Tooltip("value:Q", format=",.2f")],
+            tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "series", alt.Tooltip("value:Q", format=NUMBER)],
         )
     ), 340
 
@@ -117,19 +123,60 @@ def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
 
 
 def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
-    """A horizontal bar of GPU-hours per state."""
+    """A horizontal bar of GPU-hours per state (rows from `views.job.state_breakdown`); in GPU-minutes while
+    the largest bar is under an hour."""
     frame = pd.DataFrame(rows)
+    minutes = frame["hours"].max() < 1
+    unit = "GPU-minutes" if minutes else "GPU-hours"
+    frame = frame.assign(amount=frame["hours"] * (60 if minutes else 1))
     return (
         alt.Chart(frame)
         .mark_bar()
         .encode(
-            x=alt.X("hours:Q", title="GPU-hours"),
+            x=alt.X("amount:Q", title=unit, axis=alt.Axis(format=NUMBER), scale=_AT_LEAST_ONE),
             y=alt.Y("state:N", sort=_STATES, title=""),
             color=alt.Color("state:N", scale=_STATE_SCALE, legend=None),
             tooltip=[
                 "state",
-                alt.Tooltip("hours:Q", format=".2f", title="GPU-hours"),
+                alt.Tooltip("amount:Q", format=NUMBER, title=unit),
                 alt.Tooltip("share:Q", format=".0%", title="share"),
             ],
         )
     ), 28 * len(frame) + 70
+
+
+_DAY = alt.X("day:O", title="day (UTC)", axis=alt.Axis(labelAngle=-45, labelOverlap=True))
+
+
+def daily_waste(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+    """Wasted GPU-hours per day (rows from `views.trends.daily_rows`), a bar a day stacked by reason."""
+    from gpulens.vocabulary import WASTED_STATES
+
+    wasted = [s for s in words.STATE_ORDER if s in WASTED_STATES]
+    scale = alt.Scale(
+        domain=[words.state_name(s.value) for s in wasted], range=[words.STATE_COLOR[s.value] for s in wasted]
+    )
+    return (
+        alt.Chart(pd.DataFrame(rows))
+        .mark_bar()
+        .encode(
+            x=_DAY,
+            y=alt.Y("sum(hours):Q", title="wasted GPU-hours", axis=alt.Axis(format=NUMBER)),
+            color=alt.Color("reason:N", scale=scale, title="reason", legend=alt.Legend(orient="bottom")),
+            tooltip=["day", "reason", alt.Tooltip("hours:Q", format=NUMBER, title="GPU-hours")],
+        )
+    ), 340
+
+
+def daily_groups(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+    """Wasted GPU-hours per day of each group (rows from `views.trends.group_daily_rows`), a line each."""
+    return (
+        alt.Chart(pd.DataFrame(rows))
+        .mark_line(point=True)
+        .encode(
+            x=_DAY,
+            y=alt.Y("hours:Q", title="wasted GPU-hours", axis=alt.Axis(format=NUMBER)),
+            color=alt.Color("group:N", title="", legend=alt.Legend(orient="bottom", columns=4, labelLimit=300)),
+            tooltip=["day", "group", alt.Tooltip("hours:Q", format=NUMBER, title="GPU-hours")],
+        )
+    ), 340

@@ -18,6 +18,7 @@ from typing import TypeVar
 import altair as alt
 import streamlit as st
 
+from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
 from gpulens.dashboard.sources.base import (
@@ -32,6 +33,7 @@ from gpulens.dashboard.sources.base import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.usage import JobRecord
 
 log = logging.getLogger("gpulens.dashboard")
 
@@ -122,12 +124,31 @@ def _alerts(_source: Source, key: str) -> Answer[Alerts]:
     return _safe(_source.alerts, Alerts(()), "the alerts")
 
 
+# A trend reads a month of data and ends on the last whole hour: kept five minutes, not the live pages' five
+# seconds, so that its page's refreshes ask the source again only now and then.
+TREND_CACHE_SECONDS = 300
+
+
+@st.cache_data(ttl=TREND_CACHE_SECONDS, show_spinner=False, max_entries=32)
+def _trends(_source: Source, key: str, by: str, since: float, until: float) -> Answer:
+    return _safe(lambda: _source.trends(by, since, until), None, f"the trends by {by}")
+
+
 # Keyed by the job's kind, id and nodes; the record itself (`_job`) is not hashed.
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
 def _traces(
     _source: Source, key: str, _job: JobSummary, kind: str, job_id: str, nodes: tuple[str, ...]
 ) -> Answer[JobTraces]:
     return _safe(lambda: _source.traces(_job), JobTraces(), f"the traces of job {job_id}")
+
+
+# A job that is not running changes little from one refresh to the next, and its lookup reads a week.
+PAST_JOB_CACHE_SECONDS = 60
+
+
+@st.cache_data(ttl=PAST_JOB_CACHE_SECONDS, show_spinner=False)
+def _past_job(_source: Source, key: str, kind: str, job_id: str) -> Answer[JobRecord | None]:
+    return _safe(lambda: _source.past_job(kind, job_id), None, f"what the source has of job {job_id}")
 
 
 def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
@@ -156,14 +177,34 @@ def alerts(source: Source) -> Answer[Alerts]:
     return _alerts(source, source.cache_key)
 
 
+def trends(source: Source, by: str, since: float, until: float) -> Answer:
+    return _trends(source, source.cache_key, by, since, until)
+
+
 def traces(source: Source, job: JobSummary) -> Answer[JobTraces]:
     return _traces(source, source.cache_key, job, job.job_kind, job.job_id, job.nodes)
+
+
+def past_job(source: Source, kind: str, job_id: str) -> Answer[JobRecord | None]:
+    """What the source still has of a job that is not running (`kind` "" for any kind), or None."""
+    return _past_job(source, source.cache_key, kind, job_id)
 
 
 def start_trace(source: Source, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
     """Ask for a trace of the job's next `steps` steps; forget the cached traces, so that the new one shows."""
     answer = _safe(lambda: source.start_trace(job, steps), (), f"the answer to a trace request for job {job.job_id}")
     _traces.clear()
+    return answer
+
+
+def create_silence(
+    source: Source, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str
+) -> Answer[str]:
+    """Silence the alerts that pass `matchers` for `seconds`; forget the cached alerts, so that the silence shows."""
+    answer = _safe(
+        lambda: source.create_silence(matchers, seconds, created_by, comment), "", "the answer to the silence request"
+    )
+    _alerts.clear()
     return answer
 
 

@@ -344,8 +344,8 @@ def prometheus_config(
 ) -> str:
     """Return a Prometheus configuration scraping `agents` ({name: URL}), each name its `instance` label.
 
-    With `alertmanager` (a URL) alerts go there; with `dashboard` (its URL) each GPU alert links to its GPU
-    on the dashboard, through the external label the rules read (`gpulens_dashboard`).
+    With `alertmanager` (a URL) alerts go there; with `dashboard` (its URL) each alert links to its GPU,
+    node or job on the dashboard, through the external label the rules read (`gpulens_dashboard`).
     """
     labels = f", external_labels: {{gpulens_dashboard: '{dashboard.rstrip('/')}'}}" if dashboard else ""
     if rules:

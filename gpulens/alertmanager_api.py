@@ -1,15 +1,22 @@
 """The dashboard's client for Alertmanager's API v2: which alerts it holds and whether each was sent,
-silenced or inhibited, and the silences in force. Every failure, an answer of the wrong shape included,
-is an `HttpError` (gpulens/httpclient.py): one line, the server, the fix."""
+silenced or inhibited, the silences in force, and a new silence. Every failure, an answer of the wrong
+shape included, is an `HttpError` (gpulens/httpclient.py): one line, the server, the fix.
+
+The API is Alertmanager's own OpenAPI document, api/v2/openapi.yaml in prometheus/alertmanager.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from gpulens import checks
 from gpulens.httpclient import HttpClient, parse_json
 from gpulens.prometheus_api import label_value
 
+SILENCES = "/api/v2/silences"
 UNREACHABLE = "check the --alertmanager address and that Alertmanager is up"
 REFUSED = "Alertmanager asks for credentials; the dashboard reads it without any, so reach it directly"
 
@@ -27,9 +34,45 @@ class HeldAlert:
 
 
 @dataclass(frozen=True)
+class Matcher:
+    """One of a silence's label matchers: `name` equal to `value` (`regex`: matching it; `equal` False: not)."""
+
+    name: str
+    value: str
+    regex: bool = False
+    equal: bool = True
+
+    def __str__(self) -> str:
+        """The matcher as amtool writes it: alertname="GpulensGpuHeldIdle", instance=~"node-.*"."""
+        operator = {(False, True): "=", (True, True): "=~", (False, False): "!=", (True, False): "!~"}
+        return f"{self.name}{operator[self.regex, self.equal]}{label_value(self.value)}"
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Return whether an alert with `labels` passes this matcher, as Alertmanager decides it.
+
+        A missing label reads as "", and a regex must match the whole value: Alertmanager compiles it as
+        `^(?:VALUE)$` (pkg/labels/matcher.go, NewMatcher). Python's `re` stands in for Go's RE2, which
+        agree on the patterns matchers use; a pattern `re` cannot compile matches nothing.
+        """
+        value = labels.get(self.name, "")
+        if self.regex:
+            try:
+                found = re.fullmatch(self.value, value) is not None
+            except re.error:
+                return False
+        else:
+            found = value == self.value
+        return found == self.equal
+
+    def to_api(self) -> dict[str, object]:
+        """The matcher as the API's `matcher` definition has it."""
+        return {"name": self.name, "value": self.value, "isRegex": self.regex, "isEqual": self.equal}
+
+
+@dataclass(frozen=True)
 class Silence:
     id: str
-    matchers: tuple[str, ...]  # as written in amtool: alertname="GpulensGpuHeldIdle", instance=~"node-.*"
+    matchers: tuple[Matcher, ...]
     created_by: str
     comment: str
     ends_at: str  # RFC 3339
@@ -49,12 +92,52 @@ class AlertmanagerApi(HttpClient):
 
     def silences(self) -> list[Silence]:
         """Return the silences in force (not the expired or pending ones)."""
-        answer = self._json("/api/v2/silences", {})
+        answer = self._json(SILENCES, {})
         try:
             found = [(item, f"silences[{i}]") for i, item in enumerate(checks.items(answer, "silences"))]
             return [_silence(item, where) for item, where in found if _state(item, where) == "active"]
         except checks.Invalid as invalid:
-            raise self.error(f"answered /api/v2/silences with {invalid}") from None
+            raise self.error(f"answered {SILENCES} with {invalid}") from None
+
+    def create_silence(
+        self, matchers: Sequence[Matcher], starts_at: float, ends_at: float, created_by: str, comment: str
+    ) -> str:
+        """Create a silence of the alerts that pass every matcher, from `starts_at` to `ends_at` (seconds since
+        the epoch); return its id.
+
+        POST /api/v2/silences takes a `postableSilence` (matchers, startsAt, endsAt, createdBy, comment, all
+        required) and answers {"silenceID": ...}, or HTTP 400 with its reason as a JSON string.
+        """
+        body = {
+            "matchers": [m.to_api() for m in matchers],
+            "startsAt": _rfc3339(starts_at),
+            "endsAt": _rfc3339(ends_at),
+            "createdBy": created_by,
+            "comment": comment,
+        }
+        response = self.post(SILENCES, body=body)
+        if response.status_code == 400:
+            try:
+                said = parse_json(response)
+            except ValueError:
+                said = response.text
+            raise self.error(f"refused the silence: {said}; change the silence as it says and send it again", 400)
+        if response.status_code != 200:
+            raise self.error(
+                f"answered POST {SILENCES} with HTTP {response.status_code}; is --alertmanager Alertmanager "
+                "itself, version 0.16 or newer (API v2), and not a read-only proxy?",
+                response.status_code,
+            )
+        try:
+            answer = parse_json(response)
+        except ValueError:
+            raise self.error(
+                f"answered POST {SILENCES} with something that is not JSON; is --alertmanager Alertmanager itself?"
+            ) from None
+        try:
+            return checks.text(checks.record(answer, "answer", ("silenceID",))["silenceID"], "answer.silenceID")
+        except checks.Invalid as invalid:
+            raise self.error(f"answered POST {SILENCES} with {invalid}") from None
 
     def _json(self, path: str, params: dict[str, str]) -> object:
         response = self.get(path, params)
@@ -98,9 +181,9 @@ def _silence(item: object, where: str) -> Silence:
     matchers = []
     for i, raw in enumerate(checks.items(record["matchers"], f"{where}.matchers")):
         m = checks.record(raw, f"{where}.matchers[{i}]", ("name", "value"))
-        regex, equal = m.get("isRegex") is True, m.get("isEqual") is not False
-        operator = {(False, True): "=", (True, True): "=~", (False, False): "!=", (True, False): "!~"}[regex, equal]
-        matchers.append(f"{m['name']}{operator}{label_value(str(m['value']))}")
+        matchers.append(
+            Matcher(str(m["name"]), str(m["value"]), m.get("isRegex") is True, m.get("isEqual") is not False)
+        )
     return Silence(
         id=checks.text(record["id"], f"{where}.id"),
         matchers=tuple(matchers),
@@ -108,3 +191,8 @@ def _silence(item: object, where: str) -> Silence:
         comment=str(record.get("comment") or ""),
         ends_at=str(record.get("endsAt") or ""),
     )
+
+
+def _rfc3339(seconds: float) -> str:
+    """Return a time as the API's `date-time` (RFC 3339, UTC), e.g. 2026-12-01T12:00:00+00:00."""
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="seconds")

@@ -20,9 +20,12 @@ commands:
   dashboard  serve the dashboard over Prometheus (--prometheus URL) or the agents (--agents URL,...)
   demo       a simulated fleet of several nodes and the dashboard reading it (no GPU needed)
   report     GPU usage reports: 'report job ID' for one job, 'report fleet --since 7d --by user'
-             for a period (from agents' ledgers, the agents themselves or Prometheus)
+             for a period, 'report trend --since 30d' for whether waste goes down (from agents'
+             ledgers, the agents themselves or Prometheus)
   trace      ask this node's agent for a PyTorch trace of a running job and print where its step
              time goes: 'gpulens trace --job ID' (the job uses gpulens.torch)
+  try        run your training script here, no agent or GPU needed, and print what gpulens makes
+             of its input pipeline and settings: 'gpulens try -- python train.py' (uses gpulens.torch)
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
@@ -66,6 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpulens.tracecli import main as trace_main
 
         return trace_main(rest)
+    if command == "try":
+        from gpulens.trycli import main as try_main
+
+        return try_main(rest)
     if command == "probe":
         from gpulens.probes.cli import main as probe_main
 

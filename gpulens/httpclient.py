@@ -79,16 +79,24 @@ class HttpClient:
         """Return the server's answer to GET `path`; raise HttpError when there is none, and for 401 and 403."""
         return self._request("GET", path, params, accept)
 
-    def post(self, path: str, params: Mapping[str, object] | None = None) -> requests.Response:
-        """Return the server's answer to POST `path` (parameters in the query, no body); as `get` otherwise."""
-        return self._request("POST", path, params, "application/json")
+    def post(self, path: str, params: Mapping[str, object] | None = None, body: object = None) -> requests.Response:
+        """Return the server's answer to POST `path` (parameters in the query; `body`, when given, sent as JSON);
+        as `get` otherwise."""
+        return self._request("POST", path, params, "application/json", body)
 
-    def _request(self, method: str, path: str, params: Mapping[str, object] | None, accept: str) -> requests.Response:
+    def _request(
+        self, method: str, path: str, params: Mapping[str, object] | None, accept: str, body: object = None
+    ) -> requests.Response:
         with self._lock:
             self.requests_made += 1
         try:
             response = self._session.request(
-                method, self.url + path, params=params, timeout=self.timeout, headers={"Accept": accept}
+                method,
+                self.url + path,
+                params=params,
+                json=body,
+                timeout=self.timeout,
+                headers={"Accept": accept},
             )
         except requests.Timeout:
             raise self.error(f"did not answer within {self.timeout:g} s; {self._slow}") from None

@@ -55,14 +55,21 @@ def gpu_hours(seconds: float) -> str:
     return f"{seconds / 3600:.2f} GPU-h"
 
 
+def decimal_prefix(value: float) -> tuple[float, str]:
+    """Return the (scale, SI prefix) that writes `value` with one to three digits before the point:
+    3.35e12 -> (1e12, 'T'), 450.0 -> (1.0, '')."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return scale, prefix
+    return 1.0, ""
+
+
 def rate(value: float | None, unit: str) -> str:
     """Return a rate with a decimal prefix and three digits: (3.35e12, 'B/s') -> '3.35 TB/s'."""
     if value is None or not _known(value):
         return ""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
+    scale, prefix = decimal_prefix(value)
+    return f"{value / scale:.3g} {prefix}{unit}"
 
 
 def trace_sentence(shares: Mapping[str, float], bottleneck: str | None) -> str | None:

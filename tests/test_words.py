@@ -47,6 +47,8 @@ def test_sizes_percentages_and_gpu_hours():
 def test_rates_take_a_decimal_prefix_and_three_digits():
     assert words.rate(3.35e12, "B/s") == "3.35 TB/s" and words.rate(989.5e12, "FLOP/s") == "990 TFLOP/s"
     assert words.rate(12.0, "B/s") == "12 B/s" and words.rate(2.5e15, "FLOP/s") == "2.5 PFLOP/s"
+    assert words.decimal_prefix(12_500.0) == (1e3, "k") and words.decimal_prefix(-2e9) == (1e9, "G")
+    assert words.decimal_prefix(999.0) == words.decimal_prefix(0.0) == (1.0, "")
 
 
 def test_lists_and_counts():

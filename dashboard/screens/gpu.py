@@ -1,15 +1,19 @@
 """Node and GPU: one node's GPUs, then one GPU over time: work, memory, power, heat, PCIe, its states, its
-MIG slices."""
+MIG slices; for a flagged GPU, who to contact, a message to send them, and a silence of its alerts (for a
+logged-in viewer or one on this machine)."""
 
+import os
 import time
 from dataclasses import asdict
 
 import streamlit as st
 
-from gpulens.dashboard import charts, context
+from gpulens.dashboard import access, charts, context, gate
+from gpulens.dashboard.sources.base import Alerts, Answer, FleetGpu
+from gpulens.dashboard.views import alerts as alerts_view
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
-from gpulens.dashboard.views import words
+from gpulens.dashboard.views import oncall, words
 from gpulens.dashboard.views.links import job_link
 
 RANGES = {900: "15 minutes", 3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours"}
@@ -19,14 +23,111 @@ context.header("Node and GPU", "What one GPU did over time, and who holds it.", 
 
 
 def _pick(label: str, options: list[str], wanted: str | None, key: str, format_func=str) -> str | None:
-    """A select box that starts on the link's choice (query parameter `key`) and keeps it in the URL."""
+    """A select box that starts on the link's choice (query parameter `key`) and keeps it in the URL; on a
+    link to a choice it does not offer it starts empty, so the page never shows another GPU in its place."""
     if not options:
         return None
-    index = options.index(wanted) if wanted in options else 0
-    choice = st.selectbox(label, options, index=index, key=f"pick_{key}", format_func=format_func)
+    index = options.index(wanted) if wanted in options else (None if wanted else 0)
+    choice = st.selectbox(
+        label, options, index=index, key=f"pick_{key}", format_func=format_func, placeholder=f"Pick a {label.lower()}"
+    )
     if choice is not None and st.query_params.get(key) != choice:
         st.query_params[key] = choice
     return choice
+
+
+def silence(gpu: FleetGpu, author: str, where: str, key: str) -> None:
+    """The form's submit: check the comment and author, then ask Alertmanager; the outcome waits in `key`."""
+    comment = st.session_state.get("silence_comment") or ""
+    created_by = author or st.session_state.get("silence_author") or ""
+    seconds = st.session_state.get("silence_seconds") or oncall.DEFAULT_DURATION
+    problem = oncall.silence_problem(comment, created_by)
+    if problem:
+        st.session_state[key] = (False, problem)
+        return
+    answer = context.create_silence(source, oncall.gpu_matchers(gpu), seconds, created_by.strip(), comment.strip())
+    if answer.value:
+        st.session_state[key] = (True, oncall.silenced_line(answer.value, gpu, seconds, where))
+        # A callback runs before the widgets are drawn again, so it may set one's value
+        # (docs.streamlit.io/develop/concepts/architecture/widget-behavior, "Order of operations").
+        st.session_state["silence_comment"] = ""
+    else:
+        st.session_state[key] = (False, " ".join(str(p) for p in answer.problems) or "Alertmanager gave no silence id.")
+
+
+def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
+    """The silences over the GPU's alerts, and the form that adds one (or why there is none)."""
+    st.markdown("**Silence its alerts while the owner acts**")
+    where = alerts.value.alertmanager
+    if not where:
+        st.caption(oncall.NO_ALERTMANAGER)
+        return
+    if any(p.where == where for p in alerts.problems):
+        st.caption(
+            "Alertmanager did not answer (the warning above says why); its silences and the form return when it does."
+        )
+        return
+    covering = oncall.covering(alerts.value.silences, gpu)
+    if covering:
+        st.caption(f"Silences in force over this GPU's alerts ({len(covering)}), from {where}")
+        st.dataframe(alerts_view.silence_rows(covering, now), hide_index=True, width="stretch")
+    else:
+        st.caption(f"No silence in {where} covers this GPU's alerts.")
+    decision = gate.current()[0]
+    why_not = access.may_start_work(decision, gate.connection(), oncall.SILENCE_ACTION)
+    if why_not:
+        st.caption(why_not)
+        return
+    key = f"silenced-{gpu.node}-{gpu.gpu}"
+    author = oncall.author(decision)
+    matchers = ", ".join(map(str, oncall.gpu_matchers(gpu)))
+    with st.form("silence"):
+        durations = list(oncall.DURATIONS)
+        st.selectbox(
+            "For",
+            durations,
+            index=durations.index(oncall.DEFAULT_DURATION),
+            format_func=oncall.DURATIONS.get,
+            key="silence_seconds",
+        )
+        st.text_area(
+            "Why (required)",
+            key="silence_comment",
+            placeholder="e.g. the owner is told and frees the GPU by 14:00",
+        )
+        if not author:
+            st.text_input("Your name (required)", key="silence_author")
+        st.caption(
+            f"Silences every alert with {matchers}: the GPU's own and its MIG slices'"
+            + (f"; created by {author}." if author else ".")
+        )
+        st.form_submit_button(
+            "Silence this GPU's alerts",
+            on_click=silence,
+            args=(gpu, author, where, key),
+            key="silence_submit",
+            type="primary",
+        )
+    outcome = st.session_state.get(key)
+    if outcome is not None:
+        done, line = outcome
+        if done:
+            st.success(line)
+        else:
+            st.error(line)
+
+
+def oncall_panel(gpu: FleetGpu, flagged: list[oncall.OnCall], alerts: Answer[Alerts], now: float) -> None:
+    """Who to contact about the flagged GPU (or each flagged MIG slice), the message to send, the silence."""
+    st.subheader("On call: who to tell, and what")
+    for item in flagged:
+        if len(flagged) > 1 or item.unit.mig_profile:
+            st.markdown(f"**{item.name}**")
+        st.markdown("  \n".join(f"{label}: {value}" for label, value in item.contact))
+        # A code block carries a copy button (Streamlit's CodeBlockCopyToolbar, frontend/lib/src/components/
+        # elements/CodeBlock): one click copies the message.
+        st.code(item.message, language=None, wrap_lines=True)
+    silence_panel(gpu, alerts, now)
 
 
 @st.fragment(run_every=context.refresh_seconds())
@@ -46,18 +147,36 @@ def gpu_page() -> None:
         )
     with right:
         seconds = st.selectbox("Time range", list(RANGES), index=0, format_func=RANGES.get, key="range")
+    unknown = view.unknown_link(
+        st.query_params.get("node"), st.query_params.get("gpu"), nodes, [g.gpu for g in on_node]
+    )
+    if unknown and (node is None or gpu is None):
+        context.banner((*fleet.problems, *detail.problems))
+        st.warning(unknown)
+        return
     if node is None or gpu is None:
         context.banner((*fleet.problems, *detail.problems))
         st.info("No GPUs to show yet. The banner above says why, if something failed.")
         return
     history = context.gpu_history(source, node, gpu, seconds)
-    context.banner((*fleet.problems, *detail.problems, *history.problems))
     now = time.time()
+    current = next(g for g in on_node if g.gpu == gpu)
+    flagged = oncall.flagged(current, now, st.context.url, os.environ)
+    # Alertmanager's silences, for a flagged GPU only; its problems alone concern this page.
+    alerts = context.alerts(source) if flagged else Answer(Alerts(()))
+    silencer = alerts.value.alertmanager
+    context.banner(
+        (
+            *fleet.problems,
+            *detail.problems,
+            *history.problems,
+            *(p for p in alerts.problems if silencer and p.where == silencer),
+        )
+    )
 
     st.subheader(f"Node {node}")
     st.dataframe(view.node_rows(on_node, node, now), hide_index=True, width="stretch")
 
-    current = next(g for g in on_node if g.gpu == gpu)
     st.subheader(f"GPU {gpu} on {node}: {words.state_name(current.state)}")
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
@@ -68,6 +187,8 @@ def gpu_page() -> None:
     )
     for tip in fleet_view.gpu_tips(current):
         st.markdown(f"**Tip: {tip.title}.** {tip.text}")
+    if flagged:
+        oncall_panel(current, flagged, alerts, now)
     if current.slices:
         st.markdown(f"**Its MIG slices ({len(current.slices)})**, each judged on its own")
         st.dataframe(view.slice_rows(current, now), hide_index=True, width="stretch")
@@ -92,7 +213,7 @@ def gpu_page() -> None:
             st.markdown(f"**{spec.title}**")
             rows = view.chart_rows(data, spec)
             if rows:
-                context.draw(charts.lines(rows, spec.axis, start, end))
+                context.draw(charts.lines(rows, view.axis_title(data, spec), start, end))
             else:
                 st.caption("No samples in this range.")
             missing = view.missing_lines(data, spec)

@@ -1,19 +1,19 @@
 """Job: its GPUs, how their hours were spent, how long it waits for data, its memory, what to change, and
-its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine)."""
+its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine). A link to
+a job that is not running says so, with what the source still has of it and where its report is."""
 
 import os
 import time
 from dataclasses import asdict
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from gpulens.dashboard import access, charts, context, gate
-from gpulens.dashboard.sources import AGENTS, PROMETHEUS
-from gpulens.dashboard.sources.base import JobSummary, JobTraces
+from gpulens.dashboard.sources.base import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links, words
 from gpulens.dashboard.views import traces as trace_view
-from gpulens.urls import shown_url
 
 source = context.source()
 context.header("Job", "Why is my job slow, and what do I change?", source)
@@ -70,6 +70,55 @@ def trace_panel(job: JobSummary, traces: JobTraces) -> None:
         st.caption("No finished trace of this job's processes to show.")
 
 
+def report(kind: str, job_id: str) -> None:
+    """Where the job's report is: its link, or the command that writes it from this dashboard's source."""
+    where, is_url = links.job_report(kind, job_id, os.environ)
+    if is_url:
+        st.markdown(f"[The job's report]({where})")
+    else:
+        st.caption(f"The job's report, as a page to keep or mail: `{where}`")
+
+
+def not_running(
+    kind: str, job_id: str, gpus: tuple[FleetGpu, ...], notices: DeltaGenerator, problems: list[SourceProblem]
+) -> None:
+    """A link's job that no GPU is held by now: say so, show what the source still has of it, point to its
+    report, with the page's problems in `notices`. Never another job in its place: the link was for this one."""
+    named = f"{kind} job {job_id}" if kind else f"Job {job_id}"
+    past = context.past_job(source, kind, job_id)
+    with notices:
+        context.banner((*problems, *past.problems))
+    st.subheader(f"{named} is not running")
+    record = past.value
+    if record is None:
+        st.info(
+            f"No GPU this dashboard sees is held by it now, and its source has no record of it in the last "
+            f"{PAST_JOB_DAYS} days. Check the id in the link; its report (below) looks back 30 days by default "
+            "(`--since`)."
+        )
+    else:
+        st.info("No GPU this dashboard sees is held by it now. What its source still has of it:")
+        st.markdown(view.past_summary(record, time.time()))
+        breakdown = view.state_breakdown(record)
+        if breakdown:
+            context.draw(charts.shares([asdict(s) for s in breakdown]))
+        if record.gpus:
+            st.markdown("**The GPUs it held**")
+            st.dataframe(
+                view.past_gpu_rows(record, gpus),
+                column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
+                hide_index=True,
+                width="stretch",
+            )
+    report(record.kind if record else kind, job_id)
+
+
+def open_instead() -> None:
+    """The viewer picked a running job instead of the link's: the link becomes that job's."""
+    kind, job_id = st.session_state["job_instead"]
+    st.query_params.update({"kind": kind, "id": job_id})
+
+
 @st.fragment(run_every=context.refresh_seconds())
 def job_page() -> None:
     fleet = context.fleet(source, 24 * 3600)
@@ -77,18 +126,31 @@ def job_page() -> None:
     notices = st.container()  # the problems of every read on this page
     gpus = fleet.value.gpus
     rows = view.job_list(jobs.value, gpus)
+    keys = [(r["kind"], r["id"]) for r in rows]
+    labels = {(r["kind"], r["id"]): f"{r['job']} — {r['user'] or 'unknown user'}" for r in rows}
+    link_kind, link_id = st.query_params.get("kind", ""), st.query_params.get("id", "")
+    linked = view.linked(keys, link_kind, link_id)
+    if linked is None and link_id:
+        not_running(link_kind, link_id, gpus, notices, [*fleet.problems, *jobs.problems])
+        if rows:
+            st.selectbox(
+                "Open a running job instead",
+                keys,
+                index=None,
+                format_func=labels.get,
+                key="job_instead",
+                placeholder="Pick a running job",
+                on_change=open_instead,
+            )
+        context.updated(time.time())
+        return
     if not rows:
         with notices:
             context.banner((*fleet.problems, *jobs.problems))
         st.info("No jobs to show: no GPU is held by a job the agents can see.")
         return
-    keys = [(r["kind"], r["id"]) for r in rows]
-    wanted = (st.query_params.get("kind"), st.query_params.get("id"))
-    labels = {(r["kind"], r["id"]): f"{r['job']} — {r['user'] or 'unknown user'}" for r in rows}
-    kind, job_id = st.selectbox(
-        "Job", keys, index=keys.index(wanted) if wanted in keys else 0, format_func=labels.get, key="job"
-    )
-    if (st.query_params.get("kind"), st.query_params.get("id")) != (kind, job_id):
+    kind, job_id = st.selectbox("Job", keys, index=linked, format_func=labels.get, key="job")
+    if (link_kind, link_id) != (kind, job_id):
         st.query_params.update({"kind": kind, "id": job_id})
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
     detail = context.detail(source, view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
@@ -165,16 +227,7 @@ def job_page() -> None:
     st.markdown("**Where its steps' time goes: PyTorch traces**")
     trace_panel(job, traces.value)
 
-    report = links.report_url(os.environ.get(links.REPORT_URL_VARIABLE, ""), kind, job_id)
-    if report:
-        st.markdown(f"[The job's report]({report})")
-    else:
-        command = links.report_command(
-            job_id,
-            shown_url(os.environ.get(PROMETHEUS, "")) if os.environ.get(PROMETHEUS) else "",
-            os.environ.get(AGENTS, ""),
-        )
-        st.caption(f"The job's report, as a page to keep or mail: `{command}`")
+    report(kind, job_id)
     context.updated(time.time())
 
 

@@ -4,7 +4,8 @@ The embedded default for one machine or a small lab. Each refresh scrapes every 
 concurrently and parses it with prometheus_client's own parser. The agents keep no history, so this
 source keeps a bounded ring of past scrapes in the dashboard process: the charts show what happened
 since the dashboard started, up to `history_seconds`. A job's traces are read from, and asked of, the
-agent of each node the job runs on (/api/v1/traces).
+agent of each node the job runs on (/api/v1/traces); a job that is not running is looked up in every
+agent's job ledger (/api/v1/jobs?id=).
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens import checks
 from gpulens.agentclient import AgentClient
+from gpulens.alertmanager_api import Matcher
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, Sample
 from gpulens.dashboard.sources.base import (
+    PAST_JOB_DAYS,
     Alerts,
     Answer,
     Fleet,
@@ -41,7 +44,11 @@ from gpulens.dashboard.sources.base import (
 )
 from gpulens.httpclient import HttpError
 from gpulens.report import traces as report_traces
+from gpulens.report.sources import MAX_JOBS_PER_SOURCE
+from gpulens.report.trend import TrendReport, spread, trend_report
+from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.urls import check_url, shown_url
+from gpulens.usage import JobRecord, merge_all
 
 T = TypeVar("T")
 
@@ -257,6 +264,45 @@ class AgentsSource:
     def alerts(self) -> Answer[Alerts]:
         return Answer(Alerts((), supported=False))
 
+    def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
+        why = (
+            "reads the agents directly, which send no alerts to silence; start it with --prometheus and --alertmanager"
+        )
+        return Answer("", (SourceProblem("dashboard", why),))
+
+    def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
+        # Each agent's ledger, as `gpulens report trend --agent` reads it: every run of the period, spread over
+        # the days it spans.
+        records: list[JobRecord] = []
+        problems: list[SourceProblem] = []
+        asked = self._each(
+            list(self._agents),
+            lambda agent: agent.jobs({"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}),
+            "its runs are left out of the trends while it is down or unreachable",
+        )
+        for node, body, problem in asked:
+            where = f"agent {node} at {shown_url(self._agents[node])}"
+            if body is not None:
+                try:
+                    found = [JobRecord.from_dict(item) for item in body["jobs"]]
+                except (KeyError, TypeError, ValueError) as error:
+                    problem = SourceProblem(where, f"answered a job list the dashboard cannot read ({error})")
+                else:
+                    records += [replace(r, nodes=(node,)) for r in found if r.last_seen >= since and r.start <= until]
+                    if body.get("truncated"):
+                        problem = SourceProblem(
+                            where,
+                            f"has more runs than one answer holds ({MAX_JOBS_PER_SOURCE:,}); the oldest are left out",
+                        )
+            if problem is not None:
+                problems.append(problem)
+        if not records and problems:
+            return Answer(None, tuple(problems))
+        daily = spread(records, by, since, until)
+        return Answer(
+            trend_report(daily, records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems)
+        )
+
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         runs: list[TraceShown] = []
         enabled: list[bool] = []
@@ -295,6 +341,29 @@ class AgentsSource:
             f"answered {len(bad)} trace record(s) the dashboard cannot read ({bad[0]}); they are left out",
         )
 
+    def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
+        since = self._clock() - PAST_JOB_DAYS * 86400
+        records: list[JobRecord] = []
+        problems: list[SourceProblem] = []
+        asked = self._each(
+            list(self._agents),
+            lambda agent: agent.jobs({"id": job_id, "since": f"{since:.3f}"}),
+            "its job ledger is not read while it is down or unreachable",
+        )
+        for node, body, problem in asked:
+            if body is not None:
+                try:
+                    found = [JobRecord.from_dict(item) for item in body["jobs"]]
+                except ValueError as error:
+                    where = f"agent {node} at {shown_url(self._agents[node])}"
+                    problem = SourceProblem(where, f"answered a job list the dashboard cannot read ({error})")
+                else:
+                    # The ledger names its node as the agent knows it; the pages name it as the dashboard does.
+                    records += [replace(r, nodes=(node,)) for r in found if r.id == job_id and job_kind in ("", r.kind)]
+            if problem is not None:
+                problems.append(problem)
+        return Answer(max(merge_all(records), key=lambda r: r.last_seen, default=None), tuple(problems))
+
     def _ask(
         self, job: JobSummary, call: Callable[[AgentClient], T]
     ) -> list[tuple[str, T | None, SourceProblem | None]]:
@@ -302,14 +371,15 @@ class AgentsSource:
         nodes = [node for node in job.nodes if node in self._agents]
         if not nodes:
             return [("", None, SourceProblem(f"job {job.job_id}", "runs on no node whose agent this dashboard reads"))]
+        return self._each(nodes, call, "its traces are not shown, nor asked for, while it is down or unreachable")
+
+    def _each(
+        self, nodes: list[str], call: Callable[[AgentClient], T], unreachable: str
+    ) -> list[tuple[str, T | None, SourceProblem | None]]:
+        """Run `call` on the agent of each of `nodes`, concurrently; return (node, answer, problem)."""
 
         def one(node: str) -> tuple[str, T | None, SourceProblem | None]:
-            agent = AgentClient(
-                self._agents[node],
-                self._credentials,
-                self._timeout,
-                "its traces are not shown, nor asked for, while it is down or unreachable",
-            )
+            agent = AgentClient(self._agents[node], self._credentials, self._timeout, unreachable)
             try:
                 return node, call(agent), None
             except HttpError as error:

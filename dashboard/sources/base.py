@@ -11,7 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from gpulens.alertmanager_api import Matcher
+from gpulens.report.trend import TrendReport
+from gpulens.usage import JobRecord
+
 T = TypeVar("T")
+
+# How far back `Source.past_job` looks for a job that is not running: a week answers "what became of my job"
+# and bounds each lookup to a week of the job's series (Prometheus keeps 15 days by default); the job's
+# report (`gpulens report job ID`) looks back 30 days.
+PAST_JOB_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class FleetGpu:
     user: str = ""
     namespace: str = ""
     pod: str = ""
+    container: str = ""  # the container in the pod (Kubernetes), as the agent's allocation series name it
     wasted_seconds: float = 0.0  # seconds idle, data-starved or underutilized (see Fleet.wasted_over)
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
@@ -150,12 +160,14 @@ class FiringAlert:
 
 @dataclass(frozen=True)
 class SilenceShown:
-    """A silence in force in Alertmanager."""
+    """A silence in force in Alertmanager: `matchers` as amtool writes them, `rules` the same to test labels with."""
 
     matchers: str
     created_by: str
     comment: str
     ends_at: float | None
+    id: str = ""
+    rules: tuple[Matcher, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,6 +259,20 @@ class Source(Protocol):
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         """The job's PyTorch traces on the nodes that run it."""
 
+    def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
+        """What the source still has of a job over the last PAST_JOB_DAYS, running or not: when it was first
+        and last seen, its nodes, GPUs (UUIDs) and owner, its GPU-seconds by state; None where it has nothing.
+        `job_kind` "" matches any kind (the most recently seen wins)."""
+
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         """Ask the agent of each node that runs the job for a trace of its next `steps` steps; return the
         runs they started, and each refusal (the agent's own words) as a problem."""
+
+    def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
+        """Silence the alerts that pass every matcher for the next `seconds` in the Alertmanager that `alerts`
+        reads; return the silence's id, or "" and why not (no Alertmanager, its refusal) as a problem."""
+
+    def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
+        """The waste of each day in [since, until] (epoch s, whole hours) grouped `by` user, namespace, partition
+        or model, and the tips followed (`gpulens report trend`); None, and why as a problem, where the source
+        cannot tell."""

@@ -2,10 +2,12 @@
 
 Each view runs a fixed set of queries, whatever the number of GPUs: the fleet eight instant queries
 (and a ninth where the store has no recorded waste counter), the evidence of the GPUs a page writes
-out one, a GPU's history four range queries, the jobs one, a job's traces two, the probes two, the
-alerts one request (and two to Alertmanager, where one is configured: what became of each alert, and
-the silences). Queries of one view run concurrently. Each returns whole label sets and values; the
-joining is done by `assemble`, the same code the agents source uses.
+out one, a GPU's history four range queries, the jobs one, a job's traces two, the past of a job that
+is not running three, the probes two, the alerts one request (and two to Alertmanager, where one is
+configured: what became of each alert, and the silences). Queries of one view run concurrently. Each
+returns whole label sets and values; the joining is done by `assemble`, the same code the agents source
+uses. The trends are `gpulens report trend`'s reading (gpulens/report/prometheus.py): one range query of
+the recorded hours (two where the rule is missing for some), and five for the Kubernetes jobs.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Silence
+from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Matcher, Silence
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import Sample
 from gpulens.dashboard.sources.base import (
+    PAST_JOB_DAYS,
     Alerts,
     Answer,
     FiringAlert,
@@ -40,7 +43,11 @@ from gpulens.dashboard.sources.base import (
 )
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.usage import LAST_EPOCH
+from gpulens.report.prometheus import RUNNING_WITHIN_SECONDS, Prometheus
+from gpulens.report.sources import SourceError
+from gpulens.report.trend import TrendReport
+from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
+from gpulens.usage import LAST_EPOCH, STATES, JobRecord
 from gpulens.vocabulary import WASTED_STATES
 from gpulens.words import duration
 
@@ -90,6 +97,26 @@ JOBS = '{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_i
 # A job's traces: the last finished one of each process on its nodes, and what holds its GPUs to join them by.
 TRACES = f"{{__name__=~{any_of(assemble.TRACE_SERIES)}, instance=~%s}}"
 HOLDERS = f"{{__name__=~{any_of(assemble.ALLOCATIONS)}, job_kind=%s, job_id=%s}}"
+# A job's past over a window (%(job)s its label matchers, %(window)d seconds), from the series every agent
+# exports with diagnosis (no --jobs.export-totals needed): the last value of each state counter (GPU-seconds
+# since the agent first saw the job, continued across its restarts); the GPUs and MIG slices it held, with
+# its owner; and the first and last time a GPU was seen held by it. `timestamp()` of a plain selector is
+# the sample's own time (prometheus.io/docs/prometheus/latest/querying/functions/#timestamp): evaluated
+# every minute over the window it finds the sightings to the minute, and evaluated now it adds the last
+# sample of a job seen within the lookback, which the last whole minute may miss.
+PAST_STATES = "sum by (job_kind, state) (last_over_time(gpulens_job_gpu_state_seconds_total{%(job)s}[%(window)ds]))"
+_HELD = f"{{__name__=~{any_of(assemble.ALLOCATIONS)}, %(job)s}}"
+PAST_HELD = f"max by (job_kind, instance, uuid, gpu_uuid, user, namespace, pod) (last_over_time({_HELD}[%(window)ds]))"
+
+
+def _sightings(over_time: str) -> str:
+    return f'{over_time}(timestamp({_HELD})[%(window)ds:60s]) or label_replace(timestamp({_HELD}), "at", "now", "", "")'
+
+
+PAST_SEEN = (
+    f'label_replace(max by (job_kind) ({_sightings("max_over_time")}), "edge", "last", "", "") '
+    f'or label_replace(min by (job_kind) ({_sightings("min_over_time")}), "edge", "first", "", "")'
+)
 PROBES = '{__name__=~"gpulens_probe_.+"}'
 PROBED_GPUS = 'gpulens_gpu_info and on (instance, gpu, uuid) {__name__=~"gpulens_probe_.+"}'
 
@@ -282,6 +309,15 @@ class PrometheusSource:
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         return Answer((), (SourceProblem(self.name, _no_agent(job)),))
 
+    def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
+        now = self._clock()
+        job = f"job_id={label_value(job_id)}" + (f", job_kind={label_value(job_kind)}" if job_kind else "")
+        values = {"job": job, "window": PAST_JOB_DAYS * 86400}
+        results, problems = self._run(
+            {name: (lambda q=q: self._api.query(q % values, now)) for name, q in _PAST_QUERIES.items()}
+        )
+        return Answer(_past_job(job_id, results, now), tuple(problems))
+
     def alerts(self) -> Answer[Alerts]:
         calls: dict[str, Callable[[], Any]] = {"alerts": self._api.alerts}
         if self._alertmanager is not None:
@@ -300,11 +336,44 @@ class PrometheusSource:
         severity = defaultdict(lambda: 3, {"critical": 0, "warning": 1, "info": 2})
         alerts.sort(key=lambda a: (order.get(a.state, 2), severity[a.severity], a.name, a.node, a.gpu))
         silences = tuple(
-            SilenceShown(", ".join(s.matchers), s.created_by, s.comment, _timestamp(s.ends_at))
+            SilenceShown(
+                ", ".join(map(str, s.matchers)), s.created_by, s.comment, _timestamp(s.ends_at), s.id, s.matchers
+            )
             for s in results.get("silences") or ()
         )
         shown = self._alertmanager.where if self._alertmanager is not None else ""
         return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
+
+    def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
+        if self._alertmanager is None:
+            return Answer("", (SourceProblem(self.name, NO_ALERTMANAGER),))
+        now = self._clock()
+        try:
+            return Answer(self._alertmanager.create_silence(matchers, now, now + seconds, created_by, comment))
+        except HttpError as error:
+            return Answer("", (SourceProblem(error.where, error.what),))
+
+    def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
+        # `gpulens report trend`'s reading: the recorded hours of each day, the Kubernetes jobs for the follow-ups.
+        if by not in Prometheus.TREND_GROUPINGS:
+            kept = ", ".join(Prometheus.TREND_GROUPINGS)
+            why = f"records no {by} in its hourly GPU-hours; group by one of {kept}"
+            return Answer(None, (SourceProblem(self.name, why),))
+        try:
+            report = Prometheus(api=self._api).trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None)
+        except SourceError as error:
+            return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
+        return Answer(report)
+
+
+def _without_where(text: str, where: str) -> str:
+    """A report's one-line error without the server's name at its start: the banner names it already."""
+    return text.removeprefix(where).strip() or text
+
+
+NO_ALERTMANAGER = (
+    "has no Alertmanager to silence alerts in; start the dashboard with --alertmanager URL beside --prometheus"
+)
 
 
 def _no_agent(job: JobSummary) -> str:
@@ -313,6 +382,47 @@ def _no_agent(job: JobSummary) -> str:
     return (
         "A trace is asked of the job's agent, which this dashboard does not reach: it reads Prometheus. "
         f"On {where}, run `gpulens trace --job {shlex.quote(job.job_id)}`."
+    )
+
+
+_PAST_QUERIES = {"states": PAST_STATES, "held": PAST_HELD, "seen": PAST_SEEN}
+
+
+def _past_job(job_id: str, results: dict[str, Any], now: float) -> JobRecord | None:
+    """Return the record of the most recently seen kind of job `job_id` in the answers to _PAST_QUERIES."""
+    seen: dict[str, dict[str, float]] = defaultdict(dict)
+    for item in results["seen"] or ():
+        value = float(item["value"][1])
+        if 0 <= value <= LAST_EPOCH:  # a NaN or an odd number from the store is no sighting
+            seen[item["metric"].get("job_kind", "")][item["metric"].get("edge", "")] = value
+    kinds = [kind for kind, edges in seen.items() if {"first", "last"} <= edges.keys()]
+    if not kinds:
+        return None
+    kind = max(kinds, key=lambda k: (seen[k]["last"], k))
+    states: dict[str, float] = {}
+    for item in results["states"] or ():
+        metric, value = item["metric"], float(item["value"][1])
+        if metric.get("job_kind") == kind and metric.get("state") in STATES and 0 < value < float("inf"):
+            states[metric["state"]] = value
+    held = [item["metric"] for item in results["held"] or () if item["metric"].get("job_kind") == kind]
+    # A job on a MIG slice is also named by its GPU's allocation series; the slice (`gpu_uuid` its GPU's) says more.
+    split = {m.get("gpu_uuid", "") for m in held}
+
+    def owner(label: str) -> str:
+        return next((str(m[label]) for m in held if m.get(label)), "")
+
+    return JobRecord(
+        kind=kind,
+        id=job_id,
+        start=seen[kind]["first"],
+        last_seen=seen[kind]["last"],
+        nodes=tuple(sorted({m.get("instance", "") for m in held} - {""})),
+        running=now - seen[kind]["last"] <= RUNNING_WITHIN_SECONDS,
+        gpus=tuple(sorted({m.get("uuid", "") for m in held} - split - {""})),
+        state_seconds=states,
+        user=owner("user"),
+        namespace=owner("namespace"),
+        pod=owner("pod"),
     )
 
 
@@ -398,7 +508,7 @@ def _with_notice(alert: FiringAlert, held: list[HeldAlert], silences: list[Silen
 
 def _silence_text(silence: Silence) -> str:
     who = f" by {silence.created_by}" if silence.created_by else ""
-    return f"{', '.join(silence.matchers)}{who}: {silence.comment or 'no comment'}"
+    return f"{', '.join(map(str, silence.matchers))}{who}: {silence.comment or 'no comment'}"
 
 
 def _cause_text(cause: HeldAlert) -> str:

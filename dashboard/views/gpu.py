@@ -4,7 +4,7 @@ a GPU's MIG slices."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -23,9 +23,12 @@ class Line:
 @dataclass(frozen=True)
 class ChartSpec:
     title: str
-    axis: str  # the y axis title, with its unit
+    axis: str  # the y axis title, with its unit (without its prefix where `prefixed`)
     lines: tuple[Line, ...]
     note: str  # what the chart tells, in a sentence
+    # The unit takes the decimal prefix the largest value calls for (B/s, kB/s, ... GB/s), so that an idle
+    # link's few kB/s read as numbers rather than as 0.000004 GB/s.
+    prefixed: bool = False
 
 
 CHARTS = (
@@ -69,12 +72,13 @@ CHARTS = (
     ),
     ChartSpec(
         "PCIe traffic",
-        "GB/s",
+        "B/s",
         (
-            Line("pcie_receive_bytes_per_second", "host → GPU", 1e-9),
-            Line("pcie_transmit_bytes_per_second", "GPU → host", 1e-9),
+            Line("pcie_receive_bytes_per_second", "host → GPU", 1.0),
+            Line("pcie_transmit_bytes_per_second", "GPU → host", 1.0),
         ),
         "Copies between host memory and the GPU. A x16 PCIe Gen4 link carries about 32 GB/s each way, Gen5 about 64.",
+        prefixed=True,
     ),
 )
 
@@ -83,12 +87,26 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
+def _prefix(history: GpuHistory, spec: ChartSpec) -> tuple[float, str]:
+    """Return the (scale, prefix) of the chart's axis unit: the one its largest value calls for, if `prefixed`."""
+    if not spec.prefixed:
+        return 1.0, ""
+    values = [abs(v * line.scale) for line in spec.lines for _, v in history.series.get(line.series, ())]
+    return words.decimal_prefix(max((v for v in values if math.isfinite(v)), default=0.0))
+
+
+def axis_title(history: GpuHistory, spec: ChartSpec) -> str:
+    """Return the y axis' title, its unit prefixed for this GPU's values where the chart asks ('kB/s')."""
+    return _prefix(history, spec)[1] + spec.axis
+
+
 def chart_rows(history: GpuHistory, spec: ChartSpec) -> list[dict]:
-    """Return long-format rows (time, series legend, value in the axis unit) for one chart."""
+    """Return long-format rows (time, series legend, value in the unit of `axis_title`) for one chart."""
+    scale = _prefix(history, spec)[0]
     rows = []
     for line in spec.lines:
         for t, value in history.series.get(line.series, ()):
-            rows.append({"time": _time(t), "series": line.legend, "value": value * line.scale})
+            rows.append({"time": _time(t), "series": line.legend, "value": value * line.scale / scale})
     return rows
 
 
@@ -193,3 +211,20 @@ def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
             "processes on the GPU": "" if count is None else str(count),
         }
     ]
+
+
+def unknown_link(node: str | None, gpu: str | None, nodes: Sequence[str], gpus_on_node: Sequence[str]) -> str | None:
+    """Return what the page says of a link to a node or GPU the source does not have now, or None when the
+    link names one it has (or names none): an alert on a lost GPU or a node whose agent is down links here,
+    and the page must not show another GPU in its place."""
+    if node and node not in nodes:
+        return (
+            f"Node {node} reports no GPU to this dashboard now: its agent is down or unreachable, or the node "
+            "left the fleet (the banner above says which agents failed). Pick a node below, or see the Alerts page."
+        )
+    if node and gpu and gpu not in gpus_on_node:
+        return (
+            f"Node {node} reports no GPU {gpu} now: the GPU fell off the bus or was taken out (see the node's "
+            "GpulensGpuLost and GpulensGpuMissing alerts). Pick a GPU below."
+        )
+    return None

@@ -1,14 +1,17 @@
-"""The Job view's logic, without Streamlit: its GPUs, GPU-hours by state, data wait, memory, tips."""
+"""The Job view's logic, without Streamlit: its GPUs, GPU-hours by state, data wait, memory, tips; which job a
+link names, and what a source still has of a job that is not running."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, units
-from gpulens.dashboard.views.links import job_link
+from gpulens.dashboard.views.links import gpu_link, job_link
+from gpulens.usage import JobRecord
 
 
 def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[FleetGpu]:
@@ -50,7 +53,7 @@ class StateShare:
     share: float
 
 
-def state_breakdown(job: JobSummary) -> list[StateShare]:
+def state_breakdown(job: JobSummary | JobRecord) -> list[StateShare]:
     """Return the job's GPU-hours in each state it has been in, in the states' display order."""
     total = sum(job.state_seconds.values())
     return [
@@ -97,3 +100,59 @@ def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:
             entry = by_id.setdefault(tip.id, (tip.title, tip.text, []))
             entry[2].append(f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}")
     return [(title, text, ", ".join(where)) for title, text, where in by_id.values()]
+
+
+def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None) -> int | None:
+    """Return the index in `jobs` (kind, id pairs, as `job_list` orders them) of the job a link names: by kind
+    and id, or by id alone for a link without a kind; 0, the most wasted job, for a link without an id; None
+    for a link to a job that is not among them, or when there is none."""
+    if not job_id:
+        return 0 if jobs else None
+    found = [i for i, key in enumerate(jobs) if key[1] == job_id and (not kind or key[0] == kind)]
+    return found[0] if found else None
+
+
+def _when(seconds: float, now: float) -> str:
+    """Return a past time as '2026-05-12 14:03 (3 h 05 min ago)', in the dashboard machine's time zone."""
+    return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(seconds))} ({words.duration(now - seconds)} ago)"
+
+
+def past_summary(record: JobRecord, now: float) -> str:
+    """Return what a source still has of a job that is not running, as Markdown lines: when it was seen,
+    where, whose, and its GPU-hours with the share wasted."""
+    held, wasted = record.gpu_seconds, record.wasted_seconds
+    who = words.owner(record.user, record.namespace) + (f", pod {record.pod}" if record.pod else "")
+    lines = [
+        f"Last seen **{_when(record.last_seen, now)}**, first seen {_when(record.start, now)}"
+        + (f", on {', '.join(record.nodes)}." if record.nodes else "."),
+        f"Owner: {who}." if who else "",
+        f"Its GPUs were held for **{words.gpu_hours(held)}**, of which **{words.gpu_hours(wasted)} wasted** "
+        f"({words.percent(wasted / held)}: idle, starved for data or underused)."
+        if held > 0
+        else "The source recorded no GPU time for it.",
+    ]
+    if record.busy_ratio is not None:
+        lines.append(f"A kernel ran {words.percent(record.busy_ratio)} of the sampled time.")
+    return "  \n".join(line for line in lines if line)
+
+
+def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[dict]:
+    """Return the GPUs (and MIG slices) a job held, as table rows: named, linked and with the state each is in
+    now where the fleet still has its UUID; by UUID where it does not."""
+    by_uuid = {u.uuid: u for u in units(gpus)}
+    rows = []
+    for uuid in record.gpus:
+        g = by_uuid.get(uuid)
+        if g is None:
+            rows.append({"GPU": uuid, "model": "", "now": "not in the fleet now", "details": None})
+            continue
+        holder = words.job_label(g.job_kind, g.job_id, g.pod)
+        rows.append(
+            {
+                "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
+                "model": g.model,
+                "now": words.state_name(g.state) + (f", held by {holder}" if holder else ""),
+                "details": gpu_link(g.node, g.gpu),
+            }
+        )
+    return rows

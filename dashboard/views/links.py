@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import shlex
 import urllib.parse
+from collections.abc import Mapping
+
+from gpulens.dashboard.sources import AGENTS, PROMETHEUS
+from gpulens.urls import shown_url
 
 # The pages' URL paths (dashboard/app.py names them so).
 GPU_PAGE = "gpu"
@@ -38,6 +42,25 @@ def report_url(template: str, job_kind: str, job_id: str) -> str | None:
         return template.format(job_kind=quote(job_kind, safe=""), job_id=quote(job_id, safe=""))
     except (KeyError, IndexError, ValueError):
         return None
+
+
+def absolute(page_url: str | None, link: str) -> str:
+    """Return a page's `link` as a full URL, resolved against the URL of the page the viewer has open
+    (Streamlit's `st.context.url`, "https://gpulens.example.org/gpu"), or the link itself without one."""
+    if not page_url or not page_url.startswith(("http://", "https://")):
+        return link
+    return urllib.parse.urljoin(page_url, link)
+
+
+def job_report(job_kind: str, job_id: str, environ: Mapping[str, str]) -> tuple[str, bool]:
+    """Return where the job's report is, and whether that is a URL: the report URL template's link
+    (GPULENS_DASHBOARD_REPORT_URL) where one is set, else the command that writes the report from the
+    dashboard's own source (`gpulens dashboard` sets the source's variables)."""
+    url = report_url(environ.get(REPORT_URL_VARIABLE, ""), job_kind, job_id)
+    if url:
+        return url, True
+    prometheus = environ.get(PROMETHEUS, "")
+    return report_command(job_id, shown_url(prometheus) if prometheus else "", environ.get(AGENTS, "")), False
 
 
 def report_command(job_id: str, prometheus: str = "", agents: str = "") -> str:

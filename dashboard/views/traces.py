@@ -19,8 +19,8 @@ TRACE_STEPS = 20
 EARLIER_SHOWN = 10
 NO_CHANNEL = (
     "Traces need a live agent with the in-job channel and a job that iterates its data through gpulens.torch "
-    "(docs/in-job.md); the agents of this job's nodes have no such channel (a simulated node, or an agent "
-    "whose --jobs.socket is empty)."
+    "(docs/in-job.md); the agents of this job's nodes have no such channel (their --jobs.socket is empty, or "
+    "was not given to a simulated node)."
 )
 NO_ANSWER = "No agent of this job answered (the warning above says why), so the page cannot ask one for a trace."
 _TRIGGER = {"manual": "asked", "auto": "automatic"}

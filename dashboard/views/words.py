@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from gpulens.vocabulary import Condition, Reason, State
 
 # The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
+from gpulens.words import decimal_prefix as decimal_prefix
 from gpulens.words import duration as duration
 from gpulens.words import gib as gib
 from gpulens.words import gpu_hours as gpu_hours

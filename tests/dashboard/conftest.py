@@ -14,8 +14,9 @@ from tests.conftest import SimulatedAgent, make_agent
 
 @contextmanager
 def served(agent: SimulatedAgent) -> Iterator[str]:
-    """Serve a simulated agent's endpoints on a free loopback port; yield its base URL."""
-    app = AgentApp(agent.sampler, agent.registry, [c.name for c in agent.sampler.collectors], "simulated")
+    """Serve a simulated agent's endpoints, its job ledger among them, on a free loopback port; yield its base URL."""
+    collectors = [c.name for c in agent.sampler.collectors]
+    app = AgentApp(agent.sampler, agent.registry, collectors, "simulated", jobs=agent.accounting)
     server = serve(app, "127.0.0.1", 0)
     # A short poll: shutdown() waits for it, half a second by default.
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -19,6 +19,9 @@ from gpulens.dashboard.sources.base import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.report.trend import TrendReport, spread, trend_report
+from gpulens.usage import JobRecord
+from tests.report import month
 
 NOW = time.time()
 
@@ -266,6 +269,21 @@ ASKED = {**DONE_TRACE, **_NOT_DONE, "id": "t-5e5e5e5e", "state": "requested", "r
 TRACES = JobTraces((TraceShown("node-b", DONE_TRACE), TraceShown("node-b", REFUSED_TRACE)), enabled=True)
 
 
+# A job that ended three hours ago, as an agent's ledger keeps it: on node-b's GPU 0 and on a GPU the fleet no
+# longer has.
+PAST = JobRecord(
+    "slurm",
+    "80077",
+    start=NOW - 4 * 3600,
+    last_seen=NOW - 3 * 3600,
+    user="carol",
+    nodes=("node-b",),
+    running=False,
+    gpus=("GPU-b0", "GPU-gone"),
+    state_seconds={"data_starved": 5400.0, "busy": 1800.0},
+)
+
+
 @dataclass
 class FakeSource:
     """Answers what the test set; every answer carries `problems`."""
@@ -277,6 +295,11 @@ class FakeSource:
     alerts_: Alerts = field(default_factory=lambda: Alerts(ALERTS))
     traces_: JobTraces = TRACES
     started_: Answer[tuple[TraceShown, ...]] = Answer((TraceShown("node-b", ASKED),))
+    past_: tuple[JobRecord, ...] = (PAST,)
+    silenced_: Answer[str] = Answer("5e1f-new")
+    # The runs the trends are read from (the simulated month of tests/report/month.py); None: the source
+    # cannot tell, and says why in `problems`.
+    trend_runs: tuple[JobRecord, ...] | None = field(default_factory=lambda: tuple(month.records()))
     fail: bool = False  # every method raises, as a buggy source would
     asked: list[str] = field(default_factory=list)
     key: str = field(default_factory=lambda: str(uuid.uuid4()))
@@ -331,3 +354,23 @@ class FakeSource:
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         self._check(f"start_trace {job.job_kind} {job.job_id} {steps}")
         return self.started_
+
+    def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
+        self._check(f"past_job {job_kind} {job_id}")
+        found = [r for r in self.past_ if r.id == job_id and job_kind in ("", r.kind)]
+        return Answer(found[0] if found else None, self.problems)
+
+    def create_silence(self, matchers, seconds: float, created_by: str, comment: str) -> Answer[str]:
+        self._check(f"create_silence {', '.join(map(str, matchers))} {seconds:g} {created_by} {comment}")
+        return self.silenced_
+
+    def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
+        # The month the runs come from, whatever period the page asks: the fake holds that month only.
+        self._check(f"trends {by} {(until - since) / 86400:g}d")
+        if self.trend_runs is None:
+            return Answer(None, self.problems)
+        runs = self.trend_runs
+        daily = spread(runs, by, month.MONTH_START, month.MONTH_END)
+        return Answer(
+            trend_report(daily, runs, by, month.MONTH_START, month.MONTH_END, 300.0, self.name), self.problems
+        )

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from gpulens.alertmanager_api import AlertmanagerApi
-from gpulens.dashboard.sources import ConfigError, PrometheusSource, from_environment
+from gpulens.alertmanager_api import AlertmanagerApi, Matcher
+from gpulens.dashboard.sources import AgentsSource, Answer, ConfigError, PrometheusSource, from_environment
 from gpulens.prometheus_api import PrometheusApi
 from tests.dashboard.httpfake import fake_server, json_reply
 
@@ -144,3 +144,40 @@ def test_alertmanager_needs_prometheus_and_a_url():
         from_environment(
             {"GPULENS_DASHBOARD_PROMETHEUS": "http://127.0.0.1:1", "GPULENS_DASHBOARD_ALERTMANAGER": "not a url"}
         )
+
+
+# -- a silence from the GPU page (the real round trip: tests/deploy/test_alertmanager.py) ----------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        (
+            json_reply("silence invalid: end time can't be in the past", 400),
+            "refused the silence: silence invalid: end time can't be in the past; change the silence as it says",
+        ),
+        (json_reply("internal", 500), "answered POST /api/v2/silences with HTTP 500; is --alertmanager Alertmanager"),
+        ((200, "text/html", b"<html>login</html>", 0.0), "something that is not JSON; is --alertmanager Alertmanager"),
+        (json_reply({"id": "5e1f"}), "answered POST /api/v2/silences with answer: missing key 'silenceID'"),
+    ],
+)
+def test_a_silence_alertmanager_refuses_is_one_line_naming_it(reply, said):
+    with fake_server(lambda path: reply) as (url, asked):
+        source = PrometheusSource(PrometheusApi(url), alertmanager=AlertmanagerApi(url))
+        answer = source.create_silence([Matcher("instance", "node-a"), Matcher("gpu", "1")], 3600, "ops", "bob is told")
+    assert answer.value == "" and len(answer.problems) == 1, answer
+    (problem,) = answer.problems
+    assert problem.where.startswith("Alertmanager at http://127.0.0.1:") and said in problem.what, problem
+    assert "\n" not in problem.what and [path for path, _ in asked] == ["/api/v2/silences"]
+
+
+def test_a_silence_needs_an_alertmanager_and_prometheus():
+    with fake_server(lambda path: json_reply({"silenceID": "5e1f"})) as (url, asked):
+        created = PrometheusSource(PrometheusApi(url), alertmanager=AlertmanagerApi(url)).create_silence(
+            [Matcher("instance", "node-a")], 3600, "ops", "bob is told"
+        )
+        alone = PrometheusSource(PrometheusApi(url)).create_silence([Matcher("instance", "node-a")], 3600, "ops", "x")
+        agents = AgentsSource({"node-a": url}).create_silence([Matcher("instance", "node-a")], 3600, "ops", "x")
+    assert created == Answer("5e1f") and len(asked) == 1
+    assert alone.value == "" and "start the dashboard with --alertmanager URL" in alone.problems[0].what
+    assert agents.value == "" and "start it with --prometheus and --alertmanager" in agents.problems[0].what

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import re
 import signal
 import socket
@@ -18,6 +19,15 @@ import pytest
 from tests.tools import free_port, require_tool
 
 GPULENS = [sys.executable, "-m", "gpulens.cli"]
+
+# The pages as dashboard/app.py declares them: their titles belong in the sidebar, their file names (and the
+# main script's, "app"), which a pages/ folder made Streamlit list, do not.
+DECLARED = re.findall(
+    r'st\.Page\("screens/(\w+)\.py", title="([^"]+)"',
+    (pathlib.Path(__file__).parents[2] / "dashboard" / "app.py").read_text(),
+)
+PAGES = [title for _, title in DECLARED]
+FILE_NAMES = {"app", *(name for name, _ in DECLARED)}
 
 
 def start_demo(*args: str) -> tuple[subprocess.Popen, list[str]]:
@@ -64,17 +74,16 @@ def test_demo_prints_its_url_on_a_line_of_its_own_and_serves_the_dashboard(demo)
     assert len(agents) == 5 and all(answers(a + "/metrics") for a in agents)
 
 
-@pytest.mark.slow
-def test_the_browser_shows_flagged_gpus_and_their_tips(demo, tmp_path):
-    require_tool("chromium", "Debian package 'chromium'")
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium for every browser check of the demo, logging its network requests."""
+    chromium = require_tool("chromium", "Debian package 'chromium'")
     driver_path = require_tool("chromedriver", "Debian package 'chromium-driver'")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
-    options.binary_location = require_tool("chromium", "Debian package 'chromium'")
+    options.binary_location = chromium
     for flag in (
         "--headless",
         "--no-sandbox",
@@ -84,27 +93,101 @@ def test_the_browser_shows_flagged_gpus_and_their_tips(demo, tmp_path):
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium') / 'profile'}",
         "--window-size=1400,2400",
     ):
         options.add_argument(flag)
-    browser = webdriver.Chrome(service=Service(driver_path), options=options)
-    try:
-        browser.get(demo[1][-1])
-        body = browser.find_element(By.TAG_NAME, "body")
-        # Streamlit draws over its websocket after the page loads: wait for the flagged list and the idle GPU.
-        WebDriverWait(browser, 60).until(lambda _: "Give the idle GPU back" in body.text)
-        text = body.text
-        screenshot = os.environ.get("GPULENS_SCREENSHOT") or str(tmp_path / "fleet.png")
-        browser.save_screenshot(screenshot)
-    finally:
-        browser.quit()
+    # Every request the pages make, read back with get_log("performance") (chromedriver's DevTools events).
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    yield driver
+    driver.quit()
+
+
+def shown(browser, url: str, *texts: str) -> str:
+    """Open `url` and return the page's text once every one of `texts` is on it: Streamlit draws over its
+    websocket after the page loads, and the demo's nodes settle over their first minute."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(url)
+    body = browser.find_element(By.TAG_NAME, "body")
+    WebDriverWait(browser, 60).until(lambda _: all(text in body.text for text in texts))
+    return body.text
+
+
+def sidebar(browser) -> list[str]:
+    """The labels of the sidebar's page links (without their icons' ligature names)."""
+    return browser.execute_script(
+        "return [...document.querySelectorAll('[data-testid=stSidebarNavLink] [data-testid=stMarkdownContainer]')]"
+        ".map(label => label.innerText)"
+    )
+
+
+@pytest.mark.slow
+def test_the_browser_shows_flagged_gpus_and_their_tips(demo, browser, tmp_path):
+    text = shown(browser, demo[1][-1], "Give the idle GPU back", "mig · GPU 2 · 2g.20gb slice")
+    screenshot = os.environ.get("GPULENS_SCREENSHOT") or str(tmp_path / "fleet.png")
+    browser.save_screenshot(screenshot)
     assert re.search(r"Flagged GPUs \(\d+\)", text)
     assert "demo · GPU 1" in text and "Idle (held, no work)" in text  # bob's notebook, held and idle
     assert "diagnosis · GPU 0" in text and "Find the rank the job hangs on" in text  # the hung collective
     assert "mig · GPU 2 · 2g.20gb slice" in text  # eli's notebook on a MIG slice of the H100, held and idle
     assert "Traceback" not in text
     assert os.path.getsize(screenshot) > 10_000
+    assert sidebar(browser) == PAGES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("link", "texts"),
+    [
+        ("gpu?node=demo&gpu=1", ["GPU 1 on demo: Idle (held, no work)"]),  # the link's GPU, not the first
+        ("job?kind=slurm&id=81234", ["slurm job 81234", "Tip: Add DataLoader workers"]),  # carol's starved job
+        ("probes", ["Is each GPU as fast as it should be"]),
+        ("alerts", ["Alerts need Prometheus"]),
+    ],
+    ids=["gpu", "job", "probes", "alerts"],
+)
+def test_a_deep_link_opens_its_page_with_the_pages_titles_in_the_sidebar(demo, browser, link, texts):
+    page = shown(browser, demo[1][-1] + link, *texts, "Refreshes every")
+    assert sidebar(browser) == PAGES, sidebar(browser)
+    assert not FILE_NAMES & set(sidebar(browser))
+    assert "Traceback" not in page
+    assert browser.current_url == demo[1][-1] + link  # the link stays, query and all
+
+
+@pytest.mark.slow
+def test_a_link_to_a_job_that_is_not_running_says_so_and_points_to_its_report(demo, browser):
+    page = shown(
+        browser, demo[1][-1] + "job?kind=slurm&id=424242", "slurm job 424242 is not running", "Updated", "instead"
+    )
+    assert "no record of it in the last 7 days" in page
+    assert "gpulens report job 424242 --agent http://127.0.0.1:" in page
+    assert "Open a running job instead" in page and "slurm job 81234" not in page  # no other job in its place
+    assert browser.current_url.endswith("job?kind=slurm&id=424242")
+    assert sidebar(browser) == PAGES
+
+
+@pytest.mark.slow
+def test_the_pages_ask_nothing_of_any_server_but_the_dashboard(demo, browser):
+    # What this page asks, and every page this module opened before it in the same browser.
+    shown(browser, demo[1][-1] + "probes", "Is each GPU as fast as it should be")
+    icons = browser.execute_script("return [...document.querySelectorAll('link[rel~=icon]')].map(l => l.href)")
+    # The tab's icon is inlined: a Material icon there made the browser ask fonts.gstatic.com for it.
+    assert icons and all(href.startswith("data:image/svg+xml") for href in icons), icons
+    requests = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            requests.append(message["params"]["request"]["url"])
+        elif message["method"] == "Network.webSocketCreated":
+            requests.append(message["params"]["url"])
+    web = [url for url in requests if url.startswith(("http://", "https://", "ws://", "wss://"))]
+    loopback = (demo[1][-1], demo[1][-1].replace("http://", "ws://", 1))
+    assert web and all(url.startswith(loopback) for url in web), sorted(
+        u for u in set(web) if not u.startswith(loopback)
+    )
 
 
 @pytest.mark.slow

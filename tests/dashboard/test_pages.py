@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 from dataclasses import replace
 
 import pytest
@@ -37,6 +38,11 @@ def text(at: AppTest) -> str:
         for e in getattr(at, kind)
     ]
     return "\n".join(str(p) for p in parts)
+
+
+def query_params(at: AppTest) -> dict[str, str]:
+    """The page's query parameters, one value each: older Streamlit releases (1.51 among them) give AppTest lists."""
+    return {key: value[-1] if isinstance(value, list) else value for key, value in at.query_params.items()}
 
 
 def charts(at: AppTest) -> int:
@@ -199,6 +205,21 @@ def test_gpu_page_without_a_link_starts_on_the_first_node():
     assert "Node node-a" in text(at)
 
 
+@pytest.mark.parametrize(
+    ("query", "said"),
+    [
+        ({"node": "node-x", "gpu": "1"}, "Node node-x reports no GPU to this dashboard now"),
+        ({"node": "node-a", "gpu": "9"}, "Node node-a reports no GPU 9 now"),
+    ],
+)
+def test_a_link_to_a_node_or_gpu_the_source_lacks_says_so_and_shows_no_other_gpu(query, said):
+    at = run("gpu", FakeSource(), **query)
+    assert len(at.warning) == 1 and said in at.warning[0].value
+    page = text(at)
+    assert "GPU 0 on" not in page and "GPU 1 on" not in page and charts(at) == 0
+    assert query_params(at) == query  # the link stays as it came
+
+
 def test_gpu_page_with_problems_shows_the_banner_and_the_charts():
     at = run("gpu", FakeSource(problems=(DOWN,)), node="node-a", gpu="1")
     assert len(at.warning) == 1 and "node-c" in at.warning[0].value
@@ -228,6 +249,52 @@ def test_job_page_links_to_the_report_url_pattern(monkeypatch):
 def test_job_page_without_jobs_says_so():
     at = run("job", FakeSource(gpus=tuple(replace(g, job_id="", job_kind="") for g in GPUS), jobs_=()))
     assert "No jobs to show" in at.info[0].value
+
+
+def test_a_link_to_a_job_that_is_not_running_says_so_and_shows_what_the_source_has():
+    source = FakeSource()
+    at = run("job", source, kind="slurm", id="80077")
+    page = text(at)
+    assert "slurm job 80077 is not running" in page
+    assert "slurm job 81234" not in page and not at.metric  # no other job in its place
+    assert query_params(at) == {"kind": "slurm", "id": "80077"}  # the link stays
+    assert "No GPU this dashboard sees is held by it now" in at.info[0].value
+    # The fake's records are 3 h older than NOW, the fakes' import time; the page reads the clock later.
+    assert re.search(r"\(3 h( 0\d min)? ago\)", page) and "1.50 GPU-h wasted" in page
+    assert charts(at) == 1  # its GPU-hours by state
+    assert list(at.dataframe[0].value["GPU"]) == ["node-b GPU 0", "GPU-gone"]
+    assert "gpulens report job 80077 --format html" in page
+    assert "past_job slurm 80077" in source.asked
+    assert at.selectbox[0].label == "Open a running job instead" and at.selectbox[0].value is None
+
+
+def test_a_link_to_a_job_the_source_never_saw_says_so_and_points_to_its_report(monkeypatch):
+    monkeypatch.setenv("GPULENS_DASHBOARD_REPORT_URL", "https://reports.example.org/{job_kind}/{job_id}")
+    at = run("job", FakeSource(problems=(DOWN,)), kind="slurm", id="424242")
+    assert "slurm job 424242 is not running" in text(at)
+    assert "no record of it in the last 7 days" in at.info[0].value
+    assert "[The job's report](https://reports.example.org/slurm/424242)" in text(at)
+    assert len(at.warning) == 1 and "node-c" in at.warning[0].value
+
+
+def test_a_source_that_raises_on_a_past_job_costs_the_panel_never_a_traceback():
+    at = run("job", FakeSource(fail=True), kind="slurm", id="80077")
+    assert "slurm job 80077 is not running" in text(at)
+    assert "what the source has of job 80077 failed unexpectedly" in at.warning[0].value
+
+
+def test_picking_a_running_job_instead_of_a_link_to_a_finished_one_opens_it():
+    at = run("job", FakeSource(), kind="slurm", id="80077")
+    at.selectbox(key="job_instead").select(("kubernetes", "job-bob")).run()
+    assert not at.exception
+    assert query_params(at) == {"kind": "kubernetes", "id": "job-bob"}
+    assert "kubernetes job job-bob" in text(at) and "is not running" not in text(at)
+
+
+def test_a_job_link_without_a_kind_opens_the_running_job_with_that_id():
+    at = run("job", FakeSource(), id="81234")
+    assert "slurm job 81234" in text(at)
+    assert query_params(at) == {"kind": "slurm", "id": "81234"}
 
 
 def test_probes_page_lists_outliers_first():

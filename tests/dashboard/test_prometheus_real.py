@@ -6,6 +6,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 import urllib.parse
 import urllib.request
 
@@ -158,6 +159,22 @@ def test_jobs_probes_and_alerts_from_prometheus(prometheus):
     assert alerts.problems == () and alerts.value.supported
 
 
+def test_the_past_of_a_job_from_prometheus(prometheus):
+    source = PrometheusSource.from_url(prometheus)
+    now = time.time()
+    answer = source.past_job("slurm", "81234")  # running: its last sample is seconds old
+    assert answer.problems == ()
+    record = answer.value
+    assert (record.kind, record.nodes, record.user, record.running) == ("slurm", ("demo",), "carol", True)
+    assert now - 120 < record.start <= record.last_seen and abs(now - record.last_seen) < 10
+    assert len(record.gpus) == 1 and record.gpus[0].startswith("GPU-")
+    assert record.state_seconds.get("data_starved", 0) > 0
+    assert source.past_job("", "jupyter-eli").value is None  # a pod's name is not its id
+    eli = next(s for g in source.fleet(3600).value.gpus for s in g.slices if s.user == "eli")
+    assert source.past_job("", eli.job_id).value.gpus == (eli.uuid,)  # a MIG slice by its own UUID
+    assert source.past_job("slurm", "424242") == type(answer)(None)
+
+
 @pytest.mark.parametrize(
     ("page", "query", "expected"),
     [
@@ -165,6 +182,7 @@ def test_jobs_probes_and_alerts_from_prometheus(prometheus):
         ("gpu", {"node": "demo", "gpu": "2"}, "GPU 2 on demo: Starved for data"),
         ("gpu", {"node": "mig", "gpu": "2"}, "Its MIG slices ("),  # 3 or 4: the last is made at 120 s
         ("job", {"kind": "slurm", "id": "81234"}, "slurm job 81234"),
+        ("job", {"kind": "slurm", "id": "424242"}, "slurm job 424242 is not running"),
         ("probes", {}, "No probe results yet"),
         ("alerts", {}, "Alerts"),
     ],

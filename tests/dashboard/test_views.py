@@ -9,7 +9,7 @@ import pytest
 from gpulens.dashboard import charts
 from gpulens.dashboard.sources.base import FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
-from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, history
+from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history
 
 
 def test_filters_keep_only_matching_gpus_and_options_are_distinct_and_sorted():
@@ -90,6 +90,47 @@ def test_chart_rows_scale_to_the_axis_unit_and_name_missing_lines():
     assert gpu.missing_lines(data, memory) == ["PyTorch: held by tensors", "PyTorch: reserved by its cache"]
 
 
+def _pcie(*values: float) -> GpuHistory:
+    points = tuple((NOW - 10 * i, v) for i, v in enumerate(values))
+    return GpuHistory("n", "0", NOW - 600, NOW, {"pcie_receive_bytes_per_second": points}, ())
+
+
+@pytest.mark.parametrize(
+    ("values", "axis", "top"),
+    [
+        ((0.0, 0.0), "B/s", 0.0),  # an idle link: zeros, on a plain axis
+        ((4_000.0, 12_500.0), "kB/s", 12.5),  # a few kB/s, once 0.0000125 GB/s
+        ((2e8, 1.2e10), "GB/s", 12.0),
+    ],
+)
+def test_the_pcie_chart_takes_the_unit_its_largest_value_calls_for(values, axis, top):
+    spec = next(spec for spec in gpu.CHARTS if spec.title == "PCIe traffic")
+    data = _pcie(*values)
+    assert gpu.axis_title(data, spec) == axis
+    assert max(r["value"] for r in gpu.chart_rows(data, spec)) == pytest.approx(top)
+    power = next(spec for spec in gpu.CHARTS if spec.title == "Power")
+    assert gpu.axis_title(history(), power) == "watts"  # a chart with a fixed unit keeps it
+
+
+def test_value_axes_write_plain_numbers_from_zero_to_at_least_one():
+    # Without a format Vega-Lite took the digits from the tick step, and a flat line at zero read "0.000000".
+    chart, _ = charts.lines([{"time": NOW, "series": "host → GPU", "value": 0.0}], "B/s", NOW - 60, NOW)
+    y = chart.to_dict()["encoding"]["y"]
+    assert y["axis"]["format"] == ",.3~r" and y["title"] == "B/s"
+    assert y["scale"]["domain"] == {"unionWith": [0, 1]}
+    tooltip = chart.to_dict()["encoding"]["tooltip"]
+    assert {t.get("format") for t in tooltip if t["field"] == "value"} == {",.3~r"}
+
+
+def test_a_short_jobs_hours_are_drawn_in_gpu_minutes():
+    small, _ = charts.shares([{"state": "Busy", "hours": 0.01, "share": 1.0}])
+    spec = small.to_dict()
+    assert spec["encoding"]["x"]["title"] == "GPU-minutes" and spec["encoding"]["x"]["axis"]["format"] == ",.3~r"
+    assert next(iter(spec["datasets"].values()))[0]["amount"] == pytest.approx(0.6)
+    large, _ = charts.shares([{"state": "Busy", "hours": 12.0, "share": 1.0}])
+    assert large.to_dict()["encoding"]["x"]["title"] == "GPU-hours"
+
+
 def test_timeline_merges_runs_of_one_state():
     data = GpuHistory("n", "0", 0.0, 100.0, {}, ((10.0, "busy"), (20.0, "busy"), (30.0, "idle"), (40.0, "idle")))
     segments = gpu.timeline(data)
@@ -131,6 +172,44 @@ def test_job_list_breakdown_data_wait_memory_and_tips():
     memory = job.memory(starved, held)
     assert memory.device_used_bytes == 30 * 2**30 and memory.torch_reserved_bytes == 28 * 2**30
     assert job.job_tips(held)[0][0] == "Add DataLoader workers"
+
+
+@pytest.mark.parametrize(
+    ("kind", "job_id", "index"),
+    [
+        ("slurm", "81234", 1),
+        ("", "81234", 1),  # a link without a kind finds the job by its id
+        ("kubernetes", "81234", None),  # the id, but of another kind
+        ("slurm", "424242", None),  # not running: no other job in its place
+        ("", "", 0),  # no link: the most wasted job
+    ],
+)
+def test_a_link_names_its_running_job_or_none(kind, job_id, index):
+    keys = [(r["kind"], r["id"]) for r in job.job_list(JOBS, GPUS)]
+    assert keys[1] == ("slurm", "81234")
+    assert job.linked(keys, kind, job_id) == index
+    assert job.linked([], "", "") is None
+
+
+def test_what_a_source_still_has_of_a_job_that_is_not_running():
+    text = job.past_summary(PAST, NOW)
+    assert "Last seen **" in text and "(3 h ago)**" in text and "first seen" in text and "(4 h ago)" in text
+    assert "on node-b." in text and "Owner: carol." in text
+    assert "held for **2.00 GPU-h**, of which **1.50 GPU-h wasted** (75%" in text
+    assert "kernel ran" not in text  # no utilization samples in this record
+    assert "A kernel ran 40% of" in job.past_summary(replace(PAST, busy_seconds=40.0, sampled_seconds=100.0), NOW)
+    assert "no GPU time" in job.past_summary(replace(PAST, state_seconds={}), NOW)
+    assert [s.state for s in job.state_breakdown(PAST)] == ["Starved for data", "Busy"]
+    rows = job.past_gpu_rows(PAST, [*GPUS, MIG_GPU])
+    assert rows[0] == {
+        "GPU": "node-b GPU 0",
+        "model": "NVIDIA A100-SXM4-80GB",
+        "now": "Starved for data, held by slurm 81234",
+        "details": "gpu?node=node-b&gpu=0",
+    }
+    assert rows[1] == {"GPU": "GPU-gone", "model": "", "now": "not in the fleet now", "details": None}
+    (mig,) = job.past_gpu_rows(replace(PAST, gpus=("MIG-c2-4",)), [MIG_GPU])
+    assert mig["GPU"] == "node-c GPU 2 · 1g.10gb slice" and mig["now"] == "Free"
 
 
 def test_report_link_follows_the_template_or_is_absent():

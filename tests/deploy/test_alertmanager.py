@@ -27,6 +27,10 @@ import pytest
 from gpulens import bundled
 from gpulens.alertmanager_api import AlertmanagerApi
 from gpulens.dashboard import launch
+from gpulens.dashboard.sources import PrometheusSource
+from gpulens.dashboard.sources.base import FleetGpu
+from gpulens.dashboard.views import oncall
+from gpulens.prometheus_api import PrometheusApi
 from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
@@ -295,7 +299,8 @@ def test_the_dashboard_reads_notices_and_silences_from_the_real_alertmanager(sta
     )
     api = AlertmanagerApi(alertmanager)
     silence = next(s for s in api.silences() if s.comment == "node-m in maintenance")
-    assert silence.matchers == ('instance="node-m"', 'alertname=~"Gpulens.*"') and silence.created_by == "ops"
+    assert tuple(map(str, silence.matchers)) == ('instance="node-m"', 'alertname=~"Gpulens.*"')
+    assert silence.created_by == "ops"
 
     def silenced():
         return [h for h in api.alerts() if h.labels.get("instance") == "node-m" and h.silenced_by]
@@ -305,3 +310,49 @@ def test_the_dashboard_reads_notices_and_silences_from_the_real_alertmanager(sta
     by_name = {(h.labels["alertname"], h.labels["instance"]): h for h in api.alerts()}
     lost, xid = by_name["GpulensGpuLost", "node-n"], by_name["GpulensGpuXidError", "node-n"]
     assert xid.inhibited_by == (lost.fingerprint,)
+
+
+def test_a_silence_from_the_gpu_page_is_listed_and_holds_back_that_gpus_alerts_only(stack):
+    _, alertmanager = stack
+    post(
+        alertmanager + "/api/v2/alerts",
+        [
+            alert("GpulensGpuDataStarved", "warning", "node-s", gpu="3", uuid="GPU-s3"),
+            alert("GpulensGpuSliceHeldIdle", "warning", "node-s", gpu="3", gpu_uuid="GPU-s3", uuid="MIG-s3-1"),
+            alert("GpulensGpuDataStarved", "warning", "node-s", gpu="4", uuid="GPU-s4"),
+        ],
+    )
+    gpu = FleetGpu(node="node-s", gpu="3", uuid="GPU-s3")
+    # As the page asks: the source's client, the Prometheus beside it never asked.
+    api = AlertmanagerApi(alertmanager)
+    source = PrometheusSource(PrometheusApi("http://127.0.0.1:9"), alertmanager=api)
+    before = time.time()
+    created = source.create_silence(
+        oncall.gpu_matchers(gpu), 4 * 3600, "Ada Lovelace <ada@example.org>", "carol is told"
+    )
+    assert created.problems == () and created.value
+    listed = next(s for s in api.silences() if s.id == created.value)
+    assert listed.matchers == oncall.gpu_matchers(gpu) and listed.comment == "carol is told"
+    assert listed.created_by == "Ada Lovelace <ada@example.org>"
+    own = get(f"{alertmanager}/api/v2/silence/{created.value}")  # Alertmanager's own word
+    assert own["status"]["state"] == "active" and own["createdBy"] == "Ada Lovelace <ada@example.org>"
+    assert [(m["name"], m["value"], m["isRegex"], m.get("isEqual", True)) for m in own["matchers"]] == [
+        ("instance", "node-s", False, True),
+        ("gpu", "3", False, True),
+    ]
+    ends = datetime.fromisoformat(own["endsAt"].replace("Z", "+00:00")).timestamp()
+    assert before + 4 * 3600 - 5 <= ends <= time.time() + 4 * 3600 + 5
+
+    def held() -> dict[str, tuple[str, ...]]:
+        found = {h.labels["uuid"]: h.silenced_by for h in api.alerts() if h.labels.get("instance") == "node-s"}
+        return found if len(found) == 3 else {}
+
+    silenced = wait_for(held, 20)
+    assert silenced == {"GPU-s3": (created.value,), "MIG-s3-1": (created.value,), "GPU-s4": ()}
+    shown = [s for s in source.alerts().value.silences if s.id == created.value]
+    assert oncall.covering(shown, gpu) == shown and oncall.covering(shown, FleetGpu("node-s", "4", "GPU-s4")) == []
+
+    refused = source.create_silence(oncall.gpu_matchers(gpu), -3600, "Ada", "in the past")
+    (problem,) = refused.problems
+    assert refused.value == "" and problem.where == api.where and "\n" not in problem.what
+    assert problem.what.startswith("refused the silence: ") and "start time must be before end time" in problem.what

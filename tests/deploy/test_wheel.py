@@ -53,6 +53,7 @@ def test_the_wheel_holds_every_rule_and_deploy_file(installed):
     assert tracked and all(f"gpulens/{path}" in names for path in tracked), sorted(
         path for path in tracked if f"gpulens/{path}" not in names
     )
+    assert "gpulens/dashboard/icon.svg" in names  # the dashboard's tab icon, served from the package
 
 
 def test_rules_from_the_wheel_pass_promtool(installed, tmp_path):

@@ -1,0 +1,195 @@
+"""The on-call operator's loop on a flagged GPU, without Streamlit: who to contact, a message to paste to
+them, and a silence of the GPU's alerts while they act.
+
+A GPU is flagged as on the Fleet page (`fleet.is_flagged`: idle, starved for data, underused, lost, or a
+health condition); a GPU in MIG mode through its flagged slices, each with its own holder and message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from gpulens.alertmanager_api import Matcher
+from gpulens.dashboard.access import Access
+from gpulens.dashboard.sources.base import FleetGpu, SilenceShown
+from gpulens.dashboard.views import fleet, links, words
+
+# How long a silence from the GPU page lasts: the choices offered, in seconds.
+DURATIONS = {3600: "1 hour", 4 * 3600: "4 hours", 12 * 3600: "12 hours", 86_400: "1 day", 3 * 86_400: "3 days"}
+DEFAULT_DURATION = 4 * 3600
+
+# The labels that name a GPU on the rules' alerts (rules/alerts.rules.yml): a GPU's carry instance, gpu and
+# uuid; a MIG slice's its GPU's index, its own UUID and its GPU's as gpu_uuid; a job's process's gpu_uuid.
+GPU_LABELS = ("instance", "gpu", "uuid", "gpu_uuid")
+
+NO_COMMENT = (
+    "A silence needs a comment: say why the alerts may wait (the owner is told, a fix is under way), "
+    "so that whoever is on call next knows"
+)
+NO_AUTHOR = "A silence needs an author: write your name, which Alertmanager keeps beside the comment"
+NO_ALERTMANAGER = (
+    "Silencing from here needs Alertmanager: start the dashboard with --prometheus URL --alertmanager URL "
+    "(docs/dashboard.md)"
+)
+SILENCE_ACTION = "Silencing a GPU's alerts"
+
+
+@dataclass(frozen=True)
+class OnCall:
+    """One flagged GPU or MIG slice: who holds it (label, value rows) and the message to send them."""
+
+    unit: FleetGpu
+    name: str  # "GPU 1 on node-a", "GPU 2 · 2g.20gb slice on node-c"
+    contact: tuple[tuple[str, str], ...]
+    message: str
+
+
+def flagged(gpu: FleetGpu, now: float, page_url: str | None, environ: Mapping[str, str]) -> list[OnCall]:
+    """Return the GPU, or its flagged MIG slices, each with its contact and message; [] when none is flagged.
+
+    `page_url` is the address of the page the viewer has open (links in the message are made full from
+    it); `environ` the dashboard's settings, for the report's link or command.
+    """
+    rows = fleet.flagged([gpu], now)
+    units = fleet.ranked([gpu])
+    return [
+        OnCall(
+            unit=unit,
+            name=f"{row.name} on {row.node}",
+            contact=contact(unit),
+            message=message(unit, row, now, page_url, environ),
+        )
+        for unit, row in zip(units, rows, strict=True)
+    ]
+
+
+def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
+    """Return who to contact about a GPU or a MIG slice, as (what, value) rows, from its holder as the agent
+    attributes it; what the agent cannot know is said, never guessed."""
+    if not unit.job_id:
+        return (("holder", "no job holds it: a matter for the node's administrators"),)
+    rows = [("user", unit.user or "not known (the agent could not read the process's owner)")]
+    if unit.job_kind == "kubernetes":
+        if unit.pod:
+            rows.append(("Kubernetes pod", f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod))
+            if unit.container:
+                rows.append(("container", unit.container))
+        else:
+            # The agent names pods through the kubelet's pod-resources socket (docs/attribution.md).
+            rows.append(("Kubernetes pod", "not known (the agent does not reach the kubelet's pod-resources socket)"))
+        rows.append(("pod UID", unit.job_id))
+    elif unit.job_kind == "slurm":
+        rows.append(("Slurm job", unit.job_id))
+        # The agent reads a job's id (cgroup path or SLURM_JOB_ID) but not its account; sacct prints the
+        # account a job ran under (https://slurm.schedmd.com/sacct.html, field Account).
+        rows.append(("Slurm account", f"not reported by gpulens; `sacct -j {unit.job_id} --format=Account` shows it"))
+    else:
+        rows.append((f"{unit.job_kind or 'job'}", unit.job_id))
+    return tuple(rows)
+
+
+def holder(unit: FleetGpu) -> str:
+    """Return the holder in one line: 'user bob, Kubernetes pod research/jupyter-bob', 'user carol, Slurm job 81234'."""
+    if not unit.job_id:
+        return "no job"
+    parts = [f"user {unit.user}" if unit.user else "user not known"]
+    if unit.job_kind == "kubernetes" and unit.pod:
+        pod = f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod
+        parts.append(f"Kubernetes pod {pod}" + (f" (container {unit.container})" if unit.container else ""))
+    elif unit.job_kind == "slurm":
+        parts.append(f"Slurm job {unit.job_id}")
+    else:
+        parts.append(words.job_label(unit.job_kind, unit.job_id, unit.pod))
+    return ", ".join(parts)
+
+
+def since_text(since: float | None, now: float) -> str:
+    """Return when the state began, in UTC and as a duration: '2026-12-01 10:30 UTC (1 h 30 min ago)'."""
+    if not since:
+        return "not known"
+    when = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{when} ({words.duration(now - since)} ago)"
+
+
+def message(unit: FleetGpu, row: fleet.Flagged, now: float, page_url: str | None, environ: Mapping[str, str]) -> str:
+    """Return the message to paste into a chat or a ticket: what, since when, the evidence, who holds it,
+    the top tip, and the links (the GPU's page, the job's page and report). Plain text, one fact a line."""
+    what = f"{row.name} on {row.node}" + (f" ({row.model})" if row.model else "")
+    meaning = words.STATE_MEANING.get(unit.state, "")
+    lines = [f"{what} is {row.state.lower()}" + (f" — {meaning}." if meaning else ".")]
+    if row.why:
+        lines.append(f"Why: {row.why}.")
+    lines.append(f"Since: {since_text(unit.since, now)}.")
+    if row.evidence:
+        lines.append(f"Evidence: {row.evidence}.")
+    lines.append(f"Held by: {holder(unit)}.")
+    if row.tips:
+        lines.append(f"What to do: {row.tips[0].title}. {row.tips[0].text}")
+    lines.append(f"GPU page: {links.absolute(page_url, row.link)}")
+    if unit.job_id:
+        lines.append(f"Job page: {links.absolute(page_url, links.job_link(unit.job_kind, unit.job_id))}")
+        report, is_url = links.job_report(unit.job_kind, unit.job_id, environ)
+        lines.append(f"Job report: {report}" if is_url else f"Job report: run `{report}`")
+    return "\n".join(lines)
+
+
+# -- silencing ---------------------------------------------------------------------------------------
+
+
+def gpu_matchers(gpu: FleetGpu) -> tuple[Matcher, ...]:
+    """Return the matchers that silence a GPU's alerts: its node and index, which its own alerts and its MIG
+    slices' carry (a silence on its UUID would miss the slices', which carry their own)."""
+    return (Matcher("instance", gpu.node), Matcher("gpu", gpu.gpu))
+
+
+def _alert_labels(gpu: FleetGpu) -> Iterable[dict[str, str]]:
+    """The labels that name `gpu` on each kind of alert about it: its own, each slice's, its jobs'."""
+    yield {"instance": gpu.node, "gpu": gpu.gpu, "uuid": gpu.uuid}
+    for part in gpu.slices:
+        yield {"instance": gpu.node, "gpu": gpu.gpu, "uuid": part.uuid, "gpu_uuid": gpu.uuid}
+    yield {"instance": gpu.node, "gpu_uuid": gpu.uuid}
+
+
+def covers(silence: SilenceShown, gpu: FleetGpu) -> bool:
+    """Return whether a silence holds back alerts about `gpu`: it names the GPU by at least one of the labels
+    alerts name a GPU by, and each of those matchers lets one kind of the GPU's alerts through.
+
+    A silence of the whole fleet (on alertname alone) is not counted: it covers every GPU, and the Alerts
+    page lists it. Matchers on other labels (alertname, severity) narrow which of the GPU's alerts it holds;
+    the silence's matchers are shown whole beside it.
+    """
+    named = [m for m in silence.rules if m.name in GPU_LABELS]
+    return bool(named) and any(all(m.matches(labels) for m in named) for labels in _alert_labels(gpu))
+
+
+def covering(silences: Iterable[SilenceShown], gpu: FleetGpu) -> list[SilenceShown]:
+    """Return the silences in force that hold back alerts about `gpu`, in the order Alertmanager listed them."""
+    return [s for s in silences if covers(s, gpu)]
+
+
+def author(decision: Access) -> str:
+    """Return who a silence is created by: the logged-in viewer as 'Name <address>', or "" where the dashboard
+    has no login (the form then asks)."""
+    if decision.name and decision.email and decision.name != decision.email:
+        return f"{decision.name} <{decision.email}>"
+    return decision.email or decision.name
+
+
+def silence_problem(comment: str, created_by: str) -> str:
+    """Return what keeps the form's silence from being sent, in one line, or "" when it may be."""
+    if not comment.strip():
+        return NO_COMMENT
+    if not created_by.strip():
+        return NO_AUTHOR
+    return ""
+
+
+def silenced_line(silence_id: str, gpu: FleetGpu, seconds: float, alertmanager: str) -> str:
+    """Return the line that confirms a new silence: which alerts, how long, where, and its id."""
+    matchers = ", ".join(map(str, gpu_matchers(gpu)))
+    return (
+        f"Silenced the alerts of GPU {gpu.gpu} on {gpu.node} ({matchers}) for {words.duration(seconds)} "
+        f"in {alertmanager}: silence {silence_id}."
+    )
