@@ -411,7 +411,9 @@ def _job_context(
         context["job_kind"] = jobs[0].kind
         usage = host.get(min(jobs[0].pids)) if jobs[0].pids else None
         if usage is not None:
-            context["main_process_cpu_ratio"] = usage.main_process_cpu_ratio
+            # The verdict's values (its window's means) where it has them, here and for the data wait below:
+            # a tip argues from what the verdict judged, not from the last sample, which may disagree.
+            context.setdefault("main_process_cpu_ratio", usage.main_process_cpu_ratio)
             context["cpu_cores_used"] = usage.cpu_cores_used
             if usage.cpu_cores_allowed is not None:
                 context["cpu_cores_allowed"] = usage.cpu_cores_allowed
@@ -421,7 +423,7 @@ def _job_context(
 
 def _report_context(context: dict[str, float | int | str | bool], report: JobReport) -> None:
     if report.data_wait_ratio is not None:
-        context["data_wait_ratio"] = report.data_wait_ratio
+        context.setdefault("data_wait_ratio", report.data_wait_ratio)
     if report.trace is not None and report.trace.steps:
         # The job's last trace (gpulens trace): where each step's time went, which the tips cite.
         context["trace_steps"] = report.trace.steps

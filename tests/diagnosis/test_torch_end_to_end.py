@@ -96,6 +96,7 @@ def test_slow_loader_without_workers_is_data_starved_with_the_worker_tip(tmp_pat
     result = diagnose(tmp_path, load_seconds=0.02)  # 8 samples x 20 ms = 160 ms of loading per step
     assert (result.verdict.state, result.verdict.reason) == (State.DATA_STARVED, Reason.INPUT_WAIT_REPORTED)
     assert result.verdict.evidence["data_wait_ratio"] > 0.5
+    assert result.evidence["data_wait_ratio"] == result.verdict.evidence["data_wait_ratio"]
     assert result.tips[0].id == "dataloader_workers"
     assert "num_workers" in result.tips[0].text
 
@@ -105,4 +106,6 @@ def test_fast_loader_is_not_data_starved(tmp_path):
     result = diagnose(tmp_path, load_seconds=0.0)
     assert result.verdict.state != State.DATA_STARVED
     assert result.verdict.evidence["data_wait_ratio"] < 0.2
+    # The tips argue from the verdict's window, not from the last report, which may wait longer.
+    assert result.evidence["data_wait_ratio"] == result.verdict.evidence["data_wait_ratio"]
     assert all(tip.id != "dataloader_workers" for tip in result.tips)
