@@ -393,10 +393,11 @@ def _holders(
 ) -> GaugeMetricFamily:
     """One series per (device, job holding it), the device's labels then the job's and its owner's."""
     family = GaugeMetricFamily(
-        name, text, labels=(*labels, "job_kind", "job_id", "user", "namespace", "pod", "container")
+        name, text, labels=(*labels, "job_kind", "job_id", "user", "namespace", "pod", "container", "account")
     )
     for device, job in rows:
-        family.add_metric((*device, job.kind, job.id, job.user, job.namespace, job.pod, job.container), 1.0)
+        owner = (job.user, job.namespace, job.pod, job.container, job.account)
+        family.add_metric((*device, job.kind, job.id, *owner), 1.0)
     return family
 
 

@@ -2,10 +2,11 @@
 
 The cgroup path names the owner (a Kubernetes pod, a Slurm job, a Docker container); failing that,
 `SLURM_JOB_ID` in the process's environment names a Slurm job whose cgroups are not in use; failing that,
-the process stands for itself. The kubelet's pod-resources socket, when mounted, adds the pod's namespace
-and name and the container's name: it lists which containers were given which GPUs, so a pod process is
-matched to its container through the GPU it runs on (and, where the GPU is shared, through the GPUs and
-pod name in the container's environment).
+the process stands for itself. A Slurm job's account is `SLURM_JOB_ACCOUNT` in its process's environment.
+The kubelet's pod-resources socket, when mounted, adds the pod's namespace and name and the container's
+name: it lists which containers were given which GPUs, so a pod process is matched to its container through
+the GPU it runs on (and, where the GPU is shared, through the GPUs and pod name in the container's
+environment).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class Job:
     """What a GPU process belongs to.
 
     `id` is the Slurm job id, the pod UID, the Docker container id, or "pid:<pid>" for a bare process.
-    `namespace`, `pod` and `container` are known only for Kubernetes with the pod-resources socket.
+    `namespace`, `pod` and `container` are known only for Kubernetes with the pod-resources socket;
+    `account` only for Slurm, where the agent may read the process's environment.
     `command` is the command line of the lowest pid, hidden unless revealed (see `Sensitive`).
     """
 
@@ -78,6 +80,7 @@ class Job:
     namespace: str = ""
     pod: str = ""
     container: str = ""
+    account: str = ""  # the Slurm account the job runs under
     command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
 
@@ -88,6 +91,7 @@ class _Facts:
 
     owner: CgroupOwner | None
     slurm_job_from_environ: str
+    slurm_account: str  # SLURM_JOB_ACCOUNT, the account of slurm_job_from_environ
     uid: int | None
     user: str
     command: str
@@ -142,10 +146,13 @@ class Resolver:
             job = self.resolve(pid, gpu_uuid)
             if job is None:
                 continue
-            # Processes of one job differ only in pid and command line.
-            key = replace(job, command=Sensitive(), pids=())
+            # Processes of one job differ only in pid and command line, and in the account, which a process
+            # adopted into a Slurm job (an ssh session) does not carry: the job's is the one its steps carry.
+            key = replace(job, account="", command=Sensitive(), pids=())
             first = jobs.get(key)
-            jobs[key] = job if first is None else replace(first, pids=first.pids + job.pids)
+            if first is not None:
+                job = replace(first, account=first.account or job.account, pids=first.pids + job.pids)
+            jobs[key] = job
         return list(jobs.values())
 
     def gpu_allocations(self) -> dict[str, PodRef]:
@@ -181,14 +188,19 @@ class Resolver:
         owner = parse_owner(self._proc.cgroup(pid))
         uid = self._proc.uid(pid)
         command = self._proc.cmdline(pid)
-        # The environment is read only where it can add something: a Slurm job without cgroups, or the
-        # hints that tell apart containers sharing a GPU.
-        environ = self._proc.environ(pid) if owner is None or owner.kind == KUBERNETES else None
+        # The environment is read only where it can add something: a Slurm job's account, a Slurm job
+        # without cgroups, or the hints that tell apart containers sharing a GPU. Unreadable (not root), it
+        # adds nothing.
+        environ = self._proc.environ(pid) if owner is None or owner.kind in (SLURM, KUBERNETES) else None
         environ = environ or {}
+        # Slurm sets SLURM_JOB_ID and SLURM_JOB_ACCOUNT in every job step's environment ("OUTPUT
+        # ENVIRONMENT VARIABLES" in https://slurm.schedmd.com/sbatch.html and .../srun.html).
         slurm_job = environ.get("SLURM_JOB_ID", "")
+        slurm_job = slurm_job if slurm_job.isdigit() else ""
         return _Facts(
             owner=owner,
-            slurm_job_from_environ=slurm_job if slurm_job.isdigit() else "",
+            slurm_job_from_environ=slurm_job,
+            slurm_account=environ.get("SLURM_JOB_ACCOUNT", "") if slurm_job else "",
             uid=uid,
             user="" if uid is None else self._users(uid),
             command=command,
@@ -207,11 +219,15 @@ class Resolver:
             names = ref._asdict() if ref is not None else {}
             return Job(kind=KUBERNETES, id=owner.pod_uid, **names, **common)
         if owner is not None and owner.kind == SLURM:
-            return Job(kind=SLURM, id=owner.job_id, **common)
+            # The account is taken only from an environment that names the cgroup's job: an ssh session
+            # adopted into the job by pam_slurm_adopt (https://slurm.schedmd.com/pam_slurm_adopt.html)
+            # starts from sshd, not from Slurm, and names no job.
+            same = facts.slurm_job_from_environ == owner.job_id
+            return Job(kind=SLURM, id=owner.job_id, account=facts.slurm_account if same else "", **common)
         if owner is not None and owner.kind == DOCKER:
             return Job(kind=DOCKER, id=owner.container_id, **common)
         if facts.slurm_job_from_environ:
-            return Job(kind=SLURM, id=facts.slurm_job_from_environ, **common)
+            return Job(kind=SLURM, id=facts.slurm_job_from_environ, account=facts.slurm_account, **common)
         return Job(kind=PROCESS, id=f"pid:{pid}", **common)
 
     # -- pod-resources ----------------------------------------------------------------------

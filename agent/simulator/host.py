@@ -66,6 +66,7 @@ class SimulatedSources:
                     namespace=spec.namespace,
                     pod=spec.pod,
                     container=spec.container,
+                    account=spec.account,
                     pids=(pid,),
                 )
             key = (job.kind, job.id)

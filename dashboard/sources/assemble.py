@@ -110,7 +110,7 @@ MIG_DETAIL_SERIES = (
     "gpulens_mig_memory_used_bytes",
     "gpulens_mig_memory_total_bytes",
 )
-_HOLDER = ("job_kind", "job_id", "user", "namespace", "pod", "container")
+_HOLDER = ("job_kind", "job_id", "user", "namespace", "pod", "container", "account")
 
 
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:

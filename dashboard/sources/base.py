@@ -72,6 +72,7 @@ class FleetGpu:
     namespace: str = ""
     pod: str = ""
     container: str = ""  # the container in the pod (Kubernetes), as the agent's allocation series name it
+    account: str = ""  # the Slurm account, where the agent could read it from the job's environment
     wasted_seconds: float = 0.0  # seconds idle, data-starved or underutilized (see Fleet.wasted_over)
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None

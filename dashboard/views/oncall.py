@@ -82,16 +82,24 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
         rows.append(("pod UID", unit.job_id))
     elif unit.job_kind == "slurm":
         rows.append(("Slurm job", unit.job_id))
-        # The agent reads a job's id (cgroup path or SLURM_JOB_ID) but not its account; sacct prints the
-        # account a job ran under (https://slurm.schedmd.com/sacct.html, field Account).
-        rows.append(("Slurm account", f"not reported by gpulens; `sacct -j {unit.job_id} --format=Account` shows it"))
+        if unit.account:
+            rows.append(("Slurm account", unit.account))
+        else:
+            # The agent reads the account from the job's environment, which it may not (without root and
+            # CAP_SYS_PTRACE, or a process the job adopted; docs/attribution.md); sacct prints the account a
+            # job ran under (https://slurm.schedmd.com/sacct.html, field Account).
+            sacct = f"`sacct -j {unit.job_id} --format=Account`"
+            rows.append(
+                ("Slurm account", f"not known (the agent could not read the job's environment); {sacct} shows it")
+            )
     else:
         rows.append((f"{unit.job_kind or 'job'}", unit.job_id))
     return tuple(rows)
 
 
 def holder(unit: FleetGpu) -> str:
-    """Return the holder in one line: 'user bob, Kubernetes pod research/jupyter-bob', 'user carol, Slurm job 81234'."""
+    """Return the holder in one line: 'user bob, Kubernetes pod research/jupyter-bob', 'user carol, Slurm job 81234
+    (account ml-research)'."""
     if not unit.job_id:
         return "no job"
     parts = [f"user {unit.user}" if unit.user else "user not known"]
@@ -99,7 +107,7 @@ def holder(unit: FleetGpu) -> str:
         pod = f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod
         parts.append(f"Kubernetes pod {pod}" + (f" (container {unit.container})" if unit.container else ""))
     elif unit.job_kind == "slurm":
-        parts.append(f"Slurm job {unit.job_id}")
+        parts.append(f"Slurm job {unit.job_id}" + (f" (account {unit.account})" if unit.account else ""))
     else:
         parts.append(words.job_label(unit.job_kind, unit.job_id, unit.pod))
     return ", ".join(parts)

@@ -50,6 +50,10 @@ def gpu(namespace: str, pod: str, container: str, device_id: str, resource: str 
     return DeviceAllocation(namespace, pod, container, resource, device_id)
 
 
+# SLURM_JOB_ACCOUNT of the fixture processes whose environment names their job (1105's names none).
+ACCOUNTS = {1102: "ml-research", 1106: "physics"}
+
+
 def expected_job(pid: int) -> Job:
     """The job each fixture process resolves to with no pod-resources and environ readable."""
     _, owner, uid = CASES[pid]
@@ -62,7 +66,8 @@ def expected_job(pid: int) -> Job:
     elif pid == 1402:
         kind, job_id = SLURM, "999"
     command = Sensitive(read_bytes(f"{PROC_ROOT}/{pid}/cmdline").rstrip(b"\0").replace(b"\0", b" ").decode())
-    return Job(kind=kind, id=job_id, user=users(uid), uid=uid, command=command, pids=(pid,))
+    account = ACCOUNTS.get(pid, "")
+    return Job(kind=kind, id=job_id, user=users(uid), uid=uid, account=account, command=command, pids=(pid,))
 
 
 @pytest.mark.parametrize("pid", sorted(CASES), ids=lambda pid: CASES[pid][0])
@@ -74,8 +79,21 @@ def test_environ_it_may_not_read_gives_no_slurm_job():
     resolver = Resolver(PROC_ROOT, users=users, read=denying("environ"))
     job = resolver.resolve(1402)
     assert (job.kind, job.id, job.user) == (PROCESS, "pid:1402", "bob")
-    # The cgroup still answers for a Slurm job whose environ is out of reach.
-    assert resolver.resolve(1102).id == "5678"
+    # The cgroup still answers for a Slurm job whose environ is out of reach; its account is not known.
+    job = resolver.resolve(1102)
+    assert (job.kind, job.id, job.account) == (SLURM, "5678", "")
+
+
+def test_a_slurm_account_is_read_once_and_only_from_an_environment_naming_the_job():
+    reader = CountingReader()
+    resolver = Resolver(PROC_ROOT, users=users, read=reader)
+    assert resolver.resolve(1102).account == "ml-research"
+    assert resolver.resolve(1102).account == "ml-research"
+    assert reader.reads["environ"] == 1  # cached with the rest of what /proc said
+    # 1105's environment has SLURM_JOB_ACCOUNT but no SLURM_JOB_ID: it may not be the job's, so it is not taken.
+    job = resolver.resolve(1105)
+    assert (job.id, job.account) == ("424242", "")
+    assert "ml-research" in read_bytes(f"{PROC_ROOT}/1105/environ").decode()
 
 
 def test_unknown_uid_falls_back_to_the_number():
@@ -94,8 +112,7 @@ def test_command_line_is_returned_but_hidden():
     assert "s3cr3t" not in str(job.command)
     assert "s3cr3t" not in repr(job)
     assert "s3cr3t" not in f"{job.command}"
-    assert dataclasses.fields(Job)[7].name == "command"
-    assert dataclasses.fields(Job)[7].metadata["sensitive"] is True
+    assert {f.name: f for f in dataclasses.fields(Job)}["command"].metadata["sensitive"] is True
     assert not Resolver(PROC_ROOT).resolve(1104).command.reveal().startswith("python")
 
 
@@ -111,7 +128,7 @@ def test_second_resolve_reads_only_stat():
 
 def test_environ_is_not_read_where_the_cgroup_suffices():
     reader = CountingReader()
-    Resolver(PROC_ROOT, users=users, read=reader).resolve(1102)
+    Resolver(PROC_ROOT, users=users, read=reader).resolve(1302)  # a Docker container
     assert reader.reads["environ"] == 0
 
 
@@ -162,9 +179,14 @@ def test_resolve_many_groups_processes_of_one_job(tmp_path):
     for pid in (5001, 5002):
         copy_process(tmp_path, 1102, pid)
     (tmp_path / "5002" / "cmdline").write_bytes(b"python3\0-c\0from multiprocessing.spawn import spawn_main\0")
+    # 5001 entered the job's cgroup from an ssh session: its environment names no job, so it has no account.
+    (tmp_path / "5001" / "environ").write_bytes(b"PATH=/usr/bin\0SSH_CONNECTION=10.0.0.1 2222 10.0.0.2 22\0")
     copy_process(tmp_path, 1401, 5003)
-    jobs = Resolver(str(tmp_path), users=users).resolve_many([5003, 5002, 5001, 5001, 9999])
+    resolver = Resolver(str(tmp_path), users=users)
+    assert resolver.resolve(5001).account == ""
+    jobs = resolver.resolve_many([5003, 5002, 5001, 5001, 9999])
     assert [(j.kind, j.id, j.pids) for j in jobs] == [(SLURM, "5678", (5001, 5002)), (PROCESS, "pid:5003", (5003,))]
+    assert jobs[0].account == "ml-research"  # the job's step carries it
     assert jobs[0].command.reveal() == "/opt/conda/bin/python -u train.py"  # the lowest pid's
 
 

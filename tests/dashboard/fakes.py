@@ -76,6 +76,7 @@ GPUS = (
         job_kind="slurm",
         job_id="81234",
         user="carol",
+        account="ml-research",
         wasted_seconds=1800,
         memory_used_bytes=30 * 2**30,
         memory_total_bytes=80 * 2**30,

@@ -46,6 +46,8 @@ def test_fleet_from_a_mig_node_nests_its_slices(mig_agent):
     idle = gpus["2"].slices[1]
     assert (idle.mig_profile, idle.state, idle.user, idle.node) == ("2g.20gb", "idle", "eli", "mig")
     assert idle.wasted_seconds > 0 and idle.memory_used_bytes is not None
+    slurm = gpus["1"].slices[2]  # a Slurm job's slice: its account comes with the MIG allocation series
+    assert (slurm.job_id, slurm.user, slurm.account) == ("88231", "chen", "ml-research")
 
 
 def test_history_grows_one_point_per_scrape_and_stays_bounded(demo_agent):

@@ -23,12 +23,14 @@ def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_an
         "bob",
         "research",
     )
-    assert (starved.state, starved.job_kind, starved.job_id, starved.user) == (
+    assert (starved.state, starved.job_kind, starved.job_id, starved.user, starved.account) == (
         "data_starved",
         "slurm",
         "81234",
         "carol",
+        "ml-research",
     )
+    assert idle.account == ""  # a pod's
     assert starved.evidence["data_wait_ratio"] == pytest.approx(0.72, abs=0.05)
     assert free.state == "free" and free.job_id == "" and free.wasted_seconds == 0
     assert idle.wasted_seconds == pytest.approx(90, abs=1.5)  # idle since it was taken

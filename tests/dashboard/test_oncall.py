@@ -68,11 +68,15 @@ def test_the_report_link_follows_the_url_template_and_links_stay_relative_withou
     assert "GPU page: gpu?node=node-b&gpu=0" in item.message.splitlines()
 
 
-def test_a_slurm_account_is_said_to_be_unknown_never_guessed():
+def test_a_slurm_jobs_account_is_named_and_an_unknown_one_said_so_never_guessed():
     (item,) = oncall.flagged(STARVED, NOW, PAGE_URL, {})
-    contact = dict(item.contact)
-    assert contact["Slurm job"] == "81234" and contact["user"] == "carol"
-    assert contact["Slurm account"] == "not reported by gpulens; `sacct -j 81234 --format=Account` shows it"
+    assert item.contact == (("user", "carol"), ("Slurm job", "81234"), ("Slurm account", "ml-research"))
+    assert "Held by: user carol, Slurm job 81234 (account ml-research)." in item.message.splitlines()
+    unknown = replace(STARVED, account="")
+    assert dict(oncall.contact(unknown))["Slurm account"] == (
+        "not known (the agent could not read the job's environment); `sacct -j 81234 --format=Account` shows it"
+    )
+    assert oncall.holder(unknown) == "user carol, Slurm job 81234"
 
 
 def test_a_pod_the_agent_could_not_name_and_a_container_it_could():

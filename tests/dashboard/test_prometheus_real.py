@@ -102,6 +102,7 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
         "carol",
         "81234",
     )
+    assert starved.account == "ml-research" and idle.account == ""
     assert starved.since is not None and starved.evidence == {}  # evidence comes with detail()
     assert idle.state == "idle" and idle.wasted_seconds > 0
     assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")

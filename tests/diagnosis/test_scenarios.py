@@ -66,6 +66,7 @@ def test_demo_metrics_carry_state_reason_tip_and_owner(demo_at_6_minutes):
             namespace="",
             pod="",
             container="",
+            account="ml-research",
             **labels,
         )
         == 1

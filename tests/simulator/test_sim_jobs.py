@@ -1,4 +1,5 @@
-"""The simulated node's job side: which job each occurrence of a process that comes back belongs to."""
+"""The simulated node's job side: which job each occurrence of a process that comes back belongs to, and a
+Slurm job's account."""
 
 import pytest
 
@@ -71,4 +72,31 @@ def test_id_counts_up_mistakes_name_the_place(process, place, fix):
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(text, "jobs.yaml")
     assert str(caught.value).startswith(f"scenario jobs.yaml: {place}: ")
+    assert fix in str(caught.value)
+
+
+def test_a_slurm_jobs_account_reaches_its_job_as_attribution_would_read_it():
+    def first_job(extra: str):
+        scenario = parse_scenario(SCENARIO.replace("{counts_up}", extra), "jobs.yaml")
+        [job] = SimulatedSources(scenario, FakeClock().monotonic).jobs([9000], scenario.gpus[0].uuid)
+        return job
+
+    job = first_job(", account: ml-research")
+    assert (job.kind, job.id, job.user, job.account) == ("slurm", "700000", "dave", "ml-research")
+    assert first_job("").account == ""
+
+
+@pytest.mark.parametrize(
+    ("job", "fix"),
+    [
+        ('{kind: docker, id: "7", user: u, account: ml}', "an account belongs to slurm jobs, not docker"),
+        ('{kind: slurm, id: "7", user: u, account: ""}', "expected a non-empty string"),
+    ],
+)
+def test_account_mistakes_name_the_place(job, fix):
+    process = f"{{pid: 9, memory: 1GiB, job: {job}}}"
+    text = f'name: t\ndescription: d\ngpus:\n  - model: "NVIDIA H100 80GB HBM3"\n    processes:\n      - {process}\n'
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, "jobs.yaml")
+    assert str(caught.value).startswith("scenario jobs.yaml: gpus[0].processes[0].job.account: ")
     assert fix in str(caught.value)
