@@ -207,7 +207,14 @@ def openmetrics() -> str:
             owner = {"user": r.user, "namespace": r.namespace, "pod": r.pod}
             add("gpulens_job_info", "gauge", "gpulens_job_info", {**job, **owner, "model": team.model}, at, 1.0)
             for g, uuid in enumerate(r.gpus):
-                labels = {"gpu": str(g), "uuid": uuid, **job, **owner, "container": "main" if r.pod else ""}
+                labels = {
+                    "gpu": str(g),
+                    "uuid": uuid,
+                    **job,
+                    **owner,
+                    "container": "main" if r.pod else "",
+                    "account": "",
+                }
                 add("gpulens_gpu_allocation_info", "gauge", "gpulens_gpu_allocation_info", labels, at, 1.0)
             add("gpulens_job_start_timestamp_seconds", "gauge", "gpulens_job_start_timestamp_seconds", job, at, r.start)
             add(
