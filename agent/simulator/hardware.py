@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import hostprocess
 from .scenario import GIB, MIB, THROTTLE_REASONS, Fault, Gpu, MigInstance, Process, Scenario, Window
 from .signals import STEP_S, STEPS_PER_S, Signal, noise_key, step_sampler
 
@@ -124,9 +125,12 @@ class SimulatedGpu:
         self.sm_clock = _lazy(spec.sm_clock, key("clocks.sm"), 0.0, _INF)
         self.memory_clock = _lazy(spec.memory_clock, key("clocks.memory"), 0.0, _INF)
         self.memory_used = _lazy(spec.memory_used, key("memory_used"), 0.0, float(spec.memory_total))
-        self.process_sm = {
-            p.pid: _lazy(p.sm_utilization, key(f"processes.{p.pid}.sm_utilization"), 0.0, 100.0) for p in spec.processes
-        }
+        # By position: a real process's pid is not known until it runs.
+        self.process_sm = [
+            _lazy(p.sm_utilization, key(f"processes.{p.pid or f'host{i}'}.sm_utilization"), 0.0, 100.0)
+            for i, p in enumerate(spec.processes)
+        ]
+        self._position = {id(p): i for i, p in enumerate(spec.processes)}
 
     def _evaluate(self, k: int) -> tuple[float, float, tuple[float, ...], float, float]:
         util = self._util(k)
@@ -175,6 +179,8 @@ class SimulatedGpu:
         result = []
         for process in self.spec.processes:
             pid = process.pid_at(now)
+            if pid is not None and process.real is not None:
+                pid = hostprocess.find(process.real)
             if pid is not None and pid not in self.gone:
                 result.append(Running(pid, process.memory, process))
         return result
@@ -217,7 +223,8 @@ class SimulatedGpu:
         return result
 
     def _process_sm(self, process: Running, k: int) -> float:
-        own = self.process_sm.get(process.spec.pid) if process.spec is not None else None
+        position = self._position.get(id(process.spec))
+        own = self.process_sm[position] if position is not None else None
         return own(k) if own is not None else self._util(k)
 
     def _process_memory_util(self, k: int, sm: float) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from gpulens.agent.attribution.hostusage import HostUsage, ProcessUsage
-from gpulens.agent.attribution.resolver import Job, PodRef
+from gpulens.agent.attribution.hostusage import HostSampler, HostUsage, ProcessUsage
+from gpulens.agent.attribution.resolver import Job, PodRef, Resolver
 from gpulens.agent.jobs.messages import (
     DataLoaderSettings,
     Device,
@@ -20,7 +20,9 @@ from gpulens.agent.jobs.messages import (
     TorchMemory,
 )
 from gpulens.agent.jobs.receiver import Receiver
+from gpulens.agent.simulator import hostprocess
 from gpulens.agent.simulator.scenario import Gpu, JobSpec, Process, Scenario
+from gpulens.agent.sources import LiveSources
 
 # gpulens.torch reports every 5 s by default.
 _REPORT_SECONDS = 5.0
@@ -29,17 +31,37 @@ _REPORT_SECONDS = 5.0
 class SimulatedSources:
     """`receiver`, when the agent listens on a jobs socket, adds real jobs' reports to the scenario's: a real
     report joins a simulated GPU as any report does (the GPU's process has its pid, or the job names the GPU's
-    UUID), and on a pid both claim, the real process's report wins."""
+    UUID), and on a pid both claim, the real process's report wins.
 
-    def __init__(self, scenario: Scenario, clock: Callable[[], float], receiver: Receiver | None = None):
+    A scenario process with `host_process` is a real process of this machine: the node's own sources answer
+    for it (`live`: its cgroup and environment, psutil's view of its tree), as on a GPU node."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: Callable[[], float],
+        receiver: Receiver | None = None,
+        live: LiveSources | None = None,
+    ):
         self._scenario = scenario
         self._clock = clock
         self._receiver = receiver
         self._by_pid: dict[int, tuple[Gpu, Process]] = {
-            p.pid: (g, p) for g in scenario.gpus for p in g.processes if p.every is None
+            p.pid: (g, p) for g in scenario.gpus for p in g.processes if p.every is None and p.real is None
         }
         # A process that comes back takes a new pid each time: found by its occurrence at the time.
         self._repeating = [(g, p) for g in scenario.gpus for p in g.processes if p.every is not None]
+        self._real = [p.real for g in scenario.gpus for p in g.processes if p.real is not None]
+        if self._real and live is None:
+            live = LiveSources(Resolver(), HostSampler(), None)
+        self._live_sources = live
+
+    def _real_pids(self, pids: Iterable[int]) -> set[int]:
+        """The pids among `pids` that are real processes holding a simulated GPU now."""
+        if not self._real:
+            return set()
+        real = {hostprocess.find(spec) for spec in self._real}
+        return {pid for pid in pids if pid in real}
 
     def _live(self, pid: int) -> tuple[Gpu, Process] | None:
         now = self._clock()
@@ -49,8 +71,12 @@ class SimulatedSources:
         return next(((g, p) for g, p in self._repeating if p.pid_at(now) == pid), None)
 
     def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
+        pids = set(pids)
+        real = self._real_pids(pids)
         jobs: dict[tuple[str, str], Job] = {}
-        for pid in sorted(set(pids)):
+        if real and self._live_sources is not None:
+            jobs = {(j.kind, j.id): j for j in self._live_sources.jobs(real, gpu_uuid)}
+        for pid in sorted(pids - real):
             found = self._live(pid)
             if found is None:
                 continue  # gone between the NVML call and this one, as on a real node
@@ -92,8 +118,12 @@ class SimulatedSources:
 
     def host_usage(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:
         now = self._clock()
+        root_pids = set(root_pids)
+        real = self._real_pids(root_pids)
         usage: dict[int, HostUsage] = {}
-        for pid in root_pids:
+        if real and self._live_sources is not None:
+            usage = self._live_sources.host_usage(real)
+        for pid in root_pids - real:
             found = self._live(pid)
             if found is None or found[1].host is None:
                 continue

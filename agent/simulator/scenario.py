@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpulens import gpus
-from gpulens.checks import Invalid, choice, flag, items, mapping, number, text, whole
+from gpulens.checks import Invalid, choice, flag, items, mapping, number, shown, text, whole
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
@@ -213,6 +213,15 @@ class TorchSpec:
 
 
 @dataclass(frozen=True)
+class HostProcess:
+    """A real process on this machine that holds a simulated GPU: the one whose pid a file holds, or the one
+    whose command line matches a regular expression (agent/simulator/hostprocess.py finds it)."""
+
+    pid_file: str | None = None
+    command: str | None = None  # a regular expression, searched in the command line joined by spaces
+
+
+@dataclass(frozen=True)
 class Process:
     pid: int  # with `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would
     memory: int  # bytes, nvmlProcessInfo_t.usedGpuMemory
@@ -224,6 +233,9 @@ class Process:
     torch: TorchSpec | None = None  # None: the job does not use gpulens.torch
     every: float | None = None  # a process that comes back: a new occurrence every `every` seconds
     lasts: float | None = None  # ... each living `lasts` seconds
+    # A real process holds the GPU in this one's place: its pid is the real one's while it lives (`pid` is
+    # then 0), and the node's own cgroups, /proc and jobs socket answer for its job, host side and reports.
+    real: HostProcess | None = None
 
     def pid_at(self, t: float) -> int | None:
         """Return the pid of the occurrence running at time ``t`` (seconds), or None when none runs."""
@@ -483,14 +495,35 @@ def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
 # ---------------------------------------------------------------- GPU sections
 
 
-def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...]:
+# What the node itself answers for a real process: a scenario must not also describe it.
+_REAL_ANSWERS = ("pid", "every", "job", "host", "torch")
+
+
+def _processes(raw: object, where: str, memory_total: int, real_allowed: bool = True) -> tuple[Process, ...]:
     processes: list[Process] = []
     for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
         spec = mapping(
-            item, at, ("pid", "memory"), ("sm_utilization", "start", "end", "every", "for", "job", "host", "torch")
+            item,
+            at,
+            ("memory",),
+            ("pid", "host_process", "sm_utilization", "start", "end", "every", "for", "job", "host", "torch"),
         )
-        pid = whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
+        real = None
+        if "host_process" in spec:
+            if not real_allowed:
+                raise Invalid(_at(at, "host_process"), "a real process can hold a whole GPU only, not a MIG device")
+            clash = next((key for key in _REAL_ANSWERS if key in spec), None)
+            if clash is not None:
+                raise Invalid(
+                    _at(at, clash),
+                    "a process with host_process takes its pid, job, host side and reports from the real process; "
+                    f"remove {clash}",
+                )
+            real = _host_process(spec["host_process"], _at(at, "host_process"))
+        elif "pid" not in spec:
+            raise Invalid(at, "missing key 'pid' (or host_process, to put a real process of this machine there)")
+        pid = 0 if real else whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
         memory = byte_count(spec["memory"], f"{at}.memory")
         if not 0 <= memory <= memory_total:
             raise Invalid(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
@@ -507,10 +540,12 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
         torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
         if job is not None and job.id_counts_up and every is None:
             raise Invalid(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
-        process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts)
+        process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts, real)
         if process.last_pid is not None and process.last_pid > 2**32 - 1:
             raise Invalid(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
         for other in processes:
+            if process.real or other.real:
+                continue  # a real process's pid is the kernel's
             if _pids_overlap(process, other):
                 if process.every is None and other.every is None:
                     raise Invalid(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
@@ -521,6 +556,23 @@ def _processes(raw: object, where: str, memory_total: int) -> tuple[Process, ...
                 )
         processes.append(process)
     return tuple(processes)
+
+
+def _host_process(raw: object, where: str) -> HostProcess:
+    spec = mapping(raw, where, (), ("pid_file", "command"), example="use {pid_file: PATH} or {command: REGEX}")
+    if len(spec) != 1:
+        raise Invalid(where, "give one of pid_file (a file holding the pid) or command (a regular expression)")
+    if "pid_file" in spec:
+        path = text(spec["pid_file"], _at(where, "pid_file"))
+        if not path.startswith("/"):
+            raise Invalid(_at(where, "pid_file"), f"{shown(path)} is relative; give an absolute path")
+        return HostProcess(pid_file=path)
+    pattern = text(spec["command"], _at(where, "command"))
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise Invalid(_at(where, "command"), f"not a regular expression ({error}); fix it or escape the text") from None
+    return HostProcess(command=pattern)
 
 
 def _pids_overlap(a: Process, b: Process) -> bool:
@@ -899,7 +951,7 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
             raise Invalid(f"{at}.profile", f"{name} has no MIG profile {wanted!r}; choose one of {', '.join(profiles)}")
         profile = profiles[wanted]
         window = _window({key: spec[key] for key in ("at", "until") if key in spec}, at)
-        processes = _processes(spec.get("processes", []), f"{at}.processes", profile.memory_mib * MIB)
+        processes = _processes(spec.get("processes", []), f"{at}.processes", profile.memory_mib * MIB, False)
         for j, process in enumerate(processes):
             if process.start < window.at:
                 raise Invalid(
