@@ -30,8 +30,9 @@ from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
 EXIT_USAGE = 2
-FORMATS = ("terminal", "markdown", "html", "json", "csv")
-MACHINE_FORMATS = ("json", "csv")  # every job, one row each
+FORMATS = ("terminal", "markdown", "html", "json", "csv", "line")
+MACHINE_FORMATS = ("json", "csv", "line")  # every job, one row each
+TREND_FORMATS = tuple(f for f in FORMATS if f != "line")  # a trend lists days and groups, not jobs
 SOURCES = ("ledger", "agent", "prometheus")
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
@@ -132,7 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"how long one answer from Prometheus or an agent may take (default {HTTP_TIMEOUT_SECONDS:g}s)",
         )
         add_credential_flags(sub)
-        sub.add_argument("--format", choices=FORMATS, default="terminal", help="output format (default terminal)")
+        sub.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="terminal",
+            help="output format (default terminal)"
+            + ("" if sub is trend else "; line: one key=value line per job, like a row of sacct"),
+        )
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
         sub.add_argument(
             "--min-duration",
@@ -201,6 +208,10 @@ def _render(report, fmt: str, command: str) -> str:
         from gpulens.report.machine import to_csv
 
         return to_csv(report)
+    if fmt == "line":
+        from gpulens.report.line import to_lines
+
+        return to_lines(report)
     if fmt == "html":
         from gpulens.report import htmlpage
 
@@ -236,6 +247,11 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 check_period(since, until)
             except ValueError as error:
                 raise UsageError(str(error)) from None
+        if args.command == "trend" and args.format not in TREND_FORMATS:
+            raise UsageError(
+                f"--format {args.format} writes one line per job and a trend lists days, not jobs; "
+                f"use one of {', '.join(TREND_FORMATS)}"
+            )
         min_duration = parse_duration(args.min_duration, "--min-duration")
         source = _source(args)
         if args.command == "trend" and args.by not in getattr(source, "TREND_GROUPINGS", GROUPINGS):
@@ -284,7 +300,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
 
 def _fleet(source: Source, args, since: float, until: float, min_duration: float, progress) -> FleetReport | None:
     """The fleet report, or None without jobs. From a store, the formats people read ask each job only what
-    the tables show and read the listed jobs whole; JSON and CSV list every job whole."""
+    the tables show and read the listed jobs whole; JSON, CSV and lines list every job whole."""
     tables = getattr(source, "fleet", None)  # a store (Prometheus' API); not the ledgers or the agents
     if tables is not None and args.format not in MACHINE_FORMATS:
         return tables(args.by, since, until, min_duration, progress, max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN))

@@ -100,17 +100,18 @@ def kwh(joules: float) -> str:
 def mark_text(mark: str, ratio: float | None) -> str:
     """Return the job's mark in words, with the jobstats threshold it crossed."""
     if mark == RED:
-        return f"RED: kernels ran {_precise(ratio)} of the time (below {percent(t.REPORT_BUSY_RED)})"
+        return f"RED: kernels ran {precise(ratio)} of the time (below {percent(t.REPORT_BUSY_RED)})"
     if mark == WARNING:
-        return f"WARNING: kernels ran {_precise(ratio)} of the time (below {percent(t.REPORT_BUSY_WARN)})"
+        return f"WARNING: kernels ran {precise(ratio)} of the time (below {percent(t.REPORT_BUSY_WARN)})"
     if mark == SHORT:
         return "not judged: shorter than the minimum duration"
     if mark == NO_DATA:
         return "not judged: no utilization samples (MIG or NVML unavailable)"
-    return f"ok: kernels ran {_precise(ratio)} of the time"
+    return f"ok: kernels ran {precise(ratio)} of the time"
 
 
-def _precise(ratio: float | None) -> str:
+def precise(ratio: float | None) -> str:
+    """Return a ratio as a percent to a tenth, as a mark quotes it: 0.146 -> '14.6%' ('n/a' when unknown)."""
     return "n/a" if ratio is None else f"{ratio * 100:.1f}%"
 
 
