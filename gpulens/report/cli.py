@@ -24,7 +24,7 @@ from gpulens.printable import printable
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN
 from gpulens.report.progress import Progress
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
-from gpulens.report.summary import GROUPINGS, FleetReport, fleet_report, job_report
+from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report, job_report
 from gpulens.report.trend import TrendReport, check_period, spread, trend_report, whole_hours
 from gpulens.usage import LAST_EPOCH
 
@@ -96,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
     job.add_argument("id", help="the job id (Slurm job id, pod UID, container id) or the pod name")
     job.add_argument("--since", default="30d", help="how far back to look for the job (default 30d)")
+    job.add_argument(
+        "--ended",
+        action="store_true",
+        help="the job has ended (the Slurm epilog passes it): report it finished, though its agent keeps it "
+        "open a few minutes in case it comes back",
+    )
     fleet = commands.add_parser("fleet", help="every job of a period, grouped", description="GPU usage of a period.")
     fleet.add_argument("--since", default="7d", help="start of the period: 7d, a date or epoch seconds (default 7d)")
     fleet.add_argument("--by", choices=GROUPINGS, default="user", help="group jobs by (default user)")
@@ -227,6 +233,25 @@ def _render(report, fmt: str, command: str) -> str:
     return document  # the terminal format prints the document itself
 
 
+def _job(source, args, since: float, until: float, min_duration: float, progress) -> JobReport:
+    """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
+    records = source.job(args.id, since, until, progress)
+    if not records:
+        raise SourceError(
+            f"no job {args.id!r} in {source.description} between {_day(since)} and "
+            f"{_day(until)}; check the id, widen --since, or list the jobs with "
+            "'gpulens report fleet'"
+        )
+    records = _one_job(records, args.id, source.description)
+    if args.ended:
+        records = [replace(r, running=False) for r in records]
+    report = job_report(records, source.description, min_duration)
+    traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
+    if traces is not None:
+        report = replace(report, traces=traces(report.record, progress))
+    return report
+
+
 def run(argv: Sequence[str], now: float | None = None) -> int:
     """Run `gpulens report ARGS`; return the exit status."""
     now = time.time() if now is None else now
@@ -268,18 +293,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     progress = Progress(enabled=sys.stderr.isatty() and _has_rich())
     try:
         if args.command == "job":
-            records = source.job(args.id, since, until, progress)
-            if not records:
-                raise SourceError(
-                    f"no job {args.id!r} in {source.description} between {_day(since)} and "
-                    f"{_day(until)}; check the id, widen --since, or list the jobs with "
-                    "'gpulens report fleet'"
-                )
-            records = _one_job(records, args.id, source.description)
-            report = job_report(records, source.description, min_duration)
-            traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
-            if traces is not None:
-                report = replace(report, traces=traces(report.record, progress))
+            report = _job(source, args, since, until, min_duration, progress)
         elif args.command == "trend":
             report = _trend(source, args.by, since, until, min_duration, progress)
         else:

@@ -184,6 +184,8 @@ def job_document(report: JobReport) -> Document:
             "PyTorch peaks",
             f"allocated {gib(r.torch_allocated_peak_bytes)}, reserved {gib(r.torch_reserved_peak_bytes)}"
             if r.torch_reserved_peak_bytes
+            else "n/a (its gpulens.torch reports carry no CUDA memory)"
+            if r.data_wait_ratio is not None
             else "n/a (the job does not use gpulens.torch)",
         ),
         ("data wait", percent(r.data_wait_ratio) + (" of step time" if r.data_wait_ratio is not None else "")),

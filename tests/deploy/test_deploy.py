@@ -208,3 +208,22 @@ def test_the_documented_scrape_config_is_valid(tmp_path, index):
     path.write_text(yaml.safe_dump(config))
     result = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_epilog_takes_its_settings_from_beside_slurm_conf(tmp_path):
+    """slurmd gives an epilog Slurm's variables only (SLURM_CONF among them), so settings live in a file."""
+    fake = _fake_gpulens(tmp_path, 'echo "args: $*"')
+    (tmp_path / "slurm.conf").write_text("ClusterName=test\n")
+    (tmp_path / "gpulens-epilog.conf").write_text(
+        f"# a comment\nGPULENS_BIN={fake}\nGPULENS_REPORT_ARGS=--ledger /x/ledger.sqlite --min-duration 60s\n"
+        f'GPULENS_EPILOG_LOG="{tmp_path}/epilog.log"\nGPULENS_REPORT_DIR={tmp_path}/from-file\nGPULENS_BOGUS=1\n'
+    )
+    env = {"SLURM_JOB_ID": "81234", "SLURM_CONF": str(tmp_path / "slurm.conf")}
+    result = subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert result.stdout == "args: report job 81234 --ended --ledger /x/ledger.sqlite --min-duration 60s\n"
+    assert (tmp_path / "from-file" / "81234.txt").read_text() == result.stdout
+    assert "job 81234: " in (tmp_path / "epilog.log").read_text() and "GPULENS_BOGUS ignored" in result.stderr
+    # The environment wins over the file (a run by hand).
+    result = _epilog(tmp_path, {**env, "PATH": os.environ["PATH"]})
+    assert (tmp_path / "reports" / "81234.txt").exists()

@@ -223,3 +223,21 @@ def test_through_the_gpulens_command(fleet_run):
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_ended_reports_a_job_the_ledger_still_keeps_open_as_finished(capsys, tmp_path):
+    """The Slurm epilog knows the job is over; the agent keeps it open a few minutes in case it comes back."""
+    from gpulens.agent.ledger import Ledger
+    from gpulens.usage import JobRecord
+
+    start = 1767225600.0
+    record = JobRecord("slurm", "4711", start, start + 600, user="carol", gpus=("GPU-1",), state_seconds={"busy": 600})
+    ledger = Ledger(str(tmp_path / "ledger.sqlite"), node="n1")
+    ledger.write([(record, record)], [], start + 600)
+    ledger.close()
+    statuses = {}
+    for extra in ((), ("--ended",)):
+        argv = ["job", "4711", "--ledger", str(tmp_path / "ledger.sqlite"), "--since", str(start - 60)]
+        assert run([*argv, "--until", str(start + 900), "--format", "json", *extra]) == 0
+        statuses[extra] = json.loads(capsys.readouterr().out)["job"]["running"]
+    assert statuses == {(): True, ("--ended",): False}

@@ -1,0 +1,193 @@
+"""A real one-node Slurm cluster on loopback for the tests: munged, slurmctld and slurmd from Debian's
+packages (Slurm 22.05), started as root in a folder of their own, with the settings docs/install.md gives.
+
+- Attribution: `ProctrackType=proctrack/cgroup` and `TaskPlugin=task/cgroup`, so each job's processes sit in
+  the job's cgroup (`CgroupPlugin=autodetect`: v1 or v2, whichever this machine mounts).
+- GPUs: `GresTypes=gpu` and a `gres.conf` whose `File=` entries are character devices made for the test
+  (the null device's numbers: Slurm needs a device, never opens it with ConstrainDevices=no). A job that
+  asks `--gres=gpu:1` gets `CUDA_VISIBLE_DEVICES` and `SLURM_JOB_GPUS`, as on a GPU node.
+- `Epilog=` is the repository's deploy/slurm/epilog.sh itself; its settings are gpulens-epilog.conf beside
+  slurm.conf, the file the epilog reads (slurmd gives an epilog Slurm's variables only).
+
+Every command runs with `SLURM_CONF` pointing here, so nothing in /etc is read or written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from tests.tools import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "sinfo")
+
+
+class SlurmError(RuntimeError):
+    pass
+
+
+class Cluster:
+    """One node, `gpus` GPUs of GRES, CPUs enough for the tests' jobs; `start` then `stop`."""
+
+    def __init__(self, folder: Path, gpus: int, epilog_settings: dict[str, str]):
+        self.folder = folder
+        self.gpus = gpus
+        self.node = socket.gethostname()
+        self.conf = folder / "slurm.conf"
+        self.epilog_settings = epilog_settings
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._daemons: list[subprocess.Popen] = []
+
+    # -- life -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for name in ("munge", "state", "spool", "log", "dev"):
+            (self.folder / name).mkdir(mode=0o755)
+        self._start_munge()
+        self._write_config()
+        self._daemons.append(self._run("slurmctld", "-D", "-i"))
+        self._daemons.append(self._run("slurmd", "-D"))
+        self.wait(lambda: self.node_state() == "idle", 30, "the node to come up idle")
+
+    def stop(self) -> None:
+        for daemon in reversed(self._daemons):
+            daemon.terminate()
+        for daemon in reversed(self._daemons):
+            try:
+                daemon.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        self._daemons.clear()
+
+    def write_epilog_settings(self, settings: dict[str, str]) -> None:
+        self.epilog_settings = settings
+        lines = [f"{key}={value}" for key, value in settings.items()]
+        (self.folder / "gpulens-epilog.conf").write_text("\n".join(lines) + "\n")
+
+    def _start_munge(self) -> None:
+        munge = self.folder / "munge"
+        key = munge / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self.munge_socket = munge / "munge.socket"
+        # --force: munged refuses root and a socket folder under a world-writable /tmp without it.
+        self._daemons.append(
+            subprocess.Popen(
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={self.munge_socket}",
+                    f"--pid-file={munge / 'munged.pid'}",
+                    f"--log-file={munge / 'munged.log'}",
+                    f"--seed-file={munge / 'munged.seed'}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        self.wait(self.munge_socket.exists, 10, "munged's socket")
+
+    def _write_config(self) -> None:
+        f = self.folder
+        devices = []
+        for index in range(self.gpus):
+            device = f / "dev" / f"nvidia{index}"
+            os.mknod(device, 0o666 | 0o020000, os.makedev(1, 3))  # a character device: the null device's numbers
+            devices.append(device)
+        self.conf.write_text(
+            f"""\
+ClusterName=gpulens-test
+SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldPort={free_port()}
+SlurmdPort={free_port()}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+CredType=cred/munge
+StateSaveLocation={f / "state"}
+SlurmdSpoolDir={f / "spool"}
+SlurmctldPidFile={f / "slurmctld.pid"}
+SlurmdPidFile={f / "slurmd.pid"}
+SlurmctldLogFile={f / "log" / "slurmctld.log"}
+SlurmdLogFile={f / "log" / "slurmd.log"}
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+MpiDefault=none
+GresTypes=gpu
+Epilog={EPILOG}
+NodeName={self.node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:{self.gpus} State=UNKNOWN
+PartitionName=gpu Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
+"""
+        )
+        (f / "gres.conf").write_text("".join(f"NodeName={self.node} Name=gpu File={device}\n" for device in devices))
+        (f / "cgroup.conf").write_text(
+            "CgroupPlugin=autodetect\nConstrainCores=no\nConstrainDevices=no\nConstrainRAMSpace=no\n"
+        )
+        self.write_epilog_settings(self.epilog_settings)
+
+    def _run(self, *command: str) -> subprocess.Popen:
+        return subprocess.Popen(command, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # -- commands ---------------------------------------------------------------------------------------
+
+    def command(self, *args: str, user: str | None = None, env: dict[str, str] | None = None) -> str:
+        """Run a Slurm command (as `user`, through runuser) and return its output; SlurmError on failure."""
+        argv = ["runuser", "-u", user, "--", *args] if user else list(args)
+        done = subprocess.run(argv, env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=30)
+        if done.returncode != 0:
+            raise SlurmError(f"{' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout.strip()
+
+    def sbatch(self, *args: str, user: str | None = None, env: dict[str, str] | None = None) -> str:
+        """Submit a batch job; return its id."""
+        return self.command("sbatch", "--parsable", *args, user=user, env=env).split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        """`scontrol show job` as a mapping: JobState, Reason, ExitCode, ..."""
+        fields = self.command("scontrol", "show", "job", "-o", job_id).split()
+        return dict(field.split("=", 1) for field in fields if "=" in field)
+
+    def node_state(self) -> str:
+        """The node's state as sinfo prints it: idle, mixed, allocated, drained, down, ... (lower-case)."""
+        return self.command("sinfo", "-h", "-n", self.node, "-o", "%T").strip().lower()
+
+    def wait(self, check, seconds: float, what: str):
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                found = check()
+            except SlurmError:
+                found = None
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise SlurmError(f"gave up after {seconds:g}s waiting for {what}; logs in {self.folder / 'log'}")
+            time.sleep(0.25)
+
+    def wait_job(self, job_id: str, states: tuple[str, ...], seconds: float) -> dict[str, str]:
+        return self.wait(
+            lambda: (info := self.job(job_id))["JobState"] in states and info, seconds, f"job {job_id} in {states}"
+        )
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in TOOLS if shutil.which(tool) is None]

@@ -1,0 +1,322 @@
+"""gpulens on a real Slurm node: jobs submitted with sbatch hold simulated GPUs, and the agent, the epilog and
+`gpulens report` see them as on a GPU node.
+
+One run (the module's fixture) starts munged, slurmctld and slurmd on loopback (tests/slurm/cluster.py) and
+an agent on a simulated node of three H100s whose processes are the real jobs' (`host_process: pid_file`;
+each job writes its pid under the GPU `--gres=gpu:1` gave it). Then, side by side:
+- job "train" (root, account ml-research): a CPU training loop with a slow DataLoader and num_workers=0,
+  reporting through gpulens.torch, on GPU 0, whose utilization the scenario makes a 25% duty square wave;
+  stopped by a file once the agent has judged it;
+- job "idle" (user nobody, account physics): holds GPU 1 and sleeps; scancel'ed once it is judged idle;
+- job "overtime" (root): holds GPU 2 and sleeps past its 1-minute time limit, so Slurm kills it;
+- job "no-gpulens": a job that ends while the epilog's settings name a gpulens that is not installed.
+Each test then reads what that run left: the agent's series, the epilog's reports and log, the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.reliability.running import agent_process
+from tests.slurm.cluster import ROOT, Cluster, missing_tools
+from tests.tools import require_tool
+
+pytestmark = pytest.mark.slow
+
+PYTHON = sys.executable
+GPULENS = str(Path(sys.executable).parent / "gpulens")
+TRAIN = ROOT / "tests" / "slurm" / "train.py"
+REPORT_ARGS = "--min-duration 10s"  # the jobs here last about a minute; jobstats' 300 s would skip them
+STARVED_SECONDS = 25  # the train job runs this long once judged starved
+
+SCENARIO = """
+name: slurm-node
+description: three H100s, each held by the Slurm job that --gres=gpu:1 gave it
+gpus:
+  - model: "NVIDIA H100 80GB HBM3"
+    utilization: {{square: {{high: 95, period: 4, duty: 0.25}}}}
+    processes:
+      - {{host_process: {{pid_file: {run}/gpu0.pid}}, memory: 30GiB}}
+  - model: "NVIDIA H100 80GB HBM3"
+    processes:
+      - {{host_process: {{pid_file: {run}/gpu1.pid}}, memory: 20GiB}}
+  - model: "NVIDIA H100 80GB HBM3"
+    processes:
+      - {{host_process: {{pid_file: {run}/gpu2.pid}}, memory: 10GiB}}
+"""
+HOLD_AND_SLEEP = "echo $$ > {run}/gpu$CUDA_VISIBLE_DEVICES.pid; exec sleep 600"
+
+
+@dataclass
+class Run:
+    folder: Path
+    ledger: Path
+    reports: Path
+    jobs: dict[str, str] = field(default_factory=dict)  # name -> Slurm job id
+    final: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> scontrol show job at the end
+    seen: dict[str, dict] = field(default_factory=dict)  # name -> the GPU's series when the agent judged it
+    node_after: dict[str, str] = field(default_factory=dict)  # name -> node state after the job ended
+    train_pid: int = 0
+    cgroup: str = ""  # the train job's /proc/PID/cgroup
+    epilog_log: str = ""
+    slurmd_log: str = ""
+
+
+def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    found: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return found
+
+
+def _gpu(series: dict, gpu: str) -> dict:
+    """The verdict and allocation of one GPU in a scrape."""
+    verdicts = [labels for labels, _ in series.get("gpulens_gpu_verdict_info", []) if labels["gpu"] == gpu]
+    holders = [labels for labels, _ in series.get("gpulens_gpu_allocation_info", []) if labels["gpu"] == gpu]
+    return {"verdict": verdicts[0] if verdicts else {}, "holders": holders}
+
+
+def _judged(agent, gpu: str, state: str) -> dict | None:
+    status, body = agent.get("/metrics")
+    if status != 200:
+        return None
+    series = _series(body.decode())
+    found = _gpu(series, gpu)
+    if found["verdict"].get("state") != state:
+        return None
+    found["jobs"] = {name: rows for name, rows in series.items() if name.startswith("gpulens_job_")}
+    return found
+
+
+def _cluster_folder() -> Path:
+    # Jobs of user nobody read and write under it: a private pytest tmp_path would shut them out.
+    folder = Path(tempfile.mkdtemp(prefix="gpulens-slurm-"))
+    folder.chmod(0o755)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def slurm_run():
+    for tool in missing_tools():
+        require_tool(tool, "Debian packages slurmctld, slurmd, slurm-client and munge")
+    if os.geteuid() != 0:
+        pytest.skip("Slurm's daemons and cgroup plugins need root; run the Slurm tests as root (CI does)")
+    folder = _cluster_folder()
+    run_dir = folder / "run"
+    run_dir.mkdir()
+    run_dir.chmod(0o1777)
+    run = Run(folder, folder / "ledger.sqlite", folder / "reports")
+    scenario = folder / "node.yaml"
+    scenario.write_text(SCENARIO.format(run=run_dir))
+    settings = {
+        "GPULENS_BIN": GPULENS,
+        "GPULENS_REPORT_DIR": str(run.reports),
+        "GPULENS_REPORT_ARGS": f"--ledger {run.ledger} {REPORT_ARGS}",
+        "GPULENS_EPILOG_LOG": str(folder / "epilog.log"),
+    }
+    cluster = Cluster(folder / "slurm", gpus=3, epilog_settings=settings)
+    (folder / "slurm").mkdir()
+    agent_args = (
+        *("--simulate", str(scenario), "--sampling.interval", "1s", "--diagnosis.idle-patience", "10s"),
+        *("--jobs.socket", str(folder / "jobs.sock"), "--ledger.path", str(run.ledger)),
+    )
+    try:
+        with agent_process(*agent_args) as agent:
+            cluster.start()
+            _jobs(cluster, agent, run, run_dir)
+            time.sleep(2)  # the agent's last cycles over the ended jobs reach the ledger
+    finally:
+        cluster.stop()
+        for name, path in (("epilog_log", folder / "epilog.log"), ("slurmd_log", folder / "slurm/log/slurmd.log")):
+            setattr(run, name, path.read_text() if path.exists() else "")
+    yield run
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
+    job_env = {"GPULENS_SOCKET": str(run.folder / "jobs.sock"), "GPULENS_REPORT_INTERVAL": "1"}
+    common = ("--gres=gpu:1", f"--chdir={run_dir}", f"--output={run_dir}/%x-%j.out")
+    run.jobs["train"] = cluster.sbatch(
+        *common, "--job-name=train", "--account=ml-research", "--export=ALL",
+        f"--wrap=exec {PYTHON} {TRAIN} {run_dir} {run_dir}/stop 240", env=job_env,
+    )  # fmt: skip
+    cluster.wait((run_dir / "gpu0.pid").exists, 60, "the train job to start on GPU 0")
+    run.train_pid = int((run_dir / "gpu0.pid").read_text())
+    run.cgroup = Path(f"/proc/{run.train_pid}/cgroup").read_text()
+    run.jobs["idle"] = cluster.sbatch(
+        *common, "--job-name=idle", "--account=physics", f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}", user="nobody"
+    )
+    cluster.wait((run_dir / "gpu1.pid").exists, 30, "the idle job to start on GPU 1")
+    run.jobs["overtime"] = cluster.sbatch(
+        *common, "--job-name=overtime", "--time=1", f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}"
+    )
+    cluster.wait((run_dir / "gpu2.pid").exists, 30, "the overtime job to start on GPU 2")
+
+    run.seen["train"] = cluster.wait(lambda: _judged(agent, "0", "data_starved"), 90, "GPU 0 judged data-starved")
+    time.sleep(STARVED_SECONDS)  # so that starvation, not the minutes before the verdict, leads its report
+    (run_dir / "stop").touch()
+    run.final["train"] = cluster.wait_job(run.jobs["train"], ("COMPLETED", "FAILED"), 60)
+    run.node_after["train"] = cluster.node_state()
+
+    run.seen["idle"] = cluster.wait(lambda: _judged(agent, "1", "idle"), 90, "GPU 1 judged idle")
+    cluster.command("scancel", run.jobs["idle"])
+    run.final["idle"] = cluster.wait_job(run.jobs["idle"], ("CANCELLED",), 60)
+    run.node_after["idle"] = cluster.node_state()
+
+    run.final["overtime"] = cluster.wait_job(run.jobs["overtime"], ("TIMEOUT",), 150)
+    run.node_after["overtime"] = cluster.node_state()
+
+    cluster.write_epilog_settings({**cluster.epilog_settings, "GPULENS_BIN": "/opt/nowhere/bin/gpulens"})
+    run.jobs["no-gpulens"] = cluster.sbatch(f"--chdir={run_dir}", "--job-name=no-gpulens", "--wrap=true")
+    run.final["no-gpulens"] = cluster.wait_job(run.jobs["no-gpulens"], ("COMPLETED",), 60)
+    run.node_after["no-gpulens"] = cluster.node_state()
+
+
+def _report(run: Run, job: str, *args: str) -> subprocess.CompletedProcess:
+    command = [GPULENS, "report", "job", job, "--ledger", str(run.ledger), *REPORT_ARGS.split(), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+# -- the agent ----------------------------------------------------------------------------------------------
+
+
+def test_the_train_job_is_named_with_its_user_and_account_and_called_starved_with_the_workers_tip(slurm_run):
+    seen = slurm_run.seen["train"]
+    holders = [(h["job_kind"], h["job_id"], h["user"], h["account"]) for h in seen["holders"]]
+    assert holders == [("slurm", slurm_run.jobs["train"], "root", "ml-research")]
+    assert seen["verdict"]["reason"] == "input_wait_reported" and seen["verdict"]["tip"] == "dataloader_workers"
+    job = {"job_kind": "slurm", "job_id": slurm_run.jobs["train"]}
+    process = {"pid": str(slurm_run.train_pid)}
+
+    def value(name: str, labels: dict[str, str]) -> float:
+        return next(v for found, v in seen["jobs"][name] if labels.items() <= found.items())
+
+    # Its main process decodes every sample itself: psutil sees it busy; its own reports say it waits.
+    assert value("gpulens_job_main_process_cpu_ratio", job) > 0.3
+    assert value("gpulens_job_data_wait_ratio", process) > 0.5
+
+
+def test_a_job_that_holds_a_gpu_and_sleeps_is_idle_after_the_patience_window(slurm_run):
+    seen = slurm_run.seen["idle"]
+    holders = [(h["job_id"], h["user"], h["account"]) for h in seen["holders"]]
+    assert holders == [(slurm_run.jobs["idle"], "nobody", "physics")]
+    assert seen["verdict"]["reason"] == "no_kernels"
+
+
+def test_the_jobs_sit_in_the_cgroup_layout_this_machine_offers(slurm_run):
+    """Slurm's cgroup plugin decides the layout; the agent named the job from it (the tests above)."""
+    job = slurm_run.jobs["train"]
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    expected = f"slurmstepd.scope/job_{job}/" if v2 else f"/uid_0/job_{job}/step_batch"
+    assert expected in slurm_run.cgroup, slurm_run.cgroup
+    print(f"cgroup {'v2' if v2 else 'v1'}: {slurm_run.cgroup.strip()}")
+
+
+# -- the epilog ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train", "idle", "overtime"])
+def test_each_ended_job_has_its_report_owned_by_its_user_and_the_node_stays_up(slurm_run, name):
+    final = slurm_run.final[name]
+    report = slurm_run.reports / f"{slurm_run.jobs[name]}.txt"
+    assert report.exists(), slurm_run.epilog_log
+    stat = report.stat()
+    assert stat.st_uid == int(final["UserId"].split("(")[1].rstrip(")"))
+    assert stat.st_mode & 0o777 == 0o600
+    assert slurm_run.node_after[name] in ("idle", "mixed", "allocated"), slurm_run.node_after
+    text = report.read_text()
+    assert f"job {slurm_run.jobs[name]}" in text.lower() or slurm_run.jobs[name] in text
+
+
+def _facts(report: str) -> dict[str, str]:
+    """The report's `name  value` lines before its tables."""
+    facts = {}
+    for line in report.splitlines()[1:]:
+        name, _, value = line.partition("  ")
+        if not value.strip():
+            break
+        facts[name.strip()] = value.strip()
+    return facts
+
+
+def test_the_report_carries_the_verdict_and_tips(slurm_run):
+    train = (slurm_run.reports / f"{slurm_run.jobs['train']}.txt").read_text()
+    facts = _facts(train)
+    assert facts["status"] == "finished" and facts["owner"] == "root"
+    assert facts["data wait"].endswith("% of step time") and float(facts["data wait"].split("%")[0]) > 50
+    assert facts["PyTorch peaks"] == "n/a (its gpulens.torch reports carry no CUDA memory)"
+    first_tip = train.split("What to change")[1].splitlines()[1]
+    assert first_tip.startswith("1. Add DataLoader workers") and "num_workers" in train, train
+    idle = (slurm_run.reports / f"{slurm_run.jobs['idle']}.txt").read_text()
+    assert "idle" in _states(idle), idle
+
+
+def _states(report: str) -> dict[str, float]:
+    """The table of how the GPU-hours were spent: state -> share."""
+    table = report.split("How the GPU-hours were spent")[1].split("What to change")[0]
+    shares = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip("│ ").split("│")]
+        if len(cells) == 3 and cells[2].endswith("%"):
+            shares[cells[0].replace("-", "_")] = float(cells[2].rstrip("%"))
+    return shares
+
+
+def test_the_owner_can_read_the_report_and_nobody_else_can(slurm_run):
+    report = slurm_run.reports / f"{slurm_run.jobs['idle']}.txt"
+    as_owner = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(report)], capture_output=True, text=True)
+    assert as_owner.returncode == 0 and as_owner.stdout == report.read_text()
+    other = slurm_run.reports / f"{slurm_run.jobs['train']}.txt"
+    as_other = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(other)], capture_output=True, text=True)
+    assert as_other.returncode != 0 and "Permission denied" in as_other.stderr
+
+
+def test_a_node_without_gpulens_stays_up_and_the_epilog_logs_why(slurm_run):
+    job = slurm_run.jobs["no-gpulens"]
+    assert slurm_run.final["no-gpulens"]["JobState"] == "COMPLETED"
+    assert slurm_run.node_after["no-gpulens"] == "idle"
+    assert f"job {job}: '/opt/nowhere/bin/gpulens' is not installed here" in slurm_run.epilog_log
+    assert not (slurm_run.reports / f"{job}.txt").exists()
+
+
+def test_scancel_and_the_time_limit_end_jobs_as_slurm_says(slurm_run):
+    assert slurm_run.final["idle"]["JobState"] == "CANCELLED"
+    assert slurm_run.final["overtime"]["JobState"] == "TIMEOUT"
+
+
+# -- gpulens report -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train", "idle", "overtime"])
+def test_gpulens_report_job_on_the_node_gives_the_epilogs_numbers(slurm_run, name):
+    job = slurm_run.jobs[name]
+    later = _report(slurm_run, job)
+    assert later.returncode == 0, later.stderr
+    # The same report, but for the status: without --ended the agent's ledger still keeps the job open.
+    epilogs = (slurm_run.reports / f"{job}.txt").read_text()
+    assert _facts(epilogs).pop("status") == "finished" and _facts(later.stdout).pop("status") == "running"
+    unchanged = [line for line in epilogs.splitlines() if not line.startswith("status")]
+    assert [line for line in later.stdout.splitlines() if not line.startswith("status")] == unchanged
+
+
+def test_the_ledger_has_every_job_that_held_a_gpu_and_the_one_line_summary_agrees(slurm_run):
+    for name in ("train", "idle", "overtime"):
+        line = _report(slurm_run, slurm_run.jobs[name], "--format", "line")
+        assert line.returncode == 0, line.stderr
+        fields = dict(item.split("=", 1) for item in line.stdout.split() if "=" in item)
+        assert fields["job"] == slurm_run.jobs[name] and fields["kind"] == "slurm"
+        assert fields["user"] == pwd.getpwuid(int(slurm_run.final[name]["UserId"].split("(")[1][:-1])).pw_name
+    missing = _report(slurm_run, slurm_run.jobs["no-gpulens"])
+    assert missing.returncode != 0 and "\n" not in missing.stderr.strip()
