@@ -7,10 +7,12 @@ if command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
   exit 0
 fi
 apt-get update -qq
-# policy-rc.d keeps the packages from starting their services at install: the tests start their own,
-# with their own configuration.
-printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-chmod +x /usr/sbin/policy-rc.d
-trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+# policy-rc.d keeps the packages from starting their services at install (the tests start their own,
+# with their own configuration); one the machine already has is left as it is.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
   slurmctld slurmd slurm-client munge >/dev/null

@@ -25,7 +25,8 @@ from tests.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "sinfo")
+TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "scancel", "sinfo", "squeue")
+PARTITION = "gpu"
 
 
 class SlurmError(RuntimeError):
@@ -56,6 +57,12 @@ class Cluster:
         self.wait(lambda: self.node_state() == "idle", 30, "the node to come up idle")
 
     def stop(self) -> None:
+        """Cancel what still runs (a job's processes outlive slurmd), then stop the daemons."""
+        try:
+            self.command("scancel", f"--partition={PARTITION}")
+            self.wait(lambda: not self.command("squeue", "-h", "-o", "%i"), 30, "the jobs to end")
+        except SlurmError:
+            pass  # the daemons never came up, or are gone: nothing runs
         for daemon in reversed(self._daemons):
             daemon.terminate()
         for daemon in reversed(self._daemons):
@@ -135,7 +142,7 @@ MpiDefault=none
 GresTypes=gpu
 Epilog={EPILOG}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:{self.gpus} State=UNKNOWN
-PartitionName=gpu Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
+PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """
         )
         (f / "gres.conf").write_text("".join(f"NodeName={self.node} Name=gpu File={device}\n" for device in devices))
