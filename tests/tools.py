@@ -56,8 +56,9 @@ def go_exponents(exposition: str) -> str:
     return re.sub(r"(?<=[0-9])e([+-])0(\d\d)\b", r"e\1\2", exposition)
 
 
-def wait_for(check, seconds: float = 60.0, interval: float = 0.2):
-    """Call `check` until it returns something true and return that; fail after `seconds`.
+def wait_for(check, seconds: float = 60.0, interval: float = 0.2, what: str = ""):
+    """Call `check` until it returns something true and return that; fail after `seconds`, saying `what`
+    was awaited (else the check's docstring or name).
 
     A server that is not listening yet answers with an OSError, which counts as "not yet".
     """
@@ -70,5 +71,5 @@ def wait_for(check, seconds: float = 60.0, interval: float = 0.2):
         if found:
             return found
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {seconds:g} s: {check.__doc__ or getattr(check, '__name__', check)}")
+            pytest.fail(f"not within {seconds:g} s: {what or check.__doc__ or getattr(check, '__name__', check)}")
         time.sleep(interval)

@@ -1,6 +1,7 @@
 """Find the real process of this machine that a scenario puts on a simulated GPU (`host_process`).
 
-NVML lists the processes that hold a CUDA context on a GPU, by their host pid. A scenario's process with
+NVML lists the processes that hold a CUDA context on a GPU, by their host pid (nvml.h on
+`nvmlDeviceGetComputeRunningProcesses`: "processes with a compute context on a device"). A scenario's process with
 `host_process` is such a process that exists for real: a training job started by hand, by `sbatch` or by a
 test. The simulated driver lists its pid while it lives, so everything above NVML (cgroup attribution,
 psutil's view of its process tree, its `gpulens.torch` reports, the ledger) runs on it as on a GPU node.
@@ -11,8 +12,10 @@ Two ways to name it:
   treat one: no process then.
 - `command`: the oldest live process whose command line (its arguments joined by spaces) matches the
   regular expression and whose parent does not match it too; a DataLoader's forked workers carry their
-  parent's command line, and the process that holds the GPU is the parent. The reader's own process
-  never matches (a `gpulens sim PATTERN` command line would otherwise match itself).
+  parent's command line, and the process that holds the GPU is the parent. Workers hold no CUDA context:
+  the torch.utils.data docs advise against CUDA in them, and a child forked after its parent started
+  CUDA cannot use it ("Cannot re-initialize CUDA in forked subprocess"). The reader's own process never
+  matches (a `gpulens sim PATTERN` command line would otherwise match itself).
 
 Looking up a command scans /proc, so each answer is kept for `CACHE_SECONDS` of real time: an NVML
 caller asks for the process list several times per sample.

@@ -18,10 +18,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-from tests.tools import free_port
+import pytest
+
+from tests.tools import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
@@ -61,8 +62,8 @@ class Cluster:
         try:
             self.command("scancel", f"--partition={PARTITION}")
             self.wait(lambda: not self.command("squeue", "-h", "-o", "%i"), 30, "the jobs to end")
-        except SlurmError:
-            pass  # the daemons never came up, or are gone: nothing runs
+        except (SlurmError, pytest.fail.Exception):
+            pass  # the daemons never came up, are gone, or are slow to cancel: stop them all the same
         for daemon in reversed(self._daemons):
             daemon.terminate()
         for daemon in reversed(self._daemons):
@@ -178,17 +179,15 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         return self.command("sinfo", "-h", "-n", self.node, "-o", "%T").strip().lower()
 
     def wait(self, check, seconds: float, what: str):
-        deadline = time.monotonic() + seconds
-        while True:
+        """`check`'s first true answer; a Slurm command that fails meanwhile counts as "not yet"."""
+
+        def answer():
             try:
-                found = check()
+                return check()
             except SlurmError:
-                found = None
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise SlurmError(f"gave up after {seconds:g}s waiting for {what}; logs in {self.folder / 'log'}")
-            time.sleep(0.25)
+                return None
+
+        return wait_for(answer, seconds, interval=0.25, what=f"{what} (Slurm's logs: {self.folder / 'log'})")
 
     def wait_job(self, job_id: str, states: tuple[str, ...], seconds: float) -> dict[str, str]:
         return self.wait(
