@@ -199,6 +199,8 @@ class JobAccounting:
                 pod=job.pod,
                 container=job.container,
                 partition=self._partition,
+                account=job.account,
+                name=job.name,
                 nodes=(self._node,) if self._node else (),
             )
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])

@@ -7,6 +7,11 @@ lost. (A power cut can also lose the commits since the last checkpoint; the ledg
 bank.) Rows older than the retention are deleted, and the oldest timeline rows go first when the file
 grows past its size bound.
 
+A ledger written by an earlier gpulens gets the columns it lacks (a Slurm job's `account` and `name`) when
+the agent opens it, its rows kept; a reader (`connect_readonly`, the reports) reads such a file as it is,
+those fields empty. The schema version stays 1: columns are only ever added, and an earlier gpulens, which
+names the columns it reads and writes, reads and writes a newer file too.
+
 A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
 `gpulens_ledger_corrupt 1` and runs on without a ledger. A write that fails (disk full, read-only
 file system) is counted and retried later with the deltas kept in memory meanwhile.
@@ -31,6 +36,8 @@ from gpulens.usage import ADDITIVE, OWNER, PEAKS, STATES, JobRecord, TimelinePoi
 
 log = logging.getLogger(__name__)
 
+# Raised only for a change an earlier gpulens cannot read or write through (it refuses a newer version);
+# new columns with a default are added in place instead (`_add_columns`).
 SCHEMA_VERSION = 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
 TIMELINE_SECONDS = 60.0  # one timeline row per job per minute: 43,200 rows a month for a job that never ends
@@ -211,6 +218,7 @@ class Ledger:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
             conn.executescript(_SCHEMA)
+            _add_columns(conn, self.path)
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (repr(time.time()),))
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (self.node,))
@@ -543,6 +551,23 @@ class Ledger:
         )
 
 
+def _add_columns(conn: sqlite3.Connection, path: str) -> None:
+    """Add the owner columns a ledger from an earlier gpulens lacks, empty in its rows, in one transaction.
+
+    ADD COLUMN rewrites only the table's definition, not its rows, and a NOT NULL column needs a default
+    other than NULL (https://www.sqlite.org/lang_altertable.html#alter_table_add_column).
+    """
+    present = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    missing = [c for c in _OWNER_COLUMNS if c not in present]
+    if not missing:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    for column in missing:
+        conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+    conn.execute("COMMIT")
+    log.info("job ledger %s: added the columns %s (written by an earlier gpulens)", path, ", ".join(missing))
+
+
 def _identity(path: str) -> tuple[int, int] | None:
     """Return the (device, inode) of the file at `path`, or None when there is none."""
     try:
@@ -624,16 +649,19 @@ def read_records(
         where.append("finished = 0 AND last_seen >= ?")
         args.append(unfinished_since)
     conn.row_factory = sqlite3.Row
-    rows = conn.execute(
+    cursor = conn.execute(
         f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY last_seen DESC, run DESC LIMIT ?", (*args, limit)
-    ).fetchall()
+    )
+    # A ledger of an earlier gpulens, read as it is, lacks the newer owner columns: they read as "".
+    owners = [c for c in _OWNER_COLUMNS if c in {d[0] for d in cursor.description}]
+    rows = cursor.fetchall()
     records = []
     for row in rows:
         tips = {
             t["tip"]: TipUse(t["seconds"], t["text"])
             for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))
         }
-        record = _record(row, tips)
+        record = _record(row, tips, owners)
         if timeline:
             points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (row["run"],)).fetchall()
             record = replace(record, timeline=tuple(_point(p) for p in points))
@@ -647,13 +675,13 @@ def read_node(conn: sqlite3.Connection) -> str:
     return str(row[0]) if row else ""
 
 
-def _record(row: sqlite3.Row, tips: dict[str, TipUse]) -> JobRecord:
+def _record(row: sqlite3.Row, tips: dict[str, TipUse], owners: Sequence[str]) -> JobRecord:
     return JobRecord(
         kind=row["kind"],
         id=row["id"],
         start=row["start"],
         last_seen=row["last_seen"],
-        **{name: row[name] for name in _OWNER_COLUMNS},
+        **{name: row[name] for name in owners},
         nodes=(row["node"],) if row["node"] else (),
         running=not row["finished"],
         gpus=tuple(_names(row["gpus"])),

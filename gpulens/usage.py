@@ -30,7 +30,7 @@ ADDITIVE = (
     "data_wait_observed_seconds",
 )
 PEAKS = ("memory_peak_bytes", "memory_capacity_bytes", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
-OWNER = ("user", "namespace", "pod", "container", "partition")
+OWNER = ("user", "namespace", "pod", "container", "partition", "account", "name")
 # The last second of year 9999: the latest time Python's time and datetime functions can show.
 LAST_EPOCH = 253_402_300_799.0
 
@@ -91,6 +91,8 @@ class JobRecord:
     pod: str = ""
     container: str = ""
     partition: str = ""  # the node's Slurm partition or node pool, as the agent was told
+    account: str = ""  # a Slurm job's account (SLURM_JOB_ACCOUNT)
+    name: str = ""  # a Slurm job's name (SLURM_JOB_NAME)
     nodes: tuple[str, ...] = ()
     running: bool = True
     gpus: tuple[str, ...] = ()  # GPU UUIDs, sorted

@@ -2,7 +2,8 @@
 
 The cgroup path names the owner (a Kubernetes pod, a Slurm job, a Docker container); failing that,
 `SLURM_JOB_ID` in the process's environment names a Slurm job whose cgroups are not in use; failing that,
-the process stands for itself. A Slurm job's account is `SLURM_JOB_ACCOUNT` in its process's environment.
+the process stands for itself. A Slurm job's account and name are `SLURM_JOB_ACCOUNT` and `SLURM_JOB_NAME`
+in its process's environment.
 The kubelet's pod-resources socket, when mounted, adds the pod's namespace and name and the container's
 name: it lists which containers were given which GPUs, so a pod process is matched to its container through
 the GPU it runs on (and, where the GPU is shared, through the GPUs and pod name in the container's
@@ -69,7 +70,7 @@ class Job:
 
     `id` is the Slurm job id, the pod UID, the Docker container id, or "pid:<pid>" for a bare process.
     `namespace`, `pod` and `container` are known only for Kubernetes with the pod-resources socket;
-    `account` only for Slurm, where the agent may read the process's environment.
+    `account` and `name` only for Slurm, where the agent may read the process's environment.
     `command` is the command line of the lowest pid, hidden unless revealed (see `Sensitive`).
     """
 
@@ -81,6 +82,7 @@ class Job:
     pod: str = ""
     container: str = ""
     account: str = ""  # the Slurm account the job runs under
+    name: str = ""  # the Slurm job's name (sbatch --job-name, or the script's name)
     command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
 
@@ -92,6 +94,7 @@ class _Facts:
     owner: CgroupOwner | None
     slurm_job_from_environ: str
     slurm_account: str  # SLURM_JOB_ACCOUNT, the account of slurm_job_from_environ
+    slurm_name: str  # SLURM_JOB_NAME, the name of slurm_job_from_environ
     uid: int | None
     user: str
     command: str
@@ -146,12 +149,17 @@ class Resolver:
             job = self.resolve(pid, gpu_uuid)
             if job is None:
                 continue
-            # Processes of one job differ only in pid and command line, and in the account, which a process
-            # adopted into a Slurm job (an ssh session) does not carry: the job's is the one its steps carry.
-            key = replace(job, account="", command=Sensitive(), pids=())
+            # Processes of one job differ only in pid and command line, and in the account and name, which a
+            # process adopted into a Slurm job (an ssh session) does not carry: the job's are those its steps carry.
+            key = replace(job, account="", name="", command=Sensitive(), pids=())
             first = jobs.get(key)
             if first is not None:
-                job = replace(first, account=first.account or job.account, pids=first.pids + job.pids)
+                job = replace(
+                    first,
+                    account=first.account or job.account,
+                    name=first.name or job.name,
+                    pids=first.pids + job.pids,
+                )
             jobs[key] = job
         return list(jobs.values())
 
@@ -188,19 +196,23 @@ class Resolver:
         owner = parse_owner(self._proc.cgroup(pid))
         uid = self._proc.uid(pid)
         command = self._proc.cmdline(pid)
-        # The environment is read only where it can add something: a Slurm job's account, a Slurm job
+        # The environment is read only where it can add something: a Slurm job's account and name, a Slurm job
         # without cgroups, or the hints that tell apart containers sharing a GPU. Unreadable (not root), it
         # adds nothing.
         environ = self._proc.environ(pid) if owner is None or owner.kind in (SLURM, KUBERNETES) else None
         environ = environ or {}
-        # Slurm sets SLURM_JOB_ID and SLURM_JOB_ACCOUNT in every job step's environment ("OUTPUT
-        # ENVIRONMENT VARIABLES" in https://slurm.schedmd.com/sbatch.html and .../srun.html).
+        # Slurm sets SLURM_JOB_ID, SLURM_JOB_ACCOUNT and SLURM_JOB_NAME in every job step's environment
+        # ("OUTPUT ENVIRONMENT VARIABLES" in https://slurm.schedmd.com/sbatch.html and .../srun.html). A step
+        # srun starts inside a job inherits the job's name: srun sets SLURM_JOB_NAME only when it creates the
+        # allocation itself (srun(1); Slurm's src/srun/srun_job.c, "Combined job allocation and job step
+        # launch"), and slurmctld sets the batch script's (src/slurmctld/job_scheduler.c, `_set_job_env`).
         slurm_job = environ.get("SLURM_JOB_ID", "")
         slurm_job = slurm_job if slurm_job.isdigit() else ""
         return _Facts(
             owner=owner,
             slurm_job_from_environ=slurm_job,
             slurm_account=environ.get("SLURM_JOB_ACCOUNT", "") if slurm_job else "",
+            slurm_name=environ.get("SLURM_JOB_NAME", "") if slurm_job else "",
             uid=uid,
             user="" if uid is None else self._users(uid),
             command=command,
@@ -219,15 +231,22 @@ class Resolver:
             names = ref._asdict() if ref is not None else {}
             return Job(kind=KUBERNETES, id=owner.pod_uid, **names, **common)
         if owner is not None and owner.kind == SLURM:
-            # The account is taken only from an environment that names the cgroup's job: an ssh session
-            # adopted into the job by pam_slurm_adopt (https://slurm.schedmd.com/pam_slurm_adopt.html)
+            # The account and name are taken only from an environment that names the cgroup's job: an ssh
+            # session adopted into the job by pam_slurm_adopt (https://slurm.schedmd.com/pam_slurm_adopt.html)
             # starts from sshd, not from Slurm, and names no job.
             same = facts.slurm_job_from_environ == owner.job_id
-            return Job(kind=SLURM, id=owner.job_id, account=facts.slurm_account if same else "", **common)
+            account, name = (facts.slurm_account, facts.slurm_name) if same else ("", "")
+            return Job(kind=SLURM, id=owner.job_id, account=account, name=name, **common)
         if owner is not None and owner.kind == DOCKER:
             return Job(kind=DOCKER, id=owner.container_id, **common)
         if facts.slurm_job_from_environ:
-            return Job(kind=SLURM, id=facts.slurm_job_from_environ, account=facts.slurm_account, **common)
+            return Job(
+                kind=SLURM,
+                id=facts.slurm_job_from_environ,
+                account=facts.slurm_account,
+                name=facts.slurm_name,
+                **common,
+            )
         return Job(kind=PROCESS, id=f"pid:{pid}", **common)
 
     # -- pod-resources ----------------------------------------------------------------------

@@ -93,6 +93,7 @@ class SimulatedSources:
                     pod=spec.pod,
                     container=spec.container,
                     account=spec.account,
+                    name=spec.name,
                     pids=(pid,),
                 )
             key = (job.kind, job.id)

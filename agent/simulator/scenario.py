@@ -176,6 +176,7 @@ class JobSpec:
     pod: str = ""
     container: str = ""
     account: str = ""  # the Slurm account, as SLURM_JOB_ACCOUNT in the job's environment
+    name: str = ""  # the Slurm job's name, as SLURM_JOB_NAME in the job's environment
     # A Slurm job whose process comes back (`every`): occurrence n belongs to job id + n, a new job
     # each time, as when a script submits one job after another; otherwise every occurrence is in this one.
     id_counts_up: bool = False
@@ -586,15 +587,18 @@ _JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
 
 
 def _job(raw: object, where: str) -> JobSpec:
-    spec = mapping(raw, where, ("kind", "id", "user"), ("namespace", "pod", "container", "account", "id_counts_up"))
+    spec = mapping(
+        raw, where, ("kind", "id", "user"), ("namespace", "pod", "container", "account", "name", "id_counts_up")
+    )
     kind = choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
     extra = {key: text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
     if extra and kind != "kubernetes":
         raise Invalid(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
-    if "account" in spec:
-        if kind != "slurm":
-            raise Invalid(_at(where, "account"), f"an account belongs to slurm jobs, not {kind}")
-        extra["account"] = text(spec["account"], _at(where, "account"))
+    for key, what in (("account", "an account"), ("name", "a job name")):
+        if key in spec:
+            if kind != "slurm":
+                raise Invalid(_at(where, key), f"{what} belongs to slurm jobs, not {kind}")
+            extra[key] = text(spec[key], _at(where, key))
     job_id = text(str(spec["id"]), _at(where, "id"))
     counts_up = flag(spec.get("id_counts_up", False), _at(where, "id_counts_up"))
     if counts_up and not (kind == "slurm" and job_id.isascii() and job_id.isdigit()):

@@ -193,6 +193,12 @@ def job_document(report: JobReport) -> Document:
     ]
     if r.partition:
         facts.insert(2, ("partition", r.partition))
+    # A Slurm job's name and account, as `sacct -o JobName,Account` names them. Whoever submits a job names it:
+    # a character that is not printable is written as an escape, so that the name stays on its line.
+    if r.account:
+        facts.insert(2, ("account", printable(r.account)))
+    if r.name:
+        facts.insert(1, ("job name", printable(r.name)))
     tips = tuple((tip_title(i), tip_text(i, use)) for i, use in r.top_tips(3))
     notes = (f"Source: {report.source}; {report.runs} run(s) added up.",)
     traces = _traces(report.traces, r) if report.traces is not None else None

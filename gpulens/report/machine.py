@@ -40,6 +40,8 @@ CSV_COLUMNS = (
     "torch_reserved_peak_bytes",
     "energy_kwh",
     "top_tips",
+    "account",  # added after the others, so that every earlier column keeps its place
+    "name",
 )
 
 
@@ -163,6 +165,8 @@ def _csv_row(r: JobRecord, mark: str) -> list:
         r.torch_reserved_peak_bytes,
         number(r.energy_kwh, 6),
         " ".join(tip for tip, _ in r.top_tips(3)),
+        r.account,
+        r.name,
     ]
 
 

@@ -66,23 +66,40 @@ _PEAKS = {
 
 @dataclass(frozen=True)
 class _Read:
-    """What `_records` asks of each job: the counters and peaks (by JobRecord field), the owner labels, and
-    whether its GPUs (a series per GPU)."""
+    """What `_records` asks of each job: the counters and peaks (by JobRecord field), the owner labels, whether
+    its GPUs (a series per GPU), and whether its Slurm account."""
 
     counters: tuple[str, ...]
     peaks: tuple[str, ...]
     labels: str
     gpus: bool = False
+    accounts: bool = False
 
 
-_WHOLE = _Read(tuple(_COUNTERS), tuple(_PEAKS), "user, namespace, pod, model, partition, instance", gpus=True)
+_WHOLE = _Read(
+    tuple(_COUNTERS), tuple(_PEAKS), "user, namespace, pod, model, partition, instance", gpus=True, accounts=True
+)
 # A trend's runs: owner, name, span, GPU-seconds by state and tips; none of the counters or peaks.
 _RUNS = _Read((), (), "user, namespace, pod, model")
 
 
 def _tables(by: str) -> _Read:
-    """What the fleet report's tables show of every job, grouped `by` that owner label."""
+    """What the fleet report's tables show of every job, grouped `by` that owner label (the account is not one
+    of gpulens_job_info's: it is read apart)."""
+    if by == "account":
+        return _Read(_TABLE_COUNTERS, _TABLE_PEAKS, "pod", accounts=True)
     return _Read(_TABLE_COUNTERS, _TABLE_PEAKS, f"{by}, pod")
+
+
+def _accounts(matcher: str, window: str) -> str:
+    """Return the PromQL of the Slurm account of each job `matcher` picks (like `{job_id="7"}`, or "" for all)
+    over `window` (like `[3600s]`): a label of who holds each GPU or MIG device, which the agents export
+    whatever --jobs.export-totals says (metrics.md). A job's name is in no series: from Prometheus it is ""."""
+    both = '{account!=""' + (f",{matcher[1:-1]}" if matcher else "") + "}"
+    return " or ".join(
+        f"max by ({_KEY}, account) (max_over_time({family}{both}{window}))"
+        for family in ("gpulens_gpu_allocation_info", "gpulens_mig_allocation_info")
+    )
 
 
 # The trend's GPU-hours by hour, group and state (every state but free). The recording rules
@@ -192,7 +209,8 @@ class Prometheus:
     def _records(self, matcher: str, since: float, until: float, step: Step, read: _Read = _WHOLE) -> list[JobRecord]:
         """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span and
         what `read` asks of it (all it has, by default)."""
-        over = f"{matcher}[{max(int(until - since), 1)}s]"
+        window = f"[{max(int(until - since), 1)}s]"
+        over = matcher + window
         counters = {n: _COUNTERS[n] for n in read.counters}
         peaks = {n: _PEAKS[n] for n in read.peaks}
         labels = read.labels
@@ -217,6 +235,9 @@ class Prometheus:
 
             def gpus(found: dict, metric: dict, value: float) -> None:
                 found.setdefault("gpus", set()).add(metric.get("uuid", ""))
+
+            def accounts(found: dict, metric: dict, value: float) -> None:
+                found["account"] = found.get("account") or metric.get("account", "")
 
             def tips(found: dict, metric: dict, value: float) -> None:
                 if value > 0:
@@ -243,6 +264,8 @@ class Prometheus:
                     f"max by ({_KEY}, uuid) (max_over_time(gpulens_gpu_allocation_info{over}))",
                     gpus,
                 )
+            if read.accounts:
+                queries["accounts"] = (_accounts(matcher, window), accounts)
             answers = self._answers({what: promql for what, (promql, _) in queries.items()}, until, step)
             for what, vector in answers:
                 add = queries[what][1]

@@ -15,7 +15,7 @@ from gpulens import thresholds as t
 from gpulens.report.traces import JobTraces
 from gpulens.usage import JobRecord, add_up, merge_all
 
-GROUPINGS = ("user", "namespace", "partition", "model")
+GROUPINGS = ("user", "namespace", "partition", "account", "model")
 RED, WARNING, OK, SHORT, NO_DATA = "red", "warning", "ok", "short", "no_data"
 NONE = "(none)"
 GROUP_WORST = 3  # a group's worst jobs, by name
@@ -49,7 +49,7 @@ class JobReport:
 
 @dataclass(frozen=True)
 class Group:
-    """The jobs of one user, namespace, partition or GPU model, added up."""
+    """The jobs of one user, namespace, partition, Slurm account or GPU model, added up."""
 
     key: str
     jobs: int

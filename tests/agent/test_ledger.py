@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -382,3 +383,153 @@ def test_a_refused_file_moved_aside_lets_a_new_ledger_start(tmp_path):
     assert agent.value("gpulens_ledger_corrupt") == 0 and agent.value("gpulens_ledger_up") == 1
     assert (tmp_path / "ledger.sqlite.bad").read_bytes() == b"not a ledger at all" * 100
     assert len(agent.accounting.ledger.read()) == 7
+
+
+# -- the Slurm account and job name, and ledgers written before them --------------------------------------
+
+# A schema-1 ledger as gpulens wrote it before it kept a Slurm job's account and name: its CREATE statements
+# as they were then, written out, so that the test keeps meaning the same file however the schema grows.
+SCHEMA_1_WITHOUT_ACCOUNT_AND_NAME = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    run INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL, id TEXT NOT NULL, start REAL NOT NULL, last_seen REAL NOT NULL,
+    finished INTEGER NOT NULL DEFAULT 0,
+    node TEXT NOT NULL DEFAULT '',
+    user TEXT NOT NULL DEFAULT '', namespace TEXT NOT NULL DEFAULT '', pod TEXT NOT NULL DEFAULT '',
+    container TEXT NOT NULL DEFAULT '', partition TEXT NOT NULL DEFAULT '',
+    gpus TEXT NOT NULL DEFAULT '[]', models TEXT NOT NULL DEFAULT '[]',
+    state_free_seconds REAL NOT NULL DEFAULT 0, state_idle_seconds REAL NOT NULL DEFAULT 0,
+    state_data_starved_seconds REAL NOT NULL DEFAULT 0, state_underutilized_seconds REAL NOT NULL DEFAULT 0,
+    state_busy_seconds REAL NOT NULL DEFAULT 0, state_unknown_seconds REAL NOT NULL DEFAULT 0,
+    busy_seconds REAL NOT NULL DEFAULT 0, sampled_seconds REAL NOT NULL DEFAULT 0,
+    sm_activity_seconds REAL NOT NULL DEFAULT 0, gpm_seconds REAL NOT NULL DEFAULT 0,
+    energy_joules REAL NOT NULL DEFAULT 0, data_wait_seconds REAL NOT NULL DEFAULT 0,
+    data_wait_observed_seconds REAL NOT NULL DEFAULT 0,
+    memory_peak_bytes INTEGER NOT NULL DEFAULT 0, memory_capacity_bytes INTEGER NOT NULL DEFAULT 0,
+    torch_allocated_peak_bytes INTEGER NOT NULL DEFAULT 0,
+    torch_reserved_peak_bytes INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (kind, id, start)
+);
+CREATE INDEX IF NOT EXISTS jobs_last_seen ON jobs (last_seen);
+CREATE INDEX IF NOT EXISTS jobs_id ON jobs (id);
+CREATE TABLE IF NOT EXISTS tips (
+    run INTEGER NOT NULL, tip TEXT NOT NULL, seconds REAL NOT NULL, text TEXT NOT NULL,
+    PRIMARY KEY (run, tip)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timeline (
+    run INTEGER NOT NULL, t REAL NOT NULL,
+    state_free_seconds REAL NOT NULL DEFAULT 0, state_idle_seconds REAL NOT NULL DEFAULT 0,
+    state_data_starved_seconds REAL NOT NULL DEFAULT 0, state_underutilized_seconds REAL NOT NULL DEFAULT 0,
+    state_busy_seconds REAL NOT NULL DEFAULT 0, state_unknown_seconds REAL NOT NULL DEFAULT 0,
+    busy_seconds REAL NOT NULL DEFAULT 0, sampled_seconds REAL NOT NULL DEFAULT 0,
+    memory_peak_bytes INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, t)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS timeline_t ON timeline (t);
+"""
+
+
+def old_ledger(path: Path) -> None:
+    """Write a ledger of the schema above holding one running Slurm job: ten busy minutes and a tip."""
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA_1_WITHOUT_ACCOUNT_AND_NAME)
+    conn.executemany("INSERT INTO meta VALUES (?, ?)", [("schema_version", "1"), ("node", "old-node")])
+    conn.execute(
+        "INSERT INTO jobs (kind, id, start, last_seen, node, user, partition, gpus, models, state_busy_seconds, "
+        "busy_seconds, sampled_seconds, memory_peak_bytes) VALUES ('slurm', '4242', ?, ?, 'old-node', 'carol', "
+        "'a100', '[\"GPU-1\"]', '[\"NVIDIA A100-SXM4-80GB\"]', 600, 540, 600, ?)",
+        (EPOCH, EPOCH + 600, GIB),
+    )
+    conn.execute("INSERT INTO tips VALUES (1, 'mixed_precision', 600, 'Train in bf16.')")
+    conn.execute(
+        "INSERT INTO timeline (run, t, state_busy_seconds, busy_seconds, sampled_seconds) VALUES (1, ?, 60, 54, 60)",
+        (EPOCH,),
+    )
+    conn.commit()
+    conn.close()
+
+
+def columns(path: Path) -> dict[str, tuple]:
+    """The jobs table's columns as SQLite describes them: name -> (type, not null, default, primary key)."""
+    with connect_readonly(str(path)) as conn:
+        return {row[1]: tuple(row[2:]) for row in conn.execute("PRAGMA table_info(jobs)")}
+
+
+def test_a_ledger_from_before_the_account_and_name_is_read_as_it_is_and_gets_them_when_written(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    old_ledger(path)
+    before = digest(path)
+    with connect_readonly(str(path)) as conn:  # a report reads it as it is, and leaves it so
+        (record,) = read_records(conn, timeline=True)
+    assert digest(path) == before
+    assert (record.account, record.name) == ("", "")
+    assert (record.user, record.partition, record.nodes, record.running) == ("carol", "a100", ("old-node",), True)
+    assert record.busy_ratio == pytest.approx(0.9) and record.memory_peak_bytes == GIB
+    assert record.tips == {"mixed_precision": TipUse(600.0, "Train in bf16.")} and len(record.timeline) == 1
+
+    ledger = Ledger(str(path), node="old-node")  # the agent opens it to write: the columns are added
+    assert ledger.up and {"account", "name"} <= columns(path).keys()
+    assert ledger.read(timeline=True) == [record]  # nothing lost
+    # The agent continues the job's run, now knowing its account and name.
+    total = replace(record, last_seen=EPOCH + 660, account="physics", name="lattice qcd", timeline=())
+    delta = JobRecord("slurm", "4242", start=EPOCH, last_seen=EPOCH + 660, state_seconds={"busy": 60.0})
+    ledger.write([(total, delta)], [], EPOCH + 660)
+    ledger.close()
+    with connect_readonly(str(path)) as conn:
+        (continued,) = read_records(conn)
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1  # the same run, its row kept
+    assert (continued.account, continued.name) == ("physics", "lattice qcd")
+    assert continued.gpu_seconds == pytest.approx(660) and continued.tips == record.tips
+    Ledger(str(path)).close()  # opened again: nothing more to add
+    assert list(columns(path)).count("account") == 1
+
+
+def test_a_newer_ledger_keeps_what_an_older_gpulens_reads_and_writes(tmp_path):
+    old, new = tmp_path / "old.sqlite", tmp_path / "new.sqlite"
+    old_ledger(old)
+    ledger = Ledger(str(new), node="n1")
+    record = JobRecord(
+        "slurm", "7", start=EPOCH, last_seen=EPOCH + 60, user="ann", account="physics", name="qcd",
+        state_seconds={"busy": 60.0},
+    )  # fmt: skip
+    ledger.write([(record, record)], [], EPOCH + 60)
+    ledger.close()
+    # An older gpulens checks the version (it refuses a newer one) and names the columns it reads and writes:
+    # each is there, as it was.
+    with connect_readonly(str(new)) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    was = columns(old)
+    assert {name: spec for name, spec in columns(new).items() if name in was} == was
+    # Its write of a run leaves the columns it does not know as they were.
+    conn = connect(str(new))
+    conn.execute(
+        "INSERT INTO jobs (kind, id, start, last_seen, node, user, state_busy_seconds) VALUES ('slurm', '7', ?, ?, "
+        "'n1', 'ann', 30) ON CONFLICT (kind, id, start) DO UPDATE SET last_seen = max(last_seen, excluded.last_seen), "
+        "user = excluded.user, state_busy_seconds = state_busy_seconds + excluded.state_busy_seconds",
+        (EPOCH, EPOCH + 90),
+    )
+    conn.close()
+    with connect_readonly(str(new)) as conn:
+        (written,) = read_records(conn)
+    assert (written.account, written.name, written.gpu_seconds) == ("physics", "qcd", pytest.approx(90))
+
+
+def test_a_slurm_jobs_account_and_name_go_from_its_processes_to_the_ledger_and_its_endpoint(tmp_path):
+    path = str(tmp_path / "ledger.sqlite")
+    agent = make_agent(FLEET, ledger=path)  # the scenario gives 7001 the account and name its environment would
+    agent.run(60, step=5)
+    starved = by_key(agent.accounting.ledger.read())[("slurm", "7001")]
+    assert (starved.account, starved.name) == ("climate", "era5 loader")
+    pod = by_key(agent.accounting.ledger.read())[("kubernetes", "11111111-aaaa-4bbb-8ccc-000000000001")]
+    assert (pod.account, pod.name) == ("", "")  # only Slurm jobs have them
+    # Restarted where the environment is no longer read: the run continues with the account and name it had.
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text(Path(FLEET).read_text().replace(", account: climate, name: era5 loader", ""))
+    second = make_agent(str(unnamed), ledger=path, clock=ManualClock(start=70))
+    second.run(30, step=5)
+    continued = by_key(second.accounting.ledger.read())[("slurm", "7001")]
+    assert (continued.account, continued.name, continued.start) == ("climate", "era5 loader", starved.start)
+    app = AgentApp(second.sampler, second.registry, [], "simulated", jobs=second.accounting)
+    _, body = call(app, "/api/v1/jobs", "id=7001")
+    assert [(j["account"], j["name"]) for j in body["jobs"]] == [("climate", "era5 loader")]

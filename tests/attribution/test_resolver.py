@@ -50,8 +50,10 @@ def gpu(namespace: str, pod: str, container: str, device_id: str, resource: str 
     return DeviceAllocation(namespace, pod, container, resource, device_id)
 
 
-# SLURM_JOB_ACCOUNT of the fixture processes whose environment names their job (1105's names none).
+# SLURM_JOB_ACCOUNT and SLURM_JOB_NAME of the fixture processes whose environment names their job (1105's
+# names none).
 ACCOUNTS = {1102: "ml-research", 1106: "physics"}
+NAMES = {1102: "resnet ddp", 1106: "lattice-qcd"}
 
 
 def expected_job(pid: int) -> Job:
@@ -66,8 +68,8 @@ def expected_job(pid: int) -> Job:
     elif pid == 1402:
         kind, job_id = SLURM, "999"
     command = Sensitive(read_bytes(f"{PROC_ROOT}/{pid}/cmdline").rstrip(b"\0").replace(b"\0", b" ").decode())
-    account = ACCOUNTS.get(pid, "")
-    return Job(kind=kind, id=job_id, user=users(uid), uid=uid, account=account, command=command, pids=(pid,))
+    account, name = ACCOUNTS.get(pid, ""), NAMES.get(pid, "")
+    return Job(kind=kind, id=job_id, user=users(uid), uid=uid, account=account, name=name, command=command, pids=(pid,))
 
 
 @pytest.mark.parametrize("pid", sorted(CASES), ids=lambda pid: CASES[pid][0])
@@ -79,9 +81,9 @@ def test_environ_it_may_not_read_gives_no_slurm_job():
     resolver = Resolver(PROC_ROOT, users=users, read=denying("environ"))
     job = resolver.resolve(1402)
     assert (job.kind, job.id, job.user) == (PROCESS, "pid:1402", "bob")
-    # The cgroup still answers for a Slurm job whose environ is out of reach; its account is not known.
+    # The cgroup still answers for a Slurm job whose environ is out of reach; its account and name are not known.
     job = resolver.resolve(1102)
-    assert (job.kind, job.id, job.account) == (SLURM, "5678", "")
+    assert (job.kind, job.id, job.account, job.name) == (SLURM, "5678", "", "")
 
 
 def test_a_slurm_account_is_read_once_and_only_from_an_environment_naming_the_job():
@@ -94,6 +96,20 @@ def test_a_slurm_account_is_read_once_and_only_from_an_environment_naming_the_jo
     job = resolver.resolve(1105)
     assert (job.id, job.account) == ("424242", "")
     assert "ml-research" in read_bytes(f"{PROC_ROOT}/1105/environ").decode()
+
+
+def test_a_slurm_job_name_is_read_with_the_account_and_by_the_same_rules():
+    reader = CountingReader()
+    resolver = Resolver(PROC_ROOT, users=users, read=reader)
+    assert resolver.resolve(1102).name == "resnet ddp"  # as the job's submitter wrote it, space and all
+    assert resolver.resolve(1102).name == "resnet ddp"
+    assert reader.reads["environ"] == 1  # the same one read as the account's
+    assert resolver.resolve(1106).name == "lattice-qcd"  # Slurm without cgroups: the environment names the job
+    # 1105's environment has a SLURM_JOB_NAME but no SLURM_JOB_ID: it may not be the job's.
+    assert resolver.resolve(1105).name == ""
+    assert "SLURM_JOB_NAME=not-taken" in read_bytes(f"{PROC_ROOT}/1105/environ").decode()
+    # Only Slurm jobs have one: a pod's environment is read, and names none.
+    assert resolver.resolve(1201).name == "" and resolver.resolve(1302).name == ""
 
 
 def test_unknown_uid_falls_back_to_the_number():
@@ -183,10 +199,10 @@ def test_resolve_many_groups_processes_of_one_job(tmp_path):
     (tmp_path / "5001" / "environ").write_bytes(b"PATH=/usr/bin\0SSH_CONNECTION=10.0.0.1 2222 10.0.0.2 22\0")
     copy_process(tmp_path, 1401, 5003)
     resolver = Resolver(str(tmp_path), users=users)
-    assert resolver.resolve(5001).account == ""
+    assert resolver.resolve(5001).account == resolver.resolve(5001).name == ""
     jobs = resolver.resolve_many([5003, 5002, 5001, 5001, 9999])
     assert [(j.kind, j.id, j.pids) for j in jobs] == [(SLURM, "5678", (5001, 5002)), (PROCESS, "pid:5003", (5003,))]
-    assert jobs[0].account == "ml-research"  # the job's step carries it
+    assert (jobs[0].account, jobs[0].name) == ("ml-research", "resnet ddp")  # the job's step carries them
     assert jobs[0].command.reveal() == "/opt/conda/bin/python -u train.py"  # the lowest pid's
 
 

@@ -2,7 +2,7 @@
 Prometheus would have taken, backfilled into a real Prometheus with `promtool tsdb create-blocks-from
 openmetrics`. The agent restarts at 30 minutes (10 s down) and two minutes of scrapes are missing, as
 happens in life. Both records are built once per session. The same Prometheus holds a simulated month
-before that hour, for the trend (`month.py`).
+before that hour, for the trend (`month.py`). Two of the Slurm jobs have an account and a name.
 """
 
 from __future__ import annotations

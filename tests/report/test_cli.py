@@ -40,6 +40,8 @@ def test_json_is_complete(capsys, fleet_run):
             "kind",
             "id",
             "user",
+            "account",
+            "name",
             "start",
             "last_seen",
             "gpus",
@@ -64,6 +66,10 @@ def test_csv_has_one_row_per_job(capsys, fleet_run):
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 5 and tuple(rows[0]) == CSV_COLUMNS
     assert rows[0]["id"] == "7001" and rows[0]["mark"] == "warning"
+    # The Slurm account and job name come last, so that every earlier column keeps its place.
+    assert CSV_COLUMNS[-2:] == ("account", "name") and CSV_COLUMNS.index("top_tips") == len(CSV_COLUMNS) - 3
+    assert (rows[0]["account"], rows[0]["name"]) == ("climate", "era5 loader")
+    assert {(r["account"], r["name"]) for r in rows if r["kind"] == "kubernetes"} == {("", "")}
     assert rows[-1]["mark"] == "short"
     assert float(rows[0]["data_starved_gpu_hours"]) == pytest.approx(float(rows[0]["gpu_hours"]), rel=0.03)
 
@@ -132,6 +138,25 @@ def test_terminal_table(capsys, fleet_run, tmp_path):
     assert run(["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--min-duration", "1h"]) == 0
     text = capsys.readouterr().out
     assert "Shorter than 1 h: listed, not judged" in text and "notebook-bob-0" in text
+
+
+def test_a_slurm_jobs_name_and_account_are_facts_of_its_report(capsys, fleet_run):
+    """As `sacct -o JobName,Account` names them; a job without them (a pod) has neither line."""
+    argv = ["--ledger", str(fleet_run.ledger), *window(fleet_run)]
+    for fmt, name, account in (
+        ("terminal", r"^job name +era5 loader *$", r"^account +climate *$"),
+        ("markdown", r"^- \*\*job name\*\*: era5 loader$", r"^- \*\*account\*\*: climate$"),
+        ("html", "<dt>job name</dt><dd>era5 loader</dd>", "<dt>account</dt><dd>climate</dd>"),
+    ):
+        assert run(["job", "7001", *argv, "--format", fmt]) == 0
+        text = capsys.readouterr().out
+        found = [re.search(pattern, text, re.M) for pattern in (name, account)]
+        assert all(found), (fmt, text)
+        # After the job's id, and the account after its owner.
+        assert text.index("slurm 7001") < found[0].start() < text.index("carol") < found[1].start()
+        assert run(["job", "notebook-bob-0", *argv, "--format", fmt]) == 0
+        text = capsys.readouterr().out
+        assert "job name" not in text and "account" not in text, fmt
 
 
 def test_unknown_job(capsys, fleet_run):

@@ -51,7 +51,7 @@ def test_a_job_line_holds_the_json_formats_numbers(capsys, fleet_run, job_id):
     line = parsed(out)
     body = json.loads(report(capsys, [*argv, "--format", "json"]))
     job = body["job"]
-    for key in ("kind", "id", "user", "namespace", "pod", "partition"):
+    for key in ("kind", "id", "user", "name", "account", "namespace", "pod", "partition"):
         assert line["job" if key == "id" else key] == (job[key] or "-")
     assert line["nodes"] == ",".join(job["nodes"]) and line["models"] == ",".join(job["models"])
     assert int(line["gpus"]) == len(job["gpus"])
@@ -82,11 +82,13 @@ def test_the_verdicts_of_the_fixture(capsys, fleet_run):
     argv = ["--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "line"]
     starved = parsed(report(capsys, ["job", "7001", *argv]))
     assert starved["kind"] == "slurm" and starved["user"] == "carol" and starved["namespace"] == "-"
+    assert (starved["name"], starved["account"]) == ("era5 loader", "climate")  # as sacct's JobName, Account
     assert starved["mark"] == "warning" and ratio(starved["data_starved"]) > 0.9
     assert starved["tip"] == "Add DataLoader workers" and starved["models"] == "NVIDIA H100 80GB HBM3"
     notebook = parsed(report(capsys, ["job", "notebook-bob-0", *argv]))
     assert notebook["mark"] == "red" and notebook["busy_ratio"] == "0.0%" and notebook["pod"] == "notebook-bob-0"
-    assert parsed(report(capsys, ["job", "7002", *argv]))["mark"] == "short"
+    short = parsed(report(capsys, ["job", "7002", *argv]))
+    assert short["mark"] == "short" and short["name"] == short["account"] == "-"
     assert parsed(report(capsys, ["job", "7001", *argv, "--min-duration", "1h"]))["mark"] == "short"
 
 
@@ -115,7 +117,8 @@ def test_through_the_gpulens_command(fleet_run):
         timeout=60,
     )
     assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout.count("\n") == 1 and done.stdout.startswith("job=7001 kind=slurm user=carol ")
+    assert done.stdout.count("\n") == 1
+    assert done.stdout.startswith('job=7001 kind=slurm user=carol name="era5 loader" account=climate namespace=- ')
     assert parsed(done.stdout)["mark"] == "warning"
 
 
@@ -177,6 +180,7 @@ def test_unknowns_are_dashes_and_names_with_spaces_one_field():
     assert fields["user"] == printable('ann "the admin"\nlee')
     assert fields["busy_ratio"] == fields["sm_activity"] == fields["memory_peak"] == "-"
     assert fields["partition"] == fields["nodes"] == fields["models"] == "-"
+    assert fields["name"] == fields["account"] == "-"  # a pod has neither
     assert fields["unknown"] == "100.0%" and fields["busy"] == "0.0%" and fields["wasted"] == "0.0%"
     assert fields["elapsed"] == "02:00:00" and fields["status"] == "finished" and fields["tip"] != "-"
     assert to_lines(job_report([record], "test", 300.0)) == line + "\n"

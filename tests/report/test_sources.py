@@ -75,6 +75,9 @@ def test_the_ledger_report_tells_the_scenario(capsys, fleet_run):
     assert body["total"]["gpu_hours"] == pytest.approx(sum(j["gpu_hours"] for j in jobs.values()))
     by_namespace = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="namespace")
     assert {g["key"]: g["jobs"] for g in by_namespace["groups"]} == {"(none)": 3, "research": 1, "vision": 1}
+    assert (starved["account"], starved["name"]) == ("climate", "era5 loader")
+    by_account = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="account")
+    assert {g["key"]: g["jobs"] for g in by_account["groups"]} == {"(none)": 3, "climate": 1, "physics": 1}
     by_model = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="model")
     assert [g["key"] for g in by_model["groups"]] == ["NVIDIA H100 80GB HBM3"]
 
@@ -88,6 +91,8 @@ def test_prometheus_agrees_with_the_ledger(capsys, fleet_run, prometheus_url):
         got = prometheus[job_id]
         slack = 2 * SCRAPE * len(want["gpus"])
         assert got["gpus"] == want["gpus"] and got["user"] == want["user"] and got["mark"] == want["mark"]
+        # The account from who held the GPUs; no series names a job's name.
+        assert got["account"] == want["account"] and got["name"] == ""
         for state, seconds in want["state_seconds"].items():
             assert got["state_seconds"][state] == pytest.approx(seconds, rel=0.02, abs=slack), (job_id, state)
         assert got["gpu_hours"] * 3600 == pytest.approx(want["gpu_hours"] * 3600, rel=0.02, abs=slack)
@@ -138,4 +143,6 @@ def test_the_agent_endpoint_gives_the_ledger_report(capsys, tmp_path):
     assert jobs_by_id(over_http).keys() == jobs_by_id(from_file).keys()
     for job_id, job in jobs_by_id(over_http).items():
         assert job["state_seconds"] == pytest.approx(jobs_by_id(from_file)[job_id]["state_seconds"])
+        assert job["account"] == jobs_by_id(from_file)[job_id]["account"]
+    assert jobs_by_id(over_http)["7001"]["account"] == "climate"
     assert one["id"] == NOTEBOOK and one["running"] and len(one["timeline"]) >= 14

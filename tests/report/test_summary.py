@@ -1,5 +1,7 @@
 """Judging and adding up jobs, without any source: jobstats' marks, merging nodes, groups, progress."""
 
+from dataclasses import replace
+
 import pytest
 
 from gpulens import thresholds as t
@@ -71,6 +73,9 @@ def test_a_job_on_two_nodes_adds_up():
     assert r.tips["mixed_precision"].seconds == 15.0 and r.top_tips(1)[0][0] == "mixed_precision"
     assert [p.t for p in r.timeline] == [0.0, 60.0] and r.timeline[0].busy_seconds == 60.0
     assert merge(b, a).state_seconds == r.state_seconds
+    # A Slurm job's account and name, known on one node (its step there carries them), are the job's.
+    named = job_report([replace(a, account="physics", name="qcd"), b], "test", 300.0).record
+    assert (named.account, named.name) == ("physics", "qcd")
 
 
 def test_groups_and_worst_offenders():
@@ -97,8 +102,13 @@ def test_round_trip_through_json():
         tips={"pin_memory": TipUse(3.0, "Pin it.")},
         timeline=(TimelinePoint(0.0, {"busy": 1.0}),),
         models=("NVIDIA H100 80GB HBM3",),
+        account="ml-research",
+        name="resnet ddp",
     )
     assert JobRecord.from_dict(record.to_dict()) == record
+    # An agent older than the account and name answers without them: they are "".
+    older = {k: v for k, v in record.to_dict().items() if k not in ("account", "name")}
+    assert JobRecord.from_dict(older) == job(tips=record.tips, timeline=record.timeline, models=record.models)
     with pytest.raises(ValueError, match="not a job record"):
         JobRecord.from_dict({"kind": "slurm"})
 
