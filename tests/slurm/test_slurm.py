@@ -15,6 +15,7 @@ Each test then reads what that run left: the agent's series, the epilog's report
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -68,6 +69,7 @@ class Run:
     seen: dict[str, dict] = field(default_factory=dict)  # name -> the GPU's series when the agent judged it
     node_after: dict[str, str] = field(default_factory=dict)  # name -> node state after the job ended
     train_pid: int = 0
+    trace: dict = field(default_factory=dict)  # `gpulens trace --job` of the train job, as JSON
     cgroup: str = ""  # the train job's /proc/PID/cgroup
     epilog_log: str = ""
     slurmd_log: str = ""
@@ -146,7 +148,11 @@ def slurm_run():
 
 
 def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
-    job_env = {"GPULENS_SOCKET": str(run.folder / "jobs.sock"), "GPULENS_REPORT_INTERVAL": "1"}
+    job_env = {
+        "GPULENS_SOCKET": str(run.folder / "jobs.sock"),
+        "GPULENS_REPORT_INTERVAL": "1",
+        "GPULENS_TRACE_DIR": str(run_dir / "traces"),
+    }
     common = ("--gres=gpu:1", f"--chdir={run_dir}", f"--output={run_dir}/%x-%j.out")
     run.jobs["train"] = cluster.sbatch(
         *common, "--job-name=train", "--account=ml-research", "--export=ALL",
@@ -165,7 +171,29 @@ def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
     cluster.wait((run_dir / "gpu2.pid").exists, 30, "the overtime job to start on GPU 2")
 
     run.seen["train"] = cluster.wait(lambda: _judged(agent, "0", "data_starved"), 90, "GPU 0 judged data-starved")
-    time.sleep(STARVED_SECONDS)  # so that starvation, not the minutes before the verdict, leads its report
+    judged = time.monotonic()
+    # The on-call's next question, asked as a user would: where does each step's time go?
+    trace = subprocess.run(
+        [
+            GPULENS,
+            "trace",
+            "--job",
+            run.jobs["train"],
+            "--agent",
+            agent.base,
+            "--steps",
+            "5",
+            "--wait",
+            "20s",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    run.trace = json.loads(trace.stdout) if trace.stdout.strip() else {"error": trace.stderr}
+    # So that starvation, not the seconds before the verdict, leads the job's report.
+    time.sleep(max(0.0, STARVED_SECONDS - (time.monotonic() - judged)))
     (run_dir / "stop").touch()
     run.final["train"] = cluster.wait_job(run.jobs["train"], ("COMPLETED", "FAILED"), 60)
     run.node_after["train"] = cluster.node_state()
@@ -206,6 +234,18 @@ def test_the_train_job_is_named_with_its_user_and_account_and_called_starved_wit
     # Its main process decodes every sample itself: psutil sees it busy; its own reports say it waits.
     assert value("gpulens_job_main_process_cpu_ratio", job) > 0.3
     assert value("gpulens_job_data_wait_ratio", process) > 0.5
+
+
+def test_gpulens_trace_of_the_slurm_job_shows_its_steps_waiting_for_data(slurm_run):
+    """On-demand traces reach a real process on a simulated GPU as on a GPU node: the agent finds the process
+    by its Slurm job, asks it over the control socket, and the job's profiler answers."""
+    runs = slurm_run.trace.get("traces")
+    assert runs, slurm_run.trace
+    (found,) = runs
+    assert found["state"] == "done" and found["pid"] == slurm_run.train_pid and found["job"] == slurm_run.jobs["train"]
+    assert found["summary"]["steps"] == 5 and found["summary"]["bottleneck"] == "data_wait"
+    assert found["summary"]["shares"]["data_wait"] > 0.5
+    assert Path(found["path"]).is_file() and Path(found["path"]).parent == slurm_run.folder / "run" / "traces"
 
 
 def test_a_job_that_holds_a_gpu_and_sleeps_is_idle_after_the_patience_window(slurm_run):
@@ -258,6 +298,7 @@ def test_the_report_carries_the_verdict_and_tips(slurm_run):
     train = (slurm_run.reports / f"{slurm_run.jobs['train']}.txt").read_text()
     facts = _facts(train)
     assert facts["status"] == "finished" and facts["owner"] == "root"
+    assert facts["job name"] == "train" and facts["account"] == "ml-research"
     assert facts["data wait"].endswith("% of step time") and float(facts["data wait"].split("%")[0]) > 50
     assert facts["PyTorch peaks"] == "n/a (its gpulens.torch reports carry no CUDA memory)"
     first_tip = train.split("What to change")[1].splitlines()[1]
@@ -319,7 +360,8 @@ def test_the_ledger_has_every_job_that_held_a_gpu_and_the_one_line_summary_agree
         line = _report(slurm_run, slurm_run.jobs[name], "--format", "line")
         assert line.returncode == 0, line.stderr
         fields = dict(item.split("=", 1) for item in line.stdout.split() if "=" in item)
-        assert fields["job"] == slurm_run.jobs[name] and fields["kind"] == "slurm"
+        assert fields["job"] == slurm_run.jobs[name] and fields["kind"] == "slurm" and fields["name"] == name
+        assert fields["account"] == {"train": "ml-research", "idle": "physics", "overtime": "-"}[name]
         assert fields["user"] == pwd.getpwuid(int(slurm_run.final[name]["UserId"].split("(")[1][:-1])).pw_name
     missing = _report(slurm_run, slurm_run.jobs["no-gpulens"])
     assert missing.returncode != 0 and "\n" not in missing.stderr.strip()
