@@ -7,6 +7,7 @@ answer for it: its Slurm job from its environment, its user, its DataLoader-like
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,14 +23,17 @@ from tests.simulator.common import FakeClock, handles, listed, started
 
 GIB = 1024**3
 
-# A "training" process: writes its pid file, forks two workers that burn CPU, then sleeps.
+# A "training" process: writes its pid file, forks two workers that burn CPU, then sleeps. The workers stop
+# when their parent goes (and the test kills the whole group): left spinning, they would starve the tests
+# that measure CPU, in this run and in the matrix's beside it.
 _TRAINER = r"""
 import os, sys, time
 marker, pid_file = sys.argv[1], sys.argv[2]
+parent = os.getpid()
 for _ in range(2):
     if os.fork() == 0:
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
+        end = time.monotonic() + 30
+        while time.monotonic() < end and os.getppid() == parent:
             pass
         os._exit(0)
 with open(pid_file, "w") as f:
@@ -59,14 +63,22 @@ def trainer(tmp_path):
     marker = f"gpulens-trainer-{os.getpid()}-{time.monotonic_ns()}"
     pid_file = tmp_path / "train.pid"
     env = {**os.environ, "SLURM_JOB_ID": "4711", "SLURM_JOB_ACCOUNT": "ml-research"}
-    child = subprocess.Popen([sys.executable, "-c", _TRAINER, marker, str(pid_file)], env=env)
+    child = subprocess.Popen([sys.executable, "-c", _TRAINER, marker, str(pid_file)], env=env, start_new_session=True)
     deadline = time.monotonic() + 10
     while not (pid_file.exists() and pid_file.read_text()):
         assert time.monotonic() < deadline, "the trainer did not write its pid file"
         time.sleep(0.02)
     hostprocess.forget()
     yield child, marker, pid_file
-    child.kill()
+    end(child)
+
+
+def end(child: subprocess.Popen) -> None:
+    """Kill the trainer and its workers (its own process group) and forget what was found of them."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     child.wait()
     hostprocess.forget()
 
@@ -77,9 +89,7 @@ def test_the_driver_lists_the_real_process_of_a_pid_file_while_it_lives(trainer)
     gpu = handles(sim)[0]
     assert [(p.pid, p.usedGpuMemory) for p in listed(sim, gpu)] == [(child.pid, 30 * GIB)]
     assert sim.nvmlDeviceGetMemoryInfo(gpu, version=sim.nvmlMemory_v2).used == 30 * GIB
-    child.kill()
-    child.wait()
-    hostprocess.forget()
+    end(child)
     assert listed(sim, gpu) == []
 
 

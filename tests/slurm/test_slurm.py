@@ -72,7 +72,6 @@ class Run:
     trace: dict = field(default_factory=dict)  # `gpulens trace --job` of the train job, as JSON
     cgroup: str = ""  # the train job's /proc/PID/cgroup
     epilog_log: str = ""
-    slurmd_log: str = ""
 
 
 def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -141,10 +140,10 @@ def slurm_run():
             time.sleep(2)  # the agent's last cycles over the ended jobs reach the ledger
     finally:
         cluster.stop()
-        for name, path in (("epilog_log", folder / "epilog.log"), ("slurmd_log", folder / "slurm/log/slurmd.log")):
-            setattr(run, name, path.read_text() if path.exists() else "")
+        log = folder / "epilog.log"
+        run.epilog_log = log.read_text() if log.exists() else ""
     yield run
-    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(folder, ignore_errors=True)  # kept when the run failed: the failure names its logs there
 
 
 def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
@@ -173,24 +172,8 @@ def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
     run.seen["train"] = cluster.wait(lambda: _judged(agent, "0", "data_starved"), 90, "GPU 0 judged data-starved")
     judged = time.monotonic()
     # The on-call's next question, asked as a user would: where does each step's time go?
-    trace = subprocess.run(
-        [
-            GPULENS,
-            "trace",
-            "--job",
-            run.jobs["train"],
-            "--agent",
-            agent.base,
-            "--steps",
-            "5",
-            "--wait",
-            "20s",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ask = ("trace", "--job", run.jobs["train"], "--agent", agent.base, "--steps", "5", "--wait", "20s", "--json")
+    trace = subprocess.run([GPULENS, *ask], capture_output=True, text=True, timeout=60)
     run.trace = json.loads(trace.stdout) if trace.stdout.strip() else {"error": trace.stderr}
     # So that starvation, not the seconds before the verdict, leads the job's report.
     time.sleep(max(0.0, STARVED_SECONDS - (time.monotonic() - judged)))
@@ -335,7 +318,8 @@ def test_a_node_without_gpulens_stays_up_and_the_epilog_logs_why(slurm_run):
     assert not (slurm_run.reports / f"{job}.txt").exists()
 
 
-def test_scancel_and_the_time_limit_end_jobs_as_slurm_says(slurm_run):
+def test_the_jobs_end_as_slurm_says_normally_by_scancel_and_at_the_time_limit(slurm_run):
+    assert (slurm_run.final["train"]["JobState"], slurm_run.final["train"]["ExitCode"]) == ("COMPLETED", "0:0")
     assert slurm_run.final["idle"]["JobState"] == "CANCELLED"
     assert slurm_run.final["overtime"]["JobState"] == "TIMEOUT"
 
