@@ -45,6 +45,9 @@ read_settings() {
     case $key in
       '' | '#'*) continue ;;
       GPULENS_BIN | GPULENS_REPORT_DIR | GPULENS_REPORT_TIMEOUT | GPULENS_REPORT_ARGS | GPULENS_EPILOG_LOG)
+        value=${value%%[[:space:]]#*}              # a comment after the value
+        value=${value#"${value%%[![:space:]]*}"}   # blanks around it
+        value=${value%"${value##*[![:space:]]}"}
         value=${value#\"}
         value=${value%\"}
         [ -n "${!key:-}" ] || printf -v "$key" '%s' "$value"

@@ -227,3 +227,18 @@ def test_the_epilog_takes_its_settings_from_beside_slurm_conf(tmp_path):
     # The environment wins over the file (a run by hand).
     result = _epilog(tmp_path, {**env, "PATH": os.environ["PATH"]})
     assert (tmp_path / "reports" / "81234.txt").exists()
+
+
+def test_the_epilog_reads_the_settings_file_docs_install_shows(tmp_path):
+    block = re.search(r"```sh\n# /etc/slurm/gpulens-epilog.conf\n(.*?)```", INSTALL.read_text(), flags=re.DOTALL)
+    assert block, "docs/install.md lost its gpulens-epilog.conf example"
+    fake = _fake_gpulens(tmp_path, 'echo "args: $*"')
+    settings = block.group(1).replace("/opt/gpulens/bin/gpulens", fake).replace("/var/log/", f"{tmp_path}/")
+    settings = settings.replace("/var/lib/gpulens/reports", str(tmp_path / "reports"))
+    (tmp_path / "slurm.conf").write_text("ClusterName=test\n")
+    (tmp_path / "gpulens-epilog.conf").write_text(settings)
+    env = {"SLURM_JOB_ID": "5", "SLURM_CONF": str(tmp_path / "slurm.conf")}
+    result = subprocess.run(["bash", str(EPILOG)], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout == "args: report job 5 --ended --min-duration 60s\n"
+    assert (tmp_path / "reports" / "5.txt").read_text() == result.stdout
