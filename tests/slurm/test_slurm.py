@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.agent.attribution.cgroup import parse_owner
 from tests.reliability.running import agent_process
 from tests.slurm.cluster import ROOT, Cluster, missing_tools
 from tests.tools import require_tool
@@ -248,6 +249,9 @@ def test_the_jobs_sit_in_the_cgroup_layout_this_machine_offers(slurm_run, layout
     job = slurm_run.jobs["train"]
     expected = f"slurmstepd.scope/job_{job}/" if layout == "v2" else f"/uid_0/job_{job}/step_batch"
     assert expected in slurm_run.cgroup, slurm_run.cgroup
+    # The job's id came from this path, not from SLURM_JOB_ID, which the resolver reads only without one.
+    owner = parse_owner(slurm_run.cgroup)
+    assert owner is not None and (owner.kind, owner.job_id) == ("slurm", job)
 
 
 # -- the epilog ---------------------------------------------------------------------------------------------
