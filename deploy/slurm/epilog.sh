@@ -89,7 +89,8 @@ report_job() {
     return
   fi
   printf '%s\n' "$report"
-  if mkdir -p "$REPORT_DIR" 2>/dev/null; then
+  # 0755: each user must reach the folder to read their own report (0600) in it, whatever slurmd's umask.
+  if mkdir -p -m 0755 "$REPORT_DIR" 2>/dev/null; then
     local file="$REPORT_DIR/$job.txt"
     (umask 077 && printf '%s\n' "$report" >"$file") || { log "cannot write $file"; return; }
     if [ -n "${SLURM_JOB_UID:-}" ]; then

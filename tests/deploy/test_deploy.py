@@ -242,3 +242,14 @@ def test_the_epilog_reads_the_settings_file_docs_install_shows(tmp_path):
     assert result.returncode == 0 and result.stderr == ""
     assert result.stdout == "args: report job 5 --ended --min-duration 60s\n"
     assert (tmp_path / "reports" / "5.txt").read_text() == result.stdout
+
+
+def test_the_epilog_makes_the_reports_folder_reachable_whatever_the_umask(tmp_path):
+    fake = _fake_gpulens(tmp_path, 'echo "report"')
+    env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": "9", "GPULENS_BIN": fake, "GPULENS_REPORT_DIR": f"{tmp_path}/r"}
+    result = subprocess.run(
+        ["bash", "-c", 'umask 077 && exec bash "$0"', str(EPILOG)], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "r").stat().st_mode & 0o777 == 0o755  # users reach their own reports in it
+    assert (tmp_path / "r" / "9.txt").stat().st_mode & 0o777 == 0o600
