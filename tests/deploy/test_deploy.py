@@ -253,3 +253,12 @@ def test_the_epilog_makes_the_reports_folder_reachable_whatever_the_umask(tmp_pa
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "r").stat().st_mode & 0o777 == 0o755  # users reach their own reports in it
     assert (tmp_path / "r" / "9.txt").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_bad_report_timeout_in_the_settings_is_logged_and_the_default_used(tmp_path):
+    fake = _fake_gpulens(tmp_path, 'echo "report"')
+    (tmp_path / "slurm.conf").write_text("ClusterName=test\n")
+    (tmp_path / "gpulens-epilog.conf").write_text(f"GPULENS_BIN={fake}\nGPULENS_REPORT_TIMEOUT=20s\n")
+    result = _epilog(tmp_path, {"SLURM_JOB_ID": "3", "SLURM_CONF": str(tmp_path / "slurm.conf")})
+    assert result.returncode == 0 and result.stdout == "report\n"
+    assert "job 3: GPULENS_REPORT_TIMEOUT '20s' is not a whole number of seconds; using 20" in result.stderr
