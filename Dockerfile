@@ -16,6 +16,9 @@ COPY gpulens/ gpulens/
 COPY agent/ agent/
 COPY dashboard/ dashboard/
 COPY probes/ probes/
+# rules/ and deploy/ ship in the package as data (gpulens rules, grafana, files).
+COPY rules/ rules/
+COPY deploy/ deploy/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # -- agent ----------------------------------------------------------------------------------------

@@ -188,6 +188,44 @@ def test_the_dockerfile_installs_existing_extras_and_copies_existing_sources():
     assert "AGENT_EXTRAS=kubernetes" in DOCKERFILE.read_text()
 
 
+def test_the_dockerfile_build_stage_has_every_package_folder():
+    """`pip wheel .` in the build stage fails on a package folder it lacks (rules/ and deploy/ ship as data)."""
+    folders = set(_pyproject()["tool"]["setuptools"]["package-dir"].values())
+    copied = {
+        shlex.split(arguments)[0].rstrip("/")
+        for instruction, arguments in _stages()["build"]
+        if instruction == "COPY" and "--from" not in arguments
+    }
+    ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    for folder in sorted(folders):
+        assert folder in copied, f"the Dockerfile's build stage does not COPY {folder}/"
+        assert folder not in ignored, f".dockerignore leaves {folder}/ out of the build context"
+
+
+def _systemd_environment_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile= reads unquoted ones: a line starting with # or ; is a
+    comment, and a # after a value is part of the value (src/basic/env-file.c); blanks around are dropped."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and line[0] not in "#;":
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def test_the_documented_agent_settings_file_means_what_it_says():
+    block = re.search(r"`/etc/default/gpulens-agent`.*?```sh\n(.*?)```", INSTALL.read_text(), flags=re.DOTALL)
+    assert block, "docs/install.md lost its /etc/default/gpulens-agent example"
+    environ = _systemd_environment_file(block.group(1))
+    assert environ and all(key.startswith("GPULENS_") for key in environ)
+    for key, value in environ.items():
+        assert "#" not in value, f"systemd would give the agent {key}={value!r}: put the comment on a line of its own"
+    config = agent_config.load([], environ=environ)
+    assert config.ledger_partition == environ["GPULENS_LEDGER_PARTITION"]
+    assert "EnvironmentFile=-/etc/default/gpulens-agent" in UNIT.read_text()
+
+
 def _documented_scrape_configs() -> list[dict]:
     block = re.search(r"```yaml\n# prometheus.yml\n(.*?)```", INSTALL.read_text(), flags=re.DOTALL)
     assert block, "docs/install.md lost its prometheus.yml example"
