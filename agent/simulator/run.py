@@ -19,6 +19,7 @@ import argparse
 import os
 import shutil
 import sys
+import sysconfig
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -38,6 +39,8 @@ ENV_SPEED = "GPULENS_SIM_SPEED"
 ENV_AT = "GPULENS_SIM_AT"
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127  # what a shell returns for a command it cannot find
+# The console scripts folder of this Python's environment (a virtual environment's bin/).
+SCRIPTS = sysconfig.get_path("scripts")
 
 _installed: tuple[Scenario, SharedClock] | None = None
 
@@ -112,6 +115,16 @@ def _scenario(name: str, driver: str | None) -> Scenario:
         raise ConfigError(f"--driver: {error}") from None
 
 
+def find_program(name: str) -> str | None:
+    """`name`'s path: on PATH, else among the console scripts of the environment gpulens runs in, where
+    COMMAND must come from anyway (the hook imports gpulens), so that `.venv/bin/gpulens sim demo -- nvitop`
+    finds the nvitop beside it without the environment being activated."""
+    found = shutil.which(name)
+    if found is None and os.sep not in name:
+        found = shutil.which(name, path=SCRIPTS)
+    return found
+
+
 def hook_folder() -> str:
     """The folder whose sitecustomize.py installs the simulated driver in every Python that starts."""
     return str(resources.files(__package__).joinpath("hook"))
@@ -123,11 +136,11 @@ def main(argv: Sequence[str]) -> int:
     except (ConfigError, UnitError) as error:
         print(f"gpulens sim: {error}", file=sys.stderr)
         return EXIT_USAGE
-    program = shutil.which(command[0])
+    program = find_program(command[0])
     if program is None:
         print(
-            f"gpulens sim: command {printable(command[0])!r} not found; install it in this environment "
-            "or give its path",
+            f"gpulens sim: command {printable(command[0])!r} not found on PATH or in {printable(SCRIPTS)}; "
+            "install it in this environment or give its path",
             file=sys.stderr,
         )
         return EXIT_NOT_FOUND

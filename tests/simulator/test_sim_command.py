@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 import urllib.request
@@ -118,6 +120,16 @@ def test_mistakes_get_one_line_and_a_status(args, status, message):
     done = sim(*args)
     assert done.returncode == status
     assert message in done.stderr and done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def test_a_command_of_the_environment_is_found_without_activating_it():
+    """`.venv/bin/gpulens sim demo -- nvitop` runs the nvitop beside it, though .venv/bin is not on PATH."""
+    scripts = os.path.dirname(shutil.which("gpulens", path=sysconfig.get_path("scripts")) or "")
+    assert scripts, "gpulens is not installed as a console script"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != scripts)
+    done = sim("demo", "--", "gpulens", "--version", env={**os.environ, "PATH": path})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gpulens ")
 
 
 def _metrics(port: int, deadline: float) -> str:
