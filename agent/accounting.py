@@ -547,11 +547,13 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
             "gpulens_job_memory_peak_bytes", "Most device memory the job's processes used on one GPU since it started."
         ),
         "memory_capacity_bytes": gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
+        # Not *_peak_bytes: those are the in-job families (agent/jobs/metrics.py), per process; one name
+        # for both would repeat a family in the exposition, which scrapers reject.
         "torch_allocated_peak_bytes": gauge(
-            "gpulens_job_torch_allocated_peak_bytes", "Highest PyTorch allocated-bytes peak the job reported."
+            "gpulens_job_torch_allocated_max_bytes", "Highest PyTorch allocated-bytes peak the job reported."
         ),
         "torch_reserved_peak_bytes": gauge(
-            "gpulens_job_torch_reserved_peak_bytes", "Highest PyTorch reserved-bytes peak the job reported."
+            "gpulens_job_torch_reserved_max_bytes", "Highest PyTorch reserved-bytes peak the job reported."
         ),
     }
     memory = gauge(

@@ -102,8 +102,8 @@ class Month:
         if torch_job:
             counters[f"gpulens_job_data_wait_seconds_total{{{key}}}"] = shares.get("data_starved", 0.0)
             counters[f"gpulens_job_data_wait_observed_seconds_total{{{key}}}"] = 1.0
-            gauges[f"gpulens_job_torch_allocated_peak_bytes{{{key}}}"] = int(memory * 0.8)
-            gauges[f"gpulens_job_torch_reserved_peak_bytes{{{key}}}"] = int(memory * 0.9)
+            gauges[f"gpulens_job_torch_allocated_max_bytes{{{key}}}"] = int(memory * 0.8)
+            gauges[f"gpulens_job_torch_reserved_max_bytes{{{key}}}"] = int(memory * 0.9)
         last_seen = f"gpulens_job_last_seen_timestamp_seconds{{{key}}}"
         first = max(start, begin)
         times = [*range(math.ceil(first / self.step) * self.step, math.ceil(end), self.step), end]

@@ -59,8 +59,8 @@ _TABLE_PEAKS = ("memory_peak_bytes",)
 _PEAKS = {
     "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
     "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
-    "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_peak_bytes",
-    "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_peak_bytes",
+    "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
+    "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
 }
 
 

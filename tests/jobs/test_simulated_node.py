@@ -8,6 +8,7 @@ simulated GPU is exported as its own series and changes no GPU's verdict.
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -73,5 +74,29 @@ def test_a_real_report_joins_the_simulated_gpu_of_its_pid_and_others_are_series_
             if s.name == "gpulens_job_data_wait_ratio"
         }
         assert waits == {os.getpid(): 0.75, stranger: 0.75}
+    finally:
+        receiver.stop()
+
+
+def test_with_the_ledgers_totals_on_each_family_is_exposed_once(tmp_path, socket_path, message):
+    # The job's own allocator peaks (per process) and the ledger's highest of them (per job) are two
+    # families: one name for both would make the exposition invalid (promtool: "second HELP line").
+    flags = ("--jobs.socket", socket_path, "--jobs.export-totals", "--jobs.process-min-age", "0")
+    sampler, registry, _, receiver, clock = node(tmp_path, *flags)
+    receiver.start()
+    try:
+        send(socket_path, message(pid=os.getpid()))
+        processed(receiver, 1)
+        for _ in range(3):
+            sampler.cycle()
+            clock.advance(1.0)
+        text = generate_latest(registry).decode()
+        types = Counter(line.split()[2] for line in text.splitlines() if line.startswith("# TYPE "))
+        assert [name for name, count in types.items() if count > 1] == []
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+        per_process = [s for s in samples if s.name == "gpulens_job_torch_allocated_peak_bytes"]
+        per_job = [s for s in samples if s.name == "gpulens_job_torch_allocated_max_bytes"]
+        assert [(sorted(s.labels), s.value) for s in per_process] == [(["gpu_uuid", "pid"], 2_000_000)]
+        assert [(sorted(s.labels), s.value) for s in per_job] == [(["job_id", "job_kind"], 2_000_000)]
     finally:
         receiver.stop()
