@@ -177,6 +177,8 @@ def _source(args) -> Source:
     if chosen == "ledger":
         paths = args.ledger or [DEFAULT_LEDGER]
         if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
+            if args.source:
+                raise UsageError(f"--source ledger needs --ledger PATH: there is no ledger at {DEFAULT_LEDGER}")
             raise UsageError(
                 "no source given and no ledger at the default path "
                 f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL"
@@ -263,7 +265,9 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 "or 'gpulens report trend --since 30d'"
             )
         until = parse_time(args.until, "--until", now)
-        since = parse_time(args.since, "--since", until)
+        # A trend counts whole hours, so '--since 2d' counts back from the last whole one: 48 hours, not 47.
+        end = whole_hours(until, until)[1] if args.command == "trend" else until
+        since = parse_time(args.since, "--since", end)
         if since >= until:
             raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
         if args.command == "trend":

@@ -232,6 +232,13 @@ def test_the_terminal_table(ledger, tmp_path):
     assert "Waste trend by namespace" in text and "down 26%" in text and "resnet-train" in text
 
 
+def test_a_duration_counts_back_whole_hours_from_the_last_whole_hour(capsys, ledger):
+    """`--since 2d` at 17 minutes past is the 48 hours before the hour, not 47 after the next one."""
+    assert run(["trend", "--ledger", ledger, "--since", "2d", "--format", "json"], now=END + 17 * 60) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["since"], body["until"]) == (END - 2 * DAY_SECONDS, END) and len(body["days"]) == 2
+
+
 @pytest.mark.parametrize(
     ("argv", "status", "words"),
     [
