@@ -92,6 +92,10 @@ class LedgerError(Exception):
     """The ledger file cannot be used; the message says why and what to do, in one line."""
 
 
+# How a reader (`gpulens report`) ends the message of a file that is not a ledger; the agent logs its own fix.
+READER_FIX = ", give an agent's ledger file (its --ledger.path)"
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open `path` for writing (creating it), without touching its contents."""
     return sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
@@ -99,6 +103,10 @@ def connect(path: str) -> sqlite3.Connection:
 
 def connect_readonly(path: str) -> sqlite3.Connection:
     """Open an existing ledger read-only; raise LedgerError if it is missing or unreadable."""
+    if os.path.isdir(path):  # the agent's folder given for its file
+        raise LedgerError(
+            f"ledger {path} is a directory; give the path of the ledger file in it (the agent's --ledger.path)"
+        )
     if not os.path.isfile(path):
         raise LedgerError(f"ledger {path}: no such file; give the path of an agent's ledger (its --ledger.path)")
     problem = header_problem(path)
@@ -107,7 +115,7 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
-        _check_schema(conn, path)
+        _check_schema(conn, path, READER_FIX)
     except sqlite3.DatabaseError as error:
         raise LedgerError(f"ledger {path} cannot be read ({error}); it was left untouched, give another file") from None
     return conn
@@ -125,16 +133,17 @@ def header_problem(path: str) -> str:
     return ""
 
 
-def _check_schema(conn: sqlite3.Connection, path: str) -> None:
-    """Raise LedgerError unless `conn` holds a gpulens ledger this version can read (an empty file passes)."""
+def _check_schema(conn: sqlite3.Connection, path: str, fix: str = "") -> None:
+    """Raise LedgerError unless `conn` holds a gpulens ledger this version can read (an empty file passes).
+    `fix` ends the message of a file that is not one: a reader's, as the agent's log says its own."""
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not tables:
         return
     if not {"meta", "jobs", "tips", "timeline"} <= tables:
-        raise LedgerError(f"ledger {path} is an SQLite file but not a gpulens ledger; it was left untouched")
+        raise LedgerError(f"ledger {path} is an SQLite file but not a gpulens ledger; it was left untouched{fix}")
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if row is None or not str(row[0]).isdigit():
-        raise LedgerError(f"ledger {path} has no schema version; it was left untouched")
+        raise LedgerError(f"ledger {path} has no schema version; it was left untouched{fix}")
     if int(row[0]) > SCHEMA_VERSION:
         raise LedgerError(f"ledger {path} was written by a newer gpulens (schema {row[0]}); upgrade gpulens to read it")
 

@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 
@@ -217,6 +218,15 @@ def test_a_missing_ledger(capsys, tmp_path):
     fails(capsys, ["fleet", "--ledger", str(tmp_path / "nothing.sqlite")], 1, "no such file", "--ledger")
 
 
+def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_path):
+    fails(capsys, ["fleet", "--ledger", str(tmp_path)], 1, "is a directory", "the ledger file in it", "--ledger.path")
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (text)")
+    conn.close()
+    fails(capsys, ["fleet", "--ledger", str(other)], 1, "not a gpulens ledger", "give an agent's ledger file")
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -231,6 +241,7 @@ def test_a_missing_ledger(capsys, tmp_path):
         (["fleet", "--ledger", "x", "--prometheus", "http://p:9090"], ("--source",)),
         (["fleet", "--source", "agent"], ("--agent URL",)),
         (["fleet", "--source", "prometheus"], ("--prometheus URL",)),
+        (["fleet", "--source", "ledger", "--agent", "node1:10906"], ("--source ledger needs --ledger PATH",)),
         (["job"], ("id",)),
         ([], ("report job ID",)),
     ],
