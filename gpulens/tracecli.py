@@ -7,7 +7,8 @@
 
 The job must iterate its data through `gpulens.torch.instrument` (docs/in-job.md); it writes the trace
 into its own directory and the agent passes on its summary. Exit status: 0 when every process wrote its
-trace, 1 when one refused, failed, was lost or is still running at --wait, 2 for a usage mistake.
+trace (with --no-wait, when none has refused or failed yet), 1 when one refused, failed, was lost or is
+still running at --wait, 2 for a usage mistake.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ def main(argv: Sequence[str], out=sys.stdout, sleep: Callable[[float], None] = t
     if not runs:
         print(f"gpulens trace: {agent.shown} knows no trace {trace_id}", file=sys.stderr)
         return EXIT_FAILED
-    return EXIT_OK if all(r["state"] == "done" for r in runs) else EXIT_FAILED
+    # With --no-wait a trace still to come is no failure: the request was taken, and --id reads it later.
+    ok = all(r["state"] == "done" or (args.no_wait and r["state"] not in TRACE_FINISHED) for r in runs)
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def _runs(agent: AgentClient, trace_id: str) -> list[dict[str, Any]]:

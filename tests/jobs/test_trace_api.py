@@ -119,6 +119,16 @@ def test_the_cli_asks_waits_and_exits_1_when_the_job_refuses(agent):
     assert "refused: a trace is already running" in out.getvalue()
 
 
+def test_the_cli_without_waiting_exits_0_with_the_id_to_read_later(agent):
+    url, jobs = agent
+    job = HandMadeJob(jobs)  # reports, connects, and leaves the request unanswered: the trace is still to come
+    wait_until(lambda: f'pid="{os.getpid()}"' in requests.get(url + "/metrics", timeout=5).text, timeout=10)
+    out = io.StringIO()
+    assert tracecli.main(["--agent", url, "--pid", str(os.getpid()), "--no-wait"], out=out) == 0
+    assert "read it later with: gpulens trace --id t-" in out.getvalue()
+    job.control.close()
+
+
 def test_requests_the_agent_cannot_make_are_refused_with_the_fix(agent):
     url, jobs = agent
     post = lambda **params: requests.post(url + "/api/v1/traces/run", params=params, timeout=5)  # noqa: E731
