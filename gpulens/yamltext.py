@@ -38,15 +38,40 @@ def read_yaml_file(path: str, where: str, fix: str) -> Any:
         raise YamlProblem(f"{where}: {problem}") from None
 
 
+class _TwiceWritten(yaml.constructor.ConstructorError):
+    """A key written twice in one mapping."""
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping: PyYAML keeps the last and drops the
+    first without a word, which hides a mistake as surely as a misspelt key would."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key, _ in node.value:
+            # A merge (<<) may be overridden by the mapping's own keys, as YAML intends; only keys written
+            # in this mapping count, compared as written.
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in seen:
+                    raise _TwiceWritten(problem=f"key {key.value!r} written twice", problem_mark=key.start_mark)
+                seen.add((key.tag, key.value))
+        return super().construct_mapping(node, deep)
+
+
 def parse_yaml(text: str) -> Any:
     """Return the document in `text` (None when empty); raise YamlProblem naming the line and the fix."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeys)  # a SafeLoader: plain data only
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = " ".join(str(getattr(error, "problem", None) or error).split())
-        raise YamlProblem(f"{line}invalid YAML ({problem}); fix the syntax there") from None
+        fix = "fix the syntax there"
+        if isinstance(error, _TwiceWritten):
+            fix = "keep one of the two"
+        elif "'\\t'" in problem:  # PyYAML names a tab by its escape only; indentation is where people put one
+            fix = "indent with spaces, not tabs"
+        raise YamlProblem(f"{line}invalid YAML ({problem}); {fix}") from None
     except (RecursionError, ValueError, TypeError, AttributeError) as error:
         # PyYAML's own failures besides YAMLError: nesting past the recursion limit, a date such as
         # 2026-13-45, a tag such as '!!int x', an integer of over 4300 digits.
