@@ -765,8 +765,10 @@ _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 def _pci_bus_id(spec: dict, where: str, index: int) -> str:
     if "pci_bus_id" not in spec:
-        bus = _HGX_BUSES[index] if index < len(_HGX_BUSES) else 0xE0 + index % 0x20
-        return f"00000000:{bus:02X}:00.0"
+        if index < len(_HGX_BUSES):
+            return f"00000000:{_HGX_BUSES[index]:02X}:00.0"
+        # Past a baseboard: buses E0-FF, then the next device number on each, so no two GPUs share one.
+        return f"00000000:{0xE0 + index % 0x20:02X}:{index // 0x20:02X}.0"
     bus_id = text(spec["pci_bus_id"], _at(where, "pci_bus_id")).upper()
     if not re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-1][0-9A-F]\.[0-7]", bus_id):
         raise Invalid(_at(where, "pci_bus_id"), "expected domain:bus:device.function like 00000000:1B:00.0")
@@ -1158,6 +1160,7 @@ def _scenario(raw: object) -> Scenario:
     for i, uuid in enumerate(uuids):
         if uuids.index(uuid) != i:
             raise Invalid(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
+    _check_buses(gpus, gpu_list)
     driver = _driver(spec)
     cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
@@ -1173,6 +1176,22 @@ def _scenario(raw: object) -> Scenario:
             _fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []), "faults"))
         ),
     )
+
+
+def _check_buses(gpus: tuple[Gpu, ...], raw: list) -> None:
+    """Refuse two GPUs on one PCI address: no machine has them, and nvmlDeviceGetHandleByPciBusId would
+    find only the first."""
+    first: dict[str, int] = {}
+    for gpu in gpus:
+        other = first.setdefault(gpu.pci_bus_id, gpu.index)
+        if other == gpu.index:
+            continue
+        given = isinstance(raw[gpu.index], dict) and "pci_bus_id" in raw[gpu.index]
+        mine = "" if given else " by default"
+        raise Invalid(
+            f"gpus[{gpu.index}].pci_bus_id",
+            f"{gpu.pci_bus_id}{mine} is also the pci_bus_id of gpus[{other}]; give each GPU its own",
+        )
 
 
 def _driver(spec: dict) -> branches.Driver:

@@ -230,6 +230,18 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         ("description: d\ngpus: []\n", "top level", "missing key 'name'"),
         (body() + "flavour: x\n", "top level", "unknown key 'flavour'"),
         (body(GOOD_GPU + '\n    uuid: "GPU-1234"'), "gpus[0].uuid", "expected GPU-xxxxxxxx"),
+        (
+            body(
+                GOOD_GPU + '\n    pci_bus_id: "00000000:2A:00.0"\n  - model: H200\n    pci_bus_id: "00000000:2a:00.0"'
+            ),
+            "gpus[1].pci_bus_id",
+            "00000000:2A:00.0 is also the pci_bus_id of gpus[0]; give each GPU its own",
+        ),
+        (
+            body(GOOD_GPU + '\n    pci_bus_id: "00000000:2A:00.0"\n  - model: H200'),
+            "gpus[1].pci_bus_id",
+            "00000000:2A:00.0 by default is also the pci_bus_id of gpus[0]",
+        ),
         (body() + 'driver: "545.23.08"\n', "driver", "unknown driver '545.23.08'; use a branch (r470"),
         (body() + "driver: r999\n", "driver", "unknown driver 'r999'"),
         (body() + 'driver: r535\ndriver_version: "535.54.03"\n', "driver_version", "give the driver once"),
@@ -288,6 +300,46 @@ def test_invalid_yaml_names_the_line(tmp_path):
     message = str(caught.value)
     assert "\n" not in message
     assert re.match(rf"scenario {re.escape(path)}: line \d+: invalid YAML \(.+\)", message)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        # PyYAML keeps the last of two equal keys and drops the first without a word.
+        (
+            body(GOOD_GPU + "\n    utilization: 50\n    utilization: 90"),
+            "line 6: invalid YAML (key 'utilization' written",
+        ),
+        ("name: t\ndescription: d\ngpus:\n  - {model: H200, model: L4}\n", "line 4: invalid YAML (key 'model' written"),
+    ],
+)
+def test_a_key_written_twice_is_refused(tmp_path, text, problem):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value) == f"scenario {path}: {problem} twice); keep one of the two"
+
+
+def test_a_merge_may_still_be_overridden(tmp_path):
+    path = write(tmp_path, body("<<: {model: L4, utilization: 10}\n    utilization: 50"))
+    assert load_scenario(path).gpus[0].utilization.value(0) == 50
+
+
+def test_a_tab_in_the_indentation_says_to_use_spaces(tmp_path):
+    path = write(tmp_path, "name: t\ndescription: d\ngpus:\n\t- model: H200\n")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value) == (
+        f"scenario {path}: line 4: invalid YAML (found character '\\t' that cannot start any token); "
+        "indent with spaces, not tabs"
+    )
+
+
+def test_default_bus_ids_stay_unique_past_a_baseboard(tmp_path):
+    scenario = load_scenario(write(tmp_path, "name: t\ndescription: d\ngpus:\n" + "  - {model: L4}\n" * 100))
+    buses = [g.pci_bus_id for g in scenario.gpus]
+    assert len(set(buses)) == 100
+    assert buses[8] == "00000000:E8:00.0" and buses[40] == "00000000:E8:01.0"
 
 
 def test_missing_file_lists_builtins():
