@@ -114,10 +114,12 @@ class Setting:
     def shown(self) -> str:
         return self.shown_default or self.default or "none"
 
-    def read(self, value: Any) -> Any:
-        """Return `value` parsed and within the range; raise ConfigError naming the flag and the fix."""
+    def read(self, value: Any, where: str = "") -> Any:
+        """Return `value` parsed and within the range; raise ConfigError naming the fix and `where` the value
+        was written (the flag, by default)."""
+        where = where or self.flag
         try:
-            parsed = self.parse(value, self.flag)
+            parsed = self.parse(value, where)
         except UnitError as error:
             raise ConfigError(str(error)) from None
         low, high = (None if bound is None else self.parse(bound, self.flag) for bound in (self.low, self.high))
@@ -130,7 +132,7 @@ class Setting:
                 else f"at most {self.high}"
             )
             shown = f"{parsed:g}" if isinstance(parsed, float) else str(parsed)
-            raise ConfigError(f"{self.flag}: {shown}{_UNITS.get(self.parse, '')} is out of range; choose {choose}")
+            raise ConfigError(f"{where}: {shown}{_UNITS.get(self.parse, '')} is out of range; choose {choose}")
         return parsed
 
 
@@ -333,11 +335,24 @@ def load(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Agent
     flags = vars(build_parser().parse_args(list(argv)))
     env = _from_env(environ)
     path = flags.get("config_file") or env.get("config_file")
-    given = {**(_from_file(path) if path else {}), **env, **flags}
+    in_file = _from_file(path) if path else {}
+    given = {**in_file, **env, **flags}
+
+    def written(name: str) -> str:
+        """Where the value in effect for setting `name` was written, for its errors: the flag, else the
+        environment variable or the config file's key, with the flag beside it."""
+        s = SETTINGS[name]
+        if name in flags:
+            return s.flag
+        if name in env:
+            return f"environment {s.env} ({s.flag})"
+        return f"config file {path}: {s.file_key} ({s.flag})"
+
     enabled = collectors.defaults()
     enabled.update({key[len("collector_") :]: bool(on) for key, on in given.items() if key.startswith("collector_")})
     config = AgentConfig(
-        collectors=enabled, **{name: s.read(given[name]) for name, s in SETTINGS.items() if name in given}
+        collectors=enabled,
+        **{name: s.read(given[name], written(name)) for name, s in SETTINGS.items() if name in given},
     )
     if config.speed != 1.0 and not config.simulate:
         raise ConfigError("--speed only applies to a simulated node; add --simulate SCENARIO or drop --speed")

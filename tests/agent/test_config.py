@@ -84,7 +84,22 @@ def test_collector_flags_switch_both_ways():
         (["--jobs.process-min-age", "2d"], {}, None, "choose between 0s and 24h"),
         (["--jobs.max-exported", "many"], {}, None, "--jobs.max-exported: 'many' is not a whole number"),
         ([], {"GPULENS_JOBS_MAX_EXPORTED": "0"}, None, "choose between 1 and 100000"),
-        ([], {}, "jobs: {export_totals: sometimes}", "--jobs.export-totals: 'sometimes' is not true or false"),
+        ([], {}, "jobs: {export_totals: sometimes}", "--jobs.export-totals): 'sometimes' is not true or false"),
+        # A value from the environment or the file is named where it was written, beside its flag.
+        (
+            [],
+            {"GPULENS_SAMPLING_INTERVAL": "abc"},
+            None,
+            "environment GPULENS_SAMPLING_INTERVAL (--sampling.interval): 'abc' is not a duration",
+        ),
+        (
+            [],
+            {"GPULENS_JOBS_MAX_EXPORTED": "0"},
+            None,
+            "environment GPULENS_JOBS_MAX_EXPORTED (--jobs.max-exported): 0",
+        ),
+        ([], {}, "ledger: {retention: 1y}", ": ledger.retention (--ledger.retention): '1y' is not a duration"),
+        (["--sampling.interval", "fast"], {"GPULENS_SAMPLING_INTERVAL": "2s"}, None, "\n--sampling.interval: 'fast'"),
     ],
 )
 def test_mistakes_name_the_setting_and_the_fix(tmp_path, argv, env, file_text, expected):
@@ -94,9 +109,9 @@ def test_mistakes_name_the_setting_and_the_fix(tmp_path, argv, env, file_text, e
         argv = [*argv, "--config.file", str(path)]
     with pytest.raises(ConfigError) as caught:
         load(argv, environ=env)
-    message = str(caught.value)
+    message = "\n" + str(caught.value)  # so that an expectation can start with "\n": the line's start
     assert expected in message
-    assert "\n" not in message
+    assert "\n" not in message[1:]
 
 
 def test_missing_config_file(tmp_path):
