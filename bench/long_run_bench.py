@@ -73,7 +73,8 @@ def build(scenario_text: str, ledger_path: str, interval: float):
     library = load_simulated_library(scenario, clock)
     enabled = collectors.build(collectors.defaults())
     analysis = Analysis(SimulatedSources(scenario, clock.monotonic))
-    accounting = JobAccounting(Ledger(ledger_path, node="sim"), node="sim")
+    # The per-job totals (--jobs.export-totals) put each job in gpulens_job_info, by which the run counts them.
+    accounting = JobAccounting(Ledger(ledger_path, node="sim"), node="sim", export=True)
     sampler = Sampler(library, enabled, clock, interval=interval, analysis=analysis, stages=[accounting])
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotExporter(sampler, [*enabled, analysis, accounting], mode="simulated"))

@@ -7,8 +7,11 @@ bench/long_run_bench.py runs the full simulated day with figures.
 
 import gc
 import re
+import subprocess
+import sys
 import tracemalloc
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,7 @@ RECENT = 20  # finished jobs the accounting keeps in memory; small, so that it i
 # run ends about 160 jobs an hour; the heap of a healthy agent moves by a few kilobytes between hours.
 HEAP_GROWTH_BOUND = 150_000  # bytes
 JOB_ID = re.compile(r'job_id="([^"]*)"')
+BENCH = Path(__file__).parents[2] / "bench" / "long_run_bench.py"
 
 pytestmark = pytest.mark.slow  # about ten seconds
 
@@ -97,3 +101,14 @@ def test_series_and_heap_stay_flat_through_hundreds_of_jobs(tmp_path):
 
     growth = at_hour_2 - at_hour_1
     assert growth < HEAP_GROWTH_BOUND, f"the Python heap grew by {growth} bytes over the second hour"
+
+
+def test_the_benchmark_finds_exactly_the_expected_jobs(tmp_path):
+    """bench/long_run_bench.py counts the jobs gpulens_job_info names, which exist only with the per-job totals;
+    it exits 1 when they are not the jobs seen within the expiry window."""
+    hour = ["--hours", "1", "--gpus", "1", "--interval", "10", "--scrape", "60", "--shortest", "20", "--longest", "60"]
+    bench = subprocess.run(
+        [sys.executable, str(BENCH), *hour], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert bench.returncode == 0, bench.stdout[-500:] + bench.stderr[-500:]
+    assert "exactly the expected ones in 2 of 2 hours" in bench.stdout
