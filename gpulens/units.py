@@ -1,6 +1,6 @@
-"""Durations and sizes as people write them, read into seconds and bytes: one grammar for every flag,
-setting and query parameter. A text that does not read raises `UnitError`, one line naming the setting
-and the fix, which each caller turns into its own kind of error.
+"""Durations, sizes and rates as people write them, read into seconds, bytes and bytes per second: one
+grammar for every flag, setting, query parameter and scenario file. A text that does not read raises
+`UnitError`, one line naming the setting and the fix, which each caller turns into its own kind of error.
 """
 
 from __future__ import annotations
@@ -26,27 +26,45 @@ BYTES = {
 }
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(BYTES) + r")?\s*")
+_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(BYTES) + r")?/s\s*")
 
 
 class UnitError(ValueError):
-    """A duration or size that does not read; the message is one line naming the setting and the fix."""
+    """A duration, size or rate that does not read; the message is one line naming the setting and the fix.
+    `setting` and `problem` are its two parts, for a reader that names the place its own way."""
+
+    def __init__(self, setting: str, problem: str):
+        super().__init__(f"{setting}: {problem}")
+        self.setting = setting
+        self.problem = problem
 
 
 def parse_duration(text: Any, setting: str) -> float:
     """Return seconds from '500ms', '30s', '5m', '12h', '7d', '2w' or a number of seconds ('1.5')."""
-    return _parse(text, setting, _DURATION, SECONDS, "s", "duration; write e.g. '30s', '5m' or '7d'")
+    return _parse(text, setting, _DURATION, SECONDS, "s", "duration", "'30s', '5m' or '7d'")
 
 
 def parse_size(text: Any, setting: str) -> int:
     """Return bytes from '256MiB', '1GiB', '500MB' or a number of bytes."""
-    return int(_parse(text, setting, _SIZE, BYTES, "B", "size; write e.g. '256MiB' or '1GiB'"))
+    return int(_parse(text, setting, _SIZE, BYTES, "B", "size", "'256MiB' or '1GiB'"))
 
 
-def _parse(text: Any, setting: str, grammar: re.Pattern[str], scale: Mapping[str, float], unit: str, fix: str) -> float:
-    match = grammar.fullmatch(str(text))
+def parse_rate(text: Any, setting: str) -> float:
+    """Return bytes per second from '12GB/s', '800MiB/s' or a number of bytes and '/s' ('500/s')."""
+    return _parse(text, setting, _RATE, BYTES, "B", "rate", "'12GB/s' or '800MiB/s'")
+
+
+def _parse(
+    text: Any, setting: str, grammar: re.Pattern[str], scale: Mapping[str, float], unit: str, kind: str, example: str
+) -> float:
+    written = str(text)
+    match = grammar.fullmatch(written)
     if not match:
-        raise UnitError(f"{setting}: {quoted(str(text))} is not a {fix}")
+        unsigned = grammar.fullmatch(written.replace("-", "", 1)) if written.lstrip().startswith("-") else None
+        if unsigned and float(unsigned.group(1)):  # '-1GiB' reads but for its sign; '-0' is no size either
+            raise UnitError(setting, f"{quoted(written)} must not be negative; write e.g. {example}")
+        raise UnitError(setting, f"{quoted(written)} is not a {kind}; write e.g. {example}")
     value = float(match.group(1)) * scale[match.group(2) or unit]
     if not math.isfinite(value):  # hundreds of digits make a float infinity
-        raise UnitError(f"{setting}: {quoted(str(text))} is too large a {fix}")
+        raise UnitError(setting, f"{quoted(written)} is too large a {kind}; write e.g. {example}")
     return value

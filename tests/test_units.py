@@ -84,6 +84,50 @@ def test_a_bad_size_is_one_line_naming_the_setting_and_the_fix(text):
         units.parse_size(text, "--ledger.max-size")
 
 
+@pytest.mark.parametrize(
+    ("parse", "text", "message"),
+    [
+        (units.parse_size, "-1GiB", "--x: '-1GiB' must not be negative; write e.g. '256MiB' or '1GiB'"),
+        (units.parse_size, -5, "--x: '-5' must not be negative; write e.g. '256MiB' or '1GiB'"),
+        (units.parse_duration, " -30s", "--x: ' -30s' must not be negative; write e.g. '30s', '5m' or '7d'"),
+        (units.parse_rate, "-2GB/s", "--x: '-2GB/s' must not be negative; write e.g. '12GB/s' or '800MiB/s'"),
+        (units.parse_size, "-1x", "--x: '-1x' is not a size; write e.g. '256MiB' or '1GiB'"),
+    ],
+)
+def test_a_negative_value_says_it_must_not_be_negative(parse, text, message):
+    """'-1GiB' reads, and what is wrong with it is its sign, not its unit."""
+    with pytest.raises(units.UnitError) as caught:
+        parse(text, "--x")
+    assert str(caught.value) == message
+    assert (caught.value.setting, caught.value.problem) == ("--x", message.removeprefix("--x: "))
+
+
+def test_the_agents_size_settings_say_a_negative_size_must_not_be_negative(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text("ledger: {max_size: -1GiB}\n")
+    fix = "'-1GiB' must not be negative; write e.g. '256MiB' or '1GiB'"
+    with pytest.raises(agent_config.ConfigError) as flag:
+        agent_config.load(["--ledger.max-size=-1GiB"], environ={})
+    with pytest.raises(agent_config.ConfigError) as variable:
+        agent_config.load([], environ={"GPULENS_LEDGER_MAX_SIZE": "-1GiB"})
+    with pytest.raises(agent_config.ConfigError) as key:
+        agent_config.load(["--config.file", str(path)], environ={})
+    assert str(flag.value) == f"--ledger.max-size: {fix}"
+    assert str(variable.value) == f"environment GPULENS_LEDGER_MAX_SIZE (--ledger.max-size): {fix}"
+    assert str(key.value).endswith(f": ledger.max_size (--ledger.max-size): {fix}")
+
+
+def test_rates_are_sizes_per_second():
+    assert units.parse_rate("12GB/s", "--x") == 12e9
+    assert units.parse_rate(" 800 MiB/s ", "--x") == 800 * 2**20
+    assert units.parse_rate("0.5GB/s", "--x") == 5e8
+    for text in ("12GB", "12GB/h", "fast"):
+        with pytest.raises(units.UnitError, match=r"is not a rate; write e\.g\. '12GB/s' or '800MiB/s'$"):
+            units.parse_rate(text, "--x")
+    with pytest.raises(units.UnitError, match="is not a size"):
+        units.parse_size("12GB/s", "--x")
+
+
 def test_weeks_are_a_duration_for_the_agent_too(tmp_path):
     """`--since 2w` always worked for reports; the agent's settings now take the same grammar."""
     path = tmp_path / "agent.yaml"

@@ -15,12 +15,12 @@ from importlib import resources
 from pathlib import Path
 
 from gpulens import gpus
-from gpulens.checks import Invalid, choice, flag, items, mapping, number, shown, text, whole
+from gpulens.checks import Invalid, choice, described, flag, items, mapping, number, shown, text, whole
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
 from . import branches
-from .signals import Signal, byte_count, byte_rate, constant, mix64, parse_signal
+from .signals import Signal, byte_count, byte_rate, constant, mix64, parse_signal, written
 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
 GIB = 2**30
@@ -458,11 +458,15 @@ def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, conve
     signal = parse_signal(spec[key], at, convert)
     low, high = signal.bounds()
     if low < lo or (hi is not None and high > hi):
-        span = f"between {lo:g} and {hi:g}" if hi is not None else f">= {lo:g}"
         bad = low if low < lo else high
-        raise Invalid(at, f"values must be {span}, got {bad:g}")
+        if lo == 0 and bad < 0:
+            raise Invalid(at, f"values must not be negative, got {written(convert, bad)[0]}")
+        got, *limits = written(convert, bad, lo, *(() if hi is None else (hi,)))
+        span = f"between {limits[0]} and {limits[1]}" if hi is not None else f">= {limits[0]}"
+        raise Invalid(at, f"values must be {span}, got {got}")
     if hi is not None and signal.noise > hi - lo:
-        raise Invalid(at, f"noise must be at most {hi - lo:g}, the whole range, got {signal.noise:g}")
+        most, got = written(convert, hi - lo, signal.noise)
+        raise Invalid(at, f"noise must be at most {most}, the whole range, got {got}")
     return signal
 
 
@@ -500,7 +504,10 @@ def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
 _REAL_ANSWERS = ("pid", "every", "job", "host", "torch")
 
 
-def _processes(raw: object, where: str, memory_total: int, real_allowed: bool = True) -> tuple[Process, ...]:
+def _processes(
+    raw: object, where: str, memory_total: int, real_allowed: bool = True, holder: str = "the GPU's memory_total"
+) -> tuple[Process, ...]:
+    """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold."""
     processes: list[Process] = []
     for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
@@ -525,9 +532,7 @@ def _processes(raw: object, where: str, memory_total: int, real_allowed: bool = 
         elif "pid" not in spec:
             raise Invalid(at, "missing key 'pid' (or host_process, to put a real process of this machine there)")
         pid = 0 if real else whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
-        memory = byte_count(spec["memory"], f"{at}.memory")
-        if not 0 <= memory <= memory_total:
-            raise Invalid(f"{at}.memory", f"must be between 0 and the GPU's memory_total ({memory_total} B)")
+        memory = _process_memory(spec["memory"], f"{at}.memory", memory_total, holder)
         start = number(spec.get("start", 0), f"{at}.start", 0)
         end = None
         if "end" in spec:
@@ -557,6 +562,14 @@ def _processes(raw: object, where: str, memory_total: int, real_allowed: bool = 
                 )
         processes.append(process)
     return tuple(processes)
+
+
+def _process_memory(raw: object, where: str, memory_total: int, holder: str) -> float:
+    memory = byte_count(raw, where)
+    if memory > memory_total:
+        got, most = written(byte_count, memory, memory_total)
+        raise Invalid(where, f"{got} is more than {holder}, {most}; use at most that")
+    return memory
 
 
 def _host_process(raw: object, where: str) -> HostProcess:
@@ -831,6 +844,8 @@ def _model_needs(spec: dict, where: str) -> GpuModel | None:
 
 
 def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
+    if isinstance(raw, dict) and "index" in raw:  # NVML numbers GPUs in the order the list gives them
+        raise Invalid(_at(where, "index"), "a GPU's index is its position in the gpus list; remove index")
     spec = mapping(raw, where, ("model",), _GPU_KEYS[1:])
     model = _model_needs(spec, where)
     name = model.name if model else spec["model"].strip()
@@ -871,9 +886,7 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         name=name,
         memory_total=memory_total,
         uuid=_uuid(spec, where, seed, index),
-        serial=text(str(spec["serial"]), _at(where, "serial"))
-        if "serial" in spec
-        else f"{_derived_id(seed, index, 3) % 10**13:013d}",
+        serial=text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec else _serial(seed, index),
         pci_bus_id=_pci_bus_id(spec, where, index),
         pci_device_id=model.pci_device_id if model else 0x000010DE,
         power_limit=power_limit,
@@ -957,7 +970,13 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
             raise Invalid(f"{at}.profile", f"{name} has no MIG profile {wanted!r}; choose one of {', '.join(profiles)}")
         profile = profiles[wanted]
         window = _window({key: spec[key] for key in ("at", "until") if key in spec}, at)
-        processes = _processes(spec.get("processes", []), f"{at}.processes", profile.memory_mib * MIB, False)
+        processes = _processes(
+            spec.get("processes", []),
+            f"{at}.processes",
+            profile.memory_mib * MIB,
+            real_allowed=False,
+            holder=f"the {profile.name} instance's memory",
+        )
         for j, process in enumerate(processes):
             if process.start < window.at:
                 raise Invalid(
@@ -1155,12 +1174,13 @@ def _scenario(raw: object) -> Scenario:
     gpu_list = items(spec["gpus"], "gpus")
     if not gpu_list:
         raise Invalid("gpus", "list at least one GPU")
-    gpus = tuple(_gpu(item, f"gpus[{i}]", i, seed) for i, item in enumerate(gpu_list))
-    uuids = [g.uuid for g in gpus]
-    for i, uuid in enumerate(uuids):
-        if uuids.index(uuid) != i:
-            raise Invalid(f"gpus[{i}].uuid", f"{uuid} is also the uuid of gpus[{uuids.index(uuid)}]")
-    _check_buses(gpus, gpu_list)
+    gpus = _distinct_default_serials(
+        tuple(_gpu(item, f"gpus[{i}]", i, seed) for i, item in enumerate(gpu_list)), gpu_list
+    )
+    # Each is how NVML finds one board (nvmlDeviceGetHandleByUUID, ...ByPciBusId, ...BySerial): a second
+    # GPU with the same would never be found, and no machine has two.
+    for key in ("uuid", "pci_bus_id", "serial"):
+        _check_unique(gpus, gpu_list, key)
     driver = _driver(spec)
     cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
@@ -1170,7 +1190,7 @@ def _scenario(raw: object) -> Scenario:
         start_time=number(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
         driver=driver,
         cuda_driver_version=cuda,
-        nvml_version=text(str(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}")), "nvml_version"),
+        nvml_version=_version(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}"), "nvml_version"),
         gpus=gpus,
         faults=tuple(
             _fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []), "faults"))
@@ -1178,20 +1198,39 @@ def _scenario(raw: object) -> Scenario:
     )
 
 
-def _check_buses(gpus: tuple[Gpu, ...], raw: list) -> None:
-    """Refuse two GPUs on one PCI address: no machine has them, and nvmlDeviceGetHandleByPciBusId would
-    find only the first."""
+def _check_unique(gpus: tuple[Gpu, ...], raw: list, key: str) -> None:
+    """Refuse two GPUs with one uuid, PCI address or serial: the later is named, and whether its own was
+    given or is its default."""
     first: dict[str, int] = {}
     for gpu in gpus:
-        other = first.setdefault(gpu.pci_bus_id, gpu.index)
+        value = getattr(gpu, key)
+        other = first.setdefault(value, gpu.index)
         if other == gpu.index:
             continue
-        given = isinstance(raw[gpu.index], dict) and "pci_bus_id" in raw[gpu.index]
-        mine = "" if given else " by default"
+        mine = "" if key in raw[gpu.index] else " by default"
         raise Invalid(
-            f"gpus[{gpu.index}].pci_bus_id",
-            f"{gpu.pci_bus_id}{mine} is also the pci_bus_id of gpus[{other}]; give each GPU its own",
+            f"gpus[{gpu.index}].{key}", f"{value}{mine} is also the {key} of gpus[{other}]; give each GPU its own"
         )
+
+
+def _serial(seed: int, index: int) -> str:
+    """A board serial as nvmlDeviceGetSerial gives it: 13 digits, derived from the seed and the index."""
+    return f"{_derived_id(seed, index, 3) % 10**13:013d}"
+
+
+def _distinct_default_serials(gpus: tuple[Gpu, ...], raw: list) -> tuple[Gpu, ...]:
+    """Step a default serial past those of the GPUs before it: taken modulo 10**13, two could meet where
+    uuids, whole 64-bit mixes of the index, cannot. A serial the scenario gives stays as written."""
+    taken: set[str] = set()
+    distinct = []
+    for gpu in gpus:
+        serial = gpu.serial
+        if "serial" not in raw[gpu.index]:
+            while serial in taken:
+                serial = f"{(int(serial) + 1) % 10**13:013d}"
+            taken.add(serial)
+        distinct.append(gpu if serial == gpu.serial else replace(gpu, serial=serial))
+    return tuple(distinct)
 
 
 def _driver(spec: dict) -> branches.Driver:
@@ -1199,10 +1238,31 @@ def _driver(spec: dict) -> branches.Driver:
     if "driver" in spec and "driver_version" in spec:
         raise Invalid("driver_version", "give the driver once: keep driver and remove driver_version")
     key = "driver" if "driver" in spec else "driver_version"
+    value = spec.get(key, branches.NEWEST)
+    branch = branches.BRANCHES.get(f"r{value}") if isinstance(value, int) and not isinstance(value, bool) else None
+    if branch is not None:
+        raise Invalid(
+            key,
+            f"{value} is a number, not a version; write the branch r{value} or quote a release: "
+            f'{key}: "{branch.version}"',
+        )
     try:
-        return branches.resolve(text(str(spec.get(key, branches.NEWEST)), key))
+        return branches.resolve(_version(value, key))
     except branches.DriverError as error:
         raise Invalid(key, str(error)) from None
+
+
+# What a version key looks like, quoted, for the line that refuses one written as a number.
+_VERSION_EXAMPLES = {"driver": "535.104.05", "driver_version": "535.104.05", "nvml_version": "12.550.163.01"}
+
+
+def _version(value: object, key: str) -> str:
+    """Return a version written as text. YAML reads an unquoted 535.10 as the number 535.1, another
+    release, and 570.172.08 as a string: a number is refused, whatever it is, so that no digit is lost."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        example = _VERSION_EXAMPLES[key]
+        raise Invalid(key, f'{described(value)} is a number, not a version; quote it, e.g. {key}: "{example}"')
+    return text(value, key)
 
 
 def parse_scenario(text: str, label: str) -> Scenario:

@@ -8,13 +8,13 @@ clamps. The simulator samples every signal once per step of ``STEP_S`` seconds.
 from __future__ import annotations
 
 import math
-import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpulens import words
 from gpulens.checks import Invalid, mapping, number
-from gpulens.units import BYTES
+from gpulens.units import UnitError, parse_rate, parse_size
 
 # NVML's utilization sample period on Volta and newer GPUs.
 STEP_S = 1.0 / 6.0
@@ -25,23 +25,19 @@ MIN_PERIOD_S = 1e-3
 SHAPES = ("constant", "square", "ramp", "steps", "noise")
 
 _MASK64 = (1 << 64) - 1
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]+)\s*(/s)?\s*$")
 
 
 # ---------------------------------------------------------------- units
 
 
 def _quantity(raw: object, where: str, rate: bool) -> float:
+    """A number, or a string in the grammar every flag and setting reads (gpulens.units); never negative."""
     if not isinstance(raw, str):
-        return number(raw, where)
-    example = '"12GB/s" or "800MiB/s"' if rate else '"40GiB", "512MiB" or "1.5GB"'
-    match = _QUANTITY.match(raw)
-    if not match or match.group(2) not in BYTES or bool(match.group(3)) != rate:
-        raise Invalid(where, f"bad unit {raw!r}; use a number or a string like {example}")
-    value = float(match.group(1)) * BYTES[match.group(2)]
-    if not math.isfinite(value):
-        raise Invalid(where, f"{raw[:20]!r}... is too large a quantity")
-    return value
+        return number(raw, where, 0)
+    try:
+        return parse_rate(raw, where) if rate else float(parse_size(raw, where))
+    except UnitError as error:
+        raise Invalid(where, error.problem) from None
 
 
 def byte_count(raw: object, where: str) -> float:
@@ -191,6 +187,29 @@ def constant(level: float) -> Signal:
 Converter = Callable[[object, str], float]
 
 
+def _gib_or_bytes(n: float) -> str:
+    """Bytes for people: GiB to a tenth (gpulens.words), or bytes where that would read 0 GiB."""
+    return words.gib(n) if n == 0 or abs(n) >= words.GIB / 20 else f"{n:.0f} B"
+
+
+# How a value in a converter's unit reads in a message: for people, and exactly.
+_WRITTEN: dict[Converter, tuple[Callable[[float], str], Callable[[float], str]]] = {
+    byte_count: (_gib_or_bytes, lambda n: f"{n:.0f} B"),
+    byte_rate: (lambda n: words.rate(n, "B/s"), lambda n: f"{n:.0f} B/s"),
+}
+
+
+def written(convert: Converter, *values: float) -> list[str]:
+    """Return `values`, in the unit `convert` reads, as a message writes them: bytes in GiB and rates with a
+    decimal prefix (gpulens.words), other numbers as they are; where two differ but would read alike
+    (140.42 GiB against a limit of 140.4 GiB), each with its exact value too."""
+    people, exact = _WRITTEN.get(convert, (lambda n: f"{n:g}", repr))
+    shown = [people(value) for value in values]
+    if len(set(shown)) < len(set(values)):
+        return [f"{text} ({exact(value)})" for text, value in zip(shown, values, strict=True)]
+    return shown
+
+
 def _square(raw: object, where: str, convert: Converter) -> Square:
     spec = mapping(raw, where, ("high", "period", "duty"), ("low", "phase"))
     period = number(spec["period"], f"{where}.period")
@@ -269,11 +288,13 @@ def parse_signal(raw: object, where: str, convert: Converter = number) -> Signal
             raise Invalid(where, f"unknown shape {key!r}; use one of {', '.join(SHAPES)}")
     shape, noise = _shape_and_noise(raw, where, convert)
     if noise < 0:
-        raise Invalid(f"{where}.noise", f"noise is a standard deviation and must be >= 0, got {noise:g}")
+        got = written(convert, noise)[0]
+        raise Invalid(f"{where}.noise", f"noise is a standard deviation and must be >= 0, got {got}")
     lo = convert(raw["min"], f"{where}.min") if "min" in raw else None
     hi = convert(raw["max"], f"{where}.max") if "max" in raw else None
     if lo is not None and hi is not None and lo > hi:
-        raise Invalid(where, f"min {lo:g} is above max {hi:g}")
+        low, high = written(convert, lo, hi)
+        raise Invalid(where, f"min {low} is above max {high}")
     return Signal(shape, noise, lo, hi)
 
 

@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from gpulens.agent.simulator import scenario as scenario_module
 from gpulens.agent.simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
 
 BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "probes", "square20"]
@@ -152,11 +153,15 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "faults[0]",
             "unknown key 'gpu'",
         ),
-        (body(GOOD_GPU + "\n    memory_total: 40GBB"), "gpus[0].memory_total", "bad unit '40GBB'"),
+        (
+            body(GOOD_GPU + "\n    memory_total: 40GBB"),
+            "gpus[0].memory_total",
+            "'40GBB' is not a size; write e.g. '256MiB' or '1GiB'",
+        ),
         (
             body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 90GiB}"),
             "gpus[0].processes[0].memory",
-            "must be between 0 and the GPU's memory_total",
+            "90 GiB is more than the GPU's memory_total, 79.6 GiB; use at most that",
         ),
         (
             body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB}\n      - {pid: 7, memory: 1GiB}"),
@@ -185,7 +190,7 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         (
             body(H100_MIG + "\n      - {profile: 1g.10gb, processes: [{pid: 9, memory: 12GiB}]}"),
             "gpus[0].mig[1].processes[0].memory",
-            "must be between 0 and the GPU's memory_total (10468982784 B)",
+            "12 GiB is more than the 1g.10gb instance's memory, 9.8 GiB; use at most that",
         ),
         (
             body(H100_MIG + "\n      - {profile: 1g.10gb, until: 60, processes: [{pid: 9, memory: 1GiB}]}"),
@@ -241,6 +246,92 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             body(GOOD_GPU + '\n    pci_bus_id: "00000000:2A:00.0"\n  - model: H200'),
             "gpus[1].pci_bus_id",
             "00000000:2A:00.0 by default is also the pci_bus_id of gpus[0]",
+        ),
+        # nvmlDeviceGetHandleBySerial finds one board per serial, as it does per uuid and bus id.
+        (
+            body(GOOD_GPU + '\n    serial: "1320221234567"\n  - model: H200\n    serial: "1320221234567"'),
+            "gpus[1].serial",
+            "1320221234567 is also the serial of gpus[0]; give each GPU its own",
+        ),
+        (
+            body(
+                GOOD_GPU + '\n    uuid: "GPU-00000000-0000-0000-0000-000000000001"\n  - model: H200\n'
+                '    uuid: "GPU-00000000-0000-0000-0000-000000000001"'
+            ),
+            "gpus[1].uuid",
+            "GPU-00000000-0000-0000-0000-000000000001 is also the uuid of gpus[0]; give each GPU its own",
+        ),
+        # YAML reads an unquoted 535.10 as the number 535.1, which names another release.
+        (body() + "driver: 535.10\n", "driver", 'driver: 535.1 is a number, not a version; quote it, e.g. driver: "'),
+        (body() + "driver_version: 535.10\n", "driver_version", 'quote it, e.g. driver_version: "535.104.05"'),
+        (body() + "driver: 535\n", "driver", "a number, not a version; write the branch r535 or quote a release"),
+        (body() + "nvml_version: 12.550\n", "nvml_version", 'quote it, e.g. nvml_version: "12.550.163.01"'),
+        (body() + "driver: true\n", "driver", "expected a non-empty string, got true"),
+        # A size below zero is negative, not a unit that does not read.
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: -1GiB}"),
+            "gpus[0].processes[0].memory",
+            "'-1GiB' must not be negative; write e.g. '256MiB' or '1GiB'",
+        ),
+        (body(GOOD_GPU + "\n    memory_total: -1GiB"), "gpus[0].memory_total", "'-1GiB' must not be negative"),
+        (body(GOOD_GPU + "\n    pcie: {tx: -2GB/s}"), "gpus[0].pcie.tx", "'-2GB/s' must not be negative"),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: -5}"),
+            "gpus[0].processes[0].memory",
+            "must not be negative, got -5",
+        ),
+        (
+            body(GOOD_GPU + "\n    memory_used: {constant: 1GiB, min: -5}"),
+            "gpus[0].memory_used.min",
+            "must not be negative",
+        ),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 1GiB, torch: {data_wait: 0, allocated: -1}}"),
+            "gpus[0].processes[0].torch.allocated",
+            "must not be negative, got -1",
+        ),
+        (
+            body(GOOD_GPU + "\n    utilization: {ramp: {from: -5, to: 50, duration: 9}}"),
+            "gpus[0].utilization",
+            "values must not be negative, got -5",
+        ),
+        # Sizes and rates in messages read as people write them, not 1.50755e+11.
+        (
+            body("model: H200\n    memory_used: 160GiB"),
+            "gpus[0].memory_used",
+            "values must be between 0 GiB and 140.4 GiB, got 160 GiB",
+        ),
+        (
+            body("model: H200\n    memory_used: {constant: 100GiB, noise: 200GiB}"),
+            "gpus[0].memory_used",
+            "noise must be at most 140.4 GiB, the whole range, got 200 GiB",
+        ),
+        (
+            body("model: H200\n    memory_used: {constant: 10GiB, min: 50GiB, max: 10GiB}"),
+            "gpus[0].memory_used",
+            "min 50 GiB is above max 10 GiB",
+        ),
+        (
+            body("model: H200\n    processes:\n      - {pid: 7, memory: 200GiB}"),
+            "gpus[0].processes[0].memory",
+            "200 GiB is more than the GPU's memory_total, 140.4 GiB; use at most that",
+        ),
+        # Where the two would read alike in GiB, the exact bytes tell them apart.
+        (
+            body("model: H200\n    processes:\n      - {pid: 7, memory: 150754820100}"),
+            "gpus[0].processes[0].memory",
+            "140.4 GiB (150754820100 B) is more than the GPU's memory_total, 140.4 GiB (150754820096 B)",
+        ),
+        (
+            body(GOOD_GPU + "\n    pcie: {tx: 20TB/s}"),
+            "gpus[0].pcie.tx",
+            "values must be between 0 B/s and 10 TB/s, got 20 TB/s",
+        ),
+        # A GPU's index is not a key: it is the GPU's place in the list.
+        (
+            body(GOOD_GPU + "\n    index: 3"),
+            "gpus[0].index",
+            "a GPU's index is its position in the gpus list; remove index",
         ),
         (body() + 'driver: "545.23.08"\n', "driver", "unknown driver '545.23.08'; use a branch (r470"),
         (body() + "driver: r999\n", "driver", "unknown driver 'r999'"),
@@ -340,6 +431,30 @@ def test_default_bus_ids_stay_unique_past_a_baseboard(tmp_path):
     buses = [g.pci_bus_id for g in scenario.gpus]
     assert len(set(buses)) == 100
     assert buses[8] == "00000000:E8:00.0" and buses[40] == "00000000:E8:01.0"
+
+
+def test_default_serials_never_collide(tmp_path, monkeypatch):
+    """Serials are derived from the seed and index modulo 10**13, so two could meet; the later steps on."""
+    same_serial = lambda seed, index, salt: 10**13 + 41 if salt == 3 else (index << 8) ^ salt  # noqa: E731
+    monkeypatch.setattr(scenario_module, "_derived_id", same_serial)
+    gpus = load_scenario(write(tmp_path, "name: t\ndescription: d\ngpus:\n" + "  - {model: L4}\n" * 3)).gpus
+    assert [g.serial for g in gpus] == ["0000000000041", "0000000000042", "0000000000043"]
+
+
+def test_a_default_serial_given_to_another_gpu_is_refused(tmp_path):
+    first = load_scenario(write(tmp_path, body("model: L4"), "one.yaml")).gpus[0].serial
+    path = write(tmp_path, body(f"model: L4\n  - {{model: L4, serial: '{first}'}}"), "two.yaml")
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value) == (
+        f"scenario {path}: gpus[1].serial: {first} is also the serial of gpus[0]; give each GPU its own"
+    )
+
+
+def test_a_version_may_be_a_quoted_string(tmp_path):
+    scenario = load_scenario(write(tmp_path, body() + 'driver: "535.104.05"\nnvml_version: "12.535.104.05"\n'))
+    assert (scenario.driver_version, scenario.nvml_version) == ("535.104.05", "12.535.104.05")
+    assert load_scenario(write(tmp_path, body() + "driver: r535\n", "branch.yaml")).driver.branch.name == "r535"
 
 
 def test_missing_file_lists_builtins():

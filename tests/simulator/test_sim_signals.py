@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from gpulens import units
 from gpulens.agent.simulator.signals import (
     STEP_S,
     Constant,
@@ -110,8 +111,21 @@ def test_units():
     [(byte_count, "40GBB"), (byte_count, "12GB/s"), (byte_rate, "12GB"), (byte_count, "GiB"), (byte_count, True)],
 )
 def test_bad_units(convert, raw):
-    with pytest.raises(Invalid, match="bad unit|expected a number"):
+    with pytest.raises(Invalid, match=r"is not a (size|rate); write e\.g\. |expected a number"):
         convert(raw, "gpus[0].memory_total")
+
+
+@pytest.mark.parametrize("text", ["40GiB", " 2 KB ", "1024", "0.5KiB", "-1GiB", ".5GiB", "1 mib"])
+def test_a_scenario_reads_sizes_as_the_agents_settings_do(text):
+    """One grammar for sizes (gpulens.units): what a setting refuses, a scenario refuses with the same words."""
+    try:
+        expected = units.parse_size(text, "m")
+    except units.UnitError as error:
+        with pytest.raises(Invalid) as caught:
+            byte_count(text, "m")
+        assert (caught.value.where, caught.value.problem) == (error.setting, error.problem)
+    else:
+        assert byte_count(text, "m") == expected
 
 
 def test_noise_is_a_pure_function_of_key_and_step():
