@@ -98,7 +98,7 @@ ALERT_DATA_STARVED_SECONDS = 1800.0
 # Underuse is often by design (inference, small models); only a long stretch is worth a note.
 ALERT_UNDERUTILIZED_SECONDS = 7200.0
 
-# Device memory in use at or above this share, for 15 minutes: out-of-memory errors are near. The caching
+# Device memory in use above this share, for 15 minutes: out-of-memory errors are near. The caching
 # allocators of PyTorch and JAX keep freed memory, so a lower number would flag healthy jobs.
 ALERT_MEMORY_FULL_RATIO = 0.95
 

@@ -197,6 +197,69 @@ def test_no_runbook_without_an_alert():
     assert pages == set(ALERTS)
 
 
+def runbook_queries(text: str) -> list[str]:
+    """Return the queries of a runbook's ```promql blocks, one a line, a trailing `# comment` left out."""
+    queries = []
+    for block in re.findall(r"^```promql\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        for line in block.splitlines():
+            query = re.sub(r"\s+#.*$", "", line).strip()
+            if query:
+                queries.append(query)
+    return queries
+
+
+def unexported(query: str) -> set[str]:
+    """Return the series `query` reads that neither the agent nor a recording rule exports."""
+    return referenced_metrics(query) - agent_metric_names() - recorded_names()
+
+
+def promtool_rejects(queries: list[str], tmp_path) -> str:
+    """Return promtool's complaint about `queries` (each made a recording rule), or "" when all parse."""
+    rules_file = tmp_path / "runbook-queries.rules.yml"
+    records = [{"record": f"runbook_query_{n}", "expr": query} for n, query in enumerate(queries)]
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "runbooks", "rules": records}]}))
+    result = _run(require_tool("promtool"), "check", "rules", str(rules_file))
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("alert", sorted(ALERTS))
+def test_runbook_queries_read_only_series_the_agent_or_the_rules_export(alert):
+    """What the on-call pastes from "How to confirm" must find series: no renamed or invented name."""
+    queries = runbook_queries((ROOT / "docs" / "runbooks" / f"{alert}.md").read_text())
+    assert queries, f"docs/runbooks/{alert}.md: no ```promql block to confirm the alert with"
+    for query in queries:
+        assert referenced_metrics(query) or "up{" in query, f"{alert}.md: {query!r} reads no gpulens series"
+        unknown = unexported(query)
+        assert not unknown, f"{alert}.md: {query!r} reads {sorted(unknown)}, which nothing exports"
+
+
+def test_runbook_queries_parse(tmp_path):
+    found = [
+        (alert, query)
+        for alert in sorted(ALERTS)
+        for query in runbook_queries((ROOT / "docs" / "runbooks" / f"{alert}.md").read_text())
+    ]
+    complaint = promtool_rejects([query for _, query in found], tmp_path)
+    where = "".join(f"\nrunbook_query_{n}: {alert}.md: {query}" for n, (alert, query) in enumerate(found))
+    assert not complaint, complaint + where
+
+
+def test_the_runbook_query_checks_can_fail(tmp_path):
+    # A known series with a note, then a misspelt one in a query missing its closing parenthesis.
+    text = (
+        "## How to confirm\n```promql\n"
+        'gpulens_gpu_up{instance="<node>"} == 0   # a note\n'
+        "rate(gpulens_gpu_busy_total[5m]\n```\n"
+    )
+    queries = runbook_queries(text)
+    assert queries == ['gpulens_gpu_up{instance="<node>"} == 0', "rate(gpulens_gpu_busy_total[5m]"]
+    assert unexported(queries[0]) == set()
+    assert unexported(queries[1]) == {"gpulens_gpu_busy_total"}
+    complaint = promtool_rejects(queries, tmp_path)
+    assert '"runbook_query_1": could not parse expression' in complaint
+    assert "runbook_query_0" not in complaint
+
+
 # The one alert that reads recording rules: the fleet median is defined once, with the probe rules.
 READS_RECORDINGS = {"GpulensProbeBelowFleet": "probes.rules.yml"}
 
