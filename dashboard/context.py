@@ -18,6 +18,7 @@ from typing import TypeVar
 import altair as alt
 import streamlit as st
 
+from gpulens import credentials
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import gate, sources
 from gpulens.dashboard.sources.agents import AgentsSource
@@ -45,7 +46,19 @@ DEFAULT_REFRESH_SECONDS = 15.0
 # Short enough that a refresh shows the agents' latest cycle, long enough that several open pages and
 # the refresh of each share one round of queries.
 CACHE_SECONDS = 5
-_SETTINGS = (sources.PROMETHEUS, sources.AGENTS, sources.ALERTMANAGER, sources.BEARER_TOKEN, sources.BASIC_AUTH)
+# Every variable the source is built from: one left out here would never reach it (the agents' TLS and
+# basic-auth files among them).
+_SETTINGS = (
+    sources.PROMETHEUS,
+    sources.AGENTS,
+    sources.ALERTMANAGER,
+    sources.BEARER_TOKEN,
+    sources.BASIC_AUTH,
+    credentials.CA_FILE,
+    credentials.CERT_FILE,
+    credentials.KEY_FILE,
+    credentials.BASIC_AUTH_FILE,
+)
 
 
 def refresh_seconds() -> float:

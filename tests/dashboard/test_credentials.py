@@ -10,6 +10,7 @@ so no process's command line holds them.
 from __future__ import annotations
 
 import base64
+import os
 import pathlib
 import subprocess
 import sys
@@ -18,8 +19,9 @@ import psutil
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gpulens.credentials import Credentials
-from gpulens.dashboard.sources import BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
+from gpulens.credentials import BASIC_AUTH_FILE, Credentials
+from gpulens.dashboard import context
+from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
 from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.urls import check_url
@@ -95,6 +97,21 @@ def test_no_page_shows_the_credentials_when_the_server_is_gone(monkeypatch):
         at = render(script)
         assert any("cannot be reached" in w.value for w in at.warning)
         assert not leaked(everything(at)), script
+
+
+def test_the_agents_credentials_reach_the_pages(monkeypatch, tmp_path):
+    """GPULENS_AGENT_* (docs/security.md) reach the source a page builds, not only `gpulens dashboard`'s check."""
+    (tmp_path / "agent-auth").write_text(f"grafana:{PASSWORD}\n")
+    basic = "Basic " + base64.b64encode(f"grafana:{PASSWORD}".encode()).decode()
+    with fake_server(lambda path: (200, "text/plain", b"", 0.0), require=basic) as (url, asked):
+        monkeypatch.delenv(PROMETHEUS, raising=False)
+        monkeypatch.setenv(AGENTS, f"node-a={url}")
+        monkeypatch.setenv(BASIC_AUTH_FILE, str(tmp_path / "agent-auth"))
+        at = render("screens/fleet.py")
+        # The source scrapes on in its own thread, for the dashboard's history: stop it with the server.
+        context._configured(tuple((name, os.environ.get(name, "")) for name in context._SETTINGS)).stop()
+    assert asked and all(header == basic for _, header in asked)
+    assert not leaked(everything(at))
 
 
 def test_a_wrong_url_is_named_without_its_password(monkeypatch):
