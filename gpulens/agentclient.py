@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpulens.credentials import BASIC_AUTH_FILE, Credentials
+from gpulens.credentials import BASIC_AUTH_FILE, CA_FILE, CERT_FILE, KEY_FILE, Credentials
 from gpulens.httpclient import OVERLOADED, HttpClient, parse_json
 
 
@@ -31,6 +31,8 @@ class AgentClient(HttpClient):
             unreachable=unreachable,
             refused=f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}",
             slow=slow,
+            untrusted=f"set {CA_FILE} to the CA that signed the agent's certificate, and {CERT_FILE} and "
+            f"{KEY_FILE} where the agent asks for a client certificate",
         )
 
     def metrics(self) -> str:

@@ -33,12 +33,14 @@ class HttpError(Exception):
 
 # The fix for an answer slower than the timeout, unless the reader knows a better one.
 OVERLOADED = "it may be overloaded"
+# The fix for a failed TLS handshake where the client trusts the system's CAs only (Prometheus, Alertmanager).
+UNTRUSTED = "its certificate must be signed by a CA this machine trusts: add that CA to the system's trusted CAs"
 
 
 class HttpClient:
     """GET (and the odd POST) requests to one server, from any thread; counts them (`requests_made`).
-    `name` names the server in messages; `unreachable`, `refused` and `slow` are the fixes for no answer,
-    for HTTP 401 or 403, and for no answer within `timeout` seconds."""
+    `name` names the server in messages; `unreachable`, `refused`, `slow` and `untrusted` are the fixes for no
+    answer, for HTTP 401 or 403, for no answer within `timeout` seconds, and for a failed TLS handshake."""
 
     def __init__(
         self,
@@ -50,13 +52,14 @@ class HttpClient:
         unreachable: str,
         refused: str,
         slow: str = OVERLOADED,
+        untrusted: str = UNTRUSTED,
     ):
         credentials = credentials or Credentials()
         self.url = check_url(url)
         self.shown = shown_url(url)
         self.where = f"{name} at {self.shown}"
         self.timeout = timeout
-        self._unreachable, self._refused, self._slow = unreachable, refused, slow
+        self._unreachable, self._refused, self._slow, self._untrusted = unreachable, refused, slow, untrusted
         parts = urllib.parse.urlsplit(url)
         if credentials.bearer_token and parts.username:
             # requests would send the URL's user:password as basic auth in place of the token.
@@ -100,6 +103,12 @@ class HttpClient:
             )
         except requests.Timeout:
             raise self.error(f"did not answer within {self.timeout:g} s; {self._slow}") from None
+        except requests.exceptions.SSLError as error:
+            # The server answered, so "check the address" would mislead: the certificates are what to fix,
+            # unless it answered in plain HTTP.
+            reason = _reason(error)
+            fix = "it serves plain HTTP: write the URL with http://" if "WRONG_VERSION_NUMBER" in reason else None
+            raise self.error(f"failed the TLS handshake ({reason}); {fix or self._untrusted}") from None
         except requests.ConnectionError as error:
             raise self.error(f"cannot be reached ({_reason(error)}); {self._unreachable}") from None
         except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since

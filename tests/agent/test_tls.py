@@ -22,6 +22,7 @@ from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.webconfig import WebConfigFile
 from gpulens.credentials import AccessError, Credentials, agent_credentials
 from gpulens.dashboard.sources.agents import fetch_metrics
+from gpulens.httpclient import HttpError
 from gpulens.report.agents import Agents
 from gpulens.report.sources import SourceError
 from tests.agent.webcerts import Pki, hashed
@@ -129,6 +130,21 @@ def test_basic_auth_over_tls_with_the_report_and_dashboard_clients(node, pki, tm
             Agents([base], credentials=Credentials(ca_file=str(pki.ca_file))).jobs(0, 2e9, lambda _: None)
     finally:
         stop()
+
+
+def test_a_failed_tls_handshake_names_the_certificate_settings_not_the_address(node, pki):
+    base, stop = start(node, pki.web_config(client_auth="RequireAndVerifyClientCert"))
+    (pki.folder / "plain.yml").write_text("")  # an empty web config: plain HTTP
+    plain, stop_plain = start(node, pki.folder / "plain.yml")
+    try:
+        for credentials in (None, Credentials(ca_file=str(pki.ca_file))):  # the CA unknown, then no client cert
+            with pytest.raises(HttpError, match="failed the TLS handshake .*; set GPULENS_AGENT_CA_FILE to the CA"):
+                fetch_metrics(base, 10, credentials)
+        with pytest.raises(HttpError, match="failed the TLS handshake .*; it serves plain HTTP: write the URL with"):
+            fetch_metrics(plain.replace("http:", "https:"), 10)
+    finally:
+        stop()
+        stop_plain()
 
 
 def test_a_new_password_applies_without_a_restart(node, pki):
