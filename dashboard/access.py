@@ -25,6 +25,7 @@ ALLOWED_DOMAINS = "GPULENS_DASHBOARD_ALLOWED_DOMAINS"
 REQUIRE_LOGIN = "GPULENS_DASHBOARD_REQUIRE_LOGIN"
 # The secrets section for the allow-list: [gpulens] allowed_emails = [...], allowed_domains = [...].
 SECRETS_SECTION = "gpulens"
+ALLOW_LIST_KEYS = ("allowed_emails", "allowed_domains")
 
 OPEN = "open"  # no login configured: everyone who reaches the dashboard sees it
 LOGIN = "login"  # login configured, nobody logged in: show the login button only
@@ -194,4 +195,9 @@ def auth_problem(secrets: Mapping[str, Any]) -> str | None:
         for key in ("client_id", "client_secret", "server_metadata_url"):
             if not settings.get(key):
                 return f"has no {key} in {where}"
+    # A misspelled allow-list would be no allow-list: every user the provider logs in would be let in.
+    section = secrets.get(SECRETS_SECTION)
+    unknown = sorted(set(section) - set(ALLOW_LIST_KEYS)) if isinstance(section, Mapping) else []
+    if unknown:
+        return f"has an unknown key {unknown[0]!r} in [{SECRETS_SECTION}]; use {' or '.join(ALLOW_LIST_KEYS)}"
     return None

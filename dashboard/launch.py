@@ -9,6 +9,7 @@ project's rules, then the dashboard reading them. Ctrl-C stops every child, newe
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import math
 import os
@@ -27,7 +28,7 @@ import yaml
 
 from gpulens import bundled
 from gpulens.cli import OneLineParser
-from gpulens.credentials import add_credential_flags, read_credentials
+from gpulens.credentials import BASIC_AUTH_FILE, AccessError, add_credential_flags, agent_credentials, read_credentials
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import (
     AGENTS,
@@ -35,10 +36,9 @@ from gpulens.dashboard.sources import (
     BASIC_AUTH,
     BEARER_TOKEN,
     PROMETHEUS,
-    ConfigError,
     parse_agents,
 )
-from gpulens.urls import check_url
+from gpulens.urls import check_url, refuse_password
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
 # Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
@@ -90,9 +90,12 @@ def check_port(host: str, port: int, what: str) -> None:
         try:
             probe.bind((host, port))
         except OSError as error:
-            raise LaunchError(
-                f"cannot listen on {host}:{port} ({error.strerror}); choose another port with {what}"
-            ) from None
+            fix = (
+                "choose an address of this machine with --address"
+                if error.errno == errno.EADDRNOTAVAIL
+                else f"choose another port with {what}"
+            )
+            raise LaunchError(f"cannot listen on {host}:{port} ({error.strerror}); {fix}") from None
         except (OverflowError, TypeError, ValueError):  # a port outside 0-65535, a NUL in the address
             raise LaunchError(
                 f"cannot listen on {host!r} port {port}: choose a port from 1 to 65535 with {what} "
@@ -230,6 +233,14 @@ def check_auth_file(path: str) -> str:
     return os.path.abspath(path)
 
 
+def _no_password(url: str, flag: str, fix: str) -> None:
+    """Raise LaunchError when `url`, from the command line, holds a password; `fix` says where it goes."""
+    try:
+        refuse_password(url, flag, fix)
+    except ValueError as error:
+        raise LaunchError(str(error)) from None
+
+
 def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
     if refresh is not None and not 0 < refresh < math.inf:  # also NaN
         parser.error(f"--refresh {refresh:g} must be a number of seconds above 0")
@@ -262,6 +273,11 @@ def dashboard_main(argv: Sequence[str]) -> int:
     _check_refresh(parser, args.refresh)
     if args.alertmanager is not None and not args.prometheus:
         parser.error("--alertmanager goes with --prometheus: the alerts come from Prometheus' rules")
+    if args.agents is not None and (args.bearer_token_file or args.basic_auth_file):
+        parser.error(
+            "--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
+            f"credentials from {BASIC_AUTH_FILE}"
+        )
     children = Children()
     try:
         env = {PROMETHEUS: "", AGENTS: "", ALERTMANAGER: ""}
@@ -270,6 +286,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
                 env[ALERTMANAGER] = check_url(args.alertmanager)
             except ValueError as error:
                 raise LaunchError(f"--alertmanager: {error}") from None
+            _no_password(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
         secrets_file = None
         if args.auth_file:
             secrets_file = check_auth_file(args.auth_file)
@@ -279,6 +296,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
                 env[PROMETHEUS] = check_url(args.prometheus)
             except ValueError as error:
                 raise LaunchError(f"--prometheus: {error}") from None
+            _no_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
             try:
                 credentials = read_credentials(args.bearer_token_file, args.basic_auth_file)
             except ValueError as error:
@@ -287,9 +305,15 @@ def dashboard_main(argv: Sequence[str]) -> int:
             env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
         else:
             try:
-                parse_agents(args.agents)
-            except ConfigError as error:
+                agents = parse_agents(args.agents)
+            except ValueError as error:  # ConfigError
                 raise LaunchError(f"--agents: {error}") from None
+            for agent in agents.values():
+                _no_password(agent, "--agents", f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
+            try:  # a wrong certificate or password file is an error now, not a banner on every page
+                agent_credentials()
+            except AccessError as error:
+                raise LaunchError(str(error)) from None
             env[AGENTS] = args.agents
         url = start_dashboard(children, env, args.address, args.port, args.refresh, secrets_file)
     except KeyboardInterrupt:

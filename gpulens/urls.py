@@ -26,13 +26,25 @@ def check_url(url: str) -> str:
     """Return `url` without a trailing slash; raise ValueError with the fix if it is not http(s)://HOST."""
     parts = split_http_url(url)
     if parts is None:
-        raise ValueError(f"{_quoted(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
+        raise ValueError(f"{quoted_url(url)} is not an http:// or https:// URL; write e.g. 'http://prometheus:9090'")
     if parts.query or parts.fragment:
         raise ValueError(
-            f"{_quoted(url)} has a query or fragment, which the API paths cannot follow; "
+            f"{quoted_url(url)} has a query or fragment, which the API paths cannot follow; "
             "give the server's base URL, e.g. 'http://prometheus:9090'"
         )
     return url.rstrip("/")
+
+
+def refuse_password(url: str, flag: str, fix: str) -> None:
+    """Raise ValueError when `url`, given as `flag` on a command line, holds a password (user:password@):
+    every user of the machine reads command lines in the process list. `fix` says where it goes instead."""
+    match = _USERINFO.match(url.strip())
+    userinfo = match.group(0)[len(match.group(1) or "") : -1] if match else ""
+    if userinfo.partition(":")[2]:
+        raise ValueError(
+            f"{flag} {quoted_url(url)} holds a password, which every user of the machine can read in the "
+            f"process list; give the URL without user:password@ and {fix}"
+        )
 
 
 def shown_url(url: str) -> str:
@@ -45,7 +57,7 @@ def shown_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
-def _quoted(url: str) -> str:
+def quoted_url(url: str) -> str:
     """Return `url` as typed but without user:password@, query or fragment, for a message about it."""
     bare = _USERINFO.sub(lambda match: match.group(1) or "", url.strip())
     return repr(re.split(r"[?#]", bare, maxsplit=1)[0])

@@ -20,7 +20,7 @@ from gpulens.credentials import AccessError, Credentials, agent_credentials
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
-from gpulens.urls import check_url
+from gpulens.urls import check_url, quoted_url
 
 __all__ = [
     "ALERTMANAGER",
@@ -60,8 +60,8 @@ def parse_agents(text: str) -> dict[str, str]:
         try:
             check_url(url)  # also a port that is not a number, or an unclosed '[' of an IPv6 address
         except ValueError:
-            raise ConfigError(
-                f"agent URL {url!r} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'"
+            raise ConfigError(  # quoted without a user:password@ it may hold
+                f"agent URL {quoted_url(url)} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'"
             ) from None
         name = name.strip() or urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
         if name in agents:

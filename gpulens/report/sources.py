@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
-from gpulens.urls import split_http_url
+from gpulens.credentials import BASIC_AUTH_FILE
+from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 
 # Enough for a month of a large node's jobs; the agent caps one answer at this too.
@@ -78,10 +79,18 @@ class LedgerFiles:
 
 
 def http_url(text: str, flag: str) -> str:
-    """Return the URL 'HOST:PORT' or 'http(s)://HOST:PORT/...' means; raise ValueError naming `flag` and the fix."""
+    """Return the URL 'HOST:PORT' or 'http(s)://HOST:PORT/...' means; raise ValueError naming `flag` and the fix.
+
+    `text` is a command line's (--agent, --prometheus), so it may hold no password."""
     url = text.strip() if "://" in text else "http://" + text.strip()
     if split_http_url(url) is None:
         raise ValueError(
-            f"{flag} {text.strip()[:60]!r} is not HOST:PORT or http://HOST:PORT; write e.g. http://node1:10906"
+            f"{flag} {quoted_url(text)} is not HOST:PORT or http://HOST:PORT; write e.g. http://node1:10906"
         )
+    fix = (
+        "pass --basic-auth-file FILE holding USER:PASSWORD"
+        if flag == "--prometheus"
+        else f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}"
+    )
+    refuse_password(text, flag, fix)
     return url

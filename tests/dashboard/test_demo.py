@@ -294,6 +294,49 @@ def test_usage_mistakes_are_one_line_and_a_non_zero_exit(args, code, said):
     assert len(lines) == 1 and said in lines[0], result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "environ", "code", "said"),
+    [
+        # Agents read their credentials from GPULENS_AGENT_*: the Prometheus flags would be ignored.
+        (["--agents", "http://a:10906", "--bearer-token-file", "t"], {}, 2, "are for --prometheus; agents read"),
+        # A password on the command line is in the process list: refused, and not printed.
+        (["--prometheus", "http://ops:hunter2@p:9090"], {}, 1, "holds a password, which every user"),
+        (["--agents", "n=http://ops:hunter2@a:10906"], {}, 1, "GPULENS_AGENT_BASIC_AUTH_FILE"),
+        (
+            ["--prometheus", "http://p:9090", "--alertmanager", "http://ops:hunter2@am:9093"],
+            {},
+            1,
+            "--alertmanager 'http://am:9093' holds a password",
+        ),
+        # The agents' settings are checked before the dashboard starts, not on every page.
+        (["--agents", "http://a:10906"], {"GPULENS_AGENT_CA_FILE": "/absent.pem"}, 1, "GPULENS_AGENT_CA_FILE"),
+        (["--agents", "http://a:10906"], {"GPULENS_AGENT_BASIC_AUTH_FILE": "/absent"}, 1, "cannot read"),
+    ],
+)
+def test_credential_mistakes_stop_the_dashboard_before_it_starts(args, environ, code, said):
+    result = subprocess.run(
+        [*GPULENS, "dashboard", "--port", str(free_port()), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **environ},
+    )
+    assert result.returncode == code
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and "hunter2" not in result.stderr, result.stderr
+
+
+def test_an_address_not_of_this_machine_names_the_address_flag():
+    from gpulens.dashboard.launch import LaunchError, check_port
+
+    try:
+        check_port("203.0.113.7", 0, "--port")  # TEST-NET-3: on no interface
+    except LaunchError as error:
+        assert str(error).endswith("choose an address of this machine with --address")
+    else:
+        pytest.skip("this machine binds addresses it does not have (ip_nonlocal_bind)")
+
+
 def test_a_basic_auth_file_without_a_colon_is_refused():
     with tempfile.NamedTemporaryFile("w", suffix=".auth") as auth:
         auth.write("justauser\n")

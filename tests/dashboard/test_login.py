@@ -128,6 +128,11 @@ def test_providers_offer_one_button_each():
             {"auth": {"redirect_uri": "r", "cookie_secret": "c", "okta": {"client_id": "o"}}},
             "has no client_secret in [auth.okta]",
         ),
+        # A misspelled allow-list would admit every user the provider logs in.
+        (
+            {"auth": AUTH, "gpulens": {"allowed_email": ["ada@example.org"]}},
+            "has an unknown key 'allowed_email' in [gpulens]; use allowed_emails or allowed_domains",
+        ),
     ],
 )
 def test_an_incomplete_auth_section_is_named(secrets, said):

@@ -185,9 +185,11 @@ def test_the_environment_configures_the_source():
             "GPULENS_AGENT_CA_FILE: '/absent.pem' cannot be read",
         ),
         ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http"),
+        ({"GPULENS_DASHBOARD_AGENTS": "n=http://u:hunter2@a:port"}, "agent URL 'http://a:port' is not http://"),
     ):
-        with pytest.raises(ConfigError, match=said):
+        with pytest.raises(ConfigError, match=said) as raised:
             from_environment(environ)
+        assert "hunter2" not in str(raised.value)  # a malformed URL is quoted without its password
 
 
 def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it():

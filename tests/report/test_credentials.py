@@ -152,6 +152,21 @@ def test_credential_mistakes_are_one_line_without_the_secret(capsys, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("flag", "url", "words"),
+    [
+        # A password on the command line is refused: every user of the machine reads it in the process list.
+        ("--prometheus", f"http://ops:{PASSWORD}@127.0.0.1:9", ("holds a password", "--basic-auth-file")),
+        ("--agent", f"ops:{PASSWORD}@127.0.0.1:9", ("holds a password", "GPULENS_AGENT_BASIC_AUTH_FILE")),
+        # A malformed URL is quoted without its user:password@.
+        ("--agent", f"http://ops:{PASSWORD}@node1:port", ("'http://node1:port' is not HOST:PORT",)),
+        ("--prometheus", f"ftp://ops:{PASSWORD}@prometheus:9090", ("'ftp://prometheus:9090' is not HOST:PORT",)),
+    ],
+)
+def test_a_url_with_a_password_is_refused_without_printing_it(capsys, flag, url, words):
+    fails(capsys, ["fleet", flag, url], 2, *words)
+
+
 def test_label_values_escape_backslash_quote_and_newline():
     assert label_value('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
     with fake_server(lambda path: EMPTY) as (url, asked):
