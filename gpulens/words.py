@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from gpulens.vocabulary import TRACE_PART_WORDS
 
@@ -43,9 +44,26 @@ def gib(n_bytes: float | None) -> str:
     return f"{n_bytes / GIB:,.1f}".removesuffix(".0") + " GiB"
 
 
-def percent(ratio: float | None) -> str:
-    """Return a ratio as a whole percent: 0.724 -> '72%'."""
-    return f"{ratio:.0%}" if ratio is not None and _known(ratio) else ""
+def percent(ratio: float | None, places: int = 0, against: Iterable[float] = ()) -> str:
+    """Return a ratio as a percent to `places` decimals: 0.724 -> '72%', or '72.4%' to a tenth.
+
+    `against` names the thresholds the ratio is judged by where the reader sees both (a mark, a verdict, a
+    limit written beside it). The percent then stays on the ratio's side of each: rounding would write
+    0.2496 to a tenth as '25.0%', the 25% it is below, so it is rounded toward its side instead, '24.9%'.
+    A ratio equal to a threshold counts as past it, as every threshold of gpulens.thresholds does, and is
+    written as the threshold.
+    """
+    if ratio is None or not _known(ratio):
+        return ""
+    text = f"{ratio:.{places}%}"
+    for threshold in against:
+        below = ratio < threshold
+        if below == (Decimal(text[:-1]) < Decimal(repr(threshold)) * 100):
+            continue
+        step = Decimal(1).scaleb(-places)
+        exact = Decimal(ratio) * 100  # the float's exact value: the comparison above is between floats
+        text = f"{exact.quantize(step, rounding=ROUND_FLOOR if below else ROUND_CEILING)}%"
+    return text
 
 
 def gpu_hours(seconds: float) -> str:

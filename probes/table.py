@@ -20,8 +20,9 @@ def human(value: float | None, unit: str) -> str:
     return words.rate(value, "B/s" if unit == BYTES_PER_SECOND else "FLOP/s") or "-"
 
 
-def _row(r: ProbeResult) -> tuple[str, ...]:
-    ratio = "-" if r.peak_ratio is None else f"{r.peak_ratio:.0%}"
+def _row(r: ProbeResult, min_peak_ratio: float) -> tuple[str, ...]:
+    # A judged ratio stays on its side of the threshold the footer states: 0.496 is '49%', not the '50%' it is below.
+    ratio = words.percent(r.peak_ratio, against=(min_peak_ratio,) if r.judged else ()) or "-"
     if r.status == "slow":
         note = "below the threshold"
     elif r.status == "ok":
@@ -43,7 +44,7 @@ def render(reports: Sequence[GpuReport], min_peak_ratio: float) -> str:
         if all(r.status == "skipped" for r in report.results):
             lines.append("")  # refused or failed before any kernel: the header line says why
             continue
-        rows = [("probe", "value", "peak", "of peak", "status", "")] + [_row(r) for r in report.results]
+        rows = [("probe", "value", "peak", "of peak", "status", "")] + [_row(r, min_peak_ratio) for r in report.results]
         widths = [max(len(row[i]) for row in rows) for i in range(5)]
         for row in rows:
             cells = [row[i].ljust(widths[i]) if i == 0 else row[i].rjust(widths[i]) for i in range(5)]

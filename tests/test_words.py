@@ -61,3 +61,34 @@ def test_the_dashboard_reports_and_tips_write_a_span_the_same_way():
     assert page_words.duration(5400) == words.duration(5400) == "1 h 30 min"
     assert document.percent(None) == "n/a" and document.percent(0.5) == words.percent(0.5)
     assert document.gib(0) == "n/a" and document.gib(2**30) == words.gib(2**30)
+
+
+@pytest.mark.parametrize(
+    ("ratio", "places", "thresholds", "text"),
+    [
+        (0.2496, 1, (0.25,), "24.9%"),  # rounding would write the 25% it is below
+        (0.2496, 0, (0.25,), "24%"),
+        (0.1996, 0, (0.2,), "19%"),
+        (0.14999999999999997, 1, (0.15,), "14.9%"),  # one float below: still below
+        (0.15, 1, (0.15,), "15.0%"),  # equal counts as past it, and reads as the threshold
+        (0.2, 0, (0.2,), "20%"),
+        (0.2004, 0, (0.2,), "20%"),  # at or past it: plain rounding never writes it below
+        (0.0496, 0, (0.05, 0.25), "4%"),
+        (0.24996, 0, (0.05, 0.25), "24%"),
+        (0.249, 1, (0.15, 0.25), "24.9%"),  # far enough from both: as plain rounding writes it
+        (0.2544, 1, (0.25,), "25.4%"),
+        (0.724, 0, (), "72%"),
+    ],
+)
+def test_a_percent_beside_a_threshold_stays_on_its_side(ratio, places, thresholds, text):
+    assert words.percent(ratio, places, thresholds) == text
+
+
+def test_every_percent_a_report_writes_beside_a_mark_or_a_limit_stays_on_its_side():
+    from gpulens.report.summary import WARNING
+
+    assert document.mark_text(WARNING, 0.2496) == "WARNING: kernels ran 24.9% of the time (below 25%)"
+    assert document.precise(0.2496) == "25.0%"  # a tenth, where no threshold is beside it
+    assert page_words.evidence_text({"busy_ratio": 0.497, "sm_activity": 0.4996}) == (
+        "work running 49% of the time; compute units busy 49%"
+    )

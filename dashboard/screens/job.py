@@ -175,9 +175,9 @@ def job_page() -> None:
     )
     columns[2].metric(
         "Waits for data",
-        words.percent(wait) or "not reported",
+        words.percent(wait, against=words.EVIDENCE_THRESHOLDS["data_wait_ratio"]) or "not reported",
         help="Share of each training step spent waiting for the next batch (reported by "
-        "gpulens.torch in the job); above 20% the GPU is starved for data",
+        "gpulens.torch in the job); from 20% the GPU is starved for data",
     )
     columns[3].metric(
         "Device memory in use",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from gpulens import thresholds as t
 from gpulens.vocabulary import Condition, Reason, State
 
 # The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
@@ -81,14 +82,24 @@ CONDITION_TEXT = {
 
 # Evidence in the order it explains a verdict, with how to say it. Ratios are 0-1.
 EVIDENCE_TEXT = (
-    ("busy_ratio", "work running {:.0%} of the time"),
-    ("sm_activity", "compute units busy {:.0%}"),
-    ("data_wait_ratio", "job waits for data {:.0%} of each step"),
-    ("main_process_cpu_ratio", "main process at {:.0%} of a CPU core"),
-    ("workers_cpu_ratio_max", "busiest data worker at {:.0%} of a core"),
-    ("power_ratio", "power at {:.0%} of its limit"),
+    ("busy_ratio", "work running {} of the time"),
+    ("sm_activity", "compute units busy {}"),
+    ("data_wait_ratio", "job waits for data {} of each step"),
+    ("main_process_cpu_ratio", "main process at {} of a CPU core"),
+    ("workers_cpu_ratio_max", "busiest data worker at {} of a core"),
+    ("power_ratio", "power at {} of its limit"),
     ("idle_seconds", "no work for {}"),
 )
+# The verdict's thresholds each ratio is judged by (agent/diagnosis.py), which a percent beside the verdict's
+# reason stays on its side of: a busy ratio of 0.497 under "work runs less than half the time" reads 49%, not
+# 50%. Only those where a ratio equal to the threshold is past it; the spin test's "at most" ones are not.
+EVIDENCE_THRESHOLDS = {
+    "busy_ratio": (t.BUSY_LOW, t.BUSY_HEALTHY, t.SPIN_BUSY_MIN),
+    "sm_activity": (t.SM_ACTIVITY_LOW, t.SM_ACTIVITY_GOOD),
+    "data_wait_ratio": (t.DATA_WAIT_STARVED,),
+    "main_process_cpu_ratio": (t.CPU_SATURATED,),
+    "workers_cpu_ratio_max": (t.CPU_SATURATED,),
+}
 
 
 def state_name(state: str) -> str:
@@ -114,7 +125,7 @@ def evidence_text(evidence: Mapping[str, float]) -> str:
             if value >= 60:
                 parts.append(pattern.format(duration(value)))
         else:
-            parts.append(pattern.format(value))
+            parts.append(pattern.format(percent(value, against=EVIDENCE_THRESHOLDS.get(key, ()))))
     return "; ".join(parts)
 
 

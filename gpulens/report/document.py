@@ -34,6 +34,10 @@ from gpulens.report.trend import (
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import State
 
+# The thresholds a job's busy ratio gets its mark by, and a follow-up's share its outcome by: a percent shown
+# beside a mark or an outcome stays on its side of them (gpulens.words.percent).
+MARKED_BY = (t.REPORT_BUSY_RED, t.REPORT_BUSY_WARN)
+OUTCOME_BY = (t.TREND_REASON_GONE, t.TREND_REASON_FLAGGED)
 # Rows of the worst-offender table in a fleet report (JSON and CSV carry every job).
 WORST_JOBS_SHOWN = 25
 SHORT_JOBS_SHOWN = 25
@@ -81,8 +85,8 @@ def hours(seconds: float) -> str:
     return f"{seconds / 3600:,.2f}"
 
 
-def percent(ratio: float | None) -> str:
-    return words.percent(ratio) or "n/a"
+def percent(ratio: float | None, against: tuple[float, ...] = ()) -> str:
+    return words.percent(ratio, against=against) or "n/a"
 
 
 def gib(n_bytes: float) -> str:
@@ -100,19 +104,20 @@ def kwh(joules: float) -> str:
 def mark_text(mark: str, ratio: float | None) -> str:
     """Return the job's mark in words, with the jobstats threshold it crossed."""
     if mark == RED:
-        return f"RED: kernels ran {precise(ratio)} of the time (below {percent(t.REPORT_BUSY_RED)})"
+        return f"RED: kernels ran {precise(ratio, MARKED_BY)} of the time (below {percent(t.REPORT_BUSY_RED)})"
     if mark == WARNING:
-        return f"WARNING: kernels ran {precise(ratio)} of the time (below {percent(t.REPORT_BUSY_WARN)})"
+        return f"WARNING: kernels ran {precise(ratio, MARKED_BY)} of the time (below {percent(t.REPORT_BUSY_WARN)})"
     if mark == SHORT:
         return "not judged: shorter than the minimum duration"
     if mark == NO_DATA:
         return "not judged: no utilization samples (MIG or NVML unavailable)"
-    return f"ok: kernels ran {precise(ratio)} of the time"
+    return f"ok: kernels ran {precise(ratio, MARKED_BY)} of the time"
 
 
-def precise(ratio: float | None) -> str:
-    """Return a ratio as a percent to a tenth, as a mark quotes it: 0.146 -> '14.6%' ('n/a' when unknown)."""
-    return "n/a" if ratio is None else f"{ratio * 100:.1f}%"
+def precise(ratio: float | None, against: tuple[float, ...] = ()) -> str:
+    """Return a ratio as a percent to a tenth, as a mark quotes it: 0.146 -> '14.6%' ('n/a' when unknown);
+    on its side of the thresholds `against` (0.2496 beside 0.25 -> '24.9%')."""
+    return words.percent(ratio, 1, against) or "n/a"
 
 
 def job_name(record: JobRecord) -> str:
@@ -177,7 +182,7 @@ def job_document(report: JobReport) -> Document:
         ("verdict", mark_text(report.flag, r.busy_ratio)),
         ("GPU-hours", hours(r.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(r.wasted_seconds)} (idle, data-starved, underutilized)"),
-        ("busy ratio", percent(r.busy_ratio)),
+        ("busy ratio", percent(r.busy_ratio, MARKED_BY)),
         ("SM activity", percent(r.sm_activity)),
         ("device memory peak", memory_text(r)),
         (
@@ -343,7 +348,7 @@ def fleet_document(report: FleetReport) -> Document:
                 str(len(r.gpus)),
                 hours(r.gpu_seconds),
                 hours(r.wasted_seconds),
-                percent(r.busy_ratio),
+                percent(r.busy_ratio, MARKED_BY),
                 percent(r.sm_activity),
                 percent(r.data_wait_ratio),
                 memory_text(r),
@@ -520,9 +525,9 @@ def trend_document(report: TrendReport) -> Document:
                 STATE_NAMES[f.reason],
                 tip_title(f.tip),
                 f"{job_name(f.before)}, {when(f.before.start)}",
-                percent(f.before_share),
+                percent(f.before_share, OUTCOME_BY),
                 f"{job_name(f.after)}, {when(f.after.start)}",
-                percent(f.after_share),
+                percent(f.after_share, OUTCOME_BY),
                 str(f.later_runs),
                 OUTCOME_TEXT[f.outcome],
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from gpulens.printable import printable
-from gpulens.report.document import precise, tip_title
+from gpulens.report.document import MARKED_BY, precise, tip_title
 from gpulens.report.summary import FleetReport, JobReport, flag
 from gpulens.usage import STATES, JobRecord
 from gpulens.vocabulary import State
@@ -81,7 +81,7 @@ def job_line(r: JobRecord, mark: str) -> str:
         "gpu_hours": f"{held / 3600:.2f}",
         "wasted_gpu_hours": f"{r.wasted_seconds / 3600:.2f}",
         "wasted": _percent(r.wasted_seconds / held if held else None),
-        "busy_ratio": _percent(r.busy_ratio),
+        "busy_ratio": _percent(r.busy_ratio, MARKED_BY),  # on the side of the thresholds `mark` is given by
         "sm_activity": _percent(r.sm_activity),
         "memory_peak": _percent(r.memory_peak_ratio if r.memory_peak_bytes else None),
         **{s: _percent(r.state_seconds.get(s, 0.0) / held if held else None) for s in HELD_STATES},
@@ -113,5 +113,5 @@ def quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _percent(ratio: float | None) -> str:
-    return UNKNOWN if ratio is None else precise(ratio)
+def _percent(ratio: float | None, against: tuple[float, ...] = ()) -> str:
+    return UNKNOWN if ratio is None else precise(ratio, against)

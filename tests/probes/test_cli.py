@@ -153,3 +153,15 @@ def test_without_torch_the_probe_says_how_to_install_it(monkeypatch):
     status, out, err = probe(*TINY)
     assert status == cli.EXIT_UNPROBED and out == ""
     assert "the probes need torch" in err and "pip install 'gpulens[probes]'" in err
+
+
+def test_a_slow_result_just_under_the_threshold_is_not_written_as_the_threshold():
+    from gpulens.probes.results import SLOW, GpuReport, ProbeResult, judge
+    from gpulens.probes.table import render
+
+    measured = ProbeResult("bandwidth", "d2d", "d2d", "device", "", 1.984e12, "bytes/s", 4e12, 0.496, "ok", True)
+    slow = judge(measured, 0.5)
+    assert slow.status == SLOW
+    report = GpuReport("0", "GPU-1", "NVIDIA H100", "H100 SXM", "cuda:0", SLOW, "", 0.0, 1.0, (slow,))
+    row = next(line for line in render([report], 0.5).splitlines() if line.lstrip().startswith("d2d"))
+    assert row.split()[-5:] == ["49%", "slow", "below", "the", "threshold"]

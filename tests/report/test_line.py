@@ -12,7 +12,7 @@ import pytest
 
 from gpulens.printable import printable
 from gpulens.report.cli import TREND_FORMATS, run
-from gpulens.report.document import tip_title
+from gpulens.report.document import fleet_document, job_document, tip_title
 from gpulens.report.line import FIELDS, HELD_STATES, elapsed, job_line, quote, to_lines
 from gpulens.report.summary import fleet_report, job_report
 from gpulens.usage import JobRecord, TipUse
@@ -72,7 +72,9 @@ def test_a_job_line_holds_the_json_formats_numbers(capsys, fleet_run, job_id):
         ("memory_peak", "memory_peak_ratio"),
     ):
         expected = job[name]
-        assert ratio(line[key]) == (None if expected is None else pytest.approx(expected, abs=0.0005)), key
+        # A tenth, rounded to nearest; busy_ratio rounded down instead where that would reach a mark's threshold.
+        within = 0.001 if key == "busy_ratio" else 0.0005
+        assert ratio(line[key]) == (None if expected is None else pytest.approx(expected, abs=within)), key
     assert line["tip"] == (tip_title(job["top_tips"][0]) if job["top_tips"] else "-")
 
 
@@ -192,3 +194,26 @@ def test_a_fleet_read_for_its_tables_is_refused():
     assert to_lines(fleet).count("\n") == 1
     with pytest.raises(ValueError, match="every job"):
         to_lines(replace(fleet, shown_only=True))
+
+
+def test_a_busy_ratio_just_under_a_mark_s_threshold_is_not_written_as_the_threshold():
+    """24.96% busy is a warning (below 25%): the line, the verdict and the tables say 24.9% or 24%, never 25."""
+    record = JobRecord(
+        "slurm",
+        "8",
+        start=0.0,
+        last_seen=3600.0,
+        state_seconds={"underutilized": 3600.0},
+        busy_seconds=2496.0,
+        sampled_seconds=10_000.0,
+    )
+    job = job_report([record], "test", 300.0)
+    assert job.flag == "warning"
+    fields = parsed(job_line(record, job.flag))
+    assert (fields["mark"], fields["busy_ratio"]) == ("warning", "24.9%")
+    facts = dict(job_document(job).facts)
+    assert facts["verdict"] == "WARNING: kernels ran 24.9% of the time (below 25%)"
+    assert facts["busy ratio"] == "24%"
+    fleet = fleet_document(fleet_report([record], "user", 0.0, 3600.0, 300.0, "test"))
+    jobs = next(table for table in fleet.tables if table.title.startswith("Jobs"))
+    assert jobs.rows[0][jobs.headers.index("busy")] == "24%" and jobs.marks == ("warning",)

@@ -145,6 +145,21 @@ def test_a_reason_counts_only_when_a_tip_for_it_applied_and_a_later_run_shows_it
     assert [(f.job, f.outcome) for f in followed.follow_ups] == [("train", GONE)]
 
 
+def test_a_follow_up_s_share_is_shown_on_its_side_of_the_outcome_s_thresholds():
+    """A later run idle 24.96% of its time is "less, not gone" (below 25%): its share reads 24%, not 25%."""
+    tipped = {"release_idle_gpu": TipUse(1800.0)}
+    runs = [
+        _run("1", START, {"idle": 1800.0, "busy": 1800.0}, tips=tipped),
+        _run("2", START + DAY_SECONDS, {"idle": 898.56, "busy": 2701.44}, pod="train-q2x9z"),
+    ]
+    report = _month(runs=runs)
+    assert [(f.outcome, round(f.after_share, 4)) for f in report.follow_ups] == [(LESS, 0.2496)]
+    table = next(t for t in trend_document(report).tables if t.title.startswith("Tips followed"))
+    shares = [cell for header, cell in zip(table.headers, table.rows[0], strict=True) if header == "its share"]
+    assert shares == ["50%", "24%"]  # the flagged run's, the last run's
+    assert table.rows[0][table.headers.index("reason now")] == "less, not gone"
+
+
 def test_unchanged_is_within_a_tenth_and_a_rise_from_nothing_is_up():
     def change(first: float, last: float) -> Change:
         return Change(7, Usage({"idle": first * 7}), Usage({"idle": last * 7}), 7 * DAY_SECONDS, 7 * DAY_SECONDS)
