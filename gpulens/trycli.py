@@ -13,7 +13,8 @@ it samples (`job_verdict`, agent/analysis.py): input-bound when its steps wait f
 their time, with the tips the dashboard gives, from the same catalog.
 
 Exit status: the command's (128 + N when signal N ended it, as shells write it); 2 for a usage mistake,
-127 for a command that is not found, 126 for one that cannot run, 1 when the socket cannot be bound.
+127 for a command that is not found (on PATH, nor among the scripts of gpulens's own Python environment:
+gpulens/programs.py), 126 for one that cannot run, 1 when the socket cannot be bound.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpulens import thresholds as t
 from gpulens.cli import OneLineParser
 from gpulens.printable import printable
+from gpulens.programs import find_program, not_found
 from gpulens.tracecli import settings_text
 from gpulens.vocabulary import State
 from gpulens.words import duration, join, percent, plural
@@ -58,6 +60,7 @@ _HOST_EVERY_SECONDS = 1.0  # how often the reporting processes' CPU is sampled
 _POLL_SECONDS = 0.1  # with --keep, how often the wait looks up for Ctrl-C
 FIX = "wrap the training loader as `for batch in gpulens.torch.instrument(loader, model=model):` (docs/in-job.md)"
 USAGE = "gpulens try [--socket PATH] [--keep] -- COMMAND [ARGS...]"
+STARVED_FROM = (t.DATA_WAIT_STARVED,)  # the wait the verdict quotes stays on its side of this (words.percent)
 
 
 def main(argv: Sequence[str], err: TextIO = sys.stderr) -> int:
@@ -86,18 +89,17 @@ def main(argv: Sequence[str], err: TextIO = sys.stderr) -> int:
         example = shlex.join(extra or ["python", "train.py"])
         print(f"gpulens try: give the command after --, e.g. gpulens try -- {printable(example)}", file=err)
         return EXIT_USAGE
-    if shutil.which(command[0]) is None:
-        print(
-            f"gpulens try: command {printable(command[0])!r} not found; install it in this environment or give "
-            "its path",
-            file=err,
-        )
+    program = find_program(command[0])
+    # A path to a file that is there but cannot run is no missing command: Popen says why, as a shell's 126 does.
+    if program is None and not (os.sep in command[0] and os.path.isfile(command[0])):
+        print(f"gpulens try: {not_found(command[0])}", file=err)
         return EXIT_NOT_FOUND
-    return run(command, parsed.socket, parsed.keep, err)
+    return run(command, parsed.socket, parsed.keep, err, program)
 
 
-def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO) -> int:
-    """Listen on `socket_path` (None: a temporary one), run `command`, print the conclusions; return its status."""
+def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO, program: str | None = None) -> int:
+    """Listen on `socket_path` (None: a temporary one), run `command` (its program found at `program`, if
+    given), print the conclusions; return its status."""
     from gpulens.agent.jobs.receiver import Receiver, ReceiverError
 
     folder = None if socket_path else tempfile.mkdtemp(prefix="gpulens-try-")
@@ -121,9 +123,13 @@ def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO) ->
     previous = {s: signal.signal(s, signals.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            child = subprocess.Popen(command, env=environment)
+            child = subprocess.Popen(command, executable=program, env=environment)  # argv[0] as it was typed
         except OSError as error:
-            print(f"gpulens try: cannot run {printable(command[0])!r}: {error.strerror or error}", file=err)
+            print(
+                f"gpulens try: cannot run {printable(command[0])!r}: {error.strerror or error}; make it executable "
+                "(chmod +x) or run it through its interpreter (python train.py)",
+                file=err,
+            )
             return EXIT_CANNOT_RUN
         signals.started(child)
         print(f"gpulens try: listening on {path}; running {printable(shlex.join(command))}", file=err, flush=True)
@@ -331,7 +337,7 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
         f"in {duration(step.total_seconds)}"
     ]
     if wait is not None:
-        lines.append(f"  waiting for data: {percent(wait)} of each step")
+        lines.append(f"  waiting for data: {percent(wait, against=STARVED_FROM)} of each step")
     loader = None if report.dataloader is None else vars(report.dataloader)
     settings = settings_text({"dataloader": loader, "precision": vars(report.precision)})
     lines.append(f"  seen: {settings + '; ' if settings else ''}device {report.device.type}")
@@ -354,15 +360,15 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
 
 def verdict_words(analysis: GpuAnalysis, wait: float | None) -> str:
     """Return the verdict on the input pipeline in words: input-bound or not, and by what measure."""
-    limit = percent(t.DATA_WAIT_STARVED)
+    limit, waits = percent(t.DATA_WAIT_STARVED), percent(wait, against=STARVED_FROM)
     if wait is None:
         return "unknown: no step was timed"
     if analysis.verdict.state == State.DATA_STARVED:
         return (
-            f"input-bound: each step waits {percent(wait)} of its time for the next batch; from {limit} gpulens "
+            f"input-bound: each step waits {waits} of its time for the next batch; from {limit} gpulens "
             f"calls the GPU of such a job {State.DATA_STARVED.value} ({analysis.verdict.reason.value})"
         )
     return (
-        f"not input-bound: each step waits {percent(wait)} of its time for data, under the {limit} from which "
+        f"not input-bound: each step waits {waits} of its time for data, under the {limit} from which "
         "gpulens calls a job input-bound"
     )

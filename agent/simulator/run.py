@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -27,6 +25,7 @@ from importlib import resources
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
 from gpulens.printable import printable
+from gpulens.programs import find_program, not_found
 from gpulens.units import UnitError, parse_duration
 
 from . import branches
@@ -39,8 +38,6 @@ ENV_SPEED = "GPULENS_SIM_SPEED"
 ENV_AT = "GPULENS_SIM_AT"
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 127  # what a shell returns for a command it cannot find
-# The console scripts folder of this Python's environment (a virtual environment's bin/).
-SCRIPTS = sysconfig.get_path("scripts")
 
 _installed: tuple[Scenario, SharedClock] | None = None
 
@@ -115,16 +112,6 @@ def _scenario(name: str, driver: str | None) -> Scenario:
         raise ConfigError(f"--driver: {error}") from None
 
 
-def find_program(name: str) -> str | None:
-    """`name`'s path: on PATH, else among the console scripts of the environment gpulens runs in, where
-    COMMAND must come from anyway (the hook imports gpulens), so that `.venv/bin/gpulens sim demo -- nvitop`
-    finds the nvitop beside it without the environment being activated."""
-    found = shutil.which(name)
-    if found is None and os.sep not in name:
-        found = shutil.which(name, path=SCRIPTS)
-    return found
-
-
 def hook_folder() -> str:
     """The folder whose sitecustomize.py installs the simulated driver in every Python that starts."""
     return str(resources.files(__package__).joinpath("hook"))
@@ -138,11 +125,7 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     program = find_program(command[0])
     if program is None:
-        print(
-            f"gpulens sim: command {printable(command[0])!r} not found on PATH or in {printable(SCRIPTS)}; "
-            "install it in this environment or give its path",
-            file=sys.stderr,
-        )
+        print(f"gpulens sim: {not_found(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_SIM_")}
     environment.update(env)

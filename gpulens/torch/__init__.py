@@ -13,6 +13,11 @@ It never raises into the job and never waits: every failure (no agent, a full so
 torch API this version lacks) is counted in `Instrumented.failures` and the loop goes on. It starts
 no thread; a report is built and sent from inside `next()`, once per interval.
 
+The steps no report has sent yet are not dropped, so that the reports of a process add up to the steps
+it ran: when the wrapper is dropped (a `break`, a loader wrapped anew each epoch) they are sent if their
+window is old enough for the agent's rate limit, else carried on by the next wrapper on the same socket;
+what is left when the process exits is sent by an atexit handler.
+
 At each report it also reads the agent's control socket, where the agent may ask for a trace of the
 next steps (`gpulens trace`; see gpulens.torch.tracing). `traces=False`, or GPULENS_TRACES=0, turns
 that off: the job then never connects.
@@ -20,6 +25,7 @@ that off: the job then never connects.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import math
@@ -29,6 +35,7 @@ import warnings
 import weakref
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from gpulens.torch import readings, sender, tracing
@@ -44,6 +51,24 @@ INTERVAL_ENV = "GPULENS_REPORT_INTERVAL"
 # if shorter): a script that instruments each epoch anew still reports, and the agent's per-process
 # limit (2 reports a second) is kept.
 _END_OF_PASS_MIN_SECONDS = 1.0
+
+
+@dataclass
+class _Carried:
+    """The unsent window of wrappers dropped before it was old enough to send: the next wrapper of the same
+    process on the same socket goes on with it, or the process sends it as it exits."""
+
+    pid: int
+    start: float  # time.perf_counter(), as the wrappers' windows
+    end: float  # the arrival of its last batch
+    steps: int
+    wait: float
+    total: float
+    message: dict[str, Any]  # the report as the last wrapper to leave steps here built it
+
+
+_carried: dict[str, _Carried] = {}  # by socket path
+_live: weakref.WeakSet[Instrumented] = weakref.WeakSet()  # the wrappers whose window the exit sends
 
 
 def instrument(
@@ -72,8 +97,9 @@ class Instrumented:
     """An iterable over `iterable`'s batches that times them and reports; see `instrument`.
 
     Step k runs from the arrival of batch k-1 (or the call to iter(), for the first) to the arrival
-    of batch k; its data wait is the time spent inside iter() and next() for batch k. The body of a
-    pass's last batch is not part of any step, nor is the time between passes.
+    of batch k; its data wait is the time spent inside iter() and next() for batch k. So a pass over N
+    batches is N steps. The body of a pass's last batch is not part of any step, nor is the time between
+    passes.
     """
 
     def __init__(
@@ -103,6 +129,7 @@ class Instrumented:
         self._last = 0.0  # when the last batch arrived, or iter() was called
         self._iter_wait = 0.0  # time inside iter(), charged to the first step of the pass
         self._batches = 0  # all batches so far; the model hook samples once per new one
+        self._pid = os.getpid()  # the process that iterates: only it sends the steps left at the end
         self._sampled_batch = -1
         # Autocast as the model's forward last saw it; None until a forward has run.
         self._autocast: bool | None = None
@@ -126,6 +153,16 @@ class Instrumented:
             self._control = sender.Control(sender.control_path(self._path))
             # A trace still running when the loader is dropped or the process exits is ended and written.
             weakref.finalize(self, _abandon, self._tracer, self._control, self.failures)
+        _live.add(self)
+
+    def __del__(self) -> None:
+        # Dropped: a `break` out of the loop, or the next epoch's wrapper replaces this one. The steps its
+        # window holds are sent or carried (see _leave); a finalizer could not build their report, since the
+        # wrapper would be gone by then.
+        try:
+            self._leave(exiting=False)
+        except Exception:  # noqa: BLE001 - never worth an "Exception ignored" line in the job's output
+            pass
 
     def __len__(self) -> int:
         return len(self._iterable)
@@ -135,9 +172,15 @@ class Instrumented:
         self._iterator = iter(self._iterable)
         self._iter_wait = time.perf_counter() - start
         self._last = start
+        self._pid = os.getpid()
         if self._window_start is None:
             self._window_start = start
-            self._due = start + self._interval
+            carried = _carried.pop(self._path, None)
+            if carried is not None and carried.pid == self._pid:
+                # Steps a dropped wrapper could not send yet: this window goes on with them.
+                self._window_start = carried.start
+                self._steps, self._wait, self._total = carried.steps, carried.wait, carried.total
+            self._due = self._window_start + self._interval
         return self
 
     def __next__(self) -> Any:
@@ -206,15 +249,24 @@ class Instrumented:
 
     # -- reports --------------------------------------------------------------------------------
 
+    def _old_enough(self, now: float) -> bool:
+        """Whether the window may be sent before its interval is up: at the end of a pass, or when dropped."""
+        return now - self._window_start >= min(self._interval, _END_OF_PASS_MIN_SECONDS)
+
     def _end_of_pass(self) -> None:
         now = time.perf_counter()
-        if self._steps and now - self._window_start >= min(self._interval, _END_OF_PASS_MIN_SECONDS):
+        if self._steps and self._old_enough(now):
             self._report(now)
 
     def _report(self, now: float) -> None:
-        """Send what the window holds and start the next one; on failure, count it and drop the report."""
+        """Send what the window holds and start the next one; read the agent's requests."""
+        self._flush(now)
+        self._poll_agent()
+
+    def _flush(self, now: float) -> None:
+        """Send the window that ends at `now` and start the next one; on failure, count it and drop the report."""
         try:
-            data = json.dumps(self._message(now), separators=(",", ":"), allow_nan=False).encode()
+            data = _encode(self._message(now))
         except Exception:  # noqa: BLE001 - a report is never worth a crash
             self.failures["encode"] += 1
             data = None
@@ -226,7 +278,34 @@ class Instrumented:
         self._total = 0.0
         if data is not None:
             self._send(data)
-        self._poll_agent()
+
+    def _leave(self, exiting: bool) -> None:
+        """Hand on the steps not sent yet, as the wrapper is dropped or the process exits.
+
+        At exit they are sent. When dropped, they are sent if the window is old enough (as at the end of a
+        pass), else carried: the agent's rate limit counts reports, and a script that wraps a short loader
+        anew each epoch would otherwise send one per epoch.
+        """
+        if not getattr(self, "_steps", 0) or self._pid != os.getpid():
+            return  # nothing left, or a forked copy of the wrapper: the steps are its parent's
+        end = self._last  # the window ends with its last step, not with whatever ran after the loop
+        if exiting or self._old_enough(time.perf_counter()):
+            self._flush(end)
+            return
+        try:
+            message = self._message(end)
+        except Exception:  # noqa: BLE001 - as in _flush
+            self.failures["encode"] += 1
+            return
+        carried = _carried.get(self._path)
+        if carried is None or carried.pid != self._pid:
+            carried = _carried[self._path] = _Carried(self._pid, self._window_start, end, 0, 0.0, 0.0, message)
+        carried.start, carried.end = min(carried.start, self._window_start), max(carried.end, end)
+        carried.steps += self._steps
+        carried.wait += self._wait
+        carried.total += self._total
+        carried.message = message
+        self._steps, self._wait, self._total = 0, 0.0, 0.0
 
     def _send(self, data: bytes) -> None:
         try:
@@ -248,13 +327,7 @@ class Instrumented:
         return {
             "v": VERSION,
             "pid": os.getpid(),
-            "window_seconds": round(now - self._window_start, 6),
-            # Rounding both sums the same way keeps wait <= total, which the agent checks.
-            "step": {
-                "count": self._steps,
-                "data_wait_seconds": round(self._wait, 6),
-                "total_seconds": round(self._total, 6),
-            },
+            **_window(now - self._window_start, self._steps, self._wait, self._total),
             "dataloader": self._loader,
             "precision": {
                 "autocast": self._autocast,
@@ -325,6 +398,42 @@ def _checked_interval(interval: Any) -> float:
         stacklevel=3,
     )
     return DEFAULT_INTERVAL_SECONDS
+
+
+def _window(seconds: float, steps: int, wait: float, total: float) -> dict[str, Any]:
+    """Return a report's window and step fields."""
+    return {
+        "window_seconds": round(seconds, 6),
+        # Rounding both sums the same way keeps wait <= total, which the agent checks.
+        "step": {"count": steps, "data_wait_seconds": round(wait, 6), "total_seconds": round(total, 6)},
+    }
+
+
+def _encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Send the steps no report has carried yet: those of the live wrappers, and those dropped ones left."""
+    for wrapper in list(_live):
+        try:
+            wrapper._leave(exiting=True)
+        except Exception:  # noqa: BLE001 - the job is exiting; a report is never worth a traceback there
+            pass
+    pid = os.getpid()
+    for path, carried in list(_carried.items()):
+        del _carried[path]
+        if carried.pid != pid:
+            continue
+        message = {
+            **carried.message,
+            **_window(carried.end - carried.start, carried.steps, carried.wait, carried.total),
+        }
+        try:
+            sender.send(_encode(message), path)
+        except Exception:  # noqa: BLE001 - no agent, or a full queue: nobody is left to count it
+            pass
 
 
 def _answer(control: sender.Control, message: dict[str, Any], failures: Counter) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -208,6 +210,72 @@ def test_a_wrapper_is_iterable_again_for_each_epoch_and_keeps_its_length(job_rec
     batches = gpulens.torch.instrument(loader, interval=10.0, socket_path=socket_path)
     assert len(batches) == 4
     assert [sum(1 for _ in batches) for _ in range(3)] == [4, 4, 4]
+
+
+EVERY_STEP = """
+import os, sys, time, torch, gpulens.torch
+
+def loader(batches):
+    data = torch.utils.data.TensorDataset(torch.randn(batches * 4, 16), torch.randn(batches * 4, 1))
+    return torch.utils.data.DataLoader(data, batch_size=4)
+
+def step():
+    time.sleep(0.01)  # 32 steps last about 0.32 s: one report at 0.2 s, and 12 steps the interval never sends
+
+def run(name):
+    if name == "to_the_end":
+        for _ in gpulens.torch.instrument(loader(32), interval=0.2):
+            step()
+    elif name == "break":
+        for i, _ in enumerate(gpulens.torch.instrument(loader(100), interval=0.2)):
+            step()
+            if i == 24:
+                break
+        time.sleep(0.3)  # the script goes on after its loop
+    elif name == "anew_each_epoch":
+        for _ in range(4):
+            for _ in gpulens.torch.instrument(loader(8), interval=0.2):
+                step()
+    elif name == "one_wrapper_many_epochs":
+        batches = gpulens.torch.instrument(loader(9), interval=0.2)
+        for _ in range(4):
+            for _ in batches:
+                step()
+
+for name in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:  # each loop in its own process, which reports under its own pid and exits as scripts do
+        print(name, os.getpid(), flush=True)
+        run(name)
+        sys.exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def test_the_reports_of_a_process_add_up_to_every_step_it_ran(receiver, socket_path):
+    """N batches are N steps, whether the loop ends, breaks, or wraps its loader anew: the steps of the last
+    window, which no interval sent, go when the wrapper is dropped or carried on, and at the latest at exit."""
+    counted: dict[int, int] = {}
+    receiver(
+        burst=1000,
+        rate_per_second=1000.0,
+        on_accept=lambda r: counted.update({r.pid: counted.get(r.pid, 0) + r.step.count}),
+    )
+    expected = {"to_the_end": 32, "break": 25, "anew_each_epoch": 32, "one_wrapper_many_epochs": 36}
+    done = subprocess.run(
+        [sys.executable, "-c", EVERY_STEP, *expected],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GPULENS_SOCKET": socket_path, "GPULENS_TRACES": "0", "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    pids = {name: int(pid) for name, pid in (line.split() for line in done.stdout.splitlines())}
+    try:
+        wait_until(lambda: all(counted.get(pids[name]) == steps for name, steps in expected.items()))
+    except BaseException:
+        assert {name: counted.get(pid, 0) for name, pid in pids.items()} == expected
+        raise
 
 
 def test_a_compiled_model_is_not_recompiled_or_broken_by_the_hook(tmp_path):

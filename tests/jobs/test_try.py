@@ -10,9 +10,11 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
@@ -127,6 +129,22 @@ def test_the_exit_status_is_the_command_s(loops):
     assert "Traceback" not in stderr
 
 
+THIRTY_TWO_BATCHES = """
+import time, torch, gpulens.torch
+data = torch.utils.data.TensorDataset(torch.randn(128, 16), torch.randn(128, 1))
+for x, y in gpulens.torch.instrument(torch.utils.data.DataLoader(data, batch_size=4)):
+    time.sleep(0.02)  # 32 steps in about 0.7 s: a report at 0.5 s, and the rest only as the script exits
+"""
+
+
+def test_a_loop_over_32_batches_is_32_steps():
+    pytest.importorskip("torch")
+    run = gpulens_try("--", sys.executable, "-c", THIRTY_TWO_BATCHES)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 0, stderr
+    assert re.search(r"gpulens try: pid \d+ sent \d+ reports? covering 32 steps in ", stderr), stderr
+
+
 def test_a_command_that_never_reports_is_told_how_to_add_instrument_in_one_line():
     run = gpulens_try("--", sys.executable, "-c", "import sys; sys.exit(4)")
     _, stderr = run.communicate(timeout=30)
@@ -149,6 +167,31 @@ def test_usage_mistakes_are_one_line_and_start_nothing(argv, status, words):
     err = io.StringIO()
     assert trycli.main(argv, err=err) == status
     assert err.getvalue().count("\n") == 1 and words in err.getvalue()
+
+
+def test_a_script_that_is_not_executable_cannot_run_126_not_missing_127(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('never runs')\n")
+    err = io.StringIO()
+    assert trycli.main(["--", str(script)], err=err) == trycli.EXIT_CANNOT_RUN
+    assert err.getvalue().count("\n") == 1 and "Permission denied; make it executable (chmod +x)" in err.getvalue()
+
+
+def test_a_command_of_the_environment_is_found_without_activating_it():
+    """`.venv/bin/gpulens try -- COMMAND` runs the COMMAND beside it, though .venv/bin is not on PATH."""
+    scripts = os.path.dirname(shutil.which("gpulens", path=sysconfig.get_path("scripts")) or "")
+    assert scripts, "gpulens is not installed as a console script"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != scripts)
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", "try", "--", "gpulens", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": path},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gpulens ")
+    assert "running gpulens --version" in done.stderr  # the command as it was given
 
 
 def test_a_socket_that_cannot_be_bound_is_one_line(tmp_path):
@@ -231,3 +274,15 @@ def test_reports_add_up_over_the_whole_run():
     assert whole.step.count == 200
     assert whole.data_wait_ratio == pytest.approx(3.6 / 16)
     assert whole.window_seconds == pytest.approx(2 * VALID["window_seconds"])
+
+
+def test_a_wait_just_under_the_verdict_s_threshold_is_not_written_as_the_threshold():
+    fed = report(0.7984)  # 19.96% of each 4 s of steps: under the 20% from which a job is input-bound
+    analysis = job_verdict(fed)
+    assert analysis.verdict.state != State.DATA_STARVED
+    lines = trycli.describe(fed, 1, analysis)
+    assert "  waiting for data: 19% of each step" in lines
+    assert lines[-1] == (
+        "  verdict: not input-bound: each step waits 19% of its time for data, under the 20% from which gpulens "
+        "calls a job input-bound"
+    )

@@ -1,0 +1,31 @@
+"""The program a command line names, for the subcommands that run one (`gpulens sim`, `gpulens try`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+
+from gpulens.printable import printable
+
+# The console scripts folder of this Python's environment (a virtual environment's bin/).
+SCRIPTS = sysconfig.get_path("scripts")
+
+
+def find_program(name: str) -> str | None:
+    """`name`'s path: on PATH, else among the console scripts of the environment gpulens runs in, where the
+    command must come from anyway (`gpulens sim`'s hook imports gpulens, a script under `gpulens try` imports
+    gpulens.torch), so that `.venv/bin/gpulens sim demo -- nvitop` finds the nvitop beside it without the
+    environment being activated. A name with a slash is a path, looked up as it is."""
+    found = shutil.which(name)
+    if found is None and os.sep not in name:
+        found = shutil.which(name, path=SCRIPTS)
+    return found
+
+
+def not_found(name: str) -> str:
+    """Return why `name` did not run and the fix, for a program `find_program` did not find."""
+    return (
+        f"command {printable(name)!r} not found on PATH or in {printable(SCRIPTS)}; install it in this "
+        "environment or give its path"
+    )
