@@ -416,6 +416,24 @@ def test_notes_tell_how_to_reach_the_agent_and_the_dashboard(tmp_path):
     assert "agent.runtimeClassName=nvidia" not in production
 
 
+def test_notes_ask_for_privileged_pods_whenever_a_host_path_is_mounted(tmp_path):
+    """The baseline Pod Security Standard refuses hostPath volumes as well as hostPID."""
+    no_pid = {"agent": {"hostPID": False}}
+    assert "pod-security.kubernetes.io/enforce=privileged" in _notes(tmp_path, no_pid)
+    nothing = {"agent": {"hostPID": False, **{k: {"enabled": False} for k in ("podResources", "jobsSocket", "ledger")}}}
+    assert "pod-security.kubernetes.io/enforce" not in _notes(tmp_path / "n", nothing)
+
+
+def test_the_shortest_probe_interval_values_yaml_names_is_accepted():
+    """values.yaml says agent.probes.interval must be at least 10m: the agent's default jitter."""
+    from gpulens.agent import config
+
+    config.load(["--collector.probes", "--probes.interval=10m"], environ={})
+    with pytest.raises(config.ConfigError, match="probes.jitter"):
+        config.load(["--collector.probes", "--probes.interval=9m"], environ={})
+    assert "At least 10m" in (CHART / "values.yaml").read_text()
+
+
 def _documented_keys(values: dict, prefix: str = "") -> list[str]:
     """Dotted keys of values.yaml down to leaves; free-form maps (labels, resources, ...) count as leaves."""
     keys = []

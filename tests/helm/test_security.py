@@ -169,6 +169,11 @@ def test_the_service_monitor_scrapes_https_with_the_configured_tls_and_basic_aut
         ),
         ({"serviceMonitor": {"basicAuth": {"user": {"name": "s", "key": "u"}}}}, "serviceMonitor.basicAuth"),
         ({"dashboard": {"auth": {"allowedEmails": ["not-an-address"]}}}, "dashboard.auth.allowedEmails"),
+        # Without a login the dashboard could not apply the list and would show nothing.
+        (
+            {"dashboard": {"auth": {"allowedDomains": ["example.org"]}}},
+            "need a login: set dashboard.auth.existingSecret",
+        ),
     ],
 )
 def test_a_web_config_mistake_is_named(tmp_path, values, said):
@@ -192,9 +197,12 @@ def test_the_dashboard_login_and_credentials_come_from_secrets(rendered):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["auth"]["secret"] == {
         "secretName": "gpulens-dashboard-login",
+        "defaultMode": 0o440,
         "items": [{"key": "secrets.toml", "path": "secrets.toml"}],
     }
-    assert volumes["prometheus-credentials"]["secret"] == {"secretName": "prometheus-reader"}
+    assert volumes["prometheus-credentials"]["secret"] == {"secretName": "prometheus-reader", "defaultMode": 0o440}
+    # 0440 reaches the dashboard's uid 10001 only through the group the kubelet gives the files (fsGroup).
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == 10001
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["auth"]["readOnly"] and mounts["prometheus-credentials"]["readOnly"]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -250,6 +258,17 @@ def test_no_pod_gets_more_than_it_needs(rendered, case):
         mounts = {m["name"]: m for c in pod["containers"] for m in c["volumeMounts"]}
         for path, volume in host_paths.items():
             assert bool(mounts[volume].get("readOnly")) is HOST_PATHS[path], f"{name}: {path}"
+        # Secrets hold credentials: no other user in the container reads them (a Secret is 0644 by default),
+        # and a non-root pod reads them through its fsGroup.
+        for volume in pod["volumes"]:
+            if "secret" in volume:
+                mode = volume["secret"].get("defaultMode", 0o644)
+                assert not mode & 0o007, f"{name}: Secret {volume['name']} is mode {mode:o}"
+                assert mounts[volume["name"]]["readOnly"] is True, f"{name}: {volume['name']}"
+                if agent:
+                    assert mode & 0o400, f"{name}: root cannot read Secret {volume['name']}"
+                else:
+                    assert mode & 0o040 and pod["securityContext"].get("fsGroup"), f"{name}: {volume['name']}"
 
 
 def test_the_agent_gets_the_cuda_driver_only_for_probes(rendered):
