@@ -73,6 +73,8 @@ class HttpClient:
         if credentials.cert_file:
             self._session.cert = (credentials.cert_file, credentials.key_file)
         self._secrets = _secrets(credentials, parts)
+        # A 401 means "log in" to a client that sent nothing, and "not these" to one that did.
+        self._sends_credentials = bool(credentials.bearer_token or credentials.basic_auth or parts.password)
         self._lock = threading.Lock()
         self.requests_made = 0
 
@@ -114,6 +116,8 @@ class HttpClient:
         except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since
             raise self.error(f"request failed ({type(error).__name__}); {self._unreachable}") from None
         if response.status_code == 401:
+            if self._sends_credentials:
+                raise self.error(f"refused the credentials given (HTTP 401); {self._refused}")
             raise self.error(f"asks for credentials; {self._refused}")
         if response.status_code == 403:
             said = " ".join(response.text.split())[:200] if method != "GET" else ""

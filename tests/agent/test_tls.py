@@ -128,6 +128,11 @@ def test_basic_auth_over_tls_with_the_report_and_dashboard_clients(node, pki, tm
         assert isinstance(jobs, list)
         with pytest.raises(SourceError, match="asks for credentials; .* GPULENS_AGENT_BASIC_AUTH_FILE"):
             Agents([base], credentials=Credentials(ca_file=str(pki.ca_file))).jobs(0, 2e9, lambda _: None)
+        wrong = Credentials(ca_file=str(pki.ca_file), basic_auth=("reports", "wrong"))
+        with pytest.raises(
+            SourceError, match="refused the credentials given .HTTP 401.; .* GPULENS_AGENT_BASIC_AUTH_FILE"
+        ):
+            Agents([base], credentials=wrong).jobs(0, 2e9, lambda _: None)
     finally:
         stop()
 

@@ -93,7 +93,11 @@ def test_a_report_reads_a_prometheus_that_requires_credentials(capsys, tmp_path,
             "--basic-auth-file",
         )
         fails(
-            capsys, ["fleet", "--prometheus", url, flag, secret_file(tmp_path, "ops:wrong")], 1, "asks for credentials"
+            capsys,
+            ["fleet", "--prometheus", url, flag, secret_file(tmp_path, "ops:wrong")],
+            1,
+            f"Prometheus at {url} refused the credentials given (HTTP 401)",
+            "--bearer-token-file",
         )
 
 
