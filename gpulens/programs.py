@@ -29,3 +29,17 @@ def not_found(name: str) -> str:
         f"command {printable(name)!r} not found on PATH or in {printable(SCRIPTS)}; install it in this "
         "environment or give its path"
     )
+
+
+def is_file_path(name: str) -> bool:
+    """Whether `name` is a path to a file that is there: when `find_program` passes it over, it cannot run
+    (not executable), which a shell answers with 126, not with 127 for a missing command."""
+    return os.sep in name and os.path.isfile(name)
+
+
+def cannot_run(name: str, error: OSError) -> str:
+    """Return why the program `name` did not start (the system's `error`) and the fix."""
+    return (
+        f"cannot run {printable(name)!r}: {error.strerror or error}; make it executable (chmod +x) or run it "
+        "through its interpreter (python train.py)"
+    )

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpulens import thresholds as t
 from gpulens.cli import OneLineParser
 from gpulens.printable import printable
-from gpulens.programs import find_program, not_found
+from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.tracecli import settings_text
 from gpulens.vocabulary import State
 from gpulens.words import duration, join, percent, plural
@@ -91,7 +91,7 @@ def main(argv: Sequence[str], err: TextIO = sys.stderr) -> int:
         return EXIT_USAGE
     program = find_program(command[0])
     # A path to a file that is there but cannot run is no missing command: Popen says why, as a shell's 126 does.
-    if program is None and not (os.sep in command[0] and os.path.isfile(command[0])):
+    if program is None and not is_file_path(command[0]):
         print(f"gpulens try: {not_found(command[0])}", file=err)
         return EXIT_NOT_FOUND
     return run(command, parsed.socket, parsed.keep, err, program)
@@ -125,11 +125,7 @@ def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO, pr
         try:
             child = subprocess.Popen(command, executable=program, env=environment)  # argv[0] as it was typed
         except OSError as error:
-            print(
-                f"gpulens try: cannot run {printable(command[0])!r}: {error.strerror or error}; make it executable "
-                "(chmod +x) or run it through its interpreter (python train.py)",
-                file=err,
-            )
+            print(f"gpulens try: {cannot_run(command[0], error)}", file=err)
             return EXIT_CANNOT_RUN
         signals.started(child)
         print(f"gpulens try: listening on {path}; running {printable(shlex.join(command))}", file=err, flush=True)

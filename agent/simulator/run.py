@@ -25,7 +25,7 @@ from importlib import resources
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
 from gpulens.printable import printable
-from gpulens.programs import find_program, not_found
+from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.units import UnitError, parse_duration
 
 from . import branches
@@ -37,7 +37,7 @@ ENV_EPOCH = "GPULENS_SIM_EPOCH"
 ENV_SPEED = "GPULENS_SIM_SPEED"
 ENV_AT = "GPULENS_SIM_AT"
 EXIT_USAGE = 2
-EXIT_NOT_FOUND = 127  # what a shell returns for a command it cannot find
+EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # what a shell returns for a command it cannot run, or find
 
 _installed: tuple[Scenario, SharedClock] | None = None
 
@@ -124,7 +124,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"gpulens sim: {error}", file=sys.stderr)
         return EXIT_USAGE
     program = find_program(command[0])
-    if program is None:
+    if program is None and not is_file_path(command[0]):
         print(f"gpulens sim: {not_found(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_SIM_")}
@@ -133,7 +133,12 @@ def main(argv: Sequence[str]) -> int:
     environment["PYTHONPATH"] = os.pathsep.join(path)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(program, command, environment)  # the command takes this process: its signals, its exit code
+    try:
+        # The command takes this process: its signals, its exit code.
+        os.execve(program or command[0], command, environment)
+    except OSError as error:  # a file that is not executable, or not a program
+        print(f"gpulens sim: {cannot_run(command[0], error)}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     return 0  # not reached
 
 

@@ -122,6 +122,23 @@ def test_mistakes_get_one_line_and_a_status(args, status, message):
     assert message in done.stderr and done.stderr.count("\n") == 1 and done.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("text", "mode", "message"),
+    [
+        ("print('hi')\n", 0o644, "Permission denied; make it executable (chmod +x)"),  # a script, not executable
+        ("\x00\x01 not a program\n", 0o755, "Exec format error; make it executable"),  # executable, not a program
+    ],
+)
+def test_a_file_that_cannot_run_is_126_not_missing(tmp_path, text, mode, message):
+    """A path to a file that is there but cannot run is no missing command: a shell answers 126, not 127."""
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    script.chmod(mode)
+    done = sim("demo", "--", str(script))
+    assert done.returncode == 126, done.stderr
+    assert f"gpulens sim: cannot run '{script}': {message}" in done.stderr and done.stderr.count("\n") == 1
+
+
 def test_a_command_of_the_environment_is_found_without_activating_it():
     """`.venv/bin/gpulens sim demo -- nvitop` runs the nvitop beside it, though .venv/bin is not on PATH."""
     scripts = os.path.dirname(shutil.which("gpulens", path=sysconfig.get_path("scripts")) or "")
