@@ -218,7 +218,9 @@ _EXITING_JOB = textwrap.dedent(
 def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_path):
     child = subprocess.Popen([sys.executable, "-c", _EXITING_JOB, socket_path, str(tmp_path)], stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: agent.control.connected(), timeout=30)
+        # Connected at instrument(), reporting from its first interval on: the agent traces a process it has
+        # a report from, so wait for both (on a busy machine the report can come well after the connection).
+        wait_until(lambda: set(agent.control.connected()) & set(agent._reports()), timeout=30)
         (pid,) = agent.control.connected()
         run = finished(agent, agent.start([pid], steps=200))
         assert child.wait(timeout=30) == 1
