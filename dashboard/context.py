@@ -54,6 +54,8 @@ _SETTINGS = (
     sources.ALERTMANAGER,
     sources.BEARER_TOKEN,
     sources.BASIC_AUTH,
+    *sources.PROMETHEUS_TLS,
+    *sources.ALERTMANAGER_TLS,
     credentials.CA_FILE,
     credentials.CERT_FILE,
     credentials.KEY_FILE,

@@ -28,14 +28,27 @@ import yaml
 
 from gpulens import bundled
 from gpulens.cli import OneLineParser
-from gpulens.credentials import BASIC_AUTH_FILE, AccessError, add_credential_flags, agent_credentials, read_credentials
+from gpulens.credentials import (
+    BASIC_AUTH_FILE,
+    AccessError,
+    Credentials,
+    add_credential_flags,
+    add_tls_flags,
+    agent_credentials,
+    misplaced_flags,
+    read_credentials,
+    tls_credentials,
+    tls_flags,
+)
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.sources import (
     AGENTS,
     ALERTMANAGER,
+    ALERTMANAGER_TLS,
     BASIC_AUTH,
     BEARER_TOKEN,
     PROMETHEUS,
+    PROMETHEUS_TLS,
     parse_agents,
 )
 from gpulens.urls import check_url, refuse_password
@@ -241,6 +254,42 @@ def _no_password(url: str, flag: str, fix: str) -> None:
         raise LaunchError(str(error)) from None
 
 
+def _tls_environment(names: tuple[str, str, str], tls: Credentials | None) -> dict[str, str]:
+    """Return the variables `names` (CA, certificate, key) set to the absolute paths of the files `tls` gives,
+    blank where none: the Streamlit child reads them, and variables from the caller's environment do not."""
+    paths = (tls.ca_file, tls.cert_file, tls.key_file) if tls else (None, None, None)
+    return {name: os.path.abspath(path) if path else "" for name, path in zip(names, paths, strict=True)}
+
+
+def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop with the usage error for a flag given without the source it is for."""
+    if args.alertmanager is not None and not args.prometheus:
+        parser.error("--alertmanager goes with --prometheus: the alerts come from Prometheus' rules")
+    alertmanager_tls = (args.alertmanager_ca_file, args.alertmanager_cert_file, args.alertmanager_key_file)
+    if args.alertmanager is None and any(alertmanager_tls):
+        flag = next(f for f, value in zip(tls_flags("alertmanager-"), alertmanager_tls, strict=True) if value)
+        parser.error(f"{flag} goes with --alertmanager URL: it is how the dashboard reaches that Alertmanager")
+    misplaced = misplaced_flags(args)
+    if args.agents is not None and misplaced:
+        parser.error(misplaced)
+
+
+def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
+    """Return the variables that tell the dashboard's pages the --alertmanager URL and its own TLS files;
+    raise LaunchError with the fix."""
+    try:
+        env = {ALERTMANAGER: check_url(args.alertmanager)}
+    except ValueError as error:
+        raise LaunchError(f"--alertmanager: {error}") from None
+    _no_password(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
+    files = (args.alertmanager_ca_file, args.alertmanager_cert_file, args.alertmanager_key_file)
+    try:
+        tls = tls_credentials(*files, tls_flags("alertmanager-"), "Alertmanager's")
+    except AccessError as error:
+        raise LaunchError(str(error)) from None
+    return {**env, **_tls_environment(ALERTMANAGER_TLS, tls)}
+
+
 def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
     if refresh is not None and not 0 < refresh < math.inf:  # also NaN
         parser.error(f"--refresh {refresh:g} must be a number of seconds above 0")
@@ -262,6 +311,8 @@ def dashboard_main(argv: Sequence[str]) -> int:
         help="with --prometheus: the Alertmanager its alerts go to; the Alerts page then shows "
         "which were sent, silenced or inhibited, and the silences",
     )
+    # Alertmanager's own TLS files, as in Prometheus' alertmanager_config: Prometheus' are for Prometheus.
+    add_tls_flags(parser, "alertmanager-", "Alertmanager")
     add_credential_flags(parser)
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     parser.add_argument(
@@ -271,22 +322,18 @@ def dashboard_main(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
     _check_refresh(parser, args.refresh)
-    if args.alertmanager is not None and not args.prometheus:
-        parser.error("--alertmanager goes with --prometheus: the alerts come from Prometheus' rules")
-    if args.agents is not None and (args.bearer_token_file or args.basic_auth_file):
-        parser.error(
-            "--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
-            f"credentials from {BASIC_AUTH_FILE}"
-        )
+    _check_pairs(parser, args)
     children = Children()
     try:
-        env = {PROMETHEUS: "", AGENTS: "", ALERTMANAGER: ""}
+        env = {
+            PROMETHEUS: "",
+            AGENTS: "",
+            ALERTMANAGER: "",
+            **_tls_environment(PROMETHEUS_TLS, None),
+            **_tls_environment(ALERTMANAGER_TLS, None),
+        }
         if args.alertmanager is not None:
-            try:
-                env[ALERTMANAGER] = check_url(args.alertmanager)
-            except ValueError as error:
-                raise LaunchError(f"--alertmanager: {error}") from None
-            _no_password(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
+            env.update(_alertmanager_environment(args))
         secrets_file = None
         if args.auth_file:
             secrets_file = check_auth_file(args.auth_file)
@@ -298,11 +345,12 @@ def dashboard_main(argv: Sequence[str]) -> int:
                 raise LaunchError(f"--prometheus: {error}") from None
             _no_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
             try:
-                credentials = read_credentials(args.bearer_token_file, args.basic_auth_file)
-            except ValueError as error:
+                credentials = read_credentials(args)
+            except ValueError as error:  # AccessError too
                 raise LaunchError(str(error)) from None
             env[BEARER_TOKEN] = credentials.bearer_token or ""
             env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
+            env.update(_tls_environment(PROMETHEUS_TLS, credentials))
         else:
             try:
                 agents = parse_agents(args.agents)

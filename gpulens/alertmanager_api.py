@@ -13,12 +13,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from gpulens import checks
-from gpulens.httpclient import HttpClient, parse_json
+from gpulens.credentials import Credentials, tls_flags
+from gpulens.httpclient import HttpClient, parse_json, untrusted
 from gpulens.prometheus_api import label_value
 
 SILENCES = "/api/v2/silences"
 UNREACHABLE = "check the --alertmanager address and that Alertmanager is up"
-REFUSED = "Alertmanager asks for credentials; the dashboard reads it without any, so reach it directly"
+REFUSED = (
+    "Alertmanager asks for credentials; the dashboard sends it no token or password (a client certificate at "
+    "most), so reach it directly"
+)
+# Alertmanager's TLS files are its own (--alertmanager-ca-file, ...), as in Prometheus' alertmanager_config:
+# Prometheus' CA and client certificate are not sent to another server.
+FLAGS = tls_flags("alertmanager-")
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,19 @@ class Silence:
 
 
 class AlertmanagerApi(HttpClient):
-    def __init__(self, url: str, timeout: float = 5.0):
-        super().__init__(url, None, timeout, name="Alertmanager", unreachable=UNREACHABLE, refused=REFUSED)
+    """One Alertmanager; `tls` gives its CA and the client certificate to show it (no token or password)."""
+
+    def __init__(self, url: str, timeout: float = 5.0, tls: Credentials | None = None):
+        tls = Credentials(ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file) if tls else None
+        super().__init__(
+            url,
+            tls,
+            timeout,
+            name="Alertmanager",
+            unreachable=UNREACHABLE,
+            refused=REFUSED,
+            untrusted=untrusted(tls, FLAGS),
+        )
 
     def alerts(self) -> list[HeldAlert]:
         """Return every alert Alertmanager holds, sent or held back."""

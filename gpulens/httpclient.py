@@ -33,8 +33,18 @@ class HttpError(Exception):
 
 # The fix for an answer slower than the timeout, unless the reader knows a better one.
 OVERLOADED = "it may be overloaded"
-# The fix for a failed TLS handshake where the client trusts the system's CAs only (Prometheus, Alertmanager).
+# The fix for a failed TLS handshake where the client trusts the system's CAs only.
 UNTRUSTED = "its certificate must be signed by a CA this machine trusts: add that CA to the system's trusted CAs"
+
+
+def untrusted(credentials: Credentials | None, flags: tuple[str, str, str]) -> str:
+    """Return the fix for a failed TLS handshake with a server whose CA, client certificate and key the
+    `flags` give: the CA flag first, and whether the CA it names is the one to check."""
+    ca, cert, key = flags
+    client = f"and {cert} with {key} if it asks for a client certificate"
+    if credentials is not None and credentials.ca_file:
+        return f"check that {ca} holds the CA that signed its certificate, {client}"
+    return f"its certificate must be signed by a CA this machine trusts: give that CA with {ca}, {client}"
 
 
 class HttpClient:

@@ -8,8 +8,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from gpulens.credentials import Credentials
-from gpulens.httpclient import OVERLOADED, HttpClient, parse_json
+from gpulens.credentials import Credentials, tls_flags
+from gpulens.httpclient import OVERLOADED, HttpClient, parse_json, untrusted
 
 # The fixes, in the flags of both commands that read a Prometheus (`gpulens dashboard`, `gpulens report`).
 UNREACHABLE = "check the --prometheus address and that the server is up"
@@ -44,7 +44,14 @@ class PrometheusApi(HttpClient):
         slow: str = OVERLOADED,
     ):
         super().__init__(
-            url, credentials, timeout, name="Prometheus", unreachable=UNREACHABLE, refused=REFUSED, slow=slow
+            url,
+            credentials,
+            timeout,
+            name="Prometheus",
+            unreachable=UNREACHABLE,
+            refused=REFUSED,
+            slow=slow,
+            untrusted=untrusted(credentials, tls_flags()),
         )
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:

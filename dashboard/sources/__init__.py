@@ -7,6 +7,13 @@
     GPULENS_DASHBOARD_ALERTMANAGER    optional Alertmanager URL (with Prometheus): silences and inhibitions
     GPULENS_PROMETHEUS_BEARER_TOKEN   optional bearer token for the server
     GPULENS_PROMETHEUS_BASIC_AUTH     optional USER:PASSWORD for the server
+    GPULENS_PROMETHEUS_CA_FILE        optional PEM bundle of the CA that signed the server's certificate
+                                      (default: the system's trusted CAs)
+    GPULENS_PROMETHEUS_CERT_FILE      optional client certificate (PEM) for the server, with
+    GPULENS_PROMETHEUS_KEY_FILE       its private key (PEM, unencrypted)
+    GPULENS_ALERTMANAGER_CA_FILE      the same three for Alertmanager: its own, as Prometheus' CA, client
+    GPULENS_ALERTMANAGER_CERT_FILE    certificate, token and password are not for another server
+    GPULENS_ALERTMANAGER_KEY_FILE
     GPULENS_AGENT_*                   TLS and basic auth for agents (gpulens/credentials.py)
 """
 
@@ -16,7 +23,7 @@ import functools
 import urllib.parse
 from collections.abc import Mapping
 
-from gpulens.credentials import AccessError, Credentials, agent_credentials
+from gpulens.credentials import AccessError, Credentials, agent_credentials, tls_credentials
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
@@ -39,6 +46,9 @@ AGENTS = "GPULENS_DASHBOARD_AGENTS"
 ALERTMANAGER = "GPULENS_DASHBOARD_ALERTMANAGER"
 BEARER_TOKEN = "GPULENS_PROMETHEUS_BEARER_TOKEN"
 BASIC_AUTH = "GPULENS_PROMETHEUS_BASIC_AUTH"
+# Paths, set by `gpulens dashboard` from --ca-file, --cert-file, --key-file and their --alertmanager-* twins.
+PROMETHEUS_TLS = ("GPULENS_PROMETHEUS_CA_FILE", "GPULENS_PROMETHEUS_CERT_FILE", "GPULENS_PROMETHEUS_KEY_FILE")
+ALERTMANAGER_TLS = ("GPULENS_ALERTMANAGER_CA_FILE", "GPULENS_ALERTMANAGER_CERT_FILE", "GPULENS_ALERTMANAGER_KEY_FILE")
 
 
 class ConfigError(ValueError):
@@ -84,15 +94,27 @@ def from_environment(environ: Mapping[str, str]) -> Source:
             raise ConfigError(f"{BASIC_AUTH} must be USER:PASSWORD")
         if auth and environ.get(BEARER_TOKEN):
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
+        alertmanager = environ.get(ALERTMANAGER, "").strip()
         try:
+            tls = tls_credentials(*(environ.get(name) for name in PROMETHEUS_TLS), PROMETHEUS_TLS, "Prometheus'")
+            alertmanager_tls = (
+                tls_credentials(*(environ.get(name) for name in ALERTMANAGER_TLS), ALERTMANAGER_TLS, "Alertmanager's")
+                if alertmanager
+                else None
+            )
             return PrometheusSource.from_url(
                 prometheus,
                 Credentials(
-                    bearer_token=environ.get(BEARER_TOKEN) or None, basic_auth=(user, password) if auth else None
+                    bearer_token=environ.get(BEARER_TOKEN) or None,
+                    basic_auth=(user, password) if auth else None,
+                    ca_file=tls.ca_file,
+                    cert_file=tls.cert_file,
+                    key_file=tls.key_file,
                 ),
-                alertmanager=environ.get(ALERTMANAGER, "").strip(),
+                alertmanager=alertmanager,
+                alertmanager_tls=alertmanager_tls,
             )
-        except ValueError as error:
+        except ValueError as error:  # AccessError too
             raise ConfigError(str(error)) from None
     if environ.get(ALERTMANAGER, "").strip():
         raise ConfigError(

@@ -138,11 +138,18 @@ class PrometheusSource:
 
     @classmethod
     def from_url(
-        cls, url: str, credentials: Credentials | None = None, timeout: float = 5.0, alertmanager: str = ""
+        cls,
+        url: str,
+        credentials: Credentials | None = None,
+        timeout: float = 5.0,
+        alertmanager: str = "",
+        alertmanager_tls: Credentials | None = None,
     ) -> PrometheusSource:
+        """The source for the server at `url`, read with `credentials`; Alertmanager's, if any, with its own
+        TLS files `alertmanager_tls`."""
         return cls(
             PrometheusApi(url, credentials, timeout),
-            alertmanager=AlertmanagerApi(alertmanager, timeout) if alertmanager else None,
+            alertmanager=AlertmanagerApi(alertmanager, timeout, alertmanager_tls) if alertmanager else None,
         )
 
     @property

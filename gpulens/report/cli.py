@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from gpulens import thresholds as t
 from gpulens import units
-from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, read_credentials
+from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.printable import printable
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN
 from gpulens.report.progress import Progress
@@ -169,11 +169,9 @@ def _source(args) -> Source:
     timeout = parse_duration(args.timeout, "--timeout")
     if not 0.1 <= timeout <= 86_400:
         raise UsageError(f"--timeout: {printable(args.timeout)[:40]!r} is out of range; give 100ms to 1d, e.g. 2m")
-    if chosen != "prometheus" and (args.bearer_token_file or args.basic_auth_file):
-        raise UsageError(
-            "--bearer-token-file and --basic-auth-file are for --prometheus; agents read their "
-            "credentials from GPULENS_AGENT_BASIC_AUTH_FILE"
-        )
+    misplaced = misplaced_flags(args)
+    if chosen != "prometheus" and misplaced:
+        raise UsageError(misplaced)
     if chosen == "ledger":
         paths = args.ledger or [DEFAULT_LEDGER]
         if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
@@ -200,10 +198,8 @@ def _source(args) -> Source:
     from gpulens.report.prometheus import Prometheus
 
     try:
-        return Prometheus(
-            args.prometheus, timeout, credentials=read_credentials(args.bearer_token_file, args.basic_auth_file)
-        )
-    except ValueError as error:  # also an unreadable credentials file
+        return Prometheus(args.prometheus, timeout, credentials=read_credentials(args))
+    except ValueError as error:  # also an unreadable credentials or TLS file (AccessError)
         raise UsageError(str(error)) from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,16 @@ class Pki:
         client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
         client.private_key_pem.write_to_path(str(paths["client_key"]))
         return cls(folder=folder, ca=ca, **paths)
+
+    def server_context(self, require_client_cert: bool = False) -> ssl.SSLContext:
+        """A server's TLS context with this PKI's server certificate; one that asks every client for a
+        certificate this CA signed with `require_client_cert`."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(self.server_cert), str(self.server_key))
+        if require_client_cert:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(cafile=str(self.ca_file))
+        return context
 
     def web_config(self, extra: str = "", client_auth: str = "NoClientCert") -> Path:
         """Write a web config serving this PKI's server certificate, plus `extra` YAML; return its path."""

@@ -1,9 +1,11 @@
 """A loopback HTTP server that answers whatever a test tells it: error JSON, garbage, slowness, and
-401 to a request without the credentials it requires. GET and POST alike; tests tell them apart by path."""
+401 to a request without the credentials it requires; over HTTPS with a test CA's certificate. GET and POST
+alike; tests tell them apart by path."""
 
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,13 +22,14 @@ def json_reply(body: object, status: int = 200) -> Reply:
 
 @contextmanager
 def fake_server(
-    answer: Callable[[str], Reply], require: str | None = None
+    answer: Callable[[str], Reply], require: str | None = None, tls: ssl.SSLContext | None = None
 ) -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
     """Serve `answer(path with query)` on a free loopback port.
 
     With `require`, a request whose Authorization header is not `require` gets 401 instead, with an error
-    that echoes the header it got, as some servers and proxies do. Yield its URL and the requests it got,
-    as (path with query, Authorization header or None).
+    that echoes the header it got, as some servers and proxies do. With `tls` (a server context, e.g.
+    `tests.agent.webcerts.Pki.server_context()`), serve HTTPS. Yield its URL and the requests it got, as
+    (path with query, Authorization header or None).
     """
     asked: list[tuple[str, str | None]] = []
 
@@ -62,11 +65,14 @@ def fake_server(
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
+    if tls is not None:
+        # The handshake runs as the server accepts; one that fails drops that connection only.
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     # A short poll: shutdown() waits for it, half a second by default, at the end of every test.
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}", asked
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_port}", asked
     finally:
         server.shutdown()
         server.server_close()

@@ -10,6 +10,7 @@ import pytest
 from gpulens.alertmanager_api import AlertmanagerApi, Matcher
 from gpulens.dashboard.sources import AgentsSource, Answer, ConfigError, PrometheusSource, from_environment
 from gpulens.prometheus_api import PrometheusApi
+from tests.agent.webcerts import Pki
 from tests.dashboard.httpfake import fake_server, json_reply
 
 
@@ -135,6 +136,39 @@ def test_a_bad_alertmanager_costs_the_notices_and_keeps_the_alerts(reply, said):
     # One line for each of the two requests at most, each naming Alertmanager.
     assert 1 <= len(result.problems) <= 2 and said in result.problems[0].what, result.problems
     assert all(p.where.startswith("Alertmanager at http://127.0.0.1:") for p in result.problems)
+
+
+def test_alertmanager_is_reached_with_its_own_tls_files_not_prometheus(tmp_path):
+    """Each server its own CA and client certificate, as each target its own tls_config in Prometheus."""
+    (tmp_path / "prometheus").mkdir()
+    (tmp_path / "alertmanager").mkdir()
+    prometheus_pki, alertmanager_pki = Pki.make(tmp_path / "prometheus"), Pki.make(tmp_path / "alertmanager")
+    with (
+        fake_server(answer, tls=prometheus_pki.server_context()) as (prometheus, _),
+        fake_server(answer, tls=alertmanager_pki.server_context(require_client_cert=True)) as (alertmanager, held),
+    ):
+        settings = {
+            "GPULENS_DASHBOARD_PROMETHEUS": prometheus,
+            "GPULENS_PROMETHEUS_CA_FILE": str(prometheus_pki.ca_file),
+            "GPULENS_PROMETHEUS_CERT_FILE": str(prometheus_pki.client_cert),
+            "GPULENS_PROMETHEUS_KEY_FILE": str(prometheus_pki.client_key),
+            "GPULENS_DASHBOARD_ALERTMANAGER": alertmanager,
+        }
+        alone = from_environment(settings).alerts()
+        tls = {
+            "GPULENS_ALERTMANAGER_CA_FILE": str(alertmanager_pki.ca_file),
+            "GPULENS_ALERTMANAGER_CERT_FILE": str(alertmanager_pki.client_cert),
+            "GPULENS_ALERTMANAGER_KEY_FILE": str(alertmanager_pki.client_key),
+        }
+        result = from_environment({**settings, **tls}).alerts()
+    # Prometheus' CA does not vouch for Alertmanager: the alerts stay, the notices go, the fix is named.
+    assert len(alone.value.alerts) == 5 and alone.problems, alone
+    assert all(p.where.startswith("Alertmanager at https://") for p in alone.problems)
+    assert "failed the TLS handshake" in alone.problems[0].what
+    assert "give that CA with --alertmanager-ca-file" in alone.problems[0].what
+    assert result.problems == ()
+    assert {(a.name, a.node): a.notice for a in result.value.alerts}[("GpulensGpuHeldIdle", "node-a")] == "sent"
+    assert any(path.startswith("/api/v2/alerts?") for path, _ in held)
 
 
 def test_alertmanager_needs_prometheus_and_a_url():

@@ -4,7 +4,8 @@ Every page runs under AppTest against a real `PrometheusSource` configured as `g
 configures it (environment variables), with a bearer token, a basic-auth password and a password in the
 URL, while the server refuses, errs, echoes the credentials back, or is gone; no element of any page
 may hold them. Then `gpulens dashboard` itself: the Streamlit child it starts gets them by environment,
-so no process's command line holds them.
+so no process's command line holds them. Over HTTPS, the CA and client certificate given by flag reach the
+pages by environment too (paths, absolute), and a mistake in them is one line before anything starts.
 """
 
 from __future__ import annotations
@@ -20,11 +21,22 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens.credentials import BASIC_AUTH_FILE, Credentials
-from gpulens.dashboard import context
-from gpulens.dashboard.sources import AGENTS, BASIC_AUTH, BEARER_TOKEN, PROMETHEUS
+from gpulens.dashboard import context, launch
+from gpulens.dashboard.sources import (
+    AGENTS,
+    ALERTMANAGER,
+    ALERTMANAGER_TLS,
+    BASIC_AUTH,
+    BEARER_TOKEN,
+    PROMETHEUS,
+    PROMETHEUS_TLS,
+    ConfigError,
+    from_environment,
+)
 from gpulens.httpclient import HttpError
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.urls import check_url
+from tests.agent.webcerts import Pki
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.dashboard.rendered import everything
 from tests.tools import free_port
@@ -219,3 +231,106 @@ def test_a_token_and_a_password_together_are_refused(tmp_path):
     )
     assert result.returncode == 2
     assert "not allowed with argument" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+# -- Prometheus over HTTPS: its CA and a client certificate ----------------------------------------------
+
+EMPTY = json_reply({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+def test_the_prometheus_tls_files_reach_the_pages(monkeypatch, tmp_path):
+    pki = Pki.make(tmp_path)
+    with fake_server(lambda path: EMPTY, tls=pki.server_context(require_client_cert=True)) as (url, asked):
+        for name in (AGENTS, BASIC_AUTH, BEARER_TOKEN, *PROMETHEUS_TLS):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(PROMETHEUS, url)
+        at = render("screens/fleet.py")
+        handshake = [w.value for w in at.warning if "failed the TLS handshake" in w.value]
+        assert handshake and "give that CA with --ca-file" in handshake[0], [w.value for w in at.warning]
+        assert asked == []
+        for name, path in zip(PROMETHEUS_TLS, (pki.ca_file, pki.client_cert, pki.client_key), strict=True):
+            monkeypatch.setenv(name, str(path))
+        at = render("screens/fleet.py")
+    assert asked, "the page read Prometheus over HTTPS, trusting its CA and showing the client certificate"
+    assert not [w.value for w in at.warning if "TLS" in w.value]
+
+
+def test_a_tls_file_mistake_in_the_environment_is_one_line_naming_the_variable(tmp_path):
+    pki = Pki.make(tmp_path)
+    base = {PROMETHEUS: "https://127.0.0.1:9"}
+    with pytest.raises(ConfigError, match="GPULENS_PROMETHEUS_CERT_FILE and GPULENS_PROMETHEUS_KEY_FILE go together"):
+        from_environment({**base, "GPULENS_PROMETHEUS_KEY_FILE": str(pki.client_key)})
+    with pytest.raises(ConfigError, match="GPULENS_PROMETHEUS_CA_FILE: .* is not PEM certificates"):
+        from_environment({**base, "GPULENS_PROMETHEUS_CA_FILE": str(pki.client_key)})
+    with pytest.raises(ConfigError, match="GPULENS_ALERTMANAGER_CA_FILE: .* cannot be read"):
+        from_environment({**base, ALERTMANAGER: "https://127.0.0.1:9", "GPULENS_ALERTMANAGER_CA_FILE": "/absent"})
+
+
+def _launched(monkeypatch, argv: list[str]) -> dict[str, str]:
+    """Run `gpulens dashboard ARGV` up to the start of Streamlit; return the environment it would get."""
+    started = {}
+
+    def start(children, env, host, port, refresh, secrets_file=None):
+        started.update(env)
+        return "http://127.0.0.1:1/"
+
+    monkeypatch.setattr(launch, "start_dashboard", start)
+    monkeypatch.setattr(launch, "_serve", lambda children, lines: 0)
+    assert launch.dashboard_main(argv) == 0
+    return started
+
+
+def test_gpulens_dashboard_passes_the_tls_files_by_environment(monkeypatch, tmp_path):
+    pki = Pki.make(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GPULENS_PROMETHEUS_CA_FILE", "/from/the/caller")  # the flags alone say
+    env = _launched(
+        monkeypatch,
+        ["--prometheus", "https://prom:9090", "--ca-file", "ca_file.pem"]
+        + ["--cert-file", str(pki.client_cert), "--key-file", str(pki.client_key)]
+        + ["--alertmanager", "https://am:9093", "--alertmanager-ca-file", str(pki.ca_file)],
+    )
+    # Absolute paths: the child may not run where the command was typed.
+    ca = os.path.join(os.getcwd(), "ca_file.pem")
+    assert [env[name] for name in PROMETHEUS_TLS] == [ca, str(pki.client_cert), str(pki.client_key)]
+    assert [env[name] for name in ALERTMANAGER_TLS] == [str(pki.ca_file), "", ""]
+    env = _launched(monkeypatch, ["--prometheus", "https://prom:9090"])
+    assert all(env[name] == "" for name in (*PROMETHEUS_TLS, *ALERTMANAGER_TLS))
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "said"),
+    [
+        (["--prometheus", "https://p:9090", "--ca-file", "/absent/ca.pem"], 1, "--ca-file: '/absent/ca.pem' cannot"),
+        (["--prometheus", "https://p:9090", "--key-file", "{client_key}"], 1, "--cert-file and --key-file go together"),
+        (["--prometheus", "https://p:9090", "--ca-file", "{client_key}"], 1, "is not PEM certificates"),
+        (
+            ["--prometheus", "https://p:9090", "--alertmanager-ca-file", "{ca_file}"],
+            2,
+            "--alertmanager-ca-file goes with --alertmanager URL",
+        ),
+        (
+            [
+                "--prometheus",
+                "https://p:9090",
+                "--alertmanager",
+                "https://a:9093",
+                "--alertmanager-cert-file",
+                "{ca_file}",
+            ],
+            1,
+            "--alertmanager-cert-file and --alertmanager-key-file go together",
+        ),
+        (["--agents", "https://a:10906", "--ca-file", "{ca_file}"], 2, "--ca-file is for --prometheus; agents read"),
+    ],
+)
+def test_tls_mistakes_stop_the_dashboard_with_one_line(capsys, tmp_path, argv, code, said):
+    pki = Pki.make(tmp_path)
+    names = {"ca_file": str(pki.ca_file), "client_key": str(pki.client_key)}
+    try:
+        status = launch.dashboard_main([arg.format(**names) for arg in argv])
+    except SystemExit as exit_:  # a usage mistake, from the parser
+        status = exit_.code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == code and len(lines) == 1 and lines[0].startswith("gpulens dashboard: "), lines
+    assert said in lines[0], lines[0]

@@ -1,7 +1,8 @@
 """The chart's locked doors and least privilege, rendered by the real helm.
 
 The agent's web config (a Secret mounted read-only, `--web.config.file`, HTTPS probes, a ServiceMonitor
-scraping https with basic auth), the dashboard's login, and for every case the chart renders: no
+scraping https with basic auth), the dashboard's login and its Prometheus' CA and client certificate, and
+for every case the chart renders: no
 privileged container, every capability dropped, no service account token, no host namespace or host
 path beyond the ones docs/security.md justifies.
 """
@@ -32,6 +33,12 @@ SCRAPE_AUTH = {
     "password": {"name": "gpulens-scrape", "key": "password"},
 }
 SCRAPE_TLS = {"ca": {"secret": {"name": "gpulens-agent-ca", "key": "ca.crt"}}, "serverName": "gpulens-agent"}
+# The dashboard's Prometheus behind an internal CA, asking for a client certificate.
+PROMETHEUS_TLS = {
+    "ca": {"configMap": {"name": "internal-ca", "key": "ca.crt"}},
+    "cert": {"secret": {"name": "gpulens-dashboard-client", "key": "tls.crt"}},
+    "keySecret": {"name": "gpulens-dashboard-client", "key": "tls.key"},
+}
 
 LOCKED: dict[str, dict] = {
     # TLS and basic auth on the agents, Prometheus scraping them with both; a login on the dashboard.
@@ -57,6 +64,25 @@ LOCKED: dict[str, dict] = {
                 "keySecret": {"name": "prom-client", "key": "tls.key"},
             }
         },
+    },
+    # The dashboard reads a Prometheus whose certificate an internal CA signed, with a client certificate
+    # and a token; or with only the CA, from a Secret.
+    "prometheus-tls": {
+        "dashboard": {
+            "prometheus": {
+                "url": "https://prometheus.monitoring.svc:9090",
+                "bearerTokenSecret": {"name": "prometheus-reader", "key": "token"},
+                "tlsConfig": PROMETHEUS_TLS,
+            }
+        }
+    },
+    "prometheus-ca": {
+        "dashboard": {
+            "prometheus": {
+                "url": "https://prometheus.monitoring.svc:9090",
+                "tlsConfig": {"ca": {"secret": {"name": "corp-ca", "key": "ca.pem"}}},
+            }
+        }
     },
     # Basic auth over plain HTTP (TLS terminated elsewhere, or a lab).
     "basic-auth-only": {
@@ -167,6 +193,19 @@ def test_the_service_monitor_scrapes_https_with_the_configured_tls_and_basic_aut
             {"dashboard": {"prometheus": {"bearerTokenSecret": {"name": "a"}, "basicAuthSecret": {"name": "b"}}}},
             "not both",
         ),
+        (
+            {"dashboard": {"prometheus": {"tlsConfig": {"cert": PROMETHEUS_TLS["cert"]}}}},
+            "dashboard.prometheus.tlsConfig: cert and keySecret go together",
+        ),
+        (
+            {"dashboard": {"prometheus": {"tlsConfig": {"keySecret": PROMETHEUS_TLS["keySecret"]}}}},
+            "dashboard.prometheus.tlsConfig: cert and keySecret go together",
+        ),
+        (
+            {"dashboard": {"prometheus": {"tlsConfig": {"ca": {**PROMETHEUS_TLS["ca"], **PROMETHEUS_TLS["cert"]}}}}},
+            "dashboard.prometheus.tlsConfig.ca",
+        ),
+        ({"dashboard": {"prometheus": {"tlsConfig": {"insecureSkipVerify": True}}}}, "insecureSkipVerify"),
         ({"serviceMonitor": {"basicAuth": {"user": {"name": "s", "key": "u"}}}}, "serviceMonitor.basicAuth"),
         ({"dashboard": {"auth": {"allowedEmails": ["not-an-address"]}}}, "dashboard.auth.allowedEmails"),
         # Without a login the dashboard could not apply the list and would show nothing.
@@ -215,6 +254,37 @@ def test_the_dashboard_login_and_credentials_come_from_secrets(rendered):
     assert not any(e["name"].startswith("GPULENS_DASHBOARD_ALLOWED") for e in container["env"])
 
 
+def test_the_prometheus_ca_and_client_certificate_are_mounted_read_only_and_passed(rendered):
+    pod, container = _dashboard(rendered["prometheus-tls"])
+    folder = "/etc/gpulens/prometheus-tls"
+    for flag, name in (("--ca-file", "ca.crt"), ("--cert-file", "tls.crt"), ("--key-file", "tls.key")):
+        assert f"{flag}={folder}/{name}" in container["args"]
+    assert "--bearer-token-file=/etc/gpulens/prometheus/token" in container["args"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    # One folder for the three files, from a ConfigMap and a Secret; the key is a secret: 0440, for the
+    # dashboard's group (fsGroup) only.
+    assert volumes["prometheus-tls"]["projected"] == {
+        "defaultMode": 0o440,
+        "sources": [
+            {"configMap": {"name": "internal-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"secret": {"name": "gpulens-dashboard-client", "items": [{"key": "tls.crt", "path": "tls.crt"}]}},
+            {"secret": {"name": "gpulens-dashboard-client", "items": [{"key": "tls.key", "path": "tls.key"}]}},
+        ],
+    }
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"] == 10001
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["prometheus-tls"] == {"name": "prometheus-tls", "mountPath": folder, "readOnly": True}
+    pod, container = _dashboard(rendered["prometheus-ca"])
+    assert f"--ca-file={folder}/ca.crt" in container["args"]
+    assert not any(a.startswith(("--cert-file", "--key-file")) for a in container["args"])
+    assert {v["name"]: v for v in pod["volumes"]}["prometheus-tls"]["projected"]["sources"] == [
+        {"secret": {"name": "corp-ca", "items": [{"key": "ca.pem", "path": "ca.crt"}]}}
+    ]
+    pod, container = _dashboard(rendered["defaults"])
+    assert "prometheus-tls" not in {v["name"] for v in pod["volumes"]}
+    assert not any(a.startswith(("--ca-file", "--cert-file", "--key-file")) for a in container["args"])
+
+
 def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
     from gpulens.dashboard.launch import dashboard_main
 
@@ -222,7 +292,17 @@ def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
         dashboard_main(["--help"])
     assert exit_.value.code == 0
     usage = capsys.readouterr().out
-    for flag in ("--auth-file", "--basic-auth-file", "--bearer-token-file", "--address", "--port", "--refresh"):
+    for flag in (
+        "--auth-file",
+        "--basic-auth-file",
+        "--bearer-token-file",
+        "--ca-file",
+        "--cert-file",
+        "--key-file",
+        "--address",
+        "--port",
+        "--refresh",
+    ):
         assert flag in usage
 
 
@@ -261,8 +341,9 @@ def test_no_pod_gets_more_than_it_needs(rendered, case):
         # Secrets hold credentials: no other user in the container reads them (a Secret is 0644 by default),
         # and a non-root pod reads them through its fsGroup.
         for volume in pod["volumes"]:
-            if "secret" in volume:
-                mode = volume["secret"].get("defaultMode", 0o644)
+            projected = volume.get("projected", {})
+            if "secret" in volume or any("secret" in source for source in projected.get("sources", [])):
+                mode = (volume.get("secret") or projected).get("defaultMode", 0o644)
                 assert not mode & 0o007, f"{name}: Secret {volume['name']} is mode {mode:o}"
                 assert mounts[volume["name"]]["readOnly"] is True, f"{name}: {volume['name']}"
                 if agent:

@@ -1,8 +1,10 @@
 """`gpulens report` against servers that require credentials: the dashboard's flags (--bearer-token-file,
---basic-auth-file) for Prometheus, GPULENS_AGENT_BASIC_AUTH_FILE for agents; no secret in any message.
+--basic-auth-file, and for HTTPS --ca-file, --cert-file, --key-file) for Prometheus,
+GPULENS_AGENT_BASIC_AUTH_FILE for agents; no secret in any message.
 
 A loopback server answers 401 to a request without the credentials it requires, or echoes them in an error
-as some servers and proxies do; a real Prometheus behind its own basic auth gives the same report as the
+as some servers and proxies do, or serves HTTPS with a certificate from a CA made by the test, asking for a
+client certificate or not; a real Prometheus behind its own basic auth gives the same report as the
 ledger. Label values reach PromQL escaped, a newline included.
 """
 
@@ -19,6 +21,7 @@ import pytest
 from gpulens.prometheus_api import label_value
 from gpulens.report.cli import run
 from gpulens.report.prometheus import Prometheus
+from tests.agent.webcerts import Pki
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.report.conftest import GUARD_PASSWORD, GUARD_USER
 
@@ -153,6 +156,99 @@ def test_credential_mistakes_are_one_line_without_the_secret(capsys, tmp_path):
         2,
         "are for --prometheus",
         "GPULENS_AGENT_BASIC_AUTH_FILE",
+    )
+
+
+@pytest.fixture
+def pki(tmp_path):
+    """A CA made for the test, as an internal CA would sign Prometheus' certificate (tests/agent/webcerts.py)."""
+    return Pki.make(tmp_path)
+
+
+def test_a_prometheus_behind_an_internal_ca_is_read_with_its_ca_file(capsys, tmp_path, pki):
+    basic = f"Basic {SECRETS[2]}"
+    with fake_server(one_job, require=basic, tls=pki.server_context()) as (url, asked):
+        given = ("--prometheus", url, "--basic-auth-file", secret_file(tmp_path, f"ops:{PASSWORD}"))
+        # The system's CAs do not know the test's: the handshake fails, and the line names the flag to give.
+        line = fails(capsys, ["fleet", *given], 1, f"Prometheus at {url} failed the TLS handshake", "--ca-file")
+        assert "CERTIFICATE_VERIFY_FAILED" in line and "give that CA with --ca-file" in line
+        assert asked == []  # nothing, the password least of all, went to a server not checked
+        assert [j["id"] for j in report(capsys, "fleet", *given, "--ca-file", str(pki.ca_file))["jobs"]] == ["7"]
+        assert asked and all(authorization == basic for _, authorization in asked)
+        (tmp_path / "other").mkdir()
+        stranger = Pki.make(tmp_path / "other")  # a CA that did not sign this server's certificate
+        fails(
+            capsys,
+            ["fleet", *given, "--ca-file", str(stranger.ca_file)],
+            1,
+            "failed the TLS handshake",
+            "check that --ca-file holds the CA that signed its certificate",
+        )
+
+
+def test_a_prometheus_that_asks_for_a_client_certificate_gets_the_one_given(capsys, pki):
+    with fake_server(one_job, tls=pki.server_context(require_client_cert=True)) as (url, asked):
+        given = ("--prometheus", url, "--ca-file", str(pki.ca_file))
+        client = ("--cert-file", str(pki.client_cert), "--key-file", str(pki.client_key))
+        assert report(capsys, "job", "7", *given, *client)["job"]["id"] == "7"
+        served = len(asked)
+        line = fails(capsys, ["fleet", *given], 1, f"Prometheus at {url} ", "--cert-file", "--key-file")
+        assert len(asked) == served, line  # refused at the handshake, before any request
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--ca-file", "{tmp}/absent.pem"], ("--ca-file: ", "absent.pem' cannot be read; fix the path")),
+        (["--ca-file", "{tmp}/secret"], ("--ca-file: ", "is not PEM certificates", "that signed Prometheus'")),
+        (["--key-file", "{client_key}"], ("--cert-file and --key-file go together; give both or neither",)),
+        (["--cert-file", "{client_cert}"], ("--cert-file and --key-file go together",)),
+        (["--cert-file", "{secret}", "--key-file", "{client_key}"], ("--cert-file: ", "is not a PEM certificate")),
+        (["--cert-file", "{client_cert}", "--key-file", "{secret}"], ("--key-file: ", "is not a PEM private key")),
+        (
+            ["--cert-file", "{client_cert}", "--key-file", "{server_key}"],
+            ("--key-file: ", "is not the key of the certificate in --cert-file"),
+        ),
+        (["--cert-file", "{client_cert}", "--key-file", "{encrypted}"], ("--key-file: ", "is an encrypted key")),
+    ],
+)
+def test_tls_file_mistakes_are_one_line_naming_the_flag(capsys, tmp_path, pki, flags, words):
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki.client_key.read_bytes(), password=None)
+    (tmp_path / "encrypted.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"hunter2"),
+        )
+    )
+    names = {
+        "tmp": str(tmp_path),
+        "secret": secret_file(tmp_path, "not a certificate"),
+        "client_cert": str(pki.client_cert),
+        "client_key": str(pki.client_key),
+        "server_key": str(pki.server_key),
+        "encrypted": str(tmp_path / "encrypted.pem"),
+    }
+    argv = ["fleet", "--prometheus", "https://127.0.0.1:9", *(flag.format(**names) for flag in flags)]
+    fails(capsys, argv, 2, *words)
+
+
+def test_tls_flags_are_for_prometheus_and_agents_take_theirs_from_the_environment(capsys, pki):
+    fails(
+        capsys,
+        ["fleet", "--agent", "https://127.0.0.1:9", "--ca-file", str(pki.ca_file)],
+        2,
+        "--ca-file is for --prometheus",
+        "GPULENS_AGENT_CA_FILE",
+    )
+    fails(
+        capsys,
+        ["fleet", "--ledger", "/x.sqlite", "--cert-file", "c", "--key-file", "k"],
+        2,
+        "--cert-file and --key-file are for --prometheus",
+        "GPULENS_AGENT_CERT_FILE",
     )
 
 
