@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -356,12 +357,23 @@ def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Readi
 
 
 def every_peer(scenario: str | None, driver: str | None) -> dict[str, dict[str, Reading]]:
-    """Every tool's readings of the node: {tool: {uuid: Reading}}."""
-    found = {"gpulens agent": agent(scenario, driver), "nvitop Device API": nvitop_api(scenario, driver)}
-    api = found["nvitop Device API"]
-    bus = {reading.bus_id: uuid for uuid, reading in api.items() if reading.bus_id}
-    migs = {reading.index: uuid for uuid, reading in api.items() if reading.index}
-    found["nvitop -1"] = nvitop_one_shot(scenario, driver, bus, migs)
-    found["gpustat"] = gpustat(scenario, driver)
-    found["nvitop-exporter"] = nvitop_exporter(scenario, driver)
+    """Every tool's readings of the node: {tool: {uuid: Reading}}.
+
+    The tools run at once: each reads the node at the same held instant whenever it starts, and most of
+    their time is their interpreters starting and importing, which the machine's cores share. Only
+    `nvitop -1` waits, for the names nvitop's API gives its GPUs."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        running = {
+            "gpulens agent": pool.submit(agent, scenario, driver),
+            "nvitop Device API": pool.submit(nvitop_api, scenario, driver),
+            "gpustat": pool.submit(gpustat, scenario, driver),
+            "nvitop-exporter": pool.submit(nvitop_exporter, scenario, driver),
+        }
+        api = running["nvitop Device API"].result()
+        bus = {reading.bus_id: uuid for uuid, reading in api.items() if reading.bus_id}
+        migs = {reading.index: uuid for uuid, reading in api.items() if reading.index}
+        one_shot = nvitop_one_shot(scenario, driver, bus, migs)
+        found = {tool: running[tool].result() for tool in ("gpulens agent", "nvitop Device API")}
+        found["nvitop -1"] = one_shot
+        found.update({tool: running[tool].result() for tool in ("gpustat", "nvitop-exporter")})
     return found
