@@ -33,8 +33,6 @@ class HttpError(Exception):
 
 # The fix for an answer slower than the timeout, unless the reader knows a better one.
 OVERLOADED = "it may be overloaded"
-# The fix for a failed TLS handshake where the client trusts the system's CAs only.
-UNTRUSTED = "its certificate must be signed by a CA this machine trusts: add that CA to the system's trusted CAs"
 
 
 def untrusted(credentials: Credentials | None, flags: tuple[str, str, str]) -> str:
@@ -49,8 +47,8 @@ def untrusted(credentials: Credentials | None, flags: tuple[str, str, str]) -> s
 
 class HttpClient:
     """GET (and the odd POST) requests to one server, from any thread; counts them (`requests_made`).
-    `name` names the server in messages; `unreachable`, `refused`, `slow` and `untrusted` are the fixes for no
-    answer, for HTTP 401 or 403, for no answer within `timeout` seconds, and for a failed TLS handshake."""
+    `name` names the server in messages; `unreachable`, `refused`, `untrusted` and `slow` are the fixes for no
+    answer, for HTTP 401 or 403, for a failed TLS handshake, and for no answer within `timeout` seconds."""
 
     def __init__(
         self,
@@ -61,8 +59,8 @@ class HttpClient:
         name: str,
         unreachable: str,
         refused: str,
+        untrusted: str,
         slow: str = OVERLOADED,
-        untrusted: str = UNTRUSTED,
     ):
         credentials = credentials or Credentials()
         self.url = check_url(url)
