@@ -84,6 +84,19 @@ LOCKED: dict[str, dict] = {
             }
         }
     },
+    # Alertmanager behind its own CA, asking for a client certificate; Prometheus over plain HTTP.
+    "alertmanager-tls": {
+        "dashboard": {
+            "alertmanager": {
+                "url": "https://alertmanager.monitoring.svc:9093",
+                "tlsConfig": {
+                    "ca": {"secret": {"name": "alerting-ca", "key": "ca.pem"}},
+                    "cert": {"secret": {"name": "gpulens-am-client", "key": "tls.crt"}},
+                    "keySecret": {"name": "gpulens-am-client", "key": "tls.key"},
+                },
+            }
+        }
+    },
     # Basic auth over plain HTTP (TLS terminated elsewhere, or a lab).
     "basic-auth-only": {
         "agent": {"webConfig": {"existingSecret": WEB_SECRET}},
@@ -206,6 +219,15 @@ def test_the_service_monitor_scrapes_https_with_the_configured_tls_and_basic_aut
             "dashboard.prometheus.tlsConfig.ca",
         ),
         ({"dashboard": {"prometheus": {"tlsConfig": {"insecureSkipVerify": True}}}}, "insecureSkipVerify"),
+        (
+            {"dashboard": {"alertmanager": {"url": "https://am:9093", "tlsConfig": {"cert": PROMETHEUS_TLS["cert"]}}}},
+            "dashboard.alertmanager.tlsConfig: cert and keySecret go together",
+        ),
+        (
+            {"dashboard": {"alertmanager": {"tlsConfig": {"ca": PROMETHEUS_TLS["ca"]}}}},
+            "dashboard.alertmanager.tlsConfig needs dashboard.alertmanager.url",
+        ),
+        ({"dashboard": {"alertmanager": {"url": "alertmanager:9093"}}}, "dashboard.alertmanager.url"),
         ({"serviceMonitor": {"basicAuth": {"user": {"name": "s", "key": "u"}}}}, "serviceMonitor.basicAuth"),
         ({"dashboard": {"auth": {"allowedEmails": ["not-an-address"]}}}, "dashboard.auth.allowedEmails"),
         # Without a login the dashboard could not apply the list and would show nothing.
@@ -285,6 +307,31 @@ def test_the_prometheus_ca_and_client_certificate_are_mounted_read_only_and_pass
     assert not any(a.startswith(("--ca-file", "--cert-file", "--key-file")) for a in container["args"])
 
 
+def test_the_alertmanager_and_its_own_tls_files_are_passed_beside_prometheus(rendered):
+    pod, container = _dashboard(rendered["alertmanager-tls"])
+    folder = "/etc/gpulens/alertmanager-tls"
+    assert "--alertmanager=https://alertmanager.monitoring.svc:9093" in container["args"]
+    for flag, name in (("ca-file", "ca.crt"), ("cert-file", "tls.crt"), ("key-file", "tls.key")):
+        assert f"--alertmanager-{flag}={folder}/{name}" in container["args"]
+    # Prometheus' own files are not involved: its URL is plain HTTP here.
+    assert not any(a.startswith(("--ca-file", "--cert-file", "--key-file")) for a in container["args"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "prometheus-tls" not in volumes
+    assert volumes["alertmanager-tls"]["projected"] == {
+        "defaultMode": 0o440,
+        "sources": [
+            {"secret": {"name": "alerting-ca", "items": [{"key": "ca.pem", "path": "ca.crt"}]}},
+            {"secret": {"name": "gpulens-am-client", "items": [{"key": "tls.crt", "path": "tls.crt"}]}},
+            {"secret": {"name": "gpulens-am-client", "items": [{"key": "tls.key", "path": "tls.key"}]}},
+        ],
+    }
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["alertmanager-tls"] == {"name": "alertmanager-tls", "mountPath": folder, "readOnly": True}
+    pod, container = _dashboard(rendered["defaults"])
+    assert not any(a.startswith("--alertmanager") for a in container["args"])
+    assert "alertmanager-tls" not in {v["name"] for v in pod["volumes"]}
+
+
 def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
     from gpulens.dashboard.launch import dashboard_main
 
@@ -299,6 +346,10 @@ def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
         "--ca-file",
         "--cert-file",
         "--key-file",
+        "--alertmanager",
+        "--alertmanager-ca-file",
+        "--alertmanager-cert-file",
+        "--alertmanager-key-file",
         "--address",
         "--port",
         "--refresh",

@@ -70,3 +70,33 @@ the template; the schema keeps quotes, backslashes and braces out of it). Call w
 {{- end -}}
 {{- $text -}}
 {{- end }}
+
+{{/* A client's CA and client certificate as the Prometheus Operator's SafeTLSConfig names them (ca, cert,
+keySecret; each ca and cert from a Secret or a ConfigMap): fail unless cert and keySecret come together.
+Call with (dict "tls" TLS "at" "the.values.path"). */}}
+{{- define "gpulens.checkTlsFiles" -}}
+{{- if ne (empty .tls.cert) (empty .tls.keySecret) -}}
+{{- fail (printf "%s: cert and keySecret go together (the client certificate and its key); set both or neither" .at) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The volume of those files, as ca.crt, tls.crt and tls.key in one folder, 0440 for the pod's group
+(fsGroup): the key is a secret. Call with (dict "name" VOLUME "tls" TLS). */}}
+{{- define "gpulens.tlsFilesVolume" -}}
+- name: {{ .name }}
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- $files := dict }}
+      {{- with .tls.ca }}{{ $_ := set $files "ca.crt" . }}{{ end }}
+      {{- with .tls.cert }}{{ $_ := set $files "tls.crt" . }}{{ end }}
+      {{- with .tls.keySecret }}{{ $_ := set $files "tls.key" (dict "secret" .) }}{{ end }}
+      {{- range $path, $ref := $files }}
+      {{- $kind := ternary "secret" "configMap" (hasKey $ref "secret") }}
+      - {{ $kind }}:
+          name: {{ (get $ref $kind).name }}
+          items:
+            - key: {{ (get $ref $kind).key }}
+              path: {{ $path }}
+      {{- end }}
+{{- end }}
