@@ -76,6 +76,13 @@ class GpuSpec:
 
 
 _SPARSE = "tensor-core figures printed with sparsity, halved for dense"
+_L4_NOTE = "datasheet prints BF16/FP16 242 and TF32 120 with sparsity; halved for dense"
+_L40S_NOTE = "datasheet prints dense and sparse side by side; the dense figures"
+_B200_NOTE = "HGX B200 8-GPU totals divided by 8; tensor figures with sparsity halved for dense"
+_RTX_4090_NOTE = (
+    "Ada whitepaper, appendix table for the RTX 4090: dense FP16/BF16 with FP32 accumulate 165.2, "
+    "TF32 82.6 (the 330.3 figure is FP16 accumulate)"
+)
 
 _V100 = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
 _A100 = (
@@ -92,208 +99,43 @@ _B200 = "https://www.nvidia.com/en-us/data-center/hgx/"
 _T4 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"
 _ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 
-SPECS: tuple[GpuSpec, ...] = (
+
+# One row a board, in the datasheets' units: model, NVML names, memory bandwidth in GB/s, the dense peaks in
+# TFLOP/s for bf16, fp16, tf32 and fp32, PCIe generation (every board listed has an x16 host link), source, note.
+_Row = tuple[str, tuple[str, ...], float, float | None, float | None, float | None, float, int, str, str]
+_ROWS: tuple[_Row, ...] = (
     # Volta: no BF16, no TF32; the tensor cores run FP16 with FP32 accumulation at the quoted rate.
-    GpuSpec(
-        "V100 SXM2",
-        ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"),
-        900 * GB,
-        None,
-        125 * TERA,
-        None,
-        15.7 * TERA,
-        3,
-        16,
-        _V100,
-    ),
-    GpuSpec(
-        "V100 PCIe",
-        ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"),
-        900 * GB,
-        None,
-        112 * TERA,
-        None,
-        14 * TERA,
-        3,
-        16,
-        _V100,
-    ),
-    GpuSpec(
-        "A100 SXM4 40GB",
-        ("NVIDIA A100-SXM4-40GB",),
-        1555 * GB,
-        312 * TERA,
-        312 * TERA,
-        156 * TERA,
-        19.5 * TERA,
-        4,
-        16,
-        _A100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "A100 SXM4 80GB",
-        ("NVIDIA A100-SXM4-80GB",),
-        2039 * GB,
-        312 * TERA,
-        312 * TERA,
-        156 * TERA,
-        19.5 * TERA,
-        4,
-        16,
-        _A100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "A100 PCIe 40GB",
-        ("NVIDIA A100-PCIE-40GB",),
-        1555 * GB,
-        312 * TERA,
-        312 * TERA,
-        156 * TERA,
-        19.5 * TERA,
-        4,
-        16,
-        _A100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "A100 PCIe 80GB",
-        ("NVIDIA A100 80GB PCIe",),
-        1935 * GB,
-        312 * TERA,
-        312 * TERA,
-        156 * TERA,
-        19.5 * TERA,
-        4,
-        16,
-        _A100,
-        _SPARSE,
-    ),
-    GpuSpec("A10", ("NVIDIA A10",), 600 * GB, 125 * TERA, 125 * TERA, 62.5 * TERA, 31.2 * TERA, 4, 16, _A10, _SPARSE),
-    GpuSpec("A30", ("NVIDIA A30",), 933 * GB, 165 * TERA, 165 * TERA, 82 * TERA, 10.3 * TERA, 4, 16, _A30, _SPARSE),
-    GpuSpec(
-        "L4",
-        ("NVIDIA L4",),
-        300 * GB,
-        121 * TERA,
-        121 * TERA,
-        60 * TERA,
-        30.3 * TERA,
-        4,
-        16,
-        _L4,
-        "datasheet prints BF16/FP16 242 and TF32 120 with sparsity; halved for dense",
-    ),
-    GpuSpec(
-        "L40S",
-        ("NVIDIA L40S",),
-        864 * GB,
-        362.05 * TERA,
-        362.05 * TERA,
-        183 * TERA,
-        91.6 * TERA,
-        4,
-        16,
-        _L40S,
-        "datasheet prints dense and sparse side by side; the dense figures",
-    ),
-    GpuSpec(
-        "H100 PCIe",
-        ("NVIDIA H100 PCIe",),
-        2000 * GB,
-        756.5 * TERA,
-        756.5 * TERA,
-        378 * TERA,
-        51 * TERA,
-        5,
-        16,
-        _H100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "H100 SXM",
-        ("NVIDIA H100 80GB HBM3",),
-        3350 * GB,
-        989.5 * TERA,
-        989.5 * TERA,
-        494.5 * TERA,
-        67 * TERA,
-        5,
-        16,
-        _H100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "H100 NVL",
-        ("NVIDIA H100 NVL",),
-        3900 * GB,
-        835.5 * TERA,
-        835.5 * TERA,
-        417.5 * TERA,
-        60 * TERA,
-        5,
-        16,
-        _H100,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "H200 SXM",
-        ("NVIDIA H200",),
-        4800 * GB,
-        989.5 * TERA,
-        989.5 * TERA,
-        494.5 * TERA,
-        67 * TERA,
-        5,
-        16,
-        _H200,
-        _SPARSE,
-    ),
-    GpuSpec(
-        "H200 NVL",
-        ("NVIDIA H200 NVL",),
-        4800 * GB,
-        835.5 * TERA,
-        835.5 * TERA,
-        417.5 * TERA,
-        60 * TERA,
-        5,
-        16,
-        _H200,
-        _SPARSE,
-    ),
+    ("V100 SXM2", ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB"), 900, None, 125, None, 15.7, 3, _V100, ""),
+    ("V100 PCIe", ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB"), 900, None, 112, None, 14, 3, _V100, ""),
+    ("A100 SXM4 40GB", ("NVIDIA A100-SXM4-40GB",), 1555, 312, 312, 156, 19.5, 4, _A100, _SPARSE),
+    ("A100 SXM4 80GB", ("NVIDIA A100-SXM4-80GB",), 2039, 312, 312, 156, 19.5, 4, _A100, _SPARSE),
+    ("A100 PCIe 40GB", ("NVIDIA A100-PCIE-40GB",), 1555, 312, 312, 156, 19.5, 4, _A100, _SPARSE),
+    ("A100 PCIe 80GB", ("NVIDIA A100 80GB PCIe",), 1935, 312, 312, 156, 19.5, 4, _A100, _SPARSE),
+    ("A10", ("NVIDIA A10",), 600, 125, 125, 62.5, 31.2, 4, _A10, _SPARSE),
+    ("A30", ("NVIDIA A30",), 933, 165, 165, 82, 10.3, 4, _A30, _SPARSE),
+    ("L4", ("NVIDIA L4",), 300, 121, 121, 60, 30.3, 4, _L4, _L4_NOTE),
+    ("L40S", ("NVIDIA L40S",), 864, 362.05, 362.05, 183, 91.6, 4, _L40S, _L40S_NOTE),
+    ("H100 PCIe", ("NVIDIA H100 PCIe",), 2000, 756.5, 756.5, 378, 51, 5, _H100, _SPARSE),
+    ("H100 SXM", ("NVIDIA H100 80GB HBM3",), 3350, 989.5, 989.5, 494.5, 67, 5, _H100, _SPARSE),
+    ("H100 NVL", ("NVIDIA H100 NVL",), 3900, 835.5, 835.5, 417.5, 60, 5, _H100, _SPARSE),
+    ("H200 SXM", ("NVIDIA H200",), 4800, 989.5, 989.5, 494.5, 67, 5, _H200, _SPARSE),
+    ("H200 NVL", ("NVIDIA H200 NVL",), 4800, 835.5, 835.5, 417.5, 60, 5, _H200, _SPARSE),
     # HGX B200 quotes totals for eight GPUs at 1,000 W each: 64 TB/s, FP16/BF16 36 PFLOPS and TF32
     # 18 PFLOPS with sparsity, FP32 600 TFLOPS. Blackwell's host interface is PCIe Gen6 x16.
-    GpuSpec(
-        "B200",
-        ("NVIDIA B200",),
-        8000 * GB,
-        2250 * TERA,
-        2250 * TERA,
-        1125 * TERA,
-        75 * TERA,
-        6,
-        16,
-        _B200,
-        "HGX B200 8-GPU totals divided by 8; tensor figures with sparsity halved for dense",
-    ),
+    ("B200", ("NVIDIA B200",), 8000, 2250, 2250, 1125, 75, 6, _B200, _B200_NOTE),
     # Turing: FP16 tensor cores with FP32 accumulation ("mixed precision" 65 TFLOPS); no BF16, no TF32.
-    GpuSpec("T4", ("Tesla T4",), 320 * GB, None, 65 * TERA, None, 8.1 * TERA, 3, 16, _T4),
-    GpuSpec(
-        "RTX 4090",
-        ("NVIDIA GeForce RTX 4090",),
-        1008 * GB,
-        165.2 * TERA,
-        165.2 * TERA,
-        82.6 * TERA,
-        82.6 * TERA,
-        4,
-        16,
-        _ADA,
-        "Ada whitepaper, appendix table for the RTX 4090: dense FP16/BF16 with FP32 accumulate 165.2, "
-        "TF32 82.6 (the 330.3 figure is FP16 accumulate)",
-    ),
+    ("T4", ("Tesla T4",), 320, None, 65, None, 8.1, 3, _T4, ""),
+    ("RTX 4090", ("NVIDIA GeForce RTX 4090",), 1008, 165.2, 165.2, 82.6, 82.6, 4, _ADA, _RTX_4090_NOTE),
+)
+
+
+def _tera(flops: float | None) -> float | None:
+    return None if flops is None else flops * TERA
+
+
+SPECS: tuple[GpuSpec, ...] = tuple(
+    GpuSpec(model, names, gb_s * GB, _tera(bf16), _tera(fp16), _tera(tf32), fp32 * TERA, generation, 16, source, note)
+    for model, names, gb_s, bf16, fp16, tf32, fp32, generation, source, note in _ROWS
 )
 
 

@@ -6,7 +6,7 @@ import math
 
 from gpulens import gpus
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts, job_kind
+from gpulens.tips.evidence import Facts, by_scheduler
 from gpulens.tips.thresholds import (
     IDLE_POLICY_SECONDS,
     LIGHT_ACTIVITY,
@@ -15,7 +15,7 @@ from gpulens.tips.thresholds import (
     RIGHT_SIZE_HEADROOM,
 )
 from gpulens.tips.tip import UNDER, Family
-from gpulens.tips.wording import on_gpu, said
+from gpulens.tips.wording import gpu_busy, on_gpu, said, sm_active
 from gpulens.vocabulary import Reason
 from gpulens.words import duration, gib, join, percent
 
@@ -123,17 +123,14 @@ def _right_size_score(f: Facts) -> int:
 )
 def _right_size_text(f: Facts) -> str:
     used, total = f.ratio("memory_used_ratio"), f.number("memory_total_bytes")
-    sm, busy = f.ratio("sm_activity"), f.ratio("busy_ratio")
     light_memory, light_compute = _light(f)
     seen = []
     if light_memory and total:
         seen.append(f"the job uses {gib(used * total)} of the {gib(total)}{on_gpu(f)}")
     elif light_memory:
         seen.append(f"the job uses {percent(used)} of the GPU memory")
-    if light_compute and sm is not None:
-        seen.append(f"the SMs are active {percent(sm)} of the time")
-    elif light_compute:
-        seen.append(f"the GPU is busy {percent(busy)} of the time")
+    if light_compute:
+        seen.append(sm_active(f) or gpu_busy(f))
     profile = _smaller_profile(f)
     if profile is not None:
         size = f"a {profile.name} MIG slice of this model ({gib(profile.memory_mib * 2**20)})"
@@ -158,19 +155,14 @@ def _right_size_text(f: Facts) -> str:
     score=lambda f: 0 if _working_again(f) else 90,
 )
 def _release_text(f: Facts) -> str:
-    kind = job_kind(f)
-    if kind == "slurm":
-        advice = (
-            "end the job with `scancel <jobid>` if it is done, and for interactive work ask only for the "
-            "`--time` you need and leave `salloc` or `srun --pty` sessions when you stop"
-        )
-    elif kind == "kubernetes":
-        advice = (
-            "delete the pod if its work is done, or scale the workload to zero replicas "
-            "(`kubectl scale --replicas=0`, or KEDA to scale to zero between requests)"
-        )
-    else:
-        advice = "close the notebook kernel or interactive session that holds it, or end the process"
+    advice = by_scheduler(
+        f,
+        slurm="end the job with `scancel <jobid>` if it is done, and for interactive work ask only for the "
+        "`--time` you need and leave `salloc` or `srun --pty` sessions when you stop",
+        kubernetes="delete the pod if its work is done, or scale the workload to zero replicas "
+        "(`kubectl scale --replicas=0`, or KEDA to scale to zero between requests)",
+        other="close the notebook kernel or interactive session that holds it, or end the process",
+    )
     return said(_idle_observed(f), advice, "an idle GPU held by a job is lost to everyone else: ")
 
 

@@ -6,26 +6,20 @@ from __future__ import annotations
 from gpulens import gpus
 from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, kept_fed, saturated, starved, tensor_busy, wait_notable
-from gpulens.tips.thresholds import DRAM_BOUND, TRACE_CITED
+from gpulens.tips.thresholds import DRAM_BOUND
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, on_gpu, said, traced
+from gpulens.tips.wording import also, gpu_busy, main_cpu, on_gpu, said, this_gpu, traced
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent
 
 family = Family()
 
 
-def _ampere_or_newer(f: Facts) -> bool | None:
-    """Return whether the GPU has bf16 and TF32 Tensor Cores (Ampere and newer; Volta and Turing have fp16
-    Tensor Cores at most), or None when the model is not known."""
+def _at_least(f: Facts, arch: str) -> bool | None:
+    """Return whether the GPU is of `arch` or newer, or None when the model is not known: Tensor Cores at all
+    are "volta" or newer, bf16 and TF32 Tensor Cores "ampere" or newer (Volta and Turing have fp16 at most)."""
     model = f.text("model")
-    return None if model is None else gpus.at_least(model, "ampere")
-
-
-def _has_tensor_cores(f: Facts) -> bool | None:
-    """Return whether the GPU has Tensor Cores at all (Volta and newer), or None when the model is not known."""
-    model = f.text("model")
-    return None if model is None else gpus.at_least(model, "volta")
+    return None if model is None else gpus.at_least(model, arch)
 
 
 def _launch_bound(f: Facts) -> bool:
@@ -49,10 +43,10 @@ def _small_kernels(f: Facts) -> bool:
     )
 
 
-def _host_traced(f: Facts) -> bool:
-    """The job's last trace shows at least TRACE_CITED of each step in host-side work while the GPU idles."""
-    host = f.ratio("trace_host_ratio")
-    return bool(f.count("trace_steps") and host is not None and host >= TRACE_CITED)
+def _host_trace(f: Facts) -> str:
+    """Return what the job's last trace shows of host-side work while the GPU idles, or "" when it shows
+    less than TRACE_CITED of each step (or there is no trace)."""
+    return traced(f, "trace_host_ratio", "in host-side work while the GPU idles")
 
 
 def _memory_bound(f: Facts) -> bool:
@@ -64,7 +58,7 @@ def _mixed_precision_score(f: Facts) -> int:
     autocast, tensor, busy_cores = f.flag("autocast"), f.ratio("tensor_activity"), tensor_busy(f)
     if autocast is True:
         return 5
-    if _has_tensor_cores(f) is False:
+    if _at_least(f, "volta") is False:
         return 10  # half precision still halves the bytes moved, but there are no Tensor Cores to speed up
     if busy_cores:
         # The Tensor Cores already run the matmuls: in reduced precision without autocast means TF32 or a
@@ -96,7 +90,7 @@ def _mixed_precision_score(f: Facts) -> int:
 def _mixed_precision_text(f: Facts) -> str:
     autocast, dtype = f.flag("autocast"), f.text("autocast_dtype")
     tensor, sm, dram = f.ratio("tensor_activity"), f.ratio("sm_activity"), f.ratio("dram_bandwidth")
-    ampere = _ampere_or_newer(f)
+    ampere = _at_least(f, "ampere")
     if autocast is True:
         on = f"autocast is already on ({dtype})" if dtype else "autocast is already on"
         tail = "check that the heavy ops run inside the autocast region and that matmul sizes are multiples of 8"
@@ -124,11 +118,11 @@ def _mixed_precision_text(f: Facts) -> str:
             ", so matmuls already run on them in TF32 or a hand-cast half precision"
             f"{on_gpu(f)}; bf16 or fp16 would run them at up to twice the TF32 rate"
         )
-    elif autocast is False and _has_tensor_cores(f) is not False:
+    elif autocast is False and _at_least(f, "volta") is not False:
         observed += f", so matmuls and convolutions run in float32 without Tensor Cores{on_gpu(f)}"
     elif tensor_busy(f):
         observed += ", so most matmuls already run on them in reduced precision"
-    if _has_tensor_cores(f) is False:
+    if _at_least(f, "volta") is False:
         return said(
             observed,
             f"this {f.text('model')} has no Tensor Cores, so half precision gains only its halved memory traffic: "
@@ -165,7 +159,7 @@ def _mixed_precision_text(f: Facts) -> str:
 
 def _tf32_score(f: Facts) -> int:
     tf32, autocast = f.flag("tf32"), f.flag("autocast")
-    if _ampere_or_newer(f) is False or tf32 is True:
+    if _at_least(f, "ampere") is False or tf32 is True:
         return 0
     if autocast is True:
         return 10
@@ -186,7 +180,7 @@ def _tf32_score(f: Facts) -> int:
     score=_tf32_score,
 )
 def _tf32_text(f: Facts) -> str:
-    if _ampere_or_newer(f) is False:
+    if _at_least(f, "ampere") is False:
         return (
             f"TF32 needs an Ampere or newer GPU and this {f.text('model')} has none: use autocast with "
             "`dtype=torch.float16` for Tensor Core speed instead."
@@ -247,7 +241,7 @@ def _compile_score(f: Facts) -> int:
     score=_compile_score,
 )
 def _compile_text(f: Facts) -> str:
-    busy, occupancy, main = f.ratio("busy_ratio"), f.ratio("sm_occupancy"), f.ratio("main_process_cpu_ratio")
+    busy, occupancy = f.ratio("busy_ratio"), f.ratio("sm_occupancy")
     dram, sm = f.ratio("dram_bandwidth"), f.ratio("sm_activity")
     observed = ""
     if _small_kernels(f):
@@ -256,10 +250,7 @@ def _compile_text(f: Facts) -> str:
             "occupied, the mark of many small kernels"
         )
     elif _launch_bound(f):
-        observed = (
-            f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
-            "of the time, so Python and kernel launches set the pace"
-        )
+        observed = f"{main_cpu(f)} while {gpu_busy(f)}, so Python and kernel launches set the pace"
     elif _memory_bound(f):
         observed = (
             f"DRAM bandwidth is at {percent(dram)} while the SMs are active {percent(sm)}, the mark of "
@@ -278,7 +269,7 @@ def _graphs_score(f: Facts) -> int:
         return 80
     if starved(f):
         return 10  # the gaps between kernels are waits for batches, not launches
-    if _host_traced(f):
+    if _host_trace(f):
         return 70
     if _small_kernels(f):
         return 40
@@ -306,16 +297,13 @@ def _graphs_score(f: Facts) -> int:
     score=_graphs_score,
 )
 def _graphs_text(f: Facts) -> str:
-    busy, main = f.ratio("busy_ratio"), f.ratio("main_process_cpu_ratio")
     observed = ""
     if _launch_bound(f):
         observed = (
-            f"the main process uses {percent(main)} of a core while the GPU is busy {percent(busy)} "
-            "of the time and no wait for batches is reported, so the CPU cannot launch kernels fast enough"
+            f"{main_cpu(f)} while {gpu_busy(f)} and no wait for batches is reported, so the CPU cannot launch "
+            "kernels fast enough"
         )
-    trace = traced(f, "trace_host_ratio", "in host-side work while the GPU idles")
-    if trace:
-        observed = f"{observed}; {trace}" if observed else trace
+    observed = also(observed, "; ", _host_trace(f))
     advice = (
         "capture the static part of the step in a CUDA graph, which replays all its kernels with one launch; "
         "`torch.compile(model, mode='reduce-overhead')` does it for you, or by hand `torch.cuda.graph` and "
@@ -381,7 +369,7 @@ def _sync_score(f: Facts) -> int:
         return 85
     if starved(f):
         return 10  # the GPU waits for batches, not for the CPU to catch up after a sync
-    if _host_traced(f):
+    if _host_trace(f):
         return 75
     if kept_fed(f):
         return 10  # kernels queue back to back: syncs do not leave the GPU waiting
@@ -401,14 +389,8 @@ def _sync_score(f: Facts) -> int:
     score=_sync_score,
 )
 def _sync_text(f: Facts) -> str:
-    main = f.ratio("main_process_cpu_ratio")
-    seen = [gpu_busy(f)]
-    if main is not None:
-        seen.append(f"the main process uses {percent(main)} of a core")
-    observed = " while ".join(s for s in seen if s)
-    trace = traced(f, "trace_host_ratio", "in host-side work while the GPU idles")
-    if trace:
-        observed = f"{observed}; {trace}" if observed else trace
+    observed = also(gpu_busy(f), " while ", main_cpu(f))
+    observed = also(observed, "; ", _host_trace(f))
     advice = (
         "every `.item()`, `.cpu()`, `.numpy()`, `print(tensor)` or `if tensor:` in the step makes the CPU wait "
         "for the GPU, and the GPU then waits for the CPU to catch up. Log every N steps, keep running metrics "
@@ -428,10 +410,9 @@ def _sync_text(f: Facts) -> str:
     score=always(15),
 )
 def _tensorrt_text(f: Facts) -> str:
-    model = f.text("model")
     advice = (
         "for an inference service, compile the model with Torch-TensorRT (`torch_tensorrt.compile`) or export "
         "it to ONNX and build a TensorRT engine in FP16 or INT8, which fuses layers and picks kernels for "
-        f"{'this ' + model if model else 'the GPU it runs on'}; then batch the requests"
+        f"{this_gpu(f, 'the GPU it runs on')}; then batch the requests"
     )
     return said("", advice)

@@ -148,9 +148,11 @@ def tensor_busy(f: Facts) -> bool | None:
     return None if tensor is None else tensor >= TENSOR_ACTIVITY_BUSY
 
 
-def job_kind(f: Facts) -> str:
+def by_scheduler(f: Facts, slurm: str, kubernetes: str, other: str) -> str:
+    """Return the words for the scheduler that runs the job (`job_kind`): `slurm`, `kubernetes`, or `other` for
+    any other kind or none known."""
     kind = (f.text("job_kind") or "").lower()
-    return kind if kind in ("slurm", "kubernetes") else ""
+    return {"slurm": slurm, "kubernetes": kubernetes}.get(kind, other)
 
 
 def pcie_bandwidth(generation: int | None, width: int | None) -> float | None:

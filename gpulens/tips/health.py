@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpulens.tips.evidence import Facts, pcie_bandwidth
 from gpulens.tips.tip import DCGM_FEATURES, NVSMI, Family, always
-from gpulens.tips.wording import said
+from gpulens.tips.wording import said, this_gpu
 from gpulens.vocabulary import Condition, Reason
 from gpulens.words import join, percent, plural
 
@@ -203,12 +203,11 @@ def _driver_text(f: Facts) -> str:
     observed = ""
     if xid in _DRIVER_XIDS:
         observed = f"Xid {xid} ({XID_MEANINGS[xid][0]}) is often fixed in newer drivers"
-    model = f.text("model")
     advice = (
         "run a current data-center driver and a PyTorch build for a recent CUDA: newer cuDNN, cuBLAS and NCCL "
-        f"releases carry kernels tuned for {'this ' + model if model else 'recent GPUs'} and bug fixes; check "
-        "the driver against the CUDA release's minimum in NVIDIA's compatibility table, and prefer the CUDA "
-        "wheels or NGC containers over hand-mixed libraries"
+        f"releases carry kernels tuned for {this_gpu(f, 'recent GPUs')} and bug fixes; check the driver against "
+        "the CUDA release's minimum in NVIDIA's compatibility table, and prefer the CUDA wheels or NGC containers "
+        "over hand-mixed libraries"
     )
     return said(observed, advice)
 
@@ -246,11 +245,10 @@ def _hw_slowdown_text(f: Facts) -> str:
     score=always(90),
 )
 def _thermal_text(f: Facts) -> str:
-    temperature, model = f.number("temperature_celsius"), f.text("model")
+    temperature = f.number("temperature_celsius")
     observed = ""
     if temperature is not None:
-        gpu = f"this {model}" if model else "the GPU"
-        observed = f"{gpu} is at {temperature:.0f} °C and thermal slowdown holds its clocks down"
+        observed = f"{this_gpu(f)} is at {temperature:.0f} °C and thermal slowdown holds its clocks down"
     advice = (
         "check the airflow through the chassis (fans, blanking panels, filters, cables in the way) and the "
         "inlet temperature, compare with the neighbouring GPUs, and read "

@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts, job_kind, kept_fed, pcie_bandwidth, wait_notable
+from gpulens.tips.evidence import Facts, by_scheduler, kept_fed, pcie_bandwidth, wait_notable
 from gpulens.tips.thresholds import CPU_MOSTLY_WAITING, INPUT_MILD_MAX, PREFETCH_MAX, WORKERS_START_MAX
 from gpulens.tips.tip import NVSMI, PT, STARVED, TUNING, Family, Score, always
-from gpulens.tips.wording import cap, gpu_busy, said, traced
+from gpulens.tips.wording import also, cap, gpu_busy, main_cpu, said, traced
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent, plural
 
@@ -108,15 +108,13 @@ def _workers_score(f: Facts) -> int:
     score=_workers_score,
 )
 def _workers_text(f: Facts) -> str:
-    n, main = f.count("num_workers"), f.ratio("main_process_cpu_ratio")
-    worker, wait = f.ratio("workers_cpu_ratio_max"), f.ratio("data_wait_ratio")
+    n, worker, wait = f.count("num_workers"), f.ratio("workers_cpu_ratio_max"), f.ratio("data_wait_ratio")
     cores = f.number("cpu_cores_allowed")
     target, can_help = worker_plan(f)
     seen = []
     if n is not None:
         seen.append(f"`num_workers` is {n}")
-    if main is not None:
-        seen.append(f"the main process uses {percent(main)} of a core")
+    seen.append(main_cpu(f))
     if worker is not None and n:
         seen.append(f"the busiest worker {percent(worker)}")
     if wait is not None:
@@ -124,9 +122,7 @@ def _workers_text(f: Facts) -> str:
     trace = traced(f, "trace_data_wait_ratio", "waiting for the next batch")
     if trace:
         seen.append(trace)
-    observed, busy = join(seen), gpu_busy(f)
-    if busy:
-        observed = f"{observed} while {busy}" if observed else busy
+    observed = also(join(seen), " while ", gpu_busy(f))
     if not can_help and cores is not None:
         return said(
             observed,
@@ -315,9 +311,7 @@ def _preprocessing_text(f: Facts) -> str:
         seen.append(f"the busiest DataLoader worker uses {percent(worker)} of a core")
     if cores is not None and used is not None and used >= cores - 0.5:
         seen.append(f"the job uses {used:.1f} of the {_cores(cores)} it may use")
-    observed, busy = join(seen), gpu_busy(f)
-    if busy and observed:
-        observed = f"{observed} while {busy}"
+    observed = also(join(seen), " while ", gpu_busy(f)) if seen else ""
     advice = (
         "decode and augment on the GPU instead, with NVIDIA DALI (nvJPEG decoding, augmentation on the device) "
         "or `torchvision.transforms.v2` on batched GPU tensors after the copy; and do once, offline, what is "
@@ -363,13 +357,12 @@ def _cpu_cores_text(f: Facts) -> str:
         size, why = f"more than {_cores(cores)}", "then recheck whether the GPU keeps up"
     else:
         size, why = "one core per DataLoader worker plus two", "for the main process and the pin-memory thread"
-    kind = job_kind(f)
-    if kind == "slurm":
-        how = f"ask Slurm for {size} with `--cpus-per-task` ({why})"
-    elif kind == "kubernetes":
-        how = f"raise the container's `resources.requests.cpu` and `resources.limits.cpu` to {size} ({why})"
-    else:
-        how = f"give the job {size} through its CPU affinity or cgroup quota ({why})"
+    how = by_scheduler(
+        f,
+        slurm=f"ask Slurm for {size} with `--cpus-per-task` ({why})",
+        kubernetes=f"raise the container's `resources.requests.cpu` and `resources.limits.cpu` to {size} ({why})",
+        other=f"give the job {size} through its CPU affinity or cgroup quota ({why})",
+    )
     return said(observed, how, "if the CPU side of the input pipeline is saturated, ")
 
 
@@ -393,18 +386,10 @@ def _storage_score(f: Facts) -> int:
     score=_storage_score,
 )
 def _storage_text(f: Facts) -> str:
-    wait, main, worker = f.ratio("data_wait_ratio"), f.ratio("main_process_cpu_ratio"), f.ratio("workers_cpu_ratio_max")
-    seen = []
-    if wait is not None:
-        seen.append(f"each step waits {percent(wait)} of its time for data")
-    cpu = []
-    if main is not None:
-        cpu.append(f"the main process uses {percent(main)} of a core")
-    if worker is not None:
-        cpu.append(f"the busiest worker {percent(worker)}")
-    observed = join(seen)
-    if cpu:
-        observed = f"{observed}, yet {join(cpu)}" if observed else join(cpu)
+    wait, worker = f.ratio("data_wait_ratio"), f.ratio("workers_cpu_ratio_max")
+    waits = f"each step waits {percent(wait)} of its time for data" if wait is not None else ""
+    busiest = f"the busiest worker {percent(worker)}" if worker is not None else ""
+    observed = also(waits, ", yet ", join([main_cpu(f), busiest]))
     if wait_notable(f) and _cpu_idle(f):
         observed += ", so the loaders wait on storage or the network rather than compute"
     advice = (
@@ -430,16 +415,13 @@ def _storage_text(f: Facts) -> str:
 )
 def _numa_text(f: Facts) -> str:
     cores = f.number("cpu_cores_allowed")
-    kind = job_kind(f)
-    if kind == "slurm":
-        how = "with Slurm, `--gres-flags=enforce-binding` and `--cpu-bind=cores` do that"
-    elif kind == "kubernetes":
-        how = (
-            "in Kubernetes, the kubelet's Topology Manager policy `single-numa-node` (with the static CPU manager "
-            "and Guaranteed pods) does that"
-        )
-    else:
-        how = "`numactl --cpunodebind=<node> --membind=<node> python train.py` does that"
+    how = by_scheduler(
+        f,
+        slurm="with Slurm, `--gres-flags=enforce-binding` and `--cpu-bind=cores` do that",
+        kubernetes="in Kubernetes, the kubelet's Topology Manager policy `single-numa-node` (with the static CPU "
+        "manager and Guaranteed pods) does that",
+        other="`numactl --cpunodebind=<node> --membind=<node> python train.py` does that",
+    )
     observed = f"the job may use {_cores(cores)}, possibly on both sockets" if cores is not None and cores > 1 else ""
     advice = (
         "run `nvidia-smi topo -m` to read the CPUs and NUMA node closest to this GPU and keep the main process, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpulens.tips.evidence import Facts, saturated, starved
 from gpulens.tips.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score
-from gpulens.tips.wording import said
+from gpulens.tips.wording import said, sm_active
 from gpulens.vocabulary import Reason
 from gpulens.words import gib, join, percent, plural
 
@@ -109,7 +109,7 @@ def _batch_score(f: Facts) -> int:
     score=_batch_score,
 )
 def _batch_text(f: Facts) -> str:
-    batch, occupancy, sm = f.count("batch_size"), f.ratio("sm_occupancy"), f.ratio("sm_activity")
+    batch, occupancy = f.count("batch_size"), f.ratio("sm_occupancy")
     factor = batch_growth(f)
     seen = []
     if batch is not None:
@@ -117,8 +117,8 @@ def _batch_text(f: Facts) -> str:
     seen.append(_memory_used(f))
     if occupancy is not None:
         seen.append(f"{percent(occupancy)} of the SMs' warp slots are occupied")
-    elif sm is not None:
-        seen.append(f"the SMs are active {percent(sm)} of the time")
+    else:
+        seen.append(sm_active(f))
     target = f"aiming at {percent(MEMORY_TARGET)} of memory"
     if factor is not None and factor >= 2 and batch:
         advice = f"try `batch_size={batch * factor}` ({factor}x, {target})"
@@ -185,14 +185,13 @@ def _checkpointing_text(f: Facts) -> str:
     score=_when_short(45, unknown=15),
 )
 def _parallel_text(f: Facts) -> str:
-    observed = _memory_pressure(f)
     advice = (
         "when the model and its optimizer state fill the memory and force a tiny batch, shard parameters, "
         "gradients and optimizer state across GPUs with FSDP (`fully_shard`), or split the layers into stages "
         "with `torch.distributed.pipelining`; in a pipeline, more micro-batches per step shrink the idle "
         "bubble at its start and end"
     )
-    return said(observed, advice)
+    return said(_memory_pressure(f), advice)
 
 
 def _dynamic_batch_score(f: Facts) -> int:
@@ -217,13 +216,12 @@ def _dynamic_batch_score(f: Facts) -> int:
     score=_dynamic_batch_score,
 )
 def _dynamic_batch_text(f: Facts) -> str:
-    observed = _memory_used(f)
     advice = (
         "instead of one fixed batch sized for the worst case, find the largest batch that fits at start-up "
         "(double until out of memory, then step back once), and for inference servers let requests queue a few "
         "milliseconds to be batched together (Triton's dynamic batcher, `max_queue_delay_microseconds`)"
     )
-    return said(observed, advice)
+    return said(_memory_used(f), advice)
 
 
 def _allocator_score(f: Facts) -> int:

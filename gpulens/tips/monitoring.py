@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gpulens.tips.evidence import Facts
 from gpulens.tips.tip import DCGM_FEATURES, HEALTHY, NVSMI, PT, STARVED, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, said
+from gpulens.tips.wording import gpu_busy, said, sm_active
 from gpulens.vocabulary import Reason
-from gpulens.words import join, percent
+from gpulens.words import join
 
 family = Family()
 
@@ -25,10 +25,8 @@ family = Family()
     score=always(20),
 )
 def _profile_text(f: Facts) -> str:
-    seen = [gpu_busy(f)]
-    sm, steps = f.ratio("sm_activity"), f.number("steps_per_second")
-    if sm is not None:
-        seen.append(f"the SMs are active {percent(sm)} of the time")
+    seen = [gpu_busy(f), sm_active(f)]
+    steps = f.number("steps_per_second")
     if steps is not None:
         seen.append(f"the job runs {steps:.2g} steps per second")
     observed = join(seen)

@@ -6,7 +6,7 @@ from gpulens import thresholds as t
 from gpulens.tips.evidence import Facts, starved
 from gpulens.tips.thresholds import CPU_MOSTLY_WAITING
 from gpulens.tips.tip import NVSMI, PT, Family, always
-from gpulens.tips.wording import said
+from gpulens.tips.wording import main_cpu, said
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent, plural
 
@@ -36,14 +36,12 @@ def _ddp_score(f: Facts) -> int:
     score=_ddp_score,
 )
 def _ddp_text(f: Facts) -> str:
-    main = f.ratio("main_process_cpu_ratio")
-    observed = f"the main process uses {percent(main)} of a core" if main is not None else ""
     advice = (
         "if the job drives several GPUs with `nn.DataParallel`, one Python process scatters inputs and gathers "
         "outputs for all of them every step; launch one process per GPU with `torchrun` and wrap the model in "
         "`DistributedDataParallel`, which overlaps the gradient all-reduce with the backward pass"
     )
-    return said(observed, advice)
+    return said(main_cpu(f), advice)
 
 
 @family.tip(

@@ -18,6 +18,17 @@ def said(observed: str, advice: str, generic: str = "") -> str:
     return f"{cap(generic + advice if generic else advice)}."
 
 
+def also(first: str, joint: str, second: str) -> str:
+    """Return "first<joint>second" when both are said, else the one that is ("" for neither)."""
+    return f"{first}{joint}{second}" if first and second else first or second
+
+
+def this_gpu(f: Facts, unknown: str = "the GPU") -> str:
+    """Return "this <model>", or `unknown` when the model is not known."""
+    model = f.text("model")
+    return f"this {model}" if model else unknown
+
+
 def on_gpu(f: Facts) -> str:
     model = f.text("model")
     return f" on this {model}" if model else ""
@@ -26,6 +37,16 @@ def on_gpu(f: Facts) -> str:
 def gpu_busy(f: Facts) -> str:
     busy = f.ratio("busy_ratio")
     return "" if busy is None else f"the GPU is busy {percent(busy)} of the time"
+
+
+def sm_active(f: Facts) -> str:
+    sm = f.ratio("sm_activity")
+    return "" if sm is None else f"the SMs are active {percent(sm)} of the time"
+
+
+def main_cpu(f: Facts) -> str:
+    main = f.ratio("main_process_cpu_ratio")
+    return "" if main is None else f"the main process uses {percent(main)} of a core"
 
 
 def traced(f: Facts, key: str, words: str) -> str:
