@@ -12,8 +12,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import altair as alt
 import streamlit as st
@@ -236,6 +236,16 @@ def banner(problems: Iterable[SourceProblem]) -> None:
         return
     lines = "\n".join(f"- **{p.where}** {p.what}" for p in unique)
     st.warning(f"Some data could not be read; the page shows what could.\n\n{lines}", icon=":material/warning:")
+
+
+# The last column of a table of GPUs: a link to each one's page.
+DETAILS = {"details": st.column_config.LinkColumn("details", display_text="open")}
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, Any] | None = None, **options: Any) -> None:
+    """Show `rows` as a table across the page, without the index; `columns` sets how the named ones show, and
+    `options` are st.dataframe's (column_order)."""
+    st.dataframe(rows, column_config=columns, hide_index=True, width="stretch", **options)
 
 
 def draw(figure: tuple[alt.Chart, int]) -> None:

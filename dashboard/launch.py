@@ -51,6 +51,7 @@ from gpulens.dashboard.sources import (
     PROMETHEUS_TLS,
     parse_agents,
 )
+from gpulens.errors import converted
 from gpulens.urls import check_url, refuse_password
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
@@ -248,10 +249,8 @@ def check_auth_file(path: str) -> str:
 
 def _no_password(url: str, flag: str, fix: str) -> None:
     """Raise LaunchError when `url`, from the command line, holds a password; `fix` says where it goes."""
-    try:
+    with converted(ValueError, LaunchError):
         refuse_password(url, flag, fix)
-    except ValueError as error:
-        raise LaunchError(str(error)) from None
 
 
 def _tls_environment(names: tuple[str, str, str], tls: Credentials | None) -> dict[str, str]:
@@ -277,16 +276,12 @@ def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
     """Return the variables that tell the dashboard's pages the --alertmanager URL and its own TLS files;
     raise LaunchError with the fix."""
-    try:
+    with converted(ValueError, LaunchError, "--alertmanager: "):
         env = {ALERTMANAGER: check_url(args.alertmanager)}
-    except ValueError as error:
-        raise LaunchError(f"--alertmanager: {error}") from None
     _no_password(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
     files = (args.alertmanager_ca_file, args.alertmanager_cert_file, args.alertmanager_key_file)
-    try:
+    with converted(AccessError, LaunchError):
         tls = tls_credentials(*files, tls_flags("alertmanager-"), "Alertmanager's")
-    except AccessError as error:
-        raise LaunchError(str(error)) from None
     return {**env, **_tls_environment(ALERTMANAGER_TLS, tls)}
 
 
@@ -339,29 +334,22 @@ def dashboard_main(argv: Sequence[str]) -> int:
             secrets_file = check_auth_file(args.auth_file)
             env[REQUIRE_LOGIN] = "1"
         if args.prometheus:
-            try:
+            with converted(ValueError, LaunchError, "--prometheus: "):
                 env[PROMETHEUS] = check_url(args.prometheus)
-            except ValueError as error:
-                raise LaunchError(f"--prometheus: {error}") from None
             _no_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
-            try:
+            with converted(ValueError, LaunchError):  # AccessError too
                 credentials = read_credentials(args)
-            except ValueError as error:  # AccessError too
-                raise LaunchError(str(error)) from None
             env[BEARER_TOKEN] = credentials.bearer_token or ""
             env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
             env.update(_tls_environment(PROMETHEUS_TLS, credentials))
         else:
-            try:
+            with converted(ValueError, LaunchError, "--agents: "):  # ConfigError
                 agents = parse_agents(args.agents)
-            except ValueError as error:  # ConfigError
-                raise LaunchError(f"--agents: {error}") from None
             for agent in agents.values():
                 _no_password(agent, "--agents", f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
-            try:  # a wrong certificate or password file is an error now, not a banner on every page
+            # A wrong certificate or password file is an error now, not a banner on every page.
+            with converted(AccessError, LaunchError):
                 agent_credentials()
-            except AccessError as error:
-                raise LaunchError(str(error)) from None
             env[AGENTS] = args.agents
         url = start_dashboard(children, env, args.address, args.port, args.refresh, secrets_file)
     except KeyboardInterrupt:
@@ -629,26 +617,22 @@ def demo_main(argv: Sequence[str]) -> int:
     _check_refresh(parser, args.refresh)
     children = Children()
     workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
+    folder = pathlib.Path(workdir.name)
     try:
         check_port("127.0.0.1", args.port, "--port")
-        agents = {
-            scenario: start_agent(children, scenario, args.speed, pathlib.Path(workdir.name))
-            for scenario in DEMO_SCENARIOS
-        }
+        agents = {scenario: start_agent(children, scenario, args.speed, folder) for scenario in DEMO_SCENARIOS}
         lines = [
             f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
             + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())
         ]
         if args.prometheus or args.victoriametrics:
-            alertmanager = start_alertmanager(children, pathlib.Path(workdir.name))
+            alertmanager = start_alertmanager(children, folder)
             dashboard_url = f"http://127.0.0.1:{args.port}"
             if args.prometheus:
-                url, rules = start_prometheus(children, agents, pathlib.Path(workdir.name), alertmanager, dashboard_url)
+                url, rules = start_prometheus(children, agents, folder, alertmanager, dashboard_url)
                 lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
             else:
-                url, rules = start_victoriametrics(
-                    children, agents, pathlib.Path(workdir.name), alertmanager, dashboard_url
-                )
+                url, rules = start_victoriametrics(children, agents, folder, alertmanager, dashboard_url)
                 lines.append(
                     f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
                     f"evaluates the rules: {', '.join(rules)}"

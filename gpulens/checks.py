@@ -69,10 +69,7 @@ def mapping(
             close = difflib.get_close_matches(str(key), allowed, n=1)
             fix = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(allowed)}"
             raise Invalid(where, f"unknown key {shown(key)}; {fix}")
-    for key in required:
-        if key not in value:
-            raise Invalid(where, f"missing key {key!r}")
-    return value
+    return record(value, where, required)
 
 
 def record(value: Any, where: str, required: Collection[str] = ()) -> dict[Any, Any]:

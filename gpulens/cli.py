@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -38,6 +39,20 @@ commands:
 'gpulens COMMAND --help' tells more; 'gpulens --version' prints the version.
 """
 
+# The subcommands that hand their arguments to one function ("module:function"), imported only when named,
+# so that each command loads its own part of the system and no other.
+COMMANDS = {
+    "agent": "gpulens.agent.daemon:main",
+    "report": "gpulens.report.cli:run",
+    "trace": "gpulens.tracecli:main",
+    "try": "gpulens.trycli:main",
+    "probe": "gpulens.probes.cli:main",
+    "sim": "gpulens.agent.simulator.run:main",
+    "rules": "gpulens.bundled:rules_main",
+    "grafana": "gpulens.bundled:grafana_main",
+    "files": "gpulens.bundled:files_main",
+}
+
 
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose mistakes are one line on stderr and exit 2, not argparse's usage dump."""
@@ -57,26 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gpulens {__version__}")
         return 0
     command, rest = args[0], args[1:]
-    if command == "agent":
-        from gpulens.agent.daemon import main as agent_main
-
-        return agent_main(rest)
-    if command == "report":
-        from gpulens.report.cli import run as report_main
-
-        return report_main(rest)
-    if command == "trace":
-        from gpulens.tracecli import main as trace_main
-
-        return trace_main(rest)
-    if command == "try":
-        from gpulens.trycli import main as try_main
-
-        return try_main(rest)
-    if command == "probe":
-        from gpulens.probes.cli import main as probe_main
-
-        return probe_main(rest)
+    if command in COMMANDS:
+        module, function = COMMANDS[command].split(":")
+        return getattr(importlib.import_module(module), function)(rest)
     if command in ("dashboard", "demo"):
         try:
             from gpulens.dashboard import launch
@@ -88,15 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
         return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
-    if command == "sim":
-        from gpulens.agent.simulator.run import main as sim_main
-
-        return sim_main(rest)
-    if command in ("rules", "grafana", "files"):
-        from gpulens import bundled
-
-        commands = {"rules": bundled.rules_main, "grafana": bundled.grafana_main, "files": bundled.files_main}
-        return commands[command](rest)
     if command == "scenarios":
         from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
 

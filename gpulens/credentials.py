@@ -15,7 +15,9 @@ import os
 import pathlib
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from gpulens.errors import converted
 
 CA_FILE = "GPULENS_AGENT_CA_FILE"
 CERT_FILE = "GPULENS_AGENT_CERT_FILE"
@@ -94,13 +96,7 @@ def read_credentials(args: argparse.Namespace) -> Credentials:
     token = _read_text(args.bearer_token_file, "the bearer token file")
     basic_auth = _basic_auth(args.basic_auth_file, "the basic auth file")
     tls = tls_credentials(args.ca_file, args.cert_file, args.key_file, tls_flags(), "Prometheus'")
-    return Credentials(
-        bearer_token=token or None,
-        basic_auth=basic_auth,
-        ca_file=tls.ca_file,
-        cert_file=tls.cert_file,
-        key_file=tls.key_file,
-    )
+    return replace(tls, bearer_token=token or None, basic_auth=basic_auth)
 
 
 def tls_credentials(
@@ -205,8 +201,6 @@ def agent_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
         (CA_FILE, CERT_FILE, KEY_FILE),
         "the agents'",
     )
-    try:
+    with converted(ValueError, AccessError):
         auth = _basic_auth(environ.get(BASIC_AUTH_FILE, "").strip(), BASIC_AUTH_FILE)
-    except ValueError as error:
-        raise AccessError(str(error)) from None
-    return Credentials(basic_auth=auth, ca_file=tls.ca_file, cert_file=tls.cert_file, key_file=tls.key_file)
+    return replace(tls, basic_auth=auth)

@@ -45,7 +45,7 @@ def alerts_page() -> None:
         st.subheader(f"Silences in force ({len(silences)})")
         st.caption(f"From {answer.value.alertmanager}; set and lift them there (or with amtool).")
         if silences:
-            st.dataframe(silences, hide_index=True, width="stretch")
+            context.table(silences)
     context.updated(now)
 
 

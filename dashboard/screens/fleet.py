@@ -104,7 +104,7 @@ def fleet() -> None:
             )
             + ":"
         )
-        st.dataframe(
+        context.table(
             [
                 {
                     "GPU": f"{r.node} {r.name}",
@@ -119,9 +119,7 @@ def fleet() -> None:
                 }
                 for r in flagged[DETAILED:]
             ],
-            column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
-            hide_index=True,
-            width="stretch",
+            context.DETAILS,
         )
     context.updated(now)
 

@@ -70,7 +70,7 @@ def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
     covering = oncall.covering(alerts.value.silences, gpu)
     if covering:
         st.caption(f"Silences in force over this GPU's alerts ({len(covering)}), from {where}")
-        st.dataframe(alerts_view.silence_rows(covering, now), hide_index=True, width="stretch")
+        context.table(alerts_view.silence_rows(covering, now))
     else:
         st.caption(f"No silence in {where} covers this GPU's alerts.")
     decision = gate.current()[0]
@@ -175,7 +175,7 @@ def gpu_page() -> None:
     )
 
     st.subheader(f"Node {node}")
-    st.dataframe(view.node_rows(on_node, node, now), hide_index=True, width="stretch")
+    context.table(view.node_rows(on_node, node, now))
 
     st.subheader(f"GPU {gpu} on {node}: {words.state_name(current.state)}")
     st.markdown(
@@ -191,7 +191,7 @@ def gpu_page() -> None:
         oncall_panel(current, flagged, alerts, now)
     if current.slices:
         st.markdown(f"**Its MIG slices ({len(current.slices)})**, each judged on its own")
-        st.dataframe(view.slice_rows(current, now), hide_index=True, width="stretch")
+        context.table(view.slice_rows(current, now))
 
     data = history.value
     start, end = view.span(data)
@@ -224,7 +224,7 @@ def gpu_page() -> None:
     if current.slices:
         st.caption("Its MIG slices are held one by one: their holders are listed with them above.")
     elif holders:
-        st.dataframe(holders, hide_index=True, width="stretch")
+        context.table(holders)
         if current.job_id:
             st.markdown(f"[Open the job's page]({job_link(current.job_kind, current.job_id)})")
     else:

@@ -58,14 +58,14 @@ def trace_panel(job: JobSummary, traces: JobTraces) -> None:
         st.caption(
             "The last trace of each process, as its agent exports it (the file and its operators are on the node)."
         )
-        st.dataframe(trace_view.exported_rows(traces.exported, now), hide_index=True, width="stretch")
+        context.table(trace_view.exported_rows(traces.exported, now))
         newest = trace_view.exported_text(traces.exported)
         if newest:
             st.code(newest, language=None)
     earlier = trace_view.earlier(traces.runs, last, now)
     if earlier:
         st.caption("Its other traces, newest first")
-        st.dataframe(earlier, hide_index=True, width="stretch")
+        context.table(earlier)
     if not last and not traces.exported and (traces.enabled or traces.cannot_start):
         st.caption("No finished trace of this job's processes to show.")
 
@@ -104,12 +104,7 @@ def not_running(
             context.draw(charts.shares([asdict(s) for s in breakdown]))
         if record.gpus:
             st.markdown("**The GPUs it held**")
-            st.dataframe(
-                view.past_gpu_rows(record, gpus),
-                column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
-                hide_index=True,
-                width="stretch",
-            )
+            context.table(view.past_gpu_rows(record, gpus), context.DETAILS)
     report(record.kind if record else kind, job_id)
 
 
@@ -199,7 +194,7 @@ def job_page() -> None:
 
     st.markdown("**Its GPUs**")
     if held:
-        st.dataframe(
+        context.table(
             [
                 {
                     "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
@@ -210,9 +205,7 @@ def job_page() -> None:
                 }
                 for g in held
             ],
-            column_config={"details": st.column_config.LinkColumn("details", display_text="open")},
-            hide_index=True,
-            width="stretch",
+            context.DETAILS,
         )
     else:
         st.caption("The job holds no GPU now; the hours above are what the agents counted while it ran.")

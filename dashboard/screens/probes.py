@@ -34,8 +34,14 @@ def probes_page() -> None:
         )
     else:
         st.success("Every GPU measures close to its peers and its datasheet.")
-    st.dataframe(
+    context.table(
         [{**asdict(r), "link": r.link} for r in rows],
+        {
+            "of_spec": st.column_config.ProgressColumn("of datasheet peak", format="percent", min_value=0, max_value=1),
+            "of_fleet_median": st.column_config.NumberColumn("of fleet median (same model)", format="percent"),
+            "last_run": "last run",
+            "link": st.column_config.LinkColumn("GPU", display_text="open"),
+        },
         column_order=(
             "node",
             "gpu",
@@ -48,14 +54,6 @@ def probes_page() -> None:
             "last_run",
             "link",
         ),
-        column_config={
-            "of_spec": st.column_config.ProgressColumn("of datasheet peak", format="percent", min_value=0, max_value=1),
-            "of_fleet_median": st.column_config.NumberColumn("of fleet median (same model)", format="percent"),
-            "last_run": "last run",
-            "link": st.column_config.LinkColumn("GPU", display_text="open"),
-        },
-        hide_index=True,
-        width="stretch",
     )
     st.caption(
         "Bandwidths count bytes read plus bytes written, in GB/s (10⁹ bytes per second); matrix "

@@ -51,9 +51,9 @@ def trends_page() -> None:
     context.draw(charts.daily_groups(view.group_daily_rows(report)))
     hours = st.column_config.NumberColumn(format="%.2f")
     share = st.column_config.NumberColumn(format="percent")
-    st.dataframe(
+    context.table(
         view.group_rows(report),
-        column_config={
+        {
             "GPU-hours": hours,
             "wasted GPU-hours": hours,
             "wasted share": share,
@@ -63,28 +63,19 @@ def trends_page() -> None:
             "share then": share,
             "share now": share,
         },
-        hide_index=True,
-        width="stretch",
     )
     st.caption("Most improved first: waste a day in the last days less that in the first days, in GPU-hours.")
 
     st.subheader("Reasons")
-    st.dataframe(
+    context.table(
         view.reason_rows(report),
-        column_config={
-            "wasted GPU-hours": hours,
-            "of the waste": share,
-            "first days, a day": hours,
-            "last days, a day": hours,
-        },
-        hide_index=True,
-        width="stretch",
+        {"wasted GPU-hours": hours, "of the waste": share, "first days, a day": hours, "last days, a day": hours},
     )
 
     st.subheader(f"Tips followed ({len(report.followed)} of {len(report.follow_ups)})")
     rows = view.follow_up_rows(report)
     if rows:
-        st.dataframe(rows, column_config={"share then": share, "share now": share}, hide_index=True, width="stretch")
+        context.table(rows, {"share then": share, "share now": share})
     else:
         st.info("No run of the period was flagged with a reason while a tip for it applied, and then run again.")
     for note in view.notes(report):

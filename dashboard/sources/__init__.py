@@ -22,11 +22,13 @@ from __future__ import annotations
 import functools
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import replace
 
-from gpulens.credentials import AccessError, Credentials, agent_credentials, tls_credentials
+from gpulens.credentials import AccessError, agent_credentials, tls_credentials
 from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
 from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
 from gpulens.dashboard.sources.prometheus import PrometheusSource
+from gpulens.errors import converted
 from gpulens.urls import check_url, quoted_url
 
 __all__ = [
@@ -95,7 +97,7 @@ def from_environment(environ: Mapping[str, str]) -> Source:
         if auth and environ.get(BEARER_TOKEN):
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         alertmanager = environ.get(ALERTMANAGER, "").strip()
-        try:
+        with converted(ValueError, ConfigError):  # AccessError too
             tls = tls_credentials(*(environ.get(name) for name in PROMETHEUS_TLS), PROMETHEUS_TLS, "Prometheus'")
             alertmanager_tls = (
                 tls_credentials(*(environ.get(name) for name in ALERTMANAGER_TLS), ALERTMANAGER_TLS, "Alertmanager's")
@@ -104,28 +106,20 @@ def from_environment(environ: Mapping[str, str]) -> Source:
             )
             return PrometheusSource.from_url(
                 prometheus,
-                Credentials(
-                    bearer_token=environ.get(BEARER_TOKEN) or None,
-                    basic_auth=(user, password) if auth else None,
-                    ca_file=tls.ca_file,
-                    cert_file=tls.cert_file,
-                    key_file=tls.key_file,
+                replace(
+                    tls, bearer_token=environ.get(BEARER_TOKEN) or None, basic_auth=(user, password) if auth else None
                 ),
                 alertmanager=alertmanager,
                 alertmanager_tls=alertmanager_tls,
             )
-        except ValueError as error:  # AccessError too
-            raise ConfigError(str(error)) from None
     if environ.get(ALERTMANAGER, "").strip():
         raise ConfigError(
             f"{ALERTMANAGER} needs Prometheus: alerts come from Prometheus' rules; "
             f"set {PROMETHEUS} too, or unset {ALERTMANAGER}"
         )
     if agents:
-        try:
+        with converted(AccessError, ConfigError):
             credentials = agent_credentials(environ)
-        except AccessError as error:
-            raise ConfigError(str(error)) from None
         return AgentsSource(
             parse_agents(agents),
             fetch=functools.partial(fetch_metrics, credentials=credentials),

@@ -181,6 +181,10 @@ class PrometheusSource:
                         problems.append(problem)
         return results, problems
 
+    def _instant(self, queries: dict[str, str], now: float) -> tuple[dict[str, Any], list[SourceProblem]]:
+        """Run the instant `queries` (PromQL by name) at `now` concurrently, as `_run` runs its calls."""
+        return self._run({name: (lambda q=q: self._api.query(q, now)) for name, q in queries.items()})
+
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
         now = self._clock()
         window = max(int(window_seconds), 60)
@@ -229,7 +233,7 @@ class PrometheusSource:
         if verdicts is None or not lacking or len(lacking) > RECENT_VERDICTS_AT_MOST:
             return verdicts
         promql = RECENT_VERDICTS % _matching(lacking)
-        results, more = self._run({"recent": lambda: self._api.query(promql, now)})
+        results, more = self._instant({"recent": promql}, now)
         problems += [p for p in more if p not in problems]
         return verdicts + [item for item in results["recent"] or () if assemble.gpu_key(item["metric"]) in lacking]
 
@@ -243,7 +247,7 @@ class PrometheusSource:
             return Answer(())
         keys = ((u.node, u.gpu, u.uuid) for g in gpus for u in (g, *g.slices))
         promql = f"{{__name__=~{any_of(DETAIL_SERIES)}, {_matching(keys)}}}"
-        results, problems = self._run({"detail": lambda: self._api.query(promql, self._clock())})
+        results, problems = self._instant({"detail": promql}, self._clock())
         return Answer(assemble.with_detail(gpus, _samples(results["detail"])), tuple(problems))
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
@@ -286,29 +290,21 @@ class PrometheusSource:
         return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline)), tuple(problems))
 
     def jobs(self) -> Answer[tuple[JobSummary, ...]]:
-        results, problems = self._run({"jobs": lambda: self._api.query(JOBS, self._clock())})
+        results, problems = self._instant({"jobs": JOBS}, self._clock())
         return Answer(assemble.job_summaries(_samples(results["jobs"])), tuple(problems))
 
     def probes(self) -> Answer[tuple[ProbeResult, ...]]:
-        now = self._clock()
-        results, problems = self._run(
-            {
-                "probes": lambda: self._api.query(PROBES, now),
-                "gpus": lambda: self._api.query(PROBED_GPUS, now),
-            }
-        )
+        results, problems = self._instant({"probes": PROBES, "gpus": PROBED_GPUS}, self._clock())
         return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])), tuple(problems))
 
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         if not job.nodes:
             return Answer(JobTraces(cannot_start=_no_agent(job)))
-        now = self._clock()
-        results, problems = self._run(
-            {
-                "traces": lambda: self._api.query(TRACES % any_of(job.nodes), now),
-                "holders": lambda: self._api.query(HOLDERS % (label_value(job.job_kind), label_value(job.job_id)), now),
-            }
-        )
+        queries = {
+            "traces": TRACES % any_of(job.nodes),
+            "holders": HOLDERS % (label_value(job.job_kind), label_value(job.job_id)),
+        }
+        results, problems = self._instant(queries, self._clock())
         samples = _samples(results["traces"]) + _samples(results["holders"])
         exported = assemble.job_traces(samples, job.job_kind, job.job_id)
         return Answer(JobTraces(exported=exported, cannot_start=_no_agent(job)), tuple(problems))
@@ -320,9 +316,7 @@ class PrometheusSource:
         now = self._clock()
         job = f"job_id={label_value(job_id)}" + (f", job_kind={label_value(job_kind)}" if job_kind else "")
         values = {"job": job, "window": PAST_JOB_DAYS * 86400}
-        results, problems = self._run(
-            {name: (lambda q=q: self._api.query(q % values, now)) for name, q in _PAST_QUERIES.items()}
-        )
+        results, problems = self._instant({name: q % values for name, q in _PAST_QUERIES.items()}, now)
         return Answer(_past_job(job_id, results, now), tuple(problems))
 
     def alerts(self) -> Answer[Alerts]:

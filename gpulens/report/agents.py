@@ -11,6 +11,7 @@ from typing import Any
 from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
+from gpulens.errors import converted
 from gpulens.httpclient import HttpError
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
 from gpulens.report.traces import SLACK_SECONDS, JobTraces, checked_run, newest_first
@@ -37,10 +38,8 @@ class Agents:
 
     def _get(self, agent: AgentClient, params: dict, step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
-        try:
+        with converted(HttpError, SourceError):
             body = agent.jobs(params)
-        except HttpError as error:
-            raise SourceError(str(error)) from None
         try:
             records = [JobRecord.from_dict(item) for item in body["jobs"]]
         except (KeyError, TypeError, ValueError) as error:

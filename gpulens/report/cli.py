@@ -20,8 +20,10 @@ from dataclasses import replace
 from gpulens import thresholds as t
 from gpulens import units
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
+from gpulens.errors import converted
 from gpulens.printable import printable
-from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN
+from gpulens.report import document, htmlpage, line, machine, markdown
+from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, when
 from gpulens.report.progress import Progress
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
 from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report, job_report
@@ -50,10 +52,8 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_duration(text: str, flag: str) -> float:
     """Return seconds from '300s', '5m', '12h', '7d' or '2w' (gpulens.units)."""
-    try:
+    with converted(units.UnitError, UsageError):
         return units.parse_duration(text, flag)
-    except units.UnitError as error:
-        raise UsageError(str(error)) from None
 
 
 def parse_time(text: str, flag: str, now: float) -> float:
@@ -189,57 +189,38 @@ def _source(args) -> Source:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
         from gpulens.report.agents import Agents
 
-        try:
+        with converted((AccessError, ValueError), UsageError):  # ValueError: an --agent that is not a URL
             return Agents(args.agent, timeout, credentials=agent_credentials())
-        except (AccessError, ValueError) as error:  # ValueError: an --agent that is not a URL
-            raise UsageError(str(error)) from None
     if not args.prometheus:
         raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
     from gpulens.report.prometheus import Prometheus
 
-    try:
+    with converted(ValueError, UsageError):  # also an unreadable credentials or TLS file (AccessError)
         return Prometheus(args.prometheus, timeout, credentials=read_credentials(args))
-    except ValueError as error:  # also an unreadable credentials or TLS file (AccessError)
-        raise UsageError(str(error)) from None
+
+
+# What writes each format: the machine formats and the HTML page from the report, Markdown from its document.
+_FROM_REPORT = {"json": machine.to_json, "csv": machine.to_csv, "line": line.to_lines}
+_PAGES = {"job": htmlpage.render_job, "fleet": htmlpage.render_fleet, "trend": htmlpage.render_trend}
+_DOCUMENTS = {"job": document.job_document, "fleet": document.fleet_document, "trend": document.trend_document}
 
 
 def _render(report, fmt: str, command: str) -> str:
-    if fmt == "json":
-        from gpulens.report.machine import to_json
-
-        return to_json(report)
-    if fmt == "csv":
-        from gpulens.report.machine import to_csv
-
-        return to_csv(report)
-    if fmt == "line":
-        from gpulens.report.line import to_lines
-
-        return to_lines(report)
+    if fmt in _FROM_REPORT:
+        return _FROM_REPORT[fmt](report)
     if fmt == "html":
-        from gpulens.report import htmlpage
-
-        render = {"job": htmlpage.render_job, "fleet": htmlpage.render_fleet, "trend": htmlpage.render_trend}
-        return render[command](report)
-    from gpulens.report.document import fleet_document, job_document, trend_document
-
-    document = {"job": job_document, "fleet": fleet_document, "trend": trend_document}[command](report)
+        return _PAGES[command](report)
+    written = _DOCUMENTS[command](report)
     if fmt == "markdown":
-        from gpulens.report import markdown
-
-        return markdown.render(document)
-    return document  # the terminal format prints the document itself
+        return markdown.render(written)
+    return written  # the terminal format prints the document itself
 
 
 def _job(source, args, since: float, until: float, min_duration: float, progress) -> JobReport:
     """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
     records = source.job(args.id, since, until, progress)
     if not records:
-        raise SourceError(
-            f"no job {args.id!r} in {source.description} between {_day(since)} and "
-            f"{_day(until)}; check the id, widen --since, or list the jobs with "
-            "'gpulens report fleet'"
-        )
+        raise _nothing(f"job {args.id!r}", source, since, until, _CHECK_ID)
     records = _one_job(records, args.id, source.description)
     if args.ended:
         records = [replace(r, running=False) for r in records]
@@ -268,10 +249,8 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
         if args.command == "trend":
             since, until = whole_hours(since, until)
-            try:
+            with converted(ValueError, UsageError):
                 check_period(since, until)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
         if args.command == "trend" and args.format not in TREND_FORMATS:
             raise UsageError(
                 f"--format {args.format} writes one line per job and a trend lists days, not jobs; "
@@ -299,10 +278,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         else:
             report = _fleet(source, args, since, until, min_duration, progress)
             if report is None:
-                raise SourceError(
-                    f"no jobs in {source.description} between {_day(since)} and {_day(until)}; "
-                    "widen --since or check that the agents run with a ledger"
-                )
+                raise _nothing("jobs", source, since, until, _NO_LEDGER)
     except SourceError as error:
         progress.close()
         print(f"gpulens report: {error}", file=sys.stderr)
@@ -333,10 +309,7 @@ def _trend(source: Source, by: str, since: float, until: float, min_duration: fl
         daily = spread(records, by, since, until)
         report = trend_report(daily, records, by, since, until, min_duration, source.description)
     if report.total.held <= 0:
-        raise SourceError(
-            f"no GPU-hours in {source.description} between {_day(since)} and {_day(until)}; "
-            "widen --since or check that the agents run with a ledger"
-        )
+        raise _nothing("GPU-hours", source, since, until, _NO_LEDGER)
     return report
 
 
@@ -378,8 +351,14 @@ def _write(output, path: str | None) -> int:
     return 0
 
 
-def _day(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
+# The fixes for a period without what a report needs: an unknown job, no job at all.
+_CHECK_ID = "check the id, widen --since, or list the jobs with 'gpulens report fleet'"
+_NO_LEDGER = "widen --since or check that the agents run with a ledger"
+
+
+def _nothing(what: str, source: Source, since: float, until: float, fix: str) -> SourceError:
+    """The error for a period in which `source` holds no `what`; `fix` says what to try."""
+    return SourceError(f"no {what} in {source.description} between {when(since)} and {when(until)}; {fix}")
 
 
 def _has_rich() -> bool:

@@ -44,6 +44,10 @@ SHORT_JOBS_SHOWN = 25
 ID_SHOWN = 12  # pod UIDs and container ids are long; tables show their start (JSON and CSV keep them whole)
 # Requests that brought no trace, listed under the traces (JSON carries every one the agents remember).
 UNTRACED_SHOWN = 5
+# Columns of numbers (gpulens.report.terminal sets them flush right): a fleet report's by group, in their order,
+# and a trend's waste a day in its first days against its last.
+GROUP_NUMBERS = ("jobs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.")
+CHANGE_NUMBERS = ("first, a day", "last, a day", "change")
 STATE_NAMES = {
     "free": "free",
     "idle": "idle",
@@ -290,22 +294,7 @@ def fleet_document(report: FleetReport) -> Document:
     )
     groups = Table(
         f"By {report.by}, most wasted first",
-        (
-            report.by,
-            "jobs",
-            "GPU-hours",
-            "wasted",
-            "idle",
-            "starved",
-            "underused",
-            "wasted %",
-            "busy",
-            "SM act.",
-            "peak memory",
-            "kWh",
-            "top tip",
-            "worst jobs",
-        ),
+        (report.by, *GROUP_NUMBERS, "peak memory", "kWh", "top tip", "worst jobs"),
         tuple(
             (
                 g.key,
@@ -467,9 +456,7 @@ def trend_document(report: TrendReport) -> Document:
             "wasted",
             "wasted %",
             *reasons,
-            "first, a day",
-            "last, a day",
-            "change",
+            *CHANGE_NUMBERS,
             "wasted % then → now",
             "tips followed",
         ),
@@ -491,7 +478,7 @@ def trend_document(report: TrendReport) -> Document:
     )
     causes = Table(
         f"Reasons: the first {window} against the last {change.days}",
-        ("reason", "wasted GPU-hours", "of the waste", "first, a day", "last, a day", "change"),
+        ("reason", "wasted GPU-hours", "of the waste", *CHANGE_NUMBERS),
         tuple(
             (
                 STATE_NAMES[r],

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpulens.credentials import Credentials
+from gpulens.errors import converted
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
@@ -154,13 +155,11 @@ class Prometheus:
     # -- jobs ------------------------------------------------------------------------------------
 
     def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
-        try:
+        with converted(HttpError, SourceError):
             return self._records("", since, until, step)
-        except HttpError as error:
-            raise SourceError(str(error)) from None
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
-        try:
+        with converted(HttpError, SourceError):
             records = self._records(selector(job_id), since, until, step)
             if not records:  # perhaps a pod name
                 pod = selector(job_id, "pod")
@@ -172,8 +171,6 @@ class Prometheus:
                 return []
             step("querying the timeline")
             return [replace(r, timeline=self._timeline(r, selector(r.id))) for r in records]
-        except HttpError as error:
-            raise SourceError(str(error)) from None
 
     # -- the fleet report people read ---------------------------------------------------------------
 
@@ -187,7 +184,7 @@ class Prometheus:
         A month of a big fleet is hundreds of thousands of jobs; JSON and CSV list them whole (`jobs()`).
         """
         check_grouping(by)  # before it goes into the queries
-        try:
+        with converted(HttpError, SourceError):
             lean = self._records("", since, until, step, _tables(by))
             if not lean:
                 return None
@@ -197,8 +194,6 @@ class Prometheus:
             ids = {r.id for r in shown}
             found = self._records(f"{{job_id=~{any_of(ids)}}}", since, until, step) if ids else []
             whole = {r.key: r for r in found}
-        except HttpError as error:
-            raise SourceError(str(error)) from None
         return replace(
             report,
             jobs=tuple((whole.get(r.key, r), mark) for r, mark in report.jobs[:rows]),
@@ -345,7 +340,7 @@ class Prometheus:
                 f"{self.api.where} records no {by} in its hourly GPU-hours; group by one of "
                 f"{', '.join(self.TREND_GROUPINGS)}, or read the ledgers (--ledger PATH or --agent URL)"
             )
-        try:
+        with converted(HttpError, SourceError):
             daily, how = self._daily(by, since, until, step)
             notes = [how]
             try:
@@ -356,8 +351,6 @@ class Prometheus:
                     "No tips are followed up: the agents export no per-job totals; start them with "
                     "--jobs.export-totals."
                 )
-        except HttpError as error:
-            raise SourceError(str(error)) from None
         with collector_paused:  # a month of a big fleet's jobs, and no cycles among them
             return trend_report(daily, runs, by, since, until, min_duration, self.description, notes)
 
@@ -418,7 +411,7 @@ class Prometheus:
         at = record.last_seen + SLACK_SECONDS  # the scrape that holds the last sighting comes after it
         over = f"{{gpu_uuid=~{gpus}}}[{_seconds(at - record.start)}]"
         by = "instance, pid, gpu_uuid"
-        try:
+        with converted(HttpError, SourceError):
             queries = {
                 "trace times": f"max by ({by}) (last_over_time(gpulens_job_trace_timestamp_seconds{over}))",
                 "trace step times": f"max by ({by}) (last_over_time(gpulens_job_trace_step_seconds{over}))",
@@ -448,8 +441,6 @@ class Prometheus:
                 )
                 if _value(item) > 1
             }
-        except HttpError as error:
-            raise SourceError(str(error)) from None
         runs = []
         for (instance, pid, uuid), p in found.items():
             trace_id, bottleneck = ids.get((instance, pid, uuid), (None, None))

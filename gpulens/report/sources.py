@@ -17,6 +17,7 @@ from typing import Protocol
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
+from gpulens.errors import converted
 from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 
@@ -52,10 +53,8 @@ class LedgerFiles:
 
     def _read(self, path: str, step: Step, **query) -> list[JobRecord]:
         step(f"reading {path}")
-        try:
+        with converted(LedgerError, SourceError):
             conn = connect_readonly(path)
-        except LedgerError as error:
-            raise SourceError(str(error)) from None
         try:
             node = read_node(conn)
             records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)

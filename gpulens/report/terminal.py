@@ -7,20 +7,12 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from gpulens.report.document import Document
+from gpulens.report.document import CHANGE_NUMBERS, GROUP_NUMBERS, Document
 
 STYLES = {"red": "bold red", "warning": "yellow", "ok": "green", "short": "dim", "no_data": "dim"}
 _NUMERIC = {
-    "jobs",
+    *GROUP_NUMBERS,
     "GPUs",
-    "GPU-hours",
-    "wasted",
-    "idle",
-    "starved",
-    "underused",
-    "wasted %",
-    "busy",
-    "SM act.",
     "kWh",
     "share",
     "data wait",
@@ -30,9 +22,7 @@ _NUMERIC = {
     "underutilized",
     "wasted GPU-hours",
     "of the waste",
-    "first, a day",
-    "last, a day",
-    "change",
+    *CHANGE_NUMBERS,
     "its share",
     "runs after",
 }
