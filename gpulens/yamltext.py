@@ -42,9 +42,38 @@ class _TwiceWritten(yaml.constructor.ConstructorError):
     """A key written twice in one mapping."""
 
 
+class _NotWhatItSays(yaml.constructor.ConstructorError):
+    """A plain number YAML 1.1 reads as another: the message says which, and how to write either."""
+
+
 class _UniqueKeys(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key written twice in one mapping: PyYAML keeps the last and drops the
-    first without a word, which hides a mistake as surely as a misspelt key would."""
+    first without a word, which hides a mistake as surely as a misspelt key would. It also refuses the
+    numbers YAML 1.1 (PyYAML's) reads as other numbers, which YAML 1.2 and most readers do not: a leading 0
+    is octal (serial 0123 would be 83) and colons count in base 60 (1:30 would be 90)."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        digits = node.value.replace("_", "").lstrip("+-")
+        if ":" in digits:
+            self._refuse(node, value, "colons make it a base-60 number")
+        if len(digits) > 1 and digits[0] == "0" and digits[1] not in "xXbB":
+            self._refuse(node, value, "a leading 0 makes it octal")
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        value = super().construct_yaml_float(node)
+        if ":" in node.value:
+            self._refuse(node, value, "colons make it a base-60 number")
+        return value
+
+    @staticmethod
+    def _refuse(node: yaml.ScalarNode, value: float, why: str) -> None:
+        raise _NotWhatItSays(
+            problem=f"{node.value} is the number {value} to YAML ({why}); quote it ('{node.value}') if it is "
+            f"text, or write {value}",
+            problem_mark=node.start_mark,
+        )
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[tuple[str, str]] = set()
@@ -58,6 +87,11 @@ class _UniqueKeys(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# The loader finds constructors by tag, in a table filled when SafeLoader was defined.
+_UniqueKeys.add_constructor("tag:yaml.org,2002:int", _UniqueKeys.construct_yaml_int)
+_UniqueKeys.add_constructor("tag:yaml.org,2002:float", _UniqueKeys.construct_yaml_float)
+
+
 def parse_yaml(text: str) -> Any:
     """Return the document in `text` (None when empty); raise YamlProblem naming the line and the fix."""
     try:
@@ -66,6 +100,8 @@ def parse_yaml(text: str) -> Any:
         mark = getattr(error, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = " ".join(str(getattr(error, "problem", None) or error).split())
+        if isinstance(error, _NotWhatItSays):
+            raise YamlProblem(f"{line}{problem}") from None
         fix = "fix the syntax there"
         if isinstance(error, _TwiceWritten):
             fix = "keep one of the two"
