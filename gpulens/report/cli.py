@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from gpulens import thresholds as t
 from gpulens import units
+from gpulens.cli import usage_problem
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
 from gpulens.printable import printable
@@ -46,8 +47,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        message = printable(message)  # argparse quotes the arguments as they were typed
-        raise UsageError(f"{message} (see 'gpulens report --help')")
+        raise UsageError(f"{usage_problem(message)} (see 'gpulens report --help')")
 
 
 def parse_duration(text: str, flag: str) -> float:

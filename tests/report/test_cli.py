@@ -244,6 +244,8 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--source", "ledger", "--agent", "node1:10906"], ("--source ledger needs --ledger PATH",)),
         (["job"], ("id",)),
         ([], ("report job ID",)),
+        # argparse reads a value that starts with '-' as a flag: the line says how to give it.
+        (["fleet", "--since", "-3d", "--ledger", "x"], ("--since: expected one argument", "as --since=VALUE")),
     ],
 )
 def test_usage_mistakes_exit_2(capsys, argv, words):
