@@ -3,8 +3,8 @@
 `Nvml` wraps a pynvml module: the installed nvidia-ml-py binding over the real libnvidia-ml on a GPU
 node, or a private copy of that same binding over a simulated libnvidia-ml everywhere else
 (`load_simulated_library`), so the agent runs the real binding in every mode. Every call goes through
-`Nvml._call`, which turns NVML's answers into three outcomes the rest of the agent can act on without
-knowing NVML error codes:
+`Nvml._guarded` (most by way of `Nvml._call`), which turns NVML's answers into three outcomes the rest of
+the agent can act on without knowing NVML error codes:
 
 - a value, in base units (bytes, watts, joules, hertz, ratios 0-1, seconds);
 - `None`: "not available here" (NotSupported, NoPermission, FunctionNotFound on an older driver);
@@ -24,7 +24,7 @@ import itertools
 import logging
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,9 +267,16 @@ class Nvml:
         """Call `function` on the library; return its value or None when it is not available."""
         if function in self._missing:
             return None  # this driver lacks the symbol; asking again every cycle would only fail again
+        return self._guarded(function, lambda: getattr(self._lib, function)(*args))
+
+    def _guarded(self, function: str, call: Callable[[], Any], not_found: Any = None) -> Any:
+        """Return what `call` (of NVML's `function`) returns: `not_found` where NVML answers NOT_FOUND, None
+        where the value is otherwise not available here; raise the agent's exception for any other error."""
         try:
-            return getattr(self._lib, function)(*args)
+            return call()
         except self._error as error:
+            if getattr(error, "value", None) == h.ERROR_NOT_FOUND:
+                return not_found
             self._raise_for(function, error)
         except Exception as error:  # anything else the binding raises fails this call only
             self._log_unexpected_once(function, error)
@@ -326,9 +333,7 @@ class Nvml:
         self._capabilities.clear()
         try:
             self._lib.nvmlInit()
-        except self._error as error:
-            raise NvmlDown(f"nvmlInit: {error}") from error
-        except OSError as error:  # the shared library itself could not be loaded
+        except (self._error, OSError) as error:  # OSError: the shared library itself could not be loaded
             raise NvmlDown(f"nvmlInit: {error}") from error
 
     def shutdown(self) -> None:
@@ -395,16 +400,13 @@ class Nvml:
         An empty list means no new sample (NVML answers NOT_FOUND: none yet, or the driver stopped
         sampling an idle GPU); None means not supported.
         """
-        try:
-            _, samples = self._lib.nvmlDeviceGetSamples(handle, h.GPU_UTILIZATION_SAMPLES, since_us)
-        except self._error as error:
-            if error.value == h.ERROR_NOT_FOUND:
-                return []
-            self._raise_for("nvmlDeviceGetSamples", error)
+        samples = self._guarded(
+            "nvmlDeviceGetSamples",
+            lambda: self._lib.nvmlDeviceGetSamples(handle, h.GPU_UTILIZATION_SAMPLES, since_us)[1],
+            not_found=[],
+        )
+        if samples is None:
             return None
-        except Exception as error:  # see _call
-            self._log_unexpected_once("nvmlDeviceGetSamples", error)
-            raise NvmlCallError("nvmlDeviceGetSamples", error) from error
         return [(int(s.timeStamp), s.sampleValue.uiVal / 100.0) for s in samples]
 
     def fields(self, handle: Any, names: Sequence[str]) -> dict[str, float | None]:
@@ -477,14 +479,9 @@ class Nvml:
         if chosen is None:
             return None
         symbol, record = chosen
-        try:
-            entries = self._list(symbol, record, handle)
-        except self._error as error:
-            self._raise_for(symbol, error)
+        entries = self._guarded(symbol, lambda: self._list(symbol, record, handle))
+        if entries is None:
             return None
-        except Exception as error:  # see _call
-            self._log_unexpected_once(symbol, error)
-            raise NvmlCallError(symbol, error) from error
         return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory)) for e in entries]
 
     def _list(self, symbol: str, record: type, handle: Any) -> list:
@@ -522,16 +519,13 @@ class Nvml:
     def process_utilization(self, handle: Any, since_us: int) -> tuple[dict[int, float], int] | None:
         """Return the SM utilization ratio of each process that ran kernels since `since_us`, and the
         newest sample's timestamp (to pass as `since_us` next time)."""
-        try:
-            samples = self._lib.nvmlDeviceGetProcessUtilization(handle, since_us)
-        except self._error as error:
-            if error.value == h.ERROR_NOT_FOUND:
-                return {}, since_us
-            self._raise_for("nvmlDeviceGetProcessUtilization", error)
+        samples = self._guarded(
+            "nvmlDeviceGetProcessUtilization",
+            lambda: self._lib.nvmlDeviceGetProcessUtilization(handle, since_us),
+            not_found=[],  # no process ran kernels since then
+        )
+        if samples is None:
             return None
-        except Exception as error:  # see _call
-            self._log_unexpected_once("nvmlDeviceGetProcessUtilization", error)
-            raise NvmlCallError("nvmlDeviceGetProcessUtilization", error) from error
         by_pid: dict[int, list[int]] = {}
         newest = since_us
         for s in samples:

@@ -229,12 +229,7 @@ class ProcessInfoV1(ctypes.Structure):
 class ProcessInfo(ctypes.Structure):
     """nvmlProcessInfo_v2_t, which `_v2` fills and `_v3` fills again from R545 on."""
 
-    _fields_ = [
-        ("pid", c_uint),
-        ("usedGpuMemory", c_ulonglong),
-        ("gpuInstanceId", c_uint),
-        ("computeInstanceId", c_uint),
-    ]
+    _fields_ = [*ProcessInfoV1._fields_, ("gpuInstanceId", c_uint), ("computeInstanceId", c_uint)]
 
 
 class ProcessInfoV3Cc(ctypes.Structure):
@@ -247,13 +242,7 @@ class ProcessInfoV3Cc(ctypes.Structure):
     NVIDIA/go-nvml issue #75; nvidia-ml-py 12.535.77 reads this layout, 12.535.108 and newer do not).
     """
 
-    _fields_ = [
-        ("pid", c_uint),
-        ("usedGpuMemory", c_ulonglong),
-        ("gpuInstanceId", c_uint),
-        ("computeInstanceId", c_uint),
-        ("usedGpuCcProtectedMemory", c_ulonglong),
-    ]
+    _fields_ = [*ProcessInfo._fields_, ("usedGpuCcProtectedMemory", c_ulonglong)]
 
 
 class ProcessUtilizationSample(ctypes.Structure):

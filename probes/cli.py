@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from gpulens import thresholds
 from gpulens.printable import printable
+from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
 
@@ -374,14 +375,4 @@ def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: d
 
 
 def _unprobed(ident, detail: str) -> GpuReport:
-    return GpuReport(
-        gpu=str(ident.index),
-        uuid=ident.uuid,
-        name=ident.name,
-        spec="",
-        device="",
-        status=ERROR,
-        detail=detail,
-        started=0.0,
-        seconds=0.0,
-    )
+    return failed(ProbeRequest(ident.index, ident.uuid, ident.name, at=0.0), ERROR, detail)

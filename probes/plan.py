@@ -62,22 +62,16 @@ def fit(plan: Plan, device_cap: int, host_cap: int) -> Plan:
     while plan.device_bytes > device_cap or plan.host_side_bytes > host_cap:
         largest = max(plan.d2d_bytes, plan.host_side_bytes, max(plan.matmul_bytes(d) for d in plan.dtypes))
         if plan.host_side_bytes > host_cap or largest == plan.host_side_bytes:
-            if plan.host_bytes // 2 < MIN_COPY_BYTES:
-                raise PlanError(_too_small(device_cap, host_cap))
-            plan = replace(plan, host_bytes=plan.host_bytes // 2)
+            size, least = "host_bytes", MIN_COPY_BYTES
         elif largest == plan.d2d_bytes:
-            if plan.copy_bytes // 2 < MIN_COPY_BYTES:
-                raise PlanError(_too_small(device_cap, host_cap))
-            plan = replace(plan, copy_bytes=plan.copy_bytes // 2)
+            size, least = "copy_bytes", MIN_COPY_BYTES
         else:
-            if plan.matmul_n // 2 < MIN_MATMUL_N:
-                raise PlanError(_too_small(device_cap, host_cap))
-            plan = replace(plan, matmul_n=plan.matmul_n // 2)
+            size, least = "matmul_n", MIN_MATMUL_N
+        halved = getattr(plan, size) // 2
+        if halved < least:
+            raise PlanError(
+                f"the memory cap ({device_cap / MIB:.0f} MiB on the device, {host_cap / MIB:.0f} MiB on the host) "
+                "is too small for even the smallest probe; free some memory or raise --memory-fraction"
+            )
+        plan = replace(plan, **{size: halved})
     return plan
-
-
-def _too_small(device_cap: int, host_cap: int) -> str:
-    return (
-        f"the memory cap ({device_cap / MIB:.0f} MiB on the device, {host_cap / MIB:.0f} MiB on the host) "
-        "is too small for even the smallest probe; free some memory or raise --memory-fraction"
-    )

@@ -21,11 +21,8 @@ from gpulens.probes import kernels
 from gpulens.probes.plan import CPU_PLAN, GPU_PLAN, Plan, PlanError, fit
 from gpulens.probes.results import (
     ABORTED,
-    BANDWIDTH,
     BUSY,
-    BYTES_PER_SECOND,
     ERROR,
-    FLOPS,
     MATMUL,
     OK,
     TIMEOUT,
@@ -36,7 +33,7 @@ from gpulens.probes.results import (
     overall,
 )
 from gpulens.probes.safety import Budget, GpuBusy, Guard, NoGuard, TimeUp
-from gpulens.probes.steps import Step, steps
+from gpulens.probes.steps import Step, result, steps
 from gpulens.probes.steps import skipped as skipped_result
 
 DEFAULT_MEMORY_FRACTION = 0.5  # of what is free when the probe starts, on the device and on the host
@@ -217,23 +214,17 @@ def _result(
     step: Step, m: kernels.Measurement, peak: float | None, status: str, detail: str, judged: bool
 ) -> ProbeResult:
     value = m.rate if status != WRONG else None
-    return ProbeResult(
-        kind=step.kind,
-        name=step.name,
-        direction=step.direction,
-        memory=step.memory,
-        dtype=step.dtype,
-        value=value,
-        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
-        peak=peak,
-        peak_ratio=(value / peak) if value is not None and peak else None,
-        status=status,
+    return result(
+        step,
+        status,
+        detail,
+        value,
+        peak,
         judged=judged,
         size=m.size,
         repeats=m.repeats,
         seconds=m.seconds,
         error=m.error,
-        detail=detail,
     )
 
 

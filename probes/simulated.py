@@ -20,22 +20,9 @@ from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import Nvml, load_simulated_library
 from gpulens.agent.simulator.scenario import Gpu, Scenario
 from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
-from gpulens.probes.results import (
-    ABORTED,
-    BANDWIDTH,
-    BUSY,
-    BYTES_PER_SECOND,
-    FLOPS,
-    OK,
-    TIMEOUT,
-    WRONG,
-    GpuReport,
-    ProbeResult,
-    judge,
-    overall,
-)
+from gpulens.probes.results import ABORTED, BANDWIDTH, BUSY, OK, TIMEOUT, WRONG, GpuReport, ProbeResult, judge, overall
 from gpulens.probes.safety import GpuBusy, Guard
-from gpulens.probes.steps import Step, skipped, steps
+from gpulens.probes.steps import Step, result, skipped, steps
 
 STEP_SECONDS = 1.0  # simulated seconds per probe; a real GPU's probe set takes about ten
 SPREAD = 0.015  # relative spread of simulated values between runs and GPUs
@@ -146,20 +133,4 @@ def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult
 def _make(
     step: Step, value: float | None, peak: float, status: str, judged: bool, detail: str, error: float | None = None
 ) -> ProbeResult:
-    return ProbeResult(
-        kind=step.kind,
-        name=step.name,
-        direction=step.direction,
-        memory=step.memory,
-        dtype=step.dtype,
-        value=value,
-        unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
-        peak=peak,
-        peak_ratio=value / peak if value is not None else None,
-        status=status,
-        judged=judged,
-        repeats=1,
-        seconds=STEP_SECONDS,
-        error=error,
-        detail=detail,
-    )
+    return result(step, status, detail, value, peak, judged=judged, repeats=1, seconds=STEP_SECONDS, error=error)

@@ -1,8 +1,9 @@
-"""The probes of one run, in the order they run, and the record of one that did not run. No torch here."""
+"""The probes of one run, in the order they run, and the record each one leaves, run or not. No torch here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpulens.gpus import MATMUL_DTYPES
 from gpulens.probes.results import BANDWIDTH, BYTES_PER_SECOND, FLOPS, MATMUL, SKIPPED, ProbeResult
@@ -29,18 +30,27 @@ def steps(dtypes: tuple[str, ...] = MATMUL_DTYPES, peer: bool = False) -> list[S
     return out
 
 
-def skipped(step: Step, why: str) -> ProbeResult:
-    """Return the result of a probe that did not run, and why."""
+def result(
+    step: Step, status: str, detail: str, value: float | None = None, peak: float | None = None, **measured: Any
+) -> ProbeResult:
+    """Return `step`'s result: its names and unit from the step, its ratio from `value` and `peak`, and the
+    rest of ProbeResult's fields (judged, size, repeats, seconds, error) from `measured`."""
     return ProbeResult(
         kind=step.kind,
         name=step.name,
         direction=step.direction,
         memory=step.memory,
         dtype=step.dtype,
-        value=None,
+        value=value,
         unit=BYTES_PER_SECOND if step.kind == BANDWIDTH else FLOPS,
-        peak=None,
-        peak_ratio=None,
-        status=SKIPPED,
-        detail=why,
+        peak=peak,
+        peak_ratio=value / peak if value is not None and peak else None,
+        status=status,
+        detail=detail,
+        **measured,
     )
+
+
+def skipped(step: Step, why: str) -> ProbeResult:
+    """Return the result of a probe that did not run, and why."""
+    return result(step, SKIPPED, why)

@@ -171,6 +171,26 @@ class _EventSet:
     delivered: set[tuple[int, int]] = field(default_factory=set)  # (gpu, xid position)
 
 
+def _reading(
+    *names: str,
+    read: Callable[[SimulatedGpu | _Mig], int | None],
+    ctype: type = c_uint,
+    feature: str | None = None,
+    mig: bool = False,
+) -> Callable:
+    """Export the C function(s) `names` that write one number, `read(gpu)`, through their one pointer, and
+    answer NOT_SUPPORTED where `read` gives None."""
+
+    def method(self: SimulatedDriver, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
+        value = read(gpu)
+        if value is None:
+            return h.ERROR_NOT_SUPPORTED
+        _put(out, ctype, value)
+        return h.SUCCESS
+
+    return _export(*names, args=(P,), feature=feature, mig=mig)(method)
+
+
 class SimulatedDriver:
     """libnvidia-ml for `scenario`, at simulated time `clock()` (seconds), sample times from `epoch`.
 
@@ -414,10 +434,7 @@ class SimulatedDriver:
                 return self._give_handle(gpu, now, out)
         return h.ERROR_NOT_FOUND
 
-    @_export("nvmlDeviceGetIndex", args=(P,))
-    def _index(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, gpu.spec.index)
-        return h.SUCCESS
+    _index = _reading("nvmlDeviceGetIndex", read=lambda gpu: gpu.spec.index)
 
     @_export("nvmlDeviceGetUUID", args=(P, U), mig=True)
     def _uuid(self, gpu: SimulatedGpu | _Mig, now: float, buffer: int, length: int) -> int:
@@ -459,21 +476,15 @@ class SimulatedDriver:
         _put(pending, c_uint, mode)
         return h.SUCCESS
 
-    @_export("nvmlDeviceIsMigDeviceHandle", args=(P,), mig=True)
-    def _is_mig_device(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
-        _put(out, c_uint, int(isinstance(gpu, _Mig)))
-        return h.SUCCESS
+    _is_mig_device = _reading("nvmlDeviceIsMigDeviceHandle", read=lambda gpu: int(isinstance(gpu, _Mig)), mig=True)
 
     # -- MIG devices (nvml.h, "Multi Instance GPU Management") ----------------------------------------
 
     def _live_instances(self, gpu: SimulatedGpu, now: float) -> list[SimulatedInstance]:
         return sorted((i for i in gpu.instances if i.exists(now)), key=lambda i: i.spec.gpu_instance)
 
-    @_export("nvmlDeviceGetMaxMigDeviceCount", args=(P,))
-    def _max_mig_devices(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        """Seven on a MIG-enabled board here; "zero if MIG is not supported or enabled" (nvml.h)."""
-        _put(out, c_uint, 7 if gpu.spec.mig else 0)
-        return h.SUCCESS
+    # Seven on a MIG-enabled board here; "zero if MIG is not supported or enabled" (nvml.h).
+    _max_mig_devices = _reading("nvmlDeviceGetMaxMigDeviceCount", read=lambda gpu: 7 if gpu.spec.mig else 0)
 
     @_export("nvmlDeviceGetMigDeviceHandleByIndex", args=(U, P))
     def _mig_handle(self, gpu: SimulatedGpu, now: float, index: int, out: int) -> int:
@@ -494,19 +505,17 @@ class SimulatedDriver:
         _put(out, c_void_p, self._handle_of(gpu.gpu))
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetGpuInstanceId", args=(P,), mig=True)
-    def _gpu_instance_id(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
-        if not isinstance(gpu, _Mig):
-            return h.ERROR_NOT_SUPPORTED
-        _put(out, c_uint, gpu.instance.spec.gpu_instance)
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetComputeInstanceId", args=(P,), mig=True)
-    def _compute_instance_id(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
-        if not isinstance(gpu, _Mig):
-            return h.ERROR_NOT_SUPPORTED
-        _put(out, c_uint, gpu.instance.spec.compute_instance)
-        return h.SUCCESS
+    # A whole GPU's handle has no instance ids: NOT_SUPPORTED.
+    _gpu_instance_id = _reading(
+        "nvmlDeviceGetGpuInstanceId",
+        read=lambda gpu: gpu.instance.spec.gpu_instance if isinstance(gpu, _Mig) else None,
+        mig=True,
+    )
+    _compute_instance_id = _reading(
+        "nvmlDeviceGetComputeInstanceId",
+        read=lambda gpu: gpu.instance.spec.compute_instance if isinstance(gpu, _Mig) else None,
+        mig=True,
+    )
 
     @_export("nvmlDeviceGetAttributes_v2", args=(P,), mig=True)
     def _attributes(self, gpu: SimulatedGpu | _Mig, now: float, out: int) -> int:
@@ -532,15 +541,9 @@ class SimulatedDriver:
         _put(minor, c_int, found[1])
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetPersistenceMode", args=(P,))
-    def _persistence(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_int, h.FEATURE_ENABLED)  # data-center nodes run nvidia-persistenced
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetComputeMode", args=(P,))
-    def _compute_mode(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_int, h.COMPUTEMODE_DEFAULT)
-        return h.SUCCESS
+    # Data-center nodes run nvidia-persistenced.
+    _persistence = _reading("nvmlDeviceGetPersistenceMode", read=lambda gpu: h.FEATURE_ENABLED, ctype=c_int)
+    _compute_mode = _reading("nvmlDeviceGetComputeMode", read=lambda gpu: h.COMPUTEMODE_DEFAULT, ctype=c_int)
 
     @_export("nvmlDeviceGetPerformanceState", args=(P,))
     def _performance_state(self, gpu: SimulatedGpu, now: float, out: int) -> int:
@@ -685,21 +688,17 @@ class SimulatedDriver:
 
     # -- power, temperature, fan -----------------------------------------------------------------
 
-    @_export("nvmlDeviceGetPowerUsage", args=(P,), feature="power")
-    def _power(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        """mW, averaged over the last second, as most boards report it."""
-        _put(out, c_uint, gpu.average_power_mw())
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetTotalEnergyConsumption", args=(P,), feature="energy")
-    def _energy(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_ulonglong, int(gpu.energy_mj))
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetPowerManagementLimit", args=(P,), feature="power_limit")
-    def _power_limit(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, round(gpu.spec.power_limit * 1000))
-        return h.SUCCESS
+    # mW, averaged over the last second, as most boards report it.
+    _power = _reading("nvmlDeviceGetPowerUsage", read=lambda gpu: gpu.average_power_mw(), feature="power")
+    _energy = _reading(
+        "nvmlDeviceGetTotalEnergyConsumption", read=lambda gpu: int(gpu.energy_mj), ctype=c_ulonglong, feature="energy"
+    )
+    _power_limit = _reading(
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPowerManagementLimit",
+        read=lambda gpu: round(gpu.spec.power_limit * 1000),
+        feature="power_limit",
+    )
 
     @_export("nvmlDeviceGetTemperature", args=(U, P), feature="temperature")
     def _temperature(self, gpu: SimulatedGpu, now: float, sensor: int, out: int) -> int:
@@ -719,13 +718,10 @@ class SimulatedDriver:
         _struct(out, _Temperature).temperature = gpu.current_temperature()
         return h.SUCCESS
 
-    @_export("nvmlDeviceGetFanSpeed", args=(P,), feature="fan")
-    def _fan(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        """Percent; NOT_SUPPORTED on passively cooled (data-center) boards, unless the scenario gives a fan."""
-        if gpu.fan is None:
-            return h.ERROR_NOT_SUPPORTED
-        _put(out, c_uint, int(gpu.fan(gpu.k) + 0.5))
-        return h.SUCCESS
+    # Percent; NOT_SUPPORTED on passively cooled (data-center) boards, unless the scenario gives a fan.
+    _fan = _reading(
+        "nvmlDeviceGetFanSpeed", read=lambda gpu: None if gpu.fan is None else int(gpu.fan(gpu.k) + 0.5), feature="fan"
+    )
 
     @_export("nvmlDeviceGetFanSpeed_v2", args=(U, P), feature="fan")
     def _fan_v2(self, gpu: SimulatedGpu, now: float, fan: int, out: int) -> int:
@@ -733,10 +729,7 @@ class SimulatedDriver:
             return h.ERROR_INVALID_ARGUMENT
         return self._fan(gpu, now, out)
 
-    @_export("nvmlDeviceGetNumFans", args=(P,))
-    def _fans(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, 0 if gpu.fan is None else 1)
-        return h.SUCCESS
+    _fans = _reading("nvmlDeviceGetNumFans", read=lambda gpu: 0 if gpu.fan is None else 1)
 
     # -- clocks ----------------------------------------------------------------------------------
 
@@ -773,25 +766,16 @@ class SimulatedDriver:
 
     # -- PCIe ------------------------------------------------------------------------------------
 
-    @_export("nvmlDeviceGetCurrPcieLinkGeneration", args=(P,), feature="pcie_link")
-    def _link_generation(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, gpu.spec.pcie.gen)
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetCurrPcieLinkWidth", args=(P,), feature="pcie_link")
-    def _link_width(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, gpu.spec.pcie.width)
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetMaxPcieLinkGeneration", args=(P,), feature="pcie_link")
-    def _max_link_generation(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, gpu.spec.pcie.max_gen)
-        return h.SUCCESS
-
-    @_export("nvmlDeviceGetMaxPcieLinkWidth", args=(P,), feature="pcie_link")
-    def _max_link_width(self, gpu: SimulatedGpu, now: float, out: int) -> int:
-        _put(out, c_uint, gpu.spec.pcie.max_width)
-        return h.SUCCESS
+    _link_generation = _reading(
+        "nvmlDeviceGetCurrPcieLinkGeneration", read=lambda gpu: gpu.spec.pcie.gen, feature="pcie_link"
+    )
+    _link_width = _reading("nvmlDeviceGetCurrPcieLinkWidth", read=lambda gpu: gpu.spec.pcie.width, feature="pcie_link")
+    _max_link_generation = _reading(
+        "nvmlDeviceGetMaxPcieLinkGeneration", read=lambda gpu: gpu.spec.pcie.max_gen, feature="pcie_link"
+    )
+    _max_link_width = _reading(
+        "nvmlDeviceGetMaxPcieLinkWidth", read=lambda gpu: gpu.spec.pcie.max_width, feature="pcie_link"
+    )
 
     @_export("nvmlDeviceGetPcieThroughput", args=(U, P), feature="pcie_throughput")
     def _pcie_throughput(self, gpu: SimulatedGpu, now: float, counter: int, out: int) -> int:

@@ -7,12 +7,15 @@ in it and the fix; unknown keys are mistakes too, so typos never pass silently.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from gpulens import gpus
 from gpulens.checks import Invalid, choice, described, flag, items, mapping, number, shown, text, whole
@@ -450,6 +453,20 @@ def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
+def _optional(spec: dict, key: str, where: str, parse: Callable[..., Any], *limits: Any) -> Any:
+    """Return parse(spec[key], its place, *limits), or None when `spec` has no `key`."""
+    return parse(spec[key], _at(where, key), *limits) if key in spec else None
+
+
+def _entries(
+    raw: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Iterator[tuple[str, dict]]:
+    """Yield each item of the list `raw` with its place (`where[i]`), checked to be a mapping of those keys."""
+    for i, item in enumerate(items(raw, where)):
+        at = f"{where}[{i}]"
+        yield at, mapping(item, at, required, optional)
+
+
 def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, convert=number) -> Signal | None:
     """Return the signal under ``key`` (None if absent), refusing noise-free values outside [lo, hi]."""
     if key not in spec:
@@ -509,14 +526,8 @@ def _processes(
 ) -> tuple[Process, ...]:
     """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold."""
     processes: list[Process] = []
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        spec = mapping(
-            item,
-            at,
-            ("memory",),
-            ("pid", "host_process", "sm_utilization", "start", "end", "every", "for", "job", "host", "torch"),
-        )
+    keys = ("pid", "host_process", "sm_utilization", "start", "end", "every", "for", "job", "host", "torch")
+    for at, spec in _entries(raw, where, ("memory",), keys):
         real = None
         if "host_process" in spec:
             if not real_allowed:
@@ -541,9 +552,9 @@ def _processes(
                 raise Invalid(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
         every, lasts = _repeat(spec, at)
         sm = _signal(spec, "sm_utilization", at, 0, 100)
-        job = _job(spec["job"], f"{at}.job") if "job" in spec else None
-        host = _host(spec["host"], f"{at}.host") if "host" in spec else None
-        torch = _torch(spec["torch"], f"{at}.torch") if "torch" in spec else None
+        job = _optional(spec, "job", at, _job)
+        host = _optional(spec, "host", at, _host)
+        torch = _optional(spec, "torch", at, _torch)
         if job is not None and job.id_counts_up and every is None:
             raise Invalid(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
         process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts, real)
@@ -635,29 +646,12 @@ def _host(raw: object, where: str) -> HostSpec:
     )
 
 
-_TORCH_KEYS = (
-    "steps_per_second",
-    "num_workers",
-    "pin_memory",
-    "prefetch_factor",
-    "persistent_workers",
-    "batch_size",
-    "autocast",
-    "autocast_dtype",
-    "tf32",
-    "allocated",
-    "reserved",
-    "alloc_retries",
-    "ooms",
-)
+# Every TorchSpec field but the required data_wait is an optional key, in the same order.
+_TORCH_KEYS = tuple(f.name for f in dataclasses.fields(TorchSpec) if f.name != "data_wait")
 
 
 def _torch(raw: object, where: str) -> TorchSpec:
     spec = mapping(raw, where, ("data_wait",), _TORCH_KEYS)
-
-    def optional(key, parse):
-        return parse(spec[key], _at(where, key)) if key in spec else None
-
     allocated = int(byte_count(spec.get("allocated", 0), _at(where, "allocated")))
     reserved = int(byte_count(spec.get("reserved", allocated), _at(where, "reserved")))
     if reserved < allocated:
@@ -665,14 +659,14 @@ def _torch(raw: object, where: str) -> TorchSpec:
     return TorchSpec(
         data_wait=_signal(spec, "data_wait", where, 0, 1),
         steps_per_second=number(spec.get("steps_per_second", 1.0), _at(where, "steps_per_second"), 0.001, 100_000),
-        num_workers=optional("num_workers", lambda v, w: whole(v, w, 0, 256)),
-        pin_memory=optional("pin_memory", flag),
-        prefetch_factor=optional("prefetch_factor", lambda v, w: whole(v, w, 1, 1024)),
-        persistent_workers=optional("persistent_workers", flag),
-        batch_size=optional("batch_size", lambda v, w: whole(v, w, 1, 10_000_000)),
-        autocast=optional("autocast", flag),
-        autocast_dtype=optional("autocast_dtype", lambda v, w: choice(v, w, ("bfloat16", "float16"))),
-        tf32=optional("tf32", flag),
+        num_workers=_optional(spec, "num_workers", where, whole, 0, 256),
+        pin_memory=_optional(spec, "pin_memory", where, flag),
+        prefetch_factor=_optional(spec, "prefetch_factor", where, whole, 1, 1024),
+        persistent_workers=_optional(spec, "persistent_workers", where, flag),
+        batch_size=_optional(spec, "batch_size", where, whole, 1, 10_000_000),
+        autocast=_optional(spec, "autocast", where, flag),
+        autocast_dtype=_optional(spec, "autocast_dtype", where, choice, ("bfloat16", "float16")),
+        tf32=_optional(spec, "tf32", where, flag),
         allocated=allocated,
         reserved=reserved,
         alloc_retries=whole(spec.get("alloc_retries", 0), _at(where, "alloc_retries"), 0),
@@ -682,9 +676,7 @@ def _torch(raw: object, where: str) -> TorchSpec:
 
 def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
     windows = []
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        spec = mapping(item, at, ("reasons",), ("at", "until", "every", "for"))
+    for at, spec in _entries(raw, where, ("reasons",), ("at", "until", "every", "for")):
         names = items(spec["reasons"], f"{at}.reasons")
         if not names:
             raise Invalid(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
@@ -695,9 +687,7 @@ def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
 
 def _ecc(raw: object, where: str) -> tuple[EccEvent, ...]:
     events = []
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        spec = mapping(item, at, ("at", "kind"), ("count",))
+    for at, spec in _entries(raw, where, ("at", "kind"), ("count",)):
         kind = choice(spec["kind"], f"{at}.kind", ("corrected", "uncorrected"))
         count = whole(spec.get("count", 1), f"{at}.count", 1)
         events.append(EccEvent(number(spec["at"], f"{at}.at", 0), kind == "uncorrected", count))
@@ -711,8 +701,8 @@ def _remap_event(raw: object, where: str, timed: bool) -> RemapEvent:
         at=number(spec["at"], f"{where}.at", 0) if timed else 0.0,
         correctable=whole(spec.get("correctable", 0), f"{where}.correctable", 0),
         uncorrectable=whole(spec.get("uncorrectable", 0), f"{where}.uncorrectable", 0),
-        pending=flag(spec["pending"], f"{where}.pending") if "pending" in spec else None,
-        failure=flag(spec["failure"], f"{where}.failure") if "failure" in spec else None,
+        pending=_optional(spec, "pending", where, flag),
+        failure=_optional(spec, "failure", where, flag),
     )
 
 
@@ -723,12 +713,10 @@ def _remapped_rows(raw: object, where: str) -> tuple[RemapEvent, ...]:
 
 
 def _xids(raw: object, where: str) -> tuple[Xid, ...]:
-    events = []
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        spec = mapping(item, at, ("at", "code"))
-        events.append(Xid(number(spec["at"], f"{at}.at", 0), whole(spec["code"], f"{at}.code", 1)))
-    return tuple(events)
+    return tuple(
+        Xid(number(spec["at"], f"{at}.at", 0), whole(spec["code"], f"{at}.code", 1))
+        for at, spec in _entries(raw, where, ("at", "code"))
+    )
 
 
 def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
@@ -762,14 +750,18 @@ def _derived_id(seed: int, index: int, salt: int) -> int:
     return mix64(mix64(seed) ^ (index << 8) ^ salt)
 
 
-def _uuid(spec: dict, where: str, seed: int, index: int) -> str:
+def _uuid(spec: dict, where: str, prefix: str, seed: int, index: int, salt: int) -> str:
+    """The scenario's `uuid`, checked, or one derived from the seed, the GPU's index and `salt` (and the next
+    salt): "<prefix>-" and 32 hex digits in groups of 8-4-4-4-12."""
     if "uuid" in spec:
         uuid = text(spec["uuid"], _at(where, "uuid"))
-        if not re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
-            raise Invalid(_at(where, "uuid"), "expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+        if not re.fullmatch(prefix + r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
+            raise Invalid(
+                _at(where, "uuid"), f"expected {prefix}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)"
+            )
         return uuid
-    digits = f"{_derived_id(seed, index, 1):016x}{_derived_id(seed, index, 2):016x}"
-    return f"GPU-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+    digits = f"{_derived_id(seed, index, salt):016x}{_derived_id(seed, index, salt + 1):016x}"
+    return f"{prefix}-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 # Bus numbers of the eight GPUs on an HGX baseboard; real machines never put a GPU on bus 00.
@@ -885,7 +877,7 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         index=index,
         name=name,
         memory_total=memory_total,
-        uuid=_uuid(spec, where, seed, index),
+        uuid=_uuid(spec, where, "GPU", seed, index, 1),
         serial=text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec else _serial(seed, index),
         pci_bus_id=_pci_bus_id(spec, where, index),
         pci_device_id=model.pci_device_id if model else 0x000010DE,
@@ -934,8 +926,8 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         processes=processes,
         mig_instances=instances,
         utilization_from_instances=bool(instances) and "utilization" not in spec,
-        allocated_to=_allocation(spec["allocated_to"], _at(where, "allocated_to")) if "allocated_to" in spec else None,
-        probe=_probe(spec["probe"], _at(where, "probe")) if "probe" in spec else None,
+        allocated_to=_optional(spec, "allocated_to", where, _allocation),
+        probe=_optional(spec, "probe", where, _probe),
     )
 
 
@@ -962,9 +954,7 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
         known = ", ".join(m for m in MODELS if gpus.mig_profiles(m))
         raise Invalid(where, f"no MIG profiles are known for {name}; use mig: true, or one of {known}")
     parsed: list[dict] = []
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        spec = mapping(item, at, ("profile",), _MIG_KEYS)
+    for i, (at, spec) in enumerate(_entries(raw, where, ("profile",), _MIG_KEYS)):
         wanted = text(spec["profile"], f"{at}.profile")
         if wanted not in profiles:
             raise Invalid(f"{at}.profile", f"{name} has no MIG profile {wanted!r}; choose one of {', '.join(profiles)}")
@@ -988,12 +978,9 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
                     f"{at}.processes[{j}].end",
                     f"an instance in use cannot be destroyed: end by its until ({window.until:g})",
                 )
-        gpu_instance = (
-            whole(spec["gpu_instance"], f"{at}.gpu_instance", 0, _MAX_GPU_INSTANCE_ID)
-            if "gpu_instance" in spec
-            else None
-        )
-        uuid = _mig_uuid(spec, at, seed, index, i)
+        gpu_instance = _optional(spec, "gpu_instance", at, whole, 0, _MAX_GPU_INSTANCE_ID)
+        # Drivers from R470 on name a MIG device "MIG-<uuid>" (dcgm-exporter's nvmlprovider; MIG User Guide).
+        uuid = _uuid(spec, at, "MIG", seed, index, 0x100 + 2 * i)
         parsed.append(
             {
                 "profile": profile,
@@ -1004,9 +991,7 @@ def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> t
                 "sm_activity": _signal(spec, "sm_activity", at, 0, 1) or constant(0.0),
                 "tensor_activity": _signal(spec, "tensor_activity", at, 0, 1),
                 "processes": processes,
-                "allocated_to": _allocation(spec["allocated_to"], f"{at}.allocated_to")
-                if "allocated_to" in spec
-                else None,
+                "allocated_to": _optional(spec, "allocated_to", at, _allocation),
             }
         )
     _check_mig_capacity(parsed, where, name)
@@ -1059,18 +1044,6 @@ def _give_instance_ids(parsed: list[dict], where: str) -> None:
         fields["gpu_instance"] = next(n for n in range(first, _MAX_GPU_INSTANCE_ID + 1) if n not in taken)
 
 
-def _mig_uuid(spec: dict, where: str, seed: int, index: int, position: int) -> str:
-    """Drivers from R470 on name a MIG device "MIG-<uuid>" (dcgm-exporter's nvmlprovider; MIG User Guide)."""
-    if "uuid" in spec:
-        uuid = text(spec["uuid"], _at(where, "uuid"))
-        if not re.fullmatch(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
-            raise Invalid(_at(where, "uuid"), "expected MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
-        return uuid
-    salt = 0x100 + 2 * position
-    digits = f"{_derived_id(seed, index, salt):016x}{_derived_id(seed, index, salt + 1):016x}"
-    return f"MIG-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
-
-
 def _instance_processes(instances: tuple[MigInstance, ...], where: str) -> tuple[Process, ...]:
     """Every instance's processes, which the parent lists together; pids are the host's, so one GPU's differ."""
     everyone: list[Process] = []
@@ -1085,14 +1058,10 @@ def _instance_processes(instances: tuple[MigInstance, ...], where: str) -> tuple
 
 def _probe(raw: object, where: str) -> ProbeSpec:
     spec = mapping(raw, where, (), ("memory_bandwidth", "host_bandwidth", "matmul", "correct"))
-
-    def ratio(key):
-        return number(spec[key], _at(where, key), 0.01, 1.0) if key in spec else None
-
     return ProbeSpec(
-        ratio("memory_bandwidth"),
-        ratio("host_bandwidth"),
-        ratio("matmul"),
+        _optional(spec, "memory_bandwidth", where, number, 0.01, 1.0),
+        _optional(spec, "host_bandwidth", where, number, 0.01, 1.0),
+        _optional(spec, "matmul", where, number, 0.01, 1.0),
         flag(spec.get("correct", True), _at(where, "correct")),
     )
 
@@ -1138,11 +1107,11 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
         kind=kind,
         window=_window(spec, where),
         gpu=gpu,
-        what=choice(spec["what"], f"{where}.what", FEATURES) if "what" in spec else None,
-        error=choice(spec["error"], f"{where}.error", INIT_ERRORS) if "error" in spec else None,
+        what=_optional(spec, "what", where, choice, FEATURES),
+        error=_optional(spec, "error", where, choice, INIT_ERRORS),
         pid=pid,
-        function=_function(spec["function"], f"{where}.function") if "function" in spec else None,
-        count=whole(spec["count"], f"{where}.count", 1, 10_000) if "count" in spec else None,
+        function=_optional(spec, "function", where, _function),
+        count=_optional(spec, "count", where, whole, 1, 10_000),
     )
 
 
