@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gpulens import thresholds
-from gpulens.printable import printable
+from gpulens.cli import usage_problem
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
@@ -52,8 +52,7 @@ class Unavailable(RuntimeError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        message = printable(message)  # argparse quotes the arguments as they were typed
-        raise UsageError(f"{message} (see 'gpulens probe --help')")
+        raise UsageError(f"{usage_problem(message)} (see 'gpulens probe --help')")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from importlib import resources
 
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
+from gpulens.cli import usage_problem
 from gpulens.printable import printable
 from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.units import UnitError, parse_duration
@@ -44,7 +45,7 @@ _installed: tuple[Scenario, SharedClock] | None = None
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        raise ConfigError(f"{printable(message)} (see 'gpulens sim --help')")
+        raise ConfigError(f"{usage_problem(message)} (see 'gpulens sim --help')")
 
 
 def _parser() -> argparse.ArgumentParser:
