@@ -55,14 +55,26 @@ def percent(ratio: float | None, places: int = 0, against: Iterable[float] = ())
     """
     if ratio is None or not _known(ratio):
         return ""
-    text = f"{ratio:.{places}%}"
+    return _on_its_side(ratio, f"{ratio:.{places}%}"[:-1], places, against, 100) + "%"
+
+
+def fixed(value: float, places: int, against: Iterable[float] = ()) -> str:
+    """Return `value` to `places` decimals, on its side of each threshold of `against` as `percent` keeps it:
+    for the machine-read ratios beside a mark (a busy ratio of 0.149996 beside "red" is 0.1499, not 0.1500)."""
+    text = f"{value:.{places}f}"
+    return _on_its_side(value, text, places, against, 1) if _known(value) else text
+
+
+def _on_its_side(value: float, text: str, places: int, against: Iterable[float], scale: int) -> str:
+    """Return `text`, `value` times `scale` to `places` decimals; where that rounding crossed a threshold of
+    `against` (in the units of `value`), the exact value rounded toward its own side instead."""
     for threshold in against:
-        below = ratio < threshold
-        if below == (Decimal(text[:-1]) < Decimal(repr(threshold)) * 100):
+        below = value < threshold
+        if below == (Decimal(text) < Decimal(repr(threshold)) * scale):
             continue
         step = Decimal(1).scaleb(-places)
-        exact = Decimal(ratio) * 100  # the float's exact value: the comparison above is between floats
-        text = f"{exact.quantize(step, rounding=ROUND_FLOOR if below else ROUND_CEILING)}%"
+        exact = Decimal(value) * scale  # the float's exact value: the comparison above is between floats
+        text = str(exact.quantize(step, rounding=ROUND_FLOOR if below else ROUND_CEILING))
     return text
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpulens import words
 from gpulens.dashboard.views import words as page_words
-from gpulens.report import document
+from gpulens.report import document, machine
 
 
 @pytest.mark.parametrize(
@@ -82,6 +82,32 @@ def test_the_dashboard_reports_and_tips_write_a_span_the_same_way():
 )
 def test_a_percent_beside_a_threshold_stays_on_its_side(ratio, places, thresholds, text):
     assert words.percent(ratio, places, thresholds) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "thresholds", "text"),
+    [
+        (0.149996, (0.15, 0.25), "0.1499"),  # rounding would write the 0.15 it is below
+        (0.15, (0.15, 0.25), "0.1500"),
+        (0.24999, (0.15, 0.25), "0.2499"),
+        (0.250004, (0.15, 0.25), "0.2500"),  # at or past it: plain rounding never writes it below
+        (0.149996, (), "0.1500"),
+        (float("nan"), (0.15,), "nan"),
+    ],
+)
+def test_a_fixed_ratio_beside_a_mark_stays_on_its_side(value, thresholds, text):
+    assert words.fixed(value, 4, thresholds) == text
+
+
+def test_the_csv_busy_ratio_stays_on_the_side_of_its_mark():
+    from gpulens.report.machine import _csv_row
+    from gpulens.report.summary import RED, flag
+    from gpulens.usage import JobRecord
+
+    record = JobRecord(kind="slurm", id="7", start=0.0, last_seen=7200.0, busy_seconds=14.9996, sampled_seconds=100.0)
+    assert flag(record) == RED
+    row = dict(zip(machine.CSV_COLUMNS, _csv_row(record, RED), strict=True))
+    assert row["busy_ratio"] == "0.1499"
 
 
 def test_every_percent_a_report_writes_beside_a_mark_or_a_limit_stays_on_its_side():

@@ -8,9 +8,11 @@ import json
 import time
 from typing import Any
 
+from gpulens import thresholds as t
 from gpulens.report.summary import FleetReport, Group, JobReport, flag
 from gpulens.report.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.usage import STATES, JobRecord
+from gpulens.words import fixed
 
 SCHEMA = "gpulens.report/v1"
 CSV_COLUMNS = (
@@ -135,8 +137,8 @@ def _every_job(report: FleetReport) -> None:
 
 
 def _csv_row(r: JobRecord, mark: str) -> list:
-    def number(value: float | None, digits: int = 4) -> str:
-        return "" if value is None else f"{value:.{digits}f}"
+    def number(value: float | None, digits: int = 4, against: tuple[float, ...] = ()) -> str:
+        return "" if value is None else fixed(value, digits, against)
 
     return [
         r.kind,
@@ -156,7 +158,7 @@ def _csv_row(r: JobRecord, mark: str) -> list:
         number(r.gpu_seconds / 3600),
         number(r.wasted_seconds / 3600),
         *(number(r.state_seconds.get(s, 0.0) / 3600) for s in STATES),
-        number(r.busy_ratio),
+        number(r.busy_ratio, against=(t.REPORT_BUSY_RED, t.REPORT_BUSY_WARN)),  # on the side of its mark
         number(r.sm_activity),
         number(r.data_wait_ratio),
         r.memory_peak_bytes,
