@@ -42,6 +42,7 @@ OUTCOME_BY = (t.TREND_REASON_GONE, t.TREND_REASON_FLAGGED)
 WORST_JOBS_SHOWN = 25
 SHORT_JOBS_SHOWN = 25
 ID_SHOWN = 12  # pod UIDs and container ids are long; tables show their start (JSON and CSV keep them whole)
+NAME_SHOWN = 24  # a Slurm job's name in a table; the job's own report shows it whole
 # Requests that brought no trace, listed under the traces (JSON carries every one the agents remember).
 UNTRACED_SHOWN = 5
 # Columns of numbers (gpulens.report.terminal sets them flush right): a fleet report's by group, in their order,
@@ -125,10 +126,16 @@ def precise(ratio: float | None, against: tuple[float, ...] = ()) -> str:
 
 
 def job_name(record: JobRecord) -> str:
-    """Return a job's short name for people: its pod name, or its kind and id (long ids cut to 12)."""
+    """Return a job's short name for people: its pod name, or its kind and id (long ids cut to 12) and, for a
+    Slurm job, the name it was submitted with, as squeue shows both ('slurm 4242 (train)')."""
     if record.pod:
         return record.pod
-    return f"{record.kind} {record.id if len(record.id) <= ID_SHOWN else record.id[:ID_SHOWN] + '…'}"
+    shown = f"{record.kind} {_cut(record.id, ID_SHOWN)}"
+    return f"{shown} ({_cut(printable(record.name), NAME_SHOWN)})" if record.name else shown
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def tip_title(tip_id: str) -> str:

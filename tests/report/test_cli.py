@@ -127,6 +127,8 @@ def test_markdown_tables(capsys, fleet_run):
     rule = text.splitlines()[text.splitlines().index(header) + 1]
     assert rule == "|" + "|".join("---" for _ in header.strip("|").split("|")) + "|"
     assert "| notebook-bob-0 | bob |" in text
+    # A Slurm job is named as squeue shows it: its id and the name it was submitted with.
+    assert "| slurm 7001 (era5 loader) |" in text
 
 
 def test_terminal_table(capsys, fleet_run, tmp_path):
