@@ -348,21 +348,17 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
         "a state appears once the job's GPUs were in it.",
         labels=(*_JOB_LABELS, "state"),
     )
-
-    def gauge(name: str, text: str) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
-
-    gpus = gauge("gpulens_job_gpus", "GPUs the job holds on this node this cycle.")
-    cpu = gauge("gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).")
-    allowed = gauge(
+    gpus = _gauge("gpulens_job_gpus", "GPUs the job holds on this node this cycle.")
+    cpu = _gauge("gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).")
+    allowed = _gauge(
         "gpulens_job_cpu_cores_allowed", "CPU cores the job may use (affinity, capped by its cgroup quota)."
     )
-    main = gauge(
+    main = _gauge(
         "gpulens_job_main_process_cpu_ratio",
         "Share of one core the job's main (GPU) process uses; near 1 with no workers means it feeds the GPU alone.",
     )
-    workers = gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
-    io = gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
+    workers = _gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
+    io = _gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
     for row in exported.jobs:
         record, job, held, host = row.total, row.job, row.gpus, row.host
         labels = (job.kind, job.id)
@@ -401,6 +397,16 @@ def _holders(
         owner = (job.user, job.namespace, job.pod, job.container, job.account)
         family.add_metric((*device, job.kind, job.id, *owner), 1.0)
     return family
+
+
+def _gauge(name: str, text: str) -> GaugeMetricFamily:
+    """A per-job gauge."""
+    return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
+
+
+def _counter(name: str, text: str) -> CounterMetricFamily:
+    """A per-job counter (`name` without `_total`)."""
+    return CounterMetricFamily(name, text, labels=_JOB_LABELS)
 
 
 def _increase(before: float | None, after: float | None) -> float:
@@ -503,60 +509,53 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
     wait, PyTorch peaks) exist only for a job that sent reports.
     """
-
-    def counter(name: str, text: str) -> CounterMetricFamily:
-        return CounterMetricFamily(name, text, labels=_JOB_LABELS)
-
-    def gauge(name: str, text: str) -> GaugeMetricFamily:
-        return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
-
     info = GaugeMetricFamily(
         "gpulens_job_info",
         "Always 1: the job's owner and GPU model on this node.",
         labels=(*_JOB_LABELS, "user", "namespace", "pod", "model"),
     )
-    start = gauge("gpulens_job_start_timestamp_seconds", "When this node first saw the job, seconds since the epoch.")
-    seen = gauge(
+    start = _gauge("gpulens_job_start_timestamp_seconds", "When this node first saw the job, seconds since the epoch.")
+    seen = _gauge(
         "gpulens_job_last_seen_timestamp_seconds", "When this node last saw the job on a GPU, seconds since the epoch."
     )
     counters = {
-        "busy_seconds": counter(
+        "busy_seconds": _counter(
             "gpulens_job_gpu_busy_seconds", "GPU-seconds a kernel ran on the job's GPUs while it held them."
         ),
-        "sampled_seconds": counter(
+        "sampled_seconds": _counter(
             "gpulens_job_gpu_sampled_seconds",
             "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled is the job's busy ratio.",
         ),
-        "sm_activity_seconds": counter(
+        "sm_activity_seconds": _counter(
             "gpulens_job_gpu_sm_activity_seconds",
             "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer).",
         ),
-        "gpm_seconds": counter("gpulens_job_gpu_gpm_seconds", "GPU-seconds of the job covered by GPM readings."),
-        "energy_joules": counter(
+        "gpm_seconds": _counter("gpulens_job_gpu_gpm_seconds", "GPU-seconds of the job covered by GPM readings."),
+        "energy_joules": _counter(
             "gpulens_job_energy_joules", "Energy of the job's GPUs while it held them, split among jobs sharing a GPU."
         ),
-        "data_wait_seconds": counter(
+        "data_wait_seconds": _counter(
             "gpulens_job_data_wait_seconds", "Seconds the job waited for data, from its own reports (gpulens.torch)."
         ),
-        "data_wait_observed_seconds": counter(
+        "data_wait_observed_seconds": _counter(
             "gpulens_job_data_wait_observed_seconds", "Seconds covered by the job's own step reports."
         ),
     }
     peaks = {
-        "memory_peak_bytes": gauge(
+        "memory_peak_bytes": _gauge(
             "gpulens_job_memory_peak_bytes", "Most device memory the job's processes used on one GPU since it started."
         ),
-        "memory_capacity_bytes": gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
+        "memory_capacity_bytes": _gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
         # Not *_peak_bytes: those are the in-job families (agent/jobs/metrics.py), per process; one name
         # for both would repeat a family in the exposition, which scrapers reject.
-        "torch_allocated_peak_bytes": gauge(
+        "torch_allocated_peak_bytes": _gauge(
             "gpulens_job_torch_allocated_max_bytes", "Highest PyTorch allocated-bytes peak the job reported."
         ),
-        "torch_reserved_peak_bytes": gauge(
+        "torch_reserved_peak_bytes": _gauge(
             "gpulens_job_torch_reserved_max_bytes", "Highest PyTorch reserved-bytes peak the job reported."
         ),
     }
-    memory = gauge(
+    memory = _gauge(
         "gpulens_job_memory_used_bytes", "Most device memory the job's processes use on one GPU, as of the last cycle."
     )
     tips = CounterMetricFamily(
@@ -564,6 +563,7 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         "GPU-seconds each tip applied to the job's GPUs (ids in docs/tips.md).",
         labels=(*_JOB_LABELS, "tip"),
     )
+    totals: dict[str, CounterMetricFamily | GaugeMetricFamily] = {**counters, **peaks}
     for r, memory_now in records:
         labels = (r.kind, r.id)
         if memory_now is not None:
@@ -573,12 +573,9 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         start.add_metric(labels, r.start)
         seen.add_metric(labels, r.last_seen)
         reported = r.data_wait_observed_seconds > 0 or r.torch_allocated_peak_bytes or r.torch_reserved_peak_bytes
-        for name, family in counters.items():
+        for name, family in totals.items():
             if reported or name not in _IN_JOB:
                 family.add_metric(labels, getattr(r, name))
-        for name, peak in peaks.items():
-            if reported or name not in _IN_JOB:
-                peak.add_metric(labels, getattr(r, name))
         for tip, use in sorted(r.tips.items()):
             tips.add_metric((*labels, tip), use.seconds)
     yield from (info, start, seen, *counters.values(), *peaks.values(), memory, tips)

@@ -54,26 +54,23 @@ def build(config: agent_config.AgentConfig, clock=None):
     """
     receiver = None
     under_sim = simulated_node() if not config.simulate else None
-    if config.simulate:
-        from gpulens.agent.simulator.host import SimulatedSources
-        from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
-
-        try:
-            scenario = load_scenario(config.simulate)
-        except ScenarioError as error:
-            raise agent_config.ConfigError(str(error)) from None
-        clock = clock or SimulatedClock(config.speed)
-        library = load_simulated_library(scenario, clock)
-        receiver = _simulated_receiver(config)
-        sources = SimulatedSources(scenario, clock.monotonic, receiver)
-        mode = "simulated"
-    elif under_sim is not None:
-        # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
-        # the node's jobs, host side and clock come from the same scenario, as with --simulate.
+    if config.simulate or under_sim is not None:
         from gpulens.agent.simulator.host import SimulatedSources
 
-        scenario, clock = under_sim
-        library = load_real_library()
+        if config.simulate:
+            from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
+
+            try:
+                scenario = load_scenario(config.simulate)
+            except ScenarioError as error:
+                raise agent_config.ConfigError(str(error)) from None
+            clock = clock or SimulatedClock(config.speed)
+            library = load_simulated_library(scenario, clock)
+        else:
+            # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
+            # the node's jobs, host side and clock come from the same scenario, as with --simulate.
+            scenario, clock = under_sim
+            library = load_real_library()
         receiver = _simulated_receiver(config)
         sources = SimulatedSources(scenario, clock.monotonic, receiver)
         mode = "simulated"

@@ -16,9 +16,11 @@ from gpulens import thresholds as t
 from gpulens.vocabulary import REASON_STATE, Condition, Reason, State
 
 # Clock event reasons (gpulens.agent.nvml.CLOCK_EVENT_REASONS names) behind each condition.
-_THERMAL = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"})
-_POWER = frozenset({"sw_power_cap"})
-_HW_SLOWDOWN = frozenset({"hw_slowdown", "hw_power_brake_slowdown"})
+_CLOCK_CONDITIONS = {
+    Condition.THERMAL_THROTTLE: frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown"}),
+    Condition.POWER_THROTTLE: frozenset({"sw_power_cap"}),
+    Condition.HW_SLOWDOWN: frozenset({"hw_slowdown", "hw_power_brake_slowdown"}),
+}
 
 
 @dataclass(frozen=True)
@@ -240,15 +242,9 @@ class Diagnoser:
     # -- health ------------------------------------------------------------------------------------
 
     def _conditions(self, track: _Track, now: float, e: Evidence) -> frozenset[Condition]:
-        found: set[Condition] = set()
+        found = {condition for condition, reasons in _CLOCK_CONDITIONS.items() if e.clock_reasons & reasons}
         if not e.up:
             found.add(Condition.LOST)
-        if e.clock_reasons & _THERMAL:
-            found.add(Condition.THERMAL_THROTTLE)
-        if e.clock_reasons & _POWER:
-            found.add(Condition.POWER_THROTTLE)
-        if e.clock_reasons & _HW_SLOWDOWN:
-            found.add(Condition.HW_SLOWDOWN)
         if _link_degraded(e):
             found.add(Condition.PCIE_DEGRADED)
         if e.ecc_uncorrected:

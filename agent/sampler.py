@@ -257,12 +257,13 @@ class Sampler:
 
     def _mark_lost(self, state: _GpuState, reason: str, now: float) -> None:
         log.error("GPU %d (%s) is lost: %s", state.identity.index, state.identity.uuid, reason)
-        state.up = False
-        state.shared.pop("readings", None)
-        self._forget_handles(state)
+        self._mark_down(state)
         self._next_rescan = now + self.rescan_interval
 
-    def _forget_handles(self, state: _GpuState) -> None:
+    def _mark_down(self, state: _GpuState) -> None:
+        """Mark the GPU down: its last readings go, and each collector releases what it holds for it."""
+        state.up = False
+        state.shared.pop("readings", None)
         for collector in self.collectors:
             collector.forget(state.collector_state.setdefault(collector.name, {}))
 
@@ -271,9 +272,7 @@ class Sampler:
         self._error = reason
         self._initialized = False
         for state in self._states.values():
-            state.up = False
-            state.shared.pop("readings", None)
-            self._forget_handles(state)
+            self._mark_down(state)
         self.nvml.shutdown()
         self._next_init = self.clock.monotonic() + self._backoff
 

@@ -138,14 +138,11 @@ class AgentApp:
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "/")
         method = environ.get("REQUEST_METHOD", "GET")
-        if path == "/api/v1/probes/run":
+        post = {"/api/v1/probes/run": self._probe_run, "/api/v1/traces/run": self._trace_run}.get(path)
+        if post is not None:
             if method != "POST":
                 return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
-            return self._probe_run(environ, start_response)
-        if path == "/api/v1/traces/run":
-            if method != "POST":
-                return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
-            return self._trace_run(environ, start_response)
+            return post(environ, start_response)
         if method not in ("GET", "HEAD"):
             return _respond(start_response, "405 Method Not Allowed", "text/plain", b"only GET is served\n")
         if path == "/metrics":
@@ -177,14 +174,14 @@ class AgentApp:
             "last_sample_age_seconds": None if age is None else round(age, 3),
         }
         status = "200 OK" if healthy else "503 Service Unavailable"
-        return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+        return _json(start_response, status, body)
 
     def _job_ledger(self, environ, start_response):
         try:
             body, status = answer(self._jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
         except BadQuery as error:
             body, status = {"error": str(error)}, "400 Bad Request"
-        return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+        return _json(start_response, status, body)
 
     def _probe_history(self, start_response):
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
@@ -195,7 +192,7 @@ class AgentApp:
             for gpu in self._sampler.snapshot.gpus
             if gpu.readings.get("probes") is not None
         }
-        return _respond(start_response, "200 OK", "application/json", (json.dumps(body) + "\n").encode())
+        return _json(start_response, "200 OK", body)
 
     def _probe_run(self, environ, start_response):
         """Queue a probe of ?gpu=UUID|INDEX for the first cycle in which it is free (202)."""

@@ -42,11 +42,10 @@ _UID = r"[0-9a-fA-F]{8}[-_]?[0-9a-fA-F]{4}[-_]?[0-9a-fA-F]{4}[-_]?[0-9a-fA-F]{4}
 # Everything after the pod: a container segment, named by runtime and cgroup driver.
 _CONTAINER = r"(?:/(?P<container>[^/]+))?"
 _POD_CGROUPFS = re.compile(rf"/kubepods(?:/(?:burstable|besteffort|guaranteed))?/pod(?P<uid>{_UID})(?=/|$){_CONTAINER}")
-_POD_SYSTEMD = re.compile(rf"kubepods(?:-(?:burstable|besteffort|guaranteed))?-pod(?P<uid>{_UID})\.slice{_CONTAINER}")
+_POD_SLICE = rf"kubepods(?:-(?:burstable|besteffort|guaranteed))?-pod(?P<uid>{_UID})\.slice"
+_POD_SYSTEMD = re.compile(_POD_SLICE + _CONTAINER)
 # containerd's "slice:prefix:name" form, left unconverted when systemd is not the runtime's init.
-_POD_UNCONVERTED = re.compile(
-    rf"kubepods(?:-(?:burstable|besteffort|guaranteed))?-pod(?P<uid>{_UID})\.slice:[\w-]+:(?P<container>[0-9a-fA-F]+)"
-)
+_POD_UNCONVERTED = re.compile(rf"{_POD_SLICE}:[\w-]+:(?P<container>[0-9a-fA-F]+)")
 # CRI-O's conmon monitor gets its own scope beside the container's; it belongs to the same container.
 _RUNTIME_PREFIXES = ("cri-containerd-", "crio-conmon-", "crio-", "docker-", "containerd-")
 

@@ -83,6 +83,19 @@ def gpu_counter(name: str, help_text: str, pairs, value: Callable[[Any], float |
     return _per_gpu(CounterMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
 
 
+class GpuFamilies:
+    """Per-GPU gauges and counters over one list of (gpu, reading) pairs, as `gpu_gauge` and `gpu_counter` make them."""
+
+    def __init__(self, pairs: Iterable[tuple[GpuSnapshot, Any]]):
+        self.pairs = list(pairs)
+
+    def gauge(self, name: str, help_text: str, value: Callable[[Any], float | None]) -> Metric:
+        return gpu_gauge(name, help_text, self.pairs, value)
+
+    def counter(self, name: str, help_text: str, value: Callable[[Any], float | None]) -> Metric:
+        return gpu_counter(name, help_text, self.pairs, value)
+
+
 def _per_gpu(family, pairs: Iterable[tuple[GpuSnapshot, Any]], value) -> Metric:
     for gpu, reading in pairs:
         v = value(reading)

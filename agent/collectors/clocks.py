@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
 from gpulens.agent.nvml import CLOCK_EVENT_REASONS
 
 
@@ -26,25 +26,21 @@ class ClocksCollector(Collector):
         return ClocksReading(sm, memory, nvml.clock_event_reasons(gpu.handle))
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_sm_clock_hertz",
             f"Current SM clock in hertz; sampled every {interval:g} s.",
-            pairs,
             lambda r: r.sm_hertz,
         )
-        yield gpu_gauge(
-            "gpulens_gpu_memory_clock_hertz",
-            "Current memory clock in hertz.",
-            pairs,
-            lambda r: r.memory_hertz,
+        yield per_gpu.gauge(
+            "gpulens_gpu_memory_clock_hertz", "Current memory clock in hertz.", lambda r: r.memory_hertz
         )
         reasons = GaugeMetricFamily(
             "gpulens_gpu_clock_event_reason",
             "1 while the driver holds clocks down for this reason (thermal, power cap, ...); no series otherwise.",
             labels=(*GPU_LABELS, "reason"),
         )
-        for gpu, reading in pairs:
+        for gpu, reading in per_gpu.pairs:
             if reading.event_reasons is None:
                 continue
             for reason in CLOCK_EVENT_REASONS:

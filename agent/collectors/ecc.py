@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class EccReading:
 class EccCollector(Collector):
     name = "ecc"
     description = "ECC error counters and remapped rows"
-    fields = (
+    fields = (  # in EccReading's order
         "ecc_corrected_volatile",
         "ecc_uncorrected_volatile",
         "remapped_rows_correctable",
@@ -32,18 +32,10 @@ class EccCollector(Collector):
     )
 
     def read(self, nvml, gpu: GpuContext) -> EccReading:
-        f = gpu.fields
-        return EccReading(
-            corrected_volatile=f.get("ecc_corrected_volatile"),
-            uncorrected_volatile=f.get("ecc_uncorrected_volatile"),
-            remapped_correctable=f.get("remapped_rows_correctable"),
-            remapped_uncorrectable=f.get("remapped_rows_uncorrectable"),
-            remap_pending=f.get("remapped_rows_pending"),
-            remap_failure=f.get("remapped_rows_failure"),
-        )
+        return EccReading(*(gpu.fields.get(name) for name in self.fields))
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
         volatile = CounterMetricFamily(
             "gpulens_gpu_ecc_errors",
             "ECC errors since the driver was loaded, by kind (corrected single-bit, uncorrected double-bit).",
@@ -54,22 +46,20 @@ class EccCollector(Collector):
             "Memory rows remapped to spares, by the kind of error that caused it.",
             labels=(*GPU_LABELS, "cause"),
         )
-        for gpu, r in pairs:
+        for gpu, r in per_gpu.pairs:
             _add(volatile, gpu, "kind", corrected=r.corrected_volatile, uncorrected=r.uncorrected_volatile)
             _add(remapped, gpu, "cause", correctable=r.remapped_correctable, uncorrectable=r.remapped_uncorrectable)
         yield volatile
         yield remapped
         # Flags, like the clock event reasons: a series only while raised (read them with `== 1`).
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_remapped_rows_pending",
             "1 while a row remapping waits for a GPU reset to take effect; no series otherwise.",
-            pairs,
             lambda r: r.remap_pending or None,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_remapped_rows_failure",
             "1 while a remapping has failed (no spare rows left): the GPU should be replaced; no series otherwise.",
-            pairs,
             lambda r: r.remap_failure or None,
         )
 
@@ -86,11 +76,10 @@ class EccLifetimeCollector(Collector):
     name = "ecc_lifetime"
     default_enabled = False
     description = "ECC errors over the GPU's life, from its infoROM"
-    fields = ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate")
+    fields = ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate")  # in EccLifetimeReading's order
 
     def read(self, nvml, gpu: GpuContext) -> EccLifetimeReading:
-        f = gpu.fields
-        return EccLifetimeReading(f.get("ecc_corrected_aggregate"), f.get("ecc_uncorrected_aggregate"))
+        return EccLifetimeReading(*(gpu.fields.get(name) for name in self.fields))
 
     def metrics(self, snapshot, interval):
         lifetime = GaugeMetricFamily(

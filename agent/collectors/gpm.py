@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 from gpulens.agent.nvml import GpmSample, Nvml
 
 # NVML rejects GPM samples taken closer together than this.
@@ -84,29 +84,25 @@ class GpmCollector(Collector):
         state.pop("supported", None)
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
         window = f"between two GPM samples {interval:g} s apart"
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_sm_activity_ratio",
             f"Share of SMs busy, averaged over time {window} (0-1); below 0.5 the GPU is likely underused.",
-            pairs,
             lambda r: r.sm_activity,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_sm_occupancy_ratio",
             f"Resident warps against the SMs' maximum, {window} (0-1).",
-            pairs,
             lambda r: r.sm_occupancy,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_tensor_activity_ratio",
             f"Share of time the tensor cores ran any instruction, {window} (0-1).",
-            pairs,
             lambda r: r.tensor_activity,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_dram_bandwidth_ratio",
             f"DRAM bandwidth used against the GPU's peak, {window} (0-1).",
-            pairs,
             lambda r: r.dram_bandwidth,
         )

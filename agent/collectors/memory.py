@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 
 
 @dataclass(frozen=True)
@@ -29,23 +29,18 @@ class MemoryCollector(Collector):
         return MemoryReading(used_bytes=memory.used, total_bytes=memory.total, reserved_bytes=memory.reserved)
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_memory_used_bytes",
             "Device memory in use by processes, in bytes (drivers before R510 count the driver's reserve in "
             f"it too); sampled every {interval:g} s.",
-            pairs,
             lambda r: r.used_bytes,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_memory_reserved_bytes",
             "Device memory the driver reserves for itself, in bytes (absent before R510).",
-            pairs,
             lambda r: r.reserved_bytes,
         )
-        yield gpu_gauge(
-            "gpulens_gpu_memory_total_bytes",
-            "Device memory visible to NVML, in bytes.",
-            pairs,
-            lambda r: r.total_bytes,
+        yield per_gpu.gauge(
+            "gpulens_gpu_memory_total_bytes", "Device memory visible to NVML, in bytes.", lambda r: r.total_bytes
         )

@@ -10,7 +10,7 @@ call (nvmlDeviceGetMaxMigDeviceCount answers 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -78,59 +78,60 @@ class MigCollector(Collector):
     def metrics(self, snapshot, interval):
         rows = [(gpu, instance) for gpu, instances in readings(snapshot.gpus, self.name) for instance in instances]
         window = f"between two GPM samples {interval:g} s apart"
-        yield _gauge(
+
+        def gauge(name: str, help_text: str, value: Callable[[GpuSnapshot, MigInstance], Any]) -> GaugeMetricFamily:
+            """A gauge with one series per MIG device; devices whose value is None get none (absent, not zero)."""
+            family = GaugeMetricFamily(name, help_text, labels=MIG_LABELS)
+            for gpu, instance in rows:
+                v = value(gpu, instance)
+                if v is not None:
+                    family.add_metric(mig_labels(gpu, instance), float(v))
+            return family
+
+        yield gauge(
             "gpulens_mig_info",
             "Always 1, one series per MIG device (a compute instance in a GPU instance); `uuid` is the MIG "
             "device's, the id the Kubernetes device plugin hands a pod, and `gpu_uuid` its GPU's.",
-            rows,
             lambda gpu, i: 1,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_gpu_share_ratio",
             "The MIG device's share of its GPU's compute: its compute slices over the GPU's (0-1).",
-            rows,
             share,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_memory_used_bytes",
             f"Device memory in use in the MIG device, in bytes; sampled every {interval:g} s.",
-            rows,
             lambda gpu, i: i.memory_used_bytes,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_memory_total_bytes",
             "Device memory of the MIG device, in bytes.",
-            rows,
             lambda gpu, i: i.memory_total_bytes,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_processes",
             f"Compute processes holding a context in the MIG device; sampled every {interval:g} s.",
-            rows,
             lambda gpu, i: None if i.processes is None else len(i.processes),
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_sm_activity_ratio",
             f"Share of the GPU instance's SMs busy, averaged over time {window} (0-1; Hopper and newer).",
-            rows,
             lambda gpu, i: None if i.gpm is None else i.gpm.sm_activity,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_sm_occupancy_ratio",
             f"Resident warps against the GPU instance's SMs' maximum, {window} (0-1; Hopper and newer).",
-            rows,
             lambda gpu, i: None if i.gpm is None else i.gpm.sm_occupancy,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_tensor_activity_ratio",
             f"Share of time the GPU instance's tensor cores ran any instruction, {window} (0-1; Hopper and newer).",
-            rows,
             lambda gpu, i: None if i.gpm is None else i.gpm.tensor_activity,
         )
-        yield _gauge(
+        yield gauge(
             "gpulens_mig_dram_bandwidth_ratio",
             f"DRAM bandwidth the GPU instance used against its peak, {window} (0-1; Hopper and newer).",
-            rows,
             lambda gpu, i: None if i.gpm is None else i.gpm.dram_bandwidth,
         )
 
@@ -177,21 +178,6 @@ def _read_gpm(nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> 
         return current
 
     return state.read(nvml, gpu.now, take)
-
-
-def _gauge(
-    name: str,
-    help_text: str,
-    rows: Iterable[tuple[GpuSnapshot, MigInstance]],
-    value: Callable[[GpuSnapshot, MigInstance], Any],
-) -> GaugeMetricFamily:
-    """A gauge with one series per MIG device; devices whose value is None get none (absent, not zero)."""
-    family = GaugeMetricFamily(name, help_text, labels=MIG_LABELS)
-    for gpu, instance in rows:
-        v = value(gpu, instance)
-        if v is not None:
-            family.add_metric(mig_labels(gpu, instance), float(v))
-    return family
 
 
 def share(gpu: GpuSnapshot, instance: MigInstance) -> float | None:

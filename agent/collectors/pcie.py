@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 
 
 @dataclass(frozen=True)
@@ -33,29 +33,25 @@ class PcieCollector(Collector):
         )
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_pcie_link_generation",
             "PCIe generation the link runs at now (it may drop at idle to save power).",
-            pairs,
             lambda r: r.generation,
         )
-        yield gpu_gauge("gpulens_gpu_pcie_link_width", "PCIe lanes in use now.", pairs, lambda r: r.width)
-        yield gpu_gauge(
+        yield per_gpu.gauge("gpulens_gpu_pcie_link_width", "PCIe lanes in use now.", lambda r: r.width)
+        yield per_gpu.gauge(
             "gpulens_gpu_pcie_transmit_bytes_per_second",
             f"PCIe traffic from the GPU to the host, bytes/s over NVML's 20 ms window, every {interval:g} s.",
-            pairs,
             lambda r: r.transmit_bytes_per_second,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_pcie_receive_bytes_per_second",
             f"PCIe traffic from the host to the GPU, bytes/s over NVML's 20 ms window, every {interval:g} s.",
-            pairs,
             lambda r: r.receive_bytes_per_second,
         )
-        yield gpu_counter(
+        yield per_gpu.counter(
             "gpulens_gpu_pcie_replays",
             "PCIe packet replays since the driver was loaded; a rising count means a flaky link.",
-            pairs,
             lambda r: r.replays_total,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 
 
 @dataclass(frozen=True)
@@ -31,22 +31,17 @@ class PowerCollector(Collector):
         )
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_power_watts",
             f"Power draw of the board in watts; sampled every {interval:g} s.",
-            pairs,
             lambda r: r.watts,
         )
-        yield gpu_gauge(
-            "gpulens_gpu_power_limit_watts",
-            "Power limit the driver enforces, in watts.",
-            pairs,
-            lambda r: r.limit_watts,
+        yield per_gpu.gauge(
+            "gpulens_gpu_power_limit_watts", "Power limit the driver enforces, in watts.", lambda r: r.limit_watts
         )
-        yield gpu_counter(
+        yield per_gpu.counter(
             "gpulens_gpu_energy_joules",
             "Energy used since the driver was loaded, in joules (Volta and newer).",
-            pairs,
             lambda r: r.energy_joules,
         )

@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 
 from gpulens.agent.clock import SystemClock
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
 from gpulens.agent.collectors.processes import read_processes
 from gpulens.probes.child import ChildRunner, ProbeRequest, failed
 from gpulens.probes.results import BANDWIDTH, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
@@ -144,7 +144,7 @@ class ProbesCollector(Collector):
         self._start(work)
 
     def metrics(self, snapshot, interval):
-        latest = [(gpu, r.latest) for gpu, r in readings(snapshot.gpus, self.name) if r.latest is not None]
+        latest = GpuFamilies((gpu, r.latest) for gpu, r in readings(snapshot.gpus, self.name) if r.latest is not None)
         bandwidth = GaugeMetricFamily(
             "gpulens_probe_bandwidth_bytes_per_second",
             "Copy bandwidth the latest probe measured, bytes/s (median of its repeats). direction d2d counts bytes "
@@ -173,7 +173,7 @@ class ProbesCollector(Collector):
             "copy against its source), 0 if not: the GPU computes or moves data wrong. One series per probe run.",
             labels=(*GPU_LABELS, "probe"),
         )
-        for gpu, run in latest:
+        for gpu, run in latest.pairs:
             for result in run.report.results:
                 if result.value is not None or result.status == WRONG:
                     correct.add_metric((*gpu.labels, result.name), int(result.status != WRONG))
@@ -190,23 +190,20 @@ class ProbesCollector(Collector):
                     if result.peak_ratio is not None:
                         matmul_ratio.add_metric(labels, result.peak_ratio)
         yield from (bandwidth, bandwidth_ratio, matmul, matmul_ratio, correct)
-        yield gpu_gauge(
+        yield latest.gauge(
             "gpulens_probe_last_run_timestamp_seconds",
             "When the latest probe of the GPU ended, seconds since the epoch.",
-            latest,
             lambda run: run.finished,
         )
-        yield gpu_gauge(
+        yield latest.gauge(
             "gpulens_probe_success",
             "1 if the latest probe ran every kernel and every result was correct (slow counts: the "
             "ratios say how slow); 0 if it was refused, aborted, ran out of time, failed or was wrong.",
-            latest,
             lambda run: int(run.report.status in (OK, SLOW)),
         )
-        yield gpu_gauge(
+        yield latest.gauge(
             "gpulens_probe_duration_seconds",
             "How long the latest probe took, wall-clock seconds.",
-            latest,
             lambda run: run.report.seconds,
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 from gpulens.agent.nvml import ProcessInfo
 
 
@@ -45,10 +45,9 @@ class ProcessesCollector(Collector):
         return read_processes(nvml, gpu)
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_processes",
             f"Compute processes holding a context on the GPU; sampled every {interval:g} s.",
-            pairs,
             lambda r: len(r.processes),
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,14 @@ class TemperatureCollector(Collector):
         )
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_temperature_celsius",
             f"GPU die temperature in degrees Celsius; sampled every {interval:g} s.",
-            pairs,
             lambda r: r.gpu_celsius,
         )
-        yield gpu_gauge(
+        yield per_gpu.gauge(
             "gpulens_gpu_memory_temperature_celsius",
             "Device memory (HBM) temperature in degrees Celsius, where the GPU reports it.",
-            pairs,
             lambda r: r.memory_celsius,
         )

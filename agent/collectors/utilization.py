@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, gpu_counter, gpu_gauge, readings
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
 
 # A sample's period is the gap since the previous one, but never more than this many times the
 # typical gap: after a stall longer than the driver's buffer, the missing time is left uncovered
@@ -80,24 +80,21 @@ class UtilizationCollector(Collector):
         return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
 
     def metrics(self, snapshot, interval):
-        pairs = list(readings(snapshot.gpus, self.name))
-        yield gpu_gauge(
+        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+        yield per_gpu.gauge(
             "gpulens_gpu_utilization_ratio",
             "Share of time a kernel was running, averaged over the driver's sub-second samples of the "
             f"last {interval:g} s sampling cycle (0-1). Says nothing about how much of the GPU was used.",
-            pairs,
             lambda r: r.ratio,
         )
-        yield gpu_counter(
+        yield per_gpu.counter(
             "gpulens_gpu_busy_seconds",
             "Seconds during which a kernel was running, integrated from every NVML utilization sample.",
-            pairs,
             lambda r: r.busy_seconds_total,
         )
-        yield gpu_counter(
+        yield per_gpu.counter(
             "gpulens_gpu_sampled_seconds",
             "Seconds covered by NVML utilization samples; busy/sampled is the exact busy ratio.",
-            pairs,
             lambda r: r.sampled_seconds_total,
         )
 

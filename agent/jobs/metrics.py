@@ -8,6 +8,7 @@ series. A value the job did not send has no series, never a zero.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -31,6 +32,15 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
     def counter(name: str, help_text: str, value: Callable[[JobReport], float | None]) -> Metric:
         family = CounterMetricFamily(name, help_text, labels=JOB_LABELS)
         return _fill(family, ordered, value)
+
+    def info(name: str, help_text: str, settings: Callable[[JobReport], Any], fields: tuple[str, ...]) -> Metric:
+        """Always 1, one label per field of the settings `settings` picks; no series where it picks None."""
+        family = GaugeMetricFamily(name, help_text, labels=(*JOB_LABELS, *fields))
+        for pid, report in ordered:
+            found = settings(report)
+            if found is not None:
+                family.add_metric((*_labels(pid, report), *(_text(getattr(found, f)) for f in fields)), 1)
+        return family
 
     families = [
         gauge(
@@ -73,8 +83,20 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
             "Out-of-memory errors raised by the job's PyTorch allocator.",
             _memory("ooms"),
         ),
-        _dataloader_info(ordered),
-        _precision_info(ordered),
+        info(
+            "gpulens_job_dataloader_info",
+            "Always 1. The job's DataLoader settings; a label is empty where the loader did not say. "
+            "No series when the job iterates something other than a DataLoader.",
+            lambda r: r.dataloader,
+            ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
+        ),
+        info(
+            "gpulens_job_precision_info",
+            "Always 1. Whether the job's forward pass ran under autocast and in which dtype, and whether "
+            "float32 matmuls may use TF32; a label is empty where the job could not tell.",
+            lambda r: r.precision,
+            ("autocast", "autocast_dtype", "tf32"),
+        ),
         gauge(
             "gpulens_job_report_age_seconds",
             "Seconds since the job's last accepted report; reports are sent every 5 s by default.",
@@ -119,46 +141,6 @@ def _fill(family: Metric, ordered: list[tuple[int, JobReport]], value) -> Metric
         v = value(report)
         if v is not None:
             family.add_metric(_labels(pid, report), float(v))
-    return family
-
-
-def _dataloader_info(ordered: list[tuple[int, JobReport]]) -> Metric:
-    family = GaugeMetricFamily(
-        "gpulens_job_dataloader_info",
-        "Always 1. The job's DataLoader settings; a label is empty where the loader did not say. "
-        "No series when the job iterates something other than a DataLoader.",
-        labels=(*JOB_LABELS, "num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
-    )
-    for pid, report in ordered:
-        loader = report.dataloader
-        if loader is not None:
-            family.add_metric(
-                (
-                    *_labels(pid, report),
-                    _text(loader.num_workers),
-                    _text(loader.pin_memory),
-                    _text(loader.prefetch_factor),
-                    _text(loader.persistent_workers),
-                    _text(loader.batch_size),
-                ),
-                1,
-            )
-    return family
-
-
-def _precision_info(ordered: list[tuple[int, JobReport]]) -> Metric:
-    family = GaugeMetricFamily(
-        "gpulens_job_precision_info",
-        "Always 1. Whether the job's forward pass ran under autocast and in which dtype, and whether "
-        "float32 matmuls may use TF32; a label is empty where the job could not tell.",
-        labels=(*JOB_LABELS, "autocast", "autocast_dtype", "tf32"),
-    )
-    for pid, report in ordered:
-        precision = report.precision
-        family.add_metric(
-            (*_labels(pid, report), _text(precision.autocast), _text(precision.autocast_dtype), _text(precision.tf32)),
-            1,
-        )
     return family
 
 

@@ -309,21 +309,20 @@ def _credentials(ancillary: list[tuple[int, int, bytes]]) -> Credentials | None:
 def _bind(path: str) -> socket.socket:
     """Return a datagram socket bound at `path` that any local user may send to, with SO_PASSCRED on."""
     directory = os.path.dirname(path) or "."
+    sock: socket.socket | None = None
     try:
         # Sending needs search permission on the directory and write permission on the socket, no more:
         # a world-writable directory would let any user put their own file where jobs look for the agent.
         os.makedirs(directory, mode=0o755, exist_ok=True)
         remove_stale(path, socket.SOCK_DGRAM)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    except OSError as error:
-        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
-    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         sock.bind(path)
         os.chmod(path, 0o666)
         sock.settimeout(_POLL_SECONDS)
     except OSError as error:
-        sock.close()
+        if sock is not None:
+            sock.close()
         raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
     return sock
 
