@@ -21,7 +21,8 @@ from gpulens import thresholds as t
 from gpulens.agent import collectors
 from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
-from gpulens.printable import printable, quoted
+from gpulens.cli import usage_problem
+from gpulens.printable import quoted
 from gpulens.units import UnitError, parse_duration, parse_size
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
@@ -295,8 +296,7 @@ SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(Ag
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        message = printable(message)  # argparse quotes the arguments as they were typed
-        raise ConfigError(f"{message} (see 'gpulens agent --help')")
+        raise ConfigError(f"{usage_problem(message)} (see 'gpulens agent --help')")
 
 
 def build_parser() -> argparse.ArgumentParser:
