@@ -67,7 +67,7 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
         remembered = [
             r
             for r in reversed(accounting.records())
-            if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids)
+            if r.last_seen >= since and (not ids or r.id in ids or r.pod in ids or r.name in ids)
         ][: limit + 1]
         if records is None:
             source, records = "memory", remembered

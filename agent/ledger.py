@@ -640,8 +640,8 @@ def read_records(
 ) -> list[JobRecord]:
     """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first.
 
-    `ids` keeps runs whose job id or pod name is one of them; `unfinished_since` keeps unfinished runs
-    seen since then. Raises sqlite3.Error on a broken file.
+    `ids` keeps runs whose job id, pod name or Slurm job name is one of them; `unfinished_since` keeps
+    unfinished runs seen since then. Raises sqlite3.Error on a broken file.
     """
     where, args = ["last_seen >= ?"], [since]
     if until is not None:
@@ -649,8 +649,11 @@ def read_records(
         args.append(until)
     if ids:
         marks = ", ".join("?" * len(ids))
-        where.append(f"(id IN ({marks}) OR pod IN ({marks}))")
-        args += [*ids, *ids]
+        # A ledger of an earlier gpulens has no name column (see below): its jobs are found by id and pod.
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+        named = [column for column in ("id", "pod", "name") if column in columns]
+        where.append("(" + " OR ".join(f"{column} IN ({marks})" for column in named) + ")")
+        args += [*ids] * len(named)
     if kinds_ids:
         where.append("(" + " OR ".join("(kind = ? AND id = ?)" for _ in kinds_ids) + ")")
         args += [v for pair in kinds_ids for v in pair]

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpulens report", description="GPU usage reports per job and per team.")
     commands = parser.add_subparsers(dest="command", metavar="job ID | fleet | trend")
     job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
-    job.add_argument("id", help="the job id (Slurm job id, pod UID, container id) or the pod name")
+    job.add_argument(
+        "id", help="the job id (Slurm job id, pod UID, container id), the pod name or the name a Slurm job was given"
+    )
     job.add_argument("--since", default="30d", help="how far back to look for the job (default 30d)")
     job.add_argument(
         "--ended",
@@ -314,10 +316,11 @@ def _trend(source: Source, by: str, since: float, until: float, min_duration: fl
 
 
 def _one_job(records: list, wanted: str, description: str) -> list:
-    """Return the records of the one job `wanted` names: its id, else the one job whose pod has that name."""
+    """Return the records of the one job `wanted` names: its id, else the one job whose pod or Slurm job has
+    that name."""
     records = [r for r in records if r.id == wanted] or records
     jobs = sorted({r.key for r in records})
-    if len(jobs) > 1:  # a pod name reused in two namespaces or by two runs, or one id under two kinds
+    if len(jobs) > 1:  # a name given to many jobs, a pod name reused in two namespaces, one id under two kinds
         named = ", ".join(f"{kind} {job_id}" for kind, job_id in jobs[:5])
         raise SourceError(f"{wanted!r} names {len(jobs)} jobs in {description} ({named}); give one of their ids")
     return records

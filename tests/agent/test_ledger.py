@@ -462,6 +462,9 @@ def test_a_ledger_from_before_the_account_and_name_is_read_as_it_is_and_gets_the
     before = digest(path)
     with connect_readonly(str(path)) as conn:  # a report reads it as it is, and leaves it so
         (record,) = read_records(conn, timeline=True)
+        # With no name column, a job is still found by its id, and a name finds nothing.
+        assert read_records(conn, ids=["4242"]) == [replace(record, timeline=())]
+        assert read_records(conn, ids=["lattice qcd"]) == []
     assert digest(path) == before
     assert (record.account, record.name) == ("", "")
     assert (record.user, record.partition, record.nodes, record.running) == ("carol", "a100", ("old-node",), True)
@@ -481,6 +484,8 @@ def test_a_ledger_from_before_the_account_and_name_is_read_as_it_is_and_gets_the
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1  # the same run, its row kept
     assert (continued.account, continued.name) == ("physics", "lattice qcd")
     assert continued.gpu_seconds == pytest.approx(660) and continued.tips == record.tips
+    with connect_readonly(str(path)) as conn:  # now found by the name it was submitted with too
+        assert read_records(conn, ids=["lattice qcd"]) == [continued]
     Ledger(str(path)).close()  # opened again: nothing more to add
     assert list(columns(path)).count("account") == 1
 
@@ -533,3 +538,11 @@ def test_a_slurm_jobs_account_and_name_go_from_its_processes_to_the_ledger_and_i
     app = AgentApp(second.sampler, second.registry, [], "simulated", jobs=second.accounting)
     _, body = call(app, "/api/v1/jobs", "id=7001")
     assert [(j["account"], j["name"]) for j in body["jobs"]] == [("climate", "era5 loader")]
+    _, by_name = call(app, "/api/v1/jobs", "id=era5+loader")  # by its name, as from the ledger
+    assert [j["id"] for j in by_name["jobs"]] == ["7001"]
+    # An agent without a ledger answers from memory, by the name too.
+    remembering = make_agent(FLEET)
+    remembering.run(60, step=5)
+    app = AgentApp(remembering.sampler, remembering.registry, [], "simulated", jobs=remembering.accounting)
+    _, from_memory = call(app, "/api/v1/jobs", "id=era5+loader")
+    assert from_memory["source"] == "memory" and [j["id"] for j in from_memory["jobs"]] == ["7001"]

@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -214,6 +215,20 @@ def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, conte
     line = fails(capsys, ["fleet", "--ledger", str(path)], 1, str(path))
     assert "untouched" in line or "not a gpulens ledger" in line or "no jobs" in line
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_slurm_job_is_found_by_the_name_it_was_submitted_with(capsys, fleet_run):
+    assert run(["job", "era5 loader", "--ledger", str(fleet_run.ledger), *window(fleet_run)]) == 0
+    assert "slurm 7001" in capsys.readouterr().out
+
+
+def test_a_name_several_jobs_share_is_answered_with_their_ids(capsys, tmp_path, fleet_run):
+    twice = tmp_path / "twice.sqlite"
+    shutil.copy(fleet_run.ledger, twice)
+    with sqlite3.connect(twice) as conn:  # a second job submitted with the same name
+        conn.execute("UPDATE jobs SET name = 'era5 loader' WHERE kind = 'slurm' AND id = '7002'")
+    conn.close()
+    fails(capsys, ["job", "era5 loader", "--ledger", str(twice), *window(fleet_run)], 1, "names 2 jobs", "slurm 7001")
 
 
 def test_a_missing_ledger(capsys, tmp_path):
