@@ -223,6 +223,13 @@ def create_silence(
     return answer
 
 
+def expire_silence(source: Source, silence_id: str) -> Answer[bool]:
+    """End the silence `silence_id` now; forget the cached alerts, so that the page shows it gone."""
+    answer = _safe(lambda: source.expire_silence(silence_id), False, "the answer to the request to end the silence")
+    _alerts.clear()
+    return answer
+
+
 def header(title: str, purpose: str, source: Source) -> None:
     """Show the page's title, what it answers, and where its data comes from."""
     st.title(title)

@@ -8,6 +8,7 @@ The API is Alertmanager's own OpenAPI document, api/v2/openapi.yaml in prometheu
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,6 +19,7 @@ from gpulens.httpclient import HttpClient, parse_json, untrusted
 from gpulens.prometheus_api import label_value
 
 SILENCES = "/api/v2/silences"
+SILENCE = "/api/v2/silence/"  # and the silence's id
 UNREACHABLE = "check the --alertmanager address and that Alertmanager is up"
 REFUSED = (
     "Alertmanager asks for credentials; the dashboard sends it no token or password (a client certificate at "
@@ -156,6 +158,20 @@ class AlertmanagerApi(HttpClient):
             return checks.text(checks.record(answer, "answer", ("silenceID",))["silenceID"], "answer.silenceID")
         except checks.Invalid as invalid:
             raise self.error(f"answered POST {SILENCES} with {invalid}") from None
+
+    def expire_silence(self, silence_id: str) -> None:
+        """Expire the silence `silence_id` now, as `amtool silence expire` does (DELETE /api/v2/silence/{id}).
+
+        Alertmanager 0.25 answers 200, also for a silence that had expired already; 500 "silence not found"
+        for an id it does not know, and 422 for one that is not a UUID. Each refusal is one line with its words.
+        """
+        response = self.delete(f"{SILENCE}{urllib.parse.quote(silence_id, safe='')}")
+        if response.status_code != 200:
+            raise self.error(
+                f"did not expire silence {silence_id} (HTTP {response.status_code}: {self.said(response.text, 200)}); "
+                "reload the page to see the silences in force",
+                response.status_code,
+            )
 
     def _json(self, path: str, params: dict[str, str]) -> object:
         response = self.get(path, params)

@@ -55,6 +55,16 @@ def silence(gpu: FleetGpu, author: str, where: str, key: str) -> None:
         st.session_state[key] = (False, " ".join(str(p) for p in answer.problems) or "Alertmanager gave no silence id.")
 
 
+def expire(where: str, key: str) -> None:
+    """The end form's submit: ask Alertmanager to end the chosen silence now; the outcome waits in `key`."""
+    silence_id = st.session_state.get("expire_silence_id") or ""
+    answer = context.expire_silence(source, silence_id)
+    if answer.value:
+        st.session_state[key] = (True, oncall.expired_line(silence_id, where))
+    else:
+        st.session_state[key] = (False, " ".join(str(p) for p in answer.problems) or "Alertmanager did not end it.")
+
+
 def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
     """The silences over the GPU's alerts, and the form that adds one (or why there is none)."""
     st.markdown("**Silence its alerts while the owner acts**")
@@ -80,6 +90,11 @@ def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
         return
     key = f"silenced-{gpu.node}-{gpu.gpu}"
     author = oncall.author(decision)
+    if covering:  # the owner freed the GPU sooner: its alerts should reach people again
+        with st.form("expire"):
+            names = {s.id: oncall.silence_choice(s) for s in covering}
+            st.selectbox("End a silence now", list(names), format_func=names.get, key="expire_silence_id")
+            st.form_submit_button("End this silence", on_click=expire, args=(where, key), key="expire_submit")
     matchers = ", ".join(map(str, oncall.gpu_matchers(gpu)))
     with st.form("silence"):
         durations = list(oncall.DURATIONS)

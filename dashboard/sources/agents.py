@@ -58,6 +58,7 @@ _KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS
 Fetch = Callable[[str, float], str]
 
 _TRACE_ID = re.compile(r"[\w.-]{1,64}", re.ASCII)  # the agent's are "t-" and 8 hex digits
+_NO_ALERTS = "reads the agents directly, which send no alerts to silence; start it with --prometheus and --alertmanager"
 
 
 def fetch_metrics(url: str, timeout: float, credentials: Credentials | None = None) -> str:
@@ -265,10 +266,10 @@ class AgentsSource:
         return Answer(Alerts((), supported=False))
 
     def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
-        why = (
-            "reads the agents directly, which send no alerts to silence; start it with --prometheus and --alertmanager"
-        )
-        return Answer("", (SourceProblem("dashboard", why),))
+        return Answer("", (SourceProblem("dashboard", _NO_ALERTS),))
+
+    def expire_silence(self, silence_id: str) -> Answer[bool]:
+        return Answer(False, (SourceProblem("dashboard", _NO_ALERTS),))
 
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         # Each agent's ledger, as `gpulens report trend --agent` reads it: every run of the period, spread over

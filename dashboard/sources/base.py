@@ -273,6 +273,10 @@ class Source(Protocol):
         """Silence the alerts that pass every matcher for the next `seconds` in the Alertmanager that `alerts`
         reads; return the silence's id, or "" and why not (no Alertmanager, its refusal) as a problem."""
 
+    def expire_silence(self, silence_id: str) -> Answer[bool]:
+        """End the silence `silence_id` now in that Alertmanager; False, and why not as a problem, where it did
+        not."""
+
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         """The waste of each day in [since, until] (epoch s, whole hours) grouped `by` user, namespace, partition
         or model, and the tips followed (`gpulens report trend`); None, and why as a problem, where the source

@@ -354,6 +354,15 @@ class PrometheusSource:
         except HttpError as error:
             return Answer("", (SourceProblem(error.where, error.what),))
 
+    def expire_silence(self, silence_id: str) -> Answer[bool]:
+        if self._alertmanager is None:
+            return Answer(False, (SourceProblem(self.name, NO_ALERTMANAGER),))
+        try:
+            self._alertmanager.expire_silence(silence_id)
+        except HttpError as error:
+            return Answer(False, (SourceProblem(error.where, error.what),))
+        return Answer(True)
+
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         # `gpulens report trend`'s reading: the recorded hours of each day, the Kubernetes jobs for the follow-ups.
         if by not in Prometheus.TREND_GROUPINGS:

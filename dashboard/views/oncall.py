@@ -194,6 +194,16 @@ def silence_problem(comment: str, created_by: str) -> str:
     return ""
 
 
+def silence_choice(silence: SilenceShown) -> str:
+    """Return how the form that ends a silence names it: its start, why, and who set it."""
+    return f"{silence.id[:8]}: {silence.comment} ({silence.created_by})"
+
+
+def expired_line(silence_id: str, alertmanager: str) -> str:
+    """Return the line that confirms a silence was ended: its alerts notify again if they still fire."""
+    return f"Ended silence {silence_id} in {alertmanager}: the alerts it held back notify again while they fire."
+
+
 def silenced_line(silence_id: str, gpu: FleetGpu, seconds: float, alertmanager: str) -> str:
     """Return the line that confirms a new silence: which alerts, how long, where, and its id."""
     matchers = ", ".join(map(str, gpu_matchers(gpu)))

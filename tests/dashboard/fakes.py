@@ -298,6 +298,7 @@ class FakeSource:
     started_: Answer[tuple[TraceShown, ...]] = Answer((TraceShown("node-b", ASKED),))
     past_: tuple[JobRecord, ...] = (PAST,)
     silenced_: Answer[str] = Answer("5e1f-new")
+    expired_: Answer[bool] = Answer(True)
     # The runs the trends are read from (the simulated month of tests/report/month.py); None: the source
     # cannot tell, and says why in `problems`.
     trend_runs: tuple[JobRecord, ...] | None = field(default_factory=lambda: tuple(month.records()))
@@ -364,6 +365,10 @@ class FakeSource:
     def create_silence(self, matchers, seconds: float, created_by: str, comment: str) -> Answer[str]:
         self._check(f"create_silence {', '.join(map(str, matchers))} {seconds:g} {created_by} {comment}")
         return self.silenced_
+
+    def expire_silence(self, silence_id: str) -> Answer[bool]:
+        self._check(f"expire_silence {silence_id}")
+        return self.expired_
 
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         # The month the runs come from, whatever period the page asks: the fake holds that month only.

@@ -212,6 +212,26 @@ def test_a_logged_in_viewer_silences_the_gpu_with_a_comment_and_is_told_which():
     assert at.text_area(key="silence_comment").value == ""
 
 
+def test_a_logged_in_viewer_ends_a_silence_over_the_gpu_and_is_told_its_alerts_notify_again():
+    mine, other = silence(*oncall.gpu_matchers(IDLE)), silence(Matcher("instance", "node-b"), comment="other")
+    source = with_alertmanager(mine, other)
+    at = gpu_page(source, ADA)
+    choice = at.selectbox(key="expire_silence_id")
+    assert choice.options == [oncall.silence_choice(mine)] == ["id-bob i: bob is told (ops)"]  # only its own
+    at.button(key="expire_submit").click().run()
+    assert not at.exception and "expire_silence id-bob is told" in source.asked
+    assert [s.value for s in at.success] == [
+        f"Ended silence id-bob is told in {ALERTMANAGER}: the alerts it held back notify again while they fire."
+    ]
+    refusal = SourceProblem(ALERTMANAGER, 'did not expire silence id-bob is told (HTTP 500: "silence not found")')
+    refused = gpu_page(with_alertmanager(mine, expired_=Answer(False, (refusal,))), ADA)
+    refused.button(key="expire_submit").click().run()
+    assert [e.value for e in refused.error] == [str(refusal)] and not refused.success
+    # Nothing to end where no silence covers the GPU, and nothing offered to a viewer who may not act.
+    assert "expire_submit" not in [b.key for b in gpu_page(with_alertmanager(other), ADA).button]
+    assert not gpu_page(with_alertmanager(mine)).button
+
+
 def test_alertmanagers_refusal_is_one_line_and_no_alertmanager_says_how_to_add_one():
     refusal = SourceProblem(ALERTMANAGER, "refused the silence: silence invalid: ...; change what it names")
     at = gpu_page(with_alertmanager(silenced_=Answer("", (refusal,))), ADA)

@@ -28,7 +28,7 @@ from gpulens import bundled
 from gpulens.alertmanager_api import AlertmanagerApi
 from gpulens.dashboard import launch
 from gpulens.dashboard.sources import PrometheusSource
-from gpulens.dashboard.sources.base import FleetGpu
+from gpulens.dashboard.sources.base import Answer, FleetGpu
 from gpulens.dashboard.views import oncall
 from gpulens.prometheus_api import PrometheusApi
 from tests.tools import free_port, require_tool, wait_for
@@ -356,3 +356,18 @@ def test_a_silence_from_the_gpu_page_is_listed_and_holds_back_that_gpus_alerts_o
     (problem,) = refused.problems
     assert refused.value == "" and problem.where == api.where and "\n" not in problem.what
     assert problem.what.startswith("refused the silence: ") and "start time must be before end time" in problem.what
+
+    # The owner freed the GPU sooner: the page ends the silence, and its alerts are sent again.
+    assert source.expire_silence(created.value) == Answer(True)
+    assert created.value not in {s.id for s in api.silences()}
+    assert get(f"{alertmanager}/api/v2/silence/{created.value}")["status"]["state"] == "expired"
+
+    def sent_again() -> dict[str, tuple[str, ...]]:
+        found = held()
+        return found if found and not any(found.values()) else {}
+
+    assert wait_for(sent_again, 20) == {"GPU-s3": (), "MIG-s3-1": (), "GPU-s4": ()}
+    unknown = source.expire_silence("00000000-0000-4000-8000-000000000000")
+    (problem,) = unknown.problems
+    assert unknown.value is False and problem.where == api.where and "\n" not in problem.what
+    assert problem.what.startswith("did not expire silence 00000000-") and "silence not found" in problem.what
