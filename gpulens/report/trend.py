@@ -6,8 +6,9 @@ The days come from the source: a store adds up its recorded hours (`prometheus.p
 spread over the days they span (`spread`). A tip counts as followed when a run was flagged with a reason (a
 wasted state that took at least TREND_REASON_FLAGGED of its GPU-hours) while a tip for that reason applied
 to it, and the last later run of the same user and job name spends less than TREND_REASON_GONE of its
-GPU-hours in that state. A job's name is its pod's name without what Kubernetes generates (`stable_name`):
-Slurm jobs, containers and bare processes carry none, so their tips cannot be followed up here.
+GPU-hours in that state. A job's name is its pod's name without what Kubernetes generates, or the name a Slurm
+job was submitted with (`stable_name`): containers, bare processes, and Slurm jobs read from Prometheus or
+from ledgers older than names carry none, so their tips cannot be followed up here.
 """
 
 from __future__ import annotations
@@ -226,7 +227,10 @@ def check_period(since: float, until: float) -> None:
 
 def stable_name(record: JobRecord) -> str:
     """Return the name a job keeps from one run to the next: its pod's name without the suffixes Kubernetes
-    generates ('resnet-train-x7k2p' and 'resnet-train-5d8f6c9b7-x7k2p' are 'resnet-train'); "" without a pod."""
+    generates ('resnet-train-x7k2p' and 'resnet-train-5d8f6c9b7-x7k2p' are 'resnet-train'), a Slurm job's the
+    name it was submitted with (sbatch --job-name, by default its script's); "" for any other."""
+    if record.kind == "slurm":
+        return record.name
     name = _POD_SUFFIX.sub("", record.pod, count=1)
     if name != record.pod:
         name = _RUN_SUFFIX.sub("", name, count=1)
@@ -436,8 +440,8 @@ def unnamed_note(report: TrendReport) -> str:
     if not report.unnamed:
         return ""
     return (
-        f"{words.plural(report.unnamed, 'run')} of {report.runs} carry no job name to follow (Slurm jobs, "
-        "containers, bare processes): only Kubernetes pods are followed up."
+        f"{words.plural(report.unnamed, 'run')} of {report.runs} carry no job name to follow (containers, bare "
+        "processes, Slurm jobs without their name): only pods and named Slurm jobs are followed up."
     )
 
 

@@ -72,6 +72,19 @@ def test_a_jobs_name_is_its_pod_without_what_kubernetes_generates(pod, name):
     assert stable_name(JobRecord("kubernetes", "u", 0.0, 1.0, pod=pod)) == name
 
 
+def test_a_slurm_job_is_followed_by_the_name_it_was_submitted_with():
+    assert stable_name(JobRecord("slurm", "7001", 0.0, 1.0, name="era5 loader")) == "era5 loader"
+    assert stable_name(JobRecord("slurm", "7001", 0.0, 1.0)) == ""  # from Prometheus: no name to follow
+    tipped, day = {"dataloader_workers": TipUse(1800.0)}, DAY_SECONDS
+    starved, fed = {"data_starved": 1800.0, "busy": 1800.0}, {"busy": 3600.0}
+    runs = [
+        replace(_run("7001", START, starved, pod="", tips=tipped), kind="slurm", name="era5 loader"),
+        replace(_run("7002", START + day, fed, pod=""), kind="slurm", name="era5 loader"),
+    ]
+    followed = _month(runs=runs)
+    assert [(f.job, f.outcome) for f in followed.follow_ups] == [("era5 loader", GONE)] and followed.unnamed == 0
+
+
 def test_a_run_is_spread_over_the_days_it_spans_and_cut_to_the_period():
     midnight = START + 3 * DAY_SECONDS
     across = _run("a", midnight - 6 * HOUR, {"idle": 8000.0, "busy": 4000.0}, seconds=24 * HOUR)
