@@ -91,7 +91,10 @@ def finished(traces: Traces, trace_id: str):
 
 
 def connected(traces: Traces):
-    wait_until(lambda: os.getpid() in traces.control.connected(), timeout=10)
+    """Wait until this process is connected and has sent its first report: the agent traces only a process it
+    has a report from, and on a busy machine the report can come well after the connection."""
+    me = os.getpid()
+    wait_until(lambda: me in traces.control.connected() and me in traces._reports(), timeout=30)
 
 
 def test_a_loop_starved_by_its_dataset_shows_data_wait_as_its_bottleneck(agent, socket_path, tmp_path):
