@@ -75,6 +75,7 @@ class _Track:
     candidate_since: float = 0.0
     xid_total: int = 0
     last_xid: float | None = None
+    means: dict[str, float | None] = field(default_factory=dict)  # of the window as it is this cycle
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class Diagnoser:
     # -- history -----------------------------------------------------------------------------------
 
     def _remember(self, track: _Track, now: float, e: Evidence) -> None:
+        track.means.clear()  # the window changes below
         held = bool(e.processes) or e.allocated
         if not held:
             track.held_since = None
@@ -129,8 +131,12 @@ class Diagnoser:
         track.xid_total = max(track.xid_total, e.xid_total)
 
     def _mean(self, track: _Track, attribute: str) -> float | None:
-        values = [getattr(e, attribute) for _, e in track.window if getattr(e, attribute) is not None]
-        return fmean(values) if values else None
+        """The mean of `attribute` over the window's cycles that have it; once a cycle (judging asks for some
+        means twice, and a node's agent asks this for every GPU every second)."""
+        if attribute not in track.means:
+            values = [v for v in (getattr(e, attribute) for _, e in track.window) if v is not None]
+            track.means[attribute] = fmean(values) if values else None
+        return track.means[attribute]
 
     # -- the state ---------------------------------------------------------------------------------
 
