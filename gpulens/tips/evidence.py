@@ -76,6 +76,9 @@ class Facts:
 
     def __init__(self, evidence: Mapping[str, object] | None = None) -> None:
         self._evidence: Mapping[str, object] = evidence if isinstance(evidence, Mapping) else {}
+        # Every tip's score reads the same few keys: each is checked once (the agent ranks tips for every GPU
+        # every cycle).
+        self._numbers: dict[tuple[str, float], float | None] = {}
 
     def _raw(self, key: str) -> object:
         try:
@@ -85,10 +88,12 @@ class Facts:
 
     def number(self, key: str, upper: float = _NUMBER_MAX) -> float | None:
         """Return the value of `key` as a float in [0, upper], or None."""
-        try:
-            return checks.number(self._raw(key), key, 0, upper)
-        except checks.Invalid:
-            return None
+        if (key, upper) not in self._numbers:
+            try:
+                self._numbers[key, upper] = checks.number(self._raw(key), key, 0, upper)
+            except checks.Invalid:
+                self._numbers[key, upper] = None
+        return self._numbers[key, upper]
 
     def ratio(self, key: str) -> float | None:
         """Return the ratio `key` (0-1, or more for CPU ratios of one core), or None."""
