@@ -12,7 +12,7 @@ that carry a job_id, the jobs they name against the jobs that should be there (t
 expiry window, gpulens.agent.accounting.JOB_EXPIRY_SECONDS), and the ledger's rows and file size. Prints
 a Markdown table for docs/reliability.md.
 
-    python bench/long_run_bench.py                  # 24 simulated hours on 8 GPUs (about 8 minutes here)
+    python bench/long_run_bench.py                  # 24 simulated hours on 8 GPUs (about 22 minutes here)
     python bench/long_run_bench.py --hours 3        # a quicker look
 """
 
