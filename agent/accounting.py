@@ -66,7 +66,11 @@ MAX_JOBS_EXPORTED = 500
 # Finished jobs kept in memory for /api/v1/jobs when there is no ledger file.
 RECENT_JOBS = 1000
 
-_JOB_LABELS = ("job_kind", "job_id")
+# Every per-job series carries its job's key and owner: a store adds up a month of jobs by owner in one
+# aggregation (`sum by (user) (increase(...))`) instead of joining each job to gpulens_job_info at query time,
+# which at 10^5 jobs costs more than the answer (docs/benchmarks.md). The model is the job's GPU models on this
+# node, joined by "+"; the node's partition is a target label (docs/install.md).
+_JOB_LABELS = ("job_kind", "job_id", "user", "namespace", "pod", "account", "model")
 # The per-job series that come from the job's own reports (gpulens.torch): none for a job that sent none.
 _IN_JOB = frozenset(
     ("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
@@ -103,7 +107,6 @@ class _Row:
     """One job with series, as of the last cycle."""
 
     total: JobRecord
-    job: Job
     memory_bytes: int | None  # the most device memory it used on one GPU this cycle; None once it is gone
     gpus: frozenset[str]  # the GPUs it holds this cycle
     host: HostUsage | None
@@ -305,7 +308,7 @@ class JobAccounting:
         ]
         return _Exported(
             jobs=tuple(
-                _Row(o.total, o.job, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
+                _Row(o.total, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
                 for o in chosen.values()
             ),
             allocations=tuple(allocations),
@@ -360,8 +363,8 @@ def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
     workers = _gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
     io = _gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
     for row in exported.jobs:
-        record, job, held, host = row.total, row.job, row.gpus, row.host
-        labels = (job.kind, job.id)
+        record, held, host = row.total, row.gpus, row.host
+        labels = _labels(record)
         for state in State:
             value = record.state_seconds.get(state.value, 0.0)
             if value > 0:
@@ -397,6 +400,11 @@ def _holders(
         owner = (job.user, job.namespace, job.pod, job.container, job.account)
         family.add_metric((*device, job.kind, job.id, *owner), 1.0)
     return family
+
+
+def _labels(record: JobRecord) -> tuple[str, ...]:
+    """The values of _JOB_LABELS for `record`'s series."""
+    return (record.kind, record.id, record.user, record.namespace, record.pod, record.account, "+".join(record.models))
 
 
 def _gauge(name: str, text: str) -> GaugeMetricFamily:
@@ -512,7 +520,7 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     info = GaugeMetricFamily(
         "gpulens_job_info",
         "Always 1: the job's owner and GPU model on this node.",
-        labels=(*_JOB_LABELS, "user", "namespace", "pod", "model"),
+        labels=("job_kind", "job_id", "user", "namespace", "pod", "model"),
     )
     start = _gauge("gpulens_job_start_timestamp_seconds", "When this node first saw the job, seconds since the epoch.")
     seen = _gauge(
@@ -565,11 +573,11 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     )
     totals: dict[str, CounterMetricFamily | GaugeMetricFamily] = {**counters, **peaks}
     for r, memory_now in records:
-        labels = (r.kind, r.id)
+        labels = _labels(r)
         if memory_now is not None:
             memory.add_metric(labels, memory_now)
         for model in r.models or ("",):
-            info.add_metric((*labels, r.user, r.namespace, r.pod, model), 1.0)
+            info.add_metric((r.kind, r.id, r.user, r.namespace, r.pod, model), 1.0)
         start.add_metric(labels, r.start)
         seen.add_metric(labels, r.last_seen)
         reported = r.data_wait_observed_seconds > 0 or r.torch_allocated_peak_bytes or r.torch_reserved_peak_bytes

@@ -73,12 +73,18 @@ class Month:
     def job(self, rng: random.Random, node: str, gpus: list[str], n: int, start: float, end: float, begin: float):
         """Write job `n` on `node`'s `gpus` from `start` to `end`; samples from `begin` on."""
         job_id, user = str(1_000_000 + n), rng.choice(USERS)
-        key = f'instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm"'
         busy = rng.uniform(0.2, 1.0)
         shares = {"busy": busy, rng.choice(WASTED): 1.0 - busy}
         torch_job = rng.random() < 0.5
         size = len(gpus)
         memory = rng.uniform(0.2, 0.95) * 80 * 2**30 * size
+        tips = rng.sample(TIPS, 2)
+        namespace = rng.choice(NAMESPACES)
+        # Every per-job series names its job and owner, as the agents' do (agent/accounting.py).
+        key = (
+            f'account="",instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm",model="{MODEL}",'
+            f'namespace="{namespace}",pod="",user="{user}"'
+        )
         counters = {  # name: GPU-seconds (or joules) per second of the job
             **{f'gpulens_job_gpu_state_seconds_total{{{key},state="{s}"}}': size * v for s, v in shares.items()},
             f"gpulens_job_gpu_busy_seconds_total{{{key}}}": size * busy,
@@ -86,15 +92,17 @@ class Month:
             f"gpulens_job_gpu_sm_activity_seconds_total{{{key}}}": size * busy * 0.6,
             f"gpulens_job_gpu_gpm_seconds_total{{{key}}}": size,
             f"gpulens_job_energy_joules_total{{{key}}}": size * (100 + 450 * busy),
-            **{f'gpulens_job_tip_seconds_total{{{key},tip="{t}"}}': size * 0.3 for t in rng.sample(TIPS, 2)},
+            **{f'gpulens_job_tip_seconds_total{{{key},tip="{t}"}}': size * 0.3 for t in tips},
         }
         gauges = {
-            f'gpulens_job_info{{{key},model="{MODEL}",namespace="{rng.choice(NAMESPACES)}",pod="",user="{user}"}}': 1,
+            f'gpulens_job_info{{instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm",model="{MODEL}",'
+            f'namespace="{namespace}",pod="",user="{user}"}}': 1,
             f"gpulens_job_start_timestamp_seconds{{{key}}}": start,
             f"gpulens_job_memory_peak_bytes{{{key}}}": int(memory),
             f"gpulens_job_memory_capacity_bytes{{{key}}}": 80 * 2**30 * size,
             **{
-                f'gpulens_gpu_allocation_info{{{key},container="",gpu="{gpu.rsplit("-", 1)[1]}",namespace="",'
+                f'gpulens_gpu_allocation_info{{account="",container="",gpu="{gpu.rsplit("-", 1)[1]}",'
+                f'instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm",namespace="{namespace}",'
                 f'pod="",user="{user}",uuid="{gpu}"}}': 1
                 for gpu in gpus
             },

@@ -37,7 +37,16 @@ class SimulatedAgent:
             elapsed += step
 
     def value(self, name: str, **labels: str) -> float | None:
-        return self.registry.get_sample_value(name, labels)
+        """The sample `name` whose labels include `labels` (a per-job series also names its owner), or None;
+        more than one such sample is a test's mistake."""
+        found = [
+            s.value
+            for family in self.registry.collect()
+            for s in family.samples
+            if s.name == name and labels.items() <= s.labels.items()
+        ]
+        assert len(found) <= 1, f"{len(found)} samples of {name} have the labels {labels}; name more of them"
+        return found[0] if found else None
 
     def exposition(self) -> str:
         return generate_latest(self.registry).decode()

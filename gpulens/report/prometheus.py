@@ -23,11 +23,21 @@ from gpulens.errors import converted
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
-from gpulens.report.summary import NONE, FleetReport, check_grouping, fleet_report
+from gpulens.report.summary import (
+    GROUP_WORST,
+    NONE,
+    SHORT,
+    FleetReport,
+    Group,
+    check_grouping,
+    flag,
+    fleet_report,
+    wasted_first,
+)
 from gpulens.report.traces import SLACK_SECONDS, JobTraces, newest_first
 from gpulens.report.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
-from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse
-from gpulens.vocabulary import TRACE_PARTS
+from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse, add_up
+from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 from gpulens.words import trace_sentence
 
 # A job whose last-seen gauge is this close to the end of the period is still running.
@@ -56,7 +66,9 @@ _COUNTERS = {
 }
 # What the fleet report's tables show of every job (summary.fleet_report, document.fleet_document).
 _TABLE_COUNTERS = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules")
-_TABLE_PEAKS = ("memory_peak_bytes",)
+# Which of gpulens_job_gpu_state_seconds_total a job wasted, and held (gpulens.usage: every state but free).
+_WASTED_STATES = "state=~" + label_value("|".join(s.value for s in WASTED_STATES))
+_HELD_STATES = 'state!="free"'
 _PEAKS = {
     "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
     "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
@@ -82,14 +94,6 @@ _WHOLE = _Read(
 )
 # A trend's runs: owner, name, span, GPU-seconds by state and tips; none of the counters or peaks.
 _RUNS = _Read((), (), "user, namespace, pod, model")
-
-
-def _tables(by: str) -> _Read:
-    """What the fleet report's tables show of every job, grouped `by` that owner label (the account is not one
-    of gpulens_job_info's: it is read apart)."""
-    if by == "account":
-        return _Read(_TABLE_COUNTERS, _TABLE_PEAKS, "pod", accounts=True)
-    return _Read(_TABLE_COUNTERS, _TABLE_PEAKS, f"{by}, pod")
 
 
 def _accounts(matcher: str, window: str) -> str:
@@ -177,29 +181,130 @@ class Prometheus:
     def fleet(
         self, by: str, since: float, until: float, min_duration: float, step: Step, rows: int
     ) -> FleetReport | None:
-        """The fleet report's tables: every job read with only what they need (owner, span, GPU-seconds by
-        state, the counters of the ratios, energy, memory peak, tips), then whole records for the `rows`
-        worst judged and short jobs. None when the store has no jobs.
+        """The fleet report's tables, added up by the store: the groups' sums, the jobs counted, the `rows`
+        worst judged and short jobs read whole, and each group's worst jobs. None when the store has no jobs.
 
-        A month of a big fleet is hundreds of thousands of jobs; JSON and CSV list them whole (`jobs()`).
+        A month of a big fleet is 10^5 jobs: the store adds them up by owner (a label of every per-job
+        series) and answers a few series per group. Where the agents' series name no owners (gpulens before
+        they did), every job is read whole and added up here instead. JSON and CSV list every job (`jobs()`).
         """
         check_grouping(by)  # before it goes into the queries
         with converted(HttpError, SourceError):
-            lean = self._records("", since, until, step, _tables(by))
-            if not lean:
-                return None
-            with collector_paused:  # 10^5 records and their sums, and no cycles among them
-                report = fleet_report(lean, by, since, until, min_duration, self.description)
-            shown = [r for r, _ in report.jobs[:rows]] + list(report.short[:rows])
-            ids = {r.id for r in shown}
-            found = self._records(f"{{job_id=~{any_of(ids)}}}", since, until, step) if ids else []
-            whole = {r.key: r for r in found}
-        return replace(
-            report,
-            jobs=tuple((whole.get(r.key, r), mark) for r, mark in report.jobs[:rows]),
-            short=tuple(whole.get(r.key, r) for r in report.short[:rows]),
+            window = f"[{max(int(until - since), 1)}s]"
+            unnamed = f'count(last_over_time(gpulens_job_start_timestamp_seconds{{model=""}}{window}))'
+            if self.api.query(unnamed, until):
+                step("the per-job series name no owners (agents older than this report): reading every job whole")
+                records = self._records("", since, until, step)
+                if not records:
+                    return None
+                with collector_paused:
+                    return fleet_report(records, by, since, until, min_duration, self.description)
+            return self._grouped(by, window, since, until, min_duration, step, rows)
+
+    def _grouped(
+        self, by: str, window: str, since: float, until: float, min_duration: float, step: Step, rows: int
+    ) -> FleetReport | None:
+        """The fleet report's tables from the store's sums by `by` (see `fleet`)."""
+        job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
+
+        def states(matcher: str) -> str:
+            return _state_seconds(matcher, window)
+
+        span = (
+            f"(max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
+            f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window})))"
+        )
+        judged, short = f"({span} >= {min_duration!r})", f"({span} < {min_duration!r})"
+        wasted = f"(sum by ({job}) (increase({states(_WASTED_STATES)})) > 0)"
+        held = f"sum by ({job}) (increase({states(_HELD_STATES)}))"
+
+        def worst(kept: str, n: int) -> str:
+            """The `n` jobs `kept` picks that wasted most, then (when fewer wasted any) that held most, ties
+            at the cut included: the order of the tables (summary.fleet_report) is settled on whole records.
+            Jobs that held no GPU-time in the period are left out: they would all tie at the cut."""
+            ranked = f"({wasted} and {kept})", f"(({held} > 0 and {kept}) unless {wasted})"
+            return " or ".join(f"{r} >= scalar(min(topk({n}, {r})))" for r in ranked)
+
+        most = f"({wasted} and {judged})"
+        queries = {
+            "jobs by group": f"count by ({by}) ({span})",
+            "short jobs": f"count({short})",
+            "GPU-seconds by state": f"sum by ({by}, state) (increase({states('')}))",
+            **{
+                name.replace("_", " "): f"sum by ({by}) (increase({_COUNTERS[name]}{window}))"
+                for name in _TABLE_COUNTERS
+            },
+            "memory peak": f"max by ({by}) (max_over_time(gpulens_job_memory_peak_bytes{window}))",
+            "tips": f"sum by ({by}, tip) (increase(gpulens_job_tip_seconds_total{window}))",
+            "each group's worst jobs": (
+                f"{most} >= on ({by}) group_left () min by ({by}) (topk by ({by}) ({GROUP_WORST}, {most}))"
+            ),
+            "the worst judged jobs": worst(judged, max(rows, GROUP_WORST)),
+            "the worst short jobs": worst(short, rows),
+        }
+        answers = dict(self._answers(queries, until, step))
+        if not answers["jobs by group"]:
+            self._spans(window, until, step)  # one line when the store has jobs but no totals
+            return None
+        groups: dict[str, dict] = defaultdict(lambda: {"state_seconds": {}, "tips": {}})
+        for item in answers["GPU-seconds by state"]:
+            groups[_group(item, by)]["state_seconds"][item["metric"].get("state", "")] = _value(item)
+        for name in _TABLE_COUNTERS:
+            for item in answers[name.replace("_", " ")]:
+                groups[_group(item, by)][name] = _value(item)
+        for item in answers["memory peak"]:
+            groups[_group(item, by)]["memory_peak_bytes"] = int(_value(item))
+        for item in answers["tips"]:
+            groups[_group(item, by)]["tips"][item["metric"].get("tip", "")] = _value(item)
+        counted = {_group(item, by): int(_value(item)) for item in answers["jobs by group"]}
+        shown = {_key(item) for what in ("the worst judged jobs", "the worst short jobs") for item in answers[what]}
+        step("reading the listed jobs whole")
+        found = self._records(f"{{job_id=~{any_of(i for _, i in shown)}}}", since, until, step) if shown else []
+        listed = sorted((r for r in found if r.key in shown), key=wasted_first)
+        judged_jobs = [(r, flag(r, min_duration)) for r in listed if flag(r, min_duration) != SHORT]
+        worst = self._worst(answers["each group's worst jobs"], by, window, until)
+        built = [
+            Group(key, counted.get(key, 0), _sums(key, groups[key]), worst.get(key, ()))
+            for key in groups.keys() | counted.keys()
+        ]
+        built.sort(key=lambda g: (-g.total.wasted_seconds, -g.total.gpu_seconds, g.key))
+        everyone = [r.pod or r.id for r, _ in judged_jobs if r.wasted_seconds > 0][:GROUP_WORST]
+        jobs = sum(g.jobs for g in built)
+        short_count = int(sum(_value(item) for item in answers["short jobs"]))
+        return FleetReport(
+            since,
+            until,
+            by,
+            min_duration,
+            self.description,
+            tuple(built),
+            tuple(judged_jobs[:rows]),
+            tuple(r for r in listed if flag(r, min_duration) == SHORT)[:rows],
+            Group("all", jobs, add_up([g.total for g in built], "group", "all"), tuple(everyone)),
+            jobs - short_count,
+            short_count,
             shown_only=True,
         )
+
+    def _worst(self, found: list[dict], by: str, window: str, until: float) -> dict[str, tuple[str, ...]]:
+        """Return each group's GROUP_WORST worst judged jobs by name, from `found` (each group's jobs that
+        wasted most, ties at the cut included), in the tables' order: the most wasted, then the most held
+        (read only for the ties), then by kind and id."""
+        tied: dict[str, list[dict]] = defaultdict(list)
+        for item in found:
+            tied[_group(item, by)].append(item)
+        ties = [item for items in tied.values() if len(items) > GROUP_WORST for item in items]
+        gpu_seconds: dict[tuple[str, str], float] = {}
+        if ties:
+            ids = any_of(item["metric"].get("job_id", "") for item in ties)
+            held = _state_seconds(f"{_HELD_STATES},job_id=~{ids}", window)
+            for item in self.api.query(f"sum by ({_KEY}) (increase({held}))", until):
+                gpu_seconds[_key(item)] = _value(item)
+        worst = {}
+        for group, items in tied.items():
+            items.sort(key=lambda i: (-_value(i), -gpu_seconds.get(_key(i), 0.0), *_key(i)))
+            worst[group] = tuple(i["metric"].get("pod") or i["metric"].get("job_id", "") for i in items[:GROUP_WORST])
+        return worst
 
     def _records(self, matcher: str, since: float, until: float, step: Step, read: _Read = _WHOLE) -> list[JobRecord]:
         """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span and
@@ -523,6 +628,23 @@ class Prometheus:
             )
             for t, p in sorted(points.items())
         )
+
+
+def _state_seconds(matcher: str, window: str) -> str:
+    """Return the selector of the jobs' GPU-seconds by state that `matcher` picks, over `window`."""
+    return f"gpulens_job_gpu_state_seconds_total{{{matcher}}}{window}"
+
+
+def _group(item: dict, by: str) -> str:
+    """Return the group of an answered series, as summary.group_key names it."""
+    return item["metric"].get(by) or NONE
+
+
+def _sums(key: str, found: dict) -> JobRecord:
+    """Return a group's sums (`found`, by JobRecord field, from the store) as one record, as usage.add_up would."""
+    states = {s: v for s, v in found.pop("state_seconds").items() if s in STATES and v > 0}
+    tips = {tip: TipUse(v) for tip, v in found.pop("tips").items() if v > 0}
+    return JobRecord("group", key, start=0.0, last_seen=0.0, state_seconds=states, tips=tips, **found)
 
 
 def _process(item: dict) -> tuple[str, str, str]:

@@ -95,7 +95,7 @@ def check_grouping(by: str) -> None:
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
 
 
-def _wasted_first(record: JobRecord) -> tuple:
+def wasted_first(record: JobRecord) -> tuple:
     """The order of every report's lists: the most wasted GPU-hours first, then the most GPU-hours."""
     return (-record.wasted_seconds, -record.gpu_seconds, record.kind, record.id)
 
@@ -107,7 +107,7 @@ def fleet_report(
     check_grouping(by)
     jobs = merge_all(records)
     # Each job's order and mark once: a month of a big fleet is 10^5 jobs. The order keys are unique.
-    ordered = sorted(((_wasted_first(r), r, flag(r, min_duration)) for r in jobs), key=lambda item: item[0])
+    ordered = sorted(((wasted_first(r), r, flag(r, min_duration)) for r in jobs), key=lambda item: item[0])
     judged = tuple((r, mark) for _, r, mark in ordered if mark != SHORT)
     short = tuple(r for _, r, mark in ordered if mark == SHORT)
     members: dict[str, list[JobRecord]] = {}

@@ -182,6 +182,8 @@ def openmetrics() -> str:
     for r in records():
         team = next(t for t in TEAMS if t.user == r.user)
         job = {"job_kind": r.kind, "job_id": r.id}
+        owner = {"user": r.user, "namespace": r.namespace, "pod": r.pod}
+        labelled = {**job, **owner, "account": "", "model": team.model}  # a per-job series names its owner
         at = r.start
         while at <= r.last_seen:
             elapsed = at - r.start
@@ -191,7 +193,7 @@ def openmetrics() -> str:
                     "gpulens_job_gpu_state_seconds",
                     "counter",
                     "gpulens_job_gpu_state_seconds_total",
-                    {**job, "state": state},
+                    {**labelled, "state": state},
                     at,
                     value,
                 )
@@ -200,11 +202,10 @@ def openmetrics() -> str:
                     "gpulens_job_tip_seconds",
                     "counter",
                     "gpulens_job_tip_seconds_total",
-                    {**job, "tip": tip},
+                    {**labelled, "tip": tip},
                     at,
                     use.seconds * elapsed / RUN_SECONDS,
                 )
-            owner = {"user": r.user, "namespace": r.namespace, "pod": r.pod}
             add("gpulens_job_info", "gauge", "gpulens_job_info", {**job, **owner, "model": team.model}, at, 1.0)
             for g, uuid in enumerate(r.gpus):
                 labels = {
@@ -216,12 +217,19 @@ def openmetrics() -> str:
                     "account": "",
                 }
                 add("gpulens_gpu_allocation_info", "gauge", "gpulens_gpu_allocation_info", labels, at, 1.0)
-            add("gpulens_job_start_timestamp_seconds", "gauge", "gpulens_job_start_timestamp_seconds", job, at, r.start)
+            add(
+                "gpulens_job_start_timestamp_seconds",
+                "gauge",
+                "gpulens_job_start_timestamp_seconds",
+                labelled,
+                at,
+                r.start,
+            )
             add(
                 "gpulens_job_last_seen_timestamp_seconds",
                 "gauge",
                 "gpulens_job_last_seen_timestamp_seconds",
-                job,
+                labelled,
                 at,
                 at,
             )

@@ -3,6 +3,7 @@ against the one built from every job's whole record (JSON and CSV), on the same 
 document for every grouping and minimum duration, and the same worst jobs when the lists are cut short."""
 
 import dataclasses
+import re
 
 import pytest
 
@@ -66,3 +67,87 @@ def test_gpulens_report_reads_lean_for_people_and_every_whole_job_for_machines(c
     assert capsys.readouterr().out == to_csv(every)
     with pytest.raises(ValueError, match="JSON and CSV list every job"):
         to_csv(_both(prometheus_url, fleet_run, "namespace", 300.0, rows=25)[0])
+
+
+# A day after the fleet hour, in the same kind of store: one user's five jobs, of which three wasted exactly as
+# much (a tie the store's top-k cannot settle) and held different GPU-seconds, and one short job.
+TIES_AT = 86_400.0
+TIES = {  # job id: (idle seconds, busy seconds, seconds it ran)
+    "9001": (600.0, 100.0, 3000.0),
+    "9002": (600.0, 900.0, 3000.0),
+    "9003": (600.0, 500.0, 3000.0),
+    "9004": (1200.0, 0.0, 3000.0),
+    "9005": (50.0, 10.0, 60.0),
+}
+
+
+def _ties_openmetrics(since: float) -> str:
+    """The TIES jobs as an agent would have exported them, scraped at their start, middle and end."""
+    families: dict[str, tuple[str, list[str]]] = {
+        "gpulens_job_gpu_state_seconds": ("counter", []),
+        "gpulens_job_start_timestamp_seconds": ("gauge", []),
+        "gpulens_job_last_seen_timestamp_seconds": ("gauge", []),
+    }
+    state, start, seen = (lines for _, lines in families.values())
+    for job_id, (idle, busy, ran) in TIES.items():
+        labels = (
+            f'account="",instance="node-t:10906",job_id="{job_id}",job_kind="slurm",'
+            f'model="NVIDIA H100 80GB HBM3",namespace="",pod="",user="tess"'
+        )
+        times = (since + 60, since + 60 + ran / 2, since + 60 + ran)
+        for name, total in (("idle", idle), ("busy", busy)):
+            state += [
+                f'gpulens_job_gpu_state_seconds_total{{{labels},state="{name}"}} {total * n / 2} {t:.0f}'
+                for n, t in enumerate(times)
+            ]
+        start += [f"gpulens_job_start_timestamp_seconds{{{labels}}} {times[0]:.0f} {t:.0f}" for t in times]
+        seen += [f"gpulens_job_last_seen_timestamp_seconds{{{labels}}} {t:.0f} {t:.0f}" for t in times]
+    text = [line for name, (kind, lines) in families.items() for line in (f"# TYPE {name} {kind}", *lines)]
+    return "\n".join(text) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def odd_prometheus(fleet_run, tmp_path_factory):
+    """A real Prometheus holding the fleet hour as agents that named no owners exported it (the per-job series
+    carry only the job's kind and id), and the TIES a day later; its URL."""
+    from tests.report.conftest import serve_prometheus
+
+    folder = tmp_path_factory.mktemp("odd")
+    owners = re.compile(r'(account|model|namespace|pod|user)="[^"]*",?')
+    unnamed = folder / "unnamed.om"
+    unnamed.write_text(
+        "".join(
+            line if line.startswith(("gpulens_job_info", "gpulens_gpu_allocation_info")) else owners.sub("", line)
+            for line in fleet_run.openmetrics.read_text().splitlines(keepends=True)
+        ).replace(",}", "}")
+    )
+    ties = folder / "ties.om"
+    ties.write_text(_ties_openmetrics(fleet_run.since + TIES_AT))
+    with serve_prometheus(dataclasses.replace(fleet_run, openmetrics=unnamed), folder, extra=(ties,)) as url:
+        yield url
+
+
+@pytest.mark.parametrize("by", ["user", "account"])
+def test_series_that_name_no_owner_are_read_whole_and_give_the_same_report(fleet_run, odd_prometheus, by):
+    source = Prometheus(odd_prometheus)
+    steps: list[str] = []
+    tables = source.fleet(by, fleet_run.since, fleet_run.until, 300.0, steps.append, rows=25)
+    every = fleet_report(
+        source.jobs(fleet_run.since, fleet_run.until, _quiet), by, fleet_run.since, fleet_run.until, 300.0, ""
+    )
+    assert not tables.shown_only and len(tables.jobs) == every.judged_count
+    assert fleet_document(tables).tables == fleet_document(every).tables
+    assert any("name no owners" in s for s in steps)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 25])
+def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_records_are(fleet_run, odd_prometheus, rows):
+    since, until = fleet_run.since + TIES_AT, fleet_run.since + TIES_AT + 3600
+    source = Prometheus(odd_prometheus)
+    tables = source.fleet("user", since, until, 300.0, _quiet, rows)
+    every = fleet_report(source.jobs(since, until, _quiet), "user", since, until, 300.0, source.description)
+    assert tables.shown_only
+    assert [r.id for r, _ in tables.jobs] == ["9004", "9002", "9003", "9001"][:rows]
+    assert tables.jobs == every.jobs[:rows] and tables.short == every.short[:rows] == tuple(every.short)
+    assert tables.groups[0].worst == every.groups[0].worst == ("9004", "9002", "9003")
+    assert (tables.judged_count, tables.short_count, tables.total.jobs) == (4, 1, 5)
