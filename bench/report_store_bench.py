@@ -181,17 +181,17 @@ class Answers:
     work; Prometheus and VictoriaMetrics evaluate a query before they answer), and their bytes."""
 
     queries, seconds, size = 0, 0.0, 0
-    _get = requests.Session.get
+    _request = requests.Session.request
 
     @classmethod
     def watch(cls) -> None:
-        def get(session: requests.Session, *args, **kwargs) -> requests.Response:
-            response = cls._get(session, *args, **kwargs)
+        def request(session: requests.Session, *args, **kwargs) -> requests.Response:
+            response = cls._request(session, *args, **kwargs)
             cls.queries, cls.seconds = cls.queries + 1, cls.seconds + response.elapsed.total_seconds()
             cls.size += len(response.content)
             return response
 
-        requests.Session.get = get
+        requests.Session.request = request  # type: ignore[method-assign]
 
     @classmethod
     def take(cls) -> tuple[int, float, int]:
@@ -280,7 +280,8 @@ def main() -> int:
     )
     print(
         f"report fleet (markdown): median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-        f"(of {len(times)}), report process peak RSS {tables_rss:.0f} MiB; every job as CSV: {every[0]:.2f} s, "
+        f"(runs in order: {', '.join(f'{t:.2f}' for t in times)} s), report process peak RSS {tables_rss:.0f} MiB; "
+        f"every job as CSV: {every[0]:.2f} s, "
         f"{len(every[1]) / 1e6:.1f} MB, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
     print(

@@ -9,6 +9,7 @@ from range queries over the same counters, and its traces from the series of eac
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
@@ -16,7 +17,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
@@ -130,6 +131,84 @@ def recorded_expression(name: str) -> str:
     return next(" ".join(r["expr"].split()) for g in groups for r in g["rules"] if r.get("record") == name)
 
 
+class _Entry(NamedTuple):
+    """A job in its group, as the store's answers of a series per job give it."""
+
+    key: tuple[str, str]
+    group: str
+    name: str  # its pod, else its id: what the tables call it
+    span: float  # seconds from its start to its last sighting
+    wasted: float  # GPU-seconds idle, data-starved or underutilized in the period
+
+
+class _Ranked:
+    """Every job of the period from its span and wasted GPU-seconds: counted by group, judged or short, and
+    ranked the way summary.fleet_report ranks whole records (most wasted, then most held)."""
+
+    def __init__(self, spans: list[dict], wasted: list[dict], by: str, min_duration: float):
+        waste = {(_key(item), _group(item, by)): _value(item) for item in wasted}
+        self.entries = [
+            _Entry(key, group, item["metric"].get("pod") or key[1], _value(item), waste.get((key, group), 0.0))
+            for item in spans
+            for key, group in ((_key(item), _group(item, by)),)
+        ]
+        self.min_duration = min_duration
+        self.counted: dict[str, int] = defaultdict(int)
+        # A job on nodes of several GPU models is in each model's group (`--by model`), once in the counts.
+        self.span: dict[tuple[str, str], float] = {}
+        self.waste: dict[tuple[str, str], float] = defaultdict(float)
+        for e in self.entries:
+            self.counted[e.group] += 1
+            self.span[e.key] = max(self.span.get(e.key, 0.0), e.span)
+            self.waste[e.key] += e.wasted
+        self.jobs = len(self.span)
+        self.short = sum(1 for span in self.span.values() if span < min_duration)
+
+    def _lists(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        judged = [key for key, span in self.span.items() if span >= self.min_duration]
+        return judged, [key for key, span in self.span.items() if span < self.min_duration]
+
+    def fill_needed(self, rows: int) -> bool:
+        """Whether a list has fewer jobs that wasted any than it shows, so that it goes on with the others."""
+        return any(sum(1 for key in keys if self.waste[key] > 0) < n for keys, n in self._wanted(rows))
+
+    def _wanted(self, rows: int) -> tuple[tuple[list[tuple[str, str]], int], ...]:
+        judged, short = self._lists()
+        # The fleet's worst jobs (GROUP_WORST) come from the judged list too.
+        return ((judged, min(max(rows, GROUP_WORST), len(judged))), (short, min(rows, len(short))))
+
+    def listed(self, rows: int, held: dict[tuple[str, str], float] | None) -> set[tuple[str, str]]:
+        """Return the jobs each list may show, ties at its cut included: the most wasted, then, where fewer
+        than `rows` wasted any and `held` is given, the most GPU-seconds held of the others."""
+        shown: set[tuple[str, str]] = set()
+        for keys, n in self._wanted(rows):
+            wasting = {key: self.waste[key] for key in keys if self.waste[key] > 0}
+            shown |= _top(wasting, n)
+            if len(wasting) < n and held is not None:
+                shown |= _top({key: held.get(key, 0.0) for key in keys if key not in wasting}, n - len(wasting))
+        return shown
+
+    def worst(self) -> dict[str, list[_Entry]]:
+        """Each group's GROUP_WORST judged jobs that wasted most, and the jobs that wasted as much as the last."""
+        by_group: dict[str, list[_Entry]] = defaultdict(list)
+        for e in self.entries:
+            if e.wasted > 0 and e.span >= self.min_duration:
+                by_group[e.group].append(e)
+        found = {}
+        for group, entries in by_group.items():
+            cut = sorted((e.wasted for e in entries), reverse=True)[:GROUP_WORST][-1]
+            found[group] = [e for e in entries if e.wasted >= cut]
+        return found
+
+
+def _top(values: dict[tuple[str, str], float], n: int) -> set[tuple[str, str]]:
+    """The `n` keys of the highest positive values, and any others as high as the last of them."""
+    if n <= 0 or not values:
+        return set()
+    cut = heapq.nlargest(n, values.values())[-1]
+    return {key for key, value in values.items() if value >= cut and value > 0}
+
+
 class NoTotals(SourceError):
     """The store has the agents' jobs but not their per-job totals (--jobs.export-totals)."""
 
@@ -204,46 +283,29 @@ class Prometheus:
     def _grouped(
         self, by: str, window: str, since: float, until: float, min_duration: float, step: Step, rows: int
     ) -> FleetReport | None:
-        """The fleet report's tables from the store's sums by `by` (see `fleet`)."""
+        """The fleet report's tables from the store's sums by `by` (see `fleet`).
+
+        The groups' sums come back as a few series per group. The jobs are counted, judged and ranked here
+        from two answers of a series per job, its span and its wasted GPU-seconds: asking the store to
+        judge and rank them joins every job's series to its span, which costs it more than reading the
+        answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
         job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
-
-        def states(matcher: str) -> str:
-            return _state_seconds(matcher, window)
-
-        span = (
-            f"(max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
-            f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window})))"
-        )
-        judged, short = f"({span} >= {min_duration!r})", f"({span} < {min_duration!r})"
-        wasted = f"(sum by ({job}) (increase({states(_WASTED_STATES)})) > 0)"
-        held = f"sum by ({job}) (increase({states(_HELD_STATES)}))"
-
-        def worst(kept: str, n: int) -> str:
-            """The `n` jobs `kept` picks that wasted most, then (when fewer wasted any) that held most, ties
-            at the cut included: the order of the tables (summary.fleet_report) is settled on whole records.
-            Jobs that held no GPU-time in the period are left out: they would all tie at the cut."""
-            ranked = f"({wasted} and {kept})", f"(({held} > 0 and {kept}) unless {wasted})"
-            return " or ".join(f"{r} >= scalar(min(topk({n}, {r})))" for r in ranked)
-
-        most = f"({wasted} and {judged})"
         queries = {
-            "jobs by group": f"count by ({by}) ({span})",
-            "short jobs": f"count({short})",
-            "GPU-seconds by state": f"sum by ({by}, state) (increase({states('')}))",
+            "each job's span": (
+                f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
+                f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
+            ),
+            "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
+            "GPU-seconds by state": f"sum by ({by}, state) (increase({_state_seconds('', window)}))",
             **{
                 name.replace("_", " "): f"sum by ({by}) (increase({_COUNTERS[name]}{window}))"
                 for name in _TABLE_COUNTERS
             },
             "memory peak": f"max by ({by}) (max_over_time(gpulens_job_memory_peak_bytes{window}))",
             "tips": f"sum by ({by}, tip) (increase(gpulens_job_tip_seconds_total{window}))",
-            "each group's worst jobs": (
-                f"{most} >= on ({by}) group_left () min by ({by}) (topk by ({by}) ({GROUP_WORST}, {most}))"
-            ),
-            "the worst judged jobs": worst(judged, max(rows, GROUP_WORST)),
-            "the worst short jobs": worst(short, rows),
         }
         answers = dict(self._answers(queries, until, step))
-        if not answers["jobs by group"]:
+        if not answers["each job's span"]:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
         groups: dict[str, dict] = defaultdict(lambda: {"state_seconds": {}, "tips": {}})
@@ -256,21 +318,25 @@ class Prometheus:
             groups[_group(item, by)]["memory_peak_bytes"] = int(_value(item))
         for item in answers["tips"]:
             groups[_group(item, by)]["tips"][item["metric"].get("tip", "")] = _value(item)
-        counted = {_group(item, by): int(_value(item)) for item in answers["jobs by group"]}
-        shown = {_key(item) for what in ("the worst judged jobs", "the worst short jobs") for item in answers[what]}
+        with collector_paused:  # a series per job, and no cycles among them
+            ranked = _Ranked(answers.pop("each job's span"), answers.pop("each job's waste"), by, min_duration)
+        held = None
+        if ranked.fill_needed(rows):  # fewer jobs than rows wasted any: the lists go on by GPU-seconds held
+            step("querying each job's GPU-seconds")
+            vector = self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(_HELD_STATES, window)}))", until)
+            held = {_key(item): _value(item) for item in vector}
+        shown = ranked.listed(rows, held)
         step("reading the listed jobs whole")
         found = self._records(f"{{job_id=~{any_of(i for _, i in shown)}}}", since, until, step) if shown else []
         listed = sorted((r for r in found if r.key in shown), key=wasted_first)
-        judged_jobs = [(r, flag(r, min_duration)) for r in listed if flag(r, min_duration) != SHORT]
-        worst = self._worst(answers["each group's worst jobs"], by, window, until)
+        judged = [(r, flag(r, min_duration)) for r in listed if flag(r, min_duration) != SHORT]
+        worst = self._worst(ranked.worst(), window, until)
         built = [
-            Group(key, counted.get(key, 0), _sums(key, groups[key]), worst.get(key, ()))
-            for key in groups.keys() | counted.keys()
+            Group(key, ranked.counted.get(key, 0), _sums(key, groups[key]), worst.get(key, ()))
+            for key in groups.keys() | ranked.counted.keys()
         ]
         built.sort(key=lambda g: (-g.total.wasted_seconds, -g.total.gpu_seconds, g.key))
-        everyone = [r.pod or r.id for r, _ in judged_jobs if r.wasted_seconds > 0][:GROUP_WORST]
-        jobs = sum(g.jobs for g in built)
-        short_count = int(sum(_value(item) for item in answers["short jobs"]))
+        everyone = [r.pod or r.id for r, _ in judged if r.wasted_seconds > 0][:GROUP_WORST]
         return FleetReport(
             since,
             until,
@@ -278,33 +344,30 @@ class Prometheus:
             min_duration,
             self.description,
             tuple(built),
-            tuple(judged_jobs[:rows]),
+            tuple(judged[:rows]),
             tuple(r for r in listed if flag(r, min_duration) == SHORT)[:rows],
-            Group("all", jobs, add_up([g.total for g in built], "group", "all"), tuple(everyone)),
-            jobs - short_count,
-            short_count,
+            Group("all", ranked.jobs, add_up([g.total for g in built], "group", "all"), tuple(everyone)),
+            ranked.jobs - ranked.short,
+            ranked.short,
             shown_only=True,
         )
 
-    def _worst(self, found: list[dict], by: str, window: str, until: float) -> dict[str, tuple[str, ...]]:
-        """Return each group's GROUP_WORST worst judged jobs by name, from `found` (each group's jobs that
-        wasted most, ties at the cut included), in the tables' order: the most wasted, then the most held
-        (read only for the ties), then by kind and id."""
-        tied: dict[str, list[dict]] = defaultdict(list)
-        for item in found:
-            tied[_group(item, by)].append(item)
-        ties = [item for items in tied.values() if len(items) > GROUP_WORST for item in items]
-        gpu_seconds: dict[tuple[str, str], float] = {}
+    def _worst(self, tied: dict[str, list[_Entry]], window: str, until: float) -> dict[str, tuple[str, ...]]:
+        """Return each group's worst judged jobs by name, from its GROUP_WORST that wasted most and the jobs
+        that wasted as much as the last of them (`tied`), in the tables' order: the most wasted, then the most
+        GPU-seconds held (asked only for the ties), then by kind and id."""
+        ties = [e for entries in tied.values() if len(entries) > GROUP_WORST for e in entries]
+        held: dict[tuple[str, str], float] = {}
         if ties:
-            ids = any_of(item["metric"].get("job_id", "") for item in ties)
-            held = _state_seconds(f"{_HELD_STATES},job_id=~{ids}", window)
-            for item in self.api.query(f"sum by ({_KEY}) (increase({held}))", until):
-                gpu_seconds[_key(item)] = _value(item)
-        worst = {}
-        for group, items in tied.items():
-            items.sort(key=lambda i: (-_value(i), -gpu_seconds.get(_key(i), 0.0), *_key(i)))
-            worst[group] = tuple(i["metric"].get("pod") or i["metric"].get("job_id", "") for i in items[:GROUP_WORST])
-        return worst
+            matcher = f"{_HELD_STATES},job_id=~{any_of(e.key[1] for e in ties)}"
+            for item in self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(matcher, window)}))", until):
+                held[_key(item)] = _value(item)
+        return {
+            group: tuple(e.name for e in sorted(entries, key=lambda e: (-e.wasted, -held.get(e.key, 0.0), e.key)))[
+                :GROUP_WORST
+            ]
+            for group, entries in tied.items()
+        }
 
     def _records(self, matcher: str, since: float, until: float, step: Step, read: _Read = _WHOLE) -> list[JobRecord]:
         """Every job the label `matcher` (like `{job_id="7"}`, or "" for all) picks, each with its whole span and
