@@ -154,7 +154,8 @@ class _Ranked:
         ]
         self.min_duration = min_duration
         self.counted: dict[str, int] = defaultdict(int)
-        # A job on nodes of several GPU models is in each model's group (`--by model`), once in the counts.
+        # A job on nodes of several GPU models is in each model's group (`--by model`), once in the counts,
+        # judged by its longest span on one model (where a whole record takes its first start to last sighting).
         self.span: dict[tuple[str, str], float] = {}
         self.waste: dict[tuple[str, str], float] = defaultdict(float)
         for e in self.entries:

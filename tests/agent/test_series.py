@@ -269,3 +269,34 @@ def test_lifetime_ecc_is_opt_in_and_remapping_flags_show_only_while_raised(tmp_p
     found = opted.values("gpulens_gpu_ecc_errors_lifetime")
     lifetime = {(dict(k)["gpu"], dict(k)["kind"]): v for k, v in found.items()}
     assert lifetime[("0", "corrected")] == 3 and lifetime[("1", "uncorrected")] == 1
+
+
+@pytest.mark.parametrize("scenario", ["demo", "mig"])
+def test_every_per_job_series_names_the_jobs_owner_as_gpulens_job_info_does(scenario):
+    """A store adds up jobs by owner from the series themselves (`sum by (user) (...)`), with no join."""
+    node = Node(scenario, "--jobs.export-totals")
+    node.run(90)
+    owners: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for labels in map(dict, node.values("gpulens_job_info")):
+        found = owners.setdefault((labels["job_kind"], labels["job_id"]), {})
+        for name in ("user", "namespace", "pod", "model"):
+            found.setdefault(name, set()).add(labels[name])
+    accounts = {
+        (s.labels["job_kind"], s.labels["job_id"]): s.labels["account"]
+        for s in node.samples()
+        if s.name in ("gpulens_gpu_allocation_info", "gpulens_mig_allocation_info")
+    }
+    per_job = [
+        s
+        for s in node.samples()
+        if s.name.startswith("gpulens_job_") and "job_id" in s.labels and s.name != "gpulens_job_info"
+    ]
+    assert {s.name for s in per_job} >= {"gpulens_job_gpu_state_seconds_total", "gpulens_job_tip_seconds_total"}
+    assert any(a for a in accounts.values()) or scenario == "mig"
+    for s in per_job:
+        owner = owners[(s.labels["job_kind"], s.labels["job_id"])]
+        assert (s.labels["user"], s.labels["namespace"], s.labels["pod"]) == tuple(
+            next(iter(owner[n])) for n in ("user", "namespace", "pod")
+        ), s
+        assert s.labels["model"] == "+".join(sorted(owner["model"])), s
+        assert s.labels["account"] == accounts.get((s.labels["job_kind"], s.labels["job_id"]), s.labels["account"]), s

@@ -97,6 +97,7 @@ def test_with_the_ledgers_totals_on_each_family_is_exposed_once(tmp_path, socket
         per_process = [s for s in samples if s.name == "gpulens_job_torch_allocated_peak_bytes"]
         per_job = [s for s in samples if s.name == "gpulens_job_torch_allocated_max_bytes"]
         assert [(sorted(s.labels), s.value) for s in per_process] == [(["gpu_uuid", "pid"], 2_000_000)]
-        assert [(sorted(s.labels), s.value) for s in per_job] == [(["job_id", "job_kind"], 2_000_000)]
+        owner = ["account", "job_id", "job_kind", "model", "namespace", "pod", "user"]
+        assert [(sorted(s.labels), s.value) for s in per_job] == [(owner, 2_000_000)]
     finally:
         receiver.stop()
