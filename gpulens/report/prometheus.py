@@ -49,6 +49,9 @@ QUERIES_AT_ONCE = 4
 # A timeline has about this many points, and points no closer than a minute (the ledger's bucket).
 TIMELINE_POINTS = 240
 TIMELINE_MIN_STEP_SECONDS = 60.0
+# Jobs one query reads by id: VictoriaMetrics refuses a query longer than 16 KB (-search.maxQueryLen), and a
+# Kubernetes job's id is a 36-character UID, written twice in the accounts' query.
+IDS_PER_QUERY = 100
 # Processes whose last trace id one query asks (one `or` term each), so that a query stays short.
 TRACE_IDS_PER_QUERY = 16
 # Hours one range query of the trend asks: Prometheus refuses a range of more than 11,000 steps (web/api/v1/
@@ -328,7 +331,11 @@ class Prometheus:
             held = {_key(item): _value(item) for item in vector}
         shown = ranked.listed(rows, held)
         step("reading the listed jobs whole")
-        found = self._records(f"{{job_id=~{any_of(i for _, i in shown)}}}", since, until, step) if shown else []
+        found = [
+            r
+            for ids in _chunks(sorted({i for _, i in shown}))
+            for r in self._records(f"{{job_id=~{any_of(ids)}}}", since, until, step)
+        ]
         listed = sorted((r for r in found if r.key in shown), key=wasted_first)
         judged = [(r, flag(r, min_duration)) for r in listed if flag(r, min_duration) != SHORT]
         worst = self._worst(ranked.worst(), window, until)
@@ -359,8 +366,8 @@ class Prometheus:
         GPU-seconds held (asked only for the ties), then by kind and id."""
         ties = [e for entries in tied.values() if len(entries) > GROUP_WORST for e in entries]
         held: dict[tuple[str, str], float] = {}
-        if ties:
-            matcher = f"{_HELD_STATES},job_id=~{any_of(e.key[1] for e in ties)}"
+        for ids in _chunks(sorted({e.key[1] for e in ties})):
+            matcher = f"{_HELD_STATES},job_id=~{any_of(ids)}"
             for item in self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(matcher, window)}))", until):
                 held[_key(item)] = _value(item)
         return {
@@ -692,6 +699,12 @@ class Prometheus:
             )
             for t, p in sorted(points.items())
         )
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    """Yield `ids` IDS_PER_QUERY at a time."""
+    for n in range(0, len(ids), IDS_PER_QUERY):
+        yield ids[n : n + IDS_PER_QUERY]
 
 
 def _state_seconds(matcher: str, window: str) -> str:

@@ -141,7 +141,11 @@ def test_series_that_name_no_owner_are_read_whole_and_give_the_same_report(fleet
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 25])
-def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_records_are(fleet_run, odd_prometheus, rows):
+@pytest.mark.parametrize("ids_per_query", [1, 100])
+def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_records_are(
+    fleet_run, odd_prometheus, rows, ids_per_query, monkeypatch
+):
+    monkeypatch.setattr("gpulens.report.prometheus.IDS_PER_QUERY", ids_per_query)  # jobs read by id, in chunks
     since, until = fleet_run.since + TIES_AT, fleet_run.since + TIES_AT + 3600
     source = Prometheus(odd_prometheus)
     tables = source.fleet("user", since, until, 300.0, _quiet, rows)
