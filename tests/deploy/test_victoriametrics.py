@@ -135,8 +135,9 @@ def test_a_fleet_report_answers_the_same(stores):
 
 
 def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
-    """The fleet report people read asks each store for only what its tables show, then the listed jobs
-    whole (a job-id regex): on each store it agrees with the report built from every job's whole record."""
+    """The fleet report people read asks each store for its sums by group and two numbers per job, then the
+    listed jobs whole (a job-id regex): on each store it agrees with the report built from every job's whole
+    record."""
     from gpulens.report.prometheus import Prometheus
     from gpulens.report.summary import fleet_report
 

@@ -1,5 +1,5 @@
-"""The fleet report for people (terminal, Markdown, HTML), read with only what its tables show of each job,
-against the one built from every job's whole record (JSON and CSV), on the same real Prometheus: the same
+"""The fleet report for people (terminal, Markdown, HTML), from the store's sums by group and two numbers per
+job, against the one built from every job's whole record (JSON and CSV), on the same real Prometheus: the same
 document for every grouping and minimum duration, and the same worst jobs when the lists are cut short."""
 
 import dataclasses
