@@ -79,22 +79,34 @@ TIES = {  # job id: (idle seconds, busy seconds, seconds it ran)
     "9004": (1200.0, 0.0, 3000.0),
     "9005": (50.0, 10.0, 60.0),
 }
+# Two hours after the ties: one job on an H100 node, then on an A100 node as well.
+SPLIT_AT, SPLIT_ID = 7200.0, "9100"
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+SPLIT = (  # (node, model, seconds after SPLIT_AT it came, seconds it ran there, idle seconds, busy seconds)
+    ("node-h:10906", H100, 60.0, 1800.0, 600.0, 1200.0),
+    ("node-a:10906", A100, 900.0, 2160.0, 300.0, 1860.0),
+)
 
 
-def _ties_openmetrics(since: float) -> str:
-    """The TIES jobs as an agent would have exported them, scraped at their start, middle and end."""
+def _jobs_openmetrics(since: float) -> str:
+    """The TIES jobs and, SPLIT_AT later, the SPLIT job, as agents would have exported them, scraped at the
+    start, middle and end of each job's time on a node."""
     families: dict[str, tuple[str, list[str]]] = {
         "gpulens_job_gpu_state_seconds": ("counter", []),
         "gpulens_job_start_timestamp_seconds": ("gauge", []),
         "gpulens_job_last_seen_timestamp_seconds": ("gauge", []),
+        "gpulens_job_info": ("gauge", []),
     }
-    state, start, seen = (lines for _, lines in families.values())
-    for job_id, (idle, busy, ran) in TIES.items():
-        labels = (
-            f'account="",instance="node-t:10906",job_id="{job_id}",job_kind="slurm",'
-            f'model="NVIDIA H100 80GB HBM3",namespace="",pod="",user="tess"'
-        )
-        times = (since + 60, since + 60 + ran / 2, since + 60 + ran)
+    state, start, seen, info = (lines for _, lines in families.values())
+    placements = [
+        (job_id, "tess", "node-t:10906", H100, since + 60, ran, idle, busy)
+        for job_id, (idle, busy, ran) in TIES.items()
+    ]
+    placements += [(SPLIT_ID, "sam", node, model, since + SPLIT_AT + came, *rest) for node, model, came, *rest in SPLIT]
+    for job_id, user, node, model, first, ran, idle, busy in placements:
+        key = f'instance="{node}",job_id="{job_id}",job_kind="slurm"'
+        labels = f'account="",{key},model="{model}",namespace="",pod="",user="{user}"'
+        times = (first, first + ran / 2, first + ran)
         for name, total in (("idle", idle), ("busy", busy)):
             state += [
                 f'gpulens_job_gpu_state_seconds_total{{{labels},state="{name}"}} {total * n / 2} {t:.0f}'
@@ -102,6 +114,9 @@ def _ties_openmetrics(since: float) -> str:
             ]
         start += [f"gpulens_job_start_timestamp_seconds{{{labels}}} {times[0]:.0f} {t:.0f}" for t in times]
         seen += [f"gpulens_job_last_seen_timestamp_seconds{{{labels}}} {t:.0f} {t:.0f}" for t in times]
+        info += [
+            f'gpulens_job_info{{{key},model="{model}",namespace="",pod="",user="{user}"}} 1 {t:.0f}' for t in times
+        ]
     text = [line for name, (kind, lines) in families.items() for line in (f"# TYPE {name} {kind}", *lines)]
     return "\n".join(text) + "\n# EOF\n"
 
@@ -109,7 +124,7 @@ def _ties_openmetrics(since: float) -> str:
 @pytest.fixture(scope="module")
 def odd_prometheus(fleet_run, tmp_path_factory):
     """A real Prometheus holding the fleet hour as agents that named no owners exported it (the per-job series
-    carry only the job's kind and id), and the TIES a day later; its URL."""
+    carry only the job's kind and id), and the TIES and SPLIT jobs a day later; its URL."""
     from tests.report.conftest import serve_prometheus
 
     folder = tmp_path_factory.mktemp("odd")
@@ -122,7 +137,7 @@ def odd_prometheus(fleet_run, tmp_path_factory):
         ).replace(",}", "}")
     )
     ties = folder / "ties.om"
-    ties.write_text(_ties_openmetrics(fleet_run.since + TIES_AT))
+    ties.write_text(_jobs_openmetrics(fleet_run.since + TIES_AT))
     with serve_prometheus(dataclasses.replace(fleet_run, openmetrics=unnamed), folder, extra=(ties,)) as url:
         yield url
 
@@ -155,3 +170,17 @@ def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_recor
     assert tables.jobs == every.jobs[:rows] and tables.short == every.short[:rows] == tuple(every.short)
     assert tables.groups[0].worst == every.groups[0].worst == ("9004", "9002", "9003")
     assert (tables.judged_count, tables.short_count, tables.total.jobs) == (4, 1, 5)
+
+
+def test_a_job_on_two_models_counts_in_each_models_group_and_once_in_the_fleet(fleet_run, odd_prometheus):
+    since = fleet_run.since + TIES_AT + SPLIT_AT
+    until = since + 3600
+    source = Prometheus(odd_prometheus)
+    tables = source.fleet("model", since, until, 300.0, _quiet, 25)
+    every = fleet_report(source.jobs(since, until, _quiet), "model", since, until, 300.0, source.description)
+    assert tables.shown_only
+    assert {g.key: g.jobs for g in tables.groups} == {H100: 1, A100: 1}
+    assert [(g.key, g.jobs) for g in every.groups] == [(f"{A100}+{H100}", 1)]
+    assert (tables.total.jobs, tables.judged_count) == (every.total.jobs, every.judged_count) == (1, 1)
+    assert tables.total.total.gpu_seconds == pytest.approx(every.total.total.gpu_seconds)
+    assert tables.jobs == every.jobs and tables.jobs[0][0].id == SPLIT_ID
