@@ -68,7 +68,7 @@ _COUNTERS = {
     "data_wait_seconds": "gpulens_job_data_wait_seconds_total",
     "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds_total",
 }
-# What the fleet report's tables show of every job (summary.fleet_report, document.fleet_document).
+# The counters the fleet report's tables show of every group (summary.fleet_report, document.fleet_document).
 _TABLE_COUNTERS = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules")
 # Which of gpulens_job_gpu_state_seconds_total a job wasted, and held (gpulens.usage: every state but free).
 _WASTED_STATES = "state=~" + label_value("|".join(s.value for s in WASTED_STATES))
@@ -150,11 +150,11 @@ class _Ranked:
 
     def __init__(self, spans: list[dict], wasted: list[dict], by: str, min_duration: float):
         waste = {(_key(item), _group(item, by)): _value(item) for item in wasted}
-        self.entries = [
-            _Entry(key, group, item["metric"].get("pod") or key[1], _value(item), waste.get((key, group), 0.0))
-            for item in spans
-            for key, group in ((_key(item), _group(item, by)),)
-        ]
+        self.entries: list[_Entry] = []
+        for item in spans:
+            key, group = _key(item), _group(item, by)
+            name = item["metric"].get("pod") or key[1]
+            self.entries.append(_Entry(key, group, name, _value(item), waste.get((key, group), 0.0)))
         self.min_duration = min_duration
         self.counted: dict[str, int] = defaultdict(int)
         # A job on nodes of several GPU models is in each model's group (`--by model`), once in the counts,
@@ -719,9 +719,10 @@ def _group(item: dict, by: str) -> str:
 
 def _sums(key: str, found: dict) -> JobRecord:
     """Return a group's sums (`found`, by JobRecord field, from the store) as one record, as usage.add_up would."""
-    states = {s: v for s, v in found.pop("state_seconds").items() if s in STATES and v > 0}
-    tips = {tip: TipUse(v) for tip, v in found.pop("tips").items() if v > 0}
-    return JobRecord("group", key, start=0.0, last_seen=0.0, state_seconds=states, tips=tips, **found)
+    states = {s: v for s, v in found["state_seconds"].items() if s in STATES and v > 0}
+    tips = {tip: TipUse(v) for tip, v in found["tips"].items() if v > 0}
+    sums = {name: value for name, value in found.items() if name not in ("state_seconds", "tips")}
+    return JobRecord("group", key, start=0.0, last_seen=0.0, state_seconds=states, tips=tips, **sums)
 
 
 def _process(item: dict) -> tuple[str, str, str]:
