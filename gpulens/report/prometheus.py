@@ -9,12 +9,13 @@ from range queries over the same counters, and its traces from the series of eac
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -54,6 +55,9 @@ TIMELINE_MIN_STEP_SECONDS = 60.0
 IDS_PER_QUERY = 100
 # Processes whose last trace id one query asks (one `or` term each), so that a query stays short.
 TRACE_IDS_PER_QUERY = 16
+# Parts of a period one fleet report reads from the raw counters (the hours without recorded ones): where
+# there are more, the closest are read as one, the recorded hours between them left unread.
+RAW_PARTS = 4
 # Hours one range query of the trend asks: Prometheus refuses a range of more than 11,000 steps (web/api/v1/
 # api.go queryRange, "exceeded maximum resolution of 11,000 points per timeseries"), 15 months of hours.
 TREND_HOURS_PER_QUERY = 10_000
@@ -79,6 +83,70 @@ _PEAKS = {
     "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
     "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
 }
+
+
+class _Sum(NamedTuple):
+    """One of a fleet report's sums of each group (a JobRecord field): the per-job series it adds up, and the
+    recording rule that adds it up by owner hour by hour (rules/recording.rules.yml, group gpulens.jobs)."""
+
+    field: str
+    series: str
+    rule: str
+    label: str = ""  # the label it is also split by (state, tip)
+    peak: bool = False  # the largest value, not the sum
+
+    def _kept(self, by: str) -> str:
+        return f"{by}, {self.label}" if self.label else by
+
+    def raw(self, by: str, window: str) -> str:
+        """The sum of each group over `window` (like `[3600s]`), from the per-job series."""
+        if self.peak:
+            return f"max by ({by}) (max_over_time({self.series}{window}))"
+        return f"sum by ({self._kept(by)}) (increase({self.series}{window}))"
+
+    def recorded(self, by: str) -> str:
+        """The sum of each group over the hour before each point, from the recording rule."""
+        return f"{'max' if self.peak else 'sum'} by ({self._kept(by)}) ({_last(self.rule)})"
+
+    def add(self, sums: dict, item: dict, value: float) -> None:
+        """Add the answered `value` of `item`'s group into `sums` (a group's fields)."""
+        if self.label:
+            found = sums.setdefault(self.field, {})
+            key = item["metric"].get(self.label, "")
+            found[key] = found.get(key, 0.0) + value
+        elif self.peak:
+            sums[self.field] = max(sums.get(self.field, 0), int(value))
+        else:
+            sums[self.field] = sums.get(self.field, 0.0) + value
+
+
+_SUMS = (
+    _Sum(
+        "state_seconds",
+        "gpulens_job_gpu_state_seconds_total",
+        "owner:gpulens_job_gpu_state_seconds:increase1h",
+        "state",
+    ),
+    *(
+        _Sum(name, _COUNTERS[name], f"owner:{_COUNTERS[name].removesuffix('_total')}:increase1h")
+        for name in _TABLE_COUNTERS
+    ),
+    _Sum("memory_peak_bytes", "gpulens_job_memory_peak_bytes", "owner:gpulens_job_memory_peak_bytes:max1h", peak=True),
+    _Sum("tips", "gpulens_job_tip_seconds_total", "owner:gpulens_job_tip_seconds:increase1h", "tip"),
+)
+
+# The rules' own series: 1 at each evaluation of their group (rules/recording.rules.yml, gpulens.jobs).
+_EVALUATED = "gpulens:job_rules:evaluated"
+# How often the store evaluates the hourly rules (their groups' interval in rules/recording.rules.yml).
+RULES_INTERVAL = "5m"
+
+
+def _last(rule: str) -> str:
+    """Return the PromQL of `rule`'s last evaluation at each point: within RULES_INTERVAL of it, and none where the
+    rule recorded nothing then. A bare selector would do on Prometheus, but VictoriaMetrics fills a gap in a
+    series with the sample before it (up to a few of its intervals), and a sum of hours would count that hour
+    again."""
+    return f"last_over_time({rule}[{RULES_INTERVAL}])"
 
 
 @dataclass(frozen=True)
@@ -294,34 +362,28 @@ class Prometheus:
         judge and rank them joins every job's series to its span, which costs it more than reading the
         answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
         job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
-        queries = {
+        groups: dict[str, dict] = defaultdict(dict)
+        raw_parts = self._recorded_sums(by, since, until, step, groups)
+        queries: dict[str, str | Callable[[], list[dict]]] = {
             "each job's span": (
                 f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
                 f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
             ),
             "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
-            "GPU-seconds by state": f"sum by ({by}, state) (increase({_state_seconds('', window)}))",
-            **{
-                name.replace("_", " "): f"sum by ({by}) (increase({_COUNTERS[name]}{window}))"
-                for name in _TABLE_COUNTERS
-            },
-            "memory peak": f"max by ({by}) (max_over_time(gpulens_job_memory_peak_bytes{window}))",
-            "tips": f"sum by ({by}, tip) (increase(gpulens_job_tip_seconds_total{window}))",
         }
+        summed: dict[str, _Sum] = {}  # what: the sum a query over a part of the period answers
+        for start, end in raw_parts:
+            part = f"[{_seconds(end - start)}]"
+            for s in _SUMS:
+                what = f"{s.field.replace('_', ' ')} until {_when(end)}"
+                queries[what], summed[what] = functools.partial(self.api.query, s.raw(by, part), end), s
         answers = dict(self._answers(queries, until, step))
         if not answers["each job's span"]:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
-        groups: dict[str, dict] = defaultdict(lambda: {"state_seconds": {}, "tips": {}})
-        for item in answers["GPU-seconds by state"]:
-            groups[_group(item, by)]["state_seconds"][item["metric"].get("state", "")] = _value(item)
-        for name in _TABLE_COUNTERS:
-            for item in answers[name.replace("_", " ")]:
-                groups[_group(item, by)][name] = _value(item)
-        for item in answers["memory peak"]:
-            groups[_group(item, by)]["memory_peak_bytes"] = int(_value(item))
-        for item in answers["tips"]:
-            groups[_group(item, by)]["tips"][item["metric"].get("tip", "")] = _value(item)
+        for what, s in summed.items():
+            for item in answers.pop(what):
+                s.add(groups[_group(item, by)], item, _value(item))
         with collector_paused:  # a series per job, and no cycles among them
             ranked = _Ranked(answers.pop("each job's span"), answers.pop("each job's waste"), by, min_duration)
         held = None
@@ -340,7 +402,7 @@ class Prometheus:
         judged = [(r, flag(r, min_duration)) for r in listed if flag(r, min_duration) != SHORT]
         worst = self._worst(ranked.worst(), window, until)
         built = [
-            Group(key, ranked.counted.get(key, 0), _sums(key, groups[key]), worst.get(key, ()))
+            Group(key, ranked.counted.get(key, 0), _sums(key, groups.get(key, {})), worst.get(key, ()))
             for key in groups.keys() | ranked.counted.keys()
         ]
         built.sort(key=lambda g: (-g.total.wasted_seconds, -g.total.gpu_seconds, g.key))
@@ -359,6 +421,51 @@ class Prometheus:
             ranked.short,
             shown_only=True,
         )
+
+    def _recorded_sums(self, by: str, since: float, until: float, step: Step, groups: dict[str, dict]) -> list:
+        """Add each group's sums of the whole hours in [since, until] from the recording rules (_SUMS) into
+        `groups`; return the (start, end) parts of the period left to the raw counters: the part of an hour at
+        either end, and the hours the rules were not evaluated in (all of them where the store has no rules).
+
+        Each point at t covers the hour before t; a store evaluates the rules every few minutes, so the hours
+        read are those before the evaluation nearest each whole hour, which shifts them by less than an
+        evaluation interval."""
+        first_end = math.ceil(since / HOUR_SECONDS) * HOUR_SECONDS + HOUR_SECONDS
+        last_end = until // HOUR_SECONDS * HOUR_SECONDS
+        if last_end < first_end:
+            return [(since, until)]
+        queries = {
+            f"the recorded hours of {s.field.replace('_', ' ')}": functools.partial(
+                self._hours, s.recorded(by), first_end, last_end
+            )
+            for s in _SUMS
+        }
+        queries["the hours the rules were evaluated"] = functools.partial(
+            self._hours, f"max({_last(_EVALUATED)})", first_end, last_end
+        )
+        answers = dict(self._answers(queries, until, step))
+        evaluated = {
+            int(float(t)) for item in answers.pop("the hours the rules were evaluated") for t, _ in item["values"]
+        }
+        if not evaluated:
+            step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
+            return [(since, until)]
+        hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
+        missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
+        if missing:
+            step(
+                f"the store holds no recorded hours for {len(missing)} of the period's {len(hours)}: adding up the "
+                "raw counters for them"
+            )
+        ends = [(since, first_end - HOUR_SECONDS)] if since < first_end - HOUR_SECONDS else []
+        parts = _merged(ends + missing + ([(last_end, until)] if until > last_end else []), RAW_PARTS)
+        for s, (_, answer) in zip(_SUMS, answers.items(), strict=True):
+            for item in answer:
+                for t, value in item["values"]:
+                    end = float(t)
+                    if not any(start <= end - HOUR_SECONDS and end <= stop for start, stop in parts):
+                        s.add(groups[_group(item, by)], item, _finite(value))
+        return parts
 
     def _worst(self, tied: dict[str, list[_Entry]], window: str, until: float) -> dict[str, tuple[str, ...]]:
         """Return each group's worst judged jobs by name, from its GROUP_WORST that wasted most and the jobs
@@ -447,15 +554,19 @@ class Prometheus:
                         add(found, metric, _finite(item["value"][1]))
             return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
 
-    def _answers(self, queries: dict[str, str], until: float, step: Step) -> Iterator[tuple[str, list[dict]]]:
-        """Yield (what, its vector) for each query in order, asking up to QUERIES_AT_ONCE of them at a time: the
-        store answers them in parallel while the last answer is read, and few answers are held at once."""
+    def _answers(
+        self, queries: Mapping[str, str | Callable[[], list[dict]]], until: float, step: Step
+    ) -> Iterator[tuple[str, list[dict]]]:
+        """Yield (what, its answer) for each query in order, asking up to QUERIES_AT_ONCE of them at a time: the
+        store answers them in parallel while the last answer is read, and few answers are held at once. A query
+        is PromQL asked at `until`, or a function that asks the store and returns its answer."""
         pending: deque[tuple[str, Future[list[dict]]]] = deque()
         waiting = iter(queries.items())
         with ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool:
 
-            def ask(what: str, promql: str) -> None:
-                pending.append((what, pool.submit(self.api.query, promql, until)))
+            def ask(what: str, promql: str | Callable[[], list[dict]]) -> None:
+                asked = promql if callable(promql) else functools.partial(self.api.query, promql, until)
+                pending.append((what, pool.submit(asked)))
 
             for what, promql in itertools.islice(waiting, QUERIES_AT_ONCE):
                 ask(what, promql)
@@ -536,7 +647,7 @@ class Prometheus:
         rule = _TREND_RULES[by]
         step("querying the recorded GPU-hours")
         daily: dict[tuple[float, str, str], float] = defaultdict(float)
-        first = self._hourly(f"sum by ({by}, state) ({rule})", by, since, until, daily)
+        first = self._hourly(f"sum by ({by}, state) ({_last(rule)})", by, since, until, daily)
         raw_until = until if first is None else first - HOUR_SECONDS
         if raw_until - since < HOUR_SECONDS:
             return daily, f"Days add up the recording rule {rule}."
@@ -549,28 +660,31 @@ class Prometheus:
                 f"Days add up the raw counters: load the recording rule {rule} (rules/recording.rules.yml) "
                 "for a faster trend."
             )
-        return daily, (
-            f"Days add up the raw counters until {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(raw_until))}, "
-            f"then the recording rule {rule}."
-        )
+        return daily, (f"Days add up the raw counters until {_when(raw_until)}, then the recording rule {rule}.")
 
     def _hourly(self, promql: str, by: str, since: float, until: float, into: dict) -> float | None:
         """Add `promql`'s GPU-hours of each whole hour in [since, until] into `into` by (UTC day, group, state),
         in GPU-seconds; return the time of the first point with any (None without one)."""
         first = None
-        start = since + HOUR_SECONDS  # each point covers the hour before it
-        while start <= until:
-            end = min(until, start + (TREND_HOURS_PER_QUERY - 1) * HOUR_SECONDS)
-            for item in self.api.query_range(promql, start, end, HOUR_SECONDS):
-                metric = item["metric"]
-                key, state = metric.get(by, "") or NONE, metric.get("state", "")
-                for at, value in item["values"]:
-                    hours = _finite(value)
-                    if state in STATES and hours > 0:
-                        into[(utc_day(float(at) - HOUR_SECONDS), key, state)] += hours * HOUR_SECONDS
-                        first = float(at) if first is None else min(first, float(at))
-            start = end + HOUR_SECONDS
+        for item in self._hours(promql, since + HOUR_SECONDS, until):  # each point covers the hour before it
+            metric = item["metric"]
+            key, state = metric.get(by, "") or NONE, metric.get("state", "")
+            for at, value in item["values"]:
+                hours = _finite(value)
+                if state in STATES and hours > 0:
+                    into[(utc_day(float(at) - HOUR_SECONDS), key, state)] += hours * HOUR_SECONDS
+                    first = float(at) if first is None else min(first, float(at))
         return first
+
+    def _hours(self, promql: str, start: float, end: float) -> list[dict]:
+        """Return `promql`'s value at each whole hour from `start` to `end`: its series, once per range query
+        of up to TREND_HOURS_PER_QUERY hours."""
+        found = []
+        while start <= end:
+            last = min(end, start + (TREND_HOURS_PER_QUERY - 1) * HOUR_SECONDS)
+            found += self.api.query_range(promql, start, last, HOUR_SECONDS)
+            start = last + HOUR_SECONDS
+        return found
 
     # -- traces ----------------------------------------------------------------------------------------
 
@@ -719,8 +833,8 @@ def _group(item: dict, by: str) -> str:
 
 def _sums(key: str, found: dict) -> JobRecord:
     """Return a group's sums (`found`, by JobRecord field, from the store) as one record, as usage.add_up would."""
-    states = {s: v for s, v in found["state_seconds"].items() if s in STATES and v > 0}
-    tips = {tip: TipUse(v) for tip, v in found["tips"].items() if v > 0}
+    states = {s: v for s, v in found.get("state_seconds", {}).items() if s in STATES and v > 0}
+    tips = {tip: TipUse(v) for tip, v in found.get("tips", {}).items() if v > 0}
     sums = {name: value for name, value in found.items() if name not in ("state_seconds", "tips")}
     return JobRecord("group", key, start=0.0, last_seen=0.0, state_seconds=states, tips=tips, **sums)
 
@@ -737,6 +851,26 @@ def _key(item: dict) -> tuple[str, str]:
 
 def _value(item: dict) -> float:
     return _finite(item["value"][1])
+
+
+def _merged(parts: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:
+    """Return the (start, end) `parts` in order, those that touch joined, and the closest joined (the time
+    between them with them) until there are `most`."""
+    joined: list[tuple[float, float]] = []
+    for start, end in sorted(parts):
+        if joined and start <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
+        else:
+            joined.append((start, end))
+    while len(joined) > most:
+        n = min(range(len(joined) - 1), key=lambda i: joined[i + 1][0] - joined[i][1])
+        joined[n : n + 2] = [(joined[n][0], joined[n + 1][1])]
+    return joined
+
+
+def _when(at: float) -> str:
+    """Return epoch seconds as the progress lines write a time: 2026-01-01 10:00 UTC."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
 
 
 def _seconds(span: float, floor: bool = False) -> str:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpulens.agent.clock import ManualClock
+from gpulens.bundled import FILES
 from tests.agent.webcerts import hashed
 from tests.conftest import make_agent
 from tests.tools import free_port, require_tool
@@ -113,8 +115,18 @@ def month_openmetrics(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def prometheus_url(fleet_run, month_openmetrics, tmp_path_factory):
-    """A real Prometheus over the backfilled scrapes, and the simulated month ten days before them; its URL."""
-    with serve_prometheus(fleet_run, tmp_path_factory.mktemp("tsdb"), extra=(month_openmetrics,)) as url:
+    """A real Prometheus over the backfilled scrapes, and the simulated month ten days before them, with the
+    fleet report's recording rules backfilled from the month's day RULE_FROM_DAY on, but for the day the store
+    was down (RULES_DOWN); its URL."""
+    from tests.report import month
+
+    recorded = (
+        (month.day(month.RULE_FROM_DAY), month.day(month.RULES_DOWN[0])),
+        (month.day(month.RULES_DOWN[1]), month.MONTH_END),
+    )
+    with serve_prometheus(
+        fleet_run, tmp_path_factory.mktemp("tsdb"), extra=(month_openmetrics,), recorded=recorded
+    ) as url:
         yield url
 
 
@@ -135,11 +147,14 @@ def serve_prometheus(
     web_config: Path | None = None,
     auth: tuple[str, str] | None = None,
     extra: tuple[Path, ...] = (),
+    recorded: tuple[tuple[float, float], ...] = (),
 ) -> Iterator[str]:
     """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files), behind
-    `web_config` if given; yield its URL."""
+    `web_config` if given; yield its URL. With `recorded` (start, end) times, the rules of the group gpulens.jobs
+    (the fleet report's, rules/recording.rules.yml) are backfilled over each first, as an operator does
+    for rules loaded after the series: promtool evaluates them against this Prometheus, which then restarts
+    to load the blocks they make."""
     promtool = require_tool("promtool")
-    prometheus = require_tool("prometheus")
     for scrapes in (fleet_run.openmetrics, *extra):
         subprocess.run(
             [promtool, "tsdb", "create-blocks-from", "openmetrics", str(scrapes), str(data)],
@@ -147,6 +162,35 @@ def serve_prometheus(
             capture_output=True,
             timeout=120,
         )
+    if not recorded:
+        with _running_prometheus(fleet_run, data, web_config, auth) as url:
+            yield url
+        return
+    with _running_prometheus(fleet_run, data, web_config, auth) as url:
+        rules = data.parent / f"{data.name}-jobs.rules.yml"
+        groups = yaml.safe_load(FILES["recording.rules.yml"].text())["groups"]
+        rules.write_text(yaml.safe_dump({"groups": [g for g in groups if g["name"] == "gpulens.jobs"]}))
+        blocks = data.parent / f"{data.name}-recorded"
+        for start, end in recorded:
+            subprocess.run(
+                [promtool, "tsdb", "create-blocks-from", "rules", "--quiet", f"--url={url}", f"--output-dir={blocks}"]
+                + [f"--start={start:.0f}", f"--end={end:.0f}", str(rules)],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
+    for block in blocks.iterdir():
+        block.rename(data / block.name)
+    with _running_prometheus(fleet_run, data, web_config, auth) as url:
+        yield url
+
+
+@contextmanager
+def _running_prometheus(
+    fleet_run: FleetRun, data: Path, web_config: Path | None, auth: tuple[str, str] | None
+) -> Iterator[str]:
+    """Run a real Prometheus over the blocks in `data` until it answers; yield its URL."""
+    prometheus = require_tool("prometheus")
     config = data / "prometheus.yml"
     config.write_text("global: {scrape_interval: 1m}\nscrape_configs: []\n")
     port = free_port()

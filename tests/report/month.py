@@ -1,6 +1,6 @@
 """A simulated month for the trend: five jobs a day, each at the same hour for 30 days, whose waste changes on
 known days. The month is kept as job records (for a ledger and the pure tests) and as what a Prometheus would
-hold of it: the agents' series scraped each minute, and the recording rule's points every 5 minutes from
+hold of it: the agents' series scraped every 10 minutes, and the recording rule's points every 5 minutes from
 day RULE_FROM_DAY on, as if the rule had been loaded then (OpenMetrics for `promtool tsdb create-blocks-from
 openmetrics`).
 
@@ -31,6 +31,9 @@ DAYS = 30
 MONTH_END = MONTH_START + DAYS * DAY
 RUN_AT, RUN_SECONDS = 10 * 3600.0, 3600.0
 RULE_FROM_DAY = 20
+# The fleet report's rules (conftest.py backfills them from RULE_FROM_DAY) were not evaluated from the start of
+# the first day to the start of the second, as if the store had been down.
+RULES_DOWN = (24, 25)
 RULE = "namespace_user:gpulens_job_gpu_hours:increase1h"
 SCRAPE, EVALUATION, EVALUATION_PHASE = 600.0, 300.0, 120.0
 INSTANCE = "node-m:10906"
@@ -101,6 +104,11 @@ TEAMS = (
         {"underutilized": "torch_compile"},
     ),
 )
+
+
+def day(n: int, hours: float = 0.0) -> float:
+    """The time `hours` into the month's day `n` (epoch s)."""
+    return MONTH_START + n * DAY + hours * 3600
 
 
 def _generated(day: int, salt: int) -> str:

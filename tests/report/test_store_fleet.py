@@ -4,15 +4,19 @@ document for every grouping and minimum duration, and the same worst jobs when t
 
 import dataclasses
 import re
+import time
 
 import pytest
+import yaml
 
+from gpulens.bundled import FILES
 from gpulens.report import markdown
 from gpulens.report.cli import run
 from gpulens.report.document import fleet_document
 from gpulens.report.machine import to_csv
-from gpulens.report.prometheus import Prometheus
+from gpulens.report.prometheus import _SUMS, RULES_INTERVAL, Prometheus, recorded_expression
 from gpulens.report.summary import GROUPINGS, fleet_report
+from tests.report import month
 
 
 def _quiet(_: str) -> None:
@@ -184,3 +188,91 @@ def test_a_job_on_two_models_counts_in_each_models_group_and_once_in_the_fleet(f
     assert (tables.total.jobs, tables.judged_count) == (every.total.jobs, every.judged_count) == (1, 1)
     assert tables.total.total.gpu_seconds == pytest.approx(every.total.total.gpu_seconds)
     assert tables.jobs == every.jobs and tables.jobs[0][0].id == SPLIT_ID
+
+
+# The month (month.py) in the same Prometheus: its runs hold only GPU-seconds by state and tips, and the fleet
+# report's recording rules (group gpulens.jobs) were backfilled by promtool from day RULE_FROM_DAY on, in the
+# phase Prometheus would evaluate them in (a minute and a half past every fifth).
+def _month(url: str, by: str, since: float, until: float):
+    source = Prometheus(url)
+    steps: list[str] = []
+    tables = source.fleet(by, since, until, 300.0, steps.append, rows=25)
+    every = fleet_report(source.jobs(since, until, _quiet), by, since, until, 300.0, source.description)
+    return tables, every, steps
+
+
+def _alike(tables, every) -> None:
+    """The same jobs, counted and listed alike, and the same sums but for what increase() makes of each job's
+    ends: over its whole span (`every`) it extrapolates half a scrape interval past its last sample, and over
+    recorded hours it misses the last sample of a job that ended within a scrape interval after an evaluation.
+    A job holds at most 2 GPUs and the month's scrapes are 10 minutes apart."""
+    assert tables.shown_only and not every.shown_only
+    assert (tables.judged_count, tables.short_count) == (every.judged_count, every.short_count)
+    assert tables.jobs == every.jobs[:25] and tables.short == every.short[:25]  # read whole either way
+    assert {g.key: g.jobs for g in tables.groups} == {g.key: g.jobs for g in every.groups}
+    theirs = {g.key: g.total for g in every.groups}
+    for group in tables.groups:
+        bound = group.jobs * 2 * month.SCRAPE
+        for state in group.total.state_seconds.keys() | theirs[group.key].state_seconds.keys():
+            mine, want = group.total.state_seconds.get(state, 0.0), theirs[group.key].state_seconds.get(state, 0.0)
+            assert abs(mine - want) <= bound, (group.key, state, mine, want)
+        mine_tips, their_tips = group.total.tips, theirs[group.key].tips
+        for tip in mine_tips.keys() | their_tips.keys():
+            mine, want = (t[tip].seconds if tip in t else 0.0 for t in (mine_tips, their_tips))
+            assert abs(mine - want) <= bound, (group.key, tip, mine, want)
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(at))
+
+
+def _read_raw(steps: list[str]) -> list[str]:
+    """The progress lines of the sums asked of the raw counters over a part of the period."""
+    return [s for s in steps if re.fullmatch(r"querying .* until \d{4}-\d\d-\d\d \d\d:\d\d UTC", s)]
+
+
+@pytest.mark.parametrize("by", ["namespace", "user", "model"])
+def test_a_month_adds_up_the_raw_counters_where_no_rules_were_evaluated_and_the_recorded_hours_elsewhere(
+    prometheus_url, by
+):
+    tables, every, steps = _month(prometheus_url, by, month.MONTH_START, month.MONTH_END)
+    assert tables.total.jobs == len(month.records())
+    _alike(tables, every)
+    # The raw counters until the rules' first evaluation, and over the day they were not evaluated (the point at
+    # its first hour still finds the evaluation a few minutes before it); the recorded hours for the rest.
+    ends = [s.rsplit(" until ", 1)[1] for s in _read_raw(steps)]
+    assert ends == [_utc(month.day(month.RULE_FROM_DAY))] * 8 + [_utc(month.day(month.RULES_DOWN[1]))] * 8
+    assert "querying the recorded hours of state seconds" in steps
+    missing = 20 * 24 + 24  # the 20 days before the rules, and the day without them
+    assert any(f"no recorded hours for {missing} of the period's 720" in s for s in steps), steps
+
+
+def test_whole_hours_with_rules_read_only_the_recorded_hours(prometheus_url):
+    since = month.day(month.RULES_DOWN[1])
+    tables, every, steps = _month(prometheus_url, "namespace", since, month.MONTH_END)
+    assert _read_raw(steps) == []
+    _alike(tables, every)
+    # Against the month as it happened: each run is an hour of its GPUs, less the part the rules missed.
+    truth = fleet_report(
+        [r for r in month.records() if r.start >= since], "namespace", since, month.MONTH_END, 300.0, ""
+    )
+    assert tables.total.total.gpu_seconds == pytest.approx(truth.total.total.gpu_seconds, rel=month.SCRAPE / 3600)
+
+
+def test_the_part_of_an_hour_at_either_end_is_read_from_the_raw_counters(prometheus_url):
+    since, until = month.day(25, 10.5), month.day(28, 10.5)  # half of the first run and half of the last
+    tables, every, steps = _month(prometheus_url, "user", since, until)
+    ends = [s.rsplit(" until ", 1)[1] for s in _read_raw(steps)]
+    assert ends == [_utc(month.day(25, 11))] * 8 + [_utc(until)] * 8
+    _alike(tables, every)
+
+
+def test_the_report_reads_the_rules_the_package_ships():
+    """Each recorded sum is the rule the package ships, whose expression is the report's own query over an hour by
+    owner, and the store evaluates it as often as the report expects."""
+    groups = {g["name"]: g for g in yaml.safe_load(FILES["recording.rules.yml"].text())["groups"]}
+    assert groups["gpulens.jobs"]["interval"] == groups["gpulens.waste"]["interval"] == RULES_INTERVAL
+    for s in _SUMS:
+        owner = "user, namespace, account, model, partition"
+        assert re.sub(r"\s", "", recorded_expression(s.rule)) == re.sub(r"\s", "", s.raw(owner, "[1h]")), s.rule
+    assert len({s.rule for s in _SUMS}) == len(_SUMS) == len(groups["gpulens.jobs"]["rules"]) - 1  # and evaluated
