@@ -1,13 +1,15 @@
 """A 30-day fleet report from the store: `gpulens report fleet --prometheus` over a backfilled month.
 
     python bench/report_store_bench.py [--nodes 1280] [--days 30] [--step 3600]
-        [--store prometheus|victoriametrics] [--repeats 3]
+        [--store prometheus|victoriametrics] [--repeats 3] [--raw]
 
 It writes a month of the per-job series the agents export with `--jobs.export-totals` (the families the
 report reads: lifetimes, GPU-seconds by state, the seven counters, the four peaks, owners, GPUs and tips)
 for `--nodes` nodes of 8 GPUs, loads them into a real Prometheus (`promtool tsdb create-blocks-from
 openmetrics`) or VictoriaMetrics (its import API), and times `gpulens report fleet` over the whole month,
-checking that the report finds every job and every GPU-hour.
+checking that the report finds every job and every GPU-hour. Unless `--raw`, it also writes what the fleet
+report's recording rules would have recorded every hour (rules/recording.rules.yml, group gpulens.jobs), so
+that the report reads each owner's hours instead of every job's counters.
 
 Each node runs two queues of jobs on 4 GPUs each, back to back with gaps of up to an hour; a job takes 1,
 2 or 4 of its queue's GPUs for 10 minutes to 3 days (log-uniform), so 1,280 nodes run about 150,000
@@ -33,6 +35,7 @@ import tempfile
 import time
 import urllib.request
 
+import numpy
 import requests
 from stores import Store, query
 
@@ -45,20 +48,75 @@ BLOCK_SECONDS = 7200  # promtool reads its input once per 2-hour block: a file p
 GPUS_PER_NODE, QUEUES = 8, 2
 USERS = [f"user{i:03d}" for i in range(200)]
 NAMESPACES = ["vision", "nlp", "research", "speech", "rl", "infra"]
+# A user's jobs run in their team's namespace.
+NAMESPACE = {user: NAMESPACES[i % len(NAMESPACES)] for i, user in enumerate(USERS)}
 MODEL = "NVIDIA H100 80GB HBM3"
 TIPS = ["mixed_precision", "dataloader_workers", "pin_memory", "larger_batch", "release_idle_gpu", "torch_compile"]
 # What each job's GPUs did: busy, then one wasted state (gpulens.usage.STATES).
 WASTED = ["idle", "data_starved", "underutilized"]
 
 
-class Month:
-    """Writes the series of every job into one OpenMetrics file per 2-hour block; counts what it wrote."""
+# The fleet report's recording rules (rules/recording.rules.yml, group gpulens.jobs) by what they add up: the
+# GPU-seconds in each state, the counters, the tips, and the memory peak.
+STATES = ["busy", *WASTED]
+COUNTERS = ["busy", "sampled", "sm_activity", "gpm"]
+RULE_FIELDS = (  # (recorded series, the label beside the owner's)
+    [("owner:gpulens_job_gpu_state_seconds:increase1h", f',state="{s}"') for s in STATES]
+    + [(f"owner:gpulens_job_gpu_{c}_seconds:increase1h", "") for c in COUNTERS]
+    + [("owner:gpulens_job_energy_joules:increase1h", "")]
+    + [("owner:gpulens_job_tip_seconds:increase1h", f',tip="{t}"') for t in TIPS]
+)
 
-    def __init__(self, folder: pathlib.Path, step: int):
-        self.folder, self.step = folder, step
+
+class Month:
+    """Writes the series of every job into one OpenMetrics file per 2-hour block; counts what it wrote. With
+    `rules`, it also writes what the fleet report's recording rules would have recorded on each whole hour from
+    the jobs' counters, each owner's sums over the hour before (an operator backfills them with `promtool tsdb
+    create-blocks-from rules` or vmalert's replay, which a month of this size would take this machine hours)."""
+
+    def __init__(self, folder: pathlib.Path, step: int, begin: float, hours: int, rules: bool):
+        self.folder, self.step, self.begin = folder, step, begin
         self.files: dict[int, io.TextIOWrapper] = {}
         self.jobs = self.series = self.samples = 0
         self.gpu_seconds = 0.0
+        # Each owner's sums by hour (the hour before begin + (h + 1) hours) and RULE_FIELDS, and memory peak.
+        self.recorded = numpy.zeros((len(USERS), hours, len(RULE_FIELDS))) if rules else None
+        self.peak = numpy.zeros((len(USERS), hours))
+        self.ran = numpy.zeros((len(USERS), hours), dtype=bool)
+
+    def record(self, user: str, start: float, end: float, rates: list[float], memory: float) -> None:
+        """Add a job's `rates` (per second of the job, by RULE_FIELDS) into its owner's hours."""
+        if self.recorded is None:
+            return
+        first = max(start, self.begin)
+        hours = numpy.arange(
+            int((first - self.begin) // 3600), min(math.ceil((end - self.begin) / 3600), self.peak.shape[1])
+        )
+        starts = self.begin + hours * 3600.0
+        overlap = numpy.clip(numpy.minimum(end, starts + 3600) - numpy.maximum(first, starts), 0, None)
+        owner = USERS.index(user)
+        self.recorded[owner, hours] += overlap[:, None] * numpy.array(rates)[None, :]
+        self.peak[owner, hours] = numpy.maximum(self.peak[owner, hours], memory)
+        self.ran[owner, hours] |= overlap > 0
+
+    def write_recorded(self) -> None:
+        """Write the recorded hours: a point on each whole hour, for each owner with a job in the hour before."""
+        if self.recorded is None:
+            return
+        for h in range(self.peak.shape[1]):
+            t = self.begin + (h + 1) * 3600
+            text = self.file(int(t) // BLOCK_SECONDS)
+            text.write(f"gpulens:job_rules:evaluated 1 {t:.0f}\n")
+            for owner in numpy.flatnonzero(self.ran[:, h]):
+                labels = f'model="{MODEL}",namespace="{NAMESPACE[USERS[owner]]}",user="{USERS[owner]}"'
+                values = self.recorded[owner, h]
+                text.writelines(
+                    f"{name}{{{labels}{label}}} {value:.6g} {t:.0f}\n"
+                    for (name, label), value in zip(RULE_FIELDS, values, strict=True)
+                    if value > 0
+                )
+                text.write(f"owner:gpulens_job_memory_peak_bytes:max1h{{{labels}}} {self.peak[owner, h]:.0f} {t:.0f}\n")
+                self.samples += 2 + int(numpy.count_nonzero(values))
 
     def file(self, block: int) -> io.TextIOWrapper:
         if block not in self.files:
@@ -79,7 +137,7 @@ class Month:
         size = len(gpus)
         memory = rng.uniform(0.2, 0.95) * 80 * 2**30 * size
         tips = rng.sample(TIPS, 2)
-        namespace = rng.choice(NAMESPACES)
+        namespace = NAMESPACE[user]
         # Every per-job series names its job and owner, as the agents' do (agent/accounting.py).
         key = (
             f'account="",instance="{node}",job="gpulens",job_id="{job_id}",job_kind="slurm",model="{MODEL}",'
@@ -120,16 +178,26 @@ class Month:
             text.writelines(f"{name} {rate * elapsed:.6g} {t:.0f}\n" for name, rate in counters.items())
             text.writelines(f"{name} {value} {t:.0f}\n" for name, value in gauges.items())
             text.write(f"{last_seen} {t:.0f} {t:.0f}\n")
+        rates = (
+            [size * shares.get(s, 0.0) for s in STATES]
+            + [size * busy, size, size * busy * 0.6, size, size * (100 + 450 * busy)]
+            + [size * 0.3 if t in tips else 0.0 for t in TIPS]
+        )
+        self.record(user, start, end, rates, memory)
         self.jobs += 1
         self.series += len(counters) + len(gauges) + 1
         self.samples += len(times) * (len(counters) + len(gauges) + 1)
         self.gpu_seconds += size * (end - first)  # what the period holds of it
 
 
-def synthesize(folder: pathlib.Path, nodes: int, days: float, step: int, end: float, seed: int = 7) -> Month:
-    """Write `days` of jobs ending at `end` on `nodes` nodes; return what was written."""
+def synthesize(
+    folder: pathlib.Path, nodes: int, days: float, step: int, end: float, rules: bool, seed: int = 7
+) -> Month:
+    """Write `days` of jobs ending at `end` on `nodes` nodes, and with `rules` the recorded hours; return what
+    was written."""
     rng = random.Random(seed)
-    month, begin = Month(folder, step), end - days * 86_400
+    begin = end - days * 86_400
+    month = Month(folder, step, begin, int(days * 24), rules)
     for node in range(nodes):
         name = f"node-{node:04d}"
         for queue in range(QUEUES):
@@ -142,6 +210,7 @@ def synthesize(folder: pathlib.Path, nodes: int, days: float, step: int, end: fl
                 if t + duration > begin:
                     month.job(rng, name, gpus[: rng.choice([1, 2, 4])], month.jobs, t, t + duration, begin)
                 t += duration + rng.uniform(0, 3600)
+    month.write_recorded()
     return month
 
 
@@ -232,6 +301,9 @@ def main() -> int:
     parser.add_argument("--step", type=int, default=3600, help="seconds between samples (default 3600)")
     parser.add_argument("--store", choices=Store.BINARIES, default="prometheus")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--raw", action="store_true", help="write no recorded hours: the store as before the rules were loaded"
+    )
     args = parser.parse_args()
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="gpulens-report-store-"))
     store = Store(args.store, workdir, rules=False, flags=FLAGS[args.store])
@@ -243,7 +315,7 @@ def main() -> int:
     try:
         started = time.perf_counter()
         (workdir / "month").mkdir()
-        month = synthesize(workdir / "month", args.nodes, args.days, args.step, end)
+        month = synthesize(workdir / "month", args.nodes, args.days, args.step, end, rules=not args.raw)
         files = month.close()
         written = time.perf_counter() - started
         store.configure([], 0)
@@ -258,6 +330,8 @@ def main() -> int:
             runs.append(report(store.url, since, end, "markdown"))
             answers.append(Answers.take())
         tables_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        # A period that starts and ends half-way through an hour: those half hours come from the raw counters.
+        halves = report(store.url, since + 1800, end - 1800, "markdown")[0]
         every = report(store.url, since, end, "csv")
         _, memory = store.stats()  # its series count covers only the head (Prometheus) or today (VM)
         blocks = own_metric(store, "prometheus_tsdb_blocks_loaded") if store.kind == "prometheus" else None
@@ -272,7 +346,7 @@ def main() -> int:
     stated_jobs, stated_hours = facts(runs[middle][1])
     print(
         f"store: {args.store}; {args.nodes} nodes, {args.nodes * GPUS_PER_NODE:,} GPUs, {args.days:g} days, "
-        f"a sample every {args.step} s"
+        f"a sample every {args.step} s; " + ("no recorded hours" if args.raw else "the recorded hours of every owner")
     )
     print(
         f"written: {month.jobs:,} jobs, {month.series:,} series, {month.samples:,} samples in {written:.0f} s; "
@@ -284,6 +358,7 @@ def main() -> int:
         f"every job as CSV: {every[0]:.2f} s, "
         f"{len(every[1]) / 1e6:.1f} MB, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
+    print(f"report fleet (markdown) from half-way through the first hour to half-way through the last: {halves:.2f} s")
     print(
         f"the median run made {queries} queries; the store took {server:.2f} s to answer them, "
         f"{size / 1e6:.0f} MB of JSON; the rest is transfer, decoding and building the report"
