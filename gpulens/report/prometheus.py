@@ -1,4 +1,5 @@
-"""Jobs from Prometheus: the agents' per-job counters, added up with increase() over the period.
+"""Jobs from Prometheus: the agents' per-job counters, added up with increase() over the period (or, for the
+fleet report's group sums, from recording rules that add them up by owner hour by hour).
 
 Counters make the answer robust: `increase()` spans scrape gaps and counter resets (an agent that
 restarted starts its counters again at zero), and a job on several nodes is summed over instances.
@@ -53,6 +54,8 @@ TIMELINE_MIN_STEP_SECONDS = 60.0
 # Jobs one query reads by id: VictoriaMetrics refuses a query longer than 16 KB (-search.maxQueryLen), and a
 # Kubernetes job's id is a 36-character UID, written twice in the accounts' query.
 IDS_PER_QUERY = 100
+# Jobs whose GPU-seconds held the fleet report asks by id (IDS_PER_QUERY a query); for more, it asks every job's.
+HELD_BY_ID = 1_000
 # Processes whose last trace id one query asks (one `or` term each), so that a query stays short.
 TRACE_IDS_PER_QUERY = 16
 # Parts of a period one fleet report reads from the raw counters (the hours without recorded ones): where
@@ -104,9 +107,13 @@ class _Sum(NamedTuple):
             return f"max by ({by}) (max_over_time({self.series}{window}))"
         return f"sum by ({self._kept(by)}) (increase({self.series}{window}))"
 
-    def recorded(self, by: str) -> str:
-        """The sum of each group over the hour before each point, from the recording rule."""
-        return f"{'max' if self.peak else 'sum'} by ({self._kept(by)}) ({_last(self.rule)})"
+    def recorded(self, by: str, start: float, end: float) -> str:
+        """The sum of each group over the whole hours from `start` to `end`, from the recording rule's point at
+        each (a subquery an hour apart, asked at `end`; its range leaves out the point at `start`, which covers
+        the hour before)."""
+        over = "max_over_time" if self.peak else "sum_over_time"
+        hours = f"[{int(end - start) - 1}s:{int(HOUR_SECONDS)}s]"
+        return f"{'max' if self.peak else 'sum'} by ({self._kept(by)}) ({over}({_last(self.rule)}{hours}))"
 
     def add(self, sums: dict, item: dict, value: float) -> None:
         """Add the answered `value` of `item`'s group into `sums` (a group's fields)."""
@@ -240,9 +247,14 @@ class _Ranked:
         judged = [key for key, span in self.span.items() if span >= self.min_duration]
         return judged, [key for key, span in self.span.items() if span < self.min_duration]
 
-    def fill_needed(self, rows: int) -> bool:
-        """Whether a list has fewer jobs that wasted any than it shows, so that it goes on with the others."""
-        return any(sum(1 for key in keys if self.waste[key] > 0) < n for keys, n in self._wanted(rows))
+    def to_fill(self, rows: int) -> set[tuple[str, str]]:
+        """The jobs that wasted none of each list with fewer jobs that wasted any than it shows: the list goes on
+        with them, by the GPU-seconds they held."""
+        found: set[tuple[str, str]] = set()
+        for keys, n in self._wanted(rows):
+            if sum(1 for key in keys if self.waste[key] > 0) < n:
+                found.update(key for key in keys if self.waste[key] <= 0)
+        return found
 
     def _wanted(self, rows: int) -> tuple[tuple[list[tuple[str, str]], int], ...]:
         judged, short = self._lists()
@@ -357,40 +369,36 @@ class Prometheus:
     ) -> FleetReport | None:
         """The fleet report's tables from the store's sums by `by` (see `fleet`).
 
-        The groups' sums come back as a few series per group. The jobs are counted, judged and ranked here
-        from two answers of a series per job, its span and its wasted GPU-seconds: asking the store to
-        judge and rank them joins every job's series to its span, which costs it more than reading the
+        The groups' sums come back as a few series per group: the recorded hours of the rules of gpulens.jobs
+        where the store has them, the raw counters elsewhere (`_recorded_sums`). The jobs are counted, judged
+        and ranked here from two answers of a series per job, its span and its wasted GPU-seconds: asking the
+        store to judge and rank them joins every job's series to its span, which costs it more than reading the
         answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
         job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
-        groups: dict[str, dict] = defaultdict(dict)
-        raw_parts = self._recorded_sums(by, since, until, step, groups)
+        sums = self._sum_queries(by, since, until, step)
         queries: dict[str, str | Callable[[], list[dict]]] = {
             "each job's span": (
                 f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
                 f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
             ),
             "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
+            **{what: asked for what, (_, asked) in sums.items()},
         }
-        summed: dict[str, _Sum] = {}  # what: the sum a query over a part of the period answers
-        for start, end in raw_parts:
-            part = f"[{_seconds(end - start)}]"
-            for s in _SUMS:
-                what = f"{s.field.replace('_', ' ')} until {_when(end)}"
-                queries[what], summed[what] = functools.partial(self.api.query, s.raw(by, part), end), s
         answers = dict(self._answers(queries, until, step))
         if not answers["each job's span"]:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
-        for what, s in summed.items():
+        groups: dict[str, dict] = defaultdict(dict)
+        for what, (s, _) in sums.items():
             for item in answers.pop(what):
                 s.add(groups[_group(item, by)], item, _value(item))
         with collector_paused:  # a series per job, and no cycles among them
             ranked = _Ranked(answers.pop("each job's span"), answers.pop("each job's waste"), by, min_duration)
         held = None
-        if ranked.fill_needed(rows):  # fewer jobs than rows wasted any: the lists go on by GPU-seconds held
-            step("querying each job's GPU-seconds")
-            vector = self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(_HELD_STATES, window)}))", until)
-            held = {_key(item): _value(item) for item in vector}
+        filling = ranked.to_fill(rows)
+        if filling:  # fewer jobs than rows wasted any: the lists go on by GPU-seconds held
+            step(f"querying the GPU-seconds of {len(filling):,} jobs that wasted none")
+            held = self._held(filling, window, until)
         shown = ranked.listed(rows, held)
         step("reading the listed jobs whole")
         found = [
@@ -422,66 +430,69 @@ class Prometheus:
             shown_only=True,
         )
 
-    def _recorded_sums(self, by: str, since: float, until: float, step: Step, groups: dict[str, dict]) -> list:
-        """Add each group's sums of the whole hours in [since, until] from the recording rules (_SUMS) into
-        `groups`; return the (start, end) parts of the period left to the raw counters: the part of an hour at
-        either end, and the hours the rules were not evaluated in (all of them where the store has no rules).
+    def _sum_queries(
+        self, by: str, since: float, until: float, step: Step
+    ) -> dict[str, tuple[_Sum, Callable[[], list[dict]]]]:
+        """Return the queries of each group's sums (_SUMS) over [since, until], by what the progress line calls
+        them: the whole hours the recording rules were evaluated in from their recorded points, the rest (the
+        part of an hour at either end, and the hours before the rules were loaded or while the store was down;
+        all of the period where the store has no rules) from the raw counters.
 
-        Each point at t covers the hour before t; a store evaluates the rules every few minutes, so the hours
-        read are those before the evaluation nearest each whole hour, which shifts them by less than an
-        evaluation interval."""
+        The point at each whole hour is the rules' last evaluation before it, which covers the hour before that
+        evaluation: the hours read are shifted by less than the rules' interval."""
         first_end = math.ceil(since / HOUR_SECONDS) * HOUR_SECONDS + HOUR_SECONDS
         last_end = until // HOUR_SECONDS * HOUR_SECONDS
-        if last_end < first_end:
-            return [(since, until)]
-        queries = {
-            f"the recorded hours of {s.field.replace('_', ' ')}": functools.partial(
-                self._hours, s.recorded(by), first_end, last_end
-            )
-            for s in _SUMS
-        }
-        queries["the hours the rules were evaluated"] = functools.partial(
-            self._hours, f"max({_last(_EVALUATED)})", first_end, last_end
-        )
-        answers = dict(self._answers(queries, until, step))
-        evaluated = {
-            int(float(t)) for item in answers.pop("the hours the rules were evaluated") for t, _ in item["values"]
-        }
-        if not evaluated:
-            step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
-            return [(since, until)]
-        hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
-        missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
-        if missing:
-            step(
-                f"the store holds no recorded hours for {len(missing)} of the period's {len(hours)}: adding up the "
-                "raw counters for them"
-            )
-        ends = [(since, first_end - HOUR_SECONDS)] if since < first_end - HOUR_SECONDS else []
-        parts = _merged(ends + missing + ([(last_end, until)] if until > last_end else []), RAW_PARTS)
-        for s, (_, answer) in zip(_SUMS, answers.items(), strict=True):
-            for item in answer:
-                for t, value in item["values"]:
-                    end = float(t)
-                    if not any(start <= end - HOUR_SECONDS and end <= stop for start, stop in parts):
-                        s.add(groups[_group(item, by)], item, _finite(value))
-        return parts
+        raw, recorded = [(since, until)], []
+        if last_end >= first_end:
+            step("querying the hours the rules were evaluated")
+            answer = self._hours(f"max({_last(_EVALUATED)})", first_end, last_end)
+            evaluated = {int(float(t)) for item in answer for t, _ in item["values"]}
+            hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
+            missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
+            if not evaluated:
+                step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
+            elif missing:
+                step(f"no recorded hours for {len(missing)} of the period's {len(hours)}: adding up the raw counters")
+            if evaluated:
+                ends = [(since, first_end - HOUR_SECONDS), (last_end, until)]
+                raw = _merged([(a, b) for a, b in ends if b > a] + missing, RAW_PARTS)
+                recorded = _between(raw, first_end - HOUR_SECONDS, last_end)
+        queries = {}
+        for start, end in recorded:
+            for s in _SUMS:
+                what = f"the recorded hours of {s.field.replace('_', ' ')} until {_when(end)}"
+                queries[what] = (s, functools.partial(self.api.query, s.recorded(by, start, end), end))
+        for start, end in raw:
+            for s in _SUMS:
+                what = f"{s.field.replace('_', ' ')} until {_when(end)}"
+                queries[what] = (s, functools.partial(self.api.query, s.raw(by, f"[{_seconds(end - start)}]"), end))
+        return queries
 
     def _worst(self, tied: dict[str, list[_Entry]], window: str, until: float) -> dict[str, tuple[str, ...]]:
         """Return each group's worst judged jobs by name, from its GROUP_WORST that wasted most and the jobs
         that wasted as much as the last of them (`tied`), in the tables' order: the most wasted, then the most
         GPU-seconds held (asked only for the ties), then by kind and id."""
-        ties = [e for entries in tied.values() if len(entries) > GROUP_WORST for e in entries]
-        held: dict[tuple[str, str], float] = {}
-        for ids in _chunks(sorted({e.key[1] for e in ties})):
-            matcher = f"{_HELD_STATES},job_id=~{any_of(ids)}"
-            for item in self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(matcher, window)}))", until):
-                held[_key(item)] = _value(item)
+        ties = {e.key for entries in tied.values() if len(entries) > GROUP_WORST for e in entries}
+        held = self._held(ties, window, until) if ties else {}
         return {
             group: tuple(e.name for e in sorted(entries, key=lambda e: (-e.wasted, -held.get(e.key, 0.0), e.key)))[
                 :GROUP_WORST
             ]
             for group, entries in tied.items()
+        }
+
+    def _held(self, keys: set[tuple[str, str]], window: str, until: float) -> dict[tuple[str, str], float]:
+        """Return the GPU-seconds each job of `keys` held over `window`: asked by id, HELD_BY_ID at most (a few
+        jobs among 10^5 cost the store a fraction of every job's), else of every job."""
+        ids = sorted({job_id for _, job_id in keys})
+        matchers = [f"{_HELD_STATES},job_id=~{any_of(chunk)}" for chunk in _chunks(ids)]
+        if len(ids) > HELD_BY_ID:
+            matchers = [_HELD_STATES]
+        return {
+            _key(item): _value(item)
+            for matcher in matchers
+            for item in self.api.query(f"sum by ({_KEY}) (increase({_state_seconds(matcher, window)}))", until)
+            if _key(item) in keys
         }
 
     def _records(self, matcher: str, since: float, until: float, step: Step, read: _Read = _WHOLE) -> list[JobRecord]:
@@ -660,7 +671,7 @@ class Prometheus:
                 f"Days add up the raw counters: load the recording rule {rule} (rules/recording.rules.yml) "
                 "for a faster trend."
             )
-        return daily, (f"Days add up the raw counters until {_when(raw_until)}, then the recording rule {rule}.")
+        return daily, f"Days add up the raw counters until {_when(raw_until)}, then the recording rule {rule}."
 
     def _hourly(self, promql: str, by: str, since: float, until: float, into: dict) -> float | None:
         """Add `promql`'s GPU-hours of each whole hour in [since, until] into `into` by (UTC day, group, state),
@@ -866,6 +877,18 @@ def _merged(parts: list[tuple[float, float]], most: int) -> list[tuple[float, fl
         n = min(range(len(joined) - 1), key=lambda i: joined[i + 1][0] - joined[i][1])
         joined[n : n + 2] = [(joined[n][0], joined[n + 1][1])]
     return joined
+
+
+def _between(parts: list[tuple[float, float]], start: float, end: float) -> list[tuple[float, float]]:
+    """Return the (start, end) times from `start` to `end` that none of the sorted, disjoint `parts` covers."""
+    found, at = [], start
+    for a, b in parts:
+        if a > at:
+            found.append((at, min(a, end)))
+        at = max(at, b)
+    if end > at:
+        found.append((at, end))
+    return [(a, b) for a, b in found if b > a]
 
 
 def _when(at: float) -> str:

@@ -159,3 +159,36 @@ def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
             assert got.total.gpu_seconds == pytest.approx(want.total.gpu_seconds), (url, got.key)
             assert got.total.energy_joules == pytest.approx(want.total.energy_joules), (url, got.key)
         assert [r.key for r, _ in tables.jobs] == [r.key for r, _ in every.jobs[:25]], url
+
+
+def test_recorded_hours_add_up_the_same_on_each_store(stores):
+    """The fleet report reads a stretch of recorded hours as one point an hour (a subquery) of each rule's last
+    evaluation: the same hours on both stores, the point at the stretch's start left out, and no hour filled in
+    from the one before where a group's series has a gap (VictoriaMetrics fills those for a bare selector).
+    Prometheus reads the month in tests/report; here VictoriaMetrics imports an owner's points as vmalert
+    would have written them, two minutes before each hour, with no evaluation in hour 3."""
+    from gpulens.report.prometheus import _SUMS, Prometheus
+
+    _, victoria = stores
+    recorded = _SUMS[0]
+    hour = (time.time() - 86_400) // 3600 * 3600  # a day ago, on the hour
+    values = {1: 10.0, 2: 20.0, 4: 40.0, 5: 50.0}
+    lines = "".join(
+        f'{recorded.rule}{{user="vm-check",state="idle"}} {v} {int((hour + h * 3600 - 120) * 1000)}\n'
+        for h, v in values.items()
+    )
+    urllib.request.urlopen(
+        urllib.request.Request(f"{victoria}/api/v1/import/prometheus", data=lines.encode()), timeout=10
+    )
+    urllib.request.urlopen(f"{victoria}/internal/force_flush", timeout=10).close()
+    api = Prometheus(victoria).api
+
+    def added(start: int, end: int) -> float:
+        promql = recorded.recorded("user", hour + start * 3600, hour + end * 3600)
+        answer = [item for item in api.query(promql, hour + end * 3600) if item["metric"].get("user") == "vm-check"]
+        return sum(float(item["value"][1]) for item in answer)
+
+    wait_for(lambda: added(0, 5) > 0, 30)
+    assert added(0, 5) == 10 + 20 + 40 + 50
+    assert added(1, 2) == 20 and added(2, 4) == 40 and added(0, 1) == 10
+    assert added(2, 3) == 0  # hour 3 had no evaluation: hour 2's point is not read again

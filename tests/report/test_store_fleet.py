@@ -46,7 +46,11 @@ def test_the_tables_read_lean_match_the_tables_of_every_whole_record(fleet_run, 
 
 @pytest.mark.parametrize("rows", [1, 2, 3])
 @pytest.mark.parametrize("min_duration", [300.0, 10_000.0])
-def test_the_worst_jobs_come_first_when_the_lists_are_cut(fleet_run, prometheus_url, rows, min_duration):
+@pytest.mark.parametrize("held_by_id", [0, 1_000])  # what the jobs that wasted none held: of every job, or by id
+def test_the_worst_jobs_come_first_when_the_lists_are_cut(
+    fleet_run, prometheus_url, rows, min_duration, held_by_id, monkeypatch
+):
+    monkeypatch.setattr("gpulens.report.prometheus.HELD_BY_ID", held_by_id)
     tables, every = _both(prometheus_url, fleet_run, "user", min_duration, rows)
     assert tables.jobs == every.jobs[:rows]
     assert tables.short == every.short[:rows]
@@ -161,10 +165,12 @@ def test_series_that_name_no_owner_are_read_whole_and_give_the_same_report(fleet
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 25])
 @pytest.mark.parametrize("ids_per_query", [1, 100])
+@pytest.mark.parametrize("held_by_id", [0, 1_000])
 def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_records_are(
-    fleet_run, odd_prometheus, rows, ids_per_query, monkeypatch
+    fleet_run, odd_prometheus, rows, ids_per_query, held_by_id, monkeypatch
 ):
     monkeypatch.setattr("gpulens.report.prometheus.IDS_PER_QUERY", ids_per_query)  # jobs read by id, in chunks
+    monkeypatch.setattr("gpulens.report.prometheus.HELD_BY_ID", held_by_id)
     since, until = fleet_run.since + TIES_AT, fleet_run.since + TIES_AT + 3600
     source = Prometheus(odd_prometheus)
     tables = source.fleet("user", since, until, 300.0, _quiet, rows)
@@ -228,7 +234,12 @@ def _utc(at: float) -> str:
 
 def _read_raw(steps: list[str]) -> list[str]:
     """The progress lines of the sums asked of the raw counters over a part of the period."""
-    return [s for s in steps if re.fullmatch(r"querying .* until \d{4}-\d\d-\d\d \d\d:\d\d UTC", s)]
+    return [s for s in steps if re.fullmatch(r"querying (?!the recorded).* until \d{4}-\d\d-\d\d \d\d:\d\d UTC", s)]
+
+
+def _read_recorded(steps: list[str]) -> list[str]:
+    """The progress lines of the sums asked of the recording rules, by where each stretch of hours ends."""
+    return [s.rsplit(" until ", 1)[1] for s in steps if s.startswith("querying the recorded hours of state seconds")]
 
 
 @pytest.mark.parametrize("by", ["namespace", "user", "model"])
@@ -242,7 +253,7 @@ def test_a_month_adds_up_the_raw_counters_where_no_rules_were_evaluated_and_the_
     # its first hour still finds the evaluation a few minutes before it); the recorded hours for the rest.
     ends = [s.rsplit(" until ", 1)[1] for s in _read_raw(steps)]
     assert ends == [_utc(month.day(month.RULE_FROM_DAY))] * 8 + [_utc(month.day(month.RULES_DOWN[1]))] * 8
-    assert "querying the recorded hours of state seconds" in steps
+    assert _read_recorded(steps) == [_utc(month.day(month.RULES_DOWN[0])), _utc(month.MONTH_END)]
     missing = 20 * 24 + 24  # the 20 days before the rules, and the day without them
     assert any(f"no recorded hours for {missing} of the period's 720" in s for s in steps), steps
 
@@ -250,7 +261,7 @@ def test_a_month_adds_up_the_raw_counters_where_no_rules_were_evaluated_and_the_
 def test_whole_hours_with_rules_read_only_the_recorded_hours(prometheus_url):
     since = month.day(month.RULES_DOWN[1])
     tables, every, steps = _month(prometheus_url, "namespace", since, month.MONTH_END)
-    assert _read_raw(steps) == []
+    assert _read_raw(steps) == [] and _read_recorded(steps) == [_utc(month.MONTH_END)]
     _alike(tables, every)
     # Against the month as it happened: each run is an hour of its GPUs, less the part the rules missed.
     truth = fleet_report(
@@ -264,6 +275,7 @@ def test_the_part_of_an_hour_at_either_end_is_read_from_the_raw_counters(prometh
     tables, every, steps = _month(prometheus_url, "user", since, until)
     ends = [s.rsplit(" until ", 1)[1] for s in _read_raw(steps)]
     assert ends == [_utc(month.day(25, 11))] * 8 + [_utc(until)] * 8
+    assert _read_recorded(steps) == [_utc(month.day(28, 10))]
     _alike(tables, every)
 
 
@@ -276,3 +288,15 @@ def test_the_report_reads_the_rules_the_package_ships():
         owner = "user, namespace, account, model, partition"
         assert re.sub(r"\s", "", recorded_expression(s.rule)) == re.sub(r"\s", "", s.raw(owner, "[1h]")), s.rule
     assert len({s.rule for s in _SUMS}) == len(_SUMS) == len(groups["gpulens.jobs"]["rules"]) - 1  # and evaluated
+
+
+def test_a_stretch_of_recorded_hours_adds_the_points_at_its_hours_and_not_the_one_at_its_start(prometheus_url):
+    api, recorded = Prometheus(prometheus_url).api, _SUMS[0]
+
+    def added(start: float, end: float) -> float:
+        return sum(float(item["value"][1]) for item in api.query(recorded.recorded("user", start, end), end))
+
+    run = month.day(26, 11)  # the point that covers day 26's run, 10:00 to 11:00
+    assert added(run - 3600, run) > 0
+    assert added(run, run + 3600) == 0
+    assert added(run - 5 * 3600, run + 5 * 3600) == added(run - 3600, run)
