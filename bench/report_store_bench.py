@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import csv
 import io
+import itertools
 import math
 import pathlib
 import random
@@ -40,6 +41,7 @@ import requests
 from stores import Store, query
 
 from gpulens.report.cli import run
+from gpulens.report.prometheus import Prometheus
 
 # At 10,240 GPUs a month holds about 370,000 series of gpulens_gpu_allocation_info (a job's GPUs), and
 # VictoriaMetrics refuses a query matching more than 300,000 by default (docs/install.md says so).
@@ -282,6 +284,16 @@ def report(url: str, since: float, until: float, fmt: str) -> tuple[float, str]:
     return seconds, out.getvalue()
 
 
+def waits(url: str, since: float, until: float) -> list[tuple[float, str]]:
+    """Run the report's store part once more and return its waits, longest first: the seconds from each
+    progress line to the next (four queries run at once, so a wait is for an answer the store was working on
+    meanwhile)."""
+    marks: list[tuple[float, str]] = []
+    Prometheus(url).fleet("namespace", since, until, 300.0, lambda what: marks.append((time.perf_counter(), what)), 25)
+    marks.append((time.perf_counter(), "done"))
+    return sorted(((b[0] - a[0], a[1]) for a, b in itertools.pairwise(marks)), reverse=True)
+
+
 def totals(text: str) -> tuple[int, float]:
     """The jobs and GPU-hours of a CSV fleet report."""
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -332,6 +344,7 @@ def main() -> int:
         tables_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         # A period that starts and ends half-way through an hour: those half hours come from the raw counters.
         halves = report(store.url, since + 1800, end - 1800, "markdown")[0]
+        slowest = waits(store.url, since, end)[:5]
         every = report(store.url, since, end, "csv")
         _, memory = store.stats()  # its series count covers only the head (Prometheus) or today (VM)
         blocks = own_metric(store, "prometheus_tsdb_blocks_loaded") if store.kind == "prometheus" else None
@@ -359,6 +372,7 @@ def main() -> int:
         f"{len(every[1]) / 1e6:.1f} MB, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
     )
     print(f"report fleet (markdown) from half-way through the first hour to half-way through the last: {halves:.2f} s")
+    print("the longest waits of one more run: " + "; ".join(f"{seconds:.2f} s {what}" for seconds, what in slowest))
     print(
         f"the median run made {queries} queries; the store took {server:.2f} s to answer them, "
         f"{size / 1e6:.0f} MB of JSON; the rest is transfer, decoding and building the report"
