@@ -300,3 +300,14 @@ def test_a_stretch_of_recorded_hours_adds_the_points_at_its_hours_and_not_the_on
     assert added(run - 3600, run) > 0
     assert added(run, run + 3600) == 0
     assert added(run - 5 * 3600, run + 5 * 3600) == added(run - 3600, run)
+
+
+def test_the_parts_read_raw_are_joined_where_they_touch_and_the_closest_where_there_are_too_many():
+    from gpulens.report.prometheus import _between, _merged
+
+    assert _merged([(5, 6), (0, 1), (1, 2), (9, 10)], 4) == [(0, 2), (5, 6), (9, 10)]
+    # Five gaps and room for three: the two closest pairs are read as one, with what lies between them.
+    assert _merged([(0, 1), (2, 3), (10, 11), (12, 13), (30, 31)], 3) == [(0, 3), (10, 13), (30, 31)]
+    assert _between([(0, 3), (10, 13)], 0, 20) == [(3, 10), (13, 20)]
+    assert _between([(0, 3), (10, 20)], 0, 20) == [(3, 10)]
+    assert _between([], 5, 8) == [(5, 8)]
