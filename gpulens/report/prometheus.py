@@ -223,15 +223,13 @@ class _Ranked:
     """Every job of the period from its span and wasted GPU-seconds: counted by group, judged or short, and
     ranked the way summary.fleet_report ranks whole records (most wasted, then most held)."""
 
-    def __init__(self, starts: list[dict], sightings: list[dict], wasted: list[dict], by: str, min_duration: float):
+    def __init__(self, spans: list[dict], wasted: list[dict], by: str, min_duration: float):
         waste = {(_key(item), _group(item, by)): _value(item) for item in wasted}
-        started = {(_key(item), _group(item, by), item["metric"].get("pod", "")): _value(item) for item in starts}
         self.entries: list[_Entry] = []
-        for item in sightings:  # a job's span: its last sighting less its start
-            key, group, pod = _key(item), _group(item, by), item["metric"].get("pod", "")
-            if (key, group, pod) in started:
-                span = _value(item) - started[key, group, pod]
-                self.entries.append(_Entry(key, group, pod or key[1], span, waste.get((key, group), 0.0)))
+        for item in spans:
+            key, group = _key(item), _group(item, by)
+            name = item["metric"].get("pod") or key[1]
+            self.entries.append(_Entry(key, group, name, _value(item), waste.get((key, group), 0.0)))
         self.min_duration = min_duration
         self.counted: dict[str, int] = defaultdict(int)
         # A job on nodes of several GPU models is in each model's group (`--by model`), once in the counts,
@@ -372,23 +370,22 @@ class Prometheus:
         """The fleet report's tables from the store's sums by `by` (see `fleet`).
 
         The groups' sums come back as a few series per group: the recorded hours of the rules of gpulens.jobs
-        where the store has them, the raw counters elsewhere (`_sum_queries`). The jobs are counted, judged
-        and ranked here from three answers of a series per job, its start, last sighting and wasted GPU-seconds
-        (asked apart, so that a store answers them on several cores at once): asking the store to judge and
-        rank them joins every job's series to its span, which costs it more than reading the answers costs this
-        process (docs/benchmarks.md). Only the listed jobs are read whole."""
+        where the store has them, the raw counters elsewhere (`_recorded_sums`). The jobs are counted, judged
+        and ranked here from two answers of a series per job, its span and its wasted GPU-seconds: asking the
+        store to judge and rank them joins every job's series to its span, which costs it more than reading the
+        answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
         job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
         sums = self._sum_queries(by, since, until, step)
         queries: dict[str, str | Callable[[], list[dict]]] = {
-            "each job's start": f"min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))",
-            "each job's last sighting": (
-                f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window}))"
+            "each job's span": (
+                f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
+                f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
             ),
             "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
             **{what: asked for what, (_, asked) in sums.items()},
         }
         answers = dict(self._answers(queries, until, step))
-        if not answers["each job's last sighting"]:
+        if not answers["each job's span"]:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
         groups: dict[str, dict] = defaultdict(dict)
@@ -396,13 +393,7 @@ class Prometheus:
             for item in answers.pop(what):
                 s.add(groups[_group(item, by)], item, _value(item))
         with collector_paused:  # a series per job, and no cycles among them
-            ranked = _Ranked(
-                answers.pop("each job's start"),
-                answers.pop("each job's last sighting"),
-                answers.pop("each job's waste"),
-                by,
-                min_duration,
-            )
+            ranked = _Ranked(answers.pop("each job's span"), answers.pop("each job's waste"), by, min_duration)
         held = None
         filling = ranked.to_fill(rows)
         if filling:  # fewer jobs than rows wasted any: the lists go on by GPU-seconds held
