@@ -370,7 +370,7 @@ class Prometheus:
         """The fleet report's tables from the store's sums by `by` (see `fleet`).
 
         The groups' sums come back as a few series per group: the recorded hours of the rules of gpulens.jobs
-        where the store has them, the raw counters elsewhere (`_recorded_sums`). The jobs are counted, judged
+        where the store has them, the raw counters elsewhere (`_sum_queries`). The jobs are counted, judged
         and ranked here from two answers of a series per job, its span and its wasted GPU-seconds: asking the
         store to judge and rank them joins every job's series to its span, which costs it more than reading the
         answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
