@@ -144,8 +144,29 @@ _SUMS = (
 
 # The rules' own series: 1 at each evaluation of their group (rules/recording.rules.yml, gpulens.jobs).
 _EVALUATED = "gpulens:job_rules:evaluated"
+# Each job's span by job and owner, recorded in the same group; a point covers the hour before it.
+_SPAN_RULE = "job:gpulens_job_span_seconds:max1h"
+_SPAN_RULE_WINDOW = HOUR_SECONDS
+_JOB_AND_OWNER = f"{_KEY}, user, namespace, account, model, partition, pod"
 # How often the store evaluates the hourly rules (their groups' interval in rules/recording.rules.yml).
 RULES_INTERVAL = "5m"
+
+
+def _span(by: str, window: str) -> str:
+    """Return the PromQL of each job's span over `window` (like `[3600s]`) by `by`, from the raw series: its last
+    sighting less its start, over all its nodes (the recording rule _SPAN_RULE is this over an hour)."""
+    return (
+        f"max by ({by}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
+        f"- min by ({by}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
+    )
+
+
+class _Plan(NamedTuple):
+    """Where a fleet report reads the parts of its period: the stretches of whole hours the recording rules were
+    evaluated in, from their points, and the rest from the raw series. Each is a list of (start, end)."""
+
+    recorded: list[tuple[float, float]]
+    raw: list[tuple[float, float]]
 
 
 def _last(rule: str) -> str:
@@ -375,17 +396,17 @@ class Prometheus:
         store to judge and rank them joins every job's series to its span, which costs it more than reading the
         answers costs this process (docs/benchmarks.md). Only the listed jobs are read whole."""
         job = f"{_KEY}, {by}, pod"  # a job in its group, and the name the tables give it
-        sums = self._sum_queries(by, since, until, step)
+        plan = self._plan(since, until, step)
+        spans = self._span_queries(job, since, until, plan)
+        sums = self._sum_queries(by, plan)
         queries: dict[str, str | Callable[[], list[dict]]] = {
-            "each job's span": (
-                f"max by ({job}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{window})) "
-                f"- min by ({job}) (min_over_time(gpulens_job_start_timestamp_seconds{window}))"
-            ),
+            **spans,
             "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
             **{what: asked for what, (_, asked) in sums.items()},
         }
         answers = dict(self._answers(queries, until, step))
-        if not answers["each job's span"]:
+        widest = _widest([answers.pop(what) for what in spans], by)
+        if not widest:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
         groups: dict[str, dict] = defaultdict(dict)
@@ -393,7 +414,7 @@ class Prometheus:
             for item in answers.pop(what):
                 s.add(groups[_group(item, by)], item, _value(item))
         with collector_paused:  # a series per job, and no cycles among them
-            ranked = _Ranked(answers.pop("each job's span"), answers.pop("each job's waste"), by, min_duration)
+            ranked = _Ranked(widest, answers.pop("each job's waste"), by, min_duration)
         held = None
         filling = ranked.to_fill(rows)
         if filling:  # fewer jobs than rows wasted any: the lists go on by GPU-seconds held
@@ -430,42 +451,65 @@ class Prometheus:
             shown_only=True,
         )
 
-    def _sum_queries(
-        self, by: str, since: float, until: float, step: Step
-    ) -> dict[str, tuple[_Sum, Callable[[], list[dict]]]]:
-        """Return the queries of each group's sums (_SUMS) over [since, until], by what the progress line calls
-        them: the whole hours the recording rules were evaluated in from their recorded points, the rest (the
-        part of an hour at either end, and the hours before the rules were loaded or while the store was down;
-        all of the period where the store has no rules) from the raw counters.
+    def _plan(self, since: float, until: float, step: Step) -> _Plan:
+        """Return where to read the parts of [since, until]: the whole hours the recording rules were evaluated
+        in from their points, the rest (the part of an hour at either end, and the hours before the rules were
+        loaded or while the store was down; all of the period where the store has no rules) from the raw
+        series, in at most RAW_PARTS parts.
 
         The point at each whole hour is the rules' last evaluation before it, which covers the hour before that
         evaluation: the hours read are shifted by less than the rules' interval."""
         first_end = math.ceil(since / HOUR_SECONDS) * HOUR_SECONDS + HOUR_SECONDS
         last_end = until // HOUR_SECONDS * HOUR_SECONDS
-        raw, recorded = [(since, until)], []
-        if last_end >= first_end:
-            step("querying the hours the rules were evaluated")
-            answer = self._hours(f"max({_last(_EVALUATED)})", first_end, last_end)
-            evaluated = {int(float(t)) for item in answer for t, _ in item["values"]}
-            hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
-            missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
-            if not evaluated:
-                step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
-            elif missing:
-                step(f"no recorded hours for {len(missing)} of the period's {len(hours)}: adding up the raw counters")
-            if evaluated:
-                ends = [(since, first_end - HOUR_SECONDS), (last_end, until)]
-                raw = _merged([(a, b) for a, b in ends if b > a] + missing, RAW_PARTS)
-                recorded = _between(raw, first_end - HOUR_SECONDS, last_end)
+        if last_end < first_end:
+            return _Plan([], [(since, until)])
+        step("querying the hours the rules were evaluated")
+        answer = self._hours(f"max({_last(_EVALUATED)})", first_end, last_end)
+        evaluated = {int(float(t)) for item in answer for t, _ in item["values"]}
+        hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
+        missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
+        if not evaluated:
+            step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
+            return _Plan([], [(since, until)])
+        if missing:
+            step(f"no recorded hours for {len(missing)} of the period's {len(hours)}: adding up the raw counters")
+        ends = [(since, first_end - HOUR_SECONDS), (last_end, until)]
+        raw = _merged([(a, b) for a, b in ends if b > a] + missing, RAW_PARTS)
+        return _Plan(_between(raw, first_end - HOUR_SECONDS, last_end), raw)
+
+    def _sum_queries(self, by: str, plan: _Plan) -> dict[str, tuple[_Sum, Callable[[], list[dict]]]]:
+        """Return the queries of each group's sums (_SUMS) over the parts of `plan`, by what the progress line
+        calls them."""
         queries = {}
-        for start, end in recorded:
+        for start, end in plan.recorded:
             for s in _SUMS:
                 what = f"the recorded hours of {s.field.replace('_', ' ')} until {_when(end)}"
                 queries[what] = (s, functools.partial(self.api.query, s.recorded(by, start, end), end))
-        for start, end in raw:
+        for start, end in plan.raw:
             for s in _SUMS:
                 what = f"{s.field.replace('_', ' ')} until {_when(end)}"
                 queries[what] = (s, functools.partial(self.api.query, s.raw(by, f"[{_seconds(end - start)}]"), end))
+        return queries
+
+    def _span_queries(self, job: str, since: float, until: float, plan: _Plan) -> dict[str, Callable[[], list[dict]]]:
+        """Return the queries of each job's span (by `job`) over the parts of `plan`, by what the progress line
+        calls them: the largest point of _SPAN_RULE over each stretch of recorded hours, the raw series over the
+        rest. A job's span is the largest of its parts'.
+
+        A recorded point covers the hour before it, so the points read start an hour into the period (a job
+        that ended before the period has points in its first hour) and the raw series cover that hour."""
+        first = since + _SPAN_RULE_WINDOW
+        recorded = [(max(start, first), end) for start, end in plan.recorded if end > first]
+        raw = _merged([*plan.raw, (since, min(first, until))], RAW_PARTS + 1)
+        queries = {}
+        for start, end in recorded:
+            promql = f"max by ({job}) (max_over_time({_SPAN_RULE}[{_seconds(end - start)}]))"
+            queries[f"the recorded spans of each job until {_when(end)}"] = functools.partial(
+                self.api.query, promql, end
+            )
+        for start, end in raw:
+            promql = _span(job, f"[{_seconds(end - start)}]")
+            queries[f"each job's span until {_when(end)}"] = functools.partial(self.api.query, promql, end)
         return queries
 
     def _worst(self, tied: dict[str, list[_Entry]], window: str, until: float) -> dict[str, tuple[str, ...]]:
@@ -862,6 +906,18 @@ def _key(item: dict) -> tuple[str, str]:
 
 def _value(item: dict) -> float:
     return _finite(item["value"][1])
+
+
+def _widest(answers: list[list[dict]], by: str) -> list[dict]:
+    """Return the item of each job in its group (by `by`) with the largest value among `answers` (its parts'
+    spans)."""
+    widest: dict[tuple[tuple[str, str], str], dict] = {}
+    for answer in answers:
+        for item in answer:
+            at = (_key(item), _group(item, by))
+            if at not in widest or _value(item) > _value(widest[at]):
+                widest[at] = item
+    return list(widest.values())
 
 
 def _merged(parts: list[tuple[float, float]], most: int) -> list[tuple[float, float]]:

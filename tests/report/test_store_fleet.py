@@ -14,7 +14,16 @@ from gpulens.report import markdown
 from gpulens.report.cli import run
 from gpulens.report.document import fleet_document
 from gpulens.report.machine import to_csv
-from gpulens.report.prometheus import _SUMS, RULES_INTERVAL, Prometheus, recorded_expression
+from gpulens.report.prometheus import (
+    _SPAN_RULE,
+    _SUMS,
+    RULES_INTERVAL,
+    Prometheus,
+    _Plan,
+    _span,
+    _widest,
+    recorded_expression,
+)
 from gpulens.report.summary import GROUPINGS, fleet_report
 from tests.report import month
 
@@ -234,7 +243,17 @@ def _utc(at: float) -> str:
 
 def _read_raw(steps: list[str]) -> list[str]:
     """The progress lines of the sums asked of the raw counters over a part of the period."""
-    return [s for s in steps if re.fullmatch(r"querying (?!the recorded).* until \d{4}-\d\d-\d\d \d\d:\d\d UTC", s)]
+    return [
+        s
+        for s in steps
+        if re.fullmatch(r"querying (?!the recorded|each job's span).* until \d{4}-\d\d-\d\d \d\d:\d\d UTC", s)
+    ]
+
+
+def _read_spans(steps: list[str]) -> tuple[list[str], list[str]]:
+    """Where the parts of each job's span read from the recording rule end, and where those from the raw series."""
+    ends = [(s.startswith("querying the recorded spans"), s.rsplit(" until ", 1)[1]) for s in steps if " span" in s]
+    return [end for recorded, end in ends if recorded], [end for recorded, end in ends if not recorded]
 
 
 def _read_recorded(steps: list[str]) -> list[str]:
@@ -254,6 +273,7 @@ def test_a_month_adds_up_the_raw_counters_where_no_rules_were_evaluated_and_the_
     ends = [s.rsplit(" until ", 1)[1] for s in _read_raw(steps)]
     assert ends == [_utc(month.day(month.RULE_FROM_DAY))] * 8 + [_utc(month.day(month.RULES_DOWN[1]))] * 8
     assert _read_recorded(steps) == [_utc(month.day(month.RULES_DOWN[0])), _utc(month.MONTH_END)]
+    assert _read_spans(steps) == (_read_recorded(steps), sorted(set(ends)))
     missing = 20 * 24 + 24  # the 20 days before the rules, and the day without them
     assert any(f"no recorded hours for {missing} of the period's 720" in s for s in steps), steps
 
@@ -262,6 +282,8 @@ def test_whole_hours_with_rules_read_only_the_recorded_hours(prometheus_url):
     since = month.day(month.RULES_DOWN[1])
     tables, every, steps = _month(prometheus_url, "namespace", since, month.MONTH_END)
     assert _read_raw(steps) == [] and _read_recorded(steps) == [_utc(month.MONTH_END)]
+    # A recorded span covers the hour before its point: the raw series give the first hour's.
+    assert _read_spans(steps) == ([_utc(month.MONTH_END)], [_utc(since + 3600)])
     _alike(tables, every)
     # Against the month as it happened: each run is an hour of its GPUs, less the part the rules missed.
     truth = fleet_report(
@@ -279,6 +301,23 @@ def test_the_part_of_an_hour_at_either_end_is_read_from_the_raw_counters(prometh
     _alike(tables, every)
 
 
+@pytest.mark.parametrize("hours", [0.0, 35.5])
+def test_each_jobs_recorded_span_is_its_span_from_the_raw_series(prometheus_url, hours):
+    """Over recorded hours, each job's span from the rule's points is its span from the raw series. 35.5 hours in,
+    the period starts half an hour after day 26's runs ended, which the points in its first hour still cover: the
+    raw series give that hour, and those runs are not in the period."""
+    source, since = Prometheus(prometheus_url), month.day(month.RULES_DOWN[1], hours)
+    job = "job_kind, job_id, namespace, pod"
+
+    def spans(answers) -> dict:
+        return {i["metric"]["job_id"]: float(i["value"][1]) for i in _widest(answers, "namespace")}
+
+    queries = source._span_queries(job, since, month.MONTH_END, _Plan([(since, month.MONTH_END)], []))
+    recorded = spans([ask() for ask in queries.values()])
+    raw = spans([source.api.query(_span(job, f"[{month.MONTH_END - since:.0f}s]"), month.MONTH_END)])
+    assert len(raw) == sum(1 for r in month.records() if r.start >= since) and recorded == raw
+
+
 def test_the_report_reads_the_rules_the_package_ships():
     """Each recorded sum is the rule the package ships, whose expression is the report's own query over an hour by
     owner, and the store evaluates it as often as the report expects."""
@@ -287,7 +326,10 @@ def test_the_report_reads_the_rules_the_package_ships():
     for s in _SUMS:
         owner = "user, namespace, account, model, partition"
         assert re.sub(r"\s", "", recorded_expression(s.rule)) == re.sub(r"\s", "", s.raw(owner, "[1h]")), s.rule
-    assert len({s.rule for s in _SUMS}) == len(_SUMS) == len(groups["gpulens.jobs"]["rules"]) - 1  # and evaluated
+    job_and_owner = "job_kind, job_id, user, namespace, account, model, partition, pod"
+    assert re.sub(r"\s", "", recorded_expression(_SPAN_RULE)) == re.sub(r"\s", "", _span(job_and_owner, "[1h]"))
+    # The sums, each job's span, and the evaluations.
+    assert len({s.rule for s in _SUMS}) == len(_SUMS) == len(groups["gpulens.jobs"]["rules"]) - 2
 
 
 def test_a_stretch_of_recorded_hours_adds_the_points_at_its_hours_and_not_the_one_at_its_start(prometheus_url):
