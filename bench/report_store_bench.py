@@ -9,7 +9,8 @@ for `--nodes` nodes of 8 GPUs, loads them into a real Prometheus (`promtool tsdb
 openmetrics`) or VictoriaMetrics (its import API), and times `gpulens report fleet` over the whole month,
 checking that the report finds every job and every GPU-hour. Unless `--raw`, it also writes what the fleet
 report's recording rules would have recorded every hour (rules/recording.rules.yml, group gpulens.jobs), so
-that the report reads each owner's hours instead of every job's counters.
+that the report reads each owner's hours instead of every job's counters, and each job's recorded span
+instead of its start and last-sighting series.
 
 Each node runs two queues of jobs on 4 GPUs each, back to back with gaps of up to an hour; a job takes 1,
 2 or 4 of its queue's GPUs for 10 minutes to 3 days (log-uniform), so 1,280 nodes run about 150,000
@@ -101,6 +102,23 @@ class Month:
         self.peak[owner, hours] = numpy.maximum(self.peak[owner, hours], memory)
         self.ran[owner, hours] |= overlap > 0
 
+    def record_span(self, labels: str, start: float, times: list[float]) -> None:
+        """Write the job's recorded span (job:gpulens_job_span_seconds:max1h) on each whole hour with a sample of
+        the job in the hour before: its last sighting then less its start."""
+        if self.recorded is None:
+            return
+        last_hour = self.begin + self.peak.shape[1] * 3600
+        hour = self.begin + max(math.ceil((times[0] - self.begin) / 3600), 1) * 3600
+        while hour <= min(times[-1] + 3600, last_hour):
+            seen = max((t for t in times if hour - 3600 <= t <= hour), default=None)
+            if seen is not None:
+                self.file(int(hour) // BLOCK_SECONDS).write(
+                    f"job:gpulens_job_span_seconds:max1h{{{labels}}} {seen - start:.3f} {hour:.0f}\n"
+                )
+                self.samples += 1
+            hour += 3600
+        self.series += 1
+
     def write_recorded(self) -> None:
         """Write the recorded hours: a point on each whole hour, for each owner with a job in the hour before."""
         if self.recorded is None:
@@ -186,6 +204,9 @@ class Month:
             + [size * 0.3 if t in tips else 0.0 for t in TIPS]
         )
         self.record(user, start, end, rates, memory)
+        self.record_span(
+            f'job_id="{job_id}",job_kind="slurm",model="{MODEL}",namespace="{namespace}",user="{user}"', start, times
+        )
         self.jobs += 1
         self.series += len(counters) + len(gauges) + 1
         self.samples += len(times) * (len(counters) + len(gauges) + 1)
