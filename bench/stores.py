@@ -128,14 +128,25 @@ class Store:
                     f"-remoteWrite.url={self.url}",
                     f"-remoteRead.url={self.url}",
                     "-evaluationInterval=1m",
-                    "-notifier.blackhole",
+                    # vmalert 1.79 (Debian's) has no -notifier.blackhole: it needs a notifier for the
+                    # alerting rules, and a loopback port nobody listens on takes the alerts.
+                    f"-notifier.url=http://127.0.0.1:{free_port()}",
                     f"-httpListenAddr=127.0.0.1:{free_port()}",
                 ]
             )
 
     def _start(self, command: list[str]) -> None:
-        self.processes.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        """Start `command`, its output in a log of the work folder, and give it 2 s; stop the benchmark with
+        the program's last line if it exits."""
+        name = pathlib.Path(command[0]).name
+        log = self.workdir / f"{name}-{len(self.processes)}.log"
+        with log.open("w") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         time.sleep(2)
+        if process.poll() is not None:
+            said = log.read_text().strip().splitlines()
+            raise SystemExit(f"{name} exited at start: {said[-1] if said else 'no message'}")
+        self.processes.append(process)
 
     def load(self, files: Iterable[pathlib.Path]) -> None:
         """Write the samples of OpenMetrics files (`name{labels} value seconds` lines, no `# EOF`) into the
