@@ -137,15 +137,19 @@ class Store:
 
     def _start(self, command: list[str]) -> None:
         """Start `command`, its output in a log of the work folder, and give it 2 s; stop the benchmark with
-        the program's last line if it exits."""
+        the program's words if it exits: its first line naming an error (a flag it does not know), else its
+        last (a fatal log line)."""
         name = pathlib.Path(command[0]).name
         log = self.workdir / f"{name}-{len(self.processes)}.log"
         with log.open("w") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
         time.sleep(2)
         if process.poll() is not None:
-            said = log.read_text().strip().splitlines()
-            raise SystemExit(f"{name} exited at start: {said[-1] if said else 'no message'}")
+            said = [line for line in log.read_text().splitlines() if line.strip()] or ["no message"]
+            why = next(
+                (line for line in said if any(w in line.lower() for w in ("error", "fatal", "not defined"))), said[-1]
+            )
+            raise SystemExit(f"{name} exited at start: {why.strip()}")
         self.processes.append(process)
 
     def load(self, files: Iterable[pathlib.Path]) -> None:
