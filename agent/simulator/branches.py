@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from gpulens import gpus
 from gpulens.agent import nvml_header as h
 
 
@@ -48,13 +49,35 @@ BRANCHES: dict[str, Branch] = {
 NEWEST = "r580"
 OLDEST = "r470"
 
-# R535 as first released (CUDA 12.2.0 and 12.2.1: 535.54.03 to 535.98) wrote 32-byte records from
-# nvmlDeviceGetComputeRunningProcesses_v3 and had no nvmlDeviceGetRunningProcessDetailList; the
-# updates that came with CUDA 12.2.2 (535.104.05) restored the 24-byte layout and added that function.
-# Sources: gpustat issue #161 (535.54.03), nvitop issue #88 (535.98) and pull request #79,
-# nvidia-ml-py 12.535.77 (32-byte) against 12.535.108 (24-byte).
+# R535 as first released (CUDA 12.2.0: 535.43.02 to 535.86.x) wrote 32-byte records from
+# nvmlDeviceGetComputeRunningProcesses_v3 and had no nvmlDeviceGetRunningProcessDetailList; 535.98 took
+# the `_v3` process functions out altogether; the updates that came with CUDA 12.2.2 (535.104.05) put
+# them back with the 24-byte layout and added that function. Sources: gpustat issue #161 (535.54.03),
+# nvitop issue #75 and pull request #79 (32-byte records), nvitop issue #88 and pull request #89
+# (535.98: "Remove process info v3 APIs", per NVIDIA/nvidia-settings' commit for that release), nvitop
+# pull request #94 (535.104.05), nvidia-ml-py 12.535.77 (32-byte) against 12.535.108 (24-byte).
 _R535_LAYOUT_RESTORED = (535, 104)
+_R535_V3_REMOVED = (535, 98)
 _R535_EARLY_MISSING = frozenset({"nvmlDeviceGetRunningProcessDetailList"})
+_V3_PROCESS_FUNCTIONS = frozenset(
+    {
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    }
+)
+# 550.127.08's `_v3` writes 16-byte records, the layout of nvmlProcessInfo_v1_t, where every header since
+# R510 declares a 24-byte one (nvitop pull request #226, "probe the real running-process struct stride").
+_SIXTEEN_BYTE_RELEASES = frozenset({"550.127.08"})
+
+# The record layouts a `_v3` process list has been seen to write, by size in bytes.
+RECORDS: dict[int, type] = {16: h.ProcessInfoV1, 24: h.ProcessInfo, 32: h.ProcessInfoV3Cc}
+
+# The oldest branch each architecture runs on: Ada (sm_89) and Hopper (sm_90) came with CUDA 11.8, whose
+# driver is R520 (CUDA Toolkit 11.8 release notes, "new architectures"), so R470 knows neither; of the
+# branches simulated here, R525 is the first that does.
+# Blackwell (sm_100) came with CUDA 12.8, whose driver is R570 (CUDA Toolkit 12.8 release notes).
+_OLDEST_BRANCH = {"ada": "r525", "hopper": "r525", "blackwell": "r570"}
 
 _VERSION = re.compile(r"^(\d{3})\.(\d{1,3})(?:\.(\d{1,3}))?$")
 
@@ -100,7 +123,17 @@ def _driver(branch: Branch, version: str) -> Driver:
     if branch.major == 535 and parts < _R535_LAYOUT_RESTORED:
         symbols = symbols - _R535_EARLY_MISSING
         layout = h.ProcessInfoV3Cc
+        if parts >= _R535_V3_REMOVED:
+            symbols = symbols - _V3_PROCESS_FUNCTIONS
+    if version in _SIXTEEN_BYTE_RELEASES:
+        layout = h.ProcessInfoV1
     return Driver(branch=branch, version=version, symbols=symbols, process_info_v3=layout)
+
+
+def oldest_for(model: str) -> Branch | None:
+    """Return the oldest branch that runs the GPU named `model`, or None when every simulated branch does."""
+    name = _OLDEST_BRANCH.get(gpus.architecture(model) or "")
+    return BRANCHES[name] if name else None
 
 
 @cache

@@ -21,13 +21,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from ctypes import c_int, c_uint, c_ulonglong, c_void_p
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpulens.agent import nvml_header as h
 
 from .branches import family
 from .hardware import GPM_RATIOS, Running, SimulatedGpu, SimulatedInstance, SimulatedNode
-from .scenario import INIT_ERRORS, MIB, Scenario
+from .scenario import INIT_ERRORS, MIB, Fault, Scenario
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,24 @@ FEATURE_FIELDS = {
 # nvitop issue #5 shows nvmlDeviceGetUtilizationRates failing so on an A100 in MIG mode).
 _MIG_PARENT_UNSUPPORTED = frozenset({"samples", "process_utilization", "gpm"})
 _REFUSAL_CODES = {"not_supported": h.ERROR_NOT_SUPPORTED, "no_permission": h.ERROR_NO_PERMISSION}
+# What a caller without MIG monitoring rights (scenario `mig_monitoring: false`) is refused on a GPU in MIG
+# mode: the MIG device handles, and the parent's memory and process lists (nvidia-container-toolkit issue
+# #842: NVML answers "Insufficient Permissions" without NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN).
+_MIG_MONITORING = frozenset(
+    {
+        "nvmlDeviceGetMigDeviceHandleByIndex",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+    }
+)
+# Garbage a driver writes into a per-process utilization buffer (go-nvml issue #11, nvtop issue #110): the
+# size query answers this many whatever runs, and the records past the real ones are padding.
+_PADDED_SAMPLES = 100
+_PADDING_SM = 37100  # an SM "percent" seen in such padding
+_FUTURE_US = 3600 * 1_000_000  # how far ahead a future_sample fault stamps its sample
 _GPM_POSITION = {
     h.GPM_METRIC_GRAPHICS_UTIL: GPM_RATIOS.index("graphics"),
     h.GPM_METRIC_SM_UTIL: GPM_RATIOS.index("sm"),
@@ -229,6 +247,11 @@ class SimulatedDriver:
         for function, windows in self.node.missing.items():
             for symbol in family(function):
                 self._missing.setdefault(symbol, []).extend(windows)
+        self._answers: dict[str, list[Fault]] = {}  # symbol -> the answer faults that cover it
+        for fault in self.node.answers:
+            for symbol in family(fault.function or ""):
+                self._answers.setdefault(symbol, []).append(fault)
+        self._calling = ""  # the C function being run, for the lookups that check answer faults by GPU
         self._functions = self._build()
 
     # -- the symbol table ------------------------------------------------------------------------
@@ -264,6 +287,7 @@ class SimulatedDriver:
         def call(*args):
             with self._lock:
                 self.calls[name] += 1
+                self._calling = name
                 try:
                     return entry.method(self, *self._enter(name, entry, args))
                 except CallFailed as failed:
@@ -286,22 +310,48 @@ class SimulatedDriver:
         if any(w.active(now) for w in self._missing.get(name, ())):
             raise CallFailed(h.ERROR_FUNCTION_NOT_FOUND)
         if not entry.device:
+            self._check_answer(name, None, None, now)
             return (now, *args)
         mig = self._migs_by_handle.get(args[0] or 0)
         if mig is not None:
-            return (self._mig(mig, entry, now), now, *args[1:])
+            checked = self._mig(mig, entry, now)
+            self._check_answer(name, mig.gpu, self._mig_index(mig, now), now)
+            return (checked, now, *args[1:])
         gpu = self._gpu(args[0], now)
+        self._check_answer(name, gpu, None, now)
+        if not self.scenario.mig_monitoring and gpu.spec.mig and name in _MIG_MONITORING:
+            raise CallFailed(h.ERROR_NO_PERMISSION)
         if entry.feature is not None:
             self._require(gpu, entry.feature, now)
         gpu.advance(now)
         return (gpu, now, *args[1:])
 
+    def _check_answer(self, name: str, gpu: SimulatedGpu | None, mig_index: int | None, now: float) -> None:
+        """Fail the call with an active `answer` fault's code: one for this GPU (and MIG device), or for all.
+
+        A fault that names a GPU applies to calls on its handle, and to the lookups that would give it
+        (`_give_handle`); one that names none applies to every call of the function.
+        """
+        for fault in self._answers.get(name, ()):
+            if not fault.window.active(now):
+                continue
+            if fault.gpu is not None and (gpu is None or fault.gpu != gpu.spec.index):
+                continue
+            if fault.mig_device != mig_index and fault.gpu is not None:
+                continue
+            raise CallFailed(fault.code)
+
+    def _mig_index(self, mig: _Mig, now: float) -> int | None:
+        live = self._live_instances(mig.gpu, now)
+        return live.index(mig.instance) if mig.instance in live else None
+
     def _gpu(self, handle: int | None, now: float) -> SimulatedGpu:
         gpu = self._gpus_by_handle.get(handle or 0)
         if gpu is None:
             raise CallFailed(h.ERROR_INVALID_ARGUMENT)
-        # A GPU that fell off the bus fails every call made on it (nvml.h: NVML_ERROR_GPU_IS_LOST).
-        if gpu.is_lost(now):
+        # A GPU that fell off the bus, or was taken off it, fails every call made on a handle to it (nvml.h:
+        # NVML_ERROR_GPU_IS_LOST, "the target GPU has fallen off the bus or is otherwise inaccessible").
+        if gpu.is_lost(now) or gpu.is_absent(now):
             raise CallFailed(h.ERROR_GPU_IS_LOST)
         return gpu
 
@@ -309,7 +359,7 @@ class SimulatedDriver:
         """Check a call made on a MIG device handle. nvml.h documents MIG handles for a few functions
         (memory, processes, names, ids, attributes); what the others answer is not documented, and the
         simulator says NOT_SUPPORTED, which nvitop and gpustat show as N/A."""
-        if mig.gpu.is_lost(now):
+        if mig.gpu.is_lost(now) or mig.gpu.is_absent(now):
             raise CallFailed(h.ERROR_GPU_IS_LOST)
         if not mig.instance.exists(now):  # the handle of an instance destroyed since
             raise CallFailed(h.ERROR_INVALID_ARGUMENT)
@@ -339,7 +389,7 @@ class SimulatedDriver:
         # A function of this branch the simulator does not model: the board "lacks" the feature. A lost
         # GPU still answers GPU_IS_LOST, whatever the call.
         gpu = self._gpus_by_handle.get(first or 0)
-        if gpu is not None and gpu.is_lost(now):
+        if gpu is not None and (gpu.is_lost(now) or gpu.is_absent(now)):
             return h.ERROR_GPU_IS_LOST
         return h.ERROR_NOT_SUPPORTED
 
@@ -399,20 +449,24 @@ class SimulatedDriver:
 
     @_export("nvmlDeviceGetCount", "nvmlDeviceGetCount_v2", args=(P,), device=False)
     def _count(self, now: float, out: int) -> int:
-        """Lost GPUs still count, as with the real driver."""
-        _put(out, c_uint, len(self.node.gpus))
+        """Lost GPUs still count, as with the real driver; absent ones (off the bus) do not."""
+        _put(out, c_uint, len(self.node.present(now)))
         return h.SUCCESS
 
     @_export("nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2", args=(U, P), device=False)
     def _handle_by_index(self, now: float, index: int, out: int) -> int:
         _need(out)
-        if not 0 <= index < len(self.node.gpus):
+        present = self.node.present(now)
+        if not 0 <= index < len(present):
             return h.ERROR_INVALID_ARGUMENT
-        return self._give_handle(self.node.gpus[index], now, out)
+        return self._give_handle(present[index], now, out)
 
     def _give_handle(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        # The lookup of a GPU that fell off the bus answers UNKNOWN ("Unable to determine the device handle
+        # for GPU ...: Unknown Error", dcgm-exporter issue #604), and it stays so until a reset.
         if gpu.is_lost(now):
-            return h.ERROR_GPU_IS_LOST
+            return h.ERROR_UNKNOWN
+        self._check_answer(self._calling, gpu, None, now)
         _put(out, c_void_p, self._handle_of(gpu))
         return h.SUCCESS
 
@@ -429,12 +483,16 @@ class SimulatedDriver:
 
     def _find_handle(self, now: float, out: int, match: Callable[[SimulatedGpu], bool]) -> int:
         _need(out)
-        for gpu in self.node.gpus:
+        for gpu in self.node.present(now):
             if match(gpu):
                 return self._give_handle(gpu, now, out)
         return h.ERROR_NOT_FOUND
 
-    _index = _reading("nvmlDeviceGetIndex", read=lambda gpu: gpu.spec.index)
+    @_export("nvmlDeviceGetIndex", args=(P,))
+    def _index(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """Its place among the GPUs on the bus now, as nvmlDeviceGetHandleByIndex numbers them."""
+        _put(out, c_uint, self.node.present(now).index(gpu))
+        return h.SUCCESS
 
     @_export("nvmlDeviceGetUUID", args=(P, U), mig=True)
     def _uuid(self, gpu: SimulatedGpu | _Mig, now: float, buffer: int, length: int) -> int:
@@ -688,8 +746,14 @@ class SimulatedDriver:
 
     # -- power, temperature, fan -----------------------------------------------------------------
 
-    # mW, averaged over the last second, as most boards report it.
-    _power = _reading("nvmlDeviceGetPowerUsage", read=lambda gpu: gpu.average_power_mw(), feature="power")
+    # mW: "On Ampere (except GA100) or newer GPUs, the API returns power averaged over 1 sec interval. On
+    # GA100 and older architectures, instantaneous power is returned" (nvml.h, nvmlDeviceGetPowerUsage);
+    # the models' `power_average` says which is which.
+    _power = _reading(
+        "nvmlDeviceGetPowerUsage",
+        read=lambda gpu: gpu.average_power_mw() if gpu.spec.power_average else round(gpu.power_w * 1000),
+        feature="power",
+    )
     _energy = _reading(
         "nvmlDeviceGetTotalEnergyConsumption", read=lambda gpu: int(gpu.energy_mj), ctype=c_ulonglong, feature="energy"
     )
@@ -842,8 +906,10 @@ class SimulatedDriver:
         listed = gpu.list_processes(now)
         if mig is not None:
             listed = mig.instance.running(listed)
-        elif infos:
-            listed = listed + gpu.take_burst(now)
+        else:
+            if infos:
+                listed = listed + gpu.take_burst(now)
+            listed = listed + self._garbage_processes(gpu, listed, now)
         if not listed:
             capacity.value = 0
             return h.SUCCESS
@@ -859,6 +925,17 @@ class SimulatedDriver:
                 slot.gpuInstanceId, slot.computeInstanceId = self._instance_ids(gpu, process)
         capacity.value = len(listed)
         return h.SUCCESS
+
+    @staticmethod
+    def _garbage_processes(gpu: SimulatedGpu, listed: list[Running], now: float) -> list[Running]:
+        """The records a garbage fault adds to a GPU's process list: pid 0 and 0xFFFFFFFF, as a list read
+        with the wrong record size shows them (nvitop issue #75), or the first process a second time."""
+        extra = []
+        if gpu.garbles("process_pids", now):
+            extra += [Running(0, 0, None), Running(0xFFFFFFFF, 0, None)]
+        if gpu.garbles("duplicate_pid", now) and listed:
+            extra.append(listed[0])
+        return extra
 
     @staticmethod
     def _instance_ids(gpu: SimulatedGpu, process: Running) -> tuple[int, int]:
@@ -895,19 +972,24 @@ class SimulatedDriver:
         (nvml.h; autowarefoundation/autoware_universe issue #11285).
         """
         capacity = c_uint.from_address(_need(count))
+        padded = gpu.garbles("utilization_padding", now)
         running = gpu.running(now)
-        if not running:
+        if not running and not padded:
             return h.ERROR_NOT_FOUND
         if not samples:
-            capacity.value = len(running)
+            capacity.value = _PADDED_SAMPLES if padded else len(running)
             return h.ERROR_INSUFFICIENT_SIZE
         found = gpu.process_samples(now, since)
-        if not found:
+        if not found and not padded:
             return h.ERROR_NOT_FOUND
         if capacity.value < len(found):
             capacity.value = len(found)
             return h.ERROR_INSUFFICIENT_SIZE
-        for slot, sample in zip(_records(samples, h.ProcessUtilizationSample, len(found)), found, strict=True):
+        if found and gpu.garbles("future_sample", now):
+            found[0] = replace(found[0], timestamp_us=found[0].timestamp_us + _FUTURE_US)
+        written = max(len(found), min(capacity.value, _PADDED_SAMPLES) if padded else 0)
+        slots = _records(samples, h.ProcessUtilizationSample, written)
+        for slot, sample in zip(slots, found, strict=False):
             slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil = (
                 sample.pid,
                 sample.timestamp_us,
@@ -915,7 +997,10 @@ class SimulatedDriver:
                 sample.memory,
             )
             slot.encUtil = slot.decUtil = 0
-        capacity.value = len(found)
+        for position, slot in enumerate(slots[len(found) :]):
+            slot.pid, slot.timeStamp, slot.memUtil, slot.encUtil, slot.decUtil = 0, 0, 0, 0, 0
+            slot.smUtil = _PADDING_SM if position == 0 else 0
+        capacity.value = written
         return h.SUCCESS
 
     # -- events ----------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class SimulatedGpu:
         self.base_us = base_us
         mine = [f for f in faults if f.gpu == spec.index]
         self.lost = tuple(f.window for f in mine if f.kind == "lost")
+        self.absent = tuple(f.window for f in mine if f.kind == "absent")
+        self.garbage = tuple((f.what, f.window) for f in mine if f.kind == "garbage")
         self.refused = tuple((f.kind, f.what, f.window) for f in mine if f.kind in ("not_supported", "no_permission"))
         self.vanish_at = {f.pid: f.window.at for f in mine if f.kind == "process_vanishes"}
         self.bursts = sorted((f.window.at, f.count) for f in mine if f.kind == "processes_appear")
@@ -160,6 +162,14 @@ class SimulatedGpu:
 
     def is_lost(self, now: float) -> bool:
         return any(w.active(now) for w in self.lost)
+
+    def is_absent(self, now: float) -> bool:
+        """Whether the GPU is off the bus now (removed, or not added yet): the device count leaves it out."""
+        return any(w.active(now) for w in self.absent)
+
+    def garbles(self, what: str, now: float) -> bool:
+        """Whether a garbage fault of kind `what` (scenario.GARBAGE) is active now."""
+        return any(kind == what and w.active(now) for kind, w in self.garbage)
 
     def refusal(self, feature: str, now: float) -> str | None:
         """Return "not_supported" or "no_permission" when `feature` cannot be read now, else None."""
@@ -341,12 +351,18 @@ class SimulatedNode:
         self._now = 0.0
         self.base_us = round(epoch * 1_000_000)  # CPU time of simulated time 0
         self.gpus = [SimulatedGpu(spec, scenario.seed, self.base_us, scenario.faults) for spec in scenario.gpus]
+        self.answers = tuple(f for f in scenario.faults if f.kind == "answer")
         self.xids = sorted((x.at, g.index, i, x.code) for g in scenario.gpus for i, x in enumerate(g.xid))
         self.init_failures = tuple(f for f in scenario.faults if f.kind == "init_failure")
         self.missing: dict[str, list[Window]] = {}
         for fault in scenario.faults:
             if fault.kind == "function_not_found":
                 self.missing.setdefault(fault.function, []).append(fault.window)
+
+    def present(self, now: float) -> list[SimulatedGpu]:
+        """Return the GPUs on the bus now, in PCI order: NVML's indices number these (an absent one's
+        successors move down one, as after a hot remove)."""
+        return [gpu for gpu in self.gpus if not gpu.is_absent(now)]
 
     def now(self) -> float:
         """Return simulated seconds since the scenario start."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpulens import gpus
+from gpulens.agent import nvml_header as h
 from gpulens.checks import Invalid, choice, described, flag, items, mapping, number, shown, text, whole
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
@@ -83,7 +84,26 @@ FAULT_KINDS = (
     "process_vanishes",
     "processes_appear",
     "function_not_found",
+    "answer",
+    "absent",
+    "garbage",
 )
+# What an `answer` fault may make a call return: every nvmlReturn_t error code of nvml.h, by its name
+# without the NVML_ERROR_ prefix, in lower case ("unknown", "argument_version_mismatch").
+ANSWER_ERRORS = {
+    name.removeprefix("ERROR_").lower(): code
+    for name, code in vars(h).items()
+    if name.startswith("ERROR_") and isinstance(code, int)
+}
+# The malformed answers real drivers give, each from a public report (docs/scenarios.md, "Messy answers"):
+GARBAGE = (
+    "process_pids",  # records with pid 0 and 0xFFFFFFFF in the process list (nvitop issue #75)
+    "duplicate_pid",  # the same process listed twice
+    "utilization_padding",  # per-process utilization: size 100, pid 0 / timestamp 0 padding, SM 37100 (go-nvml #11)
+    "future_sample",  # a per-process utilization sample stamped an hour ahead of the CPU clock
+)
+# The record sizes a driver's nvmlDeviceGetComputeRunningProcesses_v3 has been seen to write (branches.py).
+PROCESS_RECORD_BYTES = (16, 24, 32)
 # Functions whose absence would make the library unusable, so no fault may remove them.
 _ESSENTIAL = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"})
 
@@ -425,6 +445,8 @@ class Fault:
     pid: int | None = None  # process_vanishes
     function: str | None = None  # function_not_found
     count: int | None = None  # processes_appear
+    code: int | None = None  # answer: the nvmlReturn_t the call gives
+    mig_device: int | None = None  # answer: on this MIG device of the GPU (its MIG index) instead of the GPU
 
 
 @dataclass(frozen=True)
@@ -444,6 +466,9 @@ class Scenario:
 
     gpus: tuple[Gpu, ...]
     faults: tuple[Fault, ...]
+    # Whether the caller may see MIG devices: a container without NVIDIA_MIG_MONITOR_DEVICES=all and
+    # CAP_SYS_ADMIN may not (nvidia-container-toolkit issue #842; the k8s-device-plugin manifests set both).
+    mig_monitoring: bool = True
 
 
 # ---------------------------------------------------------------- small parsers
@@ -1084,6 +1109,9 @@ _FAULT_KEYS = {
     "process_vanishes": (("gpu", "pid"), ("at",)),
     "processes_appear": (("gpu", "count"), ("at",)),
     "function_not_found": (("function",), _TIMED),
+    "answer": (("function", "error"), ("gpu", "mig_device", *_TIMED)),
+    "absent": (("gpu",), _TIMED),
+    "garbage": (("gpu", "what"), _TIMED),
 }
 
 
@@ -1103,11 +1131,13 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
         pid = whole(spec["pid"], f"{where}.pid", 1)
         if not any(p.every is None and p.pid == pid for p in gpus[gpu].processes):
             raise Invalid(f"{where}.pid", f"gpu {gpu} has no process with pid {pid} (that does not repeat)")
+    if kind == "answer":
+        return _answer(spec, where, gpu, gpus)
     return Fault(
         kind=kind,
         window=_window(spec, where),
         gpu=gpu,
-        what=_optional(spec, "what", where, choice, FEATURES),
+        what=_optional(spec, "what", where, choice, GARBAGE if kind == "garbage" else FEATURES),
         error=_optional(spec, "error", where, choice, INIT_ERRORS),
         pid=pid,
         function=_optional(spec, "function", where, _function),
@@ -1115,8 +1145,28 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
     )
 
 
-def _function(raw: object, where: str) -> str:
-    """Return an NVML C function name a fault may remove: one some branch exports, not init or shutdown."""
+def _answer(spec: dict, where: str, gpu: int | None, gpus: tuple[Gpu, ...]) -> Fault:
+    """An `answer` fault: `function` returns `error` (on one GPU, or one of its MIG devices, or on all)."""
+    error = choice(spec["error"], f"{where}.error", ANSWER_ERRORS)
+    mig_device = _optional(spec, "mig_device", where, whole, 0, 6)
+    if mig_device is not None:
+        if gpu is None:
+            raise Invalid(f"{where}.mig_device", "say which GPU the MIG device is on: add gpu")
+        if not gpus[gpu].mig:
+            raise Invalid(f"{where}.mig_device", f"gpu {gpu} is not in MIG mode; remove mig_device or set its mig")
+    return Fault(
+        kind="answer",
+        window=_window(spec, where),
+        gpu=gpu,
+        error=error,
+        function=_function(spec["function"], f"{where}.function", "made to fail"),
+        code=ANSWER_ERRORS[error],
+        mig_device=mig_device,
+    )
+
+
+def _function(raw: object, where: str, verb: str = "removed") -> str:
+    """Return an NVML C function name a fault may remove or fail: one some branch exports, not init or shutdown."""
     name = text(raw, where)
     if not branches.family(name):
         close = difflib.get_close_matches(name, sorted(branches.all_symbols()), n=1)
@@ -1124,7 +1174,7 @@ def _function(raw: object, where: str) -> str:
         raise Invalid(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
     if branches.family(name) & _ESSENTIAL:
         raise Invalid(
-            where, f"{name} cannot be removed: without it no NVML call works; use an init_failure fault instead"
+            where, f"{name} cannot be {verb}: without it no NVML call works; use an init_failure fault instead"
         )
     return name
 
@@ -1137,7 +1187,17 @@ def _scenario(raw: object) -> Scenario:
         raw,
         "top level",
         ("name", "description", "gpus"),
-        ("seed", "start_time", "driver", "driver_version", "cuda_driver_version", "nvml_version", "faults"),
+        (
+            "seed",
+            "start_time",
+            "driver",
+            "driver_version",
+            "cuda_driver_version",
+            "nvml_version",
+            "mig_monitoring",
+            "process_record_bytes",
+            "faults",
+        ),
     )
     seed = whole(spec.get("seed", 0), "seed", 0, 2**64 - 1)
     gpu_list = items(spec["gpus"], "gpus")
@@ -1151,6 +1211,13 @@ def _scenario(raw: object) -> Scenario:
     for key in ("uuid", "pci_bus_id", "serial"):
         _check_unique(gpus, gpu_list, key)
     driver = _driver(spec)
+    for gpu in gpus:
+        _check_branch(gpu, driver)
+    if "process_record_bytes" in spec:
+        size = spec["process_record_bytes"]
+        if size not in PROCESS_RECORD_BYTES:
+            raise Invalid("process_record_bytes", f"got {described(size)}; use one of 16, 24 or 32")
+        driver = replace(driver, process_info_v3=branches.RECORDS[size])
     cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
         name=text(spec["name"], "name"),
@@ -1164,7 +1231,19 @@ def _scenario(raw: object) -> Scenario:
         faults=tuple(
             _fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []), "faults"))
         ),
+        mig_monitoring=flag(spec.get("mig_monitoring", True), "mig_monitoring"),
     )
+
+
+def _check_branch(gpu: Gpu, driver: branches.Driver) -> None:
+    """Refuse a GPU its driver branch predates: no driver loads on a board newer than itself."""
+    oldest = branches.oldest_for(gpu.name)
+    if oldest is not None and driver.branch.major < oldest.major:
+        raise Invalid(
+            f"gpus[{gpu.index}].model",
+            f"{gpu.name} needs driver {oldest.name} or newer (the scenario's is {driver.version}); "
+            f"raise driver to {oldest.name} or use an older model",
+        )
 
 
 def _check_unique(gpus: tuple[Gpu, ...], raw: list, key: str) -> None:

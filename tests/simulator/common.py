@@ -78,8 +78,8 @@ def listed(sim, handle) -> list:
     return [
         SimpleNamespace(
             pid=r.pid,
-            gpuInstanceId=r.gpuInstanceId,
-            computeInstanceId=r.computeInstanceId,
+            gpuInstanceId=getattr(r, "gpuInstanceId", None),
+            computeInstanceId=getattr(r, "computeInstanceId", None),
             usedGpuMemory=None if r.usedGpuMemory == h.VALUE_NOT_AVAILABLE_ULL else r.usedGpuMemory,
         )
         for r in records[: count.value]

@@ -10,7 +10,7 @@ import pynvml
 import pytest
 
 from gpulens import gpus
-from gpulens.agent.simulator.scenario import parse_scenario
+from gpulens.agent.simulator.scenario import ScenarioError, parse_scenario
 
 from .common import listed, raises_nvml, started
 from .test_sim_nvml import gpm_metrics
@@ -160,8 +160,21 @@ def test_the_board_draws_power_for_what_its_instances_run(clock):
 
 
 def test_r470_has_mig_devices_but_no_gpm(clock):
-    sim = started(parse_scenario(MIXED.replace("gpus:", "driver: r470\ngpus:", 1), "mixed.yaml"), clock)
-    h100 = sim.nvmlDeviceGetHandleByIndex(0)
-    assert len(mig_devices(sim, h100)) == 2
+    # R470 predates Hopper: an A100 in MIG mode stands alone on it.
+    text = textwrap.dedent("""\
+        name: a100
+        description: d
+        driver: r470
+        gpus:
+          - {model: NVIDIA A100-SXM4-80GB, mig: [{profile: 7g.80gb}]}
+        """)
+    sim = started(parse_scenario(text, "a100.yaml"), clock)
+    a100 = sim.nvmlDeviceGetHandleByIndex(0)
+    assert len(mig_devices(sim, a100)) == 1
     with raises_nvml("FunctionNotFound"):
-        sim.nvmlGpmMigSampleGet(h100, 1, None)
+        sim.nvmlGpmMigSampleGet(a100, 1, None)
+
+
+def test_a_hopper_gpu_on_a_branch_before_it_is_refused():
+    with pytest.raises(ScenarioError, match=r"gpus\[0\]\.model: NVIDIA H100 80GB HBM3 needs driver r525 or newer"):
+        parse_scenario(MIXED.replace("gpus:", "driver: r470\ngpus:", 1), "mixed.yaml")

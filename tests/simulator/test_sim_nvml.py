@@ -267,11 +267,13 @@ def test_lost_gpu_raises_then_recovers_with_the_same_uuid(clock):
         lambda: sim.nvmlDeviceGetUUID(handle),
         lambda: sim.nvmlDeviceGetPowerUsage(handle),
         lambda: sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT]),
-        lambda: sim.nvmlDeviceGetHandleByIndex(3),
-        lambda: sim.nvmlDeviceGetHandleByUUID(uuid),
     ):
         with raises_nvml("GpuIsLost"):
             call()
+    # A new lookup cannot even find it: "Unable to determine the device handle" (dcgm-exporter #604).
+    for lookup in (lambda: sim.nvmlDeviceGetHandleByIndex(3), lambda: sim.nvmlDeviceGetHandleByUUID(uuid)):
+        with raises_nvml("Unknown"):
+            lookup()
     assert sim.nvmlDeviceGetCount() == 4
     assert sim.nvmlDeviceGetPowerUsage(sim.nvmlDeviceGetHandleByIndex(2)) > 0
     clock.t = 120.0
