@@ -427,6 +427,7 @@ def test_every_privilege_is_explained_in_values_and_security_docs():
         "webConfig",
         "bearerTokenSecret",
         "auth:",
+        "migMonitoring",
     ):
         line = next(i for i, text in enumerate(values.splitlines()) if text.strip().startswith(key))
         assert values.splitlines()[line - 1].strip().startswith("#"), f"values.yaml: no comment above {key}"
@@ -445,6 +446,9 @@ def test_every_privilege_is_explained_in_values_and_security_docs():
         "NVIDIA_DRIVER_CAPABILITIES",
         "runtimeClassName",
         "pod-security.kubernetes.io/enforce",
+        "NVIDIA_MIG_MONITOR_DEVICES",
+        "SYS_ADMIN",
+        "agent.migMonitoring",
     ):
         assert words in security, f"docs/security.md does not explain {words}"
     assert yaml.safe_load(values)["agent"]["webConfig"] == {
