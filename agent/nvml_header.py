@@ -54,6 +54,12 @@ ERROR_NAMES = {
     ERROR_GPU_NOT_FOUND: "GPU not found",
     ERROR_UNKNOWN: "Unknown Error",
 }
+# Each code by the name gpulens gives it in labels and scenario files: NVML_ERROR_UNKNOWN is "unknown".
+ERROR_KINDS = {
+    value: name.removeprefix("ERROR_").lower()
+    for name, value in list(globals().items())
+    if name.startswith("ERROR_") and isinstance(value, int)
+}
 
 # NVML_VALUE_NOT_AVAILABLE (-1) as the unsigned member it is stored in.
 VALUE_NOT_AVAILABLE_ULL = 2**64 - 1

@@ -1,4 +1,4 @@
-"""The referees against the agent, on every built-in scenario and on the oldest and newest driver branch.
+"""The referees against the agent, on every built-in scenario, on the oldest branch its GPUs run on and the newest.
 
 Runs what tests/referees runs (gpustat, nvitop -1, nvitop's Device API and nvitop-exporter, each
 unmodified under `gpulens sim`, against the agent's /metrics at one held instant) and prints, per tool,
@@ -17,9 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulens.agent.simulator.scenario import builtin_scenarios
 from tests.referees import peers
-from tests.referees.test_referees import AGENT, DRIVERS, PRECISION, SHOWS, _close, _spreads
+from tests.referees.test_referees import AGENT, COMBOS, PRECISION, SHOWS, _close, _spreads
 
 FIELDS = ("memory_used_mib", "utilization_pct", "power_w")
 EXACT = ("memory_total_mib", "temperature_c", "sm_clock_mhz", "pcie_generation", "pcie_width")
@@ -29,43 +28,42 @@ def main() -> None:
     worst: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     rows = []
-    for name in builtin_scenarios():
-        for driver in DRIVERS:
-            started = time.monotonic()
-            found = peers.every_peer(name, driver)
-            seconds = time.monotonic() - started
-            spreads = _spreads(name, driver)
-            agent = found[AGENT]
-            rows.append((name, driver, len(agent), seconds))
-            for tool, gpus in found.items():
-                if tool == AGENT:
-                    continue
-                for uuid, theirs in gpus.items():
-                    ours = agent[uuid]
-                    counts[tool]["gpus"] += 1
-                    for field in FIELDS:
-                        if field in SHOWS[tool] and getattr(ours, field) is not None:
-                            if getattr(theirs, field) is None:
-                                counts[tool]["not_available"] += 1
-                                continue
-                            delta = abs(getattr(ours, field) - getattr(theirs, field))
-                            worst[tool][field] = max(worst[tool][field], delta)
-                            # Beyond what the display precision and the last second's spread explain:
-                            allowed = PRECISION.get(tool, {}).get(field, 0.0) + spreads[uuid].get(field, 0.0)
-                            worst[tool][field + "_beyond"] = max(worst[tool][field + "_beyond"], delta - allowed)
-                    for field in EXACT:
-                        if field in SHOWS[tool] and getattr(ours, field) is not None:
-                            counts[tool]["exact_checked"] += 1
-                            theirs_value = getattr(theirs, field)
-                            if theirs_value is None or not _close(tool, field, getattr(ours, field), theirs_value):
-                                counts[tool]["exact_differ"] += 1
-                    listed = theirs.processes or {}
-                    counts[tool]["processes"] += ours.process_count or 0
-                    if len(listed) == ours.process_count and set(ours.processes) <= set(listed):
-                        counts[tool]["processes_matched"] += len(listed)
+    for name, driver in COMBOS:
+        started = time.monotonic()
+        found = peers.every_peer(name, driver)
+        seconds = time.monotonic() - started
+        spreads = _spreads(name, driver)
+        agent = found[AGENT]
+        rows.append((name, driver, len(agent), seconds))
+        for tool, gpus in found.items():
+            if tool == AGENT:
+                continue
+            for uuid, theirs in gpus.items():
+                ours = agent[uuid]
+                counts[tool]["gpus"] += 1
+                for field in FIELDS:
+                    if field in SHOWS[tool] and getattr(ours, field) is not None:
+                        if getattr(theirs, field) is None:
+                            counts[tool]["not_available"] += 1
+                            continue
+                        delta = abs(getattr(ours, field) - getattr(theirs, field))
+                        worst[tool][field] = max(worst[tool][field], delta)
+                        # Beyond what the display precision and the last second's spread explain:
+                        allowed = PRECISION.get(tool, {}).get(field, 0.0) + spreads[uuid].get(field, 0.0)
+                        worst[tool][field + "_beyond"] = max(worst[tool][field + "_beyond"], delta - allowed)
+                for field in EXACT:
+                    if field in SHOWS[tool] and getattr(ours, field) is not None:
+                        counts[tool]["exact_checked"] += 1
+                        theirs_value = getattr(theirs, field)
+                        if theirs_value is None or not _close(tool, field, getattr(ours, field), theirs_value):
+                            counts[tool]["exact_differ"] += 1
+                listed = theirs.processes or {}
+                counts[tool]["processes"] += ours.process_count or 0
+                if len(listed) == ours.process_count and set(ours.processes) <= set(listed):
+                    counts[tool]["processes_matched"] += len(listed)
     print(
         f"# {time.strftime('%Y-%m-%d')}, {platform.machine()}, Python {platform.python_version()}, "
-        f"held at {peers.AT:g} s, drivers {', '.join(DRIVERS)}\n"
+        f"held at {peers.AT:g} s, each scenario on the oldest branch its GPUs run on and the newest\n"
     )
     print(
         "| tool | GPU readings | largest difference: memory used (MiB) / utilization (points) / power (W) "

@@ -34,7 +34,7 @@ commands:
   grafana    print the Grafana dashboard to import
   files      list the other files gpulens ships (Alertmanager, Prometheus, systemd, Slurm) or print one
   sim        run any Python program (nvitop, gpustat, your own) on a simulated node:
-             gpulens sim demo [--driver r470] [--at 30] -- nvitop -1
+             gpulens sim demo [--driver r525] [--at 30] -- nvitop -1
 
 'gpulens COMMAND --help' tells more; 'gpulens --version' prints the version.
 """

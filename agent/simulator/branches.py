@@ -130,6 +130,12 @@ def _driver(branch: Branch, version: str) -> Driver:
     return Driver(branch=branch, version=version, symbols=symbols, process_info_v3=layout)
 
 
+def oldest_for_all(models) -> Branch:
+    """Return the oldest branch that runs every GPU named in `models`."""
+    found = [b for b in (oldest_for(m) for m in models) if b is not None]
+    return max(found, key=lambda b: b.major, default=BRANCHES[OLDEST])
+
+
 def oldest_for(model: str) -> Branch | None:
     """Return the oldest branch that runs the GPU named `model`, or None when every simulated branch does."""
     name = _OLDEST_BRANCH.get(gpus.architecture(model) or "")

@@ -998,8 +998,11 @@ class SimulatedDriver:
             )
             slot.encUtil = slot.decUtil = 0
         for position, slot in enumerate(slots[len(found) :]):
-            slot.pid, slot.timeStamp, slot.memUtil, slot.encUtil, slot.decUtil = 0, 0, 0, 0, 0
-            slot.smUtil = _PADDING_SM if position == 0 else 0
+            slot.pid, slot.timeStamp, slot.smUtil, slot.memUtil, slot.encUtil, slot.decUtil = 0, 0, 0, 0, 0, 0
+            if position == 0 and found:
+                # A second record of a real process with an SM "percent" out of any range (nvtop issue #110
+                # shows such values beside a padded count of 100).
+                slot.pid, slot.timeStamp, slot.smUtil = found[0].pid, found[0].timestamp_us, _PADDING_SM
         capacity.value = written
         return h.SUCCESS
 

@@ -90,11 +90,7 @@ FAULT_KINDS = (
 )
 # What an `answer` fault may make a call return: every nvmlReturn_t error code of nvml.h, by its name
 # without the NVML_ERROR_ prefix, in lower case ("unknown", "argument_version_mismatch").
-ANSWER_ERRORS = {
-    name.removeprefix("ERROR_").lower(): code
-    for name, code in vars(h).items()
-    if name.startswith("ERROR_") and isinstance(code, int)
-}
+ANSWER_ERRORS = {name: code for code, name in h.ERROR_KINDS.items()}
 # The malformed answers real drivers give, each from a public report (docs/scenarios.md, "Messy answers"):
 GARBAGE = (
     "process_pids",  # records with pid 0 and 0xFFFFFFFF in the process list (nvitop issue #75)
@@ -1355,7 +1351,15 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 
 def on_driver(scenario: Scenario, driver: str) -> Scenario:
-    """Return `scenario` with its driver replaced by `driver` (a branch or a release); DriverError if unknown."""
+    """Return `scenario` with its driver replaced by `driver` (a branch or a release); DriverError if unknown
+    or older than one of its GPUs."""
     resolved = branches.resolve(driver)
+    for gpu in scenario.gpus:
+        oldest = branches.oldest_for(gpu.name)
+        if oldest is not None and resolved.branch.major < oldest.major:
+            raise branches.DriverError(
+                f"{gpu.name} (gpu {gpu.index} of {scenario.name}) needs {oldest.name} or newer, not "
+                f"{resolved.version}; use --driver {oldest.name} or newer, or a scenario of older GPUs (old-driver)"
+            )
     cuda = resolved.branch.cuda_version
     return replace(scenario, driver=resolved, cuda_driver_version=cuda, nvml_version=resolved.nvml_version)

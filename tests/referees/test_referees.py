@@ -33,8 +33,14 @@ from tests.tools import require_tool
 
 from . import peers
 
-DRIVERS = (branches.OLDEST, branches.NEWEST)
-COMBOS = [(name, driver) for name in builtin_scenarios() for driver in DRIVERS]
+# Each scenario on the oldest branch that runs its GPUs (R470 for the older boards, R525 for Hopper) and the newest.
+COMBOS = [
+    (name, driver)
+    for name in builtin_scenarios()
+    for driver in dict.fromkeys(
+        (branches.oldest_for_all(g.name for g in load_scenario(name).gpus).name, branches.NEWEST)
+    )
+]
 AGENT = "gpulens agent"
 # What each tool shows of a GPU: each of these must be there (not N/A) wherever the agent has it.
 SHOWS = {

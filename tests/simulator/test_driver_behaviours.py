@@ -228,7 +228,8 @@ def test_r535s_first_releases_write_longer_process_records(clock):
 def test_the_branch_decides_fields_and_functions(clock, driver, instant, pcie_bytes, memory_v2, event_reasons):
     # POWER_INSTANT (186) is below R535's NVML_FI_MAX (197), the PCIe byte counters (197, 198) below
     # R550's (200); nvmlMemory_v2_t arrived with R510, clock "event" reasons with R535.
-    sim = started(on_driver(scenario(TWO_PROCESSES), driver), clock)
+    # An A100, which every branch runs (R470 predates Hopper).
+    sim = started(on_driver(scenario(TWO_PROCESSES.replace("H100 80GB HBM3", "A100-SXM4-80GB")), driver), clock)
     clock.t = 2
     handle = sim.nvmlDeviceGetHandleByIndex(0)
     power, tx = sim.nvmlDeviceGetFieldValues(handle, [h.FI_DEV_POWER_INSTANT, h.FI_DEV_PCIE_COUNT_TX_BYTES])

@@ -180,8 +180,8 @@ def test_a_padded_process_utilization_buffer(clock):
     records = utilization_records(sim, busy, 0)
     assert len(records) == 100
     assert records[0].pid == 4201 and 0 < records[0].smUtil <= 100
-    padding = records[1:]
-    assert {(r.pid, r.timeStamp) for r in padding} == {(0, 0)} and max(r.smUtil for r in padding) == 37100
+    assert (records[1].pid, records[1].timeStamp, records[1].smUtil) == (4201, records[0].timeStamp, 37100)
+    assert {(r.pid, r.timeStamp, r.smUtil) for r in records[2:]} == {(0, 0, 0)}
 
 
 def test_a_process_sample_stamped_in_the_future(clock):
