@@ -273,6 +273,7 @@ def _evidence(
         power_ratio = power.watts / power.limit_watts
     nvml = Evidence(
         up=gpu.up,
+        readable=gpu.readable,
         nvml_up=snapshot.nvml_up,
         mig=gpu.identity.mig_mode == "enabled",
         processes=len(processes.processes) if processes is not None else None,

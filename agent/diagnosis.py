@@ -28,6 +28,7 @@ class Evidence:
     """What one cycle saw of one GPU. Ratios are 0-1; None means not known."""
 
     up: bool = True
+    readable: bool = True  # False: not lost, but every NVML call on the GPU failed this cycle
     nvml_up: bool = True
     mig: bool = False  # a GPU in MIG mode: its instances are judged, each on its own
     # A MIG instance whose GPU reports no activity per instance (no GPM before Hopper): only its processes,
@@ -146,6 +147,8 @@ class Diagnoser:
             return Reason.NVML_DOWN, {}
         if not e.up:
             return Reason.GPU_LOST, {}
+        if not e.readable:
+            return Reason.GPU_UNREADABLE, {}
         if e.mig:
             return Reason.MIG_ENABLED, {}
         if e.processes is None and not e.allocated:

@@ -103,8 +103,21 @@ class SnapshotExporter:
         )
         up = GaugeMetricFamily(
             "gpulens_gpu_up",
-            "1 if the GPU answered in the last cycle, 0 if it is lost or NVML is down.",
+            "1 if the GPU answered in the last cycle; 0 if it is lost (an empty uuid: never identified), every "
+            "call on it failed, or NVML is down.",
             labels=GPU_LABELS,
+        )
+        errors = CounterMetricFamily(
+            "gpulens_gpu_read_errors",
+            "NVML calls on the GPU that failed, by the collector that made them and the error (nvml.h's "
+            "NVML_ERROR_ name in lower case: unknown, no_permission, ...), since the agent started.",
+            labels=(*GPU_LABELS, "collector", "error"),
+        )
+        rejected = CounterMetricFamily(
+            "gpulens_gpu_readings_rejected",
+            "Values the driver gave for the GPU that were thrown away as impossible (a pid out of range, a "
+            "percent over 100, a sample stamped in the future), by reading, since the agent started.",
+            labels=(*GPU_LABELS, "reading"),
         )
         driver = s.system.driver_version if s.system else ""
         cuda = s.system.cuda_driver_version if s.system else ""
@@ -114,6 +127,12 @@ class SnapshotExporter:
             info.add_metric(
                 (*gpu.labels, ident.name, ident.serial, ident.pci_bus_id, ident.mig_mode, driver, cuda, *link), 1
             )
-            up.add_metric(gpu.labels, int(gpu.up))
+            up.add_metric(gpu.labels, int(gpu.answering))
+            for (collector, kind), count in sorted(gpu.read_errors.items()):
+                errors.add_metric((*gpu.labels, collector, kind), count)
+            for reading, count in sorted(gpu.rejected.items()):
+                rejected.add_metric((*gpu.labels, reading), count)
         yield info
         yield up
+        yield errors
+        yield rejected

@@ -24,6 +24,7 @@ import itertools
 import logging
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,15 +51,51 @@ class NvmlDown(Exception):
 
 
 class NvmlCallError(Exception):
-    """An NVML call failed in a way that is neither "not supported" nor "GPU lost"."""
+    """An NVML call failed in a way that is neither "not supported" nor "GPU lost".
+
+    `kind` names the failure for a label: the NVML error without its NVML_ERROR_ prefix, in lower case
+    ("unknown", "insufficient_size"), or "exception" for anything else the binding raised.
+    """
 
     def __init__(self, function: str, error: Exception):
         super().__init__(f"{function}: {error}")
         self.function = function
+        self.kind = error_kind(error)
 
 
-# Errors that mean "this value does not exist on this GPU/driver/permission level".
-_UNAVAILABLE = (h.ERROR_NOT_SUPPORTED, h.ERROR_NO_PERMISSION, h.ERROR_FUNCTION_NOT_FOUND, h.ERROR_NOT_FOUND)
+def error_kind(error: Exception) -> str:
+    """Name an exception from the binding as the agent's series do (see NvmlCallError.kind)."""
+    code = getattr(error, "value", None)
+    return h.ERROR_KINDS.get(code, "exception") if isinstance(code, int) else "exception"
+
+
+# The highest pid Linux gives: PID_MAX_LIMIT, 2**22 on 64-bit machines (include/linux/threads.h). A
+# process record with a pid outside 1..PID_MAX was not written as the caller read it.
+PID_MAX = 2**22
+# How far past the caller's clock a per-process sample may be stamped (clocks of one host; slack for
+# the time between reading the clock and the driver's answer) before it is taken for garbage.
+_SAMPLE_CLOCK_SLACK_US = 2_000_000
+
+
+# Errors that mean "this value does not exist on this GPU/driver/permission level". A version mismatch says
+# the binding's structure is one this driver does not know: the call is skipped from then on, like a
+# missing function (nvitop pull request #30: memory v2 on WSL).
+_UNAVAILABLE = (
+    h.ERROR_NOT_SUPPORTED,
+    h.ERROR_NO_PERMISSION,
+    h.ERROR_FUNCTION_NOT_FOUND,
+    h.ERROR_NOT_FOUND,
+    h.ERROR_ARGUMENT_VERSION_MISMATCH,
+)
+# Calls that answer for the library, not for a GPU: their success says nothing of whether a GPU answers.
+_OF_NO_GPU = frozenset({"nvmlGpmSampleAlloc", "nvmlGpmSampleFree"})
+# Calls a container may only make with MIG monitoring rights: what a refusal of one of them should say.
+_MIG_MONITORING = frozenset({"nvmlDeviceGetMigDeviceHandleByIndex"})
+_MIG_MONITORING_FIX = (
+    "MIG devices are only shown to a container with NVIDIA_MIG_MONITOR_DEVICES=all and CAP_SYS_ADMIN: "
+    "set agent.migMonitoring=true in the Helm chart (docs/security.md)"
+)
+_PERMISSION_FIX = "run the agent as root on the host, or in a container as the Helm chart does (docs/security.md)"
 _DOWN = (h.ERROR_UNINITIALIZED, h.ERROR_DRIVER_NOT_LOADED, h.ERROR_LIBRARY_NOT_FOUND, h.ERROR_LIB_RM_VERSION_MISMATCH)
 _LOST = (h.ERROR_GPU_IS_LOST, h.ERROR_GPU_NOT_FOUND, h.ERROR_RESET_REQUIRED)
 
@@ -112,6 +149,10 @@ _PROCESS_FUNCTIONS = (
     ("nvmlDeviceGetComputeRunningProcesses", h.ProcessInfoV1),
 )
 _PROCESS_LIST_TRIES = 3  # processes may start between the size query and the list; ask again
+# Every process record size a release has written, widest first (nvml_header: v1 16 bytes, v2 24, R535's
+# first v3 32).
+_RECORDS = (h.ProcessInfoV3Cc, h.ProcessInfo, h.ProcessInfoV1)
+_WIDEST_RECORD = max(ctypes.sizeof(r) for r in _RECORDS)
 
 
 @dataclass(frozen=True)
@@ -260,6 +301,13 @@ class Nvml:
         self._handles_by_address: dict[int, str] = {}
         self._process_function: tuple[str, type] | None = None
         self._capabilities: dict[str, bool] = {}
+        self._refused: set[str] = set()  # functions whose NO_PERMISSION was logged
+        # What the calls since the last take_problems() met, for the sampler to count per GPU: failures
+        # the caller got None for (a refusal, an unknown structure version), and readings rejected as
+        # garbage; `answered` counts the calls that gave a value.
+        self.problems: list[str] = []
+        self.rejected: Counter[str] = Counter()
+        self.answered = 0
 
     # -- the one query path -------------------------------------------------------------------
 
@@ -273,7 +321,7 @@ class Nvml:
         """Return what `call` (of NVML's `function`) returns: `not_found` where NVML answers NOT_FOUND, None
         where the value is otherwise not available here; raise the agent's exception for any other error."""
         try:
-            return call()
+            value = call()
         except self._error as error:
             if getattr(error, "value", None) == h.ERROR_NOT_FOUND:
                 return not_found
@@ -281,6 +329,10 @@ class Nvml:
         except Exception as error:  # anything else the binding raises fails this call only
             self._log_unexpected_once(function, error)
             raise NvmlCallError(function, error) from error
+        else:
+            if function not in _OF_NO_GPU:
+                self.answered += 1
+            return value
         return None
 
     def _raise_for(self, function: str, error: Exception) -> None:
@@ -289,6 +341,13 @@ class Nvml:
         if code in _UNAVAILABLE:
             if code == h.ERROR_FUNCTION_NOT_FOUND:
                 self._log_missing_once(function)
+            elif code == h.ERROR_NO_PERMISSION:
+                self._log_refused_once(function)
+                self.problems.append("no_permission")
+            elif code == h.ERROR_ARGUMENT_VERSION_MISMATCH:
+                why = "answers ARGUMENT_VERSION_MISMATCH: this driver does not know the binding's structure"
+                self._log_missing_once(function, why, logging.WARNING)
+                self.problems.append("argument_version_mismatch")
             return
         if code in _LOST:
             raise GpuLost(f"{function}: {error}") from error
@@ -296,13 +355,37 @@ class Nvml:
             raise NvmlDown(f"{function}: {error}") from error
         raise NvmlCallError(function, error) from error
 
-    def _log_missing_once(self, function: str) -> None:  # and remember it, so it is not called again
-        # nvitop's lesson: an old driver lacks a symbol on every call; say so once, not per scrape.
+    def _log_missing_once(self, function: str, why: str = "", level: int = logging.INFO) -> None:
+        # nvitop's lesson: an old driver lacks a symbol on every call; say so once, not per scrape. And
+        # remember it, so it is not called again until NVML is initialized anew.
         with self._lock:
             if function in self._missing:
                 return
             self._missing.add(function)
-        log.info("NVML function %s is not in this driver; its metrics are skipped", function)
+        log.log(level, "NVML function %s %s; its metrics are skipped", function, why or "is not in this driver")
+
+    def skipped(self, function: str) -> bool:
+        """Whether `function` is skipped until NVML is initialized again (missing, or its structure unknown)."""
+        return function in self._missing
+
+    def _log_refused_once(self, function: str) -> None:
+        with self._lock:
+            if function in self._refused:
+                return
+            self._refused.add(function)
+        fix = _MIG_MONITORING_FIX if function in _MIG_MONITORING else _PERMISSION_FIX
+        log.warning("NVML refuses %s to the agent (NO_PERMISSION); its readings are missing: %s", function, fix)
+
+    def take_problems(self) -> tuple[list[str], Counter[str], int]:
+        """Return and reset what the calls since the last take met: the failures that gave None, the
+        readings rejected as garbage (by name), and how many calls answered."""
+        found = (self.problems, self.rejected, self.answered)
+        self.problems, self.rejected, self.answered = [], Counter(), 0
+        return found
+
+    def reject(self, reading: str, count: int = 1) -> None:
+        """Count `count` readings named `reading` thrown away as garbage (out of range, malformed)."""
+        self.rejected[reading] += count
 
     def _log_unexpected_once(self, function: str, error: Exception) -> None:
         with self._lock:
@@ -350,8 +433,9 @@ class Nvml:
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
         return SystemInfo(driver_version=driver, nvml_version=nvml_version, cuda_driver_version=cuda_text)
 
-    def device_count(self) -> int:
-        return self._call("nvmlDeviceGetCount") or 0
+    def device_count(self) -> int | None:
+        """Return how many GPUs NVML lists (lost ones included), or None where it gives no number."""
+        return self._call("nvmlDeviceGetCount")
 
     def handle(self, index: int) -> Any:
         return self._call("nvmlDeviceGetHandleByIndex", index)
@@ -359,10 +443,14 @@ class Nvml:
     # -- per-GPU readings (all take a handle) -------------------------------------------------
 
     def identity(self, handle: Any, index: int) -> GpuIdentity:
+        """Return what identifies the GPU. Only the UUID must answer (its failure raises): a GPU whose serial,
+        bus id or memory cannot be read is still a GPU, and the failures are left in `problems`."""
         uuid = self._call("nvmlDeviceGetUUID", handle)
-        memory = self.memory(handle)
-        pci = self._call("nvmlDeviceGetPciInfo", handle)
-        mig = self._call("nvmlDeviceGetMigMode", handle)
+        if not uuid:
+            raise NvmlCallError("nvmlDeviceGetUUID", self._error(h.ERROR_UNKNOWN))
+        memory = self._tolerant(lambda: self.memory(handle))
+        pci = self._tolerant(lambda: self._call("nvmlDeviceGetPciInfo", handle))
+        mig = self._tolerant(lambda: self._call("nvmlDeviceGetMigMode", handle))
         bus_id = pci.busId if pci is not None else ""
         if isinstance(bus_id, bytes):
             bus_id = bus_id.decode()
@@ -370,20 +458,41 @@ class Nvml:
         return GpuIdentity(
             index=index,
             uuid=uuid,
-            name=self._call("nvmlDeviceGetName", handle) or "",
-            serial=self._call("nvmlDeviceGetSerial", handle) or "",
+            name=self._tolerant(lambda: self._call("nvmlDeviceGetName", handle)) or "",
+            serial=self._tolerant(lambda: self._call("nvmlDeviceGetSerial", handle)) or "",
             pci_bus_id=bus_id,
             mig_mode=mig_mode,
             memory_total_bytes=memory.total if memory is not None else 0,
-            pcie_max_generation=self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle),
-            pcie_max_width=self._call("nvmlDeviceGetMaxPcieLinkWidth", handle),
+            pcie_max_generation=self._tolerant(lambda: self._call("nvmlDeviceGetMaxPcieLinkGeneration", handle)),
+            pcie_max_width=self._tolerant(lambda: self._call("nvmlDeviceGetMaxPcieLinkWidth", handle)),
         )
 
+    def _tolerant(self, read: Callable[[], Any]) -> Any:
+        """Return `read()`, or None when it fails with an NvmlCallError, which is left in `problems`."""
+        try:
+            return read()
+        except NvmlCallError as error:
+            self.problems.append(error.kind)
+            return None
+
     def memory(self, handle: Any) -> MemoryInfo | None:
-        """Return device memory: with nvmlMemory_v2_t (R510 and newer) the driver's reserve is apart."""
-        if self._exports("nvmlDeviceGetMemoryInfo_v2"):
-            info = self._call("nvmlDeviceGetMemoryInfo", handle, h.MEMORY_V2)
-            return None if info is None else MemoryInfo(int(info.used), int(info.total), int(info.reserved))
+        """Return device memory: with nvmlMemory_v2_t (R510 and newer) the driver's reserve is apart.
+
+        Where v2 answers NOT_SUPPORTED, UNKNOWN or ARGUMENT_VERSION_MISMATCH (WSL: nvitop pull request #30),
+        v1 answers instead, its `used` counting the reserve.
+        """
+        if self._exports("nvmlDeviceGetMemoryInfo_v2") and "nvmlDeviceGetMemoryInfo_v2" not in self._missing:
+            try:
+                info = self._guarded(
+                    "nvmlDeviceGetMemoryInfo_v2", lambda: self._lib.nvmlDeviceGetMemoryInfo(handle, h.MEMORY_V2)
+                )
+            except NvmlCallError as error:  # from now on v1, as nvitop does
+                why = f"answers {error.kind.upper()}; memory is read with v1 (the driver's reserve counted as used)"
+                self._log_missing_once("nvmlDeviceGetMemoryInfo_v2", why, logging.WARNING)
+                self.problems.append(error.kind)
+                info = None
+            if info is not None:
+                return MemoryInfo(int(info.used), int(info.total), int(info.reserved))
         info = self._call("nvmlDeviceGetMemoryInfo", handle)
         return None if info is None else MemoryInfo(int(info.used), int(info.total), None)
 
@@ -482,21 +591,65 @@ class Nvml:
         entries = self._guarded(symbol, lambda: self._list(symbol, record, handle))
         if entries is None:
             return None
-        return [ProcessInfo(pid=int(e.pid), used_memory_bytes=_memory_or_none(e.usedGpuMemory)) for e in entries]
+        by_pid: dict[int, ProcessInfo] = {}
+        for entry in entries:
+            pid, memory = int(entry.pid), _memory_or_none(entry.usedGpuMemory)
+            if not 0 < pid <= PID_MAX:
+                self.reject("process_pid")  # pid 0 and 0xFFFFFFFF: a record not written as it was read
+                continue
+            if pid in by_pid:
+                self.reject("process_duplicate")  # listed twice: one series, never two of the same labels
+                memory = max((m for m in (memory, by_pid[pid].used_memory_bytes) if m is not None), default=None)
+            by_pid[pid] = ProcessInfo(pid=pid, used_memory_bytes=memory)
+        return list(by_pid.values())
 
     def _list(self, symbol: str, record: type, handle: Any) -> list:
-        """Run NVML's two-call size protocol for `symbol`; return the records, or raise the binding's error."""
+        """Run NVML's two-call size protocol for `symbol`; return the records, or raise the binding's error.
+
+        The array has room for the widest record any release writes, whatever `record` is: a driver that
+        writes wider records than the caller expects (535.43 to 535.86 write 32 bytes where the header says
+        24) must not write past the end of it. The records are then read at the size that gives plausible
+        pids (`_decode`).
+        """
         function = self._lib._nvmlGetFunctionPointer(symbol)
         count = ctypes.c_uint(0)
         for _ in range(_PROCESS_LIST_TRIES):
-            array = (record * count.value)() if count.value else None
-            code = function(handle, ctypes.byref(count), array)
+            buffer = (ctypes.c_char * (count.value * _WIDEST_RECORD))() if count.value else None
+            code = function(handle, ctypes.byref(count), buffer)
             if code == h.SUCCESS:
-                return array[: count.value] if array is not None else []
+                return self._decode(buffer, count.value, record, symbol) if buffer is not None else []
             if code != h.ERROR_INSUFFICIENT_SIZE:
                 raise self._error(code)
             count.value += count.value // 2 + 5  # room for processes that start before the next call
         raise self._error(h.ERROR_INSUFFICIENT_SIZE)
+
+    def _decode(self, buffer: ctypes.Array, count: int, record: type, symbol: str) -> list:
+        """Read `count` process records from `buffer` as `record`, or at another record size when only that
+        one gives every record a plausible pid: 550.127.08 writes 16-byte records from `_v3` (nvitop pull
+        request #226, which probes the stride the same way), R525 machines 32-byte ones (nvitop issue #181)."""
+        expected = [record.from_buffer(buffer, i * ctypes.sizeof(record)) for i in range(count)]
+        if all(0 < e.pid <= PID_MAX for e in expected):
+            return expected
+        for other in _RECORDS:
+            if other is record:
+                continue
+            found = [other.from_buffer(buffer, i * ctypes.sizeof(other)) for i in range(count)]
+            if all(0 < e.pid <= PID_MAX for e in found):
+                self._log_record_size_once(symbol, ctypes.sizeof(other), ctypes.sizeof(record))
+                return found
+        return expected  # no size fits: the implausible records are dropped and counted by the caller
+
+    def _log_record_size_once(self, symbol: str, size: int, expected: int) -> None:
+        key = f"record:{symbol}:{size}"
+        if key not in self._capabilities:
+            self._capabilities[key] = True
+            log.warning(
+                "%s writes %d-byte records where this binding expects %d; reading them at %d bytes",
+                symbol,
+                size,
+                expected,
+                size,
+            )
 
     def _process_list_function(self) -> tuple[str, type] | None:
         """Return (symbol, record type) of the process-list function to use, chosen once per init."""
@@ -516,9 +669,17 @@ class Nvml:
             "nvmlDeviceGetRunningProcessDetailList"
         )
 
-    def process_utilization(self, handle: Any, since_us: int) -> tuple[dict[int, float], int] | None:
+    def process_utilization(
+        self, handle: Any, since_us: int, now_us: int | None = None
+    ) -> tuple[dict[int, float], int] | None:
         """Return the SM utilization ratio of each process that ran kernels since `since_us`, and the
-        newest sample's timestamp (to pass as `since_us` next time)."""
+        newest sample's timestamp (to pass as `since_us` next time).
+
+        Samples that cannot be true are dropped and counted in `rejected`: padding (pid 0 or timestamp 0,
+        with the size query answering 100 whatever runs: go-nvml issue #11), SM percents over 100 (nvtop
+        issue #110), and samples stamped after `now_us` (the caller's clock, microseconds since the epoch),
+        which would otherwise carry `since_us` past every later sample.
+        """
         samples = self._guarded(
             "nvmlDeviceGetProcessUtilization",
             lambda: self._lib.nvmlDeviceGetProcessUtilization(handle, since_us),
@@ -528,9 +689,18 @@ class Nvml:
             return None
         by_pid: dict[int, list[int]] = {}
         newest = since_us
+        latest = None if now_us is None else now_us + _SAMPLE_CLOCK_SLACK_US
         for s in samples:
-            by_pid.setdefault(int(s.pid), []).append(int(s.smUtil))
-            newest = max(newest, int(s.timeStamp))
+            pid, stamp, sm = int(s.pid), int(s.timeStamp), int(s.smUtil)
+            if pid == 0 or stamp == 0:
+                self.reject("process_sample_padding")
+            elif sm > 100 or not pid <= PID_MAX:
+                self.reject("process_sm_utilization")
+            elif latest is not None and stamp > latest:
+                self.reject("process_sample_time")
+            else:
+                by_pid.setdefault(pid, []).append(sm)
+                newest = max(newest, stamp)
         return {pid: sum(v) / len(v) / 100.0 for pid, v in by_pid.items()}, newest
 
     # -- MIG ----------------------------------------------------------------------------------

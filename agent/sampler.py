@@ -4,6 +4,11 @@ Each cycle reads every GPU through the enabled collectors and publishes an immut
 scrape only reads the latest snapshot, so it never waits on the driver. Failure is data: a lost GPU is
 marked down and left out while the others go on; a collector that fails is reported and the rest still
 run; NVML that cannot start is retried with back-off while the agent keeps serving.
+
+Every GPU the device count names stays in the snapshot whatever its calls answer: one whose handle
+cannot be looked up is a lost GPU (by its index alone when it was never identified), one whose every
+call failed is unreadable, and each failed call is counted for its GPU and collector. The count is read
+every cycle, so a GPU added or removed at run time shows in the next snapshot.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -30,9 +36,19 @@ class _GpuState:
     identity: GpuIdentity
     handle: Any
     up: bool = True
+    readable: bool = True  # answered at least one call in the last cycle, or failed none
     collector_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
+    read_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (collector, error kind) -> calls
+    rejected: Counter[str] = field(default_factory=Counter)  # reading -> values thrown away as garbage
 
+
+def _unidentified(index: int) -> GpuIdentity:
+    """The identity of a GPU the count names whose handle could not be looked up: its index alone."""
+    return GpuIdentity(index=index, uuid="", name="", serial="", pci_bus_id="", mig_mode="", memory_total_bytes=0)
+
+
+_UNIDENTIFIED = "#"  # key prefix of such a GPU's state, followed by its index
 
 Timer = Callable[[], float]
 
@@ -93,6 +109,8 @@ class Sampler:
         self._next_init = 0.0
         self._next_rescan = 0.0
         self._device_count = 0
+        self._logged: set[str] = set()  # keys of the warnings said once (_log_once)
+        self._init_error = ""  # why the last initialization failed
         self._snapshot = EMPTY
 
     @property
@@ -108,12 +126,21 @@ class Sampler:
 
     def cycle(self) -> Snapshot:
         """Sample every GPU once and publish the result; never raises."""
+        try:
+            return self._cycle()
+        except Exception:  # a bug or an answer nothing above expected: the loop, and the last snapshot, go on
+            if "cycle" not in self._logged:
+                self._logged.add("cycle")
+                log.exception("a sampling cycle failed; the last snapshot is served until one succeeds")
+            return self._snapshot
+
+    def _cycle(self) -> Snapshot:
         started = self._timer()
         now = self.clock.monotonic()
         runs = {c.name: _Run(self._timer) for c in self.collectors}
         if not self._initialized:
             self._try_init(now)
-        elif now >= self._next_rescan and (self._any_lost() or self._device_count > len(self._states)):
+        elif self._guarded(self._count_changed, now) or (now >= self._next_rescan and self._any_lost()):
             self._guarded(self._enumerate, now)
         if self._initialized:
             self._sample_all(now, runs)
@@ -169,16 +196,21 @@ class Sampler:
                 return
 
     def _sample_gpu(self, state: _GpuState, now: float, runs: dict[str, _Run]) -> None:
+        self.nvml.take_problems()  # what calls outside this GPU's cycle met is not this GPU's
+        answered = failed = 0
         fields: dict[str, float | None] = {}
         if self._fields:
             try:
                 fields = self.nvml.fields(state.handle, self._fields)
             except NvmlCallError as error:
+                failed += 1
                 for collector in self.collectors:
                     if collector.fields:
                         runs[collector.name].fail(str(error))
+                        state.read_errors[(collector.name, error.kind)] += 1
         cycle: dict[str, Any] = {}
         gpu_readings: dict[str, Any] = {}
+        wall = self.clock.time()
         for collector in self.collectors:
             context = GpuContext(
                 handle=state.handle,
@@ -189,8 +221,10 @@ class Sampler:
                 state=state.collector_state.setdefault(collector.name, {}),
                 shared=state.shared,
                 cycle=cycle,
+                wall=wall,
             )
             run = runs[collector.name]
+            kinds: list[str] = []
             try:
                 with run.timed():
                     gpu_readings[collector.name] = collector.read(self.nvml, context)
@@ -200,8 +234,19 @@ class Sampler:
                 raise
             except Exception as error:  # NvmlCallError or a bug: this collector only
                 run.fail(f"gpu {state.identity.index}: {error}")
+                kinds.append(error.kind if isinstance(error, NvmlCallError) else "exception")
                 if not isinstance(error, NvmlCallError):
                     log.exception("collector %s failed on GPU %s", collector.name, state.identity.uuid)
+            finally:
+                problems, rejected, calls = self.nvml.take_problems()
+            answered += calls
+            for kind in (*problems, *kinds):
+                state.read_errors[(collector.name, kind)] += 1
+                failed += 1
+            state.rejected.update(rejected)
+        # Every call failed: the GPU is there (not lost) but says nothing true; the verdict must say so
+        # rather than read the missing values as a free or idle GPU.
+        state.readable = answered > 0 or failed == 0
         state.shared["readings"] = gpu_readings
 
     # -- NVML lifetime and GPU discovery ----------------------------------------------------------
@@ -209,54 +254,147 @@ class Sampler:
     def _try_init(self, now: float) -> None:
         if now < self._next_init:
             return
+        started = False
         try:
             self.nvml.init()
+            started = True
             self._system = self.nvml.system_info()
             self._initialized = True
             self._error = ""
             self._backoff = 1.0
+            self._logged.clear()
             self._enumerate(now)
             log.info("NVML ready: driver %s, %d GPUs", self._system.driver_version, self._device_count)
-        except NvmlDown as error:
+        except (NvmlDown, NvmlCallError, GpuLost) as error:  # no GPU list yet: retried as a library that is down
+            if started:
+                self.nvml.shutdown()  # NVML counts its initializations: each retry must not leave one
             self._init_failures += 1
             self._initialized = False
-            self._error = str(error)
+            repeated = str(error) == self._init_error
+            self._error = self._init_error = str(error)
             self._next_init = now + self._backoff
-            log.warning("NVML unavailable (%s); retrying in %.0f s", error, self._backoff)
+            # The same reason again is said at debug level: gpulens_nvml_init_failures_total counts the tries.
+            log.log(
+                logging.DEBUG if repeated else logging.WARNING,
+                "NVML unavailable (%s); retrying in %.0f s",
+                error,
+                self._backoff,
+            )
             self._backoff = min(self._backoff * 2, self.max_backoff)
 
-    def _guarded(self, step: Callable[[float], None], now: float) -> None:
+    def _guarded(self, step: Callable[[float], Any], now: float) -> Any:
         try:
-            step(now)
+            return step(now)
         except NvmlDown as error:
             self._go_down(str(error))
+        return None
+
+    def _count_changed(self, now: float) -> bool:
+        """Read the device count, every cycle (a GPU can be added or removed at run time); True when it
+        differs from the last enumeration's. A count that cannot be read keeps the last one."""
+        try:
+            count = self.nvml.device_count()
+        except (NvmlCallError, GpuLost) as error:  # GPU_IS_LOST from the count means nothing of one GPU
+            self._log_once(
+                "count", "nvmlDeviceGetCount failed (%s); keeping the %d GPUs listed before", error, self._device_count
+            )
+            return False
+        return count is not None and count != self._device_count
 
     def _enumerate(self, now: float) -> None:
-        """Find every GPU NVML lists; a GPU seen before (same UUID) keeps its counters."""
+        """Find every GPU NVML lists; a GPU seen before (same UUID) keeps its counters.
+
+        A GPU whose handle or UUID cannot be read is lost: the state it had at that index, or one keyed by
+        its index alone. A GPU no longer listed (the count went down) leaves the snapshot.
+        """
         self._next_rescan = now + self.rescan_interval
-        self._device_count = self.nvml.device_count()
-        for index in range(self._device_count):
+        try:
+            count = self.nvml.device_count()
+        except (NvmlCallError, GpuLost):
+            if not self._states:
+                raise  # no list to keep: NVML is not usable yet
+            count = None
+        if count is None and not self._states:
+            # No number at all (NOT_SUPPORTED or NOT_FOUND, which nvml.h does not document for it): no GPU
+            # can be listed, so NVML is not usable yet; not "this node has no GPU".
+            raise NvmlCallError("nvmlDeviceGetCount", Exception("no device count"))
+        count = self._device_count if count is None else count
+        moved = count != self._device_count  # GPUs came or went: indices may have shifted
+        self._device_count = count
+        seen: set[str] = set()
+        unresolved: dict[int, str] = {}
+        for index in range(count):
             try:
                 handle = self.nvml.handle(index)
+                if handle is None:
+                    raise NvmlCallError("nvmlDeviceGetHandleByIndex", Exception("no handle"))
                 identity = self.nvml.identity(handle, index)
-            except GpuLost:
-                continue  # stays down; a later rescan finds it if it comes back
-            except NvmlCallError as error:
-                log.warning("GPU %d could not be identified: %s", index, error)
+            except (GpuLost, NvmlCallError) as error:
+                unresolved[index] = str(error)
                 continue
+            problems, _, _ = self.nvml.take_problems()
+            seen.add(identity.uuid)
             state = self._states.get(identity.uuid)
             if state is None:
-                self._states[identity.uuid] = _GpuState(identity=identity, handle=handle)
+                state = self._states[identity.uuid] = _GpuState(identity=identity, handle=handle)
             else:
                 if not state.up:
                     log.info("GPU %d (%s) is back", index, identity.uuid)
                 state.identity, state.handle, state.up = identity, handle, True
+            for kind in problems:
+                state.read_errors[("identity", kind)] += 1
+            self._states.pop(f"{_UNIDENTIFIED}{index}", None)
+        kept = self._place_unresolved(unresolved, seen, moved)
+        for key, state in list(self._states.items()):
+            if key not in seen and key not in kept:
+                if state.identity.uuid:
+                    log.warning("GPU %s is no longer listed by NVML (removed); its series go", state.identity.uuid)
+                self._mark_down(state)
+                del self._states[key]
+
+    def _place_unresolved(self, unresolved: dict[int, str], seen: set[str], moved: bool) -> set[str]:
+        """Give each index that answered no lookup a GPU, lost; return the keys of the states kept so.
+
+        While the count stays the same, the index still names the GPU it named before (a lost GPU still
+        counts in NVML's list): that GPU is kept, lost. Once GPUs came or went (`moved`), indices may have
+        shifted and which GPU an unanswered index stands for cannot be known: it gets a state by its index
+        alone, and the GPUs not seen leave, rather than a GPU shown under another's UUID.
+        """
+        known = {s.identity.index: s for key, s in self._states.items() if key not in seen and s.identity.uuid}
+        kept: set[str] = set()
+        for index, why in sorted(unresolved.items()):
+            state = None if moved else known.get(index)
+            if state is None:
+                key = f"{_UNIDENTIFIED}{index}"
+                state = self._states.setdefault(key, _GpuState(identity=_unidentified(index), handle=None, up=False))
+            else:
+                key = state.identity.uuid
+            kept.add(key)
+            self._log_once(
+                f"lookup:{key}", "GPU %d cannot be looked up (%s); it is shown lost until it answers", index, why
+            )
+            if state.up:
+                self._mark_down(state)
+        return kept
+
+    def _log_once(self, key: str, message: str, *args: Any) -> None:
+        """Log a warning the first time `key` comes up since NVML was initialized."""
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning(message, *args)
 
     def _any_lost(self) -> bool:
         return any(not s.up for s in self._states.values())
 
     def _mark_lost(self, state: _GpuState, reason: str, now: float) -> None:
-        log.error("GPU %d (%s) is lost: %s", state.identity.index, state.identity.uuid, reason)
+        # Said once per GPU: one that answers its lookups but loses a call every cycle would say it every
+        # rescan; gpulens_gpu_up says the rest.
+        key = f"lost:{state.identity.uuid}"
+        if key in self._logged:
+            log.debug("GPU %d (%s) is lost again: %s", state.identity.index, state.identity.uuid, reason)
+        else:
+            self._logged.add(key)
+            log.error("GPU %d (%s) is lost: %s", state.identity.index, state.identity.uuid, reason)
         self._mark_down(state)
         self._next_rescan = now + self.rescan_interval
 
@@ -280,7 +418,14 @@ class Sampler:
 
     def _build(self, runs: dict[str, _Run], seconds: float) -> Snapshot:
         gpus = tuple(
-            GpuSnapshot(identity=s.identity, up=s.up, readings=dict(s.shared.get("readings", {})) if s.up else {})
+            GpuSnapshot(
+                identity=s.identity,
+                up=s.up,
+                readings=dict(s.shared.get("readings", {})) if s.up else {},
+                readable=s.readable,
+                read_errors=dict(s.read_errors),
+                rejected=dict(s.rejected),
+            )
             for s in sorted(self._states.values(), key=lambda s: s.identity.index)
         )
         return Snapshot(

@@ -11,11 +11,25 @@ from gpulens.agent.nvml import GpuIdentity, SystemInfo
 
 @dataclass(frozen=True)
 class GpuSnapshot:
-    """One GPU as of the last cycle. `readings` maps a collector name to what it read."""
+    """One GPU as of the last cycle. `readings` maps a collector name to what it read.
+
+    `up` is False for a GPU that is lost (GPU_IS_LOST, or its handle cannot be looked up; its identity
+    then has only an index when it was never read); `readable` is False for one that is not lost but
+    answered none of the cycle's calls. `read_errors` counts, since the agent started, the calls on this
+    GPU that failed, by (collector, error kind); `rejected` the readings thrown away as garbage, by name.
+    """
 
     identity: GpuIdentity
     up: bool
     readings: Mapping[str, Any] = field(default_factory=dict)
+    readable: bool = True
+    read_errors: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def answering(self) -> bool:
+        """Whether the GPU answered in the last cycle: not lost, and not every call failed."""
+        return self.up and self.readable
 
     @property
     def labels(self) -> tuple[str, str]:

@@ -17,7 +17,7 @@ class State(str, Enum):
     DATA_STARVED = "data_starved"  # kernels in bursts, and the job's input side is the bottleneck
     UNDERUTILIZED = "underutilized"  # kernels run, but use little of the GPU
     BUSY = "busy"  # healthy use
-    UNKNOWN = "unknown"  # no data to decide: GPU lost, NVML down, MIG, no samples, processes unreadable
+    UNKNOWN = "unknown"  # no data to decide: GPU lost or unreadable, NVML down, MIG, no samples, processes unreadable
 
     def __str__(self) -> str:
         return self.value
@@ -56,6 +56,7 @@ class Reason(str, Enum):
     NO_DATA = "no_data"
     PROCESSES_UNKNOWN = "processes_unknown"
     GPU_LOST = "gpu_lost"
+    GPU_UNREADABLE = "gpu_unreadable"
     NVML_DOWN = "nvml_down"
     MIG_ENABLED = "mig_enabled"
     MIG_NO_ACTIVITY = "mig_no_activity"
@@ -79,6 +80,7 @@ REASON_STATE: dict[Reason, State] = {
     Reason.NO_DATA: State.UNKNOWN,
     Reason.PROCESSES_UNKNOWN: State.UNKNOWN,
     Reason.GPU_LOST: State.UNKNOWN,
+    Reason.GPU_UNREADABLE: State.UNKNOWN,
     Reason.NVML_DOWN: State.UNKNOWN,
     Reason.MIG_ENABLED: State.UNKNOWN,
     Reason.MIG_NO_ACTIVITY: State.UNKNOWN,

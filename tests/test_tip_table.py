@@ -335,6 +335,7 @@ TABLE = [
         why="a MIG slice without GPM",
     ),
     dict(reason=Reason.GPU_LOST, evidence={}, conditions=(Condition.LOST,), top="gpu_fell_off_bus", why="lost"),
+    dict(reason=Reason.GPU_UNREADABLE, evidence={}, top="gpu_unreadable", why="every call fails"),
     dict(reason=Reason.NVML_DOWN, evidence={}, top="nvml_unavailable", why="NVML down"),
     dict(reason=Reason.NO_PROCESS, evidence={}, top=None, why="a free GPU"),
     dict(reason=Reason.NO_DATA, evidence={}, top=None, why="nothing known yet"),

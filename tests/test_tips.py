@@ -38,6 +38,7 @@ STABLE_IDS = {
     "dynamic_batching",
     "ecc_uncorrected",
     "gpu_fell_off_bus",
+    "gpu_unreadable",
     "gpu_preprocessing",
     "gradient_accumulation",
     "gradient_checkpointing",
@@ -468,6 +469,7 @@ def test_spinning_kernel_and_idle_reasons():
     assert ids(tips_for(Reason.NO_KERNELS, (), {}))[0] == "release_idle_gpu"
     assert "unused_gpu_request" in ids(tips_for(Reason.ALLOCATED_NO_PROCESS, (), {}))
     assert ids(tips_for(Reason.GPU_LOST, [Condition.LOST], {})) == ["gpu_fell_off_bus"]
+    assert ids(tips_for(Reason.GPU_UNREADABLE, [], {})) == ["gpu_unreadable"]
 
 
 def test_condition_tips_follow_the_reasons_and_keep_a_place():

@@ -35,6 +35,7 @@ class GpuContext:
     shared: dict[str, Any] = field(default_factory=dict)
     cycle: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    wall: float = 0.0  # the sampler clock's time (seconds since the epoch) at the start of the cycle
 
 
 class Collector:

@@ -72,8 +72,8 @@ class GpmCollector(Collector):
         state = gpu.state
         if "supported" not in state:
             state["supported"] = nvml.gpm_supported(gpu.handle)
-        if not state["supported"]:
-            return None
+        if not state["supported"] or nvml.skipped("nvmlGpmMetricsGet"):
+            return None  # not Hopper, or a driver that does not know the binding's request structure
         series: GpmSeries = state.setdefault("series", GpmSeries())
         return series.read(nvml, gpu.now, lambda: nvml.gpm_sample(gpu.handle))
 

@@ -137,8 +137,8 @@ class MigCollector(Collector):
 
 
 def _read_instance(nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) -> MigInstance:
-    memory = _isolated(gpu, device, lambda: nvml.memory(device.handle))
-    processes = _isolated(gpu, device, lambda: nvml.processes(device.handle))
+    memory = _isolated(nvml, gpu, device, lambda: nvml.memory(device.handle))
+    processes = _isolated(nvml, gpu, device, lambda: nvml.processes(device.handle))
     return MigInstance(
         index=device.index,
         uuid=device.uuid,
@@ -149,18 +149,20 @@ def _read_instance(nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) 
         memory_used_bytes=None if memory is None else memory.used,
         memory_total_bytes=device.memory_total_bytes if memory is None else memory.total,
         processes=None if processes is None else tuple(sorted(processes, key=lambda p: p.pid)),
-        gpm=_isolated(gpu, device, lambda: _read_gpm(nvml, gpu, device, gpm)),
+        gpm=_isolated(nvml, gpu, device, lambda: _read_gpm(nvml, gpu, device, gpm)),
         activity_reported=gpm.supported and device.gpu_instance is not None,
     )
 
 
-def _isolated(gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
+def _isolated(nvml, gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
     """Return `read()`, or None when one of its NVML calls failed: one instance's failure is reported
-    (`gpu.errors`) and must not cost the others their series. A lost GPU or NVML going down still raises."""
+    (`gpu.errors`, and counted for the GPU as `nvml.problems`) and must not cost the others their series. A
+    lost GPU or NVML going down still raises."""
     try:
         return read()
     except NvmlCallError as error:
         gpu.errors.append(f"MIG device {device.uuid}: {error}")
+        nvml.problems.append(error.kind)
         return None
 
 

@@ -22,7 +22,7 @@ def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
     processes = nvml.processes(gpu.handle)
     if processes is not None:
         since = gpu.shared.get("process_samples_seen_us", 0)
-        answer = nvml.process_utilization(gpu.handle, since)
+        answer = nvml.process_utilization(gpu.handle, since, round(gpu.wall * 1_000_000) if gpu.wall else None)
         ratios: dict[int, float] = {}
         if answer is not None:
             utilization, gpu.shared["process_samples_seen_us"] = answer

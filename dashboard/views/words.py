@@ -64,6 +64,7 @@ REASON_TEXT = {
     Reason.NO_DATA.value: "no samples yet",
     Reason.PROCESSES_UNKNOWN.value: "the driver would not list its processes, so it may be free or held",
     Reason.GPU_LOST.value: "the GPU stopped answering (fell off the bus)",
+    Reason.GPU_UNREADABLE.value: "every NVML call on the GPU failed: it answers, but nothing true",
     Reason.NVML_DOWN.value: "the NVIDIA driver does not answer on this node",
     Reason.MIG_ENABLED.value: "split into MIG slices, each judged on its own",
     Reason.MIG_NO_ACTIVITY.value: "a MIG slice of a GPU that reports no activity per slice (before Hopper)",

@@ -64,6 +64,7 @@ ORDER = (
     "mig_slices",
     "mig_monitoring",
     "gpu_fell_off_bus",
+    "gpu_unreadable",
     "ecc_uncorrected",
     "row_remap",
     "xid_lookup",

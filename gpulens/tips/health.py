@@ -112,6 +112,25 @@ def _lost_text(f: Facts) -> str:
 
 
 @family.tip(
+    id="gpu_unreadable",
+    title="Find out why every NVML call on the GPU fails",
+    applies_to=(Reason.GPU_UNREADABLE.value,),
+    docs=(NVSMI, _DEBUG_GUIDE),
+    when="the GPU is still listed but every NVML call on it failed this cycle",
+    reads=(),
+    score=always(90),
+)
+def _unreadable_text(f: Facts) -> str:
+    return (
+        "The GPU is still listed, but every NVML call on it failed, so nothing about its use can be known; "
+        "gpulens_gpu_read_errors_total names each failing collector and its error. Run "
+        '`nvidia-smi -q -i INDEX` on the node: "Unknown Error" or ERR! fields mean the GPU needs a reset '
+        "(`nvidia-smi -r -i INDEX` once its jobs are gone) or the node a reboot; check the kernel log for an "
+        "Xid, and if it comes back after a reset, collect `nvidia-bug-report.sh`."
+    )
+
+
+@family.tip(
     id="ecc_uncorrected",
     title="Drain the node and reset the GPU",
     applies_to=(Condition.ECC_UNCORRECTED.value,),

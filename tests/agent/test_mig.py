@@ -128,6 +128,7 @@ class FakeNvml:
     def __init__(self, fail: dict[str, Exception] | None = None, devices: list[MigDevice] | None = None):
         self.fail = fail or {}
         self.devices = devices or [device(0), device(1)]
+        self.problems: list[str] = []  # the error kinds a failing call left, as Nvml keeps them
 
     def mig_devices(self, parent):
         return self.devices
