@@ -2,7 +2,9 @@
 
 Runs what tests/referees runs (gpustat, nvitop -1, nvitop's Device API and nvitop-exporter, each
 unmodified under `gpulens sim`, against the agent's /metrics at one held instant) and prints, per tool,
-how far its readings are from the agent's: the tables of docs/benchmarks.md ("Referees").
+how far its readings are from the agent's, then which reader lists the processes right on the releases
+that write process records of another size than declared (tests/referees/test_releases.py): the tables
+of docs/benchmarks.md ("Referees").
 
     python bench/referees_bench.py
 """
@@ -19,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.referees import peers
 from tests.referees.test_referees import AGENT, COMBOS, PRECISION, SHOWS, _close, _spreads
+from tests.referees.test_releases import RELEASES, SCENARIO, truth
 
 FIELDS = ("memory_used_mib", "utilization_pct", "power_w")
 EXACT = ("memory_total_mib", "temperature_c", "sm_clock_mhz", "pcie_generation", "pcie_width")
@@ -49,7 +52,7 @@ def main() -> None:
                         delta = abs(getattr(ours, field) - getattr(theirs, field))
                         worst[tool][field] = max(worst[tool][field], delta)
                         # Beyond what the display precision and the last second's spread explain:
-                        allowed = PRECISION.get(tool, {}).get(field, 0.0) + spreads[uuid].get(field, 0.0)
+                        allowed = PRECISION.get(tool, {}).get(field, 0.0) + spreads.get(uuid, {}).get(field, 0.0)
                         worst[tool][field + "_beyond"] = max(worst[tool][field + "_beyond"], delta - allowed)
                 for field in EXACT:
                     if field in SHOWS[tool] and getattr(ours, field) is not None:
@@ -83,6 +86,26 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, driver, gpus, seconds in rows:
         print(f"| {name} | {driver} | {gpus} | {seconds:.1f} |")
+    releases()
+
+
+def releases() -> None:
+    """Per release that writes odd process records: how many GPUs' process lists each reader gets right."""
+    print(f"\n{SCENARIO}: GPUs whose processes (pids and count) a reader lists right, of {len(truth(RELEASES[0]))}")
+    tools: list[str] = []
+    table: dict[str, dict[str, str]] = {}
+    for driver in RELEASES:
+        expected = truth(driver)
+        for tool, gpus in peers.every_peer(SCENARIO, driver).items():
+            tools.append(tool) if tool not in tools else None
+            right = [uuid for uuid, r in gpus.items() if sorted(r.processes or {}) == sorted(expected[uuid])]
+            wrong = next((r.processes for uuid, r in gpus.items() if uuid not in right), None)
+            seen = "" if wrong is None else f" (e.g. pids {sorted(wrong)[:4]})"
+            table.setdefault(tool, {})[driver] = f"{len(right)}{seen}"
+    print("\n| reader | " + " | ".join(RELEASES) + " |")
+    print("|---|" + "---|" * len(RELEASES))
+    for tool in tools:
+        print(f"| {tool} | " + " | ".join(table[tool][d] for d in RELEASES) + " |")
 
 
 if __name__ == "__main__":

@@ -25,8 +25,6 @@ import sys
 
 import pytest
 
-from gpulens.agent.clock import ManualClock
-from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.simulator import branches
 from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario, on_driver
 from tests.tools import require_tool
@@ -80,21 +78,36 @@ def _referees_installed() -> None:
             require_tool(tool, "pip install '.[referees]'")
 
 
+# What NVIDIA documents of the readings that move: utilization is the busy share of "the past sample
+# period", "between 1 second and 1/6 second depending on the product" (nvml.h, nvmlUtilization_t), and
+# power "averaged over 1 sec interval" on Ampere and newer, "instantaneous" on GA100 and older (nvml.h,
+# nvmlDeviceGetPowerUsage). Whatever window a reader's value covers lies within the last second, so two
+# readers of the same instant differ by at most the range of the scenario's signal over that second, plus
+# its noise (4 standard deviations). The bounds come from the scenario, not from the simulator's buffers.
+WINDOW_S = 1.0
+NOISE_SIGMAS = 4.0
+_GRID = 120  # points over the window: finer than any shape's edge a 1/6 s sample could see
+
+
+def _signal_range(signal, start: float, end: float) -> float:
+    values = [signal.value(start + (end - start) * i / _GRID) for i in range(_GRID + 1)]
+    return max(values) - min(values) + NOISE_SIGMAS * signal.noise
+
+
 def _spreads(name: str, driver: str) -> dict[str, dict[str, float]]:
-    """Per GPU: how far the utilization samples and the power of the last second spread at the instant."""
-    lib = load_simulated_library(on_driver(load_scenario(name), driver), ManualClock(start=peers.AT))
-    lib.nvmlInit()
-    simulated = lib.gpulens_driver.node
-    since = simulated.base_us + (peers.AT - 1.0) * 1e6
+    """Per GPU: how far two readings of utilization (points) and power (W) at the held instant may differ."""
     spreads = {}
-    for gpu in simulated.gpus:
-        gpu.advance(peers.AT)
-        window = [value for stamp, value in gpu.samples if stamp > since]
-        power = list(gpu.recent_power) or [gpu.power_w]
-        spreads[gpu.spec.uuid] = {
-            "utilization_pct": (max(window) - min(window)) if window else 0.0,
-            "power_w": max(power) - min(power),
-        }
+    start, end = peers.AT - WINDOW_S, peers.AT
+    for gpu in on_driver(load_scenario(name), driver).gpus:
+        dynamic = 0.9 * gpu.power_limit - gpu.idle_power  # power = idle + u x dynamic (docs/scenarios.md)
+        if gpu.utilization_from_instances:
+            # A MIG GPU's engines run what its instances run: its power moves with their activity, which
+            # NVML reports per instance only; the bound is its whole dynamic range.
+            utilization, power = 100.0, dynamic
+        else:
+            utilization = _signal_range(gpu.utilization, start, end)
+            power = utilization / 100.0 * dynamic if gpu.power is None else _signal_range(gpu.power, start, end)
+        spreads[gpu.uuid] = {"utilization_pct": utilization, "power_w": power}
     return spreads
 
 
