@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test check lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ test: lint
 	wait $$beside; others=$$?; \
 	cat .venv-matrix/run.log; \
 	[ $$suite -eq 0 ] && [ $$others -eq 0 ]
+
+# The fast loop while working: the house's checks, then the agent's, simulator's and diagnosis's tests and
+# the tips (no servers, no browser, no other Python), in about two and a half minutes.
+check: lint
+	$(BIN)/pytest -q -p no:cacheprovider tests/agent tests/simulator tests/diagnosis tests/test_tips.py tests/test_tip_table.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_bench.py
