@@ -7,19 +7,7 @@ import textwrap
 from gpulens.agent.simulator.scenario import load_scenario, parse_scenario
 from gpulens.vocabulary import Reason, State
 from tests.conftest import make_agent
-
-THREE = """\
-name: three
-description: two training, one free
-gpus:
-  - model: "NVIDIA H100 80GB HBM3"
-    utilization: 90
-    processes: [{pid: 4201, memory: 30GiB}, {pid: 4203, memory: 10GiB}]
-  - model: "NVIDIA H100 80GB HBM3"
-    utilization: 80
-    processes: [{pid: 4202, memory: 20GiB}]
-  - model: "NVIDIA H100 80GB HBM3"
-"""
+from tests.reliability.driver_answers import NODE as THREE  # two training H100s and a free one
 
 
 def node(faults: str = "", top: str = "", enable=None, gpus: str = THREE):

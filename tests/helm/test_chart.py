@@ -126,15 +126,28 @@ def rendered(tmp_path_factory) -> dict[str, list[dict]]:
     return {name: _template(tmp_path_factory.mktemp(name), values) for name, values in CASES.items()}
 
 
+def _lint(tmp_path: Path, name: str, values: dict) -> None:
+    """Fail unless `helm lint --strict` passes on the chart with `values` (the case `name`)."""
+    result = subprocess.run(
+        [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+
+
+def _validate(docs: list[dict], skip: tuple[str, ...]) -> None:
+    """Validate every rendered object but the kinds `skip` against each supported Kubernetes' schema."""
+    for doc in docs:
+        if doc["kind"] not in skip:
+            for version in KUBERNETES_VERSIONS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
 def test_helm_lint_passes_strictly_on_every_case(tmp_path):
     for name, values in CASES.items():
-        result = subprocess.run(
-            [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
+        _lint(tmp_path, name, values)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

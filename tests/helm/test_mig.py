@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import subprocess
 
-import kubernetes_validate
 import pytest
 
 from tests.helm.test_chart import (
     CHART,
-    KUBERNETES_VERSIONS,
     OPERATOR_KINDS,
     _agent,
     _helm,
     _kinds,
+    _lint,
     _notes,
     _template,
+    _validate,
     _values_file,
 )
 
@@ -54,18 +54,8 @@ def _env(container: dict) -> dict[str, dict]:
 
 def test_the_mig_cases_lint_and_validate(rendered, tmp_path):
     for name, values in MIG_CASES.items():
-        result = subprocess.run(
-            [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
-        for doc in rendered[name]:
-            if doc["kind"] in OPERATOR_KINDS:
-                continue
-            for version in KUBERNETES_VERSIONS:
-                kubernetes_validate.validate(doc, version, strict=True)
+        _lint(tmp_path, name, values)
+        _validate(rendered[name], skip=OPERATOR_KINDS)
 
 
 def test_with_mig_monitoring_the_agent_gets_the_variable_and_sys_admin_and_still_drops_all(rendered):

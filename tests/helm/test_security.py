@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import subprocess
 
-import kubernetes_validate
 import pytest
 import yaml
 
 from tests.helm.test_chart import (
     CASES,
     CHART,
-    KUBERNETES_VERSIONS,
     ROOT,
     _agent,
     _helm,
     _kinds,
+    _lint,
     _template,
+    _validate,
     _values_file,
 )
 
@@ -126,18 +126,8 @@ def _dashboard(docs: list[dict]) -> tuple[dict, dict]:
 
 def test_the_new_cases_lint_and_validate(rendered, tmp_path):
     for name, values in LOCKED.items():
-        result = subprocess.run(
-            [_helm(), "lint", "--strict", str(CHART), *_values_file(tmp_path, values)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, f"{name}: {result.stdout}{result.stderr}"
-        for doc in rendered[name]:
-            if doc["kind"] in ("ServiceMonitor", "PrometheusRule"):
-                continue
-            for version in KUBERNETES_VERSIONS:
-                kubernetes_validate.validate(doc, version, strict=True)
+        _lint(tmp_path, name, values)
+        _validate(rendered[name], skip=("ServiceMonitor", "PrometheusRule"))
 
 
 # -- the agent's web config -----------------------------------------------------------------------

@@ -44,20 +44,11 @@ SETTLE = 2  # cycles a GPU added or removed may take to show
 # A pid Linux can give: at most PID_MAX_LIMIT, 2**22 on 64-bit (include/linux/threads.h).
 PID_MAX = 2**22
 
-# The calls the agent makes; an answer fault picks one of them.
-FUNCTIONS = (
-    "nvmlDeviceGetCount",
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetSerial",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetPciInfo",
-    "nvmlDeviceGetMigMode",
+# The calls the agent makes of every GPU every cycle, and those it makes when it finds a GPU (at start).
+EVERY_CYCLE = {
     "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetMemoryInfo_v2",
     "nvmlDeviceGetSamples",
     "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetClockInfo",
@@ -66,11 +57,28 @@ FUNCTIONS = (
     "nvmlDeviceGetPcieThroughput",
     "nvmlDeviceGetComputeRunningProcesses",
     "nvmlDeviceGetProcessUtilization",
+}
+AT_START = {
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetSerial",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+}
+# The calls an answer fault picks from: those, and the ones the agent makes now and then or of the node.
+FUNCTIONS = (
+    *sorted(EVERY_CYCLE),
+    *sorted(AT_START),
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetPowerUsage",
     "nvmlGpmQueryDeviceSupport",
     "nvmlGpmSampleGet",
     "nvmlGpmMetricsGet",
-    "nvmlDeviceGetMaxPcieLinkGeneration",
 )
+
 ERRORS = (
     "unknown",
     "not_supported",
@@ -235,31 +243,6 @@ def _check_cycle(agent, case: Case, uuids: list[str], history: list[set[str]], n
             uuid = s.labels.get("uuid", "")
             truth = TRUTH[uuids.index(uuid)] if uuid in uuids else "?"
             seen.check(truth != "busy" and truth != "free", f"GPU {uuid} ({truth}) is told to give its GPU back")
-
-
-# The calls the agent makes of every GPU every cycle, and those it makes when it finds a GPU (at start).
-EVERY_CYCLE = {
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetSamples",
-    "nvmlDeviceGetFieldValues",
-    "nvmlDeviceGetEnforcedPowerLimit",
-    "nvmlDeviceGetTemperature",
-    "nvmlDeviceGetClockInfo",
-    "nvmlDeviceGetCurrentClocksEventReasons",
-    "nvmlDeviceGetCurrPcieLinkGeneration",
-    "nvmlDeviceGetPcieThroughput",
-    "nvmlDeviceGetComputeRunningProcesses",
-    "nvmlDeviceGetProcessUtilization",
-}
-AT_START = {
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetSerial",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetPciInfo",
-    "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxPcieLinkGeneration",
-}
 
 
 def _check_failures_shown(agent, case: Case, uuids: list[str], seen: Seen) -> None:
