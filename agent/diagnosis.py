@@ -164,7 +164,12 @@ class Diagnoser:
         if e.busy_ratio <= t.IDLE_BUSY_MAX:
             held_since = track.held_since if track.held_since is not None else now
             last = track.last_active  # never worked since taken, or not for the patience window: idle
-            if last is None or last < held_since or now - last >= self.settings.idle_patience:
+            never = last is None or last < held_since
+            if never and held_since == now:
+                # The holder appeared this cycle, and the samples read this cycle may all predate it: they
+                # say nothing of it yet (about one new job in six with 1/6 s samples and 1 s cycles).
+                return Reason.NO_DATA, values
+            if never or now - last >= self.settings.idle_patience:
                 return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
             if busy is None:
                 # Paused after real work, for less than the patience window (between epochs, for an
@@ -271,7 +276,10 @@ class Diagnoser:
     ) -> Verdict:
         current = track.verdict
         state = REASON_STATE[reason]
-        facts = (State.FREE, State.UNKNOWN)
+        # Facts, not judgements: no holder, nothing known, and no kernel (idle comes after the patience
+        # window or when nothing ran since the GPU was taken, and ends with the first kernel): entering
+        # and leaving them is at once. The dwell is for judgements of how well a working GPU is used.
+        facts = (State.FREE, State.UNKNOWN, State.IDLE)
         if current is not None and state == current.state:
             track.candidate = None
             verdict = Verdict(state, reason, current.since, values, conditions)

@@ -1,0 +1,56 @@
+"""The first seconds of a job: a new holder is judged on what it did, and idle is entered and left at once.
+
+A GPU's utilization samples of the cycle in which a process first appears may all predate it (1/6 s
+samples, 1 s cycles): judged "never worked since taken", a busy job used to read idle at once and then
+wait the 15 s dwell to leave it, so short busy jobs were billed idle for most of their lives.
+"""
+
+import textwrap
+
+from gpulens.agent.simulator.scenario import parse_scenario
+from gpulens.vocabulary import State
+from tests.conftest import make_agent
+
+JOBS = 10  # per GPU: a new 15 s job at 95% every 20 s
+PHASES = 6  # GPUs whose jobs start at each sixth of a second, so every sample alignment is met
+
+
+def churn() -> str:
+    gpus = "".join(
+        textwrap.dedent(f"""\
+          - model: "NVIDIA H100 80GB HBM3"
+            utilization: {{square: {{high: 95, period: 20, duty: 0.75, phase: {1 + k / PHASES:.4f}}}}}
+            processes: [{{pid: {7000 + 100 * k}, memory: 1GiB, start: {1 + k / PHASES:.4f}, every: 20, for: 15}}]
+        """)
+        for k in range(PHASES)
+    )
+    return "name: churn\ndescription: a new short busy job every 20 s\ngpus:\n" + textwrap.indent(gpus, "  ")
+
+
+def test_busy_short_jobs_are_never_billed_idle():
+    agent = make_agent(parse_scenario(churn(), "churn.yaml"))
+    agent.run(20 * JOBS)
+    for gpu in agent.sampler.snapshot.gpus:
+        seconds = agent.sampler.snapshot.analysis.state_seconds[gpu.identity.uuid]
+        assert seconds.get(State.IDLE, 0.0) == 0.0, (gpu.identity.index, dict(seconds))
+        # At most the one cycle in which each job appeared is not known yet.
+        assert seconds.get(State.UNKNOWN, 0.0) <= JOBS, (gpu.identity.index, dict(seconds))
+        assert seconds.get(State.BUSY, 0.0) >= 13 * JOBS, (gpu.identity.index, dict(seconds))
+
+
+def test_a_job_that_waits_before_its_first_kernel_is_idle_for_that_wait_only():
+    text = textwrap.dedent("""\
+        name: slow-start
+        description: a job that loads for 30 s, then trains
+        gpus:
+          - model: "NVIDIA H100 80GB HBM3"
+            utilization: {steps: [[0, 0], [40, 95]]}
+            processes: [{pid: 7000, memory: 1GiB, start: 10}]
+        """)
+    agent = make_agent(parse_scenario(text, "slow-start.yaml"))
+    agent.run(41)
+    uuid = agent.sampler.snapshot.gpus[0].identity.uuid
+    assert agent.sampler.snapshot.analysis.gpus[uuid].verdict.state == State.BUSY  # left idle at once
+    agent.run(19)
+    seconds = agent.sampler.snapshot.analysis.state_seconds[uuid]
+    assert 28 <= seconds[State.IDLE] <= 31, dict(seconds)  # the load, not the load and a 15 s dwell
