@@ -89,7 +89,10 @@ def test_prometheus_agrees_with_the_ledger(capsys, fleet_run, prometheus_url):
     assert set(prometheus) == set(ledger)
     for job_id, want in ledger.items():
         got = prometheus[job_id]
-        slack = 2 * SCRAPE * len(want["gpus"])
+        # increase() extrapolates each series' ends by at most half a scrape interval, so a job loses up to
+        # one interval per state series on each GPU (a job's first cycle is often `unknown`: one more).
+        states = sum(1 for seconds in want["state_seconds"].values() if seconds > 0)
+        slack = max(2, states) * SCRAPE * len(want["gpus"])
         assert got["gpus"] == want["gpus"] and got["user"] == want["user"] and got["mark"] == want["mark"]
         # The account from who held the GPUs; no series names a job's name.
         assert got["account"] == want["account"] and got["name"] == ""
