@@ -133,10 +133,13 @@ class Diagnoser:
 
     def _mean(self, track: _Track, attribute: str) -> float | None:
         """The mean of `attribute` over the window's cycles that have it; once a cycle (judging asks for some
-        means twice, and a node's agent asks this for every GPU every second)."""
+        means twice, and a node's agent asks this for every GPU every second). What only the job's own
+        reports say ends with them: once the latest cycle has none, the earlier cycles' values are not
+        evidence of the job as it is now."""
         if attribute not in track.means:
             values = [v for v in (getattr(e, attribute) for _, e in track.window) if v is not None]
-            track.means[attribute] = fmean(values) if values else None
+            expired = attribute in _REPORTED and (not track.window or getattr(track.window[-1][1], attribute) is None)
+            track.means[attribute] = fmean(values) if values and not expired else None
         return track.means[attribute]
 
     # -- the state ---------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ class Diagnoser:
                 # The holder appeared this cycle, and the samples read this cycle may all predate it: they
                 # say nothing of it yet (about one new job in six with 1/6 s samples and 1 s cycles).
                 return Reason.NO_DATA, values
-            if never or now - last >= self.settings.idle_patience:
+            if never or (last is not None and now - last >= self.settings.idle_patience):
                 return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
             if busy is None:
                 # Paused after real work, for less than the patience window (between epochs, for an
@@ -296,6 +299,10 @@ class Diagnoser:
                 verdict = Verdict(current.state, current.reason, current.since, values, conditions)
         track.verdict = verdict
         return verdict
+
+
+# Evidence only a job's in-job reports give (gpulens.torch); the receiver keeps a report for a minute.
+_REPORTED = frozenset({"data_wait_ratio"})
 
 
 def _paused(track: _Track, now: float, e: Evidence) -> bool:

@@ -176,3 +176,12 @@ def test_the_jobs_own_timing_beats_host_cpu():
     )
     verdict = run(Diagnoser(), lambda now: busy_cpu, 120)
     assert (verdict.state, verdict.reason) == (State.UNDERUTILIZED, Reason.LOW_BUSY_RATIO)
+
+
+def test_evidence_from_a_jobs_reports_ends_with_the_reports():
+    d = Diagnoser()
+    starved = replace(HELD, busy_ratio=0.4, sm_activity=0.3, data_wait_ratio=0.6)
+    assert run(d, lambda now: starved, 60).evidence["data_wait_ratio"] == pytest.approx(0.6)
+    # The reports stop (the receiver let the last one go): the next verdict rests on no data wait at all.
+    after = d.update("GPU-a", 60, replace(starved, data_wait_ratio=None))
+    assert "data_wait_ratio" not in after.evidence
