@@ -111,6 +111,7 @@ class Sampler:
         self._device_count = 0
         self._logged: set[str] = set()  # keys of the warnings said once (_log_once)
         self._init_error = ""  # why the last initialization failed
+        self._quick_rescan = float("-inf")  # when a loss last brought the rescan forward
         self._snapshot = EMPTY
 
     @property
@@ -396,7 +397,12 @@ class Sampler:
             self._logged.add(key)
             log.error("GPU %d (%s) is lost: %s", state.identity.index, state.identity.uuid, reason)
         self._mark_down(state)
-        self._next_rescan = now + self.rescan_interval
+        # Look again at the next cycle, at most once a rescan interval: a GPU taken off the bus while another
+        # came on leaves the count as it was, and only a rescan tells them apart. A GPU that answers its
+        # lookup but loses a call every cycle is looked at once a rescan interval, as any lost GPU.
+        quick = now - self._quick_rescan >= self.rescan_interval
+        self._quick_rescan = now if quick else self._quick_rescan
+        self._next_rescan = now if quick else now + self.rescan_interval
 
     def _mark_down(self, state: _GpuState) -> None:
         """Mark the GPU down: its last readings go, and each collector releases what it holds for it."""
