@@ -149,10 +149,9 @@ _PROCESS_FUNCTIONS = (
     ("nvmlDeviceGetComputeRunningProcesses", h.ProcessInfoV1),
 )
 _PROCESS_LIST_TRIES = 3  # processes may start between the size query and the list; ask again
-# Every process record size a release has written, widest first (nvml_header: v1 16 bytes, v2 24, R535's
-# first v3 32).
-_RECORDS = (h.ProcessInfoV3Cc, h.ProcessInfo, h.ProcessInfoV1)
-_WIDEST_RECORD = max(ctypes.sizeof(r) for r in _RECORDS)
+# Every process record size a release has written, widest first.
+_RECORDS = tuple(h.PROCESS_RECORDS[size] for size in sorted(h.PROCESS_RECORDS, reverse=True))
+_WIDEST_RECORD = max(h.PROCESS_RECORDS)
 
 
 @dataclass(frozen=True)

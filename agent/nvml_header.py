@@ -251,6 +251,13 @@ class ProcessInfoV3Cc(ctypes.Structure):
     _fields_ = [*ProcessInfo._fields_, ("usedGpuCcProtectedMemory", c_ulonglong)]
 
 
+# Every record a `_v3` process list has been seen to write, by its size in bytes: v1's 16 (550.127.08),
+# v2's 24 (the header's), R535's first 32 (see ProcessInfoV3Cc).
+PROCESS_RECORDS: dict[int, type[ctypes.Structure]] = {
+    ctypes.sizeof(r): r for r in (ProcessInfoV1, ProcessInfo, ProcessInfoV3Cc)
+}
+
+
 class ProcessUtilizationSample(ctypes.Structure):
     """nvmlProcessUtilizationSample_t: one process's latest sample, with its own CPU timestamp."""
 

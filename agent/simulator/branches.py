@@ -70,8 +70,6 @@ _V3_PROCESS_FUNCTIONS = frozenset(
 # R510 declares a 24-byte one (nvitop pull request #226, "probe the real running-process struct stride").
 _SIXTEEN_BYTE_RELEASES = frozenset({"550.127.08"})
 
-# The record layouts a `_v3` process list has been seen to write, by size in bytes.
-RECORDS: dict[int, type] = {16: h.ProcessInfoV1, 24: h.ProcessInfo, 32: h.ProcessInfoV3Cc}
 
 # The oldest branch each architecture runs on: Ada (sm_89) and Hopper (sm_90) came with CUDA 11.8, whose
 # driver is R520 (CUDA Toolkit 11.8 release notes, "new architectures"), so R470 knows neither; of the

@@ -98,8 +98,8 @@ GARBAGE = (
     "utilization_padding",  # per-process utilization: size 100, pid 0 / timestamp 0 padding, SM 37100 (go-nvml #11)
     "future_sample",  # a per-process utilization sample stamped an hour ahead of the CPU clock
 )
-# The record sizes a driver's nvmlDeviceGetComputeRunningProcesses_v3 has been seen to write (branches.py).
-PROCESS_RECORD_BYTES = (16, 24, 32)
+# The record sizes a driver's nvmlDeviceGetComputeRunningProcesses_v3 has been seen to write (nvml_header).
+PROCESS_RECORD_BYTES = tuple(sorted(h.PROCESS_RECORDS))
 # Functions whose absence would make the library unusable, so no fault may remove them.
 _ESSENTIAL = frozenset({"nvmlInit", "nvmlInit_v2", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString"})
 
@@ -1213,7 +1213,7 @@ def _scenario(raw: object) -> Scenario:
         size = spec["process_record_bytes"]
         if size not in PROCESS_RECORD_BYTES:
             raise Invalid("process_record_bytes", f"got {described(size)}; use one of 16, 24 or 32")
-        driver = replace(driver, process_info_v3=branches.RECORDS[size])
+        driver = replace(driver, process_info_v3=h.PROCESS_RECORDS[size])
     cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
     return Scenario(
         name=text(spec["name"], "name"),

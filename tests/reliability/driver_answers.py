@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.agent.nvml import PID_MAX
 from gpulens.agent.simulator.branches import family
 from gpulens.agent.simulator.scenario import GARBAGE, parse_scenario
 from tests.conftest import make_agent
@@ -41,8 +42,6 @@ SECONDS = 40
 # Every collector that reads the driver, the ones off by default included (probes run kernels, so no).
 EVERY_COLLECTOR = {"process_details": True, "ecc_lifetime": True, "dcgm_compat": True}
 SETTLE = 2  # cycles a GPU added or removed may take to show
-# A pid Linux can give: at most PID_MAX_LIMIT, 2**22 on 64-bit (include/linux/threads.h).
-PID_MAX = 2**22
 
 # The calls the agent makes of every GPU every cycle, and those it makes when it finds a GPU (at start).
 EVERY_CYCLE = {
