@@ -44,7 +44,8 @@ from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.collectors.mig import MIG_LABELS, mig_labels
 from gpulens.agent.collectors.mig import share as instance_share
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
-from gpulens.usage import JobRecord, TipUse, merge
+from gpulens.tips import JOB_TIP_IDS
+from gpulens.usage import DeviceUse, JobRecord, TipUse, merge
 from gpulens.vocabulary import State
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class JobAccounting:
         self.ledger = ledger  # gpulens.agent.ledger.Ledger, or None to keep totals in memory only
         self.export = export  # export the per-job totals as series too (--jobs.export-totals)
         self._node = node
+        self._where = f"{node} " if node else ""  # before a device's name in the job's record
         self._partition = partition
         self._process_min_age = process_min_age
         self._max_jobs = max_jobs
@@ -179,15 +181,20 @@ class JobAccounting:
             if gpu.identity.uuid in slices:  # in MIG mode: its instances are billed, each by its share
                 for part in slices[gpu.identity.uuid]:
                     weight = instance_share(part.gpu, part.instance) or 0.0
+                    name = f"{self._where}GPU {gpu.identity.index} MIG {part.instance.profile}"
                     for job in part.analysis.jobs:
                         split = energy * weight / len(part.analysis.jobs)
-                        add(job, part.instance.uuid, elapsed, _instance_cycle(part, job, weight, split, elapsed, epoch))
+                        cycle = _instance_cycle(part, job, weight, split, elapsed, epoch, name)
+                        add(job, part.instance.uuid, elapsed, cycle)
                 continue
             if found is None or not found.jobs:
                 continue
             split = energy / len(found.jobs)
+            name = f"{self._where}GPU {gpu.identity.index}"
             for job in found.jobs:
-                cycle = _gpu_cycle(gpu, job, found.verdict.state, found.tips, busy, sampled, split, elapsed, epoch)
+                cycle = _gpu_cycle(
+                    gpu, job, found.verdict.state, found.tips, busy, sampled, split, elapsed, epoch, name
+                )
                 add(job, gpu.identity.uuid, elapsed, cycle)
         written: list[tuple[JobRecord, JobRecord]] = []
         for key, delta in deltas.items():
@@ -207,6 +214,7 @@ class JobAccounting:
                 nodes=(self._node,) if self._node else (),
             )
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])
+            delta = _with_job_tips(merge(opened.total, delta), delta)
             opened.total = merge(opened.total, delta)
             opened.job, opened.last_seen_at, opened.gpus = job, now, frozenset(held[key])
             opened.memory_bytes = delta.memory_peak_bytes
@@ -434,8 +442,9 @@ def _gpu_cycle(
     energy: float,
     elapsed: float,
     epoch: float,
+    name: str,
 ) -> JobRecord:
-    """Return what one job did on one GPU in one cycle."""
+    """Return what one job did on one GPU (`name` to a person) in one cycle."""
     readings = gpu.readings
     memory_reading, processes, gpm = readings.get("memory"), readings.get("processes"), readings.get("gpm")
     used = 0
@@ -460,11 +469,12 @@ def _gpu_cycle(
         memory_peak_bytes=used,
         memory_capacity_bytes=capacity if used else 0,
         tips={t.id: TipUse(elapsed, t.text) for t in tips},
+        devices={gpu.identity.uuid: DeviceUse(name, elapsed, busy, sampled)},
     )
 
 
 def _instance_cycle(
-    part: InstanceAnalysis, job: Job, weight: float, energy: float, elapsed: float, epoch: float
+    part: InstanceAnalysis, job: Job, weight: float, energy: float, elapsed: float, epoch: float, name: str
 ) -> JobRecord:
     """Return what one job did on one MIG device in one cycle, in GPU-seconds: `weight` is the device's
     share of its GPU."""
@@ -490,7 +500,22 @@ def _instance_cycle(
         memory_peak_bytes=used,
         memory_capacity_bytes=(instance.memory_total_bytes or 0) if used else 0,
         tips={t.id: TipUse(seconds, t.text) for t in analysis.tips},
+        devices={
+            instance.uuid: DeviceUse(
+                name, elapsed, busy * elapsed if busy is not None else 0.0, elapsed if busy is not None else 0.0
+            )
+        },
     )
+
+
+def _with_job_tips(total: JobRecord, delta: JobRecord) -> JobRecord:
+    """Add to the cycle's tips those about the job as a whole, judged on its life on this node so far
+    (`total`) and credited the cycle's GPU-seconds, so that the tips' series carry them to Prometheus."""
+    whole = [(i, use) for i, use in total.top_tips(2) if i in JOB_TIP_IDS]
+    if not whole:
+        return delta
+    seconds = delta.gpu_seconds
+    return replace(delta, tips={**delta.tips, **{i: TipUse(seconds, use.text) for i, use in whole}})
 
 
 def _with_reports(delta: JobRecord, job: Job, reports: Mapping[int, JobReport], elapsed: float) -> JobRecord:

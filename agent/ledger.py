@@ -7,9 +7,10 @@ lost. (A power cut can also lose the commits since the last checkpoint; the ledg
 bank.) Rows older than the retention are deleted, and the oldest timeline rows go first when the file
 grows past its size bound.
 
-A ledger written by an earlier gpulens gets the columns it lacks (a Slurm job's `account` and `name`) when
-the agent opens it, its rows kept; a reader (`connect_readonly`, the reports) reads such a file as it is,
-those fields empty. The schema version stays 1: columns are only ever added, and an earlier gpulens, which
+A ledger written by an earlier gpulens gets the columns and tables it lacks (a Slurm job's `account` and
+`name`, each job's `devices`) when the agent opens it, its rows kept; a reader (`connect_readonly`, the
+reports) reads such a file as it is, those fields empty. The schema version stays 1: columns and tables
+are only ever added, and an earlier gpulens, which
 names the columns it reads and writes, reads and writes a newer file too.
 
 A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.usage import ADDITIVE, OWNER, PEAKS, STATES, JobRecord, TimelinePoint, TipUse, merge
+from gpulens.usage import ADDITIVE, OWNER, PEAKS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,11 @@ CREATE TABLE IF NOT EXISTS timeline (
     PRIMARY KEY (run, t)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS timeline_t ON timeline (t);
+CREATE TABLE IF NOT EXISTS devices (
+    run INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL,
+    seconds REAL NOT NULL DEFAULT 0, busy_seconds REAL NOT NULL DEFAULT 0, sampled_seconds REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (run, uuid)
+) WITHOUT ROWID;
 """
 
 
@@ -345,6 +351,14 @@ class Ledger:
                     "seconds = seconds + excluded.seconds, text = excluded.text",
                     (run, tip, use.seconds, use.text),
                 )
+            for uuid, device in delta.devices.items():
+                conn.execute(
+                    "INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run, uuid) DO UPDATE SET "
+                    "name = excluded.name, seconds = seconds + excluded.seconds, "
+                    "busy_seconds = busy_seconds + excluded.busy_seconds, "
+                    "sampled_seconds = sampled_seconds + excluded.sampled_seconds",
+                    (run, uuid, device.name, device.seconds, device.busy_seconds, device.sampled_seconds),
+                )
         for (key, t), point in self._pending.points.items():
             run = self._run_id(conn, key)
             if run is None:
@@ -457,6 +471,7 @@ class Ledger:
             old = "SELECT run FROM jobs WHERE finished = 1 AND last_seen < ?"
             conn.execute(f"DELETE FROM tips WHERE run IN ({old})", (cutoff,))
             conn.execute(f"DELETE FROM timeline WHERE run IN ({old})", (cutoff,))
+            conn.execute(f"DELETE FROM devices WHERE run IN ({old})", (cutoff,))
             conn.execute("DELETE FROM jobs WHERE finished = 1 AND last_seen < ?", (cutoff,))
             conn.execute("DELETE FROM timeline WHERE t < ?", (cutoff,))
             conn.execute("COMMIT")
@@ -487,6 +502,7 @@ class Ledger:
                     return
                 oldest = "SELECT run FROM jobs WHERE finished = 1 ORDER BY last_seen LIMIT ?"
                 conn.execute(f"DELETE FROM tips WHERE run IN ({oldest})", (max(runs // 8, 1),))
+                conn.execute(f"DELETE FROM devices WHERE run IN ({oldest})", (max(runs // 8, 1),))
                 conn.execute(f"DELETE FROM jobs WHERE run IN ({oldest})", (max(runs // 8, 1),))
             conn.execute("COMMIT")
             log.info("job ledger %s over %d bytes; deleted its oldest rows", self.path, self.max_bytes)
@@ -667,6 +683,7 @@ def read_records(
     # A ledger of an earlier gpulens, read as it is, lacks the newer owner columns: they read as "".
     owners = [c for c in _OWNER_COLUMNS if c in {d[0] for d in cursor.description}]
     rows = cursor.fetchall()
+    has_devices = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='devices'").fetchone()
     records = []
     for row in rows:
         tips = {
@@ -674,6 +691,14 @@ def read_records(
             for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))
         }
         record = _record(row, tips, owners)
+        if has_devices:
+            found = conn.execute(
+                "SELECT uuid, name, seconds, busy_seconds, sampled_seconds FROM devices WHERE run = ?", (row["run"],)
+            )
+            devices = {
+                d["uuid"]: DeviceUse(d["name"], d["seconds"], d["busy_seconds"], d["sampled_seconds"]) for d in found
+            }
+            record = replace(record, devices=devices)
         if timeline:
             points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (row["run"],)).fetchall()
             record = replace(record, timeline=tuple(_point(p) for p in points))

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpulens import checks
+from gpulens.tips import JOB_TIP_IDS, DeviceWork, job_tips
+from gpulens.tips.jobs import worked
 from gpulens.vocabulary import WASTED_STATES, State
 
 STATES = tuple(s.value for s in State)
@@ -41,6 +43,28 @@ class TipUse:
 
     seconds: float
     text: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """One of the job's GPUs or MIG devices: how a person finds it, and what the agent counted on it."""
+
+    name: str  # "node-a GPU 3", "node-a GPU 1 MIG 3g.40gb"
+    seconds: float = 0.0  # the job held it this long
+    busy_seconds: float = 0.0  # a kernel ran this long (NVML utilization samples; GPM on a MIG device)
+    sampled_seconds: float = 0.0  # covered by those samples; 0 where nothing measures activity
+
+    @property
+    def busy_ratio(self) -> float | None:
+        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+
+    def add(self, other: DeviceUse) -> DeviceUse:
+        return DeviceUse(
+            other.name or self.name,
+            self.seconds + other.seconds,
+            self.busy_seconds + other.busy_seconds,
+            self.sampled_seconds + other.sampled_seconds,
+        )
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,7 @@ class JobRecord:
     data_wait_seconds: float = 0.0  # data-wait ratio x seconds, from gpulens.torch in the job
     data_wait_observed_seconds: float = 0.0  # seconds the job reported its steps
     tips: Mapping[str, TipUse] = field(default_factory=dict)
+    devices: Mapping[str, DeviceUse] = field(default_factory=dict)  # by GPU or MIG UUID
     timeline: tuple[TimelinePoint, ...] = ()
 
     @property
@@ -160,8 +185,23 @@ class JobRecord:
         return self.energy_joules / JOULES_PER_KWH
 
     def top_tips(self, limit: int = 3) -> list[tuple[str, TipUse]]:
-        """Return up to `limit` (tip id, use) pairs, the longest-applying first."""
-        return sorted(self.tips.items(), key=lambda item: (-item[1].seconds, item[0]))[:limit]
+        """Return up to `limit` (tip id, use) pairs, the tips about the job as a whole first.
+
+        Those (gpulens.tips.jobs) say what no GPU alone can: a job that uses 1 of its 8 GPUs should ask for
+        1, where each idle GPU alone says to end the job. With the busy time of each of the job's GPUs known
+        (`devices`) they are judged on its whole life, across its nodes, and credited its GPU-seconds; a
+        record without them (read from Prometheus) has each node's as the agent recorded them, ranked with
+        the others by GPU-seconds. Then its GPUs' tips, the longest-applying first.
+        """
+        ranked = sorted(self.tips.items(), key=lambda item: (-item[1].seconds, item[0]))
+        if not self.devices:
+            return ranked[:limit]
+        work = [
+            DeviceWork(use.name or uuid, worked(use.busy_ratio), use.busy_ratio)
+            for uuid, use in sorted(self.devices.items())
+        ]
+        whole = [(tip.id, TipUse(self.gpu_seconds, tip.text)) for tip in job_tips(work, self.kind)]
+        return [*whole, *((i, use) for i, use in ranked if i not in JOB_TIP_IDS)][:limit]
 
     def to_dict(self, timeline: bool = True) -> dict[str, Any]:
         """Return the record as JSON-ready data (the ledger's HTTP answer and the reports' JSON)."""
@@ -170,6 +210,8 @@ class JobRecord:
             value = getattr(self, f.name)
             if f.name == "tips":
                 value = {k: {"seconds": v.seconds, "text": v.text} for k, v in sorted(value.items())}
+            elif f.name == "devices":
+                value = {k: vars(v) for k, v in sorted(value.items())}
             elif f.name == "timeline":
                 if not timeline:
                     continue
@@ -203,10 +245,18 @@ class JobRecord:
                 **{name: checks.number(data.get(name) or 0.0, name) for name in ADDITIVE},
                 **{name: int(checks.number(data.get(name) or 0, name)) for name in PEAKS},
                 tips=tips,
+                devices={str(k): _device(v) for k, v in (data.get("devices") or {}).items()},
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
             )
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
             raise ValueError(f"not a job record ({type(error).__name__}: {error})") from None
+
+
+def _device(data: Mapping[str, Any]) -> DeviceUse:
+    return DeviceUse(
+        str(data.get("name") or ""),
+        *(checks.number(data.get(f) or 0.0, f"devices.{f}") for f in ("seconds", "busy_seconds", "sampled_seconds")),
+    )
 
 
 def _states(data: Any) -> dict[str, float]:
@@ -233,6 +283,9 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         before = tips.get(tip, TipUse(0.0))
         tips[tip] = TipUse(use.seconds + before.seconds, use.text or before.text)
     timeline = _merge_timeline(a.timeline, b.timeline)
+    devices = dict(earlier.devices)
+    for uuid, use in later.devices.items():
+        devices[uuid] = devices[uuid].add(use) if uuid in devices else use
     return replace(
         later,
         start=min(a.start, b.start),
@@ -246,6 +299,7 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         **{name: getattr(a, name) + getattr(b, name) for name in ADDITIVE},
         **{name: max(getattr(a, name), getattr(b, name)) for name in PEAKS},
         tips=tips,
+        devices=devices,
         timeline=timeline,
     )
 

@@ -87,6 +87,16 @@ REASON_STATE: dict[Reason, State] = {
 }
 
 
+class JobFinding(str, Enum):
+    """What is seen across a job's GPUs together (gpulens.tips.jobs); a GPU's own verdict cannot say it."""
+
+    GPUS_UNUSED = "gpus_unused"  # the job runs kernels on some of its GPUs and none on the others
+    GPU_LAGS = "gpu_lags"  # one of the job's GPUs is markedly less busy than the others
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Condition(str, Enum):
     """Health conditions; any number may hold at once, whatever the state."""
 

@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 
 from gpulens import tips
 from gpulens.tips import CATALOG, EVIDENCE_KEYS, NO_ADVICE, catalog, render, tips_for
-from gpulens.vocabulary import Condition, Reason
+from gpulens.vocabulary import Condition, JobFinding, Reason
 
 GIB = 2**30
 
 # Tip ids are Prometheus label values: renaming or dropping one breaks dashboards and alert routes.
 # Adding one means adding it here, on purpose.
 STABLE_IDS = {
+    "gpu_lags",
+    "request_fewer_gpus",
     "allocator_fragmentation",
     "channels_last",
     "cuda_graphs",
@@ -131,6 +133,13 @@ HEAVY = {
     "job_kind": "slurm",
     "ecc_uncorrected": 3,
     "row_remap_pending": True,
+    "job_gpus": 8,
+    "job_gpus_used": 1,
+    "job_gpus_unused": 7,
+    "job_used_gpu": "node-a GPU 0",
+    "job_lagging_gpu": "node-a GPU 3",
+    "job_lagging_busy_ratio": 0.4,
+    "job_others_busy_ratio": 0.95,
 }
 LIGHT = {
     "busy_ratio": 0.9,
@@ -205,7 +214,7 @@ def test_every_condition_has_a_tip(condition):
 
 
 def test_applies_to_and_reads_use_the_vocabulary():
-    known = {r.value for r in Reason} | {c.value for c in Condition}
+    known = {r.value for r in Reason} | {c.value for c in Condition} | {f.value for f in JobFinding}
     for tip in CATALOG.values():
         assert tip.applies_to and set(tip.applies_to) <= known, tip.id
         assert set(tip.reads) <= set(EVIDENCE_KEYS), tip.id

@@ -176,7 +176,9 @@ def gpu_page() -> None:
     history = context.gpu_history(source, node, gpu, seconds)
     now = time.time()
     current = next(g for g in on_node if g.gpu == gpu)
-    flagged = oncall.flagged(current, now, st.context.url, os.environ)
+    # The job's other GPUs (here with their evidence where on this node) lead its message with the job's tip.
+    known = [*on_node, *(g for g in gpus if g.node != node)]
+    flagged = oncall.flagged(current, now, st.context.url, os.environ, known)
     # Alertmanager's silences, for a flagged GPU only; its problems alone concern this page.
     alerts = context.alerts(source) if flagged else Answer(Alerts(()))
     silencer = alerts.value.alertmanager

@@ -243,6 +243,25 @@ def tip_evidence(gpu: FleetGpu) -> dict[str, float | str]:
     return context
 
 
+_WORKING = frozenset((State.BUSY.value, *WASTED)) - {State.IDLE.value}
+
+
+def job_advice(held: Sequence[FleetGpu]) -> list[tips.RenderedTip]:
+    """Return the tips about a job as a whole from the verdicts of the GPUs and slices it holds now: idle ones
+    ran no kernel, busy, underutilized or data-starved ones did, the others are not known (gpulens.tips.jobs).
+    A GPU's busy ratio is known where its verdict carries evidence (a wasted GPU), so a GPU that lags busy
+    ones shows in a report (which has every GPU's busy time) before it shows here."""
+    work = [
+        tips.DeviceWork(
+            f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
+            False if g.state == State.IDLE.value else True if g.state in _WORKING else None,
+            g.evidence.get("busy_ratio"),
+        )
+        for g in held
+    ]
+    return tips.job_tips(work, held[0].job_kind if held else "")
+
+
 def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:
     """Return up to `limit` tips: the agent's first pick first, then the catalog's for the reason and conditions.
 

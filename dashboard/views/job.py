@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.fleet import WASTED, gpu_tips, units
+from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, units
 from gpulens.dashboard.views.links import gpu_link, job_link
 from gpulens.usage import JobRecord
 
@@ -93,13 +93,16 @@ def memory(job: JobSummary, gpus: Iterable[FleetGpu]) -> JobMemory:
 
 
 def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:
-    """Return (title, text, GPUs it applies to) for each distinct tip over the job's GPUs."""
+    """Return (title, text, GPUs it applies to) for each distinct tip over the job's GPUs, the tips about the
+    job as a whole first (they apply to "the whole job")."""
+    gpus = list(gpus)
+    whole = [(tip.title, tip.text, "the whole job") for tip in job_advice(gpus)]
     by_id: dict[str, tuple[str, str, list[str]]] = {}
     for g in gpus:
         for tip in gpu_tips(g):
             entry = by_id.setdefault(tip.id, (tip.title, tip.text, []))
             entry[2].append(f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}")
-    return [(title, text, ", ".join(where)) for title, text, where in by_id.values()]
+    return [*whole, *((title, text, ", ".join(where)) for title, text, where in by_id.values())]
 
 
 def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None) -> int | None:

@@ -7,7 +7,7 @@ health condition); a GPU in MIG mode through its flagged slices, each with its o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -46,12 +46,16 @@ class OnCall:
     message: str
 
 
-def flagged(gpu: FleetGpu, now: float, page_url: str | None, environ: Mapping[str, str]) -> list[OnCall]:
+def flagged(
+    gpu: FleetGpu, now: float, page_url: str | None, environ: Mapping[str, str], fleet_gpus: Iterable[FleetGpu] = ()
+) -> list[OnCall]:
     """Return the GPU, or its flagged MIG slices, each with its contact and message; [] when none is flagged.
 
     `page_url` is the address of the page the viewer has open (links in the message are made full from
-    it); `environ` the dashboard's settings, for the report's link or command.
+    it); `environ` the dashboard's settings, for the report's link or command; `fleet_gpus` the GPUs known,
+    among which the message finds the holder's other GPUs, to lead with what the job as a whole should change.
     """
+    known = fleet.units(fleet_gpus)
     rows = fleet.flagged([gpu], now)
     units = fleet.ranked([gpu])
     return [
@@ -59,7 +63,7 @@ def flagged(gpu: FleetGpu, now: float, page_url: str | None, environ: Mapping[st
             unit=unit,
             name=f"{row.name} on {row.node}",
             contact=contact(unit),
-            message=message(unit, row, now, page_url, environ),
+            message=message(unit, row, now, page_url, environ, _held_with(unit, known)),
         )
         for unit, row in zip(units, rows, strict=True)
     ]
@@ -121,9 +125,26 @@ def since_text(since: float | None, now: float) -> str:
     return f"{when} ({words.duration(now - since)} ago)"
 
 
-def message(unit: FleetGpu, row: fleet.Flagged, now: float, page_url: str | None, environ: Mapping[str, str]) -> str:
+def _held_with(unit: FleetGpu, known: Sequence[FleetGpu]) -> list[FleetGpu]:
+    """The GPUs and slices held now by the job that holds `unit` (itself included)."""
+    if not unit.job_id:
+        return []
+    return [g for g in known if g.job_kind == unit.job_kind and g.job_id == unit.job_id]
+
+
+def message(
+    unit: FleetGpu,
+    row: fleet.Flagged,
+    now: float,
+    page_url: str | None,
+    environ: Mapping[str, str],
+    held: Sequence[FleetGpu] = (),
+) -> str:
     """Return the message to paste into a chat or a ticket: what, since when, the evidence, who holds it,
-    the top tip, and the links (the GPU's page, the job's page and report). Plain text, one fact a line."""
+    what to do, and the links (the GPU's page, the job's page and report). Plain text, one fact a line.
+
+    What to do: the tip about the holder's job as a whole where one holds across the GPUs it holds (`held`),
+    then the GPU's own top tip."""
     what = f"{row.name} on {row.node}" + (f" ({row.model})" if row.model else "")
     meaning = words.STATE_MEANING.get(unit.state, "")
     lines = [f"{what} is {row.state.lower()}" + (f" — {meaning}." if meaning else ".")]
@@ -133,8 +154,11 @@ def message(unit: FleetGpu, row: fleet.Flagged, now: float, page_url: str | None
     if row.evidence:
         lines.append(f"Evidence: {row.evidence}.")
     lines.append(f"Held by: {holder(unit)}.")
+    whole = fleet.job_advice(held)[:1]
+    if whole:
+        lines.append(f"What to do: {whole[0].title}. {whole[0].text}")
     if row.tips:
-        lines.append(f"What to do: {row.tips[0].title}. {row.tips[0].text}")
+        lines.append(f"{'For this GPU' if whole else 'What to do'}: {row.tips[0].title}. {row.tips[0].text}")
     lines.append(f"GPU page: {links.absolute(page_url, row.link)}")
     if unit.job_id:
         lines.append(f"Job page: {links.absolute(page_url, links.job_link(unit.job_kind, unit.job_id))}")

@@ -13,20 +13,31 @@ quotes the evidence it has and falls back to a generic sentence for what it lack
     0      the evidence rules it out (TF32 on a GPU without it); `tips_for` leaves it out
 
 Two reasons get no advice: `no_process` (the GPU is free, nothing to fix) and `no_data` (nothing is
-known yet). Every other reason and every condition has at least one tip.
+known yet). Every other reason, every condition and every finding about a job across its GPUs
+(`JobFinding`) has at least one tip.
 
 Each family of tips is a module, each tip's entry on its text function: `input_pipeline`, `compute`,
-`memory`, `multi_gpu`, `allocation` (idle and oversized GPUs), `monitoring` (what gpulens cannot see) and
-`health`. `catalog` puts them in one order and chooses; `evidence`, `wording`, `thresholds` and `tip` are
-what the families share.
+`memory`, `multi_gpu`, `jobs` (a job across its GPUs), `allocation` (idle and oversized GPUs),
+`monitoring` (what gpulens cannot see) and `health`. `catalog` puts them in one order and chooses;
+`evidence`, `wording`, `thresholds` and `tip` are what the families share.
 
 Pure: no I/O, standard library only (plus the shared vocabulary and thresholds).
 """
 
-from gpulens.tips.catalog import CATALOG, CONDITION_ORDER, NO_ADVICE, markdown_table, render, tips_for
+from gpulens.tips.catalog import (
+    CATALOG,
+    CONDITION_ORDER,
+    JOB_TIP_IDS,
+    NO_ADVICE,
+    job_tips,
+    markdown_table,
+    render,
+    tips_for,
+)
 from gpulens.tips.evidence import EVIDENCE_KEYS, EvidenceValue, Facts
 from gpulens.tips.health import XID_MEANINGS
 from gpulens.tips.input_pipeline import worker_plan
+from gpulens.tips.jobs import DeviceWork
 from gpulens.tips.memory import batch_growth
 from gpulens.tips.tip import RenderedTip, Tip
 
@@ -34,13 +45,16 @@ __all__ = [
     "CATALOG",
     "CONDITION_ORDER",
     "EVIDENCE_KEYS",
+    "JOB_TIP_IDS",
     "NO_ADVICE",
     "XID_MEANINGS",
+    "DeviceWork",
     "EvidenceValue",
     "Facts",
     "RenderedTip",
     "Tip",
     "batch_growth",
+    "job_tips",
     "markdown_table",
     "render",
     "tips_for",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
-from gpulens.tips import allocation, compute, health, input_pipeline, memory, monitoring, multi_gpu
+from gpulens.tips import allocation, compute, health, input_pipeline, jobs, memory, monitoring, multi_gpu
 from gpulens.tips.evidence import EvidenceValue, Facts
 from gpulens.tips.thresholds import BUSY_ADVICE_MIN
 from gpulens.tips.tip import RenderedTip, Tip
-from gpulens.vocabulary import Condition, Reason
+from gpulens.vocabulary import Condition, JobFinding, Reason
 
 # Reasons for which no advice applies (see gpulens.tips).
 NO_ADVICE = frozenset({Reason.NO_PROCESS.value, Reason.NO_DATA.value})
@@ -58,6 +58,8 @@ ORDER = (
     "release_idle_gpu",
     "idle_timeout_policy",
     "unused_gpu_request",
+    "request_fewer_gpus",
+    "gpu_lags",
     "debug_hang",
     "nvml_unavailable",
     "processes_unreadable",
@@ -74,14 +76,16 @@ ORDER = (
     "pcie_link",
 )
 
-FAMILIES = (input_pipeline, compute, memory, multi_gpu, allocation, monitoring, health)
+FAMILIES = (input_pipeline, compute, memory, multi_gpu, jobs, allocation, monitoring, health)
 
 _DEFINED = {tip.id: tip for module in FAMILIES for tip in module.family.tips}
 CATALOG: dict[str, Tip] = {tip_id: _DEFINED[tip_id] for tip_id in ORDER}
+# The tips about a job as a whole rather than one GPU.
+JOB_TIP_IDS = frozenset(tip.id for tip in jobs.family.tips)
 
 
 def _value(item: object) -> str | None:
-    if isinstance(item, Reason | Condition):
+    if isinstance(item, Reason | Condition | JobFinding):
         return item.value
     return item if isinstance(item, str) else None
 
@@ -147,6 +151,16 @@ def tips_for(
     picked = chosen[: limit - reserved]
     picked += (firsts + rest)[: limit - len(picked)]
     return [_rendered(tip, facts) for tip in picked]
+
+
+def job_tips(devices: Sequence[jobs.DeviceWork], job_kind: str = "", limit: int = 2) -> list[RenderedTip]:
+    """Return the tips about a job as a whole (gpulens.tips.jobs), strongest first; [] when nothing holds.
+
+    They go before the tips of the job's GPUs wherever a job is shown: they say what no GPU alone can.
+    """
+    found, evidence = jobs.judge(devices, job_kind)
+    chosen = [tip for finding in found for tip in tips_for(finding, (), evidence, limit=1)]
+    return chosen[:limit] if isinstance(limit, int) and limit > 0 else []
 
 
 def render(tip_id: str, evidence: Mapping[str, EvidenceValue] | None = None) -> RenderedTip:

@@ -59,6 +59,14 @@ EVIDENCE_KEYS = (
     "trace_steps",
     "trace_data_wait_ratio",
     "trace_host_ratio",
+    # A job across its GPUs (gpulens.tips.jobs): how many it holds, runs kernels on and not, and the one that lags.
+    "job_gpus",
+    "job_gpus_used",
+    "job_gpus_unused",
+    "job_used_gpu",
+    "job_lagging_gpu",
+    "job_lagging_busy_ratio",
+    "job_others_busy_ratio",
 )
 
 _NUMBER_MAX = 1e18  # larger numbers are not evidence, they are garbage

@@ -65,3 +65,9 @@ BUSY_ADVICE_MIN = 60
 
 # Idle this long (longer than any pause for evaluation or a checkpoint): reclaim by policy, not by hand.
 IDLE_POLICY_SECONDS = 3600.0
+
+# A job's GPU lags the others when its busy ratio is this much below the median of the job's other GPUs, and
+# they are kept at least half busy (the verdict's BUSY_LOW). In data- or tensor-parallel training every rank
+# waits for the slowest at each collective, so a gap this wide costs every GPU of the job that share of its
+# time; narrower gaps are the noise of uneven batches. Our judgement.
+LAG_BUSY_GAP = 0.25
