@@ -2,9 +2,11 @@
 
 After each sampling cycle it finds the jobs on every GPU, joins NVML's readings with the jobs' host
 side and in-job reports into `Evidence`, asks the `Diagnoser` for a verdict, picks the tips, and keeps
-each GPU's seconds per state. Each MIG device of a GPU in MIG mode is judged the same way, from what NVML
-gives per instance (docs/diagnosis.md). It answers for devices only: what each job did is the ledger
-stage's (gpulens.agent.accounting), which reads this stage's result.
+each GPU's seconds per state. Under an unchanged verdict a device's first tip changes only once the new
+pick held for TIP_DWELL_SECONDS, so advice holds still through a pause. Each MIG device of a GPU in MIG
+mode is judged the same way, from what NVML gives per instance (docs/diagnosis.md). It answers for
+devices only: what each job did is the ledger stage's (gpulens.agent.accounting), which reads this
+stage's result.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpulens import thresholds
 from gpulens import tips as tip_catalog
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import Job
@@ -35,6 +38,17 @@ class GpuAnalysis:
     jobs: tuple[Job, ...]  # every job holding it, bare processes not yet jobs of their own included
     tips: tuple[RenderedTip, ...] = ()  # best first
     evidence: Mapping[str, float | int | str | bool] = field(default_factory=dict)
+
+
+@dataclass
+class _HeldTips:
+    """A device's tips as last published, the verdict they answer, and a different first pick waiting."""
+
+    verdict: tuple[object, ...]  # state, reason, conditions
+    judged_at: float  # when that verdict was first seen
+    tips: tuple[RenderedTip, ...]
+    waiting: str | None = None  # the first tip id (or "" for none) that differs from the held one
+    since: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -63,13 +77,21 @@ class Analysis:
     default_enabled = True
     description = "job attribution, host and in-job evidence, and the usage verdict of each GPU"
 
-    def __init__(self, sources: NodeSources, diagnoser: Diagnoser | None = None, tips: int = 3):
+    def __init__(
+        self,
+        sources: NodeSources,
+        diagnoser: Diagnoser | None = None,
+        tips: int = 3,
+        tip_dwell: float = thresholds.TIP_DWELL_SECONDS,
+    ):
         self._sources = sources
+        self._tip_dwell = tip_dwell
         self._diagnoser = diagnoser or Diagnoser()
         self._tips = tips
         self._last: dict[str, float] = {}
         self._state_seconds: dict[str, dict[State, float]] = {}
         self._instances: set[str] = set()  # the MIG devices judged last cycle
+        self._held: dict[str, _HeldTips] = {}
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -90,7 +112,7 @@ class Analysis:
             evidence = _evidence(snapshot, gpu, jobs, uuid in allocations, host, reports)
             verdict = self._diagnoser.update(uuid, now, evidence)
             context = _tip_context(gpu, verdict, jobs, host, reports)
-            tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+            tips = self._steady(uuid, verdict, context, now)
             results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
             self._count(uuid, verdict, now)
         instances: dict[str, InstanceAnalysis] = {}
@@ -99,7 +121,7 @@ class Analysis:
             evidence = _instance_evidence(snapshot, gpu, instance, jobs, instance.uuid in allocations, host, reports)
             verdict = self._diagnoser.update(instance.uuid, now, evidence)
             context = _instance_context(gpu, instance, verdict, jobs, host, reports)
-            tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+            tips = self._steady(instance.uuid, verdict, context, now)
             instances[instance.uuid] = InstanceAnalysis(gpu, instance, GpuAnalysis(verdict, tuple(jobs), tips, context))
             self._count(instance.uuid, verdict, now)
         self._forget_instances(set(instances))
@@ -111,6 +133,28 @@ class Analysis:
             clock_offset=snapshot.timestamp - now,
             instances=instances,
         )
+
+    def _steady(
+        self, uuid: str, verdict: Verdict, context: Mapping[str, float | int | str | bool], now: float
+    ) -> tuple[RenderedTip, ...]:
+        """The device's tips: those chosen now, unless the verdict is older than TIP_DWELL_SECONDS (its
+        window of evidence is full) and the first of them differs from the one held, for less than
+        TIP_DWELL_SECONDS so far (docs/tips.md)."""
+        tips = tuple(tip_catalog.tips_for(verdict.reason, verdict.conditions, context, limit=self._tips))
+        key = (verdict.state, verdict.reason, verdict.conditions)
+        held = self._held.get(uuid)
+        if held is None or held.verdict != key:
+            self._held[uuid] = _HeldTips(key, now, tips)
+            return tips
+        first = tips[0].id if tips else ""
+        if first == (held.tips[0].id if held.tips else "") or now - held.judged_at < self._tip_dwell:
+            held.tips, held.waiting = tips, None
+            return tips
+        if held.waiting != first:
+            held.waiting, held.since = first, now
+        if now - held.since >= self._tip_dwell:
+            held.tips, held.waiting = tips, None
+        return held.tips
 
     def _count(self, uuid: str, verdict: Verdict, now: float) -> None:
         """Add the time since the last cycle to the device's current state."""
@@ -124,6 +168,7 @@ class Analysis:
         for uuid in gone:
             self._last.pop(uuid, None)
             self._state_seconds.pop(uuid, None)
+            self._held.pop(uuid, None)
         self._diagnoser.drop(gone)
         self._instances = seen
 

@@ -26,6 +26,12 @@ WINDOW_SECONDS = 60.0
 # judgements, and happen at once.
 DWELL_SECONDS = 15.0
 
+# Under an unchanged verdict (state, reason and conditions), a new first tip replaces the current one only
+# once it was the pick this long, an empty pick included: the evidence's own window, so that a pause or a
+# burst shorter than the window does not rewrite the advice, nor make a new label set of
+# gpulens_gpu_verdict_info each time. A new verdict brings its tips at once: it waited its own dwell.
+TIP_DWELL_SECONDS = WINDOW_SECONDS
+
 # Busy ratio (share of time a kernel runs) at or above which the GPU is kept fed. Below it, a job
 # with input-side evidence is data-starved. 0.8 mirrors DCGM's guidance that SM activity of 0.8 or
 # more is needed for good use.

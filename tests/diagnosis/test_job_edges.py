@@ -1,4 +1,5 @@
-"""The first seconds of a job: a new holder is judged on what it did, and idle is entered and left at once.
+"""The edges of a job's verdict: a new holder is judged on what it did, idle is entered and left at once, and
+a busy GPU's tip holds still through a pause.
 
 A GPU's utilization samples of the cycle in which a process first appears may all predate it (1/6 s
 samples, 1 s cycles): judged "never worked since taken", a busy job used to read idle at once and then
@@ -8,6 +9,7 @@ wait the 15 s dwell to leave it, so short busy jobs were billed idle for most of
 import textwrap
 
 from gpulens.agent.simulator.scenario import parse_scenario
+from gpulens.thresholds import TIP_DWELL_SECONDS
 from gpulens.vocabulary import State
 from tests.conftest import make_agent
 
@@ -54,3 +56,46 @@ def test_a_job_that_waits_before_its_first_kernel_is_idle_for_that_wait_only():
     agent.run(19)
     seconds = agent.sampler.snapshot.analysis.state_seconds[uuid]
     assert 28 <= seconds[State.IDLE] <= 31, dict(seconds)  # the load, not the load and a 15 s dwell
+
+
+def busy_job(occupancy: str, utilization: str = "{constant: 95}") -> str:
+    return textwrap.dedent(f"""\
+        name: small-kernels
+        description: "a busy job of small kernels (low occupancy, no Tensor Cores): torch.compile is its tip"
+        gpus:
+          - model: "NVIDIA H100 80GB HBM3"
+            utilization: {utilization}
+            sm_activity: {{constant: 0.9}}
+            sm_occupancy: {occupancy}
+            tensor_activity: {{constant: 0}}
+            processes: [{{pid: 7000, memory: 60GiB, job: {{kind: slurm, id: "31", user: ola}}}}]
+        """)
+
+
+def verdict_labels(agent) -> set[str]:
+    return {
+        line.rsplit(" ", 1)[0]
+        for line in agent.exposition().splitlines()
+        if line.startswith("gpulens_gpu_verdict_info")
+    }
+
+
+def test_a_busy_gpus_tip_holds_through_a_pause():
+    # Through the 40 s pause the window's evidence points nowhere (no tip); before and after, to torch.compile.
+    text = busy_job("{steps: [[0, 0.05], [120, 0], [160, 0.05]]}", "{steps: [[0, 95], [120, 0], [160, 95]]}")
+    agent = make_agent(parse_scenario(text, "pause.yaml"))
+    seen = set()
+    for _ in range(260):
+        agent.run(1)
+        seen |= verdict_labels(agent)
+    assert len(seen) == 1 and 'tip="torch_compile"' in next(iter(seen)), seen
+
+
+def test_a_tip_changes_once_its_evidence_changed_for_the_window():
+    # The job's kernels fill the SMs from 120 s: nothing left to advise, once that held TIP_DWELL_SECONDS.
+    agent = make_agent(parse_scenario(busy_job("{steps: [[0, 0.05], [120, 0.5]]}"), "fixed.yaml"))
+    agent.run(120 + TIP_DWELL_SECONDS - 5)
+    assert any('tip="torch_compile"' in label for label in verdict_labels(agent))
+    agent.run(TIP_DWELL_SECONDS)
+    [label] = verdict_labels(agent)
+    assert 'state="busy"' in label and 'tip=""' in label, label
