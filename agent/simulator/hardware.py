@@ -115,6 +115,8 @@ class SimulatedGpu:
             # A MIG GPU's engines run what its instances run: its (hidden) utilization, which drives power,
             # clocks and temperature, is their SM activity weighted by their share of the GPU.
             self._util = lambda k: 100.0 * sum(i.spec.share * i.evaluate(k)[1] for i in self.instances)
+        if spec.utilization_from_processes:
+            self._util = self._processes_util
         self._power = _driven(spec.power, key("power"), 0.0, _INF, lambda k, uf: idle + uf * busy_span)
         self._sm = _driven(spec.sm_activity, key("sm_activity"), 0.0, 1.0, lambda k, uf: uf * 0.8)
         self._occupancy = _driven(spec.sm_occupancy, key("sm_occupancy"), 0.0, 1.0, lambda k, sm: sm * 0.5)
@@ -134,6 +136,21 @@ class SimulatedGpu:
             for i, p in enumerate(spec.processes)
         ]
         self._position = {id(p): i for i, p in enumerate(spec.processes)}
+
+    def _processes_util(self, k: int) -> float:
+        """The GPU's utilization from its processes' own `sm_utilization`, added up over those alive in step k.
+
+        NVML's utilization is the share of the sample period in which one or more kernels ran
+        (nvmlUtilization_t.gpu), and each process's `smUtil` (nvmlProcessUtilizationSample_t) its share of
+        that time; contexts of different processes are time-sliced unless MPS runs them side by side, so
+        their shares add up to the GPU's, at most 100.
+        """
+        t = (k - 0.5) * STEP_S  # the middle of the step's window
+        total = 0.0
+        for process, own in zip(self.spec.processes, self.process_sm, strict=True):
+            if own is not None and process.real is None and process.alive(t):
+                total += own(k)
+        return min(total, 100.0)
 
     def _evaluate(self, k: int) -> tuple[float, float, tuple[float, ...], float, float]:
         util = self._util(k)

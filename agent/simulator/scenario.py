@@ -429,6 +429,8 @@ class Gpu:
     process_memory: bool = True  # False: usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (MIG, unprivileged)
     mig_instances: tuple[MigInstance, ...] = ()  # with MIG on: its devices; `processes` holds theirs too
     utilization_from_instances: bool = False  # MIG without a `utilization`: the instances' activity drives it
+    # No `utilization`, and processes with their own `sm_utilization`: theirs, added up while they run, drive it.
+    utilization_from_processes: bool = False
 
 
 @dataclass(frozen=True)
@@ -877,8 +879,18 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     if mig and not mig_capable:
         raise Invalid(_at(where, "mig"), f"{name} does not support MIG; remove mig")
     instances = _mig_instances(described, _at(where, "mig"), name, seed, index) if isinstance(described, list) else ()
-    if instances and "processes" in spec:
-        raise Invalid(_at(where, "processes"), "in MIG mode a process runs in an instance: move it to mig[N].processes")
+    if mig and spec.get("processes"):
+        # On a GPU in MIG mode CUDA runs only in MIG devices (MIG User Guide, "CUDA Device Enumeration"):
+        # a process at the GPU's level cannot exist, with the devices described or not.
+        raise Invalid(
+            _at(where, "processes"),
+            "in MIG mode a process runs in a MIG device: "
+            + (
+                "move it to mig[N].processes"
+                if instances
+                else "describe the devices as a list under mig, with their processes"
+            ),
+        )
     if instances and "allocated_to" in spec:
         raise Invalid(
             _at(where, "allocated_to"),
@@ -947,6 +959,9 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
         processes=processes,
         mig_instances=instances,
         utilization_from_instances=bool(instances) and "utilization" not in spec,
+        utilization_from_processes=(
+            not instances and "utilization" not in spec and any(p.sm_utilization is not None for p in processes)
+        ),
         allocated_to=_optional(spec, "allocated_to", where, _allocation),
         probe=_optional(spec, "probe", where, _probe),
     )

@@ -121,7 +121,8 @@ class Ramp:
 
 @dataclass(frozen=True)
 class Steps:
-    """Piecewise constant: ``values[i]`` from ``times[i]`` on; ``values[0]`` also before ``times[0]``."""
+    """Piecewise constant: ``values[i]`` from ``times[i]`` on; the first time is at most 0 (a scenario's
+    start), so every time has a value that was written down."""
 
     times: tuple[float, ...]
     values: tuple[float, ...]
@@ -254,6 +255,14 @@ def _steps(raw: object, where: str, convert: Converter) -> Steps:
             raise Invalid(f"{at}[0]", f"times must increase; {t:g} follows {times[-1]:g}")
         times.append(t)
         values.append(convert(pair[1], f"{at}[1]"))
+    if times[0] > 0:
+        # What comes before the first step is not guessed: 0 is wrong for a temperature, the first value
+        # for a job that starts later.
+        raise Invalid(
+            f"{where}[0][0]",
+            f"the first step is at {times[0]:g} s and nothing says what comes before; "
+            f"start with a step at 0, e.g. [[0, 0], [{times[0]:g}, ...]]",
+        )
     return Steps(tuple(times), tuple(values))
 
 

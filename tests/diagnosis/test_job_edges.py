@@ -21,8 +21,9 @@ def churn() -> str:
     gpus = "".join(
         textwrap.dedent(f"""\
           - model: "NVIDIA H100 80GB HBM3"
-            utilization: {{square: {{high: 95, period: 20, duty: 0.75, phase: {1 + k / PHASES:.4f}}}}}
-            processes: [{{pid: {7000 + 100 * k}, memory: 1GiB, start: {1 + k / PHASES:.4f}, every: 20, for: 15}}]
+            processes:
+              - {{pid: {7000 + 100 * k}, memory: 1GiB, start: {1 + k / PHASES:.4f}, every: 20, for: 15,
+                 sm_utilization: 95}}
         """)
         for k in range(PHASES)
     )

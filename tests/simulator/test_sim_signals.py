@@ -84,6 +84,7 @@ def test_pure_noise_shape():
         ({"square": {"high": 1, "period": 0, "duty": 0.5}}, "period must be > 0"),
         ({"square": {"high": 1, "period": 2, "duty": 0.5, "phse": 1}}, "unknown key 'phse'"),
         ({"steps": [[0, 1], [0, 2]]}, "times must increase"),
+        ({"steps": [[40, 95]]}, "the first step is at 40 s and nothing says what comes before; start with a step at 0"),
         ({"constant": 5, "noise": -1}, "must be >= 0"),
         ({"constant": "high"}, "expected a number"),
     ],
