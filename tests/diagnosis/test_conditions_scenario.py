@@ -23,7 +23,6 @@ gpus:
     processes: [{pid: 300, memory: 10GiB}]
   - model: NVIDIA A100-SXM4-80GB
     mig: true
-    processes: [{pid: 400, memory: 10GiB}]
 """
 
 

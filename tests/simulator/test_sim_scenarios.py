@@ -181,6 +181,16 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         (body(GOOD_GPU + "\n    not_supported: [powr]"), "gpus[0].not_supported[0]", "did you mean 'power'?"),
         (body(GOOD_GPU + "\n    pcie: {gen: 6, max_gen: 5}"), "gpus[0].pcie.gen", "must be between 1 and 5"),
         (body('model: "Tesla T4"\n    mig: true'), "gpus[0].mig", "Tesla T4 does not support MIG"),
+        (
+            body('model: "NVIDIA A100-SXM4-80GB"\n    mig: true\n    processes: [{pid: 4, memory: 1GiB}]'),
+            "gpus[0].processes",
+            "in MIG mode a process runs in a MIG device: describe the devices as a list under mig",
+        ),
+        (
+            body(H100_MIG + "\n    processes: [{pid: 4, memory: 1GiB}]"),
+            "gpus[0].processes",
+            "in MIG mode a process runs in a MIG device: move it to mig[N].processes",
+        ),
         (body(H100_MIG + "\n      - profile: 2g.10gb"), "gpus[0].mig[1].profile", "choose one of 1g.10gb, "),
         (
             body(H100_MIG + "\n      - profile: 4g.40gb\n      - profile: 1g.10gb"),
