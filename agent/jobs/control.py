@@ -1,10 +1,11 @@
 """The control socket: where jobs that accept trace requests stay connected, so that the agent can ask.
 
-`traces.sock` sits beside the reports socket (`jobs.sock`). A job using gpulens.torch connects at its
-first report with a Unix SOCK_SEQPACKET connection, which keeps message boundaries and tells the
-agent who connected: the kernel's SO_PEERCRED (pid, uid, gid, in the agent's pid namespace), taken at
-connect time, so a job can only ever be asked, or answer, as itself. Connecting needs write
-permission on the socket file and nothing else, so the read-only mount that carries a job's reports
+`traces.sock` sits beside the reports socket (`jobs.sock`; beside another `NAME.sock`, `NAME.traces.sock`,
+so that two agents with their reports sockets in one folder each have their own: `control_path`). A job
+using gpulens.torch connects at its first report with a Unix SOCK_SEQPACKET connection, which keeps message
+boundaries and tells the agent who connected: the kernel's SO_PEERCRED (pid, uid, gid, in the agent's pid
+namespace), taken at connect time, so a job can only ever be asked, or answer, as itself. Connecting needs
+write permission on the socket file and nothing else, so the read-only mount that carries a job's reports
 carries this too.
 
 The agent only sends requests here (`ask`); the job answers on the same connection, and every answer
@@ -26,17 +27,14 @@ from dataclasses import dataclass
 
 from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, TraceUpdate, parse_trace
 from gpulens.agent.jobs.receiver import ReceiverError, innermost_pid, remove_stale
+from gpulens.sockets import control_path
+
+__all__ = ["ControlServer", "NotConnected", "control_path"]
 
 log = logging.getLogger(__name__)
 
-SOCKET_NAME = "traces.sock"
 _UCRED = struct.Struct("iII")
 _POLL_SECONDS = 0.2
-
-
-def control_path(reports_path: str) -> str:
-    """Return the control socket's path for the reports socket at `reports_path` (its sibling)."""
-    return os.path.join(os.path.dirname(reports_path) or ".", SOCKET_NAME)
 
 
 class NotConnected(Exception):

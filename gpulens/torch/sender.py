@@ -8,6 +8,8 @@ import socket
 import time
 from collections.abc import Callable
 
+from gpulens.sockets import control_path as control_path  # where Control connects
+
 DEFAULT_SOCKET_PATH = "/run/gpulens/jobs.sock"
 SOCKET_ENV = "GPULENS_SOCKET"
 
@@ -38,15 +40,9 @@ def send(data: bytes, path: str) -> None:
 
 # -- the control connection: how the agent asks a job for a trace ---------------------------------------
 
-CONTROL_SOCKET_NAME = "traces.sock"
 MAX_CONTROL_BYTES = 8192
 # How long a job waits to connect again after the agent's control socket refused it.
 RETRY_SECONDS = 30.0
-
-
-def control_path(report_path: str) -> str:
-    """Return where the agent accepts control connections: `traces.sock` beside the reports socket."""
-    return os.path.join(os.path.dirname(report_path) or ".", CONTROL_SOCKET_NAME)
 
 
 class Control:

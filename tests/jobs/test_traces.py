@@ -374,3 +374,17 @@ def test_a_trace_directory_the_job_cannot_write_is_named_with_the_fix(agent, soc
     assert run.state == "failed"
     assert f"the trace directory {blocked / 'traces'} cannot be used" in run.reason
     assert "set GPULENS_TRACE_DIR" in run.reason
+
+
+def test_two_agents_with_reports_sockets_in_one_folder_have_control_sockets_of_their_own(tmp_path):
+    assert control_path(str(tmp_path / "jobs.sock")) == str(tmp_path / "traces.sock")  # what older jobs look for
+    first, second = (str(tmp_path / name) for name in ("node-a.sock", "node-b.sock"))
+    servers = [ControlServer(control_path(path), lambda pid, uid, update: None) for path in (first, second)]
+    for server in servers:
+        server.start()  # the second used to find the first's traces.sock there and run without traces
+    try:
+        assert {os.path.basename(s.path) for s in servers} == {"node-a.traces.sock", "node-b.traces.sock"}
+        assert gpulens.torch.sender.control_path(second) == servers[1].path  # the job looks where its agent listens
+    finally:
+        for server in servers:
+            server.stop()
