@@ -221,3 +221,18 @@ def test_an_agent_under_gpulens_sim_is_the_node_that_agent_simulate_runs():
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
+
+
+def test_a_python_that_cannot_be_put_on_the_node_does_not_run_and_says_why():
+    base = os.path.join(sys.base_prefix, "bin", "python3")
+    if sys.prefix == sys.base_prefix or not os.path.exists(base):
+        pytest.skip("needs a Python outside this environment")
+    if subprocess.run([base, "-c", "import gpulens"], capture_output=True, env={}, cwd="/").returncode == 0:
+        pytest.skip(f"{base} has gpulens installed")
+    done = sim("demo", "--", base, "-c", "print('ran off the node')")
+    assert done.returncode == 126, done
+    assert "ran off the node" not in done.stdout
+    [line] = done.stderr.splitlines()
+    assert (
+        line.startswith(f"gpulens sim: {base} cannot import gpulens") and "environment gpulens is installed in" in line
+    )
