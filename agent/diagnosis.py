@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import fmean
 
 from gpulens import thresholds as t
@@ -119,7 +119,13 @@ class Diagnoser:
             track.held_since = now
         if e.busy_ratio is not None and e.busy_ratio > t.IDLE_BUSY_MAX:
             track.last_active = now
-        if _paused(track, now, e):
+        if track.held_since == now:
+            # A new holder: what the GPU did before (free, or another job) is not evidence of it, nor are this
+            # cycle's activity readings, whose samples may predate it (`_judge`). Its own reports and its
+            # host side are.
+            track.window.clear()
+            track.window.append((now, _activity_dropped(e)))
+        elif _paused(track, now, e):
             # A pause says nothing about the workload around it: judging the work that resumes by a
             # window half full of the pause would call healthy work underused.
             track.window.clear()
@@ -162,16 +168,17 @@ class Diagnoser:
             return Reason.NO_PROCESS, {}
         if e.busy_ratio is None:
             return self._without_activity(track, e)
+        if track.held_since == now:
+            # The holder appeared this cycle, and the samples read this cycle straddle its arrival (1/6 s
+            # samples, 1 s cycles): some or all predate it. Judged on them, a busy job started idle or
+            # underutilized and, at 15 s of dwell, a short one stayed so for its whole life.
+            return Reason.NO_DATA, self._evidence_values(track, now, e.busy_ratio, e)
         busy = self._mean(track, "busy_ratio")
         values = self._evidence_values(track, now, busy or 0.0, e)
         if e.busy_ratio <= t.IDLE_BUSY_MAX:
             held_since = track.held_since if track.held_since is not None else now
             last = track.last_active  # never worked since taken, or not for the patience window: idle
             never = last is None or last < held_since
-            if never and held_since == now:
-                # The holder appeared this cycle, and the samples read this cycle may all predate it: they
-                # say nothing of it yet (about one new job in six with 1/6 s samples and 1 s cycles).
-                return Reason.NO_DATA, values
             if never or (last is not None and now - last >= self.settings.idle_patience):
                 return (Reason.NO_KERNELS if e.processes else Reason.ALLOCATED_NO_PROCESS), values
             if busy is None:
@@ -303,6 +310,12 @@ class Diagnoser:
 
 # Evidence only a job's in-job reports give (gpulens.torch); the receiver keeps a report for a minute.
 _REPORTED = frozenset({"data_wait_ratio"})
+
+
+def _activity_dropped(e: Evidence) -> Evidence:
+    """`e` without NVML's activity readings: averages over the cycle, which a holder that appeared in it may
+    not have lived through."""
+    return replace(e, busy_ratio=None, sm_activity=None, sm_occupancy=None, tensor_activity=None, power_ratio=None)
 
 
 def _paused(track: _Track, now: float, e: Evidence) -> bool:

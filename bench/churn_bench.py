@@ -9,7 +9,8 @@ memory, and the CPU time per sampling cycle. The goal (from the issue): series w
 steady state, RSS flat, cycle CPU flat. The steady state (the median over the second half) levels off
 once finished jobs expire, however high, so the series are also compared with the same node's steady
 jobs alone. Then series per GPU on the `demo` node beside dcgm-exporter's default counters and
-nvitop-exporter.
+nvitop-exporter. Last, the verdicts of busy short jobs: GPU-seconds by state on a node where every GPU runs
+a new 15 s job at 95% every 20 s (none should be idle).
 
     python bench/churn_bench.py                            # a simulated hour (about a minute here)
     python bench/churn_bench.py --minutes 10 --json out.json
@@ -151,6 +152,39 @@ def run(minutes: int, folder: str, churn: bool = True, flags: tuple[str, ...] = 
     return records
 
 
+# Busy short jobs: on each of 6 GPUs a new Slurm-like job every 20 s, living 15 s at 95%, their starts spread
+# over the six 1/6 s sample alignments (tests/diagnosis/test_job_edges.py runs the same node for 200 s).
+SHORT_JOB_EVERY, SHORT_JOB_FOR, SHORT_JOB_BUSY, ALIGNMENTS = 20.0, 15.0, 95, 6
+
+
+def short_jobs_scenario() -> str:
+    lines = ["name: short-jobs", "description: a new 15 s job at 95% every 20 s on each GPU", "gpus:"]
+    for k in range(ALIGNMENTS):
+        start = 1 + k / ALIGNMENTS
+        lines += [
+            '  - model: "NVIDIA H100 80GB HBM3"',
+            f"    processes: [{{pid: {7000 + 1000 * k}, memory: 1GiB, start: {start:.4f}, every: {SHORT_JOB_EVERY},"
+            f" for: {SHORT_JOB_FOR}, sm_utilization: {SHORT_JOB_BUSY}}}]",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def short_job_verdicts(minutes: int, folder: str) -> dict[str, float]:
+    """Return the GPU-seconds by state the agent billed busy short jobs over `minutes` simulated minutes."""
+    path = Path(folder, "short-jobs.yaml")
+    path.write_text(short_jobs_scenario())
+    clock, sampler, _ = build_agent(str(path))
+    sampler.cycle()
+    for _ in range(minutes * 60):
+        clock.advance(1.0)
+        sampler.cycle()
+    totals: dict[str, float] = {}
+    for seconds in sampler.snapshot.analysis.state_seconds.values():
+        for state, value in seconds.items():
+            totals[state.value] = totals.get(state.value, 0.0) + value
+    return totals
+
+
 def demo_series() -> int:
     """Return the series the agent exports on the `demo` node (8 GPUs too) after DEMO_CYCLES cycles."""
     clock, sampler, registry = build_agent("demo")
@@ -196,7 +230,9 @@ def nvitop_demo_series() -> int | None:
         process.wait(timeout=30)
 
 
-def report(records: list[Minute], baseline: int, demo: int, nvitop: int | None, wall: float) -> dict:
+def report(
+    records: list[Minute], baseline: int, demo: int, nvitop: int | None, short: dict[str, float], wall: float
+) -> dict:
     n = len(records)
     window = min(10, max(1, n // 2))
     first, last = records[:window], records[-window:]
@@ -231,6 +267,7 @@ def report(records: list[Minute], baseline: int, demo: int, nvitop: int | None, 
         "dcgm_exporter_series_per_gpu": DCGM_EXPORTER_SERIES_PER_GPU,
         "nvitop_exporter_series_per_gpu": (nvitop if nvitop is not None else NVITOP_BENCH8X32_SERIES) / GPUS,
         "nvitop_exporter_measured_on": "demo" if nvitop is not None else "bench8x32 (docs/benchmarks.md)",
+        "short_jobs_state_seconds": short,
     }
     verdict = "within" if summary["max_over_steady"] <= GOAL_RATIO else "over"
     print(
@@ -250,6 +287,14 @@ def report(records: list[Minute], baseline: int, demo: int, nvitop: int | None, 
         f"Series per GPU: gpulens {summary['demo_series_per_gpu']:.1f} (demo, {DEMO_CYCLES} cycles), "
         f"dcgm-exporter {DCGM_EXPORTER_SERIES_PER_GPU} (default counters), nvitop-exporter "
         f"{summary['nvitop_exporter_series_per_gpu']:.1f} ({summary['nvitop_exporter_measured_on']})."
+    )
+    held = sum(v for state, v in short.items() if state != "free")
+    shares = ", ".join(
+        f"{state} {v:.0f} s ({v / held:.1%})" for state, v in sorted(short.items()) if v and state != "free"
+    )
+    print(
+        f"Busy short jobs ({ALIGNMENTS} GPUs, a {SHORT_JOB_FOR:g} s job at {SHORT_JOB_BUSY}% every "
+        f"{SHORT_JOB_EVERY:g} s, {n} minutes): of {held:.0f} held GPU-seconds, {shares}."
     )
     return summary
 
@@ -279,8 +324,10 @@ def main() -> int:
         flags = ("--jobs.export-totals",) if args.export_totals else ()
         records = run(args.minutes, folder, flags=flags)
         baseline = run(BASELINE_MINUTES, folder, churn=False, flags=flags)[-1].series
+        short = short_job_verdicts(args.minutes, folder)
     wall = time.perf_counter() - started
-    summary = report(records, baseline, demo_series(), None if args.skip_nvitop else nvitop_demo_series(), wall)
+    nvitop = None if args.skip_nvitop else nvitop_demo_series()
+    summary = report(records, baseline, demo_series(), nvitop, short, wall)
     if args.json:
         try:
             Path(args.json).write_text(json.dumps({"minutes": [asdict(r) for r in records], **summary}, indent=1))

@@ -6,6 +6,7 @@ import textwrap
 
 from gpulens.agent.simulator.scenario import load_scenario, parse_scenario
 from gpulens.vocabulary import Reason, State
+from tests.agent.test_metrics_doc_claims import kept_when_down, names_of_gpu
 from tests.conftest import make_agent
 from tests.reliability.driver_answers import NODE as THREE  # two training H100s and a free one
 
@@ -144,6 +145,8 @@ def test_a_gpu_whose_every_call_fails_is_unreadable_not_free_nor_a_permission_pr
     assert agent.value("gpulens_gpu_verdict_info", **gpu, state="unknown", reason="gpu_unreadable") == 1
     assert agent.value("gpulens_gpu_read_errors_total", **gpu, collector="processes", error="unknown") >= 5
     assert agent.value("gpulens_gpu_condition", **gpu, condition="lost") is None  # lost is another thing
+    found = names_of_gpu(agent, 2)
+    assert found <= kept_when_down(), found - kept_when_down()  # what docs/metrics.md says it keeps
     assert agent.value("gpulens_gpu_up", **labels(agent, 0)) == 1
     assert (
         agent.value("gpulens_gpu_read_errors_total", **labels(agent, 0), collector="processes", error="unknown") is None
