@@ -105,6 +105,11 @@ def not_running(
         if record.gpus:
             st.markdown("**The GPUs it held**")
             context.table(view.past_gpu_rows(record, gpus), context.DETAILS)
+        tips = view.past_tips(record)
+        if tips:
+            st.markdown("**What to change**")
+            for title, text in tips:
+                st.markdown(f"**Tip: {title}.** {text}")
     report(record.kind if record else kind, job_id)
 
 

@@ -11,6 +11,7 @@ from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, units
 from gpulens.dashboard.views.links import gpu_link, job_link
+from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
 
 
@@ -137,6 +138,11 @@ def past_summary(record: JobRecord, now: float) -> str:
     if record.busy_ratio is not None:
         lines.append(f"A kernel ran {words.percent(record.busy_ratio)} of the sampled time.")
     return "  \n".join(line for line in lines if line)
+
+
+def past_tips(record: JobRecord) -> list[tuple[str, str]]:
+    """Return (title, text) of a past job's tips as its report gives them: about the job as a whole first."""
+    return [(tip_title(tip_id), tip_text(tip_id, use)) for tip_id, use in record.top_tips(3)]
 
 
 def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[dict]:

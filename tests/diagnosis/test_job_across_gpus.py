@@ -14,7 +14,7 @@ import pytest
 from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import fleet, oncall
-from gpulens.dashboard.views.job import job_tips
+from gpulens.dashboard.views.job import job_tips, past_tips
 from gpulens.report.cli import run
 from gpulens.tips import DeviceWork
 from gpulens.tips.jobs import judge
@@ -191,3 +191,19 @@ def test_the_message_to_the_owner_leads_with_the_job_tip():
     [alone] = oncall.flagged(gpus[3], EPOCH + 600, None, {})
     assert "What to do: Give the idle GPU back" in alone.message and "For this GPU" not in alone.message
     assert fleet.job_advice(gpus[1:]) == []  # the idle GPUs alone: idle everywhere, each GPU's tips say it
+
+
+def test_a_past_jobs_page_leads_with_the_job_tip():
+    devices = {f"GPU-{i}": DeviceUse(f"node-a GPU {i}", 600, 570 if i == 0 else 0, 600) for i in range(8)}
+    record = JobRecord(
+        "slurm",
+        "4242",
+        EPOCH,
+        EPOCH + 600,
+        state_seconds={"busy": 600, "idle": 4200},
+        devices=devices,
+        tips={"release_idle_gpu": TipUse(4200, "End the job.")},
+    )
+    tips = past_tips(record)
+    assert tips[0][0] == "Ask for only the GPUs the job uses" and "1 of its 8 GPUs" in tips[0][1]
+    assert tips[1] == ("Give the idle GPU back", "End the job.")
