@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gpulens import thresholds
 from gpulens import tips as tip_catalog
 from gpulens.agent.attribution.hostusage import HostUsage
-from gpulens.agent.attribution.resolver import Job
+from gpulens.agent.attribution.resolver import Job, PodRef
 from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.collectors.mig import MIG_LABELS, MigInstance, mig_labels
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
@@ -102,6 +102,7 @@ class Analysis:
         # GPU's aggregate list needs privileges the agent lacks.
         slices = [(gpu, instance) for gpu in snapshot.gpus if gpu.up for instance in gpu.readings.get("mig") or ()]
         slice_jobs = {instance.uuid: self._jobs_in(instance) for _, instance in slices}
+        _add_allocated(gpu_jobs, slice_jobs, allocations=allocations)
         everyone = (*gpu_jobs.values(), *slice_jobs.values())
         roots = sorted({pid for jobs in everyone for job in jobs for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
@@ -257,6 +258,34 @@ class _VerdictFamilies:
 
     def families(self) -> tuple[Metric, ...]:
         return (self.state, self.seconds, self.since, self.verdict, self.evidence)
+
+
+def _add_allocated(*devices: dict[str, list[Job]], allocations: Mapping[str, PodRef] | None = None) -> None:
+    """Name the holder of each device the scheduler allocated that runs no process: the pod, as the job its
+    processes elsewhere on the node are (by pod UID), else by `namespace/pod`; its user is not known (the
+    kubelet names no user, and no process says one). The device is billed to it and its holder exported."""
+    if not allocations:
+        return
+    pods = {(job.namespace, job.pod): job for jobs in devices for held in jobs.values() for job in held if job.pod}
+    for jobs in devices:
+        for uuid, held in jobs.items():
+            ref = allocations.get(uuid)
+            if held or ref is None:
+                continue
+            known = pods.get((ref.namespace, ref.pod))
+            if known is not None:
+                jobs[uuid] = [replace(known, pids=())]
+            else:
+                pod = Job(
+                    kind="kubernetes",
+                    id=f"{ref.namespace}/{ref.pod}",
+                    user="",
+                    uid=None,
+                    namespace=ref.namespace,
+                    pod=ref.pod,
+                    container=ref.container,
+                )
+                jobs[uuid] = [pod]
 
 
 def needs_action(verdict: Verdict) -> bool:

@@ -113,8 +113,13 @@ class SimulatedSources:
                 if holder is not None:
                     allocated[uuid] = holder
                 for process in processes:
-                    if process.job and process.job.kind == "kubernetes" and process.job.pod:
-                        allocated.setdefault(uuid, process.job)
+                    # A pod holds its devices while it is active: once its process (its container) has ended
+                    # the pod is terminal, and the kubelet lists active pods only (kubernetes/kubernetes#79409;
+                    # 1.26 kubelets still listed terminal ones, #119423). `allocated_to` is a pod that lives
+                    # without a process on the device.
+                    job = process.job
+                    if job and job.kind == "kubernetes" and job.pod and (process.real or process.alive(now)):
+                        allocated.setdefault(uuid, job)
         return {uuid: PodRef(j.namespace, j.pod, j.container) for uuid, j in allocated.items()}
 
     def host_usage(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:
