@@ -22,7 +22,9 @@ _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
 NUMBER = ",.3~r"
 # Every value axis reaches at least 1 in its unit: a flat line at zero lies on the axis, not alone at its top.
 _AT_LEAST_ONE = alt.Scale(domain={"unionWith": [0, 1]})
-_STATE_SCALE = alt.Scale(domain=_STATES, range=[words.STATE_COLOR[s.value] for s in words.STATE_ORDER])
+_STATE_SCALE = alt.Scale(
+    domain=[*_STATES, words.LOST], range=[*(words.STATE_COLOR[s.value] for s in words.STATE_ORDER), words.LOST_COLOR]
+)
 
 
 def _index(gpu: str) -> int:
@@ -54,7 +56,7 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
             x2="right:Q",
             y=alt.Y("node:N", sort=nodes, title="node"),
             color=alt.Color(
-                "state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom", columns=6)
+                "state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom", columns=7)
             ),
             tooltip=["node", "gpu", "slice", "state", "reason", "owner", "model"],
         )

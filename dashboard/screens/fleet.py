@@ -7,6 +7,7 @@ import streamlit as st
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import fleet as view
 from gpulens.dashboard.views import words
+from gpulens.words import plural
 
 # How far back wasted GPU-hours are counted, seconds.
 WINDOWS = {3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours", 7 * 86400: "7 days"}
@@ -14,7 +15,11 @@ WINDOWS = {3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours", 7 * 86400
 # list is for the filters to narrow, not for a person to scroll.
 DETAILED = 20
 LISTED = 1000
-MIG_COUNT = "; a MIG slice counts by its share of its GPU (a 1g slice of an A100 is 1/7)"
+SUMMARY = 5  # flagged GPUs in the one-line-each summary above the map
+MIG_COUNT = (
+    "; a MIG slice counts by its share of its GPU (a 1g slice of an A100 is 1/7), and the part of a MIG GPU "
+    "that no slice covers counts as free"
+)
 
 source = context.source()
 context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to do.", source)
@@ -47,6 +52,8 @@ def fleet() -> None:
     now = time.time()
 
     st.subheader(f"{len(shown)} GPUs by state")
+    if any(g.slices for g in shown):
+        st.caption("GPUs in MIG mode count by their slices' shares (a 1g slice of an A100 is 1/7); the counts add up.")
     for column, count in zip(st.columns(6), view.state_counts(shown), strict=True):
         column.metric(count.name, words.count(count.count), help=count.meaning + MIG_COUNT)
     wasted = view.wasted_total(shown)
@@ -55,11 +62,22 @@ def fleet() -> None:
         f"**{words.gpu_hours(wasted)} wasted** (idle, starved for data or underused) "
         f"{answer.value.wasted_over}.  \n"
         + (
-            "**Health:** " + ", ".join(f"{n} GPU(s) {what}" for what, n in health)
+            "**Health:** " + "; ".join(f"{what}: {plural(n, 'GPU')}" for what, n in health)
             if health
             else "**Health:** no GPU reports a hardware problem."
         )
     )
+
+    # The evidence and memory behind the verdicts, for the GPUs written out in full.
+    ranked = view.ranked(shown)
+    detail = context.detail(source, ranked[:DETAILED])
+    with notices:
+        context.banner((*answer.problems, *detail.problems))
+    flagged = view.flagged([*detail.value, *ranked[DETAILED : DETAILED + LISTED]], now, detailed=DETAILED)
+    if flagged:
+        # A line each for the first few, above the map, so that the first is in view without scrolling.
+        st.subheader(f"Look at these first ({len(ranked):,} flagged: failures, then the most GPU-hours wasted)")
+        context.table(view.summary_rows(flagged[:SUMMARY]), context.DETAILS)
 
     if len(shown) > view.MAP_BY_NODE_ABOVE:
         st.subheader("Every node, by the share of its GPUs flagged")
@@ -72,13 +90,7 @@ def fleet() -> None:
         st.subheader("Every GPU, by node")
         context.draw(charts.heatmap(view.heatmap_rows(shown)))
 
-    # The evidence and memory behind the verdicts, for the GPUs written out in full.
-    ranked = view.ranked(shown)
-    detail = context.detail(source, ranked[:DETAILED])
-    with notices:
-        context.banner((*answer.problems, *detail.problems))
-    flagged = view.flagged([*detail.value, *ranked[DETAILED : DETAILED + LISTED]], now, detailed=DETAILED)
-    st.subheader(f"Flagged GPUs ({len(ranked):,}), most GPU-hours wasted first")
+    st.subheader(f"Flagged GPUs ({len(ranked):,}): failures first, then the most GPU-hours wasted")
     if not flagged:
         st.success("No GPU is wasted or unhealthy right now.")
     for row in flagged[:DETAILED]:
@@ -96,7 +108,7 @@ def fleet() -> None:
     if len(flagged) > DETAILED:
         more = len(ranked) - DETAILED
         st.caption(
-            f"{more:,} more flagged GPUs"
+            f"{more:,} more flagged {'GPU' if more == 1 else 'GPUs'}"
             + (
                 f"; the {LISTED:,} most wasted of them are listed, narrow the rest with the filters above"
                 if more > LISTED

@@ -14,7 +14,7 @@ from gpulens import tips
 from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link
-from gpulens.vocabulary import WASTED_STATES, State
+from gpulens.vocabulary import WASTED_STATES, Condition, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
 
@@ -109,11 +109,17 @@ class StateCount:
 
 
 def state_counts(gpus: Iterable[FleetGpu]) -> list[StateCount]:
-    """Return how many GPUs are in each state (MIG slices by their share), every state listed, wasted first."""
+    """Return how many GPUs are in each state (MIG slices by their share), every state listed, wasted first.
+
+    They add up to the GPUs: the part of a GPU in MIG mode that no slice covers is free capacity, and counts
+    as free (`parts` leaves it out of GPU-hours, where it runs nothing)."""
     counts: dict[str, float] = defaultdict(float)
     for g in gpus:
-        for part, share in parts(g):
+        split = parts(g)
+        for part, share in split:
             counts[part.state] += share
+        if g.slices:
+            counts[State.FREE.value] += max(0.0, 1.0 - sum(share for _, share in split))
     return [
         StateCount(s.value, words.state_name(s.value), counts.get(s.value, 0), words.STATE_MEANING[s.value])
         for s in words.STATE_ORDER
@@ -151,7 +157,7 @@ def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | float]]:
                     "start": start,
                     "end": start + share,
                     "slice": f"{part.mig_profile} ({share:.0%} of the GPU)" if part.mig_profile else "",
-                    "state": words.state_name(part.state),
+                    "state": words.LOST if is_lost(part) else words.state_name(part.state),
                     "reason": words.reason_text(part.reason),
                     "owner": words.owner(part.user, part.namespace) or "nobody",
                     "model": g.model,
@@ -219,6 +225,11 @@ class Flagged:
     link: str
 
 
+def is_lost(gpu: FleetGpu) -> bool:
+    """A GPU off the bus: drawn apart from the GPUs whose state is merely not known."""
+    return Condition.LOST.value in gpu.conditions or (not gpu.up and gpu.reason == "gpu_lost")
+
+
 def is_flagged(gpu: FleetGpu) -> bool:
     """A GPU or MIG slice is flagged when it is wasted, lost, or has a health condition."""
     return gpu.state in WASTED or bool(gpu.conditions) or not gpu.up
@@ -279,11 +290,46 @@ def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:
     return (tips.render(gpu.tip, context), *rest[: limit - 1])
 
 
+# Failures, gravest first: a GPU gone or unreadable, then broken memory and driver errors. They lead the
+# flagged list whatever their waste: a lost GPU wastes no GPU-hours, and is the first thing to fix.
+FAILURES = tuple(c.value for c in tips.CONDITION_ORDER[: tips.CONDITION_ORDER.index(Condition.XID_RECENT) + 1])
+
+
+def failure_rank(unit: FleetGpu) -> int:
+    """0 for a GPU down (lost or unreadable), then by FAILURES; len(FAILURES) for one with no failure."""
+    if not unit.up:
+        return 0
+    return min((FAILURES.index(c) for c in unit.conditions if c in FAILURES), default=len(FAILURES))
+
+
+def summary_rows(rows: Sequence[Flagged]) -> list[dict]:
+    """Return a line each for flagged GPUs: where, its state, why, whose, and the GPU-hours wasted."""
+    return [
+        {
+            "GPU": f"{r.node} {r.name}",
+            "state": r.state,
+            "why": r.why,
+            "held by": r.job + (f" ({r.owner})" if r.owner else "") if r.job else "",
+            "wasted GPU-hours": round(r.wasted_seconds / 3600, 2),
+            "details": r.link,
+        }
+        for r in rows
+    ]
+
+
 def ranked(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
-    """Return the flagged GPUs and MIG slices, the most GPU-hours wasted first, then the longest in their state."""
+    """Return the flagged GPUs and MIG slices: failures first (`failure_rank`), then the most GPU-hours wasted,
+    then the longest in their state."""
     return sorted(
         (u for u in units(gpus) if is_flagged(u)),
-        key=lambda u: (-gpu_seconds_wasted(u), u.since if u.since else float("inf"), u.node, u.gpu.zfill(4), u.uuid),
+        key=lambda u: (
+            failure_rank(u),
+            -gpu_seconds_wasted(u),
+            u.since if u.since else float("inf"),
+            u.node,
+            u.gpu.zfill(4),
+            u.uuid,
+        ),
     )
 
 

@@ -49,6 +49,11 @@ STATE_COLOR = {
     State.UNKNOWN.value: "#9e9e9e",
 }
 
+# A GPU off the bus is drawn apart from the other unknowns (a MIG GPU whose slices are not known, an agent
+# starting): it is a failure, not a lack of data.
+LOST = "Lost"
+LOST_COLOR = "#212121"
+
 REASON_TEXT = {
     Reason.NO_PROCESS.value: "no process on it",
     Reason.NO_KERNELS.value: "a process holds it but has run no work for a while",

@@ -142,7 +142,8 @@ def test_a_large_fleet_is_mapped_by_node_and_a_node_filter_brings_its_gpus_back(
     page = text(at)
     assert "Every node, by the share of its GPUs flagged" in page and "2,400 GPUs are too many" in page
     assert "Flagged GPUs (1,800)" in page and "1,780 more flagged GPUs; the 1,000 most wasted" in page
-    assert len(at.dataframe[0].value) == 1000
+    assert len(at.dataframe[0].value) == 5  # a line each for the first flagged, above the map
+    assert len(at.dataframe[-1].value) == 1000
     at.multiselect(key="node").select("node-0007").run()
     assert not at.exception
     assert "Every GPU, by node" in text(at) and "Flagged GPUs (3)" in text(at)
@@ -233,11 +234,18 @@ def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
     assert metrics["Waits for data"] == "72%"
     assert metrics["Device memory in use"] == "30 GiB"
     page = text(at)
-    assert "slurm job 81234" in page
+    assert "slurm job 81234" in page and "Owner: user **carol**" in page  # whose, in its first lines
     assert "PyTorch holds 22 GiB in tensors and has reserved 28 GiB" in page
     assert "Tip: Add DataLoader workers." in page
     assert "gpulens report job 81234" in page and "--format html" in page
     assert charts(at) == 1
+
+
+def test_a_pods_job_page_is_headed_by_its_pod_and_names_its_owner():
+    at = run("job", FakeSource(), kind="kubernetes", id="job-bob")
+    page = text(at)
+    assert "kubernetes pod jupyter-bob" in page and "kubernetes job id: `job-bob`" in page
+    assert "Owner: user **bob**; pod **research/jupyter-bob**; on node-a." in page
 
 
 def test_job_page_links_to_the_report_url_pattern(monkeypatch):
@@ -288,7 +296,7 @@ def test_picking_a_running_job_instead_of_a_link_to_a_finished_one_opens_it():
     at.selectbox(key="job_instead").select(("kubernetes", "job-bob")).run()
     assert not at.exception
     assert query_params(at) == {"kind": "kubernetes", "id": "job-bob"}
-    assert "kubernetes job job-bob" in text(at) and "is not running" not in text(at)
+    assert "kubernetes pod jupyter-bob" in text(at) and "is not running" not in text(at)
 
 
 def test_a_job_link_without_a_kind_opens_the_running_job_with_that_id():

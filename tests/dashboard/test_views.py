@@ -350,3 +350,32 @@ def test_a_job_on_a_mig_slice_holds_its_share():
     (row,) = job.job_list([JobSummary("slurm", "88240", {"underutilized": 3600 / 7}, ("node-c",))], [MIG_GPU])
     assert row["GPUs now"] == 0.14 and row["user"] == "fay"
     assert job.job_tips(held)[0][2] == "node-c GPU 2 · 1g.10gb slice"
+
+
+def test_failures_lead_the_flagged_list_whatever_their_waste():
+    wasted = replace(GPUS[1], wasted_seconds=30 * 86400.0)  # a month of waste
+    lost = FleetGpu(node="z", gpu="3", uuid="L", up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
+    ecc = replace(GPUS[0], node="y", uuid="E", conditions=("ecc_uncorrected",))
+    throttled = replace(GPUS[0], node="x", uuid="T", conditions=("thermal_throttle",))
+    order = [u.uuid for u in fleet.ranked([throttled, wasted, ecc, lost])]
+    assert order[:2] == ["L", "E"], order  # gone, then broken memory; then waste, however small a failure's
+    rows = fleet.summary_rows(fleet.flagged([throttled, wasted, ecc, lost], NOW)[:2])
+    assert [r["GPU"] for r in rows] == ["z GPU 3", f"y GPU {ecc.gpu}"] and rows[0]["details"]
+
+
+def test_state_counts_add_up_to_the_gpus_mig_slices_by_share():
+    gpus = (*GPUS, MIG_GPU)
+    counts = fleet.state_counts(gpus)
+    assert sum(c.count for c in counts) == pytest.approx(len(gpus))
+    covered = sum(s.share for s in MIG_GPU.slices)
+    assert covered < 1  # the fake's MIG GPU leaves capacity uncarved, counted free
+
+
+def test_a_lost_gpu_is_drawn_apart_from_the_unknown_ones():
+    lost = FleetGpu(node="n", gpu="3", uuid="L", up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
+    starting = FleetGpu(node="n", gpu="4", uuid="S", state="unknown", reason="no_data")
+    states = [row["state"] for row in fleet.heatmap_rows([lost, starting])]
+    assert states == ["Lost", words.state_name("unknown")]
+    chart, _ = charts.heatmap(fleet.heatmap_rows([lost, starting]))
+    scale = chart.to_dict()["encoding"]["color"]["scale"]
+    assert scale["range"][scale["domain"].index("Lost")] == words.LOST_COLOR
