@@ -159,7 +159,9 @@ def job_page() -> None:
         context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems))
     held = list(detail.value)
 
-    st.subheader(f"{kind} job {job_id}")
+    first = held[0] if held else None
+    st.subheader(f"{kind} pod {first.pod}" if first and first.pod else f"{kind} job {job_id}")
+    st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if first and first.pod else ""))
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)
     columns = st.columns(4)

@@ -20,6 +20,22 @@ def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[Fleet
     return [u for u in units(gpus) if u.job_kind == job_kind and u.job_id == job_id]
 
 
+def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:
+    """Return whose the job is, in words, from what the agents know of its holder: user, Slurm account,
+    Kubernetes namespace, pod and container, and the nodes it runs on. A field nobody knows is said so."""
+    first = held[0] if held else None
+    user = first.user if first else ""
+    parts = [f"user **{user}**" if user else "user not known (no process of it names one)"]
+    if first is not None and first.account:
+        parts.append(f"account **{first.account}**")
+    if first is not None and first.pod:
+        pod = f"{first.namespace}/{first.pod}" if first.namespace else first.pod
+        parts.append(f"pod **{pod}**" + (f", container {first.container}" if first.container else ""))
+    if job.nodes:
+        parts.append(f"on {', '.join(job.nodes)}")
+    return "Owner: " + "; ".join(parts) + "."
+
+
 def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[dict]:
     """Return one row per job: who, where, GPUs, GPU-hours and the share wasted; most wasted first."""
     gpus = list(gpus)

@@ -72,9 +72,11 @@ def flagged(
 def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
     """Return who to contact about a GPU or a MIG slice, as (what, value) rows, from its holder as the agent
     attributes it; what the agent cannot know is said, never guessed."""
+    trouble = hardware_trouble(unit)
+    first = (("send to", f"the node's administrators: the hardware ({trouble})"),) if trouble else ()
     if not unit.job_id:
-        return (("holder", "no job holds it: a matter for the node's administrators"),)
-    rows = [("user", unit.user or "not known (the agent could not read the process's owner)")]
+        return first or (("holder", "no job holds it: a matter for the node's administrators"),)
+    rows = [*first, ("user", unit.user or "not known (the agent could not read the process's owner)")]
     if unit.job_kind == "kubernetes":
         if unit.pod:
             rows.append(("Kubernetes pod", f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod))
@@ -99,6 +101,15 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
     else:
         rows.append((f"{unit.job_kind or 'job'}", unit.job_id))
     return tuple(rows)
+
+
+def hardware_trouble(unit: FleetGpu) -> str:
+    """Return the GPU's hardware or driver problems in words ("" for none): the node's administrators' to fix,
+    whatever the job on it does."""
+    problems = [words.condition_text(c) for c in unit.conditions]
+    if not unit.up and "lost" not in unit.conditions:
+        problems.append("it does not answer the driver")
+    return "; ".join(dict.fromkeys(problems))
 
 
 def holder(unit: FleetGpu) -> str:
@@ -147,8 +158,18 @@ def message(
     then the GPU's own top tip."""
     what = f"{row.name} on {row.node}" + (f" ({row.model})" if row.model else "")
     meaning = words.STATE_MEANING.get(unit.state, "")
-    lines = [f"{what} is {row.state.lower()}" + (f" — {meaning}." if meaning else ".")]
-    if row.why:
+    trouble = hardware_trouble(unit)
+    if trouble:
+        # The hardware first, in its own words: "busy — healthy use" would read as all is well.
+        lines = [f"{what} has a hardware problem: {trouble}.", f"Its use: {row.state.lower()}."]
+        lines.append(
+            "For: the node's administrators"
+            + (", and the job's owner, whose job it slows" if unit.job_id else "")
+            + "."
+        )
+    else:
+        lines = [f"{what} is {row.state.lower()}" + (f" — {meaning}." if meaning else ".")]
+    if row.why and not trouble:
         lines.append(f"Why: {row.why}.")
     lines.append(f"Since: {since_text(unit.since, now)}.")
     if row.evidence:

@@ -93,10 +93,22 @@ def test_a_pod_the_agent_could_not_name_and_a_container_it_could():
 
 def test_a_hot_free_gpu_is_the_admins_and_a_busy_one_is_not_flagged():
     (item,) = oncall.flagged(HOT, NOW, PAGE_URL, {})
-    assert item.contact == (("holder", "no job holds it: a matter for the node's administrators"),)
-    assert "Why: slowed down by heat." in item.message and "Job report" not in item.message
-    assert item.message.startswith("GPU 1 on node-b (NVIDIA A100-SXM4-80GB) is free — ")
+    assert item.contact == (("send to", "the node's administrators: the hardware (slowed down by heat)"),)
+    assert "Job report" not in item.message
+    first, use, to = item.message.splitlines()[:3]
+    assert first == "GPU 1 on node-b (NVIDIA A100-SXM4-80GB) has a hardware problem: slowed down by heat."
+    assert use == "Its use: free." and to == "For: the node's administrators."
     assert oncall.flagged(BUSY, NOW, PAGE_URL, {}) == []
+
+
+def test_a_hot_busy_gpu_is_worded_as_hardware_and_sent_to_the_admins_first():
+    hot_busy = replace(BUSY, conditions=("thermal_throttle",))
+    (item,) = oncall.flagged(hot_busy, NOW, PAGE_URL, {})
+    assert "healthy use" not in item.message
+    assert item.message.splitlines()[0].endswith("has a hardware problem: slowed down by heat.")
+    assert "For: the node's administrators, and the job's owner, whose job it slows." in item.message
+    assert item.contact[0] == ("send to", "the node's administrators: the hardware (slowed down by heat)")
+    assert ("user", BUSY.user) in item.contact
 
 
 def test_a_mig_gpu_is_flagged_through_its_wasted_slices_each_with_its_own_holder():
