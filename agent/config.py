@@ -296,7 +296,7 @@ SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(Ag
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        raise ConfigError(f"{usage_problem(message)} (see 'gpulens agent --help')")
+        raise ConfigError(f"{usage_problem(message)}; run 'gpulens agent --help'")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -292,7 +292,15 @@ def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> No
 
 def dashboard_main(argv: Sequence[str]) -> int:
     """`gpulens dashboard --prometheus URL | --agents URL[,URL...] [--port N]`."""
-    parser = OneLineParser(prog="gpulens dashboard", description="Serve the dashboard over Prometheus or the agents.")
+    parser = OneLineParser(
+        prog="gpulens dashboard",
+        description="Serve the dashboard over Prometheus or the agents.",
+        epilog="examples:\n"
+        "  gpulens dashboard --prometheus http://prometheus:9090 --alertmanager http://alertmanager:9093\n"
+        "  gpulens dashboard --agents http://node-a:10906,http://node-b:10906\n"
+        "without a GPU or a fleet: gpulens demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
     source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -73,6 +74,31 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`gpulens rules | head`): say nothing more, and keep Python from reporting
+        # the failed flush at exit (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _scenarios(argv: Sequence[str]) -> int:
+    parser = OneLineParser(
+        prog="gpulens scenarios",
+        description="List the built-in simulated nodes, a line each: its name, then what it shows.",
+        epilog="example: gpulens scenarios; then gpulens agent --simulate demo, or gpulens sim demo -- nvitop -1",
+    )
+    parser.parse_args(argv)
+    from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
+
+    for name in builtin_scenarios():
+        print(f"{name:14} {load_scenario(name).description}")
+    return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
@@ -96,11 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
     if command == "scenarios":
-        from gpulens.agent.simulator.scenario import builtin_scenarios, load_scenario
-
-        for name in builtin_scenarios():
-            print(f"{name:14} {load_scenario(name).description}")
-        return 0
+        return _scenarios(rest)
     print(f"gpulens: unknown command {command!r}; run 'gpulens --help' for the list", file=sys.stderr)
     return 2
 

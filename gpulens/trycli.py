@@ -139,7 +139,7 @@ def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO, pr
             signals.command_ended = True
             _listen(signals, host, runs)
         receiver.stop()  # handles the reports still queued: the last one often comes as the command exits
-        conclude(runs, host, receiver.counters(), err)
+        conclude(runs, host, receiver.counters(), err, code)
     finally:
         receiver.stop()
         _remove(folder)
@@ -302,20 +302,28 @@ class HostWatch:
         )
 
 
-def conclude(runs: Runs, host: HostWatch, counters: dict[str, int], err: TextIO) -> None:
-    """Print the verdict and tips for each process that reported, or the one line that says why there are none."""
+def conclude(runs: Runs, host: HostWatch, counters: dict[str, int], err: TextIO, code: int = 0) -> None:
+    """Print the verdict and tips for each process that reported, or the one line that says why there are none
+    (`code`: the command's exit status)."""
     from gpulens.agent.analysis import job_verdict
 
     whole = runs.whole()
     if not whole:
-        print(silence(counters), file=err)
+        print(silence(counters, code), file=err)
     for pid, (report, reports) in whole.items():
         print("\n".join(describe(report, reports, job_verdict(report, host.usage(pid)))), file=err)
 
 
-def silence(counters: dict[str, int]) -> str:
-    """Return the line for a command none of whose processes had a report accepted: the cause and the fix."""
+def silence(counters: dict[str, int], code: int = 0) -> str:
+    """Return the line for a command none of whose processes had a report accepted: the cause and the fix. A
+    command that failed (`code` not 0) and sent nothing most likely died before its first step, wrapped or not."""
     dropped = {name: n for name, n in counters.items() if name not in ("received", "accepted") and n}
+    if not dropped and code:
+        return (
+            f"gpulens try: the command failed (exit status {code}) before its first report, so there is nothing "
+            "to judge; fix the error it printed above and run it again (a loop not wrapped yet: "
+            f"{FIX.removeprefix('wrap the training loader as ')})"
+        )
     if not dropped:
         return f"gpulens try: the command sent no report, so there is nothing to judge; {FIX}"
     causes = join(f"{n} {name.replace('_', ' ')}" for name, n in sorted(dropped.items()))

@@ -52,7 +52,7 @@ class Unavailable(RuntimeError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        raise UsageError(f"{usage_problem(message)} (see 'gpulens probe --help')")
+        raise UsageError(f"{usage_problem(message)}; run 'gpulens probe --help'")
 
 
 def build_parser() -> argparse.ArgumentParser:

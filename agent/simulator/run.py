@@ -45,7 +45,7 @@ _installed: tuple[Scenario, SharedClock] | None = None
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not a usage dump
-        raise ConfigError(f"{usage_problem(message)} (see 'gpulens sim --help')")
+        raise ConfigError(f"{usage_problem(message)}; run 'gpulens sim --help'")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -13,6 +13,7 @@ import calendar
 import importlib.util
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -47,7 +48,7 @@ class UsageError(ValueError):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
-        raise UsageError(f"{usage_problem(message)} (see 'gpulens report --help')")
+        raise UsageError(f"{usage_problem(message)}; run 'gpulens report --help'")
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -91,7 +92,21 @@ def _parse_time(text: str, flag: str, now: float) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpulens report", description="GPU usage reports per job and per team.")
+    parser = _Parser(
+        prog="gpulens report",
+        description=textwrap.fill(
+            "GPU usage reports per job and per team. Each reads one source: --ledger PATH (an agent's job "
+            f"ledger; without a source given, this node's, {DEFAULT_LEDGER}, where there is one), --agent URL "
+            "(running agents) or --prometheus URL (one that scrapes the agents).",
+            78,
+        ),
+        epilog="examples:\n"
+        "  gpulens report job 81234 --agent http://node-a:10906\n"
+        "  gpulens report fleet --since 7d --by user --prometheus http://prometheus:9090\n"
+        "  gpulens report trend --since 30d --ledger /var/lib/gpulens/ledger.sqlite\n"
+        "'gpulens report job --help' (or fleet, trend) lists each one's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", metavar="job ID | fleet | trend")
     job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
     job.add_argument(

@@ -146,12 +146,21 @@ def test_a_loop_over_32_batches_is_32_steps():
 
 
 def test_a_command_that_never_reports_is_told_how_to_add_instrument_in_one_line():
+    run = gpulens_try("--", sys.executable, "-c", "pass")
+    _, stderr = run.communicate(timeout=30)
+    assert run.returncode == 0
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("gpulens try: the command sent no report")
+    assert "gpulens.torch.instrument(loader" in last
+
+
+def test_a_command_that_fails_before_its_first_report_is_told_to_fix_its_error_first():
     run = gpulens_try("--", sys.executable, "-c", "import sys; sys.exit(4)")
     _, stderr = run.communicate(timeout=30)
     assert run.returncode == 4
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("gpulens try: the command sent no report")
-    assert "gpulens.torch.instrument(loader" in last
+    assert last.startswith("gpulens try: the command failed (exit status 4) before its first report")
+    assert "fix the error it printed above" in last
 
 
 @pytest.mark.parametrize(
@@ -217,7 +226,7 @@ def test_ctrl_c_without_a_terminal_is_passed_to_the_command_and_the_run_is_still
     run.send_signal(signal.SIGINT)
     _, stderr = run.communicate(timeout=30)
     assert run.returncode == 7  # the command's own handler ran, and its status is gpulens's
-    assert "the command sent no report" in stderr and "Traceback" not in stderr
+    assert "the command failed (exit status 7) before its first report" in stderr and "Traceback" not in stderr
 
 
 def test_a_command_ended_by_a_signal_exits_as_a_shell_says():
