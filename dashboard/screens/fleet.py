@@ -100,7 +100,11 @@ def fleet() -> None:
                 + (f" for {row.for_how_long}" if row.for_how_long else "")
                 + f" — {words.gpu_hours(row.wasted_seconds)} wasted  \n"
                 + f"Why: {row.why}  \n"
-                + (f"Job: {row.job}" + (f" (owner: {row.owner})" if row.owner else "") + "  \n" if row.job else "")
+                + (
+                    f"Job: [{row.job}]({row.job_link})" + (f" (owner: {row.owner})" if row.owner else "") + "  \n"
+                    if row.job
+                    else ""
+                )
                 + (f"Evidence: {row.evidence}" if row.evidence else "")
             )
             for tip in row.tips:

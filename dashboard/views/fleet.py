@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from gpulens import tips
 from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.links import gpu_link
+from gpulens.dashboard.views.links import gpu_link, job_link
 from gpulens.vocabulary import WASTED_STATES, Condition, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
@@ -223,6 +223,7 @@ class Flagged:
     tips: tuple[tips.RenderedTip, ...]  # written out for the first `detailed` rows only
     tip_title: str  # the first tip's title, for every row
     link: str
+    job_link: str = ""  # the job's page, where a job holds it
 
 
 def is_lost(gpu: FleetGpu) -> bool:
@@ -344,7 +345,8 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
         written = gpu_tips(g) if detailed is None or i < detailed else ()
         title = written[0].title if written else (tips.CATALOG[g.tip].title if g.tip in tips.CATALOG else "")
         why = [words.reason_text(g.reason)] if g.state not in (State.BUSY.value, State.FREE.value) else []
-        why += [words.condition_text(c) for c in g.conditions]
+        # A lost GPU's reason says it fell off the bus: its `lost` condition would say it again.
+        why += [words.condition_text(c) for c in g.conditions if not (c == "lost" and g.reason == "gpu_lost")]
         if not g.up and "lost" not in g.conditions:
             why.append("not answering")
         rows.append(
@@ -363,6 +365,7 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
                 tips=written,
                 tip_title=title,
                 link=gpu_link(g.node, g.gpu),
+                job_link=job_link(g.job_kind, g.job_id) if g.job_id else "",
             )
         )
     return rows

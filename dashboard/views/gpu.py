@@ -219,12 +219,16 @@ def unknown_link(node: str | None, gpu: str | None, nodes: Sequence[str], gpus_o
     and the page must not show another GPU in its place."""
     if node and node not in nodes:
         return (
-            f"Node {node} reports no GPU to this dashboard now: its agent is down or unreachable, or the node "
-            "left the fleet (the banner above says which agents failed). Pick a node below, or see the Alerts page."
+            f"Node {node} reports no GPU to this dashboard now: its name in the link is mistyped, the node left the "
+            "fleet, or its agent is down or unreachable (a source that failed is named in a banner on this page). "
+            "Pick a node below."
         )
     if node and gpu and gpu not in gpus_on_node:
+        listed = ", ".join(sorted(gpus_on_node, key=lambda i: i.zfill(4)))
         return (
-            f"Node {node} reports no GPU {gpu} now: the GPU fell off the bus or was taken out (see the node's "
-            "GpulensGpuLost and GpulensGpuMissing alerts). Pick a GPU below."
+            f"Node {node} lists no GPU {gpu} now (its GPUs: {listed}): the link is mistyped, or the driver no "
+            "longer lists that GPU (taken out, or gone from the bus so long that it was dropped: the node's "
+            "GpulensGpuMissing alert). A GPU that fell off the bus stays listed, its loss on its own page. "
+            "Pick a GPU below."
         )
     return None

@@ -210,7 +210,7 @@ def test_gpu_page_without_a_link_starts_on_the_first_node():
     ("query", "said"),
     [
         ({"node": "node-x", "gpu": "1"}, "Node node-x reports no GPU to this dashboard now"),
-        ({"node": "node-a", "gpu": "9"}, "Node node-a reports no GPU 9 now"),
+        ({"node": "node-a", "gpu": "9"}, "Node node-a lists no GPU 9 now (its GPUs: 0, 1): the link is mistyped"),
     ],
 )
 def test_a_link_to_a_node_or_gpu_the_source_lacks_says_so_and_shows_no_other_gpu(query, said):

@@ -379,3 +379,9 @@ def test_a_lost_gpu_is_drawn_apart_from_the_unknown_ones():
     chart, _ = charts.heatmap(fleet.heatmap_rows([lost, starting]))
     scale = chart.to_dict()["encoding"]["color"]["scale"]
     assert scale["range"][scale["domain"].index("Lost")] == words.LOST_COLOR
+
+
+def test_a_lost_gpu_says_it_fell_off_the_bus_once():
+    lost = FleetGpu(node="n", gpu="3", uuid="L", up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
+    [row] = fleet.flagged([lost], NOW)
+    assert row.why.count("fell off the bus") == 1, row.why
