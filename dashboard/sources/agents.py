@@ -30,6 +30,7 @@ from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, Sample
 from gpulens.dashboard.sources.base import (
+    LOST_STATE,
     PAST_JOB_DAYS,
     Alerts,
     Answer,
@@ -102,7 +103,9 @@ def _history_point(now: float, samples: list[Sample]) -> _Point:
         if s.name in _KEPT:
             values.setdefault(s.labels.get("gpu", ""), {})[s.name.removeprefix("gpulens_gpu_")] = s.value
         elif s.name == "gpulens_gpu_state" and s.value == 1:
-            states[s.labels.get("gpu", "")] = s.labels.get("state", "unknown")
+            states.setdefault(s.labels.get("gpu", ""), s.labels.get("state", "unknown"))
+        elif s.name == "gpulens_gpu_condition" and s.labels.get("condition") == "lost" and s.value == 1:
+            states[s.labels.get("gpu", "")] = LOST_STATE  # off the bus: more than its unknown verdict
         elif s.name in ("gpulens_job_torch_allocated_bytes", "gpulens_job_torch_reserved_bytes"):
             gpu = index_of.get(s.labels.get("gpu_uuid", ""))
             if gpu is not None:
@@ -235,14 +238,16 @@ class AgentsSource:
                 GpuHistory(node, gpu, start, end, {}, ()),
                 (SourceProblem(f"node {node}", "is not one of the agents this dashboard reads"),),
             )
-        points = [p for p in ring if p.time >= start and gpu in p.values]
+        # A lost GPU has no readings but a state: its scrapes are kept, so that its loss stays on the timeline.
+        points = [p for p in ring if p.time >= start and (gpu in p.values or gpu in p.states)]
         series: dict[str, list[tuple[float, float]]] = {}
         for p in points:
-            for name, value in p.values[gpu].items():
+            for name, value in p.values.get(gpu, {}).items():
                 if name not in _COUNTERS:
                     series.setdefault(name, []).append((p.time, value))
         busy = []
-        for before, after in zip(points, points[1:], strict=False):
+        read = [p for p in points if gpu in p.values]
+        for before, after in zip(read, read[1:], strict=False):
             b0, b1 = before.values[gpu], after.values[gpu]
             sampled = b1.get("sampled_seconds_total", 0.0) - b0.get("sampled_seconds_total", 0.0)
             if sampled > 0 and "busy_seconds_total" in b0 and "busy_seconds_total" in b1:

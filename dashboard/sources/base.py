@@ -92,6 +92,10 @@ class Fleet:
 Point = tuple[float, float]  # (seconds since the epoch, value)
 
 
+# A GPU's state in its history while it was off the bus (condition `lost`), where its verdict reads unknown.
+LOST_STATE = "lost"
+
+
 @dataclass(frozen=True)
 class GpuHistory:
     """One GPU over a time range: each series by name, in base units; the state timeline.
@@ -107,7 +111,8 @@ class GpuHistory:
     start: float
     end: float
     series: Mapping[str, tuple[Point, ...]]
-    states: tuple[tuple[float, str], ...]  # (time, state) at each sample, oldest first
+    # (time, state) at each sample, oldest first: a State value, or LOST_STATE while the GPU was off the bus
+    states: tuple[tuple[float, str], ...]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.assemble import Sample
 from gpulens.dashboard.sources.base import (
+    LOST_STATE,
     PAST_JOB_DAYS,
     Alerts,
     Answer,
@@ -261,7 +262,9 @@ class PrometheusSource:
             f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
             f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])"
         )
-        states = f"gpulens_gpu_state{{{where}}} == 1"
+        # Off the bus, a GPU's verdict is unknown; its `lost` condition says more, and is what its timeline shows:
+        # one query brings both (the condition's samples carry a `condition` label).
+        states = f'gpulens_gpu_condition{{{where}, condition="lost"}} == 1 or gpulens_gpu_state{{{where}}} == 1'
         # In-job series carry the GPU's UUID as `gpu_uuid`; summed over the GPU's processes.
         torch = (
             'sum by (series) (label_replace({__name__=~"gpulens_job_torch_(allocated|reserved)_bytes", '
@@ -282,8 +285,13 @@ class PrometheusSource:
             series["busy_ratio"] = _points(item)
         for item in results["torch"] or ():
             series[item["metric"].get("series", "torch")] = _points(item)
+        found = results["states"] or ()
+        off = {t for item in found if "condition" in item["metric"] for t, _ in _points(item)}
         timeline = sorted(
-            (t, item["metric"].get("state", "unknown")) for item in results["states"] or () for t, _ in _points(item)
+            (t, LOST_STATE if t in off else item["metric"].get("state", "unknown"))
+            for item in found
+            if "condition" not in item["metric"]
+            for t, _ in _points(item)
         )
         if results["gauges"] == [] and results["states"] == []:
             problems.append(SourceProblem(self.name, f"has no series for GPU {gpu} on node {node} in this time range"))

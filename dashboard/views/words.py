@@ -10,6 +10,7 @@ import math
 from collections.abc import Mapping
 
 from gpulens import thresholds as t
+from gpulens.dashboard.sources.base import LOST_STATE
 from gpulens.vocabulary import Condition, Reason, State
 
 # The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
@@ -109,6 +110,8 @@ EVIDENCE_THRESHOLDS = {
 
 
 def state_name(state: str) -> str:
+    if state == LOST_STATE:  # in a GPU's history, the times it was off the bus
+        return LOST
     return STATE_NAME.get(state, state or "Unknown")
 
 

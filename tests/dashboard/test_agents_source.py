@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
+from gpulens.dashboard.views import gpu as gpu_view
 from tests.conftest import make_agent
 from tests.dashboard.conftest import served
 from tests.dashboard.httpfake import fake_server
@@ -129,3 +130,19 @@ def test_agent_lists_parse_names_and_refuse_mistakes():
     ):
         with pytest.raises(ConfigError, match=said):
             parse_agents(bad)
+
+
+def test_a_lost_gpus_history_keeps_its_loss_on_the_timeline():
+    faults = make_agent("faults")  # GPU 3 is off the bus from 60 s to 120 s
+    clock = Clock()
+    with served(faults) as url:
+        source = AgentsSource({"faults": url}, history_seconds=600, interval=10, clock=clock)
+        for _ in range(16):
+            faults.run(10)
+            clock.now += 10
+            source.refresh()
+        history = source.gpu_history("faults", "3", 3600).value
+    states = [state for _, state in history.states]
+    assert states.count("lost") >= 5, states  # 60 s off the bus, scraped every 10 s
+    assert states[0] != "lost" and states[-1] != "lost"  # before and after, its verdicts
+    assert "Lost" in {segment.state for segment in gpu_view.timeline(history)}
