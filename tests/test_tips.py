@@ -760,3 +760,10 @@ def test_every_tip_writes_and_scores_as_kept():
         assert got["contexts"][name] == want["contexts"][name], name
     changed = [i for i, (a, b) in enumerate(zip(got["sweep_sha256"], want["sweep_sha256"], strict=True)) if a != b]
     assert not changed, f"evidence sets {changed} of the sweep render differently: {_sweep()[changed[0]]}"
+
+
+@pytest.mark.parametrize("tip_id", sorted(CATALOG))
+def test_no_tip_speaks_in_metric_names(tip_id):
+    # A tip is read by the person paged and the job's owner, on a page that has the states already.
+    for evidence in ({}, HEAVY, LIGHT):
+        assert "gpulens_" not in render(tip_id, evidence).text, tip_id

@@ -96,9 +96,10 @@ _MIG_GUIDE = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/index.html
 )
 def _mig_slices_text(f: Facts) -> str:
     return (
-        "This GPU is split into MIG instances and NVML reports no utilization for it as a whole, so gpulens "
-        "judges each instance on its own: gpulens_mig_state and gpulens_mig_verdict_info give each slice's "
-        "state, reason and tip, under the GPU's uuid as gpu_uuid. `nvidia-smi mig -lgi` lists the instances."
+        "This GPU is split into MIG slices and NVML reports no utilization for it as a whole, so gpulens "
+        "judges each slice on its own, as if it were a GPU: look at the slices' states, whose jobs hold them "
+        "and their tips (the GPU's page lists them), not at the GPU's. `nvidia-smi mig -lgi` lists the "
+        "instances on the node."
     )
 
 
