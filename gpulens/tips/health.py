@@ -123,7 +123,7 @@ def _lost_text(f: Facts) -> str:
 def _unreadable_text(f: Facts) -> str:
     return (
         "The GPU is still listed, but every NVML call on it failed, so nothing about its use can be known; "
-        "gpulens_gpu_read_errors_total names each failing collector and its error. Run "
+        "the agent's log and its read-error counts name each failing call and its error. Run "
         '`nvidia-smi -q -i INDEX` on the node: "Unknown Error" or ERR! fields mean the GPU needs a reset '
         "(`nvidia-smi -r -i INDEX` once its jobs are gone) or the node a reboot; check the kernel log for an "
         "Xid, and if it comes back after a reset, collect `nvidia-bug-report.sh`."

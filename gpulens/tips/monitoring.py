@@ -74,8 +74,8 @@ def _nvml_text(f: Facts) -> str:
 def _processes_unknown_text(f: Facts) -> str:
     return (
         "The agent could not list this GPU's processes, so it cannot tell a held GPU from a free one. "
-        "The agent's log names the NVML call and its error once, and the processes collector's "
-        "success metric (gpulens_collector_success) is 0 while it lasts. In a container, a "
+        "The agent's log names the NVML call and its error once, and its processes collector reports "
+        "failing while it lasts. In a container, a "
         "MIG-enabled GPU lists processes only to a privileged caller; otherwise compare "
         "`nvidia-smi` and the driver version with the nvidia-ml-py the agent runs "
         "(`pip show nvidia-ml-py`), and upgrade the agent if the driver is newer than it knows."
