@@ -194,7 +194,10 @@ def gpu_page() -> None:
     st.subheader(f"Node {node}")
     context.table(view.node_rows(on_node, node, now))
 
-    st.subheader(f"GPU {gpu} on {node}: {words.state_name(current.state)}")
+    st.subheader(f"GPU {gpu} on {node}: {view.headline(current)}")
+    if current.job_id and not current.slices:
+        page = job_link(current.job_kind, current.job_id)
+        st.markdown(f"Held by {oncall.holder(current)}: [open the job's page]({page})")
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
         + (f", for {words.duration(now - current.since)}" if current.since else "")
@@ -214,9 +217,8 @@ def gpu_page() -> None:
     start, end = view.span(data)
     shown = (end - start).total_seconds()
     st.markdown(
-        f"**State over the last {RANGES[seconds]}**"
-        if shown >= seconds - 1
-        else f"**State over the last {words.duration(shown)}** (the history this source has so far)"
+        f"**State over the last {words.duration(shown)}**"
+        + ("" if shown >= seconds - 1 else " (the history this source has so far)")
     )
     segments = view.timeline(data)
     if segments:
@@ -242,8 +244,6 @@ def gpu_page() -> None:
         st.caption("Its MIG slices are held one by one: their holders are listed with them above.")
     elif holders:
         context.table(holders)
-        if current.job_id:
-            st.markdown(f"[Open the job's page]({job_link(current.job_kind, current.job_id)})")
     else:
         st.caption("No job or process holds this GPU.")
     context.updated(now)

@@ -213,6 +213,22 @@ def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
     ]
 
 
+def headline(gpu: FleetGpu) -> str:
+    """Return the GPU's state for its page's heading: a GPU in MIG mode by its slices ("MIG, 4 slices: 2 busy,
+    1 idle, 1 free"), whose own verdict only says it is split."""
+    if not gpu.slices:
+        return words.state_name(gpu.state)
+    counts: dict[str, int] = {}
+    for part in gpu.slices:
+        counts[part.state] = counts.get(part.state, 0) + 1
+    order = [s.value for s in words.STATE_ORDER]
+    parts = ", ".join(
+        f"{n} {words.state_name(state).lower()}"
+        for state, n in sorted(counts.items(), key=lambda item: order.index(item[0]) if item[0] in order else 99)
+    )
+    return f"MIG, {len(gpu.slices)} slices: {parts}"
+
+
 def unknown_link(node: str | None, gpu: str | None, nodes: Sequence[str], gpus_on_node: Sequence[str]) -> str | None:
     """Return what the page says of a link to a node or GPU the source does not have now, or None when the
     link names one it has (or names none): an alert on a lost GPU or a node whose agent is down links here,

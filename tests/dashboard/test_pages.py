@@ -109,7 +109,7 @@ def test_the_gpu_page_lists_a_mig_gpus_slices(mig_agent):
     with served(mig_agent) as url:
         at = run("gpu", AgentsSource({"mig": url}), node="mig", gpu="1")
     page = text(at)
-    assert "GPU 1 on mig: Unknown" in page and "split into MIG slices" in page
+    assert "GPU 1 on mig: MIG, 4 slices: 1 free, 3 unknown" in page and "split into MIG slices" in page
     assert "Its MIG slices (4)" in page and "Tip: Read each MIG slice's verdict." in page
     slices = at.dataframe[1].value
     assert list(slices["slice"]) == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
@@ -364,3 +364,11 @@ def test_without_a_configured_source_the_page_says_how_to_start_it(monkeypatch):
     at.run()
     assert not at.exception
     assert "gpulens dashboard --prometheus URL" in at.error[0].value
+
+
+def test_the_gpu_page_names_its_holder_under_its_heading_with_the_job_link():
+    at = run("gpu", FakeSource(), node="node-a", gpu="1")
+    page = text(at)
+    heading = page.index("GPU 1 on node-a: Idle")
+    held = page.index("Held by user bob, Kubernetes pod research/jupyter-bob: [open the job's page](job?")
+    assert heading < held
