@@ -38,15 +38,28 @@ def fleet() -> None:
         return
     options = view.filter_options(gpus)
     columns = st.columns(4)
+
+    def pick(column, label: str, choices: tuple[str, ...], key: str, **extra) -> tuple[str, ...]:
+        """A filter kept in the page's address, so that a link or a reload shows the same GPUs."""
+        linked = [v for v in st.query_params.get_all(key) if v in choices]
+        if key not in st.session_state and linked:
+            st.session_state[key] = linked
+        chosen = tuple(column.multiselect(label, choices, key=key, **extra))
+        if list(chosen) != st.query_params.get_all(key):
+            st.query_params[key] = list(chosen)
+        return chosen
+
     filters = view.Filters(
-        nodes=tuple(columns[0].multiselect("Node", options.nodes, key="node")),
-        namespaces=tuple(
-            columns[1].multiselect(
-                "Namespace", options.namespaces, key="namespace", help="Kubernetes namespace of the job holding the GPU"
-            )
+        nodes=pick(columns[0], "Node", options.nodes, "node"),
+        namespaces=pick(
+            columns[1],
+            "Namespace",
+            options.namespaces,
+            "namespace",
+            help="Kubernetes namespace of the job holding the GPU",
         ),
-        users=tuple(columns[2].multiselect("User", options.users, key="user")),
-        models=tuple(columns[3].multiselect("GPU model", options.models, key="model")),
+        users=pick(columns[2], "User", options.users, "user"),
+        models=pick(columns[3], "GPU model", options.models, "model"),
     )
     shown = view.apply(gpus, filters)
     now = time.time()

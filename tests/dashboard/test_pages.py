@@ -372,3 +372,12 @@ def test_the_gpu_page_names_its_holder_under_its_heading_with_the_job_link():
     heading = page.index("GPU 1 on node-a: Idle")
     held = page.index("Held by user bob, Kubernetes pod research/jupyter-bob: [open the job's page](job?")
     assert heading < held
+
+
+def test_fleet_filters_are_kept_in_the_address_and_read_back_from_it():
+    at = run("fleet", FakeSource())
+    at.multiselect(key="user").select("carol").run()
+    assert not at.exception
+    assert query_params(at)["user"] == "carol"
+    linked = run("fleet", FakeSource(), user="carol")  # the same address, opened anew
+    assert linked.multiselect(key="user").value == ["carol"] and "Flagged GPUs (1)" in text(linked)
