@@ -170,7 +170,8 @@ class JobAccounting:
 
         def add(job: Job, device: str, elapsed: float, cycle: JobRecord) -> None:
             key = (job.kind, job.id)
-            jobs[key] = job
+            if job.pids or key not in jobs:  # a pod's device without a process says nothing of its processes
+                jobs[key] = job
             held.setdefault(key, set()).add(device)
             elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
             deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle

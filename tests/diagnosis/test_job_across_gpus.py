@@ -207,3 +207,27 @@ def test_a_past_jobs_page_leads_with_the_job_tip():
     tips = past_tips(record)
     assert tips[0][0] == "Ask for only the GPUs the job uses" and "1 of its 8 GPUs" in tips[0][1]
     assert tips[1] == ("Give the idle GPU back", "End the job.")
+
+
+def test_a_pods_gpu_without_a_process_is_the_same_job_as_its_busy_one():
+    uid = "0c1d2e3f-0000-4000-8000-000000000042"
+    pod = f"{{kind: kubernetes, id: {uid}, user: ana, namespace: ml, pod: ft-0, container: t}}"
+    text = textwrap.dedent(f"""\
+        name: pod-two-gpus
+        description: a pod that holds two GPUs and computes on one
+        gpus:
+          - model: "NVIDIA H100 80GB HBM3"
+            utilization: {{constant: 95}}
+            processes: [{{pid: 900, memory: 30GiB, job: {pod}, host: {{main_cpu: 0.9, workers: 2}}}}]
+          - model: "NVIDIA H100 80GB HBM3"
+            allocated_to: {pod}
+        """)
+    agent = make_agent(parse_scenario(text, "pod-two-gpus.yaml"), ledger="")
+    agent.run(120, step=5.0)
+    holders = [line for line in agent.exposition().splitlines() if line.startswith("gpulens_gpu_allocation_info{")]
+    assert len(holders) == 2 and all('job_id="0c1d2e3f-0000-4000-8000-000000000042"' in h for h in holders), holders
+    labels = {"job_kind": "kubernetes", "job_id": "0c1d2e3f-0000-4000-8000-000000000042"}
+    assert agent.value("gpulens_job_gpus", **labels) == 2
+    assert agent.value("gpulens_job_cpu_cores_used", **labels) is not None  # its processes' host side stays
+    [record] = agent.accounting.records()
+    assert record.top_tips(1)[0][0] == "request_fewer_gpus"
