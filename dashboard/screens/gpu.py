@@ -202,8 +202,12 @@ def gpu_page() -> None:
         f"{current.model} — {words.reason_text(current.reason)}"
         + (f", for {words.duration(now - current.since)}" if current.since else "")
         + ".  \n"
-        + (f"Evidence: {words.evidence_text(current.evidence)}.  \n" if current.evidence else "")
-        + (f"Health: {', '.join(words.condition_text(c) for c in current.conditions)}." if current.conditions else "")
+        + (f"Evidence: {evidence}.  \n" if (evidence := words.evidence_text(current.evidence)) else "")
+        + (
+            f"Health: {', '.join(words.condition_text(c, current.evidence) for c in current.conditions)}."
+            if current.conditions
+            else ""
+        )
     )
     for tip in fleet_view.gpu_tips(current):
         st.markdown(f"**Tip: {tip.title}.** {tip.text}")

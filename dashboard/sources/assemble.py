@@ -67,6 +67,9 @@ class Sample(NamedTuple):
 
 
 GpuKey = tuple[str, str, str]  # (instance, gpu, uuid); a MIG slice's: its GPU's index, its own UUID
+# Xid events by code: the highest code seen becomes the `xid` evidence, which names the Xid and what to do
+# (gpulens.tips.XID_MEANINGS) where a GPU has the `xid_recent` condition; the agent's tips read the same.
+XID_ERRORS = "gpulens_gpu_xid_errors_total"
 
 # The per-GPU series the fleet view joins, with the time wasted that the source computes.
 _FLEET_SERIES = frozenset(
@@ -78,6 +81,7 @@ _FLEET_SERIES = frozenset(
         "gpulens_gpu_allocation_info",
         "gpulens_gpu_condition",
         "gpulens_gpu_diagnosis_evidence",
+        XID_ERRORS,
         "gpulens_gpu_memory_used_bytes",
         "gpulens_gpu_memory_total_bytes",
         "gpulens_mig_info",
@@ -137,6 +141,16 @@ class _Found:
     conditions: dict[GpuKey, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
+def _add_evidence(evidence: dict[str, float], s: Sample) -> None:
+    """Add a verdict's evidence sample, or an Xid count, whose highest code seen is the `xid` evidence."""
+    if s.name != XID_ERRORS:
+        evidence[s.labels.get("evidence", "")] = s.value
+        return
+    code = s.labels.get("xid", "")
+    if s.value > 0 and code.isascii() and code.isdigit():
+        evidence["xid"] = max(evidence.get("xid", 0), int(code))
+
+
 def _read(samples: Iterable[Sample]) -> _Found:
     found = _Found()
     for s in samples:
@@ -166,8 +180,8 @@ def _read(samples: Iterable[Sample]) -> _Found:
         elif name == "gpulens_gpu_condition":
             if s.value == 1:
                 found.conditions[key].add(s.labels.get("condition", ""))
-        elif name == "gpulens_gpu_diagnosis_evidence":
-            found.evidence[key][s.labels.get("evidence", "")] = s.value
+        elif name in ("gpulens_gpu_diagnosis_evidence", XID_ERRORS):
+            _add_evidence(found.evidence[key], s)
         elif name == "gpulens_gpu_allocation_info":
             for label in _HOLDER:
                 row[label] = s.labels.get(label, "")

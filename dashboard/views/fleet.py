@@ -346,7 +346,8 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
         title = written[0].title if written else (tips.CATALOG[g.tip].title if g.tip in tips.CATALOG else "")
         why = [words.reason_text(g.reason)] if g.state not in (State.BUSY.value, State.FREE.value) else []
         # A lost GPU's reason says it fell off the bus: its `lost` condition would say it again.
-        why += [words.condition_text(c) for c in g.conditions if not (c == "lost" and g.reason == "gpu_lost")]
+        said = [c for c in g.conditions if not (c == "lost" and g.reason == "gpu_lost")]
+        why += [words.condition_text(c, g.evidence) for c in said]
         if not g.up and "lost" not in g.conditions:
             why.append("not answering")
         rows.append(

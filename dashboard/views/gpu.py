@@ -159,7 +159,8 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
             "model": g.model,
             "state": words.state_name(g.state),
             "why": words.reason_text(g.reason),
-            "health": ", ".join(words.condition_text(c) for c in g.conditions) or ("not answering" if not g.up else ""),
+            "health": ", ".join(words.condition_text(c, g.evidence) for c in g.conditions)
+            or ("not answering" if not g.up else ""),
             "owner": words.owner(g.user, g.namespace),
             "job": words.job_label(g.job_kind, g.job_id, g.pod),
             "in this state for": words.duration(now - g.since) if g.since else "",

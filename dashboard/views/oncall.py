@@ -106,7 +106,7 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
 def hardware_trouble(unit: FleetGpu) -> str:
     """Return the GPU's hardware or driver problems in words ("" for none): the node's administrators' to fix,
     whatever the job on it does."""
-    problems = [words.condition_text(c) for c in unit.conditions]
+    problems = [words.condition_text(c, unit.evidence) for c in unit.conditions]
     if not unit.up and "lost" not in unit.conditions:
         problems.append("it does not answer the driver")
     return "; ".join(dict.fromkeys(problems))

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from gpulens import thresholds as t
 from gpulens.dashboard.sources.base import LOST_STATE
+from gpulens.tips import XID_MEANINGS
 from gpulens.vocabulary import Condition, Reason, State
 
 # The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
@@ -119,7 +120,11 @@ def reason_text(reason: str) -> str:
     return REASON_TEXT.get(reason, reason.replace("_", " "))
 
 
-def condition_text(condition: str) -> str:
+def condition_text(condition: str, evidence: Mapping[str, float] | None = None) -> str:
+    """Return a health condition in words; a recent Xid by its code and meaning where `evidence` has it."""
+    xid = (evidence or {}).get("xid")
+    if condition == Condition.XID_RECENT.value and xid is not None and int(xid) in XID_MEANINGS:
+        return f"Xid {int(xid)}, {XID_MEANINGS[int(xid)][0]}, in the last 10 minutes"
     return CONDITION_TEXT.get(condition, condition.replace("_", " "))
 
 

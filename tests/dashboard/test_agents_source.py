@@ -142,6 +142,9 @@ def test_a_lost_gpus_history_keeps_its_loss_on_the_timeline():
             clock.now += 10
             source.refresh()
         history = source.gpu_history("faults", "3", 3600).value
+        lost = next(g for g in source.fleet(3600).value.gpus if g.gpu == "3")
+    # Its Xid is read by code, so that the pages can name it and what to do.
+    assert lost.evidence.get("xid") == 79 and "xid_recent" in lost.conditions
     states = [state for _, state in history.states]
     assert states.count("lost") >= 5, states  # 60 s off the bus, scraped every 10 s
     assert states[0] != "lost" and states[-1] != "lost"  # before and after, its verdicts

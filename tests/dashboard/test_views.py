@@ -385,3 +385,12 @@ def test_a_lost_gpu_says_it_fell_off_the_bus_once():
     lost = FleetGpu(node="n", gpu="3", uuid="L", up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
     [row] = fleet.flagged([lost], NOW)
     assert row.why.count("fell off the bus") == 1, row.why
+
+
+def test_a_recent_xid_is_named_by_its_code_and_meaning():
+    xid = replace(GPUS[0], conditions=("xid_recent",), evidence={**GPUS[0].evidence, "xid": 79.0})
+    [row] = fleet.flagged([xid], NOW)
+    assert "Xid 79, GPU has fallen off the bus, in the last 10 minutes" in row.why
+    tips = fleet.gpu_tips(xid, limit=3)
+    assert any("79" in tip.text for tip in tips)  # the lookup tip quotes it, with what to do
+    assert words.condition_text("xid_recent") == "a driver error (Xid) in the last 10 minutes"  # code unknown
