@@ -18,7 +18,8 @@ def alerts_page() -> None:
     if not answer.value.supported:
         st.info(
             "Alerts need Prometheus: this dashboard reads the agents directly, and the agents do not "
-            "evaluate alert rules. Start it with `gpulens dashboard --prometheus URL` to see them."
+            "evaluate alert rules. Start it with `gpulens dashboard --prometheus URL` to see them (the demo: "
+            "`gpulens demo --prometheus`, where Prometheus is installed)."
         )
         return
     now = time.time()

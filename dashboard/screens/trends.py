@@ -32,8 +32,9 @@ def trends_page() -> None:
     if report is None or report.total.held <= 0:
         if report is not None or not answer.problems:
             st.info(
-                f"No GPU-hours held in the last {days} days. The agents' ledgers (or Prometheus) hold what the "
-                "trend reads; a newly started fleet has none yet."
+                f"No GPU-hours held in the {days} days up to {time.strftime('%H:%M', time.localtime(until))}: the "
+                "trend ends at the last whole hour, from the agents' ledgers (or Prometheus). A fleet (or a demo) "
+                "started since then has none in it yet; the Fleet page counts from its start."
             )
         return
     kind, sentence = view.headline(report)

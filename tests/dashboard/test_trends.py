@@ -53,7 +53,7 @@ def test_a_source_that_cannot_tell_says_why_once():
 
 def test_a_period_without_gpu_hours_says_so():
     at = run("trends", FakeSource(trend_runs=()))
-    assert "No GPU-hours held in the last 30 days" in at.info[0].value
+    assert "No GPU-hours held in the 30 days up to " in at.info[0].value and "last whole hour" in at.info[0].value
 
 
 def test_a_source_that_raises_costs_the_page_a_banner():
