@@ -102,7 +102,7 @@ class Analysis:
         # GPU's aggregate list needs privileges the agent lacks.
         slices = [(gpu, instance) for gpu in snapshot.gpus if gpu.up for instance in gpu.readings.get("mig") or ()]
         slice_jobs = {instance.uuid: self._jobs_in(instance) for _, instance in slices}
-        _add_allocated(gpu_jobs, slice_jobs, allocations=allocations)
+        _add_allocated(allocations, gpu_jobs, slice_jobs)
         everyone = (*gpu_jobs.values(), *slice_jobs.values())
         roots = sorted({pid for jobs in everyone for job in jobs for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
@@ -260,7 +260,7 @@ class _VerdictFamilies:
         return (self.state, self.seconds, self.since, self.verdict, self.evidence)
 
 
-def _add_allocated(*devices: dict[str, list[Job]], allocations: Mapping[str, PodRef] | None = None) -> None:
+def _add_allocated(allocations: Mapping[str, PodRef], *devices: dict[str, list[Job]]) -> None:
     """Name the holder of each device the scheduler allocated that runs no process: the pod, as the job its
     processes elsewhere on the node are (by pod UID), else by `namespace/pod`; its user is not known (the
     kubelet names no user, and no process says one). The device is billed to it and its holder exported."""

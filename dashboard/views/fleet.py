@@ -50,6 +50,11 @@ def units(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
     return result
 
 
+def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[FleetGpu]:
+    """Return the GPUs and MIG slices the job holds now."""
+    return [u for u in units(gpus) if u.job_kind == job_kind and u.job_id == job_id]
+
+
 def parts(gpu: FleetGpu) -> tuple[tuple[FleetGpu, float], ...]:
     """Return what the GPU's time is spent as, each with its share of the GPU: the GPU itself, or its slices.
 

@@ -9,15 +9,10 @@ from dataclasses import dataclass
 
 from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, units
+from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
 from gpulens.dashboard.views.links import gpu_link, job_link
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
-
-
-def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[FleetGpu]:
-    """Return the GPUs and MIG slices the job holds now."""
-    return [u for u in units(gpus) if u.job_kind == job_kind and u.job_id == job_id]
 
 
 def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:

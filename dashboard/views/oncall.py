@@ -55,7 +55,7 @@ def flagged(
     it); `environ` the dashboard's settings, for the report's link or command; `fleet_gpus` the GPUs known,
     among which the message finds the holder's other GPUs, to lead with what the job as a whole should change.
     """
-    known = fleet.units(fleet_gpus)
+    known = tuple(fleet_gpus)
     rows = fleet.flagged([gpu], now)
     units = fleet.ranked([gpu])
     return [
@@ -63,7 +63,14 @@ def flagged(
             unit=unit,
             name=f"{row.name} on {row.node}",
             contact=contact(unit),
-            message=message(unit, row, now, page_url, environ, _held_with(unit, known)),
+            message=message(
+                unit,
+                row,
+                now,
+                page_url,
+                environ,
+                fleet.job_gpus(known, unit.job_kind, unit.job_id) if unit.job_id else (),
+            ),
         )
         for unit, row in zip(units, rows, strict=True)
     ]
@@ -134,13 +141,6 @@ def since_text(since: float | None, now: float) -> str:
         return "not known"
     when = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"{when} ({words.duration(now - since)} ago)"
-
-
-def _held_with(unit: FleetGpu, known: Sequence[FleetGpu]) -> list[FleetGpu]:
-    """The GPUs and slices held now by the job that holds `unit` (itself included)."""
-    if not unit.job_id:
-        return []
-    return [g for g in known if g.job_kind == unit.job_kind and g.job_id == unit.job_id]
 
 
 def message(
