@@ -50,7 +50,7 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     )
     return (
         alt.Chart(frame)
-        .mark_rect(stroke="white", strokeWidth=1)
+        .mark_rect(stroke="white", strokeWidth=1, cursor="pointer")
         .encode(
             x=alt.X("left:Q", title="GPU on the node", scale=alt.Scale(domain=[0, len(gpus)], nice=False), axis=axis),
             x2="right:Q",
@@ -59,6 +59,7 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
                 "state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom", columns=7)
             ),
             tooltip=["node", "gpu", "slice", "state", "reason", "owner", "model"],
+            href="link:N",  # a click opens the GPU's page
         )
     ), 28 * len(nodes) + 160
 
@@ -70,7 +71,7 @@ def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     lines = sorted(frame["line"].unique())
     return (
         alt.Chart(frame)
-        .mark_rect(stroke="white", strokeWidth=1)
+        .mark_rect(stroke="white", strokeWidth=1, cursor="pointer")
         .encode(
             x=alt.X("column:O", axis=None),
             y=alt.Y("line:N", sort=lines, title="nodes, from"),
@@ -81,6 +82,7 @@ def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
                 legend=alt.Legend(orient="bottom", format="%"),
             ),
             tooltip=["node", "GPUs", "flagged", "states", "model"],
+            href="link:N",  # a click opens the node's page
         )
     ), 18 * len(lines) + 120
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 import yaml
 
 from gpulens import bundled
+from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.cli import OneLineParser
 from gpulens.credentials import (
     BASIC_AUTH_FILE,
@@ -40,7 +41,9 @@ from gpulens.credentials import (
     tls_credentials,
     tls_flags,
 )
+from gpulens.dashboard import demo_history
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
+from gpulens.dashboard.demo_history import FIRST_SLURM_ID
 from gpulens.dashboard.sources import (
     AGENTS,
     ALERTMANAGER,
@@ -60,6 +63,7 @@ DEFAULT_PORT = 10907
 # One node per scenario, each showing different states and faults (docs/scenarios.md).
 DEMO_SCENARIOS = ("demo", "diagnosis", "faults", "bench8x32", "mig")
 STARTUP_SECONDS = 60.0
+RETENTION_DAYS = demo_history.DAYS + 5  # the demo's Prometheus keeps the past runs loaded into it
 
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -370,12 +374,16 @@ def dashboard_main(argv: Sequence[str]) -> int:
     return _serve(children, ["gpulens dashboard: serving (Ctrl-C stops it) at", url])
 
 
-def start_agent(children: Children, scenario: str, speed: float, workdir: pathlib.Path, *flags: str) -> str:
+def start_agent(
+    children: Children, scenario: str, speed: float, workdir: pathlib.Path, *flags: str, node: str = ""
+) -> str:
     """Start a simulated agent on a free loopback port, logging to `workdir`; return its base URL.
 
-    The log stays out of the terminal: the faults scenario logs its simulated faults as errors.
+    The log stays out of the terminal: the faults scenario logs its simulated faults as errors. `node` names
+    the node in its ledger (NODE_NAME, as the Helm chart sets it), so that reports name it as the dashboard does.
     """
     log = workdir / f"agent-{pathlib.Path(scenario).stem}.log"  # a built-in name or a file
+    env = {**os.environ, "NODE_NAME": node} if node else None
     with log.open("w") as output:
         process = children.start(
             [
@@ -394,6 +402,7 @@ def start_agent(children: Children, scenario: str, speed: float, workdir: pathli
             stdout=subprocess.PIPE,
             stderr=output,
             text=True,
+            env=env,
         )
     line = process.stdout.readline()
     if "listening on http://" not in line:
@@ -459,6 +468,24 @@ def _start_server(children: Children, argv: list[str], url: str, ready: str, wha
         raise LaunchError(f"{error}; its last words: {last[:300]}") from None
 
 
+def backfill(history: str, workdir: pathlib.Path) -> str:
+    """Load `history` (OpenMetrics text) into the Prometheus data folder under `workdir` with promtool, before
+    Prometheus starts; return "" or why it was not loaded."""
+    binary = shutil.which("promtool")
+    if binary is None:
+        return "promtool is not installed (Debian package 'prometheus')"
+    source = workdir / "history.om"
+    source.write_text(history)
+    done = subprocess.run(
+        [binary, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(workdir / "data")],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        return f"promtool failed: {(done.stderr.strip().splitlines() or ['no message'])[-1][:300]}"
+    return ""
+
+
 def start_prometheus(
     children: Children,
     agents: dict[str, str],
@@ -466,7 +493,9 @@ def start_prometheus(
     alertmanager: str | None = None,
     dashboard: str | None = None,
 ) -> tuple[str, list[str]]:
-    """Start a real Prometheus scraping `agents` with the project's rules; return its URL and rule files."""
+    """Start a real Prometheus scraping `agents` with the project's rules; return its URL and rule files.
+
+    Whatever is in `workdir`/data already (a backfill) is kept."""
     binary = shutil.which("prometheus")
     if binary is None:
         raise LaunchError(
@@ -483,6 +512,8 @@ def start_prometheus(
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={workdir / 'data'}",
+            # Keeps a backfilled month (the default, 15 days, would delete half of it at the first compaction).
+            f"--storage.tsdb.retention.time={RETENTION_DAYS}d",
             f"--web.listen-address={url.removeprefix('http://')}",
         ],
         url,
@@ -600,22 +631,51 @@ def start_victoriametrics(
     return store, [path.name for path in rules]
 
 
+# The demo's agents probe their free GPUs within half a minute of starting, then hourly, so the Probes page
+# has results from the first minutes (a real node's default is every 6 hours, spread over 10 minutes).
+DEMO_PROBES = ("--collector.probes", "--probes.interval", "1h", "--probes.jitter", "30s")
+
+
+def write_history(folder: pathlib.Path, until: float) -> tuple[dict[str, pathlib.Path], str]:
+    """Write `demo_history.DAYS` days of made-up past runs up to the last whole hour before `until` for each demo
+    node: its ledger file, and the recording rules' hourly points of all of them (OpenMetrics, for Prometheus);
+    return both. Prometheus refuses every scrape older than the newest point loaded ("out of bounds"), so no
+    point may lie after the start."""
+    until = math.floor(until / demo_history.HOUR) * demo_history.HOUR
+    ledgers, runs = {}, []
+    for name in DEMO_SCENARIOS:
+        past = demo_history.past_runs(load_scenario(name), name, until, first_slurm_id=FIRST_SLURM_ID + len(runs))
+        ledgers[name] = folder / f"ledger-{name}.sqlite"
+        with converted(OSError, LaunchError):
+            demo_history.write_ledger(str(ledgers[name]), name, past)
+        runs += past
+    return ledgers, demo_history.openmetrics(runs)
+
+
 def demo_main(argv: Sequence[str]) -> int:
-    """`gpulens demo [--port N] [--prometheus | --victoriametrics]`."""
+    """`gpulens demo [--port N] [--agents | --prometheus | --victoriametrics]`."""
     parser = OneLineParser(
-        prog="gpulens demo", description="A simulated fleet of several nodes on loopback, and the dashboard reading it."
+        prog="gpulens demo",
+        description="A simulated fleet of several nodes on loopback, and the dashboard reading it: through a real "
+        "Prometheus with the project's rules where Prometheus is installed, from the agents directly where not.",
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
     store = parser.add_mutually_exclusive_group()
     store.add_argument(
+        "--agents",
+        action="store_true",
+        help="the dashboard reads the agents directly, even where Prometheus is installed (no Alerts page)",
+    )
+    store.add_argument(
         "--prometheus",
         action="store_true",
-        help="also run a real Prometheus scraping the agents with the project's rules",
+        help="a real Prometheus scrapes the agents with the project's rules (the default where it is installed), "
+        "and Alertmanager holds the alerts where it is installed",
     )
     store.add_argument(
         "--victoriametrics",
         action="store_true",
-        help="also run VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with the project's rules",
+        help="VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with the project's rules",
     )
     parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
@@ -623,22 +683,37 @@ def demo_main(argv: Sequence[str]) -> int:
     if not 0 < args.speed < math.inf:  # also NaN
         parser.error(f"--speed {args.speed:g} must be above 0")
     _check_refresh(parser, args.refresh)
+    prometheus = args.prometheus or not (args.agents or args.victoriametrics or shutil.which("prometheus") is None)
     children = Children()
     workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
     folder = pathlib.Path(workdir.name)
     try:
         check_port("127.0.0.1", args.port, "--port")
-        agents = {scenario: start_agent(children, scenario, args.speed, folder) for scenario in DEMO_SCENARIOS}
+        ledgers, history = write_history(folder, time.time())
+        agents = {
+            name: start_agent(
+                children, name, args.speed, folder, "--ledger.path", str(ledgers[name]), *DEMO_PROBES, node=name
+            )
+            for name in DEMO_SCENARIOS
+        }
         lines = [
             f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
-            + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items())
+            + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items()),
+            f"Their ledgers start with {demo_history.DAYS} days of made-up past jobs, for the Trends page; "
+            "their free GPUs are probed within a minute, then hourly",
         ]
-        if args.prometheus or args.victoriametrics:
+        if prometheus or args.victoriametrics:
             alertmanager = start_alertmanager(children, folder)
             dashboard_url = f"http://127.0.0.1:{args.port}"
-            if args.prometheus:
+            if prometheus:
+                problem = backfill(history, folder)
                 url, rules = start_prometheus(children, agents, folder, alertmanager, dashboard_url)
                 lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
+                lines.append(
+                    f"the past jobs' hourly GPU-hours are not in Prometheus: {problem}"
+                    if problem
+                    else "the past jobs' hourly GPU-hours are in Prometheus too (promtool's backfill)"
+                )
             else:
                 url, rules = start_victoriametrics(children, agents, folder, alertmanager, dashboard_url)
                 lines.append(
@@ -654,6 +729,11 @@ def demo_main(argv: Sequence[str]) -> int:
             )
         else:
             env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
+            if not args.agents:
+                lines.append(
+                    "Prometheus is not installed (Debian package 'prometheus'): the dashboard reads the agents, "
+                    "and its Alerts page stays empty"
+                )
         dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)
     except KeyboardInterrupt:
         children.stop()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from gpulens import tips
 from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.links import gpu_link, job_link
+from gpulens.dashboard.views.links import gpu_link, job_link, node_link
 from gpulens.vocabulary import WASTED_STATES, Condition, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
@@ -166,6 +166,7 @@ def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | float]]:
                     "reason": words.reason_text(part.reason),
                     "owner": words.owner(part.user, part.namespace) or "nobody",
                     "model": g.model,
+                    "link": gpu_link(g.node, g.gpu),
                 }
             )
             start += share
@@ -205,6 +206,7 @@ def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]
                     f"{words.count(n)} {name.lower()}" for name, n in sorted(states.items(), key=lambda item: -item[1])
                 ),
                 "model": ", ".join(sorted({g.model for g in held if g.model})),
+                "link": node_link(node),
             }
         )
     return rows

@@ -56,7 +56,9 @@ def answers(url: str) -> bool:
 
 @pytest.fixture(scope="module")
 def demo():
-    process, lines = start_demo("--port", str(free_port()), "--refresh", "3")
+    # The agents read directly, as where Prometheus is not installed (tests/dashboard/test_walkthrough.py
+    # walks the demo through Prometheus).
+    process, lines = start_demo("--agents", "--port", str(free_port()), "--refresh", "3")
     yield process, lines
     if process.poll() is None:
         stop(process)
@@ -67,7 +69,7 @@ def test_demo_prints_its_url_on_a_line_of_its_own_and_serves_the_dashboard(demo)
     process, lines = demo
     url = lines[-1]
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url)
-    assert "5 simulated nodes" in lines[0]
+    assert "5 simulated nodes" in lines[0] and "30 days of made-up past jobs" in lines[1]
     assert all(s in lines[0] for s in ("demo", "diagnosis", "faults", "bench8x32", "mig"))
     assert answers(url + "_stcore/health") and answers(url)
     agents = re.findall(r"\((http://127\.0\.0\.1:\d+)/metrics\)", lines[0])
@@ -216,9 +218,9 @@ def test_demo_with_prometheus_points_the_dashboard_at_it():
                 break
             time.sleep(0.5)
         assert all(node in targets for node in nodes), targets
-        assert "rules" in lines[1]
+        assert "with rules: alerts.rules.yml" in "\n".join(lines)
         require_tool("prometheus-alertmanager", "Debian package 'prometheus-alertmanager'")
-        alertmanager = re.search(r"Alertmanager at (http://127\.0\.0\.1:\d+) ", lines[2]).group(1)
+        alertmanager = re.search(r"Alertmanager at (http://127\.0\.0\.1:\d+) ", "\n".join(lines)).group(1)
         assert answers(alertmanager + "/-/ready")
         with urllib.request.urlopen(prometheus + "/api/v1/alertmanagers", timeout=5) as response:
             assert alertmanager.removeprefix("http://") in response.read().decode()
@@ -275,6 +277,7 @@ def test_a_port_in_use_is_one_clear_line():
         ),
         (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
         (["demo", "--prometheus", "--victoriametrics"], 2, "argument --victoriametrics: not allowed with argument"),
+        (["demo", "--agents", "--prometheus"], 2, "argument --prometheus: not allowed with argument --agents"),
         (
             ["dashboard", "--agents", "http://a:10906", "--alertmanager", "http://am:9093"],
             2,

@@ -70,7 +70,18 @@ def test_heatmap_rows_name_state_reason_and_owner_in_words():
         "reason": "no process on it",
         "owner": "nobody",
         "model": "NVIDIA A100-SXM4-80GB",
+        "link": "gpu?node=node-b&gpu=1",
     }
+
+
+def test_a_click_on_a_square_of_the_map_opens_its_gpu_or_its_node():
+    # Vega-Lite's href channel: the browser follows the square's link, relative to the Fleet page.
+    gpu_map = charts.heatmap(fleet.heatmap_rows(GPUS))[0].to_dict()
+    node_map = charts.node_map(fleet.node_map_rows(GPUS))[0].to_dict()
+    for chart in (gpu_map, node_map):
+        assert chart["encoding"]["href"] == {"field": "link", "type": "nominal"}
+        assert chart["mark"]["cursor"] == "pointer"
+    assert {row["link"] for row in fleet.node_map_rows(GPUS)} == {"gpu?node=node-a", "gpu?node=node-b"}
 
 
 def test_words_give_plain_names():
