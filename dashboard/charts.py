@@ -105,8 +105,10 @@ def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
 
 
 def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
-    """The state timeline: one coloured band per stretch of one state."""
+    """The state timeline: one coloured band per stretch of one state, a line of bands per `row` (a GPU, or each
+    of its MIG slices), in the order the rows come."""
     frame = pd.DataFrame(rows)
+    names = list(dict.fromkeys(frame["row"]))
     return (
         alt.Chart(frame)
         .mark_bar(height=26)
@@ -115,15 +117,17 @@ def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
                 "start:T", title="time (your browser's time zone)", scale=alt.Scale(domain=[start, end]), axis=_CLOCK
             ),
             x2="end:T",
+            y=alt.Y("row:N", sort=names, title=None, axis=alt.Axis(labelLimit=300)),
             color=alt.Color("state:N", scale=_STATE_SCALE, title="state", legend=alt.Legend(orient="bottom")),
             tooltip=[
+                alt.Tooltip("row:N", title="GPU or slice"),
                 alt.Tooltip("start:T", format="%H:%M:%S"),
                 alt.Tooltip("end:T", format="%H:%M:%S"),
                 "state",
                 alt.Tooltip("minutes:Q", format=".1f", title="minutes"),
             ],
         )
-    ), 150
+    ), 110 + 40 * len(names)
 
 
 def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:

@@ -166,6 +166,12 @@ def _past_job(_source: Source, key: str, kind: str, job_id: str) -> Answer[JobRe
     return _safe(lambda: _source.past_job(kind, job_id), None, f"what the source has of job {job_id}")
 
 
+# Kept as briefly as the fleet: a job that has only just started is in no ledger yet, and a reload should find it.
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _job_report(_source: Source, key: str, kind: str, job_id: str, since: float, until: float) -> Answer:
+    return _safe(lambda: _source.job_report(kind, job_id, since, until), None, f"the report of job {job_id}")
+
+
 def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
     return _fleet(source, source.cache_key, window_seconds)
 
@@ -205,6 +211,11 @@ def past_job(source: Source, kind: str, job_id: str) -> Answer[JobRecord | None]
     return _past_job(source, source.cache_key, kind, job_id)
 
 
+def job_report(source: Source, kind: str, job_id: str, since: float, until: float) -> Answer:
+    """The job's report over [since, until] (`gpulens report job`'s), or None and why."""
+    return _job_report(source, source.cache_key, kind, job_id, since, until)
+
+
 def start_trace(source: Source, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
     """Ask for a trace of the job's next `steps` steps; forget the cached traces, so that the new one shows."""
     answer = _safe(lambda: source.start_trace(job, steps), (), f"the answer to a trace request for job {job.job_id}")
@@ -230,10 +241,11 @@ def expire_silence(source: Source, silence_id: str) -> Answer[bool]:
     return answer
 
 
-def header(title: str, purpose: str, source: Source) -> None:
-    """Show the page's title, what it answers, and where its data comes from."""
+def header(title: str, purpose: str, source: Source, refreshes: bool = True) -> None:
+    """Show the page's title, what it answers, where its data comes from, and how often it refreshes."""
     st.title(title)
-    st.caption(f"{purpose}  \nData: {source.name}. Refreshes every {refresh_seconds():g} s.")
+    every = f" Refreshes every {refresh_seconds():g} s." if refreshes else " Read when opened."
+    st.caption(f"{purpose}  \nData: {source.name}.{every}")
 
 
 def banner(problems: Iterable[SourceProblem]) -> None:

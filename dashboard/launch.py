@@ -632,8 +632,9 @@ def start_victoriametrics(
 
 
 # The demo's agents probe their free GPUs within half a minute of starting, then hourly, so the Probes page
-# has results from the first minutes (a real node's default is every 6 hours, spread over 10 minutes).
-DEMO_PROBES = ("--collector.probes", "--probes.interval", "1h", "--probes.jitter", "30s")
+# has results from the first minutes (a real node's default is every 6 hours, spread over 10 minutes); and they
+# export each job's totals, from which a Report page reads a job through Prometheus (docs/metrics.md).
+DEMO_FLAGS = ("--collector.probes", "--probes.interval", "1h", "--probes.jitter", "30s", "--jobs.export-totals")
 
 
 def write_history(folder: pathlib.Path, until: float) -> tuple[dict[str, pathlib.Path], str]:
@@ -692,7 +693,7 @@ def demo_main(argv: Sequence[str]) -> int:
         ledgers, history = write_history(folder, time.time())
         agents = {
             name: start_agent(
-                children, name, args.speed, folder, "--ledger.path", str(ledgers[name]), *DEMO_PROBES, node=name
+                children, name, args.speed, folder, "--ledger.path", str(ledgers[name]), *DEMO_FLAGS, node=name
             )
             for name in DEMO_SCENARIOS
         }

@@ -23,6 +23,18 @@ class State(str, Enum):
         return self.value
 
 
+# Each state's name wherever a person reads it: the dashboard's pages, the reports, the messages. One name,
+# so that a report read beside the dashboard says the same thing.
+STATE_NAME = {
+    State.FREE.value: "Free",
+    State.IDLE.value: "Idle (held, no work)",
+    State.DATA_STARVED.value: "Starved for data",
+    State.UNDERUTILIZED.value: "Underused",
+    State.BUSY.value: "Busy",
+    State.UNKNOWN.value: "Unknown",
+}
+
+
 WASTED_STATES = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED)
 
 

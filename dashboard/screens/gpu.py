@@ -1,6 +1,6 @@
 """Node and GPU: one node's GPUs, then one GPU over time: work, memory, power, heat, PCIe, its states, its
-MIG slices; for a flagged GPU, who to contact, a message to send them, and a silence of its alerts (for a
-logged-in viewer or one on this machine)."""
+MIG slices (each one's states, activity and memory over time); for a flagged GPU, who to contact, a message
+to send them, and a silence of its alerts (for a logged-in viewer or one on this machine)."""
 
 import os
 import time
@@ -229,6 +229,8 @@ def gpu_page() -> None:
         context.draw(charts.timeline([asdict(s) for s in segments], start, end))
     else:
         st.caption("No state recorded in this range yet.")
+    if note := view.mig_note(current, data):
+        st.caption(note)
 
     columns = st.columns(2)
     for i, spec in enumerate(view.CHARTS):
@@ -238,7 +240,7 @@ def gpu_page() -> None:
             if rows:
                 context.draw(charts.lines(rows, view.axis_title(data, spec), start, end))
             else:
-                st.caption("No samples in this range.")
+                st.caption(view.empty_text(data, spec))
             missing = view.missing_lines(data, spec)
             st.caption(spec.note + (f" Not reported here: {', '.join(missing)}." if missing and rows else ""))
 

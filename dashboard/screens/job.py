@@ -71,12 +71,9 @@ def trace_panel(job: JobSummary, traces: JobTraces) -> None:
 
 
 def report(kind: str, job_id: str) -> None:
-    """Where the job's report is: its link, or the command that writes it from this dashboard's source."""
-    where, is_url = links.job_report(kind, job_id, os.environ)
-    if is_url:
-        st.markdown(f"[The job's report]({where})")
-    else:
-        st.caption(f"The job's report, as a page to keep or mail: `{where}`")
+    """Where the job's report is: its link, and the command that writes it from this dashboard's source."""
+    st.markdown(f"[The job's report]({links.job_report(kind, job_id, os.environ)}), to keep or send on")
+    st.caption(f"The same from a shell: `{links.source_command(job_id, os.environ)}`")
 
 
 def not_running(

@@ -2,10 +2,10 @@
 
 The embedded default for one machine or a small lab. Each refresh scrapes every agent's /metrics
 concurrently and parses it with prometheus_client's own parser. The agents keep no history, so this
-source keeps a bounded ring of past scrapes in the dashboard process: the charts show what happened
-since the dashboard started, up to `history_seconds`. A job's traces are read from, and asked of, the
-agent of each node the job runs on (/api/v1/traces); a job that is not running is looked up in every
-agent's job ledger (/api/v1/jobs?id=).
+source keeps a bounded ring of past scrapes (each GPU's and each MIG slice's readings) in the dashboard
+process: the charts show what happened since the dashboard started, up to `history_seconds`. A job's
+traces are read from, and asked of, the agent of each node the job runs on (/api/v1/traces); a job that
+is not running is looked up in every agent's job ledger (/api/v1/jobs?id=).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -28,7 +28,7 @@ from gpulens.agentclient import AgentClient
 from gpulens.alertmanager_api import Matcher
 from gpulens.credentials import Credentials
 from gpulens.dashboard.sources import assemble
-from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, Sample
+from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
 from gpulens.dashboard.sources.base import (
     LOST_STATE,
     PAST_JOB_DAYS,
@@ -45,7 +45,9 @@ from gpulens.dashboard.sources.base import (
 )
 from gpulens.httpclient import HttpError
 from gpulens.report import traces as report_traces
-from gpulens.report.sources import MAX_JOBS_PER_SOURCE
+from gpulens.report.agents import Agents
+from gpulens.report.sources import MAX_JOBS_PER_SOURCE, SourceError, read_job
+from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport, spread, trend_report
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.urls import check_url, shown_url
@@ -55,10 +57,12 @@ T = TypeVar("T")
 
 _COUNTERS = ("busy_seconds_total", "sampled_seconds_total")
 _KEPT = frozenset(f"gpulens_gpu_{name}" for name in (*HISTORY_GAUGES, *_COUNTERS))
+_MIG_KEPT = frozenset(f"gpulens_mig_{name}" for name in MIG_HISTORY_GAUGES)
 
 Fetch = Callable[[str, float], str]
 
 _TRACE_ID = re.compile(r"[\w.-]{1,64}", re.ASCII)  # the agent's are "t-" and 8 hex digits
+REPORT_TIMEOUT_SECONDS = 10.0  # a report reads a month of each ledger: longer than a scrape, short for a page
 _NO_ALERTS = "reads the agents directly, which send no alerts to silence; start it with --prometheus and --alertmanager"
 
 
@@ -86,22 +90,44 @@ def parse_exposition(text: str, instance: str) -> list[Sample]:
     return samples
 
 
+@dataclass
+class _Slice:
+    """What the ring keeps of one MIG slice at one scrape: its profile, its place among its GPU's slices
+    (`assemble.mig_order`), its values and its state ("" where it has none)."""
+
+    mig_profile: str
+    order: tuple
+    values: dict[str, float] = field(default_factory=dict)
+    state: str = ""
+
+
 @dataclass(frozen=True)
 class _Point:
-    """What the ring keeps of one scrape of one agent: per GPU index, its values and its state."""
+    """What the ring keeps of one scrape of one agent: per GPU index, its values, its state and its MIG
+    slices (by UUID)."""
 
     time: float
     values: Mapping[str, Mapping[str, float]]
     states: Mapping[str, str]
+    slices: Mapping[str, Mapping[str, _Slice]]
 
 
 def _history_point(now: float, samples: list[Sample]) -> _Point:
     values: dict[str, dict[str, float]] = {}
     states: dict[str, str] = {}
+    slices: dict[str, dict[str, _Slice]] = {}
     index_of = {s.labels.get("uuid", ""): s.labels.get("gpu", "") for s in samples if s.name == "gpulens_gpu_info"}
     for s in samples:
         if s.name in _KEPT:
             values.setdefault(s.labels.get("gpu", ""), {})[s.name.removeprefix("gpulens_gpu_")] = s.value
+        elif s.name in _MIG_KEPT or (s.name == "gpulens_mig_state" and s.value == 1):
+            part = slices.setdefault(s.labels.get("gpu", ""), {}).setdefault(
+                s.labels.get("uuid", ""), _Slice(s.labels.get("mig_profile", ""), assemble.mig_order(s.labels))
+            )
+            if s.name == "gpulens_mig_state":
+                part.state = part.state or s.labels.get("state", "unknown")
+            else:
+                part.values[s.name.removeprefix("gpulens_mig_")] = s.value
         elif s.name == "gpulens_gpu_state" and s.value == 1:
             states.setdefault(s.labels.get("gpu", ""), s.labels.get("state", "unknown"))
         elif s.name == "gpulens_gpu_condition" and s.labels.get("condition") == "lost" and s.value == 1:
@@ -112,7 +138,7 @@ def _history_point(now: float, samples: list[Sample]) -> _Point:
                 row = values.setdefault(gpu, {})
                 key = s.name.removeprefix("gpulens_job_")
                 row[key] = row.get(key, 0.0) + s.value
-    return _Point(now, values, states)
+    return _Point(now, values, states, slices)
 
 
 @dataclass(frozen=True)
@@ -257,7 +283,9 @@ class AgentsSource:
         if busy:
             series["busy_ratio"] = busy
         states = tuple((p.time, p.states[gpu]) for p in points if gpu in p.states)
-        return Answer(GpuHistory(node, gpu, start, end, {k: tuple(v) for k, v in series.items()}, states))
+        slices = assemble.slices_over(states, _slice_histories(node, gpu, start, end, points))
+        frozen = {k: tuple(v) for k, v in series.items()}
+        return Answer(GpuHistory(node, gpu, start, end, frozen, states, slices))
 
     def jobs(self) -> Answer[tuple[JobSummary, ...]]:
         samples, problems = self._current()
@@ -370,6 +398,16 @@ class AgentsSource:
                 problems.append(problem)
         return Answer(max(merge_all(records), key=lambda r: r.last_seen, default=None), tuple(problems))
 
+    def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
+        # `gpulens report job --agent URL ...`'s reading of every agent's ledger: the agents name their nodes
+        # as their ledgers do (NODE_NAME, else the host's name).
+        try:
+            agents = Agents(list(self._agents.values()), REPORT_TIMEOUT_SECONDS, self._credentials)
+            report = read_job(agents, job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind)
+        except SourceError as error:
+            return Answer(None, (SourceProblem(self.name, str(error)),))
+        return Answer(report)
+
     def _ask(
         self, job: JobSummary, call: Callable[[AgentClient], T]
     ) -> list[tuple[str, T | None, SourceProblem | None]]:
@@ -393,6 +431,37 @@ class AgentsSource:
 
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             return list(pool.map(one, nodes))
+
+
+def _slice_histories(
+    node: str, gpu: str, start: float, end: float, points: Sequence[_Point]
+) -> list[tuple[tuple, GpuHistory]]:
+    """Return the history of each MIG slice of GPU `gpu` in the ring's `points`, each with its place among the
+    GPU's slices: its series and states as the scrapes found them, to be placed by `assemble.slices_over`."""
+    found: dict[str, tuple[_Slice, dict[str, list[tuple[float, float]]], list[tuple[float, str]]]] = {}
+    for p in points:
+        for uuid_, part in p.slices.get(gpu, {}).items():
+            first, series, states = found.setdefault(uuid_, (part, {}, []))
+            for name, value in part.values.items():
+                series.setdefault(name, []).append((p.time, value))
+            if part.state:
+                states.append((p.time, part.state))
+    return [
+        (
+            first.order,
+            GpuHistory(
+                node,
+                gpu,
+                start,
+                end,
+                {name: tuple(values) for name, values in series.items()},
+                tuple(states),
+                uuid=uuid_,
+                mig_profile=first.mig_profile,
+            ),
+        )
+        for uuid_, (first, series, states) in found.items()
+    ]
 
 
 def checked_run(raw: Any) -> dict[str, Any]:

@@ -10,12 +10,20 @@ joined the same way, each slice goes to its GPU's `slices`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
-from gpulens.dashboard.sources.base import ExportedTrace, FleetGpu, JobSummary, ProbeResult, SourceProblem
+from gpulens.dashboard.sources.base import (
+    LOST_STATE,
+    ExportedTrace,
+    FleetGpu,
+    GpuHistory,
+    JobSummary,
+    ProbeResult,
+    SourceProblem,
+)
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
@@ -114,12 +122,22 @@ MIG_DETAIL_SERIES = (
     "gpulens_mig_memory_used_bytes",
     "gpulens_mig_memory_total_bytes",
 )
+# The MIG slice's gauges its history charts, by their name without the `gpulens_mig_` prefix: those that mean
+# what the GPU gauge of the same name does (HISTORY_GAUGES). NVML gives no utilization in MIG mode, and GPM's
+# SM activity per slice only on Hopper and newer (docs/metrics.md, `mig`).
+MIG_HISTORY_GAUGES = ("sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "processes")
 _HOLDER = ("job_kind", "job_id", "user", "namespace", "pod", "container", "account")
 
 
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:
     """Return the (instance, gpu, uuid) that names a GPU's or a MIG slice's series."""
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
+
+
+def mig_order(labels: Mapping[str, str]) -> tuple:
+    """Return where a MIG slice's series (its labels) stand among its GPU's slices: by NVML's GPU instance,
+    then compute instance id."""
+    return _index(labels.get("gpu_instance", "")), _index(labels.get("compute_instance", ""))
 
 
 # Series whose value is a FleetGpu field as it is.
@@ -163,7 +181,7 @@ def _read(samples: Iterable[Sample]) -> _Found:
             row["parent"] = s.labels["gpu_uuid"]
             if "mig_profile" in s.labels:
                 row["mig_profile"] = s.labels["mig_profile"]
-                row["order"] = (_index(s.labels.get("gpu_instance", "")), _index(s.labels.get("compute_instance", "")))
+                row["order"] = mig_order(s.labels)
         if name == "gpulens_gpu_info":
             row["model"] = s.labels.get("model", "")
         elif name == "gpulens_gpu_up":
@@ -255,6 +273,38 @@ def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[Fl
 def _index(gpu: str) -> tuple[int, str]:
     # isdigit() alone also takes '²', which int() refuses.
     return (int(gpu), "") if gpu.isascii() and gpu.isdigit() else (1 << 30, gpu)
+
+
+def slices_over(
+    gpu_states: Sequence[tuple[float, str]], slices: Iterable[tuple[tuple, GpuHistory]]
+) -> tuple[GpuHistory, ...]:
+    """Return a MIG GPU's slice histories (`slices`: each with its `mig_order`) in order, placed on the GPU's
+    readings (`gpu_states`, oldest first, taken at the same times as the slices' samples).
+
+    A lost GPU drops its slices' series (docs/metrics.md, `mig`): a slice seen at the GPU's reading before it
+    went off the bus reads LOST_STATE at each of the GPU's readings off the bus, rather than its last verdict
+    lasting through them. A slice last seen before the GPU's last reading (destroyed) ends at the first
+    reading without it, rather than its last verdict lasting to the range's end.
+    """
+    times = [t for t, _ in gpu_states]
+    runs: list[tuple[float | None, list[float]]] = []  # each stretch off the bus: the reading before it, its own
+    before: tuple[float, str] | None = None
+    for t, state in gpu_states:
+        if state == LOST_STATE:
+            if before is None or before[1] != LOST_STATE:
+                runs.append((before[0] if before else None, []))
+            runs[-1][1].append(t)
+        before = (t, state)
+    placed = []
+    for _, history in sorted(slices, key=lambda item: item[0]):
+        seen = {t for t, _ in history.states} | {t for points in history.series.values() for t, _ in points}
+        # Off the bus from the range's start, nothing tells which slices the GPU had: those seen in the range.
+        lost = [t for was, run in runs if (was in seen if was is not None else bool(seen)) for t in run]
+        states = dict(history.states) | dict.fromkeys(lost, LOST_STATE)
+        last = max((*seen, *lost), default=None)
+        gone = next((t for t in times if last is not None and t > last), None)
+        placed.append(replace(history, states=tuple(sorted(states.items())), end=history.end if gone is None else gone))
+    return tuple(placed)
 
 
 _STATE_COUNTERS = ("gpulens_gpu_state_seconds_total", "gpulens_mig_state_seconds_total")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from gpulens.alertmanager_api import Matcher
+from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport
 from gpulens.usage import JobRecord
 
@@ -104,6 +105,12 @@ class GpuHistory:
     memory_total_bytes, torch_allocated_bytes, torch_reserved_bytes, power_watts, power_limit_watts,
     temperature_celsius, pcie_transmit_bytes_per_second, pcie_receive_bytes_per_second, processes.
     A series the GPU does not report is absent, never zeros.
+
+    A GPU in MIG mode reads `unknown` and carries a history of each MIG slice seen in the range in `slices`
+    (GPU-instance order): a GpuHistory of its own, with the GPU's node and index, the slice's UUID
+    (`MIG-...`) and `mig_profile`, the series a slice reports (`assemble.MIG_HISTORY_GAUGES`), its verdicts,
+    and LOST_STATE while its GPU was off the bus. A slice's `end` is where its history stops: the range's
+    end, or the first reading of its GPU without it (a slice destroyed in the range).
     """
 
     node: str
@@ -113,6 +120,9 @@ class GpuHistory:
     series: Mapping[str, tuple[Point, ...]]
     # (time, state) at each sample, oldest first: a State value, or LOST_STATE while the GPU was off the bus
     states: tuple[tuple[float, str], ...]
+    slices: tuple[GpuHistory, ...] = ()
+    uuid: str = ""  # a MIG slice's own; "" for a GPU, whose history is asked for by its index
+    mig_profile: str = ""  # a MIG slice's profile, e.g. "3g.40gb"; "" for a GPU
 
 
 @dataclass(frozen=True)
@@ -269,6 +279,11 @@ class Source(Protocol):
         """What the source still has of a job over the last PAST_JOB_DAYS, running or not: when it was first
         and last seen, its nodes, GPUs (UUIDs) and owner, its GPU-seconds by state; None where it has nothing.
         `job_kind` "" matches any kind (the most recently seen wins)."""
+
+    def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
+        """The job's report over [since, until], as `gpulens report job` writes it from the same store (its runs
+        on every node added up, its timeline, traces and tips); None, with why as a problem, where the source has
+        no such job or cannot read it."""
 
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         """Ask the agent of each node that runs the job for a trace of its next `steps` steps; return the

@@ -2,12 +2,13 @@
 
 Each view runs a fixed set of queries, whatever the number of GPUs: the fleet eight instant queries
 (and a ninth where the store has no recorded waste counter), the evidence of the GPUs a page writes
-out one, a GPU's history four range queries, the jobs one, a job's traces two, the past of a job that
-is not running three, the probes two, the alerts one request (and two to Alertmanager, where one is
-configured: what became of each alert, and the silences). Queries of one view run concurrently. Each
-returns whole label sets and values; the joining is done by `assemble`, the same code the agents source
-uses. The trends are `gpulens report trend`'s reading (gpulens/report/prometheus.py): one range query of
-the recorded hours (two where the rule is missing for some), and five for the Kubernetes jobs.
+out one, a GPU's history five range queries (one of them for all its MIG slices), the jobs one, a job's
+traces two, the past of a job that is not running three, the probes two, the alerts one request (and two
+to Alertmanager, where one is configured: what became of each alert, and the silences). Queries of one
+view run concurrently. Each returns whole label sets and values; the joining is done by `assemble`, the
+same code the agents source uses. The trends are `gpulens report trend`'s reading
+(gpulens/report/prometheus.py): one range query of the recorded hours (two where the rule is missing for
+some), and five for the Kubernetes jobs.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ from gpulens.dashboard.sources.base import (
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.prometheus import RUNNING_WITHIN_SECONDS, Prometheus
-from gpulens.report.sources import SourceError
+from gpulens.report.sources import SourceError, read_job
+from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord
@@ -266,6 +268,13 @@ class PrometheusSource:
         # Off the bus, a GPU's verdict is unknown; its `lost` condition says more, and is what its timeline shows:
         # one query brings both (the condition's samples carry a `condition` label).
         states = f'gpulens_gpu_condition{{{where}, condition="lost"}} == 1 or gpulens_gpu_state{{{where}}} == 1'
+        # Every MIG slice of the GPU, whatever their number: their gauges, and their states (the series with a
+        # `state` label). A MIG series' `gpu` is its GPU's index (docs/metrics.md, `mig`); a GPU out of MIG mode
+        # answers nothing.
+        slices = (
+            '{__name__=~"gpulens_mig_(' + "|".join(assemble.MIG_HISTORY_GAUGES) + f')", {where}}}'
+            f" or gpulens_mig_state{{{where}}} == 1"
+        )
         # In-job series carry the GPU's UUID as `gpu_uuid`; summed over the GPU's processes.
         torch = (
             'sum by (series) (label_replace({__name__=~"gpulens_job_torch_(allocated|reserved)_bytes", '
@@ -276,7 +285,13 @@ class PrometheusSource:
         results, problems = self._run(
             {
                 name: (lambda q=query: self._api.query_range(q, start, end, step))
-                for name, query in (("gauges", gauges), ("busy", busy), ("states", states), ("torch", torch))
+                for name, query in (
+                    ("gauges", gauges),
+                    ("busy", busy),
+                    ("states", states),
+                    ("torch", torch),
+                    ("slices", slices),
+                )
             }
         )
         series: dict[str, tuple] = {}
@@ -296,7 +311,8 @@ class PrometheusSource:
         )
         if results["gauges"] == [] and results["states"] == []:
             problems.append(SourceProblem(self.name, f"has no series for GPU {gpu} on node {node} in this time range"))
-        return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline)), tuple(problems))
+        parts = assemble.slices_over(timeline, _slice_histories(node, gpu, start, end, results["slices"] or ()))
+        return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline), parts), tuple(problems))
 
     def jobs(self) -> Answer[tuple[JobSummary, ...]]:
         results, problems = self._instant({"jobs": JOBS}, self._clock())
@@ -384,6 +400,15 @@ class PrometheusSource:
             return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
         return Answer(report)
 
+    def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
+        try:
+            report = read_job(
+                Prometheus(api=self._api), job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind
+            )
+        except SourceError as error:
+            return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
+        return Answer(report)
+
 
 def _without_where(text: str, where: str) -> str:
     """A report's one-line error without the server's name at its start: the banner names it already."""
@@ -464,6 +489,43 @@ def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
     """Return a series' samples (checked by PrometheusApi: finite times, numbers) that a chart can place."""
     points = ((float(t), float(value)) for t, value in item["values"])
     return tuple((t, value) for t, value in points if 0 <= t <= LAST_EPOCH)
+
+
+def _slice_histories(
+    node: str, gpu: str, start: float, end: float, found: Iterable[dict[str, Any]]
+) -> list[tuple[tuple, GpuHistory]]:
+    """Return the history of each MIG slice in the answer to a GPU's slices query (`found`), each with its place
+    among the GPU's slices, to be placed by `assemble.slices_over`."""
+    profiles: dict[str, str] = {}
+    orders: dict[str, tuple] = {}
+    series: dict[str, dict[str, tuple]] = defaultdict(dict)
+    states: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for item in found:
+        metric = item["metric"]
+        uuid_ = metric.get("uuid", "")
+        profiles[uuid_] = profiles.get(uuid_) or metric.get("mig_profile", "")
+        orders[uuid_] = assemble.mig_order(metric)
+        name = metric.get("__name__", "").removeprefix("gpulens_mig_")
+        if "state" in metric:
+            states[uuid_] += [(t, metric["state"]) for t, _ in _points(item)]
+        elif name in assemble.MIG_HISTORY_GAUGES:
+            series[uuid_][name] = _points(item)
+    return [
+        (
+            orders[uuid_],
+            GpuHistory(
+                node,
+                gpu,
+                start,
+                end,
+                series[uuid_],
+                tuple(sorted(states[uuid_])),
+                uuid=uuid_,
+                mig_profile=profile,
+            ),
+        )
+        for uuid_, profile in profiles.items()
+    ]
 
 
 def _span(seconds: float) -> str:

@@ -1,5 +1,5 @@
 """The Node and GPU view's logic, without Streamlit: charts with units and legends, the state timeline,
-a GPU's MIG slices."""
+a GPU's MIG slices (their table, and their history on the charts and the timeline, a row each)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 
 from gpulens.dashboard.sources.base import FleetGpu, GpuHistory
 from gpulens.dashboard.views import words
-from gpulens.dashboard.views.fleet import gpu_tips
+from gpulens.dashboard.views.fleet import gpu_tips, is_lost
+from gpulens.vocabulary import State
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class ChartSpec:
     # The unit takes the decimal prefix the largest value calls for (B/s, kB/s, ... GB/s), so that an idle
     # link's few kB/s read as numbers rather than as 0.000004 GB/s.
     prefixed: bool = False
+    # What the chart says in place of lines on a GPU in MIG mode where neither it nor its slices report any.
+    mig_empty: str = ""
 
 
 CHARTS = (
@@ -42,6 +45,8 @@ CHARTS = (
         ),
         "Work running says a kernel ran, not how much of the GPU it used; compute units busy says how much "
         "(H100 and newer only). Healthy training keeps both near 100%.",
+        mig_empty="Nothing tells how busy this GPU's MIG slices are: NVML gives no utilization in MIG mode, and "
+        "a slice's compute units busy on H100 and newer only.",
     ),
     ChartSpec(
         "Memory",
@@ -87,11 +92,27 @@ def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
+def units(history: GpuHistory) -> list[tuple[str, GpuHistory]]:
+    """Return the histories the page draws, by name: the GPU's ("GPU 2"), then each MIG slice's ("GPU 2 ·
+    3g.40gb slice"; two slices of one profile told apart by their UUID's start, "(MIG-2b4d2a12)")."""
+    profiles = [part.mig_profile for part in history.slices]
+    named = [(words.gpu_name(history.gpu), history)]
+    for part in history.slices:
+        name = words.gpu_name(history.gpu, part.mig_profile or "MIG")
+        named.append((f"{name} ({part.uuid[:12]})" if profiles.count(part.mig_profile) > 1 else name, part))
+    return named
+
+
 def _prefix(history: GpuHistory, spec: ChartSpec) -> tuple[float, str]:
     """Return the (scale, prefix) of the chart's axis unit: the one its largest value calls for, if `prefixed`."""
     if not spec.prefixed:
         return 1.0, ""
-    values = [abs(v * line.scale) for line in spec.lines for _, v in history.series.get(line.series, ())]
+    values = [
+        abs(v * line.scale)
+        for _, unit in units(history)
+        for line in spec.lines
+        for _, v in unit.series.get(line.series, ())
+    ]
     return words.decimal_prefix(max((v for v in values if math.isfinite(v)), default=0.0))
 
 
@@ -101,13 +122,22 @@ def axis_title(history: GpuHistory, spec: ChartSpec) -> str:
 
 
 def chart_rows(history: GpuHistory, spec: ChartSpec) -> list[dict]:
-    """Return long-format rows (time, series legend, value in the unit of `axis_title`) for one chart."""
+    """Return long-format rows (time, series legend, value in the unit of `axis_title`) for one chart: the GPU's
+    lines, then each MIG slice's, its legend led by the slice's name."""
     scale = _prefix(history, spec)[0]
     rows = []
-    for line in spec.lines:
-        for t, value in history.series.get(line.series, ()):
-            rows.append({"time": _time(t), "series": line.legend, "value": value * line.scale / scale})
+    for name, unit in units(history):
+        for line in spec.lines:
+            legend = line.legend if unit is history else f"{name}: {line.legend}"
+            for t, value in unit.series.get(line.series, ()):
+                rows.append({"time": _time(t), "series": legend, "value": value * line.scale / scale})
     return rows
+
+
+def empty_text(history: GpuHistory, spec: ChartSpec) -> str:
+    """Return what a chart without rows says: why, on a GPU in MIG mode where the chart tells; else that the
+    range has no samples."""
+    return spec.mig_empty if history.slices and spec.mig_empty else "No samples in this range."
 
 
 def span(history: GpuHistory) -> tuple[datetime, datetime]:
@@ -116,14 +146,19 @@ def span(history: GpuHistory) -> tuple[datetime, datetime]:
     An agents source has history only since the dashboard started; its first minutes fill the chart
     instead of a dot at the right edge of an empty hour.
     """
-    times = [t for points in history.series.values() for t, _ in points] + [t for t, _ in history.states]
+    times = [
+        t
+        for _, unit in units(history)
+        for t in (*(t for points in unit.series.values() for t, _ in points), *(t for t, _ in unit.states))
+    ]
     start = max(history.start, min(times)) if times else history.start
     return _time(start), _time(max(history.end, start + 1))
 
 
 def missing_lines(history: GpuHistory, spec: ChartSpec) -> list[str]:
-    """Return the legends of the lines this GPU does not report."""
-    return [line.legend for line in spec.lines if not history.series.get(line.series)]
+    """Return the legends of the lines neither this GPU nor any of its MIG slices reports."""
+    drawn = units(history)
+    return [line.legend for line in spec.lines if not any(unit.series.get(line.series) for _, unit in drawn)]
 
 
 @dataclass(frozen=True)
@@ -132,23 +167,43 @@ class Segment:
     end: datetime
     state: str  # in words
     minutes: float
+    row: str  # whose state: "GPU 2", or a MIG slice's, "GPU 2 · 3g.40gb slice"
 
 
 def timeline(history: GpuHistory) -> list[Segment]:
-    """Return the state timeline as segments of one state each, oldest first.
+    """Return the state timeline as segments of one state each, oldest first, a row per history (`units`):
+    the GPU's, then each MIG slice's. A GPU in MIG mode that read nothing but unknown (split, its slices
+    judged one by one) has no row of its own; one that fell off the bus keeps its row, its loss on it.
 
-    Each sample's state holds until the next sample; the last one until the range's end.
+    Each sample's state holds until the next sample; the last one until the range's end (a slice's until its
+    history's end: the first reading without it, where it was destroyed).
     """
-    points = list(history.states)
+    drawn = units(history)
+    if history.slices and all(state == State.UNKNOWN.value for _, state in history.states):
+        drawn = drawn[1:]
     segments: list[Segment] = []
-    for i, (t, state) in enumerate(points):
-        end = points[i + 1][0] if i + 1 < len(points) else max(history.end, t)
-        if segments and segments[-1].state == words.state_name(state):
-            last = segments[-1]
-            segments[-1] = Segment(last.start, _time(end), last.state, (end - last.start.timestamp()) / 60)
-        else:
-            segments.append(Segment(_time(t), _time(end), words.state_name(state), (end - t) / 60))
+    for row, unit in drawn:
+        points = list(unit.states)
+        start = len(segments)
+        for i, (t, state) in enumerate(points):
+            end = points[i + 1][0] if i + 1 < len(points) else max(unit.end, t)
+            if len(segments) > start and segments[-1].state == words.state_name(state):
+                last = segments[-1]
+                segments[-1] = Segment(last.start, _time(end), last.state, (end - last.start.timestamp()) / 60, row)
+            else:
+                segments.append(Segment(_time(t), _time(end), words.state_name(state), (end - t) / 60, row))
     return segments
+
+
+def mig_note(gpu: FleetGpu, history: GpuHistory) -> str:
+    """Return the sentence under a GPU in MIG mode's timeline that says why the GPU itself reads unknown; "" for
+    a GPU out of MIG mode."""
+    if not (gpu.slices or history.slices):
+        return ""
+    own = f"{words.gpu_name(gpu.gpu)}'s own state is unknown: in MIG mode its slices are judged one by one"
+    if not any(part.states for part in history.slices):
+        return f"{own}, and this source has no state of them in this range yet."
+    return f"{own}, each on a row of its own."
 
 
 def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
@@ -157,7 +212,7 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
         {
             "GPU": g.gpu,
             "model": g.model,
-            "state": words.state_name(g.state),
+            "state": words.LOST if is_lost(g) else words.state_name(g.state),
             "why": words.reason_text(g.reason),
             "health": ", ".join(words.condition_text(c, g.evidence) for c in g.conditions)
             or ("not answering" if not g.up else ""),
@@ -218,7 +273,7 @@ def headline(gpu: FleetGpu) -> str:
     """Return the GPU's state for its page's heading: a GPU in MIG mode by its slices ("MIG, 4 slices: 2 busy,
     1 idle, 1 free"), whose own verdict only says it is split."""
     if not gpu.slices:
-        return words.state_name(gpu.state)
+        return words.LOST if is_lost(gpu) else words.state_name(gpu.state)
     counts: dict[str, int] = {}
     for part in gpu.slices:
         counts[part.state] = counts.get(part.state, 0) + 1

@@ -12,9 +12,11 @@ from gpulens.urls import shown_url
 # The pages' URL paths (dashboard/app.py names them so).
 GPU_PAGE = "gpu"
 JOB_PAGE = "job"
+REPORT_PAGE = "report"
 
-# `gpulens report job ID` writes a job's report (docs/reports.md); where a team serves reports over HTTP,
-# the link follows GPULENS_DASHBOARD_REPORT_URL, a template with {job_kind} and {job_id} (docs/dashboard.md).
+# A job's report is the dashboard's Report page (`gpulens report job ID`'s report, read from the same store);
+# where a team serves reports elsewhere, the link follows GPULENS_DASHBOARD_REPORT_URL, a template with
+# {job_kind} and {job_id} (docs/dashboard.md).
 REPORT_URL_VARIABLE = "GPULENS_DASHBOARD_REPORT_URL"
 
 
@@ -31,6 +33,11 @@ def node_link(node: str) -> str:
 def job_link(job_kind: str, job_id: str) -> str:
     """Return the Job page's link for one job."""
     return f"{JOB_PAGE}?{urllib.parse.urlencode({'kind': job_kind, 'id': job_id})}"
+
+
+def report_link(job_kind: str, job_id: str) -> str:
+    """Return the Report page's link for one job."""
+    return f"{REPORT_PAGE}?{urllib.parse.urlencode({'kind': job_kind, 'id': job_id})}"
 
 
 def report_url(template: str, job_kind: str, job_id: str) -> str | None:
@@ -52,15 +59,17 @@ def absolute(page_url: str | None, link: str) -> str:
     return urllib.parse.urljoin(page_url, link)
 
 
-def job_report(job_kind: str, job_id: str, environ: Mapping[str, str]) -> tuple[str, bool]:
-    """Return where the job's report is, and whether that is a URL: the report URL template's link
-    (GPULENS_DASHBOARD_REPORT_URL) where one is set, else the command that writes the report from the
-    dashboard's own source (`gpulens dashboard` sets the source's variables)."""
-    url = report_url(environ.get(REPORT_URL_VARIABLE, ""), job_kind, job_id)
-    if url:
-        return url, True
+def job_report(job_kind: str, job_id: str, environ: Mapping[str, str]) -> str:
+    """Return the link to the job's report: the report URL template's (GPULENS_DASHBOARD_REPORT_URL) where one is
+    set, else the dashboard's own Report page (relative: `absolute` makes it whole for a message)."""
+    return report_url(environ.get(REPORT_URL_VARIABLE, ""), job_kind, job_id) or report_link(job_kind, job_id)
+
+
+def source_command(job_id: str, environ: Mapping[str, str]) -> str:
+    """Return the command that writes the job's report from the dashboard's own source (`gpulens dashboard`
+    sets the source's variables)."""
     prometheus = environ.get(PROMETHEUS, "")
-    return report_command(job_id, shown_url(prometheus) if prometheus else "", environ.get(AGENTS, "")), False
+    return report_command(job_id, shown_url(prometheus) if prometheus else "", environ.get(AGENTS, ""))
 
 
 def report_command(job_id: str, prometheus: str = "", agents: str = "") -> str:

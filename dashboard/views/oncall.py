@@ -183,8 +183,7 @@ def message(
     lines.append(f"GPU page: {links.absolute(page_url, row.link)}")
     if unit.job_id:
         lines.append(f"Job page: {links.absolute(page_url, links.job_link(unit.job_kind, unit.job_id))}")
-        report, is_url = links.job_report(unit.job_kind, unit.job_id, environ)
-        lines.append(f"Job report: {report}" if is_url else f"Job report: run `{report}`")
+        lines.append(f"Job report: {links.absolute(page_url, links.job_report(unit.job_kind, unit.job_id, environ))}")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from gpulens import thresholds as t
 from gpulens.dashboard.sources.base import LOST_STATE
 from gpulens.tips import XID_MEANINGS
+from gpulens.vocabulary import STATE_NAME as STATE_NAME
 from gpulens.vocabulary import Condition, Reason, State
 
 # The pages' numbers are written by gpulens.words, like the reports' and the tips'; re-exported here.
@@ -23,14 +24,6 @@ from gpulens.words import percent as percent
 
 STATE_ORDER = (State.IDLE, State.DATA_STARVED, State.UNDERUTILIZED, State.BUSY, State.FREE, State.UNKNOWN)
 
-STATE_NAME = {
-    State.FREE.value: "Free",
-    State.IDLE.value: "Idle (held, no work)",
-    State.DATA_STARVED.value: "Starved for data",
-    State.UNDERUTILIZED.value: "Underused",
-    State.BUSY.value: "Busy",
-    State.UNKNOWN.value: "Unknown",
-}
 
 STATE_MEANING = {
     State.FREE.value: "no job holds it: ready for work",

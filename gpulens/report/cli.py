@@ -27,8 +27,8 @@ from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, when
 from gpulens.report.progress import Progress
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError
-from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report, job_report
+from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError, read_job
+from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report
 from gpulens.report.trend import TrendReport, check_period, spread, trend_report, whole_hours
 from gpulens.usage import LAST_EPOCH
 
@@ -235,16 +235,11 @@ def _render(report, fmt: str, command: str) -> str:
 
 def _job(source, args, since: float, until: float, min_duration: float, progress) -> JobReport:
     """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
-    records = source.job(args.id, since, until, progress)
-    if not records:
+    report = read_job(source, args.id, since, until, min_duration, progress)
+    if report is None:
         raise _nothing(f"job {args.id!r}", source, since, until, _CHECK_ID)
-    records = _one_job(records, args.id, source.description)
     if args.ended:
-        records = [replace(r, running=False) for r in records]
-    report = job_report(records, source.description, min_duration)
-    traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
-    if traces is not None:
-        report = replace(report, traces=traces(report.record, progress))
+        report = replace(report, record=replace(report.record, running=False))
     return report
 
 
@@ -328,17 +323,6 @@ def _trend(source: Source, by: str, since: float, until: float, min_duration: fl
     if report.total.held <= 0:
         raise _nothing("GPU-hours", source, since, until, _NO_LEDGER)
     return report
-
-
-def _one_job(records: list, wanted: str, description: str) -> list:
-    """Return the records of the one job `wanted` names: its id, else the one job whose pod or Slurm job has
-    that name."""
-    records = [r for r in records if r.id == wanted] or records
-    jobs = sorted({r.key for r in records})
-    if len(jobs) > 1:  # a name given to many jobs, a pod name reused in two namespaces, one id under two kinds
-        named = ", ".join(f"{kind} {job_id}" for kind, job_id in jobs[:5])
-        raise SourceError(f"{wanted!r} names {len(jobs)} jobs in {description} ({named}); give one of their ids")
-    return records
 
 
 def _write(output, path: str | None) -> int:

@@ -32,7 +32,7 @@ from gpulens.report.trend import (
     unnamed_note,
 )
 from gpulens.usage import STATES, JobRecord, TipUse
-from gpulens.vocabulary import State
+from gpulens.vocabulary import STATE_NAME, State
 
 # The thresholds a job's busy ratio gets its mark by, and a follow-up's share its outcome by: a percent shown
 # beside a mark or an outcome stays on its side of them (gpulens.words.percent).
@@ -49,14 +49,6 @@ UNTRACED_SHOWN = 5
 # and a trend's waste a day in its first days against its last.
 GROUP_NUMBERS = ("jobs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.")
 CHANGE_NUMBERS = ("first, a day", "last, a day", "change")
-STATE_NAMES = {
-    "free": "free",
-    "idle": "idle",
-    "data_starved": "data-starved",
-    "underutilized": "underutilized",
-    "busy": "busy",
-    "unknown": "unknown",
-}
 
 
 @dataclass(frozen=True)
@@ -165,7 +157,7 @@ def _states_table(record: JobRecord) -> Table:
     held = record.gpu_seconds
     rows = tuple(
         (
-            STATE_NAMES[s],
+            STATE_NAME[s],
             hours(record.state_seconds.get(s, 0.0)),
             percent(record.state_seconds.get(s, 0.0) / held if held else None),
         )
@@ -192,7 +184,7 @@ def job_document(report: JobReport) -> Document:
         ),
         ("verdict", mark_text(report.flag, r.busy_ratio)),
         ("GPU-hours", hours(r.gpu_seconds)),
-        ("wasted GPU-hours", f"{hours(r.wasted_seconds)} (idle, data-starved, underutilized)"),
+        ("wasted GPU-hours", f"{hours(r.wasted_seconds)} (idle, starved for data or underused)"),
         ("busy ratio", percent(r.busy_ratio, MARKED_BY)),
         ("SM activity", percent(r.sm_activity)),
         ("device memory peak", memory_text(r)),
@@ -423,7 +415,7 @@ def trend_document(report: TrendReport) -> Document:
                 "of the same job",
             )
         )
-    reasons = tuple(STATE_NAMES[r] for r in REASONS)
+    reasons = tuple(STATE_NAME[r] for r in REASONS)
     days = Table(
         "Wasted GPU-hours per day",
         ("day", "GPU-hours", "wasted", "wasted %", *reasons),
@@ -488,7 +480,7 @@ def trend_document(report: TrendReport) -> Document:
         ("reason", "wasted GPU-hours", "of the waste", *CHANGE_NUMBERS),
         tuple(
             (
-                STATE_NAMES[r],
+                STATE_NAME[r],
                 hours(total.seconds(r)),
                 percent(total.seconds(r) / total.wasted if total.wasted else None),
                 hours(change.reason_per_day(r)[0]),
@@ -516,7 +508,7 @@ def trend_document(report: TrendReport) -> Document:
             (
                 f.user or "unknown",
                 f.job,
-                STATE_NAMES[f.reason],
+                STATE_NAME[f.reason],
                 tip_title(f.tip),
                 f"{job_name(f.before)}, {when(f.before.start)}",
                 percent(f.before_share, OUTCOME_BY),

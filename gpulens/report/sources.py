@@ -18,6 +18,7 @@ from typing import Protocol
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
+from gpulens.report.summary import JobReport, job_report
 from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 
@@ -42,6 +43,25 @@ class Source(Protocol):
 
     def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs of the job whose id (or pod name) is `job_id`, with timelines; [] if none."""
+
+
+def read_job(
+    source: Source, job_id: str, since: float, until: float, min_duration: float, step: Step, kind: str = ""
+) -> JobReport | None:
+    """Return the report of the one job `job_id` names in [since, until] (of `kind` where given), with its traces
+    where the source keeps them; None when the source has no such job. `gpulens report job` and the dashboard's
+    Report page both read a job this way. Raises SourceError, also when the id names several jobs."""
+    records = [r for r in source.job(job_id, since, until, step) if kind in ("", r.kind)]
+    if not records:
+        return None
+    records = [r for r in records if r.id == job_id] or records
+    jobs = sorted({r.key for r in records})
+    if len(jobs) > 1:  # a name given to many jobs, a pod name reused in two namespaces, one id under two kinds
+        named = ", ".join(f"{k} {i}" for k, i in jobs[:5])
+        raise SourceError(f"{job_id!r} names {len(jobs)} jobs in {source.description} ({named}); give one of their ids")
+    report = job_report(records, source.description, min_duration)
+    traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
+    return replace(report, traces=traces(report.record, step)) if traces is not None else report
 
 
 class LedgerFiles:

@@ -8,6 +8,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from gpulens.report.document import CHANGE_NUMBERS, GROUP_NUMBERS, Document
+from gpulens.vocabulary import STATE_NAME
 
 STYLES = {"red": "bold red", "warning": "yellow", "ok": "green", "short": "dim", "no_data": "dim"}
 _NUMERIC = {
@@ -18,8 +19,7 @@ _NUMERIC = {
     "data wait",
     "duration",
     # the trend's
-    "data-starved",
-    "underutilized",
+    *STATE_NAME.values(),
     "wasted GPU-hours",
     "of the waste",
     *CHANGE_NUMBERS,

@@ -19,6 +19,7 @@ from gpulens.dashboard.sources.base import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.report.summary import JobReport, job_report
 from gpulens.report.trend import TrendReport, spread, trend_report
 from gpulens.usage import JobRecord
 from tests.report import month
@@ -179,6 +180,31 @@ def history(node: str = "node-a", gpu: str = "1") -> GpuHistory:
     return GpuHistory(node, gpu, NOW - 600, NOW, series, states)
 
 
+def mig_history() -> GpuHistory:
+    """MIG_GPU's last ten minutes as the sources give it: the GPU reads unknown and reports no utilization; each
+    slice its verdict, SM activity (Hopper) and memory at every sample, the last 1g.10gb from five minutes in."""
+    gpu = history(MIG_GPU.node, MIG_GPU.gpu)
+    times = [t for t, _ in gpu.states]
+    activity = {"busy": 0.7, "idle": 0.0, "underutilized": 0.15, "free": 0.0}
+    slices = []
+    for part in MIG_GPU.slices:
+        seen = times[30:] if part.uuid == "MIG-c2-4" else times
+        series = {
+            "sm_activity_ratio": tuple((t, activity[part.state]) for t in seen),
+            "memory_used_bytes": tuple((t, part.memory_used_bytes or 0.0) for t in seen),
+            "memory_total_bytes": tuple((t, part.memory_total_bytes or 10 * 2**30) for t in seen),
+        }
+        states = tuple((t, part.state) for t in seen)
+        slices.append(
+            GpuHistory(
+                part.node, part.gpu, gpu.start, gpu.end, series, states, uuid=part.uuid, mig_profile=part.mig_profile
+            )
+        )
+    series = {name: points for name, points in gpu.series.items() if name not in ("utilization_ratio", "busy_ratio")}
+    series["pcie_receive_bytes_per_second"] = tuple((t, 0.0) for t in times)  # a MIG GPU reports its own PCIe
+    return replace(gpu, series=series, states=tuple((t, "unknown") for t in times), slices=tuple(slices))
+
+
 JOBS = (
     JobSummary("kubernetes", "job-bob", {"idle": 5400.0, "busy": 600.0}, ("node-a",)),
     JobSummary(
@@ -335,7 +361,8 @@ class FakeSource:
 
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         self._check("gpu_history")
-        return Answer(history(node, gpu), self.problems)
+        mig = (node, gpu) == (MIG_GPU.node, MIG_GPU.gpu)
+        return Answer(mig_history() if mig else history(node, gpu), self.problems)
 
     def jobs(self) -> Answer[tuple[JobSummary, ...]]:
         self._check("jobs")
@@ -361,6 +388,12 @@ class FakeSource:
         self._check(f"past_job {job_kind} {job_id}")
         found = [r for r in self.past_ if r.id == job_id and job_kind in ("", r.kind)]
         return Answer(found[0] if found else None, self.problems)
+
+    def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
+        # The past runs the fake holds, reported as `gpulens report job` reports a ledger's.
+        self._check(f"job_report {job_kind} {job_id}")
+        found = [r for r in self.past_ if r.id == job_id and job_kind in ("", r.kind)]
+        return Answer(job_report(found, self.name, 300.0) if found else None, self.problems)
 
     def create_silence(self, matchers, seconds: float, created_by: str, comment: str) -> Answer[str]:
         self._check(f"create_silence {', '.join(map(str, matchers))} {seconds:g} {created_by} {comment}")

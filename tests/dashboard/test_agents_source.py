@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
 from gpulens.dashboard.views import gpu as gpu_view
 from tests.conftest import make_agent
@@ -149,3 +150,69 @@ def test_a_lost_gpus_history_keeps_its_loss_on_the_timeline():
     assert states.count("lost") >= 5, states  # 60 s off the bus, scraped every 10 s
     assert states[0] != "lost" and states[-1] != "lost"  # before and after, its verdicts
     assert "Lost" in {segment.state for segment in gpu_view.timeline(history)}
+
+
+def _scraped(agent, name: str, scrapes: int) -> AgentsSource:
+    """An agents source that scraped `agent` every 10 simulated seconds, `scrapes` times."""
+    clock = Clock()
+    with served(agent) as url:
+        source = AgentsSource({name: url}, history_seconds=600, interval=10, clock=clock)
+        for _ in range(scrapes):
+            agent.run(10)
+            clock.now += 10
+            source.refresh()
+    return source
+
+
+def test_a_mig_gpus_history_keeps_each_slices_points():
+    source = _scraped(make_agent("mig"), "mig", 15)  # 150 s: the H100's last slice made at 120 s
+    history = source.gpu_history("mig", "2", 3600).value
+    assert {state for _, state in history.states} == {"unknown"} and "utilization_ratio" not in history.series
+    assert [s.mig_profile for s in history.slices] == ["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]
+    assert all(s.uuid.startswith("MIG-") and (s.node, s.gpu) == ("mig", "2") for s in history.slices)
+    busy, idle, light, late = history.slices
+    assert len(busy.states) == 15 and busy.states[-1][1] == "busy" and idle.states[-1][1] == "idle"
+    assert all(0.5 < v < 0.8 for _, v in busy.series["sm_activity_ratio"])  # GPM per slice on Hopper
+    assert idle.series["memory_total_bytes"][-1][1] > idle.series["memory_used_bytes"][-1][1] > 0
+    assert len(late.states) == 4 and late.states[-1][1] == "free"  # scraped at 120, 130, 140 and 150 s
+    rows = [segment.row for segment in gpu_view.timeline(history)]
+    assert "GPU 2" not in rows and rows[-1] == f"GPU 2 · 1g.10gb slice ({late.uuid[:12]})"
+    # An A100 in MIG mode: its slices' memory and states, no activity (no GPM before Hopper).
+    a100 = source.gpu_history("mig", "1", 3600).value
+    assert len(a100.slices) == 4 and not any("sm_activity_ratio" in s.series for s in a100.slices)
+    assert all(s.series["memory_total_bytes"] for s in a100.slices)
+
+
+MIG_LOST = """
+name: mig-lost
+description: An H100 in MIG mode off the bus from 80 s to 120 s; a slice destroyed at 45 s.
+gpus:
+  - model: "NVIDIA H100 80GB HBM3"
+    mig:
+      - profile: 3g.40gb
+        sm_activity: {constant: 0.7, noise: 0.05}
+        processes:
+          - {pid: 4501, memory: 28GiB, job: {kind: slurm, id: "7", user: dev}}
+      - {profile: 1g.10gb, until: 45}
+faults:
+  - {at: 80, until: 120, gpu: 0, kind: lost}
+"""
+
+
+def test_a_mig_gpus_slices_go_off_the_bus_with_it_and_a_destroyed_one_ends():
+    source = _scraped(make_agent(parse_scenario(MIG_LOST, "mig-lost.yaml")), "n", 16)
+    history = source.gpu_history("n", "0", 3600).value
+    busy, destroyed = history.slices
+    assert [state for _, state in busy.states] == ["busy"] * 7 + ["lost"] * 5 + ["busy"] * 4
+    assert [state for _, state in destroyed.states] == ["free"] * 4  # scraped at 10 to 40 s
+    assert destroyed.end == destroyed.states[-1][0] + 10  # the first scrape without it
+    segments = gpu_view.timeline(history)
+    assert [(s.row, s.state) for s in segments] == [
+        ("GPU 0", "Unknown"),  # off the bus, the GPU keeps a row of its own: its loss is its own
+        ("GPU 0", "Lost"),
+        ("GPU 0", "Unknown"),
+        ("GPU 0 · 3g.40gb slice", "Busy"),
+        ("GPU 0 · 3g.40gb slice", "Lost"),
+        ("GPU 0 · 3g.40gb slice", "Busy"),
+        ("GPU 0 · 1g.10gb slice", "Free"),
+    ]

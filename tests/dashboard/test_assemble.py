@@ -7,6 +7,7 @@ import pytest
 from gpulens.dashboard.sources import assemble
 from gpulens.dashboard.sources.agents import parse_exposition
 from gpulens.dashboard.sources.assemble import Sample
+from gpulens.dashboard.sources.base import LOST_STATE, GpuHistory
 
 
 def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_and_evidence(demo_agent):
@@ -184,3 +185,27 @@ def test_detail_fills_the_slices_of_a_mig_gpu():
         ],
     )
     assert detailed.slices[0].memory_used_bytes == 2.0**30 and detailed.slices[0].evidence == {"idle_seconds": 600}
+
+
+def _slice(uuid: str, states: dict[float, str]) -> GpuHistory:
+    return GpuHistory("a", "1", 0.0, 100.0, {}, tuple(states.items()), uuid=uuid, mig_profile="1g.10gb")
+
+
+def test_slices_go_off_the_bus_with_their_gpu_and_end_where_they_were_destroyed():
+    # The GPU's readings every 10 s: off the bus at 30 and 40 s, and from 80 s to the end.
+    gpu = [(float(t), LOST_STATE if t in (30, 40, 80, 90) else "unknown") for t in range(0, 100, 10)]
+    there = _slice("MIG-there", {t: "busy" for t in (0.0, 10.0, 20.0, 50.0, 60.0, 70.0)})
+    gone = _slice("MIG-gone", {0.0: "free", 10.0: "free"})  # destroyed between 10 and 20 s
+    late = _slice("MIG-late", {60.0: "idle", 70.0: "idle"})  # created at 60 s
+    placed = assemble.slices_over(gpu, [((3, ""), late), ((2, ""), gone), ((1, ""), there)])
+    assert [p.uuid for p in placed] == ["MIG-there", "MIG-gone", "MIG-late"]  # in GPU-instance order
+    there, gone, late = ({t: state for t, state in p.states} for p in placed)
+    assert [there[t] for t in (20.0, 30.0, 40.0, 50.0, 80.0, 90.0)] == ["busy", "lost", "lost", "busy", "lost", "lost"]
+    assert LOST_STATE not in gone.values() and placed[1].end == 20.0  # ends at the first reading without it
+    assert list(late) == [60.0, 70.0, 80.0, 90.0] and placed[2].end == 100.0  # lost with its GPU at 80 s
+
+
+def test_a_gpu_off_the_bus_from_the_ranges_start_takes_the_slices_it_had_with_it():
+    gpu = [(0.0, LOST_STATE), (10.0, LOST_STATE), (20.0, "unknown")]
+    (back,) = assemble.slices_over(gpu, [((1, ""), _slice("MIG-1", {20.0: "busy"}))])
+    assert back.states == ((0.0, LOST_STATE), (10.0, LOST_STATE), (20.0, "busy"))

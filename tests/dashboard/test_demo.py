@@ -6,52 +6,32 @@ import json
 import os
 import pathlib
 import re
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 
 import pytest
 
+from tests.dashboard.browser import GPULENS, answers, chromium, shown, sidebar, start_demo, stop
 from tests.tools import free_port, require_tool
-
-GPULENS = [sys.executable, "-m", "gpulens.cli"]
 
 # The pages as dashboard/app.py declares them: their titles belong in the sidebar, their file names (and the
 # main script's, "app"), which a pages/ folder made Streamlit list, do not.
+# A page declared hidden (the Report page, reached from a job's links) is not in the sidebar.
 DECLARED = re.findall(
-    r'st\.Page\("screens/(\w+)\.py", title="([^"]+)"',
+    r'st\.Page\(\s*"screens/(\w+)\.py", title="([^"]+)"(?![^)]*visibility="hidden")',
     (pathlib.Path(__file__).parents[2] / "dashboard" / "app.py").read_text(),
 )
 PAGES = [title for _, title in DECLARED]
 FILE_NAMES = {"app", *(name for name, _ in DECLARED)}
 
 
-def start_demo(*args: str) -> tuple[subprocess.Popen, list[str]]:
-    """Start `gpulens demo`; return it and the lines it printed up to and including the URL line."""
-    process = subprocess.Popen([*GPULENS, "demo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in process.stdout:
-        lines.append(line.rstrip("\n"))
-        if line.startswith("http://"):
-            return process, lines
-    raise AssertionError(f"no URL line; printed {lines!r}, stderr {process.stderr.read()!r}")
-
-
-def stop(process: subprocess.Popen) -> int:
-    process.send_signal(signal.SIGINT)
-    return process.wait(timeout=30)
-
-
-def answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium for every browser check of the demo."""
+    yield from chromium(str(tmp_path_factory.mktemp("chromium") / "profile"))
 
 
 @pytest.fixture(scope="module")
@@ -76,56 +56,6 @@ def test_demo_prints_its_url_on_a_line_of_its_own_and_serves_the_dashboard(demo)
     assert len(agents) == 5 and all(answers(a + "/metrics") for a in agents)
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    """One headless Chromium for every browser check of the demo, logging its network requests."""
-    chromium = require_tool("chromium", "Debian package 'chromium'")
-    driver_path = require_tool("chromedriver", "Debian package 'chromium-driver'")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium') / 'profile'}",
-        "--window-size=1400,2400",
-    ):
-        options.add_argument(flag)
-    # Every request the pages make, read back with get_log("performance") (chromedriver's DevTools events).
-    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    yield driver
-    driver.quit()
-
-
-def shown(browser, url: str, *texts: str) -> str:
-    """Open `url` and return the page's text once every one of `texts` is on it: Streamlit draws over its
-    websocket after the page loads, and the demo's nodes settle over their first minute."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    browser.get(url)
-    body = browser.find_element(By.TAG_NAME, "body")
-    WebDriverWait(browser, 60).until(lambda _: all(text in body.text for text in texts))
-    return body.text
-
-
-def sidebar(browser) -> list[str]:
-    """The labels of the sidebar's page links (without their icons' ligature names)."""
-    return browser.execute_script(
-        "return [...document.querySelectorAll('[data-testid=stSidebarNavLink] [data-testid=stMarkdownContainer]')]"
-        ".map(label => label.innerText)"
-    )
-
-
 @pytest.mark.slow
 def test_the_browser_shows_flagged_gpus_and_their_tips(demo, browser, tmp_path):
     text = shown(browser, demo[1][-1], "Give the idle GPU back", "mig · GPU 2 · 2g.20gb slice")
@@ -146,13 +76,14 @@ def test_the_browser_shows_flagged_gpus_and_their_tips(demo, browser, tmp_path):
     [
         ("gpu?node=demo&gpu=1", ["GPU 1 on demo: Idle (held, no work)"]),  # the link's GPU, not the first
         ("job?kind=slurm&id=81234", ["slurm job 81234", "Tip: Add DataLoader workers"]),  # carol's starved job
+        ("report?kind=slurm&id=81234", ["GPU usage of job 81234", "Download the page (HTML)"]),  # read from ledgers
         ("probes", ["Is each GPU as fast as it should be"]),
         ("alerts", ["Alerts need Prometheus"]),
     ],
-    ids=["gpu", "job", "probes", "alerts"],
+    ids=["gpu", "job", "report", "probes", "alerts"],
 )
 def test_a_deep_link_opens_its_page_with_the_pages_titles_in_the_sidebar(demo, browser, link, texts):
-    page = shown(browser, demo[1][-1] + link, *texts, "Refreshes every")
+    page = shown(browser, demo[1][-1] + link, *texts, "Data: ")
     assert sidebar(browser) == PAGES, sidebar(browser)
     assert not FILE_NAMES & set(sidebar(browser))
     assert "Traceback" not in page
@@ -165,7 +96,7 @@ def test_a_link_to_a_job_that_is_not_running_says_so_and_points_to_its_report(de
         browser, demo[1][-1] + "job?kind=slurm&id=424242", "slurm job 424242 is not running", "Updated", "instead"
     )
     assert "no record of it in the last 7 days" in page
-    assert "gpulens report job 424242 --agent http://127.0.0.1:" in page
+    assert "gpulens report job 424242 --agent http://127.0.0.1:" in page  # the same from a shell
     assert "Open a running job instead" in page and "slurm job 81234" not in page  # no other job in its place
     assert browser.current_url.endswith("job?kind=slurm&id=424242")
     assert sidebar(browser) == PAGES

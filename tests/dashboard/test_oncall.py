@@ -52,12 +52,9 @@ def test_the_message_says_what_since_when_the_evidence_who_the_tip_and_the_links
     )
     assert "GPU page: https://gpulens.example.org/gpu?node=node-a&gpu=1" in lines
     assert "Job page: https://gpulens.example.org/job?kind=kubernetes&id=job-bob" in lines
-    # The report command reads the dashboard's own Prometheus, without its credentials.
-    assert (
-        "Job report: run `gpulens report job job-bob --prometheus https://prometheus.example.org:9090 "
-        "--format html -o report.html`"
-    ) in lines
-    assert "s3cret" not in item.message
+    # The report is a page of the dashboard, which the person receiving the message opens without a command.
+    assert "Job report: https://gpulens.example.org/report?kind=kubernetes&id=job-bob" in lines
+    assert "s3cret" not in item.message and "gpulens report" not in item.message
     assert item.contact == (("user", "bob"), ("Kubernetes pod", "research/jupyter-bob"), ("pod UID", "job-bob"))
 
 
@@ -66,6 +63,8 @@ def test_the_report_link_follows_the_url_template_and_links_stay_relative_withou
     (item,) = oncall.flagged(STARVED, NOW, None, environ)
     assert "Job report: https://reports.example.org/slurm/81234" in item.message.splitlines()
     assert "GPU page: gpu?node=node-b&gpu=0" in item.message.splitlines()
+    (item,) = oncall.flagged(STARVED, NOW, None, {})
+    assert "Job report: report?kind=slurm&id=81234" in item.message.splitlines()
 
 
 def test_a_slurm_jobs_account_is_named_and_an_unknown_one_said_so_never_guessed():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 from dataclasses import replace
@@ -48,6 +49,13 @@ def query_params(at: AppTest) -> dict[str, str]:
 def charts(at: AppTest) -> int:
     # Older Streamlit releases (1.51 among them) name the element arrow_vega_lite_chart.
     return len(at.get("vega_lite_chart")) + len(at.get("arrow_vega_lite_chart"))
+
+
+def timeline_rows(at: AppTest) -> list[str]:
+    """The rows of the page's state timeline (the chart of bars), top to bottom."""
+    specs = [json.loads(e.proto.spec) for e in (*at.get("vega_lite_chart"), *at.get("arrow_vega_lite_chart"))]
+    (timeline,) = [spec for spec in specs if spec["mark"]["type"] == "bar"]
+    return timeline["encoding"]["y"]["sort"]
 
 
 def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_first():
@@ -121,6 +129,47 @@ def test_the_gpu_page_lists_a_mig_gpus_slices(mig_agent):
         and slices["tip"][0] == "Watch a MIG slice's activity from the job or with DCGM"
     )
     assert "held one by one" in page
+    # Its history, a timeline row per slice; nothing tells how busy an A100's slices are, and the page says why.
+    assert [row.split(" (")[0] for row in timeline_rows(at)] == [
+        "GPU 1 · 3g.40gb slice",
+        "GPU 1 · 2g.20gb slice",
+        "GPU 1 · 1g.10gb slice",
+        "GPU 1 · 1g.10gb slice",
+    ]
+    assert "GPU 1's own state is unknown: in MIG mode its slices are judged one by one" in page
+    assert "No samples in this range." not in page and "NVML gives no utilization in MIG mode" in page
+
+
+def test_the_gpu_page_of_a_hopper_mig_gpu_draws_its_slices_history(mig_agent):
+    with served(mig_agent) as url:
+        at = run("gpu", AgentsSource({"mig": url}), node="mig", gpu="2")
+    page = text(at)
+    rows = timeline_rows(at)
+    assert [row.split(" (")[0] for row in rows] == [
+        "GPU 2 · 3g.40gb slice",
+        "GPU 2 · 2g.20gb slice",
+        "GPU 2 · 1g.10gb slice",
+        "GPU 2 · 1g.10gb slice",
+    ]
+    assert rows[2] != rows[3] and rows[2].endswith(")")  # the two 1g.10gb told apart
+    assert "GPU 2's own state is unknown" in page and "No samples in this range." not in page
+    assert charts(at) == 6 and not at.warning
+
+
+def test_the_gpu_page_of_a_fake_mig_gpu_draws_a_row_per_slice():
+    at = run("gpu", FakeSource(gpus=(*GPUS, MIG_GPU)), node="node-c", gpu="2")
+    assert timeline_rows(at) == [
+        "GPU 2 · 3g.40gb slice",
+        "GPU 2 · 2g.20gb slice",
+        "GPU 2 · 1g.10gb slice (MIG-c2-3)",
+        "GPU 2 · 1g.10gb slice (MIG-c2-4)",
+    ]
+    page = text(at)
+    assert "each on a row of its own" in page and "No samples in this range." not in page
+    assert charts(at) == 6  # the timeline and the five charts, the first with the slices' activity
+    # A GPU out of MIG mode: one row, its own, and no word of slices.
+    at = run("gpu", FakeSource(), node="node-a", gpu="1")
+    assert timeline_rows(at) == ["GPU 1"] and "own state is unknown" not in text(at)
 
 
 def test_the_gpu_page_of_a_fake_mig_gpu_lists_memory_from_the_detail():
@@ -237,7 +286,8 @@ def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
     assert "slurm job 81234" in page and "Owner: user **carol**" in page  # whose, in its first lines
     assert "PyTorch holds 22 GiB in tensors and has reserved 28 GiB" in page
     assert "Tip: Add DataLoader workers." in page
-    assert "gpulens report job 81234" in page and "--format html" in page
+    assert "[The job's report](report?kind=slurm&id=81234)" in page
+    assert "gpulens report job 81234" in page and "--format html" in page  # the same from a shell
     assert charts(at) == 1
 
 
@@ -252,6 +302,32 @@ def test_job_page_links_to_the_report_url_pattern(monkeypatch):
     monkeypatch.setenv("GPULENS_DASHBOARD_REPORT_URL", "https://reports.example.org/{job_kind}/{job_id}")
     at = run("job", FakeSource(), kind="slurm", id="81234")
     assert "[The job's report](https://reports.example.org/slurm/81234)" in text(at)
+
+
+def test_the_report_page_shows_the_jobs_report_with_its_downloads():
+    source = FakeSource()
+    at = run("report", source, kind="slurm", id="80077")
+    page = text(at)
+    assert "# GPU usage of job 80077" in page and "**owner**: carol" in page
+    assert "| Starved for data | 1.50 | 75% |" in page  # how its GPU-hours were spent, in the pages' words
+    assert "gpulens report job 80077 --format html" in page
+    assert "job_report slurm 80077" in source.asked
+    downloads = {b.proto.label: b.proto for b in at.get("download_button")}
+    assert set(downloads) == {
+        "Download the page (HTML)",
+        "Download the table (CSV)",
+        "Download the data (JSON)",
+    }
+
+
+def test_the_report_page_of_an_unknown_job_or_none_says_so():
+    at = run("report", FakeSource(), kind="slurm", id="424242")
+    assert "has no record of slurm job 424242 in the last 30 days" in at.info[0].value
+    assert not at.get("download_button")
+    at = run("report", FakeSource())
+    assert "No job named" in at.info[0].value
+    at = run("report", FakeSource(problems=(DOWN,)), kind="slurm", id="424242")
+    assert "node-c" in at.warning[0].value and not at.info  # the problem, not a claim that there is no record
 
 
 def test_job_page_without_jobs_says_so():

@@ -128,16 +128,16 @@ def test_queries_per_refresh_are_fixed_whatever_the_answer():
         recorded = next(i for i, q in enumerate(queries) if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in q)
         assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1 :])
         s.gpu_history("node", "0", 3600)
-        assert len(asked) == 13
+        assert len(asked) == 14  # five range queries, one for all the GPU's MIG slices whatever their number
         s.jobs()
         s.probes()
         s.alerts()
-        assert len(asked) == 17 == s.queries_made
+        assert len(asked) == 18 == s.queries_made
         # The evidence of any number of GPUs is one query; of none, no query.
         assert s.detail(()).value == ()
         gpus = [FleetGpu(node=f"node-{i}", gpu="0", uuid=f"GPU-{i}") for i in range(500)]
         assert s.detail(gpus).value == tuple(gpus)
-        assert len(asked) == 18
+        assert len(asked) == 19
 
 
 def test_label_values_are_quoted_for_promql():
@@ -307,3 +307,50 @@ def test_a_gpu_between_two_verdict_series_keeps_the_last_minutes_verdict_and_man
         fleet = source(url).fleet(3600)
     assert len(fleet.value.gpus) == 101 and "no verdict for 1 GPU(s)" in fleet.problems[0].what
     assert not any("last_over_time" in urllib.parse.unquote_plus(p) for p, _ in asked)
+
+
+def matrix(*series: tuple[dict, list[float]]) -> tuple:
+    return json_reply(
+        {
+            "status": "success",
+            "data": {
+                "resultType": "matrix",
+                "result": [{"metric": m, "values": [[t, "1"] for t in times]} for m, times in series],
+            },
+        }
+    )
+
+
+def test_a_mig_gpus_history_gives_each_slice_its_states_and_its_gpus_loss():
+    now = 1_800_000_000.0
+    steps = [now - 600 + 60 * i for i in range(10)]  # the GPU off the bus at its 5th and 6th readings
+    gpu = {"instance": "n", "gpu": "2", "uuid": "GPU-2"}
+
+    def of(uuid: str, profile: str, gi: str) -> dict:
+        return {**gpu, "uuid": uuid, "gpu_uuid": "GPU-2", "mig_profile": profile, "gpu_instance": gi}
+
+    big, small = of("MIG-b", "3g.40gb", "1"), of("MIG-s", "1g.10gb", "5")
+
+    def answer(path: str):
+        query = urllib.parse.unquote_plus(path)
+        if "gpulens_gpu_state{" in query:
+            return matrix(
+                ({**gpu, "__name__": "gpulens_gpu_state", "state": "unknown"}, steps),
+                ({**gpu, "__name__": "gpulens_gpu_condition", "condition": "lost"}, steps[4:6]),
+            )
+        if "gpulens_mig_state{" in query:
+            return matrix(
+                # Listed out of GPU-instance order: the source puts them in it.
+                ({**small, "__name__": "gpulens_mig_state", "state": "free"}, steps[:2]),  # destroyed after two
+                ({**big, "__name__": "gpulens_mig_state", "state": "busy"}, steps[:4] + steps[6:]),
+                ({**big, "__name__": "gpulens_mig_sm_activity_ratio"}, steps[:4] + steps[6:]),
+            )
+        return EMPTY
+
+    with fake_server(answer) as (url, _):
+        history = PrometheusSource(PrometheusApi(url), clock=lambda: now).gpu_history("n", "2", 600).value
+    assert [(s.uuid, s.mig_profile) for s in history.slices] == [("MIG-b", "3g.40gb"), ("MIG-s", "1g.10gb")]
+    busy, free = history.slices
+    assert [state for _, state in busy.states] == ["busy"] * 4 + ["lost"] * 2 + ["busy"] * 4
+    assert busy.series["sm_activity_ratio"][0] == (steps[0], 1.0) and busy.end == now
+    assert free.states == ((steps[0], "free"), (steps[1], "free")) and free.end == steps[2]  # gone at the third

@@ -151,6 +151,34 @@ def test_gpu_history_from_prometheus(prometheus):
     assert answer.value.states[-1][1] == "data_starved"
 
 
+def test_a_mig_gpus_history_from_prometheus_has_each_slice_in_one_more_query(prometheus):
+    source = PrometheusSource.from_url(prometheus)
+    answer = source.gpu_history("mig", "2", 120)
+    assert answer.problems == () and source.queries_made == 5  # a GPU's four, and one for all its slices
+    history = answer.value
+    assert {state for _, state in history.states} == {"unknown"} and "utilization_ratio" not in history.series
+    assert [s.mig_profile for s in history.slices][:3] == ["3g.40gb", "2g.20gb", "1g.10gb"]
+    assert all(s.uuid.startswith("MIG-") and (s.node, s.gpu) == ("mig", "2") for s in history.slices)
+    busy, idle = history.slices[:2]
+    assert busy.states[-1][1] == "busy" and idle.states[-1][1] == "idle"
+    assert all(0.4 < v < 0.9 for _, v in busy.series["sm_activity_ratio"][-3:])  # GPM per slice on Hopper
+    assert idle.series["memory_total_bytes"][-1][1] > idle.series["memory_used_bytes"][-1][1] > 0
+    # An A100 in MIG mode: its slices' states and memory, no activity (no GPM before Hopper).
+    a100 = source.gpu_history("mig", "1", 120).value
+    assert len(a100.slices) == 4 and all(s.states and "sm_activity_ratio" not in s.series for s in a100.slices)
+
+
+def test_the_gpu_page_of_a_mig_gpu_draws_its_slices_from_prometheus(prometheus):
+    at = AppTest.from_file(str(PAGES / "gpu.py"), default_timeout=30)
+    at.session_state[SOURCE_KEY] = PrometheusSource.from_url(prometheus)
+    at.query_params["node"], at.query_params["gpu"] = "mig", "2"
+    at.run()
+    assert not at.exception and not at.warning
+    captions = "\n".join(str(e.value) for e in at.caption)
+    assert "GPU 2's own state is unknown: in MIG mode its slices are judged one by one" in captions
+    assert "No samples in this range." not in captions
+
+
 def test_jobs_probes_and_alerts_from_prometheus(prometheus):
     source = PrometheusSource.from_url(prometheus)
     jobs = {j.job_id: j for j in source.jobs().value}

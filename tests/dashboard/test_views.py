@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
 from gpulens.dashboard import charts
-from gpulens.dashboard.sources.base import FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
+from gpulens.dashboard.sources.base import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
-from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history
+from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 
 
 def test_filters_keep_only_matching_gpus_and_options_are_distinct_and_sorted():
@@ -157,6 +157,97 @@ def test_span_starts_where_the_samples_do():
     full = GpuHistory("n", "0", 0.0, 3600.0, {"power_watts": ((-50.0, 1.0),)}, ())
     assert [t.timestamp() for t in gpu.span(full)] == [0.0, 3600.0]
     assert [t.timestamp() for t in gpu.span(GpuHistory("n", "0", 0.0, 3600.0, {}, ()))] == [0.0, 3600.0]
+    # A GPU in MIG mode whose slices alone have samples: its axis starts where theirs do.
+    part = GpuHistory("n", "0", 0.0, 3600.0, {}, ((3200.0, "busy"),), uuid="MIG-1", mig_profile="1g.10gb")
+    split = GpuHistory("n", "0", 0.0, 3600.0, {}, (), slices=(part,))
+    assert [t.timestamp() for t in gpu.span(split)] == [3200.0, 3600.0]
+
+
+SLICE_ROWS = [
+    "GPU 2 · 3g.40gb slice",
+    "GPU 2 · 2g.20gb slice",
+    "GPU 2 · 1g.10gb slice (MIG-c2-3)",  # two slices of one profile: told apart by their UUIDs
+    "GPU 2 · 1g.10gb slice (MIG-c2-4)",
+]
+
+
+def test_a_mig_gpus_timeline_has_a_row_per_slice_and_none_for_the_gpus_unknown():
+    data = mig_history()
+    segments = gpu.timeline(data)
+    assert [(s.row, s.state) for s in segments] == [
+        (SLICE_ROWS[0], "Busy"),
+        (SLICE_ROWS[1], "Idle (held, no work)"),
+        (SLICE_ROWS[2], "Underused"),
+        (SLICE_ROWS[3], "Free"),
+    ]
+    assert segments[3].start.timestamp() == pytest.approx(NOW - 300)  # created five minutes in
+    chart, height = charts.timeline([asdict(s) for s in segments], *gpu.span(data))
+    y = chart.to_dict()["encoding"]["y"]
+    assert (y["field"], y["sort"], height) == ("row", SLICE_ROWS, 110 + 40 * 4)
+    # A GPU out of MIG mode keeps its one row, as high as before.
+    plain = gpu.timeline(history())
+    assert {s.row for s in plain} == {"GPU 1"}
+    assert charts.timeline([asdict(s) for s in plain], *gpu.span(history()))[1] == 150
+
+
+def test_a_mig_gpu_that_fell_off_the_bus_keeps_its_own_row_with_its_loss():
+    data = mig_history()
+    lost = replace(data, states=data.states[:40] + tuple((t, LOST_STATE) for t, _ in data.states[40:]))
+    segments = gpu.timeline(lost)
+    assert [(s.row, s.state) for s in segments[:2]] == [("GPU 2", "Unknown"), ("GPU 2", "Lost")]
+    assert [s.row for s in segments[2:]] == SLICE_ROWS
+
+
+def test_a_destroyed_slices_row_ends_where_its_history_does():
+    data = mig_history()
+    kept = data.slices[0].states[:40]  # its last sample 210 s ago; the next reading of its GPU found it gone
+    gone = replace(data.slices[0], states=kept, end=kept[-1][0] + 10)
+    (segment,) = gpu.timeline(replace(data, slices=(gone,)))
+    assert segment.end.timestamp() == pytest.approx(NOW - 200)
+
+
+def test_a_mig_gpus_charts_draw_each_slices_activity_and_memory():
+    data = mig_history()
+    work, memory = (
+        next(spec for spec in gpu.CHARTS if spec.title == title) for title in ("Is the GPU working?", "Memory")
+    )
+    rows = gpu.chart_rows(data, work)
+    assert {r["series"] for r in rows} == {f"{row}: compute units busy (SM activity)" for row in SLICE_ROWS}
+    assert max(r["value"] for r in rows) == pytest.approx(70.0)  # the busy 3g.40gb slice, in %
+    # Lines the GPU lacks but its slices draw are not missing.
+    assert gpu.missing_lines(data, work) == [
+        "work running (driver's utilization, last second)",
+        "work running (exact, averaged between samples)",
+    ]
+    used = {r["series"]: r["value"] for r in gpu.chart_rows(data, memory)}
+    assert used["device memory in use (all processes)"] == 20.0  # the GPU's own line, then each slice's
+    assert used["GPU 2 · 2g.20gb slice: device memory in use (all processes)"] == 5.0
+    assert used["GPU 2 · 2g.20gb slice: device memory size"] == 20.0
+
+
+def test_a_mig_gpu_without_activity_per_slice_says_why_its_work_chart_is_empty():
+    # An A100 in MIG mode: no utilization, and no SM activity per slice before Hopper.
+    data = mig_history()
+    ampere = replace(
+        data,
+        slices=tuple(
+            replace(s, series={k: v for k, v in s.series.items() if k != "sm_activity_ratio"}) for s in data.slices
+        ),
+    )
+    work = gpu.CHARTS[0]
+    assert gpu.chart_rows(ampere, work) == []
+    assert gpu.empty_text(ampere, work).startswith("Nothing tells how busy this GPU's MIG slices are")
+    assert gpu.empty_text(history(), work) == "No samples in this range."  # a GPU out of MIG mode
+
+
+def test_a_mig_gpus_timeline_says_why_the_gpu_itself_is_unknown():
+    assert gpu.mig_note(MIG_GPU, mig_history()) == (
+        "GPU 2's own state is unknown: in MIG mode its slices are judged one by one, each on a row of its own."
+    )
+    assert gpu.mig_note(MIG_GPU, replace(mig_history(), slices=())).endswith(
+        "and this source has no state of them in this range yet."
+    )
+    assert gpu.mig_note(GPUS[1], history()) == ""
 
 
 def test_node_rows_and_holder():
@@ -396,6 +487,9 @@ def test_a_lost_gpu_says_it_fell_off_the_bus_once():
     lost = FleetGpu(node="n", gpu="3", uuid="L", up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
     [row] = fleet.flagged([lost], NOW)
     assert row.why.count("fell off the bus") == 1, row.why
+    # Lost wherever its state is written: the summary, its card, its page's heading and its node's table.
+    assert row.state == fleet.summary_rows([row])[0]["state"] == gpu.headline(lost) == "Lost"
+    assert gpu.node_rows([lost], "n", NOW)[0]["state"] == "Lost"
 
 
 def test_a_recent_xid_is_named_by_its_code_and_meaning():
