@@ -16,9 +16,11 @@ COPY gpulens/ gpulens/
 COPY agent/ agent/
 COPY dashboard/ dashboard/
 COPY probes/ probes/
-# rules/ and deploy/ ship in the package as data (gpulens rules, grafana, files).
+# rules/, deploy/ and the runbooks ship in the package as data (gpulens rules, grafana, files; the
+# dashboard's Runbooks page).
 COPY rules/ rules/
 COPY deploy/ deploy/
+COPY docs/runbooks/ docs/runbooks/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # -- agent ----------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ navigation = st.navigation(
         st.Page("screens/trends.py", title="Trends", icon=":material/trending_down:", url_path="trends"),
         st.Page("screens/probes.py", title="Probes", icon=":material/speed:", url_path="probes"),
         st.Page("screens/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
+        st.Page("screens/runbook.py", title="Runbooks", icon=":material/menu_book:", url_path="runbook"),
         # Reached from a job's page and from messages, for one job: not in the sidebar.
         st.Page(
             "screens/report.py", title="Report", icon=":material/description:", url_path="report", visibility="hidden"

@@ -1,9 +1,11 @@
 """The files gpulens ships beside its code, read from the installed package (a wheel has no source tree):
-the Prometheus rules, the Grafana dashboard, and examples for Alertmanager, Prometheus, systemd and Slurm.
+the Prometheus rules, the Grafana dashboard, examples for Alertmanager, Prometheus, systemd and Slurm, and
+the alerts' runbooks.
 
 `gpulens rules`, `gpulens grafana` and `gpulens files` print them; `gpulens demo --prometheus` loads the
-rules from here. Each file is kept once, in `rules/` or `deploy/` of the source tree, which the package
-installs as `gpulens.rules` and `gpulens.deploy` (pyproject.toml).
+rules from here, and the dashboard's Runbooks page serves the runbooks. Each file is kept once, in `rules/`,
+`deploy/` or `docs/runbooks/` of the source tree, which the package installs as `gpulens.rules`,
+`gpulens.deploy` and `gpulens.runbooks` (pyproject.toml).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ RULE_FILES = ("alerts.rules.yml", "recording.rules.yml", "probes.rules.yml")
 
 @dataclass(frozen=True)
 class Shipped:
-    name: str  # what `gpulens files NAME` takes
+    name: str  # its file name: what `gpulens files NAME` takes for one of FILES
     package: str
     path: str  # inside the package
     about: str
@@ -64,6 +66,18 @@ FILES = {
         Shipped("epilog.sh", "gpulens.deploy", "slurm/epilog.sh", "Slurm epilog: a report for each job as it ends"),
     )
 }
+
+
+RUNBOOKS = "gpulens.runbooks"  # docs/runbooks/ of the source tree: <alert>.md for each alert
+
+
+def runbooks() -> dict[str, Shipped]:
+    """Return the alerts' runbooks by alert name, in the order of their names."""
+    names = sorted(p.name for p in resources.files(RUNBOOKS).iterdir() if p.name.endswith(".md"))
+    return {
+        name.removesuffix(".md"): Shipped(name, RUNBOOKS, name, f"runbook of the alert {name.removesuffix('.md')}")
+        for name in names
+    }
 
 
 def rules_document() -> str:

@@ -171,7 +171,7 @@ def test_an_idle_gpu_notifies_once_with_its_summary_runbook_and_dashboard_link_t
     assert alert["labels"]["instance"] == "gpu-node-1" and alert["labels"]["gpu"] == "0"
     assert alert["labels"]["job_id"] == "77001" and alert["labels"]["severity"] == "warning"
     assert alert["annotations"]["summary"].startswith("GPU 0 on gpu-node-1 is held but idle for")
-    assert alert["annotations"]["runbook_url"].endswith("/docs/runbooks/GpulensGpuHeldIdle.md")
+    assert alert["annotations"]["runbook_url"] == f"{DASHBOARD}/runbook?alert=GpulensGpuHeldIdle"
     assert alert["annotations"]["dashboard_url"] == f"{DASHBOARD}/gpu?node=gpu-node-1&gpu=0"
     resolved = wait_for(lambda: receiver.notices("chat", "GpulensGpuHeldIdle", "resolved"), 90)
     assert resolved[0]["labels"]["gpu"] == "0"

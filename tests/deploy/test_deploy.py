@@ -196,10 +196,28 @@ def test_the_dockerfile_build_stage_has_every_package_folder():
         for instruction, arguments in _stages()["build"]
         if instruction == "COPY" and "--from" not in arguments
     }
-    ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    patterns = [line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()]
     for folder in sorted(folders):
         assert folder in copied, f"the Dockerfile's build stage does not COPY {folder}/"
-        assert folder not in ignored, f".dockerignore leaves {folder}/ out of the build context"
+        assert not _docker_ignores(patterns, folder), f".dockerignore leaves {folder}/ out of the build context"
+
+
+def _docker_ignores(patterns: list[str], folder: str) -> bool:
+    """Whether .dockerignore's `patterns` (plain paths, here) leave `folder` out: the last one naming it or a
+    folder above it decides, a `!` one letting it back in."""
+    ignored = False
+    for pattern in patterns:
+        path = pattern.removeprefix("!")
+        if path and not path.startswith("#") and (folder == path or folder.startswith(path + "/")):
+            ignored = not pattern.startswith("!")
+    return ignored
+
+
+def test_the_dockerignore_reading_can_fail():
+    assert _docker_ignores(["docs"], "docs/runbooks")
+    assert not _docker_ignores(["docs", "!docs/runbooks"], "docs/runbooks")
+    assert _docker_ignores(["!docs/runbooks", "docs"], "docs/runbooks")
+    assert not _docker_ignores(["docs"], "deploy")
 
 
 def _systemd_environment_file(text: str) -> dict[str, str]:

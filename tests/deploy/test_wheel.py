@@ -54,6 +54,26 @@ def test_the_wheel_holds_every_rule_and_deploy_file(installed):
         path for path in tracked if f"gpulens/{path}" not in names
     )
     assert "gpulens/dashboard/icon.svg" in names  # the dashboard's tab icon, served from the package
+    # The runbooks the dashboard's Runbooks page serves, from docs/runbooks/ (pyproject.toml maps the folder).
+    runbooks = sorted(p.name for p in (ROOT / "docs" / "runbooks").glob("*.md"))
+    assert "GpulensGpuHeldIdle.md" in runbooks
+    assert [n for n in runbooks if f"gpulens/runbooks/{n}" not in names] == []
+
+
+def test_the_runbooks_read_from_the_wheel(installed, tmp_path):
+    read = subprocess.run(
+        [
+            installed / "python",
+            "-c",
+            "from gpulens import bundled; print(bundled.runbooks()['GpulensGpuHeldIdle'].text())",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert read.returncode == 0, read.stderr
+    assert read.stdout == (ROOT / "docs" / "runbooks" / "GpulensGpuHeldIdle.md").read_text() + "\n"
 
 
 def test_rules_from_the_wheel_pass_promtool(installed, tmp_path):

@@ -371,6 +371,9 @@ def test_the_dashboard_address_reaches_every_alert_link(tmp_path):
                     for alert in case.get("exp_alerts", []):
                         if not labels:  # the case of a Prometheus without the label: the chart's address wins
                             alert["exp_annotations"]["dashboard_url"] = "https://gpulens.example.org/gpu?node=node1"
+                            alert["exp_annotations"]["runbook_url"] = (
+                                f"https://gpulens.example.org/runbook?alert={case['alertname']}"
+                            )
                 tests.append(test)
     assert len(tests) >= 5
     cases = tmp_path / "links.test.yml"

@@ -10,6 +10,7 @@ import yaml
 
 from gpulens import thresholds as t
 from gpulens.dashboard.views import links
+from gpulens.dashboard.views.runbook import runbook_link
 from tests.rules.known import ROOT, RULES, agent_metric_names, recorded_names, referenced_metrics, rule_files, rules
 from tests.tools import require_tool
 
@@ -98,7 +99,11 @@ def test_every_alert_has_severity_evidence_and_a_runbook(alert):
     annotations = rule["annotations"]
     for key in ("summary", "description", "runbook_url"):
         assert annotations.get(key, "").strip(), f"{alert}: no {key}"
-    assert annotations["runbook_url"] == f"{RUNBOOK_PREFIX}{alert}.md"
+    # The dashboard's Runbooks page where Prometheus knows the dashboard, else the project's repository.
+    assert annotations["runbook_url"] == (
+        f"{{{{ with $externalLabels.gpulens_dashboard }}}}{{{{ . }}}}/{runbook_link(alert)}"
+        f"{{{{ else }}}}{RUNBOOK_PREFIX}{alert}.md{{{{ end }}}}"
+    )
     runbook = ROOT / "docs" / "runbooks" / f"{alert}.md"
     assert runbook.is_file(), f"{alert}: write {runbook.relative_to(ROOT)}"
     text = runbook.read_text()
@@ -144,6 +149,61 @@ def test_the_promtool_cases_expect_the_dashboards_own_links():
     assert base + links.job_link("process", "pid:4242") in expected
     assert base + links.job_link("kubernetes", "uid-2") in expected
     assert base + links.gpu_link("node1", "0") in expected
+
+
+def _expected_runbooks() -> list[tuple[str, str, str]]:
+    """(the case's gpulens_dashboard label or "", alert, the runbook_url it expects) for every alert the promtool
+    cases expect to fire."""
+    found = []
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text())["tests"]:
+            base = test.get("external_labels", {}).get("gpulens_dashboard", "")
+            for case in test.get("alert_rule_test", []):
+                found.extend(
+                    (base, case["alertname"], a["exp_annotations"]["runbook_url"]) for a in case.get("exp_alerts", [])
+                )
+    return found
+
+
+def test_the_promtool_cases_expect_the_runbook_page_with_the_label_and_the_repository_without():
+    """Every alert is rendered by a case with the label: its runbook_url is the dashboard's own Runbooks link."""
+    expected = _expected_runbooks()
+    for base, alert, url in expected:
+        assert url == (f"{base}/{runbook_link(alert)}" if base else f"{RUNBOOK_PREFIX}{alert}.md"), alert
+    assert {alert for base, alert, _ in expected if base} == set(ALERTS)
+    assert any(not base for base, _, _ in expected)
+
+
+def _cases_without_the_label(tmp_path, keep_label: bool = False) -> subprocess.CompletedProcess:
+    """Run every promtool case that expects alerts on a Prometheus without the gpulens_dashboard label, each
+    alert expected to link to its runbook in the project's repository and to no dashboard page."""
+    files = []
+    for path in TEST_FILES:
+        suite = yaml.safe_load(path.read_text())
+        suite["rule_files"] = [str((path.parent / name).resolve()) for name in suite["rule_files"]]
+        for test in suite["tests"]:
+            if not keep_label:
+                test.pop("external_labels", None)
+            for case in test.get("alert_rule_test", []):
+                for alert in case.get("exp_alerts", []):
+                    alert["exp_annotations"]["runbook_url"] = f"{RUNBOOK_PREFIX}{case['alertname']}.md"
+                    alert["exp_annotations"]["dashboard_url"] = ""
+        target = tmp_path / path.name
+        target.write_text(yaml.safe_dump(suite))
+        files.append(str(target))
+    return _run(require_tool("promtool"), "test", "rules", *files)
+
+
+def test_without_the_dashboard_label_every_runbook_url_is_the_repositorys_page(tmp_path):
+    result = _cases_without_the_label(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_unlabelled_runbook_check_can_fail(tmp_path):
+    """The same cases with the label kept: the runbook_url is the dashboard's, so the expectation must fail."""
+    result = _cases_without_the_label(tmp_path, keep_label=True)
+    assert result.returncode != 0
+    assert "/runbook?alert=GpulensGpuHeldIdle" in result.stdout + result.stderr
 
 
 def _for_words(duration: str) -> re.Pattern:
