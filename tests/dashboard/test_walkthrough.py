@@ -57,7 +57,7 @@ def test_the_plain_demo_runs_prometheus_where_it_is_installed(demo):
 
 
 def test_the_lost_gpu_comes_first_and_in_view_without_scrolling(demo, browser, tmp_path):
-    page = shown(browser, demo[0], "fell off the bus", "Look at these first", timeout=120)
+    page = shown(browser, demo[0], "fell off the bus", "Look at these first", "demo · GPU 1", timeout=120)
     assert "Traceback" not in page
     # The summary table at the top: its first row is the lost GPU, before any wasted one, and that row lies
     # within the page's viewport (a header and a row of 35 px each under the table's top). A 1440x900 headless
@@ -75,7 +75,7 @@ def test_the_lost_gpu_comes_first_and_in_view_without_scrolling(demo, browser, t
 def test_the_counts_of_gpus_by_state_add_up(demo, browser):
     from selenium.webdriver.common.by import By
 
-    page = shown(browser, demo[0], "GPUs by state", "Busy", timeout=120)
+    page = shown(browser, demo[0], "GPUs by state", "Busy", "Unknown", "Health:", timeout=120)
     total = int(re.search(r"(\d+) GPUs by state", page).group(1))
     values = [
         float(m.text.replace(",", ""))
@@ -102,7 +102,7 @@ def test_the_lost_gpus_page_names_its_xid_and_its_chart_keeps_the_lost_time(demo
 
 
 def test_the_job_page_says_whose_job_it_is_in_its_first_lines(demo, browser, tmp_path):
-    page = shown(browser, demo[0] + "job?kind=slurm&id=81234", "Owner: user carol", timeout=120)
+    page = shown(browser, demo[0] + "job?kind=slurm&id=81234", "Owner: user carol", "GPUs held now", timeout=120)
     assert page.index("Owner: user carol") < page.index("GPUs held now")
     keep(browser, "job", tmp_path)
 
