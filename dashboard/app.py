@@ -1,5 +1,6 @@
 """The gpulens dashboard: `streamlit run dashboard/app.py`, or `gpulens dashboard`, which sets the source."""
 
+import inspect
 import pathlib
 
 import streamlit as st
@@ -12,6 +13,9 @@ from gpulens.dashboard import gate
 # https://fonts.gstatic.com/s/i/short-term/release/materialsymbolsrounded/NAME/default/24px.svg (the bundle
 # streamlit/static/static/js/index.*.js, 1.67), a failed request and a broken icon on an air-gapped network.
 ICON = pathlib.Path(__file__).with_name("icon.svg")
+# A page left out of the sidebar. st.Page's `visibility` is newer than the oldest Streamlit the dashboard
+# admits (1.51, pyproject.toml): there such a page is listed like the others.
+HIDDEN = {"visibility": "hidden"} if "visibility" in inspect.signature(st.Page).parameters else {}
 
 st.set_page_config(page_title="gpulens", page_icon=ICON, layout="wide")
 
@@ -29,9 +33,7 @@ navigation = st.navigation(
         st.Page("screens/alerts.py", title="Alerts", icon=":material/notifications:", url_path="alerts"),
         st.Page("screens/runbook.py", title="Runbooks", icon=":material/menu_book:", url_path="runbook"),
         # Reached from a job's page and from messages, for one job: not in the sidebar.
-        st.Page(
-            "screens/report.py", title="Report", icon=":material/description:", url_path="report", visibility="hidden"
-        ),
+        st.Page("screens/report.py", title="Report", icon=":material/description:", url_path="report", **HIDDEN),
     ],
     position="sidebar" if gate.current()[0].shows_fleet else "hidden",
 )

@@ -21,7 +21,7 @@ from tests.tools import free_port, require_tool
 # main script's, "app"), which a pages/ folder made Streamlit list, do not.
 # A page declared hidden (the Report page, reached from a job's links) is not in the sidebar.
 DECLARED = re.findall(
-    r'st\.Page\(\s*"screens/(\w+)\.py", title="([^"]+)"(?![^)]*visibility="hidden")',
+    r'st\.Page\(\s*"screens/(\w+)\.py", title="([^"]+)"(?![^)]*\*\*HIDDEN)',
     (pathlib.Path(__file__).parents[2] / "dashboard" / "app.py").read_text(),
 )
 PAGES = [title for _, title in DECLARED]

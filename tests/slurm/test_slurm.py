@@ -30,6 +30,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.agent.attribution.cgroup import parse_owner
+from gpulens.vocabulary import STATE_NAME
 from tests.reliability.running import agent_process
 from tests.slurm.cluster import ROOT, Cluster, missing_tools
 from tests.tools import require_tool
@@ -291,17 +292,17 @@ def test_the_report_carries_the_verdict_and_tips(slurm_run):
     first_tip = train.split("What to change")[1].splitlines()[1]
     assert first_tip.startswith("1. Add DataLoader workers") and "num_workers" in train, train
     idle = (slurm_run.reports / f"{slurm_run.jobs['idle']}.txt").read_text()
-    assert "idle" in _states(idle), idle
+    assert STATE_NAME["idle"] in _states(idle), idle
 
 
 def _states(report: str) -> dict[str, float]:
-    """The table of how the GPU-hours were spent: state -> share."""
+    """The table of how the GPU-hours were spent: state, as the report names it -> share."""
     table = report.split("How the GPU-hours were spent")[1].split("What to change")[0]
     shares = {}
     for row in table.splitlines():
         cells = [c.strip() for c in row.strip("│ ").split("│")]
         if len(cells) == 3 and cells[2].endswith("%"):
-            shares[cells[0].replace("-", "_")] = float(cells[2].rstrip("%"))
+            shares[cells[0]] = float(cells[2].rstrip("%"))
     return shares
 
 
