@@ -21,7 +21,7 @@ from gpulens import thresholds as t
 from gpulens.agent import collectors
 from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
-from gpulens.cli import usage_problem
+from gpulens.arguments import usage_problem
 from gpulens.printable import quoted
 from gpulens.units import UnitError, parse_duration, parse_size
 from gpulens.yamltext import YamlProblem, read_yaml_file

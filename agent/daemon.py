@@ -34,10 +34,10 @@ from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.sources import LiveSources
 from gpulens.agent.webconfig import PLAIN, WebConfigError, WebConfigFile
+from gpulens.arguments import EXIT_USAGE
 
 log = logging.getLogger("gpulens.agent")
 
-EXIT_USAGE = 2
 EXIT_RUNTIME = 1
 _SIMULATED_JOBS = (
     " (simulated node: a real job's report is exported as its gpulens_job_* series, and joins a simulated GPU "

@@ -28,7 +28,7 @@ import yaml
 
 from gpulens import bundled
 from gpulens.agent.simulator.scenario import load_scenario
-from gpulens.cli import OneLineParser
+from gpulens.arguments import OneLineParser
 from gpulens.credentials import (
     BASIC_AUTH_FILE,
     AccessError,
@@ -66,7 +66,6 @@ STARTUP_SECONDS = 60.0
 RETENTION_DAYS = demo_history.DAYS + 5  # the demo's Prometheus keeps the past runs loaded into it
 
 EXIT_RUNTIME = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's code for a command stopped by Ctrl-C
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from gpulens.cli import OneLineParser
+from gpulens.arguments import OneLineParser
 from gpulens.printable import printable
 
 RULE_FILES = ("alerts.rules.yml", "recording.rules.yml", "probes.rules.yml")

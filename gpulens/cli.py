@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from gpulens import __version__
-from gpulens.printable import printable
-
-EXIT_USAGE = 2
+from gpulens.arguments import OneLineParser
 
 USAGE = """usage: gpulens COMMAND [OPTIONS]
 
@@ -53,24 +49,6 @@ COMMANDS = {
     "grafana": "gpulens.bundled:grafana_main",
     "files": "gpulens.bundled:files_main",
 }
-
-
-def usage_problem(message: str) -> str:
-    """Return argparse's message on one line (it quotes the arguments as they were typed), with the fix where
-    argparse gives none: a value that starts with '-', such as `--since -3d`, reads to it as another flag."""
-    message = printable(message)
-    if message.startswith("argument ") and message.endswith(": expected one argument"):
-        flag = message.removeprefix("argument ").partition(":")[0].split("/")[-1]
-        message += f"; give it as {flag} VALUE, or as {flag}=VALUE when the value starts with '-'"
-    return message
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An argument parser whose mistakes are one line on stderr and exit 2, not argparse's usage dump."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: {usage_problem(message)}; run '{self.prog} --help'", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

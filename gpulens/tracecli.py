@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpulens.agentclient import AgentClient
-from gpulens.cli import OneLineParser
+from gpulens.arguments import OneLineParser
 from gpulens.credentials import AccessError, agent_credentials
 from gpulens.httpclient import HttpError
 from gpulens.report.sources import http_url

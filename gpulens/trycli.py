@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds as t
-from gpulens.cli import OneLineParser
+from gpulens.arguments import OneLineParser
 from gpulens.printable import printable
 from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.tracecli import settings_text

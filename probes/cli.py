@@ -17,14 +17,13 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gpulens import thresholds
-from gpulens.cli import usage_problem
+from gpulens.arguments import EXIT_USAGE, usage_problem
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
 
 EXIT_OK = 0
 EXIT_SLOW = 1
-EXIT_USAGE = 2
 EXIT_WRONG = 3
 EXIT_UNPROBED = 4
 MAX_SIMULATE_TIME = 366 * 86_400.0  # seconds

@@ -33,6 +33,7 @@ CORE = [
     "gpulens/words.py",
     "gpulens/checks.py",
     "gpulens/bundled.py",
+    "gpulens/arguments.py",
     "gpulens/alertmanager_api.py",
 ]
 

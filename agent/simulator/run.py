@@ -24,7 +24,7 @@ from importlib import resources
 
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
-from gpulens.cli import usage_problem
+from gpulens.arguments import EXIT_USAGE, usage_problem
 from gpulens.printable import printable
 from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.units import UnitError, parse_duration
@@ -37,7 +37,6 @@ ENV_DRIVER = "GPULENS_SIM_DRIVER"
 ENV_EPOCH = "GPULENS_SIM_EPOCH"
 ENV_SPEED = "GPULENS_SIM_SPEED"
 ENV_AT = "GPULENS_SIM_AT"
-EXIT_USAGE = 2
 EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # what a shell returns for a command it cannot run, or find
 
 _installed: tuple[Scenario, SharedClock] | None = None

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from gpulens import thresholds as t
 from gpulens import units
-from gpulens.cli import usage_problem
+from gpulens.arguments import EXIT_USAGE, usage_problem
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
 from gpulens.printable import printable
@@ -33,7 +33,6 @@ from gpulens.report.trend import TrendReport, check_period, spread, trend_report
 from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
-EXIT_USAGE = 2
 FORMATS = ("terminal", "markdown", "html", "json", "csv", "line")
 MACHINE_FORMATS = ("json", "csv", "line")  # every job, one row each
 TREND_FORMATS = tuple(f for f in FORMATS if f != "line")  # a trend lists days and groups, not jobs

@@ -1,0 +1,30 @@
+"""What every `gpulens` command does with its command line: argparse's mistakes as one line naming the fix,
+and exit status 2. The dispatcher (`gpulens.cli`) and each command's own module import it from here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from gpulens.printable import printable
+
+EXIT_USAGE = 2
+
+
+def usage_problem(message: str) -> str:
+    """Return argparse's message on one line (it quotes the arguments as they were typed), with the fix where
+    argparse gives none: a value that starts with '-', such as `--since -3d`, reads to it as another flag."""
+    message = printable(message)
+    if message.startswith("argument ") and message.endswith(": expected one argument"):
+        flag = message.removeprefix("argument ").partition(":")[0].split("/")[-1]
+        message += f"; give it as {flag} VALUE, or as {flag}=VALUE when the value starts with '-'"
+    return message
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose mistakes are one line on stderr and exit 2, not argparse's usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {usage_problem(message)}; run '{self.prog} --help'", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
