@@ -21,7 +21,7 @@ from gpulens import thresholds as t
 from gpulens.agent import collectors
 from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
-from gpulens.arguments import usage_problem
+from gpulens.arguments import raising
 from gpulens.printable import quoted
 from gpulens.units import UnitError, parse_duration, parse_size
 from gpulens.yamltext import YamlProblem, read_yaml_file
@@ -294,9 +294,7 @@ class AgentConfig:
 SETTINGS: dict[str, Setting] = {f.name: f.metadata["setting"] for f in fields(AgentConfig) if f.metadata}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not a usage dump
-        raise ConfigError(f"{usage_problem(message)}; run 'gpulens agent --help'")
+_Parser = raising(ConfigError, "gpulens agent")  # one line, not a usage dump
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,3 +28,14 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: {usage_problem(message)}; run '{self.prog} --help'", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+
+def raising(error: type[Exception], command: str) -> type[argparse.ArgumentParser]:
+    """Return an argument parser class whose mistakes raise `error`, one line ending "run '`command` --help'", so
+    that the caller decides the exit (a command that must clean up, or a library function a test calls)."""
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise error(f"{usage_problem(message)}; run '{command} --help'")
+
+    return Parser

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gpulens import thresholds
-from gpulens.arguments import EXIT_USAGE, usage_problem
+from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
@@ -49,9 +49,7 @@ class Unavailable(RuntimeError):
     """Nothing can be probed here (no driver, no GPU); the message says what to do instead."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not a usage dump
-        raise UsageError(f"{usage_problem(message)}; run 'gpulens probe --help'")
+_Parser = raising(UsageError, "gpulens probe")  # one line, not a usage dump
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from importlib import resources
 
 from gpulens.agent.clock import SharedClock
 from gpulens.agent.config import ConfigError
-from gpulens.arguments import EXIT_USAGE, usage_problem
+from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.printable import printable
 from gpulens.programs import cannot_run, find_program, is_file_path, not_found
 from gpulens.units import UnitError, parse_duration
@@ -42,9 +42,7 @@ EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 126, 127  # what a shell returns for a command
 _installed: tuple[Scenario, SharedClock] | None = None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not a usage dump
-        raise ConfigError(f"{usage_problem(message)}; run 'gpulens sim --help'")
+_Parser = raising(ConfigError, "gpulens sim")  # one line, not a usage dump
 
 
 def _parser() -> argparse.ArgumentParser:

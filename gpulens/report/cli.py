@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from gpulens import thresholds as t
 from gpulens import units
-from gpulens.arguments import EXIT_USAGE, usage_problem
+from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
 from gpulens.printable import printable
@@ -45,9 +45,7 @@ class UsageError(ValueError):
     """A command-line mistake; the message names it and the fix."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        raise UsageError(f"{usage_problem(message)}; run 'gpulens report --help'")
+_Parser = raising(UsageError, "gpulens report")  # one line, not a usage dump
 
 
 def parse_duration(text: str, flag: str) -> float:
