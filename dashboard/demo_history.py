@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from gpulens.agent.ledger import Ledger
-from gpulens.agent.simulator.scenario import JobSpec, Scenario
+from gpulens.agent.simulator.scenario import Gpu, JobSpec, Scenario
 from gpulens.tips import CATALOG
 from gpulens.usage import DeviceUse, JobRecord, TipUse
 from gpulens.vocabulary import State
@@ -89,7 +89,15 @@ def past_runs(
 
 
 def _run(
-    owner: JobSpec, number: int, node: str, gpu, start: float, end: float, reason, wasted: float, rng
+    owner: JobSpec,
+    number: int,
+    node: str,
+    gpu: Gpu,
+    start: float,
+    end: float,
+    reason: str,
+    wasted: float,
+    rng: random.Random,
 ) -> JobRecord:
     held = end - start
     unknown = UNKNOWN_SHARE * held
@@ -147,10 +155,13 @@ def write_ledger(path: str, node: str, runs: Sequence[JobRecord]) -> None:
         ledger.close()
 
 
-def hourly(runs: Iterable[JobRecord], labels) -> dict[tuple[tuple[tuple[str, str], ...], float], float]:
+Labels = tuple[tuple[str, str], ...]
+
+
+def hourly(runs: Iterable[JobRecord], labels: Callable[[JobRecord, str], Labels]) -> dict[tuple[Labels, float], float]:
     """Return GPU-hours by (labels(run, state), hour's end): each run's state seconds spread evenly over its span,
     the hour ending at t holding what fell in (t - 1 h, t], as the recording rules' points do."""
-    points: dict[tuple[tuple[tuple[str, str], ...], float], float] = defaultdict(float)
+    points: dict[tuple[Labels, float], float] = defaultdict(float)
     for run in runs:
         span = run.last_seen - run.start
         hour = math.floor(run.start / HOUR) * HOUR

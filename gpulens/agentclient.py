@@ -54,7 +54,7 @@ class AgentClient(HttpClient):
         """Return the agent's /api/v1/traces answer: {"enabled": bool, "traces": [...]}, newest first."""
         return self._answer(self.get("/api/v1/traces", params), "/api/v1/traces", "traces", "new enough")
 
-    def _answer(self, response, path: str, key: str, kind: str) -> dict[str, Any]:
+    def _answer(self, response: Any, path: str, key: str, kind: str) -> dict[str, Any]:
         """Return the JSON object an agent answered at `path`, holding a list under `key`; else raise HttpError
         (its `status` the HTTP status) saying what the agent said, and that it may not be a gpulens agent
         `kind` (with the ledger stage, new enough for traces)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpulens import __version__
 from gpulens.arguments import OneLineParser
@@ -87,7 +87,8 @@ def _main(argv: Sequence[str] | None) -> int:
     command, rest = args[0], args[1:]
     if command in COMMANDS:
         module, function = COMMANDS[command].split(":")
-        return getattr(importlib.import_module(module), function)(rest)
+        run: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+        return run(rest)
     if command in ("dashboard", "demo"):
         try:
             from gpulens.dashboard import launch

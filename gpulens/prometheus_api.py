@@ -78,7 +78,8 @@ class PrometheusApi(HttpClient):
         # Label values are strings and samples [time, "number"] in the API; anything else breaks the readers.
         if not all(_well_formed(item, kind) for item in data["result"]):
             raise self.error(f"answered query {self.said(promql, 80)!r} with a malformed series")
-        return data["result"]
+        result: list[dict[str, Any]] = data["result"]
+        return result
 
     def _data(self, path: str, params: dict[str, str], what: str) -> Any:
         response = self.get(path, params)

@@ -17,7 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from gpulens.agentclient import AgentClient
 from gpulens.arguments import OneLineParser
@@ -47,7 +47,7 @@ NEXT_STEP = {
 }
 
 
-def main(argv: Sequence[str], out=sys.stdout, sleep: Callable[[float], None] = time.sleep) -> int:
+def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float], None] = time.sleep) -> int:
     parser = OneLineParser(prog="gpulens trace", description="Ask the node's agent for a trace of a running job.")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--job", metavar="ID", help="the Slurm job id, pod UID or pod name")
@@ -109,7 +109,7 @@ def describe(run: dict[str, Any]) -> str:
     who = f"pid {run['pid']}{owner}"
     head = f"trace {run['id']}, {who}: {run['state']}"
     if run["state"] not in TRACE_FINISHED:
-        return head + " (still running; read it later with: gpulens trace --id " + run["id"] + ")"
+        return f"{head} (still running; read it later with: gpulens trace --id {run['id']})"
     if run["state"] != "done":
         return f"{head}: {run.get('reason') or 'no reason given'}"
     found = run.get("summary") or {}

@@ -36,7 +36,7 @@ class Agents:
         # The agents each job was found on, and the node each named: where to ask for its traces.
         self._found_on: dict[tuple[str, str], dict[str, tuple[AgentClient, str]]] = {}
 
-    def _get(self, agent: AgentClient, params: dict, step: Step) -> list[JobRecord]:
+    def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
         with converted(HttpError, SourceError):
             body = agent.jobs(params)

@@ -103,7 +103,7 @@ def state_timeline(points: Sequence[TimelinePoint]) -> str:
         total = sum(p.state_seconds.values())
         if total <= 0:
             continue
-        y = HEIGHT - BOTTOM
+        y: float = HEIGHT - BOTTOM
         for state in STATES:
             seconds = p.state_seconds.get(state, 0.0)
             if seconds <= 0:

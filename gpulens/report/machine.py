@@ -136,7 +136,7 @@ def _every_job(report: FleetReport) -> None:
         raise ValueError("JSON and CSV list every job: build the report from every job's record")
 
 
-def _csv_row(r: JobRecord, mark: str) -> list:
+def _csv_row(r: JobRecord, mark: str) -> list[str | float]:
     def number(value: float | None, digits: int = 4, against: tuple[float, ...] = ()) -> str:
         return "" if value is None else fixed(value, digits, against)
 

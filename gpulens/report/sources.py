@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
@@ -71,7 +71,7 @@ class LedgerFiles:
         self.paths = list(paths)
         self.description = "ledger " + ", ".join(self.paths)
 
-    def _read(self, path: str, step: Step, **query) -> list[JobRecord]:
+    def _read(self, path: str, step: Step, **query: Any) -> list[JobRecord]:
         step(f"reading {path}")
         with converted(LedgerError, SourceError):
             conn = connect_readonly(path)

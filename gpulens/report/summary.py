@@ -95,7 +95,7 @@ def check_grouping(by: str) -> None:
         raise ValueError(f"cannot group by {by!r}; choose one of {', '.join(GROUPINGS)}")
 
 
-def wasted_first(record: JobRecord) -> tuple:
+def wasted_first(record: JobRecord) -> tuple[float, float, str, str]:
     """The order of every report's lists: the most wasted GPU-hours first, then the most GPU-hours."""
     return (-record.wasted_seconds, -record.gpu_seconds, record.kind, record.id)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table as RichTable
@@ -30,7 +33,7 @@ _NUMERIC = {
 
 def renderable(doc: Document) -> Group:
     """Return the document as a rich renderable."""
-    parts: list = [Text(doc.title, style="bold")]
+    parts: list[Any] = [Text(doc.title, style="bold")]
     facts = RichTable.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
@@ -65,7 +68,9 @@ def render(doc: Document, width: int | None = None) -> str:
     return console.export_text()
 
 
-class _Discard:
+class _Discard(io.StringIO):
+    """A console file that keeps nothing: the recording is what `render` returns."""
+
     def write(self, text: str) -> int:
         return len(text)
 

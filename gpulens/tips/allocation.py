@@ -125,7 +125,7 @@ def _right_size_text(f: Facts) -> str:
     used, total = f.ratio("memory_used_ratio"), f.number("memory_total_bytes")
     light_memory, light_compute = _light(f)
     seen = []
-    if light_memory and total:
+    if light_memory and total and used is not None:  # light memory is known from `used`
         seen.append(f"the job uses {gib(used * total)} of the {gib(total)}{on_gpu(f)}")
     elif light_memory:
         seen.append(f"the job uses {percent(used)} of the GPU memory")

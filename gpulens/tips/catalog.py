@@ -86,7 +86,7 @@ JOB_TIP_IDS = frozenset(tip.id for tip in jobs.family.tips)
 
 def _value(item: object) -> str | None:
     if isinstance(item, Reason | Condition | JobFinding):
-        return item.value
+        return str(item.value)
     return item if isinstance(item, str) else None
 
 
