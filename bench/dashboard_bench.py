@@ -46,7 +46,7 @@ from stores import SCRAPE_SECONDS, Store, query
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources import PrometheusSource
+from gpulens.fleet.prometheus import PrometheusSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FLEET_PAGE = ROOT / "dashboard" / "screens" / "fleet.py"

@@ -41,8 +41,8 @@ import numpy
 import requests
 from stores import Store, query
 
+from gpulens.fleet.prometheus_jobs import Prometheus
 from gpulens.report.cli import run
-from gpulens.report.prometheus import Prometheus
 
 # At 10,240 GPUs a month holds about 370,000 series of gpulens_gpu_allocation_info (a job's GPUs), and
 # VictoriaMetrics refuses a query matching more than 300,000 by default (docs/install.md says so).

@@ -1,5 +1,5 @@
-"""The Streamlit dashboard: `app.py` and its pages, over one `sources.Source` (Prometheus or the agents).
+"""The Streamlit dashboard: `app.py` and its pages, over one `gpulens.fleet` source (Prometheus or the agents).
 
-Only this package imports streamlit. `sources/` reads, `views/` is the pages' logic without Streamlit,
+Only this package imports streamlit. `gpulens.fleet` reads, `views/` is the pages' logic without Streamlit,
 `screens/` renders, `launch.py` is `gpulens dashboard` and `gpulens demo`.
 """

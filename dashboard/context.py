@@ -20,9 +20,10 @@ import streamlit as st
 
 from gpulens import credentials
 from gpulens.alertmanager_api import Matcher
-from gpulens.dashboard import gate, sources
-from gpulens.dashboard.sources.agents import AgentsSource
-from gpulens.dashboard.sources.base import (
+from gpulens.dashboard import gate
+from gpulens.fleet import environment
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.records import (
     Alerts,
     Answer,
     Fleet,
@@ -49,13 +50,13 @@ CACHE_SECONDS = 5
 # Every variable the source is built from: one left out here would never reach it (the agents' TLS and
 # basic-auth files among them).
 _SETTINGS = (
-    sources.PROMETHEUS,
-    sources.AGENTS,
-    sources.ALERTMANAGER,
-    sources.BEARER_TOKEN,
-    sources.BASIC_AUTH,
-    *sources.PROMETHEUS_TLS,
-    *sources.ALERTMANAGER_TLS,
+    environment.PROMETHEUS,
+    environment.AGENTS,
+    environment.ALERTMANAGER,
+    environment.BEARER_TOKEN,
+    environment.BASIC_AUTH,
+    *environment.PROMETHEUS_TLS,
+    *environment.ALERTMANAGER_TLS,
     credentials.CA_FILE,
     credentials.CERT_FILE,
     credentials.KEY_FILE,
@@ -74,7 +75,7 @@ def refresh_seconds() -> float:
 
 @st.cache_resource(show_spinner=False)
 def _configured(settings: tuple[tuple[str, str], ...]) -> Source:
-    source = sources.from_environment(dict(settings))
+    source = environment.from_environment(dict(settings))
     if isinstance(source, AgentsSource):
         source.start()  # history builds while nobody watches
     return source
@@ -91,7 +92,7 @@ def source() -> Source:
         return injected
     try:
         return _configured(tuple((name, os.environ.get(name, "")) for name in _SETTINGS))
-    except sources.ConfigError as error:
+    except environment.ConfigError as error:
         st.error(str(error))
         st.stop()  # raises: the page ends here
 

@@ -39,7 +39,7 @@ HABITS = {
 BUSY_KERNEL_SHARE = 0.95
 UNKNOWN_SHARE = 0.01  # each run's first seconds, judged unknown as the agent judges a new holder's first cycle
 IMPROVEMENT = 0.6  # the last day wastes this much less than the first, as a share of the first
-# Rules whose hourly points Prometheus' Trends read (gpulens/report/prometheus.py, _TREND_RULES).
+# Rules whose hourly points Prometheus' Trends read (gpulens/fleet/prometheus_jobs.py, _TREND_RULES).
 USER_RULE = "namespace_user:gpulens_job_gpu_hours:increase1h"
 MODEL_RULE = "model:gpulens_gpu_hours:increase1h"
 FIRST_SLURM_ID = 50_000  # below the built-in scenarios' running jobs: earlier submissions

@@ -44,7 +44,8 @@ from gpulens.credentials import (
 from gpulens.dashboard import demo_history
 from gpulens.dashboard.access import REQUIRE_LOGIN, auth_problem
 from gpulens.dashboard.demo_history import FIRST_SLURM_ID
-from gpulens.dashboard.sources import (
+from gpulens.errors import converted
+from gpulens.fleet.environment import (
     AGENTS,
     ALERTMANAGER,
     ALERTMANAGER_TLS,
@@ -54,7 +55,6 @@ from gpulens.dashboard.sources import (
     PROMETHEUS_TLS,
     parse_agents,
 )
-from gpulens.errors import converted
 from gpulens.urls import check_url, refuse_password
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"

@@ -22,8 +22,8 @@ from typing import Any, TextIO
 from gpulens.agentclient import AgentClient
 from gpulens.arguments import OneLineParser
 from gpulens.credentials import AccessError, agent_credentials
+from gpulens.fleet.past import http_url
 from gpulens.httpclient import HttpError
-from gpulens.report.sources import http_url
 from gpulens.units import UnitError, parse_duration
 from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import percent, trace_sentence

@@ -9,12 +9,12 @@ from dataclasses import asdict
 import streamlit as st
 
 from gpulens.dashboard import access, charts, context, gate
-from gpulens.dashboard.sources.base import Alerts, Answer, FleetGpu
 from gpulens.dashboard.views import alerts as alerts_view
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
 from gpulens.dashboard.views import oncall, words
 from gpulens.dashboard.views.links import job_link
+from gpulens.fleet.records import Alerts, Answer, FleetGpu
 
 RANGES = {900: "15 minutes", 3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours"}
 

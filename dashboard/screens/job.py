@@ -10,10 +10,10 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from gpulens.dashboard import access, charts, context, gate
-from gpulens.dashboard.sources.base import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links, words
 from gpulens.dashboard.views import traces as trace_view
+from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
 
 source = context.source()
 context.header("Job", "Why is my job slow, and what do I change?", source)

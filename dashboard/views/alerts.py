@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpulens.dashboard.sources.base import FiringAlert, SilenceShown
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link, node_link
+from gpulens.fleet.records import FiringAlert, SilenceShown
 
 
 def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[dict]:

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpulens import tips
-from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link, job_link, node_link
+from gpulens.fleet.records import FleetGpu
 from gpulens.vocabulary import WASTED_STATES, Condition, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)

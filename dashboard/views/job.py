@@ -7,10 +7,10 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpulens.dashboard.sources.base import FleetGpu, JobSummary
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
 from gpulens.dashboard.views.links import gpu_link, job_link
+from gpulens.fleet.records import FleetGpu, JobSummary
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
 

@@ -6,7 +6,7 @@ import shlex
 import urllib.parse
 from collections.abc import Mapping
 
-from gpulens.dashboard.sources import AGENTS, PROMETHEUS
+from gpulens.fleet.environment import AGENTS, PROMETHEUS
 from gpulens.urls import shown_url
 
 # The pages' URL paths (dashboard/app.py names them so).

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard.access import Access
-from gpulens.dashboard.sources.base import FleetGpu, SilenceShown
 from gpulens.dashboard.views import fleet, links, words
+from gpulens.fleet.records import FleetGpu, SilenceShown
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.
 DURATIONS = {3600: "1 hour", 4 * 3600: "4 hours", 12 * 3600: "12 hours", 86_400: "1 day", 3 * 86_400: "3 days"}

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpulens import thresholds
-from gpulens.dashboard.sources.base import ProbeResult
 from gpulens.dashboard.views import words
 from gpulens.dashboard.views.links import gpu_link
+from gpulens.fleet.records import ProbeResult
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpulens.dashboard.sources.base import ExportedTrace, JobTraces, TraceShown
 from gpulens.dashboard.views import words
+from gpulens.fleet.records import ExportedTrace, JobTraces, TraceShown
 from gpulens.tracecli import PART_WORDS, describe, step_lines
 
 # What the page's button asks for: the agent's own default (agent/jobs/traces.py DEFAULT_STEPS).

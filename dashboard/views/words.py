@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 
 from gpulens import thresholds as t
-from gpulens.dashboard.sources.base import LOST_STATE
+from gpulens.fleet.records import LOST_STATE
 from gpulens.tips import XID_MEANINGS
 from gpulens.vocabulary import STATE_NAME as STATE_NAME
 from gpulens.vocabulary import Condition, Reason, State

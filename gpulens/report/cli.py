@@ -23,11 +23,11 @@ from gpulens import units
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
+from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError, read_job
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, when
 from gpulens.report.progress import Progress
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError, read_job
 from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report
 from gpulens.report.trend import TrendReport, check_period, spread, trend_report, whole_hours
 from gpulens.usage import LAST_EPOCH
@@ -201,13 +201,13 @@ def _source(args) -> Source:
     if chosen == "agent":
         if not args.agent:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
-        from gpulens.report.agents import Agents
+        from gpulens.fleet.agent_ledgers import Agents
 
         with converted((AccessError, ValueError), UsageError):  # ValueError: an --agent that is not a URL
             return Agents(args.agent, timeout, credentials=agent_credentials())
     if not args.prometheus:
         raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
-    from gpulens.report.prometheus import Prometheus
+    from gpulens.fleet.prometheus_jobs import Prometheus
 
     with converted(ValueError, UsageError):  # also an unreadable credentials or TLS file (AccessError)
         return Prometheus(args.prometheus, timeout, credentials=read_credentials(args))

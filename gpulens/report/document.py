@@ -15,9 +15,9 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
+from gpulens.fleet.traces import JobTraces
 from gpulens.printable import printable
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
-from gpulens.report.traces import JobTraces
 from gpulens.report.trend import (
     GONE,
     LESS,

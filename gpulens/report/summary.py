@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens import thresholds as t
-from gpulens.report.traces import JobTraces
+from gpulens.fleet.traces import JobTraces
 from gpulens.usage import JobRecord, add_up, merge_all
 
 GROUPINGS = ("user", "namespace", "partition", "account", "model")

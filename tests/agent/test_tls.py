@@ -21,10 +21,10 @@ from gpulens.agent.access import Guard
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.webconfig import WebConfigFile
 from gpulens.credentials import AccessError, Credentials, agent_credentials
-from gpulens.dashboard.sources.agents import fetch_metrics
+from gpulens.fleet.agent_ledgers import Agents
+from gpulens.fleet.agents import fetch_metrics
+from gpulens.fleet.past import SourceError
 from gpulens.httpclient import HttpError
-from gpulens.report.agents import Agents
-from gpulens.report.sources import SourceError
 from tests.agent.webcerts import Pki, hashed
 
 

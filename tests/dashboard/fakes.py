@@ -6,7 +6,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 
-from gpulens.dashboard.sources.base import (
+from gpulens.fleet.records import (
     Alerts,
     Answer,
     FiringAlert,

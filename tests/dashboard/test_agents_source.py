@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpulens.agent.simulator.scenario import parse_scenario
-from gpulens.dashboard.sources import AgentsSource, ConfigError, parse_agents
 from gpulens.dashboard.views import gpu as gpu_view
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.environment import ConfigError, parse_agents
 from tests.conftest import make_agent
 from tests.dashboard.conftest import served
 from tests.dashboard.httpfake import fake_server

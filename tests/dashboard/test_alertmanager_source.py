@@ -8,7 +8,10 @@ from datetime import datetime, timezone
 import pytest
 
 from gpulens.alertmanager_api import AlertmanagerApi, Matcher
-from gpulens.dashboard.sources import AgentsSource, Answer, ConfigError, PrometheusSource, from_environment
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.environment import ConfigError, from_environment
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import Answer
 from gpulens.prometheus_api import PrometheusApi
 from tests.agent.webcerts import Pki
 from tests.dashboard.httpfake import fake_server, json_reply

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpulens.dashboard.sources import assemble
-from gpulens.dashboard.sources.agents import parse_exposition
-from gpulens.dashboard.sources.assemble import Sample
-from gpulens.dashboard.sources.base import LOST_STATE, GpuHistory
+from gpulens.fleet import assemble
+from gpulens.fleet.agents import parse_exposition
+from gpulens.fleet.assemble import Sample
+from gpulens.fleet.records import LOST_STATE, GpuHistory
 
 
 def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_and_evidence(demo_agent):

@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from gpulens.credentials import BASIC_AUTH_FILE, Credentials
 from gpulens.dashboard import context, launch
-from gpulens.dashboard.sources import (
+from gpulens.fleet.environment import (
     AGENTS,
     ALERTMANAGER,
     ALERTMANAGER_TLS,

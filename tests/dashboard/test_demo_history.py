@@ -14,7 +14,7 @@ from gpulens.agent.ledger import connect_readonly, read_node, read_records
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.dashboard import demo_history
 from gpulens.dashboard.launch import Children, backfill, start_prometheus, write_history
-from gpulens.dashboard.sources.prometheus import PrometheusSource
+from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.report.trend import spread, trend_report, whole_hours
 from gpulens.vocabulary import State

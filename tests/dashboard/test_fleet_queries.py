@@ -7,7 +7,7 @@ import subprocess
 
 import yaml
 
-from gpulens.dashboard.sources import prometheus
+from gpulens.fleet import prometheus
 from tests.tools import require_tool
 
 GPU = 'job="gpulens", instance="n1", gpu="0", uuid="U"'

@@ -17,9 +17,9 @@ from streamlit.testing.v1 import AppTest
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import access
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources import PROMETHEUS
-from gpulens.dashboard.sources.base import Alerts, Answer, SilenceShown, SourceProblem
 from gpulens.dashboard.views import links, oncall
+from gpulens.fleet.environment import PROMETHEUS
+from gpulens.fleet.records import Alerts, Answer, SilenceShown, SourceProblem
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 from tests.dashboard.test_login import ADA, AUTH
 

@@ -11,9 +11,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources import AgentsSource
-from gpulens.dashboard.sources.base import Alerts, SilenceShown, SourceProblem
 from gpulens.dashboard.views import words
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.records import Alerts, SilenceShown, SourceProblem
 from tests.dashboard.conftest import served
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 

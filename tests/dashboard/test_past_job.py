@@ -8,7 +8,8 @@ import urllib.parse
 
 import pytest
 
-from gpulens.dashboard.sources import AgentsSource, PrometheusSource
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.prometheus_api import PrometheusApi
 from tests.conftest import make_agent
 from tests.dashboard.conftest import served

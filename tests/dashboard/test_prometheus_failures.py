@@ -9,8 +9,9 @@ import urllib.parse
 import pytest
 
 from gpulens.credentials import Credentials
-from gpulens.dashboard.sources import PrometheusSource, from_environment
-from gpulens.dashboard.sources.base import FleetGpu
+from gpulens.fleet.environment import from_environment
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import FleetGpu
 from gpulens.httpclient import collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.urls import shown_url
@@ -161,7 +162,7 @@ def test_the_environment_configures_the_source():
         {"GPULENS_DASHBOARD_PROMETHEUS": "http://p:9090", "GPULENS_PROMETHEUS_BASIC_AUTH": "ops:pw"}
     )
     assert built.name == "Prometheus at http://p:9090"
-    from gpulens.dashboard.sources import ConfigError
+    from gpulens.fleet.environment import ConfigError
 
     for environ, said in (
         ({}, "no source configured"),

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from gpulens import bundled
 from gpulens.dashboard import launch
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources import PrometheusSource
+from gpulens.fleet.prometheus import PrometheusSource
 from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow

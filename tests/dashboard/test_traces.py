@@ -15,11 +15,11 @@ from gpulens.checks import Invalid
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.dashboard import access, gate
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.sources import AGENTS, AgentsSource, from_environment
-from gpulens.dashboard.sources.agents import checked_run
-from gpulens.dashboard.sources.base import Answer, ExportedTrace, JobSummary, JobTraces, SourceProblem, TraceShown
-from gpulens.dashboard.sources.prometheus import PrometheusSource
 from gpulens.dashboard.views import traces as view
+from gpulens.fleet.agents import AgentsSource, checked_run
+from gpulens.fleet.environment import AGENTS, from_environment
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import Answer, ExportedTrace, JobSummary, JobTraces, SourceProblem, TraceShown
 from gpulens.prometheus_api import PrometheusApi
 from tests.conftest import make_agent
 from tests.dashboard.conftest import served

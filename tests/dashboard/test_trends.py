@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from gpulens.dashboard.sources import AgentsSource, PrometheusSource
-from gpulens.dashboard.sources.base import SourceProblem
 from gpulens.dashboard.views import trends as view
+from gpulens.fleet.agents import AgentsSource
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import SourceProblem
 from gpulens.report.trend import DAY_SECONDS, DOWN, UNCHANGED, UP, Change, Usage
 from tests.dashboard.fakes import FakeSource
 from tests.dashboard.httpfake import fake_server, json_reply

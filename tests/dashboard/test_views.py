@@ -7,8 +7,8 @@ from dataclasses import asdict, replace
 import pytest
 
 from gpulens.dashboard import charts
-from gpulens.dashboard.sources.base import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
+from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 
 

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from gpulens.dashboard.sources.base import LOST_STATE
-from gpulens.dashboard.sources.prometheus import PrometheusSource
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import LOST_STATE
 from gpulens.prometheus_api import PrometheusApi
 from tests.dashboard.browser import chromium, shown, start_demo, stop
 from tests.tools import free_port, require_tool

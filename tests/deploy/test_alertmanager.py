@@ -27,9 +27,9 @@ import pytest
 from gpulens import bundled
 from gpulens.alertmanager_api import AlertmanagerApi
 from gpulens.dashboard import launch
-from gpulens.dashboard.sources import PrometheusSource
-from gpulens.dashboard.sources.base import Answer, FleetGpu
 from gpulens.dashboard.views import oncall
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import Answer, FleetGpu
 from gpulens.prometheus_api import PrometheusApi
 from tests.tools import free_port, require_tool, wait_for
 

@@ -20,7 +20,7 @@ import yaml
 
 from gpulens import bundled
 from gpulens.dashboard import launch
-from gpulens.dashboard.sources import PrometheusSource
+from gpulens.fleet.prometheus import PrometheusSource
 from tests.tools import require_tool, wait_for
 
 pytestmark = pytest.mark.slow
@@ -138,7 +138,7 @@ def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
     """The fleet report people read asks each store for its sums by group and two numbers per job, then the
     listed jobs whole (a job-id regex): on each store it agrees with the report built from every job's whole
     record."""
-    from gpulens.report.prometheus import Prometheus
+    from gpulens.fleet.prometheus_jobs import Prometheus
     from gpulens.report.summary import fleet_report
 
     def settled() -> float | None:
@@ -167,7 +167,7 @@ def test_recorded_hours_add_up_the_same_on_each_store(stores):
     from the one before where a group's series has a gap (VictoriaMetrics fills those for a bare selector).
     Prometheus reads the month in tests/report; here VictoriaMetrics imports an owner's points as vmalert
     would have written them, two minutes before each hour, with no evaluation in hour 3."""
-    from gpulens.report.prometheus import _SUMS, Prometheus
+    from gpulens.fleet.prometheus_jobs import _SUMS, Prometheus
 
     _, victoria = stores
     recorded = _SUMS[0]

@@ -12,9 +12,9 @@ import textwrap
 import pytest
 
 from gpulens.agent.simulator.scenario import parse_scenario
-from gpulens.dashboard.sources.base import FleetGpu
 from gpulens.dashboard.views import fleet, oncall
 from gpulens.dashboard.views.job import job_tips, past_tips
+from gpulens.fleet.records import FleetGpu
 from gpulens.report.cli import run
 from gpulens.tips import DeviceWork
 from gpulens.tips.jobs import judge

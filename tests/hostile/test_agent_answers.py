@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpulens.agent.server import AgentApp
-from gpulens.dashboard.sources import AgentsSource
+from gpulens.fleet.agents import AgentsSource
 from gpulens.report.cli import run
 from tests.conftest import make_agent
 from tests.dashboard.httpfake import fake_server

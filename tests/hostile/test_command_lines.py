@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpulens.agent.server import serve
 from gpulens.dashboard import launch
-from gpulens.dashboard.sources import ConfigError, from_environment, parse_agents
+from gpulens.fleet.environment import ConfigError, from_environment, parse_agents
 from gpulens.probes import cli as probe_cli
 from gpulens.report import cli as report_cli
 from tests.conftest import make_agent

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gpulens.dashboard.sources import PrometheusSource
-from gpulens.dashboard.sources.base import Answer
+from gpulens.fleet.past import SourceError
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.prometheus_jobs import Prometheus
+from gpulens.fleet.records import Answer
 from gpulens.prometheus_api import PrometheusApi
 from gpulens.report.cli import run
-from gpulens.report.prometheus import Prometheus
-from gpulens.report.sources import SourceError
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.hostile.common import JSON, TEXT, hostile, one_line
 from tests.hostile.views import render_everything

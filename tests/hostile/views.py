@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from gpulens.dashboard import charts
-from gpulens.dashboard.sources.base import Answer
 from gpulens.dashboard.views import alerts, fleet, gpu, job, probes, words
+from gpulens.fleet.records import Answer
 
 
 def draw(chart_and_height) -> None:

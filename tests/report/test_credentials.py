@@ -18,9 +18,9 @@ import urllib.parse
 
 import pytest
 
+from gpulens.fleet.prometheus_jobs import Prometheus
 from gpulens.prometheus_api import label_value
 from gpulens.report.cli import run
-from gpulens.report.prometheus import Prometheus
 from tests.agent.webcerts import Pki
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.report.conftest import GUARD_PASSWORD, GUARD_USER

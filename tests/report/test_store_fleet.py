@@ -10,11 +10,7 @@ import pytest
 import yaml
 
 from gpulens.bundled import FILES
-from gpulens.report import markdown
-from gpulens.report.cli import run
-from gpulens.report.document import fleet_document
-from gpulens.report.machine import to_csv
-from gpulens.report.prometheus import (
+from gpulens.fleet.prometheus_jobs import (
     _SPAN_RULE,
     _SUMS,
     RULES_INTERVAL,
@@ -24,6 +20,10 @@ from gpulens.report.prometheus import (
     _widest,
     recorded_expression,
 )
+from gpulens.report import markdown
+from gpulens.report.cli import run
+from gpulens.report.document import fleet_document
+from gpulens.report.machine import to_csv
 from gpulens.report.summary import GROUPINGS, fleet_report
 from tests.report import month
 
@@ -59,7 +59,7 @@ def test_the_tables_read_lean_match_the_tables_of_every_whole_record(fleet_run, 
 def test_the_worst_jobs_come_first_when_the_lists_are_cut(
     fleet_run, prometheus_url, rows, min_duration, held_by_id, monkeypatch
 ):
-    monkeypatch.setattr("gpulens.report.prometheus.HELD_BY_ID", held_by_id)
+    monkeypatch.setattr("gpulens.fleet.prometheus_jobs.HELD_BY_ID", held_by_id)
     tables, every = _both(prometheus_url, fleet_run, "user", min_duration, rows)
     assert tables.jobs == every.jobs[:rows]
     assert tables.short == every.short[:rows]
@@ -178,8 +178,8 @@ def test_series_that_name_no_owner_are_read_whole_and_give_the_same_report(fleet
 def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_records_are(
     fleet_run, odd_prometheus, rows, ids_per_query, held_by_id, monkeypatch
 ):
-    monkeypatch.setattr("gpulens.report.prometheus.IDS_PER_QUERY", ids_per_query)  # jobs read by id, in chunks
-    monkeypatch.setattr("gpulens.report.prometheus.HELD_BY_ID", held_by_id)
+    monkeypatch.setattr("gpulens.fleet.prometheus_jobs.IDS_PER_QUERY", ids_per_query)  # jobs read by id, in chunks
+    monkeypatch.setattr("gpulens.fleet.prometheus_jobs.HELD_BY_ID", held_by_id)
     since, until = fleet_run.since + TIES_AT, fleet_run.since + TIES_AT + 3600
     source = Prometheus(odd_prometheus)
     tables = source.fleet("user", since, until, 300.0, _quiet, rows)
@@ -345,7 +345,7 @@ def test_a_stretch_of_recorded_hours_adds_the_points_at_its_hours_and_not_the_on
 
 
 def test_the_parts_read_raw_are_joined_where_they_touch_and_the_closest_where_there_are_too_many():
-    from gpulens.report.prometheus import _between, _merged
+    from gpulens.fleet.prometheus_jobs import _between, _merged
 
     assert _merged([(5, 6), (0, 1), (1, 2), (9, 10)], 4) == [(0, 2), (5, 6), (9, 10)]
     # Five gaps and room for three: the two closest pairs are read as one, with what lies between them.

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from gpulens.dashboard.sources import PrometheusSource
-from gpulens.report.prometheus import Prometheus
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.prometheus_jobs import Prometheus
 from gpulens.report.trend import GONE, LESS, STILL, spread, trend_report
 from tests.report import month
 

@@ -27,9 +27,12 @@ from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.alertmanager_api import Matcher
 from gpulens.credentials import Credentials
-from gpulens.dashboard.sources import assemble
-from gpulens.dashboard.sources.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
-from gpulens.dashboard.sources.base import (
+from gpulens.fleet import assemble
+from gpulens.fleet import traces as report_traces
+from gpulens.fleet.agent_ledgers import Agents
+from gpulens.fleet.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
+from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job
+from gpulens.fleet.records import (
     LOST_STATE,
     PAST_JOB_DAYS,
     Alerts,
@@ -44,9 +47,6 @@ from gpulens.dashboard.sources.base import (
     TraceShown,
 )
 from gpulens.httpclient import HttpError
-from gpulens.report import traces as report_traces
-from gpulens.report.agents import Agents
-from gpulens.report.sources import MAX_JOBS_PER_SOURCE, SourceError, read_job
 from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport, spread, trend_report
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
@@ -466,7 +466,7 @@ def _slice_histories(
 
 def checked_run(raw: Any) -> dict[str, Any]:
     """Return an agent's trace record if it holds what `gpulens.tracecli.describe` reads (the reports' check,
-    `gpulens.report.traces.checked_run`) and what the job page reads besides: an id it can write in Markdown,
+    `gpulens.fleet.traces.checked_run`) and what the job page reads besides: an id it can write in Markdown,
     when the trace ended, and its texts. Raise `checks.Invalid` naming the first field that does not."""
     run = report_traces.checked_run(raw)
     if not _TRACE_ID.fullmatch(run["id"]):

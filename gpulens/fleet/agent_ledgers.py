@@ -12,9 +12,9 @@ from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
+from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
+from gpulens.fleet.traces import SLACK_SECONDS, JobTraces, checked_run, newest_first
 from gpulens.httpclient import HttpError
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
-from gpulens.report.traces import SLACK_SECONDS, JobTraces, checked_run, newest_first
 from gpulens.usage import JobRecord
 
 OLDER_AGENT = "it answers HTTP 404 to /api/v1/traces: an agent older than traces"

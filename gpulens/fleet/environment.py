@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from gpulens.credentials import AccessError, agent_credentials, tls_credentials
-from gpulens.dashboard.sources.agents import AgentsSource, fetch_metrics
-from gpulens.dashboard.sources.base import Answer, Source, SourceProblem
-from gpulens.dashboard.sources.prometheus import PrometheusSource
 from gpulens.errors import converted
+from gpulens.fleet.agents import AgentsSource, fetch_metrics
+from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.records import Answer, Source, SourceProblem
 from gpulens.urls import check_url, quoted_url
 
 __all__ = [

@@ -23,9 +23,10 @@ from typing import Any, NamedTuple
 
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
+from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
+from gpulens.fleet.traces import SLACK_SECONDS, JobTraces, newest_first
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.report.sources import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
 from gpulens.report.summary import (
     GROUP_WORST,
     NONE,
@@ -37,7 +38,6 @@ from gpulens.report.summary import (
     fleet_report,
     wasted_first,
 )
-from gpulens.report.traces import SLACK_SECONDS, JobTraces, newest_first
 from gpulens.report.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse, add_up
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES

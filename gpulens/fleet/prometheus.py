@@ -7,7 +7,7 @@ traces two, the past of a job that is not running three, the probes two, the ale
 to Alertmanager, where one is configured: what became of each alert, and the silences). Queries of one
 view run concurrently. Each returns whole label sets and values; the joining is done by `assemble`, the
 same code the agents source uses. The trends are `gpulens report trend`'s reading
-(gpulens/report/prometheus.py): one range query of the recorded hours (two where the rule is missing for
+(gpulens/fleet/prometheus_jobs.py): one range query of the recorded hours (two where the rule is missing for
 some), and five for the Kubernetes jobs.
 """
 
@@ -25,9 +25,11 @@ from typing import Any
 
 from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Matcher, Silence
 from gpulens.credentials import Credentials
-from gpulens.dashboard.sources import assemble
-from gpulens.dashboard.sources.assemble import Sample
-from gpulens.dashboard.sources.base import (
+from gpulens.fleet import assemble
+from gpulens.fleet.assemble import Sample
+from gpulens.fleet.past import SourceError, read_job
+from gpulens.fleet.prometheus_jobs import RUNNING_WITHIN_SECONDS, Prometheus
+from gpulens.fleet.records import (
     LOST_STATE,
     PAST_JOB_DAYS,
     Alerts,
@@ -45,8 +47,6 @@ from gpulens.dashboard.sources.base import (
 )
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.report.prometheus import RUNNING_WITHIN_SECONDS, Prometheus
-from gpulens.report.sources import SourceError, read_job
 from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import NamedTuple
 
-from gpulens.dashboard.sources.base import (
+from gpulens.fleet.records import (
     LOST_STATE,
     ExportedTrace,
     FleetGpu,
