@@ -126,8 +126,8 @@ def _history(_source: Source, key: str, node: str, gpu: str, seconds: float) -> 
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
-def _jobs(_source: Source, key: str) -> Answer:
-    return _safe(_source.jobs, (), "the jobs")
+def _running_jobs(_source: Source, key: str) -> Answer:
+    return _safe(_source.running_jobs, (), "the jobs")
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
@@ -187,8 +187,8 @@ def gpu_history(source: Source, node: str, gpu: str, seconds: float) -> Answer[G
     return _history(source, source.cache_key, node, gpu, seconds)
 
 
-def jobs(source: Source) -> Answer:
-    return _jobs(source, source.cache_key)
+def running_jobs(source: Source) -> Answer:
+    return _running_jobs(source, source.cache_key)
 
 
 def probes(source: Source) -> Answer:

@@ -42,7 +42,7 @@ class AgentClient(HttpClient):
             raise self.error(f"answered HTTP {response.status_code}; is this URL a gpulens agent?")
         return response.text
 
-    def jobs(self, params: Mapping[str, object]) -> dict[str, Any]:
+    def ledger(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the agent's /api/v1/jobs answer, a JSON object whose "jobs" the caller checks."""
         return self._answer(self.get("/api/v1/jobs", params), "/api/v1/jobs", "jobs", "with the ledger stage")
 

@@ -119,7 +119,7 @@ def open_instead() -> None:
 @st.fragment(run_every=context.refresh_seconds())
 def job_page() -> None:
     fleet = context.fleet(source, 24 * 3600)
-    jobs = context.jobs(source)
+    jobs = context.running_jobs(source)
     notices = st.container()  # the problems of every read on this page
     gpus = fleet.value.gpus
     rows = view.job_list(jobs.value, gpus)

@@ -39,7 +39,7 @@ class Agents:
     def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
         with converted(HttpError, SourceError):
-            body = agent.jobs(params)
+            body = agent.ledger(params)
         try:
             records = [JobRecord.from_dict(item) for item in body["jobs"]]
         except (KeyError, TypeError, ValueError) as error:
@@ -47,11 +47,11 @@ class Agents:
         node = str(body.get("node") or urllib.parse.urlsplit(agent.shown).netloc)
         return [r if r.nodes else replace(r, nodes=(node,)) for r in records]
 
-    def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
         return _in_period([r for agent in self.agents for r in self._get(agent, params, step)], since, until)
 
-    def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}
         found = []
         for agent in self.agents:

@@ -287,7 +287,7 @@ class AgentsSource:
         frozen = {k: tuple(v) for k, v in series.items()}
         return Answer(GpuHistory(node, gpu, start, end, frozen, states, slices))
 
-    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+    def running_jobs(self) -> Answer[tuple[JobSummary, ...]]:
         samples, problems = self._current()
         return Answer(assemble.job_summaries(samples), tuple(problems))
 
@@ -311,7 +311,7 @@ class AgentsSource:
         problems: list[SourceProblem] = []
         asked = self._each(
             list(self._agents),
-            lambda agent: agent.jobs({"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}),
+            lambda agent: agent.ledger({"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}),
             "its runs are left out of the trends while it is down or unreachable",
         )
         for node, body, problem in asked:
@@ -381,7 +381,7 @@ class AgentsSource:
         problems: list[SourceProblem] = []
         asked = self._each(
             list(self._agents),
-            lambda agent: agent.jobs({"id": job_id, "since": f"{since:.3f}"}),
+            lambda agent: agent.ledger({"id": job_id, "since": f"{since:.3f}"}),
             "its job ledger is not read while it is down or unreachable",
         )
         for node, body, problem in asked:

@@ -1,8 +1,8 @@
-"""Where reports get their jobs: agents' ledger files here; agents over HTTP (`agents.py`) and Prometheus
-(`prometheus.py`) apart, as they need `requests`.
+"""Where reports get their jobs: agents' ledger files here; agents over HTTP (`agent_ledgers.py`) and Prometheus
+(`prometheus_jobs.py`) apart, as they need `requests`.
 
-Every source answers the same two questions, `jobs(since, until)` for a fleet report and
-`job(id, since, until)` for one job (with its timeline), as `JobRecord`s: one per run and node, which
+Every source answers the same two questions, `runs_between(since, until)` for a fleet report and
+`runs_of(id, since, until)` for one job (with its timeline), as `JobRecord`s: one per run and node, which
 the report adds up per job. Agents and Prometheus also answer `traces(record)`, the job's PyTorch traces
 (`traces.py`); a ledger keeps none. Problems a user can cause or fix (a missing or corrupt file, an agent
 that does not answer) raise `SourceError` with one line that names the thing and the fix.
@@ -38,10 +38,10 @@ class SourceError(Exception):
 class Source(Protocol):
     description: str
 
-    def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs seen in [since, until] (epoch seconds), without timelines."""
 
-    def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs of the job whose id (or pod name) is `job_id`, with timelines; [] if none."""
 
 
@@ -51,7 +51,7 @@ def read_job(
     """Return the report of the one job `job_id` names in [since, until] (of `kind` where given), with its traces
     where the source keeps them; None when the source has no such job. `gpulens report job` and the dashboard's
     Report page both read a job this way. Raises SourceError, also when the id names several jobs."""
-    records = [r for r in source.job(job_id, since, until, step) if kind in ("", r.kind)]
+    records = [r for r in source.runs_of(job_id, since, until, step) if kind in ("", r.kind)]
     if not records:
         return None
     records = [r for r in records if r.id == job_id] or records
@@ -86,10 +86,10 @@ class LedgerFiles:
             conn.close()
         return [r if r.nodes or not node else replace(r, nodes=(node,)) for r in records]
 
-    def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         return [r for path in self.paths for r in self._read(path, step, since=since, until=until)]
 
-    def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         return [
             r
             for path in self.paths

@@ -314,7 +314,7 @@ class PrometheusSource:
         parts = assemble.slices_over(timeline, _slice_histories(node, gpu, start, end, results["slices"] or ()))
         return Answer(GpuHistory(node, gpu, start, end, series, tuple(timeline), parts), tuple(problems))
 
-    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+    def running_jobs(self) -> Answer[tuple[JobSummary, ...]]:
         results, problems = self._instant({"jobs": JOBS}, self._clock())
         return Answer(assemble.job_summaries(_samples(results["jobs"])), tuple(problems))
 

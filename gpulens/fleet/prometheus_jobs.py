@@ -342,11 +342,11 @@ class Prometheus:
 
     # -- jobs ------------------------------------------------------------------------------------
 
-    def jobs(self, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         with converted(HttpError, SourceError):
             return self._records("", since, until, step)
 
-    def job(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
+    def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         with converted(HttpError, SourceError):
             records = self._records(selector(job_id), since, until, step)
             if not records:  # perhaps a pod name
@@ -370,7 +370,7 @@ class Prometheus:
 
         A month of a big fleet is 10^5 jobs: the store adds them up by owner (a label of every per-job
         series) and answers a few series per group. Where the agents' series name no owners (gpulens before
-        they did), every job is read whole and added up here instead. JSON and CSV list every job (`jobs()`).
+        they did), every job is read whole and added up here instead. JSON and CSV list every job (`runs_between()`).
         """
         check_grouping(by)  # before it goes into the queries
         with converted(HttpError, SourceError):

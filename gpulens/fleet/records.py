@@ -263,7 +263,7 @@ class Source(Protocol):
     def gpu_history(self, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
         """One GPU's series over the last `seconds`."""
 
-    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+    def running_jobs(self) -> Answer[tuple[JobSummary, ...]]:
         """Every job the agents see, with its GPU-seconds per state and its in-job evidence."""
 
     def probes(self) -> Answer[tuple[ProbeResult, ...]]:

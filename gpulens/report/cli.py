@@ -303,7 +303,7 @@ def _fleet(source: Source, args, since: float, until: float, min_duration: float
     tables = getattr(source, "fleet", None)  # a store (Prometheus' API); not the ledgers or the agents
     if tables is not None and args.format not in MACHINE_FORMATS:
         return tables(args.by, since, until, min_duration, progress, max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN))
-    records = source.jobs(since, until, progress)
+    records = source.runs_between(since, until, progress)
     return fleet_report(records, args.by, since, until, min_duration, source.description) if records else None
 
 
@@ -314,7 +314,7 @@ def _trend(source: Source, by: str, since: float, until: float, min_duration: fl
     if from_store is not None:
         report = from_store(by, since, until, min_duration, progress)
     else:
-        records = source.jobs(since, until, progress)
+        records = source.runs_between(since, until, progress)
         daily = spread(records, by, since, until)
         report = trend_report(daily, records, by, since, until, min_duration, source.description)
     if report.total.held <= 0:

@@ -124,15 +124,15 @@ def test_basic_auth_over_tls_with_the_report_and_dashboard_clients(node, pki, tm
         assert get(base + "/healthz", client_context(pki, cert=False))[0] == 200
         text = fetch_metrics(base + "/metrics", 10, credentials)
         assert "gpulens_gpu_up" in text
-        jobs = Agents([base], credentials=credentials).jobs(0, 2e9, lambda _: None)
+        jobs = Agents([base], credentials=credentials).runs_between(0, 2e9, lambda _: None)
         assert isinstance(jobs, list)
         with pytest.raises(SourceError, match="asks for credentials; .* GPULENS_AGENT_BASIC_AUTH_FILE"):
-            Agents([base], credentials=Credentials(ca_file=str(pki.ca_file))).jobs(0, 2e9, lambda _: None)
+            Agents([base], credentials=Credentials(ca_file=str(pki.ca_file))).runs_between(0, 2e9, lambda _: None)
         wrong = Credentials(ca_file=str(pki.ca_file), basic_auth=("reports", "wrong"))
         with pytest.raises(
             SourceError, match="refused the credentials given .HTTP 401.; .* GPULENS_AGENT_BASIC_AUTH_FILE"
         ):
-            Agents([base], credentials=wrong).jobs(0, 2e9, lambda _: None)
+            Agents([base], credentials=wrong).runs_between(0, 2e9, lambda _: None)
     finally:
         stop()
 

@@ -364,7 +364,7 @@ class FakeSource:
         mig = (node, gpu) == (MIG_GPU.node, MIG_GPU.gpu)
         return Answer(mig_history() if mig else history(node, gpu), self.problems)
 
-    def jobs(self) -> Answer[tuple[JobSummary, ...]]:
+    def running_jobs(self) -> Answer[tuple[JobSummary, ...]]:
         self._check("jobs")
         return Answer(self.jobs_, self.problems)
 

@@ -100,7 +100,7 @@ def test_an_endpoint_that_is_not_an_agent_is_named(reply, said):
 def test_jobs_probes_and_alerts_in_agent_mode(demo_agent):
     with served(demo_agent) as url:
         source = AgentsSource({"demo": url})
-        jobs = source.jobs().value
+        jobs = source.running_jobs().value
         assert source.probes().value == ()
         assert source.alerts().value.supported is False
     starved = next(j for j in jobs if j.job_id == "81234")
@@ -112,7 +112,7 @@ def test_queries_within_the_interval_share_one_scrape(demo_agent):
     with served(demo_agent) as url:
         source = AgentsSource({"demo": url}, interval=5, clock=clock)
         source.fleet(3600)
-        source.jobs()
+        source.running_jobs()
         source.probes()
         assert source.scrapes_made == 1
         clock.now += 5

@@ -98,7 +98,7 @@ def test_an_empty_answer_says_prometheus_has_no_gpulens_series():
 def test_every_view_answers_through_a_failing_server():
     with fake_server(lambda path: (500, "text/plain", b"oops", 0.0)) as (url, _):
         s = source(url)
-        answers = [s.fleet(3600), s.gpu_history("n", "0", 600), s.jobs(), s.probes(), s.alerts()]
+        answers = [s.fleet(3600), s.gpu_history("n", "0", 600), s.running_jobs(), s.probes(), s.alerts()]
     assert all(len(a.problems) == 1 for a in answers)
 
 
@@ -107,8 +107,8 @@ def test_credentials_are_sent_as_headers_and_never_shown():
         api = PrometheusApi(url.replace("http://", "http://user:secret@"))
         assert api.shown == url
         answer = PrometheusSource(api).fleet(3600)
-        source(url, Credentials(bearer_token="t0ken")).jobs()
-        source(url, Credentials(basic_auth=("ops", "pw"))).jobs()
+        source(url, Credentials(bearer_token="t0ken")).running_jobs()
+        source(url, Credentials(basic_auth=("ops", "pw"))).running_jobs()
 
     def basic(pair: bytes) -> str:
         return "Basic " + base64.b64encode(pair).decode()
@@ -130,7 +130,7 @@ def test_queries_per_refresh_are_fixed_whatever_the_answer():
         assert any("increase(gpulens_gpu_state_seconds_total" in q for q in queries[recorded + 1 :])
         s.gpu_history("node", "0", 3600)
         assert len(asked) == 14  # five range queries, one for all the GPU's MIG slices whatever their number
-        s.jobs()
+        s.running_jobs()
         s.probes()
         s.alerts()
         assert len(asked) == 18 == s.queries_made

@@ -181,7 +181,7 @@ def test_the_gpu_page_of_a_mig_gpu_draws_its_slices_from_prometheus(prometheus):
 
 def test_jobs_probes_and_alerts_from_prometheus(prometheus):
     source = PrometheusSource.from_url(prometheus)
-    jobs = {j.job_id: j for j in source.jobs().value}
+    jobs = {j.job_id: j for j in source.running_jobs().value}
     assert jobs["81234"].nodes == ("demo",) and jobs["81234"].state_seconds["data_starved"] > 0
     assert source.probes().value == ()  # no probe has run
     alerts = source.alerts()

@@ -84,7 +84,7 @@ def test_the_pages_answer_the_same(stores):
     assert len(states[0]) == 16 and states[0] == states[1]
     conditions = [{(g.node, g.gpu): g.conditions for g in answer.value.gpus} for answer in fleets]
     assert conditions[0] == conditions[1]
-    jobs = [source.jobs() for source in (prometheus, victoria)]
+    jobs = [source.running_jobs() for source in (prometheus, victoria)]
     held = [{(j.job_kind, j.job_id) for j in answer.value} for answer in jobs]
     assert held[0] == held[1] != set()
     histories = [source.gpu_history("demo", "2", 600) for source in (prometheus, victoria)]
@@ -152,7 +152,9 @@ def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
     for url, by in itertools.product(stores, ("user", "model")):
         source = Prometheus(url)
         tables = source.fleet(by, since, until, 10.0, lambda _: None, 25)
-        every = fleet_report(source.jobs(since, until, lambda _: None), by, since, until, 10.0, source.description)
+        every = fleet_report(
+            source.runs_between(since, until, lambda _: None), by, since, until, 10.0, source.description
+        )
         assert tables is not None, url
         assert [(g.key, g.jobs) for g in tables.groups] == [(g.key, g.jobs) for g in every.groups], url
         for got, want in zip(tables.groups, every.groups, strict=True):

@@ -114,7 +114,7 @@ def test_the_dashboard_reads_any_metrics_text_into_records_and_one_line_problems
     answers = [
         source.fleet(3600),
         source.gpu_history("node-a", "0", 3600),
-        source.jobs(),
+        source.running_jobs(),
         source.probes(),
         source.alerts(),
     ]

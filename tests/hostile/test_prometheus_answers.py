@@ -308,7 +308,7 @@ def dashboard(url: str) -> list[Answer]:
     answers = [
         source.fleet(86_400),
         source.gpu_history("node-a:10906", "0", 3600),
-        source.jobs(),
+        source.running_jobs(),
         source.probes(),
         source.alerts(),
     ]
@@ -342,7 +342,9 @@ def test_the_dashboard_reads_any_answer_into_records_and_one_line_problems(serve
 def report_source(url: str) -> list:
     source = Prometheus(url, timeout=5.0)
     try:
-        return source.jobs(NOW - 86_400, NOW, lambda what: None) + source.job("7", NOW - 86_400, NOW, lambda what: None)
+        return source.runs_between(NOW - 86_400, NOW, lambda what: None) + source.runs_of(
+            "7", NOW - 86_400, NOW, lambda what: None
+        )
     except SourceError as error:
         one_line(error)
         return []
@@ -405,5 +407,5 @@ def test_a_prometheus_with_jobs_but_no_totals_says_which_agent_setting_is_missin
 
     with fake_server(answer) as (url, _):
         with pytest.raises(SourceError, match="--jobs.export-totals") as raised:
-            Prometheus(url).jobs(NOW - 3600, NOW, lambda _: None)
+            Prometheus(url).runs_between(NOW - 3600, NOW, lambda _: None)
     assert one_line(str(raised.value))

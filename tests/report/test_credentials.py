@@ -270,7 +270,7 @@ def test_a_url_with_a_password_is_refused_without_printing_it(capsys, flag, url,
 def test_label_values_escape_backslash_quote_and_newline():
     assert label_value('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
     with fake_server(lambda path: EMPTY) as (url, asked):
-        assert Prometheus(url).job('x\ny"', NOW - 3600, NOW, lambda _: None) == []
+        assert Prometheus(url).runs_of('x\ny"', NOW - 3600, NOW, lambda _: None) == []
     queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for path, _ in asked]
     assert 'job_id="x\\ny\\""' in queries[0] and 'pod="x\\ny\\""' in queries[-1]
     assert not any("\n" in query for query in queries)

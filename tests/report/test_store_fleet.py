@@ -36,7 +36,7 @@ def _both(url: str, fleet_run, by: str, min_duration: float, rows: int):
     source = Prometheus(url)
     since, until = fleet_run.since, fleet_run.until
     tables = source.fleet(by, since, until, min_duration, _quiet, rows)
-    every = fleet_report(source.jobs(since, until, _quiet), by, since, until, min_duration, source.description)
+    every = fleet_report(source.runs_between(since, until, _quiet), by, since, until, min_duration, source.description)
     return tables, every
 
 
@@ -165,7 +165,7 @@ def test_series_that_name_no_owner_are_read_whole_and_give_the_same_report(fleet
     steps: list[str] = []
     tables = source.fleet(by, fleet_run.since, fleet_run.until, 300.0, steps.append, rows=25)
     every = fleet_report(
-        source.jobs(fleet_run.since, fleet_run.until, _quiet), by, fleet_run.since, fleet_run.until, 300.0, ""
+        source.runs_between(fleet_run.since, fleet_run.until, _quiet), by, fleet_run.since, fleet_run.until, 300.0, ""
     )
     assert not tables.shown_only and len(tables.jobs) == every.judged_count
     assert fleet_document(tables).tables == fleet_document(every).tables
@@ -183,7 +183,7 @@ def test_jobs_that_wasted_alike_are_ordered_by_what_they_held_as_the_whole_recor
     since, until = fleet_run.since + TIES_AT, fleet_run.since + TIES_AT + 3600
     source = Prometheus(odd_prometheus)
     tables = source.fleet("user", since, until, 300.0, _quiet, rows)
-    every = fleet_report(source.jobs(since, until, _quiet), "user", since, until, 300.0, source.description)
+    every = fleet_report(source.runs_between(since, until, _quiet), "user", since, until, 300.0, source.description)
     assert tables.shown_only
     assert [r.id for r, _ in tables.jobs] == ["9004", "9002", "9003", "9001"][:rows]
     assert tables.jobs == every.jobs[:rows] and tables.short == every.short[:rows] == tuple(every.short)
@@ -196,7 +196,7 @@ def test_a_job_on_two_models_counts_in_each_models_group_and_once_in_the_fleet(f
     until = since + 3600
     source = Prometheus(odd_prometheus)
     tables = source.fleet("model", since, until, 300.0, _quiet, 25)
-    every = fleet_report(source.jobs(since, until, _quiet), "model", since, until, 300.0, source.description)
+    every = fleet_report(source.runs_between(since, until, _quiet), "model", since, until, 300.0, source.description)
     assert tables.shown_only
     assert {g.key: g.jobs for g in tables.groups} == {H100: 1, A100: 1}
     assert [(g.key, g.jobs) for g in every.groups] == [(f"{A100}+{H100}", 1)]
@@ -212,7 +212,7 @@ def _month(url: str, by: str, since: float, until: float):
     source = Prometheus(url)
     steps: list[str] = []
     tables = source.fleet(by, since, until, 300.0, steps.append, rows=25)
-    every = fleet_report(source.jobs(since, until, _quiet), by, since, until, 300.0, source.description)
+    every = fleet_report(source.runs_between(since, until, _quiet), by, since, until, 300.0, source.description)
     return tables, every, steps
 
 
