@@ -10,10 +10,14 @@ Values are quoted short: a job or a file chose them, and an error message is one
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SHOWN = 40  # characters of a value quoted in an error
 
@@ -165,3 +169,137 @@ def _range(value: float, lo: float | None, hi: float | None) -> str:
 def _bound(value: float | None) -> str:
     """Return a bound as written: 4194304 rather than 4.1943e+06, 0.5 as 0.5."""
     return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+# ---------------------------------------------------------------- records declared once
+
+# A record is a frozen dataclass whose fields say how each is read: `key` names the key, its check, the
+# check's limits and the value when the key is absent; `read` reads a mapping into the record by them.
+# Checks between fields go in the dataclass's __post_init__, which raises `Invalid` with a place inside the
+# record ("end", or "" for the record itself); `read` puts the record's place in front.
+
+REQUIRED: Any = dataclasses.MISSING  # a key that must be given
+_KEY = "gpulens.checks.key"  # the field metadata `key` writes
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A default, a limit or a given value worked out from the fields read before it, in the order the
+    dataclass declares them: `of` is a field's name, or a function of the values so far by field name."""
+
+    of: str | Callable[[Mapping[str, Any]], Any]
+
+    def value(self, got: Mapping[str, Any]) -> Any:
+        return got[self.of] if isinstance(self.of, str) else self.of(got)
+
+
+@dataclass(frozen=True)
+class Key:
+    """How one field is read: from key `name` (dotted for a key of a nested mapping: "clocks.sm"), by
+    check(value, place, *limits); `default` when the key is absent, `inline` for a record whose keys are
+    written beside this record's own (a window's at and until in a fault), with its given values."""
+
+    name: str
+    check: Callable[..., Any]
+    limits: tuple[Any, ...]
+    default: Any
+    inline: Mapping[str, Any] | None = None
+
+    def keys(self) -> list[tuple[str, bool]]:
+        """Return the keys this field takes from the record's mapping, each with whether it is required."""
+        if self.inline is None:
+            return [(self.name.partition(".")[0], self.default is REQUIRED and "." not in self.name)]
+        return [pair for entry in _declared(self.limits[0], self.inline).values() for pair in entry.keys()]
+
+
+def key(check: Callable[..., Any], *limits: Any, default: Any = REQUIRED, name: str = "") -> Any:
+    """Declare a dataclass field read from key `name` (the field's name by default) by check(value, place,
+    *limits); without a `default` the key is required. A plain default is the dataclass's default too."""
+    declared = Key(name, check, limits, default)
+    plain = default is not REQUIRED and not isinstance(default, Earlier)
+    return dataclasses.field(default=default if plain else dataclasses.MISSING, metadata={_KEY: declared})
+
+
+def inline(record: type, **given: Any) -> Any:
+    """Declare a field holding a `record` read from keys beside the enclosing record's own; `given` fields
+    of it are not read (their keys are not allowed)."""
+    return dataclasses.field(metadata={_KEY: Key("", read, (record,), REQUIRED, given)})
+
+
+def read(
+    value: Any,
+    where: str,
+    record: type[T],
+    given: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    also: Collection[str] = (),
+    prefix: str | None = None,
+    example: str = "",
+) -> T:
+    """Return `record` read from the mapping `value` at `where`, each declared field from its key.
+
+    `given` fields are not read: their values (or `Earlier` ones) are the caller's. `defaults` replace
+    declared defaults. `also` are keys the caller reads itself. Keys are placed under `prefix` (`where` by
+    default; "" at a file's top level). Any other key is refused."""
+    given = given or {}
+    defaults = defaults or {}
+    prefix = where if prefix is None else prefix
+    declared = {
+        name: dataclasses.replace(entry, default=defaults.get(name, entry.default))
+        for name, entry in _declared(record, given).items()
+    }
+    pairs = [pair for entry in declared.values() for pair in entry.keys()]
+    required = list(dict.fromkeys(name for name, needed in pairs if needed))
+    optional = list(dict.fromkeys(name for name, needed in pairs if not needed and name not in required))
+    spec = mapping(value, where, required, list(dict.fromkeys([*optional, *also])), example)
+    nested: dict[str, list[str]] = {}  # "clocks": ["sm", "memory"]
+    for entry in declared.values():
+        head, dot, tail = entry.name.partition(".")
+        if dot:
+            nested.setdefault(head, []).append(tail)
+    got: dict[str, Any] = {}
+    for field in dataclasses.fields(record):  # type: ignore[arg-type]  # `record` is a dataclass
+        name = field.name
+        if name in given:
+            got[name] = given[name].value(got) if isinstance(given[name], Earlier) else given[name]
+        elif name in declared:
+            got[name] = _field(declared[name], spec, prefix, got, nested)
+    try:
+        return record(**got)
+    except Invalid as problem:  # from __post_init__, placed inside the record
+        raise Invalid(_place(prefix, problem.where) or where, problem.problem) from None
+
+
+def each(value: Any, where: str, check: Callable[..., Any], *limits: Any) -> tuple[Any, ...]:
+    """Return the list `value` with each item checked by check(item, "where[i]", *limits), as a tuple."""
+    return tuple(check(item, f"{where}[{i}]", *limits) for i, item in enumerate(items(value, where)))
+
+
+def _declared(record: type, given: Mapping[str, Any]) -> dict[str, Key]:
+    """Return the fields of `record` read from a mapping, by field name, with their key names filled in."""
+    return {
+        field.name: dataclasses.replace(field.metadata[_KEY], name=field.metadata[_KEY].name or field.name)
+        for field in dataclasses.fields(record)
+        if _KEY in field.metadata and field.name not in given
+    }
+
+
+def _field(entry: Key, spec: dict[Any, Any], prefix: str, got: Mapping[str, Any], nested: dict[str, list[str]]) -> Any:
+    """Return one field's value from `spec`: checked, or its default when its key is absent; `nested` gives
+    the keys each nested mapping allows."""
+    if entry.inline is not None:
+        record = entry.limits[0]
+        keys = {name for inner in _declared(record, entry.inline).values() for name, _ in inner.keys()}
+        return read({k: v for k, v in spec.items() if k in keys}, prefix, record, entry.inline, prefix=prefix)
+    head, dot, tail = entry.name.partition(".")
+    if dot:
+        spec = mapping(spec.get(head, {}), _place(prefix, head), (), nested[head])
+        head = tail
+    if head not in spec:
+        return entry.default.value(got) if isinstance(entry.default, Earlier) else entry.default
+    limits = (limit.value(got) if isinstance(limit, Earlier) else limit for limit in entry.limits)
+    return entry.check(spec[head], _place(prefix, entry.name), *limits)
+
+
+def _place(prefix: str, name: str) -> str:
+    return ".".join(part for part in (prefix, name) if part)

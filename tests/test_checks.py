@@ -1,6 +1,8 @@
 """The one set of checks behind every reader of untrusted input (scenarios, web config, job messages,
 ledger records, tip evidence)."""
 
+import dataclasses
+
 import pytest
 
 from gpulens import checks
@@ -81,3 +83,64 @@ def test_a_number_too_long_to_write_is_described_not_raised():
     assert problem(checks.whole, 10**5000, "seed", 0, 2**64 - 1) == (
         "seed: must be between 0 and 18446744073709551615, got a number of more than 4300 digits"
     )
+
+
+# Records declared once: each field's key, check, limits and default in the dataclass, read by checks.read.
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Span:
+    at: float = checks.key(checks.number, 0, default=0.0)
+    until: float | None = checks.key(checks.number, checks.Earlier("at"), default=None)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Card:
+    model: str = checks.key(checks.text)
+    power_limit: float = checks.key(checks.number, 1, default=300.0)
+    idle_power: float = checks.key(
+        checks.number, 0, checks.Earlier("power_limit"), default=checks.Earlier(lambda got: got["power_limit"] / 10)
+    )
+    sm_clock: float = checks.key(checks.whole, 1, default=1400, name="clocks.sm")
+    lasts: float = checks.key(checks.number, 0, default=60.0, name="for")
+    span: Span = checks.inline(Span)
+
+    def __post_init__(self) -> None:
+        if self.span.until is not None and self.span.until - self.span.at > self.lasts:
+            raise Invalid("until", "ends after the card's 'for'; shorten it")
+
+
+def test_a_record_takes_its_defaults_and_those_worked_out_from_earlier_fields():
+    card = checks.read({"model": "H100", "power_limit": 700}, "gpus[0]", Card)
+    assert card == Card(model="H100", power_limit=700.0, idle_power=70.0, sm_clock=1400, lasts=60.0, span=Span())
+
+
+def test_a_record_reads_renamed_nested_and_inline_keys():
+    raw = {"model": "A100", "for": 90, "clocks": {"sm": 1200}, "at": 5, "until": 30}
+    card = checks.read(raw, "gpus[1]", Card)
+    assert (card.lasts, card.sm_clock, card.span) == (90.0, 1200, Span(at=5.0, until=30.0))
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        ({}, "gpus[0]: missing key 'model'"),
+        ({"model": "H100", "powr_limit": 1}, "gpus[0]: unknown key 'powr_limit'; did you mean 'power_limit'?"),
+        ({"model": "H100", "idle_power": 400}, "gpus[0].idle_power: must be between 0 and 300, got 400"),
+        ({"model": "H100", "clocks": {"mem": 1}}, "gpus[0].clocks: unknown key 'mem'; use one of sm"),
+        ({"model": "H100", "at": 10, "until": 5}, "gpus[0].until: must be >= 10, got 5"),
+        ({"model": "H100", "until": 100}, "gpus[0].until: ends after the card's 'for'; shorten it"),
+    ],
+)
+def test_a_record_names_the_key_and_the_fix(raw, said):
+    assert problem(checks.read, raw, "gpus[0]", Card) == said
+
+
+def test_given_fields_are_not_read_and_each_checks_every_item():
+    card = checks.read({"model": "L4"}, "gpus[2]", Card, given={"power_limit": 72.0}, defaults={"lasts": 5.0})
+    assert (card.power_limit, card.idle_power, card.lasts) == (72.0, 7.2, 5.0)
+    assert problem(checks.read, {"model": "L4", "power_limit": 1}, "g", Card, {"power_limit": 72.0}).startswith(
+        "g: unknown key 'power_limit'"
+    )
+    assert checks.each([1, 2], "ids", checks.whole, 0) == (1, 2)
+    assert problem(checks.each, [1, -2], "ids", checks.whole, 0) == "ids[1]: must not be negative, got -2"

@@ -63,7 +63,6 @@ PENDING = {
     "gpulens/agent/simulator/hardware.py",
     "gpulens/agent/simulator/host.py",
     "gpulens/agent/simulator/hostprocess.py",
-    "gpulens/agent/simulator/scenario.py",
     "gpulens/agent/simulator/signals.py",
     "gpulens/agent/webconfig.py",
     "gpulens/dashboard/app.py",

@@ -7,11 +7,9 @@ in it and the fix; unknown keys are mistakes too, so typos never pass silently.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -19,12 +17,29 @@ from typing import Any
 
 from gpulens import gpus
 from gpulens.agent import nvml_header as h
-from gpulens.checks import Invalid, choice, described, flag, items, mapping, number, shown, text, whole
+from gpulens.checks import (
+    Earlier,
+    Invalid,
+    choice,
+    described,
+    each,
+    flag,
+    inline,
+    items,
+    key,
+    mapping,
+    number,
+    read,
+    record,
+    shown,
+    text,
+    whole,
+)
 from gpulens.usage import LAST_EPOCH
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
 from . import branches
-from .signals import Signal, byte_count, byte_rate, constant, mix64, parse_signal, written
+from .signals import Converter, Signal, byte_count, byte_rate, constant, mix64, parse_signal, written
 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
 GIB = 2**30
@@ -181,55 +196,181 @@ def find_model(name: str) -> GpuModel | None:
     return _MODELS_BY_KEY.get(gpus.key(name))
 
 
+# ---------------------------------------------------------------- checks the fields below use
+
+
+def _at(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _signal(raw: object, where: str, lo: float, hi: float | None, convert: Converter = number) -> Signal:
+    """Return the signal `raw`, refusing noise-free values outside [lo, hi]."""
+    signal = parse_signal(raw, where, convert)
+    low, high = signal.bounds()
+    if low < lo or (hi is not None and high > hi):
+        bad = low if low < lo else high
+        if lo == 0 and bad < 0:
+            raise Invalid(where, f"values must not be negative, got {written(convert, bad)[0]}")
+        got, *limits = written(convert, bad, lo, *(() if hi is None else (hi,)))
+        span = f"between {limits[0]} and {limits[1]}" if hi is not None else f">= {limits[0]}"
+        raise Invalid(where, f"values must be {span}, got {got}")
+    if hi is not None and signal.noise > hi - lo:
+        most, got = written(convert, hi - lo, signal.noise)
+        raise Invalid(where, f"noise must be at most {most}, the whole range, got {got}")
+    return signal
+
+
+def _bytes(raw: object, where: str) -> int:
+    return int(byte_count(raw, where))
+
+
+def _written(raw: object, where: str) -> str:
+    """Return a string, or a number YAML read from an id or a serial, as one line of text."""
+    return text(str(raw), where)
+
+
+def _choice_is(raw: object, where: str, options: tuple[str, ...], yes: str) -> bool:
+    """Return whether `raw`, one of `options`, is `yes` ("continue" of "continue" and "stop")."""
+    return choice(raw, where, options) == yes
+
+
+def _features(raw: object, where: str) -> frozenset[str]:
+    return frozenset(each(raw, where, choice, FEATURES))
+
+
+def _reasons(raw: object, where: str) -> tuple[str, ...]:
+    if not items(raw, where):
+        raise Invalid(where, f"list at least one of {', '.join(THROTTLE_REASONS)}")
+    return each(raw, where, choice, THROTTLE_REASONS)
+
+
+def _absolute_path(raw: object, where: str) -> str:
+    path = text(raw, where)
+    if not path.startswith("/"):
+        raise Invalid(where, f"{shown(path)} is relative; give an absolute path")
+    return path
+
+
+def _regex(raw: object, where: str) -> str:
+    pattern = text(raw, where)
+    try:
+        re.compile(pattern)
+    except re.error as error:
+        raise Invalid(where, f"not a regular expression ({error}); fix it or escape the text") from None
+    return pattern
+
+
+def _uuid(raw: object, where: str, prefix: str) -> str:
+    """Return a uuid as NVML writes one: "<prefix>-" and 32 hex digits in groups of 8-4-4-4-12."""
+    uuid = text(raw, where)
+    if not re.fullmatch(prefix + r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
+        raise Invalid(where, f"expected {prefix}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)")
+    return uuid
+
+
+def _pci_bus_id(raw: object, where: str) -> str:
+    bus_id = text(raw, where).upper()
+    if not re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-1][0-9A-F]\.[0-7]", bus_id):
+        raise Invalid(where, "expected domain:bus:device.function like 00000000:1B:00.0")
+    return bus_id
+
+
+def _memory_total(raw: object, where: str) -> int:
+    memory = _bytes(raw, where)
+    if not 0 < memory <= MAX_MEMORY:
+        raise Invalid(where, f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
+    return memory
+
+
+def _check_repeat(every: float | None, lasts: float | None) -> None:
+    """Refuse half of `every` and `for` (something that comes back), or a `for` as long as `every`."""
+    if (every is None) != (lasts is None):
+        raise Invalid("", "every and for go together: every: SECONDS between starts, for: SECONDS each lasts")
+    if every is not None and lasts is not None and lasts >= every:
+        raise Invalid(
+            "for",
+            f"for ({lasts:g}) must be shorter than every ({every:g}); leave both out for something that never stops",
+        )
+
+
 # ---------------------------------------------------------------- parsed scenario
+#
+# Each field says how a scenario file writes it (gpulens.checks.key); checks between fields are in
+# __post_init__, and those that need more than one record (the GPU a process is on) in the readers below.
+
+_JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """Who a process belongs to, as the agent's attribution would find it on a real node."""
 
-    kind: str  # slurm, kubernetes, docker or process
-    id: str
-    user: str
-    namespace: str = ""
-    pod: str = ""
-    container: str = ""
-    account: str = ""  # the Slurm account, as SLURM_JOB_ACCOUNT in the job's environment
-    name: str = ""  # the Slurm job's name, as SLURM_JOB_NAME in the job's environment
+    kind: str = key(choice, _JOB_KINDS)
+    id: str = key(_written)
+    user: str = key(text)
+    namespace: str = key(text, default="")
+    pod: str = key(text, default="")
+    container: str = key(text, default="")
+    account: str = key(text, default="")  # the Slurm account, as SLURM_JOB_ACCOUNT in the job's environment
+    name: str = key(text, default="")  # the Slurm job's name, as SLURM_JOB_NAME in the job's environment
     # A Slurm job whose process comes back (`every`): occurrence n belongs to job id + n, a new job
     # each time, as when a script submits one job after another; otherwise every occurrence is in this one.
-    id_counts_up: bool = False
+    id_counts_up: bool = key(flag, default=False)
+
+    def __post_init__(self) -> None:
+        if (self.namespace or self.pod or self.container) and self.kind != "kubernetes":
+            raise Invalid("", f"namespace, pod and container belong to kubernetes jobs, not {self.kind}")
+        for field, what in (("account", "an account"), ("name", "a job name")):
+            if getattr(self, field) and self.kind != "slurm":
+                raise Invalid(field, f"{what} belongs to slurm jobs, not {self.kind}")
+        if self.id_counts_up and not (self.kind == "slurm" and self.id.isascii() and self.id.isdigit()):
+            raise Invalid("id_counts_up", "counts up a Slurm job id; use kind: slurm with a numeric id")
+
+
+def _allocation(raw: object, where: str) -> JobSpec:
+    job = read(raw, where, JobSpec)
+    if job.kind != "kubernetes" or not (job.namespace and job.pod):
+        raise Invalid(where, "only a kubernetes job with namespace and pod can hold a GPU without a process")
+    return job
 
 
 @dataclass(frozen=True)
 class HostSpec:
     """The process tree on the host: the training process and its DataLoader workers."""
 
-    main_cpu: Signal  # cores the main process uses
-    workers: int
-    worker_cpu: Signal | None  # cores each worker uses
-    cores_allowed: float
-    io_read: Signal | None  # bytes/s read from storage by the whole tree
+    main_cpu: Signal = key(_signal, 0, MAX_CORES)  # cores the main process uses
+    workers: int = key(whole, 0, 256, default=0)
+    worker_cpu: Signal | None = key(_signal, 0, MAX_CORES, default=None)  # cores each worker uses
+    cores_allowed: float = key(number, 1, 4096, default=16.0)
+    io_read: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)  # bytes/s read by the whole tree
+
+    def __post_init__(self) -> None:
+        if self.worker_cpu is not None and not self.workers:
+            raise Invalid("worker_cpu", "needs workers: N (N > 0)")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TorchSpec:
     """What gpulens.torch inside the job would report."""
 
-    data_wait: Signal  # share of each step spent waiting for the next batch, 0-1
-    steps_per_second: float
-    num_workers: int | None
-    pin_memory: bool | None
-    prefetch_factor: int | None
-    persistent_workers: bool | None
-    batch_size: int | None
-    autocast: bool | None
-    autocast_dtype: str | None
-    tf32: bool | None
-    allocated: int  # bytes
-    reserved: int  # bytes
-    alloc_retries: int
-    ooms: int
+    data_wait: Signal = key(_signal, 0, 1)  # share of each step spent waiting for the next batch, 0-1
+    steps_per_second: float = key(number, 0.001, 100_000, default=1.0)
+    num_workers: int | None = key(whole, 0, 256, default=None)
+    pin_memory: bool | None = key(flag, default=None)
+    prefetch_factor: int | None = key(whole, 1, 1024, default=None)
+    persistent_workers: bool | None = key(flag, default=None)
+    batch_size: int | None = key(whole, 1, 10_000_000, default=None)
+    autocast: bool | None = key(flag, default=None)
+    autocast_dtype: str | None = key(choice, ("bfloat16", "float16"), default=None)
+    tf32: bool | None = key(flag, default=None)
+    allocated: int = key(_bytes, default=0)  # bytes
+    reserved: int = key(_bytes, default=Earlier("allocated"))  # bytes
+    alloc_retries: int = key(whole, 0, default=0)
+    ooms: int = key(whole, 0, default=0)
+
+    def __post_init__(self) -> None:
+        if self.reserved < self.allocated:
+            raise Invalid("reserved", "must be at least allocated: the allocator reserves what it hands out")
 
 
 @dataclass(frozen=True)
@@ -237,31 +378,61 @@ class HostProcess:
     """A real process on this machine that holds a simulated GPU: the one whose pid a file holds, or the one
     whose command line matches a regular expression (agent/simulator/hostprocess.py finds it)."""
 
-    pid_file: str | None = None
-    command: str | None = None  # a regular expression, searched in the command line joined by spaces
+    pid_file: str | None = key(_absolute_path, default=None)
+    command: str | None = key(_regex, default=None)  # searched in the command line joined by spaces
+
+    def __post_init__(self) -> None:
+        if (self.pid_file is None) == (self.command is None):
+            raise Invalid("", "give one of pid_file (a file holding the pid) or command (a regular expression)")
 
 
-@dataclass(frozen=True)
+def _host_process(raw: object, where: str) -> HostProcess:
+    return read(raw, where, HostProcess, example="use {pid_file: PATH} or {command: REGEX}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Process:
-    pid: int  # with `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would
-    memory: int  # bytes, nvmlProcessInfo_t.usedGpuMemory
-    sm_utilization: Signal | None  # percent; None = the GPU's utilization
-    start: float  # seconds
-    end: float | None  # seconds; None = never exits (with `every`: no occurrence starts from then on)
-    job: JobSpec | None = None  # None: a bare process of user "nobody"
-    host: HostSpec | None = None  # None: the agent sees no host evidence
-    torch: TorchSpec | None = None  # None: the job does not use gpulens.torch
-    every: float | None = None  # a process that comes back: a new occurrence every `every` seconds
-    lasts: float | None = None  # ... each living `lasts` seconds
+    # With `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would. 0 with `real`.
+    pid: int = key(whole, 1, 2**32 - 1, default=0)
+    memory: int = key(_bytes)  # bytes, nvmlProcessInfo_t.usedGpuMemory
+    sm_utilization: Signal | None = key(_signal, 0, 100, default=None)  # percent; None = the GPU's utilization
+    start: float = key(number, 0, default=0.0)  # seconds
+    end: float | None = key(number, default=None)  # seconds; None = never exits (with `every`: none starts then)
+    job: JobSpec | None = key(read, JobSpec, default=None)  # None: a bare process of user "nobody"
+    host: HostSpec | None = key(read, HostSpec, default=None)  # None: the agent sees no host evidence
+    torch: TorchSpec | None = key(read, TorchSpec, default=None)  # None: the job does not use gpulens.torch
+    every: float | None = key(number, 0.001, default=None)  # a process that comes back every `every` seconds
+    lasts: float | None = key(number, 0.001, default=None, name="for")  # ... each living `lasts` seconds
     # A real process holds the GPU in this one's place: its pid is the real one's while it lives (`pid` is
     # then 0), and the node's own cgroups, /proc and jobs socket answer for its job, host side and reports.
-    real: HostProcess | None = None
+    real: HostProcess | None = key(_host_process, default=None, name="host_process")
+
+    def __post_init__(self) -> None:
+        if self.real is not None:
+            # What the node itself answers for a real process: a scenario must not also describe it.
+            answers = {"pid": self.pid or None, "every": self.every, "job": self.job, "host": self.host}
+            clash = next((name for name, value in {**answers, "torch": self.torch}.items() if value is not None), None)
+            if clash is not None:
+                raise Invalid(
+                    clash,
+                    "a process with host_process takes its pid, job, host side and reports from the real process; "
+                    f"remove {clash}",
+                )
+        elif not self.pid:
+            raise Invalid("", "missing key 'pid' (or host_process, to put a real process of this machine there)")
+        if self.end is not None and self.end <= self.start:
+            raise Invalid("end", f"end ({self.end:g}) must be after start ({self.start:g})")
+        _check_repeat(self.every, self.lasts)
+        if self.job is not None and self.job.id_counts_up and self.every is None:
+            raise Invalid("job.id_counts_up", "needs a process that comes back; add every and for")
+        if self.last_pid is not None and self.last_pid > 2**32 - 1:
+            raise Invalid("pid", "its occurrences would run past the largest pid; start from a lower pid")
 
     def pid_at(self, t: float) -> int | None:
         """Return the pid of the occurrence running at time ``t`` (seconds), or None when none runs."""
         if t < self.start or (self.end is not None and t >= self.end):
             return None
-        if self.every is None:
+        if self.every is None or self.lasts is None:  # __post_init__ sets both or neither
             return self.pid
         occurrence = int((t - self.start) // self.every)
         return self.pid + occurrence if t - self.start - occurrence * self.every < self.lasts else None
@@ -286,24 +457,41 @@ class Process:
         return self.pid + max(0, math.ceil((self.end - self.start) / self.every) - 1)
 
 
-@dataclass(frozen=True)
-class MigInstance:
-    """One MIG device: a GPU instance of a profile with one compute instance spanning it, for its window."""
+def _processes(
+    raw: object, where: str, memory_total: int, real_allowed: bool = True, holder: str = "the GPU's memory_total"
+) -> tuple[Process, ...]:
+    """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold."""
+    processes: list[Process] = []
+    for i, item in enumerate(items(raw, where)):
+        at = f"{where}[{i}]"
+        process = read(item, at, Process)
+        if process.real is not None and not real_allowed:
+            raise Invalid(f"{at}.host_process", "a real process can hold a whole GPU only, not a MIG device")
+        if process.memory > memory_total:
+            got, most = written(byte_count, process.memory, memory_total)
+            raise Invalid(f"{at}.memory", f"{got} is more than {holder}, {most}; use at most that")
+        for other in processes:
+            if process.real or other.real:
+                continue  # a real process's pid is the kernel's
+            if _pids_overlap(process, other):
+                if process.every is None and other.every is None:
+                    raise Invalid(
+                        f"{at}.pid", f"pid {process.pid} appears twice on this GPU; pids must be unique per GPU"
+                    )
+                raise Invalid(
+                    f"{at}.pid",
+                    f"the pids of pid {process.pid} and pid {other.pid} overlap (a process with "
+                    "every takes pid, pid + 1, ... for its occurrences); move one of them",
+                )
+        processes.append(process)
+    return tuple(processes)
 
-    profile: gpus.MigProfile
-    gpu_instance: int  # nvmlDeviceGetGpuInstanceId
-    compute_instance: int  # nvmlDeviceGetComputeInstanceId
-    uuid: str  # "MIG-..." (R470 and newer)
-    window: Window  # created at `at`, destroyed at `until`
-    sm_activity: Signal  # ratio 0..1: GPM per instance on Hopper; the parent's utilization follows it
-    tensor_activity: Signal | None
-    processes: tuple[Process, ...]
-    allocated_to: JobSpec | None = None  # a pod the kubelet gave this MIG device, processes or not
 
-    @property
-    def share(self) -> float:
-        """The instance's share of the GPU's compute."""
-        return self.profile.slices / gpus.MIG_SLICES
+def _pids_overlap(a: Process, b: Process) -> bool:
+    """Whether two processes of one GPU could show the same pid (occurrences count up from the first)."""
+    a_last = a.last_pid if a.last_pid is not None else math.inf
+    b_last = b.last_pid if b.last_pid is not None else math.inf
+    return a.pid <= b_last and b.pid <= a_last
 
 
 @dataclass(frozen=True)
@@ -314,15 +502,20 @@ class Window:
     seconds from ``at`` on, until ``until``.
     """
 
-    at: float
-    until: float | None
-    every: float | None = None
-    lasts: float | None = None
+    at: float = key(number, 0, default=0.0)
+    until: float | None = key(number, default=None)
+    every: float | None = key(number, 0.001, default=None)
+    lasts: float | None = key(number, 0.001, default=None, name="for")
+
+    def __post_init__(self) -> None:
+        if self.until is not None and self.until <= self.at:
+            raise Invalid("until", f"until ({self.until:g}) must be after at ({self.at:g})")
+        _check_repeat(self.every, self.lasts)
 
     def active(self, t: float) -> bool:
         if t < self.at or (self.until is not None and t >= self.until):
             return False
-        return self.every is None or (t - self.at) % self.every < self.lasts
+        return self.every is None or self.lasts is None or (t - self.at) % self.every < self.lasts
 
     @property
     def always(self) -> bool:
@@ -330,549 +523,177 @@ class Window:
         return self.at == 0 and self.until is None and self.every is None
 
 
+_MEMORY_SLICES = 8  # every MIG-capable board splits its memory in eighths (MIG User Guide, profile tables)
+_MAX_GPU_INSTANCE_ID = 14  # the highest id on an A100 or H100 (seven 1g slices take 7 to 13, +me 14)
+_FREE = -1  # a GPU instance id the scenario leaves to the driver: _give_instance_ids picks it
+
+
+def _instance_processes_of(raw: object, where: str, profile: gpus.MigProfile) -> tuple[Process, ...]:
+    memory = profile.memory_mib * MIB
+    return _processes(raw, where, memory, real_allowed=False, holder=f"the {profile.name} instance's memory")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigInstance:
+    """One MIG device: a GPU instance of a profile with one compute instance spanning it, for its window."""
+
+    profile: gpus.MigProfile  # the GPU's reader finds it by name
+    gpu_instance: int = key(whole, 0, _MAX_GPU_INSTANCE_ID, default=_FREE)  # nvmlDeviceGetGpuInstanceId
+    compute_instance: int = key(whole, 0, 7, default=0)  # nvmlDeviceGetComputeInstanceId
+    uuid: str = key(_uuid, "MIG")  # "MIG-..." (R470 and newer)
+    window: Window = inline(Window, every=None, lasts=None)  # created at `at`, destroyed at `until`
+    # Ratio 0..1: GPM per instance on Hopper; the parent's utilization follows it.
+    sm_activity: Signal = key(_signal, 0, 1, default=constant(0.0))
+    tensor_activity: Signal | None = key(_signal, 0, 1, default=None)
+    processes: tuple[Process, ...] = key(_instance_processes_of, Earlier("profile"), default=())
+    allocated_to: JobSpec | None = key(_allocation, default=None)  # a pod the kubelet gave it, processes or not
+
+    def __post_init__(self) -> None:
+        for j, process in enumerate(self.processes):
+            if process.start < self.window.at:
+                raise Invalid(
+                    f"processes[{j}].start", f"the instance is created at {self.window.at:g} s; start then or later"
+                )
+            if self.window.until is not None and (process.end is None or process.end > self.window.until):
+                # nvidia-smi mig -dgi answers "In use by another client" while a process runs in it.
+                raise Invalid(
+                    f"processes[{j}].end",
+                    f"an instance in use cannot be destroyed: end by its until ({self.window.until:g})",
+                )
+
+    @property
+    def share(self) -> float:
+        """The instance's share of the GPU's compute."""
+        return self.profile.slices / gpus.MIG_SLICES
+
+
 @dataclass(frozen=True)
 class Throttle:
-    window: Window
-    reasons: tuple[str, ...]  # keys of THROTTLE_REASONS
+    window: Window = inline(Window)
+    reasons: tuple[str, ...] = key(_reasons)  # keys of THROTTLE_REASONS
 
 
 @dataclass(frozen=True)
 class EccEvent:
-    at: float
-    uncorrected: bool
-    count: int
+    at: float = key(number, 0)
+    uncorrected: bool = key(_choice_is, ("corrected", "uncorrected"), "uncorrected", name="kind")
+    count: int = key(whole, 1, default=1)
 
 
 @dataclass(frozen=True)
 class RemapEvent:
     """Row remapping change at ``at``: counts add up, flags are set when not None."""
 
-    at: float
-    correctable: int
-    uncorrectable: int
-    pending: bool | None
-    failure: bool | None
+    at: float = key(number, 0)  # absent where remapped_rows is one mapping, not a list
+    correctable: int = key(whole, 0, default=0)
+    uncorrectable: int = key(whole, 0, default=0)
+    pending: bool | None = key(flag, default=None)
+    failure: bool | None = key(flag, default=None)
+
+
+def _remapped_rows(raw: object, where: str) -> tuple[RemapEvent, ...]:
+    if isinstance(raw, dict):
+        return (read(raw, where, RemapEvent, given={"at": 0.0}),)
+    return each(raw, where, read, RemapEvent)
 
 
 @dataclass(frozen=True)
 class Xid:
-    at: float
-    code: int
+    at: float = key(number, 0)
+    code: int = key(whole, 1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pcie:
-    gen: int
-    width: int
-    max_gen: int
-    max_width: int
-    tx: Signal | None  # bytes/s; None = 0
-    rx: Signal | None
+    max_gen: int = key(whole, 1, 6, default=4)  # a known model gives its own
+    max_width: int = key(whole, 1, 32, default=16)
+    gen: int = key(whole, 1, Earlier("max_gen"), default=Earlier("max_gen"))
+    width: int = key(whole, 1, Earlier("max_width"), default=Earlier("max_width"))
+    tx: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)  # bytes/s; None = 0
+    rx: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
     """What probe kernels measure on this GPU, as fractions of its datasheet peaks (gpulens.probes)."""
 
-    memory_bandwidth: float | None  # device copy / datasheet memory bandwidth; None = a healthy default
-    host_bandwidth: float | None  # pinned host copies / the PCIe link's rate at its maximum generation
-    matmul: float | None  # every matmul / its dense datasheet peak
-    correct: bool  # false: the matmuls compute wrong results
+    # Device copy / datasheet memory bandwidth; None = a healthy default.
+    memory_bandwidth: float | None = key(number, 0.01, 1.0, default=None)
+    host_bandwidth: float | None = key(number, 0.01, 1.0, default=None)  # pinned host copies / the PCIe link's peak
+    matmul: float | None = key(number, 0.01, 1.0, default=None)  # every matmul / its dense datasheet peak
+    correct: bool = key(flag, default=True)  # false: the matmuls compute wrong results
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gpu:
-    """One simulated GPU, with model defaults already applied; None signals are derived (see docs)."""
+    """One simulated GPU, with model defaults already applied; None signals are derived (see docs).
+
+    Fields without a key come from the model or the GPU's place (`_gpu`); `memory_total`, `power_limit`
+    and the clocks' defaults are a known model's."""
 
     index: int
     name: str
-    memory_total: int  # bytes
-    uuid: str
-    serial: str
-    pci_bus_id: str  # "00000000:BB:DD.F"
+    memory_total: int = key(_memory_total)  # bytes
+    uuid: str = key(_uuid, "GPU")
+    serial: str = key(_written)
+    pci_bus_id: str = key(_pci_bus_id)  # "00000000:BB:DD.F"
     pci_device_id: int
-    power_limit: float  # W
-    idle_power: float  # W
-    utilization: Signal  # percent
-    memory_used: Signal | None  # bytes
-    power: Signal | None  # W
-    temperature: Signal | None  # C
-    memory_temperature: Signal | None  # C
-    fan: Signal | None  # percent; None = no fan (NotSupported)
-    sm_clock: Signal | None  # MHz
-    memory_clock: Signal | None  # MHz
-    max_sm_clock: int  # MHz
-    max_memory_clock: int  # MHz
+    power_limit: float = key(number, 1, MAX_POWER_W)  # W
+    idle_power: float = key(
+        number, 0, Earlier("power_limit"), default=Earlier(lambda got: float(round(got["power_limit"] * 0.1)))
+    )  # W
+    utilization: Signal = key(_signal, 0, 100, default=constant(0.0))  # percent
+    memory_used: Signal | None = key(_signal, 0, Earlier("memory_total"), byte_count, default=None)  # bytes
+    power: Signal | None = key(_signal, 0, MAX_POWER_W, default=None)  # W
+    temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
+    memory_temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
+    fan: Signal | None = key(_signal, 0, 100, default=None)  # percent; None = no fan (NotSupported)
+    sm_clock: Signal | None = key(_signal, 0, MAX_CLOCK_MHZ, default=None, name="clocks.sm")  # MHz
+    memory_clock: Signal | None = key(_signal, 0, MAX_CLOCK_MHZ, default=None, name="clocks.memory")  # MHz
+    max_sm_clock: int = key(whole, 1, MAX_CLOCK_MHZ, default=1500, name="max_clocks.sm")  # MHz
+    max_memory_clock: int = key(whole, 1, MAX_CLOCK_MHZ, default=1500, name="max_clocks.memory")  # MHz
     idle_sm_clock: int  # MHz
-    throttle: tuple[Throttle, ...]
+    throttle: tuple[Throttle, ...] = key(each, read, Throttle, default=())
     pcie: Pcie
-    ecc_mode: bool
-    ecc: tuple[EccEvent, ...]
-    remapped_rows: tuple[RemapEvent, ...]
-    xid: tuple[Xid, ...]
-    gpm: bool
-    sm_activity: Signal | None  # ratio 0..1
-    sm_occupancy: Signal | None
-    tensor_activity: Signal | None
-    dram_bandwidth: Signal | None
+    ecc_mode: bool = key(flag, default=True)
+    ecc: tuple[EccEvent, ...] = key(each, read, EccEvent, default=())
+    remapped_rows: tuple[RemapEvent, ...] = key(_remapped_rows, default=())
+    xid: tuple[Xid, ...] = key(each, read, Xid, default=())
+    gpm: bool = key(flag, default=False)
+    sm_activity: Signal | None = key(_signal, 0, 1, default=None)  # ratio 0..1
+    sm_occupancy: Signal | None = key(_signal, 0, 1, default=None)
+    tensor_activity: Signal | None = key(_signal, 0, 1, default=None)
+    dram_bandwidth: Signal | None = key(_signal, 0, 1, default=None)
     mig: bool
     mig_capable: bool
     row_remapping: bool
     hbm: bool
     power_average: bool
-    not_supported: frozenset[str]
-    processes: tuple[Process, ...]
-    allocated_to: JobSpec | None = None  # a scheduler holds this GPU for a job (Kubernetes pod-resources)
-    probe: ProbeSpec | None = None  # what probe kernels would measure; None = a healthy GPU of its model
-    no_permission: frozenset[str] = frozenset()  # features an unprivileged caller may not read here
-    samples_when_idle: bool = True  # False: the driver takes no utilization sample while nothing runs
-    process_memory: bool = True  # False: usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (MIG, unprivileged)
+    not_supported: frozenset[str] = key(_features, default=frozenset())
+    processes: tuple[Process, ...] = key(_processes, Earlier("memory_total"), default=())
+    # A scheduler holds this GPU for a job (Kubernetes pod-resources).
+    allocated_to: JobSpec | None = key(_allocation, default=None)
+    probe: ProbeSpec | None = key(read, ProbeSpec, default=None)  # None = a healthy GPU of its model
+    no_permission: frozenset[str] = key(_features, default=frozenset())  # features an unprivileged caller may not read
+    # "stop": the driver takes no utilization sample while nothing runs.
+    samples_when_idle: bool = key(_choice_is, ("continue", "stop"), "continue", default=True)
+    # "unavailable": usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (MIG, unprivileged); the default in MIG mode.
+    process_memory: bool = key(_choice_is, ("reported", "unavailable"), "reported", default=True)
     mig_instances: tuple[MigInstance, ...] = ()  # with MIG on: its devices; `processes` holds theirs too
     utilization_from_instances: bool = False  # MIG without a `utilization`: the instances' activity drives it
     # No `utilization`, and processes with their own `sm_utilization`: theirs, added up while they run, drive it.
     utilization_from_processes: bool = False
 
 
-@dataclass(frozen=True)
-class Fault:
-    kind: str  # one of FAULT_KINDS
-    window: Window
-    gpu: int | None = None
-    what: str | None = None  # not_supported: a FEATURES name
-    error: str | None = None  # init_failure: a key of INIT_ERRORS
-    pid: int | None = None  # process_vanishes
-    function: str | None = None  # function_not_found
-    count: int | None = None  # processes_appear
-    code: int | None = None  # answer: the nvmlReturn_t the call gives
-    mig_device: int | None = None  # answer: on this MIG device of the GPU (its MIG index) instead of the GPU
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    description: str
-    seed: int
-    start_time: float  # epoch seconds at simulated time 0 on a manual clock (tests); running nodes use "now"
-    driver: branches.Driver
-    cuda_driver_version: int  # as nvmlSystemGetCudaDriverVersion returns it, e.g. 12040
-    nvml_version: str
-
-    @property
-    def driver_version(self) -> str:
-        """nvmlSystemGetDriverVersion, e.g. "580.82.07"."""
-        return self.driver.version
-
-    gpus: tuple[Gpu, ...]
-    faults: tuple[Fault, ...]
-    # Whether the caller may see MIG devices: a container without NVIDIA_MIG_MONITOR_DEVICES=all and
-    # CAP_SYS_ADMIN may not (nvidia-container-toolkit issue #842; the k8s-device-plugin manifests set both).
-    mig_monitoring: bool = True
-
-
-# ---------------------------------------------------------------- small parsers
-
-
-def _at(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _optional(spec: dict, key: str, where: str, parse: Callable[..., Any], *limits: Any) -> Any:
-    """Return parse(spec[key], its place, *limits), or None when `spec` has no `key`."""
-    return parse(spec[key], _at(where, key), *limits) if key in spec else None
-
-
-def _entries(
-    raw: object, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()
-) -> Iterator[tuple[str, dict]]:
-    """Yield each item of the list `raw` with its place (`where[i]`), checked to be a mapping of those keys."""
-    for i, item in enumerate(items(raw, where)):
-        at = f"{where}[{i}]"
-        yield at, mapping(item, at, required, optional)
-
-
-def _signal(spec: dict, key: str, where: str, lo: float, hi: float | None, convert=number) -> Signal | None:
-    """Return the signal under ``key`` (None if absent), refusing noise-free values outside [lo, hi]."""
-    if key not in spec:
-        return None
-    at = _at(where, key)
-    signal = parse_signal(spec[key], at, convert)
-    low, high = signal.bounds()
-    if low < lo or (hi is not None and high > hi):
-        bad = low if low < lo else high
-        if lo == 0 and bad < 0:
-            raise Invalid(at, f"values must not be negative, got {written(convert, bad)[0]}")
-        got, *limits = written(convert, bad, lo, *(() if hi is None else (hi,)))
-        span = f"between {limits[0]} and {limits[1]}" if hi is not None else f">= {limits[0]}"
-        raise Invalid(at, f"values must be {span}, got {got}")
-    if hi is not None and signal.noise > hi - lo:
-        most, got = written(convert, hi - lo, signal.noise)
-        raise Invalid(at, f"noise must be at most {most}, the whole range, got {got}")
-    return signal
-
-
-def _window(spec: dict, where: str) -> Window:
-    at = number(spec.get("at", 0), _at(where, "at"), 0)
-    until = None
-    if "until" in spec:
-        until = number(spec["until"], _at(where, "until"))
-        if until <= at:
-            raise Invalid(_at(where, "until"), f"until ({until:g}) must be after at ({at:g})")
-    every, lasts = _repeat(spec, where)
-    return Window(at, until, every, lasts)
-
-
-def _repeat(spec: dict, where: str) -> tuple[float | None, float | None]:
-    """Return (every, for) of something that comes back, or (None, None) when it happens once."""
-    if "every" not in spec and "for" not in spec:
-        return None, None
-    if "every" not in spec or "for" not in spec:
-        raise Invalid(where, "every and for go together: every: SECONDS between starts, for: SECONDS each lasts")
-    every = number(spec["every"], _at(where, "every"), 0.001)
-    lasts = number(spec["for"], _at(where, "for"), 0.001)
-    if lasts >= every:
-        raise Invalid(
-            _at(where, "for"),
-            f"for ({lasts:g}) must be shorter than every ({every:g}); leave both out for something that never stops",
-        )
-    return every, lasts
-
-
-# ---------------------------------------------------------------- GPU sections
-
-
-# What the node itself answers for a real process: a scenario must not also describe it.
-_REAL_ANSWERS = ("pid", "every", "job", "host", "torch")
-
-
-def _processes(
-    raw: object, where: str, memory_total: int, real_allowed: bool = True, holder: str = "the GPU's memory_total"
-) -> tuple[Process, ...]:
-    """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold."""
-    processes: list[Process] = []
-    keys = ("pid", "host_process", "sm_utilization", "start", "end", "every", "for", "job", "host", "torch")
-    for at, spec in _entries(raw, where, ("memory",), keys):
-        real = None
-        if "host_process" in spec:
-            if not real_allowed:
-                raise Invalid(_at(at, "host_process"), "a real process can hold a whole GPU only, not a MIG device")
-            clash = next((key for key in _REAL_ANSWERS if key in spec), None)
-            if clash is not None:
-                raise Invalid(
-                    _at(at, clash),
-                    "a process with host_process takes its pid, job, host side and reports from the real process; "
-                    f"remove {clash}",
-                )
-            real = _host_process(spec["host_process"], _at(at, "host_process"))
-        elif "pid" not in spec:
-            raise Invalid(at, "missing key 'pid' (or host_process, to put a real process of this machine there)")
-        pid = 0 if real else whole(spec["pid"], f"{at}.pid", 1, 2**32 - 1)
-        memory = _process_memory(spec["memory"], f"{at}.memory", memory_total, holder)
-        start = number(spec.get("start", 0), f"{at}.start", 0)
-        end = None
-        if "end" in spec:
-            end = number(spec["end"], f"{at}.end")
-            if end <= start:
-                raise Invalid(f"{at}.end", f"end ({end:g}) must be after start ({start:g})")
-        every, lasts = _repeat(spec, at)
-        sm = _signal(spec, "sm_utilization", at, 0, 100)
-        job = _optional(spec, "job", at, _job)
-        host = _optional(spec, "host", at, _host)
-        torch = _optional(spec, "torch", at, _torch)
-        if job is not None and job.id_counts_up and every is None:
-            raise Invalid(f"{at}.job.id_counts_up", "needs a process that comes back; add every and for")
-        process = Process(pid, int(memory), sm, start, end, job, host, torch, every, lasts, real)
-        if process.last_pid is not None and process.last_pid > 2**32 - 1:
-            raise Invalid(f"{at}.pid", "its occurrences would run past the largest pid; start from a lower pid")
-        for other in processes:
-            if process.real or other.real:
-                continue  # a real process's pid is the kernel's
-            if _pids_overlap(process, other):
-                if process.every is None and other.every is None:
-                    raise Invalid(f"{at}.pid", f"pid {pid} appears twice on this GPU; pids must be unique per GPU")
-                raise Invalid(
-                    f"{at}.pid",
-                    f"the pids of pid {pid} and pid {other.pid} overlap (a process with "
-                    "every takes pid, pid + 1, ... for its occurrences); move one of them",
-                )
-        processes.append(process)
-    return tuple(processes)
-
-
-def _process_memory(raw: object, where: str, memory_total: int, holder: str) -> float:
-    memory = byte_count(raw, where)
-    if memory > memory_total:
-        got, most = written(byte_count, memory, memory_total)
-        raise Invalid(where, f"{got} is more than {holder}, {most}; use at most that")
-    return memory
-
-
-def _host_process(raw: object, where: str) -> HostProcess:
-    spec = mapping(raw, where, (), ("pid_file", "command"), example="use {pid_file: PATH} or {command: REGEX}")
-    if len(spec) != 1:
-        raise Invalid(where, "give one of pid_file (a file holding the pid) or command (a regular expression)")
-    if "pid_file" in spec:
-        path = text(spec["pid_file"], _at(where, "pid_file"))
-        if not path.startswith("/"):
-            raise Invalid(_at(where, "pid_file"), f"{shown(path)} is relative; give an absolute path")
-        return HostProcess(pid_file=path)
-    pattern = text(spec["command"], _at(where, "command"))
-    try:
-        re.compile(pattern)
-    except re.error as error:
-        raise Invalid(_at(where, "command"), f"not a regular expression ({error}); fix it or escape the text") from None
-    return HostProcess(command=pattern)
-
-
-def _pids_overlap(a: Process, b: Process) -> bool:
-    """Whether two processes of one GPU could show the same pid (occurrences count up from the first)."""
-    a_last = a.last_pid if a.last_pid is not None else math.inf
-    b_last = b.last_pid if b.last_pid is not None else math.inf
-    return a.pid <= b_last and b.pid <= a_last
-
-
-_JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
-
-
-def _job(raw: object, where: str) -> JobSpec:
-    spec = mapping(
-        raw, where, ("kind", "id", "user"), ("namespace", "pod", "container", "account", "name", "id_counts_up")
-    )
-    kind = choice(spec["kind"], _at(where, "kind"), _JOB_KINDS)
-    extra = {key: text(spec[key], _at(where, key)) for key in ("namespace", "pod", "container") if key in spec}
-    if extra and kind != "kubernetes":
-        raise Invalid(where, f"namespace, pod and container belong to kubernetes jobs, not {kind}")
-    for key, what in (("account", "an account"), ("name", "a job name")):
-        if key in spec:
-            if kind != "slurm":
-                raise Invalid(_at(where, key), f"{what} belongs to slurm jobs, not {kind}")
-            extra[key] = text(spec[key], _at(where, key))
-    job_id = text(str(spec["id"]), _at(where, "id"))
-    counts_up = flag(spec.get("id_counts_up", False), _at(where, "id_counts_up"))
-    if counts_up and not (kind == "slurm" and job_id.isascii() and job_id.isdigit()):
-        raise Invalid(_at(where, "id_counts_up"), "counts up a Slurm job id; use kind: slurm with a numeric id")
-    return JobSpec(kind, job_id, text(spec["user"], _at(where, "user")), **extra, id_counts_up=counts_up)
-
-
-def _host(raw: object, where: str) -> HostSpec:
-    spec = mapping(raw, where, ("main_cpu",), ("workers", "worker_cpu", "cores_allowed", "io_read"))
-    workers = whole(spec.get("workers", 0), _at(where, "workers"), 0, 256)
-    cores = number(spec.get("cores_allowed", 16), _at(where, "cores_allowed"), 1, 4096)
-    worker_cpu = _signal(spec, "worker_cpu", where, 0, MAX_CORES)
-    if worker_cpu is not None and not workers:
-        raise Invalid(_at(where, "worker_cpu"), "needs workers: N (N > 0)")
-    return HostSpec(
-        main_cpu=_signal(spec, "main_cpu", where, 0, MAX_CORES),
-        workers=workers,
-        worker_cpu=worker_cpu,
-        cores_allowed=cores,
-        io_read=_signal(spec, "io_read", where, 0, MAX_RATE, byte_rate),
-    )
-
-
-# Every TorchSpec field but the required data_wait is an optional key, in the same order.
-_TORCH_KEYS = tuple(f.name for f in dataclasses.fields(TorchSpec) if f.name != "data_wait")
-
-
-def _torch(raw: object, where: str) -> TorchSpec:
-    spec = mapping(raw, where, ("data_wait",), _TORCH_KEYS)
-    allocated = int(byte_count(spec.get("allocated", 0), _at(where, "allocated")))
-    reserved = int(byte_count(spec.get("reserved", allocated), _at(where, "reserved")))
-    if reserved < allocated:
-        raise Invalid(_at(where, "reserved"), "must be at least allocated: the allocator reserves what it hands out")
-    return TorchSpec(
-        data_wait=_signal(spec, "data_wait", where, 0, 1),
-        steps_per_second=number(spec.get("steps_per_second", 1.0), _at(where, "steps_per_second"), 0.001, 100_000),
-        num_workers=_optional(spec, "num_workers", where, whole, 0, 256),
-        pin_memory=_optional(spec, "pin_memory", where, flag),
-        prefetch_factor=_optional(spec, "prefetch_factor", where, whole, 1, 1024),
-        persistent_workers=_optional(spec, "persistent_workers", where, flag),
-        batch_size=_optional(spec, "batch_size", where, whole, 1, 10_000_000),
-        autocast=_optional(spec, "autocast", where, flag),
-        autocast_dtype=_optional(spec, "autocast_dtype", where, choice, ("bfloat16", "float16")),
-        tf32=_optional(spec, "tf32", where, flag),
-        allocated=allocated,
-        reserved=reserved,
-        alloc_retries=whole(spec.get("alloc_retries", 0), _at(where, "alloc_retries"), 0),
-        ooms=whole(spec.get("ooms", 0), _at(where, "ooms"), 0),
-    )
-
-
-def _throttle(raw: object, where: str) -> tuple[Throttle, ...]:
-    windows = []
-    for at, spec in _entries(raw, where, ("reasons",), ("at", "until", "every", "for")):
-        names = items(spec["reasons"], f"{at}.reasons")
-        if not names:
-            raise Invalid(f"{at}.reasons", f"list at least one of {', '.join(THROTTLE_REASONS)}")
-        reasons = tuple(choice(n, f"{at}.reasons[{j}]", THROTTLE_REASONS) for j, n in enumerate(names))
-        windows.append(Throttle(_window(spec, at), reasons))
-    return tuple(windows)
-
-
-def _ecc(raw: object, where: str) -> tuple[EccEvent, ...]:
-    events = []
-    for at, spec in _entries(raw, where, ("at", "kind"), ("count",)):
-        kind = choice(spec["kind"], f"{at}.kind", ("corrected", "uncorrected"))
-        count = whole(spec.get("count", 1), f"{at}.count", 1)
-        events.append(EccEvent(number(spec["at"], f"{at}.at", 0), kind == "uncorrected", count))
-    return tuple(events)
-
-
-def _remap_event(raw: object, where: str, timed: bool) -> RemapEvent:
-    keys = ("correctable", "uncorrectable", "pending", "failure")
-    spec = mapping(raw, where, ("at",) if timed else (), keys)
-    return RemapEvent(
-        at=number(spec["at"], f"{where}.at", 0) if timed else 0.0,
-        correctable=whole(spec.get("correctable", 0), f"{where}.correctable", 0),
-        uncorrectable=whole(spec.get("uncorrectable", 0), f"{where}.uncorrectable", 0),
-        pending=_optional(spec, "pending", where, flag),
-        failure=_optional(spec, "failure", where, flag),
-    )
-
-
-def _remapped_rows(raw: object, where: str) -> tuple[RemapEvent, ...]:
-    if isinstance(raw, dict):
-        return (_remap_event(raw, where, timed=False),)
-    return tuple(_remap_event(item, f"{where}[{i}]", timed=True) for i, item in enumerate(items(raw, where)))
-
-
-def _xids(raw: object, where: str) -> tuple[Xid, ...]:
-    return tuple(
-        Xid(number(spec["at"], f"{at}.at", 0), whole(spec["code"], f"{at}.code", 1))
-        for at, spec in _entries(raw, where, ("at", "code"))
-    )
-
-
-def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
-    spec = mapping(raw, where, (), ("gen", "width", "max_gen", "max_width", "tx", "rx"))
-    max_gen = whole(spec.get("max_gen", model.pcie_gen if model else 4), f"{where}.max_gen", 1, 6)
-    max_width = whole(spec.get("max_width", model.pcie_width if model else 16), f"{where}.max_width", 1, 32)
-    gen = whole(spec.get("gen", max_gen), f"{where}.gen", 1, max_gen)
-    width = whole(spec.get("width", max_width), f"{where}.width", 1, max_width)
-    tx = _signal(spec, "tx", where, 0, MAX_RATE, byte_rate)
-    rx = _signal(spec, "rx", where, 0, MAX_RATE, byte_rate)
-    return Pcie(gen, width, max_gen, max_width, tx, rx)
-
-
-def _clocks(spec: dict, where: str) -> tuple[Signal | None, Signal | None]:
-    if "clocks" not in spec:
-        return None, None
-    at = _at(where, "clocks")
-    clocks = mapping(spec["clocks"], at, (), ("sm", "memory"))
-    return _signal(clocks, "sm", at, 0, MAX_CLOCK_MHZ), _signal(clocks, "memory", at, 0, MAX_CLOCK_MHZ)
-
-
-def _max_clocks(spec: dict, where: str, model: GpuModel | None) -> tuple[int, int]:
-    at = _at(where, "max_clocks")
-    clocks = mapping(spec.get("max_clocks", {}), at, (), ("sm", "memory"))
-    sm = whole(clocks.get("sm", model.max_sm_mhz if model else 1500), f"{at}.sm", 1, MAX_CLOCK_MHZ)
-    memory = whole(clocks.get("memory", model.max_mem_mhz if model else 1500), f"{at}.memory", 1, MAX_CLOCK_MHZ)
-    return sm, memory
-
-
-def _derived_id(seed: int, index: int, salt: int) -> int:
-    return mix64(mix64(seed) ^ (index << 8) ^ salt)
-
-
-def _uuid(spec: dict, where: str, prefix: str, seed: int, index: int, salt: int) -> str:
-    """The scenario's `uuid`, checked, or one derived from the seed, the GPU's index and `salt` (and the next
-    salt): "<prefix>-" and 32 hex digits in groups of 8-4-4-4-12."""
-    if "uuid" in spec:
-        uuid = text(spec["uuid"], _at(where, "uuid"))
-        if not re.fullmatch(prefix + r"-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
-            raise Invalid(
-                _at(where, "uuid"), f"expected {prefix}-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (lower-case hex)"
-            )
-        return uuid
-    digits = f"{_derived_id(seed, index, salt):016x}{_derived_id(seed, index, salt + 1):016x}"
-    return f"{prefix}-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
-
-
-# Bus numbers of the eight GPUs on an HGX baseboard; real machines never put a GPU on bus 00.
-_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-
-def _pci_bus_id(spec: dict, where: str, index: int) -> str:
-    if "pci_bus_id" not in spec:
-        if index < len(_HGX_BUSES):
-            return f"00000000:{_HGX_BUSES[index]:02X}:00.0"
-        # Past a baseboard: buses E0-FF, then the next device number on each, so no two GPUs share one.
-        return f"00000000:{0xE0 + index % 0x20:02X}:{index // 0x20:02X}.0"
-    bus_id = text(spec["pci_bus_id"], _at(where, "pci_bus_id")).upper()
-    if not re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:[0-1][0-9A-F]\.[0-7]", bus_id):
-        raise Invalid(_at(where, "pci_bus_id"), "expected domain:bus:device.function like 00000000:1B:00.0")
-    return bus_id
-
-
-def _features(spec: dict, key: str, where: str) -> frozenset[str]:
-    at = _at(where, key)
-    names = items(spec.get(key, []), at)
-    return frozenset(choice(name, f"{at}[{i}]", FEATURES) for i, name in enumerate(names))
-
-
-_GPU_KEYS = (
-    "model",
-    "memory_total",
-    "uuid",
-    "serial",
-    "pci_bus_id",
-    "power_limit",
-    "idle_power",
-    "utilization",
-    "memory_used",
-    "power",
-    "temperature",
-    "memory_temperature",
-    "fan",
-    "clocks",
-    "max_clocks",
-    "throttle",
-    "pcie",
-    "ecc_mode",
-    "ecc",
-    "remapped_rows",
-    "xid",
-    "gpm",
-    "sm_activity",
-    "sm_occupancy",
-    "tensor_activity",
-    "dram_bandwidth",
-    "mig",
-    "not_supported",
-    "no_permission",
-    "samples_when_idle",
-    "process_memory",
-    "processes",
-    "allocated_to",
-    "probe",
-)
-
-
-def _model_needs(spec: dict, where: str) -> GpuModel | None:
-    name = text(spec["model"], _at(where, "model"))
-    model = find_model(name)
-    if model is None:
-        for key in ("memory_total", "power_limit"):
-            if key not in spec:
-                known = ", ".join(MODELS)
-                raise Invalid(where, f"unknown model {name!r} needs {key}; or use a known model: {known}")
-    return model
+# ---------------------------------------------------------------- GPUs
 
 
 def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     if isinstance(raw, dict) and "index" in raw:  # NVML numbers GPUs in the order the list gives them
         raise Invalid(_at(where, "index"), "a GPU's index is its position in the gpus list; remove index")
-    spec = mapping(raw, where, ("model",), _GPU_KEYS[1:])
+    spec = record(raw, where, ("model",))
     model = _model_needs(spec, where)
     name = model.name if model else spec["model"].strip()
-    memory_total = int(
-        byte_count(spec.get("memory_total", (model.memory_mib * MIB) if model else 0), _at(where, "memory_total"))
-    )
-    if not 0 < memory_total <= MAX_MEMORY:
-        raise Invalid(_at(where, "memory_total"), f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
-    power_limit = number(
-        spec.get("power_limit", model.power_limit_w if model else 0), _at(where, "power_limit"), 1, MAX_POWER_W
-    )
-    idle_power = number(spec.get("idle_power", round(power_limit * 0.1)), _at(where, "idle_power"), 0, power_limit)
     mig_capable = model.mig if model else True
     described = spec.get("mig", False)  # true, or the list of its MIG devices
     mig = isinstance(described, list) or flag(described, _at(where, "mig"))
@@ -896,143 +717,105 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
             _at(where, "allocated_to"),
             "in MIG mode the device plugin allocates MIG devices: move it to mig[N].allocated_to",
         )
-    processes = (
-        _instance_processes(instances, _at(where, "mig"))
-        if instances
-        else _processes(spec.get("processes", []), _at(where, "processes"), memory_total)
-    )
     row_remapping = model.row_remapping if model else True
     if "remapped_rows" in spec and not row_remapping:
         raise Invalid(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
-    max_sm, max_mem = _max_clocks(spec, where, model)
-    sm_clock, memory_clock = _clocks(spec, where)
-    return Gpu(
-        index=index,
-        name=name,
-        memory_total=memory_total,
-        uuid=_uuid(spec, where, "GPU", seed, index, 1),
-        serial=text(str(spec["serial"]), _at(where, "serial")) if "serial" in spec else _serial(seed, index),
-        pci_bus_id=_pci_bus_id(spec, where, index),
-        pci_device_id=model.pci_device_id if model else 0x000010DE,
-        power_limit=power_limit,
-        idle_power=idle_power,
-        utilization=_signal(spec, "utilization", where, 0, 100) or constant(0.0),
-        memory_used=_signal(spec, "memory_used", where, 0, memory_total, byte_count),
-        power=_signal(spec, "power", where, 0, MAX_POWER_W),
-        temperature=_signal(spec, "temperature", where, 0, 150),
-        memory_temperature=_signal(spec, "memory_temperature", where, 0, 150),
-        fan=_signal(spec, "fan", where, 0, 100),
-        sm_clock=sm_clock,
-        memory_clock=memory_clock,
-        max_sm_clock=max_sm,
-        max_memory_clock=max_mem,
-        idle_sm_clock=min(model.idle_sm_mhz if model else 300, max_sm),
-        throttle=_throttle(spec.get("throttle", []), _at(where, "throttle")),
-        pcie=_pcie(spec.get("pcie", {}), _at(where, "pcie"), model),
-        ecc_mode=flag(spec.get("ecc_mode", True), _at(where, "ecc_mode")),
-        ecc=_ecc(spec.get("ecc", []), _at(where, "ecc")),
-        remapped_rows=_remapped_rows(spec.get("remapped_rows", []), _at(where, "remapped_rows")),
-        xid=_xids(spec.get("xid", []), _at(where, "xid")),
-        gpm=flag(spec.get("gpm", model.gpm if model else False), _at(where, "gpm")),
-        sm_activity=_signal(spec, "sm_activity", where, 0, 1),
-        sm_occupancy=_signal(spec, "sm_occupancy", where, 0, 1),
-        tensor_activity=_signal(spec, "tensor_activity", where, 0, 1),
-        dram_bandwidth=_signal(spec, "dram_bandwidth", where, 0, 1),
-        mig=mig,
-        mig_capable=mig_capable,
-        row_remapping=row_remapping,
-        hbm=model.hbm if model else False,
-        power_average=model.power_average if model else True,
-        not_supported=_features(spec, "not_supported", where),
-        no_permission=_features(spec, "no_permission", where),
-        samples_when_idle=choice(
-            spec.get("samples_when_idle", "continue"), _at(where, "samples_when_idle"), ("continue", "stop")
-        )
-        == "continue",
-        # In MIG mode a process's memory is only seen per instance (or with privileges) on the parent.
-        process_memory=choice(
-            spec.get("process_memory", "unavailable" if mig else "reported"),
-            _at(where, "process_memory"),
-            ("reported", "unavailable"),
-        )
-        == "reported",
-        processes=processes,
-        mig_instances=instances,
-        utilization_from_instances=bool(instances) and "utilization" not in spec,
-        utilization_from_processes=(
-            not instances and "utilization" not in spec and any(p.sm_utilization is not None for p in processes)
+    idle_sm_mhz = model.idle_sm_mhz if model else 300
+    given: dict[str, Any] = {
+        "index": index,
+        "name": name,
+        "pci_device_id": model.pci_device_id if model else 0x000010DE,
+        "idle_sm_clock": Earlier(lambda got: min(idle_sm_mhz, got["max_sm_clock"])),
+        "pcie": _pcie(spec.get("pcie", {}), _at(where, "pcie"), model),
+        "mig": mig,
+        "mig_capable": mig_capable,
+        "row_remapping": row_remapping,
+        "hbm": model.hbm if model else False,
+        "power_average": model.power_average if model else True,
+        "mig_instances": instances,
+        "utilization_from_instances": bool(instances) and "utilization" not in spec,
+        "utilization_from_processes": Earlier(
+            lambda got: (
+                not instances
+                and "utilization" not in spec
+                and any(p.sm_utilization is not None for p in got["processes"])
+            )
         ),
-        allocated_to=_optional(spec, "allocated_to", where, _allocation),
-        probe=_optional(spec, "probe", where, _probe),
+    }
+    if instances:
+        given["processes"] = _instance_processes(instances, _at(where, "mig"))
+    defaults = _gpu_defaults(model, seed, index) | {"process_memory": not mig}  # MIG: seen per instance only
+    return read(spec, where, Gpu, given, defaults, also=("model", "mig", "pcie", "processes"))
+
+
+def _model_needs(spec: dict[Any, Any], where: str) -> GpuModel | None:
+    name = text(spec["model"], _at(where, "model"))
+    model = find_model(name)
+    if model is None:
+        for needed in ("memory_total", "power_limit"):
+            if needed not in spec:
+                known = ", ".join(MODELS)
+                raise Invalid(where, f"unknown model {name!r} needs {needed}; or use a known model: {known}")
+    return model
+
+
+# Bus numbers of the eight GPUs on an HGX baseboard; real machines never put a GPU on bus 00.
+_HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def _gpu_defaults(model: GpuModel | None, seed: int, index: int) -> dict[str, Any]:
+    """A GPU's defaults: its model's, and the ids its seed and place give it."""
+    if index < len(_HGX_BUSES):
+        bus_id = f"00000000:{_HGX_BUSES[index]:02X}:00.0"
+    else:  # past a baseboard: buses E0-FF, then the next device number on each, so no two GPUs share one
+        bus_id = f"00000000:{0xE0 + index % 0x20:02X}:{index // 0x20:02X}.0"
+    ids = {"uuid": _derived_uuid("GPU", seed, index, 1), "serial": _serial(seed, index), "pci_bus_id": bus_id}
+    if model is None:
+        return ids
+    return ids | {
+        "memory_total": model.memory_mib * MIB,
+        "power_limit": float(model.power_limit_w),
+        "max_sm_clock": model.max_sm_mhz,
+        "max_memory_clock": model.max_mem_mhz,
+        "gpm": model.gpm,
+    }
+
+
+def _pcie(raw: object, where: str, model: GpuModel | None) -> Pcie:
+    return read(
+        raw, where, Pcie, defaults={"max_gen": model.pcie_gen, "max_width": model.pcie_width} if model else None
     )
 
 
-_MIG_KEYS = (
-    "gpu_instance",
-    "compute_instance",
-    "uuid",
-    "at",
-    "until",
-    "sm_activity",
-    "tensor_activity",
-    "processes",
-    "allocated_to",
-)
-_MEMORY_SLICES = 8  # every MIG-capable board splits its memory in eighths (MIG User Guide, profile tables)
-_MAX_GPU_INSTANCE_ID = 14  # the highest id on an A100 or H100 (seven 1g slices take 7 to 13, +me 14)
+def _derived_id(seed: int, index: int, salt: int) -> int:
+    return mix64(mix64(seed) ^ (index << 8) ^ salt)
 
 
-def _mig_instances(raw: list, where: str, name: str, seed: int, index: int) -> tuple[MigInstance, ...]:
+def _derived_uuid(prefix: str, seed: int, index: int, salt: int) -> str:
+    """A uuid derived from the seed, the GPU's index and `salt` (and the next salt), as `_uuid` checks one."""
+    digits = f"{_derived_id(seed, index, salt):016x}{_derived_id(seed, index, salt + 1):016x}"
+    return f"{prefix}-{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def _mig_instances(raw: list[Any], where: str, name: str, seed: int, index: int) -> tuple[MigInstance, ...]:
     """Parse a GPU's MIG devices: each a GPU instance of one of the board's profiles, with one compute
     instance, created at `at` and destroyed at `until`, never holding more slices than the board has."""
     profiles = {p.name: p for p in gpus.mig_profiles(name)}
     if not profiles:
         known = ", ".join(m for m in MODELS if gpus.mig_profiles(m))
         raise Invalid(where, f"no MIG profiles are known for {name}; use mig: true, or one of {known}")
-    parsed: list[dict] = []
-    for i, (at, spec) in enumerate(_entries(raw, where, ("profile",), _MIG_KEYS)):
-        wanted = text(spec["profile"], f"{at}.profile")
+    instances: list[MigInstance] = []
+    for i, item in enumerate(raw):
+        at = f"{where}[{i}]"
+        wanted = text(record(item, at, ("profile",))["profile"], f"{at}.profile")
         if wanted not in profiles:
             raise Invalid(f"{at}.profile", f"{name} has no MIG profile {wanted!r}; choose one of {', '.join(profiles)}")
-        profile = profiles[wanted]
-        window = _window({key: spec[key] for key in ("at", "until") if key in spec}, at)
-        processes = _processes(
-            spec.get("processes", []),
-            f"{at}.processes",
-            profile.memory_mib * MIB,
-            real_allowed=False,
-            holder=f"the {profile.name} instance's memory",
-        )
-        for j, process in enumerate(processes):
-            if process.start < window.at:
-                raise Invalid(
-                    f"{at}.processes[{j}].start", f"the instance is created at {window.at:g} s; start then or later"
-                )
-            if window.until is not None and (process.end is None or process.end > window.until):
-                # nvidia-smi mig -dgi answers "In use by another client" while a process runs in it.
-                raise Invalid(
-                    f"{at}.processes[{j}].end",
-                    f"an instance in use cannot be destroyed: end by its until ({window.until:g})",
-                )
-        gpu_instance = _optional(spec, "gpu_instance", at, whole, 0, _MAX_GPU_INSTANCE_ID)
         # Drivers from R470 on name a MIG device "MIG-<uuid>" (dcgm-exporter's nvmlprovider; MIG User Guide).
-        uuid = _uuid(spec, at, "MIG", seed, index, 0x100 + 2 * i)
-        parsed.append(
-            {
-                "profile": profile,
-                "gpu_instance": gpu_instance,
-                "compute_instance": whole(spec.get("compute_instance", 0), f"{at}.compute_instance", 0, 7),
-                "uuid": uuid,
-                "window": window,
-                "sm_activity": _signal(spec, "sm_activity", at, 0, 1) or constant(0.0),
-                "tensor_activity": _signal(spec, "tensor_activity", at, 0, 1),
-                "processes": processes,
-                "allocated_to": _optional(spec, "allocated_to", at, _allocation),
-            }
-        )
-    _check_mig_capacity(parsed, where, name)
-    _give_instance_ids(parsed, where)
-    return tuple(MigInstance(**fields) for fields in parsed)
+        uuid = _derived_uuid("MIG", seed, index, 0x100 + 2 * i)
+        given = {"profile": profiles[wanted]}
+        instances.append(read(item, at, MigInstance, given, defaults={"uuid": uuid}, also=("profile",)))
+    _check_mig_capacity(instances, where, name)
+    return _give_instance_ids(instances, where)
 
 
 def _overlap(a: Window, b: Window) -> bool:
@@ -1041,43 +824,45 @@ def _overlap(a: Window, b: Window) -> bool:
     )
 
 
-def _check_mig_capacity(parsed: list[dict], where: str, name: str) -> None:
+def _check_mig_capacity(instances: list[MigInstance], where: str, name: str) -> None:
     """Refuse instances that would not fit at once: slices, memory slices and each profile's count."""
-    for start in sorted({fields["window"].at for fields in parsed}):
-        live = [f for f in parsed if f["window"].active(start)]
-        slices = sum(f["profile"].slices for f in live)
-        memory = sum(f["profile"].memory_slices for f in live)
+    for start in sorted({instance.window.at for instance in instances}):
+        live = [instance for instance in instances if instance.window.active(start)]
+        slices = sum(instance.profile.slices for instance in live)
+        memory = sum(instance.profile.memory_slices for instance in live)
         if slices > gpus.MIG_SLICES or memory > _MEMORY_SLICES:
             raise Invalid(
                 where,
                 f"at {start:g} s the instances need {slices} compute and {memory} memory slices; a {name} has "
                 f"{gpus.MIG_SLICES} and {_MEMORY_SLICES}: drop one or give it an until",
             )
-        for profile in {f["profile"] for f in live}:
-            count = sum(f["profile"] == profile for f in live)
+        for profile in {instance.profile for instance in live}:
+            count = sum(instance.profile == profile for instance in live)
             if count > profile.instances:
                 raise Invalid(
                     where, f"at {start:g} s there are {count} {profile.name}; a {name} holds {profile.instances}"
                 )
 
 
-def _give_instance_ids(parsed: list[dict], where: str) -> None:
+def _give_instance_ids(instances: list[MigInstance], where: str) -> tuple[MigInstance, ...]:
     """Check the scenario's GPU instance ids and give the others the lowest free one (the driver picks
     ids by placement; 0 is the whole-GPU profile's), never one an instance alive at the same time has."""
-    for i, fields in enumerate(parsed):
-        if fields["gpu_instance"] is None:
+    for i, instance in enumerate(instances):
+        if instance.gpu_instance == _FREE:
             continue
-        for other in parsed[:i]:
-            if other["gpu_instance"] == fields["gpu_instance"] and _overlap(other["window"], fields["window"]):
+        for other in instances[:i]:
+            if other.gpu_instance == instance.gpu_instance and _overlap(other.window, instance.window):
                 raise Invalid(
-                    f"{where}[{i}].gpu_instance", f"{fields['gpu_instance']} is taken by another instance then"
+                    f"{where}[{i}].gpu_instance", f"{instance.gpu_instance} is taken by another instance then"
                 )
-    for fields in parsed:
-        if fields["gpu_instance"] is not None:
+    for i, instance in enumerate(instances):
+        if instance.gpu_instance != _FREE:
             continue
-        taken = {o["gpu_instance"] for o in parsed if o is not fields and _overlap(o["window"], fields["window"])}
-        first = 0 if fields["profile"].slices == gpus.MIG_SLICES else 1
-        fields["gpu_instance"] = next(n for n in range(first, _MAX_GPU_INSTANCE_ID + 1) if n not in taken)
+        taken = {o.gpu_instance for o in instances if o is not instance and _overlap(o.window, instance.window)}
+        first = 0 if instance.profile.slices == gpus.MIG_SLICES else 1
+        free = next(n for n in range(first, _MAX_GPU_INSTANCE_ID + 1) if n not in taken)
+        instances[i] = replace(instance, gpu_instance=free)
+    return tuple(instances)
 
 
 def _instance_processes(instances: tuple[MigInstance, ...], where: str) -> tuple[Process, ...]:
@@ -1092,24 +877,95 @@ def _instance_processes(instances: tuple[MigInstance, ...], where: str) -> tuple
     return tuple(everyone)
 
 
-def _probe(raw: object, where: str) -> ProbeSpec:
-    spec = mapping(raw, where, (), ("memory_bandwidth", "host_bandwidth", "matmul", "correct"))
-    return ProbeSpec(
-        _optional(spec, "memory_bandwidth", where, number, 0.01, 1.0),
-        _optional(spec, "host_bandwidth", where, number, 0.01, 1.0),
-        _optional(spec, "matmul", where, number, 0.01, 1.0),
-        flag(spec.get("correct", True), _at(where, "correct")),
-    )
+def _gpus(raw: object, where: str, seed: int) -> tuple[Gpu, ...]:
+    gpu_list = items(raw, where)
+    if not gpu_list:
+        raise Invalid(where, "list at least one GPU")
+    found = tuple(_gpu(item, f"{where}[{i}]", i, seed) for i, item in enumerate(gpu_list))
+    found = _distinct_default_serials(found, gpu_list)
+    # Each is how NVML finds one board (nvmlDeviceGetHandleByUUID, ...ByPciBusId, ...BySerial): a second
+    # GPU with the same would never be found, and no machine has two.
+    for unique in ("uuid", "pci_bus_id", "serial"):
+        _check_unique(found, gpu_list, unique)
+    return found
 
 
-def _allocation(raw: object, where: str) -> JobSpec:
-    job = _job(raw, where)
-    if job.kind != "kubernetes" or not (job.namespace and job.pod):
-        raise Invalid(where, "only a kubernetes job with namespace and pod can hold a GPU without a process")
-    return job
+def _check_unique(gpus: tuple[Gpu, ...], raw: list[Any], field: str) -> None:
+    """Refuse two GPUs with one uuid, PCI address or serial: the later is named, and whether its own was
+    given or is its default."""
+    first: dict[str, int] = {}
+    for gpu in gpus:
+        value = getattr(gpu, field)
+        other = first.setdefault(value, gpu.index)
+        if other == gpu.index:
+            continue
+        mine = "" if field in raw[gpu.index] else " by default"
+        raise Invalid(
+            f"gpus[{gpu.index}].{field}", f"{value}{mine} is also the {field} of gpus[{other}]; give each GPU its own"
+        )
+
+
+def _serial(seed: int, index: int) -> str:
+    """A board serial as nvmlDeviceGetSerial gives it: 13 digits, derived from the seed and the index."""
+    return f"{_derived_id(seed, index, 3) % 10**13:013d}"
+
+
+def _distinct_default_serials(gpus: tuple[Gpu, ...], raw: list[Any]) -> tuple[Gpu, ...]:
+    """Step a default serial past those of the GPUs before it: taken modulo 10**13, two could meet where
+    uuids, whole 64-bit mixes of the index, cannot. A serial the scenario gives stays as written."""
+    taken: set[str] = set()
+    distinct = []
+    for gpu in gpus:
+        serial = gpu.serial
+        if "serial" not in raw[gpu.index]:
+            while serial in taken:
+                serial = f"{(int(serial) + 1) % 10**13:013d}"
+            taken.add(serial)
+        distinct.append(gpu if serial == gpu.serial else replace(gpu, serial=serial))
+    return tuple(distinct)
 
 
 # ---------------------------------------------------------------- faults
+
+
+def _function(raw: object, where: str, verb: str = "removed") -> str:
+    """Return an NVML C function name a fault may remove or fail: one some branch exports, not init or shutdown."""
+    name = text(raw, where)
+    if not branches.family(name):
+        close = difflib.get_close_matches(name, sorted(branches.all_symbols()), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise Invalid(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
+    if branches.family(name) & _ESSENTIAL:
+        raise Invalid(
+            where, f"{name} cannot be {verb}: without it no NVML call works; use an init_failure fault instead"
+        )
+    return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    kind: str = key(choice, FAULT_KINDS)
+    window: Window = inline(Window)
+    gpu: int | None = key(whole, 0, default=None)
+    # not_supported and no_permission: a FEATURES name; garbage: a GARBAGE one.
+    what: str | None = key(choice, Earlier(lambda got: GARBAGE if got["kind"] == "garbage" else FEATURES), default=None)
+    # init_failure: a key of INIT_ERRORS; answer: of ANSWER_ERRORS, the nvmlReturn_t the call gives.
+    error: str | None = key(
+        choice, Earlier(lambda got: ANSWER_ERRORS if got["kind"] == "answer" else INIT_ERRORS), default=None
+    )
+    pid: int | None = key(whole, 1, default=None)  # process_vanishes
+    # function_not_found and answer: an NVML C function.
+    function: str | None = key(
+        _function, Earlier(lambda got: "made to fail" if got["kind"] == "answer" else "removed"), default=None
+    )
+    count: int | None = key(whole, 1, 10_000, default=None)  # processes_appear
+    mig_device: int | None = key(whole, 0, 6, default=None)  # answer: on this MIG device of the GPU (its MIG index)
+
+    @property
+    def code(self) -> int | None:
+        """The nvmlReturn_t an `answer` fault's call gives."""
+        return ANSWER_ERRORS[self.error] if self.kind == "answer" and self.error is not None else None
+
 
 _TIMED = ("at", "until", "every", "for")
 _FAULT_KEYS = {
@@ -1127,123 +983,69 @@ _FAULT_KEYS = {
 
 
 def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
+    """Read a fault with the keys its kind takes, checked against the scenario's GPUs."""
     if not isinstance(raw, dict) or "kind" not in raw:
         raise Invalid(where, f"expected a mapping with a kind: one of {', '.join(FAULT_KINDS)}")
-    kind = choice(raw["kind"], f"{where}.kind", FAULT_KINDS)
-    required, optional = _FAULT_KEYS[kind]
-    spec = mapping(raw, where, ("kind",) + required, optional)
-    gpu = None
-    if "gpu" in spec:
-        gpu = whole(spec["gpu"], f"{where}.gpu", 0)
-        if gpu >= len(gpus):
-            raise Invalid(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
-    pid = None
-    if kind == "process_vanishes":
-        pid = whole(spec["pid"], f"{where}.pid", 1)
-        if not any(p.every is None and p.pid == pid for p in gpus[gpu].processes):
-            raise Invalid(f"{where}.pid", f"gpu {gpu} has no process with pid {pid} (that does not repeat)")
-    if kind == "answer":
-        return _answer(spec, where, gpu, gpus)
-    return Fault(
-        kind=kind,
-        window=_window(spec, where),
-        gpu=gpu,
-        what=_optional(spec, "what", where, choice, GARBAGE if kind == "garbage" else FEATURES),
-        error=_optional(spec, "error", where, choice, INIT_ERRORS),
-        pid=pid,
-        function=_optional(spec, "function", where, _function),
-        count=_optional(spec, "count", where, whole, 1, 10_000),
-    )
-
-
-def _answer(spec: dict, where: str, gpu: int | None, gpus: tuple[Gpu, ...]) -> Fault:
-    """An `answer` fault: `function` returns `error` (on one GPU, or one of its MIG devices, or on all)."""
-    error = choice(spec["error"], f"{where}.error", ANSWER_ERRORS)
-    mig_device = _optional(spec, "mig_device", where, whole, 0, 6)
-    if mig_device is not None:
+    required, optional = _FAULT_KEYS[choice(raw["kind"], f"{where}.kind", FAULT_KINDS)]
+    fault = read(mapping(raw, where, ("kind", *required), optional), where, Fault)
+    gpu = fault.gpu
+    if gpu is not None and gpu >= len(gpus):
+        raise Invalid(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
+    if fault.pid is not None and gpu is not None:  # process_vanishes
+        if not any(p.every is None and p.pid == fault.pid for p in gpus[gpu].processes):
+            raise Invalid(f"{where}.pid", f"gpu {gpu} has no process with pid {fault.pid} (that does not repeat)")
+    if fault.mig_device is not None:  # answer
         if gpu is None:
             raise Invalid(f"{where}.mig_device", "say which GPU the MIG device is on: add gpu")
         if not gpus[gpu].mig:
             raise Invalid(f"{where}.mig_device", f"gpu {gpu} is not in MIG mode; remove mig_device or set its mig")
-    return Fault(
-        kind="answer",
-        window=_window(spec, where),
-        gpu=gpu,
-        error=error,
-        function=_function(spec["function"], f"{where}.function", "made to fail"),
-        code=ANSWER_ERRORS[error],
-        mig_device=mig_device,
-    )
-
-
-def _function(raw: object, where: str, verb: str = "removed") -> str:
-    """Return an NVML C function name a fault may remove or fail: one some branch exports, not init or shutdown."""
-    name = text(raw, where)
-    if not branches.family(name):
-        close = difflib.get_close_matches(name, sorted(branches.all_symbols()), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise Invalid(where, f"unknown NVML function {name!r}; {hint}use a C function nvml.h declares")
-    if branches.family(name) & _ESSENTIAL:
-        raise Invalid(
-            where, f"{name} cannot be {verb}: without it no NVML call works; use an init_failure fault instead"
-        )
-    return name
+    return fault
 
 
 # ---------------------------------------------------------------- whole file
 
+# What a version key looks like, quoted, for the line that refuses one written as a number.
+_VERSION_EXAMPLES = {"driver": "535.104.05", "driver_version": "535.104.05", "nvml_version": "12.550.163.01"}
+
+
+def _version(value: object, where: str) -> str:
+    """Return a version written as text. YAML reads an unquoted 535.10 as the number 535.1, another
+    release, and 570.172.08 as a string: a number is refused, whatever it is, so that no digit is lost."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        example = _VERSION_EXAMPLES[where]
+        raise Invalid(where, f'{described(value)} is a number, not a version; quote it, e.g. {where}: "{example}"')
+    return text(value, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str = key(text)
+    description: str = key(text)
+    seed: int = key(whole, 0, 2**64 - 1, default=0)
+    # Epoch seconds at simulated time 0 on a manual clock (tests); running nodes use "now".
+    start_time: float = key(number, 0, LAST_EPOCH, default=float(DEFAULT_START_TIME))
+    gpus: tuple[Gpu, ...] = key(_gpus, Earlier("seed"))
+    driver: branches.Driver  # the `driver` key, or `driver_version`, and `process_record_bytes` (_driver)
+    # As nvmlSystemGetCudaDriverVersion returns it, e.g. 12040.
+    cuda_driver_version: int = key(whole, 1000, default=Earlier(lambda got: got["driver"].branch.cuda_version))
+    nvml_version: str = key(
+        _version, default=Earlier(lambda got: f"{got['cuda_driver_version'] // 1000}.{got['driver'].version}")
+    )
+    faults: tuple[Fault, ...] = key(each, _fault, Earlier("gpus"), default=())
+    # Whether the caller may see MIG devices: a container without NVIDIA_MIG_MONITOR_DEVICES=all and
+    # CAP_SYS_ADMIN may not (nvidia-container-toolkit issue #842; the k8s-device-plugin manifests set both).
+    mig_monitoring: bool = key(flag, default=True)
+
+    @property
+    def driver_version(self) -> str:
+        """nvmlSystemGetDriverVersion, e.g. "580.82.07"."""
+        return self.driver.version
+
 
 def _scenario(raw: object) -> Scenario:
-    spec = mapping(
-        raw,
-        "top level",
-        ("name", "description", "gpus"),
-        (
-            "seed",
-            "start_time",
-            "driver",
-            "driver_version",
-            "cuda_driver_version",
-            "nvml_version",
-            "mig_monitoring",
-            "process_record_bytes",
-            "faults",
-        ),
-    )
-    seed = whole(spec.get("seed", 0), "seed", 0, 2**64 - 1)
-    gpu_list = items(spec["gpus"], "gpus")
-    if not gpu_list:
-        raise Invalid("gpus", "list at least one GPU")
-    gpus = _distinct_default_serials(
-        tuple(_gpu(item, f"gpus[{i}]", i, seed) for i, item in enumerate(gpu_list)), gpu_list
-    )
-    # Each is how NVML finds one board (nvmlDeviceGetHandleByUUID, ...ByPciBusId, ...BySerial): a second
-    # GPU with the same would never be found, and no machine has two.
-    for key in ("uuid", "pci_bus_id", "serial"):
-        _check_unique(gpus, gpu_list, key)
-    driver = _driver(spec)
-    for gpu in gpus:
-        _check_branch(gpu, driver)
-    if "process_record_bytes" in spec:
-        size = spec["process_record_bytes"]
-        if size not in PROCESS_RECORD_BYTES:
-            raise Invalid("process_record_bytes", f"got {described(size)}; use one of 16, 24 or 32")
-        driver = replace(driver, process_info_v3=h.PROCESS_RECORDS[size])
-    cuda = whole(spec.get("cuda_driver_version", driver.branch.cuda_version), "cuda_driver_version", 1000)
-    return Scenario(
-        name=text(spec["name"], "name"),
-        description=text(spec["description"], "description"),
-        seed=seed,
-        start_time=number(spec.get("start_time", DEFAULT_START_TIME), "start_time", 0, LAST_EPOCH),
-        driver=driver,
-        cuda_driver_version=cuda,
-        nvml_version=_version(spec.get("nvml_version", f"{cuda // 1000}.{driver.version}"), "nvml_version"),
-        gpus=gpus,
-        faults=tuple(
-            _fault(item, f"faults[{i}]", gpus) for i, item in enumerate(items(spec.get("faults", []), "faults"))
-        ),
-        mig_monitoring=flag(spec.get("mig_monitoring", True), "mig_monitoring"),
-    )
+    driver = Earlier(lambda got: _driver(raw, got["gpus"]))  # type: ignore[arg-type]  # `read` checked raw
+    also = ("driver", "driver_version", "process_record_bytes")
+    return read(raw, "top level", Scenario, given={"driver": driver}, also=also, prefix="")
 
 
 def _check_branch(gpu: Gpu, driver: branches.Driver) -> None:
@@ -1257,71 +1059,32 @@ def _check_branch(gpu: Gpu, driver: branches.Driver) -> None:
         )
 
 
-def _check_unique(gpus: tuple[Gpu, ...], raw: list, key: str) -> None:
-    """Refuse two GPUs with one uuid, PCI address or serial: the later is named, and whether its own was
-    given or is its default."""
-    first: dict[str, int] = {}
-    for gpu in gpus:
-        value = getattr(gpu, key)
-        other = first.setdefault(value, gpu.index)
-        if other == gpu.index:
-            continue
-        mine = "" if key in raw[gpu.index] else " by default"
-        raise Invalid(
-            f"gpus[{gpu.index}].{key}", f"{value}{mine} is also the {key} of gpus[{other}]; give each GPU its own"
-        )
-
-
-def _serial(seed: int, index: int) -> str:
-    """A board serial as nvmlDeviceGetSerial gives it: 13 digits, derived from the seed and the index."""
-    return f"{_derived_id(seed, index, 3) % 10**13:013d}"
-
-
-def _distinct_default_serials(gpus: tuple[Gpu, ...], raw: list) -> tuple[Gpu, ...]:
-    """Step a default serial past those of the GPUs before it: taken modulo 10**13, two could meet where
-    uuids, whole 64-bit mixes of the index, cannot. A serial the scenario gives stays as written."""
-    taken: set[str] = set()
-    distinct = []
-    for gpu in gpus:
-        serial = gpu.serial
-        if "serial" not in raw[gpu.index]:
-            while serial in taken:
-                serial = f"{(int(serial) + 1) % 10**13:013d}"
-            taken.add(serial)
-        distinct.append(gpu if serial == gpu.serial else replace(gpu, serial=serial))
-    return tuple(distinct)
-
-
-def _driver(spec: dict) -> branches.Driver:
-    """The scenario's driver: `driver` (a branch or a release), or the older `driver_version` key."""
+def _driver(spec: dict[Any, Any], gpus: tuple[Gpu, ...]) -> branches.Driver:
+    """The scenario's driver: `driver` (a branch or a release), or the older `driver_version` key, with the
+    process record size `process_record_bytes` sets; checked against every GPU."""
     if "driver" in spec and "driver_version" in spec:
         raise Invalid("driver_version", "give the driver once: keep driver and remove driver_version")
-    key = "driver" if "driver" in spec else "driver_version"
-    value = spec.get(key, branches.NEWEST)
+    name = "driver" if "driver" in spec else "driver_version"
+    value = spec.get(name, branches.NEWEST)
     branch = branches.BRANCHES.get(f"r{value}") if isinstance(value, int) and not isinstance(value, bool) else None
     if branch is not None:
         raise Invalid(
-            key,
+            name,
             f"{value} is a number, not a version; write the branch r{value} or quote a release: "
-            f'{key}: "{branch.version}"',
+            f'{name}: "{branch.version}"',
         )
     try:
-        return branches.resolve(_version(value, key))
+        driver = branches.resolve(_version(value, name))
     except branches.DriverError as error:
-        raise Invalid(key, str(error)) from None
-
-
-# What a version key looks like, quoted, for the line that refuses one written as a number.
-_VERSION_EXAMPLES = {"driver": "535.104.05", "driver_version": "535.104.05", "nvml_version": "12.550.163.01"}
-
-
-def _version(value: object, key: str) -> str:
-    """Return a version written as text. YAML reads an unquoted 535.10 as the number 535.1, another
-    release, and 570.172.08 as a string: a number is refused, whatever it is, so that no digit is lost."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        example = _VERSION_EXAMPLES[key]
-        raise Invalid(key, f'{described(value)} is a number, not a version; quote it, e.g. {key}: "{example}"')
-    return text(value, key)
+        raise Invalid(name, str(error)) from None
+    for gpu in gpus:
+        _check_branch(gpu, driver)
+    if "process_record_bytes" in spec:
+        size = spec["process_record_bytes"]
+        if size not in PROCESS_RECORD_BYTES:
+            raise Invalid("process_record_bytes", f"got {described(size)}; use one of 16, 24 or 32")
+        driver = replace(driver, process_info_v3=h.PROCESS_RECORDS[size])
+    return driver
 
 
 def parse_scenario(text: str, label: str) -> Scenario:
