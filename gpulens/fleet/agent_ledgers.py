@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -38,14 +38,8 @@ class Agents:
 
     def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
-        with converted(HttpError, SourceError):
-            body = agent.ledger(params)
-        try:
-            records = [JobRecord.from_dict(item) for item in body["jobs"]]
-        except (KeyError, TypeError, ValueError) as error:
-            raise SourceError(f"{agent.where} sent a job list this gpulens cannot read ({error})") from None
-        node = str(body.get("node") or urllib.parse.urlsplit(agent.shown).netloc)
-        return [r if r.nodes else replace(r, nodes=(node,)) for r in records]
+        with converted(HttpError, SourceError), converted(ValueError, SourceError, f"{agent.where} "):
+            return ledger_runs(agent, params)[0]
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
@@ -87,6 +81,19 @@ class Agents:
                 if record.start - SLACK_SECONDS <= run["requested_at"] <= record.last_seen + SLACK_SECONDS:
                     runs[(agent.shown, run["id"], run["pid"])] = {**run, "node": node}
         return JobTraces(newest_first(list(runs.values())), tuple(unavailable))
+
+
+def ledger_runs(agent: AgentClient, params: Mapping[str, object]) -> tuple[list[JobRecord], bool]:
+    """Return the runs the ledger of `agent` answers to `params` (/api/v1/jobs), each on the node the ledger names,
+    and whether it left the oldest out (MAX_JOBS_PER_SOURCE, its limit of one answer). Raise HttpError, or
+    ValueError for a list this gpulens cannot read."""
+    body = agent.ledger(params)
+    try:
+        records = [JobRecord.from_dict(item) for item in body["jobs"]]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"sent a job list this gpulens cannot read ({error})") from None
+    node = str(body.get("node") or urllib.parse.urlsplit(agent.shown).netloc)
+    return [r if r.nodes else replace(r, nodes=(node,)) for r in records], bool(body.get("truncated"))
 
 
 def _in_period(records: Sequence[JobRecord], since: float, until: float) -> list[JobRecord]:

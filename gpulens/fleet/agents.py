@@ -29,7 +29,7 @@ from gpulens.alertmanager_api import Matcher
 from gpulens.credentials import Credentials
 from gpulens.fleet import assemble
 from gpulens.fleet import traces as report_traces
-from gpulens.fleet.agent_ledgers import Agents
+from gpulens.fleet.agent_ledgers import Agents, ledger_runs
 from gpulens.fleet.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
 from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job
 from gpulens.fleet.records import (
@@ -307,35 +307,33 @@ class AgentsSource:
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         # Each agent's ledger, as `gpulens report trend --agent` reads it: every run of the period, spread over
         # the days it spans.
-        records: list[JobRecord] = []
-        problems: list[SourceProblem] = []
-        asked = self._each(
-            list(self._agents),
-            lambda agent: agent.ledger({"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}),
-            "its runs are left out of the trends while it is down or unreachable",
-        )
-        for node, body, problem in asked:
-            where = f"agent {node} at {shown_url(self._agents[node])}"
-            if body is not None:
-                try:
-                    found = [JobRecord.from_dict(item) for item in body["jobs"]]
-                except (KeyError, TypeError, ValueError) as error:
-                    problem = SourceProblem(where, f"answered a job list the dashboard cannot read ({error})")
-                else:
-                    records += [replace(r, nodes=(node,)) for r in found if r.last_seen >= since and r.start <= until]
-                    if body.get("truncated"):
-                        problem = SourceProblem(
-                            where,
-                            f"has more runs than one answer holds ({MAX_JOBS_PER_SOURCE:,}); the oldest are left out",
-                        )
-            if problem is not None:
-                problems.append(problem)
+        params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
+        found, problems = self._ledgers(params, "its runs are left out of the trends while it is down or unreachable")
+        records = [r for r in found if r.last_seen >= since and r.start <= until]
         if not records and problems:
             return Answer(None, tuple(problems))
         daily = spread(records, by, since, until)
         return Answer(
             trend_report(daily, records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems)
         )
+
+    def _ledgers(self, params: dict[str, object], unreachable: str) -> tuple[list[JobRecord], list[SourceProblem]]:
+        """Return the runs every agent's ledger answers to `params`, each on the node as this dashboard names it
+        (the ledger names it as its agent knows it), and the problems: an agent down, an answer it cannot read,
+        or one cut at its limit."""
+        records: list[JobRecord] = []
+        problems: list[SourceProblem] = []
+        for node, found, problem in self._each(list(self._agents), lambda a: ledger_runs(a, params), unreachable):
+            if found is not None:
+                records += [replace(r, nodes=(node,)) for r in found[0]]
+                if found[1]:
+                    problem = SourceProblem(
+                        f"agent {node} at {shown_url(self._agents[node])}",
+                        f"has more runs than one answer holds ({MAX_JOBS_PER_SOURCE:,}); the oldest are left out",
+                    )
+            if problem is not None:
+                problems.append(problem)
+        return records, problems
 
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         runs: list[TraceShown] = []
@@ -377,25 +375,9 @@ class AgentsSource:
 
     def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
         since = self._clock() - PAST_JOB_DAYS * 86400
-        records: list[JobRecord] = []
-        problems: list[SourceProblem] = []
-        asked = self._each(
-            list(self._agents),
-            lambda agent: agent.ledger({"id": job_id, "since": f"{since:.3f}"}),
-            "its job ledger is not read while it is down or unreachable",
-        )
-        for node, body, problem in asked:
-            if body is not None:
-                try:
-                    found = [JobRecord.from_dict(item) for item in body["jobs"]]
-                except ValueError as error:
-                    where = f"agent {node} at {shown_url(self._agents[node])}"
-                    problem = SourceProblem(where, f"answered a job list the dashboard cannot read ({error})")
-                else:
-                    # The ledger names its node as the agent knows it; the pages name it as the dashboard does.
-                    records += [replace(r, nodes=(node,)) for r in found if r.id == job_id and job_kind in ("", r.kind)]
-            if problem is not None:
-                problems.append(problem)
+        params = {"id": job_id, "since": f"{since:.3f}"}
+        found, problems = self._ledgers(params, "its job ledger is not read while it is down or unreachable")
+        records = [r for r in found if r.id == job_id and job_kind in ("", r.kind)]
         return Answer(max(merge_all(records), key=lambda r: r.last_seen, default=None), tuple(problems))
 
     def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
@@ -428,6 +410,8 @@ class AgentsSource:
                 return node, call(agent), None
             except HttpError as error:
                 return node, None, SourceProblem(f"agent {node} at {agent.shown}", error.what)
+            except ValueError as error:  # an answer it cannot read
+                return node, None, SourceProblem(f"agent {node} at {agent.shown}", str(error))
 
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             return list(pool.map(one, nodes))
