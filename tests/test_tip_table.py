@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpulens.thresholds import BUSY_HEALTHY
+from gpulens.thresholds import BUSY_HEALTHY, TENSOR_ACTIVITY_BUSY
 from gpulens.tips import CATALOG, tips_for
-from gpulens.tips.thresholds import TENSOR_ACTIVITY_BUSY
 from gpulens.vocabulary import Condition, Reason, State
 
 GIB = 2**30

@@ -6,14 +6,14 @@ import math
 
 from gpulens import gpus
 from gpulens import thresholds as t
-from gpulens.tips.evidence import Facts, by_scheduler
-from gpulens.tips.thresholds import (
+from gpulens.thresholds import (
     IDLE_POLICY_SECONDS,
     LIGHT_ACTIVITY,
     LIGHT_MEMORY,
     POWER_NEAR_LIMIT,
     RIGHT_SIZE_HEADROOM,
 )
+from gpulens.tips.evidence import Facts, by_scheduler
 from gpulens.tips.tip import UNDER, Family
 from gpulens.tips.wording import gpu_busy, on_gpu, said, sm_active
 from gpulens.vocabulary import Reason

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from gpulens.thresholds import BUSY_ADVICE_MIN
 from gpulens.tips import allocation, compute, health, input_pipeline, jobs, memory, monitoring, multi_gpu
 from gpulens.tips.evidence import EvidenceValue, Facts
-from gpulens.tips.thresholds import BUSY_ADVICE_MIN
 from gpulens.tips.tip import RenderedTip, Tip
 from gpulens.vocabulary import Condition, JobFinding, Reason
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from gpulens import gpus
 from gpulens import thresholds as t
+from gpulens.thresholds import DRAM_BOUND
 from gpulens.tips.evidence import Facts, kept_fed, saturated, starved, tensor_busy, wait_notable
-from gpulens.tips.thresholds import DRAM_BOUND
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
 from gpulens.tips.wording import also, gpu_busy, main_cpu, on_gpu, said, this_gpu, traced
 from gpulens.vocabulary import Reason

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from gpulens import checks, gpus
 from gpulens import thresholds as t
-from gpulens.tips.thresholds import DATA_WAIT_NOTABLE, POWER_NEAR_LIMIT, TENSOR_ACTIVITY_BUSY
+from gpulens.thresholds import DATA_WAIT_NOTABLE, POWER_NEAR_LIMIT, TENSOR_ACTIVITY_BUSY
 
 EvidenceValue = float | int | str | bool | None
 

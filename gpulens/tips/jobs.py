@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpulens import thresholds as t
+from gpulens.thresholds import LAG_BUSY_GAP
 from gpulens.tips.evidence import EvidenceValue, Facts, by_scheduler
-from gpulens.tips.thresholds import LAG_BUSY_GAP
 from gpulens.tips.tip import Family, always
 from gpulens.vocabulary import JobFinding
 from gpulens.words import percent, plural

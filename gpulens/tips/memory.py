@@ -3,8 +3,8 @@ sharding the model, and the caching allocator."""
 
 from __future__ import annotations
 
+from gpulens.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.evidence import Facts, saturated, starved
-from gpulens.tips.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score
 from gpulens.tips.wording import said, sm_active
 from gpulens.vocabulary import Reason

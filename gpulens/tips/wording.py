@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpulens.thresholds import TRACE_CITED
 from gpulens.tips.evidence import Facts
-from gpulens.tips.thresholds import TRACE_CITED
 from gpulens.words import percent, plural
 
 
