@@ -37,12 +37,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.agent.analysis import AnalysisResult, InstanceAnalysis
+from gpulens.agent.analysis import AnalysisResult, Device, DeviceAnalysis, GpuAnalysis, gpu_device
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import PROCESS, Job
 from gpulens.agent.collectors.base import GPU_LABELS
-from gpulens.agent.collectors.mig import MIG_LABELS, mig_labels
-from gpulens.agent.collectors.mig import share as instance_share
+from gpulens.agent.collectors.mig import MIG_LABELS
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.tips import JOB_TIP_IDS
 from gpulens.usage import DeviceUse, JobRecord, TipUse, merge
@@ -51,7 +50,6 @@ from gpulens.vocabulary import State
 if TYPE_CHECKING:
     from gpulens.agent.jobs.messages import JobReport
     from gpulens.agent.ledger import Ledger
-    from gpulens.tips import RenderedTip
 
 log = logging.getLogger(__name__)
 
@@ -164,39 +162,26 @@ class JobAccounting:
         jobs: dict[JobKey, Job] = {}
         held: dict[JobKey, set[str]] = {}
         elapsed_by_job: dict[JobKey, float] = {}
-        slices: dict[str, list[InstanceAnalysis]] = {}
-        for instance in result.instances.values():
-            slices.setdefault(instance.gpu.identity.uuid, []).append(instance)
-
-        def add(job: Job, device: str, elapsed: float, cycle: JobRecord) -> None:
-            key = (job.kind, job.id)
-            if job.pids or key not in jobs:  # a pod's device without a process says nothing of its processes
-                jobs[key] = job
-            held.setdefault(key, set()).add(device)
-            elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
-            deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle
-
+        slices: dict[str, list[DeviceAnalysis]] = {}
+        for part in result.instances.values():
+            slices.setdefault(part.device.gpu.identity.uuid, []).append(part)
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             busy, sampled, energy, elapsed = self._gpu_deltas(gpu, now)
-            if gpu.identity.uuid in slices:  # in MIG mode: its instances are billed, each by its share
-                for part in slices[gpu.identity.uuid]:
-                    weight = instance_share(part.gpu, part.instance) or 0.0
-                    name = f"{self._where}GPU {gpu.identity.index} MIG {part.instance.profile}"
-                    for job in part.analysis.jobs:
-                        split = energy * weight / len(part.analysis.jobs)
-                        cycle = _instance_cycle(part, job, weight, split, elapsed, epoch, name)
-                        add(job, part.instance.uuid, elapsed, cycle)
-                continue
-            if found is None or not found.jobs:
-                continue
-            split = energy / len(found.jobs)
-            name = f"{self._where}GPU {gpu.identity.index}"
-            for job in found.jobs:
-                cycle = _gpu_cycle(
-                    gpu, job, found.verdict.state, found.tips, busy, sampled, split, elapsed, epoch, name
-                )
-                add(job, gpu.identity.uuid, elapsed, cycle)
+            # In MIG mode a GPU bills its MIG devices, each by its share, not itself.
+            whole = [DeviceAnalysis(gpu_device(gpu), found)] if found is not None else []
+            for part in slices.get(gpu.identity.uuid) or whole:
+                device, holders = part.device, part.analysis.jobs
+                name = f"{self._where}{device.name}"
+                for job in holders:
+                    split = energy * device.share / len(holders)
+                    cycle = _cycle(device, job, part.analysis, (busy, sampled), split, elapsed, epoch, name)
+                    key = (job.kind, job.id)
+                    if job.pids or key not in jobs:  # a pod's device without a process says nothing of its processes
+                        jobs[key] = job
+                    held.setdefault(key, set()).add(device.uuid)
+                    elapsed_by_job[key] = max(elapsed_by_job.get(key, 0.0), elapsed)
+                    deltas[key] = merge(deltas[key], cycle) if key in deltas else cycle
         written: list[tuple[JobRecord, JobRecord]] = []
         for key, delta in deltas.items():
             job = jobs[key]
@@ -310,7 +295,7 @@ class JobAccounting:
             found = snapshot.analysis.gpus.get(gpu.identity.uuid)
             allocations += [(gpu.labels, job) for job in (found.jobs if found else ()) if (job.kind, job.id) in chosen]
         mig_allocations = [
-            (mig_labels(part.gpu, part.instance), job)
+            (part.device.labels, job)
             for part in snapshot.analysis.instances.values()
             for job in part.analysis.jobs
             if (job.kind, job.id) in chosen
@@ -433,80 +418,51 @@ def _increase(before: float | None, after: float | None) -> float:
     return after - before if after >= before else after
 
 
-def _gpu_cycle(
-    gpu: GpuSnapshot,
+def _cycle(
+    device: Device,
     job: Job,
-    state: State,
-    tips: tuple[RenderedTip, ...],
-    busy: float,
-    sampled: float,
+    found: GpuAnalysis,
+    counted: tuple[float, float],
     energy: float,
     elapsed: float,
     epoch: float,
     name: str,
 ) -> JobRecord:
-    """Return what one job did on one GPU (`name` to a person) in one cycle."""
-    readings = gpu.readings
-    memory_reading, processes, gpm = readings.get("memory"), readings.get("processes"), readings.get("gpm")
-    used = 0
-    if processes is not None:
-        pids = set(job.pids)
-        used = sum(p.used_memory_bytes or 0 for p in processes.processes if p.pid in pids)
-    capacity = memory_reading.total_bytes if memory_reading is not None else 0
-    sm = gpm.sm_activity if gpm is not None else None
+    """Return what one job did on one device (`name` to a person) in one cycle, in GPU-seconds: a MIG
+    device's are its share of its GPU's. `counted` is the GPU's busy and sampled seconds since the last cycle."""
+    pids = set(job.pids)
+    used = sum(p.used_memory_bytes or 0 for p in device.processes or () if p.pid in pids)
+    seconds = elapsed * device.share
+    busy, sampled = _activity(device, counted, seconds)
+    sm = device.gpm.sm_activity if device.gpm is not None else None
     return JobRecord(
         job.kind,
         job.id,
         start=epoch,
         last_seen=epoch,
-        gpus=(gpu.identity.uuid,),
-        models=(gpu.identity.name,),
-        state_seconds={state.value: elapsed} if elapsed > 0 else {},
+        gpus=(device.uuid,),
+        models=(device.model,),
+        state_seconds={found.verdict.state.value: seconds} if seconds > 0 else {},
         busy_seconds=busy,
         sampled_seconds=sampled,
-        energy_joules=energy,
-        sm_activity_seconds=sm * elapsed if sm is not None else 0.0,
-        gpm_seconds=elapsed if sm is not None else 0.0,
-        memory_peak_bytes=used,
-        memory_capacity_bytes=capacity if used else 0,
-        tips={t.id: TipUse(elapsed, t.text) for t in tips},
-        devices={gpu.identity.uuid: DeviceUse(name, elapsed, busy, sampled)},
-    )
-
-
-def _instance_cycle(
-    part: InstanceAnalysis, job: Job, weight: float, energy: float, elapsed: float, epoch: float, name: str
-) -> JobRecord:
-    """Return what one job did on one MIG device in one cycle, in GPU-seconds: `weight` is the device's
-    share of its GPU."""
-    instance, analysis = part.instance, part.analysis
-    pids = set(job.pids)
-    used = sum(p.used_memory_bytes or 0 for p in instance.processes or () if p.pid in pids)
-    gpm, seconds = instance.gpm, elapsed * weight
-    busy = gpm.graphics_activity if gpm is not None else None
-    sm = gpm.sm_activity if gpm is not None else None
-    return JobRecord(
-        job.kind,
-        job.id,
-        start=epoch,
-        last_seen=epoch,
-        gpus=(instance.uuid,),
-        models=(f"{part.gpu.identity.name} MIG {instance.profile}",),
-        state_seconds={analysis.verdict.state.value: seconds} if seconds > 0 else {},
-        busy_seconds=busy * seconds if busy is not None else 0.0,
-        sampled_seconds=seconds if busy is not None else 0.0,
         energy_joules=energy,
         sm_activity_seconds=sm * seconds if sm is not None else 0.0,
         gpm_seconds=seconds if sm is not None else 0.0,
         memory_peak_bytes=used,
-        memory_capacity_bytes=(instance.memory_total_bytes or 0) if used else 0,
-        tips={t.id: TipUse(seconds, t.text) for t in analysis.tips},
-        devices={
-            instance.uuid: DeviceUse(
-                name, elapsed, busy * elapsed if busy is not None else 0.0, elapsed if busy is not None else 0.0
-            )
-        },
+        memory_capacity_bytes=(device.memory_total_bytes or 0) if used else 0,
+        tips={t.id: TipUse(seconds, t.text) for t in found.tips},
+        devices={device.uuid: DeviceUse(name, elapsed, *_activity(device, counted, elapsed))},
     )
+
+
+def _activity(device: Device, counted: tuple[float, float], seconds: float) -> tuple[float, float]:
+    """Return the device's busy and sampled seconds over `seconds` of it: a GPU's utilization counters'
+    (`counted`); a MIG device has none (NVML has no utilization in MIG mode), so its GPM engine activity
+    over all of them, or none before Hopper."""
+    if device.board:
+        return counted
+    ratio = device.busy_ratio
+    return (ratio * seconds, seconds) if ratio is not None else (0.0, 0.0)
 
 
 def _with_job_tips(total: JobRecord, delta: JobRecord) -> JobRecord:

@@ -21,9 +21,11 @@ from gpulens import tips as tip_catalog
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import Job, PodRef
 from gpulens.agent.collectors.base import GPU_LABELS
-from gpulens.agent.collectors.mig import MIG_LABELS, MigInstance, mig_labels
+from gpulens.agent.collectors.gpm import GpmReading
+from gpulens.agent.collectors.mig import MIG_LABELS, MigInstance, mig_labels, share
 from gpulens.agent.diagnosis import Diagnoser, Evidence, Verdict
 from gpulens.agent.jobs.messages import JobReport
+from gpulens.agent.nvml import ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.agent.sources import NodeSources
 from gpulens.tips import RenderedTip
@@ -31,8 +33,68 @@ from gpulens.vocabulary import WASTED_STATES, State
 
 
 @dataclass(frozen=True)
+class Device:
+    """What is judged, billed and exported: a GPU, or a MIG device with its share of its GPU (as nvitop's
+    MigDevice is a Device). A MIG device reads its own processes, memory and GPM; the board's readings
+    (utilization counters, power, clocks, PCIe, ECC, Xid, temperature) and its health are its GPU's."""
+
+    gpu: GpuSnapshot  # the GPU itself, or the MIG device's
+    uuid: str
+    labels: tuple[str, ...]  # the values of GPU_LABELS, or of MIG_LABELS
+    name: str  # to a person: "GPU 1", "GPU 1 MIG 3g.40gb"
+    model: str  # "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+    processes: tuple[ProcessInfo, ...] | None  # None: not listed this cycle
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    busy_ratio: float | None  # NVML's utilization; a MIG device's GPM engine activity
+    gpm: GpmReading | None
+    share: float = 1.0  # of its GPU's compute; 0 for a MIG device whose slices NVML did not give
+    profile: str | None = None  # a MIG device's, "3g.40gb"
+    activity_reported: bool = True  # False for a MIG device whose GPU gives no GPM per instance
+    board: bool = True  # the board's readings are its own: False for a MIG device
+
+
+def gpu_device(gpu: GpuSnapshot) -> Device:
+    """The whole GPU as a device."""
+    r = gpu.readings
+    processes, memory, utilization = r.get("processes"), r.get("memory"), r.get("utilization")
+    return Device(
+        gpu,
+        gpu.identity.uuid,
+        gpu.labels,
+        f"GPU {gpu.identity.index}",
+        gpu.identity.name,
+        processes.processes if processes is not None else None,
+        memory.used_bytes if memory is not None else None,
+        memory.total_bytes if memory is not None else None,
+        utilization.ratio if utilization else None,
+        r.get("gpm"),
+    )
+
+
+def mig_device(gpu: GpuSnapshot, instance: MigInstance) -> Device:
+    """One MIG device of `gpu`, with its share of it."""
+    return Device(
+        gpu,
+        instance.uuid,
+        mig_labels(gpu, instance),
+        f"GPU {gpu.identity.index} MIG {instance.profile}",
+        f"{gpu.identity.name} MIG {instance.profile}",
+        instance.processes,
+        instance.memory_used_bytes,
+        instance.memory_total_bytes,
+        instance.gpm.graphics_activity if instance.gpm else None,
+        instance.gpm,
+        share=share(gpu, instance) or 0.0,
+        profile=instance.profile,
+        activity_reported=instance.activity_reported,
+        board=False,
+    )
+
+
+@dataclass(frozen=True)
 class GpuAnalysis:
-    """One GPU's verdict with what it rests on."""
+    """One device's verdict with what it rests on."""
 
     verdict: Verdict
     jobs: tuple[Job, ...]  # every job holding it, bare processes not yet jobs of their own included
@@ -52,11 +114,10 @@ class _HeldTips:
 
 
 @dataclass(frozen=True)
-class InstanceAnalysis:
-    """One MIG device's verdict, beside the GPU it is part of."""
+class DeviceAnalysis:
+    """One device's verdict, beside the device."""
 
-    gpu: GpuSnapshot
-    instance: MigInstance
+    device: Device
     analysis: GpuAnalysis
 
 
@@ -69,7 +130,7 @@ class AnalysisResult:
     reports: Mapping[int, JobReport]
     host: Mapping[int, HostUsage]  # each job's host side, by the lowest pid of the job
     clock_offset: float  # add to the sampler clock's seconds to get seconds since the epoch
-    instances: Mapping[str, InstanceAnalysis] = field(default_factory=dict)  # MIG devices, by MIG UUID
+    instances: Mapping[str, DeviceAnalysis] = field(default_factory=dict)  # MIG devices, by MIG UUID
 
 
 class Analysis:
@@ -97,37 +158,27 @@ class Analysis:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
         allocations = self._sources.allocations()
         reports = self._sources.job_reports()
-        gpu_jobs = {g.identity.uuid: self._jobs_on(g) for g in snapshot.gpus}
+        gpus = [gpu_device(gpu) for gpu in snapshot.gpus]
         # A GPU in MIG mode and its MIG devices: a device's own process list names its jobs even where the
         # GPU's aggregate list needs privileges the agent lacks.
-        slices = [(gpu, instance) for gpu in snapshot.gpus if gpu.up for instance in gpu.readings.get("mig") or ()]
-        slice_jobs = {instance.uuid: self._jobs_in(instance) for _, instance in slices}
-        _add_allocated(allocations, gpu_jobs, slice_jobs)
-        everyone = (*gpu_jobs.values(), *slice_jobs.values())
-        roots = sorted({pid for jobs in everyone for job in jobs for pid in job.pids})
+        slices = [mig_device(gpu, i) for gpu in snapshot.gpus if gpu.up for i in gpu.readings.get("mig") or ()]
+        jobs = {device.uuid: self._jobs_on(device) for device in (*gpus, *slices)}
+        _add_allocated(allocations, jobs)
+        roots = sorted({pid for held in jobs.values() for job in held for pid in job.pids})
         host = self._sources.host_usage(roots) if roots else {}
-        results: dict[str, GpuAnalysis] = {}
-        for gpu in snapshot.gpus:
-            uuid = gpu.identity.uuid
-            jobs = gpu_jobs[uuid]
-            evidence = _evidence(snapshot, gpu, jobs, uuid in allocations, host, reports)
-            verdict = self._diagnoser.update(uuid, now, evidence)
-            context = _tip_context(gpu, verdict, jobs, host, reports)
-            tips = self._steady(uuid, verdict, context, now)
-            results[uuid] = GpuAnalysis(verdict, tuple(jobs), tips, context)
-            self._count(uuid, verdict, now)
-        instances: dict[str, InstanceAnalysis] = {}
-        for gpu, instance in slices:
-            jobs = slice_jobs[instance.uuid]
-            evidence = _instance_evidence(snapshot, gpu, instance, jobs, instance.uuid in allocations, host, reports)
-            verdict = self._diagnoser.update(instance.uuid, now, evidence)
-            context = _instance_context(gpu, instance, verdict, jobs, host, reports)
-            tips = self._steady(instance.uuid, verdict, context, now)
-            instances[instance.uuid] = InstanceAnalysis(gpu, instance, GpuAnalysis(verdict, tuple(jobs), tips, context))
-            self._count(instance.uuid, verdict, now)
+        judged: dict[str, GpuAnalysis] = {}
+        for device in (*gpus, *slices):
+            held = jobs[device.uuid]
+            evidence = _evidence(snapshot, device, held, device.uuid in allocations, host, reports)
+            verdict = self._diagnoser.update(device.uuid, now, evidence)
+            context = _tip_context(device, verdict, held, host, reports)
+            tips = self._steady(device.uuid, verdict, context, now)
+            judged[device.uuid] = GpuAnalysis(verdict, tuple(held), tips, context)
+            self._count(device.uuid, verdict, now)
+        instances = {device.uuid: DeviceAnalysis(device, judged[device.uuid]) for device in slices}
         self._forget_instances(set(instances))
         return AnalysisResult(
-            gpus=results,
+            gpus={device.uuid: judged[device.uuid] for device in gpus},
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
             reports=reports,
             host=host,
@@ -173,16 +224,10 @@ class Analysis:
         self._diagnoser.drop(gone)
         self._instances = seen
 
-    def _jobs_in(self, instance: MigInstance) -> list[Job]:
-        if not instance.processes:
+    def _jobs_on(self, device: Device) -> list[Job]:
+        if not device.gpu.up or not device.processes:
             return []
-        return self._sources.jobs([p.pid for p in instance.processes], instance.uuid)
-
-    def _jobs_on(self, gpu: GpuSnapshot) -> list[Job]:
-        processes = gpu.readings.get("processes") if gpu.up else None
-        if not processes or not processes.processes:
-            return []
-        return self._sources.jobs([p.pid for p in processes.processes], gpu.identity.uuid)
+        return self._sources.jobs([p.pid for p in device.processes], device.uuid)
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         result: AnalysisResult | None = snapshot.analysis
@@ -203,9 +248,8 @@ class Analysis:
                 condition.add_metric((*gpu.labels, c.value), 1.0)
         # A MIG device's health is its GPU's: it has no conditions of its own.
         migs = _VerdictFamilies("gpulens_mig", "MIG device", MIG_LABELS, interval)
-        for uuid, instance in result.instances.items():
-            labels = mig_labels(instance.gpu, instance.instance)
-            migs.add(labels, instance.analysis, result.state_seconds[uuid], result.clock_offset)
+        for uuid, part in result.instances.items():
+            migs.add(part.device.labels, part.analysis, result.state_seconds[uuid], result.clock_offset)
         yield from (*gpus.families(), condition, *migs.families())
 
 
@@ -260,32 +304,31 @@ class _VerdictFamilies:
         return (self.state, self.seconds, self.since, self.verdict, self.evidence)
 
 
-def _add_allocated(allocations: Mapping[str, PodRef], *devices: dict[str, list[Job]]) -> None:
+def _add_allocated(allocations: Mapping[str, PodRef], jobs: dict[str, list[Job]]) -> None:
     """Name the holder of each device the scheduler allocated that runs no process: the pod, as the job its
     processes elsewhere on the node are (by pod UID), else by `namespace/pod`; its user is not known (the
     kubelet names no user, and no process says one). The device is billed to it and its holder exported."""
     if not allocations:
         return
-    pods = {(job.namespace, job.pod): job for jobs in devices for held in jobs.values() for job in held if job.pod}
-    for jobs in devices:
-        for uuid, held in jobs.items():
-            ref = allocations.get(uuid)
-            if held or ref is None:
-                continue
-            known = pods.get((ref.namespace, ref.pod))
-            if known is not None:
-                jobs[uuid] = [replace(known, pids=())]
-            else:
-                pod = Job(
-                    kind="kubernetes",
-                    id=f"{ref.namespace}/{ref.pod}",
-                    user="",
-                    uid=None,
-                    namespace=ref.namespace,
-                    pod=ref.pod,
-                    container=ref.container,
-                )
-                jobs[uuid] = [pod]
+    pods = {(job.namespace, job.pod): job for held in jobs.values() for job in held if job.pod}
+    for uuid, held in jobs.items():
+        ref = allocations.get(uuid)
+        if held or ref is None:
+            continue
+        known = pods.get((ref.namespace, ref.pod))
+        if known is not None:
+            jobs[uuid] = [replace(known, pids=())]
+        else:
+            pod = Job(
+                kind="kubernetes",
+                id=f"{ref.namespace}/{ref.pod}",
+                user="",
+                uid=None,
+                namespace=ref.namespace,
+                pod=ref.pod,
+                container=ref.container,
+            )
+            jobs[uuid] = [pod]
 
 
 def needs_action(verdict: Verdict) -> bool:
@@ -331,31 +374,42 @@ def _worst(values: Iterable[float | None]) -> float | None:
 
 def _evidence(
     snapshot: Snapshot,
-    gpu: GpuSnapshot,
+    device: Device,
     jobs: list[Job],
     allocated: bool,
     host: Mapping[int, HostUsage],
     reports: Mapping[int, JobReport],
 ) -> Evidence:
-    """Join what NVML, the host and the jobs said about one GPU into the diagnosis's input."""
-    r = gpu.readings
-    utilization, gpm, power = r.get("utilization"), r.get("gpm"), r.get("power")
-    clocks, pcie, ecc, xid = r.get("clocks"), r.get("pcie"), r.get("ecc"), r.get("xid")
-    processes = r.get("processes")
-    power_ratio = None
-    if power is not None and power.watts is not None and power.limit_watts:
-        power_ratio = power.watts / power.limit_watts
+    """Join what NVML, the host and the jobs said about one device into the diagnosis's input. A MIG device
+    has no power ratio (the board's power is every instance's) and no health: those are its GPU's."""
+    gpm = device.gpm
     nvml = Evidence(
-        up=gpu.up,
-        readable=gpu.readable,
+        up=device.gpu.up,
         nvml_up=snapshot.nvml_up,
-        mig=gpu.identity.mig_mode == "enabled",
-        processes=len(processes.processes) if processes is not None else None,
+        activity_unreported=not device.activity_reported,
+        processes=len(device.processes) if device.processes is not None else None,
         allocated=allocated,
-        busy_ratio=utilization.ratio if utilization else None,
+        busy_ratio=device.busy_ratio,
         sm_activity=gpm.sm_activity if gpm else None,
         sm_occupancy=gpm.sm_occupancy if gpm else None,
         tensor_activity=gpm.tensor_activity if gpm else None,
+    )
+    if device.board:
+        nvml = _with_board(nvml, device.gpu)
+    return _with_jobs(nvml, jobs, host, _reports_for(device.uuid, jobs, reports))
+
+
+def _with_board(evidence: Evidence, gpu: GpuSnapshot) -> Evidence:
+    """Add what only a whole GPU has: whether it answered, its MIG mode, power, clocks, PCIe, ECC and Xid."""
+    r = gpu.readings
+    power, clocks, pcie, ecc, xid = r.get("power"), r.get("clocks"), r.get("pcie"), r.get("ecc"), r.get("xid")
+    power_ratio = None
+    if power is not None and power.watts is not None and power.limit_watts:
+        power_ratio = power.watts / power.limit_watts
+    return replace(
+        evidence,
+        readable=gpu.readable,
+        mig=gpu.identity.mig_mode == "enabled",
         power_ratio=power_ratio,
         clock_reasons=clocks.event_reasons or frozenset() if clocks else frozenset(),
         pcie_generation=pcie.generation if pcie else None,
@@ -366,33 +420,6 @@ def _evidence(
         remap_failure=bool(ecc and (ecc.remap_failure or ecc.remap_pending)),
         xid_total=sum(count for _, count in xid.counts) if xid else 0,
     )
-    return _with_jobs(nvml, jobs, host, _reports_for(gpu.identity.uuid, jobs, reports))
-
-
-def _instance_evidence(
-    snapshot: Snapshot,
-    gpu: GpuSnapshot,
-    instance: MigInstance,
-    jobs: list[Job],
-    allocated: bool,
-    host: Mapping[int, HostUsage],
-    reports: Mapping[int, JobReport],
-) -> Evidence:
-    """What a MIG device gives: its processes, and on Hopper and newer its GPM, whose engine activity is its
-    busy ratio. No power ratio (the board's power is every instance's) and no health: those are its GPU's."""
-    gpm = instance.gpm
-    nvml = Evidence(
-        up=gpu.up,
-        nvml_up=snapshot.nvml_up,
-        activity_unreported=not instance.activity_reported,
-        processes=len(instance.processes) if instance.processes is not None else None,
-        allocated=allocated,
-        busy_ratio=gpm.graphics_activity if gpm else None,
-        sm_activity=gpm.sm_activity if gpm else None,
-        sm_occupancy=gpm.sm_occupancy if gpm else None,
-        tensor_activity=gpm.tensor_activity if gpm else None,
-    )
-    return _with_jobs(nvml, jobs, host, _reports_for(instance.uuid, jobs, reports))
 
 
 def _with_jobs(
@@ -413,20 +440,23 @@ def _with_jobs(
 
 
 def _tip_context(
-    gpu: GpuSnapshot,
+    device: Device,
     verdict: Verdict,
     jobs: list[Job],
     host: Mapping[int, HostUsage],
     reports: Mapping[int, JobReport],
 ) -> dict[str, float | int | str | bool]:
-    """The evidence the tips are written with: the verdict's values plus the job's own settings."""
+    """The evidence the tips are written with: the verdict's values plus the device's and the job's own
+    settings. A MIG device's health is its GPU's."""
     context: dict[str, float | int | str | bool] = dict(verdict.evidence)
-    context["model"] = gpu.identity.name
-    memory = gpu.readings.get("memory")
-    if memory is not None and memory.total_bytes:
-        context["memory_used_ratio"] = memory.used_bytes / memory.total_bytes
-        context["memory_total_bytes"] = memory.total_bytes
-    temperature, xid, ecc = gpu.readings.get("temperature"), gpu.readings.get("xid"), gpu.readings.get("ecc")
+    context["model"] = device.model
+    if device.profile is not None:
+        context["mig_profile"] = device.profile
+    if device.memory_used_bytes is not None and device.memory_total_bytes:
+        context["memory_used_ratio"] = device.memory_used_bytes / device.memory_total_bytes
+        context["memory_total_bytes"] = device.memory_total_bytes
+    board = device.gpu.readings if device.board else {}
+    temperature, xid, ecc = board.get("temperature"), board.get("xid"), board.get("ecc")
     if temperature is not None and temperature.gpu_celsius is not None:
         context["temperature_celsius"] = temperature.gpu_celsius
     if xid is not None and xid.counts:
@@ -436,42 +466,20 @@ def _tip_context(
             context["ecc_uncorrected"] = ecc.uncorrected_volatile
         context["row_remap_pending"] = bool(ecc.remap_pending)
         context["row_remap_failure"] = bool(ecc.remap_failure)
-    gpm = gpu.readings.get("gpm")
-    if gpm is not None and gpm.dram_bandwidth is not None:
-        context["dram_bandwidth"] = gpm.dram_bandwidth
-    pcie = gpu.readings.get("pcie")
+    if device.gpm is not None and device.gpm.dram_bandwidth is not None:
+        context["dram_bandwidth"] = device.gpm.dram_bandwidth
+    pcie = board.get("pcie")
     if pcie is not None:
         link = {
             "generation": pcie.generation,
             "width": pcie.width,
-            "max_generation": gpu.identity.pcie_max_generation,
-            "max_width": gpu.identity.pcie_max_width,
+            "max_generation": device.gpu.identity.pcie_max_generation,
+            "max_width": device.gpu.identity.pcie_max_width,
         }
         for name, value in link.items():
             if value is not None:
                 context[f"pcie_{name}"] = value
-    _job_context(context, gpu.identity.uuid, jobs, host, reports)
-    return context
-
-
-def _instance_context(
-    gpu: GpuSnapshot,
-    instance: MigInstance,
-    verdict: Verdict,
-    jobs: list[Job],
-    host: Mapping[int, HostUsage],
-    reports: Mapping[int, JobReport],
-) -> dict[str, float | int | str | bool]:
-    """A MIG device's tip evidence: its verdict, its memory and profile, its job; its GPU's health is the GPU's."""
-    context: dict[str, float | int | str | bool] = dict(verdict.evidence)
-    context["model"] = f"{gpu.identity.name} MIG {instance.profile}"
-    context["mig_profile"] = instance.profile
-    if instance.memory_used_bytes is not None and instance.memory_total_bytes:
-        context["memory_used_ratio"] = instance.memory_used_bytes / instance.memory_total_bytes
-        context["memory_total_bytes"] = instance.memory_total_bytes
-    if instance.gpm is not None and instance.gpm.dram_bandwidth is not None:
-        context["dram_bandwidth"] = instance.gpm.dram_bandwidth
-    _job_context(context, instance.uuid, jobs, host, reports)
+    _job_context(context, device.uuid, jobs, host, reports)
     return context
 
 
