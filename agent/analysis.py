@@ -227,7 +227,7 @@ class Analysis:
     def _jobs_on(self, device: Device) -> list[Job]:
         if not device.gpu.up or not device.processes:
             return []
-        return self._sources.jobs([p.pid for p in device.processes], device.uuid)
+        return self._sources.jobs_of([p.pid for p in device.processes], device.uuid)
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         result: AnalysisResult | None = snapshot.analysis

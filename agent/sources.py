@@ -15,7 +15,7 @@ from gpulens.agent.jobs.receiver import Receiver
 
 
 class NodeSources(Protocol):
-    def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
+    def jobs_of(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
         """Return the jobs the host `pids` on GPU `gpu_uuid` belong to, one per job."""
 
     def allocations(self) -> dict[str, PodRef]:
@@ -36,7 +36,7 @@ class LiveSources:
         self._host = host
         self._receiver = receiver
 
-    def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
+    def jobs_of(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
         return self._resolver.resolve_many(pids, gpu_uuid)
 
     def allocations(self) -> dict[str, PodRef]:

@@ -70,12 +70,12 @@ class SimulatedSources:
             return found
         return next(((g, p) for g, p in self._repeating if p.pid_at(now) == pid), None)
 
-    def jobs(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
+    def jobs_of(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
         pids = set(pids)
         real = self._real_pids(pids)
         jobs: dict[tuple[str, str], Job] = {}
         if real and self._live_sources is not None:
-            jobs = {(j.kind, j.id): j for j in self._live_sources.jobs(real, gpu_uuid)}
+            jobs = {(j.kind, j.id): j for j in self._live_sources.jobs_of(real, gpu_uuid)}
         for pid in sorted(pids - real):
             found = self._live(pid)
             if found is None:

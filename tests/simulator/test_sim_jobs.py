@@ -28,7 +28,7 @@ def jobs_over_time(counts_up: str) -> list[tuple[int, str]]:
     for minute in range(3):
         clock.t = minute * 60 + 10
         pid = scenario.gpus[0].processes[0].pid_at(clock.t)
-        [job] = sources.jobs([pid], scenario.gpus[0].uuid)
+        [job] = sources.jobs_of([pid], scenario.gpus[0].uuid)
         assert job.kind == "slurm" and job.pids == (pid,)
         seen.append((pid, job.id))
     return seen
@@ -78,7 +78,7 @@ def test_id_counts_up_mistakes_name_the_place(process, place, fix):
 def test_a_slurm_jobs_account_reaches_its_job_as_attribution_would_read_it():
     def first_job(extra: str):
         scenario = parse_scenario(SCENARIO.replace("{counts_up}", extra), "jobs.yaml")
-        [job] = SimulatedSources(scenario, FakeClock().monotonic).jobs([9000], scenario.gpus[0].uuid)
+        [job] = SimulatedSources(scenario, FakeClock().monotonic).jobs_of([9000], scenario.gpus[0].uuid)
         return job
 
     job = first_job(", account: ml-research")
