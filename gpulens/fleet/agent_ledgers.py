@@ -13,7 +13,7 @@ from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
 from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
-from gpulens.fleet.traces import SLACK_SECONDS, JobTraces, checked_run, newest_first
+from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, checked_run, newest_first
 from gpulens.httpclient import HttpError
 from gpulens.usage import JobRecord
 
@@ -55,7 +55,7 @@ class Agents:
             found += records
         return found
 
-    def traces(self, record: JobRecord, step: Step) -> JobTraces:
+    def report_traces(self, record: JobRecord, step: Step) -> ReportTraces:
         """Return the traces of the job `record` (found by `job`) that the agents it ran on remember, requested
         while it ran (an agent finds a job by its id or its pod's name, and a pod name outlives its pod). An
         agent without traces is named in `unavailable`."""
@@ -80,7 +80,7 @@ class Agents:
             for run in found:
                 if record.start - SLACK_SECONDS <= run["requested_at"] <= record.last_seen + SLACK_SECONDS:
                     runs[(agent.shown, run["id"], run["pid"])] = {**run, "node": node}
-        return JobTraces(newest_first(list(runs.values())), tuple(unavailable))
+        return ReportTraces(newest_first(list(runs.values())), tuple(unavailable))
 
 
 def ledger_runs(agent: AgentClient, params: Mapping[str, object]) -> tuple[list[JobRecord], bool]:

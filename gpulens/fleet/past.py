@@ -3,7 +3,7 @@
 
 Every source answers the same two questions, `runs_between(since, until)` for a fleet report and
 `runs_of(id, since, until)` for one job (with its timeline), as `JobRecord`s: one per run and node, which
-the report adds up per job. Agents and Prometheus also answer `traces(record)`, the job's PyTorch traces
+the report adds up per job. Agents and Prometheus also answer `report_traces(record)`, the job's PyTorch traces
 (`traces.py`); a ledger keeps none. Problems a user can cause or fix (a missing or corrupt file, an agent
 that does not answer) raise `SourceError` with one line that names the thing and the fix.
 """
@@ -60,7 +60,7 @@ def read_job(
         named = ", ".join(f"{k} {i}" for k, i in jobs[:5])
         raise SourceError(f"{job_id!r} names {len(jobs)} jobs in {source.description} ({named}); give one of their ids")
     report = job_report(records, source.description, min_duration)
-    traces = getattr(source, "traces", None)  # agents and Prometheus; a ledger keeps no traces
+    traces = getattr(source, "report_traces", None)  # agents and Prometheus; a ledger keeps no traces
     return replace(report, traces=traces(report.record, step)) if traces is not None else report
 
 

@@ -139,6 +139,7 @@ class PrometheusSource:
         self._clock = clock
         self._alertmanager = alertmanager
         self._key = f"prometheus:{api.shown}:{uuid.uuid4()}"
+        self.past = Prometheus(api=api)  # the same server's past jobs, reports and trends (prometheus_jobs.py)
 
     @classmethod
     def from_url(
@@ -395,16 +396,14 @@ class PrometheusSource:
             why = f"records no {by} in its hourly GPU-hours; group by one of {kept}"
             return Answer(None, (SourceProblem(self.name, why),))
         try:
-            report = Prometheus(api=self._api).trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None)
+            report = self.past.trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None)
         except SourceError as error:
             return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
         return Answer(report)
 
     def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
         try:
-            report = read_job(
-                Prometheus(api=self._api), job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind
-            )
+            report = read_job(self.past, job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind)
         except SourceError as error:
             return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
         return Answer(report)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
 from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
-from gpulens.fleet.traces import SLACK_SECONDS, JobTraces, newest_first
+from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, newest_first
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.report.summary import (
@@ -743,7 +743,7 @@ class Prometheus:
 
     # -- traces ----------------------------------------------------------------------------------------
 
-    def traces(self, record: JobRecord, step: Step) -> JobTraces | None:
+    def report_traces(self, record: JobRecord, step: Step) -> ReportTraces | None:
         """Return the last trace of each process on the job's GPUs while it ran (the agents'
         gpulens_job_trace_* series), or None when the store names none of its GPUs.
 
@@ -775,7 +775,7 @@ class Prometheus:
                 if _process(item) in found and item["metric"].get("part") in TRACE_PARTS:
                     found[_process(item)]["shares"][item["metric"]["part"]] = _value(item)
             if not found:
-                return JobTraces(from_metrics=True)
+                return ReportTraces(from_metrics=True)
             ids = self._trace_ids({key: p["updated_at"] for key, p in found.items()}, at, step)
             step("querying who else held the job's GPUs")
             held = f"gpulens_gpu_allocation_info{{uuid=~{gpus}}}[{_seconds(record.last_seen - record.start)}]"
@@ -805,7 +805,7 @@ class Prometheus:
                     "shared_gpu": uuid in shared,
                 }
             )
-        return JobTraces(newest_first(runs), from_metrics=True)
+        return ReportTraces(newest_first(runs), from_metrics=True)
 
     def _trace_ids(
         self, finished: dict[tuple[str, str, str], float], at: float, step: Step

@@ -23,7 +23,7 @@ _LOADER = ("num_workers", "pin_memory", "prefetch_factor", "batch_size")
 
 
 @dataclass(frozen=True)
-class JobTraces:
+class ReportTraces:
     """The traces of one job, newest first, and the sources without any to give."""
 
     # Each an agent's run (`TraceRun.to_dict`) with the "node" it ran on; from Prometheus, only what the

@@ -15,7 +15,7 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
-from gpulens.fleet.traces import JobTraces
+from gpulens.fleet.traces import ReportTraces
 from gpulens.printable import printable
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.report.trend import (
@@ -214,7 +214,7 @@ def job_document(report: JobReport) -> Document:
     return Document(f"GPU usage of job {r.id}", tuple(facts), (_states_table(r),), tips, notes, sections)
 
 
-def _traces(traces: JobTraces, record: JobRecord) -> Section | None:
+def _traces(traces: ReportTraces, record: JobRecord) -> Section | None:
     """Return the job's traces: the sources without any, the last finished trace of each traced process, then
     the requests that brought none; None when the job has no trace and every source could have had one."""
     lines = [f"traces are not available from {source}: {why}" for source, why in traces.unavailable]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpulens import thresholds as t
-from gpulens.fleet.traces import JobTraces
+from gpulens.fleet.traces import ReportTraces
 from gpulens.usage import JobRecord, add_up, merge_all
 
 GROUPINGS = ("user", "namespace", "partition", "account", "model")
@@ -44,7 +44,7 @@ class JobReport:
     runs: int
     source: str
     min_duration: float
-    traces: JobTraces | None = None  # None from a source that keeps no traces (a ledger)
+    traces: ReportTraces | None = None  # None from a source that keeps no traces (a ledger)
 
 
 @dataclass(frozen=True)
