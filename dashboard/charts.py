@@ -12,7 +12,20 @@ from collections.abc import Sequence
 import altair as alt
 import pandas as pd
 
-from gpulens.dashboard.views import words
+from gpulens import words
+from gpulens.vocabulary import State
+
+# Colours by meaning: wasted states warm, busy green, free blue, unknown grey; a GPU off the bus black,
+# apart from the other unknowns (a failure, not a lack of data).
+STATE_COLOR = {
+    State.IDLE.value: "#d62728",
+    State.DATA_STARVED.value: "#ff7f0e",
+    State.UNDERUTILIZED.value: "#e6b800",
+    State.BUSY.value: "#2ca02c",
+    State.FREE.value: "#7fb3d5",
+    State.UNKNOWN.value: "#9e9e9e",
+}
+LOST_COLOR = "#212121"
 
 _STATES = [words.state_name(s.value) for s in words.STATE_ORDER]
 _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
@@ -23,7 +36,7 @@ NUMBER = ",.3~r"
 # Every value axis reaches at least 1 in its unit: a flat line at zero lies on the axis, not alone at its top.
 _AT_LEAST_ONE = alt.Scale(domain={"unionWith": [0, 1]})
 _STATE_SCALE = alt.Scale(
-    domain=[*_STATES, words.LOST], range=[*(words.STATE_COLOR[s.value] for s in words.STATE_ORDER), words.LOST_COLOR]
+    domain=[*_STATES, words.LOST], range=[*(STATE_COLOR[s.value] for s in words.STATE_ORDER), LOST_COLOR]
 )
 
 
@@ -161,9 +174,7 @@ def daily_waste(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     from gpulens.vocabulary import WASTED_STATES
 
     wasted = [s for s in words.STATE_ORDER if s in WASTED_STATES]
-    scale = alt.Scale(
-        domain=[words.state_name(s.value) for s in wasted], range=[words.STATE_COLOR[s.value] for s in wasted]
-    )
+    scale = alt.Scale(domain=[words.state_name(s.value) for s in wasted], range=[STATE_COLOR[s.value] for s in wasted])
     return (
         alt.Chart(pd.DataFrame(rows))
         .mark_bar()

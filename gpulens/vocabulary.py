@@ -123,3 +123,7 @@ class Condition(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# A GPU's state in its history while it was off the bus (condition `lost`), where its verdict reads unknown.
+LOST_STATE = "lost"

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gpulens import words
-from gpulens.dashboard.views import words as page_words
+from gpulens import words as page_words
 from gpulens.report import document, machine
 
 

@@ -4,9 +4,9 @@ import time
 
 import streamlit as st
 
+from gpulens import words
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import fleet as view
-from gpulens.dashboard.views import words
 from gpulens.words import plural
 
 # How far back wasted GPU-hours are counted, seconds.

@@ -8,11 +8,12 @@ from dataclasses import asdict
 
 import streamlit as st
 
+from gpulens import words
 from gpulens.dashboard import access, charts, context, gate
 from gpulens.dashboard.views import alerts as alerts_view
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
-from gpulens.dashboard.views import oncall, words
+from gpulens.dashboard.views import oncall
 from gpulens.dashboard.views.links import job_link
 from gpulens.fleet.records import Alerts, Answer, FleetGpu
 

@@ -9,9 +9,10 @@ from dataclasses import asdict
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from gpulens import words
 from gpulens.dashboard import access, charts, context, gate
 from gpulens.dashboard.views import job as view
-from gpulens.dashboard.views import links, words
+from gpulens.dashboard.views import links
 from gpulens.dashboard.views import traces as trace_view
 from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
 

@@ -5,9 +5,9 @@ import time
 
 import streamlit as st
 
+from gpulens import words
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import trends as view
-from gpulens.dashboard.views import words
 
 source = context.source()
 context.header("Trends", "Is waste going down, which teams improved, which tips were followed?", source)

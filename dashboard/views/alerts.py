@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpulens.dashboard.views import words
+from gpulens import words
 from gpulens.dashboard.views.links import gpu_link, node_link
 from gpulens.fleet.records import FiringAlert, SilenceShown
 

@@ -10,8 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from gpulens import tips
-from gpulens.dashboard.views import words
+from gpulens import tips, words
 from gpulens.dashboard.views.links import gpu_link, job_link, node_link
 from gpulens.fleet.records import FleetGpu
 from gpulens.vocabulary import WASTED_STATES, Condition, State

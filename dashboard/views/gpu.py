@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from gpulens.dashboard.views import words
+from gpulens import words
 from gpulens.dashboard.views.fleet import gpu_tips, is_lost
 from gpulens.fleet.records import FleetGpu, GpuHistory
 from gpulens.vocabulary import State

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpulens.dashboard.views import words
+from gpulens import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
 from gpulens.dashboard.views.links import gpu_link, job_link
 from gpulens.fleet.records import FleetGpu, JobSummary

@@ -7,8 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpulens import thresholds
-from gpulens.dashboard.views import words
+from gpulens import thresholds, words
 from gpulens.dashboard.views.links import gpu_link
 from gpulens.fleet.records import ProbeResult
 

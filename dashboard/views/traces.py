@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpulens.dashboard.views import words
+from gpulens import words
 from gpulens.fleet.records import ExportedTrace, JobTraces, TraceShown
 from gpulens.tracecli import PART_WORDS, describe, step_lines
 

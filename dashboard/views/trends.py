@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 
-from gpulens.dashboard.views import words
+from gpulens import words
 from gpulens.report.summary import GROUPINGS
 from gpulens.report.trend import (
     DAY_SECONDS,

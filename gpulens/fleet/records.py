@@ -15,6 +15,7 @@ from gpulens.alertmanager_api import Matcher
 from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport
 from gpulens.usage import JobRecord
+from gpulens.vocabulary import LOST_STATE as LOST_STATE  # where the pages and the stores have read it
 
 T = TypeVar("T")
 
@@ -91,10 +92,6 @@ class Fleet:
 
 
 Point = tuple[float, float]  # (seconds since the epoch, value)
-
-
-# A GPU's state in its history while it was off the bus (condition `lost`), where its verdict reads unknown.
-LOST_STATE = "lost"
 
 
 @dataclass(frozen=True)

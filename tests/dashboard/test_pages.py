@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from gpulens import words
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.views import words
 from gpulens.fleet.agents import AgentsSource
 from gpulens.fleet.records import Alerts, SilenceShown, SourceProblem
 from tests.dashboard.conftest import served

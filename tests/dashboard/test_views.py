@@ -6,8 +6,9 @@ from dataclasses import asdict, replace
 
 import pytest
 
+from gpulens import words
 from gpulens.dashboard import charts
-from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes, words
+from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes
 from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 
@@ -480,7 +481,7 @@ def test_a_lost_gpu_is_drawn_apart_from_the_unknown_ones():
     assert states == ["Lost", words.state_name("unknown")]
     chart, _ = charts.heatmap(fleet.heatmap_rows([lost, starting]))
     scale = chart.to_dict()["encoding"]["color"]["scale"]
-    assert scale["range"][scale["domain"].index("Lost")] == words.LOST_COLOR
+    assert scale["range"][scale["domain"].index("Lost")] == charts.LOST_COLOR
 
 
 def test_a_lost_gpu_says_it_fell_off_the_bus_once():

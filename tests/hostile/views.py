@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from gpulens import words
 from gpulens.dashboard import charts
-from gpulens.dashboard.views import alerts, fleet, gpu, job, probes, words
+from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
 from gpulens.fleet.records import Answer
 
 
