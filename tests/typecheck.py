@@ -50,7 +50,6 @@ PENDING = {
     "gpulens/agent/exporter.py",
     "gpulens/agent/exposition.py",
     "gpulens/agent/jobs/control.py",
-    "gpulens/agent/jobs/messages.py",
     "gpulens/agent/jobs/metrics.py",
     "gpulens/agent/jobs/receiver.py",
     "gpulens/agent/jobs/traces.py",
