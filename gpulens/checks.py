@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -244,26 +245,17 @@ def read(
     given = given or {}
     defaults = defaults or {}
     prefix = where if prefix is None else prefix
-    declared = {
-        name: dataclasses.replace(entry, default=defaults.get(name, entry.default))
-        for name, entry in _declared(record, given).items()
-    }
-    pairs = [pair for entry in declared.values() for pair in entry.keys()]
-    required = list(dict.fromkeys(name for name, needed in pairs if needed))
-    optional = list(dict.fromkeys(name for name, needed in pairs if not needed and name not in required))
-    spec = mapping(value, where, required, list(dict.fromkeys([*optional, *also])), example)
-    nested: dict[str, list[str]] = {}  # "clocks": ["sm", "memory"]
-    for entry in declared.values():
-        head, dot, tail = entry.name.partition(".")
-        if dot:
-            nested.setdefault(head, []).append(tail)
+    plan = _plan(record, frozenset(given), frozenset(defaults))
+    spec = mapping(value, where, plan.required, list(dict.fromkeys([*plan.optional, *also])), example)
     got: dict[str, Any] = {}
-    for field in dataclasses.fields(record):  # type: ignore[arg-type]  # `record` is a dataclass
-        name = field.name
+    for name in plan.fields:
         if name in given:
             got[name] = given[name].value(got) if isinstance(given[name], Earlier) else given[name]
-        elif name in declared:
-            got[name] = _field(declared[name], spec, prefix, got, nested)
+        elif name in plan.declared:
+            entry = plan.declared[name]
+            if name in defaults:
+                entry = dataclasses.replace(entry, default=defaults[name])
+            got[name] = _field(entry, spec, prefix, got, plan.nested)
     try:
         return record(**got)
     except Invalid as problem:  # from __post_init__, placed inside the record
@@ -275,7 +267,36 @@ def each(value: Any, where: str, check: Callable[..., Any], *limits: Any) -> tup
     return tuple(check(item, f"{where}[{i}]", *limits) for i, item in enumerate(items(value, where)))
 
 
-def _declared(record: type, given: Mapping[str, Any]) -> dict[str, Key]:
+@dataclass(frozen=True)
+class _Plan:
+    """How `read` reads a record, worked out once per record and set of given and defaulted fields: reading
+    is on the agent's path for every message a job sends."""
+
+    fields: tuple[str, ...]  # the record's fields, in order
+    declared: Mapping[str, Key]  # those read from the mapping
+    required: tuple[str, ...]  # the keys the mapping must have
+    optional: tuple[str, ...]
+    nested: Mapping[str, tuple[str, ...]]  # the keys each nested mapping takes: "clocks": ("sm", "memory")
+
+
+@functools.cache
+def _plan(record: type, given: frozenset[str], defaulted: frozenset[str]) -> _Plan:
+    declared = _declared(record, given)
+    pairs = [
+        (key, needed and name not in defaulted) for name, entry in declared.items() for key, needed in entry.keys()
+    ]
+    required = tuple(dict.fromkeys(key for key, needed in pairs if needed))
+    optional = tuple(dict.fromkeys(key for key, needed in pairs if not needed and key not in required))
+    nested: dict[str, tuple[str, ...]] = {}
+    for entry in declared.values():
+        head, dot, tail = entry.name.partition(".")
+        if dot:
+            nested[head] = (*nested.get(head, ()), tail)
+    fields = tuple(field.name for field in dataclasses.fields(record))
+    return _Plan(fields, declared, required, optional, nested)
+
+
+def _declared(record: type, given: Mapping[str, Any] | frozenset[str]) -> dict[str, Key]:
     """Return the fields of `record` read from a mapping, by field name, with their key names filled in."""
     return {
         field.name: dataclasses.replace(field.metadata[_KEY], name=field.metadata[_KEY].name or field.name)
@@ -284,12 +305,15 @@ def _declared(record: type, given: Mapping[str, Any]) -> dict[str, Key]:
     }
 
 
-def _field(entry: Key, spec: dict[Any, Any], prefix: str, got: Mapping[str, Any], nested: dict[str, list[str]]) -> Any:
+def _field(
+    entry: Key, spec: dict[Any, Any], prefix: str, got: Mapping[str, Any], nested: Mapping[str, tuple[str, ...]]
+) -> Any:
     """Return one field's value from `spec`: checked, or its default when its key is absent; `nested` gives
     the keys each nested mapping allows."""
     if entry.inline is not None:
         record = entry.limits[0]
-        keys = {name for inner in _declared(record, entry.inline).values() for name, _ in inner.keys()}
+        plan = _plan(record, frozenset(entry.inline), frozenset())
+        keys = {*plan.required, *plan.optional}
         return read({k: v for k, v in spec.items() if k in keys}, prefix, record, entry.inline, prefix=prefix)
     head, dot, tail = entry.name.partition(".")
     if dot:
