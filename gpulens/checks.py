@@ -16,7 +16,7 @@ import functools
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -245,7 +245,7 @@ def read(
     given = given or {}
     defaults = defaults or {}
     prefix = where if prefix is None else prefix
-    plan = _plan(record, frozenset(given), frozenset(defaults))
+    plan = _plan(cast(type, record), frozenset(given), frozenset(defaults))  # a class is hashable
     spec = mapping(value, where, plan.required, list(dict.fromkeys([*plan.optional, *also])), example)
     got: dict[str, Any] = {}
     for name in plan.fields:
