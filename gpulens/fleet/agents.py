@@ -96,7 +96,7 @@ class _Slice:
     (`assemble.mig_order`), its values and its state ("" where it has none)."""
 
     mig_profile: str
-    order: tuple
+    order: assemble.MigOrder
     values: dict[str, float] = field(default_factory=dict)
     state: str = ""
 
@@ -317,7 +317,7 @@ class AgentsSource:
             trend_report(daily, records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems)
         )
 
-    def _ledgers(self, params: dict[str, object], unreachable: str) -> tuple[list[JobRecord], list[SourceProblem]]:
+    def _ledgers(self, params: Mapping[str, object], unreachable: str) -> tuple[list[JobRecord], list[SourceProblem]]:
         """Return the runs every agent's ledger answers to `params`, each on the node as this dashboard names it
         (the ledger names it as its agent knows it), and the problems: an agent down, an answer it cannot read,
         or one cut at its limit."""
@@ -340,7 +340,7 @@ class AgentsSource:
         enabled: list[bool] = []
         problems: list[SourceProblem] = []
         for node, body, problem in self._ask(job, lambda agent: agent.traces({"job": job.job_id})):
-            if problem is None:
+            if body is not None:
                 enabled.append(body.get("enabled") is True)
                 problem = self._checked(node, body["traces"], runs)
             if problem is not None:
@@ -352,13 +352,13 @@ class AgentsSource:
         started: list[TraceShown] = []
         problems: list[SourceProblem] = []
         for node, body, problem in self._ask(job, lambda agent: agent.start_trace({"job": job.job_id, "steps": steps})):
-            if problem is None:
+            if body is not None:
                 problem = self._checked(node, body["traces"], started)
             if problem is not None:
                 problems.append(problem)
         return Answer(tuple(started), tuple(problems))
 
-    def _checked(self, node: str, records: list, into: list[TraceShown]) -> SourceProblem | None:
+    def _checked(self, node: str, records: list[Any], into: list[TraceShown]) -> SourceProblem | None:
         """Add the trace records of `node`'s agent that check to `into`; return the problem the others make."""
         bad = []
         for raw in records:
@@ -419,7 +419,7 @@ class AgentsSource:
 
 def _slice_histories(
     node: str, gpu: str, start: float, end: float, points: Sequence[_Point]
-) -> list[tuple[tuple, GpuHistory]]:
+) -> list[tuple[assemble.MigOrder, GpuHistory]]:
     """Return the history of each MIG slice of GPU `gpu` in the ring's `points`, each with its place among the
     GPU's slices: its series and states as the scrapes found them, to be placed by `assemble.slices_over`."""
     found: dict[str, tuple[_Slice, dict[str, list[tuple[float, float]]], list[tuple[float, str]]]] = {}

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from gpulens.fleet.records import (
     LOST_STATE,
@@ -75,6 +75,8 @@ class Sample(NamedTuple):
 
 
 GpuKey = tuple[str, str, str]  # (instance, gpu, uuid); a MIG slice's: its GPU's index, its own UUID
+# Where a MIG slice stands among its GPU's slices: its GPU instance's index, then its compute instance's.
+MigOrder = tuple[tuple[int, str], tuple[int, str]]
 # Xid events by code: the highest code seen becomes the `xid` evidence, which names the Xid and what to do
 # (gpulens.tips.XID_MEANINGS) where a GPU has the `xid_recent` condition; the agent's tips read the same.
 XID_ERRORS = "gpulens_gpu_xid_errors_total"
@@ -134,7 +136,7 @@ def gpu_key(labels: Mapping[str, str]) -> GpuKey:
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
 
 
-def mig_order(labels: Mapping[str, str]) -> tuple:
+def mig_order(labels: Mapping[str, str]) -> MigOrder:
     """Return where a MIG slice's series (its labels) stand among its GPU's slices: by NVML's GPU instance,
     then compute instance id."""
     return _index(labels.get("gpu_instance", "")), _index(labels.get("compute_instance", ""))
@@ -154,7 +156,7 @@ _VALUES = {
 class _Found:
     """FleetGpu fields read from samples, by GPU or MIG slice; a slice's row names its GPU's UUID (`parent`)."""
 
-    rows: dict[GpuKey, dict] = field(default_factory=lambda: defaultdict(dict))
+    rows: dict[GpuKey, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
     evidence: dict[GpuKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     conditions: dict[GpuKey, set[str]] = field(default_factory=lambda: defaultdict(set))
 
@@ -211,7 +213,7 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
     and what is missing about them."""
     found = _read(samples)
     gpus = []
-    slices: dict[GpuKey, list[tuple[tuple, FleetGpu]]] = defaultdict(list)
+    slices: dict[GpuKey, list[tuple[MigOrder, FleetGpu]]] = defaultdict(list)
     without_verdict: dict[str, int] = defaultdict(int)
     for key in sorted(found.rows, key=lambda k: (k[0], _index(k[1]), k[2])):
         row = found.rows[key]
@@ -242,13 +244,13 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
     return tuple(_with_slices(g, slices.get((g.node, g.gpu, g.uuid), [])) for g in gpus), problems
 
 
-def _with_slices(gpu: FleetGpu, slices: list[tuple[tuple, FleetGpu]]) -> FleetGpu:
+def _with_slices(gpu: FleetGpu, slices: list[tuple[MigOrder, FleetGpu]]) -> FleetGpu:
     """Return `gpu` carrying its MIG slices, each with the GPU's model. The GPU's own allocation series name
     every slice's holder, one at a time: its holders are its slices'."""
     if not slices:
         return gpu
     ordered = tuple(replace(s, model=gpu.model) for _, s in sorted(slices, key=lambda item: item[0]))
-    return replace(gpu, slices=ordered, **dict.fromkeys(_HOLDER, ""))
+    return replace(gpu, slices=ordered, job_kind="", job_id="", user="", namespace="", pod="", container="", account="")
 
 
 def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[FleetGpu, ...]:
@@ -276,7 +278,7 @@ def _index(gpu: str) -> tuple[int, str]:
 
 
 def slices_over(
-    gpu_states: Sequence[tuple[float, str]], slices: Iterable[tuple[tuple, GpuHistory]]
+    gpu_states: Sequence[tuple[float, str]], slices: Iterable[tuple[MigOrder, GpuHistory]]
 ) -> tuple[GpuHistory, ...]:
     """Return a MIG GPU's slice histories (`slices`: each with its `mig_order`) in order, placed on the GPU's
     readings (`gpu_states`, oldest first, taken at the same times as the slices' samples).
@@ -349,11 +351,11 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             in_job.append(s)
     extra: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for s in in_job:
-        job = holder.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")))
-        if job is None:
+        held = holder.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")))
+        if held is None:
             continue
         short = s.name.removeprefix("gpulens_job_").removeprefix("torch_")
-        values = extra[job]
+        values = extra[held]
         if short in ("data_wait_ratio",):
             values[short] = max(values.get(short, 0.0), s.value)
         else:
@@ -386,7 +388,7 @@ def job_traces(samples: Iterable[Sample], job_kind: str, job_id: str) -> tuple[E
         for s in samples
         if s.name in ALLOCATIONS and (s.labels.get("job_kind"), s.labels.get("job_id")) == (job_kind, job_id)
     }
-    found: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"shares": {}})
+    found: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(lambda: {"shares": {}})
     for s in samples:
         node, gpu_uuid = s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")
         if s.name not in TRACE_SERIES or (node, gpu_uuid) not in held:
@@ -426,7 +428,7 @@ def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
     datasheet peak is the companion whose name ends in `peak_ratio`, joined on the same labels.
     """
     models: dict[GpuKey, str] = {}
-    values: dict[tuple, dict] = {}
+    values: dict[tuple[GpuKey, str], dict[str, Any]] = {}
     when: dict[GpuKey, float] = {}
     for s in samples:
         key = gpu_key(s.labels)
@@ -452,20 +454,20 @@ def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:
         entry = values.setdefault((key, test), {"unit": "B/s" if kind == "bandwidth" else "FLOP/s"})
         entry["peak_ratio" if s.name.endswith("peak_ratio") else "value"] = s.value
     results = []
-    for (key, test), entry in sorted(values.items()):
+    for (gpu, test), entry in sorted(values.items()):
         if "value" not in entry:
             continue
         results.append(
             ProbeResult(
-                node=key[0],
-                gpu=key[1],
-                uuid=key[2],
-                model=models.get(key, ""),
+                node=gpu[0],
+                gpu=gpu[1],
+                uuid=gpu[2],
+                model=models.get(gpu, ""),
                 test=test,
                 unit=entry["unit"],
                 value=entry["value"],
                 peak_ratio=entry.get("peak_ratio"),
-                when=when.get(key),
+                when=when.get(gpu),
             )
         )
     return tuple(results)

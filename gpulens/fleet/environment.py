@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpulens.credentials import AccessError, agent_credentials, tls_credentials
+from gpulens.credentials import AccessError, Credentials, agent_credentials, tls_credentials
 from gpulens.errors import converted
 from gpulens.fleet.agents import AgentsSource, fetch_metrics
 from gpulens.fleet.prometheus import PrometheusSource
@@ -84,6 +84,12 @@ def parse_agents(text: str) -> dict[str, str]:
     return agents
 
 
+def _tls(environ: Mapping[str, str], names: tuple[str, str, str], whose: str) -> Credentials:
+    """Return the TLS files the variables `names` (CA, certificate, key) give, as tls_credentials checks them."""
+    ca_file, cert_file, key_file = (environ.get(name) for name in names)
+    return tls_credentials(ca_file, cert_file, key_file, names, whose)
+
+
 def from_environment(environ: Mapping[str, str]) -> Source:
     """Return the source the environment configures; raise ConfigError naming the variable to set."""
     prometheus, agents = environ.get(PROMETHEUS, "").strip(), environ.get(AGENTS, "").strip()
@@ -98,12 +104,8 @@ def from_environment(environ: Mapping[str, str]) -> Source:
             raise ConfigError(f"both {BEARER_TOKEN} and {BASIC_AUTH} are set; Prometheus takes one, keep one")
         alertmanager = environ.get(ALERTMANAGER, "").strip()
         with converted(ValueError, ConfigError):  # AccessError too
-            tls = tls_credentials(*(environ.get(name) for name in PROMETHEUS_TLS), PROMETHEUS_TLS, "Prometheus'")
-            alertmanager_tls = (
-                tls_credentials(*(environ.get(name) for name in ALERTMANAGER_TLS), ALERTMANAGER_TLS, "Alertmanager's")
-                if alertmanager
-                else None
-            )
+            tls = _tls(environ, PROMETHEUS_TLS, "Prometheus'")
+            alertmanager_tls = _tls(environ, ALERTMANAGER_TLS, "Alertmanager's") if alertmanager else None
             return PrometheusSource.from_url(
                 prometheus,
                 replace(

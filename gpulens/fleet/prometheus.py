@@ -13,6 +13,7 @@ some), and five for the Kubernetes jobs.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
 import uuid
@@ -40,6 +41,7 @@ from gpulens.fleet.records import (
     GpuHistory,
     JobSummary,
     JobTraces,
+    Point,
     ProbeResult,
     SilenceShown,
     SourceProblem,
@@ -188,13 +190,13 @@ class PrometheusSource:
 
     def _instant(self, queries: dict[str, str], now: float) -> tuple[dict[str, Any], list[SourceProblem]]:
         """Run the instant `queries` (PromQL by name) at `now` concurrently, as `_run` runs its calls."""
-        return self._run({name: (lambda q=q: self._api.query(q, now)) for name, q in queries.items()})
+        return self._run({name: functools.partial(self._api.query, q, now) for name, q in queries.items()})
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
         now = self._clock()
         window = max(int(window_seconds), 60)
         calls: dict[str, Callable[[], Any]] = {
-            name: (lambda q=q: self._api.query(q, now)) for name, q in FLEET_QUERIES.items()
+            name: functools.partial(self._api.query, q, now) for name, q in FLEET_QUERIES.items()
         }
         calls["wasted"] = lambda: self._wasted(window, now)
         calls["mig"] = lambda: self._api.query(MIG % window, now)
@@ -285,7 +287,7 @@ class PrometheusSource:
         )
         results, problems = self._run(
             {
-                name: (lambda q=query: self._api.query_range(q, start, end, step))
+                name: functools.partial(self._api.query_range, query, start, end, step)
                 for name, query in (
                     ("gauges", gauges),
                     ("busy", busy),
@@ -295,7 +297,7 @@ class PrometheusSource:
                 )
             }
         )
-        series: dict[str, tuple] = {}
+        series: dict[str, tuple[Point, ...]] = {}
         for item in results["gauges"] or ():
             series[item["metric"].get("__name__", "").removeprefix("gpulens_gpu_")] = _points(item)
         for item in results["busy"] or ():
@@ -492,12 +494,12 @@ def _points(item: dict[str, Any]) -> tuple[tuple[float, float], ...]:
 
 def _slice_histories(
     node: str, gpu: str, start: float, end: float, found: Iterable[dict[str, Any]]
-) -> list[tuple[tuple, GpuHistory]]:
+) -> list[tuple[assemble.MigOrder, GpuHistory]]:
     """Return the history of each MIG slice in the answer to a GPU's slices query (`found`), each with its place
     among the GPU's slices, to be placed by `assemble.slices_over`."""
     profiles: dict[str, str] = {}
-    orders: dict[str, tuple] = {}
-    series: dict[str, dict[str, tuple]] = defaultdict(dict)
+    orders: dict[str, assemble.MigOrder] = {}
+    series: dict[str, dict[str, tuple[Point, ...]]] = defaultdict(dict)
     states: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for item in found:
         metric = item["metric"]
@@ -550,7 +552,7 @@ def _alert(raw: Any) -> FiringAlert | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("labels"), dict):
         return None
     labels = {str(k): str(v) for k, v in raw["labels"].items()}
-    notes = raw.get("annotations") if isinstance(raw.get("annotations"), dict) else {}
+    notes: dict[str, Any] = raw["annotations"] if isinstance(raw.get("annotations"), dict) else {}
     return FiringAlert(
         name=labels.get("alertname", "unnamed"),
         state=str(raw.get("state", "")),
