@@ -71,7 +71,6 @@ PENDING = {
     "gpulens/dashboard/screens/fleet.py",
     "gpulens/dashboard/screens/gpu.py",
     "gpulens/dashboard/screens/job.py",
-    "gpulens/fleet/prometheus_jobs.py",
     "gpulens/dashboard/views/alerts.py",
     "gpulens/dashboard/views/fleet.py",
     "gpulens/dashboard/views/gpu.py",

@@ -115,7 +115,7 @@ class _Sum(NamedTuple):
         hours = f"[{int(end - start) - 1}s:{int(HOUR_SECONDS)}s]"
         return f"{'max' if self.peak else 'sum'} by ({self._kept(by)}) ({over}({_last(self.rule)}{hours}))"
 
-    def add(self, sums: dict, item: dict, value: float) -> None:
+    def add(self, sums: dict[str, Any], item: dict[str, Any], value: float) -> None:
         """Add the answered `value` of `item`'s group into `sums` (a group's fields)."""
         if self.label:
             found = sums.setdefault(self.field, {})
@@ -244,7 +244,7 @@ class _Ranked:
     """Every job of the period from its span and wasted GPU-seconds: counted by group, judged or short, and
     ranked the way summary.fleet_report ranks whole records (most wasted, then most held)."""
 
-    def __init__(self, spans: list[dict], wasted: list[dict], by: str, min_duration: float):
+    def __init__(self, spans: list[dict[str, Any]], wasted: list[dict[str, Any]], by: str, min_duration: float):
         waste = {(_key(item), _group(item, by)): _value(item) for item in wasted}
         self.entries: list[_Entry] = []
         for item in spans:
@@ -399,7 +399,7 @@ class Prometheus:
         plan = self._plan(since, until, step)
         spans = self._span_queries(job, since, until, plan)
         sums = self._sum_queries(by, plan)
-        queries: dict[str, str | Callable[[], list[dict]]] = {
+        queries: dict[str, str | Callable[[], list[dict[str, Any]]]] = {
             **spans,
             "each job's waste": f"sum by ({job}) (increase({_state_seconds(_WASTED_STATES, window)})) > 0",
             **{what: asked for what, (_, asked) in sums.items()},
@@ -409,7 +409,7 @@ class Prometheus:
         if not widest:
             self._spans(window, until, step)  # one line when the store has jobs but no totals
             return None
-        groups: dict[str, dict] = defaultdict(dict)
+        groups: dict[str, dict[str, Any]] = defaultdict(dict)
         for what, (s, _) in sums.items():
             for item in answers.pop(what):
                 s.add(groups[_group(item, by)], item, _value(item))
@@ -467,7 +467,7 @@ class Prometheus:
         answer = self._hours(f"max({_last(_EVALUATED)})", first_end, last_end)
         evaluated = {int(float(t)) for item in answer for t, _ in item["values"]}
         hours = range(int(first_end), int(last_end) + 1, int(HOUR_SECONDS))
-        missing = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
+        missing: list[tuple[float, float]] = [(t - HOUR_SECONDS, t) for t in hours if t not in evaluated]
         if not evaluated:
             step(f"the store holds no {_EVALUATED} (rules/recording.rules.yml): adding up the raw counters")
             return _Plan([], [(since, until)])
@@ -477,10 +477,10 @@ class Prometheus:
         raw = _merged([(a, b) for a, b in ends if b > a] + missing, RAW_PARTS)
         return _Plan(_between(raw, first_end - HOUR_SECONDS, last_end), raw)
 
-    def _sum_queries(self, by: str, plan: _Plan) -> dict[str, tuple[_Sum, Callable[[], list[dict]]]]:
+    def _sum_queries(self, by: str, plan: _Plan) -> dict[str, tuple[_Sum, Callable[[], list[dict[str, Any]]]]]:
         """Return the queries of each group's sums (_SUMS) over the parts of `plan`, by what the progress line
         calls them."""
-        queries = {}
+        queries: dict[str, tuple[_Sum, Callable[[], list[dict[str, Any]]]]] = {}
         for start, end in plan.recorded:
             for s in _SUMS:
                 what = f"the recorded hours of {s.field.replace('_', ' ')} until {_when(end)}"
@@ -491,7 +491,9 @@ class Prometheus:
                 queries[what] = (s, functools.partial(self.api.query, s.raw(by, f"[{_seconds(end - start)}]"), end))
         return queries
 
-    def _span_queries(self, job: str, since: float, until: float, plan: _Plan) -> dict[str, Callable[[], list[dict]]]:
+    def _span_queries(
+        self, job: str, since: float, until: float, plan: _Plan
+    ) -> dict[str, Callable[[], list[dict[str, Any]]]]:
         """Return the queries of each job's span (by `job`) over the parts of `plan`, by what the progress line
         calls them: the largest point of _SPAN_RULE over each stretch of recorded hours, the raw series over the
         rest. A job's span is the largest of its parts'.
@@ -501,7 +503,7 @@ class Prometheus:
         first = since + _SPAN_RULE_WINDOW
         recorded = [(max(start, first), end) for start, end in plan.recorded if end > first]
         raw = _merged([*plan.raw, (since, min(first, until))], RAW_PARTS + 1)
-        queries = {}
+        queries: dict[str, Callable[[], list[dict[str, Any]]]] = {}
         for start, end in recorded:
             promql = f"max by ({job}) (max_over_time({_SPAN_RULE}[{_seconds(end - start)}]))"
             queries[f"the recorded spans of each job until {_when(end)}"] = functools.partial(
@@ -549,30 +551,30 @@ class Prometheus:
         labels = read.labels
         with collector_paused:  # the answers and the records are many small objects and no cycles
             spans = self._spans(over, until, step)
-            fields: dict[tuple[str, str], dict] = {key: {} for key, span in spans.items() if len(span) == 2}
+            fields: dict[tuple[str, str], dict[str, Any]] = {key: {} for key, span in spans.items() if len(span) == 2}
 
-            def state(found: dict, metric: dict, value: float) -> None:
+            def state(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 found.setdefault("state_seconds", {})[metric.get("state", "")] = value
 
-            def counter(name: str) -> Callable[[dict, dict, float], None]:
+            def counter(name: str) -> Callable[[dict[str, Any], dict[str, Any], float], None]:
                 return lambda found, metric, value: found.update({name: value})
 
-            def peak(name: str) -> Callable[[dict, dict, float], None]:
+            def peak(name: str) -> Callable[[dict[str, Any], dict[str, Any], float], None]:
                 return lambda found, metric, value: found.update({name: int(value)})
 
-            def owners(found: dict, metric: dict, value: float) -> None:
+            def owners(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 for name in ("user", "namespace", "pod", "partition"):
                     found[name] = found.get(name) or metric.get(name, "")
                 found.setdefault("models", set()).add(metric.get("model", ""))
                 found.setdefault("nodes", set()).add(metric.get("instance", ""))
 
-            def gpus(found: dict, metric: dict, value: float) -> None:
+            def gpus(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 found.setdefault("gpus", set()).add(metric.get("uuid", ""))
 
-            def accounts(found: dict, metric: dict, value: float) -> None:
+            def accounts(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 found["account"] = found.get("account") or metric.get("account", "")
 
-            def tips(found: dict, metric: dict, value: float) -> None:
+            def tips(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 if value > 0:
                     found.setdefault("tips", {})[metric.get("tip", "")] = TipUse(value)
 
@@ -610,16 +612,16 @@ class Prometheus:
             return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
 
     def _answers(
-        self, queries: Mapping[str, str | Callable[[], list[dict]]], until: float, step: Step
-    ) -> Iterator[tuple[str, list[dict]]]:
+        self, queries: Mapping[str, str | Callable[[], list[dict[str, Any]]]], until: float, step: Step
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         """Yield (what, its answer) for each query in order, asking up to QUERIES_AT_ONCE of them at a time: the
         store answers them in parallel while the last answer is read, and few answers are held at once. A query
         is PromQL asked at `until`, or a function that asks the store and returns its answer."""
-        pending: deque[tuple[str, Future[list[dict]]]] = deque()
+        pending: deque[tuple[str, Future[list[dict[str, Any]]]]] = deque()
         waiting = iter(queries.items())
         with ThreadPoolExecutor(max_workers=QUERIES_AT_ONCE) as pool:
 
-            def ask(what: str, promql: str | Callable[[], list[dict]]) -> None:
+            def ask(what: str, promql: str | Callable[[], list[dict[str, Any]]]) -> None:
                 asked = promql if callable(promql) else functools.partial(self.api.query, promql, until)
                 pending.append((what, pool.submit(asked)))
 
@@ -633,9 +635,9 @@ class Prometheus:
                     ask(*following)
                 yield what, future.result()
 
-    def _spans(self, over: str, until: float, step: Step) -> dict[tuple[str, str], dict]:
+    def _spans(self, over: str, until: float, step: Step) -> dict[tuple[str, str], dict[str, Any]]:
         """Each job's first and last sighting in the window; one line when Prometheus has jobs but no totals."""
-        spans: dict[tuple[str, str], dict] = {}
+        spans: dict[tuple[str, str], dict[str, Any]] = {}
         lifetimes = {
             "start": f"min by ({_KEY}) (min_over_time(gpulens_job_start_timestamp_seconds{over}))",
             "last_seen": f"max by ({_KEY}) (max_over_time(gpulens_job_last_seen_timestamp_seconds{over}))",
@@ -658,7 +660,7 @@ class Prometheus:
         return spans
 
     @staticmethod
-    def _record(key: tuple[str, str], span: dict, found: dict, until: float) -> JobRecord:
+    def _record(key: tuple[str, str], span: dict[str, Any], found: dict[str, Any], until: float) -> JobRecord:
         states = {s: v for s, v in found.pop("state_seconds", {}).items() if s in STATES and v > 0}
         sets = {name: tuple(sorted(v for v in found.pop(name, set()) if v)) for name in ("models", "nodes", "gpus")}
         return JobRecord(
@@ -668,7 +670,9 @@ class Prometheus:
             last_seen=span["last_seen"],
             running=until - span["last_seen"] <= RUNNING_WITHIN_SECONDS,
             state_seconds=states,
-            **sets,
+            models=sets["models"],
+            nodes=sets["nodes"],
+            gpus=sets["gpus"],
             **found,
         )
 
@@ -696,7 +700,9 @@ class Prometheus:
         with collector_paused:  # a month of a big fleet's jobs, and no cycles among them
             return trend_report(daily, runs, by, since, until, min_duration, self.description, notes)
 
-    def _daily(self, by: str, since: float, until: float, step: Step) -> tuple[dict, str]:
+    def _daily(
+        self, by: str, since: float, until: float, step: Step
+    ) -> tuple[dict[tuple[float, str, str], float], str]:
         """Return the GPU-seconds by (UTC day, group, state) of the whole hours in [since, until], and how they
         were read: from the recording rule, and from the raw counters for the hours before its first point."""
         rule = _TREND_RULES[by]
@@ -717,7 +723,9 @@ class Prometheus:
             )
         return daily, f"Days add up the raw counters until {_when(raw_until)}, then the recording rule {rule}."
 
-    def _hourly(self, promql: str, by: str, since: float, until: float, into: dict) -> float | None:
+    def _hourly(
+        self, promql: str, by: str, since: float, until: float, into: dict[tuple[float, str, str], float]
+    ) -> float | None:
         """Add `promql`'s GPU-hours of each whole hour in [since, until] into `into` by (UTC day, group, state),
         in GPU-seconds; return the time of the first point with any (None without one)."""
         first = None
@@ -731,7 +739,7 @@ class Prometheus:
                     first = float(at) if first is None else min(first, float(at))
         return first
 
-    def _hours(self, promql: str, start: float, end: float) -> list[dict]:
+    def _hours(self, promql: str, start: float, end: float) -> list[dict[str, Any]]:
         """Return `promql`'s value at each whole hour from `start` to `end`: its series, once per range query
         of up to TREND_HOURS_PER_QUERY hours."""
         found = []
@@ -839,9 +847,9 @@ class Prometheus:
         step = max(TIMELINE_MIN_STEP_SECONDS, span / TIMELINE_POINTS)
         start, end = record.start + step, record.last_seen + step
         window = f"{int(step)}s"
-        points: dict[float, dict] = {}
+        points: dict[float, dict[str, Any]] = {}
 
-        def each(promql: str):
+        def each(promql: str) -> Iterator[tuple[dict[str, str], float, float]]:
             for item in self.api.query_range(promql, start, end, step):
                 for t, v in item["values"]:
                     if 0 <= float(t) - step <= LAST_EPOCH:  # the range asked for; any other time is junk
@@ -881,12 +889,12 @@ def _state_seconds(matcher: str, window: str) -> str:
     return f"gpulens_job_gpu_state_seconds_total{{{matcher}}}{window}"
 
 
-def _group(item: dict, by: str) -> str:
+def _group(item: dict[str, Any], by: str) -> str:
     """Return the group of an answered series, as summary.group_key names it."""
     return item["metric"].get(by) or NONE
 
 
-def _sums(key: str, found: dict) -> JobRecord:
+def _sums(key: str, found: dict[str, Any]) -> JobRecord:
     """Return a group's sums (`found`, by JobRecord field, from the store) as one record, as usage.add_up would."""
     states = {s: v for s, v in found.get("state_seconds", {}).items() if s in STATES and v > 0}
     tips = {tip: TipUse(v) for tip, v in found.get("tips", {}).items() if v > 0}
@@ -894,24 +902,24 @@ def _sums(key: str, found: dict) -> JobRecord:
     return JobRecord("group", key, start=0.0, last_seen=0.0, state_seconds=states, tips=tips, **sums)
 
 
-def _process(item: dict) -> tuple[str, str, str]:
+def _process(item: dict[str, Any]) -> tuple[str, str, str]:
     """Return the (instance, pid, gpu_uuid) of a trace series: one traced process."""
     metric = item["metric"]
     return (metric.get("instance", ""), metric.get("pid", ""), metric.get("gpu_uuid", ""))
 
 
-def _key(item: dict) -> tuple[str, str]:
+def _key(item: dict[str, Any]) -> tuple[str, str]:
     return (item["metric"].get("job_kind", ""), item["metric"].get("job_id", ""))
 
 
-def _value(item: dict) -> float:
+def _value(item: dict[str, Any]) -> float:
     return _finite(item["value"][1])
 
 
-def _widest(answers: list[list[dict]], by: str) -> list[dict]:
+def _widest(answers: list[list[dict[str, Any]]], by: str) -> list[dict[str, Any]]:
     """Return the item of each job in its group (by `by`) with the largest value among `answers` (its parts'
     spans)."""
-    widest: dict[tuple[tuple[str, str], str], dict] = {}
+    widest: dict[tuple[tuple[str, str], str], dict[str, Any]] = {}
     for answer in answers:
         for item in answer:
             at = (_key(item), _group(item, by))
