@@ -79,7 +79,10 @@ class HttpClient:
         self._session.auth = credentials.basic_auth
         self._session.verify = credentials.ca_file or _system_cas()
         if credentials.cert_file:
-            self._session.cert = (credentials.cert_file, credentials.key_file)
+            # requests takes the certificate alone where it holds its key; Credentials checked the pair
+            self._session.cert = (
+                (credentials.cert_file, credentials.key_file) if credentials.key_file else credentials.cert_file
+            )
         self._secrets = _secrets(credentials, parts)
         # A 401 means "log in" to a client that sent nothing, and "not these" to one that did.
         self._sends_credentials = bool(credentials.bearer_token or credentials.basic_auth or parts.password)
@@ -110,8 +113,10 @@ class HttpClient:
             response = self._session.request(
                 method,
                 self.url + path,
-                params=params,
-                json=body,
+                # Our callers' parameters and bodies are what requests takes (str, int and float values, JSON),
+                # typed object in their signatures.
+                params=params,  # type: ignore[arg-type]
+                json=body,  # type: ignore[arg-type]
                 timeout=self.timeout,
                 headers={"Accept": accept},
             )
@@ -220,6 +225,7 @@ def _system_cas() -> str | bool:
 
 def _reason(error: BaseException) -> str:
     """Return the innermost cause of a failed connection in the system's words, e.g. 'Connection refused'."""
-    while error.__cause__ or error.__context__:  # requests' error wraps urllib3's, which wraps the system's
-        error = error.__cause__ or error.__context__
+    inner: BaseException | None = error
+    while inner is not None:  # requests' error wraps urllib3's, which wraps the system's
+        error, inner = inner, inner.__cause__ or inner.__context__
     return " ".join(str(getattr(error, "strerror", None) or error).split())[:200]

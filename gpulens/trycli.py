@@ -160,12 +160,12 @@ class Signals:
     """
 
     def __init__(self) -> None:
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         self.early: int | None = None  # a signal that came before the command started
         self.command_ended = False
         self.stop_listening = False
 
-    def started(self, child: subprocess.Popen) -> None:
+    def started(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
         if self.early is not None:
             child.send_signal(self.early)
@@ -195,7 +195,7 @@ def _terminal_reached(pid: int) -> bool:
         os.close(tty)
 
 
-def _wait(child: subprocess.Popen, host: HostWatch, runs: Runs) -> int:
+def _wait(child: subprocess.Popen[bytes], host: HostWatch, runs: Runs) -> int:
     """Wait for the command, sampling the CPU of its reporting processes; return its exit status as a shell does."""
     while True:
         try:

@@ -26,6 +26,8 @@ FOLDERS = {
 GENERATED = ("_pb2.py", "_pb2_grpc.py")  # the kubelet's protobuf stubs
 # Modules not yet held to strict typing, as installed (gpulens/agent/nvml.py is agent/nvml.py).
 PENDING = {
+    "gpulens/report/cli.py",
+    "gpulens/usage.py",
     "gpulens/agent/access.py",
     "gpulens/agent/attribution/hostusage.py",
     "gpulens/agent/attribution/podresources.py",
@@ -76,21 +78,15 @@ PENDING = {
     "gpulens/dashboard/views/gpu.py",
     "gpulens/dashboard/views/job.py",
     "gpulens/dashboard/views/trends.py",
-    "gpulens/httpclient.py",
     "gpulens/probes/cli.py",
     "gpulens/probes/kernels.py",
     "gpulens/probes/runner.py",
     "gpulens/probes/simulated.py",
-    "gpulens/report/cli.py",
-    "gpulens/report/progress.py",
     "gpulens/torch/__init__.py",
     "gpulens/torch/readings.py",
     "gpulens/torch/sender.py",
     "gpulens/torch/summary.py",
     "gpulens/torch/tracing.py",
-    "gpulens/trycli.py",
-    "gpulens/usage.py",
-    "gpulens/yamltext.py",
 }
 
 

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # rich is the report extra's: imported when the line first shows
+    from rich.console import Console
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 # Reports faster than this show nothing: a bar that flashes is noise.
 SHOW_AFTER_SECONDS = 0.5
@@ -15,13 +21,13 @@ class Progress:
     Disabled (a no-op) unless `enabled`, which the CLI sets when stderr is a terminal.
     """
 
-    def __init__(self, enabled: bool, clock: Callable[[], float] = time.monotonic, console=None):
+    def __init__(self, enabled: bool, clock: Callable[[], float] = time.monotonic, console: Console | None = None):
         self._enabled = enabled
         self._clock = clock
         self._started = clock()
         self._console = console
-        self._bar = None
-        self._task = None
+        self._bar: RichProgress | None = None
+        self._task: TaskID | None = None
         self.steps = 0
 
     def __call__(self, description: str) -> None:
@@ -45,7 +51,8 @@ class Progress:
             )
             self._bar.start()
             self._task = self._bar.add_task(description, total=None)
-        self._bar.update(self._task, description=description, advance=1)
+        if self._task is not None:
+            self._bar.update(self._task, description=description, advance=1)
 
     @property
     def shown(self) -> bool:
