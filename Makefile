@@ -47,10 +47,14 @@ test: lint
 	cat .venv-matrix/run.log; \
 	[ $$suite -eq 0 ] && [ $$others -eq 0 ]
 
-# The fast loop while working: the house's checks, then the agent's, simulator's and diagnosis's tests and
-# the tips (no servers, no browser, no other Python), in about two and a half minutes.
+# The fast loop while working: the house's checks, then every test of the agent, the simulator, the
+# diagnosis, the in-job library, attribution, the reports and the tips that starts no server and takes no
+# browser (`slow` ones are left to `make test`: marked by hand, or by a server fixture in tests/conftest.py),
+# on both cores (pytest-xdist).
+CHECKED := tests/agent tests/simulator tests/diagnosis tests/jobs tests/attribution tests/report \
+	tests/test_checks.py tests/test_units.py tests/test_words.py tests/test_yamltext.py tests/test_tips.py tests/test_tip_table.py
 check: lint
-	$(BIN)/pytest -q -p no:cacheprovider tests/agent tests/simulator tests/diagnosis tests/test_tips.py tests/test_tip_table.py
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 -m "not slow" $(CHECKED)
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_bench.py

@@ -95,3 +95,14 @@ def make_agent(
 @pytest.fixture
 def agent_for():
     return make_agent
+
+
+# Fixtures that start a real server (Prometheus): a test that uses one is `slow`, out of `make check`'s loop,
+# like the tests marked so by hand.
+SERVER_FIXTURES = frozenset({"prometheus_url", "guarded_prometheus_url"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
