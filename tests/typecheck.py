@@ -26,7 +26,6 @@ FOLDERS = {
 GENERATED = ("_pb2.py", "_pb2_grpc.py")  # the kubelet's protobuf stubs
 # Modules not yet held to strict typing, as installed (gpulens/agent/nvml.py is agent/nvml.py).
 PENDING = {
-    "gpulens/report/cli.py",
     "gpulens/usage.py",
     "gpulens/agent/access.py",
     "gpulens/agent/attribution/hostusage.py",

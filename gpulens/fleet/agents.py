@@ -31,7 +31,7 @@ from gpulens.fleet import assemble
 from gpulens.fleet import traces as report_traces
 from gpulens.fleet.agent_ledgers import Agents, ledger_runs
 from gpulens.fleet.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
-from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job
+from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job, trend_from
 from gpulens.fleet.records import (
     LOST_STATE,
     PAST_JOB_DAYS,
@@ -48,7 +48,7 @@ from gpulens.fleet.records import (
 )
 from gpulens.httpclient import HttpError
 from gpulens.report.summary import JobReport
-from gpulens.report.trend import TrendReport, spread, trend_report
+from gpulens.report.trend import TrendReport
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.urls import check_url, shown_url
 from gpulens.usage import JobRecord, merge_all
@@ -312,10 +312,7 @@ class AgentsSource:
         records = [r for r in found if r.last_seen >= since and r.start <= until]
         if not records and problems:
             return Answer(None, tuple(problems))
-        daily = spread(records, by, since, until)
-        return Answer(
-            trend_report(daily, records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems)
-        )
+        return Answer(trend_from(records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems))
 
     def _ledgers(self, params: Mapping[str, object], unreachable: str) -> tuple[list[JobRecord], list[SourceProblem]]:
         """Return the runs every agent's ledger answers to `params`, each on the node as this dashboard names it

@@ -13,12 +13,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
-from gpulens.report.summary import JobReport, job_report
+from gpulens.report.summary import FleetReport, JobReport, fleet_report, job_report
+from gpulens.report.trend import TrendReport, spread, trend_report
 from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 
@@ -43,6 +44,47 @@ class Source(Protocol):
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs of the job whose id (or pod name) is `job_id`, with timelines; [] if none."""
+
+
+@runtime_checkable
+class Store(Source, Protocol):
+    """A time-series store that adds up per group itself (prometheus_jobs.Prometheus): it answers a fleet report's
+    tables and a trend without reading every run of the period."""
+
+    TREND_GROUPINGS: tuple[str, ...]  # the owner labels its recorded hours keep
+
+    def fleet(
+        self, by: str, since: float, until: float, min_duration: float, step: Step, rows: int
+    ) -> FleetReport | None: ...
+
+    def trend(self, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport: ...
+
+
+def fleet_of(
+    source: Source, by: str, since: float, until: float, min_duration: float, step: Step, rows: int | None
+) -> FleetReport | None:
+    """Return the fleet report of [since, until] grouped `by`, or None without jobs. A store adds up the groups
+    itself and reads whole only the `rows` worst jobs of each list; with `rows` None (JSON, CSV, lines list
+    every job) or from ledgers and agents, every run is read and added up here."""
+    if isinstance(source, Store) and rows is not None:
+        return source.fleet(by, since, until, min_duration, step, rows)
+    records = source.runs_between(since, until, step)
+    return fleet_report(records, by, since, until, min_duration, source.description) if records else None
+
+
+def trend_of(source: Source, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
+    """Return the trend of [since, until] (whole hours) grouped `by`: a store's recorded GPU-hours, else every run
+    of the period spread over its days (trend_from)."""
+    if isinstance(source, Store):
+        return source.trend(by, since, until, min_duration, step)
+    return trend_from(source.runs_between(since, until, step), by, since, until, min_duration, source.description)
+
+
+def trend_from(
+    runs: Sequence[JobRecord], by: str, since: float, until: float, min_duration: float, description: str
+) -> TrendReport:
+    """Return the trend of `runs` (from ledgers), each spread over the days it spans."""
+    return trend_report(spread(runs, by, since, until), runs, by, since, until, min_duration, description)
 
 
 def read_job(

@@ -15,21 +15,32 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 from gpulens import thresholds as t
 from gpulens import units
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
-from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, LedgerFiles, Source, SourceError, read_job
+from gpulens.fleet.past import (
+    HTTP_TIMEOUT_SECONDS,
+    LedgerFiles,
+    Source,
+    SourceError,
+    Step,
+    Store,
+    fleet_of,
+    read_job,
+    trend_of,
+)
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
-from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, when
+from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document, when
 from gpulens.report.progress import Progress
-from gpulens.report.summary import GROUPINGS, FleetReport, JobReport, fleet_report
-from gpulens.report.trend import TrendReport, check_period, spread, trend_report, whole_hours
+from gpulens.report.summary import GROUPINGS, FleetReport, JobReport
+from gpulens.report.trend import TrendReport, check_period, whole_hours
 from gpulens.usage import LAST_EPOCH
 
 EXIT_EMPTY = 1
@@ -169,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source(args) -> Source:
+def _source(args: argparse.Namespace) -> Source:
     chosen = args.source
     given = [
         name
@@ -213,13 +224,23 @@ def _source(args) -> Source:
         return Prometheus(args.prometheus, timeout, credentials=read_credentials(args))
 
 
+Report = JobReport | FleetReport | TrendReport
 # What writes each format: the machine formats and the HTML page from the report, Markdown from its document.
-_FROM_REPORT = {"json": machine.to_json, "csv": machine.to_csv, "line": line.to_lines}
-_PAGES = {"job": htmlpage.render_job, "fleet": htmlpage.render_fleet, "trend": htmlpage.render_trend}
-_DOCUMENTS = {"job": document.job_document, "fleet": document.fleet_document, "trend": document.trend_document}
+# Each command's table entry takes that command's report.
+_FROM_REPORT: dict[str, Callable[[Any], str]] = {"json": machine.to_json, "csv": machine.to_csv, "line": line.to_lines}
+_PAGES: dict[str, Callable[[Any], str]] = {
+    "job": htmlpage.render_job,
+    "fleet": htmlpage.render_fleet,
+    "trend": htmlpage.render_trend,
+}
+_DOCUMENTS: dict[str, Callable[[Any], Document]] = {
+    "job": document.job_document,
+    "fleet": document.fleet_document,
+    "trend": document.trend_document,
+}
 
 
-def _render(report, fmt: str, command: str) -> str:
+def _render(report: Report, fmt: str, command: str) -> str | Document:
     if fmt in _FROM_REPORT:
         return _FROM_REPORT[fmt](report)
     if fmt == "html":
@@ -230,7 +251,9 @@ def _render(report, fmt: str, command: str) -> str:
     return written  # the terminal format prints the document itself
 
 
-def _job(source, args, since: float, until: float, min_duration: float, progress) -> JobReport:
+def _job(
+    source: Source, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
+) -> JobReport:
     """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
     report = read_job(source, args.id, since, until, min_duration, progress)
     if report is None:
@@ -267,7 +290,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             )
         min_duration = parse_duration(args.min_duration, "--min-duration")
         source = _source(args)
-        if args.command == "trend" and args.by not in getattr(source, "TREND_GROUPINGS", GROUPINGS):
+        if args.command == "trend" and isinstance(source, Store) and args.by not in source.TREND_GROUPINGS:
             raise UsageError(
                 f"--by {args.by}: {source.description} records no {args.by} in its hourly GPU-hours; "
                 f"group by one of {', '.join(source.TREND_GROUPINGS)}, "
@@ -280,6 +303,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         return EXIT_USAGE
     progress = Progress(enabled=sys.stderr.isatty() and _has_rich())
     try:
+        report: Report | None
         if args.command == "job":
             report = _job(source, args, since, until, min_duration, progress)
         elif args.command == "trend":
@@ -297,32 +321,24 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     return _write(output, args.output)
 
 
-def _fleet(source: Source, args, since: float, until: float, min_duration: float, progress) -> FleetReport | None:
-    """The fleet report, or None without jobs. From a store, the formats people read ask each job only what
-    the tables show and read the listed jobs whole; JSON, CSV and lines list every job whole."""
-    tables = getattr(source, "fleet", None)  # a store (Prometheus' API); not the ledgers or the agents
-    if tables is not None and args.format not in MACHINE_FORMATS:
-        return tables(args.by, since, until, min_duration, progress, max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN))
-    records = source.runs_between(since, until, progress)
-    return fleet_report(records, args.by, since, until, min_duration, source.description) if records else None
+def _fleet(
+    source: Source, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
+) -> FleetReport | None:
+    """The fleet report, or None without jobs: the formats people read show only the worst jobs, JSON, CSV and
+    lines list every job whole."""
+    rows = None if args.format in MACHINE_FORMATS else max(WORST_JOBS_SHOWN, SHORT_JOBS_SHOWN)
+    return fleet_of(source, args.by, since, until, min_duration, progress, rows)
 
 
-def _trend(source: Source, by: str, since: float, until: float, min_duration: float, progress) -> TrendReport:
-    """The trend: from a store, its hourly GPU-hours and its Kubernetes jobs (`Prometheus.trend`); from ledgers,
-    every run of the period, spread over its days. Raises SourceError when the period has no GPU-hours."""
-    from_store = getattr(source, "trend", None)  # a store (Prometheus' API); not the ledgers or the agents
-    if from_store is not None:
-        report = from_store(by, since, until, min_duration, progress)
-    else:
-        records = source.runs_between(since, until, progress)
-        daily = spread(records, by, since, until)
-        report = trend_report(daily, records, by, since, until, min_duration, source.description)
+def _trend(source: Source, by: str, since: float, until: float, min_duration: float, progress: Step) -> TrendReport:
+    """The trend (`fleet.past.trend_of`); raises SourceError when the period has no GPU-hours."""
+    report = trend_of(source, by, since, until, min_duration, progress)
     if report.total.held <= 0:
         raise _nothing("GPU-hours", source, since, until, _NO_LEDGER)
     return report
 
 
-def _write(output, path: str | None) -> int:
+def _write(output: str | Document, path: str | None) -> int:
     if not isinstance(output, str):  # a Document for the terminal
         if path:
             from gpulens.report.terminal import render
