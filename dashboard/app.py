@@ -2,6 +2,7 @@
 
 import inspect
 import pathlib
+from typing import Literal, TypedDict
 
 import streamlit as st
 
@@ -13,9 +14,15 @@ from gpulens.dashboard import gate
 # https://fonts.gstatic.com/s/i/short-term/release/materialsymbolsrounded/NAME/default/24px.svg (the bundle
 # streamlit/static/static/js/index.*.js, 1.67), a failed request and a broken icon on an air-gapped network.
 ICON = pathlib.Path(__file__).with_name("icon.svg")
+
+
+class _Visibility(TypedDict, total=False):
+    visibility: Literal["visible", "hidden"]
+
+
 # A page left out of the sidebar. st.Page's `visibility` is newer than the oldest Streamlit the dashboard
 # admits (1.51, pyproject.toml): there such a page is listed like the others.
-HIDDEN = {"visibility": "hidden"} if "visibility" in inspect.signature(st.Page).parameters else {}
+HIDDEN: _Visibility = {"visibility": "hidden"} if "visibility" in inspect.signature(st.Page).parameters else {}
 
 st.set_page_config(page_title="gpulens", page_icon=ICON, layout="wide")
 

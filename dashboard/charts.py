@@ -7,12 +7,15 @@ chart by the height it is given, not by the chart's own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import altair as alt
 import pandas as pd
 
 from gpulens import words
+from gpulens.dashboard.views.gpu import ChartRow
+from gpulens.dashboard.views.trends import DailyRow, GroupDailyRow
 from gpulens.vocabulary import State
 
 # Colours by meaning: wasted states warm, busy green, free blue, unknown grey; a GPU off the bus black,
@@ -45,7 +48,7 @@ def _index(gpu: str) -> int:
     return int(digits) if digits.isascii() and digits.isdigit() else 1 << 30
 
 
-def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+def heatmap(rows: Sequence[Mapping[str, object]]) -> tuple[alt.Chart, int]:
     """A node-by-GPU grid (rows from `views.fleet.heatmap_rows`), one square per GPU coloured by its state,
     a GPU in MIG mode split into its slices by their share, with a tooltip of who and why."""
     frame = pd.DataFrame(rows)
@@ -77,7 +80,7 @@ def heatmap(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     ), 28 * len(nodes) + 160
 
 
-def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+def node_map(rows: Sequence[Mapping[str, object]]) -> tuple[alt.Chart, int]:
     """A grid of nodes (rows from `views.fleet.node_map_rows`), each square coloured by the share of its
     GPUs flagged, with a tooltip of its states; each line is named by its first node."""
     frame = pd.DataFrame(rows)
@@ -100,7 +103,7 @@ def node_map(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     ), 18 * len(lines) + 120
 
 
-def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
+def lines(rows: Sequence[ChartRow], axis: str, start: datetime, end: datetime) -> tuple[alt.Chart, int]:
     """A time series chart: one line per legend entry, the y axis titled with its unit."""
     frame = pd.DataFrame(rows)
     return (
@@ -117,7 +120,7 @@ def lines(rows: Sequence[dict], axis: str, start, end) -> tuple[alt.Chart, int]:
     ), 340
 
 
-def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
+def timeline(rows: Sequence[Mapping[str, object]], start: datetime, end: datetime) -> tuple[alt.Chart, int]:
     """The state timeline: one coloured band per stretch of one state, a line of bands per `row` (a GPU, or each
     of its MIG slices), in the order the rows come."""
     frame = pd.DataFrame(rows)
@@ -143,7 +146,7 @@ def timeline(rows: Sequence[dict], start, end) -> tuple[alt.Chart, int]:
     ), 110 + 40 * len(names)
 
 
-def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+def shares(rows: Sequence[Mapping[str, object]]) -> tuple[alt.Chart, int]:
     """A horizontal bar of GPU-hours per state (rows from `views.job.state_breakdown`); in GPU-minutes while
     the largest bar is under an hour."""
     frame = pd.DataFrame(rows)
@@ -169,7 +172,7 @@ def shares(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
 _DAY = alt.X("day:O", title="day (UTC)", axis=alt.Axis(labelAngle=-45, labelOverlap=True))
 
 
-def daily_waste(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+def daily_waste(rows: Sequence[DailyRow]) -> tuple[alt.Chart, int]:
     """Wasted GPU-hours per day (rows from `views.trends.daily_rows`), a bar a day stacked by reason."""
     from gpulens.vocabulary import WASTED_STATES
 
@@ -187,7 +190,7 @@ def daily_waste(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
     ), 340
 
 
-def daily_groups(rows: Sequence[dict]) -> tuple[alt.Chart, int]:
+def daily_groups(rows: Sequence[GroupDailyRow]) -> tuple[alt.Chart, int]:
     """Wasted GPU-hours per day of each group (rows from `views.trends.group_daily_rows`), a line each."""
     return (
         alt.Chart(pd.DataFrame(rows))

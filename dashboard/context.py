@@ -31,10 +31,13 @@ from gpulens.fleet.records import (
     GpuHistory,
     JobSummary,
     JobTraces,
+    ProbeResult,
     Source,
     SourceProblem,
     TraceShown,
 )
+from gpulens.report.summary import JobReport
+from gpulens.report.trend import TrendReport
 from gpulens.usage import JobRecord
 
 log = logging.getLogger("gpulens.dashboard")
@@ -87,7 +90,7 @@ def source() -> Source:
     The login gate comes first, so no page reads the fleet for a viewer who may not see it.
     """
     gate.guard()
-    injected = st.session_state.get(SOURCE_KEY)
+    injected: Source | None = st.session_state.get(SOURCE_KEY)
     if injected is not None:
         return injected
     try:
@@ -126,12 +129,12 @@ def _history(_source: Source, key: str, node: str, gpu: str, seconds: float) -> 
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
-def _running_jobs(_source: Source, key: str) -> Answer:
+def _running_jobs(_source: Source, key: str) -> Answer[tuple[JobSummary, ...]]:
     return _safe(_source.running_jobs, (), "the jobs")
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
-def _probes(_source: Source, key: str) -> Answer:
+def _probes(_source: Source, key: str) -> Answer[tuple[ProbeResult, ...]]:
     return _safe(_source.probes, (), "the probe results")
 
 
@@ -146,7 +149,7 @@ TREND_CACHE_SECONDS = 300
 
 
 @st.cache_data(ttl=TREND_CACHE_SECONDS, show_spinner=False, max_entries=32)
-def _trends(_source: Source, key: str, by: str, since: float, until: float) -> Answer:
+def _trends(_source: Source, key: str, by: str, since: float, until: float) -> Answer[TrendReport | None]:
     return _safe(lambda: _source.trends(by, since, until), None, f"the trends by {by}")
 
 
@@ -169,7 +172,9 @@ def _past_job(_source: Source, key: str, kind: str, job_id: str) -> Answer[JobRe
 
 # Kept as briefly as the fleet: a job that has only just started is in no ledger yet, and a reload should find it.
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
-def _job_report(_source: Source, key: str, kind: str, job_id: str, since: float, until: float) -> Answer:
+def _job_report(
+    _source: Source, key: str, kind: str, job_id: str, since: float, until: float
+) -> Answer[JobReport | None]:
     return _safe(lambda: _source.job_report(kind, job_id, since, until), None, f"the report of job {job_id}")
 
 
@@ -187,11 +192,11 @@ def gpu_history(source: Source, node: str, gpu: str, seconds: float) -> Answer[G
     return _history(source, source.cache_key, node, gpu, seconds)
 
 
-def running_jobs(source: Source) -> Answer:
+def running_jobs(source: Source) -> Answer[tuple[JobSummary, ...]]:
     return _running_jobs(source, source.cache_key)
 
 
-def probes(source: Source) -> Answer:
+def probes(source: Source) -> Answer[tuple[ProbeResult, ...]]:
     return _probes(source, source.cache_key)
 
 
@@ -199,7 +204,7 @@ def alerts(source: Source) -> Answer[Alerts]:
     return _alerts(source, source.cache_key)
 
 
-def trends(source: Source, by: str, since: float, until: float) -> Answer:
+def trends(source: Source, by: str, since: float, until: float) -> Answer[TrendReport | None]:
     return _trends(source, source.cache_key, by, since, until)
 
 
@@ -212,14 +217,16 @@ def past_job(source: Source, kind: str, job_id: str) -> Answer[JobRecord | None]
     return _past_job(source, source.cache_key, kind, job_id)
 
 
-def job_report(source: Source, kind: str, job_id: str, since: float, until: float) -> Answer:
+def job_report(source: Source, kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
     """The job's report over [since, until] (`gpulens report job`'s), or None and why."""
     return _job_report(source, source.cache_key, kind, job_id, since, until)
 
 
 def start_trace(source: Source, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
     """Ask for a trace of the job's next `steps` steps; forget the cached traces, so that the new one shows."""
-    answer = _safe(lambda: source.start_trace(job, steps), (), f"the answer to a trace request for job {job.job_id}")
+    answer: Answer[tuple[TraceShown, ...]] = _safe(
+        lambda: source.start_trace(job, steps), (), f"the answer to a trace request for job {job.job_id}"
+    )
     _traces.clear()
     return answer
 

@@ -23,6 +23,8 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
 
 import yaml
 
@@ -56,6 +58,7 @@ from gpulens.fleet.environment import (
     parse_agents,
 )
 from gpulens.urls import check_url, refuse_password
+from gpulens.usage import JobRecord
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
 # Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
@@ -74,17 +77,20 @@ class LaunchError(Exception):
 
 
 class Children:
-    """The processes a command started: each in its own session, stopped newest first."""
+    """The processes a command started: each in its own session, stopped newest first.
+
+    A process reads and writes bytes or text as its `kwargs` (Popen's) say: hence `Popen[Any]`.
+    """
 
     def __init__(self) -> None:
-        self._processes: list[subprocess.Popen] = []
+        self._processes: list[subprocess.Popen[Any]] = []
 
-    def start(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
-        process = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
+    def start(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        process: subprocess.Popen[Any] = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
         self._processes.append(process)
         return process
 
-    def exited(self) -> subprocess.Popen | None:
+    def exited(self) -> subprocess.Popen[Any] | None:
         """Return a child that has exited, if any."""
         return next((p for p in self._processes if p.poll() is not None), None)
 
@@ -99,6 +105,12 @@ class Children:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _program(process: subprocess.Popen[Any]) -> str:
+    """Return the file name of the program `process` runs (`Children.start` gives Popen its argv as a list)."""
+    argv = process.args
+    return pathlib.Path(str(argv[0] if isinstance(argv, list) else argv)).name
 
 
 def check_port(host: str, port: int, what: str) -> None:
@@ -128,9 +140,7 @@ def wait_until(ready: Callable[[], bool], children: Children, what: str, timeout
             return
         gone = children.exited()
         if gone is not None:
-            raise LaunchError(
-                f"{what} did not start: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}"
-            )
+            raise LaunchError(f"{what} did not start: {_program(gone)} exited with status {gone.returncode}")
         time.sleep(0.2)
     raise LaunchError(f"{what} did not answer within {timeout:g} s")
 
@@ -139,7 +149,8 @@ def _answers(url: str) -> Callable[[], bool]:
     def ready() -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status == 200
+                status: int = response.status
+                return status == 200
         except OSError:
             return False
 
@@ -202,9 +213,9 @@ def start_dashboard(
 
 def _serve(children: Children, lines: Sequence[str]) -> int:
     """Print `lines`, then wait until Ctrl-C, SIGTERM or a child's exit; stop everything."""
-    stopping = []
+    stopping: list[int] = []
 
-    def stop(signum, frame) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         stopping.append(signum)
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -215,7 +226,7 @@ def _serve(children: Children, lines: Sequence[str]) -> int:
             gone = children.exited()
             if gone is not None:
                 print(
-                    f"gpulens: {pathlib.Path(str(gone.args[0])).name} exited with status {gone.returncode}; stopping",
+                    f"gpulens: {_program(gone)} exited with status {gone.returncode}; stopping",
                     file=sys.stderr,
                 )
                 return EXIT_RUNTIME
@@ -403,7 +414,8 @@ def start_agent(
             text=True,
             env=env,
         )
-    line = process.stdout.readline()
+    assert process.stdout is not None  # stdout=PIPE
+    line: str = process.stdout.readline()
     if "listening on http://" not in line:
         process.wait(timeout=10)
         last = (log.read_text().strip().splitlines() or ["no message"])[-1]
@@ -562,13 +574,14 @@ def start_victoriametrics(
 ) -> tuple[str, list[str]]:
     """Start VictoriaMetrics fed by two vmagents, each scraping half the agents, and vmalert evaluating
     the project's rules against it; return the URL that answers the Prometheus API, and the rule files."""
-    binaries = {name: shutil.which(name) for name in VICTORIAMETRICS}
-    missing = [name for name, path in binaries.items() if path is None]
+    found = {name: shutil.which(name) for name in VICTORIAMETRICS}
+    missing = [name for name, path in found.items() if path is None]
     if missing:
         raise LaunchError(
             f"--victoriametrics needs {', '.join(missing)} (Debian package 'victoria-metrics'); "
             "install it or run 'gpulens demo' without --victoriametrics"
         )
+    binaries = {name: path for name, path in found.items() if path is not None}
     store, evaluator = _free_loopback_url(), _free_loopback_url()
     _start_server(
         children,
@@ -642,7 +655,8 @@ def write_history(folder: pathlib.Path, until: float) -> tuple[dict[str, pathlib
     return both. Prometheus refuses every scrape older than the newest point loaded ("out of bounds"), so no
     point may lie after the start."""
     until = math.floor(until / demo_history.HOUR) * demo_history.HOUR
-    ledgers, runs = {}, []
+    ledgers: dict[str, pathlib.Path] = {}
+    runs: list[JobRecord] = []
     for name in DEMO_SCENARIOS:
         past = demo_history.past_runs(load_scenario(name), name, until, first_slurm_id=FIRST_SLURM_ID + len(runs))
         ledgers[name] = folder / f"ledger-{name}.sqlite"

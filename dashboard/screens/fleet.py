@@ -3,6 +3,7 @@
 import time
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from gpulens import words
 from gpulens.dashboard import charts, context
@@ -30,7 +31,11 @@ def fleet() -> None:
     # One row of choices, so that the first flagged GPU stays in view without scrolling.
     columns = st.columns(5)
     window = columns[0].selectbox(
-        "Count wasted GPU-hours over", list(WINDOWS), index=2, format_func=WINDOWS.get, key="window"
+        "Count wasted GPU-hours over",
+        list(WINDOWS),
+        index=2,
+        format_func=lambda seconds: WINDOWS.get(seconds, ""),
+        key="window",
     )
     answer = context.fleet(source, window)
     notices = st.container()  # the problems of every read on this page, filled in at the end
@@ -42,12 +47,14 @@ def fleet() -> None:
         return
     options = view.filter_options(gpus)
 
-    def pick(column, label: str, choices: tuple[str, ...], key: str, **extra) -> tuple[str, ...]:
+    def pick(
+        column: DeltaGenerator, label: str, choices: tuple[str, ...], key: str, help_text: str | None = None
+    ) -> tuple[str, ...]:
         """A filter kept in the page's address, so that a link or a reload shows the same GPUs."""
         linked = [v for v in st.query_params.get_all(key) if v in choices]
         if key not in st.session_state and linked:
             st.session_state[key] = linked
-        chosen = tuple(column.multiselect(label, choices, key=key, **extra))
+        chosen = tuple(column.multiselect(label, choices, key=key, help=help_text))
         if list(chosen) != st.query_params.get_all(key):
             st.query_params[key] = list(chosen)
         return chosen
@@ -59,7 +66,7 @@ def fleet() -> None:
             "Namespace",
             options.namespaces,
             "namespace",
-            help="Kubernetes namespace of the job holding the GPU",
+            help_text="Kubernetes namespace of the job holding the GPU",
         ),
         users=pick(columns[3], "User", options.users, "user"),
         models=pick(columns[4], "GPU model", options.models, "model"),

@@ -4,6 +4,7 @@ to send them, and a silence of its alerts (for a logged-in viewer or one on this
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 import streamlit as st
@@ -23,7 +24,9 @@ source = context.source()
 context.header("Node and GPU", "What one GPU did over time, and who holds it.", source)
 
 
-def _pick(label: str, options: list[str], wanted: str | None, key: str, format_func=str) -> str | None:
+def _pick(
+    label: str, options: list[str], wanted: str | None, key: str, format_func: Callable[[str], str] = str
+) -> str | None:
     """A select box that starts on the link's choice (query parameter `key`) and keeps it in the URL; on a
     link to a choice it does not offer it starts empty, so the page never shows another GPU in its place."""
     if not options:
@@ -94,7 +97,12 @@ def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
     if covering:  # the owner freed the GPU sooner: its alerts should reach people again
         with st.form("expire"):
             names = {s.id: oncall.silence_choice(s) for s in covering}
-            st.selectbox("End a silence now", list(names), format_func=names.get, key="expire_silence_id")
+            st.selectbox(
+                "End a silence now",
+                list(names),
+                format_func=lambda silence_id: names.get(silence_id, ""),
+                key="expire_silence_id",
+            )
             st.form_submit_button("End this silence", on_click=expire, args=(where, key), key="expire_submit")
     matchers = ", ".join(map(str, oncall.gpu_matchers(gpu)))
     with st.form("silence"):
@@ -103,7 +111,7 @@ def silence_panel(gpu: FleetGpu, alerts: Answer[Alerts], now: float) -> None:
             "For",
             durations,
             index=durations.index(oncall.DEFAULT_DURATION),
-            format_func=oncall.DURATIONS.get,
+            format_func=lambda seconds: oncall.DURATIONS.get(seconds, ""),
             key="silence_seconds",
         )
         st.text_area(
@@ -162,7 +170,9 @@ def gpu_page() -> None:
             "GPU", [g.gpu for g in on_node], st.query_params.get("gpu"), "gpu", format_func=lambda i: f"GPU {i}"
         )
     with right:
-        seconds = st.selectbox("Time range", list(RANGES), index=0, format_func=RANGES.get, key="range")
+        seconds = st.selectbox(
+            "Time range", list(RANGES), index=0, format_func=lambda choice: RANGES.get(choice, ""), key="range"
+        )
     unknown = view.unknown_link(
         st.query_params.get("node"), st.query_params.get("gpu"), nodes, [g.gpu for g in on_node]
     )

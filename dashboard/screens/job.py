@@ -11,6 +11,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from gpulens import words
 from gpulens.dashboard import access, charts, context, gate
+from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links
 from gpulens.dashboard.views import traces as trace_view
@@ -125,6 +126,8 @@ def job_page() -> None:
     gpus = fleet.value.gpus
     rows = view.job_list(jobs.value, gpus)
     keys = [(r["kind"], r["id"]) for r in rows]
+    # Looked up with .get: a choice kept from an earlier run, of a job that has ended since, is no option and
+    # resets the box (Streamlit's resolve_value_against_options), where a KeyError would take another path.
     labels = {(r["kind"], r["id"]): f"{r['job']} — {r['user'] or 'unknown user'}" for r in rows}
     link_kind, link_id = st.query_params.get("kind", ""), st.query_params.get("id", "")
     linked = view.linked(keys, link_kind, link_id)
@@ -135,7 +138,7 @@ def job_page() -> None:
                 "Open a running job instead",
                 keys,
                 index=None,
-                format_func=labels.get,
+                format_func=lambda key: labels.get(key, ""),
                 key="job_instead",
                 placeholder="Pick a running job",
                 on_change=open_instead,
@@ -147,11 +150,12 @@ def job_page() -> None:
             context.banner((*fleet.problems, *jobs.problems))
         st.info("No jobs to show: no GPU is held by a job the agents can see.")
         return
-    kind, job_id = st.selectbox("Job", keys, index=linked, format_func=labels.get, key="job")
+    assert linked is not None  # with jobs to list, `view.linked` says None only for a link's id, handled above
+    kind, job_id = st.selectbox("Job", keys, index=linked, format_func=lambda key: labels.get(key, ""), key="job")
     if (link_kind, link_id) != (kind, job_id):
         st.query_params.update({"kind": kind, "id": job_id})
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
-    detail = context.detail(source, view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
+    detail = context.detail(source, fleet_view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
     traces = context.traces(source, job)
     with notices:
         context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems))

@@ -3,15 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypedDict
 
 from gpulens import words
 from gpulens.dashboard.views.links import gpu_link, node_link
 from gpulens.fleet.records import FiringAlert, SilenceShown
 
+# A row of the alerts table; the keys are the column titles.
+AlertRow = TypedDict(
+    "AlertRow",
+    {
+        "alert": str,
+        "state": str,
+        "severity": str,
+        "where": str,
+        "for": str,
+        "summary": str,
+        "description": str,
+        "runbook": str,
+        "link": str,
+        "notice": str,
+    },
+)
+SilenceRow = TypedDict("SilenceRow", {"matches": str, "by": str, "why": str, "ends in": str})
 
-def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[dict]:
+
+def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[AlertRow]:
     """Return one row per alert: what, how bad, where (linked to the GPU or node), since when, and why."""
-    rows = []
+    rows: list[AlertRow] = []
     for a in alerts:
         link = gpu_link(a.node, a.gpu) if a.node and a.gpu else (node_link(a.node) if a.node else "")
         rows.append(
@@ -31,7 +50,7 @@ def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[dict]:
     return rows
 
 
-def silence_rows(silences: Iterable[SilenceShown], now: float) -> list[dict]:
+def silence_rows(silences: Iterable[SilenceShown], now: float) -> list[SilenceRow]:
     """Return one row per silence in force: what it matches, who set it and why, and how long it has left."""
     return [
         {

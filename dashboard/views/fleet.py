@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from gpulens import tips, words
 from gpulens.dashboard.views.links import gpu_link, job_link, node_link
@@ -309,7 +310,14 @@ def failure_rank(unit: FleetGpu) -> int:
     return min((FAILURES.index(c) for c in unit.conditions if c in FAILURES), default=len(FAILURES))
 
 
-def summary_rows(rows: Sequence[Flagged]) -> list[dict]:
+# A line of the flagged GPUs' summary; the keys are the column titles.
+SummaryRow = TypedDict(
+    "SummaryRow",
+    {"GPU": str, "state": str, "why": str, "held by": str, "wasted GPU-hours": float, "details": str},
+)
+
+
+def summary_rows(rows: Sequence[Flagged]) -> list[SummaryRow]:
     """Return a line each for flagged GPUs: where, its state, why, whose, and the GPU-hours wasted."""
     return [
         {

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TypedDict
 
 from gpulens import words
 from gpulens.dashboard.views.fleet import gpu_tips, is_lost
@@ -88,6 +89,49 @@ CHARTS = (
 )
 
 
+class ChartRow(TypedDict):
+    """A point of a chart's line: when, whose legend, and the value in the unit of `axis_title`."""
+
+    time: datetime
+    series: str
+    value: float
+
+
+# The tables' rows; the keys are the column titles.
+NodeRow = TypedDict(
+    "NodeRow",
+    {
+        "GPU": str,
+        "model": str,
+        "state": str,
+        "why": str,
+        "health": str,
+        "owner": str,
+        "job": str,
+        "in this state for": str,
+        "memory used": str,
+    },
+)
+SliceRow = TypedDict(
+    "SliceRow",
+    {
+        "slice": str,
+        "share of the GPU": str,
+        "state": str,
+        "why": str,
+        "memory used": str,
+        "owner": str,
+        "job": str,
+        "in this state for": str,
+        "tip": str,
+    },
+)
+HolderRow = TypedDict(
+    "HolderRow",
+    {"job kind": str, "job": str, "user": str, "namespace": str, "pod": str, "processes on the GPU": str},
+)
+
+
 def _time(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
@@ -121,11 +165,11 @@ def axis_title(history: GpuHistory, spec: ChartSpec) -> str:
     return _prefix(history, spec)[1] + spec.axis
 
 
-def chart_rows(history: GpuHistory, spec: ChartSpec) -> list[dict]:
+def chart_rows(history: GpuHistory, spec: ChartSpec) -> list[ChartRow]:
     """Return long-format rows (time, series legend, value in the unit of `axis_title`) for one chart: the GPU's
     lines, then each MIG slice's, its legend led by the slice's name."""
     scale = _prefix(history, spec)[0]
-    rows = []
+    rows: list[ChartRow] = []
     for name, unit in units(history):
         for line in spec.lines:
             legend = line.legend if unit is history else f"{name}: {line.legend}"
@@ -206,7 +250,7 @@ def mig_note(gpu: FleetGpu, history: GpuHistory) -> str:
     return f"{own}, each on a row of its own."
 
 
-def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
+def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[NodeRow]:
     """Return the node's GPUs as table rows: index, model, state, why, owner, job, since."""
     return [
         {
@@ -226,9 +270,9 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[dict]:
     ]
 
 
-def slice_rows(gpu: FleetGpu, now: float) -> list[dict]:
+def slice_rows(gpu: FleetGpu, now: float) -> list[SliceRow]:
     """Return a GPU's MIG slices as table rows: profile, share, state, why, memory, holder, since, top tip."""
-    rows = []
+    rows: list[SliceRow] = []
     for s in gpu.slices:
         tips = gpu_tips(s, limit=1)
         memory = words.gib(s.memory_used_bytes)
@@ -250,7 +294,7 @@ def slice_rows(gpu: FleetGpu, now: float) -> list[dict]:
     return rows
 
 
-def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[dict]:
+def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[HolderRow]:
     """Return who holds the GPU: its job and the processes on it (latest count), as table rows."""
     processes = history.series.get("processes")
     last = processes[-1][1] if processes else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from gpulens import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
@@ -13,6 +14,30 @@ from gpulens.dashboard.views.links import gpu_link, job_link
 from gpulens.fleet.records import FleetGpu, JobSummary
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
+
+# The tables' rows; the keys are the column titles.
+JobRow = TypedDict(
+    "JobRow",
+    {
+        "job": str,
+        "kind": str,
+        "id": str,
+        "user": str,
+        "namespace": str,
+        "GPUs now": float,
+        "nodes": str,
+        "GPU-hours": float,
+        "wasted share": float,
+        "link": str,
+    },
+)
+
+
+class PastGpuRow(TypedDict):
+    GPU: str
+    model: str
+    now: str
+    details: str | None  # its page's link, None for a GPU not in the fleet now
 
 
 def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:
@@ -31,10 +56,10 @@ def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:
     return "Owner: " + "; ".join(parts) + "."
 
 
-def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[dict]:
+def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[JobRow]:
     """Return one row per job: who, where, GPUs, GPU-hours and the share wasted; most wasted first."""
     gpus = list(gpus)
-    rows = []
+    rows: list[JobRow] = []
     for job in jobs:
         held = job_gpus(gpus, job.job_kind, job.job_id)
         total = sum(job.state_seconds.values())
@@ -156,11 +181,11 @@ def past_tips(record: JobRecord) -> list[tuple[str, str]]:
     return [(tip_title(tip_id), tip_text(tip_id, use)) for tip_id, use in record.top_tips(3)]
 
 
-def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[dict]:
+def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[PastGpuRow]:
     """Return the GPUs (and MIG slices) a job held, as table rows: named, linked and with the state each is in
     now where the fleet still has its UUID; by UUID where it does not."""
     by_uuid = {u.uuid: u for u in units(gpus)}
-    rows = []
+    rows: list[PastGpuRow] = []
     for uuid in record.gpus:
         g = by_uuid.get(uuid)
         if g is None:

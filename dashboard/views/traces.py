@@ -7,7 +7,7 @@ metrics keep of one), so that the command line, the reports and the page say the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpulens import words
@@ -56,7 +56,7 @@ def finished_line(last: Sequence[TraceShown], now: float) -> str:
     return f"The last trace, of {processes} on {last[0].node}" + (f", finished {ago}:" if ago else ":")
 
 
-def step_parts(run: dict[str, Any]) -> list[tuple[str, str]]:
+def step_parts(run: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Return (label, value) for a step's time and each part's share of it; [] for a trace without steps."""
     summary = run.get("summary") or {}
     if not summary.get("steps"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TypedDict
 
 from gpulens import words
 from gpulens.report.summary import GROUPINGS
@@ -34,6 +35,48 @@ GROUPS_CHARTED = 6  # the groups that wasted most get a line each; the rest are 
 OUTCOME = {GONE: "gone: the tip was followed", LESS: "less, not gone"}
 
 
+class DailyRow(TypedDict):
+    day: str  # the UTC date
+    reason: str
+    hours: float  # GPU-hours wasted
+
+
+class GroupDailyRow(TypedDict):
+    day: str  # the UTC date
+    group: str
+    hours: float  # GPU-hours wasted
+
+
+# A group's row, keyed by the column titles: the first is the grouping's name (`report.by`), so it is no TypedDict.
+GroupRow = dict[str, str | float | None]
+# The tables' rows; the keys are the column titles.
+ReasonRow = TypedDict(
+    "ReasonRow",
+    {
+        "reason": str,
+        "wasted GPU-hours": float,
+        "of the waste": float | None,
+        "first days, a day": float,
+        "last days, a day": float,
+    },
+)
+FollowUpRow = TypedDict(
+    "FollowUpRow",
+    {
+        "user": str,
+        "job": str,
+        "reason": str,
+        "tip": str,
+        "flagged": str,
+        "share then": float,
+        "last run": str,
+        "share now": float,
+        "runs since": int,
+        "reason now": str,
+    },
+)
+
+
 def period(now: float, days: int) -> tuple[float, float]:
     """Return (since, until) in epoch seconds: the `days` before the last whole hour. The ends move once an
     hour, so that the page's refreshes share one cached trend."""
@@ -56,7 +99,7 @@ def _day(day: Day) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(day.start))
 
 
-def daily_rows(report: TrendReport) -> list[dict]:
+def daily_rows(report: TrendReport) -> list[DailyRow]:
     """Return one row per day and reason with waste: the day (UTC date), the reason's name, GPU-hours."""
     return [
         {"day": _day(d), "reason": words.state_name(r), "hours": d.total.seconds(r) / 3600}
@@ -66,12 +109,12 @@ def daily_rows(report: TrendReport) -> list[dict]:
     ]
 
 
-def group_daily_rows(report: TrendReport) -> list[dict]:
+def group_daily_rows(report: TrendReport) -> list[GroupDailyRow]:
     """Return one row per day and group: the wasted GPU-hours of the GROUPS_CHARTED groups that wasted most
     over the period, and of the rest added up as "others"."""
     ranked = sorted(report.groups, key=lambda g: (-g.total.wasted, g.key))
     shown = [g.key for g in ranked[:GROUPS_CHARTED]]
-    rows = []
+    rows: list[GroupDailyRow] = []
     for d in report.days:
         for key in shown:
             rows.append({"day": _day(d), "group": key, "hours": d.groups.get(key, Usage()).wasted / 3600})
@@ -81,10 +124,10 @@ def group_daily_rows(report: TrendReport) -> list[dict]:
     return rows
 
 
-def group_rows(report: TrendReport) -> list[dict]:
+def group_rows(report: TrendReport) -> list[GroupRow]:
     """Return one row per group, the most improved first: its GPU-hours and waste over the period, waste a day
     in the first days and the last, and its tips followed."""
-    rows = []
+    rows: list[GroupRow] = []
     followed = followed_by_group(report)
     for g in report.groups:
         gone, total = followed.get(g.key, (0, 0))
@@ -107,10 +150,10 @@ def group_rows(report: TrendReport) -> list[dict]:
     return rows
 
 
-def reason_rows(report: TrendReport) -> list[dict]:
+def reason_rows(report: TrendReport) -> list[ReasonRow]:
     """Return one row per reason: GPU-hours over the period, its share of the waste, and a day at each end."""
     total = report.total
-    rows = []
+    rows: list[ReasonRow] = []
     for r in REASONS:
         first, last = report.change.reason_per_day(r)
         rows.append(
@@ -125,7 +168,7 @@ def reason_rows(report: TrendReport) -> list[dict]:
     return rows
 
 
-def follow_up_rows(report: TrendReport) -> list[dict]:
+def follow_up_rows(report: TrendReport) -> list[FollowUpRow]:
     """Return one row per run flagged with a reason while a tip for it applied, and what became of the reason
     in the last later run of the same job: gone first."""
     return [
