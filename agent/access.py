@@ -18,9 +18,14 @@ from __future__ import annotations
 import base64
 import ipaddress
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, peer_names
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +41,17 @@ class Guard:
     `config` returns the web config in force (a `WebConfigFile.current`, or a constant).
     """
 
-    def __init__(self, app, config: Callable[[], WebConfig] = lambda: PLAIN, check: PasswordCheck | None = None):
+    def __init__(
+        self,
+        app: WSGIApplication,
+        config: Callable[[], WebConfig] = lambda: PLAIN,
+        check: PasswordCheck | None = None,
+    ):
         self._app = app
         self._config = config
         self._check = check or PasswordCheck()
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         config = self._config()
         path = environ.get("PATH_INFO", "/")
         respond = _with_headers(start_response, config.headers) if config.headers else start_response
@@ -76,7 +86,7 @@ class Guard:
                 )
         return self._app(environ, respond)
 
-    def _password_ok(self, config: WebConfig, environ) -> bool:
+    def _password_ok(self, config: WebConfig, environ: WSGIEnvironment) -> bool:
         header = environ.get("HTTP_AUTHORIZATION", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "basic" or not token:
@@ -96,13 +106,17 @@ def _loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def _with_headers(start_response, headers):
-    def respond(status, response_headers, exc_info=None):
+def _with_headers(start_response: StartResponse, headers: Mapping[str, str]) -> StartResponse:
+    def respond(
+        status: str,
+        response_headers: list[tuple[str, str]],
+        exc_info: tuple[type[BaseException], BaseException, TracebackType] | tuple[None, None, None] | None = None,
+    ) -> Callable[[bytes], object]:
         return start_response(status, [*response_headers, *headers.items()], exc_info)
 
     return respond
 
 
-def _refuse(start_response, status: str, body: bytes, extra: list[tuple[str, str]]):
+def _refuse(start_response: StartResponse, status: str, body: bytes, extra: list[tuple[str, str]]) -> list[bytes]:
     start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body))), *extra])
     return [body]

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """The agent's time: `SystemClock`, `SimulatedClock`, a test's `ManualClock`, or a `SharedClock`."""
+
+    def monotonic(self) -> float: ...
+    def time(self) -> float: ...
+    def wall_seconds(self, seconds: float) -> float: ...
 
 
 class SystemClock:

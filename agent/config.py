@@ -85,7 +85,8 @@ def _level(value: Any, flag: str) -> str:
 
 
 _METAVARS = {parse_duration: "DURATION", parse_size: "SIZE", _whole: "N", _number: "N"}
-_UNITS = {parse_duration: " s", parse_size: " bytes"}  # of a parsed value, in messages
+# The unit of a parsed value, in messages.
+_UNITS: dict[Callable[[Any, str], Any], str] = {parse_duration: " s", parse_size: " bytes"}
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens import __version__
 from gpulens.agent.collectors.base import GPU_LABELS, Collector
-from gpulens.agent.snapshot import Snapshot
+from gpulens.agent.snapshot import Snapshot, SnapshotSource
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ class SnapshotExporter:
     collector whose exposition fails is left out of that scrape and logged.
     """
 
-    def __init__(self, sampler, collectors: list[Collector], mode: str = "nvml"):
+    def __init__(self, sampler: SnapshotSource, collectors: list[Collector[Any]], mode: str = "nvml"):
         self._sampler = sampler
         self._collectors = collectors
         self._mode = mode
@@ -30,7 +31,7 @@ class SnapshotExporter:
         return []
 
     def collect(self) -> Iterable[Metric]:
-        snapshot: Snapshot = self._sampler.snapshot
+        snapshot = self._sampler.snapshot
         yield from self._agent_metrics(snapshot)
         yield from self._gpu_metrics(snapshot)
         interval = self._sampler.interval

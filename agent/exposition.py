@@ -14,10 +14,18 @@ import gzip
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, generate_latest
+from prometheus_client.metrics_core import Metric
+
+from gpulens.agent.snapshot import Snapshot, SnapshotSource
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
 
 # What a scraper that asks for no particular format gets (Prometheus's classic text format).
 _, TEXT = choose_encoder("")
@@ -26,16 +34,18 @@ _, TEXT = choose_encoder("")
 class ExpositionCache:
     name = "exposition"
 
-    def __init__(self, registry: CollectorRegistry, sampler, monotonic=time.monotonic):
+    def __init__(
+        self, registry: CollectorRegistry, sampler: SnapshotSource, monotonic: Callable[[], float] = time.monotonic
+    ):
         self._registry = registry
         self._sampler = sampler
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._snapshot = None
+        self._snapshot: Snapshot | None = None
         self._bodies: dict[tuple[str, bool], bytes] = {}
         self._scrapes: deque[float] = deque(maxlen=2)  # when the last two scrapes came (monotonic s)
 
-    def record(self, snapshot, now: float) -> None:
+    def record(self, snapshot: Snapshot, now: float) -> None:
         """Render the text format for a freshly published snapshot when a scrape is due soon
         (runs in the sampler's thread, after each cycle)."""
         if self.scrape_due():
@@ -51,7 +61,7 @@ class ExpositionCache:
         # Past three periods the scraper has gone away: stop rendering until it is back.
         return period - lead <= since <= 3 * period + lead
 
-    def body(self, content_type: str, gzipped: bool, snapshot=None) -> bytes:
+    def body(self, content_type: str, gzipped: bool, snapshot: Snapshot | None = None) -> bytes:
         """Return the exposition of the latest (or the given) snapshot in `content_type`."""
         snapshot = snapshot or self._sampler.snapshot
         key = (content_type, gzipped)
@@ -68,7 +78,7 @@ class ExpositionCache:
             self._bodies[key] = data
         return data
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         """WSGI handler for /metrics: Prometheus text, or OpenMetrics when asked; gzip when accepted."""
         params = parse_qs(environ.get("QUERY_STRING", ""))
         if "name[]" in params:
@@ -100,7 +110,7 @@ class _Filtered:
         self._registry = registry
         self._names = names
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         for family in self._registry.collect():
             samples = [s for s in family.samples if s.name in self._names]
             if samples:

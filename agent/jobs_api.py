@@ -15,10 +15,14 @@ from __future__ import annotations
 import math
 import urllib.parse
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpulens.printable import quoted
 from gpulens.units import UnitError, parse_duration
+
+if TYPE_CHECKING:
+    from gpulens.agent.accounting import JobAccounting
+    from gpulens.usage import JobRecord
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
@@ -43,7 +47,7 @@ def parse_since(text: str, now: float) -> float:
     return since
 
 
-def answer(accounting, query: str, now: float) -> dict[str, Any]:
+def answer(accounting: JobAccounting, query: str, now: float) -> dict[str, Any]:
     """Return the JSON body for `query` (the URL's query string); raise BadQuery for a bad parameter."""
     params = urllib.parse.parse_qs(query, keep_blank_values=True)
     unknown = set(params) - {"since", "id", "limit", "timeline"}
@@ -63,7 +67,7 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     ledger = accounting.ledger
     records = ledger.read(since=since, ids=ids, limit=limit + 1, timeline=timeline) if ledger is not None else None
     source = "ledger"
-    if records is None or ledger.behind:
+    if records is None or (ledger is not None and ledger.behind):  # without a ledger, records is None
         remembered = [
             r
             for r in reversed(accounting.records())
@@ -81,7 +85,7 @@ def answer(accounting, query: str, now: float) -> dict[str, Any]:
     }
 
 
-def _newer(written: list, remembered: list) -> list:
+def _newer(written: list[JobRecord], remembered: list[JobRecord]) -> list[JobRecord]:
     """Return the file's runs with the ones in memory put over them, newest first (keeping the timelines)."""
     runs = {(r.kind, r.id, r.start): r for r in written}
     for record in remembered:

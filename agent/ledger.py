@@ -299,9 +299,10 @@ class Ledger:
         if self._conn is None and not self._open():
             self._back_off(epoch)
             return
+        assert self._conn is not None  # _open() succeeded, which sets it
         started = self._timer()
         try:
-            self._flush()
+            self._flush(self._conn)
         except sqlite3.OperationalError as error:  # disk full, read-only, I/O error, locked: try again later
             self._rollback()
             self._failed(str(error), _reason(error))
@@ -321,7 +322,9 @@ class Ledger:
             self._next_prune = epoch + PRUNE_EVERY_SECONDS
             self.prune(epoch)
 
-    def _queue(self, written, finished, epoch: float) -> None:
+    def _queue(
+        self, written: Sequence[tuple[JobRecord, JobRecord]], finished: Sequence[JobRecord], epoch: float
+    ) -> None:
         pending = self._pending
         bucket = math.floor(epoch / TIMELINE_SECONDS) * TIMELINE_SECONDS
         for total, delta in written:
@@ -340,8 +343,7 @@ class Ledger:
         for record in finished:
             pending.finished[(record.kind, record.id, record.start)] = record.last_seen
 
-    def _flush(self) -> None:
-        conn = self._conn
+    def _flush(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
         for total, delta in self._pending.runs.values():
             run = self._upsert_run(conn, total, delta)
@@ -360,8 +362,8 @@ class Ledger:
                     (run, uuid, device.name, device.seconds, device.busy_seconds, device.sampled_seconds),
                 )
         for (key, t), point in self._pending.points.items():
-            run = self._run_id(conn, key)
-            if run is None:
+            found = self._run_id(conn, key)
+            if found is None:
                 continue
             columns = (*_STATE_COLUMNS, "busy_seconds", "sampled_seconds")
             conn.execute(
@@ -370,7 +372,7 @@ class Ledger:
                 + ", ".join(f"{c} = {c} + excluded.{c}" for c in columns)
                 + ", memory_peak_bytes = max(memory_peak_bytes, excluded.memory_peak_bytes)",
                 (
-                    run,
+                    found,
                     t,
                     *(point.state_seconds.get(s, 0.0) for s in STATES),
                     point.busy_seconds,
@@ -414,7 +416,9 @@ class Ledger:
             f"ON CONFLICT (kind, id, start) DO UPDATE SET {', '.join(updates)}",
             values,
         )
-        return self._run_id(conn, (total.kind, total.id, total.start))
+        run = self._run_id(conn, (total.kind, total.id, total.start))
+        assert run is not None  # the row was just written
+        return run
 
     def _run_id(self, conn: sqlite3.Connection, key: tuple[str, str, float]) -> int | None:
         run = self._runs.get(key)
@@ -449,7 +453,7 @@ class Ledger:
         """Write what is pending (best effort) and close the file."""
         if self._conn is not None and self._pending and not self.corrupt:
             try:
-                self._flush()
+                self._flush(self._conn)
             except sqlite3.Error as error:
                 self._rollback()
                 log.warning("job ledger %s: last write failed at shutdown (%s)", self.path, error)
@@ -636,12 +640,15 @@ def _add_points(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
 
 
 def _size(conn: sqlite3.Connection) -> int:
-    return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
+    pages: int = conn.execute("PRAGMA page_count").fetchone()[0]
+    page_size: int = conn.execute("PRAGMA page_size").fetchone()[0]
+    return pages * page_size
 
 
 def _used_bytes(conn: sqlite3.Connection) -> int:
-    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-    return _size(conn) - free * conn.execute("PRAGMA page_size").fetchone()[0]
+    free: int = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    page_size: int = conn.execute("PRAGMA page_size").fetchone()[0]
+    return _size(conn) - free * page_size
 
 
 def read_records(
@@ -659,7 +666,8 @@ def read_records(
     `ids` keeps runs whose job id, pod name or Slurm job name is one of them; `unfinished_since` keeps
     unfinished runs seen since then. Raises sqlite3.Error on a broken file.
     """
-    where, args = ["last_seen >= ?"], [since]
+    where: list[str] = ["last_seen >= ?"]
+    args: list[object] = [since]
     if until is not None:
         where.append("start <= ?")
         args.append(until)

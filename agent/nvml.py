@@ -143,7 +143,7 @@ GPM_METRICS: dict[str, int] = {
 # The process-list functions, newest first: R470 lacks `_v3` (it arrived with R510), and a binding newer
 # than the driver then fails (nvidia-ml-py 12.555 and newer raise NVMLLibraryMismatchError, which is
 # not an NVMLError); gpustat and nvitop fall back the same way.
-_PROCESS_FUNCTIONS = (
+_PROCESS_FUNCTIONS: tuple[tuple[str, type[ctypes.Structure]], ...] = (
     ("nvmlDeviceGetComputeRunningProcesses_v3", h.ProcessInfo),
     ("nvmlDeviceGetComputeRunningProcesses_v2", h.ProcessInfo),
     ("nvmlDeviceGetComputeRunningProcesses", h.ProcessInfoV1),
@@ -244,8 +244,10 @@ def private_binding() -> Any:
     globals, so one module serves one library; a simulated node in a process that runs several
     (tests, `gpulens demo`) gets a copy of the same binding code for each.
     """
-    origin = importlib.util.find_spec("pynvml").origin
-    spec = importlib.util.spec_from_file_location(f"pynvml_{next(_copies)}", origin)
+    installed = importlib.util.find_spec("pynvml")
+    spec = importlib.util.spec_from_file_location(f"pynvml_{next(_copies)}", installed.origin if installed else None)
+    if spec is None or spec.loader is None:
+        raise ModuleNotFoundError("pynvml is not installed; install nvidia-ml-py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pynvml looks itself up there while it builds its error classes
     try:
@@ -264,7 +266,7 @@ def bind_driver(binding: Any, driver: Any) -> Any:
     """
     open_real = binding.CDLL
 
-    def open_library(name, *args, **kwargs):
+    def open_library(name: str, *args: Any, **kwargs: Any) -> Any:
         if name != LIBRARY_NAME:
             return open_real(name, *args, **kwargs)
         driver.open()
@@ -287,18 +289,24 @@ def load_simulated_library(scenario: Any, clock: Any, binding: Any = None) -> An
     return bind_driver(binding if binding is not None else private_binding(), driver)
 
 
+class _BindingError(Exception):
+    """pynvml's NVMLError, as far as `Nvml` reads it."""
+
+    value: int  # the NVML return code (nvml_header's ERROR_ constants)
+
+
 class Nvml:
     """Narrow, base-unit interface over a pynvml module."""
 
     def __init__(self, library: Any):
         self._lib = library
-        self._error: type[Exception] = library.NVMLError
+        self._error: type[_BindingError] = library.NVMLError
         self._missing: set[str] = set()
         self._unexpected: set[str] = set()
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._handles_by_address: dict[int, str] = {}
-        self._process_function: tuple[str, type] | None = None
+        self._process_function: tuple[str, type[ctypes.Structure]] | None = None
         self._capabilities: dict[str, bool] = {}
         self._refused: set[str] = set()  # functions whose NO_PERMISSION was logged
         # What the calls since the last take_problems() met, for the sampler to count per GPU: failures
@@ -434,7 +442,8 @@ class Nvml:
 
     def device_count(self) -> int | None:
         """Return how many GPUs NVML lists (lost ones included), or None where it gives no number."""
-        return self._call("nvmlDeviceGetCount")
+        count: int | None = self._call("nvmlDeviceGetCount")
+        return count
 
     def handle(self, index: int) -> Any:
         return self._call("nvmlDeviceGetHandleByIndex", index)
@@ -543,7 +552,8 @@ class Nvml:
         return None if limit is None else limit / 1000.0
 
     def temperature_celsius(self, handle: Any) -> float | None:
-        return self._call("nvmlDeviceGetTemperature", handle, h.TEMPERATURE_GPU)
+        celsius: float | None = self._call("nvmlDeviceGetTemperature", handle, h.TEMPERATURE_GPU)
+        return celsius
 
     def clocks_hz(self, handle: Any) -> tuple[float | None, float | None]:
         """Return the current (SM, memory) clocks in hertz."""
@@ -602,7 +612,7 @@ class Nvml:
             by_pid[pid] = ProcessInfo(pid=pid, used_memory_bytes=memory)
         return list(by_pid.values())
 
-    def _list(self, symbol: str, record: type, handle: Any) -> list:
+    def _list(self, symbol: str, record: type[ctypes.Structure], handle: Any) -> list[Any]:
         """Run NVML's two-call size protocol for `symbol`; return the records, or raise the binding's error.
 
         The array has room for the widest record any release writes, whatever `record` is: a driver that
@@ -622,7 +632,9 @@ class Nvml:
             count.value += count.value // 2 + 5  # room for processes that start before the next call
         raise self._error(h.ERROR_INSUFFICIENT_SIZE)
 
-    def _decode(self, buffer: ctypes.Array, count: int, record: type, symbol: str) -> list:
+    def _decode(
+        self, buffer: ctypes.Array[ctypes.c_char], count: int, record: type[ctypes.Structure], symbol: str
+    ) -> list[Any]:
         """Read `count` process records from `buffer` as `record`, or at another record size when only that
         one gives every record a plausible pid: 550.127.08 writes 16-byte records from `_v3` (nvitop pull
         request #226, which probes the stride the same way), R525 machines 32-byte ones (nvitop issue #181)."""
@@ -650,7 +662,7 @@ class Nvml:
                 size,
             )
 
-    def _process_list_function(self) -> tuple[str, type] | None:
+    def _process_list_function(self) -> tuple[str, type[ctypes.Structure]] | None:
         """Return (symbol, record type) of the process-list function to use, chosen once per init."""
         if self._process_function is None:
             for symbol, record in _PROCESS_FUNCTIONS:

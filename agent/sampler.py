@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from gpulens.agent.clock import Clock
 from gpulens.agent.collectors.base import Collector, GpuContext
 from gpulens.agent.nvml import GpuIdentity, GpuLost, Nvml, NvmlCallError, NvmlDown, SystemInfo
 from gpulens.agent.snapshot import EMPTY, CollectorRun, GpuSnapshot, Snapshot
@@ -53,14 +54,6 @@ _UNIDENTIFIED = "#"  # key prefix of such a GPU's state, followed by its index
 Timer = Callable[[], float]
 
 
-class Clock(Protocol):
-    """The sampler's time: `SystemClock`, `SimulatedClock`, or a test's `ManualClock` (agent/clock.py)."""
-
-    def monotonic(self) -> float: ...
-    def time(self) -> float: ...
-    def wall_seconds(self, seconds: float) -> float: ...
-
-
 class AnalysisStage(Protocol):
     """Runs after every cycle over its snapshot; its result is published in the next (agent/analysis.py)."""
 
@@ -81,7 +74,7 @@ class Sampler:
     def __init__(
         self,
         library: Any,
-        collectors: list[Collector],
+        collectors: list[Collector[Any]],
         clock: Clock,
         interval: float = 1.0,
         rescan_interval: float = 10.0,

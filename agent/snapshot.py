@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from gpulens.agent.clock import Clock
 from gpulens.agent.nvml import GpuIdentity, SystemInfo
 
 
@@ -69,3 +70,16 @@ EMPTY = Snapshot(
     collectors={},
     cycle_seconds=0.0,
 )
+
+
+class SnapshotSource(Protocol):
+    """Where the exposition gets the latest snapshot: the `Sampler` (agent/sampler.py), or a test's fake."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+    @property
+    def interval(self) -> float: ...  # seconds between cycles, on `clock`
+    @property
+    def device_count(self) -> int: ...
+    @property
+    def clock(self) -> Clock: ...

@@ -217,6 +217,7 @@ def _children_by_parent() -> dict[int, list[int]]:
 def _read_bytes_counter(process: psutil.Process) -> int | None:
     """Return the bytes `process` has fetched from storage, or None where the agent may not read it."""
     try:
-        return process.io_counters().read_bytes
+        read_bytes: int = process.io_counters().read_bytes
     except psutil.AccessDenied:  # another user's process, without root or CAP_SYS_PTRACE
         return None
+    return read_bytes

@@ -12,7 +12,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpulens.agent.attribution.kubelet_podresources_v1_pb2 import (
+        ListPodResourcesRequest,
+        ListPodResourcesResponse,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +26,12 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 # The kubelet's own limit for pod-resources answers; gRPC's client default (4 MiB) is smaller and a
 # node with many pods exceeds it (dcgm-exporter uses the same 16 MiB).
 _MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+class _Lister(Protocol):
+    """The generated PodResourcesListerStub, as far as the client uses it."""
+
+    def List(self, request: ListPodResourcesRequest, timeout: float) -> ListPodResourcesResponse: ...  # noqa: N802 - gRPC's name
 
 
 @dataclass(frozen=True)
@@ -42,22 +54,24 @@ class PodResourcesClient:
         self.reason = ""  # why the last call was not answered; "" after an answer
         self._messages: Any = None
         self._channel: Any = None
-        self._stub: Any = None
+        self._stub: _Lister | None = None
 
     def list(self) -> list[DeviceAllocation] | None:
         """Return every device allocation on the node, or None when the socket cannot answer."""
         try:
             if not os.path.exists(self.socket_path):
-                return self._unavailable(
+                self._unavailable(
                     f"pod-resources socket {self.socket_path} not found; mount /var/lib/kubelet/pod-resources "
                     "into the agent (read-only) to get pod and container names"
                 )
+                return None
             stub = self._connect()
             if stub is None:
                 return None
             response = stub.List(self._messages.ListPodResourcesRequest(), timeout=self.timeout)
         except Exception as error:  # noqa: BLE001 - whatever the kubelet does wrong is "not available", never the caller's
-            return self._unavailable(f"pod-resources List on {self.socket_path} failed: {_describe(error)}")
+            self._unavailable(f"pod-resources List on {self.socket_path} failed: {_describe(error)}")
+            return None
         if self.reason:
             log.info("pod-resources socket %s answers again", self.socket_path)
             self.reason = ""
@@ -69,7 +83,7 @@ class PodResourcesClient:
             for device_id in devices.device_ids
         ]
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Lister | None:
         """Return the stub, opening the channel on first use; None when grpc cannot be loaded."""
         if self._stub is not None:
             return self._stub
@@ -81,23 +95,22 @@ class PodResourcesClient:
         # Besides ImportError, the generated stubs raise RuntimeError (grpc) or VersionError (protobuf)
         # when the installed library is older than the one they were generated for.
         except Exception as error:  # noqa: BLE001 - see above
-            return self._unavailable(
-                f"cannot load grpc for the pod-resources client ({error}); install gpulens[kubernetes]"
-            )
+            self._unavailable(f"cannot load grpc for the pod-resources client ({error}); install gpulens[kubernetes]")
+            return None
         self._messages = messages
         self._channel = grpc.insecure_channel(
             f"unix://{self.socket_path}",
             options=[("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES)],
         )
-        self._stub = services.PodResourcesListerStub(self._channel)
-        return self._stub
+        stub: _Lister = services.PodResourcesListerStub(self._channel)  # type: ignore[no-untyped-call]  # generated, unannotated
+        self._stub = stub
+        return stub
 
     def _unavailable(self, reason: str) -> None:
         # Once per outage: a missing socket would otherwise be logged on every refresh.
         if not self.reason:
             log.warning("%s", reason)
         self.reason = reason
-        return None
 
     def close(self) -> None:
         """Close the channel; the next `list` opens a new one."""

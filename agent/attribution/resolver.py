@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypedDict
 
 from gpulens.agent.attribution.cgroup import DOCKER, KUBERNETES, SLURM, CgroupOwner, parse_owner
 from gpulens.agent.attribution.podresources import DeviceAllocation, PodResourcesClient
@@ -85,6 +85,15 @@ class Job:
     name: str = ""  # the Slurm job's name (sbatch --job-name, or the script's name)
     command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
+
+
+class _JobCommon(TypedDict):
+    """The fields of a `Job` that every kind of owner fills the same way."""
+
+    user: str
+    uid: int | None
+    command: Sensitive
+    pids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,7 @@ class Resolver:
         )
 
     def _job(self, pid: int, facts: _Facts, gpu_uuid: str) -> Job:
-        common = {"user": facts.user, "uid": facts.uid, "command": Sensitive(facts.command), "pids": (pid,)}
+        common: _JobCommon = {"user": facts.user, "uid": facts.uid, "command": Sensitive(facts.command), "pids": (pid,)}
         owner = facts.owner
         if owner is not None and owner.kind == KUBERNETES:
             ref = self._container_of(facts, gpu_uuid)

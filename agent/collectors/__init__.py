@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from gpulens.agent.collectors.base import Collector
 from gpulens.agent.collectors.clocks import ClocksCollector
@@ -24,7 +25,7 @@ from gpulens.agent.collectors.utilization import UtilizationCollector
 from gpulens.agent.collectors.xid import XidCollector
 
 # name -> factory; the order is the order of reading and of exposition.
-REGISTRY: dict[str, Callable[[], Collector]] = {
+REGISTRY: dict[str, Callable[[], Collector[Any]]] = {
     "utilization": UtilizationCollector,
     "memory": MemoryCollector,
     "power": PowerCollector,
@@ -53,6 +54,6 @@ def defaults() -> dict[str, bool]:
     return {**{name: factory().default_enabled for name, factory in REGISTRY.items()}, **STAGES}
 
 
-def build(enabled: Mapping[str, bool]) -> list[Collector]:
+def build(enabled: Mapping[str, bool]) -> list[Collector[Any]]:
     """Instantiate the enabled collectors, in registry order."""
     return [factory() for name, factory in REGISTRY.items() if enabled.get(name, False)]

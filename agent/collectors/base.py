@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -12,6 +12,8 @@ from gpulens.agent.nvml import Nvml
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 GPU_LABELS = ("gpu", "uuid")
+
+R = TypeVar("R")  # what a collector reads for one GPU in one cycle
 
 
 @dataclass
@@ -38,8 +40,8 @@ class GpuContext:
     wall: float = 0.0  # the sampler clock's time (seconds since the epoch) at the start of the cycle
 
 
-class Collector:
-    """A unit of sampling and exposition, switched by `--collector.NAME`.
+class Collector(Generic[R]):
+    """A unit of sampling and exposition, switched by `--collector.NAME`; `R` is the type of its reading.
 
     `read` runs in the sampler thread, once per GPU per cycle, and returns an immutable reading (or
     None for "nothing here"); `metrics` runs at scrape time over the last snapshot and must not call
@@ -55,17 +57,22 @@ class Collector:
     def prepare(self, nvml: Nvml, handles: dict[str, Any]) -> None:
         """Run once per cycle before the per-GPU reads (for node-wide sources such as events)."""
 
-    def read(self, nvml: Nvml, gpu: GpuContext) -> Any:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> R | None:
         raise NotImplementedError
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
         raise NotImplementedError
 
+    def readings(self, snapshot: Snapshot) -> Iterator[tuple[GpuSnapshot, R]]:
+        """Yield (gpu, reading) for the GPUs that are up and have a reading from this collector."""
+        # The sampler files what `read` returned under this collector's name, so each reading is an R.
+        return cast(Iterator[tuple[GpuSnapshot, R]], readings(snapshot.gpus, self.name))
+
     def forget(self, state: dict[str, Any]) -> None:
         """Release what `state` holds when a GPU is lost or the library goes down."""
 
 
-def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterable[tuple[GpuSnapshot, Any]]:
+def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterator[tuple[GpuSnapshot, Any]]:
     """Yield (gpu, reading) for the GPUs that are up and have a reading from `collector`."""
     for gpu in gpus:
         if gpu.up:
@@ -74,30 +81,37 @@ def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterable[tuple[GpuS
                 yield gpu, reading
 
 
-def gpu_gauge(name: str, help_text: str, pairs, value: Callable[[Any], float | None]) -> Metric:
+def gpu_gauge(
+    name: str, help_text: str, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]
+) -> Metric:
     """A per-GPU gauge; GPUs whose value is None get no series (absent, not zero)."""
     return _per_gpu(GaugeMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
 
 
-def gpu_counter(name: str, help_text: str, pairs, value: Callable[[Any], float | None]) -> Metric:
+def gpu_counter(
+    name: str, help_text: str, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]
+) -> Metric:
     """A per-GPU counter (`name` without `_total`); GPUs whose value is None get no series."""
     return _per_gpu(CounterMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
 
 
-class GpuFamilies:
+class GpuFamilies(Generic[R]):
     """Per-GPU gauges and counters over one list of (gpu, reading) pairs, as `gpu_gauge` and `gpu_counter` make them."""
 
-    def __init__(self, pairs: Iterable[tuple[GpuSnapshot, Any]]):
+    def __init__(self, pairs: Iterable[tuple[GpuSnapshot, R]]):
         self.pairs = list(pairs)
 
-    def gauge(self, name: str, help_text: str, value: Callable[[Any], float | None]) -> Metric:
+    def gauge(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
         return gpu_gauge(name, help_text, self.pairs, value)
 
-    def counter(self, name: str, help_text: str, value: Callable[[Any], float | None]) -> Metric:
+    def counter(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
         return gpu_counter(name, help_text, self.pairs, value)
 
 
-def _per_gpu(family, pairs: Iterable[tuple[GpuSnapshot, Any]], value) -> Metric:
+_Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
+
+
+def _per_gpu(family: _Family, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]) -> _Family:
     for gpu, reading in pairs:
         v = value(reading)
         if v is not None:

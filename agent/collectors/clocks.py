@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
-from gpulens.agent.nvml import CLOCK_EVENT_REASONS
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import CLOCK_EVENT_REASONS, Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -17,16 +19,16 @@ class ClocksReading:
     event_reasons: frozenset[str] | None
 
 
-class ClocksCollector(Collector):
+class ClocksCollector(Collector[ClocksReading]):
     name = "clocks"
     description = "SM and memory clocks and clock event (throttle) reasons"
 
-    def read(self, nvml, gpu: GpuContext) -> ClocksReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> ClocksReading:
         sm, memory = nvml.clocks_hz(gpu.handle)
         return ClocksReading(sm, memory, nvml.clock_event_reasons(gpu.handle))
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_sm_clock_hertz",
             f"Current SM clock in hertz; sampled every {interval:g} s.",

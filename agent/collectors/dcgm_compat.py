@@ -27,7 +27,9 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens.agent.collectors.base import Collector, GpuContext
+from gpulens.agent.collectors.memory import MemoryReading
 from gpulens.agent.collectors.mig import MigInstance
+from gpulens.agent.nvml import Nvml
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "container", "namespace", "pod")
@@ -59,7 +61,7 @@ def _scaled(attribute: str, factor: float) -> Callable[[Any], float | None]:
     return value
 
 
-def _free_mib(memory: Any) -> float:
+def _free_mib(memory: MemoryReading) -> float:
     # The driver's free memory: neither used by processes nor reserved by the driver itself.
     return (memory.total_bytes - memory.used_bytes - (memory.reserved_bytes or 0)) / _MIB
 
@@ -194,7 +196,7 @@ def node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-class DcgmCompatCollector(Collector):
+class DcgmCompatCollector(Collector[DcgmCompatReading]):
     name = "dcgm_compat"
     default_enabled = False  # a second copy of every value under other names: only while a team moves over
     description = "the most used dcgm-exporter series, names, labels and units, from the other collectors' readings"
@@ -202,7 +204,7 @@ class DcgmCompatCollector(Collector):
     def __init__(self, hostname: str | None = None):
         self._hostname = node_name() if hostname is None else hostname
 
-    def read(self, nvml, gpu: GpuContext) -> DcgmCompatReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> DcgmCompatReading:
         # The Xid collector counts events by code, which keeps no order; the last code is the one whose
         # count rose most recently. This cycle's Xid reading is not taken yet, so compare the previous
         # cycle's with the one before it: one cycle late.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class EccReading:
     remap_failure: float | None
 
 
-class EccCollector(Collector):
+class EccCollector(Collector[EccReading]):
     name = "ecc"
     description = "ECC error counters and remapped rows"
     fields = (  # in EccReading's order
@@ -31,11 +34,11 @@ class EccCollector(Collector):
         "remapped_rows_failure",
     )
 
-    def read(self, nvml, gpu: GpuContext) -> EccReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> EccReading:
         return EccReading(*(gpu.fields.get(name) for name in self.fields))
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         volatile = CounterMetricFamily(
             "gpulens_gpu_ecc_errors",
             "ECC errors since the driver was loaded, by kind (corrected single-bit, uncorrected double-bit).",
@@ -70,7 +73,7 @@ class EccLifetimeReading:
     uncorrected: float | None
 
 
-class EccLifetimeCollector(Collector):
+class EccLifetimeCollector(Collector[EccLifetimeReading]):
     """The infoROM's ECC counts over the GPU's life: for RMA decisions, rarely for alerts, so off by default."""
 
     name = "ecc_lifetime"
@@ -78,21 +81,21 @@ class EccLifetimeCollector(Collector):
     description = "ECC errors over the GPU's life, from its infoROM"
     fields = ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate")  # in EccLifetimeReading's order
 
-    def read(self, nvml, gpu: GpuContext) -> EccLifetimeReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> EccLifetimeReading:
         return EccLifetimeReading(*(gpu.fields.get(name) for name in self.fields))
 
-    def metrics(self, snapshot, interval):
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
         lifetime = GaugeMetricFamily(
             "gpulens_gpu_ecc_errors_lifetime",
             "ECC errors over the GPU's life, kept in its infoROM, by kind.",
             labels=(*GPU_LABELS, "kind"),
         )
-        for gpu, r in readings(snapshot.gpus, self.name):
+        for gpu, r in self.readings(snapshot):
             _add(lifetime, gpu, "kind", corrected=r.corrected, uncorrected=r.uncorrected)
         yield lifetime
 
 
-def _add(family, gpu, label: str, **values: float | None) -> None:
+def _add(family: CounterMetricFamily | GaugeMetricFamily, gpu: GpuSnapshot, label: str, **values: float | None) -> None:
     """Add one series per non-None value, the keyword naming the label's value."""
     for name, value in values.items():
         if value is not None:

@@ -8,11 +8,15 @@ and, unlike DCGM's profiling fields, does not lock users' own profilers out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
 from gpulens.agent.nvml import GpmSample, Nvml
+from gpulens.agent.snapshot import Snapshot
 
 # NVML rejects GPM samples taken closer together than this.
 _MIN_SAMPLE_GAP_SECONDS = 0.1
@@ -64,11 +68,11 @@ class GpmSeries:
                 pass
 
 
-class GpmCollector(Collector):
+class GpmCollector(Collector[GpmReading]):
     name = "gpm"
     description = "SM activity, SM occupancy, tensor activity and DRAM bandwidth (Hopper and newer)"
 
-    def read(self, nvml, gpu: GpuContext) -> GpmReading | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> GpmReading | None:
         state = gpu.state
         if "supported" not in state:
             state["supported"] = nvml.gpm_supported(gpu.handle)
@@ -77,14 +81,14 @@ class GpmCollector(Collector):
         series: GpmSeries = state.setdefault("series", GpmSeries())
         return series.read(nvml, gpu.now, lambda: nvml.gpm_sample(gpu.handle))
 
-    def forget(self, state) -> None:
+    def forget(self, state: dict[str, Any]) -> None:
         series = state.pop("series", None)
         if series is not None:
             series.free()
         state.pop("supported", None)
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         window = f"between two GPM samples {interval:g} s apart"
         yield per_gpu.gauge(
             "gpulens_gpu_sm_activity_ratio",

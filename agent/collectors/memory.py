@@ -6,9 +6,14 @@ own series, as nvidia-smi shows them; older drivers only give "used" with the re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -18,18 +23,18 @@ class MemoryReading:
     reserved_bytes: int | None  # None before R510: then used_bytes includes the reserve
 
 
-class MemoryCollector(Collector):
+class MemoryCollector(Collector[MemoryReading]):
     name = "memory"
     description = "device memory used and total"
 
-    def read(self, nvml, gpu: GpuContext) -> MemoryReading | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> MemoryReading | None:
         memory = nvml.memory(gpu.handle)
         if memory is None:
             return None
         return MemoryReading(used_bytes=memory.used, total_bytes=memory.total, reserved_bytes=memory.reserved)
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_memory_used_bytes",
             "Device memory in use by processes, in bytes (drivers before R510 count the driver's reserve in "

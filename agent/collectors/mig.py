@@ -10,17 +10,17 @@ call (nvmlDeviceGetMaxMigDeviceCount answers 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens import gpus
-from gpulens.agent.collectors.base import Collector, GpuContext, readings
+from gpulens.agent.collectors.base import Collector, GpuContext
 from gpulens.agent.collectors.gpm import GpmReading, GpmSeries
-from gpulens.agent.nvml import GpmSample, MigDevice, NvmlCallError, ProcessInfo
-from gpulens.agent.snapshot import GpuSnapshot
+from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, NvmlCallError, ProcessInfo
+from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 MIG_LABELS = ("gpu", "gpu_uuid", "uuid", "gpu_instance", "compute_instance", "mig_profile")
 
@@ -56,11 +56,11 @@ class _InstanceGpm(GpmSeries):
     supported: bool = True
 
 
-class MigCollector(Collector):
+class MigCollector(Collector[tuple[MigInstance, ...]]):
     name = "mig"
     description = "memory, processes and (Hopper and newer) GPM of each MIG instance"
 
-    def read(self, nvml, gpu: GpuContext) -> tuple[MigInstance, ...] | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> tuple[MigInstance, ...] | None:
         devices = nvml.mig_devices(gpu.handle)
         gpm: dict[str, _InstanceGpm] = gpu.state.setdefault("gpm", {})  # by MIG device UUID
         for destroyed in gpm.keys() - {d.uuid for d in devices}:
@@ -71,12 +71,12 @@ class MigCollector(Collector):
             _read_instance(nvml, gpu, device, gpm.setdefault(device.uuid, _InstanceGpm())) for device in devices
         )
 
-    def forget(self, state) -> None:
+    def forget(self, state: dict[str, Any]) -> None:
         for instance in state.pop("gpm", {}).values():
             instance.free()
 
-    def metrics(self, snapshot, interval):
-        rows = [(gpu, instance) for gpu, instances in readings(snapshot.gpus, self.name) for instance in instances]
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        rows = [(gpu, instance) for gpu, instances in self.readings(snapshot) for instance in instances]
         window = f"between two GPM samples {interval:g} s apart"
 
         def gauge(name: str, help_text: str, value: Callable[[GpuSnapshot, MigInstance], Any]) -> GaugeMetricFamily:
@@ -136,7 +136,7 @@ class MigCollector(Collector):
         )
 
 
-def _read_instance(nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) -> MigInstance:
+def _read_instance(nvml: Nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) -> MigInstance:
     memory = _isolated(nvml, gpu, device, lambda: nvml.memory(device.handle))
     processes = _isolated(nvml, gpu, device, lambda: nvml.processes(device.handle))
     return MigInstance(
@@ -154,7 +154,7 @@ def _read_instance(nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) 
     )
 
 
-def _isolated(nvml, gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
+def _isolated(nvml: Nvml, gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
     """Return `read()`, or None when one of its NVML calls failed: one instance's failure is reported
     (`gpu.errors`, and counted for the GPU as `nvml.problems`) and must not cost the others their series. A
     lost GPU or NVML going down still raises."""
@@ -166,7 +166,7 @@ def _isolated(nvml, gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -
         return None
 
 
-def _read_gpm(nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> GpmReading | None:
+def _read_gpm(nvml: Nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> GpmReading | None:
     """Return the GPM metrics of the device's GPU instance between the previous cycle's sample and this
     one's; None on its first cycle, before Hopper, or where its GPU instance id is unknown."""
     gpu_instance = device.gpu_instance

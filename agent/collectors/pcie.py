@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -16,12 +21,12 @@ class PcieReading:
     replays_total: float | None
 
 
-class PcieCollector(Collector):
+class PcieCollector(Collector[PcieReading]):
     name = "pcie"
     description = "PCIe link state, throughput and replay counter"
     fields = ("pcie_replay_total",)
 
-    def read(self, nvml, gpu: GpuContext) -> PcieReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> PcieReading:
         link = nvml.pcie_link(gpu.handle)
         tx, rx = nvml.pcie_throughput(gpu.handle)
         return PcieReading(
@@ -32,8 +37,8 @@ class PcieCollector(Collector):
             replays_total=gpu.fields.get("pcie_replay_total"),
         )
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_pcie_link_generation",
             "PCIe generation the link runs at now (it may drop at idle to save power).",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -14,12 +19,12 @@ class PowerReading:
     energy_joules: float | None
 
 
-class PowerCollector(Collector):
+class PowerCollector(Collector[PowerReading]):
     name = "power"
     description = "power draw, enforced power limit and energy"
     fields = ("power_watts", "energy_joules")
 
-    def read(self, nvml, gpu: GpuContext) -> PowerReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> PowerReading:
         watts = gpu.fields.get("power_watts")
         if watts is None:
             # NVML_FI_DEV_POWER_INSTANT arrived with R535; older drivers only have the 1 s average.
@@ -30,8 +35,8 @@ class PowerCollector(Collector):
             energy_joules=gpu.fields.get("energy_joules"),
         )
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_power_watts",
             f"Power draw of the board in watts; sampled every {interval:g} s.",

@@ -13,15 +13,16 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpulens.agent.clock import SystemClock
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, readings
+from gpulens.agent.clock import Clock, SystemClock
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies
 from gpulens.agent.collectors.processes import read_processes
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 from gpulens.probes.child import ChildRunner, ProbeRequest, failed
 from gpulens.probes.results import BANDWIDTH, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
 
@@ -56,7 +57,7 @@ def _thread(work: Callable[[], None]) -> None:
     threading.Thread(target=work, name="gpulens-probe", daemon=True).start()
 
 
-class ProbesCollector(Collector):
+class ProbesCollector(Collector[ProbesReading]):
     name = "probes"
     default_enabled = False  # runs kernels on the GPUs: an operator opts in
     description = "probe kernels (copies, matmuls) on free GPUs on a schedule, in a child process"
@@ -67,7 +68,7 @@ class ProbesCollector(Collector):
         interval: float = DEFAULT_INTERVAL,
         jitter: float = DEFAULT_JITTER,
         history: int = DEFAULT_HISTORY,
-        clock: Any = None,
+        clock: Clock | None = None,
         rng: random.Random | None = None,
         start: Callable[[Callable[[], None]], None] = _thread,
     ):
@@ -91,7 +92,7 @@ class ProbesCollector(Collector):
     def runner(self) -> Callable[[ProbeRequest], GpuReport]:
         return self._runner
 
-    def read(self, nvml, gpu: GpuContext) -> ProbesReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> ProbesReading:
         state = gpu.state
         if "due" not in state:
             state["due"] = gpu.now + self._rng.uniform(0.0, self._jitter)
@@ -118,7 +119,7 @@ class ProbesCollector(Collector):
             return self._running is None
 
     @staticmethod
-    def _free(nvml, gpu: GpuContext) -> bool:
+    def _free(nvml: Nvml, gpu: GpuContext) -> bool:
         processes = read_processes(nvml, gpu)
         return processes is not None and not processes.processes
 
@@ -143,8 +144,8 @@ class ProbesCollector(Collector):
 
         self._start(work)
 
-    def metrics(self, snapshot, interval):
-        latest = GpuFamilies((gpu, r.latest) for gpu, r in readings(snapshot.gpus, self.name) if r.latest is not None)
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        latest = GpuFamilies((gpu, r.latest) for gpu, r in self.readings(snapshot) if r.latest is not None)
         bandwidth = GaugeMetricFamily(
             "gpulens_probe_bandwidth_bytes_per_second",
             "Copy bandwidth the latest probe measured, bytes/s (median of its repeats). direction d2d counts bytes "
@@ -179,6 +180,7 @@ class ProbesCollector(Collector):
                     correct.add_metric((*gpu.labels, result.name), int(result.status != WRONG))
                 if result.value is None:
                     continue
+                labels: tuple[str, ...]
                 if result.kind == BANDWIDTH:
                     labels = (*gpu.labels, result.direction, result.memory)
                     bandwidth.add_metric(labels, result.value)
@@ -208,6 +210,6 @@ class ProbesCollector(Collector):
         )
 
 
-def scheduled(interval: float, jitter: float, simulate: str | None, clock: Any) -> ProbesCollector:
+def scheduled(interval: float, jitter: float, simulate: str | None, clock: Clock | None) -> ProbesCollector:
     """Return the collector the agent runs: real probe children, or simulated ones on a simulated node."""
     return ProbesCollector(runner=ChildRunner(simulate=simulate), interval=interval, jitter=jitter, clock=clock)

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from prometheus_client.core import GaugeMetricFamily
+from collections.abc import Iterator
 
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, readings
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext
 from gpulens.agent.collectors.processes import ProcessesReading, read_processes
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
-class ProcessDetailsCollector(Collector):
+class ProcessDetailsCollector(Collector[ProcessesReading]):
     name = "process_details"
     default_enabled = False
     description = "per-process device memory and SM utilization (pid label)"
 
-    def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)
 
-    def metrics(self, snapshot, interval):
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
         memory = GaugeMetricFamily(
             "gpulens_process_gpu_memory_used_bytes",
             f"Device memory held by one process, in bytes; sampled every {interval:g} s.",
@@ -27,7 +31,7 @@ class ProcessDetailsCollector(Collector):
             "Share of time one process had kernels running on the SMs over the last cycle (0-1).",
             labels=(*GPU_LABELS, "pid"),
         )
-        for gpu, reading in readings(snapshot.gpus, self.name):
+        for gpu, reading in self.readings(snapshot):
             for process in reading.processes:
                 if process.used_memory_bytes is not None:
                     memory.add_metric((*gpu.labels, str(process.pid)), process.used_memory_bytes)

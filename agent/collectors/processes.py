@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
-from gpulens.agent.nvml import ProcessInfo
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml, ProcessInfo
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -14,10 +18,11 @@ class ProcessesReading:
     sm_ratio_by_pid: tuple[tuple[int, float], ...]  # per-process SM utilization over the last cycle
 
 
-def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
+def read_processes(nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
     """Read the GPU's processes once per cycle, however many collectors ask."""
     if "processes" in gpu.cycle:
-        return gpu.cycle["processes"]
+        cached: ProcessesReading | None = gpu.cycle["processes"]
+        return cached
     reading = None
     processes = nvml.processes(gpu.handle)
     if processes is not None:
@@ -37,15 +42,15 @@ def read_processes(nvml, gpu: GpuContext) -> ProcessesReading | None:
     return reading
 
 
-class ProcessesCollector(Collector):
+class ProcessesCollector(Collector[ProcessesReading]):
     name = "processes"
     description = "compute processes on each GPU"
 
-    def read(self, nvml, gpu: GpuContext) -> ProcessesReading | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_processes",
             f"Compute processes holding a context on the GPU; sampled every {interval:g} s.",

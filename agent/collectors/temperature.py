@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -13,19 +18,19 @@ class TemperatureReading:
     memory_celsius: float | None
 
 
-class TemperatureCollector(Collector):
+class TemperatureCollector(Collector[TemperatureReading]):
     name = "temperature"
     description = "GPU die and HBM temperature"
     fields = ("memory_temperature_celsius",)
 
-    def read(self, nvml, gpu: GpuContext) -> TemperatureReading:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> TemperatureReading:
         return TemperatureReading(
             gpu_celsius=nvml.temperature_celsius(gpu.handle),
             memory_celsius=gpu.fields.get("memory_temperature_celsius"),
         )
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_temperature_celsius",
             f"GPU die temperature in degrees Celsius; sampled every {interval:g} s.",

@@ -13,9 +13,14 @@ so the counters' ratio stays right; it is never the last busy value carried on.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, readings
+from prometheus_client.core import Metric
+
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.nvml import Nvml
+from gpulens.agent.snapshot import Snapshot
 
 # A sample's period is the gap since the previous one, but never more than this many times the
 # typical gap: after a stall longer than the driver's buffer, the missing time is left uncovered
@@ -36,11 +41,11 @@ class UtilizationReading:
     samples_total: int
 
 
-class UtilizationCollector(Collector):
+class UtilizationCollector(Collector[UtilizationReading]):
     name = "utilization"
     description = "GPU busy time from NVML's sub-second utilization samples"
 
-    def read(self, nvml, gpu: GpuContext) -> UtilizationReading | None:
+    def read(self, nvml: Nvml, gpu: GpuContext) -> UtilizationReading | None:
         state = gpu.state
         last_seen = state.get("last_seen_us", 0)
         samples = nvml.utilization_samples(gpu.handle, last_seen)
@@ -79,8 +84,8 @@ class UtilizationCollector(Collector):
         state["last_ratio"] = ratio
         return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
 
-    def metrics(self, snapshot, interval):
-        per_gpu = GpuFamilies(readings(snapshot.gpus, self.name))
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
+        per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_utilization_ratio",
             "Share of time a kernel was running, averaged over the driver's sub-second samples of the "
@@ -103,7 +108,7 @@ def _integrate(samples: list[tuple[int, float]], previous: int, typical: int | N
     """Return (busy, sampled) seconds covered by `samples`, each lasting since the sample before it."""
     busy = sampled = 0.0
     for timestamp, ratio in samples:
-        gap = timestamp - previous if previous else typical or 0
+        gap: float = timestamp - previous if previous else typical or 0
         if typical:
             gap = min(gap, typical * _MAX_GAP_FACTOR)
         seconds = max(gap, 0) / 1e6

@@ -64,8 +64,9 @@ class ControlServer:
         self._proc_root = proc_root
         self._lock = threading.Lock()
         self._peers: dict[int, _Peer] = {}  # by pid
-        self._listener: socket.socket | None = None
-        self._selector: selectors.BaseSelector | None = None
+        # Set by `start`; nothing uses them before (`stop` and `_drop` run only on a started server).
+        self._listener: socket.socket
+        self._selector: selectors.BaseSelector
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self.rejected = 0  # messages that did not parse or lied about their pid

@@ -100,7 +100,7 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
         gauge(
             "gpulens_job_report_age_seconds",
             "Seconds since the job's last accepted report; reports are sent every 5 s by default.",
-            lambda r: now - r.received_at,
+            lambda r: None if r.received_at is None else now - r.received_at,
         ),
     ]
     messages = CounterMetricFamily(
@@ -136,7 +136,11 @@ def _labels(pid: int, report: JobReport) -> tuple[str, str]:
     return str(pid), report.device.uuid
 
 
-def _fill(family: Metric, ordered: list[tuple[int, JobReport]], value) -> Metric:
+def _fill(
+    family: GaugeMetricFamily | CounterMetricFamily,
+    ordered: list[tuple[int, JobReport]],
+    value: Callable[[JobReport], float | None],
+) -> Metric:
     for pid, report in ordered:
         v = value(report)
         if v is not None:

@@ -110,9 +110,9 @@ class Receiver:
         """Bind the socket and start receiving; raise ReceiverError when the socket cannot be bound."""
         if self._thread is not None:
             raise RuntimeError("the receiver is already started")
-        self._socket = _bind(self.socket_path)
+        self._socket = sock = _bind(self.socket_path)
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._serve, name="gpulens-jobs", daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(sock,), name="gpulens-jobs", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -127,8 +127,9 @@ class Receiver:
         self._wake()
         self._thread.join()
         self._thread = None
-        self._socket.close()
-        self._socket = None
+        sock, self._socket = self._socket, None
+        if sock is not None:  # always, with a thread
+            sock.close()
         try:
             os.unlink(self.socket_path)
         except FileNotFoundError:
@@ -158,7 +159,9 @@ class Receiver:
             return {
                 pid: job.report if job.trace is None else replace(job.report, trace=job.trace)
                 for pid, job in self._jobs.items()
-                if job.report is not None and now - job.report.received_at <= self._expiry
+                if job.report is not None
+                and job.report.received_at is not None  # set on every report the receiver keeps
+                and now - job.report.received_at <= self._expiry
             }
 
     def attach_trace(self, pid: int, found: TraceSummary) -> None:
@@ -175,8 +178,7 @@ class Receiver:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _serve(self) -> None:
-        sock = self._socket
+    def _serve(self, sock: socket.socket) -> None:
         while not self._stopping.is_set():
             try:
                 data, ancillary, flags, _ = sock.recvmsg(MAX_MESSAGE_BYTES, _ANCILLARY_BYTES)

@@ -28,8 +28,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.agent.jobs.control import ControlServer, NotConnected
-from gpulens.agent.jobs.messages import TRACE_PARTS, JobReport, TraceSummary, TraceUpdate
-from gpulens.vocabulary import TRACE_FINISHED
+from gpulens.agent.jobs.messages import JobReport, TraceSummary, TraceUpdate
+from gpulens.vocabulary import TRACE_FINISHED, TRACE_PARTS
 from gpulens.words import trace_sentence
 
 log = logging.getLogger(__name__)
@@ -325,11 +325,11 @@ class Traces:
     def metrics(self) -> list[Metric]:
         """The last finished trace of each process that still reports, and the results so far."""
         reporting = self._reports()
-        last: dict[int, TraceRun] = {}
+        last: dict[int, tuple[TraceRun, TraceSummary]] = {}
         with self._lock:
             for run in self._runs.values():
                 if run.state == "done" and run.summary is not None and run.pid in reporting:
-                    last[run.pid] = run
+                    last[run.pid] = run, run.summary
             counts = dict(self._counts)
         share = GaugeMetricFamily(
             "gpulens_job_trace_share",
@@ -347,13 +347,13 @@ class Traces:
             "The job's last trace: its id and the part that took the most of each step. Always 1.",
             labels=(*LABELS, "trace_id", "bottleneck"),
         )
-        for pid, run in sorted(last.items()):
+        for pid, (run, summary) in sorted(last.items()):
             labels = (str(pid), run.gpu_uuid)
             for part in TRACE_PARTS:
-                share.add_metric((*labels, part), run.summary.shares[part])
-            step.add_metric(labels, run.summary.step_seconds)
+                share.add_metric((*labels, part), summary.shares[part])
+            step.add_metric(labels, summary.step_seconds)
             when.add_metric(labels, run.updated_at)
-            info.add_metric((*labels, run.id, run.summary.bottleneck or ""), 1.0)
+            info.add_metric((*labels, run.id, summary.bottleneck or ""), 1.0)
         results = CounterMetricFamily(
             "gpulens_job_traces", "Traces asked of jobs, by how they ended.", labels=("result",)
         )

@@ -11,8 +11,10 @@ to regenerate a section of `nvml_symbols.txt` when a branch is added.
 
 from __future__ import annotations
 
+import ctypes
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -116,7 +118,7 @@ def resolve(text: str) -> Driver:
 
 def _driver(branch: Branch, version: str) -> Driver:
     symbols = branch_symbols()[branch.name]
-    layout = h.ProcessInfo
+    layout: type[ctypes.Structure] = h.ProcessInfo
     parts = tuple(int(p) for p in version.split(".")[:2])
     if branch.major == 535 and parts < _R535_LAYOUT_RESTORED:
         symbols = symbols - _R535_EARLY_MISSING
@@ -128,7 +130,7 @@ def _driver(branch: Branch, version: str) -> Driver:
     return Driver(branch=branch, version=version, symbols=symbols, process_info_v3=layout)
 
 
-def oldest_for_all(models) -> Branch:
+def oldest_for_all(models: Iterable[str]) -> Branch:
     """Return the oldest branch that runs every GPU named in `models`."""
     found = [b for b in (oldest_for(m) for m in models) if b is not None]
     return max(found, key=lambda b: b.major, default=BRANCHES[OLDEST])

@@ -89,7 +89,10 @@ class SimulatedGpu:
         self.garbage = tuple((f.what, f.window) for f in mine if f.kind == "garbage")
         self.refused = tuple((f.kind, f.what, f.window) for f in mine if f.kind in ("not_supported", "no_permission"))
         self.vanish_at = {f.pid: f.window.at for f in mine if f.kind == "process_vanishes"}
-        self.bursts = sorted((f.window.at, f.count) for f in mine if f.kind == "processes_appear")
+        # The scenario reader requires a count for processes_appear, and a function for function_not_found.
+        self.bursts = sorted(
+            (f.window.at, f.count) for f in mine if f.kind == "processes_appear" and f.count is not None
+        )
         self.gone: set[int] = set()
         self.last_listed: dict[int, float] = {}  # vanishing pid -> the instant it was listed for the last time
         self._build_samplers(seed)
@@ -374,7 +377,7 @@ class SimulatedNode:
         self.init_failures = tuple(f for f in scenario.faults if f.kind == "init_failure")
         self.missing: dict[str, list[Window]] = {}
         for fault in scenario.faults:
-            if fault.kind == "function_not_found":
+            if fault.kind == "function_not_found" and fault.function is not None:
                 self.missing.setdefault(fault.function, []).append(fault.window)
 
     def present(self, now: float) -> list[SimulatedGpu]:

@@ -21,7 +21,7 @@ from gpulens.agent.jobs.messages import (
 )
 from gpulens.agent.jobs.receiver import Receiver
 from gpulens.agent.simulator import hostprocess
-from gpulens.agent.simulator.scenario import Gpu, JobSpec, Process, Scenario
+from gpulens.agent.simulator.scenario import Gpu, JobSpec, Process, Scenario, TorchSpec
 from gpulens.agent.sources import LiveSources
 
 # gpulens.torch reports every 5 s by default.
@@ -158,14 +158,14 @@ class SimulatedSources:
             pid = process.pid_at(now)
             if process.torch is None or pid is None:
                 continue
-            reports[pid] = _report(gpu, process, pid, now)
+            reports[pid] = _report(gpu, process.torch, pid, now)
         if self._receiver is not None:
             reports.update(self._receiver.latest())
         return reports
 
 
-def _report(gpu: Gpu, process: Process, pid: int, now: float) -> JobReport:
-    spec = process.torch
+def _report(gpu: Gpu, spec: TorchSpec, pid: int, now: float) -> JobReport:
+    """The report `spec`'s job would send for `pid` at `now`."""
     steps = max(1, round(spec.steps_per_second * _REPORT_SECONDS))
     wait = spec.data_wait.mean(max(0.0, now - _REPORT_SECONDS), now) if now > 0 else spec.data_wait.value(0)
     dataloader = None

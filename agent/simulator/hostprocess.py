@@ -88,6 +88,6 @@ def _from_command(pattern: str) -> int | None:
 
 def _alive(process: psutil.Process) -> bool:
     try:
-        return process.status() != psutil.STATUS_ZOMBIE
+        return bool(process.status() != psutil.STATUS_ZOMBIE)  # psutil has no types: the comparison is Any
     except psutil.Error:
         return False

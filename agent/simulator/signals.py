@@ -245,7 +245,8 @@ def _ramp(raw: object, where: str, convert: Converter) -> Ramp:
 def _steps(raw: object, where: str, convert: Converter) -> Steps:
     if not isinstance(raw, list) or not raw:
         raise Invalid(where, "expected a list of [time, value] pairs, e.g. [[0, 10], [60, 90]]")
-    times, values = [], []
+    times: list[float] = []
+    values: list[float] = []
     for i, pair in enumerate(raw):
         at = f"{where}[{i}]"
         if not isinstance(pair, list) or len(pair) != 2:
@@ -266,7 +267,7 @@ def _steps(raw: object, where: str, convert: Converter) -> Steps:
     return Steps(tuple(times), tuple(values))
 
 
-def _shape_and_noise(spec: dict, where: str, convert: Converter) -> tuple[Shape, float]:
+def _shape_and_noise(spec: dict[str, object], where: str, convert: Converter) -> tuple[Shape, float]:
     shapes = [key for key in spec if key in SHAPES and not (key == "noise" and not isinstance(spec[key], dict))]
     if not shapes and "noise" in spec:
         raise Invalid(where, "noise: N adds noise to a shape; for noise alone use noise: {mean: M, stddev: N}")
