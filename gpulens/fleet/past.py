@@ -36,7 +36,7 @@ class SourceError(Exception):
     """A source cannot answer; the message is one line naming it and the fix."""
 
 
-class Source(Protocol):
+class PastJobs(Protocol):
     description: str
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
@@ -47,7 +47,7 @@ class Source(Protocol):
 
 
 @runtime_checkable
-class Store(Source, Protocol):
+class Store(PastJobs, Protocol):
     """A time-series store that adds up per group itself (prometheus_jobs.Prometheus): it answers a fleet report's
     tables and a trend without reading every run of the period."""
 
@@ -61,7 +61,7 @@ class Store(Source, Protocol):
 
 
 def fleet_of(
-    source: Source, by: str, since: float, until: float, min_duration: float, step: Step, rows: int | None
+    source: PastJobs, by: str, since: float, until: float, min_duration: float, step: Step, rows: int | None
 ) -> FleetReport | None:
     """Return the fleet report of [since, until] grouped `by`, or None without jobs. A store adds up the groups
     itself and reads whole only the `rows` worst jobs of each list; with `rows` None (JSON, CSV, lines list
@@ -72,7 +72,7 @@ def fleet_of(
     return fleet_report(records, by, since, until, min_duration, source.description) if records else None
 
 
-def trend_of(source: Source, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
+def trend_of(source: PastJobs, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
     """Return the trend of [since, until] (whole hours) grouped `by`: a store's recorded GPU-hours, else every run
     of the period spread over its days (trend_from)."""
     if isinstance(source, Store):
@@ -88,7 +88,7 @@ def trend_from(
 
 
 def read_job(
-    source: Source, job_id: str, since: float, until: float, min_duration: float, step: Step, kind: str = ""
+    source: PastJobs, job_id: str, since: float, until: float, min_duration: float, step: Step, kind: str = ""
 ) -> JobReport | None:
     """Return the report of the one job `job_id` names in [since, until] (of `kind` where given), with its traces
     where the source keeps them; None when the source has no such job. `gpulens report job` and the dashboard's

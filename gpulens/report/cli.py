@@ -27,7 +27,7 @@ from gpulens.errors import converted
 from gpulens.fleet.past import (
     HTTP_TIMEOUT_SECONDS,
     LedgerFiles,
-    Source,
+    PastJobs,
     SourceError,
     Step,
     Store,
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _source(args: argparse.Namespace) -> Source:
+def _source(args: argparse.Namespace) -> PastJobs:
     chosen = args.source
     given = [
         name
@@ -252,7 +252,7 @@ def _render(report: Report, fmt: str, command: str) -> str | Document:
 
 
 def _job(
-    source: Source, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
+    source: PastJobs, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
 ) -> JobReport:
     """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
     report = read_job(source, args.id, since, until, min_duration, progress)
@@ -322,7 +322,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
 
 
 def _fleet(
-    source: Source, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
+    source: PastJobs, args: argparse.Namespace, since: float, until: float, min_duration: float, progress: Step
 ) -> FleetReport | None:
     """The fleet report, or None without jobs: the formats people read show only the worst jobs, JSON, CSV and
     lines list every job whole."""
@@ -330,7 +330,7 @@ def _fleet(
     return fleet_of(source, args.by, since, until, min_duration, progress, rows)
 
 
-def _trend(source: Source, by: str, since: float, until: float, min_duration: float, progress: Step) -> TrendReport:
+def _trend(source: PastJobs, by: str, since: float, until: float, min_duration: float, progress: Step) -> TrendReport:
     """The trend (`fleet.past.trend_of`); raises SourceError when the period has no GPU-hours."""
     report = trend_of(source, by, since, until, min_duration, progress)
     if report.total.held <= 0:
@@ -371,7 +371,7 @@ _CHECK_ID = "check the id, widen --since, or list the jobs with 'gpulens report 
 _NO_LEDGER = "widen --since or check that the agents run with a ledger"
 
 
-def _nothing(what: str, source: Source, since: float, until: float, fix: str) -> SourceError:
+def _nothing(what: str, source: PastJobs, since: float, until: float, fix: str) -> SourceError:
     """The error for a period in which `source` holds no `what`; `fix` says what to try."""
     return SourceError(f"no {what} in {source.description} between {when(since)} and {when(until)}; {fix}")
 
