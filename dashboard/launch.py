@@ -32,14 +32,9 @@ from gpulens import bundled
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.arguments import OneLineParser
 from gpulens.credentials import (
-    BASIC_AUTH_FILE,
     AccessError,
-    Credentials,
-    add_credential_flags,
     add_tls_flags,
-    agent_credentials,
     misplaced_flags,
-    read_credentials,
     tls_credentials,
     tls_flags,
 )
@@ -51,11 +46,11 @@ from gpulens.fleet.environment import (
     AGENTS,
     ALERTMANAGER,
     ALERTMANAGER_TLS,
-    BASIC_AUTH,
-    BEARER_TOKEN,
     PROMETHEUS,
-    PROMETHEUS_TLS,
-    parse_agents,
+    ConfigError,
+    add_source_flags,
+    source_environment,
+    tls_environment,
 )
 from gpulens.urls import check_url, refuse_password
 from gpulens.usage import JobRecord
@@ -267,13 +262,6 @@ def _no_password(url: str, flag: str, fix: str) -> None:
         refuse_password(url, flag, fix)
 
 
-def _tls_environment(names: tuple[str, str, str], tls: Credentials | None) -> dict[str, str]:
-    """Return the variables `names` (CA, certificate, key) set to the absolute paths of the files `tls` gives,
-    blank where none: the Streamlit child reads them, and variables from the caller's environment do not."""
-    paths = (tls.ca_file, tls.cert_file, tls.key_file) if tls else (None, None, None)
-    return {name: os.path.abspath(path) if path else "" for name, path in zip(names, paths, strict=True)}
-
-
 def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Stop with the usage error for a flag given without the source it is for."""
     if args.alertmanager is not None and not args.prometheus:
@@ -284,7 +272,7 @@ def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"{flag} goes with --alertmanager URL: it is how the dashboard reaches that Alertmanager")
     misplaced = misplaced_flags(args)
     if args.agents is not None and misplaced:
-        parser.error(misplaced)
+        parser.error(misplaced)  # a usage error (exit 2), before source_environment would say it as a ConfigError
 
 
 def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
@@ -296,7 +284,7 @@ def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
     files = (args.alertmanager_ca_file, args.alertmanager_cert_file, args.alertmanager_key_file)
     with converted(AccessError, LaunchError):
         tls = tls_credentials(*files, tls_flags("alertmanager-"), "Alertmanager's")
-    return {**env, **_tls_environment(ALERTMANAGER_TLS, tls)}
+    return {**env, **tls_environment(ALERTMANAGER_TLS, tls)}
 
 
 def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
@@ -315,9 +303,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
         "without a GPU or a fleet: gpulens demo",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
-    source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")
+    add_source_flags(parser)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
     parser.add_argument(
         "--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
@@ -330,7 +316,6 @@ def dashboard_main(argv: Sequence[str]) -> int:
     )
     # Alertmanager's own TLS files, as in Prometheus' alertmanager_config: Prometheus' are for Prometheus.
     add_tls_flags(parser, "alertmanager-", "Alertmanager")
-    add_credential_flags(parser)
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     parser.add_argument(
         "--auth-file",
@@ -342,37 +327,15 @@ def dashboard_main(argv: Sequence[str]) -> int:
     _check_pairs(parser, args)
     children = Children()
     try:
-        env = {
-            PROMETHEUS: "",
-            AGENTS: "",
-            ALERTMANAGER: "",
-            **_tls_environment(PROMETHEUS_TLS, None),
-            **_tls_environment(ALERTMANAGER_TLS, None),
-        }
+        env = {ALERTMANAGER: "", **tls_environment(ALERTMANAGER_TLS, None)}
         if args.alertmanager is not None:
             env.update(_alertmanager_environment(args))
         secrets_file = None
         if args.auth_file:
             secrets_file = check_auth_file(args.auth_file)
             env[REQUIRE_LOGIN] = "1"
-        if args.prometheus:
-            with converted(ValueError, LaunchError, "--prometheus: "):
-                env[PROMETHEUS] = check_url(args.prometheus)
-            _no_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
-            with converted(ValueError, LaunchError):  # AccessError too
-                credentials = read_credentials(args)
-            env[BEARER_TOKEN] = credentials.bearer_token or ""
-            env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
-            env.update(_tls_environment(PROMETHEUS_TLS, credentials))
-        else:
-            with converted(ValueError, LaunchError, "--agents: "):  # ConfigError
-                agents = parse_agents(args.agents)
-            for agent in agents.values():
-                _no_password(agent, "--agents", f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
-            # A wrong certificate or password file is an error now, not a banner on every page.
-            with converted(AccessError, LaunchError):
-                agent_credentials()
-            env[AGENTS] = args.agents
+        with converted(ConfigError, LaunchError):
+            env.update(source_environment(args))
         url = start_dashboard(children, env, args.address, args.port, args.refresh, secrets_file)
     except KeyboardInterrupt:
         children.stop()

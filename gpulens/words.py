@@ -10,6 +10,7 @@ unknown reads as in its place ("n/a" in a report, "unknown" on a dashboard card)
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
@@ -21,6 +22,11 @@ GIB = 2**30
 
 def _known(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
+
+
+def when(epoch: float) -> str:
+    """Return a moment as '2026-12-05 14:20 UTC': reports, logs and messages read the same clock everywhere."""
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
 
 
 def duration(seconds: float | None) -> str:

@@ -219,17 +219,19 @@ class AgentsSource:
         try:
             text = self._fetch(url, self._timeout)
         except HttpError as error:
-            return _Scrape(now, (), SourceProblem(where, error.what))
+            return _Scrape(now, (), SourceProblem(where, error.what, name))
         try:
             samples = parse_exposition(text, name)
         except (ValueError, TypeError, IndexError):
             return _Scrape(
                 now,
                 (),
-                SourceProblem(where, "answered something that is not Prometheus metrics; is this URL a gpulens agent?"),
+                SourceProblem(
+                    where, "answered something that is not Prometheus metrics; is this URL a gpulens agent?", name
+                ),
             )
         if not any(s.name == "gpulens_build_info" for s in samples):
-            return _Scrape(now, tuple(samples), SourceProblem(where, "serves metrics, but not gpulens ones"))
+            return _Scrape(now, tuple(samples), SourceProblem(where, "serves metrics, but not gpulens ones", name))
         return _Scrape(now, tuple(samples), None)
 
     def _current(self) -> tuple[list[Sample], list[SourceProblem]]:

@@ -238,6 +238,7 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
             f"node {node}",
             f"no verdict for {count} GPU(s): the agent's diagnosis stage is off "
             "(--no-collector.diagnosis) or its series are missing; shown as unknown",
+            node,
         )
         for node, count in sorted(without_verdict.items())
     )

@@ -19,17 +19,28 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
+import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
 
-from gpulens.credentials import AccessError, Credentials, agent_credentials, tls_credentials
+from gpulens.credentials import (
+    BASIC_AUTH_FILE,
+    AccessError,
+    Credentials,
+    add_credential_flags,
+    agent_credentials,
+    misplaced_flags,
+    read_credentials,
+    tls_credentials,
+)
 from gpulens.errors import converted
 from gpulens.fleet.agents import AgentsSource, fetch_metrics
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.records import Answer, Source, SourceProblem
-from gpulens.urls import check_url, quoted_url
+from gpulens.urls import check_url, quoted_url, refuse_password
 
 __all__ = [
     "ALERTMANAGER",
@@ -39,8 +50,11 @@ __all__ = [
     "PrometheusSource",
     "Source",
     "SourceProblem",
+    "add_source_flags",
     "from_environment",
     "parse_agents",
+    "source_environment",
+    "tls_environment",
 ]
 
 PROMETHEUS = "GPULENS_DASHBOARD_PROMETHEUS"
@@ -88,6 +102,50 @@ def _tls(environ: Mapping[str, str], names: tuple[str, str, str], whose: str) ->
     """Return the TLS files the variables `names` (CA, certificate, key) give, as tls_credentials checks them."""
     ca_file, cert_file, key_file = (environ.get(name) for name in names)
     return tls_credentials(ca_file, cert_file, key_file, names, whose)
+
+
+def add_source_flags(parser: argparse.ArgumentParser) -> None:
+    """Add the flags that name what a command reads the fleet from: --prometheus URL or --agents URL,...,
+    with Prometheus' credentials and TLS files (the agents' come from GPULENS_AGENT_*)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prometheus", metavar="URL", help="a Prometheus-compatible server (Thanos, Mimir, ...)")
+    source.add_argument("--agents", metavar="URL[,URL...]", help="agents read directly; each may be NAME=URL")
+    add_credential_flags(parser)
+
+
+def tls_environment(names: tuple[str, str, str], tls: Credentials | None) -> dict[str, str]:
+    """Return the variables `names` (CA, certificate, key) set to the absolute paths of the files `tls` gives,
+    blank where none: a child process reads them, and variables from the caller's environment do not."""
+    paths = (tls.ca_file, tls.cert_file, tls.key_file) if tls else (None, None, None)
+    return {name: os.path.abspath(path) if path else "" for name, path in zip(names, paths, strict=True)}
+
+
+def source_environment(args: argparse.Namespace) -> dict[str, str]:
+    """Return the variables `from_environment` reads for the source the flags `add_source_flags` added name
+    (in `args`); raise ConfigError with the fix. A wrong certificate or password file is an error now, not a
+    problem at every read."""
+    misplaced = misplaced_flags(args) if args.agents is not None else None
+    if misplaced:
+        raise ConfigError(misplaced)
+    env = {PROMETHEUS: "", AGENTS: "", BEARER_TOKEN: "", BASIC_AUTH: "", **tls_environment(PROMETHEUS_TLS, None)}
+    if args.prometheus:
+        with converted(ValueError, ConfigError, "--prometheus: "):
+            env[PROMETHEUS] = check_url(args.prometheus)
+        with converted(ValueError, ConfigError):  # AccessError too
+            refuse_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
+            credentials = read_credentials(args)
+        env[BEARER_TOKEN] = credentials.bearer_token or ""
+        env[BASIC_AUTH] = ":".join(credentials.basic_auth or ())
+        env.update(tls_environment(PROMETHEUS_TLS, credentials))
+        return env
+    with converted(ValueError, ConfigError, "--agents: "):
+        agents = parse_agents(args.agents)
+    with converted(ValueError, ConfigError):
+        for agent in agents.values():
+            refuse_password(agent, "--agents", f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
+        agent_credentials()
+    env[AGENTS] = args.agents
+    return env
 
 
 def from_environment(environ: Mapping[str, str]) -> Source:

@@ -216,6 +216,7 @@ class PrometheusSource:
                 SourceProblem(
                     f"agent {item['metric'].get('instance', '?')}",
                     "is down: Prometheus cannot scrape it, so its GPUs are not shown",
+                    item["metric"].get("instance", "?"),
                 )
             )
         if results["verdicts"] is not None and results["models"] is not None and not gpus:

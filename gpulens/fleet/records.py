@@ -30,11 +30,13 @@ class SourceProblem:
     """One thing the source could not read, in a sentence a person can act on.
 
     `where` names the server, agent or query (never a credential); `what` says what went wrong and,
-    where there is one, the fix.
+    where there is one, the fix. `node` names the node whose agent or verdicts the problem is about, ""
+    where it is about the whole source: what acts on verdicts holds that node's jobs, or every job.
     """
 
     where: str
     what: str
+    node: str = ""
 
     def __str__(self) -> str:
         return f"{self.where}: {self.what}"

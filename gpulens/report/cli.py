@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpulens import thresholds as t
-from gpulens import units
+from gpulens import units, words
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
@@ -37,7 +37,7 @@ from gpulens.fleet.past import (
 )
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
-from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document, when
+from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
 from gpulens.report.progress import Progress
 from gpulens.report.summary import GROUPINGS, FleetReport, JobReport
 from gpulens.report.trend import TrendReport, check_period, whole_hours
@@ -373,7 +373,8 @@ _NO_LEDGER = "widen --since or check that the agents run with a ledger"
 
 def _nothing(what: str, source: PastJobs, since: float, until: float, fix: str) -> SourceError:
     """The error for a period in which `source` holds no `what`; `fix` says what to try."""
-    return SourceError(f"no {what} in {source.description} between {when(since)} and {when(until)}; {fix}")
+    period = f"between {words.when(since)} and {words.when(until)}"
+    return SourceError(f"no {what} in {source.description} {period}; {fix}")
 
 
 def _has_rich() -> bool:

@@ -90,10 +90,6 @@ def gib(n_bytes: float) -> str:
     return words.gib(n_bytes or None) or "n/a"  # a peak of 0 is one never reported
 
 
-def when(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(epoch))
-
-
 def kwh(joules: float) -> str:
     return f"{joules / 3.6e6:,.2f}"
 
@@ -176,7 +172,7 @@ def job_document(report: JobReport) -> Document:
         ("job", f"{r.kind} {r.id}"),
         ("owner", owner),
         ("status", "running" if r.running else "finished"),
-        ("time", f"{when(r.start)} to {when(r.last_seen)} ({words.duration(r.duration_seconds)})"),
+        ("time", f"{words.when(r.start)} to {words.when(r.last_seen)} ({words.duration(r.duration_seconds)})"),
         (
             "GPUs",
             f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
@@ -263,7 +259,7 @@ def _from_metrics(run: dict[str, Any]) -> list[str]:
 
     found, node = run["summary"], run["node"] or "unknown instance"
     trace = f"trace {run['id']}" if run["id"] else "the last trace (id unknown)"
-    lines = [f"{trace}, pid {run['pid']} on {run['gpu_uuid']} ({node}): done {when(run['updated_at'])}"]
+    lines = [f"{trace}, pid {run['pid']} on {run['gpu_uuid']} ({node}): done {words.when(run['updated_at'])}"]
     if found["step_seconds"] and any(found["shares"].values()):
         lines += step_lines(found)
     if run["shared_gpu"]:
@@ -280,7 +276,7 @@ def _from_metrics(run: dict[str, Any]) -> list[str]:
 def fleet_document(report: FleetReport) -> Document:
     total = report.total.total
     facts = (
-        ("period", f"{when(report.since)} to {when(report.until)}"),
+        ("period", f"{words.when(report.since)} to {words.when(report.until)}"),
         (
             "jobs",
             f"{report.total.jobs} ({report.short_count} shorter than "
@@ -388,7 +384,10 @@ def trend_document(report: TrendReport) -> Document:
     total, change = report.total, report.change
     window = words.plural(change.days, "day")
     facts = [
-        ("period", f"{when(report.since)} to {when(report.until)} ({words.duration(report.until - report.since)})"),
+        (
+            "period",
+            f"{words.when(report.since)} to {words.when(report.until)} ({words.duration(report.until - report.since)})",
+        ),
         ("GPU-hours", hours(total.held)),
         ("wasted GPU-hours", f"{hours(total.wasted)} ({percent(total.share)})"),
         ("waste", change_sentence(change)),
@@ -510,9 +509,9 @@ def trend_document(report: TrendReport) -> Document:
                 f.job,
                 STATE_NAME[f.reason],
                 tip_title(f.tip),
-                f"{job_name(f.before)}, {when(f.before.start)}",
+                f"{job_name(f.before)}, {words.when(f.before.start)}",
                 percent(f.before_share, OUTCOME_BY),
-                f"{job_name(f.after)}, {when(f.after.start)}",
+                f"{job_name(f.after)}, {words.when(f.after.start)}",
                 percent(f.after_share, OUTCOME_BY),
                 str(f.later_runs),
                 OUTCOME_TEXT[f.outcome],
