@@ -24,6 +24,8 @@ commands:
              time goes: 'gpulens trace --job ID' (the job uses gpulens.torch)
   try        run your training script here, no agent or GPU needed, and print what gpulens makes
              of its input pipeline and settings: 'gpulens try -- python train.py' (uses gpulens.torch)
+  reclaim    warn the owners of idle GPUs and give the GPUs back by policy (dry-run by default):
+             'gpulens reclaim run --prometheus URL --policy FILE'; 'gpulens reclaim keep JOB'
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
@@ -42,6 +44,7 @@ COMMANDS = {
     "agent": "gpulens.agent.daemon:main",
     "report": "gpulens.report.cli:run",
     "trace": "gpulens.tracecli:main",
+    "reclaim": "gpulens.reclaim.cli:main",
     "try": "gpulens.trycli:main",
     "probe": "gpulens.probes.cli:main",
     "sim": "gpulens.agent.simulator.run:main",

@@ -1,0 +1,269 @@
+"""`gpulens reclaim`: run the service, keep a job, read the audit log, check a policy file.
+
+gpulens reclaim run --prometheus URL [--policy FILE] [--mode dry-run|notify|enforce]
+gpulens reclaim keep 1234 --for 8h --reason "evaluation resumes at 18:00"
+gpulens reclaim log [--since 1d] [--job 1234] [--json]
+gpulens reclaim check [--policy FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any, TextIO
+
+from gpulens.arguments import EXIT_USAGE, OneLineParser
+from gpulens.reclaim.folder import Folder, FolderError
+from gpulens.reclaim.ladder import Keep
+from gpulens.reclaim.policy import MODES, PolicyError, load_policy
+from gpulens.units import UnitError, parse_duration
+from gpulens.words import duration, when
+
+DEFAULT_STATE_DIR = "/var/lib/gpulens/reclaim"
+STATE_DIR = "GPULENS_RECLAIM_STATE_DIR"
+DEFAULT_PORT = 10908  # beside the agent's 10906 and the dashboard's 10907
+EXIT_FAILED = 1
+
+USAGE = """usage: gpulens reclaim COMMAND [OPTIONS]
+
+commands:
+  run    read the verdicts, warn the owners of idle GPUs and act by policy (dry-run unless told otherwise)
+  keep   keep a job from being acted on: 'gpulens reclaim keep 1234 --for 8h --reason TEXT'
+  log    what the service decided and did: 'gpulens reclaim log --since 1d'
+  check  read a policy file and print what it says: 'gpulens reclaim check --policy reclaim.yaml'
+
+'gpulens reclaim COMMAND --help' tells more; docs/reclaim.md tells how to roll it out.
+"""
+
+
+def main(argv: Sequence[str], out: TextIO = sys.stdout) -> int:
+    commands = {"run": _run, "keep": _keep, "log": _log, "check": _check}
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="", file=out)
+        return 0 if argv else EXIT_USAGE
+    if argv[0] not in commands:
+        print(f"gpulens reclaim: unknown command {argv[0]!r}; use one of {', '.join(commands)}", file=sys.stderr)
+        return EXIT_USAGE
+    return commands[argv[0]](argv[1:], out)
+
+
+def _state_dir(parser: argparse.ArgumentParser) -> None:
+    default = os.environ.get(STATE_DIR) or DEFAULT_STATE_DIR
+    parser.add_argument(
+        "--state-dir", default=default, metavar="DIR", help=f"the service's folder (default {default}; or {STATE_DIR})"
+    )
+
+
+def _fail(command: str, error: Exception | str, status: int = EXIT_FAILED) -> int:
+    print(f"gpulens reclaim {command}: {error}", file=sys.stderr)
+    return status
+
+
+# -- run ----------------------------------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], out: TextIO) -> int:
+    from gpulens.fleet.environment import ConfigError, add_source_flags, from_environment, source_environment
+
+    parser = OneLineParser(
+        prog="gpulens reclaim run",
+        description="Read the verdicts every interval, warn the owners of idle GPUs, and act by policy.",
+        epilog="example: gpulens reclaim run --prometheus http://prometheus:9090 --policy /etc/gpulens/reclaim.yaml",
+    )
+    add_source_flags(parser)
+    parser.add_argument("--policy", metavar="FILE", help="the policy file (default: the built-in, docs/reclaim.md)")
+    parser.add_argument("--mode", choices=MODES, help="replaces the policy file's mode (its default: dry-run)")
+    _state_dir(parser)
+    parser.add_argument(
+        "--warn-command",
+        metavar="COMMAND",
+        help="run per warning with the message on stdin; {user}, {account}, {job} replaced, e.g. "
+        "\"mail -s 'Idle GPUs' {user}@example.org\"",
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
+    )
+    parser.add_argument("--address", default="127.0.0.1", help="address to serve metrics on (default 127.0.0.1)")
+    parser.add_argument("--once", action="store_true", help="run one cycle and exit")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port} is not a port; give 1-65535, or 0 for no metrics")
+    try:
+        policy = load_policy(args.policy, args.mode)
+        source = from_environment({**os.environ, **source_environment(args)})
+        notify = _warn_command(args.warn_command) if args.warn_command else None
+        folder = Folder(args.state_dir).create()
+        folder.lock()
+    except (PolicyError, ConfigError, FolderError, ValueError) as error:
+        return _fail("run", error, EXIT_USAGE if not isinstance(error, FolderError) else EXIT_FAILED)
+
+    from gpulens.reclaim.service import Service
+    from gpulens.reclaim.slurm import Slurm
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = Service(source, policy, folder, actors=[Slurm()], notify=notify)
+    if args.once:
+        service.cycle()
+        return 0
+    if args.port:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(args.port, args.address, registry=service.registry)
+        except OSError as error:
+            return _fail("run", f"cannot serve metrics on {args.address}:{args.port} ({error.strerror}); choose --port")
+    stop = threading.Event()
+
+    def stopping(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, stopping)
+    signal.signal(signal.SIGINT, stopping)
+    print(
+        f"gpulens reclaim: {policy.mode} with {policy.source} every {duration(policy.interval)}, "
+        f"reading {source.name}; the audit log is {folder.path / 'audit.jsonl'}",
+        file=out,
+        flush=True,
+    )
+    service.run(stop)
+    return 0
+
+
+def _warn_command(text: str) -> Any:
+    from gpulens.reclaim.service import command_notifier
+
+    try:
+        argv = shlex.split(text)
+        for part in argv:
+            part.format(user="u", account="a", job="1", job_kind="slurm")
+    except (ValueError, KeyError, IndexError) as error:
+        raise ValueError(
+            f"--warn-command {text!r} does not read ({error}); only {{user}}, {{account}}, {{job}} and {{job_kind}} "
+            "are replaced, write other braces twice"
+        ) from None
+    if not argv:
+        raise ValueError("--warn-command is empty; give a command, e.g. \"mail -s 'Idle GPUs' {user}@example.org\"")
+    return command_notifier(argv)
+
+
+# -- keep ---------------------------------------------------------------------------------------------------
+
+
+def _keep(argv: Sequence[str], out: TextIO) -> int:
+    parser = OneLineParser(
+        prog="gpulens reclaim keep",
+        description="Keep a job from warnings and actions for a while, recording who and why.",
+        epilog='example: gpulens reclaim keep 1234 --for 8h --reason "evaluation resumes at 18:00"',
+    )
+    parser.add_argument("job", metavar="JOB", help="a Slurm job id, or KIND/ID as the log names it (kubernetes/...)")
+    parser.add_argument("--for", dest="span", required=True, metavar="DURATION", help="how long: '8h', '2d'")
+    parser.add_argument("--reason", required=True, help="why, for the log and the people who read it")
+    parser.add_argument("--by", default="", help="who keeps it (default: the user running the command)")
+    _state_dir(parser)
+    args = parser.parse_args(argv)
+    try:
+        seconds = parse_duration(args.span, "--for")
+    except UnitError as error:
+        return _fail("keep", error, EXIT_USAGE)
+    if seconds <= 0 or not args.reason.strip() or not args.job.strip():
+        return _fail("keep", "give a job, a --for above 0 and a --reason that is not blank", EXIT_USAGE)
+    job = args.job.strip() if "/" in args.job else f"slurm/{args.job.strip()}"
+    by = args.by.strip() or os.environ.get("SUDO_USER") or getpass.getuser()
+    now = time.time()
+    keep = Keep(job=job, until=now + seconds, by=by, reason=" ".join(args.reason.split()), at=now)
+    try:
+        folder = Folder(args.state_dir).create()
+        folder.add_keep(keep)
+    except (FolderError, OSError) as error:
+        return _fail("keep", getattr(error, "strerror", None) or error)
+    folder.audit({"time": now, "event": "kept", "job": job, "by": by, "until": keep.until, "reason": keep.reason})
+    print(f"kept {job} until {when(keep.until)} ({duration(seconds)}), by {by}: {keep.reason}", file=out)
+    return 0
+
+
+# -- log ----------------------------------------------------------------------------------------------------
+
+
+def _log(argv: Sequence[str], out: TextIO) -> int:
+    parser = OneLineParser(prog="gpulens reclaim log", description="Print what the reclaim service decided and did.")
+    parser.add_argument("--since", default="7d", metavar="DURATION", help="how far back (default 7d)")
+    parser.add_argument("--job", metavar="JOB", help="one job: a Slurm job id or KIND/ID")
+    parser.add_argument("--json", action="store_true", help="the records as JSON lines, as the file holds them")
+    _state_dir(parser)
+    args = parser.parse_args(argv)
+    try:
+        since = time.time() - parse_duration(args.since, "--since")
+    except UnitError as error:
+        return _fail("log", error, EXIT_USAGE)
+    folder = Folder(args.state_dir)
+    if not folder.path.is_dir():
+        return _fail("log", f"no state folder {str(folder.path)!r}; give --state-dir as the service has it")
+    job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
+    for record in folder.audit_records():
+        if not isinstance(record.get("time"), int | float) or record["time"] < since:
+            continue
+        if job and record.get("job") != job:
+            continue
+        print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    return 0
+
+
+def _line(r: dict[str, Any]) -> str:
+    """One record as a person reads it: when, what, which job and whose, and why."""
+    moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["time"]))
+    event = str(r.get("event", "?"))
+    if event == "kept":
+        until = when(r["until"]) if isinstance(r.get("until"), int | float) else "?"
+        return f"{moment}  {event:13} {r.get('job', '?')}, by {r.get('by', '?')} until {until}: {r.get('reason', '')}"
+    whose = "/".join(str(r[k]) for k in ("user", "account") if r.get(k))
+    idle = duration(r.get("idle_seconds")) if r.get("idle_seconds") else ""
+    parts = [f"{r.get('job', '?')} ({whose or 'owner unknown'})", f"policy {r.get('policy', '?')}"]
+    if idle:
+        parts.append(f"idle {idle}")
+    if event in ("warned", "would_warn") and r.get("step"):
+        parts.append(f"warning {r['step']}")
+    if r.get("action") and event not in ("reset",):
+        parts.append(str(r["action"]))
+    if r.get("due_at") and event in ("warned", "would_warn", "skipped"):
+        parts.append(f"due {when(r['due_at'])}")
+    why = r.get("reason") or r.get("detail") or ""
+    return f"{moment}  {event:13} " + ", ".join(parts) + (f": {why}" if why else "")
+
+
+# -- check --------------------------------------------------------------------------------------------------
+
+
+def _check(argv: Sequence[str], out: TextIO) -> int:
+    parser = OneLineParser(prog="gpulens reclaim check", description="Read a policy file and print what it says.")
+    parser.add_argument("--policy", metavar="FILE", help="the policy file (default: the built-in policy)")
+    args = parser.parse_args(argv)
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as error:
+        return _fail("check", error)
+    limits = policy.limits
+    print(f"{policy.source}: mode {policy.mode}, a cycle every {duration(policy.interval)}", file=out)
+    print(
+        f"limits: {limits.actions_per_hour} actions an hour; the breaker opens at {limits.breaker_share:.0%} of the "
+        f"jobs and {limits.breaker_jobs} or more at once",
+        file=out,
+    )
+    for rule in policy.policies:
+        warnings = ", ".join(duration(s) for s in rule.warn_after) or "none"
+        signal_first = f"{rule.signal}, then after {duration(rule.signal_wait)} " if rule.signal else ""
+        print(
+            f"policy {rule.name}: warn at {warnings} idle; {signal_first}{rule.action} at {duration(rule.act_after)} "
+            f"(when {rule.idle_share:.0%} of the job's GPUs are idle)",
+            file=out,
+        )
+    return 0

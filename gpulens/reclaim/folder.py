@@ -1,0 +1,121 @@
+"""What `gpulens reclaim` keeps in its folder (`--state-dir`), all of it plain files a person can read:
+
+    lock          held by the running service: two services never act on one fleet
+    places.json   where each job stands on its ladder, so that a restart neither warns twice nor forgets
+    keeps.jsonl   `gpulens reclaim keep` appends a line per keep: the job, until when, who and why
+    audit.jsonl   a line per decision: warned, would act, acted, skipped and why, reset, kept
+
+A line that does not read (a disk filled mid-write, a hand edit) is skipped with a warning, never the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from gpulens.reclaim.ladder import Keep, Place
+
+log = logging.getLogger(__name__)
+
+AUDIT = "audit.jsonl"
+KEEPS = "keeps.jsonl"
+PLACES = "places.json"
+LOCK = "lock"
+
+
+class FolderError(RuntimeError):
+    """The state folder cannot be used; the message is one line with the fix."""
+
+
+class Folder:
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._lock: TextIO | None = None
+
+    def create(self) -> Folder:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True, mode=0o750)
+        except OSError as error:
+            raise FolderError(
+                f"cannot create the state folder {str(self.path)!r} ({error.strerror}); check --state-dir"
+            ) from None
+        return self
+
+    # -- one service at a time --------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Hold the folder's lock while the process lives; FolderError when another service holds it."""
+        handle = open(self.path / LOCK, "a+")  # held open for the life of the process
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise FolderError(
+                f"another gpulens reclaim ({holder}) uses {str(self.path)!r}; run one per fleet, or give --state-dir"
+            ) from None
+        handle.truncate(0)
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    # -- places -----------------------------------------------------------------------------------------
+
+    def places(self) -> dict[str, Place]:
+        path = self.path / PLACES
+        try:
+            document = json.loads(path.read_text())
+            return {key: Place(**value) for key, value in document["places"].items()}
+        except FileNotFoundError:
+            return {}
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("%s does not read (%s); every job starts at the foot of its ladder", path, error)
+            return {}
+
+    def save_places(self, places: Mapping[str, Place]) -> None:
+        document = {"places": {key: dataclasses.asdict(place) for key, place in sorted(places.items())}}
+        temporary = self.path / f".{PLACES}.tmp"
+        temporary.write_text(json.dumps(document, indent=1) + "\n")
+        os.replace(temporary, self.path / PLACES)  # whole or not at all, whenever the process stops
+
+    # -- keeps and the audit log --------------------------------------------------------------------------
+
+    def keeps(self) -> list[Keep]:
+        return [Keep(**record) for record in self._lines(KEEPS, Keep)]
+
+    def add_keep(self, keep: Keep) -> None:
+        self._append(KEEPS, dataclasses.asdict(keep))
+
+    def audit(self, record: Mapping[str, Any]) -> None:
+        self._append(AUDIT, record)
+
+    def audit_records(self) -> Iterator[dict[str, Any]]:
+        yield from self._lines(AUDIT, None)
+
+    def _append(self, name: str, record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True) + "\n"
+        with open(self.path / name, "a", encoding="utf-8") as f:  # one write of one line: whole lines interleave
+            f.write(line)
+
+    def _lines(self, name: str, record: type | None) -> Iterator[dict[str, Any]]:
+        fields = {f.name for f in dataclasses.fields(record)} if record else None
+        try:
+            with open(self.path / name, encoding="utf-8") as f:
+                for number, line in enumerate(f, 1):
+                    try:
+                        value = json.loads(line)
+                        if not isinstance(value, dict) or (fields is not None and set(value) != fields):
+                            raise ValueError("not a record of this file")
+                    except ValueError as error:
+                        log.warning("%s line %d does not read (%s); skipped", self.path / name, number, error)
+                        continue
+                    yield value
+        except FileNotFoundError:
+            return

@@ -1,0 +1,302 @@
+"""What to do about each job that holds GPUs, decided each cycle from the verdicts alone.
+
+`decide` is a pure function of the jobs the read layer sees, the policy, the keeps and each job's place on
+its ladder (kept between cycles, and restarts, by the service), so that every rule below is tested without a
+cluster:
+
+- Only `idle` counts: a GPU underutilized or starved for data gets advice, never an action. A job is idle once
+  its policy's `idle_share` of its GPUs (all, by default) are idle; it has been idle for as long as the
+  least-idle of those.
+- Warnings come at the policy's times; the action comes at `act_after`, and never sooner after the last warning
+  than the policy leaves between them (a service started late, or a job kept until now, still gets that time).
+- Work resets the ladder: a job that is no longer idle starts over.
+- Only what is sure: a job on a node whose agent, NVML or verdicts the store does not answer for, or with a GPU
+  whose verdict is unknown, is held where it is: neither warned further nor acted on.
+- A cap per hour, and a breaker: a cycle that would act on an unusual share of the jobs acts on none of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from gpulens.fleet.records import FleetGpu
+from gpulens.reclaim.policy import Policy, Rule
+from gpulens.vocabulary import State
+from gpulens.words import when
+
+WARN = "warn"  # tell the owner (notify and enforce modes; dry-run logs it)
+SIGNAL = "signal"  # send the policy's signal, so the job can checkpoint; the action follows after signal_wait
+ACT = "act"  # the policy's action (enforce mode; the other modes log that they would have)
+RESET = "reset"  # the job works again after a warning: its ladder starts over
+SKIP = "skip"  # something was due and was not done: `reason` says why (logged once per reason)
+
+FORGET_AFTER = 3600.0  # a job not seen this long (ended, or its agent gone) loses its place on the ladder
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job and the GPUs and MIG slices it holds, as the read layer sees them; `partition` and `comment` are
+    the scheduler's, read by the service for the jobs it acts on."""
+
+    kind: str
+    id: str
+    user: str = ""
+    account: str = ""
+    namespace: str = ""
+    pod: str = ""
+    devices: tuple[FleetGpu, ...] = ()
+    partition: str = ""
+    comment: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.id}"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({d.node for d in self.devices}))
+
+    @property
+    def facts(self) -> dict[str, str]:
+        return {
+            "job_kind": self.kind,
+            "user": self.user,
+            "account": self.account,
+            "namespace": self.namespace,
+            "partition": self.partition,
+            "comment": self.comment,
+        }
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a job stands on its ladder: kept by the service between cycles and across restarts."""
+
+    idle_since: float
+    seen_at: float
+    warned: int = 0  # warnings given (or, in dry-run, that would have been)
+    warned_at: float | None = None
+    signalled_at: float | None = None
+    acted_at: float | None = None  # acted on (or would have been): nothing more until it works again
+    noted: str = ""  # the last reason a due step was skipped, so that each is logged once
+
+
+@dataclass(frozen=True)
+class Keep:
+    """A person's word that a job stays: `gpulens reclaim keep JOB --for 8h --reason TEXT`."""
+
+    job: str  # a job key, "slurm/1234"
+    until: float
+    by: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    event: str  # WARN, SIGNAL, ACT, RESET or SKIP
+    job: Job
+    policy: str
+    idle_seconds: float
+    due_at: float | None = None  # when the action is due
+    step: int = 0  # a warning's number, from 1
+    action: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A job warned and not yet acted on: what will happen to it and when, unless it works again or is kept."""
+
+    job: Job
+    policy: str
+    action: str
+    due_at: float
+    warned: int
+    held: str = ""  # why the action waits past its time, "" where it does not
+
+
+@dataclass(frozen=True)
+class Cycle:
+    decisions: tuple[Decision, ...]
+    places: Mapping[str, Place]
+    pending: tuple[Pending, ...]
+    breaker_open: bool = False
+
+
+def jobs_in(gpus: Iterable[FleetGpu]) -> tuple[Job, ...]:
+    """Return the jobs that hold GPUs or MIG slices among `gpus`, each with the devices it holds."""
+    found: dict[tuple[str, str], Job] = {}
+    for gpu in gpus:
+        for device in gpu.slices or (gpu,):
+            if not device.job_id:
+                continue
+            job = found.get((device.job_kind, device.job_id)) or Job(
+                device.job_kind, device.job_id, device.user, device.account, device.namespace, device.pod
+            )
+            found[(job.kind, job.id)] = replace(job, devices=(*job.devices, device))
+    return tuple(found[k] for k in sorted(found))
+
+
+def idle_seconds(job: Job, share: float, now: float) -> float | None:
+    """Return how long `share` of the job's devices have all been idle (0 when they are not), or None when one
+    of its devices has no verdict to go by (unknown, or lost)."""
+    durations = []
+    for device in job.devices:
+        if not device.up or device.state == State.UNKNOWN.value:
+            return None
+        idle = device.state == State.IDLE.value and device.since is not None
+        durations.append(max(0.0, now - device.since) if idle and device.since is not None else 0.0)
+    if not durations:
+        return None
+    needed = max(1, math.ceil(share * len(durations) - 1e-9))
+    return sorted(durations, reverse=True)[needed - 1]
+
+
+def _unknown(job: Job) -> str:
+    device = next(d for d in job.devices if not d.up or d.state == State.UNKNOWN.value)
+    what = "slice" if device.mig_profile else "GPU"
+    return (
+        f"the verdict of {what} {device.gpu} on {device.node} is unknown ({device.reason}); acting only on what is sure"
+    )
+
+
+def due_at(rule: Rule, place: Place) -> float:
+    """When the action is due: `act_after` idle, and never sooner after the last warning than the policy leaves."""
+    due = place.idle_since + rule.act_after
+    if rule.warn_after and place.warned_at is not None:
+        due = max(due, place.warned_at + rule.act_after - rule.warn_after[-1])
+    if rule.signal and place.signalled_at is not None:
+        due = max(due, place.signalled_at + rule.signal_wait)
+    return due
+
+
+def decide(
+    now: float,
+    policy: Policy,
+    jobs: Iterable[Job],
+    places: Mapping[str, Place],
+    keeps: Collection[Keep] = (),
+    held: Mapping[str, str] | None = None,
+    actions_last_hour: int = 0,
+) -> Cycle:
+    """Decide this cycle for `jobs`: `places` are where each stood after the last cycle; `held` names the jobs
+    (by key, or "*" for every job) whose verdicts cannot be trusted now, and why; `actions_last_hour` counts
+    toward the policy's cap."""
+    jobs = tuple(jobs)
+    cycle = _Deciding(now, policy, keeps, held or {})
+    for job in jobs:
+        rule = policy.rule_for(job.facts, job.nodes, tuple(sorted({d.model for d in job.devices})))
+        if rule is not None:
+            cycle.ruled += 1
+            cycle.step(job, rule, places.get(job.key))
+    breaker_open = cycle.act(actions_last_hour)
+    seen = {job.key for job in jobs}
+    for key, place in places.items():  # jobs out of sight (ended, or their agent gone) keep their place a while
+        if key not in seen and now - place.seen_at < FORGET_AFTER:
+            cycle.places[key] = place
+    pending = tuple(sorted(cycle.pending, key=lambda p: p.due_at))
+    return Cycle(tuple(cycle.decisions), cycle.places, pending, breaker_open)
+
+
+class _Deciding:
+    """One cycle's decisions as they are made."""
+
+    def __init__(self, now: float, policy: Policy, keeps: Collection[Keep], held: Mapping[str, str]):
+        self.now, self.policy, self.keeps, self.held = now, policy, keeps, held
+        self.decisions: list[Decision] = []
+        self.places: dict[str, Place] = {}
+        self.pending: list[Pending] = []
+        self.due: list[tuple[Job, Rule, Place, float]] = []  # (job, rule, place, idle seconds)
+        self.ruled = 0  # jobs a policy is for
+
+    def skip(self, job: Job, rule: Rule, place: Place, idle: float, reason: str, pending: bool = False) -> None:
+        """Log `reason` once while it lasts; keep the place with it noted."""
+        if place.noted != reason:
+            self.decisions.append(
+                Decision(SKIP, job, rule.name, idle, due_at(rule, place), action=rule.action, reason=reason)
+            )
+        self.places[job.key] = replace(place, noted=reason)
+        if pending:
+            self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned, reason))
+
+    def step(self, job: Job, rule: Rule, place: Place | None) -> None:
+        """Move the job along its ladder, or back to its foot."""
+        now = self.now
+        why_held = self.held.get("*") or self.held.get(job.key) or ""
+        idle = None if why_held else idle_seconds(job, rule.idle_share, now)
+        if idle is None:  # neither up the ladder nor down it
+            if place is not None:
+                place = replace(place, seen_at=now)
+                self.places[job.key] = place
+                if place.warned and not place.acted_at:
+                    self.skip(job, rule, place, now - place.idle_since, why_held or _unknown(job), pending=True)
+            return
+        if idle <= 0:
+            if place is not None and (place.warned or place.signalled_at or place.acted_at):
+                self.decisions.append(Decision(RESET, job, rule.name, 0.0, reason="its GPUs work again"))
+            return
+        if place is None or place.idle_since < now - idle - 1.0:  # a new idle spell (the last ended unseen)
+            place = Place(idle_since=now - idle, seen_at=now)
+        place = replace(place, seen_at=now)
+        self.places[job.key] = place
+        if idle < (rule.warn_after[0] if rule.warn_after else rule.act_after) or place.acted_at is not None:
+            return
+        exempt = self.policy.exempt.why(job.facts) or _kept(job, self.keeps, now)
+        if exempt:
+            self.skip(job, rule, place, idle, exempt)
+            return
+        given = sum(1 for after in rule.warn_after if after <= idle)
+        if given > place.warned:
+            place = replace(place, warned=given, warned_at=now)
+            self.places[job.key] = place
+            self.decisions.append(Decision(WARN, job, rule.name, idle, due_at(rule, place), given, rule.action))
+        if now >= due_at(rule, place):
+            self.due.append((job, rule, place, idle))
+        elif place.warned:
+            self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned))
+
+    def act(self, actions_last_hour: int) -> bool:
+        """Signal or act on the jobs due, oldest idle first, within the cap; none if the breaker opens.
+        Return whether it opened."""
+        limits = self.policy.limits
+        due = len(self.due)
+        breaker = due >= limits.breaker_jobs and due / max(self.ruled, 1) >= limits.breaker_share
+        acted = 0
+        for job, rule, place, idle in sorted(self.due, key=lambda item: item[2].idle_since):
+            if breaker:
+                self.skip(
+                    job, rule, place, idle, _breaker(due, self.ruled, limits.breaker_share, limits.breaker_jobs), True
+                )
+            elif actions_last_hour + acted >= limits.actions_per_hour:
+                self.skip(
+                    job, rule, place, idle, f"the cap of {limits.actions_per_hour} actions an hour is reached", True
+                )
+            elif rule.signal and place.signalled_at is None:
+                acted += 1
+                self.decisions.append(Decision(SIGNAL, job, rule.name, idle, due_at(rule, place), action=rule.signal))
+                place = replace(place, signalled_at=self.now, noted="")
+                self.places[job.key] = place
+                self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned))
+            else:
+                acted += 1
+                self.decisions.append(Decision(ACT, job, rule.name, idle, due_at(rule, place), action=rule.action))
+                self.places[job.key] = replace(place, acted_at=self.now, noted="")
+        return breaker
+
+
+def _breaker(due: int, jobs: int, share: float, least: int) -> str:
+    return (
+        f"the breaker is open: {due} of {jobs} jobs would be acted on at once (it opens at {share:.0%} and "
+        f"{least} jobs); that is a fault or an outage, not waste"
+    )
+
+
+def _kept(job: Job, keeps: Collection[Keep], now: float) -> str:
+    kept = [k for k in keeps if k.job == job.key and k.until > now]
+    if not kept:
+        return ""
+    last = max(kept, key=lambda k: k.until)
+    return f"kept by {last.by} until {when(last.until)}: {last.reason}"

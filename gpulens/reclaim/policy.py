@@ -1,0 +1,193 @@
+"""The reclaim policy file: which jobs may be acted on, after how long idle, how, and what stops it.
+
+    mode: dry-run                 # dry-run (the default) | notify | enforce
+    interval: 1m                  # how often the verdicts are read
+    limits:
+      actions_per_hour: 10        # across the fleet
+      breaker_share: 0.25         # act on nothing in a cycle that would act on this share of the jobs
+      breaker_jobs: 5             #   ...and on at least this many
+    exempt:
+      users: [alice]
+      accounts: [benchmarks]
+      partitions: [debug]
+      namespaces: [kube-system]
+      comment: "gpulens:keep"     # a Slurm job whose comment holds this
+    policies:                     # the first that matches a job is its policy; a job none matches is left alone
+      - name: interactive
+        match: {partitions: [interactive]}
+        warn_after: [20m, 40m]
+        act_after: 1h
+      - name: default             # warn at 60 and 105 minutes of continuous idle, act at 120
+        action: cancel            # Slurm: cancel | requeue | requeue_hold
+        signal: USR1              # sent first, so the job can checkpoint; the action follows after signal_wait
+        signal_wait: 5m
+        idle_share: 1             # of the job's GPUs that must be idle; 0.5 acts on a job half idle
+
+Without `policies`, one policy named `default` applies to every job with the anchors' ladder
+(Princeton's job_defense_shield: warnings at 60 and 105 minutes, cancellation at 120).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpulens import checks
+from gpulens.checks import Invalid, each, key, read, text
+from gpulens.units import UnitError, parse_duration
+from gpulens.yamltext import YamlProblem, read_yaml_file
+
+MODES = ("dry-run", "notify", "enforce")
+# What a policy may do to a Slurm job: scancel, scontrol requeue (back to the queue), scontrol requeuehold
+# (back to the queue, held until someone releases it). `scontrol hold` alone stops only pending jobs.
+ACTIONS = ("cancel", "requeue", "requeue_hold")
+# The signals a job is commonly told to checkpoint by (Slurm's --signal; torchrun and Lightning handle them).
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP")
+JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
+
+
+class PolicyError(ValueError):
+    """The policy file cannot be used; the message is one line naming the file, the key and the fix."""
+
+
+def _duration(value: Any, where: str, lo: float = 0.0) -> float:
+    """Return seconds from '90m', '2h' or a number of seconds, at least `lo`."""
+    try:
+        seconds = parse_duration(value, where)
+    except UnitError as error:
+        raise Invalid(where, error.problem) from None
+    if seconds < lo:
+        raise Invalid(where, f"must be at least {lo:g} seconds, got {checks.shown(value)}")
+    return seconds
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    return each(value, where, text)
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which jobs a policy is for: each list given must hold the job's value; `nodes` and `models` are
+    shell-style patterns ("gpu-a*", "*H100*"). An empty match is every job."""
+
+    job_kinds: tuple[str, ...] = key(lambda v, w: each(v, w, checks.choice, JOB_KINDS), default=())
+    partitions: tuple[str, ...] = key(_names, default=())
+    nodes: tuple[str, ...] = key(_names, default=())
+    namespaces: tuple[str, ...] = key(_names, default=())
+    accounts: tuple[str, ...] = key(_names, default=())
+    users: tuple[str, ...] = key(_names, default=())
+    models: tuple[str, ...] = key(_names, default=())
+
+    def matches(self, facts: Mapping[str, str], nodes: tuple[str, ...], models: tuple[str, ...]) -> bool:
+        """Whether a job with these `facts` (job_kind, partition, namespace, account, user), on `nodes`, with
+        GPUs of `models`, is one of these jobs."""
+        plain = {"job_kinds": "job_kind", "partitions": "partition", "namespaces": "namespace"}
+        plain |= {"accounts": "account", "users": "user"}
+        for name, fact in plain.items():
+            wanted = getattr(self, name)
+            if wanted and facts.get(fact, "") not in wanted:
+                return False
+        for patterns, values in ((self.nodes, nodes), (self.models, models)):
+            if patterns and not all(any(fnmatch.fnmatchcase(v, p) for p in patterns) for v in values):
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One policy: its ladder of warnings, then its action, for the jobs it matches."""
+
+    name: str = key(text)
+    match: Match = key(lambda v, w: read(v, w, Match), default=Match())
+    warn_after: tuple[float, ...] = key(lambda v, w: each(v, w, _duration, 1), default=(3600.0, 6300.0))
+    act_after: float = key(_duration, 1, default=7200.0)
+    idle_share: float = key(checks.number, 0.01, 1, default=1.0)
+    action: str = key(checks.choice, ACTIONS, default="cancel")
+    signal: str = key(checks.choice, SIGNALS, default="")
+    signal_wait: float = key(_duration, 0, default=300.0)
+
+    def __post_init__(self) -> None:
+        if list(self.warn_after) != sorted(set(self.warn_after)):
+            raise Invalid("warn_after", "must go up, each warning later than the one before; e.g. [60m, 105m]")
+        if self.warn_after and self.warn_after[-1] >= self.act_after:
+            raise Invalid("act_after", "must come after the last warning, so the owner has time to act on it")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What stops the service acting: a cap per hour, and a breaker for the cycle that would act on an unusual
+    share of the fleet's jobs at once (a bug or an outage, not waste)."""
+
+    actions_per_hour: int = key(checks.whole, 0, default=10)
+    breaker_share: float = key(checks.number, 0, 1, default=0.25)
+    breaker_jobs: int = key(checks.whole, 1, default=5)
+
+
+@dataclass(frozen=True)
+class Exempt:
+    """Jobs never acted on, nor warned."""
+
+    users: tuple[str, ...] = key(_names, default=())
+    accounts: tuple[str, ...] = key(_names, default=())
+    partitions: tuple[str, ...] = key(_names, default=())
+    namespaces: tuple[str, ...] = key(_names, default=())
+    comment: str = key(text, default="")
+
+    def why(self, facts: Mapping[str, str]) -> str:
+        """Return why a job with these facts is exempt ("user alice is exempt"), "" where it is not."""
+        for name, fact in (("users", "user"), ("accounts", "account"), ("partitions", "partition")):
+            if facts.get(fact) and facts[fact] in getattr(self, name):
+                return f"{fact} {facts[fact]} is exempt"
+        if facts.get("namespace") and facts["namespace"] in self.namespaces:
+            return f"namespace {facts['namespace']} is exempt"
+        if self.comment and self.comment in facts.get("comment", ""):
+            return f"its comment holds {self.comment!r}"
+        return ""
+
+
+DEFAULT_RULE = Rule(name="default")
+
+
+@dataclass(frozen=True)
+class Policy:
+    mode: str = key(checks.choice, MODES, default="dry-run")
+    interval: float = key(_duration, 1, default=60.0)
+    limits: Limits = key(lambda v, w: read(v, w, Limits), default=Limits())
+    exempt: Exempt = key(lambda v, w: read(v, w, Exempt), default=Exempt())
+    policies: tuple[Rule, ...] = key(lambda v, w: each(v, w, read, Rule), default=(DEFAULT_RULE,))
+    source: str = field(default="the built-in policy", compare=False)  # where it was read from, for messages
+
+    def __post_init__(self) -> None:
+        names = [rule.name for rule in self.policies]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice:
+            raise Invalid("policies", f"the name {twice!r} is given twice; name each policy once")
+        if not self.policies:
+            raise Invalid("policies", "is empty; give one policy, or leave the key out for the default")
+
+    def rule_for(self, facts: Mapping[str, str], nodes: tuple[str, ...], models: tuple[str, ...]) -> Rule | None:
+        return next((rule for rule in self.policies if rule.match.matches(facts, nodes, models)), None)
+
+
+def parse_policy(document: Any, where: str) -> Policy:
+    """Return the policy in a YAML document (None: the defaults); PolicyError naming `where` and the key."""
+    try:
+        return read({} if document is None else document, "", Policy)
+    except Invalid as problem:
+        raise PolicyError(": ".join(part for part in (where, problem.where, problem.problem) if part)) from None
+
+
+def load_policy(path: str | None, mode: str | None = None) -> Policy:
+    """Return the policy in the file at `path` (None: the built-in one), its mode replaced by `mode` if given."""
+    if path is None:
+        policy = Policy()
+    else:
+        where = f"policy file {path}"
+        try:
+            document = read_yaml_file(path, where, "check --policy")
+        except YamlProblem as problem:
+            raise PolicyError(str(problem)) from None
+        policy = replace(parse_policy(document, where), source=path)
+    return replace(policy, mode=mode) if mode else policy

@@ -1,0 +1,318 @@
+"""The reclaim service's cycle: read the verdicts, decide, carry out what the mode allows, write it all down.
+
+One cycle, every `interval` of the policy:
+1. the read layer's `fleet()` (Prometheus or the agents): each GPU's verdict, since when, and its holder; a
+   problem it names holds that node's jobs (or every job, where it is the store's);
+2. each scheduler's running jobs (`squeue`): the partition, user, account and comment a policy reads; a job
+   the scheduler does not list as running is not acted on;
+3. `ladder.decide`;
+4. in `enforce` mode the signals and actions; in `notify` mode the warnings only; in `dry-run` nothing but
+   the audit log, which says what would have been done;
+5. the places saved, the audit log and the metrics written.
+
+A failing read, scheduler or action costs its cycle or its job, never the service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gpulens.fleet.records import Source, SourceProblem
+from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
+from gpulens.reclaim.policy import Policy
+from gpulens.reclaim.slurm import ActorError, Facts
+from gpulens.words import duration, when
+
+log = logging.getLogger(__name__)
+
+WINDOW = 3600.0  # seconds of waste the fleet answer adds up; the ladder reads only verdicts and since
+HOUR = 3600.0
+
+# What each decision becomes in the audit log, by mode: the dry-run's and notify's "would" are the actions
+# a person reads before turning enforce on.
+EVENTS = {
+    WARN: {"dry-run": "would_warn", "notify": "warned", "enforce": "warned"},
+    SIGNAL: {"dry-run": "would_signal", "notify": "would_signal", "enforce": "signalled"},
+    ACT: {"dry-run": "would_act", "notify": "would_act", "enforce": "acted"},
+    RESET: {"dry-run": "reset", "notify": "reset", "enforce": "reset"},
+    SKIP: {"dry-run": "skipped", "notify": "skipped", "enforce": "skipped"},
+}
+RESULTS = {  # the `result` label of gpulens_reclaim_actions_total, by event
+    "warned": "done",
+    "signalled": "done",
+    "acted": "done",
+    "would_warn": "dry_run",
+    "would_signal": "dry_run",
+    "would_act": "dry_run",
+    "warn_failed": "failed",
+    "action_failed": "failed",
+    "skipped": "skipped",
+    "reset": "",
+}
+
+
+class Actor(Protocol):
+    """What acts on one kind of job (gpulens.reclaim.slurm.Slurm)."""
+
+    kind: str
+
+    def running(self) -> Mapping[str, Facts]: ...
+
+    def signal(self, job: str, signal: str) -> str: ...
+
+    def act(self, job: str, action: str) -> str: ...
+
+
+Notify = Callable[[Decision, str], None]  # tells the job's owner a warning (the message); NotifyError on failure
+
+
+class NotifyError(RuntimeError):
+    """A warning could not be delivered; the message says why in one line."""
+
+
+def command_notifier(argv: Sequence[str], timeout: float = 30.0) -> Notify:
+    """Tell owners by running a command per warning, e.g. `mail -s "Idle GPUs" {user}@example.org`: the
+    message on its standard input; {user}, {account}, {job} and {job_kind} in its arguments replaced by the
+    job's; the same in GPULENS_RECLAIM_* variables, with GPULENS_RECLAIM_DUE_AT (seconds since the epoch)."""
+
+    def notify(decision: Decision, message: str) -> None:
+        job = decision.job
+        values = {"user": job.user, "account": job.account, "job": job.id, "job_kind": job.kind}
+        env = {**os.environ, **{f"GPULENS_RECLAIM_{k.upper()}": v for k, v in values.items()}}
+        env["GPULENS_RECLAIM_DUE_AT"] = f"{decision.due_at:.0f}" if decision.due_at is not None else ""
+        command = [part.format(**values) for part in argv]
+        try:
+            done = subprocess.run(command, input=message, text=True, env=env, capture_output=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise NotifyError(f"{command[0]}: {error}") from None
+        if done.returncode != 0:
+            raise NotifyError(f"{command[0]} exited {done.returncode}: {done.stderr.strip()[:200]}")
+
+    return notify
+
+
+class Service:
+    def __init__(
+        self,
+        source: Source,
+        policy: Policy,
+        folder: Folder,
+        actors: Iterable[Actor] = (),
+        notify: Notify | None = None,
+        clock: Callable[[], float] = time.time,
+        registry: CollectorRegistry | None = None,
+    ):
+        self.source, self.policy, self.folder, self.clock = source, policy, folder, clock
+        self.actors = {actor.kind: actor for actor in actors}
+        self.notify = notify
+        self.places = folder.places()
+        now = clock()
+        # Actions of the last hour count toward the cap across a restart.
+        done = ("acted", "signalled", "action_failed") if policy.mode == "enforce" else ("would_act", "would_signal")
+        self.recent = [r["time"] for r in folder.audit_records() if r.get("event") in done and r["time"] > now - HOUR]
+        self.last: Cycle | None = None
+        self.last_time: float | None = None
+        self.problems: tuple[SourceProblem, ...] = ()
+        self.registry = registry or CollectorRegistry()
+        self.decisions = Counter(
+            "gpulens_reclaim_actions",
+            "Warnings, signals and actions by policy, action (warn, a signal's name, cancel, requeue, requeue_hold) "
+            "and result: done, failed, dry_run (not done: the mode is dry-run or notify), skipped",
+            ["policy", "action", "result"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "gpulens_reclaim_cycle_errors", "Cycles that failed with an unexpected error", registry=self.registry
+        )
+        self.registry.register(_Gauges(self))
+
+    # -- the cycle --------------------------------------------------------------------------------------
+
+    def cycle(self) -> Cycle:
+        now = self.clock()
+        answer = self.source.fleet(WINDOW)
+        self.problems = answer.problems
+        jobs, held = self._with_facts(jobs_in(answer.value.gpus))
+        held.update(_held(answer.problems, jobs))
+        self.recent = [t for t in self.recent if t > now - HOUR]
+        cycle = decide(now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent))
+        places = dict(cycle.places)
+        for decision in cycle.decisions:
+            if not self._carry_out(decision, now):  # a failed action is tried again next cycle
+                places[decision.job.key] = replace(places[decision.job.key], acted_at=None, signalled_at=None)
+        self.places = places
+        self.folder.save_places(places)
+        self.last, self.last_time = cycle, now
+        return cycle
+
+    def run(self, stop: threading.Event) -> None:
+        """Cycle every interval until `stop` is set; an unexpected error costs its cycle only."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.cycle()
+            except Exception:
+                self.errors.inc()
+                log.exception("a reclaim cycle failed; the next one runs in %s", duration(self.policy.interval))
+            stop.wait(max(0.0, self.policy.interval - (time.monotonic() - started)))
+
+    def _with_facts(self, jobs: Sequence[Job]) -> tuple[list[Job], dict[str, str]]:
+        """The jobs with their scheduler's facts; a job its scheduler does not list as running is left out, and
+        every job of a scheduler that does not answer is held."""
+        held: dict[str, str] = {}
+        running: dict[str, Mapping[str, Facts]] = {}
+        for kind, actor in self.actors.items():
+            try:
+                running[kind] = actor.running()
+            except ActorError as error:
+                held.update(
+                    {job.key: f"the {kind} scheduler does not answer: {error}" for job in jobs if job.kind == kind}
+                )
+        known = []
+        for job in jobs:
+            facts = running.get(job.kind, {}).get(job.id) if job.kind in running else None
+            if job.kind in running and facts is None:
+                continue  # ended since the agents saw it, or not the scheduler's: nothing to act on
+            if facts is not None:
+                job = replace(
+                    job,
+                    partition=facts.partition,
+                    comment=facts.comment,
+                    user=facts.user or job.user,
+                    account=facts.account or job.account,
+                )
+            known.append(job)
+        return known, held
+
+    def _carry_out(self, decision: Decision, now: float) -> bool:
+        """Do what the mode allows of `decision`, count it and log it; return False where an action failed."""
+        event, detail = EVENTS[decision.event][self.policy.mode], ""
+        if event in ("acted", "signalled"):
+            event, detail = self._act(decision)
+        if decision.event in (ACT, SIGNAL):
+            self.recent.append(now)
+        if event == "warned" and self.notify is not None:
+            try:
+                self.notify(decision, warning(decision))
+            except NotifyError as error:  # a mail server down costs this warning, not the cycle
+                event, detail = "warn_failed", f"could not tell the owner: {error}"
+        action = "warn" if decision.event == WARN else decision.action
+        if decision.event != RESET:
+            self.decisions.labels(decision.policy, action, RESULTS[event]).inc()
+        self.folder.audit(_record(decision, event, self.policy.mode, now, detail))
+        log.info("%s %s (policy %s): %s", event, decision.job.key, decision.policy, decision.reason or detail)
+        return event != "action_failed"
+
+    def _act(self, decision: Decision) -> tuple[str, str]:
+        """Signal or act on the job through its scheduler; return the event and the scheduler's words."""
+        actor = self.actors.get(decision.job.kind)
+        if actor is None:
+            return "skipped", f"gpulens reclaim does not act on {decision.job.kind} jobs: it warns only"
+        try:
+            if decision.event == SIGNAL:
+                return "signalled", actor.signal(decision.job.id, decision.action)
+            return "acted", actor.act(decision.job.id, decision.action)
+        except ActorError as error:
+            return "action_failed", str(error)
+
+
+def warning(decision: Decision) -> str:
+    """The words that tell a job's owner what will happen to it, and how to stop it."""
+    job = decision.job
+    gpus = len(job.devices)
+    what = {"cancel": "cancelled", "requeue": "requeued", "requeue_hold": "requeued and held"}[decision.action]
+    at = f"at {when(decision.due_at)}" if decision.due_at is not None else "soon"
+    return (
+        f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for "
+        f"{duration(decision.idle_seconds)}. It will be {what} {at} unless its GPUs work again or it is kept "
+        f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT). Warning {decision.step}, policy {decision.policy}."
+    )
+
+
+def _held(problems: Iterable[SourceProblem], jobs: Iterable[Job]) -> dict[str, str]:
+    """The jobs the read layer's problems leave unsure, and why: a node's problem holds its jobs; a problem of
+    the store itself holds every job."""
+    held: dict[str, str] = {}
+    jobs = list(jobs)
+    for problem in problems:
+        if not problem.node:
+            held.setdefault("*", f"{problem}; nothing is acted on until it answers")
+            continue
+        for job in jobs:
+            if problem.node in job.nodes:
+                held.setdefault(job.key, f"{problem}; its jobs are not acted on until it answers")
+    return held
+
+
+def _record(decision: Decision, event: str, mode: str, now: float, detail: str) -> dict[str, Any]:
+    job = decision.job
+    return {
+        "time": now,
+        "event": event,
+        "mode": mode,
+        "policy": decision.policy,
+        "job": job.key,
+        "job_kind": job.kind,
+        "job_id": job.id,
+        "user": job.user,
+        "account": job.account,
+        "partition": job.partition,
+        "nodes": list(job.nodes),
+        "gpus": [f"{d.node}/{d.gpu}" + (f"/{d.uuid}" if d.mig_profile else "") for d in job.devices],
+        "idle_seconds": round(decision.idle_seconds, 1),
+        "due_at": decision.due_at,
+        "step": decision.step,
+        "action": decision.action,
+        "reason": decision.reason,
+        "detail": detail,
+    }
+
+
+class _Gauges:
+    """The service's state as series, from its last cycle: what is pending, the breaker, the last cycle."""
+
+    def __init__(self, service: Service):
+        self.service = service
+
+    def collect(self) -> Iterable[Metric]:
+        s = self.service
+        info = GaugeMetricFamily("gpulens_reclaim_info", "The mode the service runs in", labels=["mode"])
+        info.add_metric([s.policy.mode], 1)
+        yield info
+        pending = GaugeMetricFamily(
+            "gpulens_reclaim_pending_action_timestamp_seconds",
+            "When a warned job's action is due (seconds since the epoch), unless it works again or is kept; "
+            "held=true where the action waits because its verdicts cannot be trusted now",
+            labels=["job_kind", "job_id", "user", "account", "policy", "action", "held"],
+        )
+        for p in s.last.pending if s.last else ():
+            pending.add_metric(_labels(p), p.due_at)
+        yield pending
+        breaker = GaugeMetricFamily("gpulens_reclaim_breaker_open", "1 while the breaker keeps the service from acting")
+        breaker.add_metric([], 1.0 if s.last and s.last.breaker_open else 0.0)
+        yield breaker
+        problems = GaugeMetricFamily(
+            "gpulens_reclaim_source_problems", "Problems the last read of the fleet met (agents down, store errors)"
+        )
+        problems.add_metric([], len(s.problems))
+        yield problems
+        if s.last_time is not None:
+            last = GaugeMetricFamily("gpulens_reclaim_last_cycle_timestamp_seconds", "When the last cycle ran")
+            last.add_metric([], s.last_time)
+            yield last
+
+
+def _labels(p: Pending) -> list[str]:
+    job = p.job
+    return [job.kind, job.id, job.user, job.account, p.policy, p.action, "true" if p.held else "false"]

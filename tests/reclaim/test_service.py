@@ -1,0 +1,262 @@
+"""The reclaim service's cycle over a fleet answer and a scheduler: what each mode does, what the audit log, the
+metrics and the state folder hold, and how failures cost only their own job or cycle.
+
+The scheduler is gpulens.reclaim.slurm.Slurm over a table of running jobs that answers squeue, scancel and
+scontrol as Slurm 22.05 does (the real commands run in tests/slurm/test_reclaim.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import pytest
+from prometheus_client import generate_latest
+
+from gpulens.fleet.records import Answer, Fleet, FleetGpu, SourceProblem
+from gpulens.reclaim.folder import Folder, FolderError
+from gpulens.reclaim.ladder import Keep
+from gpulens.reclaim.policy import Policy, Rule
+from gpulens.reclaim.service import Service, command_notifier
+from gpulens.reclaim.slurm import ActorError, Slurm
+from tests.reclaim.test_ladder import MIN, START, gpu
+
+
+@dataclass
+class FakeSource:
+    gpus: list[FleetGpu]
+    problems: tuple[SourceProblem, ...] = ()
+    name: str = "fake"
+
+    def fleet(self, window_seconds: float) -> Answer[Fleet]:
+        return Answer(Fleet(tuple(self.gpus), "fake"), self.problems)
+
+
+@dataclass
+class FakeSlurm:
+    """Running jobs as squeue prints them; scancel and scontrol change them; `down` makes every command fail."""
+
+    jobs: dict[str, str] = field(default_factory=dict)  # id -> "partition|user|account|comment"
+    commands: list[tuple[str, ...]] = field(default_factory=list)
+    down: bool = False
+
+    def __call__(self, argv: Sequence[str]) -> str:
+        self.commands.append(tuple(argv))
+        if self.down:
+            raise ActorError(f"{argv[0]}: Unable to contact slurm controller (connect failure)")
+        if argv[0] == "squeue":
+            return "".join(f"{job}|{facts}\n" for job, facts in self.jobs.items())
+        job = argv[-1]
+        if job not in self.jobs:
+            raise ActorError(f"{' '.join(argv)}: Kill job error on job id {job}: Invalid job id specified")
+        if argv[0] == "scancel" and not any(a.startswith("--signal") for a in argv):
+            del self.jobs[job]
+        return ""
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def service(tmp_path, gpus, mode="enforce", jobs=None, **kw):
+    clock = Clock()
+    slurm = FakeSlurm({"100": "gpu|alice|physics|(null)"} if jobs is None else jobs)
+    policy = replace(kw.pop("policy", Policy()), mode=mode)
+    folder = Folder(tmp_path / "state").create()
+    made = Service(FakeSource(gpus), policy, folder, actors=[Slurm(slurm)], clock=clock, **kw)
+    return made, clock, slurm, folder
+
+
+def run_until(made: Service, clock: Clock, minutes: float) -> None:
+    while clock.now <= START + minutes * MIN:
+        made.cycle()
+        clock.now += MIN
+
+
+def series(made: Service, name: str) -> list[tuple[dict[str, str], float]]:
+    return [(s.labels, s.value) for family in made.registry.collect() for s in family.samples if s.name == name]
+
+
+def audit(folder: Folder) -> list[tuple[float, str, str]]:
+    return [((r["time"] - START) / MIN, r["event"], r["job"]) for r in folder.audit_records()]
+
+
+def test_enforce_warns_twice_then_cancels_with_scancel_and_logs_each_step(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 130)
+    assert audit(folder) == [(60, "warned", "slurm/100"), (105, "warned", "slurm/100"), (120, "acted", "slurm/100")]
+    assert ("scancel", "100") in slurm.commands and "100" not in slurm.jobs
+    acted = list(folder.audit_records())[-1]
+    assert acted["detail"] == "scancel 100" and acted["partition"] == "gpu" and acted["gpus"] == ["node-a/0"]
+    metrics = generate_latest(made.registry).decode()
+    assert 'gpulens_reclaim_actions_total{action="cancel",policy="default",result="done"} 1.0' in metrics
+    assert 'gpulens_reclaim_actions_total{action="warn",policy="default",result="done"} 2.0' in metrics
+
+
+def test_dry_run_logs_what_it_would_do_and_changes_nothing(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], mode="dry-run")
+    run_until(made, clock, 130)
+    assert audit(folder) == [
+        (60, "would_warn", "slurm/100"),
+        (105, "would_warn", "slurm/100"),
+        (120, "would_act", "slurm/100"),
+    ]
+    assert [c[0] for c in slurm.commands] == ["squeue"] * len(slurm.commands) and "100" in slurm.jobs
+    assert 'result="dry_run"} 1.0' in generate_latest(made.registry).decode()
+
+
+def test_notify_tells_the_owner_and_acts_on_nothing(tmp_path):
+    told = []
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], mode="notify", notify=lambda d, text: told.append(text))
+    run_until(made, clock, 130)
+    assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "would_act"] and "100" in slurm.jobs
+    assert told[0].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 1 h. It will be cancelled at ")
+    assert "gpulens reclaim keep slurm/100 --for 8h" in told[0]
+
+
+def test_a_pending_action_is_a_series_until_it_is_done(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 61)
+    (labels, due), *others = series(made, "gpulens_reclaim_pending_action_timestamp_seconds")
+    assert not others and due == START + 120 * MIN
+    assert labels == {
+        "job_kind": "slurm", "job_id": "100", "user": "alice", "account": "physics", "policy": "default",
+        "action": "cancel", "held": "false",
+    }  # fmt: skip
+    run_until(made, clock, 125)
+    assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds") == []
+
+
+def test_a_job_slurm_does_not_list_as_running_is_not_acted_on(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], jobs={})
+    run_until(made, clock, 180)
+    assert audit(folder) == [] and [c[0] for c in slurm.commands] == ["squeue"] * 181
+
+
+def test_slurms_partition_and_comment_decide_the_policy_and_the_exemption(tmp_path):
+    policy = Policy(exempt=replace(Policy().exempt, comment="gpulens:keep"))
+    made, clock, slurm, folder = service(
+        tmp_path, [gpu(0)], jobs={"100": "gpu|alice|physics|eval; gpulens:keep"}, policy=policy
+    )
+    run_until(made, clock, 180)
+    assert audit(folder) == [(60, "skipped", "slurm/100")]
+    assert list(folder.audit_records())[0]["reason"] == "its comment holds 'gpulens:keep'"
+
+
+def test_while_the_scheduler_is_down_nothing_is_acted_on_and_it_resumes_after(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 110)
+    slurm.down = True
+    run_until(made, clock, 140)
+    slurm.down = False
+    run_until(made, clock, 150)
+    assert audit(folder) == [
+        (60, "warned", "slurm/100"),
+        (105, "warned", "slurm/100"),
+        (111, "skipped", "slurm/100"),
+        (141, "acted", "slurm/100"),
+    ]
+    assert "the slurm scheduler does not answer: squeue: Unable to contact" in list(folder.audit_records())[2]["reason"]
+
+
+def test_an_agent_down_holds_its_nodes_jobs(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 110)
+    made.source.problems = (SourceProblem("agent node-a at http://node-a:10906", "connection refused", "node-a"),)
+    run_until(made, clock, 200)
+    assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "skipped"] and "100" in slurm.jobs
+    assert 'held="true"' in generate_latest(made.registry).decode()
+
+
+def test_a_failed_scancel_is_logged_and_tried_again_next_cycle(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    real = slurm.__call__
+
+    def flaky(argv):
+        if argv[0] == "scancel" and not flaky.failed:
+            flaky.failed = True
+            raise ActorError("scancel: Kill job error on job id 100: Access/permission denied")
+        return real(argv)
+
+    flaky.failed = False
+    made.actors["slurm"] = Slurm(flaky)
+    run_until(made, clock, 125)
+    assert audit(folder)[-2:] == [(120, "action_failed", "slurm/100"), (121, "acted", "slurm/100")]
+    assert 'result="failed"} 1.0' in generate_latest(made.registry).decode()
+
+
+def test_a_keep_from_the_command_line_is_read_each_cycle(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 70)
+    folder.add_keep(Keep("slurm/100", START + 200 * MIN, "bob", "evaluation", START + 70 * MIN))
+    run_until(made, clock, 230)
+    assert audit(folder) == [
+        (60, "warned", "slurm/100"),
+        (71, "skipped", "slurm/100"),
+        (200, "warned", "slurm/100"),
+        (215, "acted", "slurm/100"),
+    ]
+
+
+def test_a_restart_neither_warns_twice_nor_forgets_the_hours_actions(tmp_path):
+    policy = Policy(policies=(Rule(name="default"),))
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], policy=policy)
+    run_until(made, clock, 70)
+    again = Service(made.source, made.policy, folder, actors=[Slurm(slurm)], clock=clock)
+    while clock.now <= START + 130 * MIN:
+        again.cycle()
+        clock.now += MIN
+    assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "acted"]
+    assert again.recent and Service(made.source, made.policy, folder, clock=clock).recent == again.recent
+
+
+def test_jobs_the_service_has_no_scheduler_for_are_warned_but_never_acted_on(tmp_path):
+    docker = replace(gpu(0, job="abc123"), job_kind="docker")
+    made, clock, slurm, folder = service(tmp_path, [docker])
+    run_until(made, clock, 130)
+    records = list(folder.audit_records())
+    assert [r["event"] for r in records] == ["warned", "warned", "skipped"]
+    assert records[-1]["detail"] == "gpulens reclaim does not act on docker jobs: it warns only"
+
+
+def test_the_warn_command_gets_the_message_on_stdin_and_the_job_in_its_arguments(tmp_path):
+    out = tmp_path / "mail"
+    script = f"import sys; open({str(out)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n' + sys.stdin.read())"
+    notify = command_notifier([sys.executable, "-c", script, "{user}@example.org", "job={job}"])
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], notify=notify)
+    run_until(made, clock, 61)
+    first, message = out.read_text().split("\n", 1)
+    assert first == "alice@example.org job=100" and message.startswith("Job 100 (alice) has held 1 GPU(s)")
+
+
+def test_a_warn_command_that_fails_costs_that_warning_only(tmp_path):
+    made, clock, slurm, folder = service(
+        tmp_path, [gpu(0)], notify=command_notifier([sys.executable, "-c", "raise SystemExit(3)"])
+    )
+    run_until(made, clock, 130)
+    records = list(folder.audit_records())
+    assert [r["event"] for r in records] == ["warn_failed", "warn_failed", "acted"]
+    assert records[0]["detail"].endswith("exited 3: ")
+
+
+def test_two_services_never_share_a_folder(tmp_path):
+    first = Folder(tmp_path).create()
+    first.lock()
+    with pytest.raises(FolderError, match=r"another gpulens reclaim \(pid \d+\) uses .*; run one per fleet"):
+        Folder(tmp_path).lock()
+
+
+def test_a_broken_line_in_a_state_file_costs_that_line(tmp_path, caplog):
+    folder = Folder(tmp_path).create()
+    folder.add_keep(Keep("slurm/1", START + 60, "bob", "why", START))
+    with open(tmp_path / "keeps.jsonl", "a") as f:
+        f.write('{"job": "slurm/2", "until": \n')
+    folder.add_keep(Keep("slurm/3", START + 60, "bob", "why", START))
+    assert [k.job for k in folder.keeps()] == ["slurm/1", "slurm/3"]
+    assert "keeps.jsonl line 2 does not read" in caplog.text
+    (tmp_path / "places.json").write_text("{not json")
+    assert folder.places() == {}
