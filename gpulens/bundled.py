@@ -63,6 +63,12 @@ FILES = {
             "systemd/gpulens-agent.service",
             "systemd unit for the agent on a bare-metal or Slurm node",
         ),
+        Shipped(
+            "gpulens-reclaim.service",
+            "gpulens.deploy",
+            "systemd/gpulens-reclaim.service",
+            "systemd unit for gpulens reclaim beside slurmctld",
+        ),
         Shipped("epilog.sh", "gpulens.deploy", "slurm/epilog.sh", "Slurm epilog: a report for each job as it ends"),
     )
 }

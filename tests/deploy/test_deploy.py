@@ -20,16 +20,17 @@ from tests.rules.known import ROOT, rule_files
 from tests.tools import require_tool
 
 UNIT = ROOT / "deploy" / "systemd" / "gpulens-agent.service"
+RECLAIM_UNIT = ROOT / "deploy" / "systemd" / "gpulens-reclaim.service"
 EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
 DOCKERFILE = ROOT / "Dockerfile"
 INSTALL = ROOT / "docs" / "install.md"
 
 
-def _unit() -> dict[str, list[str]]:
+def _unit(path: Path = UNIT) -> dict[str, list[str]]:
     """The unit's [Service] settings: key -> values, in order (keys may repeat)."""
     settings: dict[str, list[str]] = {}
     section = ""
-    for line in UNIT.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if line.startswith("["):
             section = line
@@ -39,11 +40,12 @@ def _unit() -> dict[str, list[str]]:
     return settings
 
 
-def test_systemd_accepts_the_unit(tmp_path):
+@pytest.mark.parametrize("path", [UNIT, RECLAIM_UNIT], ids=lambda p: p.name)
+def test_systemd_accepts_the_unit(tmp_path, path):
     analyze = require_tool("systemd-analyze", "Debian package 'systemd'")
     # verify needs the ExecStart binary to exist; everything else is checked as written.
-    unit = tmp_path / "gpulens-agent.service"
-    unit.write_text(UNIT.read_text().replace("/usr/local/bin/gpulens", sys.executable))
+    unit = tmp_path / path.name
+    unit.write_text(path.read_text().replace("/usr/local/bin/gpulens", sys.executable))
     result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
@@ -63,6 +65,18 @@ def test_the_unit_is_hardened_and_keeps_only_what_the_agent_needs():
     assert unit["StateDirectory"] == ["gpulens"]
     assert Path(agent_config.DEFAULT_JOBS_SOCKET).parent == Path("/run/gpulens")
     assert Path(agent_config.DEFAULT_LEDGER_PATH).parent == Path("/var/lib/gpulens")
+    assert unit["RestartPreventExitStatus"] == ["2"]
+
+
+def test_the_reclaim_unit_runs_as_slurmuser_with_no_capability_and_writes_only_its_folder():
+    from gpulens.reclaim import cli as reclaim_cli
+
+    unit = _unit(RECLAIM_UNIT)
+    assert unit["ExecStart"] == ["/usr/local/bin/gpulens reclaim run $GPULENS_RECLAIM_ARGS"]
+    assert unit["User"] == ["slurm"] and unit["CapabilityBoundingSet"] == [""]
+    assert unit["NoNewPrivileges"] == ["yes"] and unit["ProtectSystem"] == ["strict"]
+    assert unit["StateDirectory"] == ["gpulens-reclaim"]
+    assert unit["Environment"] == [f"{reclaim_cli.STATE_DIR}=/var/lib/gpulens-reclaim"]
     assert unit["RestartPreventExitStatus"] == ["2"]
 
 
