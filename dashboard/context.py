@@ -32,6 +32,7 @@ from gpulens.fleet.records import (
     JobSummary,
     JobTraces,
     ProbeResult,
+    ReclaimPending,
     Source,
     SourceProblem,
     TraceShown,
@@ -139,6 +140,11 @@ def _probes(_source: Source, key: str) -> Answer[tuple[ProbeResult, ...]]:
 
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _reclaim_pending(_source: Source, key: str) -> Answer[tuple[ReclaimPending, ...]]:
+    return _safe(_source.reclaim_pending, (), "gpulens reclaim's pending actions")
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
 def _alerts(_source: Source, key: str) -> Answer[Alerts]:
     return _safe(_source.alerts, Alerts(()), "the alerts")
 
@@ -198,6 +204,10 @@ def running_jobs(source: Source) -> Answer[tuple[JobSummary, ...]]:
 
 def probes(source: Source) -> Answer[tuple[ProbeResult, ...]]:
     return _probes(source, source.cache_key)
+
+
+def reclaim_pending(source: Source) -> Answer[tuple[ReclaimPending, ...]]:
+    return _reclaim_pending(source, source.cache_key)
 
 
 def alerts(source: Source) -> Answer[Alerts]:

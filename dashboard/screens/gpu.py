@@ -14,6 +14,7 @@ from gpulens.dashboard import access, charts, context, gate
 from gpulens.dashboard.views import alerts as alerts_view
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
+from gpulens.dashboard.views import job as job_view
 from gpulens.dashboard.views import oncall
 from gpulens.dashboard.views.links import job_link
 from gpulens.fleet.records import Alerts, Answer, FleetGpu
@@ -192,12 +193,14 @@ def gpu_page() -> None:
     flagged = oncall.flagged(current, now, st.context.url, os.environ, known)
     # Alertmanager's silences, for a flagged GPU only; its problems alone concern this page.
     alerts = context.alerts(source) if flagged else Answer(Alerts(()))
+    pending = context.reclaim_pending(source) if current.job_id else Answer(())
     silencer = alerts.value.alertmanager
     context.banner(
         (
             *fleet.problems,
             *detail.problems,
             *history.problems,
+            *pending.problems,
             *(p for p in alerts.problems if silencer and p.where == silencer),
         )
     )
@@ -209,6 +212,8 @@ def gpu_page() -> None:
     if current.job_id and not current.slices:
         page = job_link(current.job_kind, current.job_id)
         st.markdown(f"Held by {oncall.holder(current)}: [open the job's page]({page})")
+        if reclaim := job_view.reclaim_notice(pending.value, current.job_kind, current.job_id, now):
+            st.warning(reclaim)
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
         + (f", for {words.duration(now - current.since)}" if current.since else "")

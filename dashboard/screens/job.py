@@ -157,13 +157,16 @@ def job_page() -> None:
     job = next(j for j in jobs.value if (j.job_kind, j.job_id) == (kind, job_id))
     detail = context.detail(source, fleet_view.job_gpus(gpus, kind, job_id))  # with their evidence and memory
     traces = context.traces(source, job)
+    pending = context.reclaim_pending(source)
     with notices:
-        context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems))
+        context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems, *pending.problems))
     held = list(detail.value)
 
     first = held[0] if held else None
     st.subheader(f"{kind} pod {first.pod}" if first and first.pod else f"{kind} job {job_id}")
     st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if first and first.pod else ""))
+    if reclaim := view.reclaim_notice(pending.value, kind, job_id, time.time()):
+        st.warning(reclaim)
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)
     columns = st.columns(4)

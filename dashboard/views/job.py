@@ -11,7 +11,7 @@ from typing import TypedDict
 from gpulens import words
 from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
 from gpulens.dashboard.views.links import gpu_link, job_link
-from gpulens.fleet.records import FleetGpu, JobSummary
+from gpulens.fleet.records import FleetGpu, JobSummary, ReclaimPending
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
 
@@ -140,6 +140,30 @@ def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:
             entry = by_id.setdefault(tip.id, (tip.title, tip.text, []))
             entry[2].append(f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}")
     return [*whole, *((title, text, ", ".join(where)) for title, text, where in by_id.values())]
+
+
+RECLAIM_VERBS = {"cancel": "cancel", "requeue": "requeue", "requeue_hold": "requeue and hold"}
+
+
+def reclaim_notice(pending: Iterable[ReclaimPending], job_kind: str, job_id: str, now: float) -> str:
+    """What `gpulens reclaim` will do to the job and when, with how to stop it; "" where nothing is pending."""
+    found = next((p for p in pending if (p.job_kind, p.job_id) == (job_kind, job_id)), None)
+    if found is None:
+        return ""
+    verb = RECLAIM_VERBS.get(found.action, found.action)
+    left = found.due_at - now
+    at = (
+        f"{words.when(found.due_at)} ({f'in {words.duration(left)}' if left > 0 else 'due now'}, policy {found.policy})"
+    )
+    keep = f"`gpulens reclaim keep {job_kind}/{job_id} --for 8h --reason TEXT`"
+    if found.mode != "enforce":
+        return f"gpulens reclaim would {verb} this job at {at}; it runs in {found.mode} mode, so nothing will be done."
+    if found.held:
+        return (
+            f"gpulens reclaim was to {verb} this job at {at} and waits, because the verdicts of its GPUs cannot "
+            f"be trusted now. To keep it: {keep}."
+        )
+    return f"gpulens reclaim will {verb} this job at {at} unless its GPUs work again or it is kept: {keep}."
 
 
 def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None) -> int | None:

@@ -43,6 +43,7 @@ from gpulens.fleet.records import (
     JobSummary,
     JobTraces,
     ProbeResult,
+    ReclaimPending,
     SourceProblem,
     TraceShown,
 )
@@ -288,6 +289,9 @@ class AgentsSource:
         slices = assemble.slices_over(states, _slice_histories(node, gpu, start, end, points))
         frozen = {k: tuple(v) for k, v in series.items()}
         return Answer(GpuHistory(node, gpu, start, end, frozen, states, slices))
+
+    def reclaim_pending(self) -> Answer[tuple[ReclaimPending, ...]]:
+        return Answer(())  # gpulens reclaim reports to Prometheus; the agents know nothing of it
 
     def running_jobs(self) -> Answer[tuple[JobSummary, ...]]:
         samples, problems = self._current()

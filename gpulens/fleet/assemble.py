@@ -22,6 +22,7 @@ from gpulens.fleet.records import (
     GpuHistory,
     JobSummary,
     ProbeResult,
+    ReclaimPending,
     SourceProblem,
 )
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
@@ -420,6 +421,29 @@ def job_traces(samples: Iterable[Sample], job_kind: str, job_id: str) -> tuple[E
     ]
     traces.sort(key=lambda t: (-(t.finished_at or 0.0), t.node, t.pid))
     return tuple(traces)
+
+
+RECLAIM_PENDING = "gpulens_reclaim_pending_action_timestamp_seconds"
+
+
+def reclaim_pending(samples: Iterable[Sample]) -> tuple[ReclaimPending, ...]:
+    """Return the actions `gpulens reclaim` has pending (its series RECLAIM_PENDING), soonest first."""
+    found = [
+        ReclaimPending(
+            job_kind=s.labels.get("job_kind", ""),
+            job_id=s.labels.get("job_id", ""),
+            user=s.labels.get("user", ""),
+            account=s.labels.get("account", ""),
+            policy=s.labels.get("policy", ""),
+            action=s.labels.get("action", ""),
+            mode=s.labels.get("mode", ""),
+            due_at=s.value,
+            held=s.labels.get("held") == "true",
+        )
+        for s in samples
+        if s.name == RECLAIM_PENDING and s.labels.get("job_id")
+    ]
+    return tuple(sorted(found, key=lambda p: (p.due_at, p.job_kind, p.job_id)))
 
 
 def probe_results(samples: Iterable[Sample]) -> tuple[ProbeResult, ...]:

@@ -43,6 +43,7 @@ from gpulens.fleet.records import (
     JobTraces,
     Point,
     ProbeResult,
+    ReclaimPending,
     SilenceShown,
     SourceProblem,
     TraceShown,
@@ -325,6 +326,10 @@ class PrometheusSource:
     def probes(self) -> Answer[tuple[ProbeResult, ...]]:
         results, problems = self._instant({"probes": PROBES, "gpus": PROBED_GPUS}, self._clock())
         return Answer(assemble.probe_results(_samples(results["probes"]) + _samples(results["gpus"])), tuple(problems))
+
+    def reclaim_pending(self) -> Answer[tuple[ReclaimPending, ...]]:
+        results, problems = self._instant({"pending": assemble.RECLAIM_PENDING}, self._clock())
+        return Answer(assemble.reclaim_pending(_samples(results["pending"])), tuple(problems))
 
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         if not job.nodes:

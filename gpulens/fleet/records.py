@@ -238,6 +238,23 @@ class JobTraces:
     cannot_start: str = ""
 
 
+@dataclass(frozen=True)
+class ReclaimPending:
+    """A job `gpulens reclaim` has warned and will act on at `due_at` (seconds since the epoch) unless its GPUs
+    work again or it is kept; in dry-run or notify `mode` nothing will be done. `held`: the action waits past its
+    time, because the job's verdicts cannot be trusted now (docs/reclaim.md)."""
+
+    job_kind: str
+    job_id: str
+    user: str
+    account: str
+    policy: str
+    action: str  # cancel, requeue or requeue_hold
+    mode: str  # dry-run, notify or enforce
+    due_at: float
+    held: bool = False
+
+
 class Source(Protocol):
     """Where the dashboard's data comes from. Every method answers; none raises."""
 
@@ -295,6 +312,10 @@ class Source(Protocol):
     def expire_silence(self, silence_id: str) -> Answer[bool]:
         """End the silence `silence_id` now in that Alertmanager; False, and why not as a problem, where it did
         not."""
+
+    def reclaim_pending(self) -> Answer[tuple[ReclaimPending, ...]]:
+        """The jobs `gpulens reclaim` will act on unless they work again or are kept; empty where no reclaim
+        service reports to the source."""
 
     def trends(self, by: str, since: float, until: float) -> Answer[TrendReport | None]:
         """The waste of each day in [since, until] (epoch s, whole hours) grouped `by` user, namespace, partition

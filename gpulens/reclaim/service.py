@@ -292,12 +292,13 @@ class _Gauges:
         yield info
         pending = GaugeMetricFamily(
             "gpulens_reclaim_pending_action_timestamp_seconds",
-            "When a warned job's action is due (seconds since the epoch), unless it works again or is kept; "
-            "held=true where the action waits because its verdicts cannot be trusted now",
-            labels=["job_kind", "job_id", "user", "account", "policy", "action", "held"],
+            "When a warned job's action is due (seconds since the epoch), unless it works again or is kept; in "
+            "mode dry-run or notify nothing will be done; held=true where the action waits past its time",
+            labels=["job_kind", "job_id", "user", "account", "policy", "action", "mode", "held"],
         )
         for p in s.last.pending if s.last else ():
-            pending.add_metric(_labels(p), p.due_at)
+            if p.job.kind in s.actors:  # a job it only warns is not going anywhere
+                pending.add_metric(_labels(p, s.policy.mode), p.due_at)
         yield pending
         breaker = GaugeMetricFamily("gpulens_reclaim_breaker_open", "1 while the breaker keeps the service from acting")
         breaker.add_metric([], 1.0 if s.last and s.last.breaker_open else 0.0)
@@ -313,6 +314,6 @@ class _Gauges:
             yield last
 
 
-def _labels(p: Pending) -> list[str]:
+def _labels(p: Pending, mode: str) -> list[str]:
     job = p.job
-    return [job.kind, job.id, job.user, job.account, p.policy, p.action, "true" if p.held else "false"]
+    return [job.kind, job.id, job.user, job.account, p.policy, p.action, mode, "true" if p.held else "false"]

@@ -16,6 +16,7 @@ from gpulens.fleet.records import (
     JobSummary,
     JobTraces,
     ProbeResult,
+    ReclaimPending,
     SourceProblem,
     TraceShown,
 )
@@ -325,6 +326,7 @@ class FakeSource:
     past_: tuple[JobRecord, ...] = (PAST,)
     silenced_: Answer[str] = Answer("5e1f-new")
     expired_: Answer[bool] = Answer(True)
+    reclaim_: tuple[ReclaimPending, ...] = ()
     # The runs the trends are read from (the simulated month of tests/report/month.py); None: the source
     # cannot tell, and says why in `problems`.
     trend_runs: tuple[JobRecord, ...] | None = field(default_factory=lambda: tuple(month.records()))
@@ -371,6 +373,10 @@ class FakeSource:
     def probes(self) -> Answer[tuple[ProbeResult, ...]]:
         self._check("probes")
         return Answer(self.probes_, self.problems)
+
+    def reclaim_pending(self) -> Answer[tuple[ReclaimPending, ...]]:
+        self._check("reclaim_pending")
+        return Answer(self.reclaim_, self.problems)
 
     def alerts(self) -> Answer[Alerts]:
         self._check("alerts")

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from gpulens import words
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.fleet.agents import AgentsSource
-from gpulens.fleet.records import Alerts, SilenceShown, SourceProblem
+from gpulens.fleet.records import Alerts, ReclaimPending, SilenceShown, SourceProblem
 from tests.dashboard.conftest import served
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 
@@ -289,6 +289,27 @@ def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
     assert "[The job's report](report?kind=slurm&id=81234)" in page
     assert "gpulens report job 81234" in page and "--format html" in page  # the same from a shell
     assert charts(at) == 1
+
+
+PENDING = ReclaimPending("kubernetes", "job-bob", "bob", "", "default", "cancel", "enforce", NOW + 1800)
+
+
+@pytest.mark.parametrize(
+    ("page", "query"), [("job", {"kind": "kubernetes", "id": "job-bob"}), ("gpu", {"node": "node-a", "gpu": "1"})]
+)
+def test_the_job_and_gpu_pages_say_when_reclaim_will_act_and_how_to_keep_the_job(page, query):
+    at = run(page, FakeSource(reclaim_=(PENDING,)), **query)
+    (notice,) = [w.value for w in at.warning]
+    assert notice.startswith("gpulens reclaim will cancel this job at ")
+    assert re.search(r"\(in \d+ min, policy default\)", notice), notice  # 30 min after the fakes' NOW
+    assert notice.endswith(
+        "unless its GPUs work again or it is kept: `gpulens reclaim keep kubernetes/job-bob --for 8h --reason TEXT`."
+    )
+
+
+def test_a_job_reclaim_has_nothing_pending_for_shows_no_notice():
+    at = run("job", FakeSource(reclaim_=(replace(PENDING, job_id="job-other"),)), kind="kubernetes", id="job-bob")
+    assert not at.warning
 
 
 def test_a_pods_job_page_is_headed_by_its_pod_and_names_its_owner():

@@ -11,7 +11,7 @@ import pytest
 from gpulens.credentials import Credentials
 from gpulens.fleet.environment import from_environment
 from gpulens.fleet.prometheus import PrometheusSource
-from gpulens.fleet.records import FleetGpu
+from gpulens.fleet.records import Answer, FleetGpu
 from gpulens.httpclient import collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.urls import shown_url
@@ -355,3 +355,29 @@ def test_a_mig_gpus_history_gives_each_slice_its_states_and_its_gpus_loss():
     assert [state for _, state in busy.states] == ["busy"] * 4 + ["lost"] * 2 + ["busy"] * 4
     assert busy.series["sm_activity_ratio"][0] == (steps[0], 1.0) and busy.end == now
     assert free.states == ((steps[0], "free"), (steps[1], "free")) and free.end == steps[2]  # gone at the third
+
+
+def test_the_pending_reclaim_actions_are_read_from_the_services_series():
+    labels = {"__name__": "gpulens_reclaim_pending_action_timestamp_seconds", "job_kind": "slurm", "job_id": "42"}
+    labels |= {"user": "ann", "account": "phys", "policy": "gpu", "instance": "reclaim:10908"}
+    rows = [
+        {"metric": {**labels, "action": "cancel", "mode": "enforce", "held": "false"}, "value": [0, "1800000000"]},
+        {
+            "metric": {**labels, "job_id": "41", "action": "requeue", "mode": "dry-run", "held": "true"},
+            "value": [0, "1700000000"],
+        },
+    ]
+    answer = json_reply({"status": "success", "data": {"resultType": "vector", "result": rows}})
+    with fake_server(lambda path: answer) as (url, asked):
+        pending = source(url).reclaim_pending()
+    assert pending.problems == ()
+    assert [(p.job_id, p.action, p.mode, p.held, p.due_at) for p in pending.value] == [
+        ("41", "requeue", "dry-run", True, 1.7e9),
+        ("42", "cancel", "enforce", False, 1.8e9),
+    ]
+    assert "gpulens_reclaim_pending_action_timestamp_seconds" in urllib.parse.unquote_plus(asked[0][0])
+
+
+def test_no_reclaim_service_is_no_pending_action_and_no_problem():
+    with fake_server(lambda path: EMPTY) as (url, _):
+        assert source(url).reclaim_pending() == Answer(())

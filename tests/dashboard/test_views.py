@@ -500,3 +500,26 @@ def test_a_recent_xid_is_named_by_its_code_and_meaning():
     tips = fleet.gpu_tips(xid, limit=3)
     assert any("79" in tip.text for tip in tips)  # the lookup tip quotes it, with what to do
     assert words.condition_text("xid_recent") == "a driver error (Xid) in the last 10 minutes"  # code unknown
+
+
+# -- gpulens reclaim's notice -------------------------------------------------------------------------------
+
+
+def test_the_reclaim_notice_says_what_will_happen_when_and_what_the_mode_means():
+    from gpulens.dashboard.views.job import reclaim_notice
+    from gpulens.fleet.records import ReclaimPending
+
+    now = 1_000_000.0
+    pending = ReclaimPending("slurm", "42", "ann", "phys", "gpu", "requeue_hold", "enforce", now + 600)
+    notice = reclaim_notice([pending], "slurm", "42", now)
+    assert (
+        notice.startswith("gpulens reclaim will requeue and hold this job at ") and "(in 10 min, policy gpu)" in notice
+    )
+    assert "`gpulens reclaim keep slurm/42 --for 8h --reason TEXT`" in notice
+    dry = reclaim_notice([replace(pending, mode="dry-run")], "slurm", "42", now)
+    assert dry.startswith("gpulens reclaim would requeue and hold this job") and dry.endswith(
+        "it runs in dry-run mode, so nothing will be done."
+    )
+    held = reclaim_notice([replace(pending, held=True, due_at=now - 60)], "slurm", "42", now)
+    assert "(due now, policy gpu) and waits, because the verdicts of its GPUs cannot be trusted now" in held
+    assert reclaim_notice([pending], "slurm", "43", now) == ""

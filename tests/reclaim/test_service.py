@@ -125,7 +125,7 @@ def test_a_pending_action_is_a_series_until_it_is_done(tmp_path):
     assert not others and due == START + 120 * MIN
     assert labels == {
         "job_kind": "slurm", "job_id": "100", "user": "alice", "account": "physics", "policy": "default",
-        "action": "cancel", "held": "false",
+        "action": "cancel", "mode": "enforce", "held": "false",
     }  # fmt: skip
     run_until(made, clock, 125)
     assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds") == []
@@ -221,6 +221,10 @@ def test_jobs_the_service_has_no_scheduler_for_are_warned_but_never_acted_on(tmp
     records = list(folder.audit_records())
     assert [r["event"] for r in records] == ["warned", "warned", "skipped"]
     assert records[-1]["detail"] == "gpulens reclaim does not act on docker jobs: it warns only"
+    clock.now = START + 70 * MIN
+    made.places = {}
+    made.cycle()  # warned, and not going anywhere: no pending action to show
+    assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds") == []
 
 
 def test_the_warn_command_gets_the_message_on_stdin_and_the_job_in_its_arguments(tmp_path):
