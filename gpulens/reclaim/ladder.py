@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpulens.fleet.records import FleetGpu
 from gpulens.reclaim.policy import Policy, Rule
@@ -37,8 +37,9 @@ FORGET_AFTER = 3600.0  # a job not seen this long (ended, or its agent gone) los
 
 @dataclass(frozen=True)
 class Job:
-    """A job and the GPUs and MIG slices it holds, as the read layer sees them; `partition` and `comment` are
-    the scheduler's, read by the service for the jobs it acts on."""
+    """A job and the GPUs and MIG slices it holds, as the read layer sees them; `partition`, `comment`, `labels`
+    and `keep_until` are its scheduler's (gpulens.reclaim.actor.Facts), read by the service for the jobs it
+    acts on."""
 
     kind: str
     id: str
@@ -49,6 +50,8 @@ class Job:
     devices: tuple[FleetGpu, ...] = ()
     partition: str = ""
     comment: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    keep_until: float | None = None  # a keep written on the job itself (a pod's gpulens.io/keep-until)
 
     @property
     def key(self) -> str:
@@ -244,7 +247,7 @@ class _Deciding:
         self.places[job.key] = place
         if idle < (rule.warn_after[0] if rule.warn_after else rule.act_after) or place.acted_at is not None:
             return
-        exempt = self.policy.exempt.why(job.facts) or _kept(job, self.keeps, now)
+        exempt = self.policy.exempt.why(job.facts, job.labels) or _kept(job, self.keeps, now)
         if exempt:
             self.skip(job, rule, place, idle, exempt)
             return
@@ -296,6 +299,8 @@ def _breaker(due: int, jobs: int, share: float, least: int) -> str:
 
 def _kept(job: Job, keeps: Collection[Keep], now: float) -> str:
     kept = [k for k in keeps if k.job == job.key and k.until > now]
+    if job.keep_until is not None and job.keep_until > now:
+        kept.append(Keep(job.key, job.keep_until, "its owner", "the job's gpulens.io/keep-until annotation", now))
     if not kept:
         return ""
     last = max(kept, key=lambda k: k.until)

@@ -12,6 +12,7 @@
       partitions: [debug]
       namespaces: [kube-system]
       comment: "gpulens:keep"     # a Slurm job whose comment holds this
+      labels: [gpulens.io/keep]   # a pod with this label (KEY or KEY=VALUE)
     policies:                     # the first that matches a job is its policy; a job none matches is left alone
       - name: interactive
         match: {partitions: [interactive]}
@@ -134,9 +135,11 @@ class Exempt:
     partitions: tuple[str, ...] = key(_names, default=())
     namespaces: tuple[str, ...] = key(_names, default=())
     comment: str = key(text, default="")
+    labels: tuple[str, ...] = key(_names, default=())  # a pod label, "KEY=VALUE" or "KEY" (any value)
 
-    def why(self, facts: Mapping[str, str]) -> str:
-        """Return why a job with these facts is exempt ("user alice is exempt"), "" where it is not."""
+    def why(self, facts: Mapping[str, str], labels: Mapping[str, str] | None = None) -> str:
+        """Return why a job with these facts and pod labels is exempt ("user alice is exempt"), "" where it is
+        not."""
         for name, fact in (("users", "user"), ("accounts", "account"), ("partitions", "partition")):
             if facts.get(fact) and facts[fact] in getattr(self, name):
                 return f"{fact} {facts[fact]} is exempt"
@@ -144,6 +147,10 @@ class Exempt:
             return f"namespace {facts['namespace']} is exempt"
         if self.comment and self.comment in facts.get("comment", ""):
             return f"its comment holds {self.comment!r}"
+        for wanted in self.labels:
+            name, equals, value = wanted.partition("=")
+            if name in (labels or {}) and (not equals or (labels or {})[name] == value):
+                return f"its label {wanted} is exempt"
         return ""
 
 

@@ -22,16 +22,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens.fleet.records import Source, SourceProblem
+from gpulens.reclaim.actor import Actor, ActorError, Facts
 from gpulens.reclaim.folder import Folder
 from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
 from gpulens.reclaim.policy import Policy
-from gpulens.reclaim.slurm import ActorError, Facts
 from gpulens.words import duration, when
 
 log = logging.getLogger(__name__)
@@ -60,18 +60,6 @@ RESULTS = {  # the `result` label of gpulens_reclaim_actions_total, by event
     "skipped": "skipped",
     "reset": "",
 }
-
-
-class Actor(Protocol):
-    """What acts on one kind of job (gpulens.reclaim.slurm.Slurm)."""
-
-    kind: str
-
-    def running(self) -> Mapping[str, Facts]: ...
-
-    def signal(self, job: str, signal: str) -> str: ...
-
-    def act(self, job: str, action: str) -> str: ...
 
 
 Notify = Callable[[Decision, str], None]  # tells the job's owner a warning (the message); NotifyError on failure
@@ -191,6 +179,9 @@ class Service:
                     comment=facts.comment,
                     user=facts.user or job.user,
                     account=facts.account or job.account,
+                    namespace=facts.namespace or job.namespace,
+                    labels=facts.labels,
+                    keep_until=facts.keep_until,
                 )
             known.append(job)
         return known, held

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+from gpulens.reclaim.actor import ActorError, Facts
 
 FIELDS = "%A|%P|%u|%a|%k"  # job id (an array task's own), partition, user, account, comment (last: may hold '|')
 COMMANDS = {
@@ -24,18 +25,6 @@ COMMANDS = {
     "requeue_hold": ("scontrol", "requeuehold", "{job}"),
 }
 TIMEOUT = 30.0  # seconds: slurmctld answers in well under one; a hung one must not hang the service
-
-
-class ActorError(RuntimeError):
-    """A scheduler command failed; the message is one line with its own words."""
-
-
-@dataclass(frozen=True)
-class Facts:
-    partition: str
-    user: str
-    account: str
-    comment: str
 
 
 Run = Callable[[Sequence[str]], str]

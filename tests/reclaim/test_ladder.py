@@ -203,3 +203,15 @@ def test_pending_says_when_each_warned_job_goes():
         START + 120 * MIN,
         1,
     )
+
+
+def test_a_pod_label_or_a_keep_written_on_the_job_exempts_it():
+    labelled = Policy(exempt=replace(Policy().exempt, labels=("team=infra", "gpulens.io/keep")))
+    job = jobs_in([gpu(0)])[0]
+    for labels, exempt in (({"team": "infra"}, True), ({"team": "ml"}, False), ({"gpulens.io/keep": ""}, True)):
+        cycle = decide(START + 61 * MIN, labelled, [replace(job, labels=labels)], {})
+        assert [d.event for d in cycle.decisions] == ([SKIP] if exempt else [WARN]), labels
+    annotated = replace(job, keep_until=START + 200 * MIN)
+    (skip,) = decide(START + 61 * MIN, DEFAULT, [annotated], {}).decisions
+    assert skip.event == SKIP and skip.reason.startswith("kept by its owner until ")
+    assert [d.event for d in decide(START + 201 * MIN, DEFAULT, [annotated], {}).decisions] == [WARN]

@@ -14,11 +14,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from gpulens.fleet.records import Answer, Fleet, FleetGpu, SourceProblem
+from gpulens.reclaim.actor import ActorError
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
 from gpulens.reclaim.policy import Policy, Rule
 from gpulens.reclaim.service import Service, command_notifier
-from gpulens.reclaim.slurm import ActorError, Slurm
+from gpulens.reclaim.slurm import Slurm
 from tests.reclaim.test_ladder import MIN, START, gpu
 
 
