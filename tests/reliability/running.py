@@ -30,13 +30,14 @@ class RunningAgent:
 
 
 @contextmanager
-def agent_process(*args: str, preexec_fn=None) -> Iterator[RunningAgent]:
-    """Run `gpulens agent ARGS --web.listen-address 127.0.0.1:0` until the block ends (then SIGKILL).
+def agent_process(*args: str, preexec_fn=None, listen: str = "127.0.0.1:0") -> Iterator[RunningAgent]:
+    """Run `gpulens agent ARGS --web.listen-address LISTEN` until the block ends (then SIGKILL).
 
-    `preexec_fn` runs in the child before the agent starts (to take a privilege away).
+    `preexec_fn` runs in the child before the agent starts (to take a privilege away); `listen` is a fixed
+    address for an agent that must come back where it was.
     """
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "agent", *args, "--web.listen-address", "127.0.0.1:0"],
+        [sys.executable, "-m", "gpulens.cli", "agent", *args, "--web.listen-address", listen],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
