@@ -46,7 +46,8 @@ commands:
 """
 
 
-def main(argv: Sequence[str], out: TextIO = sys.stdout) -> int:
+def main(argv: Sequence[str], out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     commands = {"run": _run, "keep": _keep, "log": _log, "check": _check}
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="", file=out)

@@ -1,0 +1,151 @@
+"""`gpulens reclaim` from the command line: each mistake a one-line error and its exit status; keep, log and
+check as a person reads them; `run --once` against a real agent on a simulated node."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from gpulens import cli
+from gpulens.reclaim import cli as reclaim_cli
+from gpulens.reclaim.folder import Folder
+from tests.reliability.running import agent_process
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    out = io.StringIO()
+    try:
+        status = reclaim_cli.main(list(argv), out)
+    except SystemExit as stop:  # argparse's usage errors
+        status = int(stop.code or 0)
+    return status, out.getvalue(), capsys.readouterr().err
+
+
+def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(capsys):
+    assert cli.main(["reclaim", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert all(f"\n  {name} " in help_text for name in ("run", "keep", "log", "check"))
+    assert cli.main(["reclaim", "cancel"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "gpulens reclaim: unknown command 'cancel'; use one of run, keep, log, check"
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "said"),
+    [
+        ("mode: enforcing\n", "mode: unknown value 'enforcing'; did you mean 'enforce'?"),
+        ("interval: 0s\n", "interval: must be at least 1 seconds"),
+        ("policies: []\n", "policies: is empty; give one policy, or leave the key out for the default"),
+        ("policies:\n  - {name: a}\n  - {name: a}\n", "policies: the name 'a' is given twice"),
+        ("policies:\n  - {name: a, warn_after: [2h, 1h]}\n", "policies[0].warn_after: must go up"),
+        ("policies:\n  - {name: a, idle_share: 0}\n", "policies[0].idle_share: must be between 0.01 and 1"),
+        ("policies:\n  - {name: a, action: kill}\n", "policies[0].action: unknown value 'kill'"),
+        (
+            "policies:\n  - {name: a, match: {job_kind: [slurm]}}\n",
+            "policies[0].match: unknown key 'job_kind'; did you mean 'job_kinds'?",
+        ),
+        ("exempt: {users: alice}\n", "exempt.users: expected a list, got the string 'alice'"),
+        ("mode: [\n", "invalid YAML"),
+    ],
+)
+def test_a_policy_mistake_is_one_line_naming_the_file_the_key_and_the_fix(tmp_path, capsys, document, said):
+    policy = tmp_path / "reclaim.yaml"
+    policy.write_text(document)
+    status, _, err = run(capsys, "check", "--policy", str(policy))
+    assert status == 1 and err.count("\n") == 1 and said in err, err
+    assert err.startswith(f"gpulens reclaim check: policy file {policy}")
+
+
+def test_check_prints_what_the_policy_says(tmp_path, capsys):
+    policy = tmp_path / "reclaim.yaml"
+    policy.write_text("mode: notify\npolicies:\n  - {name: short, warn_after: [10m], act_after: 30m, signal: USR1}\n")
+    status, out, _ = run(capsys, "check", "--policy", str(policy))
+    assert status == 0
+    assert out.splitlines()[0] == f"{policy}: mode notify, a cycle every 1 min"
+    assert out.splitlines()[-1] == (
+        "policy short: warn at 10 min idle; USR1, then after 5 min cancel at 30 min "
+        "(when 100% of the job's GPUs are idle)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (("keep", "1234", "--for", "8 hours", "--reason", "x"), "--for: '8 hours' is not a duration"),
+        (
+            ("keep", "1234", "--for", "0s", "--reason", "x"),
+            "give a job, a --for above 0 and a --reason that is not blank",
+        ),
+        (("keep", "1234", "--for", "8h", "--reason", "  "), "--reason that is not blank"),
+        (("keep", "1234", "--reason", "x"), "the following arguments are required: --for"),
+        (("log", "--since", "yesterday"), "--since: 'yesterday' is not a duration"),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--policy", "/nonexistent/reclaim.yaml"),
+            "policy file /nonexistent/reclaim.yaml",
+        ),
+        (("run", "--agents", "gpu-node-1"), "agent URL 'gpu-node-1' is not http://HOST:PORT"),
+        (("run", "--agents", "http://127.0.0.1:1", "--basic-auth-file", "x"), "are for --prometheus"),
+        (("run", "--prometheus", "http://u:secret@prometheus:9090"), "--prometheus"),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--warn-command", "mail {owner}"),
+            "--warn-command 'mail {owner}' does not read",
+        ),
+        (("run", "--agents", "http://127.0.0.1:1", "--port", "70000"), "--port 70000 is not a port"),
+        (("run",), "one of the arguments --prometheus --agents is required"),
+    ],
+)
+def test_each_command_line_mistake_is_one_line_and_exit_2(tmp_path, capsys, argv, said):
+    extra = ("--state-dir", str(tmp_path / "state")) if argv[0] in ("keep", "log", "run") else ()
+    status, _, err = run(capsys, *argv, *extra)
+    assert status == 2 and err.count("\n") == 1 and said in err, err
+    assert "secret" not in err
+
+
+def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, monkeypatch):
+    state = str(tmp_path / "state")
+    monkeypatch.setenv("SUDO_USER", "ops")
+    status, out, _ = run(
+        capsys, "keep", "1234", "--for", "8h", "--reason", "evaluation   at 18:00", "--state-dir", state
+    )
+    assert (
+        status == 0
+        and out.startswith("kept slurm/1234 until ")
+        and out.rstrip().endswith("(8 h), by ops: evaluation at 18:00")
+    )
+    (keep,) = Folder(state).keeps()
+    assert (keep.job, keep.by, keep.reason) == ("slurm/1234", "ops", "evaluation at 18:00")
+    assert 8 * 3600 - 5 < keep.until - time.time() <= 8 * 3600
+    status, out, _ = run(capsys, "log", "--state-dir", state, "--job", "1234")
+    assert (
+        status == 0
+        and "  kept          slurm/1234, by ops until " in out
+        and out.rstrip().endswith(": evaluation at 18:00")
+    )
+    status, out, _ = run(capsys, "log", "--state-dir", state, "--job", "999", "--json")
+    assert (status, out) == (0, "")
+    status, out, _ = run(capsys, "log", "--state-dir", state, "--json")
+    assert json.loads(out)["event"] == "kept"
+
+
+def test_log_without_the_services_folder_says_which_to_give(tmp_path, capsys):
+    status, _, err = run(capsys, "log", "--state-dir", str(tmp_path / "nowhere"))
+    assert status == 1 and "no state folder" in err and "give --state-dir as the service has it" in err
+
+
+def test_run_once_reads_a_real_agent_and_logs_nothing_before_the_first_warning(tmp_path, capsys):
+    state = tmp_path / "state"
+    with agent_process("--simulate", "demo") as agent:
+        status, _, err = run(capsys, "run", "--agents", agent.base, "--once", "--state-dir", str(state))
+    assert status == 0, err
+    assert (state / "places.json").exists() and not (state / "audit.jsonl").exists()
+
+
+def test_a_second_service_on_the_same_folder_is_refused(tmp_path, capsys):
+    holder = Folder(tmp_path).create()
+    holder.lock()  # held while `holder` lives
+    status, _, err = run(capsys, "run", "--agents", "http://127.0.0.1:1", "--once", "--state-dir", str(tmp_path))
+    assert status == 1 and "another gpulens reclaim (pid " in err and "run one per fleet" in err
