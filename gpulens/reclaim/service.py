@@ -137,8 +137,10 @@ class Service:
         cycle = decide(now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent))
         places = dict(cycle.places)
         for decision in cycle.decisions:
-            if not self._carry_out(decision, now):  # a failed action is tried again next cycle
-                places[decision.job.key] = replace(places[decision.job.key], acted_at=None, signalled_at=None)
+            if not self._carry_out(decision, now):  # a failed signal or action is tried again next cycle
+                place = places[decision.job.key]
+                again = {"signalled_at": None} if decision.event == SIGNAL else {"acted_at": None}
+                places[decision.job.key] = replace(place, **again)
         self.places = places
         self.folder.save_places(places)
         self.last, self.last_time = cycle, now
@@ -191,8 +193,8 @@ class Service:
         event, detail = EVENTS[decision.event][self.policy.mode], ""
         if event in ("acted", "signalled"):
             event, detail = self._act(decision)
-        if decision.event in (ACT, SIGNAL):
-            self.recent.append(now)
+        if event in ("acted", "signalled", "action_failed", "would_act", "would_signal"):
+            self.recent.append(now)  # toward the cap; a job it only warns costs none
         if event == "warned" and self.notify is not None:
             try:
                 self.notify(decision, warning(decision))

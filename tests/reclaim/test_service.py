@@ -265,3 +265,23 @@ def test_a_broken_line_in_a_state_file_costs_that_line(tmp_path, caplog):
     assert "keeps.jsonl line 2 does not read" in caplog.text
     (tmp_path / "places.json").write_text("{not json")
     assert folder.places() == {}
+
+
+def test_a_failed_cancel_after_a_signal_is_retried_without_signalling_again(tmp_path):
+    policy = Policy(policies=(Rule(name="ckpt", signal="USR1", signal_wait=5 * MIN),))
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], policy=policy)
+    real = slurm.__call__
+    refusals = iter([True])
+
+    def once_refused(argv):
+        if tuple(argv) == ("scancel", "100") and next(refusals, False):
+            raise ActorError("scancel: Kill job error on job id 100: Access/permission denied")
+        return real(argv)
+
+    made.actors["slurm"] = Slurm(once_refused)
+    run_until(made, clock, 130)
+    assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "signalled", "action_failed", "acted"]
+    assert [c for c in slurm.commands if c[0] == "scancel"] == [
+        ("scancel", "--signal=USR1", "--full", "100"),
+        ("scancel", "100"),
+    ]
