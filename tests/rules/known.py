@@ -13,8 +13,11 @@ RULES = ROOT / "rules"
 _NAME = re.compile(r"\b(gpulens_[a-z0-9_]+)")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 _TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-# A counter family's name is declared without `_total`: CounterMetricFamily("x", ...), gpu_counter("x", ...).
-_COUNTER = re.compile(r"(?:CounterMetricFamily|gpu_counter|counter)\(\s*\"(gpulens_[a-z0-9_]+)\"")
+# A counter family's name is declared without `_total`: CounterMetricFamily("x", ...), gpu_counter("x", ...),
+# prometheus_client's Counter("x", ...).
+_COUNTER = re.compile(r"(?:CounterMetricFamily|gpu_counter|counter|Counter)\(\s*\"(gpulens_[a-z0-9_]+)\"")
+# The other process that serves series of its own: `gpulens reclaim` (rules: the group gpulens.reclaim).
+SERVICES = (ROOT / "gpulens" / "reclaim",)
 
 
 def rule_files() -> list[Path]:
@@ -42,11 +45,11 @@ def recorded_names(path: Path | None = None) -> set[str]:
 def agent_metric_names() -> set[str]:
     """Every metric name the agent can export: sampled from the golden expositions, and every
     `gpulens_*` family its code declares (counters with `_total` added), which covers what the goldens
-    lack (probes, in-job reports)."""
+    lack (probes, in-job reports); and those the reclaim service declares (SERVICES)."""
     names = set()
     for golden in (ROOT / "tests" / "golden").glob("*.prom"):
         names.update(m for m in _SAMPLE.findall(golden.read_text()) if m.startswith("gpulens_"))
-    for source in (ROOT / "agent").rglob("*.py"):
+    for source in (path for folder in (ROOT / "agent", *SERVICES) for path in folder.rglob("*.py")):
         text = source.read_text()
         names.update(_NAME.findall(text))
         names.update(f"{name}_total" for name in _COUNTER.findall(text))
