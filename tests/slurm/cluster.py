@@ -6,6 +6,12 @@ packages (Slurm 22.05), started as root in a folder of their own, with the setti
 - GPUs: `GresTypes=gpu` and a `gres.conf` whose `File=` entries are character devices made for the test
   (the null device's numbers: Slurm needs a device, never opens it with ConstrainDevices=no). A job that
   asks `--gres=gpu:1` gets `CUDA_VISIBLE_DEVICES` and `SLURM_JOB_GPUS`, as on a GPU node.
+- A node of its own: `gpulens-<random>`, never the host's name, and slurmd runs as that node (`-N`). Debian
+  builds Slurm with --enable-multiple-slurmd (`scontrol show config`: MULTIPLE_SLURMD = Yes), so a job's
+  cgroup v1 path is /slurm_<node>/uid_<uid>/job_<id> (cgroup.conf's default prefix is "/slurm_%n" in such a
+  build): two test clusters on one machine, both counting job ids from 1, then never share a job's cgroup,
+  and stopping one (which kills its jobs' cgroups) leaves the other's jobs alone. SlurmctldHost stays the
+  host's own name: slurmctld refuses to start elsewhere ("This host (...) not a valid controller").
 - `Epilog=` is the repository's deploy/slurm/epilog.sh itself; its settings are gpulens-epilog.conf beside
   slurm.conf, the file the epilog reads (slurmd gives an epilog Slurm's variables only).
 
@@ -15,6 +21,7 @@ Every command runs with `SLURM_CONF` pointing here, so nothing in /etc is read o
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -40,7 +47,7 @@ class Cluster:
     def __init__(self, folder: Path, gpus: int, epilog_settings: dict[str, str]):
         self.folder = folder
         self.gpus = gpus
-        self.node = socket.gethostname()
+        self.node = f"gpulens-{secrets.token_hex(4)}"  # a node of its own: see the module's docstring
         self.conf = folder / "slurm.conf"
         self.epilog_settings = epilog_settings
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
@@ -54,7 +61,7 @@ class Cluster:
         self._start_munge()
         self._write_config()
         self._daemons.append(self._run("slurmctld", "-D", "-i"))
-        self._daemons.append(self._run("slurmd", "-D"))
+        self._daemons.append(self._run("slurmd", "-D", "-N", self.node))
         self.wait(lambda: self.node_state() == "idle", 30, "the node to come up idle")
 
     def stop(self) -> None:
@@ -73,6 +80,13 @@ class Cluster:
                 daemon.kill()
                 daemon.wait()
         self._daemons.clear()
+        # Slurm leaves the node's own cgroup v1 root, /slurm_<node>, behind (seen in freezer): one a cluster now
+        # that each has a node of its own. The kernel refuses to remove a cgroup that still holds anything.
+        for cgroup in Path("/sys/fs/cgroup").glob(f"*/slurm_{self.node}"):
+            try:
+                cgroup.rmdir()
+            except OSError:
+                pass
 
     def write_epilog_settings(self, settings: dict[str, str]) -> None:
         self.epilog_settings = settings
@@ -114,7 +128,7 @@ class Cluster:
         self.conf.write_text(
             f"""\
 ClusterName=gpulens-test
-SlurmctldHost={self.node}(127.0.0.1)
+SlurmctldHost={socket.gethostname()}(127.0.0.1)
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 SlurmUser=root
