@@ -37,11 +37,11 @@ EXPOSE 10906
 ENTRYPOINT ["gpulens"]
 CMD ["agent"]
 
-# -- dashboard ------------------------------------------------------------------------------------
+# -- dashboard, and gpulens reclaim in Kubernetes (the chart runs it from this image) ---------------
 FROM ${PYTHON_IMAGE} AS dashboard
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir "$(ls /wheels/gpulens-*.whl)[dashboard]" \
+    pip install --no-cache-dir "$(ls /wheels/gpulens-*.whl)[dashboard,reclaim-kubernetes]" \
  && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin gpulens
 USER 10001
 EXPOSE 10907

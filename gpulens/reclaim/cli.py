@@ -95,8 +95,30 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
     )
     parser.add_argument("--address", default="127.0.0.1", help="address to serve metrics on (default 127.0.0.1)")
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="also act on pods (needs the reclaim-kubernetes extra): the pod's service account, else --kubeconfig",
+    )
+    parser.add_argument("--kubeconfig", metavar="FILE", help="with --kubernetes: the kubeconfig to use")
+    parser.add_argument(
+        "--kubernetes-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="with --kubernetes: act on this namespace's pods only (repeatable; default every namespace)",
+    )
+    parser.add_argument(
+        "--kubernetes-owner-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="with --kubernetes: the pod label or annotation naming its owner (repeatable; default gpulens.io/owner)",
+    )
     parser.add_argument("--once", action="store_true", help="run one cycle and exit")
     args = parser.parse_args(argv)
+    if not args.kubernetes and (args.kubeconfig or args.kubernetes_namespace or args.kubernetes_owner_key):
+        parser.error("--kubeconfig, --kubernetes-namespace and --kubernetes-owner-key go with --kubernetes")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is not a port; give 1-65535, or 0 for no metrics")
     try:
@@ -108,11 +130,22 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     except (PolicyError, ConfigError, FolderError, ValueError) as error:
         return _fail("run", error, EXIT_USAGE if not isinstance(error, FolderError) else EXIT_FAILED)
 
+    from gpulens.reclaim.actor import Actor, ActorError
     from gpulens.reclaim.service import Service
     from gpulens.reclaim.slurm import Slurm
 
+    actors: list[Actor] = [Slurm()]
+    if args.kubernetes:
+        from gpulens.reclaim import kubernetes
+
+        options: dict[str, Any] = {"namespaces": tuple(args.kubernetes_namespace)}
+        options["owner_keys"] = tuple(args.kubernetes_owner_key) or kubernetes.OWNER_KEYS
+        try:
+            actors.append(kubernetes.from_config(args.kubeconfig, **options))
+        except ActorError as error:
+            return _fail("run", error, EXIT_USAGE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = Service(source, policy, folder, actors=[Slurm()], notify=notify)
+    service = Service(source, policy, folder, actors=actors, notify=notify)
     if args.once:
         service.cycle()
         return 0

@@ -139,8 +139,10 @@ class Service:
         for decision in cycle.decisions:
             if not self._carry_out(decision, now):  # a failed signal or action is tried again next cycle
                 place = places[decision.job.key]
-                again = {"signalled_at": None} if decision.event == SIGNAL else {"acted_at": None}
-                places[decision.job.key] = replace(place, **again)
+                if decision.event == SIGNAL:
+                    places[decision.job.key] = replace(place, signalled_at=None)
+                else:
+                    places[decision.job.key] = replace(place, acted_at=None)
         self.places = places
         self.folder.save_places(places)
         self.last, self.last_time = cycle, now
@@ -212,6 +214,8 @@ class Service:
         actor = self.actors.get(decision.job.kind)
         if actor is None:
             return "skipped", f"gpulens reclaim does not act on {decision.job.kind} jobs: it warns only"
+        if decision.event == SIGNAL and not getattr(actor, "signals", True):
+            return "skipped", f"{decision.job.kind} jobs cannot be signalled: the action follows without it"
         try:
             if decision.event == SIGNAL:
                 return "signalled", actor.signal(decision.job.id, decision.action)
@@ -225,6 +229,8 @@ def warning(decision: Decision) -> str:
     job = decision.job
     gpus = len(job.devices)
     what = {"cancel": "cancelled", "requeue": "requeued", "requeue_hold": "requeued and held"}[decision.action]
+    if job.kind != "slurm":  # a workload is stopped (scaled to zero, suspended), whatever the policy calls it
+        what = "stopped"
     at = f"at {when(decision.due_at)}" if decision.due_at is not None else "soon"
     return (
         f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for "

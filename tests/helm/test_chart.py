@@ -484,3 +484,189 @@ def test_the_readme_documents_every_value():
         if f"`{key}`" not in readme and not (f"`{parent}." in readme and f"`.{last}`" in readme):
             missing.append(key)
     assert not missing, f"helm/gpulens/README.md does not describe {missing}"
+
+
+# -- gpulens reclaim ------------------------------------------------------------------------------------
+
+RECLAIM = {
+    "reclaim": {
+        "enabled": True,
+        "policy": {
+            "exempt": {"namespaces": ["kube-system"]},
+            "policies": [
+                {"name": "notebooks", "match": {"namespaces": ["notebooks"]}, "warn_after": ["30m"], "act_after": "1h"}
+            ],
+        },
+        "kubernetes": {"namespaces": ["notebooks", "ml"], "ownerKeys": ["example.org/owner"]},
+    }
+}
+RECLAIM_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Service", "ServiceMonitor"}
+
+
+def _reclaim(docs: list[dict]) -> dict[str, dict]:
+    """The reclaim objects by kind (one of each)."""
+    return {d["kind"]: d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "reclaim"}
+
+
+@pytest.fixture(scope="module")
+def reclaim_docs(tmp_path_factory) -> list[dict]:
+    return _template(tmp_path_factory.mktemp("reclaim"), RECLAIM)
+
+
+def test_reclaim_is_off_by_default(rendered):
+    for case, docs in rendered.items():
+        assert not _reclaim(docs), f"{case}: reclaim objects without reclaim.enabled"
+
+
+def test_the_reclaim_case_lints_and_validates(reclaim_docs, tmp_path):
+    _lint(tmp_path, "reclaim", RECLAIM)
+    _validate(reclaim_docs, skip=tuple(OPERATOR_KINDS))
+    assert set(_reclaim(reclaim_docs)) == RECLAIM_KINDS | {"Deployment"}
+    for doc in _reclaim(reclaim_docs).values():
+        scoped = doc["kind"] not in ("ClusterRole", "ClusterRoleBinding")
+        assert ("namespace" in doc["metadata"]) is scoped and doc["metadata"]["name"] == "gpulens-reclaim"
+
+
+def test_the_reclaim_deployment_runs_one_service_in_dry_run_reading_the_charts_prometheus(reclaim_docs):
+    deployment = _reclaim(reclaim_docs)["Deployment"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == [
+        "reclaim",
+        "run",
+        "--prometheus=http://prometheus-operated.monitoring.svc:9090",
+        "--policy=/etc/gpulens/reclaim/policy.yaml",
+        "--mode=dry-run",
+        "--state-dir=/var/lib/gpulens/reclaim",
+        "--address=0.0.0.0",
+        "--port=10908",
+        "--kubernetes",
+        "--kubernetes-namespace=notebooks",
+        "--kubernetes-namespace=ml",
+        "--kubernetes-owner-key=example.org/owner",
+    ]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 10908, "protocol": "TCP"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["policy"]["configMap"]["name"] == "gpulens-reclaim"
+    assert volumes["state"] == {"name": "state", "emptyDir": {"sizeLimit": "256Mi"}}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["policy"]["readOnly"] is True and mounts["state"]["mountPath"] == "/var/lib/gpulens/reclaim"
+    # The only pod with an API token: the service account the reclaim ClusterRole is bound to.
+    assert pod["automountServiceAccountToken"] is True and pod["serviceAccountName"] == "gpulens-reclaim"
+    assert _reclaim(reclaim_docs)["ServiceAccount"]["automountServiceAccountToken"] is False
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True and context["allowPrivilegeEscalation"] is False
+    assert context["privileged"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert not pod.get("hostPID") and not pod.get("hostNetwork")
+    assert not any("hostPath" in v for v in pod["volumes"])
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert len(annotations["checksum/policy"]) == 64  # a new policy restarts the pod
+
+
+def test_the_reclaim_options_reach_its_deployment(tmp_path):
+    values = {
+        "reclaim": {
+            "enabled": True,
+            "mode": "enforce",
+            "prometheus": {"url": "https://thanos.monitoring.svc:10902"},
+            "persistence": {"enabled": True, "storageClassName": "standard", "size": "2Gi"},
+            "extraArgs": ["--warn-command=mail -s 'Idle GPUs' {user}@example.org"],
+        }
+    }
+    docs = _template(tmp_path, values)
+    _validate(docs, skip=tuple(OPERATOR_KINDS))
+    kinds = _reclaim(docs)
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--prometheus=https://thanos.monitoring.svc:10902" in args and "--mode=enforce" in args
+    assert args[-1] == "--warn-command=mail -s 'Idle GPUs' {user}@example.org"
+    assert not any(a.startswith("--kubernetes-") for a in args)
+    claim = kinds["PersistentVolumeClaim"]
+    assert claim["spec"]["storageClassName"] == "standard"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert {v["name"]: v for v in pod["volumes"]}["state"]["persistentVolumeClaim"] == {"claimName": "gpulens-reclaim"}
+    values["reclaim"]["persistence"] = {"enabled": True, "existingClaim": "reclaim-state"}
+    (tmp_path / "existing").mkdir()
+    kinds = _reclaim(_template(tmp_path / "existing", values))
+    assert "PersistentVolumeClaim" not in kinds
+    volumes = {v["name"]: v for v in kinds["Deployment"]["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["state"]["persistentVolumeClaim"] == {"claimName": "reclaim-state"}
+
+
+def test_the_reclaim_policy_config_map_is_a_policy_gpulens_reads(reclaim_docs, tmp_path):
+    from gpulens.reclaim.policy import load_policy
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(_reclaim(reclaim_docs)["ConfigMap"]["data"]["policy.yaml"])
+    policy = load_policy(str(path))
+    assert [rule.name for rule in policy.policies] == ["notebooks"] and policy.exempt.namespaces == ("kube-system",)
+    (tmp_path / "empty").mkdir()
+    empty = _reclaim(_template(tmp_path / "empty", {"reclaim": {"enabled": True}}))["ConfigMap"]
+    path.write_text(empty["data"]["policy.yaml"])
+    assert load_policy(str(path)).mode == "dry-run"
+
+
+def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_docs):
+    """The rendered rules are the template's plain rules, which tests/reclaim/test_kubernetes.py gives its API
+    double, and they grant the actor's VERBS and nothing more."""
+    from gpulens.reclaim.kubernetes import VERBS
+    from tests.reclaim.test_kubernetes import chart_rules, granted
+
+    kinds = _reclaim(reclaim_docs)
+    rules = kinds["ClusterRole"]["rules"]
+    assert rules == chart_rules() and granted(rules) == VERBS
+    binding = kinds["ClusterRoleBinding"]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "gpulens-reclaim",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpulens-reclaim", "namespace": "gpu-monitoring"}]
+    assert not any("*" in rule[key] for rule in rules for key in ("verbs", "apiGroups", "resources"))
+
+
+def test_the_reclaim_service_is_scraped_as_gpulens_reclaim(reclaim_docs, tmp_path):
+    kinds = _reclaim(reclaim_docs)
+    service, monitor = kinds["Service"], kinds["ServiceMonitor"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 10908, "targetPort": "metrics", "protocol": "TCP"}]
+    pod_labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (
+        endpoint["port"] == "metrics"
+        and {"targetLabel": "job", "replacement": "gpulens-reclaim"} in endpoint["relabelings"]
+    )
+    without = _reclaim(_template(tmp_path, {**RECLAIM, "serviceMonitor": {"enabled": False}}))
+    assert "ServiceMonitor" not in without and "Service" in without
+
+
+def test_gpulens_reclaim_run_knows_the_flags_the_chart_passes(reclaim_docs, capsys):
+    from gpulens.reclaim import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "--help"])
+    assert exit_.value.code == 0
+    usage = capsys.readouterr().out
+    args = _reclaim(reclaim_docs)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    unknown = sorted(flag for flag in flags if flag not in usage.replace("[", " ").replace("]", " ").split())
+    assert not unknown, f"the chart passes flags `gpulens reclaim run` does not know: {unknown}"
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"reclaim": {"mode": "act"}}, "reclaim.mode"),
+        ({"reclaim": {"prometheus": {"url": "prometheus:9090"}}}, "reclaim.prometheus.url"),
+        ({"reclaim": {"kubernetes": {"namespaces": ["ML Team"]}}}, "reclaim.kubernetes.namespaces"),
+        ({"reclaim": {"polcy": {}}}, "polcy"),
+    ],
+)
+def test_the_schema_names_a_wrong_reclaim_value(tmp_path, values, named):
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and named in result.stderr, result.stderr
