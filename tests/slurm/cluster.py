@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools import free_port, wait_for
+from tests.tools import free_port, require_tool, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EPILOG = ROOT / "deploy" / "slurm" / "epilog.sh"
@@ -211,3 +211,11 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
 
 def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
+def require_slurm() -> None:
+    """Skip without Slurm's tools or root (fail in CI without the tools, as require_tool does)."""
+    for tool in missing_tools():
+        require_tool(tool, "Debian packages slurmctld, slurmd, slurm-client and munge")
+    if os.geteuid() != 0:
+        pytest.skip("Slurm's daemons and cgroup plugins need root; run the Slurm tests as root (CI does)")

@@ -16,7 +16,6 @@ Each test then reads what that run left: the agent's series, the epilog's report
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import shutil
 import subprocess
@@ -32,8 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.agent.attribution.cgroup import parse_owner
 from gpulens.vocabulary import STATE_NAME
 from tests.reliability.running import agent_process
-from tests.slurm.cluster import ROOT, Cluster, missing_tools
-from tests.tools import require_tool
+from tests.slurm.cluster import ROOT, Cluster, require_slurm
 
 pytestmark = pytest.mark.slow
 
@@ -112,10 +110,7 @@ def _cluster_folder() -> Path:
 
 @pytest.fixture(scope="module")
 def slurm_run():
-    for tool in missing_tools():
-        require_tool(tool, "Debian packages slurmctld, slurmd, slurm-client and munge")
-    if os.geteuid() != 0:
-        pytest.skip("Slurm's daemons and cgroup plugins need root; run the Slurm tests as root (CI does)")
+    require_slurm()
     folder = _cluster_folder()
     run_dir = folder / "run"
     run_dir.mkdir()
