@@ -7,10 +7,10 @@ The rules, in order:
   must carry one of `client_allowed_sans`, when given.
 - With `basic_auth_users` set, every other path needs a user's credentials, except the config's
   `auth_excluded_paths`; as with exporter-toolkit, a client certificate does not replace the password.
-- A request that starts work (WORK_PATHS: a probe run, a trace of a job) needs an authenticated client (a password, or a
-  verified certificate) when any auth is configured. With none configured it is served to loopback
-  clients only, so that an open agent on the cluster network cannot be made to run kernels by anyone
-  who reaches its port.
+- A request that starts work (WORK_PATHS: a probe run, a trace of a job, a checkpoint request) needs an
+  authenticated client (a password, or a verified certificate) when any auth is configured. With none
+  configured it is served to loopback clients only, so that an open agent on the cluster network cannot be
+  made to run kernels by anyone who reaches its port.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz"})
-WORK_PATHS = frozenset({"/api/v1/probes/run", "/api/v1/traces/run"})
+WORK_PATHS = frozenset({"/api/v1/probes/run", "/api/v1/traces/run", "/api/v1/checkpoints/run"})
 PEER_CERT = "gpulens.peer_cert"  # the environ key where the server puts a verified client certificate
 REALM = 'Basic realm="gpulens", charset="UTF-8"'
 

@@ -210,7 +210,9 @@ def main(argv: Sequence[str]) -> int:
             )
         else:
             log.info("in-job reports on %s%s", receiver.socket_path, _SIMULATED_JOBS if mode == "simulated" else "")
-    traces = _traces(config, receiver, sampler, registry) if receiver is not None and receiver.running else None
+    running = receiver is not None and receiver.running
+    traces = _traces(config, receiver, sampler, registry) if running else None
+    checkpoints = _checkpoints(receiver) if running else None
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
     accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
@@ -224,6 +226,7 @@ def main(argv: Sequence[str]) -> int:
         jobs=accounting,
         exposition=exposition,
         traces=traces,
+        checkpoints=checkpoints,
     )
     app = guarded(app, web)
     try:
@@ -258,6 +261,8 @@ def main(argv: Sequence[str]) -> int:
             accounting.ledger.close()
         if traces is not None:
             traces.control.stop()
+        if checkpoints is not None:
+            checkpoints.control.stop()
         if receiver is not None:
             receiver.stop()
     return 0
@@ -266,6 +271,29 @@ def main(argv: Sequence[str]) -> int:
 def guarded(app, web: WebConfigFile | None) -> Guard:
     """Return `app` behind the access rules: with no web config, work (a probe, a trace) starts from loopback only."""
     return Guard(app, web.current if web is not None else lambda: PLAIN)
+
+
+def _checkpoints(receiver):
+    """Listen for the connections of jobs that take checkpoint requests; None (logged) when that fails."""
+    from gpulens.agent.jobs.checkpoints import Checkpoints
+    from gpulens.agent.jobs.control import ControlServer, control_path
+    from gpulens.agent.jobs.messages import parse_checkpoint
+    from gpulens.sockets import CHECKPOINT_SOCKET_NAME
+
+    checkpoints = Checkpoints(None)
+    control = ControlServer(
+        control_path(receiver.socket_path, CHECKPOINT_SOCKET_NAME),
+        checkpoints.on_message,
+        parse=parse_checkpoint,
+        purpose="checkpoint",
+    )
+    try:
+        control.start()
+    except ReceiverError as error:
+        log.warning("checkpoint requests disabled: %s", error)
+        return None
+    checkpoints.control = control
+    return checkpoints
 
 
 def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):

@@ -1,4 +1,5 @@
-"""The agent's HTTP endpoints: /metrics, /healthz, the job ledger, probes, traces and a landing page at /."""
+"""The agent's HTTP endpoints: /metrics, /healthz, the job ledger, probes, traces, checkpoint requests and a
+landing page at /."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from prometheus_client import CollectorRegistry
 from gpulens import __version__
 from gpulens.agent.access import PEER_CERT
 from gpulens.agent.exposition import ExpositionCache
+from gpulens.agent.jobs.checkpoints import NO_CHANNEL as CHECKPOINT_NO_CHANNEL
+from gpulens.agent.jobs.checkpoints import CheckpointError
 from gpulens.agent.jobs.traces import DEFAULT_STEPS, NO_CHANNEL, TraceError, find_job
 from gpulens.agent.jobs_api import BadQuery, answer
 
@@ -127,10 +130,12 @@ class AgentApp:
         jobs=None,
         exposition=None,
         traces=None,
+        checkpoints=None,
     ):
         self._sampler = sampler
         self._jobs = jobs  # gpulens.agent.accounting.JobAccounting: serves /api/v1/jobs
         self._traces = traces  # gpulens.agent.jobs.traces.Traces: serves /api/v1/traces (None: no in-job channel)
+        self._checkpoints = checkpoints  # gpulens.agent.jobs.checkpoints.Checkpoints (None: no in-job channel)
         self._metrics = exposition or ExpositionCache(registry, sampler)
         self._collectors = collectors
         self._mode = mode
@@ -138,7 +143,11 @@ class AgentApp:
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "/")
         method = environ.get("REQUEST_METHOD", "GET")
-        post = {"/api/v1/probes/run": self._probe_run, "/api/v1/traces/run": self._trace_run}.get(path)
+        post = {
+            "/api/v1/probes/run": self._probe_run,
+            "/api/v1/traces/run": self._trace_run,
+            "/api/v1/checkpoints/run": self._checkpoint_run,
+        }.get(path)
         if post is not None:
             if method != "POST":
                 return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
@@ -252,6 +261,27 @@ class AgentApp:
             return _json(start_response, status, {"error": str(error)})
         runs = [r.to_dict() for r in self._traces.runs(trace_id)]
         return _json(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
+
+    def _checkpoint_run(self, environ, start_response):
+        """Ask a job's processes (?job=ID or its pod's name) to checkpoint, saying ?reason=; answer when each has
+        answered or ?wait= seconds (default 60) have passed (200), whatever they answered."""
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        try:
+            _known(query, ("job", "wait", "reason"))
+            wait = _whole(query.get("wait", ["60"])[-1], "wait")
+            name = query.get("job", [""])[-1]
+            if not name:
+                raise CheckpointError(400, "name the job: ?job=ID (or its pod's name)")
+            if self._checkpoints is None:
+                raise CheckpointError(503, CHECKPOINT_NO_CHANNEL)
+            job, _, pids = find_job(self._sampler.snapshot, name)
+            if not pids:
+                raise CheckpointError(404, f"no job {name!r} holds a GPU on this node; give its id or its pod's name")
+            runs = self._checkpoints.ask(pids, job, query.get("reason", [""])[-1], wait)
+        except (CheckpointError, TraceError) as error:
+            status = {400: "400 Bad Request", 404: "404 Not Found"}.get(error.status, "503 Service Unavailable")
+            return _json(start_response, status, {"error": str(error)})
+        return _json(start_response, "200 OK", {"job": job, "checkpoints": [r.to_dict() for r in runs]})
 
     def _trace_list(self, environ, start_response):
         """Traces asked of this node's jobs, newest first: ?id=, ?pid=, ?job= narrow them."""

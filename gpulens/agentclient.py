@@ -1,5 +1,5 @@
 """How gpulens tools read an agent (the dashboard's agents source, reports, `gpulens trace`): its /metrics
-text, its /api/v1/jobs ledger and its /api/v1/traces, with the credentials GPULENS_AGENT_* give
+text, its /api/v1/jobs ledger, its /api/v1/traces and its checkpoint requests, with the credentials GPULENS_AGENT_* give
 (gpulens/credentials.py)."""
 
 from __future__ import annotations
@@ -53,6 +53,12 @@ class AgentClient(HttpClient):
     def traces(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the agent's /api/v1/traces answer: {"enabled": bool, "traces": [...]}, newest first."""
         return self._answer(self.get("/api/v1/traces", params), "/api/v1/traces", "traces", "new enough")
+
+    def checkpoint(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Ask a job to checkpoint (POST /api/v1/checkpoints/run, which answers once every process has, or its
+        `wait` has passed); return {"job": ..., "checkpoints": [...]}."""
+        path = "/api/v1/checkpoints/run"
+        return self._answer(self.post(path, params), path, "checkpoints", "new enough for checkpoints")
 
     def _answer(self, response: Any, path: str, key: str, kind: str) -> dict[str, Any]:
         """Return the JSON object an agent answered at `path`, holding a list under `key`; else raise HttpError

@@ -1,4 +1,4 @@
-"""The control socket: where jobs that accept trace requests stay connected, so that the agent can ask.
+"""The control sockets: where jobs that accept requests stay connected, so that the agent can ask.
 
 `traces.sock` sits beside the reports socket (`jobs.sock`; beside another `NAME.sock`, `NAME.traces.sock`,
 so that two agents with their reports sockets in one folder each have their own: `control_path`). A job
@@ -9,7 +9,10 @@ write permission on the socket file and nothing else, so the read-only mount tha
 carries this too.
 
 The agent only sends requests here (`ask`); the job answers on the same connection, and every answer
-is parsed by `messages.parse_trace` and handed to `on_message(pid, uid, update)`. Bounds: one
+is parsed (`messages.parse_trace`, or the `parse` given) and handed to `on_message(pid, uid, update)`.
+The same server, with `messages.parse_checkpoint`, listens on `checkpoints.sock` for the jobs that
+registered a checkpoint callback (gpulens.torch.checkpoint): a connection of their own, which their
+training loop does not need to be running to answer. Bounds: one
 connection per process (a newer one replaces it), at most `max_connections` (newcomers are closed
 beyond it), and a message over 8 KiB or that does not parse costs that message only.
 """
@@ -24,8 +27,9 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, TraceUpdate, parse_trace
+from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, parse_trace
 from gpulens.agent.jobs.receiver import ReceiverError, innermost_pid, remove_stale
 from gpulens.sockets import control_path
 
@@ -54,12 +58,16 @@ class ControlServer:
     def __init__(
         self,
         path: str,
-        on_message: Callable[[int, int, TraceUpdate], None],
+        on_message: Callable[[int, int, Any], None],
         max_connections: int = 512,
         proc_root: str = "/proc",
+        parse: Callable[[bytes], Any] = parse_trace,
+        purpose: str = "trace",
     ):
         self.path = path
         self._on_message = on_message
+        self._parse = parse  # bytes -> an update with the `pid` the job claims, or BadMessage
+        self.purpose = purpose  # "trace" or "checkpoint", in the log and in `unreachable`
         self._max = max_connections
         self._proc_root = proc_root
         self._lock = threading.Lock()
@@ -84,14 +92,14 @@ class ControlServer:
             listener.setblocking(False)
         except OSError as error:
             raise ReceiverError(
-                f"cannot listen for trace connections on {self.path}: {error.strerror or error}; "
+                f"cannot listen for {self.purpose} connections on {self.path}: {error.strerror or error}; "
                 "give the agent write access to that directory"
             ) from None
         self._listener = listener
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ)
         self._stopping.clear()
-        self._thread = threading.Thread(target=self._serve, name="gpulens-control", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=f"gpulens-{self.purpose}s", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -120,6 +128,11 @@ class ControlServer:
 
     def unreachable(self, pid: int) -> str:
         """Say why a process without a control connection cannot be asked, and what would fix it."""
+        if self.purpose == "checkpoint":
+            return (
+                f"pid {pid} registered no checkpoint callback (gpulens.torch.on_checkpoint), or it cannot reach "
+                f"{self.path}"
+            )
         return (
             f"pid {pid} has no control connection: its gpulens is older than traces, it set traces=False or "
             f"GPULENS_TRACES=0, or it cannot reach {self.path} (it connects at its next report)"
@@ -144,7 +157,7 @@ class ControlServer:
             try:
                 events = self._selector.select(_POLL_SECONDS)
             except OSError as error:  # pragma: no cover - select on a closed descriptor
-                log.warning("waiting for trace connections failed: %s", error)
+                log.warning("waiting for %s connections failed: %s", self.purpose, error)
                 self._stopping.wait(_POLL_SECONDS)
                 continue
             for key, _ in events:
@@ -154,7 +167,7 @@ class ControlServer:
                     else:
                         self._read(key.data)
                 except Exception:  # a bug costs one connection, never the loop
-                    log.exception("serving a trace connection failed")
+                    log.exception("serving a %s connection failed", self.purpose)
                     if key.data is not None:
                         with self._lock:
                             self._drop(key.data)
@@ -192,14 +205,14 @@ class ControlServer:
             self.rejected += 1
             return
         try:
-            update = parse_trace(data)
+            update = self._parse(data)
         except BadMessage as error:
             self.rejected += 1
-            log.info("rejected a trace message from pid %d: %s", peer.pid, error)
+            log.info("rejected a %s message from pid %d: %s", self.purpose, peer.pid, error)
             return
         if update.pid not in (peer.pid, innermost_pid(peer.pid, self._proc_root)):
             self.rejected += 1
-            log.info("pid %d sent a trace message claiming pid %d; dropped", peer.pid, update.pid)
+            log.info("pid %d sent a %s message claiming pid %d; dropped", peer.pid, self.purpose, update.pid)
             return
         self._on_message(peer.pid, peer.uid, update)
 

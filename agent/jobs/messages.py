@@ -314,6 +314,31 @@ class _TraceMessage:
     trace: dict[str, Any] = checks.key(_present)
 
 
+# ---------------------------------------------------------------- checkpoints
+
+CHECKPOINT_STATES = ("done", "failed", "refused")
+
+
+@dataclass(frozen=True)
+class CheckpointUpdate:
+    """A job's answer to a checkpoint request (gpulens.torch.checkpoint): its callback returned ("done"),
+    raised ("failed"), or was not run ("refused": none registered, or one still runs)."""
+
+    pid: int  # as the job claims; the control server checks it against the connection's credentials
+    id: str = checks.key(_plain, 64)
+    state: str = checks.key(_choice, CHECKPOINT_STATES)
+    reason: str | None = checks.key(_or_null(_text), 300)
+    path: str | None = checks.key(_or_null(_text), _MAX_PATH)  # what the callback returned: where it saved
+    seconds: float = checks.key(_seconds)  # how long the callback ran
+
+
+@dataclass(frozen=True)
+class _CheckpointMessage:
+    v: int = checks.key(checks.whole, VERSION, VERSION)
+    pid: int = checks.key(_whole, 1, _MAX_PID)
+    checkpoint: dict[str, Any] = checks.key(_present)
+
+
 def parse(data: bytes) -> JobReport:
     """Return the report in `data`, or raise BadMessage naming the first problem found."""
     document = _document(data)
@@ -329,6 +354,16 @@ def parse_trace(data: bytes) -> TraceUpdate:
     try:
         message = checks.read(document, "message", _TraceMessage, prefix="")
         return checks.read(message.trace, "trace", TraceUpdate, given={"pid": message.pid})
+    except checks.Invalid as invalid:
+        raise BadMessage(_said(invalid)) from None
+
+
+def parse_checkpoint(data: bytes) -> CheckpointUpdate:
+    """Return the checkpoint answer in `data` (from the checkpoint connection), or raise BadMessage."""
+    document = _document(data)
+    try:
+        message = checks.read(document, "message", _CheckpointMessage, prefix="")
+        return checks.read(message.checkpoint, "checkpoint", CheckpointUpdate, given={"pid": message.pid})
     except checks.Invalid as invalid:
         raise BadMessage(_said(invalid)) from None
 

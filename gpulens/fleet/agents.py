@@ -33,10 +33,12 @@ from gpulens.fleet.agent_ledgers import Agents, ledger_runs
 from gpulens.fleet.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
 from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job, trend_from
 from gpulens.fleet.records import (
+    CHECKPOINT_STATES,
     LOST_STATE,
     PAST_JOB_DAYS,
     Alerts,
     Answer,
+    CheckpointAnswer,
     Fleet,
     FleetGpu,
     GpuHistory,
@@ -361,6 +363,27 @@ class AgentsSource:
                 problems.append(problem)
         return Answer(tuple(started), tuple(problems))
 
+    def checkpoint(
+        self, job_id: str, nodes: Sequence[str], reason: str, seconds: float
+    ) -> Answer[tuple[CheckpointAnswer, ...]]:
+        answers: list[CheckpointAnswer] = []
+        problems: list[SourceProblem] = []
+        params = {"job": job_id, "reason": reason, "wait": max(1, math.ceil(seconds))}
+        asked = [node for node in nodes if node in self._agents]
+        if not asked:
+            return Answer((), (SourceProblem(f"job {job_id}", "runs on no node whose agent is read here"),))
+        # The agent answers once every process has, or the wait has passed: the request may take that long.
+        unreachable = "it could not be asked to checkpoint while it is down or unreachable"
+        for node, body, problem in self._each(asked, lambda a: a.checkpoint(params), unreachable, seconds + 10):
+            for raw in body["checkpoints"] if body is not None else ():
+                try:
+                    answers.append(_checkpoint_answer(node, raw))
+                except checks.Invalid as invalid:
+                    problem = SourceProblem(f"agent {node}", f"answered a checkpoint record it cannot read ({invalid})")
+            if problem is not None:
+                problems.append(problem)
+        return Answer(tuple(answers), tuple(problems))
+
     def _checked(self, node: str, records: list[Any], into: list[TraceShown]) -> SourceProblem | None:
         """Add the trace records of `node`'s agent that check to `into`; return the problem the others make."""
         bad = []
@@ -403,12 +426,13 @@ class AgentsSource:
         return self._each(nodes, call, "its traces are not shown, nor asked for, while it is down or unreachable")
 
     def _each(
-        self, nodes: list[str], call: Callable[[AgentClient], T], unreachable: str
+        self, nodes: list[str], call: Callable[[AgentClient], T], unreachable: str, timeout: float | None = None
     ) -> list[tuple[str, T | None, SourceProblem | None]]:
-        """Run `call` on the agent of each of `nodes`, concurrently; return (node, answer, problem)."""
+        """Run `call` on the agent of each of `nodes`, concurrently (each answer within `timeout` seconds, else the
+        source's); return (node, answer, problem)."""
 
         def one(node: str) -> tuple[str, T | None, SourceProblem | None]:
-            agent = AgentClient(self._agents[node], self._credentials, self._timeout, unreachable)
+            agent = AgentClient(self._agents[node], self._credentials, timeout or self._timeout, unreachable)
             try:
                 return node, call(agent), None
             except HttpError as error:
@@ -464,3 +488,17 @@ def checked_run(raw: Any) -> dict[str, Any]:
         if run.get(key) is not None and not isinstance(run[key], str):
             raise checks.Invalid(f"trace.{key}", f"expected a string or null, got {checks.described(run[key])}")
     return run
+
+
+def _checkpoint_answer(node: str, raw: Any) -> CheckpointAnswer:
+    """Return an agent's record of one process's checkpoint (agent/jobs/checkpoints.py), checked."""
+    record = checks.record(raw, "checkpoint", ("pid", "state"))
+    reason, path = record.get("reason"), record.get("path")
+    return CheckpointAnswer(
+        node,
+        checks.whole(record["pid"], "checkpoint.pid", 1),
+        checks.choice(record["state"], "checkpoint.state", CHECKPOINT_STATES),
+        reason=checks.text(reason, "checkpoint.reason") if reason else "",
+        path=checks.text(path, "checkpoint.path") if path else "",
+        seconds=None if record.get("seconds") is None else checks.number(record["seconds"], "checkpoint.seconds", 0),
+    )

@@ -35,6 +35,7 @@ from gpulens.fleet.records import (
     PAST_JOB_DAYS,
     Alerts,
     Answer,
+    CheckpointAnswer,
     FiringAlert,
     Fleet,
     FleetGpu,
@@ -345,6 +346,15 @@ class PrometheusSource:
 
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         return Answer((), (SourceProblem(self.name, _no_agent(job)),))
+
+    def checkpoint(
+        self, job_id: str, nodes: Sequence[str], reason: str, seconds: float
+    ) -> Answer[tuple[CheckpointAnswer, ...]]:
+        why = (
+            "a checkpoint is asked of the job's agents, which this source does not reach: give gpulens reclaim "
+            "--checkpoint-agents 'http://{node}:10906', or read the agents with --agents"
+        )
+        return Answer((), (SourceProblem(self.name, why),))
 
     def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
         now = self._clock()

@@ -238,6 +238,24 @@ class JobTraces:
     cannot_start: str = ""
 
 
+# What a process answered a checkpoint request, or what became of the request (agent/jobs/checkpoints.py).
+CHECKPOINT_STATES = ("done", "failed", "refused", "unreachable", "timed_out")
+
+
+@dataclass(frozen=True)
+class CheckpointAnswer:
+    """One process's answer to a checkpoint request, as the agent of `node` tells it: `state` done (its
+    callback returned; `path` what it returned), failed or refused (`reason` says why), unreachable (it
+    registered no callback) or timed_out (no answer within the wait)."""
+
+    node: str
+    pid: int
+    state: str
+    reason: str = ""
+    path: str = ""
+    seconds: float | None = None  # how long its callback ran
+
+
 @dataclass(frozen=True)
 class ReclaimPending:
     """A job `gpulens reclaim` has warned and will act on at `due_at` (seconds since the epoch) unless its GPUs
@@ -304,6 +322,13 @@ class Source(Protocol):
     def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
         """Ask the agent of each node that runs the job for a trace of its next `steps` steps; return the
         runs they started, and each refusal (the agent's own words) as a problem."""
+
+    def checkpoint(
+        self, job_id: str, nodes: Sequence[str], reason: str, seconds: float
+    ) -> Answer[tuple[CheckpointAnswer, ...]]:
+        """Ask the agents of `nodes` to have the job's processes that registered a checkpoint callback
+        (gpulens.torch.on_checkpoint) save their state, telling them `reason`; answer after at most `seconds`
+        with each process's answer, and each agent that could not ask as a problem."""
 
     def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
         """Silence the alerts that pass every matcher for the next `seconds` in the Alertmanager that `alerts`

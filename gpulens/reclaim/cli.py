@@ -115,8 +115,16 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         metavar="KEY",
         help="with --kubernetes: the pod label or annotation naming its owner (repeatable; default gpulens.io/owner)",
     )
+    parser.add_argument(
+        "--checkpoint-agents",
+        metavar="TEMPLATE",
+        help="with --prometheus: each node's agent, asked to have gpulens.torch jobs checkpoint before an action, "
+        "e.g. 'http://{node}:10906' ({node}: Prometheus' instance label; with --agents they are asked directly)",
+    )
     parser.add_argument("--once", action="store_true", help="run one cycle and exit")
     args = parser.parse_args(argv)
+    if args.checkpoint_agents and not args.prometheus:
+        parser.error("--checkpoint-agents goes with --prometheus; with --agents the agents read are asked")
     if not args.kubernetes and (args.kubeconfig or args.kubernetes_namespace or args.kubernetes_owner_key):
         parser.error("--kubeconfig, --kubernetes-namespace and --kubernetes-owner-key go with --kubernetes")
     if not 0 <= args.port <= 65535:
@@ -125,6 +133,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         policy = load_policy(args.policy, args.mode)
         source = from_environment({**os.environ, **source_environment(args)})
         notify = _warn_command(args.warn_command) if args.warn_command else None
+        checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
         folder.lock()
     except (PolicyError, ConfigError, FolderError, ValueError) as error:
@@ -145,7 +154,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         except ActorError as error:
             return _fail("run", error, EXIT_USAGE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = Service(source, policy, folder, actors=actors, notify=notify)
+    service = Service(source, policy, folder, actors=actors, notify=notify, checkpoint=checkpoint)
     if args.once:
         service.cycle()
         return 0
@@ -171,6 +180,30 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     )
     service.run(stop)
     return 0
+
+
+def _checkpoint_agents(template: str) -> Any:
+    """Return what asks a job's agents to have it checkpoint, at the URL `template` gives for each node."""
+    from gpulens.credentials import agent_credentials
+    from gpulens.fleet.agents import AgentsSource
+    from gpulens.fleet.records import Answer, CheckpointAnswer
+    from gpulens.urls import check_url
+
+    try:
+        check_url(template.format(node="gpu-node-1"))
+    except (ValueError, KeyError, IndexError):
+        raise ValueError(
+            f"--checkpoint-agents {template!r} is not a URL with {{node}} in it; write e.g. 'http://{{node}}:10906'"
+        ) from None
+    credentials = agent_credentials()
+
+    def checkpoint(
+        job_id: str, nodes: Sequence[str], reason: str, seconds: float
+    ) -> Answer[tuple[CheckpointAnswer, ...]]:
+        agents = AgentsSource({node: template.format(node=node) for node in nodes}, credentials=credentials)
+        return agents.checkpoint(job_id, nodes, reason, seconds)
+
+    return checkpoint
 
 
 def _warn_command(text: str) -> Any:

@@ -22,6 +22,7 @@
         action: cancel            # Slurm: cancel | requeue | requeue_hold
         signal: USR1              # sent first, so the job can checkpoint; the action follows after signal_wait
         signal_wait: 5m
+        checkpoint_wait: 2m       # gpulens.torch jobs with a checkpoint callback are asked first; 0: not asked
         idle_share: 1             # of the job's GPUs that must be idle; 0.5 acts on a job half idle
 
 Without `policies`, one policy named `default` applies to every job with the anchors' ladder
@@ -47,6 +48,7 @@ ACTIONS = ("cancel", "requeue", "requeue_hold")
 # The signals a job is commonly told to checkpoint by (Slurm's --signal; torchrun and Lightning handle them).
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP")
 JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
+MAX_CHECKPOINT_WAIT = 600.0  # seconds: the longest an agent holds a checkpoint request open
 
 
 class PolicyError(ValueError):
@@ -108,8 +110,13 @@ class Rule:
     action: str = key(checks.choice, ACTIONS, default="cancel")
     signal: str = key(checks.choice, SIGNALS, default="")
     signal_wait: float = key(_duration, 0, default=300.0)
+    # Before the action, the job's processes that registered a checkpoint callback (gpulens.torch.on_checkpoint)
+    # are asked to save their state, through their agents; the action waits for their answers this long at most.
+    checkpoint_wait: float = key(_duration, 0, default=120.0)
 
     def __post_init__(self) -> None:
+        if self.checkpoint_wait > MAX_CHECKPOINT_WAIT:
+            raise Invalid("checkpoint_wait", f"must be at most {MAX_CHECKPOINT_WAIT / 60:g}m, the agents' limit")
         if list(self.warn_after) != sorted(set(self.warn_after)):
             raise Invalid("warn_after", "must go up, each warning later than the one before; e.g. [60m, 105m]")
         if self.warn_after and self.warn_after[-1] >= self.act_after:

@@ -6,8 +6,9 @@ One cycle, every `interval` of the policy:
 2. each scheduler's running jobs (`squeue`): the partition, user, account and comment a policy reads; a job
    the scheduler does not list as running is not acted on;
 3. `ladder.decide`;
-4. in `enforce` mode the signals and actions; in `notify` mode the warnings only; in `dry-run` nothing but
-   the audit log, which says what would have been done;
+4. in `enforce` mode the signals and actions, each action after the job's gpulens.torch processes were asked
+   to checkpoint (all of the cycle's at once, for at most the policy's `checkpoint_wait`); in `notify` mode
+   the warnings only; in `dry-run` nothing but the audit log, which says what would have been done;
 5. the places saved, the audit log and the metrics written.
 
 A failing read, scheduler or action costs its cycle or its job, never the service.
@@ -21,13 +22,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gpulens.fleet.records import Source, SourceProblem
+from gpulens.fleet.records import Answer, CheckpointAnswer, Source, SourceProblem
 from gpulens.reclaim.actor import Actor, ActorError, Facts
 from gpulens.reclaim.folder import Folder
 from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
@@ -58,10 +60,15 @@ RESULTS = {  # the `result` label of gpulens_reclaim_actions_total, by event
     "warn_failed": "failed",
     "action_failed": "failed",
     "skipped": "skipped",
+    "checkpointed": "done",
+    "checkpoint_failed": "failed",
+    "not_checkpointed": "skipped",
     "reset": "",
 }
 
 
+# Asks a job's processes to checkpoint: (job id, its nodes, the reason told, seconds to wait) -> their answers.
+Checkpoint = Callable[[str, Sequence[str], str, float], Answer[tuple[CheckpointAnswer, ...]]]
 Notify = Callable[[Decision, str], None]  # tells the job's owner a warning (the message); NotifyError on failure
 
 
@@ -100,10 +107,13 @@ class Service:
         notify: Notify | None = None,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
+        checkpoint: Checkpoint | None = None,
     ):
         self.source, self.policy, self.folder, self.clock = source, policy, folder, clock
         self.actors = {actor.kind: actor for actor in actors}
         self.notify = notify
+        self.checkpoint = checkpoint or source.checkpoint  # the agents that the source reads, unless told others
+        self.checkpointed: set[str] = set()  # jobs asked already: a failed action tried again does not ask again
         self.places = folder.places()
         now = clock()
         # Actions of the last hour count toward the cap across a restart.
@@ -136,6 +146,9 @@ class Service:
         self.recent = [t for t in self.recent if t > now - HOUR]
         cycle = decide(now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent))
         places = dict(cycle.places)
+        if self.policy.mode == "enforce":
+            self._ask_to_checkpoint([d for d in cycle.decisions if d.event == ACT], now)
+        self.checkpointed &= set(places)
         for decision in cycle.decisions:
             if not self._carry_out(decision, now):  # a failed signal or action is tried again next cycle
                 place = places[decision.job.key]
@@ -190,6 +203,39 @@ class Service:
             known.append(job)
         return known, held
 
+    def _ask_to_checkpoint(self, decisions: Sequence[Decision], now: float) -> None:
+        """Ask the processes of the jobs about to be acted on to checkpoint, all at once, waiting at most each
+        policy's `checkpoint_wait`; write down what each job answered. The actions follow whatever they said."""
+        rules = {rule.name: rule for rule in self.policy.policies}
+        asked = [
+            d
+            for d in decisions
+            if d.job.kind in self.actors and d.job.key not in self.checkpointed and rules[d.policy].checkpoint_wait > 0
+        ]
+        if not asked:
+            return
+
+        def ask(decision: Decision) -> tuple[Decision, Answer[tuple[CheckpointAnswer, ...]]]:
+            job, wait = decision.job, rules[decision.policy].checkpoint_wait
+            reason = f"gpulens reclaim will {decision.action} job {job.id} now: its GPUs held no work for " + duration(
+                decision.idle_seconds
+            )
+            try:
+                return decision, self.checkpoint(job.id, job.nodes, reason, wait)
+            except Exception as error:  # noqa: BLE001 - a failing request costs the checkpoint, not the action
+                return decision, Answer((), (SourceProblem("checkpoint request", f"failed unexpectedly: {error}"),))
+
+        with ThreadPoolExecutor(max_workers=min(8, len(asked))) as pool:
+            for decision, answer in pool.map(ask, asked):
+                self.checkpointed.add(decision.job.key)
+                said = _checkpoint_event(answer)
+                if said is None:
+                    continue
+                event, detail = said
+                self.decisions.labels(decision.policy, "checkpoint", RESULTS[event]).inc()
+                self.folder.audit(_record(decision, event, self.policy.mode, now, detail))
+                log.info("%s %s (policy %s): %s", event, decision.job.key, decision.policy, detail)
+
     def _carry_out(self, decision: Decision, now: float) -> bool:
         """Do what the mode allows of `decision`, count it and log it; return False where an action failed."""
         event, detail = EVENTS[decision.event][self.policy.mode], ""
@@ -237,6 +283,23 @@ def warning(decision: Decision) -> str:
         f"{duration(decision.idle_seconds)}. It will be {what} {at} unless its GPUs work again or it is kept "
         f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT). Warning {decision.step}, policy {decision.policy}."
     )
+
+
+def _checkpoint_event(answer: Answer[tuple[CheckpointAnswer, ...]]) -> tuple[str, str] | None:
+    """What a job's answer to a checkpoint request becomes in the audit log: checkpointed (every process with a
+    callback saved), checkpoint_failed (one failed, refused or did not answer in time) or not_checkpointed (an
+    agent could not ask), with each process's words; None where no process of the job registered a callback,
+    which is most jobs: nothing was asked of them."""
+    answered = [a for a in answer.value if a.state != "unreachable"]
+    if not answered and not answer.problems:
+        return None
+    said = [
+        f"{a.node} pid {a.pid} {a.state}" + (f" ({a.reason or a.path})" if a.reason or a.path else "") for a in answered
+    ]
+    said += [str(problem) for problem in answer.problems]
+    states = {a.state for a in answered}
+    event = "not_checkpointed" if not states else "checkpointed" if states == {"done"} else "checkpoint_failed"
+    return event, "; ".join(said)
 
 
 def _held(problems: Iterable[SourceProblem], jobs: Iterable[Job]) -> dict[str, str]:

@@ -21,6 +21,9 @@ what is left when the process exits is sent by an atexit handler.
 At each report it also reads the agent's control socket, where the agent may ask for a trace of the
 next steps (`gpulens trace`; see gpulens.torch.tracing). `traces=False`, or GPULENS_TRACES=0, turns
 that off: the job then never connects.
+
+`on_checkpoint(callback)` registers a function the agent may ask the job to run before `gpulens reclaim`
+stops it (gpulens.torch.checkpoint); unlike traces, it is answered by a thread of its own, loop or not.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulens.torch import readings, sender, tracing
+from gpulens.torch.checkpoint import on_checkpoint
 
-__all__ = ["Instrumented", "instrument"]
+__all__ = ["Instrumented", "instrument", "on_checkpoint"]
 
 log = logging.getLogger(__name__)
 

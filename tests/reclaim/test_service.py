@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 from prometheus_client import generate_latest
 
-from gpulens.fleet.records import Answer, Fleet, FleetGpu, SourceProblem
+from gpulens.fleet.records import Answer, CheckpointAnswer, Fleet, FleetGpu, SourceProblem
 from gpulens.reclaim.actor import ActorError
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
@@ -28,9 +28,16 @@ class FakeSource:
     gpus: list[FleetGpu]
     problems: tuple[SourceProblem, ...] = ()
     name: str = "fake"
+    # What the job's agents answer a checkpoint request (by default: no process registered a callback).
+    checkpoints: Answer[tuple[CheckpointAnswer, ...]] = Answer(())
+    asked: list[tuple[str, tuple[str, ...], str, float]] = field(default_factory=list)
 
     def fleet(self, window_seconds: float) -> Answer[Fleet]:
         return Answer(Fleet(tuple(self.gpus), "fake"), self.problems)
+
+    def checkpoint(self, job_id, nodes, reason, seconds) -> Answer[tuple[CheckpointAnswer, ...]]:
+        self.asked.append((job_id, tuple(nodes), reason, seconds))
+        return self.checkpoints
 
 
 @dataclass
@@ -285,3 +292,63 @@ def test_a_failed_cancel_after_a_signal_is_retried_without_signalling_again(tmp_
         ("scancel", "--signal=USR1", "--full", "100"),
         ("scancel", "100"),
     ]
+
+
+def test_before_acting_the_jobs_processes_are_asked_to_checkpoint_once(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    made.source.checkpoints = Answer((CheckpointAnswer("node-a", 4242, "done", path="/scratch/run7.pt", seconds=3.5),))
+    real = slurm.__call__
+    refusals = iter([True])
+
+    def once_refused(argv):
+        if tuple(argv) == ("scancel", "100") and next(refusals, False):
+            raise ActorError("scancel: Kill job error on job id 100: Access/permission denied")
+        return real(argv)
+
+    made.actors["slurm"] = Slurm(once_refused)
+    run_until(made, clock, 130)
+    assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "checkpointed", "action_failed", "acted"]
+    ((job, nodes, reason, wait),) = made.source.asked  # the action tried again does not ask again
+    assert (job, nodes, wait) == ("100", ("node-a",), 120.0)
+    assert reason == "gpulens reclaim will cancel job 100 now: its GPUs held no work for 2 h"
+    checkpointed = next(r for r in folder.audit_records() if r["event"] == "checkpointed")
+    assert checkpointed["detail"] == "node-a pid 4242 done (/scratch/run7.pt)"
+    metrics = generate_latest(made.registry).decode()
+    assert 'gpulens_reclaim_actions_total{action="checkpoint",policy="default",result="done"} 1.0' in metrics
+
+
+@pytest.mark.parametrize(
+    ("answer", "event", "detail"),
+    [
+        (
+            Answer((CheckpointAnswer("node-a", 7, "timed_out", reason="no answer within 120 s"),)),
+            "checkpoint_failed",
+            "node-a pid 7 timed_out (no answer within 120 s)",
+        ),
+        (
+            Answer((), (SourceProblem("agent node-a", "did not answer: connection refused"),)),
+            "not_checkpointed",
+            "agent node-a: did not answer: connection refused",
+        ),
+    ],
+)
+def test_a_checkpoint_that_fails_is_logged_and_the_action_follows(tmp_path, answer, event, detail):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    made.source.checkpoints = answer
+    run_until(made, clock, 130)
+    records = [r for r in folder.audit_records() if r["event"] in (event, "acted")]
+    assert [(r["event"], r["detail"]) for r in records] == [(event, detail), ("acted", "scancel 100")]
+
+
+def test_no_checkpoint_is_asked_in_dry_run_or_with_checkpoint_wait_zero_or_of_jobs_without_a_callback(tmp_path):
+    made, clock, _, folder = service(tmp_path / "dry", [gpu(0)], mode="dry-run")
+    run_until(made, clock, 130)
+    assert made.source.asked == []
+    policy = Policy(policies=(Rule(name="plain", checkpoint_wait=0),))
+    made, clock, _, folder = service(tmp_path / "zero", [gpu(0)], policy=policy)
+    run_until(made, clock, 130)
+    assert made.source.asked == [] and [e for _, e, _ in audit(folder)][-1] == "acted"
+    made, clock, _, folder = service(tmp_path / "none", [gpu(0)])
+    made.source.checkpoints = Answer((CheckpointAnswer("node-a", 7, "unreachable", reason="no callback"),))
+    run_until(made, clock, 130)
+    assert len(made.source.asked) == 1 and [e for _, e, _ in audit(folder)] == ["warned", "warned", "acted"]

@@ -4,9 +4,11 @@ commands; exempt, kept and working jobs left alone; nothing done while the agent
 One run (the module's fixture) starts a cluster of its own (tests/slurm/cluster.py), four jobs that each hold a
 simulated GPU (as tests/slurm/test_slurm.py does), an agent, and two reclaim services reading it: one in
 enforce mode, one in dry-run with its own folder. The ladder is the default's (warn, warn, act) in seconds:
-- job "idle" (user nobody, account physics): sleeps; it traps USR1 as a job that checkpoints would;
+- job "idle" (account physics, this test's user: it runs the test's Python, with torch): a Python process that
+  registered a checkpoint callback with gpulens.torch.on_checkpoint, and handles USR1 as a job that checkpoints on
+  Slurm's signal would; it sleeps;
 - job "exempt" (account benchmarks, exempt in the policy);
-- job "kept" (kept with `gpulens reclaim keep` before the services start);
+- job "kept" (user nobody; kept with `gpulens reclaim keep` before the services start);
 - job "busy-again": its GPU is idle for the first BUSY_AT seconds of each agent's life, then busy.
 Once the enforce service has warned the idle job, the agent is killed for DOWN_SECONDS (longer than the whole
 ladder), then started again on the same address; its verdicts start over, and so does the ladder.
@@ -14,6 +16,7 @@ ladder), then started again on the same address; its verdicts start over, and so
 
 from __future__ import annotations
 
+import getpass
 import json
 import shutil
 import signal
@@ -73,6 +76,24 @@ HOLD = (
     "echo $$ > {run}/gpu$CUDA_VISIBLE_DEVICES.pid; trap 'touch {run}/$SLURM_JOB_ID.checkpointed' USR1; "
     "while :; do sleep 1; done"
 )
+# The idle job: gpulens.torch's checkpoint callback and a USR1 handler, each leaving a file; exec'd by the batch
+# shell, so that it is the job's only process (the one the simulated GPU reads) and the signal reaches it alone.
+IDLE_JOB = """
+import os, signal, sys, time
+import gpulens.torch
+run, job, gpu = sys.argv[1], os.environ["SLURM_JOB_ID"], os.environ["CUDA_VISIBLE_DEVICES"]
+
+def saved(name):
+    open(os.path.join(run, f"{job}.{name}"), "w").close()
+    return os.path.join(run, f"{job}.{name}")
+
+gpulens.torch.on_checkpoint(lambda: saved("torch-checkpointed"))
+signal.signal(signal.SIGUSR1, lambda *_: saved("checkpointed"))
+with open(os.path.join(run, f"gpu{gpu}.pid"), "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
 
 
 @dataclass
@@ -87,6 +108,7 @@ class Run:
     log: str = ""  # gpulens reclaim log --job of the idle job
     exits: dict[str, int | None] = field(default_factory=dict)
     checkpointed: bool = False
+    torch_checkpointed: bool = False
 
 
 def _service(cluster: Cluster, agent: str, policy: Path, state: Path, port: int, *extra: str) -> subprocess.Popen:
@@ -112,7 +134,7 @@ def _events(records: list[dict], job: str) -> list[str]:
 def reclaim_run():
     require_slurm()
     folder = Path(tempfile.mkdtemp(prefix="gpulens-reclaim-"))
-    folder.chmod(0o755)  # the idle job's user, nobody, writes its pid under it
+    folder.chmod(0o755)  # the kept job's user, nobody, writes its pid under it
     run_dir = folder / "run"
     run_dir.mkdir()
     run_dir.chmod(0o1777)
@@ -129,7 +151,12 @@ def reclaim_run():
     (folder / "slurm").mkdir()
     services: dict[str, subprocess.Popen] = {}
     listen, metrics_port = f"127.0.0.1:{free_port()}", free_port()
+    (folder / "jobs").mkdir(mode=0o755)
+    jobs_socket = folder / "jobs" / "jobs.sock"  # this run's own: a second copy of the tests runs its own agent
+    (run_dir / "idle.py").write_text(IDLE_JOB)
     agent_args = (
+        "--jobs.socket",
+        str(jobs_socket),
         "--simulate",
         str(scenario),
         "--sampling.interval",
@@ -142,15 +169,19 @@ def reclaim_run():
         common = ("--gres=gpu:1", f"--chdir={run_dir}", f"--output={run_dir}/%x-%j.out")
         for index, (name, account, user) in enumerate(
             (
-                ("idle", "physics", "nobody"),
+                ("idle", "physics", None),
                 ("exempt", "benchmarks", None),
-                ("kept", "ml", None),
+                ("kept", "ml", "nobody"),
                 ("busy-again", "ml", None),
             )
         ):
             wrap = HOLD.format(run=run_dir)
+            extra: tuple[str, ...] = ()
+            if name == "idle":
+                wrap = f"exec {sys.executable} {run_dir}/idle.py {run_dir}"
+                extra = (f"--export=ALL,GPULENS_SOCKET={jobs_socket}",)
             run.jobs[name] = cluster.sbatch(
-                *common, f"--job-name={name}", f"--account={account}", f"--wrap={wrap}", user=user
+                *common, *extra, f"--job-name={name}", f"--account={account}", f"--wrap={wrap}", user=user
             )
             cluster.wait((run_dir / f"gpu{index}.pid").exists, 30, f"job {name} to start on GPU {index}")
         keep = [GPULENS, "reclaim", "keep", run.jobs["kept"], "--for", "1h", "--reason", "evaluation resumes tonight"]
@@ -186,6 +217,7 @@ def reclaim_run():
         cluster.stop()
     run.audit, run.dry_audit = _audit(enforce), _audit(dry)
     run.checkpointed = (run_dir / f"{run.jobs['idle']}.checkpointed").exists()
+    run.torch_checkpointed = (run_dir / f"{run.jobs['idle']}.torch-checkpointed").exists()
     log = [GPULENS, "reclaim", "log", "--state-dir", str(enforce), "--job", run.jobs["idle"]]
     run.log = subprocess.run(log, capture_output=True, text=True, timeout=30).stdout
     yield run
@@ -199,18 +231,30 @@ def _records(run: Run, name: str, audit: list[dict] | None = None) -> list[dict]
 def test_the_idle_job_is_warned_twice_signalled_and_cancelled_at_the_ladders_times(reclaim_run):
     records = _records(reclaim_run, "idle")
     after = [r for r in records if r["time"] >= reclaim_run.down[1]]  # the ladder started over with the agent
-    assert [r["event"] for r in after] == ["warned", "warned", "signalled", "acted"], records
-    first, second, signalled, acted = after
+    assert [r["event"] for r in after] == ["warned", "warned", "signalled", "checkpointed", "acted"], records
+    first, second, signalled, checkpointed, acted = after
     for record, due in ((first, WARN[0]), (second, WARN[1]), (signalled, ACT)):
         assert due <= record["idle_seconds"] < due + LATE, record
     assert SIGNAL_WAIT <= acted["time"] - signalled["time"] < SIGNAL_WAIT + LATE
-    assert (first["user"], first["account"], first["partition"]) == ("nobody", "physics", "gpu")
+    assert (first["account"], first["partition"]) == ("physics", "gpu") and first["user"] == getpass.getuser()
+    assert {r["user"] for r in _records(reclaim_run, "kept") if r["event"] == "skipped"} == {"nobody"}  # from squeue
     assert acted["detail"] == f"scancel {reclaim_run.jobs['idle']}" and signalled["action"] == "USR1"
     assert reclaim_run.states["idle"] == "CANCELLED"
 
 
 def test_the_idle_job_checkpointed_on_the_signal_before_it_was_cancelled(reclaim_run):
     assert reclaim_run.checkpointed
+
+
+def test_the_idle_job_was_asked_through_its_agent_and_checkpointed_before_it_was_cancelled(reclaim_run):
+    assert reclaim_run.torch_checkpointed
+    checkpointed, acted = [r for r in _records(reclaim_run, "idle") if r["event"] in ("checkpointed", "acted")][-2:]
+    assert checkpointed["event"] == "checkpointed" and acted["time"] >= checkpointed["time"]
+    assert checkpointed["detail"].endswith(
+        f"done ({reclaim_run.folder}/run/{reclaim_run.jobs['idle']}.torch-checkpointed)"
+    )
+    labels = frozenset({"policy": "seconds", "action": "checkpoint", "result": "done"}.items())
+    assert reclaim_run.metrics[("gpulens_reclaim_actions_total", labels)] == 1
 
 
 def test_nothing_is_done_while_the_agent_is_down(reclaim_run):
@@ -255,8 +299,8 @@ def test_the_counters_and_the_log_command_say_what_was_done(reclaim_run):
     assert value("warn", "done") >= 3  # the idle job's first life, its second (two), the busy-again job's
     assert reclaim_run.metrics[("gpulens_reclaim_breaker_open", frozenset())] == 0
     lines = reclaim_run.log.splitlines()
-    assert [line.split()[2] for line in lines][-2:] == ["signalled", "acted"], reclaim_run.log
-    assert f"slurm/{reclaim_run.jobs['idle']} (nobody/physics), policy seconds" in lines[-1]
+    assert [line.split()[2] for line in lines][-3:] == ["signalled", "checkpointed", "acted"], reclaim_run.log
+    assert f"slurm/{reclaim_run.jobs['idle']} ({getpass.getuser()}/physics), policy seconds" in lines[-1]
 
 
 def test_the_services_stop_cleanly_on_sigterm(reclaim_run):
