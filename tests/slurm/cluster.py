@@ -44,9 +44,10 @@ class SlurmError(RuntimeError):
 class Cluster:
     """One node, `gpus` GPUs of GRES, CPUs enough for the tests' jobs; `start` then `stop`."""
 
-    def __init__(self, folder: Path, gpus: int, epilog_settings: dict[str, str]):
+    def __init__(self, folder: Path, gpus: int, epilog_settings: dict[str, str], mail_prog: Path | None = None):
         self.folder = folder
         self.gpus = gpus
+        self.mail_prog = mail_prog  # slurm.conf's MailProg: what slurmctld runs for --mail-type (none: mail)
         self.node = f"gpulens-{secrets.token_hex(4)}"  # a node of its own: see the module's docstring
         self.conf = folder / "slurm.conf"
         self.epilog_settings = epilog_settings
@@ -156,6 +157,7 @@ MinJobAge=600
 MpiDefault=none
 GresTypes=gpu
 Epilog={EPILOG}
+{f"MailProg={self.mail_prog}" if self.mail_prog else ""}
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs=8 RealMemory=4000 Gres=gpu:{self.gpus} State=UNKNOWN
 PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """

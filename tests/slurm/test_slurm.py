@@ -10,6 +10,8 @@ each job writes its pid under the GPU `--gres=gpu:1` gave it). Then, side by sid
 - job "idle" (user nobody, account physics): holds GPU 1 and sleeps; scancel'ed once it is judged idle;
 - job "overtime" (root): holds GPU 2 and sleeps past its 1-minute time limit, so Slurm kills it;
 - job "no-gpulens": a job that ends while the epilog's settings name a gpulens that is not installed.
+Slurm's MailProg is gpulens-slurm-mail, passing each mail to a program that keeps it in a file: "train" asks for
+mail at its end (--mail-type=END), as does "idle" (cancelled), and "overtime" at its start.
 Each test then reads what that run left: the agent's series, the epilog's reports and log, the ledger.
 """
 
@@ -72,6 +74,7 @@ class Run:
     trace: dict = field(default_factory=dict)  # `gpulens trace --job` of the train job, as JSON
     cgroup: str = ""  # the train job's /proc/PID/cgroup
     epilog_log: str = ""
+    mail: Path = Path()  # where the mail program keeps each mail: <job id>.<mail type>.txt
 
 
 def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -124,7 +127,7 @@ def slurm_run():
         "GPULENS_REPORT_ARGS": f"--ledger {run.ledger} {REPORT_ARGS}",
         "GPULENS_EPILOG_LOG": str(folder / "epilog.log"),
     }
-    cluster = Cluster(folder / "slurm", gpus=3, epilog_settings=settings)
+    cluster = Cluster(folder / "slurm", gpus=3, epilog_settings=settings, mail_prog=_mail(run))
     (folder / "slurm").mkdir()
     agent_args = (
         *("--simulate", str(scenario), "--sampling.interval", "1s", "--diagnosis.idle-patience", "10s"),
@@ -143,6 +146,29 @@ def slurm_run():
     shutil.rmtree(folder, ignore_errors=True)  # kept when the run failed: the failure names its logs there
 
 
+# The mail program gpulens-slurm-mail passes each mail to: its arguments, then the message, in a file.
+KEEP_MAIL = """#!/bin/sh
+{{ printf '%s\\n' "$*"; cat; }} > {folder}/$SLURM_JOB_ID.$SLURM_JOB_MAIL_TYPE.txt
+"""
+
+
+def _mail(run: Run) -> Path:
+    """Write the MailProg slurmctld runs, gpulens-slurm-mail with its settings; return its path."""
+    run.mail = run.folder / "mail"
+    run.mail.mkdir()
+    keep = run.folder / "keep-mail.sh"
+    keep.write_text(KEEP_MAIL.format(folder=run.mail))
+    settings = run.folder / "slurm-mail.yaml"
+    args = json.dumps(["--ledger", str(run.ledger), *REPORT_ARGS.split()])
+    settings.write_text(f"mail: {keep}\nreport_args: {args}\ntimeout: 60s\n")
+    # slurmctld gives MailProg no environment of ours: a site names another settings file the same way.
+    mail_prog = run.folder / "mail-prog.sh"
+    mail_prog.write_text(f'#!/bin/sh\nGPULENS_SLURM_MAIL_CONFIG={settings} exec {GPULENS}-slurm-mail "$@"\n')
+    for script in (keep, mail_prog):
+        script.chmod(0o755)
+    return mail_prog
+
+
 def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
     job_env = {
         "GPULENS_SOCKET": str(run.folder / "jobs.sock"),
@@ -151,18 +177,24 @@ def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
     }
     common = ("--gres=gpu:1", f"--chdir={run_dir}", f"--output={run_dir}/%x-%j.out")
     run.jobs["train"] = cluster.sbatch(
-        *common, "--job-name=train", "--account=ml-research", "--export=ALL",
+        *common, "--job-name=train", "--account=ml-research", "--export=ALL", "--mail-type=END",
+        "--mail-user=ana@example.org",
         f"--wrap=exec {PYTHON} {TRAIN} {run_dir} {run_dir}/stop 240", env=job_env,
     )  # fmt: skip
     cluster.wait((run_dir / "gpu0.pid").exists, 60, "the train job to start on GPU 0")
     run.train_pid = int((run_dir / "gpu0.pid").read_text())
     run.cgroup = Path(f"/proc/{run.train_pid}/cgroup").read_text()
     run.jobs["idle"] = cluster.sbatch(
-        *common, "--job-name=idle", "--account=physics", f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}", user="nobody"
-    )
+        *common, "--job-name=idle", "--account=physics", "--mail-type=END",
+        f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}", user="nobody",
+    )  # fmt: skip
     cluster.wait((run_dir / "gpu1.pid").exists, 30, "the idle job to start on GPU 1")
     run.jobs["overtime"] = cluster.sbatch(
-        *common, "--job-name=overtime", "--time=1", f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}"
+        *common,
+        "--job-name=overtime",
+        "--time=1",
+        "--mail-type=BEGIN,END",
+        f"--wrap={HOLD_AND_SLEEP.format(run=run_dir)}",
     )
     cluster.wait((run_dir / "gpu2.pid").exists, 30, "the overtime job to start on GPU 2")
 
@@ -288,6 +320,28 @@ def test_the_report_carries_the_verdict_and_tips(slurm_run):
     assert first_tip.startswith("1. Add DataLoader workers") and "num_workers" in train, train
     idle = (slurm_run.reports / f"{slurm_run.jobs['idle']}.txt").read_text()
     assert STATE_NAME["idle"] in _states(idle), idle
+
+
+def test_slurms_end_of_job_mail_carries_the_jobs_report(slurm_run):
+    job = slurm_run.jobs["train"]
+    mail = (slurm_run.mail / f"{job}.Ended.txt").read_text()
+    arguments, _, body = mail.partition("\n")
+    assert arguments.startswith(f"-s Slurm Job_id={job} Name=train Ended, Run time ") and arguments.endswith(
+        "COMPLETED, ExitCode 0 ana@example.org"
+    ), arguments  # Slurm's own subject and recipient, passed on as they came
+    assert body.startswith(f"gpulens report of job {job} (completed)\n"), body
+    report = body.split("=\n\n", 1)[1]
+    assert _facts(report)["job name"] == "train" and "1. Add DataLoader workers" in report, report
+
+
+def test_a_mail_before_the_job_ends_goes_as_slurm_wrote_it_and_one_after_has_the_report(slurm_run):
+    job = slurm_run.jobs["overtime"]
+    began = (slurm_run.mail / f"{job}.Began.txt").read_text()
+    assert began.startswith(f"-s Slurm Job_id={job} Name=overtime Began, ") and began.count("\n") == 1, began
+    job = slurm_run.jobs["idle"]
+    ended = (slurm_run.mail / f"{job}.Ended.txt").read_text()
+    assert ended.startswith(f"-s Slurm Job_id={job} Name=idle Ended, ") and " CANCELLED, " in ended.split("\n")[0]
+    assert f"gpulens report of job {job} (cancelled)" in ended and STATE_NAME["idle"] in ended, ended
 
 
 def _states(report: str) -> dict[str, float]:
