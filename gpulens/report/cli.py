@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import calendar
+import contextlib
 import importlib.util
 import os
+import shutil
 import sys
 import textwrap
 import time
@@ -35,6 +37,7 @@ from gpulens.fleet.past import (
     read_job,
     trend_of,
 )
+from gpulens.fleet.slurm_accounting import SlurmAccounting, encode, summary
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
@@ -47,7 +50,9 @@ EXIT_EMPTY = 1
 FORMATS = ("terminal", "markdown", "html", "json", "csv", "line")
 MACHINE_FORMATS = ("json", "csv", "line")  # every job, one row each
 TREND_FORMATS = tuple(f for f in FORMATS if f != "line")  # a trend lists days and groups, not jobs
-SOURCES = ("ledger", "agent", "prometheus")
+SOURCES = ("ledger", "agent", "prometheus", "slurm")
+# A job's summary as gpulens-slurmctld-epilog writes it into Slurm's accounting (gpulens.fleet.slurm_accounting).
+ADMIN_COMMENT = "admin-comment"
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
 
@@ -166,10 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_credential_flags(sub)
         sub.add_argument(
             "--format",
-            choices=FORMATS,
+            choices=FORMATS + ((ADMIN_COMMENT,) if sub is job else ()),
             default="terminal",
             help="output format (default terminal)"
-            + ("" if sub is trend else "; line: one key=value line per job, like a row of sacct"),
+            + ("" if sub is trend else "; line: one key=value line per job, like a row of sacct")
+            + ("; admin-comment: the summary gpulens writes into Slurm's accounting" if sub is job else ""),
         )
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
         sub.add_argument(
@@ -197,6 +203,8 @@ def _source(args: argparse.Namespace) -> PastJobs:
     misplaced = misplaced_flags(args)
     if chosen != "prometheus" and misplaced:
         raise UsageError(misplaced)
+    if chosen == "slurm":
+        return SlurmAccounting()
     if chosen == "ledger":
         paths = args.ledger or [DEFAULT_LEDGER]
         if not args.ledger and not os.path.exists(DEFAULT_LEDGER):
@@ -241,6 +249,8 @@ _DOCUMENTS: dict[str, Callable[[Any], Document]] = {
 
 
 def _render(report: Report, fmt: str, command: str) -> str | Document:
+    if fmt == ADMIN_COMMENT and isinstance(report, JobReport):
+        return encode(summary(report.record)) + "\n"
     if fmt in _FROM_REPORT:
         return _FROM_REPORT[fmt](report)
     if fmt == "html":
@@ -256,6 +266,10 @@ def _job(
 ) -> JobReport:
     """One job's report; `--ended` marks it finished though its agent may keep it open a while longer."""
     report = read_job(source, args.id, since, until, min_duration, progress)
+    if report is None and not isinstance(source, SlurmAccounting) and _has_slurm():
+        # The node's ledger may be gone, or have pruned the job: its summary may be in Slurm's accounting.
+        with contextlib.suppress(SourceError):
+            report = read_job(SlurmAccounting(), args.id, since, until, min_duration, progress)
     if report is None:
         raise _nothing(f"job {args.id!r}", source, since, until, _CHECK_ID)
     if args.ended:
@@ -375,6 +389,13 @@ def _nothing(what: str, source: PastJobs, since: float, until: float, fix: str) 
     """The error for a period in which `source` holds no `what`; `fix` says what to try."""
     period = f"between {words.when(since)} and {words.when(until)}"
     return SourceError(f"no {what} in {source.description} {period}; {fix}")
+
+
+def _has_slurm() -> bool:
+    """Whether this host is configured for Slurm (a configless one is read with --source slurm): sacct would
+    otherwise look for its controller in DNS."""
+    configured = os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")
+    return bool(configured) and shutil.which("sacct") is not None
 
 
 def _has_rich() -> bool:

@@ -158,12 +158,12 @@ def _mail(run: Run) -> Path:
     run.mail.mkdir()
     keep = run.folder / "keep-mail.sh"
     keep.write_text(KEEP_MAIL.format(folder=run.mail))
-    settings = run.folder / "slurm-mail.yaml"
+    settings = run.folder / "slurmctld.yaml"
     args = json.dumps(["--ledger", str(run.ledger), *REPORT_ARGS.split()])
     settings.write_text(f"mail: {keep}\nreport_args: {args}\ntimeout: 60s\n")
     # slurmctld gives MailProg no environment of ours: a site names another settings file the same way.
     mail_prog = run.folder / "mail-prog.sh"
-    mail_prog.write_text(f'#!/bin/sh\nGPULENS_SLURM_MAIL_CONFIG={settings} exec {GPULENS}-slurm-mail "$@"\n')
+    mail_prog.write_text(f'#!/bin/sh\nGPULENS_SLURMCTLD_CONFIG={settings} exec {GPULENS}-slurm-mail "$@"\n')
     for script in (keep, mail_prog):
         script.chmod(0o755)
     return mail_prog
