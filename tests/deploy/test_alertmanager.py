@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpulens import bundled
 from gpulens.alertmanager_api import AlertmanagerApi
@@ -371,3 +372,33 @@ def test_a_silence_from_the_gpu_page_is_listed_and_holds_back_that_gpus_alerts_o
     (problem,) = unknown.problems
     assert unknown.value is False and problem.where == api.where and "\n" not in problem.what
     assert problem.what.startswith("did not expire silence 00000000-") and "silence not found" in problem.what
+
+
+def test_the_owner_route_in_the_docs_sends_a_jobs_alerts_to_its_owner_too(tmp_path):
+    amtool = require_tool("amtool", ALERTMANAGER_PACKAGE)
+    text = (Path(__file__).parents[2] / "docs" / "alerts.md").read_text()
+    (block,) = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:] if "gpulens-owner" in b]
+    owner = yaml.safe_load(block)
+    config = yaml.safe_load(bundled.FILES["alertmanager.yml"].text())
+    config["route"]["routes"] = owner["route"]["routes"] + config["route"]["routes"]
+    config["receivers"] += owner["receivers"]
+    config["global"].update(smtp_smarthost="127.0.0.1:25", smtp_from="gpulens@example.org")  # mail needs them
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    checked = subprocess.run([amtool, "check-config", str(path)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for labels, receivers in [
+        (
+            ["severity=warning", "alertname=GpulensGpuHeldIdle", "user=alice", "job_id=81234"],
+            "gpulens-owner,gpulens-chat",
+        ),
+        (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
+        (["severity=critical", "alertname=GpulensGpuLost", "user=alice"], "gpulens-oncall"),
+    ]:
+        routed = subprocess.run(
+            [amtool, "config", "routes", "test", f"--config.file={path}", *labels],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert routed.stdout.strip() == receivers, (labels, routed.stdout, routed.stderr)
