@@ -33,7 +33,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import bcrypt
@@ -85,24 +85,6 @@ HEADERS = {
     "Strict-Transport-Security": None,
 }
 
-_TOP_KEYS = ("tls_server_config", "http_server_config", "basic_auth_users", "auth_excluded_paths")
-_TLS_KEYS = (
-    "cert",
-    "key",
-    "client_ca",
-    "cert_file",
-    "key_file",
-    "client_ca_file",
-    "client_auth_type",
-    "client_allowed_sans",
-    "min_version",
-    "max_version",
-    "cipher_suites",
-    "prefer_server_cipher_suites",
-    "curve_preferences",
-)
-_HTTP_KEYS = ("http2", "headers")
-
 
 class WebConfigError(ValueError):
     """The web config is wrong; the message is one line naming the setting and the fix."""
@@ -141,72 +123,70 @@ def load(path: str) -> WebConfig:
 
 def parse(doc: Any, where: str, folder: str) -> WebConfig:
     """Check a parsed web config document; relative file names are taken from `folder`."""
-    try:
-        return _parse(doc, where, folder)
-    except checks.Invalid as invalid:
-        raise WebConfigError(str(invalid)) from None
-
-
-def _parse(doc: Any, where: str, folder: str) -> WebConfig:
-    if doc is None:
+    if doc is None:  # an empty file
         return PLAIN
-    doc = checks.mapping(doc, where, (), _TOP_KEYS, "e.g. 'basic_auth_users: {prometheus: <bcrypt hash>}'")
-    users = _users(doc.get("basic_auth_users"), f"{where}: basic_auth_users")
-    excluded = _strings(doc.get("auth_excluded_paths"), f"{where}: auth_excluded_paths")
-    http = checks.mapping(doc.get("http_server_config") or {}, f"{where}: http_server_config", (), _HTTP_KEYS)
-    if "http2" in http:
-        checks.flag(http["http2"], f"{where}: http_server_config.http2")
-    headers = _headers(http.get("headers"), f"{where}: http_server_config.headers")
-    tls_doc = doc.get("tls_server_config")
-    if tls_doc is None:
-        return WebConfig(users=users, excluded_paths=frozenset(excluded), headers=headers)
-    tls_where = f"{where}: tls_server_config"
-    tls_doc = checks.mapping(tls_doc, tls_where, (), _TLS_KEYS, "e.g. '{cert_file: tls.crt, key_file: tls.key}'")
-    auth_type = str(tls_doc.get("client_auth_type") or "NoClientCert")
-    if auth_type not in CLIENT_AUTH_TYPES:
-        raise WebConfigError(
-            f"{tls_where}.client_auth_type: {auth_type!r} is not one of {', '.join(CLIENT_AUTH_TYPES)}"
+    try:
+        example = "e.g. 'basic_auth_users: {prometheus: <bcrypt hash>}'"
+        written = checks.read(doc, "", Document, example=example, null_is_absent=True)
+        config = WebConfig(
+            users=written.basic_auth_users,
+            excluded_paths=frozenset(written.auth_excluded_paths),
+            headers=written.http_server_config.headers,
         )
-    files = tuple(
-        os.path.join(folder, tls_doc[k])
-        for k in ("cert_file", "key_file", "client_ca_file")
-        if isinstance(tls_doc.get(k), str)
-    )
-    return WebConfig(
-        tls=_context(tls_doc, tls_where, folder, auth_type),
-        files=files,
-        client_auth_type=auth_type,
-        allowed_sans=frozenset(_strings(tls_doc.get("client_allowed_sans"), f"{tls_where}.client_allowed_sans")),
-        users=users,
-        excluded_paths=frozenset(excluded),
-        headers=headers,
-    )
+        tls = written.tls_server_config
+        if tls is None:
+            return config
+        return replace(
+            config,
+            tls=_context(tls, folder),
+            client_auth_type=tls.client_auth_type,
+            allowed_sans=frozenset(tls.client_allowed_sans),
+            files=tuple(os.path.join(folder, f) for f in (tls.cert_file, tls.key_file, tls.client_ca_file) if f),
+        )
+    except checks.Invalid as invalid:
+        place = f"{where}: {invalid.where}" if invalid.where else where
+        raise WebConfigError(f"{place}: {invalid.problem}") from None
 
 
-def _strings(value: Any, where: str) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise WebConfigError(f"{where}: must be a list of strings")
+# ---------------------------------------------------------------- the file as written
+#
+# Each field says how the file writes it (gpulens.checks.key); checks between fields are in __post_init__.
+# A key set to null counts as left out: YAML reads `basic_auth_users:` with nothing after it as null.
+
+
+def _string(value: Any, where: str, what: str = "a string") -> str:
+    if not isinstance(value, str):
+        raise checks.Invalid(where, f"expected {what}, got {checks.described(value)}")
     return value
 
 
+def _file_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise checks.Invalid(where, f"expected a file name, got {checks.described(value)}")
+    return value
+
+
+def _client_auth_type(value: Any, where: str) -> str:
+    return checks.choice(value or "NoClientCert", where, CLIENT_AUTH_TYPES)  # empty is NoClientCert, as in Go
+
+
+def _version(value: Any, where: str) -> ssl.TLSVersion:
+    return TLS_VERSIONS[checks.choice(value, where, TLS_VERSIONS)]
+
+
 def _users(value: Any, where: str) -> dict[str, bytes]:
-    if value is None:
-        return {}
+    """basic_auth_users: user name -> bcrypt hash."""
     if not isinstance(value, dict):
-        raise WebConfigError(f"{where}: must map user names to bcrypt hashes")
-    users = {}
+        raise checks.Invalid(where, "must map user names to bcrypt hashes")
     for user, hashed in value.items():
         if not isinstance(user, str) or not user or ":" in user:
-            raise WebConfigError(f"{where}: {user!r} is not a user name (a non-empty string without ':')")
+            raise checks.Invalid(where, f"{checks.shown(user)} is not a user name (a non-empty string without ':')")
         if not isinstance(hashed, str) or not _is_bcrypt(hashed):
-            raise WebConfigError(
-                f"{where}.{user}: not a bcrypt hash; make one with "
-                "\"htpasswd -nBC 10 '' | tr -d ':\\n'\" (see docs/security.md)"
+            raise checks.Invalid(
+                f"{where}.{user}",
+                "not a bcrypt hash; make one with \"htpasswd -nBC 10 '' | tr -d ':\\n'\" (see docs/security.md)",
             )
-        users[user] = hashed.encode("ascii")
-    return users
+    return {user: hashed.encode("ascii") for user, hashed in value.items()}
 
 
 def _is_bcrypt(text: str) -> bool:
@@ -225,41 +205,96 @@ def _is_bcrypt(text: str) -> bool:
 
 
 def _headers(value: Any, where: str) -> dict[str, str]:
-    if value is None:
-        return {}
+    """http_server_config.headers: header name -> value, of the HEADERS allowed; an empty value sets none."""
     if not isinstance(value, dict):
-        raise WebConfigError(f"{where}: must map header names to values")
-    out = {}
+        raise checks.Invalid(where, "must map header names to values")
     for name, text in value.items():
         if name not in HEADERS:
-            raise WebConfigError(f"{where}: {name!r} cannot be set; allowed: {', '.join(HEADERS)}")
+            raise checks.Invalid(where, f"{checks.shown(name)} cannot be set; allowed: {', '.join(HEADERS)}")
         if not isinstance(text, str) or any(c in text for c in "\r\n"):
-            raise WebConfigError(f"{where}.{name}: must be a one-line string")
+            raise checks.Invalid(f"{where}.{name}", "must be a one-line string")
         allowed = HEADERS[name]
         if allowed and text.lower() not in allowed:
-            raise WebConfigError(f"{where}.{name}: {text!r} is not one of {', '.join(allowed)}")
-        if text:
-            out[name] = text
-    return out
+            raise checks.Invalid(f"{where}.{name}", f"{checks.shown(text)} is not one of {', '.join(allowed)}")
+    return {name: text for name, text in value.items() if text}
 
 
-def _context(doc: dict, where: str, folder: str, auth_type: str) -> ssl.SSLContext:
-    """Build the server's TLS context from a checked tls_server_config."""
+@dataclass(frozen=True)
+class TlsServerConfig:
+    """tls_server_config: the certificate and key, and the client CA if any, each given as PEM text (`cert`)
+    or as a PEM file (`cert_file`, relative to the web config's folder); which client certificates to ask
+    for; the TLS versions and suites."""
+
+    cert: str | None = checks.key(_string, "PEM text", default=None)
+    key: str | None = checks.key(_string, "PEM text", default=None)
+    client_ca: str | None = checks.key(_string, "PEM text", default=None)
+    cert_file: str | None = checks.key(_file_name, default=None)
+    key_file: str | None = checks.key(_file_name, default=None)
+    client_ca_file: str | None = checks.key(_file_name, default=None)
+    client_auth_type: str = checks.key(_client_auth_type, default="NoClientCert")
+    client_allowed_sans: tuple[str, ...] = checks.key(checks.each, _string, default=())
+    min_version: ssl.TLSVersion = checks.key(_version, default=ssl.TLSVersion.TLSv1_2)
+    max_version: ssl.TLSVersion = checks.key(_version, default=ssl.TLSVersion.TLSv1_3)
+    cipher_suites: tuple[str, ...] = checks.key(checks.each, checks.choice, CIPHER_SUITES, default=())
+    prefer_server_cipher_suites: bool = checks.key(checks.flag, default=True)
+    # Accepted so that one file serves Go exporters too; OpenSSL offers all four curves itself.
+    curve_preferences: tuple[str, ...] = checks.key(checks.each, checks.choice, CURVES, default=())
+
+    def __post_init__(self) -> None:
+        for name in ("cert", "key", "client_ca"):
+            if getattr(self, name) is not None and getattr(self, f"{name}_file") is not None:
+                raise checks.Invalid("", f"give {name} or {name}_file, not both")
+        if self.client_auth_type in _VERIFYING and not self.has_client_ca:
+            raise checks.Invalid("", f"client_auth_type {self.client_auth_type} needs client_ca_file; add it")
+        if self.min_version > self.max_version:
+            raise checks.Invalid("", "min_version is above max_version; lower min_version")
+
+    @property
+    def has_client_ca(self) -> bool:
+        return self.client_ca is not None or self.client_ca_file is not None
+
+
+@dataclass(frozen=True)
+class HttpServerConfig:
+    """http_server_config: headers added to every answer."""
+
+    http2: bool = checks.key(checks.flag, default=True)  # accepted so that one file serves Go exporters too
+    headers: dict[str, str] = checks.key(_headers, default={})
+
+
+def _tls(value: Any, where: str) -> TlsServerConfig:
+    example = "e.g. '{cert_file: tls.crt, key_file: tls.key}'"
+    return checks.read(value, where, TlsServerConfig, example=example, null_is_absent=True)
+
+
+def _http(value: Any, where: str) -> HttpServerConfig:
+    return checks.read(value, where, HttpServerConfig, null_is_absent=True)
+
+
+@dataclass(frozen=True)
+class Document:
+    """The web config file as written: `parse` turns it into a WebConfig, building the TLS context."""
+
+    tls_server_config: TlsServerConfig | None = checks.key(_tls, default=None)  # None: plain HTTP
+    http_server_config: HttpServerConfig = checks.key(_http, default=HttpServerConfig())
+    basic_auth_users: dict[str, bytes] = checks.key(_users, default={})  # none: no basic auth
+    auth_excluded_paths: tuple[str, ...] = checks.key(checks.each, _string, default=())
+
+
+# ---------------------------------------------------------------- the TLS context
+
+
+def _context(tls: TlsServerConfig, folder: str) -> ssl.SSLContext:
+    """Build the server's TLS context from a checked tls_server_config, reading the PEM files it names."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = _version(doc.get("min_version", "TLS12"), f"{where}.min_version")
-    context.maximum_version = _version(doc.get("max_version", "TLS13"), f"{where}.max_version")
-    if context.minimum_version > context.maximum_version:
-        raise WebConfigError(f"{where}: min_version is above max_version; lower min_version")
-    cert = _pem(doc, "cert", where, folder, required=True)
-    key = _pem(doc, "key", where, folder, required=True)
-    _load_chain(context, cert, key, where)
-    client_ca = _pem(doc, "client_ca", where, folder, required=False)
-    if auth_type in _VERIFYING and client_ca is None:
-        raise WebConfigError(f"{where}: client_auth_type {auth_type} needs client_ca_file; add it")
+    context.minimum_version, context.maximum_version = tls.min_version, tls.max_version
+    _load_chain(context, _pem(tls.cert, tls.cert_file, "cert", folder), _pem(tls.key, tls.key_file, "key", folder))
+    client_ca = _pem(tls.client_ca, tls.client_ca_file, "client_ca", folder) if tls.has_client_ca else None
     # Python's TLS verifies every client certificate it asks for against a CA; it cannot take one
     # unverified as Go does. So RequestClientCert asks only where a CA is given (and never counts as
     # authentication), and RequireAnyClientCert is as strict as RequireAndVerifyClientCert, CA and all:
     # never looser than the file asks.
+    auth_type = tls.client_auth_type
     if auth_type == "NoClientCert":
         context.verify_mode = ssl.CERT_NONE
     elif auth_type == "RequestClientCert":
@@ -272,59 +307,33 @@ def _context(doc: dict, where: str, folder: str, auth_type: str) -> ssl.SSLConte
         try:
             context.load_verify_locations(cadata=client_ca)
         except (ssl.SSLError, ValueError):
-            raise WebConfigError(f"{where}: client CA is not a PEM certificate; check client_ca_file") from None
-    suites = _strings(doc.get("cipher_suites"), f"{where}.cipher_suites")
-    if suites:
-        unknown = [s for s in suites if s not in CIPHER_SUITES]
-        if unknown:
-            raise WebConfigError(
-                f"{where}.cipher_suites: unknown suite {unknown[0]!r}; known: {', '.join(CIPHER_SUITES)}"
-            )
-        context.set_ciphers(":".join(CIPHER_SUITES[s] for s in suites))
-    if doc.get("prefer_server_cipher_suites", True) is not False:
+            raise checks.Invalid(
+                "tls_server_config", "client CA is not a PEM certificate; check client_ca_file"
+            ) from None
+    if tls.cipher_suites:
+        context.set_ciphers(":".join(CIPHER_SUITES[s] for s in tls.cipher_suites))
+    if tls.prefer_server_cipher_suites:
         context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    curves = _strings(doc.get("curve_preferences"), f"{where}.curve_preferences")
-    unknown = [c for c in curves if c not in CURVES]
-    if unknown:
-        raise WebConfigError(f"{where}.curve_preferences: unknown curve {unknown[0]!r}; known: {', '.join(CURVES)}")
-    # Accepted so that one file serves Go exporters too; OpenSSL offers all four curves itself.
     return context
 
 
-def _version(value: Any, where: str) -> ssl.TLSVersion:
-    if not isinstance(value, str) or value not in TLS_VERSIONS:
-        raise WebConfigError(f"{where}: {value!r} is not one of {', '.join(TLS_VERSIONS)}")
-    return TLS_VERSIONS[value]
-
-
-def _pem(doc: dict, name: str, where: str, folder: str, required: bool) -> str | None:
-    """Return the PEM text given inline as `name` or in the file `name`_file; None when neither."""
-    inline, path = doc.get(name), doc.get(f"{name}_file")
-    if inline is not None and path is not None:
-        raise WebConfigError(f"{where}: give {name} or {name}_file, not both")
-    if inline is not None:
-        if not isinstance(inline, str):
-            raise WebConfigError(f"{where}.{name}: must be PEM text")
-        return inline
-    if path is None:
-        if required:
-            raise WebConfigError(f"{where}: {name}_file is missing; name the PEM file (or give {name} inline)")
-        return None
-    if not isinstance(path, str) or not path or "\0" in path:
-        raise WebConfigError(f"{where}.{name}_file: must be a file name")
-    full = os.path.join(folder, path)
+def _pem(text: str | None, file: str | None, name: str, folder: str) -> str:
+    """Return the PEM text given inline as `name`, else that of the file `name`_file (relative to `folder`)."""
+    if text is not None:
+        return text
+    if file is None:
+        raise checks.Invalid("tls_server_config", f"{name}_file is missing; name the PEM file (or give {name} inline)")
+    where, path = f"tls_server_config.{name}_file", os.path.join(folder, file)
     try:
-        with open(full, encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             return f.read()
     except OSError as error:
-        raise WebConfigError(
-            f"{where}.{name}_file: {printable(full)} cannot be read ({error.strerror}); fix the path"
-        ) from None
+        raise checks.Invalid(where, f"{printable(path)} cannot be read ({error.strerror}); fix the path") from None
     except UnicodeDecodeError:
-        raise WebConfigError(f"{where}.{name}_file: {printable(full)} is not PEM text; convert it to PEM") from None
+        raise checks.Invalid(where, f"{printable(path)} is not PEM text; convert it to PEM") from None
 
 
-def _load_chain(context: ssl.SSLContext, cert: str, key: str, where: str) -> None:
+def _load_chain(context: ssl.SSLContext, cert: str, key: str) -> None:
     """Load PEM text into `context` (OpenSSL reads chains from files only: a private temporary one)."""
     with tempfile.TemporaryDirectory(prefix="gpulens-tls-") as folder:
         cert_path, key_path = os.path.join(folder, "cert.pem"), os.path.join(folder, "key.pem")
@@ -334,12 +343,9 @@ def _load_chain(context: ssl.SSLContext, cert: str, key: str, where: str) -> Non
         try:
             context.load_cert_chain(cert_path, key_path)
         except ssl.SSLError as error:
-            reason = (
-                "the key does not match the certificate"
-                if "KEY_VALUES_MISMATCH" in str(error)
-                else ("not a PEM certificate and key")
-            )
-            raise WebConfigError(f"{where}: {reason}; check cert_file and key_file") from None
+            mismatch = "KEY_VALUES_MISMATCH" in str(error)
+            reason = "the key does not match the certificate" if mismatch else "not a PEM certificate and key"
+            raise checks.Invalid("tls_server_config", f"{reason}; check cert_file and key_file") from None
 
 
 def peer_names(cert: Mapping[str, Any] | None) -> set[str]:
@@ -432,7 +438,7 @@ class WebConfigFile:
         self._lock = threading.Lock()
         self._config = load(path)  # a mistake at start-up is the caller's WebConfigError
         self._stamp = self._fingerprint()
-        self._failed_stamp: tuple | None = None
+        self._failed_stamp: tuple[object, ...] | None = None
 
     def current(self) -> WebConfig:
         stamp = self._fingerprint()
@@ -451,9 +457,9 @@ class WebConfigFile:
                     self._failed_stamp = stamp
         return self._config
 
-    def _fingerprint(self) -> tuple:
+    def _fingerprint(self) -> tuple[object, ...]:
         """(mtime, size, inode) of the config file and of the files it named when last loaded."""
-        stamp = []
+        stamp: list[tuple[object, ...]] = []
         for path in (self.path, *self._config.files):
             try:
                 st = os.stat(path)

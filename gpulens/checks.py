@@ -10,6 +10,7 @@ Values are quoted short: a job or a file chose them, and an error message is one
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -215,10 +216,18 @@ class Key:
 
 def key(check: Callable[..., Any], *limits: Any, default: Any = REQUIRED, name: str = "") -> Any:
     """Declare a dataclass field read from key `name` (the field's name by default) by check(value, place,
-    *limits); without a `default` the key is required. A plain default is the dataclass's default too."""
+    *limits); without a `default` the key is required. A plain default is the dataclass's default too; a
+    mutable one ({}, []) is copied for each record, as a dataclass's default_factory would make it."""
     declared = Key(name, check, limits, default)
     plain = default is not REQUIRED and not isinstance(default, Earlier)
+    if plain and _mutable(default):
+        return dataclasses.field(default_factory=functools.partial(copy.copy, default), metadata={_KEY: declared})
     return dataclasses.field(default=default if plain else dataclasses.MISSING, metadata={_KEY: declared})
+
+
+def _mutable(value: Any) -> bool:
+    """True for a value that dataclasses refuse as a plain default: one of an unhashable type ({}, [])."""
+    return type(value).__hash__ is None
 
 
 def inline(record: type, **given: Any) -> Any:
@@ -236,16 +245,21 @@ def read(
     also: Collection[str] = (),
     prefix: str | None = None,
     example: str = "",
+    null_is_absent: bool = False,
 ) -> T:
     """Return `record` read from the mapping `value` at `where`, each declared field from its key.
 
     `given` fields are not read: their values (or `Earlier` ones) are the caller's. `defaults` replace
     declared defaults. `also` are keys the caller reads itself. Keys are placed under `prefix` (`where` by
-    default; "" at a file's top level). Any other key is refused."""
+    default; "" at a file's top level). Any other key is refused. With `null_is_absent`, a declared key
+    set to null counts as left out (YAML reads `key:` with nothing after it as null)."""
     given = given or {}
     defaults = defaults or {}
     prefix = where if prefix is None else prefix
     plan = _plan(cast(type, record), frozenset(given), frozenset(defaults))  # a class is hashable
+    if null_is_absent and isinstance(value, dict):
+        declared = {*plan.required, *plan.optional}
+        value = {k: v for k, v in value.items() if v is not None or k not in declared}
     spec = mapping(value, where, plan.required, list(dict.fromkeys([*plan.optional, *also])), example)
     got: dict[str, Any] = {}
     for name in plan.fields:
@@ -320,7 +334,9 @@ def _field(
         spec = mapping(spec.get(head, {}), _place(prefix, head), (), nested[head])
         head = tail
     if head not in spec:
-        return entry.default.value(got) if isinstance(entry.default, Earlier) else entry.default
+        if isinstance(entry.default, Earlier):
+            return entry.default.value(got)
+        return copy.copy(entry.default) if _mutable(entry.default) else entry.default
     limits = (limit.value(got) if isinstance(limit, Earlier) else limit for limit in entry.limits)
     return entry.check(spec[head], _place(prefix, entry.name), *limits)
 

@@ -2,6 +2,7 @@
 ledger records, tip evidence)."""
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -144,3 +145,24 @@ def test_given_fields_are_not_read_and_each_checks_every_item():
     )
     assert checks.each([1, 2], "ids", checks.whole, 0) == (1, 2)
     assert problem(checks.each, [1, -2], "ids", checks.whole, 0) == "ids[1]: must not be negative, got -2"
+
+
+@dataclasses.dataclass(frozen=True)
+class Headers:
+    names: dict[str, str] = checks.key(checks.labels, default={})
+
+
+def test_a_mutable_default_is_a_new_copy_for_each_record():
+    read, built = checks.read({}, "h", Headers), Headers()
+    assert read.names == built.names == {}
+    assert read.names is not checks.read({}, "h", Headers).names and built.names is not Headers().names
+    assert checks.read({"names": {"a": "b"}}, "h", Headers).names == {"a": "b"}
+
+
+def test_null_can_count_as_a_key_left_out_but_an_unknown_key_is_still_refused():
+    card = checks.read({"model": "H100", "power_limit": None}, "g", Card, null_is_absent=True)
+    assert card.power_limit == 300.0
+    assert problem(checks.read, {"model": "H100", "power_limit": None}, "g", Card).startswith("g.power_limit: expected")
+    nulls = functools.partial(checks.read, null_is_absent=True)
+    assert problem(nulls, {"model": "H100", "powr": None}, "g", Card).startswith("g: unknown key 'powr'")
+    assert problem(nulls, {"model": None}, "g", Card) == "g: missing key 'model'"

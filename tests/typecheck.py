@@ -30,7 +30,6 @@ PENDING = {
     "gpulens/agent/daemon.py",
     "gpulens/agent/server.py",
     "gpulens/agent/simulator/driver.py",
-    "gpulens/agent/webconfig.py",
     "gpulens/probes/cli.py",
     "gpulens/probes/kernels.py",
     "gpulens/probes/runner.py",

@@ -62,6 +62,15 @@ def test_inline_pem_and_an_empty_file(pki, tmp_path):
     assert webconfig.load(write(tmp_path, "")) == webconfig.PLAIN
 
 
+def test_a_key_set_to_null_is_a_key_left_out(pki):
+    # YAML reads a key with nothing after it (every user commented out, say) as null.
+    path = pki.web_config(
+        extra="  min_version:\n  cipher_suites:\nhttp_server_config: {http2: null}\nbasic_auth_users:\n"
+    )
+    config = webconfig.load(str(path))
+    assert config.tls.minimum_version == ssl.TLSVersion.TLSv1_2 and not config.users
+
+
 def test_htpasswd_hashes_are_accepted(tmp_path):
     # `htpasswd -nBC 10 "" | tr -d ':\n'` writes $2y$; bcrypt checks it as $2b$.
     users = webconfig.load(write(tmp_path, f"basic_auth_users:\n  ops: '{hashed('pw').replace('$2b$', '$2y$')}'\n"))
@@ -73,6 +82,7 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
     [
         ("tls_server_config: [1]", "tls_server_config: expected a mapping, got a list; e.g."),
         ("tls: {}", "unknown key 'tls'; use one of tls_server_config,"),
+        ("basic_auth_user:\n", "unknown key 'basic_auth_user'; did you mean 'basic_auth_users'?"),  # null or not
         (
             "tls_server_config: {cert_file: a, key_file: b, ciphers: []}",
             "unknown key 'ciphers'; did you mean 'cipher_suites'?",
@@ -82,7 +92,7 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
         ("tls_server_config: {cert_file: server_cert.pem, key_file: client_key.pem}", "key does not match"),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, client_auth_type: Always}",
-            "client_auth_type: 'Always' is not one of",
+            "tls_server_config.client_auth_type: unknown value 'Always'; use one of NoClientCert,",
         ),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, "
@@ -96,7 +106,7 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
         ),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
-            "min_version: 'TLS14' is not one of",
+            "tls_server_config.min_version: unknown value 'TLS14'; did you mean 'TLS13'? use one of TLS10,",
         ),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS13, "
@@ -105,11 +115,11 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
         ),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, cipher_suites: [RC4]}",
-            "unknown suite 'RC4'",
+            "tls_server_config.cipher_suites[0]: unknown value 'RC4'; use one of TLS_ECDHE_",
         ),
         (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, curve_preferences: [P9]}",
-            "unknown curve 'P9'",
+            "tls_server_config.curve_preferences[0]: unknown value 'P9'; use one of CurveP256,",
         ),
         ("tls_server_config: {cert_file: server_cert.pem, cert: x, key_file: server_key.pem}", "not both"),
         ("basic_auth_users: {ops: hunter2}", "basic_auth_users.ops: not a bcrypt hash"),
@@ -121,7 +131,14 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
             "http_server_config: {http2: maybe}",
             "http_server_config.http2: expected true or false, got the string 'maybe'",
         ),
-        ("auth_excluded_paths: /metrics", "auth_excluded_paths: must be a list of strings"),
+        ("auth_excluded_paths: /metrics", "auth_excluded_paths: expected a list, got the string '/metrics'"),
+        ("auth_excluded_paths: [/metrics, 1]", "auth_excluded_paths[1]: expected a string, got 1"),
+        ("tls_server_config: {cert: [x], key_file: server_key.pem}", "tls_server_config.cert: expected PEM text, got"),
+        ("tls_server_config: {cert_file: '', key_file: server_key.pem}", "cert_file: expected a file name, got the"),
+        (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, prefer_server_cipher_suites: 1}",
+            "tls_server_config.prefer_server_cipher_suites: expected true or false, got 1",
+        ),
         ("- just\n- a list", "expected a mapping, got a list"),
         ("basic_auth_users: {ops: [", "line 1: invalid YAML ("),
     ],
