@@ -1,5 +1,5 @@
-"""`gpulens report job ID`, `gpulens report fleet` and `gpulens report trend`: parse the command line, fetch,
-judge, render.
+"""`gpulens report job ID`, `gpulens report fleet`, `gpulens report trend` and `gpulens report digest`: parse the
+command line, fetch, judge, render.
 
 Exit status: 0 with a report, 1 when there is nothing to report or a source fails (an unknown job, an
 empty period, Prometheus down, a corrupt ledger), 2 for a usage mistake. Every failure is one line on
@@ -40,6 +40,7 @@ from gpulens.fleet.past import (
 from gpulens.fleet.slurm_accounting import SlurmAccounting, encode, summary
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
+from gpulens.report.digest import DIGEST_GROUPINGS, Digest, digest_report
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
 from gpulens.report.progress import Progress
 from gpulens.report.summary import GROUPINGS, FleetReport, JobReport
@@ -50,6 +51,7 @@ EXIT_EMPTY = 1
 FORMATS = ("terminal", "markdown", "html", "json", "csv", "line")
 MACHINE_FORMATS = ("json", "csv", "line")  # every job, one row each
 TREND_FORMATS = tuple(f for f in FORMATS if f != "line")  # a trend lists days and groups, not jobs
+DIGEST_FORMATS = ("terminal", "markdown", "html", "json")  # a digest lists people, not one row per job
 SOURCES = ("ledger", "agent", "prometheus", "slurm")
 # A job's summary as gpulens-slurmctld-epilog writes it into Slurm's accounting (gpulens.fleet.slurm_accounting).
 ADMIN_COMMENT = "admin-comment"
@@ -117,10 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         "  gpulens report job 81234 --agent http://node-a:10906\n"
         "  gpulens report fleet --since 7d --by user --prometheus http://prometheus:9090\n"
         "  gpulens report trend --since 30d --ledger /var/lib/gpulens/ledger.sqlite\n"
-        "'gpulens report job --help' (or fleet, trend) lists each one's options.",
+        "  gpulens report digest --since 30d --by account --agent http://node-a:10906\n"
+        "'gpulens report job --help' (or fleet, trend, digest) lists each one's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", metavar="job ID | fleet | trend")
+    commands = parser.add_subparsers(dest="command", metavar="job ID | fleet | trend | digest")
     job = commands.add_parser("job", help="one job, running or finished", description="The GPU usage of one job.")
     job.add_argument(
         "id", help="the job id (Slurm job id, pod UID, container id), the pod name or the name a Slurm job was given"
@@ -143,7 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     trend.add_argument("--since", default="30d", help="start of the period: 30d, a date or epoch seconds (default 30d)")
     trend.add_argument("--by", choices=GROUPINGS, default="namespace", help="group by (default namespace)")
-    for sub in (job, fleet, trend):
+    digest = commands.add_parser(
+        "digest",
+        help="each person's GPU-hours, waste, rank and costliest jobs",
+        description="The monthly digest: each person's GPU-hours, the share wasted, their rank among their peers, "
+        "their three costliest jobs with the change that would have saved most, and GPUs held and not needed; "
+        "by account, the same for each account's members, for its lead.",
+    )
+    digest.add_argument(
+        "--since", default="30d", help="start of the period: 30d, a date or epoch seconds (default 30d)"
+    )
+    digest.add_argument(
+        "--by", choices=DIGEST_GROUPINGS, default="user", help="everyone ranked together, or by account (default user)"
+    )
+    for sub in (job, fleet, trend, digest):
         sub.add_argument("--until", default="now", help="end of the period (default now)")
         sub.add_argument(
             "--source", choices=SOURCES, help="where to read jobs from (default: the one whose option is given)"
@@ -171,10 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
         add_credential_flags(sub)
         sub.add_argument(
             "--format",
-            choices=FORMATS + ((ADMIN_COMMENT,) if sub is job else ()),
+            choices=DIGEST_FORMATS if sub is digest else FORMATS + ((ADMIN_COMMENT,) if sub is job else ()),
             default="terminal",
             help="output format (default terminal)"
-            + ("" if sub is trend else "; line: one key=value line per job, like a row of sacct")
+            + ("" if sub in (trend, digest) else "; line: one key=value line per job, like a row of sacct")
             + ("; admin-comment: the summary gpulens writes into Slurm's accounting" if sub is job else ""),
         )
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
@@ -232,7 +248,7 @@ def _source(args: argparse.Namespace) -> PastJobs:
         return Prometheus(args.prometheus, timeout, credentials=read_credentials(args))
 
 
-Report = JobReport | FleetReport | TrendReport
+Report = JobReport | FleetReport | TrendReport | Digest
 # What writes each format: the machine formats and the HTML page from the report, Markdown from its document.
 # Each command's table entry takes that command's report.
 _FROM_REPORT: dict[str, Callable[[Any], str]] = {"json": machine.to_json, "csv": machine.to_csv, "line": line.to_lines}
@@ -240,11 +256,13 @@ _PAGES: dict[str, Callable[[Any], str]] = {
     "job": htmlpage.render_job,
     "fleet": htmlpage.render_fleet,
     "trend": htmlpage.render_trend,
+    "digest": htmlpage.render_digest,
 }
 _DOCUMENTS: dict[str, Callable[[Any], Document]] = {
     "job": document.job_document,
     "fleet": document.fleet_document,
     "trend": document.trend_document,
+    "digest": document.digest_document,
 }
 
 
@@ -284,8 +302,8 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         args = build_parser().parse_args(list(argv))
         if args.command is None:
             raise UsageError(
-                "say what to report: 'gpulens report job ID', 'gpulens report fleet --since 7d' "
-                "or 'gpulens report trend --since 30d'"
+                "say what to report: 'gpulens report job ID', 'gpulens report fleet --since 7d', "
+                "'gpulens report trend --since 30d' or 'gpulens report digest --since 30d'"
             )
         until = parse_time(args.until, "--until", now)
         # A trend counts whole hours, so '--since 2d' counts back from the last whole one: 48 hours, not 47.
@@ -322,6 +340,8 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             report = _job(source, args, since, until, min_duration, progress)
         elif args.command == "trend":
             report = _trend(source, args.by, since, until, min_duration, progress)
+        elif args.command == "digest":
+            report = _digest(source, args.by, since, until, min_duration, progress)
         else:
             report = _fleet(source, args, since, until, min_duration, progress)
             if report is None:
@@ -350,6 +370,32 @@ def _trend(source: PastJobs, by: str, since: float, until: float, min_duration: 
     if report.total.held <= 0:
         raise _nothing("GPU-hours", source, since, until, _NO_LEDGER)
     return report
+
+
+def _digest(source: PastJobs, by: str, since: float, until: float, min_duration: float, progress: Step) -> Digest:
+    """The digest of every run of the period, read as `report fleet` reads them for JSON (`runs_between`); raises
+    SourceError when the period has no jobs."""
+    records = source.runs_between(since, until, progress)
+    if not records:
+        raise _nothing("jobs", source, since, until, _NO_LEDGER)
+    return digest_report(records, by, since, until, min_duration, source.description)
+
+
+def recipient_text(digest: Digest, name: str, fmt: str = "terminal") -> str | None:
+    """Return one recipient's part of the digest written in `fmt` (one of DIGEST_FORMATS; terminal: plain text,
+    as mailed): the person `name` of a digest by user, the account `name` (for its lead) of one by account.
+    None when `name` ran no job in the period. What a sender puts in each message."""
+    part = digest.for_account(name) if digest.by == "account" else digest.for_user(name)
+    if part is None:
+        return None
+    if fmt not in DIGEST_FORMATS:
+        raise ValueError(f"a digest is written in one of {', '.join(DIGEST_FORMATS)}, not {fmt!r}")
+    output = _render(part, fmt, "digest")
+    if isinstance(output, str):
+        return output
+    from gpulens.report.terminal import render
+
+    return render(output)
 
 
 def _write(output: str | Document, path: str | None) -> int:

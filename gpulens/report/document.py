@@ -17,6 +17,7 @@ from gpulens import tips as tip_catalog
 from gpulens import words
 from gpulens.fleet.traces import ReportTraces
 from gpulens.printable import printable
+from gpulens.report.digest import COSTLIEST, Digest
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.report.trend import (
     GONE,
@@ -542,3 +543,113 @@ def _date(day: Day) -> str:
     """The day's date, and how much of it the period covers when not all of it."""
     text = time.strftime("%Y-%m-%d", time.gmtime(day.start))
     return text if day.measured >= 86_400 else f"{text} ({words.duration(day.measured)})"
+
+
+def digest_document(digest: Digest) -> Document:
+    """The digest's facts and tables: people (and accounts), their costliest jobs and their right-sizing; a digest
+    cut down to one recipient ends with each costly job's change, written out."""
+    by_account = digest.by == "account"
+    total = digest.total
+
+    def lead(group: str) -> tuple[str, ...]:  # the account column, in a digest by account
+        return (group,) if by_account else ()
+
+    people = [(g.key, p) for g in digest.groups for p in g.people]
+    facts = [
+        (
+            "period",
+            f"{words.when(digest.since)} to {words.when(digest.until)} ({words.duration(digest.until - digest.since)})",
+        ),
+        ("jobs", str(digest.jobs)),
+        ("GPU-hours", hours(total.gpu_seconds)),
+        ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({precise(_share(total))})"),
+    ]
+    if by_account or not digest.recipient:  # a person's own part has one
+        facts.insert(1, ("people", str(len({p.user for _, p in people}))))
+    if by_account:
+        facts.insert(1, ("accounts", str(len(digest.groups))))
+    usage = GROUP_NUMBERS[1:7]  # GPU-hours, wasted, idle, starved, underused, wasted %
+
+    def spent(r: JobRecord) -> tuple[str, ...]:
+        return (
+            hours(r.gpu_seconds),
+            hours(r.wasted_seconds),
+            hours(r.seconds_in(State.IDLE)),
+            hours(r.seconds_in(State.DATA_STARVED)),
+            hours(r.seconds_in(State.UNDERUTILIZED)),
+            precise(_share(r)),
+        )
+
+    accounts = Table(
+        "Accounts, most wasted first",
+        ("account", "members", "jobs", *usage),
+        tuple((g.key, str(len(g.people)), str(g.jobs), *spent(g.total)) for g in digest.groups),
+    )
+    members = Table(
+        "Members of each account, most wasted first" if by_account else "People, most wasted first",
+        (*lead("account"), "user", "jobs", *usage, "GPU-hours rank", "waste rank"),
+        tuple(
+            (
+                *lead(key),
+                p.user,
+                str(p.jobs),
+                *spent(p.total),
+                f"{p.gpu_hours_rank} of {p.peers}",
+                f"{p.waste_rank} of {p.peers}",
+            )
+            for key, p in people
+        ),
+    )
+    costly = Table(
+        f"Costliest jobs: the {COSTLIEST} of each person that wasted most, and the change that would have saved most",
+        (*lead("account"), "user", "job", "GPU-hours", "wasted", "wasted %", "what to change"),
+        tuple(
+            (
+                *lead(key),
+                p.user,
+                job_name(c.record),
+                hours(c.record.gpu_seconds),
+                hours(c.record.wasted_seconds),
+                precise(_share(c.record)),
+                tip_title(c.tip[0]) if c.tip else "",
+            )
+            for key, p in people
+            for c in p.costliest
+        ),
+    )
+    resizes = Table(
+        "Right-sizing: GPUs held and never used, and a MIG slice that would have done",
+        (*lead("account"), "user", "job", "GPUs", "model", "never used", "MIG slice"),
+        tuple(
+            (
+                *lead(key),
+                p.user,
+                job_name(r.record),
+                str(len(r.record.gpus)),
+                ", ".join(r.record.models),
+                f"{', '.join(r.unused)} ({words.duration(r.unused_seconds)} held)" if r.unused else "",
+                r.mig_profile,
+            )
+            for key, p in people
+            for r in p.resizes
+        ),
+    )
+    tips: tuple[tuple[str, str], ...] = ()
+    if digest.recipient:
+        tips = tuple(
+            (f"{job_name(c.record)}: {tip_title(c.tip[0])}", tip_text(*c.tip))
+            for _, p in people
+            for c in p.costliest
+            if c.tip
+        )
+    peers = "the account's members" if by_account else "everyone in the period"
+    notes = (
+        f"Source: {digest.source}.",
+        f"Ranks are among {peers}: 1 is the most GPU-hours, or the largest share wasted; equal figures as shown "
+        "share a rank, and the next one skips.",
+        f"Jobs shorter than {words.duration(digest.min_duration)} count in the GPU-hours and are not judged: "
+        "never costly, never right-sized. Never used: no kernel ran on the GPU in the job's whole life.",
+    )
+    title = f"GPU digest for {digest.recipient}" if digest.recipient else f"GPU digest by {digest.by}"
+    tables = ((accounts,) if by_account else ()) + (members, costly, resizes)
+    return Document(title, tuple(facts), tables, tips, notes)

@@ -9,7 +9,8 @@ from html import escape
 
 from gpulens import words
 from gpulens.report import charts
-from gpulens.report.document import Document, fleet_document, job_document, trend_document
+from gpulens.report.digest import Digest
+from gpulens.report.document import Document, digest_document, fleet_document, job_document, trend_document
 from gpulens.report.summary import FleetReport, JobReport
 from gpulens.report.trend import REASONS, TrendReport, Usage
 from gpulens.usage import TimelinePoint
@@ -124,3 +125,14 @@ def render_trend(report: TrendReport) -> str:
     if groups:
         html += f"<h2>Wasted GPU-hours by {escape(report.by)} over the period, by reason</h2>{groups}"
     return _page(trend_document(report), html)
+
+
+def render_digest(digest: Digest) -> str:
+    """Return the digest as HTML with the GPU-hours by state of each person (by user) or account."""
+    if digest.by == "account":
+        rows = [(g.key, dict(g.total.state_seconds)) for g in digest.groups]
+    else:
+        rows = [(p.user, dict(p.total.state_seconds)) for g in digest.groups for p in g.people]
+    svg = charts.stacked_bars(rows)
+    html = f"<h2>GPU-hours by {escape(digest.by)} and state</h2>{charts.legend()}{svg}" if svg else ""
+    return _page(digest_document(digest), html)

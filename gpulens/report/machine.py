@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from gpulens import thresholds as t
+from gpulens.report.digest import CostlyJob, Digest, Person, Resize
 from gpulens.report.summary import FleetReport, Group, JobReport, flag
 from gpulens.report.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.usage import STATES, JobRecord
@@ -81,10 +82,12 @@ def _group(group: Group) -> dict[str, Any]:
     }
 
 
-def to_json(report: JobReport | FleetReport | TrendReport) -> str:
-    """Return the report as JSON: `{"schema": ..., "kind": "job" | "fleet" | "trend", ...}`."""
+def to_json(report: JobReport | FleetReport | TrendReport | Digest) -> str:
+    """Return the report as JSON: `{"schema": ..., "kind": "job" | "fleet" | "trend" | "digest", ...}`."""
     if isinstance(report, TrendReport):
         body = _trend(report)
+    elif isinstance(report, Digest):
+        body = _digest(report)
     elif isinstance(report, JobReport):
         body = {
             "schema": SCHEMA,
@@ -261,3 +264,74 @@ def _trend_csv(report: TrendReport) -> str:
                     wasted = int(state in REASONS)
                     writer.writerow([day, key, state, f"{seconds / 3600:.4f}", wasted, f"{d.measured / 3600:g}"])
     return out.getvalue()
+
+
+def _spent(record: JobRecord) -> dict[str, Any]:
+    """GPU-hours held and wasted, by state, and the share wasted: a digest's figures for a person or a job."""
+    held = record.gpu_seconds
+    return {
+        "gpu_hours": held / 3600,
+        "wasted_gpu_hours": record.wasted_seconds / 3600,
+        "wasted_ratio": record.wasted_seconds / held if held > 0 else 0.0,
+        "state_gpu_hours": {s: record.state_seconds.get(s, 0.0) / 3600 for s in STATES},
+    }
+
+
+def _costly(c: CostlyJob) -> dict[str, Any]:
+    r = c.record
+    return {
+        "kind": r.kind,
+        "id": r.id,
+        "pod": r.pod,
+        "name": r.name,
+        "start": r.start,
+        **_spent(r),
+        "tip": c.tip[0] if c.tip else None,
+    }
+
+
+def _resize(z: Resize) -> dict[str, Any]:
+    r = z.record
+    return {
+        "kind": r.kind,
+        "id": r.id,
+        "pod": r.pod,
+        "name": r.name,
+        "gpus": len(r.gpus),
+        "models": list(r.models),
+        "unused_gpus": list(z.unused),
+        "unused_seconds": z.unused_seconds,
+        "mig_profile": z.mig_profile or None,
+    }
+
+
+def _person(p: Person) -> dict[str, Any]:
+    return {
+        "user": p.user,
+        "jobs": p.jobs,
+        **_spent(p.total),
+        "gpu_hours_rank": p.gpu_hours_rank,
+        "waste_rank": p.waste_rank,
+        "peers": p.peers,
+        "costliest": [_costly(c) for c in p.costliest],
+        "right_sizing": [_resize(z) for z in p.resizes],
+    }
+
+
+def _digest(digest: Digest) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "kind": "digest",
+        "source": digest.source,
+        "since": digest.since,
+        "until": digest.until,
+        "by": digest.by,
+        "recipient": digest.recipient or None,
+        "min_duration_seconds": digest.min_duration,
+        "jobs": digest.jobs,
+        "total": _spent(digest.total),
+        "groups": [
+            {"key": g.key, "jobs": g.jobs, **_spent(g.total), "people": [_person(p) for p in g.people]}
+            for g in digest.groups
+        ],
+    }

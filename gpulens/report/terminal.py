@@ -28,6 +28,10 @@ _NUMERIC = {
     *CHANGE_NUMBERS,
     "its share",
     "runs after",
+    # the digest's
+    "members",
+    "GPU-hours rank",
+    "waste rank",
 }
 
 

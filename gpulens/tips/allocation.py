@@ -50,7 +50,7 @@ def _on_smallest_slice(f: Facts) -> bool:
     return held is not None and all((held.slices, held.memory_mib) <= (p.slices, p.memory_mib) for p in profiles)
 
 
-def _smaller_profile(f: Facts) -> gpus.MigProfile | None:
+def smaller_profile(f: Facts) -> gpus.MigProfile | None:
     """The smallest MIG profile of this board that holds the memory in use and the compute in use, with
     headroom, when it is smaller than what the job has (a whole GPU, or its MIG slice); else None."""
     used, total, model = f.ratio("memory_used_ratio"), f.number("memory_total_bytes"), f.text("model")
@@ -131,7 +131,7 @@ def _right_size_text(f: Facts) -> str:
         seen.append(f"the job uses {percent(used)} of the GPU memory")
     if light_compute:
         seen.append(sm_active(f) or gpu_busy(f))
-    profile = _smaller_profile(f)
+    profile = smaller_profile(f)
     if profile is not None:
         size = f"a {profile.name} MIG slice of this model ({gib(profile.memory_mib * 2**20)})"
     elif used is not None and total:

@@ -126,7 +126,7 @@ REPORT_OPTIONS = {
 
 @st.composite
 def report_argv(draw, ledger: str):
-    argv = [draw(st.sampled_from(["job", "fleet", "jobs", ""]))]
+    argv = [draw(st.sampled_from(["job", "fleet", "digest", "jobs", ""]))]
     if argv[0] == "job":
         argv.append(draw(st.one_of(TEXT, st.sampled_from(["81234", "jupyter-bob-7f9c", "-x"]))))
     for option in draw(st.lists(st.sampled_from(sorted(REPORT_OPTIONS)), max_size=4)):

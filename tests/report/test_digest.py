@@ -1,0 +1,293 @@
+"""`gpulens report digest`: the figures of known jobs in a ledger, worked out by hand, in every format.
+
+    account  user   job                GPUs        hours  states (GPU-hours)               top tip
+    climate  alice  slurm 101          1 H100      10     busy 6, idle 4                   release_idle_gpu
+    climate  alice  slurm 102 (sweep)  4 H100      5      busy 5, idle 15 (GPUs 1-3 never  request_fewer_gpus
+                                                           ran a kernel)
+    climate  alice  slurm 103          1 H100      2 min  idle 2 min: short, not judged
+    climate  bob    slurm 201          1 A100 80G  8      busy 2, underused 6; 10% busy,   right_size_gpu
+                                                           6 GiB of 80: fits a 1g.10gb
+    vision   carol  train-c1 (pod)     2 H100      6      busy 12                          -
+    vision   carol  nb-c2 (pod)        1 H100      3      busy 1.5, starved 1.5; 70 GiB    dataloader_workers
+    -        dave   slurm 301          1 H100      15     busy 13.5, idle 1.5              release_idle_gpu
+
+By user: alice 30.03 GPU-hours, 19.03 wasted (63.4%); bob 8, 6 (75%); carol 15, 1.5 (10%); dave 15, 1.5 (10%).
+Carol and dave tie on both figures: they share ranks 2 and 3, and are listed by name.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from gpulens.agent.ledger import Ledger
+from gpulens.fleet.past import LedgerFiles
+from gpulens.report import document, markdown
+from gpulens.report.cli import recipient_text, run
+from gpulens.report.digest import Digest, digest_report, ranks, right_sizing
+from gpulens.usage import DeviceUse, JobRecord, TipUse
+from tests.report.test_cli import fails, self_contained
+
+T0 = 1_767_225_600.0
+H = 3600.0
+GIB = 2**30
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+WINDOW = ("--since", str(T0 - 60), "--until", str(T0 + 20 * H))
+
+
+def job(
+    job_id: str,
+    user: str,
+    account: str,
+    hours: float,
+    states: dict[str, float],
+    model: str = H100,
+    busy: tuple[float, ...] = (1.0,),
+    memory_gib: float = 0.0,
+    tip: str = "",
+    pod: str = "",
+) -> JobRecord:
+    """A finished job of `hours` on len(busy) GPUs, each busy its share of the time; `states` in GPU-hours."""
+    seconds = hours * H
+    gpus = tuple(f"GPU-{job_id}-{n}" for n in range(len(busy)))
+    state_seconds = {s: v * H for s, v in states.items()}
+    wasted = sum(v for s, v in state_seconds.items() if s not in ("busy", "unknown"))
+    return JobRecord(
+        "kubernetes" if pod else "slurm",
+        job_id,
+        T0,
+        T0 + seconds,
+        user=user,
+        account=account,
+        pod=pod,
+        running=False,
+        gpus=gpus,
+        models=(model,),
+        state_seconds=state_seconds,
+        busy_seconds=sum(b * seconds for b in busy),
+        sampled_seconds=seconds * len(busy),
+        memory_peak_bytes=int(memory_gib * GIB),
+        memory_capacity_bytes=80 * GIB if memory_gib else 0,
+        tips={tip: TipUse(wasted, f"{tip} for {job_id}")} if tip else {},
+        devices={
+            uuid: DeviceUse(f"node-a GPU {n}", seconds, b * seconds, seconds)
+            for n, (uuid, b) in enumerate(zip(gpus, busy, strict=True))
+        },
+    )
+
+
+JOBS = (
+    job("101", "alice", "climate", 10, {"busy": 6, "idle": 4}, busy=(0.6,), memory_gib=60, tip="release_idle_gpu"),
+    job("102", "alice", "climate", 5, {"busy": 5, "idle": 15}, busy=(1.0, 0.0, 0.0, 0.0), tip="release_idle_gpu"),
+    job("103", "alice", "climate", 120 / H, {"idle": 120 / H}, busy=(0.0,), tip="release_idle_gpu"),
+    job("201", "bob", "climate", 8, {"busy": 2, "underutilized": 6}, A100, (0.1,), memory_gib=6, tip="right_size_gpu"),
+    job("uid-c1", "carol", "vision", 6, {"busy": 12}, busy=(0.9, 0.9), pod="train-c1"),
+    job(
+        "uid-c2",
+        "carol",
+        "vision",
+        3,
+        {"busy": 1.5, "data_starved": 1.5},
+        busy=(0.5,),
+        memory_gib=70,
+        tip="dataloader_workers",
+        pod="nb-c2",
+    ),
+    job("301", "dave", "", 15, {"busy": 13.5, "idle": 1.5}, busy=(0.9,), tip="release_idle_gpu"),
+)
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory) -> str:
+    """The jobs above in an agent's ledger, one write each, as the agent leaves them."""
+    path = tmp_path_factory.mktemp("digest") / "ledger.sqlite"
+    written = Ledger(str(path), node="node-a")
+    for r in JOBS:
+        written.write([(r, r)], [r], r.last_seen)
+    written.close()
+    return str(path)
+
+
+def read(ledger: str, by: str) -> Digest:
+    """The digest as `gpulens report digest --ledger` builds it: the ledger files' runs of the period."""
+    runs = LedgerFiles([ledger]).runs_between(T0 - 60, T0 + 20 * H, lambda _: None)
+    return digest_report(runs, by, T0 - 60, T0 + 20 * H, 300.0, "ledger")
+
+
+def people(digest: Digest) -> dict[str, tuple]:
+    return {
+        p.user: (
+            p.jobs,
+            p.total.gpu_seconds / H,
+            p.total.wasted_seconds / H,
+            p.wasted_ratio,
+            p.gpu_hours_rank,
+            p.waste_rank,
+            p.peers,
+        )
+        for g in digest.groups
+        for p in g.people
+    }
+
+
+def test_each_persons_gpu_hours_waste_and_ranks(ledger):
+    digest = read(ledger, "user")
+    assert [g.key for g in digest.groups] == ["all"] and digest.jobs == 7
+    assert people(digest) == {
+        "alice": (3, pytest.approx(30 + 1 / 30), pytest.approx(19 + 1 / 30), pytest.approx(68_520 / 108_120), 1, 2, 4),
+        "bob": (1, pytest.approx(8), pytest.approx(6), pytest.approx(0.75), 4, 1, 4),
+        "carol": (2, pytest.approx(15), pytest.approx(1.5), pytest.approx(0.1), 2, 3, 4),
+        "dave": (1, pytest.approx(15), pytest.approx(1.5), pytest.approx(0.1), 2, 3, 4),
+    }
+    # The most wasted GPU-hours first; carol and dave tie on everything and go by name.
+    assert [p.user for p in digest.groups[0].people] == ["alice", "bob", "carol", "dave"]
+    assert digest.total.gpu_seconds / H == pytest.approx(68 + 1 / 30)
+
+
+def test_costliest_jobs_and_the_change_that_saves_most(ledger):
+    found = {
+        p.user: [(c.record.id, c.record.wasted_seconds / H, c.tip[0] if c.tip else None) for c in p.costliest]
+        for p in read(ledger, "user").groups[0].people
+    }
+    assert found == {
+        # 102 wasted most; its top tip is about the job as a whole (3 of its 4 GPUs never ran a kernel), as in
+        # `report job`. 103 is shorter than 5 min: not judged.
+        "alice": [("102", 15, "request_fewer_gpus"), ("101", 4, "release_idle_gpu")],
+        "bob": [("201", 6, "right_size_gpu")],
+        "carol": [("uid-c2", 1.5, "dataloader_workers")],  # train-c1 wasted nothing
+        "dave": [("301", 1.5, "release_idle_gpu")],
+    }
+
+
+def test_right_sizing_names_gpus_never_used_and_a_mig_slice(ledger):
+    found = {
+        p.user: [(z.record.id, z.unused, z.unused_seconds, z.mig_profile) for z in p.resizes]
+        for p in read(ledger, "user").groups[0].people
+    }
+    assert found == {
+        "alice": [("102", ("node-a GPU 1", "node-a GPU 2", "node-a GPU 3"), 3 * 5 * H, "")],
+        # 10% busy on 1 of 7 slices with a quarter's headroom is 1 slice; 6 GiB plus a quarter fits 9728 MiB.
+        "bob": [("201", (), 0.0, "1g.10gb")],
+        "carol": [],  # two busy GPUs; 70 GiB plus a quarter fits no slice
+        "dave": [],  # 90% busy
+    }
+
+
+def test_right_sizing_leaves_alone_what_does_not_fit():
+    busy = job("9", "x", "", 1, {"busy": 1}, busy=(0.9,), memory_gib=6)
+    assert right_sizing(busy) is None  # 90% busy needs the whole GPU
+    unknown = job("9", "x", "", 1, {"underutilized": 1}, "Tesla T4", (0.1,), memory_gib=6)
+    assert right_sizing(unknown) is None  # a T4 has no MIG
+    idle = job("9", "x", "", 1, {"idle": 1}, busy=(0.0,), memory_gib=1)
+    found = right_sizing(idle)
+    assert found is not None and found.unused == ("node-a GPU 0",)
+    assert found.mig_profile == ""  # held and never used: give it back, not a smaller slice
+
+
+def test_by_account_ranks_members_among_their_account(ledger):
+    digest = read(ledger, "account")
+    assert [(g.key, g.jobs, g.total.gpu_seconds / H) for g in digest.groups] == [
+        ("climate", 4, pytest.approx(38 + 1 / 30)),
+        ("(none)", 1, pytest.approx(15)),  # ties with vision on both figures: by name
+        ("vision", 2, pytest.approx(15)),
+    ]
+    climate = people(digest.for_account("climate"))
+    assert {user: ranks[4:] for user, ranks in climate.items()} == {"alice": (1, 2, 2), "bob": (2, 1, 2)}
+    assert digest.recipients() == ("(none)", "climate", "vision")
+
+
+def test_one_recipients_part(ledger):
+    digest = read(ledger, "user")
+    assert digest.recipients() == ("alice", "bob", "carol", "dave")
+    bob = digest.for_user("bob")
+    assert bob is not None and bob.recipient == "bob" and bob.jobs == 1
+    assert people(bob) == {"bob": people(digest)["bob"]}  # ranked among everyone still
+    assert digest.for_user("nobody") is None
+    with pytest.raises(ValueError, match="by account"):
+        digest.for_account("climate")
+    text = recipient_text(digest, "alice", "markdown")
+    assert text is not None and text.startswith("# GPU digest for alice\n")
+    assert "bob" not in text and "| alice | 3 | 30.03 | 19.03 |" in text and "| 1 of 4 | 2 of 4 |" in text
+    # One recipient's part ends with each costly job's change written out.
+    assert "1. **slurm 102: Ask for only the GPUs the job uses**: This job runs kernels on 1 of its 4 GPUs" in text
+    assert "2. **slurm 101: Give the idle GPU back**: release_idle_gpu for 101" in text
+    plain = recipient_text(digest, "alice")
+    assert plain is not None and "GPU digest for alice" in plain and "\x1b[" not in plain
+    lead = recipient_text(read(ledger, "account"), "climate", "html")
+    assert lead is not None and "<title>GPU digest for climate</title>" in lead and "carol" not in lead
+
+
+def test_ranks_share_equal_figures_and_skip():
+    assert ranks({"a": 5, "b": 3, "c": 3, "d": 1}) == {"a": 1, "b": 2, "c": 2, "d": 4}
+    assert ranks({}) == {}
+
+
+def test_the_digest_is_the_same_whatever_order_the_runs_come_in():
+    runs = list(JOBS)
+    first = markdown.render(document.digest_document(digest_report(runs, "account", T0, T0 + 20 * H, 300, "x")))
+    random.Random(7).shuffle(runs)
+    again = markdown.render(document.digest_document(digest_report(runs, "account", T0, T0 + 20 * H, 300, "x")))
+    assert first == again
+
+
+@pytest.mark.parametrize("by", ["user", "account"])
+def test_json_holds_the_figures(capsys, ledger, by):
+    assert run(["digest", "--ledger", ledger, *WINDOW, "--by", by, "--format", "json"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["schema"], body["kind"], body["by"], body["jobs"]) == ("gpulens.report/v1", "digest", by, 7)
+    found = {p["user"]: p for g in body["groups"] for p in g["people"]}
+    bob = found["bob"]
+    assert (bob["gpu_hours"], bob["wasted_gpu_hours"], bob["wasted_ratio"]) == (8, 6, 0.75)
+    assert bob["costliest"][0]["tip"] == "right_size_gpu"
+    assert bob["right_sizing"] == [
+        {
+            "kind": "slurm",
+            "id": "201",
+            "pod": "",
+            "name": "",
+            "gpus": 1,
+            "models": [A100],
+            "unused_gpus": [],
+            "unused_seconds": 0.0,
+            "mig_profile": "1g.10gb",
+        }
+    ]
+    assert found["alice"]["right_sizing"][0]["unused_gpus"] == ["node-a GPU 1", "node-a GPU 2", "node-a GPU 3"]
+
+
+def test_each_format_renders(capsys, ledger, tmp_path):
+    outputs = {}
+    for fmt in ("terminal", "markdown", "html", "json"):
+        path = tmp_path / f"digest.{fmt}"
+        assert run(["digest", "--ledger", ledger, *WINDOW, "--by", "account", "--format", fmt, "-o", str(path)]) == 0
+        outputs[fmt] = path.read_text()
+    assert capsys.readouterr().out == ""
+    self_contained(outputs["html"])
+    assert "<svg" in outputs["html"] and "Members of each account" in outputs["html"]
+    assert "## Right-sizing: GPUs held and never used" in outputs["markdown"]
+    assert "| climate | bob | slurm 201 | 1 | NVIDIA A100-SXM4-80GB |  | 1g.10gb |" in outputs["markdown"]
+    terminal = outputs["terminal"]
+    assert "GPU digest by account" in terminal and "1g.10gb" in terminal and "\x1b[" not in terminal
+    # Deterministic: the same ledger writes the same bytes.
+    assert run(["digest", "--ledger", ledger, *WINDOW, "--by", "account", "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == outputs["markdown"]
+
+
+def test_an_empty_period(capsys, ledger):
+    window = ("--since", str(T0 - 30 * 86_400), "--until", str(T0 - 20 * 86_400))
+    fails(capsys, ["digest", "--ledger", ledger, *window], 1, "no jobs in ledger", "widen --since")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["digest", "--by", "team", "--ledger", "x"], ("--by", "'team'")),
+        (["digest", "--since", "yesterday-ish", "--ledger", "x"], ("--since", "7d")),
+        (["digest", "--format", "csv", "--ledger", "x"], ("--format", "'csv'")),
+        (["digest", "--format", "line", "--ledger", "x"], ("--format",)),
+    ],
+)
+def test_usage_mistakes_exit_2(capsys, argv, words):
+    fails(capsys, argv, 2, *words)
