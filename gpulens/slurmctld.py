@@ -39,7 +39,7 @@ from typing import Any
 
 from gpulens import checks
 from gpulens.checks import Invalid, key
-from gpulens.fleet.slurm_accounting import PREFIX, SACCT_TIMEOUT
+from gpulens.fleet.slurm_accounting import SACCT_TIMEOUT, case_proof, decode
 from gpulens.units import UnitError, parse_duration
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
@@ -142,22 +142,48 @@ def mail_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
 
 def write_summary(job_id: str, where: str, settings: Settings, sleep: Any = time.sleep) -> str:
     """Write job `job_id`'s summary into its AdminComment (`where`: sacctmgr's jobid, "ID" or "ARRAY_TASK");
-    return what was done, in one line for the log."""
+    return what was done, in one line for the log. Where sacctmgr lower-cased it (Slurm 22.05), write it again in
+    the form that survives that (slurm_accounting.case_proof)."""
     value, why = report(job_id, settings, "--format", "admin-comment")
-    if why or not value.startswith(PREFIX):
+    if why or decode(value) is None:
         return f"job {job_id}: no summary written: {why or 'gpulens report gave none'}"
+    said = _set_admin_comment(where, value, sleep)
+    if said:
+        return f"job {job_id}: no summary written: {said}"
+    kept = _admin_comment(where)
+    if kept != value and kept.lower() == value.lower():
+        value = case_proof(value)
+        said = _set_admin_comment(where, value, sleep)
+        if said:
+            return f"job {job_id}: no summary written: {said}"
+        return f"job {job_id}: summary written, case-proof: this sacctmgr lower-cases it ({len(value)} characters)"
+    return f"job {job_id}: summary written ({len(value)} characters)"
+
+
+def _set_admin_comment(where: str, value: str, sleep: Any) -> str:
+    """Set a job's AdminComment with sacctmgr; return "" once done, else what went wrong."""
     command = ["sacctmgr", "-i", "update", "job", "where", f"jobid={where}", "set", f"AdminComment={value}"]
     said = ""
     for wait in WRITE_TRIES:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=SACCT_TIMEOUT)
         except (OSError, subprocess.TimeoutExpired) as error:
-            return f"job {job_id}: no summary written: sacctmgr: {error}"
+            return f"sacctmgr: {error}"
         said = " ".join((done.stdout + done.stderr).split())
         if done.returncode == 0 and "Nothing modified" not in said:
-            return f"job {job_id}: summary written ({len(value)} characters)"
+            return ""
         sleep(wait)  # slurmdbd may not have the job's end yet
-    return f"job {job_id}: no summary written: sacctmgr said {said[:200]!r}"
+    return f"sacctmgr said {said[:200]!r}"
+
+
+def _admin_comment(where: str) -> str:
+    """Return the job's AdminComment as sacct reads it back ("" where it cannot)."""
+    command = ["sacct", "-n", "-P", "-X", "-o", "AdminComment", "-j", where]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=SACCT_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
 
 
 def _log(line: str) -> None:

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from gpulens import slurmctld
+from gpulens.fleet.slurm_accounting import decode, encode
 
 ENDED = {"SLURM_JOB_ID": "81234", "SLURM_JOB_STATE": "COMPLETED", "SLURM_JOB_MAIL_TYPE": "Ended"}
 
@@ -114,26 +115,37 @@ def sacctmgr(tmp_path, monkeypatch):
         'echo " Modified job..."\n'
     )
     script.chmod(0o755)
+    # And a `sacct` that reads back the last value set, lower-cased as Slurm 22.05's sacctmgr keeps it.
+    sacct = tmp_path / "sacct"
+    sacct.write_text(f"#!/bin/sh\ntail -n 1 {calls} | sed 's/.*AdminComment=//' | tr A-Z a-z\n")
+    sacct.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setattr(slurmctld, "WRITE_TRIES", (0.0, 0.0, 0.0))
     return calls
 
 
+SUMMARY = encode({"nodes": {"n1": {"gpu_utilization": {"0": 12.5}}}, "total_time": 600, "gpus": 1})
+
+
 def test_the_epilog_writes_the_summary_trying_again_until_slurmdbd_has_the_job(sacctmgr, monkeypatch, capsys):
     asked = []
-    monkeypatch.setattr(slurmctld, "report", lambda job, settings, *extra: asked.append(extra) or ("JS1:H4sI+/=", ""))
+    monkeypatch.setattr(slurmctld, "report", lambda job, settings, *extra: asked.append(extra) or (SUMMARY, ""))
     assert slurmctld.epilog_main([], {"SLURM_JOB_ID": "81234"}) == 0
     assert asked == [("--format", "admin-comment")]
-    lines = sacctmgr.read_text().splitlines()
-    assert lines == ["-i update job where jobid=81234 set AdminComment=JS1:H4sI+/="] * 2
-    assert "job 81234: summary written (11 characters)" in capsys.readouterr().err
+    first, second, third = sacctmgr.read_text().splitlines()
+    assert first == second == f"-i update job where jobid=81234 set AdminComment={SUMMARY}"
+    # Read back lower-cased: written again in the form that survives it, which decodes to the same summary.
+    case_proof = third.split("AdminComment=")[1]
+    assert case_proof.startswith("gpulens-b32:") and case_proof == case_proof.lower()
+    assert decode(case_proof) == decode(SUMMARY) == decode(case_proof.upper().replace("GPULENS-B32:", "gpulens-b32:"))
+    assert "job 81234: summary written, case-proof: this sacctmgr lower-cases it" in capsys.readouterr().err
 
 
 def test_the_first_task_of_an_array_is_named_with_its_task(sacctmgr, monkeypatch):
-    monkeypatch.setattr(slurmctld, "report", lambda *a: ("JS1:x", ""))
+    monkeypatch.setattr(slurmctld, "report", lambda *a: (SUMMARY, ""))
     environ = {"SLURM_JOB_ID": "500", "SLURM_ARRAY_JOB_ID": "500", "SLURM_ARRAY_TASK_ID": "0"}
     assert slurmctld.epilog_main([], environ) == 0
-    assert sacctmgr.read_text().splitlines()[-1].split()[4] == "jobid=500_0"
+    assert {line.split()[4] for line in sacctmgr.read_text().splitlines()} == {"jobid=500_0"}
 
 
 def test_the_epilog_never_fails(sacctmgr, monkeypatch, capsys):

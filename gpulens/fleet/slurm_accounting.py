@@ -8,6 +8,11 @@ index, with `total_time` (seconds) and `gpus` at the top; jobstats, reportseff a
 summaries read ours. gpulens adds its own key, `gpulens`: the job's record as the reports hold it
 (`JobRecord.to_dict` without the timeline: GPU-seconds by state, kernel time, memory peaks, the tips).
 
+Slurm 22.05's sacctmgr lower-cases the value it sets (the Debian bookworm package does; the Slurm tests read it
+back), which base64 does not survive. Where the value comes back lower-cased, the epilog writes the same JSON in
+a form that does: "gpulens-b32:" then base32 of it, which reads the same in either case (`case_proof`). jobstats
+cannot read that one, nor anything else such a Slurm keeps; gpulens reads both.
+
 `SlurmAccounting` is a source of past jobs (gpulens.fleet.past.PastJobs) over `sacct`: `gpulens report job ID
 --source slurm` reads a job whose ledger is gone, and `report fleet` or `trend` read a period's summaries.
 """
@@ -29,6 +34,7 @@ from gpulens.fleet.past import SourceError, Step
 from gpulens.usage import JobRecord
 
 PREFIX = "JS1:"
+CASE_PROOF_PREFIX = "gpulens-b32:"
 VERSION = 1
 # A device as the reports name it: "node-a GPU 3"; a MIG device's name goes on with " MIG 3g.40gb".
 _DEVICE = re.compile(r"(?P<node>\S+) GPU (?P<index>\d+)(?P<mig> MIG .*)?$")
@@ -67,12 +73,26 @@ def encode(found: Mapping[str, Any]) -> str:
     return PREFIX + base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode("ascii")
 
 
+def case_proof(comment: str) -> str:
+    """Return the summary in `comment` ("JS1:...") in the form a lower-casing sacctmgr keeps: "gpulens-b32:" and
+    base32, lower-cased; ValueError for a comment that holds no summary."""
+    found = decode(comment)
+    if found is None:
+        raise ValueError("not a summary")
+    text = json.dumps(found, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    return CASE_PROOF_PREFIX + base64.b32encode(gzip.compress(text.encode(), mtime=0)).decode("ascii").lower()
+
+
 def decode(text: str) -> dict[str, Any] | None:
     """Return the summary an AdminComment holds, or None where it holds none (empty, "Short", another tool's)."""
-    if not text.startswith(PREFIX):
-        return None
     try:
-        found = json.loads(gzip.decompress(base64.b64decode(text[len(PREFIX) :], validate=True)))
+        if text.startswith(PREFIX):
+            packed = base64.b64decode(text[len(PREFIX) :], validate=True)
+        elif text.lower().startswith(CASE_PROOF_PREFIX):
+            packed = base64.b32decode(text[len(CASE_PROOF_PREFIX) :], casefold=True)
+        else:
+            return None
+        found = json.loads(gzip.decompress(packed))
     except (binascii.Error, OSError, EOFError, ValueError):
         return None
     return found if isinstance(found, dict) else None

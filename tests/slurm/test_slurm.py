@@ -12,7 +12,8 @@ each job writes its pid under the GPU `--gres=gpu:1` gave it). Then, side by sid
 - job "no-gpulens": a job that ends while the epilog's settings name a gpulens that is not installed.
 Slurm's MailProg is gpulens-slurm-mail, passing each mail to a program that keeps it in a file: "train" asks for
 mail at its end (--mail-type=END), as does "idle" (cancelled), and "overtime" at its start.
-Each test then reads what that run left: the agent's series, the epilog's reports and log, the ledger.
+Each test then reads what that run left: the agent's series, the epilog's reports and log, the ledger, and
+Slurm's accounting (slurmdbd), where gpulens-slurmctld-epilog wrote each ended job's summary.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.agent.attribution.cgroup import parse_owner
+from gpulens.fleet.slurm_accounting import decode
 from gpulens.vocabulary import STATE_NAME
 from tests.reliability.running import agent_process
 from tests.slurm.cluster import ROOT, Cluster, require_slurm
@@ -75,6 +77,8 @@ class Run:
     cgroup: str = ""  # the train job's /proc/PID/cgroup
     epilog_log: str = ""
     mail: Path = Path()  # where the mail program keeps each mail: <job id>.<mail type>.txt
+    admin_comments: dict[str, str] = field(default_factory=dict)  # name -> its AdminComment, as sacct reads it
+    from_accounting: dict = field(default_factory=dict)  # `gpulens report job --source slurm` of train, as JSON
 
 
 def _series(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -113,7 +117,7 @@ def _cluster_folder() -> Path:
 
 @pytest.fixture(scope="module")
 def slurm_run():
-    require_slurm()
+    require_slurm(accounting=True)
     folder = _cluster_folder()
     run_dir = folder / "run"
     run_dir.mkdir()
@@ -127,7 +131,15 @@ def slurm_run():
         "GPULENS_REPORT_ARGS": f"--ledger {run.ledger} {REPORT_ARGS}",
         "GPULENS_EPILOG_LOG": str(folder / "epilog.log"),
     }
-    cluster = Cluster(folder / "slurm", gpus=3, epilog_settings=settings, mail_prog=_mail(run))
+    mail_prog, epilog = _slurmctld_programs(run, folder / "slurm" / "slurm.conf")
+    cluster = Cluster(
+        folder / "slurm",
+        gpus=3,
+        epilog_settings=settings,
+        mail_prog=mail_prog,
+        accounting=True,
+        epilog_slurmctld=epilog,
+    )
     (folder / "slurm").mkdir()
     agent_args = (
         *("--simulate", str(scenario), "--sampling.interval", "1s", "--diagnosis.idle-patience", "10s"),
@@ -138,6 +150,7 @@ def slurm_run():
             cluster.start()
             _jobs(cluster, agent, run, run_dir)
             time.sleep(2)  # the agent's last cycles over the ended jobs reach the ledger
+            _accounting(cluster, run)
     finally:
         cluster.stop()
         log = folder / "epilog.log"
@@ -152,8 +165,9 @@ KEEP_MAIL = """#!/bin/sh
 """
 
 
-def _mail(run: Run) -> Path:
-    """Write the MailProg slurmctld runs, gpulens-slurm-mail with its settings; return its path."""
+def _slurmctld_programs(run: Run, conf: Path) -> tuple[Path, Path]:
+    """Write the MailProg and the EpilogSlurmctld slurmctld runs, gpulens-slurm-mail and gpulens-slurmctld-epilog
+    with their settings; return their paths."""
     run.mail = run.folder / "mail"
     run.mail.mkdir()
     keep = run.folder / "keep-mail.sh"
@@ -164,9 +178,35 @@ def _mail(run: Run) -> Path:
     # slurmctld gives MailProg no environment of ours: a site names another settings file the same way.
     mail_prog = run.folder / "mail-prog.sh"
     mail_prog.write_text(f'#!/bin/sh\nGPULENS_SLURMCTLD_CONFIG={settings} exec {GPULENS}-slurm-mail "$@"\n')
-    for script in (keep, mail_prog):
+    # Nor SLURM_CONF, which sacctmgr and sacct need to find this cluster (a site's are in /etc/slurm).
+    epilog = run.folder / "epilog-slurmctld.sh"
+    environment = f"SLURM_CONF={conf} GPULENS_SLURMCTLD_CONFIG={settings}"
+    epilog.write_text(
+        f"#!/bin/sh\nexport {environment}\nexec {GPULENS}-slurmctld-epilog >>{run.folder}/epilog-slurmctld.log 2>&1\n"
+    )
+    for script in (keep, mail_prog, epilog):
         script.chmod(0o755)
-    return mail_prog
+    return mail_prog, epilog
+
+
+def _accounting(cluster: Cluster, run: Run) -> None:
+    """What Slurm's accounting holds of the jobs that held a GPU, and the train job's report read back from it."""
+    for name in ("train", "idle", "overtime"):
+        ask = ("sacct", "-n", "-P", "-X", "-o", "AdminComment", "-j", run.jobs[name])
+        run.admin_comments[name] = cluster.wait(lambda ask=ask: cluster.command(*ask), 90, f"{name}'s AdminComment")
+    command = [
+        GPULENS,
+        "report",
+        "job",
+        run.jobs["train"],
+        "--source",
+        "slurm",
+        *REPORT_ARGS.split(),
+        "--format",
+        "json",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=cluster.env)
+    run.from_accounting = json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr}
 
 
 def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
@@ -344,6 +384,22 @@ def test_a_mail_before_the_job_ends_goes_as_slurm_wrote_it_and_one_after_has_the
     assert f"gpulens report of job {job} (cancelled)" in ended and STATE_NAME["idle"] in ended, ended
 
 
+def test_each_jobs_summary_is_in_slurms_accounting_and_its_report_reads_back_from_there(slurm_run):
+    for name, comment in slurm_run.admin_comments.items():
+        found = decode(comment)
+        assert found is not None and found["gpulens"]["record"]["id"] == slurm_run.jobs[name], (name, comment)
+        # Slurm 22.05's sacctmgr lower-cases what it sets: the epilog wrote it again in the form that survives that.
+        assert comment.startswith(("JS1:", "gpulens-b32:")), comment[:20]
+    (node,) = decode(slurm_run.admin_comments["train"])["nodes"].values()
+    assert 0 < node["gpu_utilization"]["0"] <= 100 and node["gpu_total_memory"]["0"] > node["gpu_used_memory"]["0"] > 0
+    back = slurm_run.from_accounting
+    assert back.get("source") == "Slurm's accounting (sacct AdminComment)", back
+    ledger = json.loads(_report(slurm_run, slurm_run.jobs["train"], "--format", "json").stdout)
+    for key in ("state_seconds", "gpu_hours", "busy_ratio", "top_tips"):
+        assert back["job"][key] == ledger["job"][key], key
+    assert (back["job"]["user"], back["job"]["account"]) == ("root", "ml-research")
+
+
 def _states(report: str) -> dict[str, float]:
     """The table of how the GPU-hours were spent: state, as the report names it -> share."""
     table = report.split("How the GPU-hours were spent")[1].split("What to change")[0]
@@ -399,7 +455,8 @@ def test_the_ledger_has_every_job_that_held_a_gpu_and_the_one_line_summary_agree
         assert line.returncode == 0, line.stderr
         fields = dict(item.split("=", 1) for item in line.stdout.split() if "=" in item)
         assert fields["job"] == slurm_run.jobs[name] and fields["kind"] == "slurm" and fields["name"] == name
-        assert fields["account"] == {"train": "ml-research", "idle": "physics", "overtime": "-"}[name]
+        # With accounting, a job submitted without --account runs under its user's default account (root's: root).
+        assert fields["account"] == {"train": "ml-research", "idle": "physics", "overtime": "root"}[name]
         assert fields["user"] == pwd.getpwuid(int(slurm_run.final[name]["UserId"].split("(")[1][:-1])).pw_name
     missing = _report(slurm_run, slurm_run.jobs["no-gpulens"])
     assert missing.returncode != 0 and "\n" not in missing.stderr.strip()
