@@ -26,6 +26,8 @@ commands:
              of its input pipeline and settings: 'gpulens try -- python train.py' (uses gpulens.torch)
   reclaim    warn the owners of idle GPUs and give the GPUs back by policy (dry-run by default):
              'gpulens reclaim run --prometheus URL --policy FILE'; 'gpulens reclaim keep JOB'
+  notify     messages to jobs' owners (e-mail, chat): 'gpulens notify check --config FILE --user NAME',
+             'gpulens notify send-test --config FILE --user NAME'
   probe      measure each free local GPU (copies, matmuls) against its datasheet
              (--device cpu runs the same kernels on the CPU; needs the torch extra)
   scenarios  list the built-in simulated scenarios
@@ -45,6 +47,7 @@ COMMANDS = {
     "report": "gpulens.report.cli:run",
     "trace": "gpulens.tracecli:main",
     "reclaim": "gpulens.reclaim.cli:main",
+    "notify": "gpulens.notify.cli:main",
     "try": "gpulens.trycli:main",
     "probe": "gpulens.probes.cli:main",
     "sim": "gpulens.agent.simulator.run:main",

@@ -1,0 +1,41 @@
+"""The reclaim service's warnings through the sender: `Service(notify=reclaim_notifier(sender))`."""
+
+from __future__ import annotations
+
+from gpulens import words
+from gpulens.dashboard.views.links import job_link
+from gpulens.notify.addresses import Owner
+from gpulens.notify.sender import FAILED, NO_ADDRESS, Message, Sender
+from gpulens.reclaim.ladder import Decision
+from gpulens.reclaim.service import Notify, NotifyError
+
+
+def reclaim_notifier(sender: Sender) -> Notify:
+    """Return the reclaim service's notifier: each warning of the ladder goes to the job's owner through
+    `sender` as a `reclaim_warning` (urgent: sent in quiet hours), the service's words in the template's
+    `details`. NotifyError where nobody was told (no address, every channel failed), which the service's audit
+    log keeps as warn_failed; a warning the cooldown suppresses was delivered before, so it is no error."""
+
+    def notify(decision: Decision, text: str) -> None:
+        job, due = decision.job, decision.due_at
+        gpus = ", ".join(f"{d.node}/{d.gpu}" for d in job.devices)
+        dashboard = sender.config.dashboard
+        fields = {
+            "job": words.job_label(job.kind, job.id, job.pod),
+            "job_id": job.id,
+            "verdict": "idle: its GPUs hold no work",
+            "gpus": f"{words.plural(len(job.devices), 'GPU')}: {gpus}" if gpus else "",
+            "since": words.duration(decision.idle_seconds),
+            "due": words.when(due) if due is not None else "",
+            "links": f"{dashboard}/{job_link(job.kind, job.id)}" if dashboard else "",
+            "details": text,
+        }
+        # A new idle spell has a new due time: its warnings are new, while the same warning decided again (a
+        # service restarted with its places lost) is the one the cooldown suppresses.
+        case = f"warning {decision.step}" + (f", due {due:.0f}" if due is not None else "")
+        owner = Owner(user=job.user, account=job.account, namespace=job.namespace)
+        outcome = sender.send(Message("reclaim_warning", owner, job=job.key, case=case, fields=fields))
+        if outcome.status in (FAILED, NO_ADDRESS):
+            raise NotifyError(outcome.detail)
+
+    return notify

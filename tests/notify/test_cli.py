@@ -1,0 +1,121 @@
+"""`gpulens notify` from the command line: check says what the settings do and where each owner's messages
+go; send-test sends through a real SMTP server; each mistake a one-line error and its exit status."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from gpulens import cli
+from gpulens.notify import cli as notify_cli
+from tests.notify.servers import smtp_server
+from tests.tools import free_port
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    out = io.StringIO()
+    try:
+        status = notify_cli.main(list(argv), out)
+    except SystemExit as stop:  # argparse's usage errors
+        status = int(stop.code or 0)
+    return status, out.getvalue(), capsys.readouterr().err
+
+
+def settings(tmp_path, port: int, extra: str = "") -> str:
+    (tmp_path / "owners.yaml").write_text(
+        "users:\n  alice: {email: alice@lab.example.org, chat: '@alice'}\naccounts:\n  physics: {lead: carol}\n"
+    )
+    (tmp_path / "templates").mkdir(exist_ok=True)
+    (tmp_path / "templates" / "test.txt").write_text("Subject: Hello $user\n\nIt works.\n$details\n")
+    path = tmp_path / "notify.yaml"
+    path.write_text(
+        f"smtp: {{host: 127.0.0.1, port: {port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
+        f"addresses: {{map_file: {tmp_path / 'owners.yaml'}, gecos: false, domain_template: '{{user}}@example.org'}}\n"
+        "quiet_hours: {hours: '22:00-07:00', timezone: Europe/Berlin}\n"
+        f"templates: {tmp_path / 'templates'}\nstate: {tmp_path / 'state'}\n{extra}"
+    )
+    return str(path)
+
+
+def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(capsys):
+    assert cli.main(["notify", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert all(f"\n  {name} " in help_text for name in ("check", "send-test"))
+    assert cli.main(["notify", "send"]) == 2
+    assert capsys.readouterr().err == "gpulens notify: unknown command 'send'; use one of check, send-test\n"
+
+
+def test_check_says_what_the_settings_do_and_where_each_owners_messages_go(tmp_path, capsys):
+    path = settings(tmp_path, 2525)
+    status, out, err = run(
+        capsys, "check", "--config", path, "--user", "alice", "--user", "bob", "--account", "physics"
+    )
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        f"{path}: messages go through SMTP server 127.0.0.1:2525",
+        "one message per job and reason in 7 d and quiet hours 22:00-07:00 Europe/Berlin (reclaim_warning, test go "
+        "at once)",
+        f"templates: test (template file {tmp_path}/templates/test.txt); built-in: reclaim_warning, starved, "
+        "underutilized, job_end, digest",
+        f"state folder: {tmp_path}/state",
+        "alice: e-mail alice@lab.example.org (map file users.alice); chat @alice (map file users.alice)",
+        "bob: e-mail bob@example.org (addresses.domain_template)",
+        "lead of physics: carol@example.org",
+    ]
+
+
+def test_check_in_test_mode_and_without_an_address(tmp_path, capsys):
+    path = settings(tmp_path, 2525, "test_mode: true\nadmins: [ops@example.org]\n")
+    path_text = (tmp_path / "notify.yaml").read_text().replace(", domain_template: '{user}@example.org'", "")
+    (tmp_path / "notify.yaml").write_text(path_text)
+    status, out, _ = run(capsys, "check", "--config", path, "--user", "bob")
+    assert status == 0
+    assert "test mode: every message goes to ops@example.org instead of its owner" in out.splitlines()
+    assert out.splitlines()[-1] == (
+        "bob: no address for user bob (looked in the map file); add them to the map file (addresses.map_file) or "
+        "set addresses.domain_template [test mode: the admins get it instead]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "template", "said"),
+    [
+        ("cooldown: soon\n", None, "notify.yaml: cooldown: 'soon' is not a duration"),
+        ("", "Subject: $usr\n\nx\n", "test.txt: line 1: unknown placeholder $usr; did you mean $user?"),
+    ],
+)
+def test_a_mistake_is_one_line_and_exit_1(tmp_path, capsys, extra, template, said):
+    path = settings(tmp_path, 2525, extra)
+    if template:
+        (tmp_path / "templates" / "test.txt").write_text(template)
+    for command in ("check", "send-test"):
+        status, out, err = run(capsys, command, "--config", path, "--user", "alice")
+        assert (status, out) == (1, "") and err.startswith(f"gpulens notify {command}: ") and said in err, err
+        assert err.count("\n") == 1
+
+
+def test_send_test_sends_one_message_through_the_configured_channels(tmp_path, capsys):
+    with smtp_server() as box:
+        status, out, err = run(capsys, "send-test", "--config", settings(tmp_path, box.port), "--user", "alice")
+    assert (status, err) == (0, "")
+    assert out == f"sent to alice@lab.example.org through SMTP server 127.0.0.1:{box.port}\n"
+    [got] = box.received
+    assert got.recipients == ["alice@lab.example.org"] and got.mail["Subject"] == "Hello alice"
+    assert got.body.startswith("It works.\nSent by ") and " UTC.\n" in got.body
+    # Sent again at once: each test is a message of its own, not one the cooldown holds back.
+    with smtp_server() as box:
+        assert run(capsys, "send-test", "--config", settings(tmp_path, box.port), "--user", "alice")[0] == 0
+    assert len(box.received) == 1
+
+
+def test_send_test_that_fails_says_why_in_one_line(tmp_path, capsys):
+    port = free_port()
+    status, out, err = run(capsys, "send-test", "--config", settings(tmp_path, port), "--user", "alice")
+    assert (status, out) == (1, "")
+    assert err == (
+        f"gpulens notify send-test: failed: SMTP server 127.0.0.1:{port} cannot be reached (Connection refused); "
+        "check smtp.host and smtp.port\n"
+    )
+    status, _, err = run(capsys, "send-test", "--user", "alice")
+    assert status == 2 and err.startswith("gpulens notify send-test: the following arguments are required: --config")

@@ -1,0 +1,274 @@
+"""The sender against a real SMTP server and a webhook receiver on loopback, on an injected clock: what
+arrives, the cooldown across a restart, quiet hours and their release, test mode, what is recorded, failures
+that cost their message only; and the reclaim service's warnings through it."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import zoneinfo
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from gpulens.checks import read
+from gpulens.notify.addresses import Owner
+from gpulens.notify.config import Config
+from gpulens.notify.reclaim import reclaim_notifier
+from gpulens.notify.sender import FAILED, HELD, NO_ADDRESS, SENT, SUPPRESSED, Message, Sender
+from gpulens.reclaim.ladder import WARN, Decision, Job
+from gpulens.reclaim.service import NotifyError, warning
+from tests.notify.servers import smtp_server, webhook_server
+from tests.reclaim.test_ladder import MIN, START, gpu
+from tests.reclaim.test_service import service
+
+BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
+NOON = datetime.datetime(2026, 7, 1, 12, 0, tzinfo=BERLIN).timestamp()
+DAY = 86_400.0
+
+MAP = """\
+users:
+  alice: {email: alice@lab.example.org, chat: "@alice"}
+accounts:
+  physics: {lead: pi@physics.example.org}
+"""
+
+STARVED = {
+    "verdict": "starved for data",
+    "evidence": "waits on data 61% of each step",
+    "tips": "- raise num_workers to 8",
+    "since": "2 h",
+    "gpus": "2 GPUs: n1/0, n1/1",
+}
+
+
+class Clock:
+    def __init__(self, now: float = NOON) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def box():
+    with smtp_server() as box:
+        yield box
+
+
+def make(tmp_path, box, clock, **keys: Any) -> Sender:
+    (tmp_path / "owners.yaml").write_text(MAP)
+    document = {
+        "smtp": {"host": "127.0.0.1", "port": box.port, "security": "none", "from": "gpulens@example.org"}
+        | {"timeout": "5s"},
+        "addresses": {
+            "map_file": str(tmp_path / "owners.yaml"),
+            "gecos": False,
+            "domain_template": "{user}@example.org",
+        },
+        "state": str(tmp_path / "state"),
+        "dashboard": "https://gpulens.example.org",
+    }
+    config = read(document | keys, "", Config)
+    return Sender.from_config(config, environ={}, getent=lambda user: None, clock=clock)
+
+
+def starved(user: str = "bob", job: str = "slurm/1234", **kw: Any) -> Message:
+    fields = STARVED | {"job": job.replace("/", " ")}
+    return Message("starved", Owner(user=user, account="physics"), job=job, fields=fields, **kw)
+
+
+def records(tmp_path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "state" / "messages.jsonl").read_text().splitlines()]
+
+
+def test_a_message_arrives_with_its_template_filled_and_is_recorded(tmp_path, box):
+    outcome = make(tmp_path, box, Clock()).send(starved())
+    assert outcome.status == SENT and outcome.to == "bob@example.org"
+    assert outcome.through == (f"SMTP server 127.0.0.1:{box.port}",)
+    [got] = box.received
+    assert got.recipients == ["bob@example.org"] and got.mail["To"] == "bob@example.org"
+    assert got.mail["Subject"] == "[gpulens] slurm 1234 waits on its input pipeline"
+    assert got.body.startswith("Hello bob,\n\nYour job slurm 1234 has been starved for data for 2 h, on 2 GPUs")
+    assert "Evidence: waits on data 61% of each step\n" in got.body and "- raise num_workers to 8\n" in got.body
+    [record] = records(tmp_path)
+    assert record == {
+        "time": NOON,
+        "status": "sent",
+        "reason": "starved",
+        "key": "slurm/1234|starved|",
+        "job": "slurm/1234",
+        "user": "bob",
+        "account": "physics",
+        "namespace": "",
+        "to_lead": False,
+        "to": "bob@example.org",
+        "through": [f"SMTP server 127.0.0.1:{box.port}"],
+        "subject": "[gpulens] slurm 1234 waits on its input pipeline",
+        "detail": "",
+        "test_mode": False,
+    }
+
+
+def test_one_message_per_job_and_reason_within_the_cooldown_across_a_restart(tmp_path, box):
+    clock = Clock()
+    sender = make(tmp_path, box, clock)
+    assert sender.send(starved()).status == SENT
+    clock.now += 3600
+    again = sender.send(starved())
+    assert again.status == SUPPRESSED
+    assert again.detail == "sent at 2026-07-01 10:00 UTC; one per job and reason within 7 d"
+    clock.now += 3600
+    restarted = make(tmp_path, box, clock)  # a new process over the same state folder
+    assert restarted.send(starved()).status == SUPPRESSED
+    assert restarted.send(starved(job="slurm/99")).status == SENT  # another job
+    assert restarted.send(starved(case="second look")).status == SENT  # another case of the same job and reason
+    underused = Message("underutilized", Owner(user="bob"), job="slurm/1234")
+    assert restarted.send(underused).status == SENT  # another reason
+    clock.now = NOON + 7 * DAY + 1
+    assert restarted.send(starved()).status == SENT  # the cooldown is over
+    assert len(box.received) == 5
+    assert [r["status"] for r in records(tmp_path)] == [SENT, SUPPRESSED, SUPPRESSED, SENT, SENT, SENT, SENT]
+
+
+def test_quiet_hours_hold_what_can_wait_until_they_end_but_not_a_reclaim_warning(tmp_path, box):
+    clock = Clock(datetime.datetime(2026, 7, 1, 23, 0, tzinfo=BERLIN).timestamp())
+    sender = make(tmp_path, box, clock, quiet_hours={"hours": "22:00-07:00", "timezone": "Europe/Berlin"})
+    held = sender.send(starved())
+    assert held.status == HELD and held.detail == "quiet hours, until 2026-07-02 05:00 UTC"
+    assert sender.send(starved()).status == HELD  # asked again: still held once
+    warned = sender.send(Message("reclaim_warning", Owner(user="bob"), job="slurm/1234", fields={"details": "x"}))
+    assert warned.status == SENT and [r.mail["Subject"] for r in box.received] == [
+        "[gpulens] slurm/1234 will be stopped at : its GPUs hold no work"
+    ]
+    clock.now = datetime.datetime(2026, 7, 2, 6, 59, tzinfo=BERLIN).timestamp()
+    assert sender.release() == []
+    clock.now += 60
+    [released] = make(tmp_path, box, clock).release()  # after a restart, too
+    assert released.status == SENT and len(box.received) == 2
+    assert box.received[1].mail["Subject"] == "[gpulens] slurm 1234 waits on its input pipeline"
+    assert sender.release() == []
+    last = records(tmp_path)[-1]
+    assert (last["status"], last["held_since"], last["time"]) == (SENT, NOON + 11 * 3600, clock.now)
+
+
+def test_test_mode_sends_every_message_to_the_admins_marked_and_keeps_its_own_cooldown(tmp_path, box):
+    with webhook_server() as hooks:
+        keys = {"test_mode": True, "admins": ["hpc-admins@example.org", "@ops"]}
+        keys["webhooks"] = [{"kind": "mattermost", "url": f"{hooks.url}/hooks/abc"}]
+        outcome = make(tmp_path, box, Clock(), **keys).send(starved(user="alice"))
+    assert outcome.status == SENT and outcome.to == "hpc-admins@example.org, @ops"
+    [got] = box.received
+    assert got.recipients == ["hpc-admins@example.org"]
+    assert got.mail["Subject"] == "[test mode] [gpulens] slurm 1234 waits on its input pipeline"
+    assert got.body.startswith(
+        "gpulens notify is in test mode: this message was meant for alice@lab.example.org, @alice (user alice, "
+        "account physics) and went to the admins only.\n\nHello alice,\n"
+    )
+    [(path, post)] = hooks.posts
+    assert path == "/hooks/abc" and post["text"].startswith("@ops **[test mode] [gpulens] slurm 1234")
+    assert "@alice" not in post["text"].split("\n")[0]
+    # Out of test mode, the owner is told: the admins' copy does not count toward the owner's cooldown.
+    assert make(tmp_path, box, Clock()).send(starved(user="alice")).status == SENT
+    assert box.received[1].recipients == ["alice@lab.example.org"]
+    assert [r["test_mode"] for r in records(tmp_path)] == [True, False]
+
+
+def test_a_digest_to_an_accounts_lead(tmp_path, box):
+    fields = {"details": "tables", "period": "2026-06-01 to 2026-07-01"}
+    digest = Message("digest", Owner(account="physics"), case="2026-06", to_lead=True, fields=fields)
+    assert make(tmp_path, box, Clock()).send(digest).status == SENT
+    [got] = box.received
+    assert got.recipients == ["pi@physics.example.org"]
+    # "Hello $user," is left out: a lead's digest is for no one user.
+    assert got.body.startswith("Your GPU use from 2026-06-01 to 2026-07-01, as gpulens measured it:\n\ntables\n")
+    nobody = Message("digest", Owner(account="chem"), case="2026-06", to_lead=True)
+    outcome = make(tmp_path, box, Clock()).send(nobody)
+    assert (outcome.status, outcome.detail) == (
+        NO_ADDRESS,
+        "no lead for account chem: name one in the map file's accounts",
+    )
+
+
+def test_no_address_and_no_channel_are_recorded_not_raised(tmp_path, box):
+    sender = make(tmp_path, box, Clock(), addresses={"gecos": False})
+    outcome = sender.send(starved(user="bob"))
+    assert outcome.status == NO_ADDRESS and outcome.detail.startswith("no address for user bob, account physics")
+    chat_only = make(tmp_path, box, Clock(), addresses={"gecos": False, "chat_template": "@{user}"})
+    outcome = chat_only.send(starved(user="bob"))
+    assert (outcome.status, outcome.detail) == (
+        NO_ADDRESS,
+        "no channel reaches @bob: give smtp for e-mail, webhooks for chat handles",
+    )
+    assert box.received == [] and [r["status"] for r in records(tmp_path)] == [NO_ADDRESS, NO_ADDRESS]
+
+
+def test_a_failing_server_costs_its_message_only_and_starts_no_cooldown(tmp_path):
+    with smtp_server() as box:
+        pass  # stopped: nothing listens on its port any more
+    with webhook_server() as hooks:
+        keys = {"webhooks": [{"kind": "slack", "url": f"{hooks.url}/services/x"}]}
+        keys["addresses"] = {"gecos": False, "domain_template": "{user}@example.org", "chat_template": "@{user}"}
+        clock = Clock()
+        sender = make(tmp_path, box, clock, **keys)
+        partly = sender.send(starved())
+        assert partly.status == SENT and partly.through == (f"Slack webhook at {hooks.url}",)
+        assert partly.detail.startswith(f"SMTP server 127.0.0.1:{box.port} cannot be reached (Connection refused)")
+        hooks.status = 500
+        failed = sender.send(starved(job="slurm/99"))
+    assert failed.status == FAILED and failed.through == ()
+    assert f"Slack webhook at {hooks.url} answered HTTP 500 (ok); see the chat server's log" in failed.detail
+    with smtp_server() as box:
+        sender = make(tmp_path, box, clock, addresses={"gecos": False, "domain_template": "{user}@example.org"})
+        assert sender.send(starved(job="slurm/99")).status == SENT  # the failure started no cooldown
+    assert [r["status"] for r in records(tmp_path)] == [SENT, FAILED, SENT]
+
+
+def test_senders_sharing_a_state_folder_send_a_message_once(tmp_path, box):
+    senders = [make(tmp_path, box, Clock()) for _ in range(8)]  # as separate processes would: each its own files
+    with ThreadPoolExecutor(len(senders)) as pool:
+        outcomes = list(pool.map(lambda sender: sender.send(starved()), senders))
+    assert sorted(o.status for o in outcomes) == [SENT] + [SUPPRESSED] * 7
+    assert len(box.received) == 1 and len(records(tmp_path)) == 8
+
+
+def test_a_state_folder_that_cannot_be_written_fails_the_message_in_one_line(tmp_path, box):
+    (tmp_path / "file").write_text("")
+    outcome = make(tmp_path, box, Clock(), state=str(tmp_path / "file" / "state")).send(starved())
+    assert outcome.status == FAILED and outcome.detail == (
+        f"cannot use the state folder '{tmp_path}/file/state' (Not a directory); set state in the settings to a "
+        "folder this user can write"
+    )
+    assert box.received == []
+
+
+def decision(user: str = "bob", step: int = 1, due_at: float = NOON + 3600) -> Decision:
+    job = Job(kind="slurm", id="1234", user=user, account="physics", devices=(gpu(0, job="1234"), gpu(1, job="1234")))
+    return Decision(WARN, job, "default", idle_seconds=3700, due_at=due_at, step=step, action="cancel")
+
+
+def test_the_reclaim_notifier_sends_each_warning_of_a_ladder_once(tmp_path, box):
+    notify = reclaim_notifier(make(tmp_path, box, Clock()))
+    first = decision()
+    notify(first, warning(first))
+    [got] = box.received
+    assert got.mail["Subject"] == "[gpulens] slurm 1234 will be stopped at 2026-07-01 11:00 UTC: its GPUs hold no work"
+    assert got.body.startswith(f"Hello bob,\n\n{warning(first)}\n\n")
+    assert "The job's page: https://gpulens.example.org/job?kind=slurm&id=1234\n" in got.body
+    notify(first, warning(first))  # decided again: the cooldown keeps it from going twice, and it is no error
+    notify(decision(step=2), "second")
+    notify(decision(due_at=NOON + 2 * DAY), "a new idle spell")
+    assert len(box.received) == 3
+    with pytest.raises(NotifyError, match=r"^no address for account physics \(looked in the map file"):
+        notify(decision(user="", due_at=NOON + 3 * DAY), "nobody")
+
+
+def test_the_reclaim_service_warns_through_the_sender(tmp_path, box):
+    sender = make(tmp_path, box, Clock(START))
+    idle = [gpu(0, since=START - 61 * MIN, user="alice")]
+    made, clock, _, folder = service(tmp_path, idle, mode="notify", notify=reclaim_notifier(sender))
+    made.cycle()
+    [got] = box.received
+    assert got.recipients == ["alice@lab.example.org"] and "Job 100 (alice) has held 1 GPU(s)" in got.body
+    assert [r["event"] for r in folder.audit_records()] == ["warned"]
