@@ -19,6 +19,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from gpulens.units import UnitError, parse_duration
+
 T = TypeVar("T")
 
 SHOWN = 40  # characters of a value quoted in an error
@@ -153,6 +155,21 @@ def choice(value: Any, where: str, options: Collection[str]) -> str:
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise Invalid(where, f"unknown value {shown(value)}; {hint}use one of {', '.join(options)}")
     return value
+
+
+def duration(value: Any, where: str, lo: float | None = None, hi: float | None = None) -> float:
+    """Return seconds from '90s', '45m', '2h', '7d' or a number of seconds, in [lo, hi] seconds."""
+    try:
+        seconds = parse_duration(value, where)
+    except UnitError as error:
+        raise Invalid(where, error.problem) from None
+    if _outside(seconds, lo, hi):
+        bounds = (
+            f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else
+            f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+        )  # fmt: skip
+        raise Invalid(where, f"must be {bounds} seconds, got {shown(value)}")
+    return seconds
 
 
 def _outside(value: float, lo: float | None, hi: float | None) -> bool:

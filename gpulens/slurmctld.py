@@ -40,7 +40,6 @@ from typing import Any
 from gpulens import checks
 from gpulens.checks import Invalid, key
 from gpulens.fleet.slurm_accounting import SACCT_TIMEOUT, case_proof, decode
-from gpulens.units import UnitError, parse_duration
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
 CONFIG_ENV = "GPULENS_SLURMCTLD_CONFIG"
@@ -52,20 +51,10 @@ NOT_ENDED = ("", "PENDING", "RUNNING", "SUSPENDED", "CONFIGURING", "RESIZING")
 WRITE_TRIES = (2.0, 5.0, 10.0)
 
 
-def _seconds(value: Any, where: str) -> float:
-    try:
-        seconds = parse_duration(value, where)
-    except UnitError as error:
-        raise Invalid(where, error.problem) from None
-    if not 1 <= seconds <= 600:
-        raise Invalid(where, f"must be 1 s to 10 min (slurmctld waits on these programs), got {checks.shown(value)}")
-    return seconds
-
-
 @dataclass(frozen=True)
 class Settings:
     report_args: tuple[str, ...] = key(lambda v, w: checks.each(v, w, checks.text), default=())
-    timeout: float = key(_seconds, default=30.0)
+    timeout: float = key(checks.duration, 1, 600, default=30.0)  # slurmctld waits on these programs
     mail: str = key(checks.text, default="/usr/bin/mail")
 
 

@@ -70,7 +70,7 @@ def _times_out(command, **kw):
 @pytest.mark.parametrize(
     ("text", "said"),
     [
-        ("timeout: 2h\n", "timeout: must be 1 s to 10 min"),
+        ("timeout: 2h\n", "timeout: must be between 1 and 600 seconds"),
         ("mail: [a]\n", "mail"),
         ("report: [--ledger]\n", "report"),
         ("mail: /usr/bin/mail\n  bad: [\n", "invalid YAML"),

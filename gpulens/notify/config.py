@@ -43,7 +43,6 @@ from typing import Any
 
 from gpulens import checks
 from gpulens.checks import Invalid, each, key, read, text
-from gpulens.units import UnitError, parse_duration
 from gpulens.urls import check_url
 from gpulens.yamltext import YamlProblem, read_yaml_file
 
@@ -88,17 +87,6 @@ def handle(value: Any, where: str) -> str:
     return found
 
 
-def _duration(value: Any, where: str, lo: float) -> float:
-    """Return seconds from '7d', '12h' or a number of seconds, at least `lo`."""
-    try:
-        seconds = parse_duration(value, where)
-    except UnitError as error:
-        raise Invalid(where, error.problem) from None
-    if seconds < lo:
-        raise Invalid(where, f"must be at least {lo:g} seconds, got {checks.shown(value)}")
-    return seconds
-
-
 def _template(value: Any, where: str, valid: Any, example: str) -> str:
     """Return a template with {user} in it that makes a valid address for the user 'alice'."""
     found = text(value, where)
@@ -135,7 +123,7 @@ class SmtpSettings:
     username: str = key(text, default="")
     password_file: str = key(text, default="")
     password_env: str = key(text, default="")
-    timeout: float = key(_duration, 1, default=30.0)
+    timeout: float = key(checks.duration, 1, default=30.0)
 
     def __post_init__(self) -> None:
         if not self.port:
@@ -164,7 +152,7 @@ class WebhookSettings:
     url_env: str = key(text, default="")
     channel: str = key(text, default="")
     username: str = key(text, default="gpulens")
-    timeout: float = key(_duration, 1, default=10.0)
+    timeout: float = key(checks.duration, 1, default=10.0)
 
     def __post_init__(self) -> None:
         _one_of(self, ("url", "url_file", "url_env"), needed=True)
@@ -239,7 +227,7 @@ class Config:
     smtp: SmtpSettings | None = key(lambda v, w: read(v, w, SmtpSettings), default=None)
     webhooks: tuple[WebhookSettings, ...] = key(lambda v, w: each(v, w, read, WebhookSettings), default=())
     addresses: AddressSettings = key(lambda v, w: read(v, w, AddressSettings), default=AddressSettings())
-    cooldown: float = key(_duration, 0, default=DEFAULT_COOLDOWN)
+    cooldown: float = key(checks.duration, 0, default=DEFAULT_COOLDOWN)
     quiet_hours: QuietHours | None = key(lambda v, w: read(v, w, QuietHours), default=None)
     test_mode: bool = key(checks.flag, default=False)
     admins: tuple[str, ...] = key(lambda v, w: each(v, w, _admin), default=())
