@@ -87,15 +87,20 @@ class Guard:
         return self._app(environ, respond)
 
     def _password_ok(self, config: WebConfig, environ: WSGIEnvironment) -> bool:
-        header = environ.get("HTTP_AUTHORIZATION", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "basic" or not token:
-            return False
-        try:
-            user, colon, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
-        except ValueError:  # binascii.Error, UnicodeDecodeError, or a header with non-ASCII text
-            return False
-        return bool(colon) and self._check(config.users, user, password)
+        given = basic_credentials(environ)
+        return given is not None and self._check(config.users, *given)
+
+
+def basic_credentials(environ: WSGIEnvironment) -> tuple[str, str] | None:
+    """Return the (user, password) of the request's basic-auth header, unchecked; None without one."""
+    scheme, _, token = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return None
+    try:
+        user, colon, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
+    except ValueError:  # binascii.Error, UnicodeDecodeError, or a header with non-ASCII text
+        return None
+    return (user, password) if colon else None
 
 
 def _loopback(address: str) -> bool:

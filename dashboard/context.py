@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import altair as alt
 import streamlit as st
 
-from gpulens import credentials
+from gpulens import credentials, reclaim_api
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import gate
 from gpulens.fleet import environment
@@ -37,6 +37,8 @@ from gpulens.fleet.records import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.httpclient import HttpError
+from gpulens.reclaim_api import KeepShown, ReclaimApi
 from gpulens.report.summary import JobReport
 from gpulens.report.trend import TrendReport
 from gpulens.usage import JobRecord
@@ -256,6 +258,49 @@ def expire_silence(source: Source, silence_id: str) -> Answer[bool]:
     """End the silence `silence_id` now; forget the cached alerts, so that the page shows it gone."""
     answer = _safe(lambda: source.expire_silence(silence_id), False, "the answer to the request to end the silence")
     _alerts.clear()
+    return answer
+
+
+@st.cache_resource(show_spinner=False)
+def _reclaim(settings: tuple[tuple[str, str], ...]) -> ReclaimApi | None:
+    return reclaim_api.from_environment(dict(settings))
+
+
+def reclaim() -> Answer[ReclaimApi | None]:
+    """The gpulens reclaim service the dashboard may keep jobs with (`gpulens dashboard --reclaim URL`), or None."""
+    try:
+        return Answer(_reclaim(tuple((name, os.environ.get(name, "")) for name in reclaim_api.SETTINGS)))
+    except ValueError as error:  # `gpulens dashboard` checked the settings; these were set by hand
+        return Answer(None, (SourceProblem("gpulens reclaim", str(error)),))
+
+
+def _asked(call: Callable[[], T], empty: T, what: str) -> Answer[T]:
+    """`call`'s answer; its HttpError, or any other error, a problem on the page."""
+    try:
+        return Answer(call())
+    except HttpError as error:
+        return Answer(empty, (SourceProblem(error.where, error.what),))
+    except Exception:  # a bug must cost the panel, never show a traceback
+        log.exception("asking for %s failed", what)
+        return Answer(empty, (SourceProblem("dashboard", f"asking for {what} failed; the dashboard's log says why"),))
+
+
+@st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
+def _keeps(_service: ReclaimApi, url: str) -> Answer[tuple[KeepShown, ...]]:
+    return _asked(_service.keeps, (), "gpulens reclaim's keeps")
+
+
+def keeps(service: ReclaimApi) -> Answer[tuple[KeepShown, ...]]:
+    """The keeps in force in the gpulens reclaim service."""
+    return _keeps(service, service.url)
+
+
+def keep(service: ReclaimApi, job_kind: str, job_id: str, span: str, reason: str, by: str) -> Answer[KeepShown | None]:
+    """Keep the job from gpulens reclaim for `span` ("8h"); forget the cached keeps, so that the keep shows."""
+    answer: Answer[KeepShown | None] = _asked(
+        lambda: service.keep(job_kind, job_id, span, reason, by), None, f"a keep of job {job_id}"
+    )
+    _keeps.clear()
     return answer
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from gpulens import bundled
+from gpulens import bundled, reclaim_api
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.arguments import OneLineParser
 from gpulens.credentials import (
@@ -270,6 +270,10 @@ def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.alertmanager is None and any(alertmanager_tls):
         flag = next(f for f, value in zip(tls_flags("alertmanager-"), alertmanager_tls, strict=True) if value)
         parser.error(f"{flag} goes with --alertmanager URL: it is how the dashboard reaches that Alertmanager")
+    reclaim_files = (args.reclaim_basic_auth_file, args.reclaim_ca_file, args.reclaim_cert_file, args.reclaim_key_file)
+    if args.reclaim is None and any(reclaim_files):
+        flag = next(f for f, value in zip(reclaim_api.FLAGS, reclaim_files, strict=True) if value)
+        parser.error(f"{flag} goes with --reclaim URL: it is how the dashboard reaches that gpulens reclaim")
     misplaced = misplaced_flags(args)
     if args.agents is not None and misplaced:
         parser.error(misplaced)  # a usage error (exit 2), before source_environment would say it as a ConfigError
@@ -285,6 +289,20 @@ def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
     with converted(AccessError, LaunchError):
         tls = tls_credentials(*files, tls_flags("alertmanager-"), "Alertmanager's")
     return {**env, **tls_environment(ALERTMANAGER_TLS, tls)}
+
+
+def _reclaim_environment(args: argparse.Namespace) -> dict[str, str]:
+    """Return the variables that tell the dashboard's pages the --reclaim URL and its credentials' files;
+    raise LaunchError with the fix, naming the flag."""
+    with converted(ValueError, LaunchError, "--reclaim: "):
+        env = {reclaim_api.RECLAIM: check_url(args.reclaim)}
+    _no_password(args.reclaim, "--reclaim", "put USER:PASSWORD in a file given with --reclaim-basic-auth-file")
+    files = (args.reclaim_basic_auth_file, args.reclaim_ca_file, args.reclaim_cert_file, args.reclaim_key_file)
+    names = reclaim_api.SETTINGS[1:]
+    env.update({name: os.path.abspath(path) if path else "" for name, path in zip(names, files, strict=True)})
+    with converted(ValueError, LaunchError):  # each file read now, not at the first keep
+        reclaim_api.from_environment(env, reclaim_api.FLAGS)
+    return env
 
 
 def _check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
@@ -316,6 +334,18 @@ def dashboard_main(argv: Sequence[str]) -> int:
     )
     # Alertmanager's own TLS files, as in Prometheus' alertmanager_config: Prometheus' are for Prometheus.
     add_tls_flags(parser, "alertmanager-", "Alertmanager")
+    parser.add_argument(
+        "--reclaim",
+        metavar="URL",
+        help="the gpulens reclaim service (its --address and --port): the job and GPU pages then offer to keep a "
+        "job it will act on, to the viewers who may act (docs/reclaim.md)",
+    )
+    parser.add_argument(
+        "--reclaim-basic-auth-file",
+        metavar="FILE",
+        help="file holding USER:PASSWORD of a user in the reclaim service's --web.config.file, which keeps need",
+    )
+    add_tls_flags(parser, "reclaim-", "the reclaim service")
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     parser.add_argument(
         "--auth-file",
@@ -330,6 +360,9 @@ def dashboard_main(argv: Sequence[str]) -> int:
         env = {ALERTMANAGER: "", **tls_environment(ALERTMANAGER_TLS, None)}
         if args.alertmanager is not None:
             env.update(_alertmanager_environment(args))
+        env.update({name: "" for name in reclaim_api.SETTINGS})
+        if args.reclaim is not None:
+            env.update(_reclaim_environment(args))
         secrets_file = None
         if args.auth_file:
             secrets_file = check_auth_file(args.auth_file)

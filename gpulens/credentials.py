@@ -192,8 +192,6 @@ def agent_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
     """Return the agents' credentials the variables above give (default: os.environ); raise AccessError when
     one names an unreadable or malformed file, so that a bad certificate is an error now, not at a request."""
     environ = os.environ if environ is None else environ
-    if "\0" in environ.get(BASIC_AUTH_FILE, ""):  # the system calls refuse it with a bare ValueError
-        raise AccessError(f"{BASIC_AUTH_FILE}: the path has a NUL character; fix the path")
     tls = tls_credentials(
         environ.get(CA_FILE),
         environ.get(CERT_FILE),
@@ -201,6 +199,14 @@ def agent_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
         (CA_FILE, CERT_FILE, KEY_FILE),
         "the agents'",
     )
+    return replace(tls, basic_auth=basic_auth_file(environ.get(BASIC_AUTH_FILE), BASIC_AUTH_FILE))
+
+
+def basic_auth_file(path: str | None, name: str) -> tuple[str, str] | None:
+    """Return the (user, password) the file at `path` holds as USER:PASSWORD, None for no path (blank); raise
+    AccessError naming `name` (the flag or variable that gave the path) and the fix."""
+    path = (path or "").strip()
+    if "\0" in path:  # the system calls refuse it with a bare ValueError
+        raise AccessError(f"{name}: the path has a NUL character; fix the path")
     with converted(ValueError, AccessError):
-        auth = _basic_auth(environ.get(BASIC_AUTH_FILE, "").strip(), BASIC_AUTH_FILE)
-    return replace(tls, basic_auth=auth)
+        return _basic_auth(path, name)

@@ -10,7 +10,7 @@ from dataclasses import asdict
 import streamlit as st
 
 from gpulens import words
-from gpulens.dashboard import access, charts, context, gate
+from gpulens.dashboard import access, charts, context, gate, reclaim
 from gpulens.dashboard.views import alerts as alerts_view
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
@@ -212,8 +212,8 @@ def gpu_page() -> None:
     if current.job_id and not current.slices:
         page = job_link(current.job_kind, current.job_id)
         st.markdown(f"Held by {oncall.holder(current)}: [open the job's page]({page})")
-        if reclaim := job_view.reclaim_notice(pending.value, current.job_kind, current.job_id, now):
-            st.warning(reclaim)
+        notice = job_view.reclaim_notice(pending.value, current.job_kind, current.job_id, now)
+        reclaim.panel(notice, current.job_kind, current.job_id)
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
         + (f", for {words.duration(now - current.since)}" if current.since else "")

@@ -1,6 +1,7 @@
 """Job: its GPUs, how their hours were spent, how long it waits for data, its memory, what to change, and
-its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine). A link to
-a job that is not running says so, with what the source still has of it and where its report is."""
+its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine); what
+gpulens reclaim will do to it, with a form that keeps it (dashboard/reclaim.py). A link to a job that is not
+running says so, with what the source still has of it and where its report is."""
 
 import os
 import time
@@ -10,7 +11,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from gpulens import words
-from gpulens.dashboard import access, charts, context, gate
+from gpulens.dashboard import access, charts, context, gate, reclaim
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import links
@@ -165,8 +166,7 @@ def job_page() -> None:
     first = held[0] if held else None
     st.subheader(f"{kind} pod {first.pod}" if first and first.pod else f"{kind} job {job_id}")
     st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if first and first.pod else ""))
-    if reclaim := view.reclaim_notice(pending.value, kind, job_id, time.time()):
-        st.warning(reclaim)
+    reclaim.panel(view.reclaim_notice(pending.value, kind, job_id, time.time()), kind, job_id)
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)
     columns = st.columns(4)

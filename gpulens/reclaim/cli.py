@@ -94,7 +94,16 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
     )
-    parser.add_argument("--address", default="127.0.0.1", help="address to serve metrics on (default 127.0.0.1)")
+    parser.add_argument(
+        "--address", default="127.0.0.1", help="address to serve metrics and keeps on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--web.config.file",
+        dest="web_config_file",
+        metavar="FILE",
+        help="TLS and basic auth for the port, in the agent's format (docs/security.md); its basic_auth_users "
+        "may keep jobs over HTTP (POST /api/v1/keeps), as the dashboard does",
+    )
     parser.add_argument(
         "--kubernetes",
         action="store_true",
@@ -129,6 +138,8 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         parser.error("--kubeconfig, --kubernetes-namespace and --kubernetes-owner-key go with --kubernetes")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port} is not a port; give 1-65535, or 0 for no metrics")
+    if args.web_config_file and not args.port:
+        parser.error("--web.config.file goes with a --port to serve; --port 0 serves nothing")
     try:
         policy = load_policy(args.policy, args.mode)
         source = from_environment({**os.environ, **source_environment(args)})
@@ -136,6 +147,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
         folder.lock()
+        web = _web_config(args.web_config_file)
     except (PolicyError, ConfigError, FolderError, ValueError) as error:
         return _fail("run", error, EXIT_USAGE if not isinstance(error, FolderError) else EXIT_FAILED)
 
@@ -159,10 +171,10 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         service.cycle()
         return 0
     if args.port:
-        from prometheus_client import start_http_server
+        from gpulens.reclaim.server import start
 
         try:
-            start_http_server(args.port, args.address, registry=service.registry)
+            start(service.registry, folder, args.address, args.port, web)
         except OSError as error:
             return _fail("run", f"cannot serve metrics on {args.address}:{args.port} ({error.strerror}); choose --port")
     stop = threading.Event()
@@ -180,6 +192,16 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     )
     service.run(stop)
     return 0
+
+
+def _web_config(path: str | None) -> Any:
+    """Return the web config file at `path` (a WebConfigFile, re-read when it changes), None without one; raise
+    ValueError (WebConfigError) naming the setting and the fix."""
+    if not path:
+        return None
+    from gpulens.agent.webconfig import WebConfigFile
+
+    return WebConfigFile(path)
 
 
 def _checkpoint_agents(template: str) -> Any:
@@ -250,10 +272,9 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
     keep = Keep(job=job, until=now + seconds, by=by, reason=" ".join(args.reason.split()), at=now)
     try:
         folder = Folder(args.state_dir).create()
-        folder.add_keep(keep)
+        folder.record_keep(keep)
     except (FolderError, OSError) as error:
         return _fail("keep", getattr(error, "strerror", None) or error)
-    folder.audit({"time": now, "event": "kept", "job": job, "by": by, "until": keep.until, "reason": keep.reason})
     print(f"kept {job} until {when(keep.until)} ({duration(seconds)}), by {by}: {keep.reason}", file=out)
     return 0
 

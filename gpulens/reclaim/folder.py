@@ -93,6 +93,12 @@ class Folder:
     def add_keep(self, keep: Keep) -> None:
         self._append(KEEPS, dataclasses.asdict(keep))
 
+    def record_keep(self, keep: Keep) -> None:
+        """Add `keep` and its `kept` line in the audit log: `gpulens reclaim keep` and the HTTP API alike."""
+        self.add_keep(keep)
+        record = {"time": keep.at, "event": "kept", "job": keep.job, "by": keep.by, "until": keep.until}
+        self.audit({**record, "reason": keep.reason})
+
     def audit(self, record: Mapping[str, Any]) -> None:
         self._append(AUDIT, record)
 

@@ -670,3 +670,65 @@ def test_the_schema_names_a_wrong_reclaim_value(tmp_path, values, named):
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and named in result.stderr, result.stderr
+
+
+def _dashboard_pod(docs: list[dict]) -> dict:
+    (deployment,) = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["labels"]["app.kubernetes.io/component"] == "dashboard"
+    ]
+    return deployment["spec"]["template"]["spec"]
+
+
+def test_the_dashboard_keeps_jobs_with_the_charts_reclaim_service_and_its_password(reclaim_docs, rendered, tmp_path):
+    assert (
+        "--reclaim=http://gpulens-reclaim.gpu-monitoring.svc:10908"
+        in _dashboard_pod(reclaim_docs)["containers"][0]["args"]
+    )
+    assert not any("--reclaim" in a for a in _dashboard_pod(rendered["defaults"])["containers"][0]["args"])
+    values = {
+        "reclaim": {**RECLAIM["reclaim"], "webConfig": {"existingSecret": "reclaim-web"}},
+        "dashboard": {"reclaim": {"basicAuthSecret": {"name": "reclaim-dashboard", "key": "password"}}},
+    }
+    docs = _template(tmp_path, values)
+    _validate(docs, skip=tuple(OPERATOR_KINDS))
+    pod = _dashboard_pod(docs)
+    assert "--reclaim-basic-auth-file=/etc/gpulens/reclaim/password" in pod["containers"][0]["args"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["reclaim-credentials"]["secret"] == {"secretName": "reclaim-dashboard", "defaultMode": 0o440}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["reclaim-credentials"] == {
+        "name": "reclaim-credentials",
+        "mountPath": "/etc/gpulens/reclaim",
+        "readOnly": True,
+    }
+    # The service takes keeps from the users of its web config, which it reads as the agent reads its own.
+    service = _reclaim(docs)["Deployment"]["spec"]["template"]["spec"]
+    assert "--web.config.file=/etc/gpulens/reclaim-web/web-config.yml" in service["containers"][0]["args"]
+    assert {v["name"]: v for v in service["volumes"]}["web-config"]["secret"] == {
+        "secretName": "reclaim-web",
+        "defaultMode": 0o440,
+    }
+    assert {m["name"]: m for m in service["containers"][0]["volumeMounts"]}["web-config"]["readOnly"] is True
+    # A service outside the chart, beside slurmctld.
+    (tmp_path / "outside").mkdir()
+    outside = _template(tmp_path / "outside", {"dashboard": {"reclaim": {"url": "https://slurm-head:10908"}}})
+    assert "--reclaim=https://slurm-head:10908" in _dashboard_pod(outside)["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        (
+            {"dashboard": {"reclaim": {"basicAuthSecret": {"name": "reclaim-dashboard"}}}},
+            "dashboard.reclaim.basicAuthSecret needs a reclaim service: set reclaim.enabled, or dashboard.reclaim.url",
+        ),
+        ({"dashboard": {"reclaim": {"url": "reclaim:10908"}}}, "dashboard.reclaim.url"),
+        ({"reclaim": {"webConfig": {"secret": "reclaim-web"}}}, "reclaim.webConfig"),
+    ],
+)
+def test_a_wrong_keep_setting_is_named(tmp_path, values, named):
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and named in result.stderr, result.stderr

@@ -340,6 +340,8 @@ def test_gpulens_dashboard_knows_the_flags_the_chart_passes(capsys):
         "--alertmanager-ca-file",
         "--alertmanager-cert-file",
         "--alertmanager-key-file",
+        "--reclaim",
+        "--reclaim-basic-auth-file",
         "--address",
         "--port",
         "--refresh",

@@ -1,0 +1,199 @@
+"""The reclaim service's HTTP endpoints, on `gpulens reclaim run --address --port`:
+
+    GET  /metrics        its series (docs/reclaim.md#metrics)
+    GET  /api/v1/keeps   the keeps in force: {"keeps": [{"job", "until", "by", "reason", "at"}, ...]}
+    POST /api/v1/keeps   a keep, from {"job_kind", "job_id", "for", "reason", "by"}: recorded as
+                         `gpulens reclaim keep` records it, and answered 201 {"keep": {...}}
+
+They are served by the agent's threading server behind its access rules (gpulens.agent.server.serve,
+gpulens.agent.access.Guard), with the same web config file (--web.config.file: TLS, basic auth). A keep stops
+the service acting on a job, so POST is taken only from a client that authenticated with a password of
+`basic_auth_users` or a verified client certificate; with no web config that asks for one, it is refused (403)
+and `gpulens reclaim keep` on the service's machine is the way. A mistake in the body is a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from gpulens import checks
+from gpulens.agent.access import PEER_CERT, Guard, basic_credentials
+from gpulens.agent.server import serve
+from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, WebConfigFile, peer_names
+from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.ladder import Keep
+from gpulens.reclaim.policy import JOB_KINDS
+from gpulens.reclaim_api import KEEPS
+from gpulens.units import UnitError, parse_duration
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+MAX_BODY_BYTES = 16 * 1024  # a keep is a few hundred bytes
+EXAMPLE = 'send e.g. {"job_kind": "slurm", "job_id": "1234", "for": "8h", "reason": "evaluation at 18:00", "by": "ann"}'
+REFUSED = (  # under 200 characters: the dashboard shows it whole
+    "a keep over HTTP needs an authenticated client: give gpulens reclaim run a --web.config.file with "
+    "basic_auth_users, or use 'gpulens reclaim keep' beside it"
+)
+
+
+def _job_id(value: Any, where: str) -> str:
+    found = checks.text(value, where)
+    if len(found) > 200 or "/" in found or any(c.isspace() for c in found):
+        raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
+    return found
+
+
+def _span(value: Any, where: str) -> float:
+    """Seconds from '8h' or a number of seconds, by the grammar of `gpulens reclaim keep --for`, above 0."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise checks.Invalid(where, f"expected a duration such as '8h' or seconds, got {checks.described(value)}")
+    try:
+        seconds = parse_duration(value, where)
+    except UnitError as error:
+        raise checks.Invalid(where, error.problem) from None
+    if seconds <= 0:
+        raise checks.Invalid(where, "must be above 0; write e.g. '8h'")
+    return seconds
+
+
+def _words(value: Any, where: str) -> str:
+    """Text that is not blank, its white space made single spaces as `gpulens reclaim keep` does."""
+    if not isinstance(value, str) or not value.strip():
+        raise checks.Invalid(where, f"expected text that is not blank, got {checks.described(value)}")
+    return " ".join(value.split())
+
+
+@dataclasses.dataclass(frozen=True)
+class KeepRequest:
+    """The body of POST /api/v1/keeps."""
+
+    job_kind: str = checks.key(checks.choice, JOB_KINDS)
+    job_id: str = checks.key(_job_id)
+    seconds: float = checks.key(_span, name="for")
+    reason: str = checks.key(_words)
+    by: str = checks.key(_words)  # the person asking; the client the service let in is added to it
+
+
+class ReclaimApp:
+    """The WSGI application; `config` returns the web config in force, `check` checks its passwords."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        folder: Folder,
+        config: Callable[[], WebConfig] = lambda: PLAIN,
+        check: PasswordCheck | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._metrics: WSGIApplication = make_wsgi_app(registry)
+        self._folder, self._config, self._clock = folder, config, clock
+        self._check = check or PasswordCheck()
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO", "/"), environ.get("REQUEST_METHOD", "GET")
+        if path == "/metrics" and method in ("GET", "HEAD"):
+            return self._metrics(environ, start_response)
+        if path == KEEPS and method in ("GET", "HEAD"):
+            now = self._clock()
+            keeps = [dataclasses.asdict(k) for k in self._folder.keeps() if k.until > now]
+            return _json(start_response, "200 OK", {"keeps": keeps})
+        if path == KEEPS and method == "POST":
+            return self._keep(environ, start_response)
+        if path in ("/metrics", KEEPS):
+            return _json(start_response, "405 Method Not Allowed", {"error": f"{path} takes GET or POST"})
+        return _json(start_response, "404 Not Found", {"error": f"not found; the service serves /metrics and {KEEPS}"})
+
+    def _keep(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        client = self._client(environ)
+        if not client:
+            body = (REFUSED + "\n").encode()
+            start_response("403 Forbidden", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+            return [body]
+        try:
+            asked = checks.read(_body(environ), "the body", KeepRequest, prefix="", example=EXAMPLE)
+        except checks.Invalid as invalid:
+            fix = f"; {EXAMPLE}" if invalid.where == "the body" and EXAMPLE not in invalid.problem else ""
+            return _json(start_response, "400 Bad Request", {"error": f"{invalid}{fix}"})
+        except _TooLarge:
+            too_large = {"error": f"the body is over {MAX_BODY_BYTES} bytes; {EXAMPLE}"}
+            return _json(start_response, "413 Content Too Large", too_large)
+        now = self._clock()
+        job = f"{asked.job_kind}/{asked.job_id}"
+        keep = Keep(job=job, until=now + asked.seconds, by=f"{asked.by} via {client}", reason=asked.reason, at=now)
+        try:
+            self._folder.record_keep(keep)
+        except OSError as error:
+            problem = (
+                f"cannot write the keep in {self._folder.path} ({error.strerror}); check the service's --state-dir"
+            )
+            return _json(start_response, "503 Service Unavailable", {"error": problem})
+        return _json(start_response, "201 Created", {"keep": dataclasses.asdict(keep)})
+
+    def _client(self, environ: WSGIEnvironment) -> str:
+        """Return who the client proved to be: a basic_auth_users name, or its certificate's first name; "" for
+        a client that proved nothing. Checked here, not only by the Guard: a keep is never taken on trust."""
+        config = self._config()
+        given = basic_credentials(environ)
+        path = environ.get("PATH_INFO", "/")
+        if config.users and path not in config.excluded_paths and given and self._check(config.users, *given):
+            return given[0]
+        cert = environ.get(PEER_CERT) if config.verifies_clients else None
+        names = sorted(peer_names(cert))
+        if cert and (not config.allowed_sans or set(names) & config.allowed_sans):
+            return names[0] if names else "a client certificate"
+        return ""
+
+
+class _TooLarge(Exception):
+    """The request's body is over MAX_BODY_BYTES."""
+
+
+def _body(environ: WSGIEnvironment) -> Any:
+    """Return the request's JSON body; raise checks.Invalid when it is not JSON, _TooLarge when it is too long."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = -1
+    if length > MAX_BODY_BYTES:
+        raise _TooLarge
+    if length <= 0:
+        raise checks.Invalid("the body", f"empty; {EXAMPLE}")
+    try:
+        return json.loads(environ["wsgi.input"].read(length))
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise checks.Invalid("the body", f"not JSON ({type(error).__name__}); {EXAMPLE}") from None
+
+
+def _json(start_response: StartResponse, status: str, body: object) -> list[bytes]:
+    data = (json.dumps(body) + "\n").encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+    return [data]
+
+
+def start(
+    registry: CollectorRegistry,
+    folder: Folder,
+    host: str,
+    port: int,
+    web: WebConfigFile | None = None,
+    clock: Callable[[], float] = time.time,
+) -> WSGIServer:
+    """Serve the endpoints on host:port from a thread of their own, with the web config `web` (None: plain HTTP,
+    no auth, and no keep over HTTP); return the server (`server_port`, `shutdown()`). Raise OSError when the
+    port cannot be listened on."""
+    config = web.current if web is not None else (lambda: PLAIN)
+    check = PasswordCheck()  # one cache of verdicts for the Guard and the app
+    app = Guard(ReclaimApp(registry, folder, config, check, clock), config, check)
+    server = serve(app, host, port, tls=(lambda: config().tls) if web is not None else None)
+    threading.Thread(target=server.serve_forever, name="gpulens-reclaim-http", daemon=True).start()
+    return server
