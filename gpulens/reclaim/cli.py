@@ -85,11 +85,17 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     parser.add_argument("--policy", metavar="FILE", help="the policy file (default: the built-in, docs/reclaim.md)")
     parser.add_argument("--mode", choices=MODES, help="replaces the policy file's mode (its default: dry-run)")
     _state_dir(parser)
-    parser.add_argument(
+    told = parser.add_mutually_exclusive_group()
+    told.add_argument(
         "--warn-command",
         metavar="COMMAND",
         help="run per warning with the message on stdin; {user}, {account}, {job} replaced, e.g. "
         "\"mail -s 'Idle GPUs' {user}@example.org\"",
+    )
+    told.add_argument(
+        "--notify-config",
+        metavar="FILE",
+        help="tell owners through gpulens notify's sender (e-mail, chat; docs/notify.md), set up by FILE",
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
@@ -144,6 +150,12 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         policy = load_policy(args.policy, args.mode)
         source = from_environment({**os.environ, **source_environment(args)})
         notify = _warn_command(args.warn_command) if args.warn_command else None
+        if args.notify_config:
+            from gpulens.notify.config import load_config
+            from gpulens.notify.reclaim import reclaim_notifier
+            from gpulens.notify.sender import Sender
+
+            notify = reclaim_notifier(Sender.from_config(load_config(args.notify_config)))
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
         folder.lock()

@@ -96,6 +96,14 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         ),
         (("run", "--agents", "http://127.0.0.1:1", "--port", "70000"), "--port 70000 is not a port"),
         (("run",), "one of the arguments --prometheus --agents is required"),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--notify-config", "/nonexistent/notify.yaml"),
+            "/nonexistent/notify.yaml",
+        ),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--notify-config", "n.yaml", "--warn-command", "mail x"),
+            "not allowed with argument",
+        ),
     ],
 )
 def test_each_command_line_mistake_is_one_line_and_exit_2(tmp_path, capsys, argv, said):
