@@ -16,8 +16,8 @@ from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
 from gpulens.dashboard.views import job as job_view
 from gpulens.dashboard.views import oncall
-from gpulens.dashboard.views.links import job_link
 from gpulens.fleet.records import Alerts, Answer, FleetGpu
+from gpulens.links import job_link
 
 RANGES = {900: "15 minutes", 3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours"}
 

@@ -10,11 +10,10 @@ from dataclasses import asdict
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from gpulens import words
+from gpulens import links, words
 from gpulens.dashboard import access, charts, context, gate, reclaim
 from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import job as view
-from gpulens.dashboard.views import links
 from gpulens.dashboard.views import traces as trace_view
 from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
 

@@ -7,8 +7,8 @@ import time
 
 import streamlit as st
 
+from gpulens import links
 from gpulens.dashboard import context
-from gpulens.dashboard.views import links
 from gpulens.report import document, htmlpage, machine, markdown
 
 # How far back the report looks for the job's runs, as `gpulens report job --since` does (30 days by default).

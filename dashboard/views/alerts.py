@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.dashboard.views.links import gpu_link, node_link
 from gpulens.fleet.records import FiringAlert, SilenceShown
+from gpulens.links import gpu_link, node_link
 
 # A row of the alerts table; the keys are the column titles.
 AlertRow = TypedDict(

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from typing import TypedDict
 
 from gpulens import tips, words
-from gpulens.dashboard.views.links import gpu_link, job_link, node_link
 from gpulens.fleet.records import FleetGpu
+from gpulens.links import gpu_link, job_link, node_link
 from gpulens.vocabulary import WASTED_STATES, Condition, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from gpulens import words
+from gpulens import links, words
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard.access import Access
-from gpulens.dashboard.views import fleet, links
+from gpulens.dashboard.views import fleet
 from gpulens.fleet.records import FleetGpu, SilenceShown
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.

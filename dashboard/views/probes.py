@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpulens import thresholds, words
-from gpulens.dashboard.views.links import gpu_link
 from gpulens.fleet.records import ProbeResult
+from gpulens.links import gpu_link
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpulens import words
-from gpulens.dashboard.views.links import job_link
+from gpulens.links import job_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.sender import FAILED, NO_ADDRESS, Message, Sender
 from gpulens.reclaim.ladder import Decision

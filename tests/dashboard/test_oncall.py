@@ -14,10 +14,11 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from gpulens import links
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import access
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.views import links, oncall
+from gpulens.dashboard.views import oncall
 from gpulens.fleet.environment import PROMETHEUS
 from gpulens.fleet.records import Alerts, Answer, SilenceShown, SourceProblem
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource

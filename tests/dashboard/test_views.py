@@ -6,9 +6,9 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from gpulens import words
+from gpulens import links, words
 from gpulens.dashboard import charts
-from gpulens.dashboard.views import alerts, fleet, gpu, job, links, probes
+from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
 from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 

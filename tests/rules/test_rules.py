@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import yaml
 
+from gpulens import links
 from gpulens import thresholds as t
-from gpulens.dashboard.views import links
 from gpulens.dashboard.views.runbook import runbook_link
 from tests.rules.known import ROOT, RULES, agent_metric_names, recorded_names, referenced_metrics, rule_files, rules
 from tests.tools import require_tool
