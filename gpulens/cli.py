@@ -18,8 +18,9 @@ commands:
   dashboard  serve the dashboard over Prometheus (--prometheus URL) or the agents (--agents URL,...)
   demo       a simulated fleet of several nodes and the dashboard reading it (no GPU needed)
   report     GPU usage reports: 'report job ID' for one job, 'report fleet --since 7d --by user'
-             for a period, 'report trend --since 30d' for whether waste goes down (from agents'
-             ledgers, the agents themselves or Prometheus)
+             for a period, 'report trend --since 30d' for whether waste goes down, 'report digest
+             --since 30d' for each person's month (from agents' ledgers, the agents themselves,
+             Prometheus or Slurm's accounting)
   trace      ask this node's agent for a PyTorch trace of a running job and print where its step
              time goes: 'gpulens trace --job ID' (the job uses gpulens.torch)
   try        run your training script here, no agent or GPU needed, and print what gpulens makes
