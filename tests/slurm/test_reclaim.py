@@ -224,14 +224,22 @@ def reclaim_run():
     shutil.rmtree(folder, ignore_errors=True)  # kept when the run failed: the services' logs are there
 
 
+def _held_unsure(record: dict) -> bool:
+    """A hold on a verdict the agent does not have yet: its first cycles after a restart read `unknown (no_data)`,
+    and on a loaded machine a service cycle can fall in them. The service holds the job then, as it should."""
+    return record["event"] == "skipped" and "is unknown" in record["reason"]
+
+
 def _records(run: Run, name: str, audit: list[dict] | None = None) -> list[dict]:
     return [r for r in (run.audit if audit is None else audit) if r.get("job") == f"slurm/{run.jobs[name]}"]
 
 
 def test_the_idle_job_is_warned_twice_signalled_and_cancelled_at_the_ladders_times(reclaim_run):
     records = _records(reclaim_run, "idle")
-    after = [r for r in records if r["time"] >= reclaim_run.down[1]]  # the ladder started over with the agent
-    assert [r["event"] for r in after] == ["warned", "warned", "signalled", "checkpointed", "acted"], records
+    # The ladder started over with the agent.
+    after = [r for r in records if r["time"] >= reclaim_run.down[1] and not _held_unsure(r)]
+    said = [(r["event"], r["reason"] or r["detail"]) for r in records]
+    assert [r["event"] for r in after] == ["warned", "warned", "signalled", "checkpointed", "acted"], said
     first, second, signalled, checkpointed, acted = after
     for record, due in ((first, WARN[0]), (second, WARN[1]), (signalled, ACT)):
         assert due <= record["idle_seconds"] < due + LATE, record
@@ -261,7 +269,7 @@ def test_nothing_is_done_while_the_agent_is_down(reclaim_run):
     killed, back = reclaim_run.down
     during = [r for r in reclaim_run.audit + reclaim_run.dry_audit if killed < r["time"] < back]
     assert during == []
-    before = [r["event"] for r in _records(reclaim_run, "idle") if r["time"] <= killed]
+    before = [r["event"] for r in _records(reclaim_run, "idle") if r["time"] <= killed and not _held_unsure(r)]
     assert before == ["warned"]  # and its action was due DOWN_SECONDS later, while the agent was down
 
 
@@ -279,8 +287,9 @@ def test_the_exempt_and_the_kept_job_are_untouched_and_the_log_says_why_once(rec
 
 
 def test_a_job_that_works_again_after_a_warning_is_not_cancelled(reclaim_run):
-    events = [r["event"] for r in _records(reclaim_run, "busy-again")]
-    assert events and set(events) == {"warned", "reset"} and events[-1] == "reset", events
+    events = [r["event"] for r in _records(reclaim_run, "busy-again") if not _held_unsure(r)]
+    said = [(r["event"], r["reason"]) for r in _records(reclaim_run, "busy-again")]
+    assert events and set(events) == {"warned", "reset"} and events[-1] == "reset", said
     assert reclaim_run.states["busy-again"] == "RUNNING"
 
 
