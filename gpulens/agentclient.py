@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpulens.credentials import BASIC_AUTH_FILE, CA_FILE, CERT_FILE, KEY_FILE, Credentials
-from gpulens.httpclient import OVERLOADED, HttpClient, parse_json
+from gpulens.httpclient import OVERLOADED, HttpClient
 
 
 class AgentClient(HttpClient):
@@ -62,17 +62,9 @@ class AgentClient(HttpClient):
 
     def _answer(self, response: Any, path: str, key: str, kind: str) -> dict[str, Any]:
         """Return the JSON object an agent answered at `path`, holding a list under `key`; else raise HttpError
-        (its `status` the HTTP status) saying what the agent said, and that it may not be a gpulens agent
-        `kind` (with the ledger stage, new enough for traces)."""
-        try:
-            body = parse_json(response)
-        except ValueError:
-            body = None
-        if not response.ok:
-            said = body.get("error") if isinstance(body, dict) else None
-            # An agent's own refusal says what to do; anything else may not be a gpulens agent at all.
-            what = f": {self.said(said)}" if said else f" ({self.said(response.reason)}); is it a gpulens agent {kind}?"
-            raise self.error(f"answered HTTP {response.status_code} to {path}{what}", response.status_code)
-        if not isinstance(body, dict) or not isinstance(body.get(key), list):
+        saying what the agent said, or that it may not be a gpulens agent `kind` (with the ledger stage, new
+        enough for traces)."""
+        body = self.json_answer(response, path, f"is it a gpulens agent {kind}?")
+        if not isinstance(body.get(key), list):
             raise self.error(f"did not answer a {key} list at {path}; is it a gpulens agent?")
         return body

@@ -160,6 +160,20 @@ class HttpClient:
         """Return the HttpError that says `what` about this server (which answered HTTP `status`)."""
         return HttpError(self.where, self.said(what, 1000), status)
 
+    def json_answer(self, response: requests.Response, path: str, asked: str) -> dict[str, Any]:
+        """Return the JSON object a gpulens server answered at `path`; else raise HttpError (its `status` the HTTP
+        status) with the server's own "error" where it gave one, or `asked` (e.g. "is it a gpulens agent?") where
+        the answer may not be one of ours. What the object must hold is the caller's to check."""
+        try:
+            body = parse_json(response)
+        except ValueError:
+            body = None
+        if not response.ok:
+            said = body.get("error") if isinstance(body, dict) else None
+            what = f": {self.said(said)}" if said else f" ({self.said(response.reason)}); {asked}"
+            raise self.error(f"answered HTTP {response.status_code} to {path}{what}", response.status_code)
+        return body if isinstance(body, dict) else {}
+
 
 class _CollectorPause:
     """Pauses Python's cyclic garbage collector while any thread is inside `with collector_paused:`."""

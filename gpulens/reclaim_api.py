@@ -21,7 +21,7 @@ import requests
 
 from gpulens import checks
 from gpulens.credentials import Credentials, basic_auth_file, tls_credentials, tls_flags
-from gpulens.httpclient import HttpClient, parse_json, untrusted
+from gpulens.httpclient import HttpClient, untrusted
 
 KEEPS = "/api/v1/keeps"
 RECLAIM = "GPULENS_DASHBOARD_RECLAIM"
@@ -82,15 +82,8 @@ class ReclaimApi(HttpClient):
 
     def _answer(self, response: requests.Response, key: str) -> dict[str, Any]:
         """Return the JSON object the service answered, holding `key`; else raise HttpError with what it said."""
-        try:
-            body = parse_json(response)
-        except ValueError:
-            body = None
-        if not response.ok:
-            said = body.get("error") if isinstance(body, dict) else None
-            what = f": {self.said(said)}" if said else f" ({self.said(response.reason)}); is it gpulens reclaim run?"
-            raise self.error(f"answered HTTP {response.status_code} to {KEEPS}{what}", response.status_code)
-        if not isinstance(body, dict) or key not in body:
+        body = self.json_answer(response, KEEPS, "is it gpulens reclaim run?")
+        if key not in body:
             raise self.error(f"did not answer {key!r} at {KEEPS}; is it gpulens reclaim run, new enough for keeps?")
         return body
 
