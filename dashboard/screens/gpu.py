@@ -12,10 +12,10 @@ import streamlit as st
 from gpulens import words
 from gpulens.dashboard import access, charts, context, gate, reclaim
 from gpulens.dashboard.views import alerts as alerts_view
-from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import gpu as view
 from gpulens.dashboard.views import job as job_view
 from gpulens.dashboard.views import oncall
+from gpulens.fleet import advice
 from gpulens.fleet.records import Alerts, Answer, FleetGpu
 from gpulens.links import job_link
 
@@ -225,7 +225,7 @@ def gpu_page() -> None:
             else ""
         )
     )
-    for tip in fleet_view.gpu_tips(current):
+    for tip in advice.gpu_tips(current):
         st.markdown(f"**Tip: {tip.title}.** {tip.text}")
     if flagged:
         oncall_panel(current, flagged, alerts, now)

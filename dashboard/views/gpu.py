@@ -10,7 +10,8 @@ from datetime import datetime, timezone
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.dashboard.views.fleet import gpu_tips, is_lost
+from gpulens.dashboard.views.fleet import is_lost
+from gpulens.fleet.advice import gpu_tips
 from gpulens.fleet.records import FleetGpu, GpuHistory
 from gpulens.vocabulary import State
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.dashboard.views.fleet import WASTED, gpu_tips, job_advice, job_gpus, units
+from gpulens.dashboard.views.fleet import WASTED, job_gpus, units
+from gpulens.fleet.advice import gpu_tips, job_advice
 from gpulens.fleet.records import FleetGpu, JobSummary, ReclaimPending
 from gpulens.links import gpu_link, job_link
 from gpulens.report.document import tip_text, tip_title

@@ -15,6 +15,7 @@ from gpulens import links, words
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard.access import Access
 from gpulens.dashboard.views import fleet
+from gpulens.fleet import advice
 from gpulens.fleet.records import FleetGpu, SilenceShown
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.
@@ -176,7 +177,7 @@ def message(
     if row.evidence:
         lines.append(f"Evidence: {row.evidence}.")
     lines.append(f"Held by: {holder(unit)}.")
-    whole = fleet.job_advice(held)[:1]
+    whole = advice.job_advice(held)[:1]
     if whole:
         lines.append(f"What to do: {whole[0].title}. {whole[0].text}")
     if row.tips:

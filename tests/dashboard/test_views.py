@@ -9,6 +9,7 @@ import pytest
 from gpulens import links, words
 from gpulens.dashboard import charts
 from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
+from gpulens.fleet import advice
 from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
 from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 
@@ -48,15 +49,15 @@ def test_flagged_are_wasted_or_unhealthy_sorted_by_wasted_time_then_age():
 
 
 def test_gpu_tips_put_the_agents_pick_first_then_the_catalogs_without_repeats():
-    tips = fleet.gpu_tips(GPUS[2])
+    tips = advice.gpu_tips(GPUS[2])
     assert [t.id for t in tips][0] == "dataloader_workers"
     assert len({t.id for t in tips}) == len(tips) == 2
     assert "72%" in tips[0].text  # written with the evidence
     # An unknown tip id (a newer agent) falls back to the catalog's own choice for the reason.
-    assert fleet.gpu_tips(replace(GPUS[1], tip="from_a_newer_agent"))[0].id == "release_idle_gpu"
+    assert advice.gpu_tips(replace(GPUS[1], tip="from_a_newer_agent"))[0].id == "release_idle_gpu"
     # A health condition gets its tip even on a busy GPU.
     hot = replace(GPUS[0], conditions=("thermal_throttle",))
-    assert "thermal_throttle" in [t.id for t in fleet.gpu_tips(hot)]
+    assert "thermal_throttle" in [t.id for t in advice.gpu_tips(hot)]
 
 
 def test_heatmap_rows_name_state_reason_and_owner_in_words():
@@ -407,7 +408,7 @@ def test_wasted_mig_slices_are_flagged_by_name_holder_and_tip_ranked_by_their_sh
 
 def test_a_slices_tips_know_its_profile():
     underused = MIG_GPU.slices[2]
-    assert fleet.tip_evidence(underused)["model"] == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+    assert advice.tip_evidence(underused)["model"] == "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
 
 
 def test_filters_narrow_a_mig_gpu_to_the_slices_that_pass():
@@ -497,7 +498,7 @@ def test_a_recent_xid_is_named_by_its_code_and_meaning():
     xid = replace(GPUS[0], conditions=("xid_recent",), evidence={**GPUS[0].evidence, "xid": 79.0})
     [row] = fleet.flagged([xid], NOW)
     assert "Xid 79, GPU has fallen off the bus, in the last 10 minutes" in row.why
-    tips = fleet.gpu_tips(xid, limit=3)
+    tips = advice.gpu_tips(xid, limit=3)
     assert any("79" in tip.text for tip in tips)  # the lookup tip quotes it, with what to do
     assert words.condition_text("xid_recent") == "a driver error (Xid) in the last 10 minutes"  # code unknown
 

@@ -12,8 +12,9 @@ import textwrap
 import pytest
 
 from gpulens.agent.simulator.scenario import parse_scenario
-from gpulens.dashboard.views import fleet, oncall
+from gpulens.dashboard.views import oncall
 from gpulens.dashboard.views.job import job_tips, past_tips
+from gpulens.fleet import advice
 from gpulens.fleet.records import FleetGpu
 from gpulens.report.cli import run
 from gpulens.tips import DeviceWork
@@ -190,7 +191,7 @@ def test_the_message_to_the_owner_leads_with_the_job_tip():
     # Without the job's other GPUs the message gives the GPU's own tip, as before.
     [alone] = oncall.flagged(gpus[3], EPOCH + 600, None, {})
     assert "What to do: Give the idle GPU back" in alone.message and "For this GPU" not in alone.message
-    assert fleet.job_advice(gpus[1:]) == []  # the idle GPUs alone: idle everywhere, each GPU's tips say it
+    assert advice.job_advice(gpus[1:]) == []  # the idle GPUs alone: idle everywhere, each GPU's tips say it
 
 
 def test_a_past_jobs_page_leads_with_the_job_tip():

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from gpulens import words
 from gpulens.dashboard import charts
 from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
+from gpulens.fleet import advice
 from gpulens.fleet.records import Answer
 
 
@@ -47,7 +48,7 @@ def render_everything(
         gpu.missing_lines(history, spec)
     for g in gpus:
         gpu.node_rows(gpus, g.node, now)
-        fleet.gpu_tips(g)
+        advice.gpu_tips(g)
         words.evidence_text(g.evidence)
         words.duration(now - g.since) if g.since else None
         gpu.holder_rows(g, history)
