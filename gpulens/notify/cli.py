@@ -109,6 +109,32 @@ def describe(sender: Sender) -> list[str]:
         "templates: "
         + "; ".join(p for p in (", ".join(own), f"built-in: {', '.join(shipped)}" if shipped else "") if p)
     )
+    advice = config.advice
+    lines.append(
+        "advice (with gpulens reclaim run): "
+        + (
+            words.join(
+                [
+                    f"starved for data {words.duration(advice.starved)}" if advice.starved else "",
+                    f"underused {words.duration(advice.underutilized)}" if advice.underutilized else "",
+                ]
+            )
+            + f" on {words.percent(advice.share)} of a job's GPUs"
+            if advice and (advice.starved or advice.underutilized)
+            else "none (add advice: to the settings)"
+        )
+    )
+    end = config.job_end
+    asked = [
+        f"users {', '.join(end.users)}" if end.users else "",
+        f"accounts {', '.join(end.accounts)}" if end.accounts else "",
+        f"namespaces {', '.join(end.namespaces)}" if end.namespaces else "",
+    ]
+    lines.append(
+        "jobs' ends told to: "
+        + ("every owner" if end.everyone else "; ".join(a for a in asked if a) or "nobody by the settings")
+        + " (and pods with gpulens.io/notify-end: true)"
+    )
     lines.append(f"state folder: {sender.folder.path}")
     return lines
 

@@ -27,6 +27,8 @@
     templates: /etc/gpulens/notify-templates   # <reason>.txt files replacing the built-in ones
     state: /var/lib/gpulens/notify
     dashboard: https://gpulens.example.org     # links in messages
+    advice: {starved: 1h, underutilized: 4h, share: 0.5}   # advice on jobs wasting GPUs; absent: none
+    job_end: {users: [alice], accounts: [physics], namespaces: [vision], everyone: false}
 
 Every mistake is a `ConfigError`: one line naming the file, the key and the fix.
 """
@@ -223,6 +225,25 @@ def _dashboard(value: Any, where: str) -> str:
 
 
 @dataclass(frozen=True)
+class AdviceSettings:
+    """When a job that wastes its GPUs without idling them gets advice (gpulens.notify.advisor); 0: never."""
+
+    starved: float = key(checks.duration, 0, default=3600.0)
+    underutilized: float = key(checks.duration, 0, default=4 * 3600.0)
+    share: float = key(checks.number, 0.01, 1, default=0.5)  # of the job's GPUs that must be so
+
+
+@dataclass(frozen=True)
+class JobEndSettings:
+    """Whose jobs get a message with their report as they end; a pod asks with gpulens.io/notify-end: "true"."""
+
+    everyone: bool = key(checks.flag, default=False)
+    users: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
+    accounts: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
+    namespaces: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
+
+
+@dataclass(frozen=True)
 class Config:
     smtp: SmtpSettings | None = key(lambda v, w: read(v, w, SmtpSettings), default=None)
     webhooks: tuple[WebhookSettings, ...] = key(lambda v, w: each(v, w, read, WebhookSettings), default=())
@@ -234,6 +255,8 @@ class Config:
     templates: str = key(text, default="")
     state: str = key(text, default=DEFAULT_STATE)
     dashboard: str = key(_dashboard, default="")
+    advice: AdviceSettings | None = key(lambda v, w: read(v or {}, w, AdviceSettings), default=None)
+    job_end: JobEndSettings = key(lambda v, w: read(v, w, JobEndSettings), default=JobEndSettings())
     source: str = field(default="the built-in settings", compare=False)  # where it was read from, for messages
 
     def __post_init__(self) -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from gpulens import words
-from gpulens.links import job_link
-from gpulens.notify.addresses import Owner
+from gpulens.notify.advisor import job_fields, owner_of
 from gpulens.notify.sender import FAILED, NO_ADDRESS, Message, Sender
 from gpulens.reclaim.ladder import Decision
 from gpulens.reclaim.service import Notify, NotifyError
@@ -18,23 +17,17 @@ def reclaim_notifier(sender: Sender) -> Notify:
 
     def notify(decision: Decision, text: str) -> None:
         job, due = decision.job, decision.due_at
-        gpus = ", ".join(f"{d.node}/{d.gpu}" for d in job.devices)
-        dashboard = sender.config.dashboard
         fields = {
-            "job": words.job_label(job.kind, job.id, job.pod),
-            "job_id": job.id,
+            **job_fields(job, sender.config.dashboard),
             "verdict": "idle: its GPUs hold no work",
-            "gpus": f"{words.plural(len(job.devices), 'GPU')}: {gpus}" if gpus else "",
             "since": words.duration(decision.idle_seconds),
             "due": words.when(due) if due is not None else "",
-            "links": f"{dashboard}/{job_link(job.kind, job.id)}" if dashboard else "",
             "details": text,
         }
         # A new idle spell has a new due time: its warnings are new, while the same warning decided again (a
         # service restarted with its places lost) is the one the cooldown suppresses.
         case = f"warning {decision.step}" + (f", due {due:.0f}" if due is not None else "")
-        owner = Owner(user=job.user, account=job.account, namespace=job.namespace)
-        outcome = sender.send(Message("reclaim_warning", owner, job=job.key, case=case, fields=fields))
+        outcome = sender.send(Message("reclaim_warning", owner_of(job), job=job.key, case=case, fields=fields))
         if outcome.status in (FAILED, NO_ADDRESS):
             raise NotifyError(outcome.detail)
 

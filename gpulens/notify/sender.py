@@ -130,14 +130,29 @@ class Sender:
             log.error("held messages: %s", error)
             return []
 
+    def told(self, message: Message) -> bool:
+        """Whether a message of `message`'s key went within the cooldown or waits out quiet hours: one that
+        `send` would suppress, so that a caller need not read its evidence again to build it."""
+        key = self._key(message)
+        try:
+            sent = self.folder.sent().get(key)
+            return (sent is not None and sent > self.clock() - self.config.cooldown) or any(
+                h.get("key") == key for h in self.folder.held()
+            )
+        except StateError:
+            return False  # `send` says what is wrong with the folder
+
     def recipients(self, message: Message) -> Recipients:
         """Return whom `message` is meant for, test mode aside."""
         if message.to_lead:
             return self.addresses.lead(message.owner.account)
         return self.addresses.owner(message.owner)
 
+    def _key(self, message: Message) -> str:
+        return ("test mode|" if self.config.test_mode else "") + message.key  # tests never silence real messages
+
     def _send(self, message: Message, now: float, held_since: float | None) -> Outcome:
-        key = ("test mode|" if self.config.test_mode else "") + message.key  # tests never silence real messages
+        key = self._key(message)
         sent = {k: t for k, t in self.folder.sent().items() if t > now - self.config.cooldown}
         if key in sent:
             why = (

@@ -25,6 +25,8 @@ class Facts:
     namespace: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     keep_until: float | None = None
+    named: str = ""  # an address or chat handle the job names for its owner
+    notify_end: bool = False  # its owner asked to be told as it ends
 
 
 class Actor(Protocol):

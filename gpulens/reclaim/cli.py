@@ -95,7 +95,8 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     told.add_argument(
         "--notify-config",
         metavar="FILE",
-        help="tell owners through gpulens notify's sender (e-mail, chat; docs/notify.md), set up by FILE",
+        help="tell owners through gpulens notify's sender (e-mail, chat; docs/notify.md), set up by FILE: the "
+        "warnings, and the advice and jobs' ends its settings ask for",
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
@@ -150,12 +151,16 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         policy = load_policy(args.policy, args.mode)
         source = from_environment({**os.environ, **source_environment(args)})
         notify = _warn_command(args.warn_command) if args.warn_command else None
+        advisor = None
         if args.notify_config:
+            from gpulens.notify.advisor import Advisor
             from gpulens.notify.config import load_config
             from gpulens.notify.reclaim import reclaim_notifier
             from gpulens.notify.sender import Sender
 
-            notify = reclaim_notifier(Sender.from_config(load_config(args.notify_config)))
+            sender = Sender.from_config(load_config(args.notify_config))
+            notify = reclaim_notifier(sender)
+            advisor = Advisor(sender, source, sender.config.advice, sender.config.job_end)
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
         folder.lock()
@@ -178,7 +183,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         except ActorError as error:
             return _fail("run", error, EXIT_USAGE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    service = Service(source, policy, folder, actors=actors, notify=notify, checkpoint=checkpoint)
+    service = Service(source, policy, folder, actors=actors, notify=notify, checkpoint=checkpoint, advisor=advisor)
     if args.once:
         service.cycle()
         return 0

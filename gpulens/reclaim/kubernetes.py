@@ -9,7 +9,9 @@ or anywhere with a kubeconfig (`from_config`).
   policy reads of them: the namespace, the node pool of their node as `partition` (GKE's, EKS', AKS' or
   Karpenter's pool label: POOL_LABELS), the owner as `user` (the first of `owner_keys`, a label or else an
   annotation of the pod), the pod's labels, and a keep its owner wrote on the pod (the annotation
-  gpulens.io/keep-until, an RFC 3339 time; one that does not read is ignored, with a warning). A pod being
+  gpulens.io/keep-until, an RFC 3339 time; one that does not read is ignored, with a warning). For the
+  messages to the owner (gpulens.notify): an address or chat handle in the annotation gpulens.io/owner-email,
+  and gpulens.io/notify-end: "true" (a label or annotation) for a message as the pod ends. A pod being
   deleted is not listed: it is going away already.
 - `act()`: the policy's action (`cancel`, `requeue`, `requeue_hold`: Slurm's words) means one thing for every
   Kubernetes workload: **stop it**, the way its own controller lets a person stop it and start it again, so
@@ -62,6 +64,8 @@ POOL_LABELS = (
 )
 OWNER_KEYS = ("gpulens.io/owner",)  # a pod's label (or else annotation) naming the person who owns it
 KEEP_UNTIL = "gpulens.io/keep-until"  # a pod's annotation: no warning, no action before this RFC 3339 time
+OWNER_EMAIL = "gpulens.io/owner-email"  # a pod's annotation: its owner's address or chat handle
+NOTIFY_END = "gpulens.io/notify-end"  # a pod's label or annotation: "true" tells its owner as it ends
 # Kubeflow's notebook controller scales a Notebook's StatefulSet to 0 while this annotation is on the Notebook;
 # its culler sets it to the time it stopped the Notebook, RFC 3339 (components/notebook-controller/pkg/culler:
 # STOP_ANNOTATION, createTimestamp). Removing it starts the Notebook again.
@@ -205,6 +209,8 @@ class Kubernetes:
                 namespace=namespace,
                 labels=labels,
                 keep_until=self._keep_until(uid, f"{namespace}/{name}", annotations.get(KEEP_UNTIL)),
+                named=annotations.get(OWNER_EMAIL, "").strip(),  # a label cannot hold "@"
+                notify_end=annotations.get(NOTIFY_END, labels.get(NOTIFY_END, "")).strip().lower() == "true",
             )
             where[uid] = (namespace, str(name))
         self._pods = where

@@ -52,6 +52,8 @@ class Job:
     comment: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     keep_until: float | None = None  # a keep written on the job itself (a pod's gpulens.io/keep-until)
+    named: str = ""  # an address or chat handle the job names for its owner (a pod's gpulens.io/owner-email)
+    notify_end: bool = False  # its owner asked for a message as it ends (a pod's gpulens.io/notify-end)
 
     @property
     def key(self) -> str:
@@ -146,12 +148,17 @@ def jobs_in(gpus: Iterable[FleetGpu]) -> tuple[Job, ...]:
 def idle_seconds(job: Job, share: float, now: float) -> float | None:
     """Return how long `share` of the job's devices have all been idle (0 when they are not), or None when one
     of its devices has no verdict to go by (unknown, or lost)."""
+    return spell_seconds(job, State.IDLE.value, share, now)
+
+
+def spell_seconds(job: Job, state: str, share: float, now: float) -> float | None:
+    """Return how long `share` of the job's devices have all been in `state` (0 when they are not), or None when
+    one of its devices has no verdict to go by (unknown, or lost)."""
     durations = []
     for device in job.devices:
         if not device.up or device.state == State.UNKNOWN.value:
             return None
-        idle = device.state == State.IDLE.value and device.since is not None
-        durations.append(max(0.0, now - device.since) if idle and device.since is not None else 0.0)
+        durations.append(max(0.0, now - device.since) if device.state == state and device.since is not None else 0.0)
     if not durations:
         return None
     needed = max(1, math.ceil(share * len(durations) - 1e-9))

@@ -9,7 +9,9 @@ One cycle, every `interval` of the policy:
 4. in `enforce` mode the signals and actions, each action after the job's gpulens.torch processes were asked
    to checkpoint (all of the cycle's at once, for at most the policy's `checkpoint_wait`); in `notify` mode
    the warnings only; in `dry-run` nothing but the audit log, which says what would have been done;
-5. the places saved, the audit log and the metrics written.
+5. the places saved, the audit log and the metrics written;
+6. with an advisor (`--notify-config`), in every mode: advice to the owners of starved and underused jobs, and
+   the ends of jobs whose owners asked (gpulens.notify.advisor).
 
 A failing read, scheduler or action costs its cycle or its job, never the service.
 """
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -35,6 +37,9 @@ from gpulens.reclaim.folder import Folder
 from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
 from gpulens.reclaim.policy import Policy
 from gpulens.words import duration, when
+
+if TYPE_CHECKING:
+    from gpulens.notify.advisor import Advisor
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +113,12 @@ class Service:
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
         checkpoint: Checkpoint | None = None,
+        advisor: Advisor | None = None,
     ):
         self.source, self.policy, self.folder, self.clock = source, policy, folder, clock
         self.actors = {actor.kind: actor for actor in actors}
         self.notify = notify
+        self.advisor = advisor  # advice on starved and underused jobs, and jobs' ends (gpulens.notify.advisor)
         self.checkpoint = checkpoint or source.checkpoint  # the agents that the source reads, unless told others
         self.checkpointed: set[str] = set()  # jobs asked already: a failed action tried again does not ask again
         self.places = folder.places()
@@ -141,7 +148,7 @@ class Service:
         now = self.clock()
         answer = self.source.fleet(WINDOW)
         self.problems = answer.problems
-        jobs, held = self._with_facts(jobs_in(answer.value.gpus))
+        jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
         held.update(_held(answer.problems, jobs))
         self.recent = [t for t in self.recent if t > now - HOUR]
         cycle = decide(now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent))
@@ -159,6 +166,11 @@ class Service:
         self.places = places
         self.folder.save_places(places)
         self.last, self.last_time = cycle, now
+        if self.advisor is not None:
+            try:
+                self.advisor.cycle(now, jobs, held, answer.problems, running)
+            except Exception:  # advice lost costs its messages, never the ladder
+                log.exception("the advice to owners failed this cycle; it is tried again next cycle")
         return cycle
 
     def run(self, stop: threading.Event) -> None:
@@ -172,22 +184,27 @@ class Service:
                 log.exception("a reclaim cycle failed; the next one runs in %s", duration(self.policy.interval))
             stop.wait(max(0.0, self.policy.interval - (time.monotonic() - started)))
 
-    def _with_facts(self, jobs: Sequence[Job]) -> tuple[list[Job], dict[str, str]]:
+    def _with_facts(
+        self, jobs: Sequence[Job]
+    ) -> tuple[list[Job], dict[str, str], dict[str, Mapping[str, Facts] | None]]:
         """The jobs with their scheduler's facts; a job its scheduler does not list as running is left out, and
-        every job of a scheduler that does not answer is held."""
+        every job of a scheduler that does not answer is held. Also each scheduler's running jobs by kind, None
+        for one that did not answer."""
         held: dict[str, str] = {}
-        running: dict[str, Mapping[str, Facts]] = {}
+        running: dict[str, Mapping[str, Facts] | None] = {}
         for kind, actor in self.actors.items():
             try:
                 running[kind] = actor.running()
             except ActorError as error:
+                running[kind] = None
                 held.update(
                     {job.key: f"the {kind} scheduler does not answer: {error}" for job in jobs if job.kind == kind}
                 )
         known = []
         for job in jobs:
-            facts = running.get(job.kind, {}).get(job.id) if job.kind in running else None
-            if job.kind in running and facts is None:
+            listed = running.get(job.kind)
+            facts = listed.get(job.id) if listed is not None else None
+            if listed is not None and facts is None:
                 continue  # ended since the agents saw it, or not the scheduler's: nothing to act on
             if facts is not None:
                 job = replace(
@@ -199,9 +216,11 @@ class Service:
                     namespace=facts.namespace or job.namespace,
                     labels=facts.labels,
                     keep_until=facts.keep_until,
+                    named=facts.named,
+                    notify_end=facts.notify_end,
                 )
             known.append(job)
-        return known, held
+        return known, held, running
 
     def _ask_to_checkpoint(self, decisions: Sequence[Decision], now: float) -> None:
         """Ask the processes of the jobs about to be acted on to checkpoint, all at once, waiting at most each

@@ -58,11 +58,25 @@ def test_check_says_what_the_settings_do_and_where_each_owners_messages_go(tmp_p
         "at once)",
         f"templates: test (template file {tmp_path}/templates/test.txt); built-in: reclaim_warning, starved, "
         "underutilized, job_end, digest",
+        "advice (with gpulens reclaim run): none (add advice: to the settings)",
+        "jobs' ends told to: nobody by the settings (and pods with gpulens.io/notify-end: true)",
         f"state folder: {tmp_path}/state",
         "alice: e-mail alice@lab.example.org (map file users.alice); chat @alice (map file users.alice)",
         "bob: e-mail bob@example.org (addresses.domain_template)",
         "lead of physics: carol@example.org",
     ]
+
+
+def test_check_says_which_jobs_get_advice_and_whose_ends_are_told(tmp_path, capsys):
+    extra = "advice: {starved: 30m, underutilized: 0}\njob_end: {users: [alice, bob], accounts: [physics]}\n"
+    status, out, _ = run(capsys, "check", "--config", settings(tmp_path, 2525, extra))
+    assert status == 0
+    assert "advice (with gpulens reclaim run): starved for data 30 min on 50% of a job's GPUs" in out.splitlines()
+    told = "jobs' ends told to: users alice, bob; accounts physics (and pods with gpulens.io/notify-end: true)"
+    assert told in out.splitlines()
+    status, out, err = run(capsys, "check", "--config", settings(tmp_path, 2525, "advice: {share: 2}\n"))
+    assert status == 1 and out == ""
+    assert err.endswith("notify.yaml: advice.share: must be between 0.01 and 1, got 2\n"), err
 
 
 def test_check_in_test_mode_and_without_an_address(tmp_path, capsys):

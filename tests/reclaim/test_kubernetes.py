@@ -138,9 +138,12 @@ def test_running_lists_running_pods_by_uid_with_their_facts(double):
             annotations=keep,
         )
     )
-    double.add(
-        pod("serve-1", namespace="inference", uid="uid-serve", node="gpu-b", annotations={"gpulens.io/owner": "bob"})
-    )
+    told = {
+        "gpulens.io/owner": "bob",
+        "gpulens.io/owner-email": " bob@lab.example.org ",
+        "gpulens.io/notify-end": "True",
+    }
+    double.add(pod("serve-1", namespace="inference", uid="uid-serve", node="gpu-b", annotations=told))
     double.add(pod("waiting", uid="uid-pending", phase="Pending"))
     double.add(pod("done", uid="uid-done", phase="Succeeded"))
     double.add(pod("leaving", uid="uid-leaving", deletionTimestamp="2026-12-05T09:00:00Z"))
@@ -155,6 +158,8 @@ def test_running_lists_running_pods_by_uid_with_their_facts(double):
         keep_until=rfc3339("2026-12-05T18:00:00Z"),
     )
     assert jobs["uid-serve"].partition == "h100" and jobs["uid-serve"].user == "bob"  # an annotation, no label
+    assert jobs["uid-serve"].named == "bob@lab.example.org" and jobs["uid-serve"].notify_end
+    assert jobs["uid-elsewhere"].named == "" and not jobs["uid-elsewhere"].notify_end
     assert jobs["uid-elsewhere"].partition == "" and jobs["uid-elsewhere"].keep_until is None
     lists = [r for r in double.requests if r.resource == "pods"]
     assert [(r.verb, r.path, r.query["fieldSelector"]) for r in lists] == [

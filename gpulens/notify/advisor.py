@@ -1,0 +1,185 @@
+"""Advice to the owners of jobs that waste their GPUs without idling them, and each job's end where its owner
+asked: what the reclaim service's cycle hands the sender besides its warnings.
+
+Each cycle (`Advisor.cycle`, called by `gpulens reclaim run --notify-config FILE` after it read the fleet),
+besides sending what quiet hours held once they end:
+
+- a job whose GPUs have been starved for data, or underused, on `advice.share` of its GPUs for at least
+  `advice.starved` (or `advice.underutilized`) gets a `starved` (`underutilized`) message: the verdict, its
+  evidence and the top tips, as the dashboard's job page shows them. One per job and reason within the
+  sender's cooldown. A job the read layer is unsure of (its node's agent down, a verdict unknown) gets none.
+- a job that has ended, whose owner asked for it (`job_end` in the settings: users, accounts, namespaces or
+  everyone; or a pod labelled or annotated `gpulens.io/notify-end: "true"`), gets a `job_end` message with its
+  report, as `gpulens report job ID` writes it from the same store. A job has ended when its scheduler no
+  longer lists it; a job of a kind no scheduler answers for, when it left the fleet while its node's agent
+  answered. The jobs seen are kept in memory: a job that ends while the service is down gets no message
+  (Slurm's own end mail, through gpulens-slurm-mail, does not depend on it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from gpulens import words
+from gpulens.fleet.advice import gpu_tips, job_advice
+from gpulens.fleet.records import FleetGpu, Source, SourceProblem
+from gpulens.links import job_link, report_link
+from gpulens.notify.addresses import Owner
+from gpulens.notify.config import AdviceSettings, JobEndSettings
+from gpulens.notify.sender import Message, Outcome, Sender
+from gpulens.reclaim.ladder import Job, spell_seconds
+from gpulens.vocabulary import State
+
+log = logging.getLogger(__name__)
+
+ADVISED = {"starved": State.DATA_STARVED.value, "underutilized": State.UNDERUTILIZED.value}  # reason: state
+TIPS = 3  # tips in a message: the job's as a whole first, then its GPUs'
+FORGET_AFTER = 86_400.0  # a job out of sight this long, its end never confirmed, is forgotten without a message
+
+
+@dataclass(frozen=True)
+class _Seen:
+    job: Job
+    first: float  # when the advisor first saw it running
+    last: float
+
+
+def job_fields(job: Job, dashboard: str) -> dict[str, str]:
+    """The template fields every message about `job` fills the same way: its name, id, GPUs and page."""
+    gpus = ", ".join(f"{d.node}/{d.gpu}" + (f" ({d.mig_profile})" if d.mig_profile else "") for d in job.devices)
+    return {
+        "job": words.job_label(job.kind, job.id, job.pod),
+        "job_id": job.id,
+        "gpus": f"{words.plural(len(job.devices), 'GPU')}: {gpus}" if gpus else "",
+        "links": f"{dashboard}/{job_link(job.kind, job.id)}" if dashboard else "",
+    }
+
+
+def owner_of(job: Job) -> Owner:
+    return Owner(user=job.user, account=job.account, namespace=job.namespace, named=job.named)
+
+
+class Advisor:
+    """`source` is the read layer the service reads: `detail` for the evidence, `job_report` for an ended job."""
+
+    def __init__(self, sender: Sender, source: Source, advice: AdviceSettings | None, job_end: JobEndSettings):
+        self.sender, self.source, self.advice, self.job_end = sender, source, advice, job_end
+        self.seen: dict[str, _Seen] = {}
+
+    def cycle(
+        self,
+        now: float,
+        jobs: Sequence[Job],
+        unsure: Mapping[str, str],
+        problems: Sequence[SourceProblem],
+        running: Mapping[str, Collection[str] | None],
+    ) -> list[Outcome]:
+        """Send what is due for the cycle's running `jobs` and for the jobs that ended since the last one.
+
+        `unsure`: the jobs the service holds, by key ("*": every job), and why; `problems`: what the read met;
+        `running`: each scheduler's running job ids by job kind, None for a scheduler that did not answer."""
+        outcomes = self.sender.release()  # what quiet hours held, once they end
+        for job in jobs:
+            before = self.seen.get(job.key)
+            self.seen[job.key] = _Seen(job, before.first if before else now, now)
+            if self.advice is not None and job.key not in unsure and "*" not in unsure:
+                outcomes += self._advise(job, now)
+        current = {job.key for job in jobs}
+        for key, seen in list(self.seen.items()):
+            if key in current:
+                continue
+            if _ended(seen.job, problems, running):
+                del self.seen[key]
+                if self._wants_end(seen.job):
+                    outcomes.append(self._end(seen, now))
+            elif now - seen.last > FORGET_AFTER:
+                del self.seen[key]
+        return outcomes
+
+    # -- advice while it runs ---------------------------------------------------------------------------
+
+    def _advise(self, job: Job, now: float) -> list[Outcome]:
+        assert self.advice is not None
+        outcomes = []
+        for reason, state in ADVISED.items():
+            after = self.advice.starved if reason == "starved" else self.advice.underutilized
+            spell = spell_seconds(job, state, self.advice.share, now)
+            if not after or spell is None or spell < after:
+                continue
+            if self.sender.told(Message(reason, owner_of(job), job=job.key)):
+                continue  # within the cooldown: its evidence is not read again each cycle
+            outcomes.append(self.sender.send(self._advice(job, reason, state, spell)))
+        return outcomes
+
+    def _advice(self, job: Job, reason: str, state: str, spell: float) -> Message:
+        devices = [d for d in job.devices if d.state == state]
+        detailed: Sequence[FleetGpu] = devices
+        try:
+            answer = self.source.detail(devices)
+            detailed = answer.value or devices
+        except Exception:  # the evidence is the message's, not the cycle's to lose
+            log.exception("the evidence of %s could not be read; the message goes without it", job.key)
+        first = detailed[0]
+        tips = {tip.id: tip for tip in (*job_advice(job.devices), *gpu_tips(first, limit=TIPS))}
+        fields = {
+            **job_fields(job, self.sender.config.dashboard),
+            "verdict": f"{words.state_name(state).lower()} ({words.reason_text(first.reason)})",
+            "evidence": words.evidence_text(first.evidence),
+            "tips": "\n".join(f"- {tip.title}: {tip.text}" for tip in list(tips.values())[:TIPS]),
+            "since": words.duration(spell),
+        }
+        return Message(reason, owner_of(job), job=job.key, fields=fields)
+
+    # -- the job's end ----------------------------------------------------------------------------------
+
+    def _wants_end(self, job: Job) -> bool:
+        asked = self.job_end
+        return (
+            job.notify_end
+            or asked.everyone
+            or job.user in asked.users
+            or (bool(job.account) and job.account in asked.accounts)
+            or (bool(job.namespace) and job.namespace in asked.namespaces)
+        )
+
+    def _end(self, seen: _Seen, now: float) -> Outcome:
+        from gpulens.report.document import hours, job_document, tip_text, tip_title
+        from gpulens.report.terminal import render
+
+        job, dashboard = seen.job, self.sender.config.dashboard
+        fields = {
+            **job_fields(job, dashboard),
+            "links": f"{dashboard}/{report_link(job.kind, job.id)}" if dashboard else "",
+        }
+        try:
+            answer = self.source.job_report(job.kind, job.id, seen.first - 60.0, now)
+            report, said = answer.value, "; ".join(str(p) for p in answer.problems)
+        except Exception as error:  # noqa: BLE001 - the owner still hears that the job ended
+            report, said = None, f"failed unexpectedly: {error}"
+        if report is None:
+            fields["details"] = f"gpulens has no report of it: {said or 'the store keeps nothing of it'}"
+        else:
+            record = report.record
+            wasted = record.wasted_seconds / record.gpu_seconds if record.gpu_seconds else None
+            fields["verdict"] = words.join(
+                [
+                    f"busy {words.percent(record.busy_ratio)} of the time" if record.busy_ratio is not None else "",
+                    f"{words.percent(wasted)} of its {hours(record.gpu_seconds)} GPU-hours wasted"
+                    if wasted is not None
+                    else "",
+                ]
+            )
+            fields["tips"] = "\n".join(f"- {tip_title(t)}: {tip_text(t, use)}" for t, use in record.top_tips(TIPS))
+            fields["details"] = render(replace(job_document(report), tips=()))  # the tips are the message's own
+        return self.sender.send(Message("job_end", owner_of(job), job=job.key, fields=fields))
+
+
+def _ended(job: Job, problems: Sequence[SourceProblem], running: Mapping[str, Collection[str] | None]) -> bool:
+    """Whether a job seen before and gone from the fleet now has ended, as far as can be told for sure."""
+    if job.kind in running:
+        ids = running[job.kind]
+        return ids is not None and job.id not in ids
+    # No scheduler answers for its kind: gone from the fleet while the store and its nodes' agents answered.
+    return not any(not p.node or p.node in job.nodes for p in problems)
