@@ -19,7 +19,7 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds as t
 from gpulens import units, words
@@ -43,9 +43,12 @@ from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.digest import DIGEST_GROUPINGS, Digest, digest_report
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
 from gpulens.report.progress import Progress
-from gpulens.report.summary import GROUPINGS, FleetReport, JobReport
+from gpulens.report.summary import GROUPINGS, NONE, FleetReport, JobReport
 from gpulens.report.trend import TrendReport, check_period, whole_hours
 from gpulens.usage import LAST_EPOCH
+
+if TYPE_CHECKING:
+    from gpulens.notify.sender import Sender
 
 EXIT_EMPTY = 1
 FORMATS = ("terminal", "markdown", "html", "json", "csv", "line")
@@ -158,6 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     digest.add_argument(
         "--by", choices=DIGEST_GROUPINGS, default="user", help="everyone ranked together, or by account (default user)"
+    )
+    digest.add_argument(
+        "--send",
+        action="store_true",
+        help="send each person (by account: each account's lead) their part through gpulens notify's sender "
+        "(docs/notify.md), and print what became of each, instead of writing the digest",
+    )
+    digest.add_argument(
+        "--notify-config", metavar="FILE", help="with --send: the notify settings (default /etc/gpulens/notify.yaml)"
     )
     for sub in (job, fleet, trend, digest):
         sub.add_argument("--until", default="now", help="end of the period (default now)")
@@ -328,8 +340,9 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 f"group by one of {', '.join(source.TREND_GROUPINGS)}, "
                 "or read the ledgers (--ledger PATH or --agent URL)"
             )
-        if args.format == "terminal":
+        if args.format == "terminal" or getattr(args, "send", False):
             _need_rich()
+        sender = _sender(args)
     except UsageError as error:
         print(f"gpulens report: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -351,8 +364,55 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         print(f"gpulens report: {error}", file=sys.stderr)
         return EXIT_EMPTY
     progress.close()
+    if sender is not None and isinstance(report, Digest):
+        return send_digest(report, sender, sys.stdout)
     output = _render(report, args.format, args.command)
     return _write(output, args.output)
+
+
+def _sender(args: argparse.Namespace) -> Sender | None:
+    """The sender `report digest --send` mails through, read before any job is (a mistake is a UsageError)."""
+    if args.command != "digest" or not args.send:
+        if getattr(args, "notify_config", None):
+            raise UsageError("--notify-config goes with --send")
+        return None
+    if args.output or args.format != "terminal":
+        raise UsageError("--send mails each recipient their part as text; leave out --output and --format")
+    from gpulens.notify.config import ConfigError, load_config
+    from gpulens.notify.sender import Sender
+
+    try:
+        return Sender.from_config(load_config(args.notify_config))
+    except ConfigError as error:
+        raise UsageError(str(error)) from None
+
+
+def send_digest(digest: Digest, sender: Sender, out: TextIO) -> int:
+    """Send each recipient of `digest` their part (a person's; by account, the account's to its lead), one line
+    each on `out` saying what became of it; return 1 if any went to nobody, else 0. A recipient that fails
+    costs their message only."""
+    from gpulens.notify.addresses import Owner
+    from gpulens.notify.sender import FAILED, NO_ADDRESS, Message
+
+    period = f"{words.when(digest.since)} to {words.when(digest.until)}"
+    failed = 0
+    for name in digest.recipients():
+        text = recipient_text(digest, name)
+        if text is None:
+            continue
+        by_account = digest.by == "account"
+        if by_account and name == NONE:
+            print(f"{NONE}: the jobs without an account have no lead to send them to", file=out)
+            continue
+        owner = Owner(account=name) if by_account else Owner(user=name)
+        fields = {"details": text.rstrip("\n"), "period": period}
+        # The period is the case: the same digest sent again is suppressed, next month's is not.
+        outcome = sender.send(Message("digest", owner, case=period, fields=fields, to_lead=by_account))
+        whom = f"lead of {name}" if by_account else name
+        said = f"sent to {outcome.to}" if outcome.status == "sent" else f"{outcome.status}: {outcome.detail}"
+        print(f"{whom}: {said}", file=out)
+        failed += outcome.status in (FAILED, NO_ADDRESS)
+    return 1 if failed else 0
 
 
 def _fleet(
