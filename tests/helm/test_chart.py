@@ -608,6 +608,44 @@ def test_the_reclaim_policy_config_map_is_a_policy_gpulens_reads(reclaim_docs, t
     assert load_policy(str(path)).mode == "dry-run"
 
 
+def test_the_reclaim_notify_settings_are_a_notify_yaml_gpulens_reads_with_its_map_and_secrets(tmp_path):
+    from gpulens.notify.addresses import Owner
+    from gpulens.notify.config import load_config
+    from gpulens.notify.sender import Sender
+
+    secret = "/etc/gpulens/notify-secrets/smtp-password"
+    smtp = {"host": "smtp.example.org", "from": "gpulens@example.org", "username": "gpulens", "password_file": secret}
+    notify = {
+        "settings": {"smtp": smtp, "advice": {"starved": "2h"}, "job_end": {"namespaces": ["ml"]}},
+        "owners": {"users": {"alice": {"email": "alice@lab.example.org"}}},
+        "existingSecret": "gpulens-notify",
+    }
+    docs = _template(tmp_path, {"reclaim": {**RECLAIM["reclaim"], "notify": notify}})
+    _validate(docs, skip=tuple(OPERATOR_KINDS))
+    kinds = _reclaim(docs)
+    data = kinds["ConfigMap"]["data"]
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--notify-config=/etc/gpulens/reclaim/notify.yaml" in container["args"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["policy"] == "/etc/gpulens/reclaim" and mounts["notify-secrets"] == secret.rsplit("/", 1)[0]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["notify-secrets"]["secret"] == {"secretName": "gpulens-notify", "defaultMode": 0o440}
+    assert "checksum/notify" in kinds["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    # As the pod reads them: the map file beside notify.yaml, the state in the service's folder.
+    (tmp_path / "owners.yaml").write_text(data["owners.yaml"])
+    (tmp_path / "password").write_text("secret\n")
+    text = data["notify.yaml"].replace("/etc/gpulens/reclaim/owners.yaml", str(tmp_path / "owners.yaml"))
+    assert "state: /var/lib/gpulens/reclaim/notify" in text
+    (tmp_path / "notify.yaml").write_text(text.replace(secret, str(tmp_path / "password")))
+    config = load_config(str(tmp_path / "notify.yaml"))
+    assert config.advice is not None and config.advice.starved == 7200 and config.job_end.namespaces == ("ml",)
+    owner = Sender.from_config(config).addresses.owner
+    assert owner(Owner(user="alice")).emails == ("alice@lab.example.org",)
+    (tmp_path / "none").mkdir()
+    assert "notify.yaml" not in _reclaim(_template(tmp_path / "none", RECLAIM))["ConfigMap"]["data"]
+
+
 def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_docs):
     """The rendered rules are the template's plain rules, which tests/reclaim/test_kubernetes.py gives its API
     double, and they grant the actor's VERBS and nothing more."""

@@ -100,3 +100,25 @@ Call with (dict "tls" TLS "at" "the.values.path"). */}}
               path: {{ $path }}
       {{- end }}
 {{- end }}
+
+{{/*
+The reclaim service's notify.yaml: reclaim.notify.settings, its state in the service's folder and the map file
+of reclaim.notify.owners where the settings name none; "" without settings (no messages).
+*/}}
+{{- define "gpulens.reclaimNotify" -}}
+{{- $notify := .Values.reclaim.notify }}
+{{- if $notify.settings }}
+{{- $settings := deepCopy $notify.settings }}
+{{- if not (hasKey $settings "state") }}
+{{- $_ := set $settings "state" "/var/lib/gpulens/reclaim/notify" }}
+{{- end }}
+{{- if $notify.owners }}
+{{- $addresses := deepCopy ($settings.addresses | default dict) }}
+{{- if not (hasKey $addresses "map_file") }}
+{{- $_ := set $addresses "map_file" "/etc/gpulens/reclaim/owners.yaml" }}
+{{- end }}
+{{- $_ := set $settings "addresses" $addresses }}
+{{- end }}
+{{- toYaml $settings }}
+{{- end }}
+{{- end }}
