@@ -28,6 +28,7 @@ Settings, in /etc/gpulens/slurmctld.yaml (GPULENS_SLURMCTLD_CONFIG names another
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens import checks
+from gpulens import checks, units
 from gpulens.checks import Invalid, key
 from gpulens.fleet.slurm_accounting import SACCT_TIMEOUT, case_proof, decode
 from gpulens.yamltext import YamlProblem, read_yaml_file
@@ -184,10 +185,20 @@ def _log(line: str) -> None:
         pass
 
 
+def sacct_start(since: str) -> str:
+    """Return `since` as sacct's -S reads it: a duration as gpulens writes one ('1h', '7d'), which sacct refuses
+    ("Invalid time specification"), as 'now-3600seconds'; anything else (sacct's own 'now-7days', a date) as it
+    is. A bare number stays sacct's too: it reads "0131" as January 31st, not as seconds."""
+    if since.strip()[-1:].isalpha():
+        with contextlib.suppress(units.UnitError):
+            return f"now-{units.parse_duration(since.strip(), '--since'):.0f}seconds"
+    return since
+
+
 def _ended_without_summary(since: str) -> list[tuple[str, str]]:
     """Return (job id, sacctmgr's jobid) of the jobs that ended since `since` with an empty AdminComment."""
     fields = "JobIDRaw,JobID,State,AdminComment"
-    command = ["sacct", "-a", "-n", "-P", "-X", "-S", since, "-E", "now", "-o", fields]
+    command = ["sacct", "-a", "-n", "-P", "-X", "-S", sacct_start(since), "-E", "now", "-o", fields]
     done = subprocess.run(command, capture_output=True, text=True, timeout=SACCT_TIMEOUT, check=True)
     jobs = []
     for line in done.stdout.splitlines():
@@ -204,7 +215,9 @@ def epilog_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         description="slurmctld's EpilogSlurmctld: the ended job's gpulens summary into its AdminComment.",
     )
     parser.add_argument("--backfill", action="store_true", help="write the summaries the period's ended jobs lack")
-    parser.add_argument("--since", default="now-7days", help="with --backfill: sacct's -S (default now-7days)")
+    parser.add_argument(
+        "--since", default="now-7days", help="with --backfill: how far back, 7d or sacct's -S (default now-7days)"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         settings = load_settings(environ)
@@ -215,7 +228,12 @@ def epilog_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
         try:
             jobs = _ended_without_summary(args.since)
         except (OSError, subprocess.SubprocessError) as error:
-            print(f"gpulens-slurmctld-epilog: sacct failed ({error}); is accounting configured?", file=sys.stderr)
+            said = " ".join((getattr(error, "stderr", None) or "").split())  # sacct's own words, where it said any
+            print(
+                f"gpulens-slurmctld-epilog: sacct failed ({said or error}); is accounting configured, and is --since "
+                "a duration (7d) or a time sacct -S reads?",
+                file=sys.stderr,
+            )
             return 1
         for job_id, where in jobs:
             print(write_summary(job_id, where, settings))

@@ -155,3 +155,17 @@ def test_the_epilog_never_fails(sacctmgr, monkeypatch, capsys):
     assert not sacctmgr.exists()  # nothing to write, nothing asked of slurmdbd
     assert slurmctld.epilog_main([], {}) == 0  # run by hand without a job
     assert "give --backfill" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("since", "given"),
+    [
+        ("1h", "now-3600seconds"),  # sacct -S refuses "1h": Invalid time specification
+        (" 7d ", "now-604800seconds"),
+        ("now-7days", "now-7days"),  # sacct's own forms pass as they are
+        ("2026-12-01T00:00:00", "2026-12-01T00:00:00"),
+        ("0131", "0131"),  # sacct's MMDD, not 131 seconds
+    ],
+)
+def test_backfill_gives_sacct_a_start_it_reads(since, given):
+    assert slurmctld.sacct_start(since) == given
