@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn, TextIO
 
 from gpulens.printable import printable
 
@@ -39,3 +40,21 @@ def raising(error: type[Exception], command: str) -> type[argparse.ArgumentParse
             raise error(f"{usage_problem(message)}; run '{command} --help'")
 
     return Parser
+
+
+def dispatch(
+    prog: str,
+    usage: str,
+    commands: Mapping[str, Callable[[Sequence[str], TextIO], int]],
+    argv: Sequence[str],
+    out: TextIO,
+) -> int:
+    """Run the command `argv[0]` names of a command with subcommands (`gpulens reclaim run ...`) with the rest of
+    `argv`; its `usage` for --help (exit 0) or nothing at all (exit 2); an unknown one is a line naming them."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage, end="", file=out)
+        return 0 if argv else EXIT_USAGE
+    if argv[0] not in commands:
+        print(f"{prog}: unknown command {argv[0]!r}; use one of {', '.join(commands)}", file=sys.stderr)
+        return EXIT_USAGE
+    return commands[argv[0]](argv[1:], out)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from gpulens import words
-from gpulens.arguments import EXIT_USAGE, OneLineParser
+from gpulens.arguments import OneLineParser, dispatch
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 from gpulens.notify.sender import SENT, URGENT, Message, Sender
@@ -34,15 +34,8 @@ commands:
 
 
 def main(argv: Sequence[str], out: TextIO | None = None) -> int:
-    out = out or sys.stdout
     commands = {"check": _check, "send-test": _send_test}
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="", file=out)
-        return 0 if argv else EXIT_USAGE
-    if argv[0] not in commands:
-        print(f"gpulens notify: unknown command {argv[0]!r}; use one of {', '.join(commands)}", file=sys.stderr)
-        return EXIT_USAGE
-    return commands[argv[0]](argv[1:], out)
+    return dispatch("gpulens notify", USAGE, commands, argv, out or sys.stdout)
 
 
 def _owner_flags(parser: OneLineParser) -> None:

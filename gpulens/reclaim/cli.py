@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-from gpulens.arguments import EXIT_USAGE, OneLineParser
+from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
 from gpulens.reclaim.policy import MODES, PolicyError, load_policy
@@ -47,15 +47,8 @@ commands:
 
 
 def main(argv: Sequence[str], out: TextIO | None = None) -> int:
-    out = out or sys.stdout
     commands = {"run": _run, "keep": _keep, "log": _log, "check": _check}
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="", file=out)
-        return 0 if argv else EXIT_USAGE
-    if argv[0] not in commands:
-        print(f"gpulens reclaim: unknown command {argv[0]!r}; use one of {', '.join(commands)}", file=sys.stderr)
-        return EXIT_USAGE
-    return commands[argv[0]](argv[1:], out)
+    return dispatch("gpulens reclaim", USAGE, commands, argv, out or sys.stdout)
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
