@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from gpulens import words
 from gpulens.fleet.advice import gpu_tips, job_advice
-from gpulens.fleet.records import FleetGpu, Source, SourceProblem
+from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, Source, SourceProblem
 from gpulens.links import job_link, report_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import AdviceSettings, JobEndSettings
@@ -154,7 +154,9 @@ class Advisor:
             "links": f"{dashboard}/{report_link(job.kind, job.id)}" if dashboard else "",
         }
         try:
-            answer = self.source.job_report(job.kind, job.id, seen.first - 60.0, now)
+            # Its whole life where it ran before the service saw it, within the week a past job is looked for.
+            since = min(seen.first, now - PAST_JOB_DAYS * 86_400.0)
+            answer = self.source.job_report(job.kind, job.id, since, now)
             report, said = answer.value, "; ".join(str(p) for p in answer.problems)
         except Exception as error:  # noqa: BLE001 - the owner still hears that the job ended
             report, said = None, f"failed unexpectedly: {error}"
