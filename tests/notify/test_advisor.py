@@ -34,12 +34,14 @@ class Store(FakeSource):
 
     reports: dict[str, JobReport] = field(default_factory=dict)
     detailed: list[tuple[str, ...]] = field(default_factory=list)
+    reported: list[tuple[str, float, float]] = field(default_factory=list)  # (job id, since, until) asked for
 
     def detail(self, gpus):
         self.detailed.append(tuple(f"{g.node}/{g.gpu}" for g in gpus))
         return Answer(tuple(gpus))
 
     def job_report(self, job_kind, job_id, since, until):
+        self.reported.append((job_id, since, until))
         found = self.reports.get(job_id)
         return Answer(found, () if found else (SourceProblem("fake", f"no job {job_id}"),))
 
@@ -165,6 +167,8 @@ def test_a_jobs_end_is_told_to_an_owner_who_asked_with_its_report(tmp_path, box)
     assert body.count("Raise num_workers from 2 to 8.") == 1  # the tip, once: the report below leaves it out
     assert "https://gpulens.example.org/report?kind=slurm&id=100" in body
     assert "GPU-hours" in body.split("For the next run:")[1]  # the report, as gpulens report job writes it
+    ((job, since, until),) = made.source.reported
+    assert job == "100" and until - since == pytest.approx(7 * 24 * HOUR)  # its week, not only what was seen
 
 
 def test_no_end_message_for_an_owner_who_did_not_ask_nor_while_the_scheduler_is_silent(tmp_path, box):
