@@ -28,7 +28,7 @@ from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, Source, SourceProblem
 from gpulens.links import job_link, report_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import AdviceSettings, JobEndSettings
-from gpulens.notify.sender import Message, Outcome, Sender
+from gpulens.notify.sender import FAILED, NO_ADDRESS, Message, Outcome, Sender
 from gpulens.reclaim.ladder import Job, spell_seconds
 from gpulens.vocabulary import State
 
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 ADVISED = {"starved": State.DATA_STARVED.value, "underutilized": State.UNDERUTILIZED.value}  # reason: state
 TIPS = 3  # tips in a message: the job's as a whole first, then its GPUs'
 FORGET_AFTER = 86_400.0  # a job out of sight this long, its end never confirmed, is forgotten without a message
+# Advice that reached nobody (no address, every channel failed) is tried again after this, not every cycle.
+RETRY_AFTER = 3600.0
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class Advisor:
     def __init__(self, sender: Sender, source: Source, advice: AdviceSettings | None, job_end: JobEndSettings):
         self.sender, self.source, self.advice, self.job_end = sender, source, advice, job_end
         self.seen: dict[str, _Seen] = {}
+        self.retry_at: dict[str, float] = {}  # by message key: advice that reached nobody, and when to try again
 
     def cycle(
         self,
@@ -96,6 +99,7 @@ class Advisor:
                     outcomes.append(self._end(seen, now))
             elif now - seen.last > FORGET_AFTER:
                 del self.seen[key]
+        self.retry_at = {key: at for key, at in self.retry_at.items() if at > now}
         return outcomes
 
     # -- advice while it runs ---------------------------------------------------------------------------
@@ -108,9 +112,13 @@ class Advisor:
             spell = spell_seconds(job, state, self.advice.share, now)
             if not after or spell is None or spell < after:
                 continue
-            if self.sender.told(Message(reason, owner_of(job), job=job.key)):
-                continue  # within the cooldown: its evidence is not read again each cycle
-            outcomes.append(self.sender.send(self._advice(job, reason, state, spell)))
+            bare = Message(reason, owner_of(job), job=job.key)
+            if self.sender.told(bare) or self.retry_at.get(bare.key, 0.0) > now:
+                continue  # within the cooldown, or it reached nobody lately: its evidence is not read again
+            outcome = self.sender.send(self._advice(job, reason, state, spell))
+            if outcome.status in (FAILED, NO_ADDRESS):
+                self.retry_at[bare.key] = now + RETRY_AFTER
+            outcomes.append(outcome)
         return outcomes
 
     def _advice(self, job: Job, reason: str, state: str, spell: float) -> Message:

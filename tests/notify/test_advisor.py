@@ -4,6 +4,7 @@ unsure, a scheduler that does not answer, an owner who did not ask)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -207,3 +208,12 @@ def test_a_pod_that_asked_is_told_once_its_agent_answers_without_it(tmp_path, bo
         "[gpulens] kubernetes pod train-0 ended"
     )
     assert all(o.status == SENT for o in made.advisor.cycle(START, [], {}, (), {}))  # nothing left to tell
+
+
+def test_advice_that_reaches_nobody_is_tried_again_hourly_not_every_cycle(tmp_path, box):
+    nobodys = replace(starved(0, user="", account=""), job_kind="docker")  # no scheduler names its owner either
+    made, run, _ = service(tmp_path, box, [nobodys], advice={"starved": "1h"})
+    run(60 + 120)
+    records = [json.loads(line) for line in (tmp_path / "state" / "messages.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["no_address"] * 3  # at 60, 120 and 180 minutes of 181 cycles
+    assert len(made.source.detailed) == 3 and box.received == []
