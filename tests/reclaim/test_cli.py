@@ -12,6 +12,7 @@ import pytest
 from gpulens import cli
 from gpulens.reclaim import cli as reclaim_cli
 from gpulens.reclaim.folder import Folder
+from tests.notify.servers import smtp_server
 from tests.reliability.running import agent_process
 
 
@@ -150,6 +151,31 @@ def test_run_once_reads_a_real_agent_and_logs_nothing_before_the_first_warning(t
         status, _, err = run(capsys, "run", "--agents", agent.base, "--once", "--state-dir", str(state))
     assert status == 0, err
     assert (state / "places.json").exists() and not (state / "audit.jsonl").exists()
+
+
+def test_run_with_notify_settings_advises_the_owner_of_an_underused_job_on_a_real_agent(tmp_path, capsys):
+    """The demo node: frank's docker job underuses GPU 6, carol's Slurm job is starved on GPU 2. No Slurm answers
+    here (squeue fails or is absent), so carol's job is held and only frank hears, once."""
+    settings = tmp_path / "notify.yaml"
+    with smtp_server() as box, agent_process("--simulate", "demo") as agent:
+        settings.write_text(
+            f"smtp: {{host: 127.0.0.1, port: {box.port}, security: none, from: gpulens@example.org}}\n"
+            "addresses: {gecos: false, domain_template: '{user}@example.org'}\n"
+            f"advice: {{starved: 1s, underutilized: 1s}}\nstate: {tmp_path / 'notify'}\n"
+        )
+        argv = ("run", "--agents", agent.base, "--once", "--notify-config", str(settings))
+        cycles = 0
+        deadline = time.monotonic() + 30
+        while not box.received and time.monotonic() < deadline:  # until the agent's verdicts are a second old
+            cycles += 1  # a folder each: this process holds each service's lock while it lives
+            status, _, err = run(capsys, *argv, "--state-dir", str(tmp_path / f"state-{cycles}"))
+            assert status == 0, err
+            time.sleep(0.5)
+        status, _, _ = run(capsys, *argv, "--state-dir", str(tmp_path / "later"))  # the notify state: nothing again
+    assert [m.recipients for m in box.received] == [["frank@example.org"]]
+    mail = box.received[0]
+    assert mail.mail["Subject"] == "[gpulens] docker 3f2a9c1e7b5d… uses a small share of its GPUs"
+    assert "Evidence: " in mail.body and "What would help:\n- " in mail.body
 
 
 def test_a_second_service_on_the_same_folder_is_refused(tmp_path, capsys):
