@@ -12,15 +12,21 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TextIO
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
+
+if TYPE_CHECKING:  # these import torch or pynvml: only the paths that probe import them
+    from gpulens.agent.nvml import GpuIdentity, Nvml
+    from gpulens.probes.kernels import Matmul
+    from gpulens.probes.runner import Memory, Settings
 
 EXIT_OK = 0
 EXIT_SLOW = 1
@@ -141,9 +147,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(
     argv: Sequence[str] | None = None,
     *,
-    multiply: Callable | None = None,
+    multiply: Matmul | None = None,
     library: Any = None,
-    memory: Callable | None = None,
+    memory: Memory | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -188,7 +194,7 @@ def exit_status(reports: Sequence[GpuReport]) -> int:
     return EXIT_OK
 
 
-def _settings(options, device: str):
+def _settings(options: argparse.Namespace, device: str) -> Settings:
     from gpulens.probes.plan import CPU_PLAN, GPU_PLAN, MIB
     from gpulens.probes.runner import Settings
 
@@ -208,7 +214,7 @@ def _settings(options, device: str):
     )
 
 
-def _run_kwargs(multiply, memory, progress: Progress, label: str) -> dict[str, Any]:
+def _run_kwargs(multiply: Matmul | None, memory: Memory | None, progress: Progress, label: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"progress": lambda done, total, step: progress.update(label, done, total, step)}
     if multiply is not None:
         kwargs["multiply"] = multiply
@@ -217,7 +223,7 @@ def _run_kwargs(multiply, memory, progress: Progress, label: str) -> dict[str, A
     return kwargs
 
 
-def _runner():
+def _runner() -> ModuleType:
     """Return the runner module, which imports torch; raise Unavailable without torch."""
     try:
         from gpulens.probes import runner
@@ -226,7 +232,9 @@ def _runner():
     return runner
 
 
-def _cpu(options, multiply, memory, progress: Progress) -> list[GpuReport]:
+def _cpu(
+    options: argparse.Namespace, multiply: Matmul | None, memory: Memory | None, progress: Progress
+) -> list[GpuReport]:
     from gpulens.probes.safety import Budget, NoGuard
 
     runner = _runner()
@@ -246,7 +254,7 @@ def _cpu(options, multiply, memory, progress: Progress) -> list[GpuReport]:
         progress.close()
 
 
-def _simulated(options) -> list[GpuReport]:
+def _simulated(options: argparse.Namespace) -> list[GpuReport]:
     from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
     from gpulens.probes import simulated
 
@@ -275,7 +283,9 @@ def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, 
     return chosen
 
 
-def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuReport]:
+def _gpus(
+    options: argparse.Namespace, multiply: Matmul | None, library: Any, memory: Memory | None, progress: Progress
+) -> list[GpuReport]:
     from gpulens.agent.nvml import GpuLost, Nvml, NvmlCallError, NvmlDown, load_real_library
 
     nvml = Nvml(library if library is not None else load_real_library())
@@ -287,7 +297,8 @@ def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuRep
         ) from None
     try:
         try:
-            handles = {str(i): nvml.handle(i) for i in range(nvml.device_count())}
+            # None where NVML refused nvmlDeviceGetCount after init() succeeded: no GPU listed, as the agent reads it.
+            handles = {str(i): nvml.handle(i) for i in range(nvml.device_count() or 0)}
             identities = {index: nvml.identity(h, int(index)) for index, h in handles.items()}
         except (GpuLost, NvmlCallError, NvmlDown) as error:
             raise Unavailable(f"NVML could not list the GPUs ({error}); check 'nvidia-smi'") from None
@@ -300,7 +311,14 @@ def _gpus(options, multiply, library, memory, progress: Progress) -> list[GpuRep
 
 
 def _probe_each(
-    options, nvml, handles, identities, chosen: list[str], multiply, memory, progress: Progress
+    options: argparse.Namespace,
+    nvml: Nvml,
+    handles: dict[str, Any],
+    identities: dict[str, GpuIdentity],
+    chosen: list[str],
+    multiply: Matmul | None,
+    memory: Memory | None,
+    progress: Progress,
 ) -> list[GpuReport]:
     import time
 
@@ -347,7 +365,7 @@ def _probe_each(
     return reports
 
 
-def _cuda_indexes(torch) -> dict[str, int]:
+def _cuda_indexes(torch: ModuleType) -> dict[str, int]:
     """Return CUDA's device index for each GPU UUID; CUDA's order may differ from NVML's."""
     out = {}
     for i in range(torch.cuda.device_count()):
@@ -356,7 +374,14 @@ def _cuda_indexes(torch) -> dict[str, int]:
     return out
 
 
-def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: dict[str, int]) -> str | None:
+def _free_peer(
+    nvml: Nvml,
+    handles: dict[str, Any],
+    identities: dict[str, GpuIdentity],
+    chosen: list[str],
+    index: str,
+    cuda: dict[str, int],
+) -> str | None:
     """Return the next chosen GPU after `index` that no process holds now, for the peer copy, or None."""
     order = chosen[chosen.index(index) + 1 :] + chosen[: chosen.index(index)]
     for other in order:
@@ -370,5 +395,5 @@ def _free_peer(nvml, handles, identities, chosen: list[str], index: str, cuda: d
     return None
 
 
-def _unprobed(ident, detail: str) -> GpuReport:
+def _unprobed(ident: GpuIdentity, detail: str) -> GpuReport:
     return failed(ProbeRequest(ident.index, ident.uuid, ident.name, at=0.0), ERROR, detail)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -92,7 +92,14 @@ def _time(
         return _timed_repeats(op, device, plan, between, after, wall)
 
 
-def _timed_repeats(op, device, plan, between, after, wall) -> list[float]:
+def _timed_repeats(
+    op: Callable[[int], None],
+    device: torch.device,
+    plan: Plan,
+    between: Callable[[], None],
+    after: Callable[[int], None] | None,
+    wall: bool,
+) -> list[float]:
     for i in range(max(plan.warmup, plan.buffers)):
         between()
         op(i)
@@ -101,7 +108,8 @@ def _timed_repeats(op, device, plan, between, after, wall) -> list[float]:
     for i in range(plan.repeats):
         between()
         if device.type == "cuda" and not wall:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            # torch declares Event.__new__ without types.
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             op(i)
             end.record()
@@ -182,7 +190,7 @@ def peer_copy(device: torch.device, peer: torch.device, plan: Plan, between: Cal
 
 
 @contextmanager
-def _tf32(enabled: bool):
+def _tf32(enabled: bool) -> Iterator[None]:
     """Allow TF32 for float32 matmuls inside the block (and forbid it outside of a tf32 probe)."""
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = enabled
@@ -219,12 +227,12 @@ def matmul(
     with _tf32(dtype == "tf32"):
         lefts = [torch.randn(n, n, device=device, dtype=DTYPES[dtype], generator=gen) for _ in range(plan.buffers)]
         rights = [torch.randn(n, n, device=device, dtype=DTYPES[dtype], generator=gen) for _ in range(plan.buffers)]
-        product: list[torch.Tensor | None] = [None]
+        product: list[torch.Tensor] = []
         errors: list[float] = []
 
         def op(i: int) -> None:
-            product[0] = None  # free the previous product first: one output at a time
-            product[0] = multiply(lefts[i % plan.buffers], rights[i % plan.buffers])
+            product.clear()  # free the previous product first: one output at a time
+            product.append(multiply(lefts[i % plan.buffers], rights[i % plan.buffers]))
 
         def verify(i: int) -> None:
             rows = torch.randperm(n, generator=check)[:k].to(device)

@@ -39,6 +39,8 @@ from gpulens.probes.steps import skipped as skipped_result
 DEFAULT_MEMORY_FRACTION = 0.5  # of what is free when the probe starts, on the device and on the host
 DEFAULT_TIME_BUDGET = 60.0  # seconds per GPU; a healthy GPU needs well under 15
 
+Memory = Callable[[torch.device], tuple[int, int]]  # (device, host) bytes free now
+
 D2D = "bytes read + bytes written (2 x buffer per copy), as memory bandwidth is quoted"
 ONE_WAY = "bytes transferred, each counted once"
 
@@ -80,7 +82,7 @@ def run(
     budget: Budget,
     multiply: kernels.Matmul = torch.matmul,
     progress: Callable[[int, int, str], None] | None = None,
-    memory: Callable[[torch.device], tuple[int, int]] = free_memory,
+    memory: Memory = free_memory,
     wall: Callable[[], float] = time.time,
 ) -> GpuReport:
     """Probe `target`; return its report. Never raises for anything the GPU or the caps cause."""
@@ -164,7 +166,7 @@ def _measure(
     spec: GpuSpec | None,
     plan: Plan,
     device: torch.device,
-    between,
+    between: Callable[[], None],
     multiply: kernels.Matmul,
 ) -> ProbeResult:
     if step.kind == MATMUL:
@@ -195,6 +197,7 @@ def _measure(
         m = kernels.device_copy(device, plan, between)
         peak, detail, judged = (spec.memory_bandwidth if spec else None), D2D, True
     elif step.direction == "p2p":
+        assert target.peer is not None  # steps() has a p2p step only for a target that names a peer
         m = kernels.peer_copy(device, torch.device(target.peer), plan, between)
         peak, detail, judged = None, ONE_WAY + "; no peak: it depends on how the two GPUs are joined", False
     else:

@@ -124,6 +124,7 @@ def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult
         )
     peak = pcie_bytes_per_second(gpu.pcie.max_gen, gpu.pcie.max_width)
     link = pcie_bytes_per_second(gpu.pcie.gen, gpu.pcie.width)
+    assert peak is not None and link is not None  # the scenario keeps generations (1-6) and widths in the table
     ratio = (probe.host_bandwidth if probe and probe.host_bandwidth else HEALTHY_HOST) * link / peak * noise
     pinned = step.memory == "pinned"
     value = peak * ratio * (1.0 if pinned else PAGEABLE_SHARE)

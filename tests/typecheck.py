@@ -30,15 +30,6 @@ PENDING = {
     "gpulens/agent/daemon.py",
     "gpulens/agent/server.py",
     "gpulens/agent/simulator/driver.py",
-    "gpulens/probes/cli.py",
-    "gpulens/probes/kernels.py",
-    "gpulens/probes/runner.py",
-    "gpulens/probes/simulated.py",
-    "gpulens/torch/__init__.py",
-    "gpulens/torch/readings.py",
-    "gpulens/torch/sender.py",
-    "gpulens/torch/summary.py",
-    "gpulens/torch/tracing.py",
 }
 
 

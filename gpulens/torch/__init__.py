@@ -37,9 +37,9 @@ import time
 import warnings
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from gpulens.torch import readings, sender, tracing
 from gpulens.torch.checkpoint import on_checkpoint
@@ -55,6 +55,8 @@ INTERVAL_ENV = "GPULENS_REPORT_INTERVAL"
 # if shorter): a script that instruments each epoch anew still reports, and the agent's per-process
 # limit (2 reports a second) is kept.
 _END_OF_PASS_MIN_SECONDS = 1.0
+
+Batch = TypeVar("Batch")
 
 
 @dataclass
@@ -72,17 +74,17 @@ class _Carried:
 
 
 _carried: dict[str, _Carried] = {}  # by socket path
-_live: weakref.WeakSet[Instrumented] = weakref.WeakSet()  # the wrappers whose window the exit sends
+_live: weakref.WeakSet[Instrumented[Any]] = weakref.WeakSet()  # the wrappers whose window the exit sends
 
 
 def instrument(
-    iterable: Iterable,
+    iterable: Iterable[Batch],
     model: Any = None,
     interval: float | None = None,
     socket_path: str | None = None,
     traces: bool | None = None,
     trace_dir: str | None = None,
-) -> Instrumented:
+) -> Instrumented[Batch]:
     """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds
     (default: $GPULENS_REPORT_INTERVAL, which `gpulens try` sets, else 5).
 
@@ -97,7 +99,7 @@ def instrument(
     )
 
 
-class Instrumented:
+class Instrumented(Generic[Batch]):
     """An iterable over `iterable`'s batches that times them and reports; see `instrument`.
 
     Step k runs from the arrival of batch k-1 (or the call to iter(), for the first) to the arrival
@@ -108,7 +110,7 @@ class Instrumented:
 
     def __init__(
         self,
-        iterable: Iterable,
+        iterable: Iterable[Batch],
         model: Any = None,
         interval: float | None = None,
         socket_path: str | None = None,
@@ -118,14 +120,15 @@ class Instrumented:
         self.failures: Counter[str] = Counter()  # what went wrong, by kind; nothing is ever raised
         self.reports_sent = 0
         self._iterable = iterable
-        self._iterator: Iterator | None = None
+        self._iterator: Iterator[Batch] | None = None
         self._model = model
         self._interval = _checked_interval(interval) if interval is not None else _default_interval()
         self._path = sender.socket_path(socket_path)
         self._loader = readings.dataloader_settings(iterable, self.failures)
         self._devices = readings.DeviceReader(self.failures)
-        # The current report window, on time.perf_counter().
-        self._window_start: float | None = None
+        # The current report window, on time.perf_counter(); the first iter() opens it.
+        self._window_open = False
+        self._window_start = 0.0
         self._due = math.inf
         self._steps = 0
         self._wait = 0.0
@@ -169,15 +172,16 @@ class Instrumented:
             pass
 
     def __len__(self) -> int:
-        return len(self._iterable)
+        return len(cast(Sized, self._iterable))  # TypeError for an iterable without a length
 
-    def __iter__(self) -> Instrumented:
+    def __iter__(self) -> Instrumented[Batch]:
         start = time.perf_counter()
         self._iterator = iter(self._iterable)
         self._iter_wait = time.perf_counter() - start
         self._last = start
         self._pid = os.getpid()
-        if self._window_start is None:
+        if not self._window_open:
+            self._window_open = True
             self._window_start = start
             carried = _carried.pop(self._path, None)
             if carried is not None and carried.pid == self._pid:
@@ -187,25 +191,26 @@ class Instrumented:
             self._due = self._window_start + self._interval
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Batch:
         if self._iterator is None:
             self.__iter__()
-        tracing_now = self._tracing  # a plain attribute: this runs every step
-        if tracing_now:
-            self._tracer.wait_started()
+        assert self._iterator is not None  # __iter__ sets it
+        tracer = self._tracer if self._tracing else None  # plain attributes: this runs every step
+        if tracer is not None:
+            tracer.wait_started()
         start = time.perf_counter()
         try:
             batch = next(self._iterator)
         except StopIteration:
-            if tracing_now:
-                self._tell(self._tracer.finish("end_of_pass"))
+            if tracer is not None:
+                self._tell(tracer.finish("end_of_pass"))
                 self._tracing = False
             self._end_of_pass()
             raise
         now = time.perf_counter()
-        if tracing_now:
-            self._tell(self._tracer.batch_arrived())  # writing a finished trace counts in this step's body
-            self._tracing = self._tracer.running
+        if tracer is not None:
+            self._tell(tracer.batch_arrived())  # writing a finished trace counts in this step's body
+            self._tracing = tracer.running
         self._batches += 1
         self._steps += 1
         self._wait += now - start + self._iter_wait
@@ -346,7 +351,7 @@ class Instrumented:
 
     def _poll_agent(self) -> None:
         """Read the agent's requests (at most one trace starts) and answer each."""
-        if self._control is None:
+        if self._control is None or self._tracer is None:  # set together, when traces are allowed
             return
         try:
             requests = self._control.poll()
@@ -361,7 +366,7 @@ class Instrumented:
 
     def _tell(self, message: dict[str, Any] | None) -> None:
         """Send a trace's answer or result to the agent; on failure, count it (the trace file stays)."""
-        if message is not None:
+        if message is not None and self._control is not None:  # set with the tracer, which made the message
             _answer(self._control, message, self.failures)
 
     def _peak_memory(self) -> int | None:
@@ -440,7 +445,7 @@ def _at_exit() -> None:
             pass
 
 
-def _answer(control: sender.Control, message: dict[str, Any], failures: Counter) -> None:
+def _answer(control: sender.Control, message: dict[str, Any], failures: Counter[str]) -> None:
     try:
         data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
         if len(data) > sender.MAX_CONTROL_BYTES and message["trace"]["summary"] is not None:
@@ -452,7 +457,7 @@ def _answer(control: sender.Control, message: dict[str, Any], failures: Counter)
         failures["control"] += 1
 
 
-def _abandon(tracer: tracing.Tracer, control: sender.Control, failures: Counter) -> None:
+def _abandon(tracer: tracing.Tracer, control: sender.Control, failures: Counter[str]) -> None:
     """End a trace whose loader was dropped, or whose process is exiting (weakref.finalize calls it then too)."""
     try:
         message = tracer.finish("exit")

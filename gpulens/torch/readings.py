@@ -30,7 +30,7 @@ _MEMORY_KEYS = {
 }
 
 
-def dataloader_settings(iterable: Any, failures: Counter) -> dict[str, Any] | None:
+def dataloader_settings(iterable: Any, failures: Counter[str]) -> dict[str, Any] | None:
     """Return the DataLoader settings of `iterable`, or None when it is not a DataLoader."""
     try:
         if not isinstance(iterable, torch.utils.data.DataLoader):
@@ -47,7 +47,7 @@ def dataloader_settings(iterable: Any, failures: Counter) -> dict[str, Any] | No
         return None
 
 
-def precision_flags(failures: Counter) -> dict[str, Any]:
+def precision_flags(failures: Counter[str]) -> dict[str, Any]:
     """Return whether float32 matmuls and cuDNN convolutions may use TF32, and the matmul precision."""
     precision = _read(torch.get_float32_matmul_precision, failures)
     return {
@@ -79,7 +79,7 @@ is_compiling: Callable[[], bool] = getattr(getattr(torch, "compiler", None), "is
 class DeviceReader:
     """Finds the device a job computes on, and its GPU UUID, without ever creating a CUDA context."""
 
-    def __init__(self, failures: Counter):
+    def __init__(self, failures: Counter[str]):
         self._failures = failures
         self._uuids: dict[int, str] = {}  # a device's UUID does not change; ask torch once
 
@@ -113,7 +113,7 @@ class DeviceReader:
         return self._uuids[index]
 
 
-def memory_stats(device: dict[str, Any], failures: Counter) -> dict[str, int | None] | None:
+def memory_stats(device: dict[str, Any], failures: Counter[str]) -> dict[str, int | None] | None:
     """Return the caching allocator's statistics for a CUDA `device`, in bytes and counts; None elsewhere."""
     if device["type"] != "cuda" or device["index"] is None:
         return None
@@ -123,7 +123,7 @@ def memory_stats(device: dict[str, Any], failures: Counter) -> dict[str, int | N
     return {field: _count(stats.get(key)) for field, key in _MEMORY_KEYS.items()}
 
 
-def _read(function: Callable[[], Any], failures: Counter) -> Any:
+def _read(function: Callable[[], Any], failures: Counter[str]) -> Any:
     """Return function(), or None, counted as a failure, when it raises."""
     try:
         return function()

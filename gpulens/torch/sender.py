@@ -74,7 +74,7 @@ class Control:
                 self._retry_at = self._clock() + RETRY_SECONDS
                 raise
             self._socket = sock
-        messages = []
+        messages: list[bytes] = []
         while True:
             try:
                 data = self._socket.recv(MAX_CONTROL_BYTES)

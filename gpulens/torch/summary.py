@@ -211,8 +211,7 @@ def _top_level(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     tops = []
     for thread in _by_thread(ops).values():
         reach = float("-inf")  # where the last top-level operator on this thread ends
-        for event in thread:
-            start, end = _span(event)
+        for (start, end), event in thread:
             if start >= reach:
                 tops.append(event)
             reach = max(reach, end)
@@ -224,8 +223,7 @@ def _rank_operators(ops: list[dict[str, Any]]) -> list[Ranked]:
     selves: list[tuple[str, float]] = []
     for thread in _by_thread(ops).values():
         stack: list[list[Any]] = []  # [end, name, self time]
-        for event in thread:
-            start, end = _span(event)
+        for (start, end), event in thread:
             while stack and stack[-1][0] <= start:
                 done = stack.pop()
                 selves.append((done[1], done[2]))
@@ -236,14 +234,16 @@ def _rank_operators(ops: list[dict[str, Any]]) -> list[Ranked]:
     return _rank(selves)
 
 
-def _by_thread(ops: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
-    threads: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+def _by_thread(ops: list[dict[str, Any]]) -> dict[Any, list[tuple[Interval, dict[str, Any]]]]:
+    """Return the operators that have a span, as (span, event) pairs, by (pid, tid)."""
+    threads: dict[Any, list[tuple[Interval, dict[str, Any]]]] = defaultdict(list)
     for event in ops:
-        if _span(event) is not None:
-            threads[(event.get("pid"), event.get("tid"))].append(event)
+        span = _span(event)
+        if span is not None:
+            threads[(event.get("pid"), event.get("tid"))].append((span, event))
     for thread in threads.values():
         # Outer first when two start together, so that the stack sees the parent before its child.
-        thread.sort(key=lambda e: (e["ts"], -e["dur"]))
+        thread.sort(key=lambda pair: (pair[1]["ts"], -pair[1]["dur"]))
     return threads
 
 

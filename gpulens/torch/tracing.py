@@ -94,7 +94,7 @@ class Tracer:
         self,
         directory: str,
         pid: int,
-        failures: Counter,
+        failures: Counter[str],
         profiler: Callable[[str], Any] | None = None,
         annotation: Callable[[str], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
