@@ -2,22 +2,26 @@
 
 gpulens notify check [--config FILE] [--user NAME ...] [--account NAME] [--namespace NS]
 gpulens notify send-test --config FILE --user NAME [--account NAME] [--namespace NS]
+gpulens notify log [--config FILE] [--since 7d] [--user NAME] [--job JOB] [--json]
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import socket
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
-from gpulens import words
-from gpulens.arguments import OneLineParser, dispatch
+from gpulens import statefiles, words
+from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 from gpulens.notify.sender import SENT, URGENT, Message, Sender
+from gpulens.notify.state import StateFolder
+from gpulens.units import UnitError, parse_duration
 
 EXIT_FAILED = 1
 
@@ -28,13 +32,14 @@ commands:
              'gpulens notify check --config notify.yaml --user alice'
   send-test  send one message to a user through the configured channels:
              'gpulens notify send-test --config notify.yaml --user alice'
+  log        what became of each message: 'gpulens notify log --since 1d --user alice'
 
 'gpulens notify COMMAND --help' tells more; docs/notify.md tells how to set it up.
 """
 
 
 def main(argv: Sequence[str], out: TextIO | None = None) -> int:
-    commands = {"check": _check, "send-test": _send_test}
+    commands = {"check": _check, "send-test": _send_test, "log": _log}
     return dispatch("gpulens notify", USAGE, commands, argv, out or sys.stdout)
 
 
@@ -157,3 +162,49 @@ def _send_test(argv: Sequence[str], out: TextIO) -> int:
     if outcome.detail:
         print(f"but: {outcome.detail}", file=out)
     return 0
+
+
+def _log(argv: Sequence[str], out: TextIO) -> int:
+    parser = OneLineParser(
+        prog="gpulens notify log",
+        description="Print what became of each message to an owner: sent (to whom, through what), held, "
+        "suppressed by the cooldown, failed or with no address, and why.",
+        epilog="example: gpulens notify log --config /etc/gpulens/notify.yaml --since 1d --user alice",
+    )
+    parser.add_argument("--config", metavar="FILE", help=f"the settings (default {DEFAULT_CONFIG} where it exists)")
+    parser.add_argument("--since", default="7d", metavar="DURATION", help="how far back (default 7d)")
+    parser.add_argument("--user", metavar="NAME", help="the messages about this user's jobs, or to them")
+    parser.add_argument("--job", metavar="JOB", help="one job: a Slurm job id or KIND/ID")
+    parser.add_argument("--json", action="store_true", help="the records as JSON lines, as the file holds them")
+    args = parser.parse_args(argv)
+    try:
+        since = time.time() - parse_duration(args.since, "--since")
+        config = load_config(args.config)
+    except (UnitError, ConfigError) as error:
+        print(f"gpulens notify log: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    folder = StateFolder(config.state)
+    if not folder.path.is_dir():
+        print(
+            f"gpulens notify log: no state folder {str(folder.path)!r} (nothing sent yet?); give --config as the "
+            "sender has it",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
+    for record in statefiles.since(folder.records(), since):
+        if (args.user and record.get("user") != args.user) or (job and record.get("job") != job):
+            continue
+        print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    return 0
+
+
+def _line(r: dict[str, Any]) -> str:
+    """One message as a person reads it: when, what became of it, why it was sent and about whom, then to whom
+    and its subject, or why not."""
+    moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["time"]))
+    about = r.get("job") or (f"lead of {r.get('account')}" if r.get("to_lead") else "")
+    whose = "/".join(str(r[k]) for k in ("user", "account") if r.get(k))
+    said = f"to {r.get('to')}: {r.get('subject')}" if r.get("status") == SENT else str(r.get("detail") or "")
+    test = " [test mode]" if r.get("test_mode") else ""
+    return f"{moment}  {r.get('status', '?'):11} {r.get('reason', '?')} {about} ({whose or 'nobody'}){test}: {said}"

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulens import statefiles
+
 log = logging.getLogger(__name__)
 
 SENT, HELD, RECORD, LOCK = "sent.json", "held.json", "messages.jsonl", "lock"
@@ -61,12 +63,14 @@ class StateFolder:
         self._write(HELD, held)
 
     def record(self, entry: Mapping[str, Any]) -> None:
-        line = json.dumps(entry, sort_keys=True) + "\n"
         try:
-            with open(self.path / RECORD, "a", encoding="utf-8") as f:  # one write of one line: whole lines interleave
-                f.write(line)
+            statefiles.append_line(self.path / RECORD, entry)
         except OSError as error:
             raise self._error(error) from None
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Every message recorded, oldest first."""
+        return statefiles.lines(self.path / RECORD)
 
     def _read(self, name: str) -> Any:
         try:
@@ -78,10 +82,8 @@ class StateFolder:
             return None
 
     def _write(self, name: str, document: Any) -> None:
-        temporary = self.path / f".{name}.tmp"
         try:
-            temporary.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(temporary, self.path / name)  # whole or not at all, whenever the process stops
+            statefiles.write_whole(self.path / name, document)
         except OSError as error:
             raise self._error(error) from None
 

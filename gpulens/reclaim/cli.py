@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
+from gpulens import statefiles
 from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
@@ -307,9 +308,7 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
     if not folder.path.is_dir():
         return _fail("log", f"no state folder {str(folder.path)!r}; give --state-dir as the service has it")
     job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
-    for record in folder.audit_records():
-        if not isinstance(record.get("time"), int | float) or record["time"] < since:
-            continue
+    for record in statefiles.since(folder.audit_records(), since):
         if job and record.get("job") != job:
             continue
         print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpulens import statefiles
 from gpulens.reclaim.ladder import Keep, Place
 
 log = logging.getLogger(__name__)
@@ -81,17 +82,16 @@ class Folder:
 
     def save_places(self, places: Mapping[str, Place]) -> None:
         document = {"places": {key: dataclasses.asdict(place) for key, place in sorted(places.items())}}
-        temporary = self.path / f".{PLACES}.tmp"
-        temporary.write_text(json.dumps(document, indent=1) + "\n")
-        os.replace(temporary, self.path / PLACES)  # whole or not at all, whenever the process stops
+        statefiles.write_whole(self.path / PLACES, document)
 
     # -- keeps and the audit log --------------------------------------------------------------------------
 
     def keeps(self) -> list[Keep]:
-        return [Keep(**record) for record in self._lines(KEEPS, Keep)]
+        fields = [f.name for f in dataclasses.fields(Keep)]
+        return [Keep(**record) for record in statefiles.lines(self.path / KEEPS, fields)]
 
     def add_keep(self, keep: Keep) -> None:
-        self._append(KEEPS, dataclasses.asdict(keep))
+        statefiles.append_line(self.path / KEEPS, dataclasses.asdict(keep))
 
     def record_keep(self, keep: Keep) -> None:
         """Add `keep` and its `kept` line in the audit log: `gpulens reclaim keep` and the HTTP API alike."""
@@ -100,28 +100,7 @@ class Folder:
         self.audit({**record, "reason": keep.reason})
 
     def audit(self, record: Mapping[str, Any]) -> None:
-        self._append(AUDIT, record)
+        statefiles.append_line(self.path / AUDIT, record)
 
     def audit_records(self) -> Iterator[dict[str, Any]]:
-        yield from self._lines(AUDIT, None)
-
-    def _append(self, name: str, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, sort_keys=True) + "\n"
-        with open(self.path / name, "a", encoding="utf-8") as f:  # one write of one line: whole lines interleave
-            f.write(line)
-
-    def _lines(self, name: str, record: type | None) -> Iterator[dict[str, Any]]:
-        fields = {f.name for f in dataclasses.fields(record)} if record else None
-        try:
-            with open(self.path / name, encoding="utf-8") as f:
-                for number, line in enumerate(f, 1):
-                    try:
-                        value = json.loads(line)
-                        if not isinstance(value, dict) or (fields is not None and set(value) != fields):
-                            raise ValueError("not a record of this file")
-                    except ValueError as error:
-                        log.warning("%s line %d does not read (%s); skipped", self.path / name, number, error)
-                        continue
-                    yield value
-        except FileNotFoundError:
-            return
+        return statefiles.lines(self.path / AUDIT)

@@ -4,6 +4,7 @@ go; send-test sends through a real SMTP server; each mistake a one-line error an
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -41,9 +42,9 @@ def settings(tmp_path, port: int, extra: str = "") -> str:
 def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(capsys):
     assert cli.main(["notify", "--help"]) == 0
     help_text = capsys.readouterr().out
-    assert all(f"\n  {name} " in help_text for name in ("check", "send-test"))
+    assert all(f"\n  {name} " in help_text for name in ("check", "send-test", "log"))
     assert cli.main(["notify", "send"]) == 2
-    assert capsys.readouterr().err == "gpulens notify: unknown command 'send'; use one of check, send-test\n"
+    assert capsys.readouterr().err == "gpulens notify: unknown command 'send'; use one of check, send-test, log\n"
 
 
 def test_check_says_what_the_settings_do_and_where_each_owners_messages_go(tmp_path, capsys):
@@ -133,3 +134,25 @@ def test_send_test_that_fails_says_why_in_one_line(tmp_path, capsys):
     )
     status, _, err = run(capsys, "send-test", "--user", "alice")
     assert status == 2 and err.startswith("gpulens notify send-test: the following arguments are required: --config")
+
+
+def test_log_tells_what_became_of_each_message_and_filters_by_user_and_job(tmp_path, capsys):
+    with smtp_server() as box:
+        path = settings(tmp_path, box.port)
+        assert run(capsys, "send-test", "--config", path, "--user", "alice")[0] == 0
+        assert run(capsys, "send-test", "--config", path, "--user", "nobody-known", "--account", "chem")[0] == 0
+    (tmp_path / "state" / "messages.jsonl").open("a").write("a line cut short by a full dis\n")
+    status, out, err = run(capsys, "log", "--config", path)
+    assert status == 0 and "line 3 does not read" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("  sent        test  (alice): to alice@lab.example.org: Hello alice")
+    assert " sent        test  (nobody-known/chem): to nobody-known@example.org: Hello nobody-known" in lines[1]
+    status, out, _ = run(capsys, "log", "--config", path, "--user", "alice", "--json")
+    (record,) = [json.loads(line) for line in out.splitlines()]
+    assert record["status"] == "sent" and record["to"] == "alice@lab.example.org"
+    assert run(capsys, "log", "--config", path, "--job", "1234")[1] == ""  # test messages are about no job
+    assert run(capsys, "log", "--config", path, "--since", "soon")[0] == 2
+    (tmp_path / "other").mkdir()
+    status, _, err = run(capsys, "log", "--config", settings(tmp_path / "other", 1))
+    assert status == 1 and "no state folder" in err and "nothing sent yet?" in err
