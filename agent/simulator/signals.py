@@ -89,7 +89,9 @@ class Square:
     def mean(self, t0: float, t1: float) -> float:
         if t1 <= t0:
             return self.at(t0)
-        high = (self._high_time(t1) - self._high_time(t0)) / (t1 - t0)
+        # A share of the time, 0-1: at extreme periods (1e300 s) the float error of the high times exceeds the
+        # span itself, and an unclamped share made a rate of infinity (found by tests/hostile/test_scenarios.py).
+        high = min(max((self._high_time(t1) - self._high_time(t0)) / (t1 - t0), 0.0), 1.0)
         return self.low + (self.high - self.low) * high
 
     def bounds(self) -> tuple[float, float]:
