@@ -44,7 +44,7 @@ from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.collectors.mig import MIG_LABELS
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.tips import JOB_TIP_IDS
-from gpulens.usage import DeviceUse, JobRecord, TipUse, merge
+from gpulens.usage import REQUESTS, DeviceUse, JobRecord, TipUse, merge
 from gpulens.vocabulary import State
 
 if TYPE_CHECKING:
@@ -74,6 +74,10 @@ _JOB_LABELS = ("job_kind", "job_id", "user", "namespace", "pod", "account", "mod
 _IN_JOB = frozenset(
     ("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
 )
+# The per-job series of its processes on the host: none for a job whose processes the agent could not measure.
+_HOST_USE = frozenset(("cpu_seconds", "cpu_observed_seconds"))
+# Per-job series whose 0 means "not known": a resident set never read, a request the agent could not read.
+_KNOWN_IF_SET = frozenset(("host_memory_peak_bytes", *REQUESTS))
 JobKey = tuple[str, str]
 
 
@@ -198,8 +202,12 @@ class JobAccounting:
                 account=job.account,
                 name=job.name,
                 nodes=(self._node,) if self._node else (),
+                requested_cpus=job.request.cpus,
+                requested_memory_bytes=job.request.memory_bytes,
+                time_limit_seconds=job.request.time_limit_seconds,
             )
             delta = _with_reports(delta, job, result.reports, elapsed_by_job[key])
+            delta = _with_host(delta, job, result.host, elapsed_by_job[key])
             delta = _with_job_tips(merge(opened.total, delta), delta)
             opened.total = merge(opened.total, delta)
             opened.job, opened.last_seen_at, opened.gpus = job, now, frozenset(held[key])
@@ -492,12 +500,35 @@ def _with_reports(delta: JobRecord, job: Job, reports: Mapping[int, JobReport], 
     )
 
 
+def _with_host(delta: JobRecord, job: Job, host: Mapping[int, HostUsage], elapsed: float) -> JobRecord:
+    """Add what the job's processes did on the host this cycle: their CPU seconds, the `elapsed` seconds those
+    cover, and the resident memory they hold now.
+
+    Its processes are the trees of its GPU processes (HostSampler: each GPU process and its descendants), which
+    overlap where a GPU process's parent holds a GPU too: each process counts once. A process counts from its
+    second sighting (the first gives no interval) until its last, so the CPU time before the agent first saw it
+    and in the interval it exited are not counted: the CPU seconds are a lower bound. Resident sets are added
+    up as Slurm's jobacct_gather/linux adds them without UsePss (slurm.conf(5)): pages a forked DataLoader
+    worker shares with its parent count in each, so the memory peak is an upper bound.
+    """
+    processes = {p.pid: p for pid in job.pids if pid in host for p in host[pid].processes}
+    if not processes:
+        return delta
+    return replace(
+        delta,
+        cpu_seconds=sum(p.cpu_seconds for p in processes.values()),
+        cpu_observed_seconds=elapsed,
+        host_memory_peak_bytes=sum(p.resident_bytes or 0 for p in processes.values()),
+    )
+
+
 def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Metric]:
     """Per-job series over the open jobs' (totals, memory this cycle or None), for Prometheus-based reports.
 
     The counters and the facts of the job's life (owner, start, last seen, peaks) stay for the expiry window
     after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
-    wait, PyTorch peaks) exist only for a job that sent reports.
+    wait, PyTorch peaks) exist only for a job that sent reports, the host ones (CPU seconds, resident memory)
+    for a job whose processes the agent could measure, and each request only where it is known.
     """
     info = GaugeMetricFamily(
         "gpulens_job_info",
@@ -530,6 +561,14 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         "data_wait_observed_seconds": _counter(
             "gpulens_job_data_wait_observed_seconds", "Seconds covered by the job's own step reports."
         ),
+        "cpu_seconds": _counter(
+            "gpulens_job_cpu_seconds",
+            "CPU seconds (user + system) the job's GPU processes and their descendants used on this node.",
+        ),
+        "cpu_observed_seconds": _counter(
+            "gpulens_job_cpu_observed_seconds",
+            "Seconds the job's processes were measured on this node; cpu_seconds over these is its mean cores in use.",
+        ),
     }
     peaks = {
         "memory_peak_bytes": _gauge(
@@ -544,6 +583,23 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         "torch_reserved_peak_bytes": _gauge(
             "gpulens_job_torch_reserved_max_bytes", "Highest PyTorch reserved-bytes peak the job reported."
         ),
+        "host_memory_peak_bytes": _gauge(
+            "gpulens_job_host_memory_peak_bytes",
+            "Most resident memory (RSS added over its processes) the job held at once on this node, read each cycle.",
+        ),
+    }
+    requests = {
+        "requested_cpus": _gauge(
+            "gpulens_job_cpu_cores_requested",
+            "CPU cores the job asked for on this node (its Slurm environment, or a pod's cgroup CPU limit).",
+        ),
+        "requested_memory_bytes": _gauge(
+            "gpulens_job_host_memory_requested_bytes",
+            "Host memory the job asked for on this node (its Slurm environment, or a pod's cgroup memory limit).",
+        ),
+        "time_limit_seconds": _gauge(
+            "gpulens_job_time_limit_seconds", "The run time limit Slurm gave the job (Slurm 23.02 and later)."
+        ),
     }
     memory = _gauge(
         "gpulens_job_memory_used_bytes", "Most device memory the job's processes use on one GPU, as of the last cycle."
@@ -553,7 +609,7 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         "GPU-seconds each tip applied to the job's GPUs (ids in docs/tips.md).",
         labels=(*_JOB_LABELS, "tip"),
     )
-    totals: dict[str, CounterMetricFamily | GaugeMetricFamily] = {**counters, **peaks}
+    totals: dict[str, CounterMetricFamily | GaugeMetricFamily] = {**counters, **peaks, **requests}
     for r, memory_now in records:
         labels = _labels(r)
         if memory_now is not None:
@@ -564,8 +620,13 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
         seen.add_metric(labels, r.last_seen)
         reported = r.data_wait_observed_seconds > 0 or r.torch_allocated_peak_bytes or r.torch_reserved_peak_bytes
         for name, family in totals.items():
-            if reported or name not in _IN_JOB:
+            unknown = (
+                (name in _IN_JOB and not reported)
+                or (name in _HOST_USE and r.cpu_observed_seconds <= 0)
+                or (name in _KNOWN_IF_SET and not getattr(r, name))
+            )
+            if not unknown:
                 family.add_metric(labels, getattr(r, name))
         for tip, use in sorted(r.tips.items()):
             tips.add_metric((*labels, tip), use.seconds)
-    yield from (info, start, seen, *counters.values(), *peaks.values(), memory, tips)
+    yield from (info, start, seen, *counters.values(), *peaks.values(), *requests.values(), memory, tips)

@@ -216,7 +216,7 @@ class AgentConfig:
         "off",
         "export each job's ledger totals "
         "(busy time, energy, memory, tips) as series, for 'gpulens report "
-        "--prometheus' (about 15 series per job)",
+        "--prometheus' (about 15 series per job, up to 21 with its request and host use)",
     )
     traces_max_steps: int = _setting(
         "--traces.max-steps",

@@ -8,10 +8,10 @@ bank.) Rows older than the retention are deleted, and the oldest timeline rows g
 grows past its size bound.
 
 A ledger written by an earlier gpulens gets the columns and tables it lacks (a Slurm job's `account` and
-`name`, each job's `devices`) when the agent opens it, its rows kept; a reader (`connect_readonly`, the
-reports) reads such a file as it is, those fields empty. The schema version stays 1: columns and tables
-are only ever added, and an earlier gpulens, which
-names the columns it reads and writes, reads and writes a newer file too.
+`name`, each job's `devices`, its host use and request) when the agent opens it, its rows kept; a reader
+(`connect_readonly`, the reports) reads such a file as it is, those fields empty or 0. The schema version stays
+1: columns and tables are only ever added, and an earlier gpulens, which names the columns it reads and writes,
+reads and writes a newer file too.
 
 A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
 `gpulens_ledger_corrupt 1` and runs on without a ledger. A write that fails (disk full, read-only
@@ -28,12 +28,13 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.usage import ADDITIVE, OWNER, PEAKS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
+from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,17 @@ ERROR_REASONS = ("full", "read_only", "io", "locked", "cannot_open", "other")
 
 _STATE_COLUMNS = tuple(f"state_{s}_seconds" for s in STATES)
 _OWNER_COLUMNS = OWNER
+_SQL_TYPES = {float: "REAL", int: "INTEGER"}
+# The jobs table's columns added after its first release, as each is declared: a file from before one gets it
+# when the agent opens it (`_add_columns`), and a reader takes a column the file lacks as its default.
+_ADDED_COLUMNS = {
+    "account": "TEXT NOT NULL DEFAULT ''",
+    "name": "TEXT NOT NULL DEFAULT ''",
+    "cpu_seconds": "REAL NOT NULL DEFAULT 0",
+    "cpu_observed_seconds": "REAL NOT NULL DEFAULT 0",
+    "host_memory_peak_bytes": "INTEGER NOT NULL DEFAULT 0",
+    **{name: f"{_SQL_TYPES[kind]} NOT NULL DEFAULT 0" for name, kind in REQUESTS.items()},
+}
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
@@ -70,6 +82,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     gpus TEXT NOT NULL DEFAULT '[]', models TEXT NOT NULL DEFAULT '[]',
     {", ".join(f"{c} REAL NOT NULL DEFAULT 0" for c in (*_STATE_COLUMNS, *ADDITIVE))},
     {", ".join(f"{c} INTEGER NOT NULL DEFAULT 0" for c in PEAKS)},
+    {", ".join(f"{c} {_ADDED_COLUMNS[c]}" for c in REQUESTS)},
     UNIQUE (kind, id, start)
 );
 CREATE INDEX IF NOT EXISTS jobs_last_seen ON jobs (last_seen);
@@ -390,7 +403,8 @@ class Ledger:
 
     def _upsert_run(self, conn: sqlite3.Connection, total: JobRecord, delta: JobRecord) -> int:
         additive = (*_STATE_COLUMNS, *ADDITIVE)
-        columns = ("kind", "id", "start", "last_seen", "node", *_OWNER_COLUMNS, "gpus", "models", *additive, *PEAKS)
+        largest = (*PEAKS, *REQUESTS)
+        columns = ("kind", "id", "start", "last_seen", "node", *_OWNER_COLUMNS, "gpus", "models", *additive, *largest)
         values = (
             total.kind,
             total.id,
@@ -402,14 +416,14 @@ class Ledger:
             json.dumps(list(total.models)),
             *(delta.state_seconds.get(s, 0.0) for s in STATES),
             *(getattr(delta, name) for name in ADDITIVE),
-            *(getattr(total, name) for name in PEAKS),
+            *(getattr(total, name) for name in largest),
         )
         updates = [
             "last_seen = max(last_seen, excluded.last_seen)",
             "finished = 0",
             *(f"{c} = excluded.{c}" for c in (*_OWNER_COLUMNS, "gpus", "models")),
             *(f"{c} = {c} + excluded.{c}" for c in additive),
-            *(f"{c} = max({c}, excluded.{c})" for c in PEAKS),
+            *(f"{c} = max({c}, excluded.{c})" for c in largest),
         ]
         conn.execute(
             f"INSERT INTO jobs ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
@@ -581,18 +595,19 @@ class Ledger:
 
 
 def _add_columns(conn: sqlite3.Connection, path: str) -> None:
-    """Add the owner columns a ledger from an earlier gpulens lacks, empty in its rows, in one transaction.
+    """Add the columns a ledger from an earlier gpulens lacks (_ADDED_COLUMNS), empty or 0 in its rows, in one
+    transaction.
 
     ADD COLUMN rewrites only the table's definition, not its rows, and a NOT NULL column needs a default
     other than NULL (https://www.sqlite.org/lang_altertable.html#alter_table_add_column).
     """
     present = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
-    missing = [c for c in _OWNER_COLUMNS if c not in present]
+    missing = [c for c in _ADDED_COLUMNS if c not in present]
     if not missing:
         return
     conn.execute("BEGIN IMMEDIATE")
     for column in missing:
-        conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+        conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {_ADDED_COLUMNS[column]}")
     conn.execute("COMMIT")
     log.info("job ledger %s: added the columns %s (written by an earlier gpulens)", path, ", ".join(missing))
 
@@ -688,8 +703,8 @@ def read_records(
     cursor = conn.execute(
         f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY last_seen DESC, run DESC LIMIT ?", (*args, limit)
     )
-    # A ledger of an earlier gpulens, read as it is, lacks the newer owner columns: they read as "".
-    owners = [c for c in _OWNER_COLUMNS if c in {d[0] for d in cursor.description}]
+    # A ledger of an earlier gpulens, read as it is, lacks the newer columns: they read as "" or 0.
+    present = {d[0] for d in cursor.description}
     rows = cursor.fetchall()
     has_devices = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='devices'").fetchone()
     records = []
@@ -698,7 +713,7 @@ def read_records(
             t["tip"]: TipUse(t["seconds"], t["text"])
             for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))
         }
-        record = _record(row, tips, owners)
+        record = _record(row, tips, present)
         if has_devices:
             found = conn.execute(
                 "SELECT uuid, name, seconds, busy_seconds, sampled_seconds FROM devices WHERE run = ?", (row["run"],)
@@ -720,20 +735,24 @@ def read_node(conn: sqlite3.Connection) -> str:
     return str(row[0]) if row else ""
 
 
-def _record(row: sqlite3.Row, tips: dict[str, TipUse], owners: Sequence[str]) -> JobRecord:
+def _record(row: sqlite3.Row, tips: dict[str, TipUse], present: Collection[str]) -> JobRecord:
+    """The run in `row`, whose columns are `present` (the JobRecord defaults stand for those a file lacks)."""
+    # Each request in its field's type (usage.REQUESTS), whatever the column's affinity made of it.
+    requested: dict[str, Any] = {name: kind(row[name]) for name, kind in REQUESTS.items() if name in present}
     return JobRecord(
         kind=row["kind"],
         id=row["id"],
         start=row["start"],
         last_seen=row["last_seen"],
-        **{name: row[name] for name in owners},
+        **{name: row[name] for name in _OWNER_COLUMNS if name in present},
         nodes=(row["node"],) if row["node"] else (),
         running=not row["finished"],
         gpus=tuple(_names(row["gpus"])),
         models=tuple(_names(row["models"])),
         state_seconds={s: row[c] for s, c in zip(STATES, _STATE_COLUMNS, strict=True) if row[c]},
-        **{name: row[name] for name in ADDITIVE},
-        **{name: row[name] for name in PEAKS},
+        **{name: row[name] for name in ADDITIVE if name in present},
+        **{name: row[name] for name in PEAKS if name in present},
+        **requested,
         tips=tips,
     )
 

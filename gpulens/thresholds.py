@@ -73,6 +73,21 @@ REPORT_BUSY_RED = 0.15
 REPORT_BUSY_WARN = 0.25
 REPORT_MIN_JOB_SECONDS = 300.0
 
+# Right-sizing the whole allocation (`gpulens report digest`, `report job`): a request is an over-ask when the job
+# used at most this share of it. The marks of Princeton's job_defense_shield (its docs/alert/*.md): CPU efficiency
+# at most 60% (low_cpu_util.md, eff_thres_pct), memory used at most 35% of the allocation (excess_cpu_memory.md,
+# ratio_threshold), run time at most 20% of the limit (time_limits_gpu.md, overall_ratio_threshold). Cores compare
+# the mean in use with the cores asked for, memory the peak on one node with the memory asked for on one node.
+REQUEST_CORES_USED_MAX = 0.6
+REQUEST_MEMORY_USED_MAX = 0.35
+REQUEST_TIME_USED_MAX = 0.2
+# The request suggested instead holds what was used with this headroom, then is rounded up (cores to a whole
+# core, memory to a whole GiB, time to a whole hour): 80% used, job_defense_shield's target for memory and time
+# ("A good target value for Percent-Used is 80%", its email/excess_cpu_memory.txt and excessive_time.txt, whose
+# example asks 10 h for a job of 8). It covers a memory peak between two samples, and runs of one job that take
+# longer than this one; cores take the same (our choice: a mean hides DataLoader bursts).
+REQUEST_HEADROOM = 1.25
+
 # Trend rules (`gpulens report trend`), our own choices: a run is flagged with a waste reason (idle,
 # data_starved, underutilized) that took at least a quarter of its GPU-hours, jobstats' warning mark carried
 # over to a share of time; the reason has gone from a later run when it takes less than a twentieth, about

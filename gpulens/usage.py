@@ -4,6 +4,12 @@ A `JobRecord` is additive: the agent builds one per job per sampling cycle (the 
 them up into the job's totals, and a report adds up the records of one job seen on several nodes or in
 several runs. Time is in seconds since the epoch, durations in seconds, memory in bytes, energy in
 joules; GPU-seconds count each GPU the job holds (4 GPUs for 1 s count 4).
+
+Beside the GPUs, the whole allocation: what the job asked its scheduler for on one node (cores, host memory, time
+limit; 0 where unknown) and what its processes used (CPU seconds, the most resident memory on one node). Two
+records of one job keep the larger request and the larger memory peak, and add their CPU seconds and the seconds
+those cover: `cpu_seconds / cpu_observed_seconds` is then the mean cores in use on one node, whatever the
+number of nodes, to be held against the cores asked for on one node.
 """
 
 from __future__ import annotations
@@ -30,8 +36,23 @@ ADDITIVE = (
     "energy_joules",
     "data_wait_seconds",
     "data_wait_observed_seconds",
+    "cpu_seconds",
+    "cpu_observed_seconds",
 )
-PEAKS = ("memory_peak_bytes", "memory_capacity_bytes", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
+PEAKS = (
+    "memory_peak_bytes",
+    "memory_capacity_bytes",
+    "torch_allocated_peak_bytes",
+    "torch_reserved_peak_bytes",
+    "host_memory_peak_bytes",
+)
+# What the job asked for on one node, by field and type; two records of one job keep the larger (a job's nodes
+# have the same request, but for Slurm's uneven allocations, "72(x2),36": the largest stands for all).
+REQUESTS: dict[str, type[float] | type[int]] = {
+    "requested_cpus": float,
+    "requested_memory_bytes": int,
+    "time_limit_seconds": float,
+}
 OWNER = ("user", "namespace", "pod", "container", "partition", "account", "name")
 # The last second of year 9999: the latest time Python's time and datetime functions can show.
 LAST_EPOCH = 253_402_300_799.0
@@ -133,6 +154,12 @@ class JobRecord:
     torch_reserved_peak_bytes: int = 0
     data_wait_seconds: float = 0.0  # data-wait ratio x seconds, from gpulens.torch in the job
     data_wait_observed_seconds: float = 0.0  # seconds the job reported its steps
+    cpu_seconds: float = 0.0  # CPU seconds (user + system) of its processes on the host
+    cpu_observed_seconds: float = 0.0  # seconds of each node its processes were measured, added over nodes
+    host_memory_peak_bytes: int = 0  # the most resident memory (RSS) its processes held at once on one node
+    requested_cpus: float = 0.0  # cores asked for on one node
+    requested_memory_bytes: int = 0  # host memory asked for on one node
+    time_limit_seconds: float = 0.0  # the run time limit it was given
     tips: Mapping[str, TipUse] = field(default_factory=dict)
     devices: Mapping[str, DeviceUse] = field(default_factory=dict)  # by GPU or MIG UUID
     timeline: tuple[TimelinePoint, ...] = ()
@@ -175,6 +202,11 @@ class JobRecord:
         if self.data_wait_observed_seconds <= 0:
             return None
         return self.data_wait_seconds / self.data_wait_observed_seconds
+
+    @property
+    def cpu_cores_used(self) -> float | None:
+        """Mean CPU cores its processes used on one node, or None where they were never measured."""
+        return self.cpu_seconds / self.cpu_observed_seconds if self.cpu_observed_seconds > 0 else None
 
     @property
     def memory_peak_ratio(self) -> float | None:
@@ -244,6 +276,7 @@ class JobRecord:
                 state_seconds=_states(data.get("state_seconds")),
                 **{name: checks.number(data.get(name) or 0.0, name) for name in ADDITIVE},
                 **{name: int(checks.number(data.get(name) or 0, name)) for name in PEAKS},
+                **{name: kind(checks.number(data.get(name) or 0, name, 0)) for name, kind in REQUESTS.items()},
                 tips=tips,
                 devices={str(k): _device(v) for k, v in (data.get("devices") or {}).items()},
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
@@ -270,7 +303,7 @@ def _epoch(value: Any, where: str) -> float:
 
 
 def merge(a: JobRecord, b: JobRecord) -> JobRecord:
-    """Return the sum of two records of one job: counters added, peaks maxed, spans joined.
+    """Return the sum of two records of one job: counters added, peaks and requests maxed, spans joined.
 
     The owner and running flag are taken from the record seen last, so a job's latest names win.
     """
@@ -297,7 +330,7 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         models=tuple(sorted(set(a.models) | set(b.models))),
         state_seconds=states,
         **{name: getattr(a, name) + getattr(b, name) for name in ADDITIVE},
-        **{name: max(getattr(a, name), getattr(b, name)) for name in PEAKS},
+        **{name: max(getattr(a, name), getattr(b, name)) for name in (*PEAKS, *REQUESTS)},
         tips=tips,
         devices=devices,
         timeline=timeline,
@@ -327,7 +360,8 @@ def _merge_timeline(a: tuple[TimelinePoint, ...], b: tuple[TimelinePoint, ...]) 
 
 
 def add_up(records: Sequence[JobRecord], kind: str, name: str) -> JobRecord:
-    """Return one record summing many jobs' (a group's), in one pass; spans and owners are left empty."""
+    """Return one record summing many jobs' (a group's), in one pass; spans, owners and requests (one job's
+    each) are left empty."""
     states: dict[str, float] = {}
     tips: dict[str, float] = {}
     sums = dict.fromkeys(ADDITIVE, 0.0)

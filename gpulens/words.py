@@ -46,6 +46,14 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def cores(value: float | None) -> str:
+    """Return CPU cores whole, or to a tenth when not whole: '1 core', '32 cores', '3.1 cores', '0.5 cores'."""
+    if value is None or not _known(value):
+        return ""
+    text = f"{value:,.1f}".removesuffix(".0")
+    return f"{text} core" if text == "1" else f"{text} cores"
+
+
 def gib(n_bytes: float | None) -> str:
     """Return bytes as GiB to a tenth, a whole number without its '.0': '79.6 GiB', '80 GiB', '1,024 GiB'."""
     if n_bytes is None or not _known(n_bytes):

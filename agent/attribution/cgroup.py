@@ -1,4 +1,4 @@
-"""Pure parsers for cgroup text: who owns a process (from /proc/<pid>/cgroup) and its CPU quota.
+"""Pure parsers for cgroup text: who owns a process (from /proc/<pid>/cgroup), its CPU quota and memory limit.
 
 No I/O here: every function takes the text of a file and never raises on malformed input, since
 what /proc and a job's cgroup hold is not ours to vouch for.
@@ -90,6 +90,11 @@ def _kubernetes(path: str) -> CgroupOwner | None:
     return None
 
 
+def names_pod(path: str) -> bool:
+    """Return whether a cgroup path is a pod's cgroup or one inside it (a container's), not one above the pods."""
+    return _kubernetes(path) is not None
+
+
 def _container_id(segment: str) -> str:
     """Return the runtime id from a container cgroup segment ("cri-containerd-<id>.scope" -> "<id>")."""
     segment = segment.removesuffix(".scope")
@@ -131,3 +136,9 @@ def _quota_cores(quota: str, period: str) -> float | None:
     if quota_us <= 0 or period_us <= 0:
         return None
     return quota_us / period_us
+
+
+def parse_memory_max(text: str) -> int | None:
+    """Return the limit of a cgroup v2 ``memory.max`` text in bytes; None if unlimited ("max") or malformed."""
+    value = text.strip()
+    return int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None

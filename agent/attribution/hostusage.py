@@ -1,4 +1,4 @@
-"""Host-side evidence for a GPU job: how busy its CPUs are and how fast it reads from storage.
+"""Host-side evidence for a GPU job: how busy its CPUs are, the memory it holds and how fast it reads from storage.
 
 A GPU that waits on its input pipeline shows it here first: a main process pinned at one core (Python
 doing the data loading), DataLoader workers each near a full core, or all the cores the job may use in
@@ -8,7 +8,6 @@ DataLoader workers, and turns psutil's cumulative counters into rates between tw
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from gpulens.agent.attribution.cgroup import cgroup_paths, parse_cfs_quota, parse_cpu_max
+from gpulens.agent.attribution.limits import CgroupLimits
 from gpulens.agent.attribution.proc import ProcessGone, ProcReader, read_bytes
 
 
@@ -27,6 +26,8 @@ class ProcessUsage:
     pid: int
     cpu_cores: float  # CPU seconds per second (user + system); 1.0 is one core busy
     io_read_bytes_per_second: float | None  # bytes fetched from storage; None where the agent may not read it
+    cpu_seconds: float = 0.0  # CPU seconds (user + system) it used over the interval
+    resident_bytes: int | None = None  # its resident set (RSS) at the end of the interval; None if not read
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,10 @@ class HostSampler:
         read: Callable[[str], bytes] = read_bytes,
     ):
         self._proc = ProcReader(proc_root, read)
-        self._cgroup_root = cgroup_root
+        self._limits = CgroupLimits(cgroup_root, read)
         self._clock = clock
         self._max_processes = max_processes
         self._process_factory = process_factory
-        self._read = read
         self._tracked: dict[int, _Tracked] = {}
 
     def sample(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:
@@ -130,6 +130,7 @@ class HostSampler:
                     raise psutil.ZombieProcess(pid)
                 times = process.cpu_times()
                 read = _read_bytes_counter(process)
+                resident = _resident_bytes(process) if tracked is not None else None
         except psutil.NoSuchProcess:  # ZombieProcess too
             self._tracked.pop(pid, None)
             return None
@@ -141,7 +142,8 @@ class HostSampler:
         if elapsed <= 0:
             return None
         io_rate = None if read is None or tracked.read_bytes is None else (read - tracked.read_bytes) / elapsed
-        result = ProcessUsage(pid, max(0.0, (cpu_seconds - tracked.cpu_seconds) / elapsed), io_rate)
+        used = max(0.0, cpu_seconds - tracked.cpu_seconds)
+        result = ProcessUsage(pid, used / elapsed, io_rate, used, resident)
         tracked.cpu_seconds, tracked.read_bytes, tracked.at = cpu_seconds, read, now
         return result
 
@@ -166,42 +168,12 @@ class HostSampler:
             affinity = len(tracked.process.cpu_affinity()) if tracked is not None else None
         except (psutil.Error, OSError):
             affinity = None
-        limits = [x for x in (affinity, self._cgroup_quota(pid)) if x]
-        return min(limits) if limits else None
-
-    def _cgroup_quota(self, pid: int) -> float | None:
-        """Return the tightest CPU quota in cores over `pid`'s cgroup and its ancestors; None if unlimited."""
         try:
-            paths = cgroup_paths(self._proc.cgroup(pid))
+            quota = self._limits.cpu_cores(self._proc.cgroup(pid))
         except (ProcessGone, OSError):
-            return None
-        quotas = []
-        for controllers, path in paths:
-            # A path with ".." is relative to another cgroup namespace: it does not lead into cgroup_root.
-            if ".." in path.split("/"):
-                continue
-            if controllers == "":
-                quotas += [parse_cpu_max(text) for d in _ancestors(path) if (text := self._text(d, "cpu.max"))]
-            elif "cpu" in controllers.split(","):
-                for d in _ancestors(path, prefix=f"/{controllers}"):
-                    quota, period = self._text(d, "cpu.cfs_quota_us"), self._text(d, "cpu.cfs_period_us")
-                    if quota and period:
-                        quotas.append(parse_cfs_quota(quota, period))
-        limits = [q for q in quotas if q is not None]
+            quota = None
+        limits = [x for x in (affinity, quota) if x]
         return min(limits) if limits else None
-
-    def _text(self, directory: str, name: str) -> str:
-        """Return a cgroup file's text, or "" when it is not there (no such controller, or hybrid mode)."""
-        try:
-            return self._read(os.path.join(self._cgroup_root + directory, name)).decode(errors="replace")
-        except OSError:
-            return ""
-
-
-def _ancestors(path: str, prefix: str = "") -> list[str]:
-    """Return `path` and each cgroup above it, below the root, each under `prefix` ("/a/b" -> /a/b, /a)."""
-    parts = [p for p in path.split("/") if p]
-    return [prefix + "/" + "/".join(parts[:n]) for n in range(len(parts), 0, -1)]
 
 
 def _children_by_parent() -> dict[int, list[int]]:
@@ -221,3 +193,13 @@ def _read_bytes_counter(process: psutil.Process) -> int | None:
     except psutil.AccessDenied:  # another user's process, without root or CAP_SYS_PTRACE
         return None
     return read_bytes
+
+
+def _resident_bytes(process: psutil.Process) -> int | None:
+    """Return the resident set of `process` in bytes (one read of /proc/<pid>/statm), or None where the agent may
+    not read it."""
+    try:
+        resident: int = process.memory_info().rss
+    except psutil.AccessDenied:
+        return None
+    return resident

@@ -3,7 +3,8 @@
 The cgroup path names the owner (a Kubernetes pod, a Slurm job, a Docker container); failing that,
 `SLURM_JOB_ID` in the process's environment names a Slurm job whose cgroups are not in use; failing that,
 the process stands for itself. A Slurm job's account and name are `SLURM_JOB_ACCOUNT` and `SLURM_JOB_NAME`
-in its process's environment.
+in its process's environment, and so is what it asked for (cores, memory, time limit: `request.slurm_request`);
+a pod's request is the limits on its cgroups.
 The kubelet's pod-resources socket, when mounted, adds the pod's namespace and name and the container's
 name: it lists which containers were given which GPUs, so a pod process is matched to its container through
 the GPU it runs on (and, where the GPU is shared, through the GPUs and pod name in the container's
@@ -19,9 +20,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, TypedDict
 
-from gpulens.agent.attribution.cgroup import DOCKER, KUBERNETES, SLURM, CgroupOwner, parse_owner
+from gpulens.agent.attribution.cgroup import DOCKER, KUBERNETES, SLURM, CgroupOwner, names_pod, parse_owner
+from gpulens.agent.attribution.limits import CgroupLimits
 from gpulens.agent.attribution.podresources import DeviceAllocation, PodResourcesClient
 from gpulens.agent.attribution.proc import ProcessGone, ProcReader, read_bytes
+from gpulens.agent.attribution.request import Request, pod_request, slurm_request
 
 PROCESS = "process"
 # Resources of the NVIDIA device plugin: nvidia.com/gpu, nvidia.com/mig-<profile>, and renamed shared ones.
@@ -71,6 +74,7 @@ class Job:
     `id` is the Slurm job id, the pod UID, the Docker container id, or "pid:<pid>" for a bare process.
     `namespace`, `pod` and `container` are known only for Kubernetes with the pod-resources socket;
     `account` and `name` only for Slurm, where the agent may read the process's environment.
+    `request` is what the job asked for on this node, where its environment (Slurm) or cgroups (a pod) say.
     `command` is the command line of the lowest pid, hidden unless revealed (see `Sensitive`).
     """
 
@@ -83,6 +87,7 @@ class Job:
     container: str = ""
     account: str = ""  # the Slurm account the job runs under
     name: str = ""  # the Slurm job's name (sbatch --job-name, or the script's name)
+    request: Request = Request()
     command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
 
@@ -104,6 +109,7 @@ class _Facts:
     slurm_job_from_environ: str
     slurm_account: str  # SLURM_JOB_ACCOUNT, the account of slurm_job_from_environ
     slurm_name: str  # SLURM_JOB_NAME, the name of slurm_job_from_environ
+    request: Request  # a pod's limits, or what the environment of slurm_job_from_environ asks for
     uid: int | None
     user: str
     command: str
@@ -118,7 +124,7 @@ class Resolver:
     A cache entry is keyed by (pid, start time), so a recycled pid is read afresh, and lives `ttl`
     seconds, so a process moved into another cgroup (Slurm's pam_slurm_adopt does this) is seen
     within that time; at most `max_entries` are kept. The pod-resources list is asked for at most
-    every `refresh` seconds, whatever the number of processes.
+    every `refresh` seconds, whatever the number of processes. A pod's limits are read under `cgroup_root`.
     """
 
     def __init__(
@@ -131,8 +137,10 @@ class Resolver:
         max_entries: int = 4096,
         users: Callable[[int], str] = user_name,
         read: Callable[[str], bytes] = read_bytes,
+        cgroup_root: str = "/sys/fs/cgroup",
     ):
         self._proc = ProcReader(proc_root, read)
+        self._limits = CgroupLimits(cgroup_root, read)
         self._podresources = podresources
         self._clock = clock
         self._ttl = ttl
@@ -158,15 +166,16 @@ class Resolver:
             job = self.resolve(pid, gpu_uuid)
             if job is None:
                 continue
-            # Processes of one job differ only in pid and command line, and in the account and name, which a
-            # process adopted into a Slurm job (an ssh session) does not carry: the job's are those its steps carry.
-            key = replace(job, account="", name="", command=Sensitive(), pids=())
+            # Processes of one job differ only in pid and command line, and in the account, name and request, which
+            # a process adopted into a Slurm job (an ssh session) does not carry: the job's are those its steps carry.
+            key = replace(job, account="", name="", request=Request(), command=Sensitive(), pids=())
             first = jobs.get(key)
             if first is not None:
                 job = replace(
                     first,
                     account=first.account or job.account,
                     name=first.name or job.name,
+                    request=first.request or job.request,
                     pids=first.pids + job.pids,
                 )
             jobs[key] = job
@@ -202,7 +211,8 @@ class Resolver:
         return facts
 
     def _read(self, pid: int, now: float) -> _Facts:
-        owner = parse_owner(self._proc.cgroup(pid))
+        cgroup = self._proc.cgroup(pid)
+        owner = parse_owner(cgroup)
         uid = self._proc.uid(pid)
         command = self._proc.cmdline(pid)
         # The environment is read only where it can add something: a Slurm job's account and name, a Slurm job
@@ -217,11 +227,23 @@ class Resolver:
         # launch"), and slurmctld sets the batch script's (src/slurmctld/job_scheduler.c, `_set_job_env`).
         slurm_job = environ.get("SLURM_JOB_ID", "")
         slurm_job = slurm_job if slurm_job.isdigit() else ""
+        request = slurm_request(environ) if slurm_job else Request()
+        if owner is not None and owner.kind == KUBERNETES:
+            # A pod's request as the node sees it: the CPU quota and memory limit of its container's cgroup or its
+            # pod's (cpu.max, memory.max), read once per entry like the rest. These are its limits, which a
+            # Guaranteed pod sets equal to its requests: requests leave no trace on the node (a memory request
+            # none, a CPU request only a lossy cpu.weight), and pod-resources names CPUs and memory only for
+            # Guaranteed pods under the kubelet's static CPU and memory managers. Cgroups above the pod are left
+            # out: the kubelet limits kubepods.slice to the node's allocatable memory, no request of the pod.
+            # A pod without limits has no request here (0).
+            limits = self._limits
+            request = pod_request(limits.cpu_cores(cgroup, names_pod), limits.memory_bytes(cgroup, names_pod))
         return _Facts(
             owner=owner,
             slurm_job_from_environ=slurm_job,
             slurm_account=environ.get("SLURM_JOB_ACCOUNT", "") if slurm_job else "",
             slurm_name=environ.get("SLURM_JOB_NAME", "") if slurm_job else "",
+            request=request,
             uid=uid,
             user="" if uid is None else self._users(uid),
             command=command,
@@ -238,14 +260,15 @@ class Resolver:
         if owner is not None and owner.kind == KUBERNETES:
             ref = self._container_of(facts, gpu_uuid)
             names = ref._asdict() if ref is not None else {}
-            return Job(kind=KUBERNETES, id=owner.pod_uid, **names, **common)
+            return Job(kind=KUBERNETES, id=owner.pod_uid, **names, request=facts.request, **common)
         if owner is not None and owner.kind == SLURM:
             # The account and name are taken only from an environment that names the cgroup's job: an ssh
             # session adopted into the job by pam_slurm_adopt (https://slurm.schedmd.com/pam_slurm_adopt.html)
             # starts from sshd, not from Slurm, and names no job.
             same = facts.slurm_job_from_environ == owner.job_id
             account, name = (facts.slurm_account, facts.slurm_name) if same else ("", "")
-            return Job(kind=SLURM, id=owner.job_id, account=account, name=name, **common)
+            request = facts.request if same else Request()
+            return Job(kind=SLURM, id=owner.job_id, account=account, name=name, request=request, **common)
         if owner is not None and owner.kind == DOCKER:
             return Job(kind=DOCKER, id=owner.container_id, **common)
         if facts.slurm_job_from_environ:
@@ -254,6 +277,7 @@ class Resolver:
                 id=facts.slurm_job_from_environ,
                 account=facts.slurm_account,
                 name=facts.slurm_name,
+                request=facts.request,
                 **common,
             )
         return Job(kind=PROCESS, id=f"pid:{pid}", **common)

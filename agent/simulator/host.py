@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from gpulens.agent.attribution.hostusage import HostSampler, HostUsage, ProcessUsage
+from gpulens.agent.attribution.request import Request
 from gpulens.agent.attribution.resolver import Job, PodRef, Resolver
 from gpulens.agent.jobs.messages import (
     DataLoaderSettings,
@@ -52,6 +53,7 @@ class SimulatedSources:
         # A process that comes back takes a new pid each time: found by its occurrence at the time.
         self._repeating = [(g, p) for g in scenario.gpus for p in g.processes if p.every is not None]
         self._real = [p.real for g in scenario.gpus for p in g.processes if p.real is not None]
+        self._host_seen: dict[int, float] = {}  # when host_usage last read each root pid
         if self._real and live is None:
             live = LiveSources(Resolver(), HostSampler(), None)
         self._live_sources = live
@@ -94,6 +96,7 @@ class SimulatedSources:
                     container=spec.container,
                     account=spec.account,
                     name=spec.name,
+                    request=Request(spec.cpus, spec.memory, spec.time_limit),
                     pids=(pid,),
                 )
             key = (job.kind, job.id)
@@ -123,8 +126,11 @@ class SimulatedSources:
         return {uuid: PodRef(j.namespace, j.pod, j.container) for uuid, j in allocated.items()}
 
     def host_usage(self, root_pids: Iterable[int]) -> dict[int, HostUsage]:
+        """Each simulated tree as HostSampler reads a real one; a process's CPU seconds are its cores over the time
+        since the previous call that read it (none on its first, as HostSampler's first reading of a process)."""
         now = self._clock()
         root_pids = set(root_pids)
+        seen, self._host_seen = self._host_seen, {}
         real = self._real_pids(root_pids)
         usage: dict[int, HostUsage] = {}
         if real and self._live_sources is not None:
@@ -134,11 +140,18 @@ class SimulatedSources:
             if found is None or found[1].host is None:
                 continue
             host = found[1].host
+            self._host_seen[pid] = now
+            since = seen.get(pid, now)
             main = host.main_cpu.value(now)
             worker = host.worker_cpu.value(now) if host.worker_cpu else 0.0
             io = host.io_read.value(now) if host.io_read else None
-            processes = (ProcessUsage(pid, main, io),) + tuple(
-                ProcessUsage(pid * 100 + i, worker, None) for i in range(1, host.workers + 1)
+            main_memory = round(host.main_memory.value(now)) if host.main_memory else None
+            worker_memory = round(host.worker_memory.value(now)) if host.worker_memory else None
+            main_seconds = host.main_cpu.mean(since, now) * (now - since)
+            worker_seconds = host.worker_cpu.mean(since, now) * (now - since) if host.worker_cpu else 0.0
+            processes = (ProcessUsage(pid, main, io, main_seconds, main_memory),) + tuple(
+                ProcessUsage(pid * 100 + i, worker, None, worker_seconds, worker_memory)
+                for i in range(1, host.workers + 1)
             )
             usage[pid] = HostUsage(
                 cpu_cores_used=main + worker * host.workers,

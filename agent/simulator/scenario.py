@@ -22,6 +22,7 @@ from gpulens.checks import (
     Invalid,
     choice,
     described,
+    duration,
     each,
     flag,
     inline,
@@ -316,13 +317,26 @@ class JobSpec:
     # A Slurm job whose process comes back (`every`): occurrence n belongs to job id + n, a new job
     # each time, as when a script submits one job after another; otherwise every occurrence is in this one.
     id_counts_up: bool = key(flag, default=False)
+    # What the job asked for on this node, as the agent reads it on a real one (agent/attribution/request.py), 0
+    # for unknown. A Slurm job's from its environment (sbatch(1), "OUTPUT ENVIRONMENT VARIABLES"): cores as
+    # SLURM_JOB_CPUS_PER_NODE ("Count of CPUs available to the job on the nodes in the allocation"), memory as
+    # SLURM_MEM_PER_NODE ("Same as --mem"), the time limit as SLURM_JOB_END_TIME less SLURM_JOB_START_TIME ("The
+    # UNIX timestamp for a job's projected end time", "... start time"; Slurm 23.02 and later). A pod's cores and
+    # memory as its cgroup limits (cpu.max, memory.max); a pod has no time limit the node can see.
+    cpus: float = key(number, 0.001, MAX_CORES, default=0.0)
+    memory: int = key(_memory_total, default=0)  # bytes
+    # Slurm's limits are whole minutes; a limit of a year or more is Slurm's "no limit" (request.UNLIMITED_SECONDS).
+    time_limit: float = key(duration, 60, 365 * 86_400 - 1, default=0.0)  # seconds
 
     def __post_init__(self) -> None:
         if (self.namespace or self.pod or self.container) and self.kind != "kubernetes":
             raise Invalid("", f"namespace, pod and container belong to kubernetes jobs, not {self.kind}")
-        for field, what in (("account", "an account"), ("name", "a job name")):
+        for field, what in (("account", "an account"), ("name", "a job name"), ("time_limit", "a time limit")):
             if getattr(self, field) and self.kind != "slurm":
                 raise Invalid(field, f"{what} belongs to slurm jobs, not {self.kind}")
+        for field in ("cpus", "memory"):
+            if getattr(self, field) and self.kind not in ("slurm", "kubernetes"):
+                raise Invalid(field, f"the agent reads a request of slurm and kubernetes jobs only, not {self.kind}")
         if self.id_counts_up and not (self.kind == "slurm" and self.id.isascii() and self.id.isdigit()):
             raise Invalid("id_counts_up", "counts up a Slurm job id; use kind: slurm with a numeric id")
 
@@ -343,10 +357,14 @@ class HostSpec:
     worker_cpu: Signal | None = key(_signal, 0, MAX_CORES, default=None)  # cores each worker uses
     cores_allowed: float = key(number, 1, 4096, default=16.0)
     io_read: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)  # bytes/s read by the whole tree
+    # Resident memory (RSS, psutil's memory_info().rss) of the main process and of each worker, in bytes.
+    main_memory: Signal | None = key(_signal, 0, MAX_MEMORY, byte_count, default=None)
+    worker_memory: Signal | None = key(_signal, 0, MAX_MEMORY, byte_count, default=None)
 
     def __post_init__(self) -> None:
-        if self.worker_cpu is not None and not self.workers:
-            raise Invalid("worker_cpu", "needs workers: N (N > 0)")
+        for field in ("worker_cpu", "worker_memory"):
+            if getattr(self, field) is not None and not self.workers:
+                raise Invalid(field, "needs workers: N (N > 0)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,8 +4,9 @@ fleet report's group sums, from recording rules that add them up by owner hour b
 Counters make the answer robust: `increase()` spans scrape gaps and counter resets (an agent that
 restarted starts its counters again at zero), and a job on several nodes is summed over instances.
 What remains is Prometheus's extrapolation at the edges of a series, at most half a scrape interval at
-each end of a job. The peaks (memory) take the maximum over the period. A timeline for one job comes
-from range queries over the same counters, and its traces from the series of each process's last trace.
+each end of a job. The peaks (memory) and what the job asked for (cores, memory, time limit) take the maximum
+over the period. A timeline for one job comes from range queries over the same counters, and its traces from
+the series of each process's last trace.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from gpulens.report.summary import (
     wasted_first,
 )
 from gpulens.report.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
-from gpulens.usage import LAST_EPOCH, STATES, JobRecord, TimelinePoint, TipUse, add_up
+from gpulens.usage import LAST_EPOCH, REQUESTS, STATES, JobRecord, TimelinePoint, TipUse, add_up
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 from gpulens.words import trace_sentence
 
@@ -74,6 +75,8 @@ _COUNTERS = {
     "energy_joules": "gpulens_job_energy_joules_total",
     "data_wait_seconds": "gpulens_job_data_wait_seconds_total",
     "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds_total",
+    "cpu_seconds": "gpulens_job_cpu_seconds_total",
+    "cpu_observed_seconds": "gpulens_job_cpu_observed_seconds_total",
 }
 # The counters the fleet report's tables show of every group (summary.fleet_report, document.fleet_document).
 _TABLE_COUNTERS = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules")
@@ -85,6 +88,11 @@ _PEAKS = {
     "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
     "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
     "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
+    "host_memory_peak_bytes": "gpulens_job_host_memory_peak_bytes",
+    # What the job asked for on one node: the largest over the period, as two records of one job keep.
+    "requested_cpus": "gpulens_job_cpu_cores_requested",
+    "requested_memory_bytes": "gpulens_job_host_memory_requested_bytes",
+    "time_limit_seconds": "gpulens_job_time_limit_seconds",
 }
 
 
@@ -560,7 +568,8 @@ class Prometheus:
                 return lambda found, metric, value: found.update({name: value})
 
             def peak(name: str) -> Callable[[dict[str, Any], dict[str, Any], float], None]:
-                return lambda found, metric, value: found.update({name: int(value)})
+                kind = REQUESTS.get(name, int)  # the peaks are bytes; a request may be a fraction (cores, seconds)
+                return lambda found, metric, value: found.update({name: kind(value)})
 
             def owners(found: dict[str, Any], metric: dict[str, Any], value: float) -> None:
                 for name in ("user", "namespace", "pod", "partition"):

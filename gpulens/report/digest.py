@@ -1,5 +1,6 @@
 """The monthly digest: each person's GPU-hours, the share wasted, their rank among peers, their costliest jobs
-with the one change that would have saved the most, and what their jobs held without needing it.
+with the one change that would have saved the most, and what their jobs held without needing it: GPUs, and the
+cores, host memory and time they asked for and did not use.
 
 Pure: `digest_report` turns a period's runs (what every source's `runs_between` answers, as for `report fleet`)
 into a `Digest`; `document.digest_document`, `htmlpage.render_digest` and `machine.to_json` render it. A sender
@@ -15,10 +16,12 @@ from the top: 1 is the most GPU-hours, or the largest share wasted. Figures equa
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpulens import gpus
+from gpulens import thresholds as t
 from gpulens.report.summary import SHORT, flag, group_key, wasted_first
 from gpulens.tips import Facts
 from gpulens.tips.allocation import smaller_profile
@@ -28,6 +31,10 @@ from gpulens.usage import JobRecord, TipUse, add_up, merge_all
 DIGEST_GROUPINGS = ("user", "account")
 COSTLIEST = 3  # a person's jobs listed, the most wasted GPU-hours first
 EVERYONE = "all"  # the one group of a digest by user
+# The parts of a job's allocation beside its GPUs, as OverAsk.resource names them.
+CORES, MEMORY, TIME = "cores", "memory", "time"
+GIB = 2**30
+HOUR = 3600.0
 
 
 @dataclass(frozen=True)
@@ -39,13 +46,25 @@ class CostlyJob:
 
 
 @dataclass(frozen=True)
+class OverAsk:
+    """One part of a job's allocation it asked for far more of than it used, and the request that would have done."""
+
+    resource: str  # CORES, MEMORY or TIME
+    asked: float  # cores or bytes on one node, or seconds of time limit
+    used: float  # the mean cores in use, the memory peak on one node, or the seconds it ran
+    suggested: float  # in the unit of `asked`: what it used with REQUEST_HEADROOM, rounded up
+
+
+@dataclass(frozen=True)
 class Resize:
-    """What one job held and did not need: GPUs on which no kernel ever ran, or a MIG slice that would have done."""
+    """What one job held and did not need: GPUs on which no kernel ever ran, a MIG slice that would have done, and
+    cores, host memory or time it asked for and did not use."""
 
     record: JobRecord
     unused: tuple[str, ...]  # names of its GPUs (or MIG devices) that never ran a kernel of it, sorted
     unused_seconds: float  # how long those were held, added up (wall seconds of each device)
     mig_profile: str  # the smallest MIG profile of its GPU model that holds its peak memory and activity; or ""
+    over_asks: tuple[OverAsk, ...] = ()  # in the order cores, memory, time
 
 
 @dataclass(frozen=True)
@@ -174,14 +193,43 @@ def right_sizing(record: JobRecord) -> Resize | None:
     """Return what the job held and did not need, or None: its GPUs that never ran a kernel over its whole life
     (busy at most IDLE_BUSY_MAX, as gpulens.tips.jobs reads them), else the smallest MIG profile of its GPU model
     that holds its memory peak and its activity with headroom (tips.allocation.smaller_profile, the
-    right_size_gpu tip's rule). A job on several GPUs gets no MIG profile: a CUDA process sees one MIG device."""
+    right_size_gpu tip's rule); and the rest of its allocation it asked too much of (`over_asks`). A job on
+    several GPUs gets no MIG profile: a CUDA process sees one MIG device."""
     unused = sorted(
         (use.name or uuid, use.seconds) for uuid, use in record.devices.items() if worked(use.busy_ratio) is False
     )
     profile = "" if unused else _mig_profile(record)
-    if not unused and not profile:
+    over = over_asks(record)
+    if not unused and not profile and not over:
         return None
-    return Resize(record, tuple(name for name, _ in unused), sum(seconds for _, seconds in unused), profile)
+    return Resize(record, tuple(name for name, _ in unused), sum(seconds for _, seconds in unused), profile, over)
+
+
+def over_asks(record: JobRecord) -> tuple[OverAsk, ...]:
+    """Return the parts of the job's allocation beside its GPUs that it used at most a REQUEST_*_USED_MAX share of,
+    each with a request that holds its use with REQUEST_HEADROOM: cores up to a whole core, memory up to a whole
+    GiB, time up to a whole hour, and smaller than what it asked. A figure not known (no request, processes never
+    measured) says nothing, and a running job's time is not judged: it has not ended."""
+    found = []
+    cores = record.cpu_cores_used
+    if record.requested_cpus and cores is not None:
+        found.append(_over(CORES, record.requested_cpus, cores, t.REQUEST_CORES_USED_MAX, 1.0))
+    if record.requested_memory_bytes and record.host_memory_peak_bytes:
+        asked, peak = record.requested_memory_bytes, record.host_memory_peak_bytes
+        found.append(_over(MEMORY, asked, peak, t.REQUEST_MEMORY_USED_MAX, GIB))
+    if record.time_limit_seconds and not record.running:
+        found.append(_over(TIME, record.time_limit_seconds, record.duration_seconds, t.REQUEST_TIME_USED_MAX, HOUR))
+    return tuple(o for o in found if o is not None)
+
+
+def _over(resource: str, asked: float, used: float, most: float, step: float) -> OverAsk | None:
+    """An over-ask of `resource` if `used` is at most `most` of `asked` and a request in whole `step`s holding it
+    with headroom is smaller than `asked`; else None."""
+    if used > most * asked:
+        return None
+    # Rounded to a billionth first, so that float error (3.2 x 1.25 = 4.000000000000001) adds no whole step.
+    suggested = max(1, math.ceil(round(used * t.REQUEST_HEADROOM / step, 9))) * step
+    return OverAsk(resource, asked, used, suggested) if suggested < asked else None
 
 
 def _mig_profile(record: JobRecord) -> str:

@@ -17,7 +17,7 @@ from gpulens import tips as tip_catalog
 from gpulens import words
 from gpulens.fleet.traces import ReportTraces
 from gpulens.printable import printable
-from gpulens.report.digest import COSTLIEST, Digest
+from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, OverAsk, over_asks
 from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.report.trend import (
     GONE,
@@ -150,6 +150,43 @@ def memory_text(record: JobRecord) -> str:
     return gib(record.memory_peak_bytes) + of
 
 
+# How each part of the allocation beside the GPUs is written: its amounts, and what the job did with it.
+_AMOUNT = {CORES: words.cores, MEMORY: words.gib, TIME: words.duration}
+_USE = {CORES: "used {} on average", MEMORY: "peak {}", TIME: "ran {}"}
+
+
+def allocation_text(resource: str, asked: float, used: float | None, suggested: float | None = None) -> str:
+    """Return how a job used one part of its allocation: 'asked 32 cores, used 3.1 cores on average: ask for 4
+    cores', 'asked 256 GiB, peak 20 GiB', 'asked 48 h, ran 2 h'; an amount not known (0, None) reads 'unknown'."""
+    amount = _AMOUNT[resource]
+    text = f"asked {amount(asked) if asked else 'unknown'}, " + _USE[resource].format(
+        amount(used) if used is not None else "unknown"
+    )
+    return f"{text}: ask for {amount(suggested)}" if suggested else text
+
+
+def over_ask_text(o: OverAsk) -> str:
+    return allocation_text(o.resource, o.asked, o.used, o.suggested)
+
+
+def _allocation_facts(r: JobRecord) -> list[tuple[str, str]]:
+    """The job's cores, host memory and time limit, asked for and used, where either is known, with the request
+    that would have done where it asked far too much (digest.over_asks)."""
+    suggested = {o.resource: o.suggested for o in over_asks(r)}
+    used = {
+        CORES: r.cpu_cores_used,
+        MEMORY: r.host_memory_peak_bytes or None,
+        TIME: r.duration_seconds if not r.running else None,
+    }
+    asked = {CORES: r.requested_cpus, MEMORY: r.requested_memory_bytes, TIME: r.time_limit_seconds}
+    names = {CORES: "CPU cores", MEMORY: "host memory", TIME: "time limit"}
+    return [
+        (names[k], allocation_text(k, asked[k], used[k], suggested.get(k)))
+        for k in (CORES, MEMORY, TIME)
+        if asked[k] or (used[k] is not None and k != TIME)
+    ]
+
+
 def _states_table(record: JobRecord) -> Table:
     held = record.gpu_seconds
     rows = tuple(
@@ -195,6 +232,7 @@ def job_document(report: JobReport) -> Document:
         ),
         ("data wait", percent(r.data_wait_ratio) + (" of step time" if r.data_wait_ratio is not None else "")),
         ("energy", f"{kwh(r.energy_joules)} kWh"),
+        *_allocation_facts(r),
     ]
     if r.partition:
         facts.insert(2, ("partition", r.partition))
@@ -618,8 +656,9 @@ def digest_document(digest: Digest) -> Document:
         ),
     )
     resizes = Table(
-        "Right-sizing: GPUs held and never used, and a MIG slice that would have done",
-        (*lead("account"), "user", "job", "GPUs", "model", "never used", "MIG slice"),
+        "Right-sizing: GPUs held and never used, a MIG slice that would have done, and cores, host memory and time "
+        "asked for and not used",
+        (*lead("account"), "user", "job", "GPUs", "model", "never used", "MIG slice", "cores, memory, time"),
         tuple(
             (
                 *lead(key),
@@ -629,6 +668,7 @@ def digest_document(digest: Digest) -> Document:
                 ", ".join(r.record.models),
                 f"{', '.join(r.unused)} ({words.duration(r.unused_seconds)} held)" if r.unused else "",
                 r.mig_profile,
+                "; ".join(over_ask_text(o) for o in r.over_asks),
             )
             for key, p in people
             for r in p.resizes
@@ -649,6 +689,10 @@ def digest_document(digest: Digest) -> Document:
         "share a rank, and the next one skips.",
         f"Jobs shorter than {words.duration(digest.min_duration)} count in the GPU-hours and are not judged: "
         "never costly, never right-sized. Never used: no kernel ran on the GPU in the job's whole life.",
+        f"Cores, memory and time are per node, as the scheduler was asked: listed when the job used at most "
+        f"{percent(t.REQUEST_CORES_USED_MAX)} of its cores on average, {percent(t.REQUEST_MEMORY_USED_MAX)} of its "
+        f"memory at its peak or {percent(t.REQUEST_TIME_USED_MAX)} of its time limit; the request to make holds "
+        f"what it used with {percent(t.REQUEST_HEADROOM - 1)} to spare.",
     )
     title = f"GPU digest for {digest.recipient}" if digest.recipient else f"GPU digest by {digest.by}"
     tables = ((accounts,) if by_account else ()) + (members, costly, resizes)

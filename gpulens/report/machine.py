@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from gpulens import thresholds as t
-from gpulens.report.digest import CostlyJob, Digest, Person, Resize
+from gpulens.report.digest import CostlyJob, Digest, OverAsk, Person, Resize
 from gpulens.report.summary import FleetReport, Group, JobReport, flag
 from gpulens.report.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.usage import STATES, JobRecord
@@ -59,6 +59,7 @@ def _job(record: JobRecord, mark: str, timeline: bool = False) -> dict[str, Any]
         sm_activity=record.sm_activity,
         data_wait_ratio=record.data_wait_ratio,
         memory_peak_ratio=record.memory_peak_ratio,
+        cpu_cores_used=record.cpu_cores_used,
         energy_kwh=record.energy_kwh,
         top_tips=[tip for tip, _ in record.top_tips(3)],
     )
@@ -302,7 +303,13 @@ def _resize(z: Resize) -> dict[str, Any]:
         "unused_gpus": list(z.unused),
         "unused_seconds": z.unused_seconds,
         "mig_profile": z.mig_profile or None,
+        "over_asks": [_over_ask(o) for o in z.over_asks],
     }
+
+
+def _over_ask(o: OverAsk) -> dict[str, Any]:
+    """One over-ask in base units: cores, bytes or seconds, each per node as the scheduler was asked."""
+    return {"resource": o.resource, "asked": o.asked, "used": o.used, "suggested": o.suggested}
 
 
 def _person(p: Person) -> dict[str, Any]:

@@ -490,6 +490,40 @@ def test_a_ledger_from_before_the_account_and_name_is_read_as_it_is_and_gets_the
     assert list(columns(path)).count("account") == 1
 
 
+def test_a_ledger_from_before_the_allocation_reads_it_as_unknown_and_gets_it_when_written(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    old_ledger(path)
+    with connect_readonly(str(path)) as conn:  # read as it is: nothing known of the allocation
+        (record,) = read_records(conn)
+    assert (record.cpu_seconds, record.cpu_observed_seconds, record.host_memory_peak_bytes) == (0.0, 0.0, 0)
+    assert (record.requested_cpus, record.requested_memory_bytes, record.time_limit_seconds) == (0.0, 0, 0.0)
+    assert record.cpu_cores_used is None
+
+    ledger = Ledger(str(path), node="old-node")  # the agent opens it to write: the columns are added
+    kept = columns(path)
+    assert kept["requested_memory_bytes"] == ("INTEGER", 1, "0", 0) and kept["requested_cpus"] == ("REAL", 1, "0", 0)
+    assert {"cpu_seconds", "cpu_observed_seconds", "host_memory_peak_bytes", "time_limit_seconds"} <= kept.keys()
+    # Two cycles of the continued run: CPU seconds add up in the file; the peak and the request keep the largest,
+    # whatever a later write offers (here a process that could not read the job's environment).
+    asked = {"requested_cpus": 16.0, "requested_memory_bytes": 64 * GIB, "time_limit_seconds": 86_400.0}
+    unknown = dict.fromkeys(asked, 0)
+    for at, used, resident, request in ((660, 60.0, 6 * GIB, asked), (720, 30.0, 5 * GIB, unknown)):
+        delta = JobRecord(
+            "slurm", "4242", start=EPOCH, last_seen=EPOCH + at, state_seconds={"busy": 60.0}, cpu_seconds=used,
+            cpu_observed_seconds=60.0, host_memory_peak_bytes=resident, **request,
+        )  # fmt: skip
+        ledger.write([(replace(delta, nodes=record.nodes, user=record.user), delta)], [], EPOCH + at)
+    ledger.close()
+    with connect_readonly(str(path)) as conn:
+        (continued,) = read_records(conn)
+    assert (continued.cpu_seconds, continued.cpu_observed_seconds, continued.cpu_cores_used) == (90.0, 120.0, 0.75)
+    assert continued.host_memory_peak_bytes == 6 * GIB
+    found = (continued.requested_cpus, continued.requested_memory_bytes, continued.time_limit_seconds)
+    assert found == (16, 64 * GIB, 86_400)
+    assert isinstance(continued.requested_memory_bytes, int)
+    assert continued.gpu_seconds == pytest.approx(720) and continued.tips == record.tips  # nothing else changed
+
+
 def test_a_newer_ledger_keeps_what_an_older_gpulens_reads_and_writes(tmp_path):
     old, new = tmp_path / "old.sqlite", tmp_path / "new.sqlite"
     old_ledger(old)

@@ -99,6 +99,27 @@ def test_a_busy_worker_and_an_idle_one(tree):
     assert usage[idle].workers == 0 and usage[idle].workers_cpu_ratio_max == 0.0
 
 
+def test_cpu_seconds_and_resident_memory_of_each_process(tree):
+    parent, busy, idle = tree
+
+    def cpu_seconds(pid: int) -> float:  # the kernel's count, read right after the sampler's
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+
+    sampler = HostSampler()
+    sampler.sample([parent])
+    before = {pid: cpu_seconds(pid) for pid in (parent, busy, idle)}
+    time.sleep(0.5)
+    processes = sampler.sample([parent])[parent].processes
+    after = {pid: cpu_seconds(pid) for pid in (parent, busy, idle)}
+    assert [p.pid for p in processes] == [parent, *sorted((busy, idle))]
+    for p in processes:
+        # The busy child's own clock moves on between the sampler's reading and this one: a tick or two.
+        assert p.cpu_seconds == pytest.approx(after[p.pid] - before[p.pid], abs=0.05)
+        assert p.resident_bytes == pytest.approx(psutil.Process(p.pid).memory_info().rss, rel=0.1)
+    assert processes[1 + sorted((busy, idle)).index(busy)].cpu_seconds > 0.2
+
+
 def test_dead_processes_are_dropped(tree):
     parent, busy, idle = tree
     sampler = HostSampler()

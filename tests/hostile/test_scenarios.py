@@ -61,8 +61,18 @@ BASE = {
                         "namespace": "ns",
                         "pod": "p-0",
                         "container": "c",
+                        "cpus": 4,
+                        "memory": "16GiB",
                     },
-                    "host": {"main_cpu": 0.5, "workers": 2, "worker_cpu": 0.3, "cores_allowed": 8, "io_read": "10MB/s"},
+                    "host": {
+                        "main_cpu": 0.5,
+                        "workers": 2,
+                        "worker_cpu": 0.3,
+                        "cores_allowed": 8,
+                        "io_read": "10MB/s",
+                        "main_memory": "2GiB",
+                        "worker_memory": "512MiB",
+                    },
                     "torch": {
                         "data_wait": 0.3,
                         "steps_per_second": 2,
@@ -258,6 +268,8 @@ def extreme(draw):
     process["host"]["worker_cpu"] = draw(signals(0, scenario.MAX_CORES))
     process["host"]["workers"] = draw(st.integers(1, 256))
     process["host"]["io_read"] = draw(signals(0, scenario.MAX_RATE))
+    process["host"]["main_memory"] = draw(signals(0, scenario.MAX_MEMORY))
+    process["host"]["worker_memory"] = draw(signals(0, scenario.MAX_MEMORY))
     process["torch"]["data_wait"] = draw(signals(0, 1))
     process["torch"]["steps_per_second"] = draw(levels(0.001, 100_000))
     doc["start_time"] = draw(levels(0, LAST_EPOCH))

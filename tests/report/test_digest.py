@@ -13,12 +13,23 @@
 
 By user: alice 30.03 GPU-hours, 19.03 wasted (63.4%); bob 8, 6 (75%); carol 15, 1.5 (10%); dave 15, 1.5 (10%).
 Carol and dave tie on both figures: they share ranks 2 and 3, and are listed by name.
+
+The rest of the allocation, per node (marks: cores used at most 60% of those asked on average, memory 35% at its
+peak, time 20% of the limit; a request to make holds the use with a quarter to spare, rounded up):
+
+    job   asked                      used                          over-asked: ask for
+    101   time 72 h                  ran 10 h (13.9%)              time: 12.5 h -> 13 h
+    103   time 48 h                  ran 2 min                     short: not judged
+    201   8 cores, 32 GiB            6 cores (75%), 12 GiB (37.5%)  nothing
+    301   32 cores, 256 GiB, 48 h    3 cores (9.4%), 20 GiB (7.8%),  cores: 3.75 -> 4; memory: 25 GiB;
+                                     ran 15 h (31.3%)              time: no
 """
 
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -26,7 +37,8 @@ from gpulens.agent.ledger import Ledger
 from gpulens.fleet.past import LedgerFiles
 from gpulens.report import document, markdown
 from gpulens.report.cli import recipient_text, run
-from gpulens.report.digest import Digest, digest_report, ranks, right_sizing
+from gpulens.report.digest import CORES, MEMORY, TIME, Digest, OverAsk, digest_report, over_asks, ranks, right_sizing
+from gpulens.report.summary import job_report
 from gpulens.usage import DeviceUse, JobRecord, TipUse
 from tests.report.test_cli import fails, self_contained
 
@@ -48,8 +60,12 @@ def job(
     memory_gib: float = 0.0,
     tip: str = "",
     pod: str = "",
+    cores: tuple[float, float] = (0.0, 0.0),
+    **allocation: float,
 ) -> JobRecord:
-    """A finished job of `hours` on len(busy) GPUs, each busy its share of the time; `states` in GPU-hours."""
+    """A finished job of `hours` on len(busy) GPUs, each busy its share of the time; `states` in GPU-hours. `cores`
+    are those asked for and those used on average over the whole job; `allocation` sets other JobRecord fields
+    (the host memory asked for and its peak, the time limit)."""
     seconds = hours * H
     gpus = tuple(f"GPU-{job_id}-{n}" for n in range(len(busy)))
     state_seconds = {s: v * H for s, v in states.items()}
@@ -75,14 +91,50 @@ def job(
             uuid: DeviceUse(f"node-a GPU {n}", seconds, b * seconds, seconds)
             for n, (uuid, b) in enumerate(zip(gpus, busy, strict=True))
         },
+        requested_cpus=cores[0],
+        cpu_seconds=cores[1] * seconds,
+        cpu_observed_seconds=seconds if cores[1] else 0.0,
+        **allocation,
     )
 
 
 JOBS = (
-    job("101", "alice", "climate", 10, {"busy": 6, "idle": 4}, busy=(0.6,), memory_gib=60, tip="release_idle_gpu"),
+    job(
+        "101",
+        "alice",
+        "climate",
+        10,
+        {"busy": 6, "idle": 4},
+        busy=(0.6,),
+        memory_gib=60,
+        tip="release_idle_gpu",
+        time_limit_seconds=72 * H,
+    ),
     job("102", "alice", "climate", 5, {"busy": 5, "idle": 15}, busy=(1.0, 0.0, 0.0, 0.0), tip="release_idle_gpu"),
-    job("103", "alice", "climate", 120 / H, {"idle": 120 / H}, busy=(0.0,), tip="release_idle_gpu"),
-    job("201", "bob", "climate", 8, {"busy": 2, "underutilized": 6}, A100, (0.1,), memory_gib=6, tip="right_size_gpu"),
+    job(
+        "103",
+        "alice",
+        "climate",
+        120 / H,
+        {"idle": 120 / H},
+        busy=(0.0,),
+        tip="release_idle_gpu",
+        time_limit_seconds=48 * H,
+    ),
+    job(
+        "201",
+        "bob",
+        "climate",
+        8,
+        {"busy": 2, "underutilized": 6},
+        A100,
+        (0.1,),
+        memory_gib=6,
+        tip="right_size_gpu",
+        cores=(8, 6.0),
+        requested_memory_bytes=32 * GIB,
+        host_memory_peak_bytes=12 * GIB,
+    ),
     job("uid-c1", "carol", "vision", 6, {"busy": 12}, busy=(0.9, 0.9), pod="train-c1"),
     job(
         "uid-c2",
@@ -95,7 +147,19 @@ JOBS = (
         tip="dataloader_workers",
         pod="nb-c2",
     ),
-    job("301", "dave", "", 15, {"busy": 13.5, "idle": 1.5}, busy=(0.9,), tip="release_idle_gpu"),
+    job(
+        "301",
+        "dave",
+        "",
+        15,
+        {"busy": 13.5, "idle": 1.5},
+        busy=(0.9,),
+        tip="release_idle_gpu",
+        cores=(32, 3.0),
+        requested_memory_bytes=256 * GIB,
+        host_memory_peak_bytes=20 * GIB,
+        time_limit_seconds=48 * H,
+    ),
 )
 
 
@@ -167,12 +231,56 @@ def test_right_sizing_names_gpus_never_used_and_a_mig_slice(ledger):
         for p in read(ledger, "user").groups[0].people
     }
     assert found == {
-        "alice": [("102", ("node-a GPU 1", "node-a GPU 2", "node-a GPU 3"), 3 * 5 * H, "")],
+        # 101 is here for the time it asked for (below).
+        "alice": [("102", ("node-a GPU 1", "node-a GPU 2", "node-a GPU 3"), 3 * 5 * H, ""), ("101", (), 0.0, "")],
         # 10% busy on 1 of 7 slices with a quarter's headroom is 1 slice; 6 GiB plus a quarter fits 9728 MiB.
         "bob": [("201", (), 0.0, "1g.10gb")],
         "carol": [],  # two busy GPUs; 70 GiB plus a quarter fits no slice
-        "dave": [],  # 90% busy
+        "dave": [("301", (), 0.0, "")],  # 90% busy, but for its cores and memory (below)
     }
+
+
+def test_right_sizing_names_the_cores_memory_and_time_asked_for_and_not_used(ledger):
+    found = {z.record.id: z.over_asks for g in read(ledger, "user").groups for p in g.people for z in p.resizes}
+    assert found["301"] == (
+        OverAsk(CORES, 32, 3.0, 4),  # 3 of 32 cores on average (9.4%): 3 x 1.25 = 3.75, up to 4
+        OverAsk(MEMORY, 256 * GIB, 20 * GIB, 25 * GIB),  # a peak of 20 of 256 GiB (7.8%): 20 x 1.25 = 25 GiB
+    )  # it ran 15 of its 48 hours (31.3%): above the 20% mark
+    assert found["101"] == (OverAsk(TIME, 72 * H, 10 * H, 13 * H),)  # 10 of 72 h (13.9%): 12.5 h, up to 13
+    assert found["201"] == ()  # 6 of 8 cores (75%), 12 of 32 GiB (37.5%): both above their marks
+    assert "103" not in found  # 2 minutes of its 48 hours: too short to be judged
+
+
+def test_an_over_ask_is_judged_at_its_mark_and_only_on_what_is_known():
+    def cores(asked: float, used: float, observed: float = H) -> list[tuple]:
+        record = JobRecord(
+            "slurm", "1", T0, T0 + H, running=False, requested_cpus=asked, cpu_seconds=used * observed,
+            cpu_observed_seconds=observed,
+        )  # fmt: skip
+        return [(o.resource, o.asked, o.used, o.suggested) for o in over_asks(record)]
+
+    assert cores(10, 6.0) == [(CORES, 10, 6.0, 8)]  # at the 60% mark: 6 x 1.25 = 7.5, up to 8
+    assert cores(10, 6.01) == []  # above it
+    assert cores(1, 0.5) == []  # half of its one core: no whole core less to ask for
+    assert cores(32, 3.2) == [(CORES, 32, pytest.approx(3.2), 4)]  # 3.2 x 1.25 is 4 whole, not 5 by float error
+    assert cores(32, 0.0, observed=0.0) == []  # its processes never measured: nothing known of its use
+    assert cores(0, 3.0) == []  # no request known
+    memory = JobRecord(
+        "slurm", "2", T0, T0 + H, running=False, requested_memory_bytes=64 * GIB, host_memory_peak_bytes=6 * GIB
+    )
+    assert over_asks(memory) == (OverAsk(MEMORY, 64 * GIB, 6 * GIB, 8 * GIB),)  # 6 x 1.25 = 7.5 GiB, up to 8
+    limited = JobRecord("slurm", "3", T0, T0 + 2995, running=False, time_limit_seconds=24 * H)
+    assert over_asks(limited) == (OverAsk(TIME, 24 * H, 2995, 2 * H),)  # 49 min 55 s x 1.25 = 1.04 h, up to 2
+    assert over_asks(replace(limited, running=True)) == ()  # not ended: how long it runs is not known yet
+
+
+def test_the_job_report_shows_what_it_asked_for_and_used():
+    facts = dict(document.job_document(job_report([JOBS[-1]], "ledger", 300.0)).facts)
+    assert facts["CPU cores"] == "asked 32 cores, used 3 cores on average: ask for 4 cores"
+    assert facts["host memory"] == "asked 256 GiB, peak 20 GiB: ask for 25 GiB"
+    assert facts["time limit"] == "asked 2 d, ran 15 h"  # 31% of it: within its mark
+    unknown = dict(document.job_document(job_report([JOBS[1]], "ledger", 300.0)).facts)
+    assert not {"CPU cores", "host memory", "time limit"} & unknown.keys()  # 102: nothing known, nothing said
 
 
 def test_right_sizing_leaves_alone_what_does_not_fit():
@@ -252,9 +360,15 @@ def test_json_holds_the_figures(capsys, ledger, by):
             "unused_gpus": [],
             "unused_seconds": 0.0,
             "mig_profile": "1g.10gb",
+            "over_asks": [],
         }
     ]
     assert found["alice"]["right_sizing"][0]["unused_gpus"] == ["node-a GPU 1", "node-a GPU 2", "node-a GPU 3"]
+    # In base units, per node: cores, bytes, seconds.
+    assert found["dave"]["right_sizing"][0]["over_asks"] == [
+        {"resource": "cores", "asked": 32, "used": 3.0, "suggested": 4},
+        {"resource": "memory", "asked": 256 * GIB, "used": 20 * GIB, "suggested": 25 * GIB},
+    ]
 
 
 def test_each_format_renders(capsys, ledger, tmp_path):
@@ -267,7 +381,10 @@ def test_each_format_renders(capsys, ledger, tmp_path):
     self_contained(outputs["html"])
     assert "<svg" in outputs["html"] and "Members of each account" in outputs["html"]
     assert "## Right-sizing: GPUs held and never used" in outputs["markdown"]
-    assert "| climate | bob | slurm 201 | 1 | NVIDIA A100-SXM4-80GB |  | 1g.10gb |" in outputs["markdown"]
+    assert "| climate | bob | slurm 201 | 1 | NVIDIA A100-SXM4-80GB |  | 1g.10gb |  |" in outputs["markdown"]
+    dave = "asked 32 cores, used 3 cores on average: ask for 4 cores; asked 256 GiB, peak 20 GiB: ask for 25 GiB"
+    assert f"| slurm 301 | 1 | NVIDIA H100 80GB HBM3 |  |  | {dave} |" in outputs["markdown"]
+    assert "asked 3 d, ran 10 h: ask for 13 h" in outputs["terminal"] and dave in outputs["html"]
     terminal = outputs["terminal"]
     assert "GPU digest by account" in terminal and "1g.10gb" in terminal and "\x1b[" not in terminal
     # Deterministic: the same ledger writes the same bytes.

@@ -76,6 +76,13 @@ def test_the_ledger_report_tells_the_scenario(capsys, fleet_run):
     by_namespace = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="namespace")
     assert {g["key"]: g["jobs"] for g in by_namespace["groups"]} == {"(none)": 3, "research": 1, "vision": 1}
     assert (starved["account"], starved["name"]) == ("climate", "era5 loader")
+    # What it asked for, from the simulated node as from its environment, and what its process used: one core
+    # and 6 GiB, measured over its life but the agent's first cycle after each start.
+    asked = (starved["requested_cpus"], starved["requested_memory_bytes"], starved["time_limit_seconds"])
+    assert asked == (16, 64 * GIB, 24 * 3600)
+    assert starved["cpu_observed_seconds"] == pytest.approx(3000 - RESTART_GAP, abs=10)
+    assert starved["cpu_cores_used"] == pytest.approx(1.0) and starved["host_memory_peak_bytes"] == 6 * GIB
+    assert jobs[TRAIN]["requested_cpus"] == 0 and jobs[TRAIN]["cpu_cores_used"] is None  # no request, no host seen
     by_account = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="account")
     assert {g["key"]: g["jobs"] for g in by_account["groups"]} == {"(none)": 3, "climate": 1, "physics": 1}
     by_model = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger), by="model")
@@ -103,6 +110,12 @@ def test_prometheus_agrees_with_the_ledger(capsys, fleet_run, prometheus_url):
         assert got["energy_kwh"] == pytest.approx(want["energy_kwh"], rel=0.02, abs=slack * 700 / 3.6e6)
         assert got["memory_peak_bytes"] == want["memory_peak_bytes"]
         assert got["torch_reserved_peak_bytes"] == want["torch_reserved_peak_bytes"]
+        for name in ("requested_cpus", "requested_memory_bytes", "time_limit_seconds", "host_memory_peak_bytes"):
+            assert got[name] == want[name], (job_id, name)
+        if want["cpu_cores_used"] is None:
+            assert got["cpu_cores_used"] is None
+        else:  # a ratio of two counters that increase() extrapolates alike
+            assert got["cpu_cores_used"] == pytest.approx(want["cpu_cores_used"], rel=0.02)
         assert got["start"] == pytest.approx(want["start"], abs=SCRAPE)
         assert got["last_seen"] == pytest.approx(want["last_seen"], abs=SCRAPE)
         if want["data_wait_ratio"] is not None:

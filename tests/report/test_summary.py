@@ -78,6 +78,25 @@ def test_a_job_on_two_nodes_adds_up():
     assert (named.account, named.name) == ("physics", "qcd")
 
 
+def test_the_allocation_adds_up_per_node():
+    """CPU seconds and the seconds they cover add up over nodes and runs, so their ratio is the mean cores in use on
+    one node; the resident memory peak and the request are the largest of one node's."""
+    n1 = job(
+        nodes=("n1",), cpu_seconds=2 * 3600.0, cpu_observed_seconds=3600.0, host_memory_peak_bytes=10 * 2**30,
+        requested_cpus=8.0, requested_memory_bytes=32 * 2**30, time_limit_seconds=86_400.0,
+    )  # fmt: skip
+    n2 = replace(n1, nodes=("n2",), cpu_seconds=3600.0, host_memory_peak_bytes=12 * 2**30)
+    both = job_report([n1, n2], "test", 300.0).record
+    assert (both.cpu_seconds, both.cpu_observed_seconds, both.cpu_cores_used) == (3 * 3600, 2 * 3600, 1.5)
+    assert both.host_memory_peak_bytes == 12 * 2**30  # the larger node's, not 22 GiB on no one node
+    assert (both.requested_cpus, both.requested_memory_bytes, both.time_limit_seconds) == (8, 32 * 2**30, 86_400)
+    # A node whose agent could not read the request (a process adopted over ssh) leaves it as it was.
+    unread = replace(n2, requested_cpus=0.0, requested_memory_bytes=0, time_limit_seconds=0.0)
+    assert merge(n1, unread).requested_cpus == merge(unread, n1).requested_cpus == 8
+    # Never measured: no mean at all, not a mean of 0.
+    assert job().cpu_cores_used is None
+
+
 def test_groups_and_worst_offenders():
     records = [
         job("a", busy=0.8, user="ann", gpus=8),
@@ -111,6 +130,17 @@ def test_round_trip_through_json():
     assert JobRecord.from_dict(older) == job(tips=record.tips, timeline=record.timeline, models=record.models)
     with pytest.raises(ValueError, match="not a job record"):
         JobRecord.from_dict({"kind": "slurm"})
+    # The allocation's figures: their types kept, absent from an older agent's answer (0), refused when wrong.
+    sized = job(
+        cpu_seconds=7.5, cpu_observed_seconds=5.0, host_memory_peak_bytes=3 * 2**30, requested_cpus=2.5,
+        requested_memory_bytes=2**33, time_limit_seconds=7200.0,
+    )  # fmt: skip
+    assert JobRecord.from_dict(sized.to_dict()) == sized
+    assert isinstance(JobRecord.from_dict(sized.to_dict()).requested_memory_bytes, int)
+    assert JobRecord.from_dict(older).requested_cpus == 0.0 and JobRecord.from_dict(older).cpu_seconds == 0.0
+    for name, wrong in (("requested_cpus", -1), ("time_limit_seconds", "48h"), ("requested_memory_bytes", 1e400)):
+        with pytest.raises(ValueError, match=name):
+            JobRecord.from_dict({**sized.to_dict(), name: wrong})
 
 
 def test_progress_shows_only_when_slow():

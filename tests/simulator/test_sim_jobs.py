@@ -1,5 +1,5 @@
-"""The simulated node's job side: which job each occurrence of a process that comes back belongs to, and a
-Slurm job's account."""
+"""The simulated node's job side: which job each occurrence of a process that comes back belongs to, a Slurm job's
+account, and what a job asked for and its processes used."""
 
 import pytest
 
@@ -99,4 +99,54 @@ def test_account_mistakes_name_the_place(job, fix):
     with pytest.raises(ScenarioError) as caught:
         parse_scenario(text, "jobs.yaml")
     assert str(caught.value).startswith("scenario jobs.yaml: gpus[0].processes[0].job.account: ")
+    assert fix in str(caught.value)
+
+
+HOST = """
+name: asks
+description: a Slurm job that asks for 16 cores, 64 GiB and a day, and uses one core and 6 GiB
+gpus:
+  - model: "NVIDIA H100 80GB HBM3"
+    processes:
+      - pid: 9000
+        memory: 1GiB
+        job: {kind: slurm, id: "7", user: u, cpus: 16, memory: 64GiB, time_limit: 24h}
+        host: {main_cpu: {square: {high: 1.5, low: 0.5, period: 10, duty: 0.5}}, workers: 2, worker_cpu: 0.25,
+               main_memory: 6GiB, worker_memory: 512MiB}
+"""
+
+
+def test_a_jobs_request_and_its_processes_use_reach_the_agent_as_a_real_node_gives_them():
+    clock = FakeClock()
+    scenario = parse_scenario(HOST, "asks.yaml")
+    sources = SimulatedSources(scenario, clock.monotonic)
+    [job] = sources.jobs_of([9000], scenario.gpus[0].uuid)
+    assert (job.request.cpus, job.request.memory_bytes, job.request.time_limit_seconds) == (16, 64 * 2**30, 86_400)
+    # As HostSampler: a process's first reading gives no CPU seconds; the next ones cover the time since.
+    first = sources.host_usage([9000])[9000].processes
+    assert [p.cpu_seconds for p in first] == [0.0, 0.0, 0.0]
+    clock.t = 10.0
+    processes = sources.host_usage([9000])[9000].processes
+    # The main process: 1.5 cores half of the 10 s and 0.5 the other half; each worker a quarter of a core.
+    assert [p.cpu_seconds for p in processes] == pytest.approx([10.0, 2.5, 2.5])
+    assert [p.resident_bytes for p in processes] == [6 * 2**30, 2**29, 2**29]
+
+
+@pytest.mark.parametrize(
+    ("job", "place", "fix"),
+    [
+        ('{kind: kubernetes, id: "7", user: u, time_limit: 1h}', "time_limit", "a time limit belongs to slurm jobs"),
+        ('{kind: docker, id: "7", user: u, cpus: 4}', "cpus", "a request of slurm and kubernetes jobs only"),
+        ('{kind: slurm, id: "7", user: u, memory: 0}', "memory", "must be > 0"),
+        ('{kind: slurm, id: "7", user: u, time_limit: 30s}', "time_limit", "must be between 60 and"),
+        ('{kind: slurm, id: "7", user: u, time_limit: 400d}', "time_limit", "must be between 60 and"),
+        ('{kind: slurm, id: "7", user: u, cpus: 0}', "cpus", "must be between 0.001 and 4096"),
+    ],
+)
+def test_request_mistakes_name_the_place(job, place, fix):
+    process = f"{{pid: 9, memory: 1GiB, job: {job}}}"
+    text = f'name: t\ndescription: d\ngpus:\n  - model: "NVIDIA H100 80GB HBM3"\n    processes:\n      - {process}\n'
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(text, "jobs.yaml")
+    assert str(caught.value).startswith(f"scenario jobs.yaml: gpus[0].processes[0].job.{place}: ")
     assert fix in str(caught.value)
