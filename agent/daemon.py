@@ -33,6 +33,7 @@ from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.sources import LiveSources
+from gpulens.agent.verdicts import Verdicts
 from gpulens.agent.webconfig import PLAIN, WebConfigError, WebConfigFile
 from gpulens.arguments import EXIT_USAGE
 
@@ -115,7 +116,7 @@ def assemble(
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*enabled, *([analysis] if analysis else []), *stages], mode=mode))
+    registry.register(SnapshotExporter(sampler, [*enabled, *([Verdicts()] if analysis else []), *stages], mode=mode))
     return sampler, registry
 
 

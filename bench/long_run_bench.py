@@ -43,6 +43,7 @@ from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import parse_scenario
+from gpulens.agent.verdicts import Verdicts
 
 JOB_INFO = re.compile(rb'^gpulens_job_info\{[^}]*job_id="([^"]*)"', re.M)
 
@@ -77,7 +78,7 @@ def build(scenario_text: str, ledger_path: str, interval: float):
     accounting = JobAccounting(Ledger(ledger_path, node="sim"), node="sim", export=True)
     sampler = Sampler(library, enabled, clock, interval=interval, analysis=analysis, stages=[accounting])
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*enabled, analysis, accounting], mode="simulated"))
+    registry.register(SnapshotExporter(sampler, [*enabled, Verdicts(), accounting], mode="simulated"))
     sampler.cycle()
     return clock, sampler, registry
 

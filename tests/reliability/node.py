@@ -22,6 +22,7 @@ from gpulens.agent.sampler import Sampler
 from gpulens.agent.server import AgentApp, serve
 from gpulens.agent.simulator.host import SimulatedSources
 from gpulens.agent.simulator.scenario import Scenario
+from gpulens.agent.verdicts import Verdicts
 
 
 class KeptConnection:
@@ -66,7 +67,9 @@ class Node:
             stages=[self.accounting],
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotExporter(self.sampler, [*enabled, analysis, self.accounting], mode="simulated"))
+        self.registry.register(
+            SnapshotExporter(self.sampler, [*enabled, Verdicts(), self.accounting], mode="simulated")
+        )
         self.sampler.cycle()
 
     def step(self) -> None:
