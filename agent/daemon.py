@@ -300,7 +300,8 @@ def _checkpoints(receiver):
 def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
     """Listen for jobs' control connections beside the reports socket; None (logged) when that fails."""
     from gpulens.agent.jobs.control import ControlServer, control_path
-    from gpulens.agent.jobs.traces import TraceCollector, Traces
+    from gpulens.agent.jobs.metrics import TraceCollector
+    from gpulens.agent.jobs.traces import Traces
 
     traces = Traces(
         None,

@@ -14,6 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from gpulens.agent.jobs.messages import JobReport
 from gpulens.agent.jobs.receiver import RESULTS, Receiver
+from gpulens.agent.jobs.traces import Traces
+from gpulens.vocabulary import TRACE_FINISHED, TRACE_PARTS
 
 JOB_LABELS = ("pid", "gpu_uuid")
 
@@ -155,3 +157,48 @@ def _text(value: bool | int | str | None) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def trace_metrics(traces: Traces) -> list[Metric]:
+    """The last finished trace of each process that still reports, and the traces' results so far."""
+    share = GaugeMetricFamily(
+        "gpulens_job_trace_share",
+        "Share of each step of the job's last trace spent in each part (data_wait, host, compute, communication).",
+        labels=(*JOB_LABELS, "part"),
+    )
+    step = GaugeMetricFamily(
+        "gpulens_job_trace_step_seconds", "Mean wall time of a step in the job's last trace.", labels=JOB_LABELS
+    )
+    when = GaugeMetricFamily(
+        "gpulens_job_trace_timestamp_seconds", "When the job's last trace finished (Unix time).", labels=JOB_LABELS
+    )
+    info = GaugeMetricFamily(
+        "gpulens_job_trace_info",
+        "The job's last trace: its id and the part that took the most of each step. Always 1.",
+        labels=(*JOB_LABELS, "trace_id", "bottleneck"),
+    )
+    for pid, (run, summary) in sorted(traces.last_finished().items()):
+        labels = (str(pid), run.gpu_uuid)
+        for part in TRACE_PARTS:
+            share.add_metric((*labels, part), summary.shares[part])
+        step.add_metric(labels, summary.step_seconds)
+        when.add_metric(labels, run.updated_at)
+        info.add_metric((*labels, run.id, summary.bottleneck or ""), 1.0)
+    results = CounterMetricFamily("gpulens_job_traces", "Traces asked of jobs, by how they ended.", labels=("result",))
+    counts = traces.counts()
+    for result in TRACE_FINISHED:
+        results.add_metric((result,), counts[result])
+    return [share, step, when, info, results]
+
+
+class TraceCollector:
+    """A prometheus_client collector over `Traces`; registering it reads nothing."""
+
+    def __init__(self, traces: Traces):
+        self._traces = traces
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        return trace_metrics(self._traces)

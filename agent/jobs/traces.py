@@ -25,11 +25,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from gpulens.agent.jobs.control import ControlServer, NotConnected
 from gpulens.agent.jobs.messages import JobReport, TraceSummary, TraceUpdate
-from gpulens.vocabulary import TRACE_FINISHED, TRACE_PARTS
+from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import trace_sentence
 
 log = logging.getLogger(__name__)
@@ -41,7 +39,6 @@ AUTO_STATES = ("data_starved", "underutilized")
 AUTO_EVERY_SECONDS = 86_400.0  # at most one automatic trace per job per day
 # How long past its time limit a run may stay unanswered: writing and summarizing a trace takes time.
 GRACE_SECONDS = 120.0
-LABELS = ("pid", "gpu_uuid")
 NO_CHANNEL = (
     "traces need the in-job channel, which this agent does not have "
     "(--jobs.socket empty, or not given to a simulated node)"
@@ -320,56 +317,19 @@ class Traces:
                 break  # never forget a run still waiting; requests are bounded by the processes anyway
             del self._runs[key]
 
-    # -- metrics -------------------------------------------------------------------------------------
+    # -- what the series show (agent/jobs/metrics.py) ---------------------------------------------------
 
-    def metrics(self) -> list[Metric]:
-        """The last finished trace of each process that still reports, and the results so far."""
+    def last_finished(self) -> dict[int, tuple[TraceRun, TraceSummary]]:
+        """The last finished trace of each process that still reports, by pid."""
         reporting = self._reports()
         last: dict[int, tuple[TraceRun, TraceSummary]] = {}
         with self._lock:
             for run in self._runs.values():
                 if run.state == "done" and run.summary is not None and run.pid in reporting:
                     last[run.pid] = run, run.summary
-            counts = dict(self._counts)
-        share = GaugeMetricFamily(
-            "gpulens_job_trace_share",
-            "Share of each step of the job's last trace spent in each part (data_wait, host, compute, communication).",
-            labels=(*LABELS, "part"),
-        )
-        step = GaugeMetricFamily(
-            "gpulens_job_trace_step_seconds", "Mean wall time of a step in the job's last trace.", labels=LABELS
-        )
-        when = GaugeMetricFamily(
-            "gpulens_job_trace_timestamp_seconds", "When the job's last trace finished (Unix time).", labels=LABELS
-        )
-        info = GaugeMetricFamily(
-            "gpulens_job_trace_info",
-            "The job's last trace: its id and the part that took the most of each step. Always 1.",
-            labels=(*LABELS, "trace_id", "bottleneck"),
-        )
-        for pid, (run, summary) in sorted(last.items()):
-            labels = (str(pid), run.gpu_uuid)
-            for part in TRACE_PARTS:
-                share.add_metric((*labels, part), summary.shares[part])
-            step.add_metric(labels, summary.step_seconds)
-            when.add_metric(labels, run.updated_at)
-            info.add_metric((*labels, run.id, summary.bottleneck or ""), 1.0)
-        results = CounterMetricFamily(
-            "gpulens_job_traces", "Traces asked of jobs, by how they ended.", labels=("result",)
-        )
-        for result in TRACE_FINISHED:
-            results.add_metric((result,), counts[result])
-        return [share, step, when, info, results]
+        return last
 
-
-class TraceCollector:
-    """A prometheus_client collector over `Traces`; registering it reads nothing."""
-
-    def __init__(self, traces: Traces):
-        self._traces = traces
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        return self._traces.metrics()
+    def counts(self) -> dict[str, int]:
+        """Traces asked of jobs so far, by how they ended (TRACE_FINISHED)."""
+        with self._lock:
+            return dict(self._counts)

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 import gpulens.torch  # noqa: E402 - only once torch is known to be there
 from gpulens.agent.jobs.control import ControlServer, control_path  # noqa: E402
+from gpulens.agent.jobs.metrics import trace_metrics  # noqa: E402
 from gpulens.agent.jobs.traces import TraceError, Traces  # noqa: E402
 from gpulens.torch import summary, tracing  # noqa: E402
 from tests.jobs.helpers import wait_until  # noqa: E402
@@ -116,7 +117,7 @@ def test_a_loop_starved_by_its_dataset_shows_data_wait_as_its_bottleneck(agent, 
         names = {e.get("name") for e in json.load(trace)["traceEvents"]}
     assert {summary.STEP, summary.DATA_WAIT} <= names
     assert any(op.startswith("aten::") for op, _, _ in run.summary.top_operators)
-    families = {f.name: f for f in agent.metrics()}
+    families = {f.name: f for f in trace_metrics(agent)}
     shares = {s.labels["part"]: s.value for s in families["gpulens_job_trace_share"].samples}
     assert shares["data_wait"] == run.summary.shares["data_wait"]
     (info,) = families["gpulens_job_trace_info"].samples
