@@ -1,11 +1,12 @@
-"""Everything per job: who holds each GPU, what each job used, the ledger, and every per-job series.
+"""Everything per job: who holds each GPU, what each job used, and the ledger; `Exported` is what the per-job
+series (agent/job_series.py) show of the last cycle.
 
 After each sampling cycle it reads the analysis (which jobs hold which GPU, each GPU's verdict, tips and
 host evidence) and the GPUs' own counters (busy time, energy, memory, GPM), and turns them into one
 `JobRecord` per job holding the cycle's deltas, GPU-seconds by state included. It adds them up into each
 job's totals and hands both to the ledger (when there is one), which serves them at /api/v1/jobs.
 
-What it exports: who holds each GPU (`gpulens_gpu_allocation_info`), each job's GPU-seconds by state,
+What is exported: who holds each GPU (`gpulens_gpu_allocation_info`), each job's GPU-seconds by state,
 and its gauges of this cycle (GPUs held, host CPU and I/O), which go with its last process. With
 `--jobs.export-totals` also the ledger's totals as per-job series, so that Prometheus can answer
 `increase()` over a job's lifetime (`gpulens report --prometheus` reads them); they are off by default
@@ -31,21 +32,16 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.agent.analysis import AnalysisResult, Device, DeviceAnalysis, GpuAnalysis, gpu_device
 from gpulens.agent.attribution.hostusage import HostUsage
 from gpulens.agent.attribution.resolver import PROCESS, Job
-from gpulens.agent.collectors.base import GPU_LABELS
-from gpulens.agent.collectors.mig import MIG_LABELS
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.tips import JOB_TIP_IDS
-from gpulens.usage import REQUESTS, DeviceUse, JobRecord, TipUse, merge
-from gpulens.vocabulary import State
+from gpulens.usage import DeviceUse, JobRecord, TipUse, merge
 
 if TYPE_CHECKING:
     from gpulens.agent.jobs.messages import JobReport
@@ -65,19 +61,6 @@ MAX_JOBS_EXPORTED = 500
 # Finished jobs kept in memory for /api/v1/jobs when there is no ledger file.
 RECENT_JOBS = 1000
 
-# Every per-job series carries its job's key and owner: a store adds up a month of jobs by owner in one
-# aggregation (`sum by (user) (increase(...))`) instead of joining each job to gpulens_job_info at query time,
-# which at 10^5 jobs costs more than the answer (docs/benchmarks.md). The model is the job's GPU models on this
-# node, joined by "+"; the node's partition is a target label (docs/install.md).
-_JOB_LABELS = ("job_kind", "job_id", "user", "namespace", "pod", "account", "model")
-# The per-job series that come from the job's own reports (gpulens.torch): none for a job that sent none.
-_IN_JOB = frozenset(
-    ("data_wait_seconds", "data_wait_observed_seconds", "torch_allocated_peak_bytes", "torch_reserved_peak_bytes")
-)
-# The per-job series of its processes on the host: none for a job whose processes the agent could not measure.
-_HOST_USE = frozenset(("cpu_seconds", "cpu_observed_seconds"))
-# Per-job series whose 0 means "not known": a resident set never read, a request the agent could not read.
-_KNOWN_IF_SET = frozenset(("host_memory_peak_bytes", *REQUESTS))
 JobKey = tuple[str, str]
 
 
@@ -116,7 +99,7 @@ class _Row:
 
 
 @dataclass(frozen=True)
-class _Exported:
+class Exported:
     """What the exposition reads, replaced whole after each cycle (scrapes run in other threads)."""
 
     jobs: tuple[_Row, ...] = ()
@@ -126,7 +109,7 @@ class _Exported:
 
 
 class JobAccounting:
-    """The ledger stage: runs after every cycle (`record`), exports who holds what and per-job series."""
+    """The ledger stage: runs after every cycle (`record`) and publishes who holds what (`exported`)."""
 
     name = "ledger"
     description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
@@ -152,7 +135,7 @@ class JobAccounting:
         self._gpus: dict[str, _GpuCounters] = {}
         self._open: dict[JobKey, _Open] = {}
         self._recent: deque[JobRecord] = deque(maxlen=recent)
-        self._exported = _Exported()
+        self._exported = Exported()
 
     # -- the cycle -------------------------------------------------------------------------------
 
@@ -283,7 +266,7 @@ class JobAccounting:
             done.append(record)
         return done
 
-    def _publish(self, snapshot: Snapshot, now: float) -> _Exported:
+    def _publish(self, snapshot: Snapshot, now: float) -> Exported:
         """Choose the jobs with series (the limit keeps those holding GPUs, longest first) and freeze them."""
         jobs = sorted(
             ((k, o) for k, o in self._open.items() if not o.young),
@@ -308,7 +291,7 @@ class JobAccounting:
             for job in part.analysis.jobs
             if (job.kind, job.id) in chosen
         ]
-        return _Exported(
+        return Exported(
             jobs=tuple(
                 _Row(o.total, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
                 for o in chosen.values()
@@ -320,103 +303,14 @@ class JobAccounting:
 
     # -- what others read ------------------------------------------------------------------------
 
+    @property
+    def exported(self) -> Exported:
+        """What the series show of the last cycle (agent/job_series.py)."""
+        return self._exported
+
     def records(self) -> list[JobRecord]:
         """Return the jobs this agent has seen since it started: open ones and recently finished ones."""
         return [*self._recent, *(o.total for o in list(self._open.values()) if not o.young)]
-
-    def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]:
-        exported = self._exported
-        yield from _holding_metrics(exported)
-        if self.export:
-            yield from job_metrics((row.total, row.memory_bytes) for row in exported.jobs)
-        if self.ledger is not None:
-            yield from self.ledger.metrics()
-
-
-def _holding_metrics(exported: _Exported) -> Iterable[Metric]:
-    """Who holds each GPU, each job's GPU-seconds by state, and its gauges of this cycle."""
-    allocation = _holders(
-        "gpulens_gpu_allocation_info",
-        "Always 1: a job holding the GPU (Slurm job, Kubernetes pod, container or bare process) and its owner.",
-        GPU_LABELS,
-        exported.allocations,
-    )
-    mig_allocation = _holders(
-        "gpulens_mig_allocation_info",
-        "Always 1: a job holding the MIG device and its owner, as gpulens_gpu_allocation_info for a GPU.",
-        MIG_LABELS,
-        exported.mig_allocations,
-    )
-    seconds = CounterMetricFamily(
-        "gpulens_job_gpu_state_seconds",
-        "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
-        "a state appears once the job's GPUs were in it.",
-        labels=(*_JOB_LABELS, "state"),
-    )
-    gpus = _gauge("gpulens_job_gpus", "GPUs the job holds on this node this cycle.")
-    cpu = _gauge("gpulens_job_cpu_cores_used", "CPU cores the job's process tree uses (main process and workers).")
-    allowed = _gauge(
-        "gpulens_job_cpu_cores_allowed", "CPU cores the job may use (affinity, capped by its cgroup quota)."
-    )
-    main = _gauge(
-        "gpulens_job_main_process_cpu_ratio",
-        "Share of one core the job's main (GPU) process uses; near 1 with no workers means it feeds the GPU alone.",
-    )
-    workers = _gauge("gpulens_job_worker_processes", "Child processes of the job's main process (DataLoader workers).")
-    io = _gauge("gpulens_job_io_read_bytes_per_second", "Bytes per second the job's processes read from storage.")
-    for row in exported.jobs:
-        record, held, host = row.total, row.gpus, row.host
-        labels = _labels(record)
-        for state in State:
-            value = record.state_seconds.get(state.value, 0.0)
-            if value > 0:
-                seconds.add_metric((*labels, state.value), value)
-        if row.memory_bytes is None:  # its last process went: no gauges of this cycle
-            continue
-        gpus.add_metric(labels, len(held))
-        if host is not None:
-            cpu.add_metric(labels, host.cpu_cores_used)
-            if host.cpu_cores_allowed is not None:
-                allowed.add_metric(labels, host.cpu_cores_allowed)
-            main.add_metric(labels, host.main_process_cpu_ratio)
-            workers.add_metric(labels, host.workers)
-            if host.io_read_bytes_per_second is not None:
-                io.add_metric(labels, host.io_read_bytes_per_second)
-    limited = GaugeMetricFamily(
-        "gpulens_jobs_not_exported",
-        "Jobs on this node whose series are left out because --jobs.max-exported is reached; their accounts "
-        "are kept. Above 0, raise the limit.",
-        value=exported.not_exported,
-    )
-    yield from (allocation, mig_allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
-
-
-def _holders(
-    name: str, text: str, labels: tuple[str, ...], rows: Iterable[tuple[tuple[str, ...], Job]]
-) -> GaugeMetricFamily:
-    """One series per (device, job holding it), the device's labels then the job's and its owner's."""
-    family = GaugeMetricFamily(
-        name, text, labels=(*labels, "job_kind", "job_id", "user", "namespace", "pod", "container", "account")
-    )
-    for device, job in rows:
-        owner = (job.user, job.namespace, job.pod, job.container, job.account)
-        family.add_metric((*device, job.kind, job.id, *owner), 1.0)
-    return family
-
-
-def _labels(record: JobRecord) -> tuple[str, ...]:
-    """The values of _JOB_LABELS for `record`'s series."""
-    return (record.kind, record.id, record.user, record.namespace, record.pod, record.account, "+".join(record.models))
-
-
-def _gauge(name: str, text: str) -> GaugeMetricFamily:
-    """A per-job gauge."""
-    return GaugeMetricFamily(name, text, labels=_JOB_LABELS)
-
-
-def _counter(name: str, text: str) -> CounterMetricFamily:
-    """A per-job counter (`name` without `_total`)."""
-    return CounterMetricFamily(name, text, labels=_JOB_LABELS)
 
 
 def _increase(before: float | None, after: float | None) -> float:
@@ -520,113 +414,3 @@ def _with_host(delta: JobRecord, job: Job, host: Mapping[int, HostUsage], elapse
         cpu_observed_seconds=elapsed,
         host_memory_peak_bytes=sum(p.resident_bytes or 0 for p in processes.values()),
     )
-
-
-def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Metric]:
-    """Per-job series over the open jobs' (totals, memory this cycle or None), for Prometheus-based reports.
-
-    The counters and the facts of the job's life (owner, start, last seen, peaks) stay for the expiry window
-    after its last process went; the memory it uses now only while it holds a GPU. The in-job series (data
-    wait, PyTorch peaks) exist only for a job that sent reports, the host ones (CPU seconds, resident memory)
-    for a job whose processes the agent could measure, and each request only where it is known.
-    """
-    info = GaugeMetricFamily(
-        "gpulens_job_info",
-        "Always 1: the job's owner and GPU model on this node.",
-        labels=("job_kind", "job_id", "user", "namespace", "pod", "model"),
-    )
-    start = _gauge("gpulens_job_start_timestamp_seconds", "When this node first saw the job, seconds since the epoch.")
-    seen = _gauge(
-        "gpulens_job_last_seen_timestamp_seconds", "When this node last saw the job on a GPU, seconds since the epoch."
-    )
-    counters = {
-        "busy_seconds": _counter(
-            "gpulens_job_gpu_busy_seconds", "GPU-seconds a kernel ran on the job's GPUs while it held them."
-        ),
-        "sampled_seconds": _counter(
-            "gpulens_job_gpu_sampled_seconds",
-            "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled is the job's busy ratio.",
-        ),
-        "sm_activity_seconds": _counter(
-            "gpulens_job_gpu_sm_activity_seconds",
-            "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer).",
-        ),
-        "gpm_seconds": _counter("gpulens_job_gpu_gpm_seconds", "GPU-seconds of the job covered by GPM readings."),
-        "energy_joules": _counter(
-            "gpulens_job_energy_joules", "Energy of the job's GPUs while it held them, split among jobs sharing a GPU."
-        ),
-        "data_wait_seconds": _counter(
-            "gpulens_job_data_wait_seconds", "Seconds the job waited for data, from its own reports (gpulens.torch)."
-        ),
-        "data_wait_observed_seconds": _counter(
-            "gpulens_job_data_wait_observed_seconds", "Seconds covered by the job's own step reports."
-        ),
-        "cpu_seconds": _counter(
-            "gpulens_job_cpu_seconds",
-            "CPU seconds (user + system) the job's GPU processes and their descendants used on this node.",
-        ),
-        "cpu_observed_seconds": _counter(
-            "gpulens_job_cpu_observed_seconds",
-            "Seconds the job's processes were measured on this node; cpu_seconds over these is its mean cores in use.",
-        ),
-    }
-    peaks = {
-        "memory_peak_bytes": _gauge(
-            "gpulens_job_memory_peak_bytes", "Most device memory the job's processes used on one GPU since it started."
-        ),
-        "memory_capacity_bytes": _gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
-        # Not *_peak_bytes: those are the in-job families (agent/jobs/metrics.py), per process; one name
-        # for both would repeat a family in the exposition, which scrapers reject.
-        "torch_allocated_peak_bytes": _gauge(
-            "gpulens_job_torch_allocated_max_bytes", "Highest PyTorch allocated-bytes peak the job reported."
-        ),
-        "torch_reserved_peak_bytes": _gauge(
-            "gpulens_job_torch_reserved_max_bytes", "Highest PyTorch reserved-bytes peak the job reported."
-        ),
-        "host_memory_peak_bytes": _gauge(
-            "gpulens_job_host_memory_peak_bytes",
-            "Most resident memory (RSS added over its processes) the job held at once on this node, read each cycle.",
-        ),
-    }
-    requests = {
-        "requested_cpus": _gauge(
-            "gpulens_job_cpu_cores_requested",
-            "CPU cores the job asked for on this node (its Slurm environment, or a pod's cgroup CPU limit).",
-        ),
-        "requested_memory_bytes": _gauge(
-            "gpulens_job_host_memory_requested_bytes",
-            "Host memory the job asked for on this node (its Slurm environment, or a pod's cgroup memory limit).",
-        ),
-        "time_limit_seconds": _gauge(
-            "gpulens_job_time_limit_seconds", "The run time limit Slurm gave the job (Slurm 23.02 and later)."
-        ),
-    }
-    memory = _gauge(
-        "gpulens_job_memory_used_bytes", "Most device memory the job's processes use on one GPU, as of the last cycle."
-    )
-    tips = CounterMetricFamily(
-        "gpulens_job_tip_seconds",
-        "GPU-seconds each tip applied to the job's GPUs (ids in docs/tips.md).",
-        labels=(*_JOB_LABELS, "tip"),
-    )
-    totals: dict[str, CounterMetricFamily | GaugeMetricFamily] = {**counters, **peaks, **requests}
-    for r, memory_now in records:
-        labels = _labels(r)
-        if memory_now is not None:
-            memory.add_metric(labels, memory_now)
-        for model in r.models or ("",):
-            info.add_metric((r.kind, r.id, r.user, r.namespace, r.pod, model), 1.0)
-        start.add_metric(labels, r.start)
-        seen.add_metric(labels, r.last_seen)
-        reported = r.data_wait_observed_seconds > 0 or r.torch_allocated_peak_bytes or r.torch_reserved_peak_bytes
-        for name, family in totals.items():
-            unknown = (
-                (name in _IN_JOB and not reported)
-                or (name in _HOST_USE and r.cpu_observed_seconds <= 0)
-                or (name in _KNOWN_IF_SET and not getattr(r, name))
-            )
-            if not unknown:
-                family.add_metric(labels, getattr(r, name))
-        for tip, use in sorted(r.tips.items()):
-            tips.add_metric((*labels, tip), use.seconds)
-    yield from (info, start, seen, *counters.values(), *peaks.values(), *requests.values(), memory, tips)

@@ -26,6 +26,7 @@ from gpulens.agent.collectors.probes import scheduled as scheduled_probes
 from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
+from gpulens.agent.job_series import JobSeries
 from gpulens.agent.jobs.metrics import JobCollector
 from gpulens.agent.jobs.receiver import ReceiverError
 from gpulens.agent.ledger import Ledger
@@ -116,7 +117,8 @@ def assemble(
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*enabled, *([Verdicts()] if analysis else []), *stages], mode=mode))
+    exposed = [*enabled, *([Verdicts(), *(JobSeries(stage) for stage in stages)] if analysis else [])]
+    registry.register(SnapshotExporter(sampler, exposed, mode=mode))
     return sampler, registry
 
 

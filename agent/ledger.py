@@ -28,11 +28,9 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
@@ -556,42 +554,6 @@ class Ledger:
             conn.close()
 
     # -- exposition --------------------------------------------------------------------------------
-
-    def metrics(self) -> Iterable[Metric]:
-        yield GaugeMetricFamily(
-            "gpulens_ledger_up",
-            "1 while the job ledger file is open and written.",
-            value=int(self.up and self._retry_at == 0.0),
-        )
-        yield GaugeMetricFamily(
-            "gpulens_ledger_corrupt",
-            "1 when the ledger file was found corrupt or foreign and is left untouched.",
-            value=int(bool(self.corrupt)),
-        )
-        yield CounterMetricFamily("gpulens_ledger_writes", "Cycles committed to the job ledger.", value=self.writes)
-        yield CounterMetricFamily(
-            "gpulens_ledger_write_failures",
-            "Failed ledger writes (disk full, read-only, I/O error); retried later.",
-            value=self.failures,
-        )
-        errors = CounterMetricFamily(
-            "gpulens_ledger_errors",
-            "Failed ledger operations by cause: full (disk or size limit), read_only, io, locked, cannot_open, other.",
-            labels=("reason",),
-        )
-        for reason, count in self.errors.items():
-            errors.add_metric((reason,), count)
-        yield errors
-        yield GaugeMetricFamily(
-            "gpulens_ledger_write_duration_seconds",
-            "How long the last ledger commit took, in seconds.",
-            value=self.write_seconds,
-        )
-        yield GaugeMetricFamily(
-            "gpulens_ledger_size_bytes",
-            "Size of the ledger file (pages in use and free) at the last pruning, in bytes.",
-            value=self.size_bytes,
-        )
 
 
 def _add_columns(conn: sqlite3.Connection, path: str) -> None:

@@ -38,6 +38,7 @@ from gpulens.agent.accounting import JOB_EXPIRY_SECONDS, JobAccounting
 from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.job_series import JobSeries
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
@@ -78,7 +79,7 @@ def build(scenario_text: str, ledger_path: str, interval: float):
     accounting = JobAccounting(Ledger(ledger_path, node="sim"), node="sim", export=True)
     sampler = Sampler(library, enabled, clock, interval=interval, analysis=analysis, stages=[accounting])
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotExporter(sampler, [*enabled, Verdicts(), accounting], mode="simulated"))
+    registry.register(SnapshotExporter(sampler, [*enabled, Verdicts(), JobSeries(accounting)], mode="simulated"))
     sampler.cycle()
     return clock, sampler, registry
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpulens.agent.clock import ManualClock
+from gpulens.agent.job_series import ledger_metrics
 from gpulens.agent.ledger import Ledger, connect, connect_readonly, read_records
 from gpulens.agent.server import AgentApp
 from gpulens.usage import JobRecord, TipUse
@@ -200,7 +201,7 @@ class Switchable:
 
 
 def exported(ledger: Ledger) -> dict[str, float]:
-    return {family.name: family.samples[0].value for family in ledger.metrics()}
+    return {family.name: family.samples[0].value for family in ledger_metrics(ledger)}
 
 
 @pytest.mark.parametrize("pragma", ["query_only = 1", "max_page_count = {pages}"], ids=["read-only", "disk-full"])
