@@ -179,10 +179,14 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
     args = parser.parse_args(argv)
     try:
         since = time.time() - parse_duration(args.since, "--since")
-        config = load_config(args.config)
-    except (UnitError, ConfigError) as error:
+    except UnitError as error:
         print(f"gpulens notify log: {error}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        config = load_config(args.config)
+    except ConfigError as error:  # as `check` says it
+        print(f"gpulens notify log: {error}", file=sys.stderr)
+        return EXIT_FAILED
     folder = StateFolder(config.state)
     if not folder.path.is_dir():
         print(
