@@ -211,4 +211,5 @@ def _line(r: dict[str, Any]) -> str:
     whose = "/".join(str(r[k]) for k in ("user", "account") if r.get(k))
     said = f"to {r.get('to')}: {r.get('subject')}" if r.get("status") == SENT else str(r.get("detail") or "")
     test = " [test mode]" if r.get("test_mode") else ""
-    return f"{moment}  {r.get('status', '?'):11} {r.get('reason', '?')} {about} ({whose or 'nobody'}){test}: {said}"
+    what = " ".join(str(part) for part in (r.get("reason", "?"), about) if part)
+    return f"{moment}  {r.get('status', '?'):11} {what} ({whose or 'nobody'}){test}: {said}"

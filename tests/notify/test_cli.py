@@ -146,8 +146,8 @@ def test_log_tells_what_became_of_each_message_and_filters_by_user_and_job(tmp_p
     assert status == 0 and "line 3 does not read" not in out
     lines = out.splitlines()
     assert len(lines) == 2
-    assert lines[0].endswith("  sent        test  (alice): to alice@lab.example.org: Hello alice")
-    assert " sent        test  (nobody-known/chem): to nobody-known@example.org: Hello nobody-known" in lines[1]
+    assert lines[0].endswith("  sent        test (alice): to alice@lab.example.org: Hello alice")
+    assert " sent        test (nobody-known/chem): to nobody-known@example.org: Hello nobody-known" in lines[1]
     status, out, _ = run(capsys, "log", "--config", path, "--user", "alice", "--json")
     (record,) = [json.loads(line) for line in out.splitlines()]
     assert record["status"] == "sent" and record["to"] == "alice@lab.example.org"
