@@ -100,9 +100,9 @@ class HttpClient:
         as `get` otherwise."""
         return self._request("POST", path, params, "application/json", body)
 
-    def delete(self, path: str) -> requests.Response:
-        """Return the server's answer to DELETE `path`; as `get` otherwise."""
-        return self._request("DELETE", path, None, "application/json")
+    def delete(self, path: str, body: object = None) -> requests.Response:
+        """Return the server's answer to DELETE `path` (`body`, when given, sent as JSON); as `get` otherwise."""
+        return self._request("DELETE", path, None, "application/json", body)
 
     def _request(
         self, method: str, path: str, params: Mapping[str, object] | None, accept: str, body: object = None

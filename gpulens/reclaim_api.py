@@ -80,6 +80,12 @@ class ReclaimApi(HttpClient):
         asked = {"job_kind": job_kind, "job_id": job_id, "for": span, "reason": reason, "by": by}
         return self._keep(self._answer(self.post(KEEPS, body=asked), "keep")["keep"], "keep")
 
+    def end_keep(self, job_kind: str, job_id: str, reason: str, by: str) -> KeepShown:
+        """End the job's keeps now, saying why and who asks; return the end recorded (its `until` is now). HttpError
+        with the service's words where no keep of the job is in force."""
+        asked = {"job_kind": job_kind, "job_id": job_id, "reason": reason, "by": by}
+        return self._keep(self._answer(self.delete(KEEPS, body=asked), "ended")["ended"], "ended")
+
     def _answer(self, response: requests.Response, key: str) -> dict[str, Any]:
         """Return the JSON object the service answered, holding `key`; else raise HttpError with what it said."""
         body = self.json_answer(response, KEEPS, "is it gpulens reclaim run?")

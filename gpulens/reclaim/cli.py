@@ -25,7 +25,7 @@ from typing import Any, TextIO
 from gpulens import statefiles
 from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
 from gpulens.reclaim.folder import Folder, FolderError
-from gpulens.reclaim.ladder import Keep
+from gpulens.reclaim.ladder import Keep, in_force
 from gpulens.reclaim.policy import MODES, PolicyError, load_policy
 from gpulens.units import UnitError, parse_duration
 from gpulens.words import duration, when
@@ -39,7 +39,7 @@ USAGE = """usage: gpulens reclaim COMMAND [OPTIONS]
 
 commands:
   run    read the verdicts, warn the owners of idle GPUs and act by policy (dry-run unless told otherwise)
-  keep   keep a job from being acted on: 'gpulens reclaim keep 1234 --for 8h --reason TEXT'
+  keep   keep a job from being acted on: 'gpulens reclaim keep 1234 --for 8h --reason TEXT' (--end: no more)
   log    what the service decided and did: 'gpulens reclaim log --since 1d'
   check  read a policy file and print what it says: 'gpulens reclaim check --policy reclaim.yaml'
 
@@ -263,30 +263,39 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
     parser = OneLineParser(
         prog="gpulens reclaim keep",
         description="Keep a job from warnings and actions for a while, recording who and why.",
-        epilog='example: gpulens reclaim keep 1234 --for 8h --reason "evaluation resumes at 18:00"',
+        epilog='examples: gpulens reclaim keep 1234 --for 8h --reason "evaluation resumes at 18:00"\n'
+        '          gpulens reclaim keep 1234 --end --reason "the evaluation is over"',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("job", metavar="JOB", help="a Slurm job id, or KIND/ID as the log names it (kubernetes/...)")
-    parser.add_argument("--for", dest="span", required=True, metavar="DURATION", help="how long: '8h', '2d'")
+    span = parser.add_mutually_exclusive_group(required=True)
+    span.add_argument("--for", dest="span", metavar="DURATION", help="how long: '8h', '2d'")
+    span.add_argument("--end", action="store_true", help="end the job's keeps now: the service may act on it again")
     parser.add_argument("--reason", required=True, help="why, for the log and the people who read it")
     parser.add_argument("--by", default="", help="who keeps it (default: the user running the command)")
     _state_dir(parser)
     args = parser.parse_args(argv)
     try:
-        seconds = parse_duration(args.span, "--for")
+        seconds = 0.0 if args.end else parse_duration(args.span, "--for")
     except UnitError as error:
         return _fail("keep", error, EXIT_USAGE)
-    if seconds <= 0 or not args.reason.strip() or not args.job.strip():
-        return _fail("keep", "give a job, a --for above 0 and a --reason that is not blank", EXIT_USAGE)
+    if (seconds <= 0 and not args.end) or not args.reason.strip() or not args.job.strip():
+        return _fail("keep", "give a job, a --for above 0 (or --end) and a --reason that is not blank", EXIT_USAGE)
     job = args.job.strip() if "/" in args.job else f"slurm/{args.job.strip()}"
     by = args.by.strip() or os.environ.get("SUDO_USER") or getpass.getuser()
     now = time.time()
     keep = Keep(job=job, until=now + seconds, by=by, reason=" ".join(args.reason.split()), at=now)
     try:
         folder = Folder(args.state_dir).create()
+        if keep.ends and job not in in_force(folder.keeps(), now):
+            return _fail("keep", f"no keep of {job} is in force: nothing to end ('gpulens reclaim log --job {job}')")
         folder.record_keep(keep)
     except (FolderError, OSError) as error:
         return _fail("keep", getattr(error, "strerror", None) or error)
-    print(f"kept {job} until {when(keep.until)} ({duration(seconds)}), by {by}: {keep.reason}", file=out)
+    if keep.ends:
+        print(f"ended the keeps of {job}, by {by}: {keep.reason}", file=out)
+    else:
+        print(f"kept {job} until {when(keep.until)} ({duration(seconds)}), by {by}: {keep.reason}", file=out)
     return 0
 
 
@@ -319,9 +328,10 @@ def _line(r: dict[str, Any]) -> str:
     """One record as a person reads it: when, what, which job and whose, and why."""
     moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["time"]))
     event = str(r.get("event", "?"))
-    if event == "kept":
+    if event in ("kept", "keep_ended"):
         until = when(r["until"]) if isinstance(r.get("until"), int | float) else "?"
-        return f"{moment}  {event:13} {r.get('job', '?')}, by {r.get('by', '?')} until {until}: {r.get('reason', '')}"
+        span = f" until {until}" if event == "kept" else ""
+        return f"{moment}  {event:13} {r.get('job', '?')}, by {r.get('by', '?')}{span}: {r.get('reason', '')}"
     whose = "/".join(str(r[k]) for k in ("user", "account") if r.get(k))
     idle = duration(r.get("idle_seconds")) if r.get("idle_seconds") else ""
     parts = [f"{r.get('job', '?')} ({whose or 'owner unknown'})", f"policy {r.get('policy', '?')}"]

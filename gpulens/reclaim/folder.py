@@ -94,9 +94,11 @@ class Folder:
         statefiles.append_line(self.path / KEEPS, dataclasses.asdict(keep))
 
     def record_keep(self, keep: Keep) -> None:
-        """Add `keep` and its `kept` line in the audit log: `gpulens reclaim keep` and the HTTP API alike."""
+        """Add `keep` and its `kept` line (`keep_ended` for an end) in the audit log: `gpulens reclaim keep` and
+        the HTTP API alike."""
         self.add_keep(keep)
-        record = {"time": keep.at, "event": "kept", "job": keep.job, "by": keep.by, "until": keep.until}
+        event = "keep_ended" if keep.ends else "kept"
+        record = {"time": keep.at, "event": event, "job": keep.job, "by": keep.by, "until": keep.until}
         self.audit({**record, "reason": keep.reason})
 
     def audit(self, record: Mapping[str, Any]) -> None:

@@ -90,13 +90,30 @@ class Place:
 
 @dataclass(frozen=True)
 class Keep:
-    """A person's word that a job stays: `gpulens reclaim keep JOB --for 8h --reason TEXT`."""
+    """A person's word that a job stays: `gpulens reclaim keep JOB --for 8h --reason TEXT`. A keep whose `until`
+    is its `at` ends the job's keeps made before it (`gpulens reclaim keep JOB --end`)."""
 
     job: str  # a job key, "slurm/1234"
     until: float
     by: str
     reason: str
     at: float
+
+    @property
+    def ends(self) -> bool:
+        return self.until <= self.at
+
+
+def in_force(keeps: Iterable[Keep], now: float) -> dict[str, Keep]:
+    """The keep that holds each job at `now`, by job key: of the keeps made since its last end, the one that
+    lasts longest."""
+    found: dict[str, Keep] = {}
+    for keep in sorted(keeps, key=lambda k: k.at):
+        if keep.ends:
+            found.pop(keep.job, None)
+        elif keep.until > now and (keep.job not in found or keep.until > found[keep.job].until):
+            found[keep.job] = keep
+    return found
 
 
 @dataclass(frozen=True)
@@ -305,7 +322,7 @@ def _breaker(due: int, jobs: int, share: float, least: int) -> str:
 
 
 def _kept(job: Job, keeps: Collection[Keep], now: float) -> str:
-    kept = [k for k in keeps if k.job == job.key and k.until > now]
+    kept = [k for k in (in_force(keeps, now).get(job.key),) if k is not None]
     if job.keep_until is not None and job.keep_until > now:
         kept.append(Keep(job.key, job.keep_until, "its owner", "the job's gpulens.io/keep-until annotation", now))
     if not kept:

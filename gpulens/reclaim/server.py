@@ -4,10 +4,13 @@
     GET  /api/v1/keeps   the keeps in force: {"keeps": [{"job", "until", "by", "reason", "at"}, ...]}
     POST /api/v1/keeps   a keep, from {"job_kind", "job_id", "for", "reason", "by"}: recorded as
                          `gpulens reclaim keep` records it, and answered 201 {"keep": {...}}
+    DELETE /api/v1/keeps the end of a job's keeps, from {"job_kind", "job_id", "reason", "by"}: recorded as
+                         `gpulens reclaim keep --end` records it, and answered 200 {"ended": {...}}; 404 where no
+                         keep of the job is in force
 
 They are served by the agent's threading server behind its access rules (gpulens.agent.server.serve,
 gpulens.agent.access.Guard), with the same web config file (--web.config.file: TLS, basic auth). A keep stops
-the service acting on a job, so POST is taken only from a client that authenticated with a password of
+the service acting on a job, so POST (and DELETE) is taken only from a client that authenticated with a password of
 `basic_auth_users` or a verified client certificate; with no web config that asks for one, it is refused (403)
 and `gpulens reclaim keep` on the service's machine is the way. A mistake in the body is a 400 naming the field.
 """
@@ -28,7 +31,7 @@ from gpulens.agent.access import PEER_CERT, Guard, basic_credentials
 from gpulens.agent.server import serve
 from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, WebConfigFile, peer_names
 from gpulens.reclaim.folder import Folder
-from gpulens.reclaim.ladder import Keep
+from gpulens.reclaim.ladder import Keep, in_force
 from gpulens.reclaim.policy import JOB_KINDS
 from gpulens.reclaim_api import KEEPS
 from gpulens.units import UnitError, parse_duration
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 
 MAX_BODY_BYTES = 16 * 1024  # a keep is a few hundred bytes
 EXAMPLE = 'send e.g. {"job_kind": "slurm", "job_id": "1234", "for": "8h", "reason": "evaluation at 18:00", "by": "ann"}'
+END_EXAMPLE = 'send e.g. {"job_kind": "slurm", "job_id": "1234", "reason": "the evaluation is over", "by": "ann"}'
 REFUSED = (  # under 200 characters: the dashboard shows it whole
     "a keep over HTTP needs an authenticated client: give gpulens reclaim run a --web.config.file with "
     "basic_auth_users, or use 'gpulens reclaim keep' beside it"
@@ -84,6 +88,16 @@ class KeepRequest:
     by: str = checks.key(_words)  # the person asking; the client the service let in is added to it
 
 
+@dataclasses.dataclass(frozen=True)
+class EndRequest:
+    """The body of DELETE /api/v1/keeps."""
+
+    job_kind: str = checks.key(checks.choice, JOB_KINDS)
+    job_id: str = checks.key(_job_id)
+    reason: str = checks.key(_words)
+    by: str = checks.key(_words)
+
+
 class ReclaimApp:
     """The WSGI application; `config` returns the web config in force, `check` checks its passwords."""
 
@@ -105,31 +119,38 @@ class ReclaimApp:
             return self._metrics(environ, start_response)
         if path == KEEPS and method in ("GET", "HEAD"):
             now = self._clock()
-            keeps = [dataclasses.asdict(k) for k in self._folder.keeps() if k.until > now]
+            keeps = [dataclasses.asdict(k) for k in in_force(self._folder.keeps(), now).values()]
             return _json(start_response, "200 OK", {"keeps": keeps})
-        if path == KEEPS and method == "POST":
-            return self._keep(environ, start_response)
+        if path == KEEPS and method in ("POST", "DELETE"):
+            return self._keep(environ, start_response, method == "DELETE")
         if path in ("/metrics", KEEPS):
-            return _json(start_response, "405 Method Not Allowed", {"error": f"{path} takes GET or POST"})
+            allowed = "GET" if path == "/metrics" else "GET, POST or DELETE"
+            return _json(start_response, "405 Method Not Allowed", {"error": f"{path} takes {allowed}"})
         return _json(start_response, "404 Not Found", {"error": f"not found; the service serves /metrics and {KEEPS}"})
 
-    def _keep(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+    def _keep(self, environ: WSGIEnvironment, start_response: StartResponse, end: bool) -> Iterable[bytes]:
+        """POST: keep a job; DELETE: end its keeps."""
         client = self._client(environ)
         if not client:
             body = (REFUSED + "\n").encode()
             start_response("403 Forbidden", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
             return [body]
+        example = END_EXAMPLE if end else EXAMPLE
         try:
-            asked = checks.read(_body(environ), "the body", KeepRequest, prefix="", example=EXAMPLE)
+            record: type[EndRequest | KeepRequest] = EndRequest if end else KeepRequest
+            asked = checks.read(_body(environ, example), "the body", record, prefix="", example=example)
         except checks.Invalid as invalid:
-            fix = f"; {EXAMPLE}" if invalid.where == "the body" and EXAMPLE not in invalid.problem else ""
+            fix = f"; {example}" if invalid.where == "the body" and example not in invalid.problem else ""
             return _json(start_response, "400 Bad Request", {"error": f"{invalid}{fix}"})
         except _TooLarge:
-            too_large = {"error": f"the body is over {MAX_BODY_BYTES} bytes; {EXAMPLE}"}
+            too_large = {"error": f"the body is over {MAX_BODY_BYTES} bytes; {example}"}
             return _json(start_response, "413 Content Too Large", too_large)
         now = self._clock()
         job = f"{asked.job_kind}/{asked.job_id}"
-        keep = Keep(job=job, until=now + asked.seconds, by=f"{asked.by} via {client}", reason=asked.reason, at=now)
+        if end and job not in in_force(self._folder.keeps(), now):
+            return _json(start_response, "404 Not Found", {"error": f"no keep of {job} is in force: nothing to end"})
+        until = now if isinstance(asked, EndRequest) else now + asked.seconds
+        keep = Keep(job=job, until=until, by=f"{asked.by} via {client}", reason=asked.reason, at=now)
         try:
             self._folder.record_keep(keep)
         except OSError as error:
@@ -137,6 +158,8 @@ class ReclaimApp:
                 f"cannot write the keep in {self._folder.path} ({error.strerror}); check the service's --state-dir"
             )
             return _json(start_response, "503 Service Unavailable", {"error": problem})
+        if end:
+            return _json(start_response, "200 OK", {"ended": dataclasses.asdict(keep)})
         return _json(start_response, "201 Created", {"keep": dataclasses.asdict(keep)})
 
     def _client(self, environ: WSGIEnvironment) -> str:
@@ -158,7 +181,7 @@ class _TooLarge(Exception):
     """The request's body is over MAX_BODY_BYTES."""
 
 
-def _body(environ: WSGIEnvironment) -> Any:
+def _body(environ: WSGIEnvironment, example: str) -> Any:
     """Return the request's JSON body; raise checks.Invalid when it is not JSON, _TooLarge when it is too long."""
     try:
         length = int(environ.get("CONTENT_LENGTH") or 0)
@@ -167,11 +190,11 @@ def _body(environ: WSGIEnvironment) -> Any:
     if length > MAX_BODY_BYTES:
         raise _TooLarge
     if length <= 0:
-        raise checks.Invalid("the body", f"empty; {EXAMPLE}")
+        raise checks.Invalid("the body", f"empty; {example}")
     try:
         return json.loads(environ["wsgi.input"].read(length))
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-        raise checks.Invalid("the body", f"not JSON ({type(error).__name__}); {EXAMPLE}") from None
+        raise checks.Invalid("the body", f"not JSON ({type(error).__name__}); {example}") from None
 
 
 def _json(start_response: StartResponse, status: str, body: object) -> list[bytes]:

@@ -104,7 +104,7 @@ def test_without_a_web_config_a_keep_over_http_is_refused_in_one_line_and_the_me
         assert "gpulens_reclaim_cycle_errors_total 0.0" in requests.get(url + "/metrics", timeout=10).text
         assert requests.get(url + KEEPS, timeout=10).json() == {"keeps": []}
         assert requests.get(url + "/", timeout=10).status_code == 404
-        assert requests.delete(url + KEEPS, timeout=10).status_code == 405
+        assert requests.put(url + KEEPS, timeout=10).status_code == 405
     assert folder.keeps() == [] and list(folder.audit_records()) == []
 
 
@@ -185,6 +185,25 @@ def test_over_https_a_verified_client_certificate_may_keep_and_a_client_without_
     assert [k.job for k in folder.keeps()] == ["slurm/1234"]
 
 
+def test_a_keep_ended_over_http_stops_holding_the_job_and_one_not_in_force_is_a_404(guarded, folder):
+    assert post(guarded, ASKED).status_code == 201
+    assert post(guarded, {**ASKED, "for": "1h", "by": "bob"}).status_code == 201
+    end = {"job_kind": "slurm", "job_id": "1234", "reason": "the evaluation is over", "by": "ann"}
+    ended = requests.delete(guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10)
+    assert ended.status_code == 200, ended.text
+    keep = ended.json()["ended"]
+    assert keep["until"] == keep["at"] and keep["by"] == "ann via dashboard"  # both keeps before it end
+    listed = requests.get(guarded + KEEPS, auth=("dashboard", PASSWORD), timeout=10)
+    assert listed.json() == {"keeps": []}
+    assert [r["event"] for r in folder.audit_records()] == ["kept", "kept", "keep_ended"]
+    again = requests.delete(guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10)
+    assert again.status_code == 404 and again.json() == {"error": "no keep of slurm/1234 is in force: nothing to end"}
+    refused = requests.delete(guarded + KEEPS, data=json.dumps(end), timeout=10)
+    assert refused.status_code == 401  # the Guard asks for the password first
+    bad = requests.delete(guarded + KEEPS, data=json.dumps({**end, "for": "1h"}), auth=("dashboard", PASSWORD))
+    assert bad.status_code == 400 and "for" in bad.json()["error"]
+
+
 # -- the dashboard's client --------------------------------------------------------------------------------
 
 
@@ -194,6 +213,10 @@ def test_the_client_keeps_a_job_and_lists_the_keeps(guarded):
     assert (kept.job_kind, kept.job_id) == ("kubernetes", "0c1d-uid")
     assert kept.by == "Ada Lovelace <ada@example.org> via dashboard"
     assert api.keeps() == (kept,) and isinstance(kept, KeepShown)
+    ended = api.end_keep("kubernetes", "0c1d-uid", "the demo moved", "Ada Lovelace <ada@example.org>")
+    assert ended.until == ended.at and api.keeps() == ()
+    with pytest.raises(HttpError, match="answered HTTP 404 to /api/v1/keeps: no keep of kubernetes/0c1d-uid"):
+        api.end_keep("kubernetes", "0c1d-uid", "again", "ada")
 
 
 def test_the_clients_failures_are_one_line_with_what_the_service_said(guarded, folder):

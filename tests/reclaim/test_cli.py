@@ -12,6 +12,7 @@ import pytest
 from gpulens import cli
 from gpulens.reclaim import cli as reclaim_cli
 from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.ladder import in_force
 from tests.notify.servers import smtp_server
 from tests.reliability.running import agent_process
 
@@ -79,10 +80,10 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         (("keep", "1234", "--for", "8 hours", "--reason", "x"), "--for: '8 hours' is not a duration"),
         (
             ("keep", "1234", "--for", "0s", "--reason", "x"),
-            "give a job, a --for above 0 and a --reason that is not blank",
+            "give a job, a --for above 0 (or --end) and a --reason that is not blank",
         ),
         (("keep", "1234", "--for", "8h", "--reason", "  "), "--reason that is not blank"),
-        (("keep", "1234", "--reason", "x"), "the following arguments are required: --for"),
+        (("keep", "1234", "--reason", "x"), "one of the arguments --for --end is required"),
         (("log", "--since", "yesterday"), "--since: 'yesterday' is not a duration"),
         (
             ("run", "--agents", "http://127.0.0.1:1", "--policy", "/nonexistent/reclaim.yaml"),
@@ -138,6 +139,23 @@ def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, 
     assert (status, out) == (0, "")
     status, out, _ = run(capsys, "log", "--state-dir", state, "--json")
     assert json.loads(out)["event"] == "kept"
+
+
+def test_keep_end_ends_the_jobs_keeps_and_says_when_there_is_none(tmp_path, capsys):
+    state = str(tmp_path / "state")
+    for span in ("8h", "2h"):
+        assert (
+            run(capsys, "keep", "1234", "--for", span, "--reason", "eval", "--by", "ann", "--state-dir", state)[0] == 0
+        )
+    status, out, _ = run(capsys, "keep", "1234", "--end", "--reason", "eval done", "--by", "ann", "--state-dir", state)
+    assert (status, out) == (0, "ended the keeps of slurm/1234, by ann: eval done\n")
+    assert in_force(Folder(state).keeps(), time.time()) == {}
+    status, out, _ = run(capsys, "log", "--state-dir", state)
+    assert "  keep_ended    slurm/1234, by ann: eval done" in out
+    status, _, err = run(capsys, "keep", "1234", "--end", "--reason", "again", "--state-dir", state)
+    assert status == 1 and "no keep of slurm/1234 is in force: nothing to end" in err
+    status, _, err = run(capsys, "keep", "1234", "--end", "--for", "1h", "--reason", "x", "--state-dir", state)
+    assert status == 2 and "not allowed with argument" in err
 
 
 def test_log_without_the_services_folder_says_which_to_give(tmp_path, capsys):

@@ -8,7 +8,20 @@ from dataclasses import replace
 import pytest
 
 from gpulens.fleet.records import FleetGpu
-from gpulens.reclaim.ladder import ACT, FORGET_AFTER, RESET, SIGNAL, SKIP, WARN, Decision, Keep, Place, decide, jobs_in
+from gpulens.reclaim.ladder import (
+    ACT,
+    FORGET_AFTER,
+    RESET,
+    SIGNAL,
+    SKIP,
+    WARN,
+    Decision,
+    Keep,
+    Place,
+    decide,
+    in_force,
+    jobs_in,
+)
 from gpulens.reclaim.policy import Limits, Match, Policy, Rule
 
 MIN = 60.0
@@ -215,3 +228,16 @@ def test_a_pod_label_or_a_keep_written_on_the_job_exempts_it():
     (skip,) = decide(START + 61 * MIN, DEFAULT, [annotated], {}).decisions
     assert skip.event == SKIP and skip.reason.startswith("kept by its owner until ")
     assert [d.event for d in decide(START + 201 * MIN, DEFAULT, [annotated], {}).decisions] == [WARN]
+
+
+def test_the_keep_in_force_is_the_longest_since_the_jobs_last_end():
+    kept = [
+        Keep("slurm/1", START + 8 * (60 * MIN), "ann", "eval", START),
+        Keep("slurm/1", START + 2 * (60 * MIN), "bob", "short", START + 60),  # a shorter one does not cut it
+        Keep("slurm/2", START + (60 * MIN), "cy", "over", START - 3 * (60 * MIN)),
+    ]
+    assert {job: k.by for job, k in in_force(kept, START + (60 * MIN)).items()} == {"slurm/1": "ann"}
+    ended = [*kept, Keep("slurm/1", START + 120, "ann", "done", START + 120)]
+    assert "slurm/1" not in in_force(ended, START + 180)
+    later = [*ended, Keep("slurm/1", START + (60 * MIN), "dee", "again", START + 240)]
+    assert in_force(later, START + 300)["slurm/1"].by == "dee"
