@@ -304,6 +304,15 @@ def keep(service: ReclaimApi, job_kind: str, job_id: str, span: str, reason: str
     return answer
 
 
+def end_keep(service: ReclaimApi, job_kind: str, job_id: str, reason: str, by: str) -> Answer[KeepShown | None]:
+    """End the job's keeps in gpulens reclaim; forget the cached keeps, so that the end shows."""
+    answer: Answer[KeepShown | None] = _asked(
+        lambda: service.end_keep(job_kind, job_id, reason, by), None, f"the end of job {job_id}'s keep"
+    )
+    _keeps.clear()
+    return answer
+
+
 def header(title: str, purpose: str, source: Source, refreshes: bool = True) -> None:
     """Show the page's title, what it answers, where its data comes from, and how often it refreshes."""
     st.title(title)

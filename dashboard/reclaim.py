@@ -31,30 +31,58 @@ def ask(service: ReclaimApi, job_kind: str, job_id: str, author: str, key: str) 
         st.session_state[key] = " ".join(map(str, answer.problems)) or "gpulens reclaim recorded no keep."
 
 
+def end(service: ReclaimApi, job_kind: str, job_id: str, author: str, key: str) -> None:
+    """The end form's submit: check the reason and the name, then ask the service; the outcome waits in `key`
+    (the end recorded) or `key` + "-error" (why not)."""
+    reason = st.session_state.get("end_keep_reason") or ""
+    by = author or st.session_state.get("end_keep_by") or ""
+    problem = view.end_problem(reason, by)
+    if problem:
+        st.session_state[f"{key}-error"] = problem
+        return
+    answer = context.end_keep(service, job_kind, job_id, reason.strip(), by.strip())
+    if answer.value is not None:
+        st.session_state[key] = answer.value
+        st.session_state[f"kept-{job_kind}-{job_id}"] = None  # the keep just asked for has ended too
+        st.session_state["end_keep_reason"] = ""
+    else:
+        said = " ".join(map(str, answer.problems)) or "gpulens reclaim recorded no end."
+        st.session_state[f"{key}-error"] = said
+
+
 def panel(notice: str, job_kind: str, job_id: str) -> None:
     """`notice` (what gpulens reclaim will do to the job; "" for nothing), or in its place the job's keep in
-    force, and under a notice the form that keeps the job, or why there is none."""
+    force, and under a notice the form that keeps the job, under a keep the form that ends it, or why there is
+    none."""
     key = f"kept-{job_kind}-{job_id}"
     outcome = st.session_state.get(key)
     now = time.time()
     asked = outcome if isinstance(outcome, KeepShown) and outcome.until > now else None
-    if not notice and asked is None:  # the service is asked about warned jobs only
-        return
     service = context.reclaim()
+    if not notice and service.value is None:
+        return
+    # The keeps in force, read once for every page (cached): a kept job is no longer pending, and its keep shows.
     keeps = context.keeps(service.value) if service.value is not None else Answer(())
     # The keep just asked for shows until the service lists it (a read failed, or was cached before it).
     shown = view.kept(keeps.value, job_kind, job_id, now) or asked
+    ended_key = f"ended-{job_kind}-{job_id}"
+    ended = st.session_state.get(ended_key)
+    if not (notice or shown or ended):
+        return
     if shown is not None and shown == asked:
         st.success(view.kept_line(shown))
     elif shown is not None:
         st.info(view.kept_line(shown))
+    elif isinstance(ended, KeepShown):
+        st.success(view.ended_line(ended))
     elif notice:
         st.warning(notice)
-    if isinstance(outcome, str):
-        st.error(outcome)
+    for said in (outcome, st.session_state.pop(f"{ended_key}-error", None)):
+        if isinstance(said, str):
+            st.error(said)
     for problem in (*service.problems, *keeps.problems):
         st.caption(str(problem))
-    if not notice or shown is not None or service.value is None:
+    if not (notice or shown) or service.value is None:
         return
     decision = gate.current()[0]
     why_not = access.may_start_work(decision, gate.connection(), view.KEEP_ACTION)
@@ -62,6 +90,16 @@ def panel(notice: str, job_kind: str, job_id: str) -> None:
         st.caption(why_not)
         return
     author = oncall.author(decision)
+    if shown is not None:
+        with st.form("end_keep"):
+            st.text_input("Why end it (required)", key="end_keep_reason", placeholder="e.g. the evaluation is over")
+            if not author:
+                st.text_input("Your name (required)", key="end_keep_by")
+            st.form_submit_button(
+                "End the keep", on_click=end, args=(service.value, job_kind, job_id, author, ended_key),
+                key="end_keep_submit",
+            )  # fmt: skip
+        return
     with st.form("keep"):
         st.radio(
             "Keep for",

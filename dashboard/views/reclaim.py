@@ -17,6 +17,7 @@ NO_REASON = (
     "the audit log"
 )
 NO_NAME = "A keep needs your name, which the audit log keeps beside the reason"
+NO_END_REASON = "Ending a keep needs a reason, for the job's owner and the audit log"
 
 
 def kept(keeps: Iterable[KeepShown], job_kind: str, job_id: str, now: float) -> KeepShown | None:
@@ -37,3 +38,15 @@ def keep_problem(reason: str, by: str) -> str:
     if not by.strip():
         return NO_NAME
     return ""
+
+
+def ended_line(end: KeepShown) -> str:
+    """Return 'Keep ended by NAME: REASON; gpulens reclaim may act on the job again'."""
+    return f"Keep ended by {end.by}: {end.reason}; gpulens reclaim may warn and act on the job again"
+
+
+def end_problem(reason: str, by: str) -> str:
+    """Return what keeps the end of a keep from being sent, in one line, or "" when it may be."""
+    if not reason.strip():
+        return NO_END_REASON
+    return NO_NAME if not by.strip() else ""

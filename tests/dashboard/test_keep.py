@@ -13,6 +13,7 @@ from gpulens.dashboard import access, launch
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.views import reclaim as view
 from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.ladder import Keep, in_force
 from gpulens.reclaim_api import BASIC_AUTH_FILE, RECLAIM, SETTINGS, TLS, KeepShown
 from tests.dashboard.fakes import FakeSource
 from tests.dashboard.test_credentials import _launched
@@ -97,6 +98,24 @@ def test_a_logged_in_viewer_keeps_the_job_for_a_reason_and_the_page_says_until_w
     again = page(name, user=None)
     assert [i.value for i in again.info] == [said] and not again.warning and not again.success
     assert "keep_submit" not in [b.key for b in again.button]
+
+
+def test_a_kept_job_shows_its_keep_without_a_notice_and_a_logged_in_viewer_ends_it(reclaim):
+    reclaim.record_keep(Keep("kubernetes/job-bob", time.time() + 3600, "ann", "eval at 18:00", time.time()))
+    at = page("job", source=FakeSource())  # kept: the service no longer lists it as pending
+    (shown,) = [i.value for i in at.info]
+    assert shown.endswith(" UTC by ann: eval at 18:00") and not at.warning
+    at.button(key="end_keep_submit").click().run()  # no reason yet
+    assert [e.value for e in at.error] == [view.NO_END_REASON] and len(reclaim.keeps()) == 1
+    at.text_input(key="end_keep_reason").input("the evaluation moved")
+    at.button(key="end_keep_submit").click().run()
+    assert not at.exception and not at.error and not at.info
+    assert [s.value for s in at.success] == [
+        view.ended_line(KeepShown("kubernetes/job-bob", 0, ADA_BY, "the evaluation moved", 0))
+    ]
+    assert in_force(reclaim.keeps(), time.time()) == {}
+    assert [r["event"] for r in reclaim.audit_records()] == ["kept", "keep_ended"]
+    assert "end_keep_submit" not in [b.key for b in at.button]
 
 
 def test_an_open_dashboard_seen_from_elsewhere_shows_the_notice_and_why_there_is_no_form(reclaim):
