@@ -27,7 +27,7 @@ from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.job_series import JobSeries
-from gpulens.agent.jobs.metrics import JobCollector
+from gpulens.agent.jobs.metrics import receiver_collector
 from gpulens.agent.jobs.receiver import ReceiverError
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
@@ -84,7 +84,7 @@ def build(config: agent_config.AgentConfig, clock=None):
     scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
     sampler, registry = assemble(config, library, sources, clock, mode, scenario_ref=scenario_ref)
     if receiver is not None:
-        registry.register(JobCollector(receiver))
+        registry.register(receiver_collector(receiver))
     return sampler, registry, mode, receiver
 
 
@@ -302,7 +302,7 @@ def _checkpoints(receiver):
 def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
     """Listen for jobs' control connections beside the reports socket; None (logged) when that fails."""
     from gpulens.agent.jobs.control import ControlServer, control_path
-    from gpulens.agent.jobs.metrics import TraceCollector
+    from gpulens.agent.jobs.metrics import trace_collector
     from gpulens.agent.jobs.traces import Traces
 
     traces = Traces(
@@ -320,6 +320,6 @@ def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
         log.warning("traces of jobs disabled: %s", error)
         return None
     traces.control = control
-    registry.register(TraceCollector(traces))
+    registry.register(trace_collector(traces))
     sampler.stages = (*sampler.stages, traces)
     return traces

@@ -116,17 +116,28 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
     return families
 
 
-class JobCollector:
-    """A prometheus_client collector over a Receiver; registering it reads nothing."""
+class Collected:
+    """A prometheus_client collector over a function that makes its families at scrape time; registering it reads
+    nothing."""
 
-    def __init__(self, receiver: Receiver):
-        self._receiver = receiver
+    def __init__(self, families: Callable[[], Iterable[Metric]]):
+        self._families = families
 
     def describe(self) -> Iterable[Metric]:
         return []
 
     def collect(self) -> Iterable[Metric]:
-        return job_metrics(self._receiver.latest(), self._receiver.counters(), self._receiver.clock())
+        return self._families()
+
+
+def receiver_collector(receiver: Receiver) -> Collected:
+    """The job series of the reports `receiver` holds, and its counts of datagrams."""
+    return Collected(lambda: job_metrics(receiver.latest(), receiver.counters(), receiver.clock()))
+
+
+def trace_collector(traces: Traces) -> Collected:
+    """The trace series of what `traces` holds."""
+    return Collected(lambda: trace_metrics(traces))
 
 
 def _memory(name: str) -> Callable[[JobReport], int | None]:
@@ -189,16 +200,3 @@ def trace_metrics(traces: Traces) -> list[Metric]:
     for result in TRACE_FINISHED:
         results.add_metric((result,), counts[result])
     return [share, step, when, info, results]
-
-
-class TraceCollector:
-    """A prometheus_client collector over `Traces`; registering it reads nothing."""
-
-    def __init__(self, traces: Traces):
-        self._traces = traces
-
-    def describe(self) -> Iterable[Metric]:
-        return []
-
-    def collect(self) -> Iterable[Metric]:
-        return trace_metrics(self._traces)
