@@ -16,6 +16,7 @@ from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.job_series import JobSeries
 from gpulens.agent.ledger import Ledger, connect
 from gpulens.agent.nvml import load_simulated_library
 from gpulens.agent.sampler import Sampler
@@ -67,9 +68,8 @@ class Node:
             stages=[self.accounting],
         )
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(
-            SnapshotExporter(self.sampler, [*enabled, Verdicts(), self.accounting], mode="simulated")
-        )
+        exposed = [*enabled, Verdicts(), JobSeries(self.accounting)]
+        self.registry.register(SnapshotExporter(self.sampler, exposed, mode="simulated"))
         self.sampler.cycle()
 
     def step(self) -> None:
