@@ -278,13 +278,15 @@ def _spent(record: JobRecord) -> dict[str, Any]:
     }
 
 
+def _named(r: JobRecord) -> dict[str, Any]:
+    """A digest's job as people name it: its kind and id, and its pod or Slurm name."""
+    return {"kind": r.kind, "id": r.id, "pod": r.pod, "name": r.name}
+
+
 def _costly(c: CostlyJob) -> dict[str, Any]:
     r = c.record
     return {
-        "kind": r.kind,
-        "id": r.id,
-        "pod": r.pod,
-        "name": r.name,
+        **_named(r),
         "start": r.start,
         **_spent(r),
         "tip": c.tip[0] if c.tip else None,
@@ -294,10 +296,7 @@ def _costly(c: CostlyJob) -> dict[str, Any]:
 def _resize(z: Resize) -> dict[str, Any]:
     r = z.record
     return {
-        "kind": r.kind,
-        "id": r.id,
-        "pod": r.pod,
-        "name": r.name,
+        **_named(r),
         "gpus": len(r.gpus),
         "models": list(r.models),
         "unused_gpus": list(z.unused),
