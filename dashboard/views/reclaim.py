@@ -46,7 +46,5 @@ def ended_line(end: KeepShown) -> str:
 
 
 def end_problem(reason: str, by: str) -> str:
-    """Return what keeps the end of a keep from being sent, in one line, or "" when it may be."""
-    if not reason.strip():
-        return NO_END_REASON
-    return NO_NAME if not by.strip() else ""
+    """Return what keeps the end of a keep from being sent, in one line, or "" when it may be: as for a keep."""
+    return NO_END_REASON if not reason.strip() else keep_problem(reason, by)
