@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
@@ -21,22 +22,31 @@ from gpulens.agent import config as agent_config
 from gpulens.agent.access import Guard
 from gpulens.agent.accounting import JobAccounting
 from gpulens.agent.analysis import Analysis
-from gpulens.agent.clock import SimulatedClock, SystemClock
+from gpulens.agent.clock import Clock, SimulatedClock, SystemClock
+from gpulens.agent.collectors.base import Collector
 from gpulens.agent.collectors.probes import scheduled as scheduled_probes
 from gpulens.agent.diagnosis import Diagnoser, Settings
-from gpulens.agent.exporter import SnapshotExporter
+from gpulens.agent.exporter import Exposes, SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.job_series import JobSeries
 from gpulens.agent.jobs.metrics import receiver_collector
-from gpulens.agent.jobs.receiver import ReceiverError
+from gpulens.agent.jobs.receiver import Receiver, ReceiverError
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
-from gpulens.agent.sampler import Sampler
+from gpulens.agent.sampler import Sampler, Timer
 from gpulens.agent.server import AgentApp, serve
-from gpulens.agent.sources import LiveSources
+from gpulens.agent.sources import LiveSources, NodeSources
 from gpulens.agent.verdicts import Verdicts
 from gpulens.agent.webconfig import PLAIN, WebConfigError, WebConfigFile
 from gpulens.arguments import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
+
+    from gpulens.agent.clock import SharedClock
+    from gpulens.agent.jobs.checkpoints import Checkpoints
+    from gpulens.agent.jobs.traces import Traces
+    from gpulens.agent.simulator.scenario import Scenario
 
 log = logging.getLogger("gpulens.agent")
 
@@ -47,40 +57,42 @@ _SIMULATED_JOBS = (
 )
 
 
-def build(config: agent_config.AgentConfig, clock=None):
+def build(
+    config: agent_config.AgentConfig, clock: Clock | None = None
+) -> tuple[Sampler, CollectorRegistry, str, Receiver | None]:
     """Return (sampler, registry, mode, receiver) for `config`; raise ConfigError for a bad scenario.
 
     `receiver` is the in-job report listener, not yet started (None when disabled, and on a simulated node
     unless --jobs.socket names a socket).
     `clock` replaces a simulated node's clock (a `ManualClock`, for tests and benchmarks).
     """
-    receiver = None
+    receiver: Receiver | None = None
+    sources: NodeSources
     under_sim = simulated_node() if not config.simulate else None
-    if config.simulate or under_sim is not None:
-        from gpulens.agent.simulator.host import SimulatedSources
+    if config.simulate:
+        from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
 
-        if config.simulate:
-            from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
-
-            try:
-                scenario = load_scenario(config.simulate)
-            except ScenarioError as error:
-                raise agent_config.ConfigError(str(error)) from None
-            clock = clock or SimulatedClock(config.speed)
-            library = load_simulated_library(scenario, clock)
-        else:
-            # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
-            # the node's jobs, host side and clock come from the same scenario, as with --simulate.
-            scenario, clock = under_sim
-            library = load_real_library()
-        receiver = _simulated_receiver(config)
-        sources = SimulatedSources(scenario, clock.monotonic, receiver)
-        mode = "simulated"
+        try:
+            scenario = load_scenario(config.simulate)
+        except ScenarioError as error:
+            raise agent_config.ConfigError(str(error)) from None
+        clock = clock or SimulatedClock(config.speed)
+        library = load_simulated_library(scenario, clock)
+    elif under_sim is not None:
+        # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
+        # the node's jobs, host side and clock come from the same scenario, as with --simulate.
+        scenario, clock = under_sim
+        library = load_real_library()
     else:
         clock = SystemClock()
         library = load_real_library()
         sources, receiver = _live_sources(config, clock)
-        mode = "nvml"
+    mode = "simulated" if config.simulate or under_sim is not None else "nvml"
+    if mode == "simulated":
+        from gpulens.agent.simulator.host import SimulatedSources
+
+        receiver = _simulated_receiver(config)
+        sources = SimulatedSources(scenario, clock.monotonic, receiver)
     scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
     sampler, registry = assemble(config, library, sources, clock, mode, scenario_ref=scenario_ref)
     if receiver is not None:
@@ -90,16 +102,16 @@ def build(config: agent_config.AgentConfig, clock=None):
 
 def assemble(
     config: agent_config.AgentConfig,
-    library,
-    sources,
-    clock,
+    library: Any,
+    sources: NodeSources,
+    clock: Clock,
     mode: str,
     *,
     scenario_ref: str | None = None,
-    extra: Sequence = (),
-    timer=time.perf_counter,
+    extra: Sequence[Collector[Any]] = (),
+    timer: Timer = time.perf_counter,
     node: str | None = None,
-):
+) -> tuple[Sampler, CollectorRegistry]:
     """Wire collectors, analysis, the ledger stage, sampler and exporter: (sampler, registry), not yet sampled.
 
     The one wiring of the agent: `build` and the tests' simulated agents both go through it. `extra` adds
@@ -117,12 +129,14 @@ def assemble(
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
     sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer)
     registry = CollectorRegistry(auto_describe=False)
-    exposed = [*enabled, *([Verdicts(), *(JobSeries(stage) for stage in stages)] if analysis else [])]
+    exposed: list[Exposes] = list(enabled)
+    if analysis is not None:
+        exposed += [Verdicts(), *(JobSeries(stage) for stage in stages)]
     registry.register(SnapshotExporter(sampler, exposed, mode=mode))
     return sampler, registry
 
 
-def simulated_node():
+def simulated_node() -> tuple[Scenario, SharedClock] | None:
     """(scenario, clock) when this process runs under `gpulens sim`, else None; imports nothing on a GPU node."""
     if "gpulens.agent.simulator.run" not in sys.modules:
         return None
@@ -132,7 +146,7 @@ def simulated_node():
 
 
 def _accounting(
-    config: agent_config.AgentConfig, simulated: bool, timer=time.perf_counter, node: str | None = None
+    config: agent_config.AgentConfig, simulated: bool, timer: Timer = time.perf_counter, node: str | None = None
 ) -> JobAccounting:
     """The job-ledger stage; its file is a temporary one on a simulated node unless a path is given."""
     path = config.ledger_path
@@ -162,12 +176,11 @@ def _accounting(
     )
 
 
-def _live_sources(config: agent_config.AgentConfig, clock):
+def _live_sources(config: agent_config.AgentConfig, clock: Clock) -> tuple[LiveSources, Receiver | None]:
     """The real node's sources: /proc, the kubelet socket (when mounted), psutil and the job socket."""
     from gpulens.agent.attribution.hostusage import HostSampler
     from gpulens.agent.attribution.podresources import PodResourcesClient
     from gpulens.agent.attribution.resolver import Resolver
-    from gpulens.agent.jobs.receiver import Receiver
 
     pods = PodResourcesClient(config.pod_resources_socket)
     resolver = Resolver(podresources=pods, clock=clock.monotonic)
@@ -176,13 +189,12 @@ def _live_sources(config: agent_config.AgentConfig, clock):
     return LiveSources(resolver, HostSampler(clock=clock.monotonic), receiver), receiver
 
 
-def _simulated_receiver(config: agent_config.AgentConfig):
+def _simulated_receiver(config: agent_config.AgentConfig) -> Receiver | None:
     """Real jobs' reports on a simulated node: only on a socket --jobs.socket names, since a laptop has no
     /run/gpulens and several simulated agents must not contend for one path. Its clock is the wall clock
     whatever --speed says: the jobs that send are real processes, reporting in real time."""
     if not config.jobs_socket:
         return None
-    from gpulens.agent.jobs.receiver import Receiver
 
     return Receiver(config.jobs_socket)
 
@@ -214,14 +226,14 @@ def main(argv: Sequence[str]) -> int:
         else:
             log.info("in-job reports on %s%s", receiver.socket_path, _SIMULATED_JOBS if mode == "simulated" else "")
     running = receiver is not None and receiver.running
-    traces = _traces(config, receiver, sampler, registry) if running else None
-    checkpoints = _checkpoints(receiver) if running else None
+    traces = _traces(config, receiver, sampler, registry) if receiver is not None and running else None
+    checkpoints = _checkpoints(receiver) if receiver is not None and running else None
     host, port = config.host_port
     sampler.cycle()  # the first scrape already has data
     accounting = next((s for s in sampler.stages if isinstance(s, JobAccounting)), None)
     exposition = ExpositionCache(registry, sampler)
     sampler.stages = (*sampler.stages, exposition)  # rendered after each cycle, not in the scrape
-    app = AgentApp(
+    plain = AgentApp(
         sampler,
         registry,
         [c.name for c in sampler.collectors],
@@ -231,7 +243,7 @@ def main(argv: Sequence[str]) -> int:
         traces=traces,
         checkpoints=checkpoints,
     )
-    app = guarded(app, web)
+    app = guarded(plain, web)
     try:
         server = serve(app, host, port, tls=(lambda: web.current().tls) if web is not None else None)
     except OSError as error:
@@ -243,7 +255,7 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_RUNTIME
     thread, stop = sampler.start()
 
-    def shut_down(signum, frame):
+    def shut_down(signum: int, frame: object) -> None:
         stop.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
@@ -262,21 +274,20 @@ def main(argv: Sequence[str]) -> int:
         server.server_close()
         if accounting is not None and accounting.ledger is not None:
             accounting.ledger.close()
-        if traces is not None:
-            traces.control.stop()
-        if checkpoints is not None:
-            checkpoints.control.stop()
+        for listening in (traces, checkpoints):
+            if listening is not None and listening.control is not None:
+                listening.control.stop()
         if receiver is not None:
             receiver.stop()
     return 0
 
 
-def guarded(app, web: WebConfigFile | None) -> Guard:
+def guarded(app: WSGIApplication, web: WebConfigFile | None) -> Guard:
     """Return `app` behind the access rules: with no web config, work (a probe, a trace) starts from loopback only."""
     return Guard(app, web.current if web is not None else lambda: PLAIN)
 
 
-def _checkpoints(receiver):
+def _checkpoints(receiver: Receiver) -> Checkpoints | None:
     """Listen for the connections of jobs that take checkpoint requests; None (logged) when that fails."""
     from gpulens.agent.jobs.checkpoints import Checkpoints
     from gpulens.agent.jobs.control import ControlServer, control_path
@@ -299,7 +310,9 @@ def _checkpoints(receiver):
     return checkpoints
 
 
-def _traces(config: agent_config.AgentConfig, receiver, sampler, registry):
+def _traces(
+    config: agent_config.AgentConfig, receiver: Receiver, sampler: Sampler, registry: CollectorRegistry
+) -> Traces | None:
     """Listen for jobs' control connections beside the reports socket; None (logged) when that fails."""
     from gpulens.agent.jobs.control import ControlServer, control_path
     from gpulens.agent.jobs.metrics import trace_collector

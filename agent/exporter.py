@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpulens import __version__
-from gpulens.agent.collectors.base import GPU_LABELS, Collector
+from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.snapshot import Snapshot, SnapshotSource
 
 log = logging.getLogger(__name__)
+
+
+class Exposes(Protocol):
+    """What the exporter renders: a collector, or a stage's series (`Verdicts`, `JobSeries`)."""
+
+    name: str
+
+    def metrics(self, snapshot: Snapshot, interval: float) -> Iterable[Metric]: ...
 
 
 class SnapshotExporter:
@@ -22,7 +30,7 @@ class SnapshotExporter:
     collector whose exposition fails is left out of that scrape and logged.
     """
 
-    def __init__(self, sampler: SnapshotSource, collectors: list[Collector[Any]], mode: str = "nvml"):
+    def __init__(self, sampler: SnapshotSource, collectors: Sequence[Exposes], mode: str = "nvml"):
         self._sampler = sampler
         self._collectors = collectors
         self._mode = mode

@@ -11,8 +11,9 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -20,11 +21,23 @@ from prometheus_client import CollectorRegistry
 
 from gpulens import __version__
 from gpulens.agent.access import PEER_CERT
+from gpulens.agent.collectors.probes import ProbesCollector
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.jobs.checkpoints import NO_CHANNEL as CHECKPOINT_NO_CHANNEL
 from gpulens.agent.jobs.checkpoints import CheckpointError
 from gpulens.agent.jobs.traces import DEFAULT_STEPS, NO_CHANNEL, TraceError, find_job
 from gpulens.agent.jobs_api import BadQuery, answer
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+
+    from gpulens.agent.accounting import JobAccounting
+    from gpulens.agent.jobs.checkpoints import Checkpoints
+    from gpulens.agent.jobs.traces import Traces
+    from gpulens.agent.sampler import Sampler
+    from gpulens.agent.snapshot import Snapshot
+
+Response = Iterable[bytes]
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
 # the process is wedged and should be restarted. NVML being down is not a reason to restart.
@@ -47,7 +60,7 @@ class _Server(ThreadingMixIn, WSGIServer):
     # Returns the TLS context for a new connection, None for plain HTTP (see `serve`).
     tls: Callable[[], ssl.SSLContext | None] = staticmethod(lambda: None)
 
-    def server_activate(self):
+    def server_activate(self) -> None:
         super().server_activate()
         self.limit_connections(self.max_connections)
 
@@ -57,7 +70,7 @@ class _Server(ThreadingMixIn, WSGIServer):
         self._room = threading.BoundedSemaphore(count)
         self.refused_connections = 0
 
-    def process_request(self, request, client_address):
+    def process_request(self, request: Any, client_address: Any) -> None:
         if not self._room.acquire(blocking=False):
             self.refused_connections += 1
             self.shutdown_request(request)
@@ -68,7 +81,7 @@ class _Server(ThreadingMixIn, WSGIServer):
             self._room.release()  # no thread was started to release it
             raise
 
-    def process_request_thread(self, request, client_address):
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             # The TLS handshake happens here, in the connection's own thread, so that a slow or silent
             # client cannot hold up the accept loop.
@@ -95,7 +108,7 @@ class _QuietHandler(WSGIRequestHandler):
     server_version = "gpulens"  # not the Python version, which only helps an attacker
     sys_version = ""
 
-    def get_environ(self):
+    def get_environ(self) -> dict[str, Any]:
         environ = super().get_environ()
         if isinstance(self.connection, ssl.SSLSocket):
             environ["HTTPS"] = "on"
@@ -123,14 +136,14 @@ class AgentApp:
 
     def __init__(
         self,
-        sampler,
+        sampler: Sampler,
         registry: CollectorRegistry,
         collectors: list[str],
         mode: str,
-        jobs=None,
-        exposition=None,
-        traces=None,
-        checkpoints=None,
+        jobs: JobAccounting | None = None,
+        exposition: ExpositionCache | None = None,
+        traces: Traces | None = None,
+        checkpoints: Checkpoints | None = None,
     ):
         self._sampler = sampler
         self._jobs = jobs  # gpulens.agent.accounting.JobAccounting: serves /api/v1/jobs
@@ -140,10 +153,10 @@ class AgentApp:
         self._collectors = collectors
         self._mode = mode
 
-    def __call__(self, environ, start_response):
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         path = environ.get("PATH_INFO", "/")
         method = environ.get("REQUEST_METHOD", "GET")
-        post = {
+        post: Callable[[WSGIEnvironment, StartResponse], Response] | None = {
             "/api/v1/probes/run": self._probe_run,
             "/api/v1/traces/run": self._trace_run,
             "/api/v1/checkpoints/run": self._checkpoint_run,
@@ -159,7 +172,7 @@ class AgentApp:
         if path == "/healthz":
             return self._health(start_response)
         if path == "/api/v1/jobs" and self._jobs is not None:
-            return self._job_ledger(environ, start_response)
+            return self._job_ledger(self._jobs, environ, start_response)
         if path == "/api/v1/probes":
             return self._probe_history(start_response)
         if path == "/api/v1/traces":
@@ -168,7 +181,7 @@ class AgentApp:
             return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
         return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
 
-    def _health(self, start_response):
+    def _health(self, start_response: StartResponse) -> Response:
         snapshot = self._sampler.snapshot
         clock = self._sampler.clock
         age = clock.time() - snapshot.timestamp if snapshot.timestamp else None
@@ -185,14 +198,14 @@ class AgentApp:
         status = "200 OK" if healthy else "503 Service Unavailable"
         return _json(start_response, status, body)
 
-    def _job_ledger(self, environ, start_response):
+    def _job_ledger(self, jobs: JobAccounting, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         try:
-            body, status = answer(self._jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
+            body, status = answer(jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
         except BadQuery as error:
             body, status = {"error": str(error)}, "400 Bad Request"
         return _json(start_response, status, body)
 
-    def _probe_history(self, start_response):
+    def _probe_history(self, start_response: StartResponse) -> Response:
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
         body = {
             gpu.identity.uuid: [
@@ -203,9 +216,9 @@ class AgentApp:
         }
         return _json(start_response, "200 OK", body)
 
-    def _probe_run(self, environ, start_response):
+    def _probe_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Queue a probe of ?gpu=UUID|INDEX for the first cycle in which it is free (202)."""
-        probes = next((c for c in self._sampler.collectors if c.name == "probes"), None)
+        probes = next((c for c in self._sampler.collectors if isinstance(c, ProbesCollector)), None)
         if probes is None:
             return _json(
                 start_response,
@@ -234,7 +247,7 @@ class AgentApp:
         probes.request(gpu.identity.uuid)
         return _json(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})
 
-    def _trace_run(self, environ, start_response):
+    def _trace_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Ask a job (?job=ID) or processes (?pid=N, repeatable) for a trace of ?steps=N steps (202)."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
         try:
@@ -262,7 +275,7 @@ class AgentApp:
         runs = [r.to_dict() for r in self._traces.runs(trace_id)]
         return _json(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
 
-    def _checkpoint_run(self, environ, start_response):
+    def _checkpoint_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Ask a job's processes (?job=ID or its pod's name) to checkpoint, saying ?reason=; answer when each has
         answered or ?wait= seconds (default 60) have passed (200), whatever they answered."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
@@ -283,7 +296,7 @@ class AgentApp:
             return _json(start_response, status, {"error": str(error)})
         return _json(start_response, "200 OK", {"job": job, "checkpoints": [r.to_dict() for r in runs]})
 
-    def _trace_list(self, environ, start_response):
+    def _trace_list(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Traces asked of this node's jobs, newest first: ?id=, ?pid=, ?job= narrow them."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
         try:
@@ -323,7 +336,7 @@ class AgentApp:
         )
 
 
-def _verdict_cell(snapshot, uuid: str) -> str:
+def _verdict_cell(snapshot: Snapshot, uuid: str) -> str:
     """Return the GPU's state, reason and first tip as HTML, or "" without a diagnosis."""
     found = snapshot.analysis.gpus.get(uuid) if snapshot.analysis else None
     if found is None:
@@ -349,16 +362,18 @@ def _whole(text: str, name: str) -> int:
     return int(text)
 
 
-def _json(start_response, status: str, body: dict):
+def _json(start_response: StartResponse, status: str, body: dict[str, Any]) -> Response:
     return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
 
 
-def _respond(start_response, status: str, content_type: str, body: bytes):
+def _respond(start_response: StartResponse, status: str, content_type: str, body: bytes) -> Response:
     start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
     return [body]
 
 
-def serve(app, host: str, port: int, tls: Callable[[], ssl.SSLContext | None] | None = None) -> WSGIServer:
+def serve(
+    app: WSGIApplication, host: str, port: int, tls: Callable[[], ssl.SSLContext | None] | None = None
+) -> WSGIServer:
     """Bind `app` to host:port (an empty host means every interface); raise OSError if it cannot.
 
     `tls` returns the TLS context in force for each new connection (None: plain HTTP).

@@ -259,6 +259,13 @@ class JobRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> JobRecord:
         """Build a record from `to_dict()` output; raise ValueError naming what is wrong."""
         try:
+            # Typed per group below; a splat of one dict per group keeps JobRecord's fields declared once.
+            owner: dict[str, Any] = {name: str(data.get(name) or "") for name in OWNER}
+            sums: dict[str, Any] = {name: checks.number(data.get(name) or 0.0, name) for name in ADDITIVE}
+            peaks: dict[str, Any] = {name: int(checks.number(data.get(name) or 0, name)) for name in PEAKS}
+            asked: dict[str, Any] = {
+                name: kind(checks.number(data.get(name) or 0, name, 0)) for name, kind in REQUESTS.items()
+            }
             tips = {
                 str(k): TipUse(checks.number(v["seconds"], "tips.seconds"), str(v.get("text", "")))
                 for k, v in (data.get("tips") or {}).items()
@@ -268,15 +275,15 @@ class JobRecord:
                 id=str(data["id"]),
                 start=_epoch(data["start"], "start"),
                 last_seen=_epoch(data["last_seen"], "last_seen"),
-                **{name: str(data.get(name) or "") for name in OWNER},
+                **owner,
                 nodes=tuple(str(n) for n in data.get("nodes") or ()),
                 running=bool(data.get("running", False)),
                 gpus=tuple(str(g) for g in data.get("gpus") or ()),
                 models=tuple(str(m) for m in data.get("models") or ()),
                 state_seconds=_states(data.get("state_seconds")),
-                **{name: checks.number(data.get(name) or 0.0, name) for name in ADDITIVE},
-                **{name: int(checks.number(data.get(name) or 0, name)) for name in PEAKS},
-                **{name: kind(checks.number(data.get(name) or 0, name, 0)) for name, kind in REQUESTS.items()},
+                **sums,
+                **peaks,
+                **asked,
                 tips=tips,
                 devices={str(k): _device(v) for k, v in (data.get("devices") or {}).items()},
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
@@ -317,8 +324,8 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         tips[tip] = TipUse(use.seconds + before.seconds, use.text or before.text)
     timeline = _merge_timeline(a.timeline, b.timeline)
     devices = dict(earlier.devices)
-    for uuid, use in later.devices.items():
-        devices[uuid] = devices[uuid].add(use) if uuid in devices else use
+    for uuid, device in later.devices.items():
+        devices[uuid] = devices[uuid].add(device) if uuid in devices else device
     return replace(
         later,
         start=min(a.start, b.start),
@@ -364,8 +371,8 @@ def add_up(records: Sequence[JobRecord], kind: str, name: str) -> JobRecord:
     each) are left empty."""
     states: dict[str, float] = {}
     tips: dict[str, float] = {}
-    sums = dict.fromkeys(ADDITIVE, 0.0)
-    peaks = dict.fromkeys(PEAKS, 0)
+    sums: dict[str, Any] = dict.fromkeys(ADDITIVE, 0.0)
+    peaks: dict[str, Any] = dict.fromkeys(PEAKS, 0)
     gpus: set[str] = set()
     models: set[str] = set()
     nodes: set[str] = set()

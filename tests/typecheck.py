@@ -26,9 +26,6 @@ FOLDERS = {
 GENERATED = ("_pb2.py", "_pb2_grpc.py")  # the kubelet's protobuf stubs
 # Modules not yet held to strict typing, as installed (gpulens/agent/nvml.py is agent/nvml.py).
 PENDING = {
-    "gpulens/usage.py",
-    "gpulens/agent/daemon.py",
-    "gpulens/agent/server.py",
     "gpulens/agent/simulator/driver.py",
 }
 
