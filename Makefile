@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(BIN)/gpulens demo
 
 # The house's checks: ruff's layout (`ruff format`) and rules (pyproject.toml [tool.ruff]) and strict mypy
-# over the agent's core (tests/typecheck.py); `make test` runs them first.
+# over every module (tests/typecheck.py); `make test` runs them first.
 lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .

@@ -18,21 +18,24 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from _ctypes import CFuncPtr
 from collections import Counter
 from collections.abc import Callable
 from ctypes import c_int, c_uint, c_ulonglong, c_void_p
 from dataclasses import dataclass, field, replace
+from typing import Literal, TypeAlias, TypeVar, overload
 
 from gpulens.agent import nvml_header as h
 
 from .branches import family
 from .hardware import GPM_RATIOS, Running, SimulatedGpu, SimulatedInstance, SimulatedNode
-from .scenario import INIT_ERRORS, MIB, Fault, Scenario
+from .scenario import INIT_ERRORS, MIB, Fault, Scenario, Window
 
 log = logging.getLogger(__name__)
 
 # The C types of the prototypes below; enums are unsigned int, as the binding passes them.
 P, U, I, ULL = c_void_p, c_uint, c_int, c_ulonglong  # noqa: E741
+_CType: TypeAlias = type[c_void_p | c_uint | c_int | c_ulonglong]
 
 # What each scenario feature name (not_supported, no_permission) refuses: C functions and field ids.
 FEATURE_FIELDS = {
@@ -108,31 +111,34 @@ class _Entry:
     """One modelled C function: its names, argument types and how it runs."""
 
     names: tuple[str, ...]
-    argtypes: tuple
-    method: Callable
+    argtypes: tuple[_CType, ...]
+    method: Callable[..., int]
     device: bool  # the first argument is a device handle
     feature: str | None  # the scenario feature that may refuse it
     needs_init: bool
-    restype: type = c_int
+    restype: type[c_int | c_void_p] = c_int
     mig: bool = False  # also takes a MIG device handle
 
 
 _ENTRIES: list[_Entry] = []
+_Method = TypeVar("_Method", bound=Callable[..., int])
+_Record = TypeVar("_Record", ctypes.Structure, c_uint)
+_Structure = TypeVar("_Structure", bound=ctypes.Structure)
 
 
 def _export(
     *names: str,
-    args: tuple = (),
+    args: tuple[_CType, ...] = (),
     device: bool = True,
     feature: str | None = None,
     needs_init: bool = True,
-    restype: type = c_int,
+    restype: type[c_int | c_void_p] = c_int,
     mig: bool = False,
-):
+) -> Callable[[_Method], _Method]:
     """Register the decorated method as the C function(s) `names`; `args` are the C types after the handle."""
 
-    def register(method: Callable) -> Callable:
-        argtypes = ((P,) if device else ()) + args
+    def register(method: _Method) -> _Method:
+        argtypes: tuple[_CType, ...] = ((P,) if device else ()) + args
         _ENTRIES.append(_Entry(names, argtypes, method, device, feature, needs_init, restype, mig))
         return method
 
@@ -148,7 +154,7 @@ def _need(address: int | None) -> int:
     return address
 
 
-def _put(address: int | None, ctype: type, value: int | float) -> None:
+def _put(address: int | None, ctype: _CType, value: int) -> None:
     ctype.from_address(_need(address)).value = value
 
 
@@ -160,11 +166,11 @@ def _put_text(address: int | None, length: int, text: str) -> None:
     ctypes.memmove(_need(address), data, len(data))
 
 
-def _struct(address: int | None, structure: type[ctypes.Structure]) -> ctypes.Structure:
+def _struct(address: int | None, structure: type[_Structure]) -> _Structure:
     return structure.from_address(_need(address))
 
 
-def _records(address: int | None, structure: type[ctypes.Structure], count: int) -> list[ctypes.Structure]:
+def _records(address: int | None, structure: type[_Record], count: int) -> list[_Record]:
     """The first `count` records of the caller's array at `address`.
 
     By address arithmetic rather than an array type: ctypes keeps every array type it makes (one per
@@ -184,18 +190,42 @@ class _Mig:
 
 @dataclass
 class _EventSet:
-    memory: ctypes.Array  # the object nvmlEventSet_t points at
+    memory: ctypes.Array[ctypes.c_char]  # the object nvmlEventSet_t points at
     registered: dict[int, tuple[float, int]] = field(default_factory=dict)  # gpu -> (since s, event mask)
     delivered: set[tuple[int, int]] = field(default_factory=set)  # (gpu, xid position)
 
 
+# A GPM sample: (source: GPU index, or GPU index and MIG device UUID; step; activity integrals; ratios).
+_GpmSample: TypeAlias = tuple[int | tuple[int, str], int, tuple[float, ...], tuple[float, ...]]
+
+
+@overload
+def _reading(
+    *names: str,
+    read: Callable[[SimulatedGpu], int | None],
+    ctype: _CType = c_uint,
+    feature: str | None = None,
+    mig: Literal[False] = False,
+) -> Callable[[SimulatedDriver, SimulatedGpu, float, int], int]: ...
+
+
+@overload
 def _reading(
     *names: str,
     read: Callable[[SimulatedGpu | _Mig], int | None],
-    ctype: type = c_uint,
+    ctype: _CType = c_uint,
+    feature: str | None = None,
+    mig: Literal[True],
+) -> Callable[[SimulatedDriver, SimulatedGpu | _Mig, float, int], int]: ...
+
+
+def _reading(
+    *names: str,
+    read: Callable[..., int | None],  # of a SimulatedGpu, or of a _Mig too where `mig` (the overloads)
+    ctype: _CType = c_uint,
     feature: str | None = None,
     mig: bool = False,
-) -> Callable:
+) -> Callable[[SimulatedDriver, SimulatedGpu | _Mig, float, int], int]:
     """Export the C function(s) `names` that write one number, `read(gpu)`, through their one pointer, and
     answer NOT_SUPPORTED where `read` gives None."""
 
@@ -222,7 +252,8 @@ class SimulatedDriver:
         self.calls: Counter[str] = Counter()
         self._lock = threading.RLock()
         self._refcount = 0
-        self._keep: list = []  # memory and callbacks the C side points at must stay alive
+        # Memory and callbacks the C side points at must stay alive.
+        self._keep: list[ctypes.Array[ctypes.c_char] | CFuncPtr] = []
         self._gpus_by_handle: dict[int, SimulatedGpu] = {}
         self._handles: list[int] = []
         for gpu in self.node.gpus:
@@ -240,10 +271,10 @@ class SimulatedDriver:
                 self._migs_by_handle[ctypes.addressof(memory)] = _Mig(gpu, instance)
                 self._mig_handles[id(instance)] = ctypes.addressof(memory)
         self._event_sets: dict[int, _EventSet] = {}
-        self._gpm_samples: dict[int, tuple | None] = {}
-        self._gpm_memory: dict[int, ctypes.Array] = {}
+        self._gpm_samples: dict[int, _GpmSample | None] = {}
+        self._gpm_memory: dict[int, ctypes.Array[ctypes.c_char]] = {}
         self._error_texts = {code: ctypes.create_string_buffer(text.encode()) for code, text in h.ERROR_NAMES.items()}
-        self._missing: dict[str, list] = {}  # symbol -> windows of the function_not_found faults that cover it
+        self._missing: dict[str, list[Window]] = {}  # symbol -> windows of the function_not_found faults that cover it
         for function, windows in self.node.missing.items():
             for symbol in family(function):
                 self._missing.setdefault(symbol, []).extend(windows)
@@ -256,9 +287,9 @@ class SimulatedDriver:
 
     # -- the symbol table ------------------------------------------------------------------------
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> CFuncPtr:
         """Return the C function `name`, or raise AttributeError as ctypes does for a missing symbol."""
-        functions = self.__dict__.get("_functions")
+        functions: dict[str, CFuncPtr] | None = self.__dict__.get("_functions")
         if functions is None or name not in functions:
             release = self.__dict__.get("release")
             version = release.version if release is not None else "?"
@@ -269,10 +300,10 @@ class SimulatedDriver:
         """Return the names of every C function this library exports."""
         return frozenset(self._functions)
 
-    def _build(self) -> dict[str, object]:
+    def _build(self) -> dict[str, CFuncPtr]:
         # A function_not_found fault for all time removes the symbol, as an older library would lack it.
         exported = {s for s in self.release.symbols if not any(w.always for w in self._missing.get(s, ()))}
-        functions: dict[str, object] = {}
+        functions: dict[str, CFuncPtr] = {}
         for entry in _ENTRIES:
             for name in entry.names:
                 if name in exported:
@@ -283,8 +314,8 @@ class SimulatedDriver:
             )
         return functions
 
-    def _pointer(self, name: str, entry: _Entry):
-        def call(*args):
+    def _pointer(self, name: str, entry: _Entry) -> CFuncPtr:
+        def call(*args: int | None) -> int:
             with self._lock:
                 self.calls[name] += 1
                 self._calling = name
@@ -300,7 +331,9 @@ class SimulatedDriver:
         self._keep.append(pointer)
         return pointer
 
-    def _enter(self, name: str, entry: _Entry, args: tuple) -> tuple:
+    def _enter(
+        self, name: str, entry: _Entry, args: tuple[int | None, ...]
+    ) -> tuple[SimulatedGpu | _Mig | float | int | None, ...]:
         """Check what every call checks, in NVML's order, and return the method's arguments."""
         if not entry.needs_init:
             return args
@@ -339,6 +372,7 @@ class SimulatedDriver:
                 continue
             if fault.mig_device != mig_index and fault.gpu is not None:
                 continue
+            assert fault.code is not None  # an answer fault's: the scenario reader requires its error
             raise CallFailed(fault.code)
 
     def _mig_index(self, mig: _Mig, now: float) -> int | None:
@@ -385,7 +419,7 @@ class SimulatedDriver:
     def _handle_of(self, gpu: SimulatedGpu) -> int:
         return self._handles[gpu.spec.index]
 
-    def _unmodelled(self, now: float, first=None, *_rest) -> int:
+    def _unmodelled(self, now: float, first: int | None = None, *_rest: int | None) -> int:
         # A function of this branch the simulator does not model: the board "lacks" the feature. A lost
         # GPU still answers GPU_IS_LOST, whatever the call.
         gpu = self._gpus_by_handle.get(first or 0)
@@ -412,7 +446,9 @@ class SimulatedDriver:
         for fault in self.node.init_failures:
             # A missing library fails at load time (open); once loaded, only init itself can fail.
             if fault.error != "library_not_found" and fault.window.active(now):
-                return getattr(h, INIT_ERRORS[fault.error].removeprefix("NVML_"))
+                assert fault.error is not None  # the scenario reader requires an init_failure's error
+                code: int = getattr(h, INIT_ERRORS[fault.error].removeprefix("NVML_"))
+                return code
         self._refcount += 1
         return h.SUCCESS
 
@@ -734,8 +770,8 @@ class SimulatedDriver:
             answer = (ull, gpu.ecc_total(now, uncorrected=True))
         elif field_id in FEATURE_FIELDS["remapped_rows"] and spec.row_remapping:
             answer = (uint, gpu.remap_state(now)[FEATURE_FIELDS["remapped_rows"].index(field_id)])
-        elif field_id == h.FI_DEV_MEMORY_TEMP and gpu.current_memory_temperature() is not None:
-            answer = (uint, gpu.current_memory_temperature())
+        elif field_id == h.FI_DEV_MEMORY_TEMP and (temperature := gpu.current_memory_temperature()) is not None:
+            answer = (uint, temperature)
         elif field_id == h.FI_DEV_PCIE_REPLAY_COUNTER:
             answer = (uint, 0)
         elif field_id == h.FI_DEV_PCIE_COUNT_TX_BYTES:
@@ -902,7 +938,7 @@ class SimulatedDriver:
         """
         capacity = c_uint.from_address(_need(count))
         mig = gpu if isinstance(gpu, _Mig) else None
-        gpu = mig.gpu if mig is not None else gpu
+        gpu = gpu.gpu if isinstance(gpu, _Mig) else gpu
         listed = gpu.list_processes(now)
         if mig is not None:
             listed = mig.instance.running(listed)
