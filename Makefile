@@ -51,7 +51,7 @@ test: lint
 # diagnosis, the in-job library, attribution, the reports and the tips that starts no server and takes no
 # browser (`slow` ones are left to `make test`: marked by hand, or by a server fixture in tests/conftest.py),
 # on both cores (pytest-xdist).
-CHECKED := tests/agent tests/simulator tests/diagnosis tests/jobs tests/attribution tests/report tests/reclaim tests/notify \
+CHECKED := tests/test_layers.py tests/agent tests/simulator tests/diagnosis tests/jobs tests/attribution tests/report tests/reclaim tests/notify \
 	tests/test_slurmctld.py tests/test_checks.py tests/test_units.py tests/test_words.py tests/test_yamltext.py tests/test_tips.py tests/test_tip_table.py
 check: lint
 	$(BIN)/pytest -q -p no:cacheprovider -n 2 -m "not slow" $(CHECKED)

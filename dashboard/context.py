@@ -37,10 +37,10 @@ from gpulens.fleet.records import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.fleet.summary import JobReport
+from gpulens.fleet.trend import TrendReport
 from gpulens.httpclient import HttpError
 from gpulens.reclaim_api import KeepShown, ReclaimApi
-from gpulens.report.summary import JobReport
-from gpulens.report.trend import TrendReport
 from gpulens.usage import JobRecord
 
 log = logging.getLogger("gpulens.dashboard")

@@ -100,8 +100,8 @@ def test_a_fixed_ratio_beside_a_mark_stays_on_its_side(value, thresholds, text):
 
 
 def test_the_csv_busy_ratio_stays_on_the_side_of_its_mark():
+    from gpulens.fleet.summary import RED, flag
     from gpulens.report.machine import _csv_row
-    from gpulens.report.summary import RED, flag
     from gpulens.usage import JobRecord
 
     record = JobRecord(kind="slurm", id="7", start=0.0, last_seen=7200.0, busy_seconds=14.9996, sampled_seconds=100.0)
@@ -111,7 +111,7 @@ def test_the_csv_busy_ratio_stays_on_the_side_of_its_mark():
 
 
 def test_every_percent_a_report_writes_beside_a_mark_or_a_limit_stays_on_its_side():
-    from gpulens.report.summary import WARNING
+    from gpulens.fleet.summary import WARNING
 
     assert document.mark_text(WARNING, 0.2496) == "WARNING: kernels ran 24.9% of the time (below 25%)"
     assert document.precise(0.2496) == "25.0%"  # a tenth, where no threshold is beside it

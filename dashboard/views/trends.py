@@ -1,4 +1,4 @@
-"""The Trends view's logic, without Streamlit: a trend (`gpulens.report.trend`, as `gpulens report trend`
+"""The Trends view's logic, without Streamlit: a trend (`gpulens.fleet.trend`, as `gpulens report trend`
 builds it) as the page's headline, chart rows and table rows."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.report.summary import GROUPINGS
-from gpulens.report.trend import (
+from gpulens.fleet.summary import GROUPINGS
+from gpulens.fleet.trend import (
     DAY_SECONDS,
     DOWN,
     GONE,

@@ -8,6 +8,8 @@ One class per store, each answering in the records of `records.py`:
     agent_ledgers.py     the agents' job ledgers and traces over HTTP
     past.py              the past-jobs protocol the reports read, read_job, and LedgerFiles (ledger files)
     assemble.py          label sets and values joined into records, shared by every store
+    summary.py           past jobs judged and grouped: a job's report, a fleet's (JobReport, FleetReport)
+    trend.py             GPU-seconds per day, group and state, and the runs, made a TrendReport
     environment.py       the store the environment configures (`gpulens dashboard`)
 
 Importing the package imports none of them: the stores need `requests` (an extra), the agent does not.

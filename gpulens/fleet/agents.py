@@ -49,9 +49,9 @@ from gpulens.fleet.records import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.fleet.summary import JobReport
+from gpulens.fleet.trend import TrendReport
 from gpulens.httpclient import HttpError
-from gpulens.report.summary import JobReport
-from gpulens.report.trend import TrendReport
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.urls import check_url, shown_url
 from gpulens.usage import JobRecord, merge_all

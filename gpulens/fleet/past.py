@@ -18,8 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
-from gpulens.report.summary import FleetReport, JobReport, fleet_report, job_report
-from gpulens.report.trend import TrendReport, spread, trend_report
+from gpulens.fleet.summary import FleetReport, JobReport, fleet_report, job_report
+from gpulens.fleet.trend import TrendReport, spread, trend_report
 from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 

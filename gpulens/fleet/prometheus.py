@@ -49,10 +49,10 @@ from gpulens.fleet.records import (
     SourceProblem,
     TraceShown,
 )
+from gpulens.fleet.summary import JobReport
+from gpulens.fleet.trend import TrendReport
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.report.summary import JobReport
-from gpulens.report.trend import TrendReport
 from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord
 from gpulens.vocabulary import WASTED_STATES

@@ -25,10 +25,7 @@ from typing import Any, NamedTuple
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
 from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
-from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, newest_first
-from gpulens.httpclient import HttpError, collector_paused
-from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.report.summary import (
+from gpulens.fleet.summary import (
     GROUP_WORST,
     NONE,
     SHORT,
@@ -39,7 +36,10 @@ from gpulens.report.summary import (
     fleet_report,
     wasted_first,
 )
-from gpulens.report.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
+from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, newest_first
+from gpulens.fleet.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
+from gpulens.httpclient import HttpError, collector_paused
+from gpulens.prometheus_api import PrometheusApi, any_of, label_value
 from gpulens.usage import LAST_EPOCH, REQUESTS, STATES, JobRecord, TimelinePoint, TipUse, add_up
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 from gpulens.words import trace_sentence

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from gpulens.alertmanager_api import Matcher
-from gpulens.report.summary import JobReport
-from gpulens.report.trend import TrendReport
+from gpulens.fleet.summary import JobReport
+from gpulens.fleet.trend import TrendReport
 from gpulens.usage import JobRecord
 from gpulens.vocabulary import LOST_STATE as LOST_STATE  # where the pages and the stores have read it
 

@@ -23,10 +23,10 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,9 +37,6 @@ from gpulens.reclaim.folder import Folder
 from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
 from gpulens.reclaim.policy import Policy
 from gpulens.words import duration, when
-
-if TYPE_CHECKING:
-    from gpulens.notify.advisor import Advisor
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +72,19 @@ RESULTS = {  # the `result` label of gpulens_reclaim_actions_total, by event
 # Asks a job's processes to checkpoint: (job id, its nodes, the reason told, seconds to wait) -> their answers.
 Checkpoint = Callable[[str, Sequence[str], str, float], Answer[tuple[CheckpointAnswer, ...]]]
 Notify = Callable[[Decision, str], None]  # tells the job's owner a warning (the message); NotifyError on failure
+
+
+class Advises(Protocol):
+    """What else runs in each cycle: advice to owners and the ends of jobs (gpulens.notify.advisor.Advisor)."""
+
+    def cycle(
+        self,
+        now: float,
+        jobs: Sequence[Job],
+        unsure: Mapping[str, str],
+        problems: Sequence[SourceProblem],
+        running: Mapping[str, Collection[str] | None],
+    ) -> object: ...
 
 
 class NotifyError(RuntimeError):
@@ -113,7 +123,7 @@ class Service:
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
         checkpoint: Checkpoint | None = None,
-        advisor: Advisor | None = None,
+        advisor: Advises | None = None,
     ):
         self.source, self.policy, self.folder, self.clock = source, policy, folder, clock
         self.actors = {actor.kind: actor for actor in actors}

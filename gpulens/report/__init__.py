@@ -1,6 +1,6 @@
 """Per-job and per-team GPU usage reports: what each job held, how it was spent, what to change.
 
-`sources` and `prometheus` fetch `JobRecord`s (from ledger files, agents over HTTP, or Prometheus),
-`summary` judges and groups them, and `terminal`, `markdown`, `htmlpage` and `machine` render the
-result. The CLI (`gpulens report`) and the dashboard share all of it.
+The read layer (`gpulens.fleet`) reads and judges the jobs; `document`, `terminal`, `markdown`, `htmlpage`
+and `machine` render its answers, `digest` cuts a period's runs into one part per person. The CLI
+(`gpulens report`) and the dashboard share all of it.
 """

@@ -38,13 +38,13 @@ from gpulens.fleet.past import (
     trend_of,
 )
 from gpulens.fleet.slurm_accounting import SlurmAccounting, encode, summary
+from gpulens.fleet.summary import GROUPINGS, NONE, FleetReport, JobReport
+from gpulens.fleet.trend import TrendReport, check_period, whole_hours
 from gpulens.printable import printable
 from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.digest import DIGEST_GROUPINGS, Digest, digest_report
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
 from gpulens.report.progress import Progress
-from gpulens.report.summary import GROUPINGS, NONE, FleetReport, JobReport
-from gpulens.report.trend import TrendReport, check_period, whole_hours
 from gpulens.usage import LAST_EPOCH
 
 if TYPE_CHECKING:

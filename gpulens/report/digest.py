@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from gpulens import gpus
 from gpulens import thresholds as t
-from gpulens.report.summary import SHORT, flag, group_key, wasted_first
+from gpulens.fleet.summary import SHORT, flag, group_key, wasted_first
 from gpulens.tips import Facts
 from gpulens.tips.allocation import smaller_profile
 from gpulens.tips.jobs import worked

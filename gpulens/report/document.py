@@ -15,11 +15,9 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
+from gpulens.fleet.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
 from gpulens.fleet.traces import ReportTraces
-from gpulens.printable import printable
-from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, OverAsk, over_asks
-from gpulens.report.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
-from gpulens.report.trend import (
+from gpulens.fleet.trend import (
     GONE,
     LESS,
     REASONS,
@@ -32,6 +30,8 @@ from gpulens.report.trend import (
     slope_sentence,
     unnamed_note,
 )
+from gpulens.printable import printable
+from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, OverAsk, over_asks
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import STATE_NAME, State
 

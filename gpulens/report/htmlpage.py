@@ -8,11 +8,11 @@ import time
 from html import escape
 
 from gpulens import words
+from gpulens.fleet.summary import FleetReport, JobReport
+from gpulens.fleet.trend import REASONS, TrendReport, Usage
 from gpulens.report import charts
 from gpulens.report.digest import Digest
 from gpulens.report.document import Document, digest_document, fleet_document, job_document, trend_document
-from gpulens.report.summary import FleetReport, JobReport
-from gpulens.report.trend import REASONS, TrendReport, Usage
 from gpulens.usage import TimelinePoint
 
 _STYLE = """

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
+from gpulens.fleet.summary import FleetReport, JobReport, flag
 from gpulens.printable import printable
 from gpulens.report.document import MARKED_BY, precise, tip_title
-from gpulens.report.summary import FleetReport, JobReport, flag
 from gpulens.usage import STATES, JobRecord
 from gpulens.vocabulary import State
 

@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 from gpulens import thresholds as t
+from gpulens.fleet.summary import FleetReport, Group, JobReport, flag
+from gpulens.fleet.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.report.digest import CostlyJob, Digest, OverAsk, Person, Resize
-from gpulens.report.summary import FleetReport, Group, JobReport, flag
-from gpulens.report.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.usage import STATES, JobRecord
 from gpulens.words import fixed
 

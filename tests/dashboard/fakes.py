@@ -20,8 +20,8 @@ from gpulens.fleet.records import (
     SourceProblem,
     TraceShown,
 )
-from gpulens.report.summary import JobReport, job_report
-from gpulens.report.trend import TrendReport, spread, trend_report
+from gpulens.fleet.summary import JobReport, job_report
+from gpulens.fleet.trend import TrendReport, spread, trend_report
 from gpulens.usage import JobRecord
 from tests.report import month
 

@@ -15,8 +15,8 @@ from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.dashboard import demo_history
 from gpulens.dashboard.launch import Children, backfill, start_prometheus, write_history
 from gpulens.fleet.prometheus import PrometheusSource
+from gpulens.fleet.trend import spread, trend_report, whole_hours
 from gpulens.prometheus_api import PrometheusApi
-from gpulens.report.trend import spread, trend_report, whole_hours
 from gpulens.vocabulary import State
 from tests.tools import require_tool
 

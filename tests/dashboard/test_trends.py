@@ -11,7 +11,7 @@ from gpulens.dashboard.views import trends as view
 from gpulens.fleet.agents import AgentsSource
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.records import SourceProblem
-from gpulens.report.trend import DAY_SECONDS, DOWN, UNCHANGED, UP, Change, Usage
+from gpulens.fleet.trend import DAY_SECONDS, DOWN, UNCHANGED, UP, Change, Usage
 from tests.dashboard.fakes import FakeSource
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.dashboard.test_pages import charts, run, text

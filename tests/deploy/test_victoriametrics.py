@@ -139,7 +139,7 @@ def test_the_fleet_tables_read_lean_match_every_whole_job_on_each_store(stores):
     listed jobs whole (a job-id regex): on each store it agrees with the report built from every job's whole
     record."""
     from gpulens.fleet.prometheus_jobs import Prometheus
-    from gpulens.report.summary import fleet_report
+    from gpulens.fleet.summary import fleet_report
 
     def settled() -> float | None:
         """Both stores hold judged jobs 35 s ago (VictoriaMetrics hides its last 30 s)."""

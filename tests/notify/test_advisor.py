@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from gpulens.fleet.records import Answer, FleetGpu, SourceProblem
+from gpulens.fleet.summary import JobReport, job_report
 from gpulens.notify.advisor import Advisor
 from gpulens.notify.sender import SENT
-from gpulens.report.summary import JobReport, job_report
 from gpulens.usage import JobRecord, TipUse
 from tests.notify.servers import smtp_server
 from tests.notify.test_sender import Clock, make

@@ -35,10 +35,10 @@ import pytest
 
 from gpulens.agent.ledger import Ledger
 from gpulens.fleet.past import LedgerFiles
+from gpulens.fleet.summary import job_report
 from gpulens.report import document, markdown
 from gpulens.report.cli import recipient_text, run
 from gpulens.report.digest import CORES, MEMORY, TIME, Digest, OverAsk, digest_report, over_asks, ranks, right_sizing
-from gpulens.report.summary import job_report
 from gpulens.usage import DeviceUse, JobRecord, TipUse
 from tests.report.test_cli import fails, self_contained
 

@@ -10,11 +10,11 @@ from dataclasses import replace
 
 import pytest
 
+from gpulens.fleet.summary import fleet_report, job_report
 from gpulens.printable import printable
 from gpulens.report.cli import TREND_FORMATS, run
 from gpulens.report.document import fleet_document, job_document, tip_title
 from gpulens.report.line import FIELDS, HELD_STATES, elapsed, job_line, quote, to_lines
-from gpulens.report.summary import fleet_report, job_report
 from gpulens.usage import JobRecord, TipUse
 from tests.report.test_cli import fails, window
 

@@ -20,11 +20,11 @@ from gpulens.fleet.prometheus_jobs import (
     _widest,
     recorded_expression,
 )
+from gpulens.fleet.summary import GROUPINGS, fleet_report
 from gpulens.report import markdown
 from gpulens.report.cli import run
 from gpulens.report.document import fleet_document
 from gpulens.report.machine import to_csv
-from gpulens.report.summary import GROUPINGS, fleet_report
 from tests.report import month
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.prometheus_jobs import Prometheus
-from gpulens.report.trend import GONE, LESS, STILL, spread, trend_report
+from gpulens.fleet.trend import GONE, LESS, STILL, spread, trend_report
 from tests.report import month
 
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from gpulens import thresholds as t
+from gpulens.fleet.summary import flag, fleet_report, job_report
 from gpulens.report.progress import SHOW_AFTER_SECONDS, Progress
-from gpulens.report.summary import flag, fleet_report, job_report
 from gpulens.usage import JobRecord, TimelinePoint, TipUse, merge
 
 

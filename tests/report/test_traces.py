@@ -9,10 +9,10 @@ import urllib.parse
 
 import pytest
 
+from gpulens.fleet.summary import job_report
 from gpulens.report.cli import run
 from gpulens.report.document import job_document
 from gpulens.report.machine import to_json
-from gpulens.report.summary import job_report
 from gpulens.usage import JobRecord, TipUse
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.jobs.helpers import TRACE_SUMMARY

@@ -8,11 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpulens.report import markdown
-from gpulens.report.cli import run
-from gpulens.report.document import trend_document
-from gpulens.report.machine import TREND_CSV_COLUMNS
-from gpulens.report.trend import (
+from gpulens.fleet.trend import (
     DAY_SECONDS,
     DOWN,
     GONE,
@@ -29,6 +25,10 @@ from gpulens.report.trend import (
     trend_report,
     whole_hours,
 )
+from gpulens.report import markdown
+from gpulens.report.cli import run
+from gpulens.report.document import trend_document
+from gpulens.report.machine import TREND_CSV_COLUMNS
 from gpulens.usage import JobRecord, TipUse
 from tests.report import month
 from tests.report.test_cli import fails, self_contained

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpulens import thresholds as t
 from gpulens import words
-from gpulens.report.summary import check_grouping, group_key
+from gpulens.fleet.summary import check_grouping, group_key
 from gpulens.tips import CATALOG
 from gpulens.usage import STATES, JobRecord, merge_all
 from gpulens.vocabulary import REASON_STATE, WASTED_STATES, Reason, State
