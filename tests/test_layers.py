@@ -35,6 +35,14 @@ WIRING = {
 }
 
 
+# Libraries only their own part of the package may import (STYLE.md): the driver seam, the kernels, the pages.
+OWNERS = {
+    "pynvml": ("gpulens.agent.nvml",),
+    "torch": ("gpulens.probes", "gpulens.torch"),
+    "streamlit": ("gpulens.dashboard",),
+}
+
+
 def layer(module: str) -> int | None:
     """The index of the layer `module` belongs to (the longest prefix decides), or None outside the layers."""
     found = [
@@ -86,6 +94,16 @@ def modules() -> list[tuple[Path, str]]:
 
 def test_no_layer_imports_from_a_layer_below_it():
     said = [v for path, module in modules() for v in violations(path.read_text(), module, path.name == "__init__.py")]
+    assert said == [], "\n".join(said)
+
+
+def test_pynvml_torch_and_streamlit_are_imported_by_their_owners_alone():
+    said = []
+    for path, module in modules():
+        for line, name in imported(path.read_text(), module, path.name == "__init__.py"):
+            owners = OWNERS.get(name.split(".")[0], ())
+            if owners and not any(module == o or module.startswith(o + ".") for o in owners):
+                said.append(f"{module}:{line} imports {name}")
     assert said == [], "\n".join(said)
 
 
