@@ -1,5 +1,6 @@
 """What every `gpulens` command does with its command line: argparse's mistakes as one line naming the fix,
-and exit status 2. The dispatcher (`gpulens.cli`) and each command's own module import it from here."""
+and exit status 2; any other failure as one line, `prog: error`. The dispatcher (`gpulens.cli`) and each
+command's own module import it from here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from typing import NoReturn, TextIO
 
 from gpulens.printable import printable
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+
+class UsageError(ValueError):
+    """A command-line mistake; the message is one line naming it and the fix."""
+
+
+def fail(prog: str, error: object, status: int, err: TextIO | None = None) -> int:
+    """Print `prog: error` on `err` (standard error by default); return `status`, the exit status to end with."""
+    print(f"{prog}: {error}", file=sys.stderr if err is None else err)
+    return status
 
 
 def usage_problem(message: str) -> str:
@@ -55,6 +67,5 @@ def dispatch(
         print(usage, end="", file=out)
         return 0 if argv else EXIT_USAGE
     if argv[0] not in commands:
-        print(f"{prog}: unknown command {argv[0]!r}; use one of {', '.join(commands)}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(prog, f"unknown command {argv[0]!r}; use one of {', '.join(commands)}", EXIT_USAGE)
     return commands[argv[0]](argv[1:], out)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from gpulens.arguments import OneLineParser
+from gpulens.arguments import EXIT_FAILED, OneLineParser, fail
 from gpulens.printable import printable
 
 RULE_FILES = ("alerts.rules.yml", "recording.rules.yml", "probes.rules.yml")
@@ -130,12 +130,11 @@ def rules_main(argv: Sequence[str]) -> int:
         for path in write_rules(Path(args.split)):
             print(path)
     except OSError as error:
-        print(
-            f"gpulens rules: cannot write into {printable(args.split)!r} ({error.strerror}); "
-            "choose a folder you can write to",
-            file=sys.stderr,
+        return fail(
+            parser.prog,
+            f"cannot write into {printable(args.split)!r} ({error.strerror}); choose a folder you can write to",
+            EXIT_FAILED,
         )
-        return 1
     return 0
 
 

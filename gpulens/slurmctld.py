@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulens import checks, units
-from gpulens.checks import Invalid, key
+from gpulens.arguments import EXIT_FAILED, fail
+from gpulens.checks import key
 from gpulens.fleet.slurm_accounting import SACCT_TIMEOUT, case_proof, decode
-from gpulens.yamltext import YamlProblem, read_yaml_file
+from gpulens.yamltext import read_settings_file
 
 CONFIG_ENV = "GPULENS_SLURMCTLD_CONFIG"
 DEFAULT_CONFIG = "/etc/gpulens/slurmctld.yaml"
@@ -54,7 +55,7 @@ WRITE_TRIES = (2.0, 5.0, 10.0)
 
 @dataclass(frozen=True)
 class Settings:
-    report_args: tuple[str, ...] = key(lambda v, w: checks.each(v, w, checks.text), default=())
+    report_args: tuple[str, ...] = key(checks.each, checks.text, default=())
     timeout: float = key(checks.duration, 1, 600, default=30.0)  # slurmctld waits on these programs
     mail: str = key(checks.text, default="/usr/bin/mail")
 
@@ -65,14 +66,7 @@ def load_settings(environ: Mapping[str, str]) -> Settings:
     path = environ.get(CONFIG_ENV) or DEFAULT_CONFIG
     if not environ.get(CONFIG_ENV) and not os.path.exists(path):
         return Settings()
-    where = f"settings file {path}"
-    try:
-        document = read_yaml_file(path, where, f"check {CONFIG_ENV}")
-        return checks.read({} if document is None else document, "", Settings)
-    except YamlProblem as problem:
-        raise ValueError(str(problem)) from None
-    except Invalid as problem:
-        raise ValueError(f"{where}: {problem.where}: {problem.problem}") from None
+    return read_settings_file(path, f"settings file {path}", f"check {CONFIG_ENV}", Settings, ValueError)
 
 
 def report(job_id: str, settings: Settings, *extra: str) -> tuple[str, str]:
@@ -120,11 +114,11 @@ def mail_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | No
     try:
         return subprocess.run([settings.mail, *argv], input=body, text=True, check=False).returncode
     except OSError as error:
-        print(
-            f"gpulens-slurm-mail: cannot run {settings.mail} ({error.strerror}); set mail: in the settings",
-            file=sys.stderr,
+        return fail(
+            "gpulens-slurm-mail",
+            f"cannot run {settings.mail} ({error.strerror}); set mail: in the settings",
+            EXIT_FAILED,
         )
-        return 1
 
 
 # -- EpilogSlurmctld ---------------------------------------------------------------------------------------
@@ -229,12 +223,12 @@ def epilog_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | 
             jobs = _ended_without_summary(args.since)
         except (OSError, subprocess.SubprocessError) as error:
             said = " ".join((getattr(error, "stderr", None) or "").split())  # sacct's own words, where it said any
-            print(
-                f"gpulens-slurmctld-epilog: sacct failed ({said or error}); is accounting configured, and is --since "
-                "a duration (7d) or a time sacct -S reads?",
-                file=sys.stderr,
+            return fail(
+                parser.prog,
+                f"sacct failed ({said or error}); is accounting configured, and is --since a duration (7d) or a "
+                "time sacct -S reads?",
+                EXIT_FAILED,
             )
-            return 1
         for job_id, where in jobs:
             print(write_summary(job_id, where, settings))
         print(f"{len(jobs)} ended job(s) without a summary since {args.since}")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from gpulens.agentclient import AgentClient
-from gpulens.arguments import OneLineParser
+from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, fail
 from gpulens.credentials import AccessError, agent_credentials
 from gpulens.fleet.past import http_url
 from gpulens.httpclient import HttpError
@@ -28,7 +28,7 @@ from gpulens.units import UnitError, parse_duration
 from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import percent, trace_sentence
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK = 0
 DEFAULT_AGENT = "http://127.0.0.1:10906"
 _POLL_SECONDS = 1.0
 PART_WORDS = {
@@ -65,11 +65,9 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
             http_url(args.agent, "--agent"), agent_credentials(), 30.0, "check --agent: is the agent running there?"
         )
     except (UnitError, ValueError, AccessError) as error:
-        print(f"gpulens trace: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(parser.prog, error, EXIT_USAGE)
     if args.steps < 1:
-        print("gpulens trace: --steps must be at least 1; write e.g. --steps 20", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(parser.prog, "--steps must be at least 1; write e.g. --steps 20", EXIT_USAGE)
     try:
         if args.id:
             trace_id = args.id
@@ -84,16 +82,14 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
             sleep(_POLL_SECONDS)
             runs = _runs(agent, trace_id)
     except HttpError as error:
-        print(f"gpulens trace: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(parser.prog, error, EXIT_FAILED)
     if args.json:
         print(json.dumps({"id": trace_id, "traces": runs}, indent=2), file=out)
     else:
         for run in runs:
             print(describe(run), file=out)
     if not runs:
-        print(f"gpulens trace: {agent.shown} knows no trace {trace_id}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(parser.prog, f"{agent.shown} knows no trace {trace_id}", EXIT_FAILED)
     # With --no-wait a trace still to come is no failure: the request was taken, and --id reads it later.
     ok = all(r["state"] == "done" or (args.no_wait and r["state"] not in TRACE_FINISHED) for r in runs)
     return EXIT_OK if ok else EXIT_FAILED

@@ -3,13 +3,18 @@
 Scenario files, the agent's config file and its web config file all go through `read_yaml_file` (or
 `parse_yaml` for text already in hand), so a mistake reads the same in each:
 `config file agent.yaml: line 5: invalid YAML (expected ',' or ']' ...); fix the syntax there`.
+A settings file read into a record of `gpulens.checks` goes through `read_settings_file`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+from gpulens import checks
+
+T = TypeVar("T")
 
 
 class YamlProblem(ValueError):
@@ -36,6 +41,21 @@ def read_yaml_file(path: str, where: str, fix: str) -> Any:
         return parse_yaml(text)
     except YamlProblem as problem:
         raise YamlProblem(f"{where}: {problem}") from None
+
+
+def read_settings_file(path: str, where: str, fix: str, record: type[T], error: type[Exception]) -> T:
+    """Return `record` read (`gpulens.checks.read`) from the YAML file at `path`; an empty file leaves out every key.
+
+    Raise `error` with one line when the file cannot be read or is not YAML (as `read_yaml_file` says it, `fix`
+    included), or when a value does not check: `where` (e.g. "policy file reclaim.yaml"), the key, the problem.
+    """
+    try:
+        document = read_yaml_file(path, where, fix)
+        return checks.read({} if document is None else document, "", record)
+    except YamlProblem as problem:
+        raise error(str(problem)) from None
+    except checks.Invalid as problem:
+        raise error(": ".join(part for part in (where, problem.where, problem.problem) if part)) from None
 
 
 class _TwiceWritten(yaml.constructor.ConstructorError):

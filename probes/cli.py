@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds
-from gpulens.arguments import EXIT_USAGE, raising
+from gpulens.arguments import EXIT_USAGE, UsageError, fail, raising
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
@@ -45,10 +45,6 @@ EPILOG = f"""exit status:
 Judged results are the device copy, pinned host copies and the matmuls; pageable and peer copies are
 reported but not judged. Default threshold {thresholds.PROBE_MIN_PEAK_RATIO:g} (gpulens/thresholds.py).
 """
-
-
-class UsageError(ValueError):
-    """A command-line mistake; the message is one line with the fix."""
 
 
 class Unavailable(RuntimeError):
@@ -167,11 +163,9 @@ def main(
         else:
             reports = _gpus(options, multiply, library, memory, progress)
     except UsageError as error:
-        print(f"gpulens probe: {error}", file=stderr)
-        return EXIT_USAGE
+        return fail("gpulens probe", error, EXIT_USAGE, stderr)
     except Unavailable as error:
-        print(f"gpulens probe: {error}", file=stderr)
-        return EXIT_UNPROBED
+        return fail("gpulens probe", error, EXIT_UNPROBED, stderr)
     if options.json:
         json.dump(
             {"min_peak_ratio": options.min_peak_ratio, "reports": [r.to_dict() for r in reports]}, stdout, indent=1

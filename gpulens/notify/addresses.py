@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulens import checks, words
-from gpulens.checks import Invalid, key
+from gpulens.checks import key
 from gpulens.notify.config import AddressSettings, ConfigError, email, handle, is_email, is_handle
-from gpulens.yamltext import YamlProblem, read_yaml_file
+from gpulens.yamltext import read_settings_file
 
 GETENT_TIMEOUT = 5.0  # seconds: an LDAP or SSSD lookup that takes longer costs this source, not the message
 
@@ -89,6 +89,7 @@ class Contact:
 
 
 def _entries(value: Any, where: str, given: Mapping[str, Any]) -> dict[str, Contact]:
+    """Return a section of the map file, each entry by name; `given` fields are not read (a user has no lead)."""
     return {
         checks.text(name, where): checks.read(entry, f"{where}.{name}", Contact, given)
         for name, entry in checks.record(value, where).items()
@@ -97,21 +98,14 @@ def _entries(value: Any, where: str, given: Mapping[str, Any]) -> dict[str, Cont
 
 @dataclass(frozen=True)
 class AddressMap:
-    users: Mapping[str, Contact] = key(lambda v, w: _entries(v, w, {"lead": ""}), default={})
-    accounts: Mapping[str, Contact] = key(lambda v, w: _entries(v, w, {}), default={})
-    namespaces: Mapping[str, Contact] = key(lambda v, w: _entries(v, w, {"lead": ""}), default={})
+    users: Mapping[str, Contact] = key(_entries, {"lead": ""}, default={})
+    accounts: Mapping[str, Contact] = key(_entries, {}, default={})
+    namespaces: Mapping[str, Contact] = key(_entries, {"lead": ""}, default={})
 
 
 def load_map(path: str) -> AddressMap:
     """Return the map file at `path`; ConfigError naming the file, the key and the fix."""
-    where = f"map file {path}"
-    try:
-        document = read_yaml_file(path, where, "check addresses.map_file")
-        return checks.read({} if document is None else document, "", AddressMap)
-    except YamlProblem as problem:
-        raise ConfigError(str(problem)) from None
-    except Invalid as problem:
-        raise ConfigError(": ".join(part for part in (where, problem.where, problem.problem) if part)) from None
+    return read_settings_file(path, f"map file {path}", "check addresses.map_file", AddressMap, ConfigError)
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from gpulens import statefiles, words
-from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
+from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 from gpulens.notify.sender import SENT, URGENT, Message, Sender
 from gpulens.notify.state import StateFolder
 from gpulens.units import UnitError, parse_duration
-
-EXIT_FAILED = 1
 
 USAGE = """usage: gpulens notify COMMAND [OPTIONS]
 
@@ -48,14 +46,6 @@ def _owner_flags(parser: OneLineParser) -> None:
     parser.add_argument("--namespace", default="", help="the owner's Kubernetes namespace")
 
 
-def _sender(command: str, path: str | None) -> Sender | str:
-    """Return the sender the settings at `path` describe, or the one-line error to print."""
-    try:
-        return Sender.from_config(load_config(path))
-    except ConfigError as error:
-        return f"gpulens notify {command}: {error}"
-
-
 def _check(argv: Sequence[str], out: TextIO) -> int:
     parser = OneLineParser(
         prog="gpulens notify check",
@@ -68,10 +58,10 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
     )
     _owner_flags(parser)
     args = parser.parse_args(argv)
-    sender = _sender("check", args.config)
-    if isinstance(sender, str):
-        print(sender, file=sys.stderr)
-        return EXIT_FAILED
+    try:
+        sender = Sender.from_config(load_config(args.config))
+    except ConfigError as error:
+        return fail(parser.prog, error, EXIT_FAILED)
     for line in describe(sender):
         print(line, file=out)
     for user in args.user or [getpass.getuser()]:
@@ -147,17 +137,16 @@ def _send_test(argv: Sequence[str], out: TextIO) -> int:
     parser.add_argument("--user", required=True, metavar="NAME", help="whom to send it to, as an owner")
     _owner_flags(parser)
     args = parser.parse_args(argv)
-    sender = _sender("send-test", args.config)
-    if isinstance(sender, str):
-        print(sender, file=sys.stderr)
-        return EXIT_FAILED
+    try:
+        sender = Sender.from_config(load_config(args.config))
+    except ConfigError as error:
+        return fail(parser.prog, error, EXIT_FAILED)
     now = time.time()
     details = f"Sent by {getpass.getuser()} on {socket.gethostname()} at {words.when(now)}."
     owner = Owner(user=args.user, account=args.account, namespace=args.namespace)
     outcome = sender.send(Message("test", owner, case=f"{now:.6f}", fields={"details": details}))
     if outcome.status != SENT:
-        print(f"gpulens notify send-test: {outcome.status}: {outcome.detail}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(parser.prog, f"{outcome.status}: {outcome.detail}", EXIT_FAILED)
     print(f"sent to {outcome.to} through {words.join(outcome.through)}", file=out)
     if outcome.detail:
         print(f"but: {outcome.detail}", file=out)
@@ -180,21 +169,18 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
     try:
         since = time.time() - parse_duration(args.since, "--since")
     except UnitError as error:
-        print(f"gpulens notify log: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(parser.prog, error, EXIT_USAGE)
     try:
         config = load_config(args.config)
     except ConfigError as error:  # as `check` says it
-        print(f"gpulens notify log: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(parser.prog, error, EXIT_FAILED)
     folder = StateFolder(config.state)
     if not folder.path.is_dir():
-        print(
-            f"gpulens notify log: no state folder {str(folder.path)!r} (nothing sent yet?); give --config as the "
-            "sender has it",
-            file=sys.stderr,
+        return fail(
+            parser.prog,
+            f"no state folder {str(folder.path)!r} (nothing sent yet?); give --config as the sender has it",
+            EXIT_FAILED,
         )
-        return EXIT_FAILED
     job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
     for record in statefiles.since(folder.records(), since):
         if (args.user and record.get("user") != args.user) or (job and record.get("job") != job):

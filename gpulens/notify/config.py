@@ -46,7 +46,7 @@ from typing import Any
 from gpulens import checks
 from gpulens.checks import Invalid, each, key, read, text
 from gpulens.urls import check_url
-from gpulens.yamltext import YamlProblem, read_yaml_file
+from gpulens.yamltext import read_settings_file
 
 DEFAULT_CONFIG = "/etc/gpulens/notify.yaml"
 DEFAULT_STATE = "/var/lib/gpulens/notify"
@@ -238,25 +238,25 @@ class JobEndSettings:
     """Whose jobs get a message with their report as they end; a pod asks with gpulens.io/notify-end: "true"."""
 
     everyone: bool = key(checks.flag, default=False)
-    users: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
-    accounts: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
-    namespaces: tuple[str, ...] = key(lambda v, w: each(v, w, text), default=())
+    users: tuple[str, ...] = key(each, text, default=())
+    accounts: tuple[str, ...] = key(each, text, default=())
+    namespaces: tuple[str, ...] = key(each, text, default=())
 
 
 @dataclass(frozen=True)
 class Config:
-    smtp: SmtpSettings | None = key(lambda v, w: read(v, w, SmtpSettings), default=None)
-    webhooks: tuple[WebhookSettings, ...] = key(lambda v, w: each(v, w, read, WebhookSettings), default=())
-    addresses: AddressSettings = key(lambda v, w: read(v, w, AddressSettings), default=AddressSettings())
+    smtp: SmtpSettings | None = key(read, SmtpSettings, default=None)
+    webhooks: tuple[WebhookSettings, ...] = key(each, read, WebhookSettings, default=())
+    addresses: AddressSettings = key(read, AddressSettings, default=AddressSettings())
     cooldown: float = key(checks.duration, 0, default=DEFAULT_COOLDOWN)
-    quiet_hours: QuietHours | None = key(lambda v, w: read(v, w, QuietHours), default=None)
+    quiet_hours: QuietHours | None = key(read, QuietHours, default=None)
     test_mode: bool = key(checks.flag, default=False)
-    admins: tuple[str, ...] = key(lambda v, w: each(v, w, _admin), default=())
+    admins: tuple[str, ...] = key(each, _admin, default=())
     templates: str = key(text, default="")
     state: str = key(text, default=DEFAULT_STATE)
     dashboard: str = key(_dashboard, default="")
     advice: AdviceSettings | None = key(lambda v, w: read(v or {}, w, AdviceSettings), default=None)
-    job_end: JobEndSettings = key(lambda v, w: read(v, w, JobEndSettings), default=JobEndSettings())
+    job_end: JobEndSettings = key(read, JobEndSettings, default=JobEndSettings())
     source: str = field(default="the built-in settings", compare=False)  # where it was read from, for messages
 
     def __post_init__(self) -> None:
@@ -270,11 +270,5 @@ def load_config(path: str | None) -> Config:
         if not os.path.exists(DEFAULT_CONFIG):
             return Config()
         path = DEFAULT_CONFIG
-    where = f"config file {path}"
-    try:
-        document = read_yaml_file(path, where, "check --config")
-        return replace(read({} if document is None else document, "", Config), source=path)
-    except YamlProblem as problem:
-        raise ConfigError(str(problem)) from None
-    except Invalid as problem:
-        raise ConfigError(": ".join(part for part in (where, problem.where, problem.problem) if part)) from None
+    config = read_settings_file(path, f"config file {path}", "check --config", Config, ConfigError)
+    return replace(config, source=path)

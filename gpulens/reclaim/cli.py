@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gpulens import statefiles
-from gpulens.arguments import EXIT_USAGE, OneLineParser, dispatch
+from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep, in_force
 from gpulens.reclaim.policy import MODES, PolicyError, load_policy
@@ -33,7 +33,6 @@ from gpulens.words import duration, when
 DEFAULT_STATE_DIR = "/var/lib/gpulens/reclaim"
 STATE_DIR = "GPULENS_RECLAIM_STATE_DIR"
 DEFAULT_PORT = 10908  # beside the agent's 10906 and the dashboard's 10907
-EXIT_FAILED = 1
 
 USAGE = """usage: gpulens reclaim COMMAND [OPTIONS]
 
@@ -59,9 +58,9 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(command: str, error: Exception | str, status: int = EXIT_FAILED) -> int:
-    print(f"gpulens reclaim {command}: {error}", file=sys.stderr)
-    return status
+def _fail(command: str, error: object, status: int = EXIT_FAILED) -> int:
+    """Print `gpulens reclaim COMMAND: error` on standard error; return `status`."""
+    return fail(f"gpulens reclaim {command}", error, status)
 
 
 # -- run ----------------------------------------------------------------------------------------------------
@@ -158,7 +157,11 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
         folder.lock()
-        web = _web_config(args.web_config_file)
+        web = None
+        if args.web_config_file:  # TLS and basic auth for the port, re-read when the file changes
+            from gpulens.agent.webconfig import WebConfigFile
+
+            web = WebConfigFile(args.web_config_file)
     except (PolicyError, ConfigError, FolderError, ValueError) as error:
         return _fail("run", error, EXIT_USAGE if not isinstance(error, FolderError) else EXIT_FAILED)
 
@@ -203,16 +206,6 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     )
     service.run(stop)
     return 0
-
-
-def _web_config(path: str | None) -> Any:
-    """Return the web config file at `path` (a WebConfigFile, re-read when it changes), None without one; raise
-    ValueError (WebConfigError) naming the setting and the fix."""
-    if not path:
-        return None
-    from gpulens.agent.webconfig import WebConfigFile
-
-    return WebConfigFile(path)
 
 
 def _checkpoint_agents(template: str) -> Any:

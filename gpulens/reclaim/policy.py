@@ -34,11 +34,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from gpulens import checks
 from gpulens.checks import Invalid, each, key, read, text
-from gpulens.yamltext import YamlProblem, read_yaml_file
+from gpulens.yamltext import read_settings_file
 
 MODES = ("dry-run", "notify", "enforce")
 # What a policy may do to a Slurm job: scancel, scontrol requeue (back to the queue), scontrol requeuehold
@@ -54,22 +53,18 @@ class PolicyError(ValueError):
     """The policy file cannot be used; the message is one line naming the file, the key and the fix."""
 
 
-def _names(value: Any, where: str) -> tuple[str, ...]:
-    return each(value, where, text)
-
-
 @dataclass(frozen=True)
 class Match:
     """Which jobs a policy is for: each list given must hold the job's value; `nodes` and `models` are
     shell-style patterns ("gpu-a*", "*H100*"). An empty match is every job."""
 
-    job_kinds: tuple[str, ...] = key(lambda v, w: each(v, w, checks.choice, JOB_KINDS), default=())
-    partitions: tuple[str, ...] = key(_names, default=())
-    nodes: tuple[str, ...] = key(_names, default=())
-    namespaces: tuple[str, ...] = key(_names, default=())
-    accounts: tuple[str, ...] = key(_names, default=())
-    users: tuple[str, ...] = key(_names, default=())
-    models: tuple[str, ...] = key(_names, default=())
+    job_kinds: tuple[str, ...] = key(each, checks.choice, JOB_KINDS, default=())
+    partitions: tuple[str, ...] = key(each, text, default=())
+    nodes: tuple[str, ...] = key(each, text, default=())
+    namespaces: tuple[str, ...] = key(each, text, default=())
+    accounts: tuple[str, ...] = key(each, text, default=())
+    users: tuple[str, ...] = key(each, text, default=())
+    models: tuple[str, ...] = key(each, text, default=())
 
     def matches(self, facts: Mapping[str, str], nodes: tuple[str, ...], models: tuple[str, ...]) -> bool:
         """Whether a job with these `facts` (job_kind, partition, namespace, account, user), on `nodes`, with
@@ -91,8 +86,8 @@ class Rule:
     """One policy: its ladder of warnings, then its action, for the jobs it matches."""
 
     name: str = key(text)
-    match: Match = key(lambda v, w: read(v, w, Match), default=Match())
-    warn_after: tuple[float, ...] = key(lambda v, w: each(v, w, checks.duration, 1), default=(3600.0, 6300.0))
+    match: Match = key(read, Match, default=Match())
+    warn_after: tuple[float, ...] = key(each, checks.duration, 1, default=(3600.0, 6300.0))
     act_after: float = key(checks.duration, 1, default=7200.0)
     idle_share: float = key(checks.number, 0.01, 1, default=1.0)
     action: str = key(checks.choice, ACTIONS, default="cancel")
@@ -123,12 +118,12 @@ class Limits:
 class Exempt:
     """Jobs never acted on, nor warned."""
 
-    users: tuple[str, ...] = key(_names, default=())
-    accounts: tuple[str, ...] = key(_names, default=())
-    partitions: tuple[str, ...] = key(_names, default=())
-    namespaces: tuple[str, ...] = key(_names, default=())
+    users: tuple[str, ...] = key(each, text, default=())
+    accounts: tuple[str, ...] = key(each, text, default=())
+    partitions: tuple[str, ...] = key(each, text, default=())
+    namespaces: tuple[str, ...] = key(each, text, default=())
     comment: str = key(text, default="")
-    labels: tuple[str, ...] = key(_names, default=())  # a pod label, "KEY=VALUE" or "KEY" (any value)
+    labels: tuple[str, ...] = key(each, text, default=())  # a pod label, "KEY=VALUE" or "KEY" (any value)
 
     def why(self, facts: Mapping[str, str], labels: Mapping[str, str] | None = None) -> str:
         """Return why a job with these facts and pod labels is exempt ("user alice is exempt"), "" where it is
@@ -154,9 +149,9 @@ DEFAULT_RULE = Rule(name="default")
 class Policy:
     mode: str = key(checks.choice, MODES, default="dry-run")
     interval: float = key(checks.duration, 1, default=60.0)
-    limits: Limits = key(lambda v, w: read(v, w, Limits), default=Limits())
-    exempt: Exempt = key(lambda v, w: read(v, w, Exempt), default=Exempt())
-    policies: tuple[Rule, ...] = key(lambda v, w: each(v, w, read, Rule), default=(DEFAULT_RULE,))
+    limits: Limits = key(read, Limits, default=Limits())
+    exempt: Exempt = key(read, Exempt, default=Exempt())
+    policies: tuple[Rule, ...] = key(each, read, Rule, default=(DEFAULT_RULE,))
     source: str = field(default="the built-in policy", compare=False)  # where it was read from, for messages
 
     def __post_init__(self) -> None:
@@ -171,23 +166,12 @@ class Policy:
         return next((rule for rule in self.policies if rule.match.matches(facts, nodes, models)), None)
 
 
-def parse_policy(document: Any, where: str) -> Policy:
-    """Return the policy in a YAML document (None: the defaults); PolicyError naming `where` and the key."""
-    try:
-        return read({} if document is None else document, "", Policy)
-    except Invalid as problem:
-        raise PolicyError(": ".join(part for part in (where, problem.where, problem.problem) if part)) from None
-
-
 def load_policy(path: str | None, mode: str | None = None) -> Policy:
-    """Return the policy in the file at `path` (None: the built-in one), its mode replaced by `mode` if given."""
+    """Return the policy in the file at `path` (None: the built-in one), its mode replaced by `mode` if given;
+    PolicyError naming the file, the key and the fix."""
     if path is None:
         policy = Policy()
     else:
         where = f"policy file {path}"
-        try:
-            document = read_yaml_file(path, where, "check --policy")
-        except YamlProblem as problem:
-            raise PolicyError(str(problem)) from None
-        policy = replace(parse_policy(document, where), source=path)
+        policy = replace(read_settings_file(path, where, "check --policy", Policy, PolicyError), source=path)
     return replace(policy, mode=mode) if mode else policy

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds as t
 from gpulens import units, words
-from gpulens.arguments import EXIT_USAGE, raising
+from gpulens.arguments import EXIT_USAGE, UsageError, fail, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
 from gpulens.fleet.past import (
@@ -60,10 +60,6 @@ SOURCES = ("ledger", "agent", "prometheus", "slurm")
 ADMIN_COMMENT = "admin-comment"
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
-
-
-class UsageError(ValueError):
-    """A command-line mistake; the message names it and the fix."""
 
 
 _Parser = raising(UsageError, "gpulens report")  # one line, not a usage dump
@@ -344,8 +340,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             _need_rich()
         sender = _sender(args)
     except UsageError as error:
-        print(f"gpulens report: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("gpulens report", error, EXIT_USAGE)
     progress = Progress(enabled=sys.stderr.isatty() and _has_rich())
     try:
         report: Report | None
@@ -361,8 +356,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 raise _nothing("jobs", source, since, until, _NO_LEDGER)
     except SourceError as error:
         progress.close()
-        print(f"gpulens report: {error}", file=sys.stderr)
-        return EXIT_EMPTY
+        return fail("gpulens report", error, EXIT_EMPTY)
     progress.close()
     if sender is not None and isinstance(report, Digest):
         return send_digest(report, sender, sys.stdout)
@@ -481,8 +475,7 @@ def _write(output: str | Document, path: str | None) -> int:
         with open(path, "w", encoding="utf-8") as f:
             f.write(output)
     except OSError as error:
-        print(f"gpulens report: cannot write {path} ({error.strerror}); choose another --output", file=sys.stderr)
-        return EXIT_EMPTY
+        return fail("gpulens report", f"cannot write {path} ({error.strerror}); choose another --output", EXIT_EMPTY)
     return 0
 
 
