@@ -347,7 +347,7 @@ class Ledger:
             )
             before = pending.points.get((key, bucket))
             if before is not None:
-                point = _add_points(before, point)
+                point = before.add(point)
             elif len(pending.points) >= MAX_PENDING_POINTS:  # the oldest chart point goes; totals stay exact
                 pending.points.pop(next(iter(pending.points)))
             pending.points[(key, bucket)] = point
@@ -601,19 +601,6 @@ def _reason(error: BaseException) -> str:
             return "read_only"
         return "full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot_open"
     return "other"
-
-
-def _add_points(a: TimelinePoint, b: TimelinePoint) -> TimelinePoint:
-    states = dict(a.state_seconds)
-    for s, v in b.state_seconds.items():
-        states[s] = states.get(s, 0.0) + v
-    return TimelinePoint(
-        a.t,
-        states,
-        a.busy_seconds + b.busy_seconds,
-        a.sampled_seconds + b.sampled_seconds,
-        max(a.memory_peak_bytes, b.memory_peak_bytes),
-    )
 
 
 def _size(conn: sqlite3.Connection) -> int:

@@ -103,6 +103,16 @@ class TimelinePoint:
         """Share of sampled time a kernel ran (0-1), or None when nothing was sampled."""
         return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
 
+    def add(self, other: TimelinePoint) -> TimelinePoint:
+        """Return this bucket and `other` (the same bucket, seen again) as one: seconds added, peaks maxed."""
+        return TimelinePoint(
+            self.t,
+            added(self.state_seconds, other.state_seconds),
+            self.busy_seconds + other.busy_seconds,
+            self.sampled_seconds + other.sampled_seconds,
+            max(self.memory_peak_bytes, other.memory_peak_bytes),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "t": self.t,
@@ -315,9 +325,6 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
     The owner and running flag are taken from the record seen last, so a job's latest names win.
     """
     later, earlier = (b, a) if b.last_seen >= a.last_seen else (a, b)
-    states = dict(a.state_seconds)
-    for s, v in b.state_seconds.items():
-        states[s] = states.get(s, 0.0) + v
     tips = dict(earlier.tips)
     for tip, use in later.tips.items():
         before = tips.get(tip, TipUse(0.0))
@@ -335,7 +342,7 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         running=a.running or b.running,
         gpus=tuple(sorted(set(a.gpus) | set(b.gpus))),
         models=tuple(sorted(set(a.models) | set(b.models))),
-        state_seconds=states,
+        state_seconds=added(a.state_seconds, b.state_seconds),
         **{name: getattr(a, name) + getattr(b, name) for name in ADDITIVE},
         **{name: max(getattr(a, name), getattr(b, name)) for name in (*PEAKS, *REQUESTS)},
         tips=tips,
@@ -344,25 +351,21 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
     )
 
 
+def added(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    """Return seconds by state `a` and `b` added up, in `a`'s order, then `b`'s new states."""
+    total = dict(a)
+    for state, seconds in b.items():
+        total[state] = total.get(state, 0.0) + seconds
+    return total
+
+
 def _merge_timeline(a: tuple[TimelinePoint, ...], b: tuple[TimelinePoint, ...]) -> tuple[TimelinePoint, ...]:
     if not a or not b:
         return a or b
     points: dict[float, TimelinePoint] = {p.t: p for p in a}
     for p in b:
         q = points.get(p.t)
-        if q is None:
-            points[p.t] = p
-            continue
-        states = dict(q.state_seconds)
-        for s, v in p.state_seconds.items():
-            states[s] = states.get(s, 0.0) + v
-        points[p.t] = TimelinePoint(
-            p.t,
-            states,
-            q.busy_seconds + p.busy_seconds,
-            q.sampled_seconds + p.sampled_seconds,
-            max(q.memory_peak_bytes, p.memory_peak_bytes),
-        )
+        points[p.t] = p if q is None else q.add(p)
     return tuple(points[t] for t in sorted(points))
 
 
