@@ -112,7 +112,6 @@ class JobAccounting:
     """The ledger stage: runs after every cycle (`record`) and publishes who holds what (`exported`)."""
 
     name = "ledger"
-    description = "per-job GPU-hours, busy time, energy, memory peaks and tips, kept in the job ledger"
 
     def __init__(
         self,

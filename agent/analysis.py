@@ -62,8 +62,8 @@ def gpu_device(gpu: GpuSnapshot) -> Device:
         f"GPU {gpu.identity.index}",
         gpu.identity.name,
         processes.processes if processes is not None else None,
-        memory.used_bytes if memory is not None else None,
-        memory.total_bytes if memory is not None else None,
+        memory.used if memory is not None else None,
+        memory.total if memory is not None else None,
         utilization.ratio if utilization else None,
         r.get("gpm"),
     )
@@ -132,8 +132,6 @@ class AnalysisResult:
 
 class Analysis:
     name = "diagnosis"
-    default_enabled = True
-    description = "job attribution, host and in-job evidence, and the usage verdict of each GPU"
 
     def __init__(
         self,

@@ -99,10 +99,6 @@ class Diagnoser:
         conditions = self._conditions(track, now, evidence)
         return self._settle(track, now, reason, values, conditions)
 
-    def forget(self, keep: set[str]) -> None:
-        """Drop the history of GPUs not in `keep` (gone for good)."""
-        self.drop(set(self._tracks) - keep)
-
     def drop(self, gone: set[str]) -> None:
         """Drop the history of the devices in `gone` (a MIG device destroyed)."""
         for uuid in gone:

@@ -24,8 +24,8 @@ from gpulens.agent.access import PEER_CERT
 from gpulens.agent.collectors.probes import ProbesCollector
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.jobs.checkpoints import NO_CHANNEL as CHECKPOINT_NO_CHANNEL
-from gpulens.agent.jobs.checkpoints import CheckpointError
-from gpulens.agent.jobs.traces import DEFAULT_STEPS, NO_CHANNEL, TraceError, find_job
+from gpulens.agent.jobs.control import RequestError
+from gpulens.agent.jobs.traces import DEFAULT_STEPS, NO_CHANNEL, find_job
 from gpulens.agent.jobs_api import BadQuery, answer
 
 if TYPE_CHECKING:
@@ -45,6 +45,8 @@ _STALE_INTERVALS = 10
 _STALE_MIN_SECONDS = 30.0
 _HANDSHAKE_SECONDS = 10.0
 _IDLE_SECONDS = 30.0
+# The status line of each RequestError status; any other is answered 503.
+_REQUEST_STATUS = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}
 
 log = logging.getLogger(__name__)
 
@@ -256,22 +258,15 @@ class AgentApp:
             job = query.get("job", [""])[-1]
             pids = [_whole(p, "pid") for p in query.get("pid", [])]
             if bool(job) == bool(pids):
-                raise TraceError(400, "name either a job (?job=ID) or processes (?pid=N), not both and not neither")
+                raise RequestError(400, "name either a job (?job=ID) or processes (?pid=N), not both and not neither")
             if self._traces is None:
-                raise TraceError(503, NO_CHANNEL)
+                raise RequestError(503, NO_CHANNEL)
             pod = ""
             if job:
-                job, pod, pids = find_job(self._sampler.snapshot, job)
-                if not pids:
-                    raise TraceError(
-                        404, f"no job {query['job'][-1]!r} holds a GPU on this node; give its id or its pod's name"
-                    )
+                job, pod, pids = self._job(job)
             trace_id = self._traces.start(pids, steps, job=job, pod=pod)
-        except TraceError as error:
-            status = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}.get(
-                error.status, "503 Service Unavailable"
-            )
-            return _json(start_response, status, {"error": str(error)})
+        except RequestError as error:
+            return _refused(start_response, error)
         runs = [r.to_dict() for r in self._traces.runs(trace_id)]
         return _json(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
 
@@ -284,16 +279,13 @@ class AgentApp:
             wait = _whole(query.get("wait", ["60"])[-1], "wait")
             name = query.get("job", [""])[-1]
             if not name:
-                raise CheckpointError(400, "name the job: ?job=ID (or its pod's name)")
+                raise RequestError(400, "name the job: ?job=ID (or its pod's name)")
             if self._checkpoints is None:
-                raise CheckpointError(503, CHECKPOINT_NO_CHANNEL)
-            job, _, pids = find_job(self._sampler.snapshot, name)
-            if not pids:
-                raise CheckpointError(404, f"no job {name!r} holds a GPU on this node; give its id or its pod's name")
+                raise RequestError(503, CHECKPOINT_NO_CHANNEL)
+            job, _, pids = self._job(name)
             runs = self._checkpoints.ask(pids, job, query.get("reason", [""])[-1], wait)
-        except (CheckpointError, TraceError) as error:
-            status = {400: "400 Bad Request", 404: "404 Not Found"}.get(error.status, "503 Service Unavailable")
-            return _json(start_response, status, {"error": str(error)})
+        except RequestError as error:
+            return _refused(start_response, error)
         return _json(start_response, "200 OK", {"job": job, "checkpoints": [r.to_dict() for r in runs]})
 
     def _trace_list(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
@@ -302,12 +294,20 @@ class AgentApp:
         try:
             _known(query, ("id", "pid", "job"))
             pid = _whole(query["pid"][-1], "pid") if "pid" in query else None
-        except TraceError as error:
-            return _json(start_response, "400 Bad Request", {"error": str(error)})
+        except RequestError as error:
+            return _refused(start_response, error)
         if self._traces is None:
             return _json(start_response, "200 OK", {"enabled": False, "traces": []})
         runs = self._traces.runs(query.get("id", [""])[-1], pid, query.get("job", [""])[-1])
         return _json(start_response, "200 OK", {"enabled": True, "traces": [r.to_dict() for r in runs]})
+
+    def _job(self, name: str) -> tuple[str, str, list[int]]:
+        """Return (id, pod name, pids) of the job called `name` (its id, or its pod's name); raise RequestError(404)
+        when no job of that name holds a GPU on this node."""
+        job, pod, pids = find_job(self._sampler.snapshot, name)
+        if not pids:
+            raise RequestError(404, f"no job {name!r} holds a GPU on this node; give its id or its pod's name")
+        return job, pod, pids
 
     def _landing(self) -> str:
         s = self._sampler.snapshot
@@ -349,17 +349,23 @@ def _verdict_cell(snapshot: Snapshot, uuid: str) -> str:
 
 
 def _known(query: dict[str, list[str]], names: tuple[str, ...]) -> None:
-    """Raise TraceError(400) for a query parameter not in `names`, naming the ones that are."""
+    """Raise RequestError(400) for a query parameter not in `names`, naming the ones that are."""
     unknown = sorted(set(query) - set(names))
     if unknown:
-        raise TraceError(400, f"unknown parameter {unknown[0]!r}; use {', '.join(names[:-1])} and {names[-1]}")
+        raise RequestError(400, f"unknown parameter {unknown[0]!r}; use {', '.join(names[:-1])} and {names[-1]}")
 
 
 def _whole(text: str, name: str) -> int:
-    """Return a positive whole number from a query parameter, or raise TraceError(400) saying how to write it."""
+    """Return a positive whole number from a query parameter, or raise RequestError(400) saying how to write it."""
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
-        raise TraceError(400, f"{name}={text[:20]!r} is not a positive whole number; write e.g. {name}=20")
+        raise RequestError(400, f"{name}={text[:20]!r} is not a positive whole number; write e.g. {name}=20")
     return int(text)
+
+
+def _refused(start_response: StartResponse, error: RequestError) -> Response:
+    """Return the answer to a request that cannot be made: its status line and {"error": the fix}."""
+    status = _REQUEST_STATUS.get(error.status, "503 Service Unavailable")
+    return _json(start_response, status, {"error": str(error)})
 
 
 def _json(start_response: StartResponse, status: str, body: dict[str, Any]) -> Response:

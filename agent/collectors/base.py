@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -14,6 +14,7 @@ from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 GPU_LABELS = ("gpu", "uuid")
 
 R = TypeVar("R")  # what a collector reads for one GPU in one cycle
+K = TypeVar("K")  # what a series' labels are taken from, beside the reading: a GPU, a job's pid
 
 
 @dataclass
@@ -51,7 +52,6 @@ class Collector(Generic[R]):
 
     name: str = ""
     default_enabled: bool = True
-    description: str = ""
     fields: tuple[str, ...] = ()  # names from gpulens.agent.nvml.FIELDS, read in one batched call
 
     def prepare(self, nvml: Nvml, handles: dict[str, Any]) -> None:
@@ -72,6 +72,11 @@ class Collector(Generic[R]):
         """Release what `state` holds when a GPU is lost or the library goes down."""
 
 
+def _gpu_labels(gpu: GpuSnapshot, reading: object) -> tuple[str, str]:
+    """Return the values of GPU_LABELS for `gpu`."""
+    return gpu.labels
+
+
 def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterator[tuple[GpuSnapshot, Any]]:
     """Yield (gpu, reading) for the GPUs that are up and have a reading from `collector`."""
     for gpu in gpus:
@@ -81,39 +86,50 @@ def readings(gpus: Sequence[GpuSnapshot], collector: str) -> Iterator[tuple[GpuS
                 yield gpu, reading
 
 
-def gpu_gauge(
-    name: str, help_text: str, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]
-) -> Metric:
-    """A per-GPU gauge; GPUs whose value is None get no series (absent, not zero)."""
-    return _per_gpu(GaugeMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
-
-
-def gpu_counter(
-    name: str, help_text: str, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]
-) -> Metric:
-    """A per-GPU counter (`name` without `_total`); GPUs whose value is None get no series."""
-    return _per_gpu(CounterMetricFamily(name, help_text, labels=GPU_LABELS), pairs, value)
-
-
-class GpuFamilies(Generic[R]):
-    """Per-GPU gauges and counters over one list of (gpu, reading) pairs, as `gpu_gauge` and `gpu_counter` make them."""
-
-    def __init__(self, pairs: Iterable[tuple[GpuSnapshot, R]]):
-        self.pairs = list(pairs)
-
-    def gauge(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
-        return gpu_gauge(name, help_text, self.pairs, value)
-
-    def counter(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
-        return gpu_counter(name, help_text, self.pairs, value)
-
-
 _Family = TypeVar("_Family", GaugeMetricFamily, CounterMetricFamily)
 
 
-def _per_gpu(family: _Family, pairs: Iterable[tuple[GpuSnapshot, R]], value: Callable[[R], float | None]) -> _Family:
-    for gpu, reading in pairs:
-        v = value(reading)
-        if v is not None:
-            family.add_metric(gpu.labels, float(v))
-    return family
+class GpuFamilies(Generic[K, R]):
+    """Gauges and counters with one series per (key, reading) pair, over one list of pairs.
+
+    By default the pairs are (gpu, reading) and each series carries the GPU's labels (GPU_LABELS);
+    `labels` and `label_values` name other labels and say how to get their values from a pair (a MIG
+    device's, a job's). A pair whose value is None gets no series (absent, not zero).
+    """
+
+    @overload
+    def __init__(self: GpuFamilies[GpuSnapshot, R], pairs: Iterable[tuple[GpuSnapshot, R]]) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        pairs: Iterable[tuple[K, R]],
+        labels: Sequence[str],
+        label_values: Callable[[K, R], Sequence[str]],
+    ) -> None: ...
+
+    def __init__(
+        self,
+        pairs: Iterable[tuple[Any, R]],
+        labels: Sequence[str] = GPU_LABELS,
+        label_values: Callable[[Any, R], Sequence[str]] = _gpu_labels,
+    ) -> None:
+        self.pairs: list[tuple[K, R]] = list(pairs)
+        self.labels = labels
+        self.label_values: Callable[[K, R], Sequence[str]] = label_values
+
+    def gauge(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
+        """Return a gauge family with one series per pair whose value is not None."""
+        return self._fill(GaugeMetricFamily(name, help_text, labels=self.labels), value)
+
+    def counter(self, name: str, help_text: str, value: Callable[[R], float | None]) -> Metric:
+        """Return a counter family (`name` without `_total`) with one series per pair whose value is not None."""
+        return self._fill(CounterMetricFamily(name, help_text, labels=self.labels), value)
+
+    def _fill(self, family: _Family, value: Callable[[R], float | None]) -> _Family:
+        """Return `family` with a sample added for each pair whose value is not None."""
+        for key, reading in self.pairs:
+            v = value(reading)
+            if v is not None:
+                family.add_metric(self.label_values(key, reading), float(v))
+        return family

@@ -21,7 +21,6 @@ class ClocksReading:
 
 class ClocksCollector(Collector[ClocksReading]):
     name = "clocks"
-    description = "SM and memory clocks and clock event (throttle) reasons"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> ClocksReading:
         sm, memory = nvml.clocks_hz(gpu.handle)

@@ -27,9 +27,8 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens.agent.collectors.base import Collector, GpuContext
-from gpulens.agent.collectors.memory import MemoryReading
 from gpulens.agent.collectors.mig import MigInstance
-from gpulens.agent.nvml import Nvml
+from gpulens.agent.nvml import MemoryInfo, Nvml
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "container", "namespace", "pod")
@@ -61,9 +60,9 @@ def _scaled(attribute: str, factor: float) -> Callable[[Any], float | None]:
     return value
 
 
-def _free_mib(memory: MemoryReading) -> float:
+def _free_mib(memory: MemoryInfo) -> float:
     # The driver's free memory: neither used by processes nor reserved by the driver itself.
-    return (memory.total_bytes - memory.used_bytes - (memory.reserved_bytes or 0)) / _MIB
+    return (memory.total - memory.used - (memory.reserved or 0)) / _MIB
 
 
 SERIES: tuple[_Series, ...] = (
@@ -94,12 +93,12 @@ SERIES: tuple[_Series, ...] = (
     _Series("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "utilization", _scaled("ratio", _PERCENT)),
     _Series("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.", "dcgm_compat", lambda r: r.last_xid),
     _Series("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "memory", _free_mib),
-    _Series("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "memory", _scaled("used_bytes", 1 / _MIB)),
+    _Series("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "memory", _scaled("used", 1 / _MIB)),
     _Series(
         "DCGM_FI_DEV_FB_RESERVED",
         "Framebuffer memory reserved (in MiB).",
         "memory",
-        _scaled("reserved_bytes", 1 / _MIB),
+        _scaled("reserved", 1 / _MIB),
     ),
     _Series(
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
@@ -199,7 +198,6 @@ def node_name() -> str:
 class DcgmCompatCollector(Collector[DcgmCompatReading]):
     name = "dcgm_compat"
     default_enabled = False  # a second copy of every value under other names: only while a team moves over
-    description = "the most used dcgm-exporter series, names, labels and units, from the other collectors' readings"
 
     def __init__(self, hostname: str | None = None):
         self._hostname = node_name() if hostname is None else hostname

@@ -24,7 +24,6 @@ class EccReading:
 
 class EccCollector(Collector[EccReading]):
     name = "ecc"
-    description = "ECC error counters and remapped rows"
     fields = (  # in EccReading's order
         "ecc_corrected_volatile",
         "ecc_uncorrected_volatile",
@@ -78,7 +77,6 @@ class EccLifetimeCollector(Collector[EccLifetimeReading]):
 
     name = "ecc_lifetime"
     default_enabled = False
-    description = "ECC errors over the GPU's life, from its infoROM"
     fields = ("ecc_corrected_aggregate", "ecc_uncorrected_aggregate")  # in EccLifetimeReading's order
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> EccLifetimeReading:

@@ -70,7 +70,6 @@ class GpmSeries:
 
 class GpmCollector(Collector[GpmReading]):
     name = "gpm"
-    description = "SM activity, SM occupancy, tensor activity and DRAM bandwidth (Hopper and newer)"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> GpmReading | None:
         state = gpu.state

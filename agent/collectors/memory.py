@@ -7,31 +7,19 @@ own series, as nvidia-smi shows them; older drivers only give "used" with the re
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
 from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
-from gpulens.agent.nvml import Nvml
+from gpulens.agent.nvml import MemoryInfo, Nvml
 from gpulens.agent.snapshot import Snapshot
 
 
-@dataclass(frozen=True)
-class MemoryReading:
-    used_bytes: int
-    total_bytes: int
-    reserved_bytes: int | None  # None before R510: then used_bytes includes the reserve
-
-
-class MemoryCollector(Collector[MemoryReading]):
+class MemoryCollector(Collector[MemoryInfo]):
     name = "memory"
-    description = "device memory used and total"
 
-    def read(self, nvml: Nvml, gpu: GpuContext) -> MemoryReading | None:
-        memory = nvml.memory(gpu.handle)
-        if memory is None:
-            return None
-        return MemoryReading(used_bytes=memory.used, total_bytes=memory.total, reserved_bytes=memory.reserved)
+    def read(self, nvml: Nvml, gpu: GpuContext) -> MemoryInfo | None:
+        return nvml.memory(gpu.handle)
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
         per_gpu = GpuFamilies(self.readings(snapshot))
@@ -39,13 +27,13 @@ class MemoryCollector(Collector[MemoryReading]):
             "gpulens_gpu_memory_used_bytes",
             "Device memory in use by processes, in bytes (drivers before R510 count the driver's reserve in "
             f"it too); sampled every {interval:g} s.",
-            lambda r: r.used_bytes,
+            lambda r: r.used,
         )
         yield per_gpu.gauge(
             "gpulens_gpu_memory_reserved_bytes",
             "Device memory the driver reserves for itself, in bytes (absent before R510).",
-            lambda r: r.reserved_bytes,
+            lambda r: r.reserved,
         )
         yield per_gpu.gauge(
-            "gpulens_gpu_memory_total_bytes", "Device memory visible to NVML, in bytes.", lambda r: r.total_bytes
+            "gpulens_gpu_memory_total_bytes", "Device memory visible to NVML, in bytes.", lambda r: r.total
         )

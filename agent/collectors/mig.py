@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from gpulens import gpus
-from gpulens.agent.collectors.base import Collector, GpuContext
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
 from gpulens.agent.collectors.gpm import GpmReading, GpmSeries
 from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, NvmlCallError, ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
@@ -58,7 +58,6 @@ class _InstanceGpm(GpmSeries):
 
 class MigCollector(Collector[tuple[MigInstance, ...]]):
     name = "mig"
-    description = "memory, processes and (Hopper and newer) GPM of each MIG instance"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> tuple[MigInstance, ...] | None:
         devices = nvml.mig_devices(gpu.handle)
@@ -77,62 +76,54 @@ class MigCollector(Collector[tuple[MigInstance, ...]]):
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
         rows = [(gpu, instance) for gpu, instances in self.readings(snapshot) for instance in instances]
+        per_device = GpuFamilies(rows, MIG_LABELS, mig_labels)
+        shares = {instance.uuid: share(gpu, instance) for gpu, instance in rows}
         window = f"between two GPM samples {interval:g} s apart"
-
-        def gauge(name: str, help_text: str, value: Callable[[GpuSnapshot, MigInstance], Any]) -> GaugeMetricFamily:
-            """A gauge with one series per MIG device; devices whose value is None get none (absent, not zero)."""
-            family = GaugeMetricFamily(name, help_text, labels=MIG_LABELS)
-            for gpu, instance in rows:
-                v = value(gpu, instance)
-                if v is not None:
-                    family.add_metric(mig_labels(gpu, instance), float(v))
-            return family
-
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_info",
             "Always 1, one series per MIG device (a compute instance in a GPU instance); `uuid` is the MIG "
             "device's, the id the Kubernetes device plugin hands a pod, and `gpu_uuid` its GPU's.",
-            lambda gpu, i: 1,
+            lambda i: 1,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_gpu_share_ratio",
             "The MIG device's share of its GPU's compute: its compute slices over the GPU's (0-1).",
-            share,
+            lambda i: shares[i.uuid],
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_memory_used_bytes",
             f"Device memory in use in the MIG device, in bytes; sampled every {interval:g} s.",
-            lambda gpu, i: i.memory_used_bytes,
+            lambda i: i.memory_used_bytes,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_memory_total_bytes",
             "Device memory of the MIG device, in bytes.",
-            lambda gpu, i: i.memory_total_bytes,
+            lambda i: i.memory_total_bytes,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_processes",
             f"Compute processes holding a context in the MIG device; sampled every {interval:g} s.",
-            lambda gpu, i: None if i.processes is None else len(i.processes),
+            lambda i: None if i.processes is None else len(i.processes),
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_sm_activity_ratio",
             f"Share of the GPU instance's SMs busy, averaged over time {window} (0-1; Hopper and newer).",
-            lambda gpu, i: None if i.gpm is None else i.gpm.sm_activity,
+            lambda i: None if i.gpm is None else i.gpm.sm_activity,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_sm_occupancy_ratio",
             f"Resident warps against the GPU instance's SMs' maximum, {window} (0-1; Hopper and newer).",
-            lambda gpu, i: None if i.gpm is None else i.gpm.sm_occupancy,
+            lambda i: None if i.gpm is None else i.gpm.sm_occupancy,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_tensor_activity_ratio",
             f"Share of time the GPU instance's tensor cores ran any instruction, {window} (0-1; Hopper and newer).",
-            lambda gpu, i: None if i.gpm is None else i.gpm.tensor_activity,
+            lambda i: None if i.gpm is None else i.gpm.tensor_activity,
         )
-        yield gauge(
+        yield per_device.gauge(
             "gpulens_mig_dram_bandwidth_ratio",
             f"DRAM bandwidth the GPU instance used against its peak, {window} (0-1; Hopper and newer).",
-            lambda gpu, i: None if i.gpm is None else i.gpm.dram_bandwidth,
+            lambda i: None if i.gpm is None else i.gpm.dram_bandwidth,
         )
 
 

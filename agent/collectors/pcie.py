@@ -23,7 +23,6 @@ class PcieReading:
 
 class PcieCollector(Collector[PcieReading]):
     name = "pcie"
-    description = "PCIe link state, throughput and replay counter"
     fields = ("pcie_replay_total",)
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> PcieReading:

@@ -21,7 +21,6 @@ class PowerReading:
 
 class PowerCollector(Collector[PowerReading]):
     name = "power"
-    description = "power draw, enforced power limit and energy"
     fields = ("power_watts", "energy_joules")
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> PowerReading:

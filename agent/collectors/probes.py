@@ -60,7 +60,6 @@ def _thread(work: Callable[[], None]) -> None:
 class ProbesCollector(Collector[ProbesReading]):
     name = "probes"
     default_enabled = False  # runs kernels on the GPUs: an operator opts in
-    description = "probe kernels (copies, matmuls) on free GPUs on a schedule, in a child process"
 
     def __init__(
         self,

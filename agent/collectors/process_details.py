@@ -15,7 +15,6 @@ from gpulens.agent.snapshot import Snapshot
 class ProcessDetailsCollector(Collector[ProcessesReading]):
     name = "process_details"
     default_enabled = False
-    description = "per-process device memory and SM utilization (pid label)"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)

@@ -44,7 +44,6 @@ def read_processes(nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
 
 class ProcessesCollector(Collector[ProcessesReading]):
     name = "processes"
-    description = "compute processes on each GPU"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> ProcessesReading | None:
         return read_processes(nvml, gpu)

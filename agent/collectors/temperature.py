@@ -20,7 +20,6 @@ class TemperatureReading:
 
 class TemperatureCollector(Collector[TemperatureReading]):
     name = "temperature"
-    description = "GPU die and HBM temperature"
     fields = ("memory_temperature_celsius",)
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> TemperatureReading:

@@ -38,12 +38,10 @@ class UtilizationReading:
     ratio: float | None  # time-weighted mean over this cycle's samples, 0-1
     busy_seconds_total: float
     sampled_seconds_total: float
-    samples_total: int
 
 
 class UtilizationCollector(Collector[UtilizationReading]):
     name = "utilization"
-    description = "GPU busy time from NVML's sub-second utilization samples"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> UtilizationReading | None:
         state = gpu.state
@@ -58,14 +56,13 @@ class UtilizationCollector(Collector[UtilizationReading]):
                 last_seen_us=samples[-1][0] if samples else 0,
                 busy=0.0,
                 sampled=0.0,
-                count=0,
                 heard=gpu.now,
                 typical_gap_us=_typical_gap(samples),
             )
             recent = [s for s in samples if s[0] > samples[-1][0] - _FIRST_LOOK_SECONDS * 1e6] if samples else []
             busy, sampled = _integrate(recent, 0, state["typical_gap_us"])
             state["last_ratio"] = busy / sampled if sampled > 0 else None
-            return UtilizationReading(state["last_ratio"], 0.0, 0.0, 0)
+            return UtilizationReading(state["last_ratio"], 0.0, 0.0)
         typical = _typical_gap(samples) or state.get("typical_gap_us")
         busy_cycle, sampled_cycle = _integrate(samples, last_seen, typical)
         if samples:
@@ -80,9 +77,8 @@ class UtilizationCollector(Collector[UtilizationReading]):
             ratio = state.get("last_ratio")  # no sample due yet: a sample period can outlast a cycle
         state["busy"] += busy_cycle
         state["sampled"] += sampled_cycle
-        state["count"] += len(samples)
         state["last_ratio"] = ratio
-        return UtilizationReading(ratio, state["busy"], state["sampled"], state["count"])
+        return UtilizationReading(ratio, state["busy"], state["sampled"])
 
     def metrics(self, snapshot: Snapshot, interval: float) -> Iterator[Metric]:
         per_gpu = GpuFamilies(self.readings(snapshot))

@@ -24,7 +24,6 @@ class XidReading:
 
 class XidCollector(Collector[XidReading]):
     name = "xid"
-    description = "Xid critical-error events, counted by code"
 
     def __init__(self) -> None:
         self._watched: frozenset[str] = frozenset()

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from gpulens.agent.jobs.control import ControlServer, NotConnected
+from gpulens.agent.jobs.control import ControlServer, NotConnected, RequestError
 from gpulens.agent.jobs.messages import CheckpointUpdate
 
 log = logging.getLogger(__name__)
@@ -33,14 +33,6 @@ NO_CHANNEL = (
     "checkpoint requests need the in-job channel, which this agent does not have "
     "(--jobs.socket empty, or its checkpoints.sock could not be bound)"
 )
-
-
-class CheckpointError(Exception):
-    """A request that cannot be made: `status` is the HTTP status, the message the fix."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -71,9 +63,9 @@ class Checkpoints:
     def ask(self, pids: Iterable[int], job: str, reason: str, seconds: float) -> list[CheckpointRun]:
         """Ask each of `pids` (of `job`) to checkpoint, saying `reason`; return every answer after at most `seconds`."""
         if self.control is None:
-            raise CheckpointError(503, NO_CHANNEL)
+            raise RequestError(503, NO_CHANNEL)
         if not 0 < seconds <= MAX_WAIT_SECONDS:
-            raise CheckpointError(400, f"wait={seconds:g} is out of range; choose 1 to {MAX_WAIT_SECONDS:g} seconds")
+            raise RequestError(400, f"wait={seconds:g} is out of range; choose 1 to {MAX_WAIT_SECONDS:g} seconds")
         request_id = "c-" + secrets.token_hex(4)
         request = json.dumps(
             {"v": 1, "checkpoint": {"id": request_id, "reason": reason[:MAX_REASON], "seconds": seconds}},

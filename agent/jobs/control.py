@@ -33,7 +33,7 @@ from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, parse_tra
 from gpulens.agent.jobs.receiver import ReceiverError, innermost_pid, remove_stale
 from gpulens.sockets import control_path
 
-__all__ = ["ControlServer", "NotConnected", "control_path"]
+__all__ = ["ControlServer", "NotConnected", "RequestError", "control_path"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,15 @@ _POLL_SECONDS = 0.2
 
 class NotConnected(Exception):
     """The process has no control connection, or it broke; the message says what the operator can do."""
+
+
+class RequestError(Exception):
+    """A request to a job (a trace, a checkpoint) that cannot be made: `status` is the HTTP status, the message
+    the fix."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpulens.agent.collectors.base import GpuFamilies
 from gpulens.agent.jobs.messages import JobReport
 from gpulens.agent.jobs.receiver import RESULTS, Receiver
 from gpulens.agent.jobs.traces import Traces
@@ -26,14 +27,7 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
     `now` is on the receiver's clock (monotonic seconds), against which report ages are measured.
     """
     ordered = sorted(reports.items())
-
-    def gauge(name: str, help_text: str, value: Callable[[JobReport], float | None]) -> Metric:
-        family = GaugeMetricFamily(name, help_text, labels=JOB_LABELS)
-        return _fill(family, ordered, value)
-
-    def counter(name: str, help_text: str, value: Callable[[JobReport], float | None]) -> Metric:
-        family = CounterMetricFamily(name, help_text, labels=JOB_LABELS)
-        return _fill(family, ordered, value)
+    per_job = GpuFamilies(ordered, JOB_LABELS, _labels)
 
     def info(name: str, help_text: str, settings: Callable[[JobReport], Any], fields: tuple[str, ...]) -> Metric:
         """Always 1, one label per field of the settings `settings` picks; no series where it picks None."""
@@ -45,42 +39,42 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
         return family
 
     families = [
-        gauge(
+        per_job.gauge(
             "gpulens_job_data_wait_ratio",
             "Share of the job's step time spent waiting for the next batch, over its last report window.",
             lambda r: r.data_wait_ratio,
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_steps_per_second",
             "Training steps per second of wall time, over the job's last report window.",
             lambda r: r.steps_per_second,
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_torch_allocated_bytes",
             "Bytes held by tensors in the job's PyTorch CUDA caching allocator.",
             _memory("allocated_bytes"),
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_torch_allocated_peak_bytes",
             "Peak of gpulens_job_torch_allocated_bytes since the job started or last reset its peaks.",
             _memory("allocated_peak_bytes"),
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_torch_reserved_bytes",
             "Bytes the job's PyTorch allocator holds from the device, in use or cached.",
             _memory("reserved_bytes"),
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_torch_reserved_peak_bytes",
             "Peak of gpulens_job_torch_reserved_bytes since the job started or last reset its peaks.",
             _memory("reserved_peak_bytes"),
         ),
-        counter(
+        per_job.counter(
             "gpulens_job_torch_alloc_retries",
             "Allocations the job's PyTorch allocator retried after freeing its cache: memory pressure.",
             _memory("alloc_retries"),
         ),
-        counter(
+        per_job.counter(
             "gpulens_job_torch_ooms",
             "Out-of-memory errors raised by the job's PyTorch allocator.",
             _memory("ooms"),
@@ -99,7 +93,7 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
             lambda r: r.precision,
             ("autocast", "autocast_dtype", "tf32"),
         ),
-        gauge(
+        per_job.gauge(
             "gpulens_job_report_age_seconds",
             "Seconds since the job's last accepted report; reports are sent every 5 s by default.",
             lambda r: None if r.received_at is None else now - r.received_at,
@@ -149,18 +143,6 @@ def _labels(pid: int, report: JobReport) -> tuple[str, str]:
     return str(pid), report.device.uuid
 
 
-def _fill(
-    family: GaugeMetricFamily | CounterMetricFamily,
-    ordered: list[tuple[int, JobReport]],
-    value: Callable[[JobReport], float | None],
-) -> Metric:
-    for pid, report in ordered:
-        v = value(report)
-        if v is not None:
-            family.add_metric(_labels(pid, report), float(v))
-    return family
-
-
 def _text(value: bool | int | str | None) -> str:
     """Return a label value: "" for unknown, "true"/"false" for booleans."""
     if value is None:
@@ -196,7 +178,7 @@ def trace_metrics(traces: Traces) -> list[Metric]:
         when.add_metric(labels, run.updated_at)
         info.add_metric((*labels, run.id, summary.bottleneck or ""), 1.0)
     results = CounterMetricFamily("gpulens_job_traces", "Traces asked of jobs, by how they ended.", labels=("result",))
-    counts = traces.counts()
+    counts = traces.counters()
     for result in TRACE_FINISHED:
         results.add_metric((result,), counts[result])
     return [share, step, when, info, results]

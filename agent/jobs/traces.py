@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpulens.agent.jobs.control import ControlServer, NotConnected
+from gpulens.agent.jobs.control import ControlServer, NotConnected, RequestError
 from gpulens.agent.jobs.messages import JobReport, TraceSummary, TraceUpdate
 from gpulens.vocabulary import TRACE_FINISHED
 from gpulens.words import trace_sentence
@@ -45,12 +45,7 @@ NO_CHANNEL = (
 )
 
 
-class TraceError(Exception):
-    """A request that cannot be made: `status` is the HTTP status, the message the fix."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+TraceError = RequestError  # what Traces.start raises
 
 
 @dataclass
@@ -162,11 +157,11 @@ class Traces:
         self, pids: Iterable[int], steps: int = DEFAULT_STEPS, job: str = "", trigger: str = "manual", pod: str = ""
     ) -> str:
         """Ask each of `pids` (of `job`, in `pod`) for a trace of `steps` steps; return the request's id or raise
-        TraceError."""
+        RequestError."""
         if self.control is None:
-            raise TraceError(503, NO_CHANNEL)
+            raise RequestError(503, NO_CHANNEL)
         if not 1 <= steps <= self.max_steps:
-            raise TraceError(400, f"steps={steps} is out of range; choose 1 to {self.max_steps} (--traces.max-steps)")
+            raise RequestError(400, f"steps={steps} is out of range; choose 1 to {self.max_steps} (--traces.max-steps)")
         pids = sorted(set(pids))
         reports = self._reports()
         connected = self.control.connected()
@@ -175,20 +170,20 @@ class Traces:
         missing = [p for p in pids if p not in reports]
         if not pids or missing:
             what = f"pid {missing[0]}" if missing else f"job {job}"
-            raise TraceError(
+            raise RequestError(
                 404,
                 f"{what} sends no gpulens.torch reports to this agent; traces are taken of instrumented "
                 "training loops (docs/in-job.md)",
             )
         if not connected.intersection(pids):
-            raise TraceError(409, self.control.unreachable(pids[0]))
+            raise RequestError(409, self.control.unreachable(pids[0]))
         trace_id = "t-" + secrets.token_hex(4)
         now = self._clock()
         with self._lock:
             self._expire(now)
             running = next((r for r in self._runs.values() if r.pid in pids and not r.finished), None)
             if running is not None:
-                raise TraceError(
+                raise RequestError(
                     409,
                     f"a trace of pid {running.pid} is already running (id {running.id}); "
                     f"wait for it, at most {self.max_seconds:g} s",
@@ -257,6 +252,7 @@ class Traces:
             ]
 
     def counters(self) -> dict[str, int]:
+        """Return the traces asked of jobs so far, by how they ended (TRACE_FINISHED)."""
         with self._lock:
             return dict(self._counts)
 
@@ -292,7 +288,7 @@ class Traces:
                 self._auto_done[job.id] = now
                 try:
                     self.start(pids, DEFAULT_STEPS, job=job.id, trigger="auto", pod=job.pod)
-                except TraceError as error:
+                except RequestError as error:
                     log.info("no automatic trace of job %s: %s", job.id, error)
         for uuid in set(self._watches) - seen:
             del self._watches[uuid]
@@ -328,8 +324,3 @@ class Traces:
                 if run.state == "done" and run.summary is not None and run.pid in reporting:
                     last[run.pid] = run, run.summary
         return last
-
-    def counts(self) -> dict[str, int]:
-        """Traces asked of jobs so far, by how they ended (TRACE_FINISHED)."""
-        with self._lock:
-            return dict(self._counts)

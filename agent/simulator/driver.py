@@ -447,8 +447,7 @@ class SimulatedDriver:
             # A missing library fails at load time (open); once loaded, only init itself can fail.
             if fault.error != "library_not_found" and fault.window.active(now):
                 assert fault.error is not None  # the scenario reader requires an init_failure's error
-                code: int = getattr(h, INIT_ERRORS[fault.error].removeprefix("NVML_"))
-                return code
+                return INIT_ERRORS[fault.error]
         self._refcount += 1
         return h.SUCCESS
 

@@ -72,24 +72,15 @@ FEATURES = (
     "events",
 )
 
-# Scenario name -> suffix of pynvml's nvmlClocksEventReason* constant.
-THROTTLE_REASONS = {
-    "gpu_idle": "GpuIdle",
-    "applications_clocks_setting": "ApplicationsClocksSetting",
-    "sw_power_cap": "SwPowerCap",
-    "hw_slowdown": "HwSlowdown",
-    "sync_boost": "SyncBoost",
-    "sw_thermal_slowdown": "SwThermalSlowdown",
-    "hw_thermal_slowdown": "HwThermalSlowdown",
-    "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
-    "display_clock_setting": "DisplayClockSetting",
-}
+# The clock event reasons a scenario may name: nvml.h's, by their names in nvml_header, with their bits.
+THROTTLE_REASONS = h.CLOCK_EVENT_REASONS
 
+# What an `init_failure` fault may make nvmlInit return, by name: the nvmlReturn_t code.
 INIT_ERRORS = {
-    "driver_not_loaded": "NVML_ERROR_DRIVER_NOT_LOADED",
-    "library_not_found": "NVML_ERROR_LIBRARY_NOT_FOUND",
-    "lib_rm_version_mismatch": "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
-    "unknown": "NVML_ERROR_UNKNOWN",
+    "driver_not_loaded": h.ERROR_DRIVER_NOT_LOADED,
+    "library_not_found": h.ERROR_LIBRARY_NOT_FOUND,
+    "lib_rm_version_mismatch": h.ERROR_LIB_RM_VERSION_MISMATCH,
+    "unknown": h.ERROR_UNKNOWN,
 }
 
 FAULT_KINDS = (

@@ -13,9 +13,9 @@ RULES = ROOT / "rules"
 _NAME = re.compile(r"\b(gpulens_[a-z0-9_]+)")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", re.MULTILINE)
 _TOKEN = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-# A counter family's name is declared without `_total`: CounterMetricFamily("x", ...), gpu_counter("x", ...),
+# A counter family's name is declared without `_total`: CounterMetricFamily("x", ...), families.counter("x", ...),
 # prometheus_client's Counter("x", ...).
-_COUNTER = re.compile(r"(?:CounterMetricFamily|gpu_counter|counter|Counter)\(\s*\"(gpulens_[a-z0-9_]+)\"")
+_COUNTER = re.compile(r"(?:CounterMetricFamily|counter|Counter)\(\s*\"(gpulens_[a-z0-9_]+)\"")
 # The other process that serves series of its own: `gpulens reclaim` (rules: the group gpulens.reclaim).
 SERVICES = (ROOT / "gpulens" / "reclaim",)
 
