@@ -263,13 +263,18 @@ def read(
     prefix: str | None = None,
     example: str = "",
     null_is_absent: bool = False,
+    in_order: bool = False,
 ) -> T:
     """Return `record` read from the mapping `value` at `where`, each declared field from its key.
 
     `given` fields are not read: their values (or `Earlier` ones) are the caller's. `defaults` replace
     declared defaults. `also` are keys the caller reads itself. Keys are placed under `prefix` (`where` by
     default; "" at a file's top level). Any other key is refused. With `null_is_absent`, a declared key
-    set to null counts as left out (YAML reads `key:` with nothing after it as null)."""
+    set to null counts as left out (YAML reads `key:` with nothing after it as null).
+
+    With `in_order`, the first problem in the order of the fields is the one raised: a missing key is
+    "<place>: missing" when its field's turn comes, not "missing key" before any field is read. An unknown
+    key is still refused first, and the keys it names are `also`, then the declared ones in field order."""
     given = given or {}
     defaults = defaults or {}
     prefix = where if prefix is None else prefix
@@ -277,7 +282,10 @@ def read(
     if null_is_absent and isinstance(value, dict):
         declared = {*plan.required, *plan.optional}
         value = {k: v for k, v in value.items() if v is not None or k not in declared}
-    spec = mapping(value, where, plan.required, list(dict.fromkeys([*plan.optional, *also])), example)
+    if in_order:
+        spec = mapping(value, where, (), list(dict.fromkeys([*also, *plan.ordered])), example)
+    else:
+        spec = mapping(value, where, plan.required, list(dict.fromkeys([*plan.optional, *also])), example)
     got: dict[str, Any] = {}
     for name in plan.fields:
         if name in given:
@@ -307,6 +315,7 @@ class _Plan:
     declared: Mapping[str, Key]  # those read from the mapping
     required: tuple[str, ...]  # the keys the mapping must have
     optional: tuple[str, ...]
+    ordered: tuple[str, ...]  # required and optional keys, in the order of the fields that read them
     nested: Mapping[str, tuple[str, ...]]  # the keys each nested mapping takes: "clocks": ("sm", "memory")
 
 
@@ -318,13 +327,14 @@ def _plan(record: type, given: frozenset[str], defaulted: frozenset[str]) -> _Pl
     ]
     required = tuple(dict.fromkeys(key for key, needed in pairs if needed))
     optional = tuple(dict.fromkeys(key for key, needed in pairs if not needed and key not in required))
+    ordered = tuple(dict.fromkeys(key for key, _ in pairs))
     nested: dict[str, tuple[str, ...]] = {}
     for entry in declared.values():
         head, dot, tail = entry.name.partition(".")
         if dot:
             nested[head] = (*nested.get(head, ()), tail)
     fields = tuple(field.name for field in dataclasses.fields(record))
-    return _Plan(fields, declared, required, optional, nested)
+    return _Plan(fields, declared, required, optional, ordered, nested)
 
 
 def _declared(record: type, given: Mapping[str, Any] | frozenset[str]) -> dict[str, Key]:
@@ -351,6 +361,8 @@ def _field(
         spec = mapping(spec.get(head, {}), _place(prefix, head), (), nested[head])
         head = tail
     if head not in spec:
+        if entry.default is REQUIRED:  # reached with `read(in_order=True)`; otherwise `mapping` refused it
+            raise Invalid(_place(prefix, entry.name), "missing")
         if isinstance(entry.default, Earlier):
             return entry.default.value(got)
         return copy.copy(entry.default) if _mutable(entry.default) else entry.default
@@ -359,4 +371,5 @@ def _field(
 
 
 def _place(prefix: str, name: str) -> str:
-    return ".".join(part for part in (prefix, name) if part)
+    """Return the place of key `name` inside `prefix`: "step.count", or either one alone if the other is ""."""
+    return f"{prefix}.{name}" if prefix and name else prefix or name

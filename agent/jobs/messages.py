@@ -20,12 +20,11 @@ label values and in the agent's memory.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens import checks
 from gpulens.vocabulary import TRACE_PARTS
@@ -48,6 +47,8 @@ _MAX_DEVICE_INDEX = 1024
 _WAIT_SLACK_SECONDS = 1e-6
 # Strings become Prometheus label values: short, and only characters that need no escaping anywhere.
 _PLAIN = re.compile(r"[A-Za-z0-9._:-]*")
+
+T = TypeVar("T")
 
 
 class BadMessage(Exception):
@@ -118,37 +119,61 @@ def _said(invalid: checks.Invalid) -> str:
 
 
 # ---------------------------------------------------------------- reports
+#
+# Each record declares its keys (gpulens.checks.key) and gpulens.checks.read reads them in the order of
+# the fields, so that the first problem reported is the first in the message; `_object` reads a nested
+# object. Every job sends a report every few seconds: `parse` takes about 75 us for the tests' full
+# report (tests/jobs/helpers.py VALID) on a 2-core VM, 10 of them in json.loads.
+
+
+def _object(value: Any, where: str, record: type[T]) -> T:
+    """Return the object at `where` read into the dataclass `record`, in the order of its fields."""
+    return checks.read(_present(value, where), where, record, in_order=True)
 
 
 @dataclass(frozen=True)
 class StepTiming:
     """What the job's steps did over the report window."""
 
-    count: int  # steps that ended in the window
-    data_wait_seconds: float  # time spent waiting for the next batch, summed over those steps
-    total_seconds: float  # time from one batch's arrival to the next, summed over those steps
+    count: int = checks.key(_whole, 0, _MAX_COUNT)  # steps that ended in the window
+    # Time spent waiting for the next batch, summed over those steps.
+    data_wait_seconds: float = checks.key(_seconds)
+    # Time from one batch's arrival to the next, summed over those steps.
+    total_seconds: float = checks.key(_seconds)
+
+    def __post_init__(self) -> None:
+        """Return None if the wait fits in the total, else raise `checks.Invalid` at data_wait_seconds."""
+        if self.data_wait_seconds > self.total_seconds + _WAIT_SLACK_SECONDS:
+            raise checks.Invalid(
+                "data_wait_seconds",
+                f"{self.data_wait_seconds:g} is more than step.total_seconds {self.total_seconds:g}",
+            )
 
 
 @dataclass(frozen=True)
 class DataLoaderSettings:
     """The job's DataLoader settings; None where the loader does not have the attribute."""
 
-    num_workers: int | None
-    pin_memory: bool | None
-    prefetch_factor: int | None  # None also when num_workers is 0: torch then prefetches nothing
-    persistent_workers: bool | None
-    batch_size: int | None  # None also when a batch_sampler makes the batches
+    num_workers: int | None = checks.key(_or_null(_whole), 0, _MAX_WORKERS)
+    pin_memory: bool | None = checks.key(_or_null(checks.flag))
+    # None also when num_workers is 0: torch then prefetches nothing.
+    prefetch_factor: int | None = checks.key(_or_null(_whole), 0, _MAX_BATCH)
+    persistent_workers: bool | None = checks.key(_or_null(checks.flag))
+    # None also when a batch_sampler makes the batches.
+    batch_size: int | None = checks.key(_or_null(_whole), 0, _MAX_BATCH)
 
 
 @dataclass(frozen=True)
 class Precision:
     """Mixed precision and TF32 as the job had them; None where the job could not tell."""
 
-    autocast: bool | None  # None when no model was given to sample it from
-    autocast_dtype: str | None  # "bfloat16", "float16"; None when autocast is off or unknown
-    matmul_allow_tf32: bool | None
-    cudnn_allow_tf32: bool | None
-    float32_matmul_precision: str | None  # "highest", "high" or "medium"
+    autocast: bool | None = checks.key(_or_null(checks.flag))  # None when no model was given to sample it from
+    # "bfloat16", "float16"; None when autocast is off or unknown.
+    autocast_dtype: str | None = checks.key(_or_null(_plain), 32)
+    matmul_allow_tf32: bool | None = checks.key(_or_null(checks.flag))
+    cudnn_allow_tf32: bool | None = checks.key(_or_null(checks.flag))
+    # "highest", "high" or "medium".
+    float32_matmul_precision: str | None = checks.key(_or_null(_plain), 16)
 
     @property
     def tf32(self) -> bool | None:
@@ -164,23 +189,30 @@ class Precision:
 class Device:
     """The device the job computes on."""
 
-    type: str  # "cuda" or "cpu" (or another torch device type)
-    index: int | None  # the CUDA index as the job sees it (after CUDA_VISIBLE_DEVICES); None on CPU
-    uuid: str  # "GPU-..." as NVML writes it, "" when unknown
+    type: str = checks.key(_plain, 16)  # "cuda" or "cpu" (or another torch device type)
+    # The CUDA index as the job sees it (after CUDA_VISIBLE_DEVICES); None on CPU.
+    index: int | None = checks.key(_or_null(_whole), 0, _MAX_DEVICE_INDEX)
+    # "GPU-..." as NVML writes it ("GPU-" or "MIG-" and a 36-character UUID), "" when unknown.
+    uuid: str = checks.key(_plain, 64)
 
 
 @dataclass(frozen=True)
 class TorchMemory:
     """`torch.cuda.memory_stats()` for the job's device, in bytes and counts; None where a key was missing."""
 
-    allocated_bytes: int | None
-    allocated_peak_bytes: int | None
-    reserved_bytes: int | None
-    reserved_peak_bytes: int | None
-    active_bytes: int | None
-    inactive_split_bytes: int | None
-    alloc_retries: int | None  # cudaMalloc retries after freeing the cache: a sign of memory pressure
-    ooms: int | None  # out-of-memory errors the allocator raised
+    allocated_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    allocated_peak_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    reserved_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    reserved_peak_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    active_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    inactive_split_bytes: int | None = checks.key(_or_null(_whole), 0, _MAX_BYTES)
+    # cudaMalloc retries after freeing the cache: a sign of memory pressure.
+    alloc_retries: int | None = checks.key(_or_null(_whole), 0, _MAX_COUNT)
+    ooms: int | None = checks.key(_or_null(_whole), 0, _MAX_COUNT)  # out-of-memory errors the allocator raised
+
+
+# The keys of the memory object, for tests that write messages.
+_FIELDS = {"memory": tuple(field.name for field in fields(TorchMemory))}
 
 
 @dataclass(frozen=True)
@@ -192,13 +224,14 @@ class JobReport:
     (its clock's monotonic seconds).
     """
 
-    pid: int
-    window_seconds: float  # wall time this report covers
-    step: StepTiming
-    dataloader: DataLoaderSettings | None  # None when the job's iterable is not a DataLoader
-    precision: Precision
-    device: Device
-    memory: TorchMemory | None  # None unless the job uses CUDA
+    pid: int = checks.key(_whole, 1, _MAX_PID)
+    window_seconds: float = checks.key(_seconds)  # wall time this report covers
+    step: StepTiming = checks.key(_object, StepTiming)
+    # None when the job's iterable is not a DataLoader.
+    dataloader: DataLoaderSettings | None = checks.key(_or_null(_object), DataLoaderSettings)
+    precision: Precision = checks.key(_object, Precision)
+    device: Device = checks.key(_object, Device)
+    memory: TorchMemory | None = checks.key(_or_null(_object), TorchMemory)  # None unless the job uses CUDA
     uid: int | None = None
     received_at: float | None = None
     trace: TraceSummary | None = None  # the process's last finished trace, which the receiver attaches
@@ -220,8 +253,7 @@ class JobReport:
 
 # ---------------------------------------------------------------- traces
 #
-# Trace messages come a few per trace, not every few seconds from every job: each record declares its
-# keys (gpulens.checks.key) and gpulens.checks.read reads them.
+# A job's answers to trace requests, a few per trace, read like reports: each record declares its keys.
 
 TRACE_STATES = ("started", "refused", "done", "failed")
 TRACE_ENDINGS = ("steps", "time", "end_of_pass", "exit")
@@ -311,7 +343,7 @@ class _TraceMessage:
 
     v: int = checks.key(checks.whole, VERSION, VERSION)
     pid: int = checks.key(_whole, 1, _MAX_PID)
-    trace: dict[str, Any] = checks.key(_present)
+    body: dict[str, Any] = checks.key(_present, name="trace")
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -336,34 +368,35 @@ class CheckpointUpdate:
 class _CheckpointMessage:
     v: int = checks.key(checks.whole, VERSION, VERSION)
     pid: int = checks.key(_whole, 1, _MAX_PID)
-    checkpoint: dict[str, Any] = checks.key(_present)
+    body: dict[str, Any] = checks.key(_present, name="checkpoint")
 
 
 def parse(data: bytes) -> JobReport:
     """Return the report in `data`, or raise BadMessage naming the first problem found."""
     document = _document(data)
     try:
-        return _report(document)
+        return checks.read(document, "message", JobReport, also=("v",), prefix="", in_order=True)
     except checks.Invalid as invalid:
         raise BadMessage(_said(invalid)) from None
 
 
 def parse_trace(data: bytes) -> TraceUpdate:
     """Return the trace answer or result in `data` (from the control connection), or raise BadMessage."""
-    document = _document(data)
-    try:
-        message = checks.read(document, "message", _TraceMessage, prefix="")
-        return checks.read(message.trace, "trace", TraceUpdate, given={"pid": message.pid})
-    except checks.Invalid as invalid:
-        raise BadMessage(_said(invalid)) from None
+    return _update(data, _TraceMessage, "trace", TraceUpdate)
 
 
 def parse_checkpoint(data: bytes) -> CheckpointUpdate:
     """Return the checkpoint answer in `data` (from the checkpoint connection), or raise BadMessage."""
+    return _update(data, _CheckpointMessage, "checkpoint", CheckpointUpdate)
+
+
+def _update(data: bytes, message: type[_TraceMessage | _CheckpointMessage], part: str, record: type[T]) -> T:
+    """Return `record` read from the object under key `part` of the `message` in `data`, with the pid the
+    message claims, or raise BadMessage."""
     document = _document(data)
     try:
-        message = checks.read(document, "message", _CheckpointMessage, prefix="")
-        return checks.read(message.checkpoint, "checkpoint", CheckpointUpdate, given={"pid": message.pid})
+        sent = checks.read(document, "message", message, prefix="")
+        return checks.read(sent.body, part, record, given={"pid": sent.pid})
     except checks.Invalid as invalid:
         raise BadMessage(_said(invalid)) from None
 
@@ -392,129 +425,6 @@ def _document(data: bytes) -> dict[str, Any]:
     if type(version) is not int or version != VERSION:
         raise BadMessage(f"v {checks.shown(version)} not supported; this agent reads v {VERSION}")
     return document
-
-
-# A report is read key by key, not by gpulens.checks.read: every job sends one every few seconds, and
-# checks.read, which works out its plan from the dataclass on every call, takes 250 us for the tests'
-# VALID message where this takes 35 (a 2-core VM). The keys of each object are its dataclass's fields;
-# each field's check and bounds are written here, once.
-
-
-def _report(document: dict[str, Any]) -> JobReport:
-    top = _Object(document, "message", _TOP_KEYS)
-    # Read in the order of the schema, so that the first problem reported is the first in the message.
-    return JobReport(
-        pid=top.read("pid", _whole, 1, _MAX_PID),
-        window_seconds=top.read("window_seconds", _seconds),
-        step=_step(top.object("step", StepTiming)),
-        dataloader=_dataloader(top.object_or_null("dataloader", DataLoaderSettings)),
-        precision=_precision(top.object("precision", Precision)),
-        device=_device(top.object("device", Device)),
-        memory=_memory(top.object_or_null("memory", TorchMemory)),
-    )
-
-
-def _step(o: _Object) -> StepTiming:
-    step = StepTiming(
-        count=o.read("count", _whole, 0, _MAX_COUNT),
-        data_wait_seconds=o.read("data_wait_seconds", _seconds),
-        total_seconds=o.read("total_seconds", _seconds),
-    )
-    if step.data_wait_seconds > step.total_seconds + _WAIT_SLACK_SECONDS:
-        raise checks.Invalid(
-            "step.data_wait_seconds",
-            f"{step.data_wait_seconds:g} is more than step.total_seconds {step.total_seconds:g}",
-        )
-    return step
-
-
-def _dataloader(o: _Object | None) -> DataLoaderSettings | None:
-    if o is None:
-        return None
-    return DataLoaderSettings(
-        num_workers=o.read_or_null("num_workers", _whole, 0, _MAX_WORKERS),
-        pin_memory=o.read_or_null("pin_memory", checks.flag),
-        prefetch_factor=o.read_or_null("prefetch_factor", _whole, 0, _MAX_BATCH),
-        persistent_workers=o.read_or_null("persistent_workers", checks.flag),
-        batch_size=o.read_or_null("batch_size", _whole, 0, _MAX_BATCH),
-    )
-
-
-def _precision(o: _Object) -> Precision:
-    return Precision(
-        autocast=o.read_or_null("autocast", checks.flag),
-        autocast_dtype=o.read_or_null("autocast_dtype", _plain, 32),
-        matmul_allow_tf32=o.read_or_null("matmul_allow_tf32", checks.flag),
-        cudnn_allow_tf32=o.read_or_null("cudnn_allow_tf32", checks.flag),
-        float32_matmul_precision=o.read_or_null("float32_matmul_precision", _plain, 16),
-    )
-
-
-def _device(o: _Object) -> Device:
-    return Device(
-        type=o.read("type", _plain, 16),
-        index=o.read_or_null("index", _whole, 0, _MAX_DEVICE_INDEX),
-        # "GPU-" or "MIG-" and a 36-character UUID.
-        uuid=o.read("uuid", _plain, 64),
-    )
-
-
-def _memory(o: _Object | None) -> TorchMemory | None:
-    if o is None:
-        return None
-    return TorchMemory(
-        allocated_bytes=o.read_or_null("allocated_bytes", _whole, 0, _MAX_BYTES),
-        allocated_peak_bytes=o.read_or_null("allocated_peak_bytes", _whole, 0, _MAX_BYTES),
-        reserved_bytes=o.read_or_null("reserved_bytes", _whole, 0, _MAX_BYTES),
-        reserved_peak_bytes=o.read_or_null("reserved_peak_bytes", _whole, 0, _MAX_BYTES),
-        active_bytes=o.read_or_null("active_bytes", _whole, 0, _MAX_BYTES),
-        inactive_split_bytes=o.read_or_null("inactive_split_bytes", _whole, 0, _MAX_BYTES),
-        alloc_retries=o.read_or_null("alloc_retries", _whole, 0, _MAX_COUNT),
-        ooms=o.read_or_null("ooms", _whole, 0, _MAX_COUNT),
-    )
-
-
-_TOP_KEYS = ("v", "pid", "window_seconds", "step", "dataloader", "precision", "device", "memory")
-
-
-@functools.cache
-def _keys(record: type) -> tuple[str, ...]:
-    """Return the keys of the object a report dataclass is read from: its fields' names."""
-    return tuple(field.name for field in fields(record))
-
-
-class _Object:
-    """A JSON object with a known set of keys, read one checked value at a time."""
-
-    def __init__(self, value: Any, where: str, keys: tuple[str, ...]):
-        self._value = checks.mapping(value, where, (), keys)
-        self._prefix = "" if where == "message" else f"{where}."
-
-    def _get(self, name: str) -> Any:
-        if name not in self._value:
-            raise checks.Invalid(self._prefix + name, "missing")
-        return self._value[name]
-
-    def read(self, name: str, check: Callable[..., Any], *limits: Any) -> Any:
-        """Return the value of key `name`, checked by check(value, place, *limits)."""
-        return check(self._get(name), self._prefix + name, *limits)
-
-    def read_or_null(self, name: str, check: Callable[..., Any], *limits: Any) -> Any:
-        """Return the value of key `name` as `read` does, or None for null."""
-        value = self._get(name)
-        return None if value is None else check(value, self._prefix + name, *limits)
-
-    def object(self, name: str, record: type) -> _Object:
-        """Return the object under key `name`, with the fields of the dataclass `record` for keys."""
-        return _Object(_present(self._get(name), self._prefix + name), self._prefix + name, _keys(record))
-
-    def object_or_null(self, name: str, record: type) -> _Object | None:
-        """Return the object under key `name` as `object` does, or None for null."""
-        return None if self._get(name) is None else self.object(name, record)
-
-
-# The keys of the memory object, for tests that write messages.
-_FIELDS = {"memory": _keys(TorchMemory)}
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
