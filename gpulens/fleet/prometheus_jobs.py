@@ -155,7 +155,6 @@ _EVALUATED = "gpulens:job_rules:evaluated"
 # Each job's span by job and owner, recorded in the same group; a point covers the hour before it.
 _SPAN_RULE = "job:gpulens_job_span_seconds:max1h"
 _SPAN_RULE_WINDOW = HOUR_SECONDS
-_JOB_AND_OWNER = f"{_KEY}, user, namespace, account, model, partition, pod"
 # How often the store evaluates the hourly rules (their groups' interval in rules/recording.rules.yml).
 RULES_INTERVAL = "5m"
 

@@ -74,6 +74,14 @@ class FleetReport:
     short_count: int
     shown_only: bool = False
 
+    def every_job(self, listed_in: str) -> list[tuple[JobRecord, str]]:
+        """Return every job and its mark, as the formats that list them all have them: the judged jobs most wasted
+        first, then the short ones. Raise ValueError for a report read for its tables (`shown_only`), which holds
+        their rows only; its message begins with `listed_in` ("the line format lists every job")."""
+        if self.shown_only:
+            raise ValueError(f"{listed_in}: build the report from every job's record")
+        return [*self.jobs, *((r, flag(r, self.min_duration)) for r in self.short)]
+
 
 def job_report(records: Sequence[JobRecord], source: str, min_duration: float) -> JobReport:
     """Return the report of one job from its runs (on one or several nodes); `records` must not be empty."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,7 @@ from gpulens.fleet.trend import (
     unnamed_note,
 )
 from gpulens.printable import printable
-from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, OverAsk, over_asks
+from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, over_asks
 from gpulens.usage import STATES, JobRecord, TipUse
 from gpulens.vocabulary import STATE_NAME, State
 
@@ -48,7 +49,8 @@ NAME_SHOWN = 24  # a Slurm job's name in a table; the job's own report shows it 
 UNTRACED_SHOWN = 5
 # Columns of numbers (gpulens.report.terminal sets them flush right): a fleet report's by group, in their order,
 # and a trend's waste a day in its first days against its last.
-GROUP_NUMBERS = ("jobs", "GPU-hours", "wasted", "idle", "starved", "underused", "wasted %", "busy", "SM act.")
+USAGE_NUMBERS = ("GPU-hours", "wasted", "idle", "starved", "underused", "wasted %")  # of a group or a person
+GROUP_NUMBERS = ("jobs", *USAGE_NUMBERS, "busy", "SM act.")
 CHANGE_NUMBERS = ("first, a day", "last, a day", "change")
 
 
@@ -163,10 +165,6 @@ def allocation_text(resource: str, asked: float, used: float | None, suggested: 
         amount(used) if used is not None else "unknown"
     )
     return f"{text}: ask for {amount(suggested)}" if suggested else text
-
-
-def over_ask_text(o: OverAsk) -> str:
-    return allocation_text(o.resource, o.asked, o.used, o.suggested)
 
 
 def _allocation_facts(r: JobRecord) -> list[tuple[str, str]]:
@@ -333,17 +331,12 @@ def fleet_document(report: FleetReport) -> Document:
             (
                 g.key,
                 str(g.jobs),
-                hours(g.total.gpu_seconds),
-                hours(g.total.wasted_seconds),
-                hours(g.total.seconds_in(State.IDLE)),
-                hours(g.total.seconds_in(State.DATA_STARVED)),
-                hours(g.total.seconds_in(State.UNDERUTILIZED)),
-                percent(_share(g.total)),
+                *_usage(g.total, percent),
                 percent(g.total.busy_ratio),
                 percent(g.total.sm_activity),
                 gib(g.total.memory_peak_bytes),
                 kwh(g.total.energy_joules),
-                _top_tip(g.total),
+                top_tip(g.total),
                 ", ".join(w if len(w) <= ID_SHOWN else w[:ID_SHOWN] + "…" for w in g.worst),
             )
             for g in report.groups
@@ -376,7 +369,7 @@ def fleet_document(report: FleetReport) -> Document:
                 percent(r.data_wait_ratio),
                 memory_text(r),
                 mark,
-                _top_tip(r),
+                top_tip(r),
             )
             for r, mark in report.jobs[:WORST_JOBS_SHOWN]
         ),
@@ -400,7 +393,26 @@ def _share(record: JobRecord) -> float | None:
     return record.wasted_seconds / record.gpu_seconds if record.gpu_seconds else None
 
 
-def _top_tip(record: JobRecord) -> str:
+def _usage(record: JobRecord, share: Callable[[float | None], str]) -> tuple[str, ...]:
+    """Return the cells of USAGE_NUMBERS: the GPU-hours held, wasted, idle, starved for data and underused, and
+    the share wasted as `share` writes it (percent or precise)."""
+    return (
+        hours(record.gpu_seconds),
+        hours(record.wasted_seconds),
+        hours(record.seconds_in(State.IDLE)),
+        hours(record.seconds_in(State.DATA_STARVED)),
+        hours(record.seconds_in(State.UNDERUTILIZED)),
+        share(_share(record)),
+    )
+
+
+def _period(since: float, until: float) -> tuple[str, str]:
+    """Return the fact of a period: its first and last moments and how long it lasted."""
+    return ("period", f"{words.when(since)} to {words.when(until)} ({words.duration(until - since)})")
+
+
+def top_tip(record: JobRecord) -> str:
+    """Return the title of the job's first tip, or '' when it has none."""
     top = record.top_tips(1)
     return tip_title(top[0][0]) if top else ""
 
@@ -423,10 +435,7 @@ def trend_document(report: TrendReport) -> Document:
     total, change = report.total, report.change
     window = words.plural(change.days, "day")
     facts = [
-        (
-            "period",
-            f"{words.when(report.since)} to {words.when(report.until)} ({words.duration(report.until - report.since)})",
-        ),
+        _period(report.since, report.until),
         ("GPU-hours", hours(total.held)),
         ("wasted GPU-hours", f"{hours(total.wasted)} ({percent(total.share)})"),
         ("waste", change_sentence(change)),
@@ -594,10 +603,7 @@ def digest_document(digest: Digest) -> Document:
 
     people = [(g.key, p) for g in digest.groups for p in g.people]
     facts = [
-        (
-            "period",
-            f"{words.when(digest.since)} to {words.when(digest.until)} ({words.duration(digest.until - digest.since)})",
-        ),
+        _period(digest.since, digest.until),
         ("jobs", str(digest.jobs)),
         ("GPU-hours", hours(total.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({precise(_share(total))})"),
@@ -606,32 +612,21 @@ def digest_document(digest: Digest) -> Document:
         facts.insert(1, ("people", str(len({p.user for _, p in people}))))
     if by_account:
         facts.insert(1, ("accounts", str(len(digest.groups))))
-    usage = GROUP_NUMBERS[1:7]  # GPU-hours, wasted, idle, starved, underused, wasted %
-
-    def spent(r: JobRecord) -> tuple[str, ...]:
-        return (
-            hours(r.gpu_seconds),
-            hours(r.wasted_seconds),
-            hours(r.seconds_in(State.IDLE)),
-            hours(r.seconds_in(State.DATA_STARVED)),
-            hours(r.seconds_in(State.UNDERUTILIZED)),
-            precise(_share(r)),
-        )
 
     accounts = Table(
         "Accounts, most wasted first",
-        ("account", "members", "jobs", *usage),
-        tuple((g.key, str(len(g.people)), str(g.jobs), *spent(g.total)) for g in digest.groups),
+        ("account", "members", "jobs", *USAGE_NUMBERS),
+        tuple((g.key, str(len(g.people)), str(g.jobs), *_usage(g.total, precise)) for g in digest.groups),
     )
     members = Table(
         "Members of each account, most wasted first" if by_account else "People, most wasted first",
-        (*lead("account"), "user", "jobs", *usage, "GPU-hours rank", "waste rank"),
+        (*lead("account"), "user", "jobs", *USAGE_NUMBERS, "GPU-hours rank", "waste rank"),
         tuple(
             (
                 *lead(key),
                 p.user,
                 str(p.jobs),
-                *spent(p.total),
+                *_usage(p.total, precise),
                 f"{p.gpu_hours_rank} of {p.peers}",
                 f"{p.waste_rank} of {p.peers}",
             )
@@ -668,7 +663,7 @@ def digest_document(digest: Digest) -> Document:
                 ", ".join(r.record.models),
                 f"{', '.join(r.unused)} ({words.duration(r.unused_seconds)} held)" if r.unused else "",
                 r.mig_profile,
-                "; ".join(over_ask_text(o) for o in r.over_asks),
+                "; ".join(allocation_text(o.resource, o.asked, o.used, o.suggested) for o in r.over_asks),
             )
             for key, p in people
             for r in p.resizes

@@ -11,41 +11,55 @@ first, so that a job is always one line.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
-from gpulens.fleet.summary import FleetReport, JobReport, flag
+from gpulens.fleet.summary import FleetReport, JobReport
 from gpulens.printable import printable
-from gpulens.report.document import MARKED_BY, precise, tip_title
+from gpulens.report.document import MARKED_BY, precise, top_tip
 from gpulens.usage import STATES, JobRecord
 from gpulens.vocabulary import State
 
 HELD_STATES = tuple(s for s in STATES if s != State.FREE.value)  # the states a job's GPU-hours are spent in
-FIELDS = (
-    "job",
-    "kind",
-    "user",
-    "name",
-    "account",
-    "namespace",
-    "pod",
-    "partition",
-    "nodes",
-    "gpus",
-    "status",
-    "mark",
-    "start",
-    "elapsed",
-    "gpu_hours",
-    "wasted_gpu_hours",
-    "wasted",
-    "busy_ratio",
-    "sm_activity",
-    "memory_peak",
-    *HELD_STATES,
-    "models",
-    "tip",
-)
 UNKNOWN = "-"
 _QUOTED = frozenset(" \t\r\n\"'\\")  # what `shlex.split` would split at or read as quoting
+
+_Field = Callable[[JobRecord, str], str]  # a field's value, from a job's record and its mark
+
+
+def _state_share(state: str) -> _Field:
+    """Return the field of the share of a job's GPU-hours spent in `state`."""
+    return lambda r, mark: _percent(_of_held(r, r.state_seconds.get(state, 0.0)))
+
+
+# Each field of a line, in order, and how its value is written.
+_FIELD_VALUES: dict[str, _Field] = {
+    "job": lambda r, mark: r.id,
+    "kind": lambda r, mark: r.kind,
+    "user": lambda r, mark: r.user,
+    "name": lambda r, mark: r.name,
+    "account": lambda r, mark: r.account,
+    "namespace": lambda r, mark: r.namespace,
+    "pod": lambda r, mark: r.pod,
+    "partition": lambda r, mark: r.partition,
+    "nodes": lambda r, mark: ",".join(r.nodes),
+    "gpus": lambda r, mark: str(len(r.gpus)),
+    "status": lambda r, mark: "running" if r.running else "finished",
+    "mark": lambda r, mark: mark,
+    # The start as --since and --until read it.
+    "start": lambda r, mark: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.start)),
+    "elapsed": lambda r, mark: elapsed(r.duration_seconds),
+    "gpu_hours": lambda r, mark: f"{r.gpu_seconds / 3600:.2f}",
+    "wasted_gpu_hours": lambda r, mark: f"{r.wasted_seconds / 3600:.2f}",
+    "wasted": lambda r, mark: _percent(_of_held(r, r.wasted_seconds)),
+    # On the side of the thresholds `mark` is given by.
+    "busy_ratio": lambda r, mark: _percent(r.busy_ratio, MARKED_BY),
+    "sm_activity": lambda r, mark: _percent(r.sm_activity),
+    "memory_peak": lambda r, mark: _percent(r.memory_peak_ratio if r.memory_peak_bytes else None),
+    **{s: _state_share(s) for s in HELD_STATES},
+    "models": lambda r, mark: ",".join(r.models),
+    "tip": lambda r, mark: top_tip(r),
+}
+FIELDS = tuple(_FIELD_VALUES)
 
 
 def to_lines(report: JobReport | FleetReport) -> str:
@@ -53,42 +67,13 @@ def to_lines(report: JobReport | FleetReport) -> str:
     then the short ones (`mark=short`), as the CSV format lists them."""
     if isinstance(report, JobReport):
         return job_line(report.record, report.flag) + "\n"
-    if report.shown_only:  # a report read for its tables holds their rows only
-        raise ValueError("the line format lists every job: build the report from every job's record")
-    rows = [*report.jobs, *((r, flag(r, report.min_duration)) for r in report.short)]
+    rows = report.every_job("the line format lists every job")
     return "".join(job_line(record, mark) + "\n" for record, mark in rows)
 
 
 def job_line(r: JobRecord, mark: str) -> str:
     """Return the job's line, without a newline: `job=ID kind=slurm user=carol ... tip="..."`."""
-    held = r.gpu_seconds
-    top = r.top_tips(1)
-    values = {
-        "job": r.id,
-        "kind": r.kind,
-        "user": r.user,
-        "name": r.name,
-        "account": r.account,
-        "namespace": r.namespace,
-        "pod": r.pod,
-        "partition": r.partition,
-        "nodes": ",".join(r.nodes),
-        "gpus": str(len(r.gpus)),
-        "status": "running" if r.running else "finished",
-        "mark": mark,
-        "start": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(r.start)),  # what --since and --until read
-        "elapsed": elapsed(r.duration_seconds),
-        "gpu_hours": f"{held / 3600:.2f}",
-        "wasted_gpu_hours": f"{r.wasted_seconds / 3600:.2f}",
-        "wasted": _percent(r.wasted_seconds / held if held else None),
-        "busy_ratio": _percent(r.busy_ratio, MARKED_BY),  # on the side of the thresholds `mark` is given by
-        "sm_activity": _percent(r.sm_activity),
-        "memory_peak": _percent(r.memory_peak_ratio if r.memory_peak_bytes else None),
-        **{s: _percent(r.state_seconds.get(s, 0.0) / held if held else None) for s in HELD_STATES},
-        "models": ",".join(r.models),
-        "tip": tip_title(top[0][0]) if top else "",
-    }
-    return " ".join(f"{key}={quote(values[key])}" for key in FIELDS)
+    return " ".join(f"{key}={quote(value(r, mark))}" for key, value in _FIELD_VALUES.items())
 
 
 def elapsed(seconds: float) -> str:
@@ -115,3 +100,8 @@ def quote(value: str) -> str:
 
 def _percent(ratio: float | None, against: tuple[float, ...] = ()) -> str:
     return UNKNOWN if ratio is None else precise(ratio, against)
+
+
+def _of_held(r: JobRecord, seconds: float) -> float | None:
+    """Return `seconds` as a share of the GPU-seconds the job held; None when it held none."""
+    return seconds / r.gpu_seconds if r.gpu_seconds else None

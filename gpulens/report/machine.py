@@ -6,46 +6,66 @@ import csv
 import io
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gpulens import thresholds as t
-from gpulens.fleet.summary import FleetReport, Group, JobReport, flag
+from gpulens.fleet.summary import FleetReport, Group, JobReport
 from gpulens.fleet.trend import HELD, REASONS, FollowUp, TrendReport, Usage
 from gpulens.report.digest import CostlyJob, Digest, OverAsk, Person, Resize
 from gpulens.usage import STATES, JobRecord
 from gpulens.words import fixed
 
 SCHEMA = "gpulens.report/v1"
-CSV_COLUMNS = (
-    "kind",
-    "id",
-    "user",
-    "namespace",
-    "pod",
-    "partition",
-    "nodes",
-    "models",
-    "gpus",
-    "start",
-    "end",
-    "running",
-    "duration_seconds",
-    "mark",
-    "gpu_hours",
-    "wasted_gpu_hours",
-    *(f"{s}_gpu_hours" for s in STATES),
-    "busy_ratio",
-    "sm_activity",
-    "data_wait_ratio",
-    "memory_peak_bytes",
-    "memory_capacity_bytes",
-    "torch_allocated_peak_bytes",
-    "torch_reserved_peak_bytes",
-    "energy_kwh",
-    "top_tips",
-    "account",  # added after the others, so that every earlier column keeps its place
-    "name",
+_EVERY_JOB = "JSON and CSV list every job"  # why a report read for its tables is refused
+
+_Cell = Callable[[JobRecord, str], str | float]  # a CSV cell, from a job's record and its mark
+
+
+def _number(value: float | None, digits: int = 4, against: tuple[float, ...] = ()) -> str:
+    """Return a number as a CSV cell: `digits` decimals, on its side of the thresholds `against`; '' when unknown."""
+    return "" if value is None else fixed(value, digits, against)
+
+
+def _state_hours(state: str) -> _Cell:
+    """Return the cell of the GPU-hours a job spent in `state`."""
+    return lambda r, mark: _number(r.state_seconds.get(state, 0.0) / 3600)
+
+
+# Each CSV column, in order, and how its cell is written.
+_CSV_TABLE: tuple[tuple[str, _Cell], ...] = (
+    ("kind", lambda r, mark: r.kind),
+    ("id", lambda r, mark: r.id),
+    ("user", lambda r, mark: r.user),
+    ("namespace", lambda r, mark: r.namespace),
+    ("pod", lambda r, mark: r.pod),
+    ("partition", lambda r, mark: r.partition),
+    ("nodes", lambda r, mark: " ".join(r.nodes)),
+    ("models", lambda r, mark: " ".join(r.models)),
+    ("gpus", lambda r, mark: len(r.gpus)),
+    ("start", lambda r, mark: f"{r.start:.0f}"),
+    ("end", lambda r, mark: f"{r.last_seen:.0f}"),
+    ("running", lambda r, mark: int(r.running)),
+    ("duration_seconds", lambda r, mark: f"{r.duration_seconds:.0f}"),
+    ("mark", lambda r, mark: mark),
+    ("gpu_hours", lambda r, mark: _number(r.gpu_seconds / 3600)),
+    ("wasted_gpu_hours", lambda r, mark: _number(r.wasted_seconds / 3600)),
+    *((f"{s}_gpu_hours", _state_hours(s)) for s in STATES),
+    # Written on its side of the thresholds its mark is given by.
+    ("busy_ratio", lambda r, mark: _number(r.busy_ratio, against=(t.REPORT_BUSY_RED, t.REPORT_BUSY_WARN))),
+    ("sm_activity", lambda r, mark: _number(r.sm_activity)),
+    ("data_wait_ratio", lambda r, mark: _number(r.data_wait_ratio)),
+    ("memory_peak_bytes", lambda r, mark: r.memory_peak_bytes),
+    ("memory_capacity_bytes", lambda r, mark: r.memory_capacity_bytes),
+    ("torch_allocated_peak_bytes", lambda r, mark: r.torch_allocated_peak_bytes),
+    ("torch_reserved_peak_bytes", lambda r, mark: r.torch_reserved_peak_bytes),
+    ("energy_kwh", lambda r, mark: _number(r.energy_kwh, 6)),
+    ("top_tips", lambda r, mark: " ".join(tip for tip, _ in r.top_tips(3))),
+    # Added after the others, so that every earlier column keeps its place.
+    ("account", lambda r, mark: r.account),
+    ("name", lambda r, mark: r.name),
 )
+CSV_COLUMNS = tuple(name for name, _ in _CSV_TABLE)
 
 
 def _job(record: JobRecord, mark: str, timeline: bool = False) -> dict[str, Any]:
@@ -100,19 +120,15 @@ def to_json(report: JobReport | FleetReport | TrendReport | Digest) -> str:
             "traces": None if report.traces is None else report.traces.to_dict(),
         }
     else:
-        _every_job(report)
+        every = report.every_job(_EVERY_JOB)
+        judged = len(report.jobs)
         body = {
-            "schema": SCHEMA,
-            "kind": "fleet",
-            "source": report.source,
-            "since": report.since,
-            "until": report.until,
-            "by": report.by,
+            **_opening(report, "fleet"),
             "min_duration_seconds": report.min_duration,
             "total": _group(report.total),
             "groups": [_group(g) for g in report.groups],
-            "jobs": [_job(r, mark) for r, mark in report.jobs],
-            "short_jobs": [_job(r, flag(r, report.min_duration)) for r in report.short],
+            "jobs": [_job(r, mark) for r, mark in every[:judged]],
+            "short_jobs": [_job(r, mark) for r, mark in every[judged:]],
         }
     return json.dumps(body, indent=2, sort_keys=False) + "\n"
 
@@ -125,8 +141,7 @@ def to_csv(report: JobReport | FleetReport | TrendReport) -> str:
     if isinstance(report, JobReport):
         rows = [(report.record, report.flag)]
     else:
-        _every_job(report)
-        rows = [*report.jobs, *((r, flag(r, report.min_duration)) for r in report.short)]
+        rows = report.every_job(_EVERY_JOB)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
@@ -135,45 +150,22 @@ def to_csv(report: JobReport | FleetReport | TrendReport) -> str:
     return out.getvalue()
 
 
-def _every_job(report: FleetReport) -> None:
-    if report.shown_only:  # a report read for its tables holds their rows only
-        raise ValueError("JSON and CSV list every job: build the report from every job's record")
+def _opening(report: FleetReport | TrendReport | Digest, kind: str) -> dict[str, Any]:
+    """Return the keys a report of a period opens with: the schema, its `kind`, its source, its period and its
+    grouping."""
+    return {
+        "schema": SCHEMA,
+        "kind": kind,
+        "source": report.source,
+        "since": report.since,
+        "until": report.until,
+        "by": report.by,
+    }
 
 
 def _csv_row(r: JobRecord, mark: str) -> list[str | float]:
-    def number(value: float | None, digits: int = 4, against: tuple[float, ...] = ()) -> str:
-        return "" if value is None else fixed(value, digits, against)
-
-    return [
-        r.kind,
-        r.id,
-        r.user,
-        r.namespace,
-        r.pod,
-        r.partition,
-        " ".join(r.nodes),
-        " ".join(r.models),
-        len(r.gpus),
-        f"{r.start:.0f}",
-        f"{r.last_seen:.0f}",
-        int(r.running),
-        f"{r.duration_seconds:.0f}",
-        mark,
-        number(r.gpu_seconds / 3600),
-        number(r.wasted_seconds / 3600),
-        *(number(r.state_seconds.get(s, 0.0) / 3600) for s in STATES),
-        number(r.busy_ratio, against=(t.REPORT_BUSY_RED, t.REPORT_BUSY_WARN)),  # on the side of its mark
-        number(r.sm_activity),
-        number(r.data_wait_ratio),
-        r.memory_peak_bytes,
-        r.memory_capacity_bytes,
-        r.torch_allocated_peak_bytes,
-        r.torch_reserved_peak_bytes,
-        number(r.energy_kwh, 6),
-        " ".join(tip for tip, _ in r.top_tips(3)),
-        r.account,
-        r.name,
-    ]
+    """Return the job's CSV row: its cell in each of CSV_COLUMNS."""
+    return [cell(r, mark) for _, cell in _CSV_TABLE]
 
 
 TREND_CSV_COLUMNS = ("day", "group", "state", "gpu_hours", "wasted", "measured_hours")
@@ -208,12 +200,7 @@ def _follow_up(f: FollowUp) -> dict[str, Any]:
 def _trend(report: TrendReport) -> dict[str, Any]:
     change = report.change
     return {
-        "schema": SCHEMA,
-        "kind": "trend",
-        "source": report.source,
-        "since": report.since,
-        "until": report.until,
-        "by": report.by,
+        **_opening(report, "trend"),
         "min_duration_seconds": report.min_duration,
         "total": _usage(report.total),
         "change": {
@@ -326,12 +313,7 @@ def _person(p: Person) -> dict[str, Any]:
 
 def _digest(digest: Digest) -> dict[str, Any]:
     return {
-        "schema": SCHEMA,
-        "kind": "digest",
-        "source": digest.source,
-        "since": digest.since,
-        "until": digest.until,
-        "by": digest.by,
+        **_opening(digest, "digest"),
         "recipient": digest.recipient or None,
         "min_duration_seconds": digest.min_duration,
         "jobs": digest.jobs,
