@@ -14,7 +14,7 @@ from gpulens.agent.collectors.base import GPU_LABELS
 from gpulens.agent.collectors.mig import MIG_LABELS
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.snapshot import Snapshot
-from gpulens.usage import REQUESTS, JobRecord
+from gpulens.usage import ADDITIVE, PEAKS, REQUESTS, SERIES, JobRecord
 from gpulens.vocabulary import State
 
 # Every per-job series carries its job's key and owner: a store adds up a month of jobs by owner in one
@@ -30,6 +30,34 @@ _IN_JOB = frozenset(
 _HOST_USE = frozenset(("cpu_seconds", "cpu_observed_seconds"))
 # Per-job series whose 0 means "not known": a resident set never read, a request the agent could not read.
 _KNOWN_IF_SET = frozenset(("host_memory_peak_bytes", *REQUESTS))
+# The help text of each per-job total (gpulens.usage.SERIES names them).
+_HELP = {
+    "busy_seconds": "GPU-seconds a kernel ran on the job's GPUs while it held them.",
+    "sampled_seconds": (
+        "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled is the job's busy ratio."
+    ),
+    "sm_activity_seconds": "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer).",
+    "gpm_seconds": "GPU-seconds of the job covered by GPM readings.",
+    "energy_joules": "Energy of the job's GPUs while it held them, split among jobs sharing a GPU.",
+    "data_wait_seconds": "Seconds the job waited for data, from its own reports (gpulens.torch).",
+    "data_wait_observed_seconds": "Seconds covered by the job's own step reports.",
+    "cpu_seconds": "CPU seconds (user + system) the job's GPU processes and their descendants used on this node.",
+    "cpu_observed_seconds": (
+        "Seconds the job's processes were measured on this node; cpu_seconds over these is its mean cores in use."
+    ),
+    "memory_peak_bytes": "Most device memory the job's processes used on one GPU since it started.",
+    "memory_capacity_bytes": "Device memory of that GPU.",
+    "torch_allocated_peak_bytes": "Highest PyTorch allocated-bytes peak the job reported.",
+    "torch_reserved_peak_bytes": "Highest PyTorch reserved-bytes peak the job reported.",
+    "host_memory_peak_bytes": (
+        "Most resident memory (RSS added over its processes) the job held at once on this node, read each cycle."
+    ),
+    "requested_cpus": "CPU cores the job asked for on this node (its Slurm environment, or a pod's cgroup CPU limit).",
+    "requested_memory_bytes": (
+        "Host memory the job asked for on this node (its Slurm environment, or a pod's cgroup memory limit)."
+    ),
+    "time_limit_seconds": "The run time limit Slurm gave the job (Slurm 23.02 and later).",
+}
 
 
 class JobSeries:
@@ -152,68 +180,9 @@ def job_metrics(records: Iterable[tuple[JobRecord, int | None]]) -> Iterable[Met
     seen = _gauge(
         "gpulens_job_last_seen_timestamp_seconds", "When this node last saw the job on a GPU, seconds since the epoch."
     )
-    counters = {
-        "busy_seconds": _counter(
-            "gpulens_job_gpu_busy_seconds", "GPU-seconds a kernel ran on the job's GPUs while it held them."
-        ),
-        "sampled_seconds": _counter(
-            "gpulens_job_gpu_sampled_seconds",
-            "GPU-seconds covered by utilization samples on the job's GPUs; busy/sampled is the job's busy ratio.",
-        ),
-        "sm_activity_seconds": _counter(
-            "gpulens_job_gpu_sm_activity_seconds",
-            "GPM SM activity integrated over the job's GPU-seconds (Hopper and newer).",
-        ),
-        "gpm_seconds": _counter("gpulens_job_gpu_gpm_seconds", "GPU-seconds of the job covered by GPM readings."),
-        "energy_joules": _counter(
-            "gpulens_job_energy_joules", "Energy of the job's GPUs while it held them, split among jobs sharing a GPU."
-        ),
-        "data_wait_seconds": _counter(
-            "gpulens_job_data_wait_seconds", "Seconds the job waited for data, from its own reports (gpulens.torch)."
-        ),
-        "data_wait_observed_seconds": _counter(
-            "gpulens_job_data_wait_observed_seconds", "Seconds covered by the job's own step reports."
-        ),
-        "cpu_seconds": _counter(
-            "gpulens_job_cpu_seconds",
-            "CPU seconds (user + system) the job's GPU processes and their descendants used on this node.",
-        ),
-        "cpu_observed_seconds": _counter(
-            "gpulens_job_cpu_observed_seconds",
-            "Seconds the job's processes were measured on this node; cpu_seconds over these is its mean cores in use.",
-        ),
-    }
-    peaks = {
-        "memory_peak_bytes": _gauge(
-            "gpulens_job_memory_peak_bytes", "Most device memory the job's processes used on one GPU since it started."
-        ),
-        "memory_capacity_bytes": _gauge("gpulens_job_memory_capacity_bytes", "Device memory of that GPU."),
-        # Not *_peak_bytes: those are the in-job families (agent/jobs/metrics.py), per process; one name
-        # for both would repeat a family in the exposition, which scrapers reject.
-        "torch_allocated_peak_bytes": _gauge(
-            "gpulens_job_torch_allocated_max_bytes", "Highest PyTorch allocated-bytes peak the job reported."
-        ),
-        "torch_reserved_peak_bytes": _gauge(
-            "gpulens_job_torch_reserved_max_bytes", "Highest PyTorch reserved-bytes peak the job reported."
-        ),
-        "host_memory_peak_bytes": _gauge(
-            "gpulens_job_host_memory_peak_bytes",
-            "Most resident memory (RSS added over its processes) the job held at once on this node, read each cycle.",
-        ),
-    }
-    requests = {
-        "requested_cpus": _gauge(
-            "gpulens_job_cpu_cores_requested",
-            "CPU cores the job asked for on this node (its Slurm environment, or a pod's cgroup CPU limit).",
-        ),
-        "requested_memory_bytes": _gauge(
-            "gpulens_job_host_memory_requested_bytes",
-            "Host memory the job asked for on this node (its Slurm environment, or a pod's cgroup memory limit).",
-        ),
-        "time_limit_seconds": _gauge(
-            "gpulens_job_time_limit_seconds", "The run time limit Slurm gave the job (Slurm 23.02 and later)."
-        ),
-    }
+    counters = {field: _counter(SERIES[field], _HELP[field]) for field in ADDITIVE}
+    peaks = {field: _gauge(SERIES[field], _HELP[field]) for field in PEAKS}
+    requests = {field: _gauge(SERIES[field], _HELP[field]) for field in REQUESTS}
     memory = _gauge(
         "gpulens_job_memory_used_bytes", "Most device memory the job's processes use on one GPU, as of the last cycle."
     )

@@ -54,6 +54,29 @@ REQUESTS: dict[str, type[float] | type[int]] = {
     "time_limit_seconds": float,
 }
 OWNER = ("user", "namespace", "pod", "container", "partition", "account", "name")
+# The per-job series each of those fields is exported as with --jobs.export-totals (agent/job_series.py) and
+# read back from (gpulens/fleet/prometheus_jobs.py); a counter's name gains _total in the exposition.
+SERIES = {
+    "busy_seconds": "gpulens_job_gpu_busy_seconds",
+    "sampled_seconds": "gpulens_job_gpu_sampled_seconds",
+    "sm_activity_seconds": "gpulens_job_gpu_sm_activity_seconds",
+    "gpm_seconds": "gpulens_job_gpu_gpm_seconds",
+    "energy_joules": "gpulens_job_energy_joules",
+    "data_wait_seconds": "gpulens_job_data_wait_seconds",
+    "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds",
+    "cpu_seconds": "gpulens_job_cpu_seconds",
+    "cpu_observed_seconds": "gpulens_job_cpu_observed_seconds",
+    "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
+    "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
+    # Not *_peak_bytes: those are the in-job families (agent/jobs/metrics.py), per process; one name for both
+    # would repeat a family in the exposition, which scrapers reject.
+    "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
+    "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
+    "host_memory_peak_bytes": "gpulens_job_host_memory_peak_bytes",
+    "requested_cpus": "gpulens_job_cpu_cores_requested",
+    "requested_memory_bytes": "gpulens_job_host_memory_requested_bytes",
+    "time_limit_seconds": "gpulens_job_time_limit_seconds",
+}
 # The last second of year 9999: the latest time Python's time and datetime functions can show.
 LAST_EPOCH = 253_402_300_799.0
 

@@ -40,7 +40,18 @@ from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, newest_first
 from gpulens.fleet.trend import HOUR_SECONDS, TrendReport, trend_report, utc_day
 from gpulens.httpclient import HttpError, collector_paused
 from gpulens.prometheus_api import PrometheusApi, any_of, label_value
-from gpulens.usage import LAST_EPOCH, REQUESTS, STATES, JobRecord, TimelinePoint, TipUse, add_up
+from gpulens.usage import (
+    ADDITIVE,
+    LAST_EPOCH,
+    PEAKS,
+    REQUESTS,
+    SERIES,
+    STATES,
+    JobRecord,
+    TimelinePoint,
+    TipUse,
+    add_up,
+)
 from gpulens.vocabulary import TRACE_PARTS, WASTED_STATES
 from gpulens.words import trace_sentence
 
@@ -67,33 +78,14 @@ RAW_PARTS = 4
 TREND_HOURS_PER_QUERY = 10_000
 
 _KEY = "job_kind, job_id"
-_COUNTERS = {
-    "busy_seconds": "gpulens_job_gpu_busy_seconds_total",
-    "sampled_seconds": "gpulens_job_gpu_sampled_seconds_total",
-    "sm_activity_seconds": "gpulens_job_gpu_sm_activity_seconds_total",
-    "gpm_seconds": "gpulens_job_gpu_gpm_seconds_total",
-    "energy_joules": "gpulens_job_energy_joules_total",
-    "data_wait_seconds": "gpulens_job_data_wait_seconds_total",
-    "data_wait_observed_seconds": "gpulens_job_data_wait_observed_seconds_total",
-    "cpu_seconds": "gpulens_job_cpu_seconds_total",
-    "cpu_observed_seconds": "gpulens_job_cpu_observed_seconds_total",
-}
+_COUNTERS = {field: SERIES[field] + "_total" for field in ADDITIVE}
 # The counters the fleet report's tables show of every group (summary.fleet_report, document.fleet_document).
 _TABLE_COUNTERS = ("busy_seconds", "sampled_seconds", "sm_activity_seconds", "gpm_seconds", "energy_joules")
 # Which of gpulens_job_gpu_state_seconds_total a job wasted, and held (gpulens.usage: every state but free).
 _WASTED_STATES = "state=~" + label_value("|".join(s.value for s in WASTED_STATES))
 _HELD_STATES = 'state!="free"'
-_PEAKS = {
-    "memory_peak_bytes": "gpulens_job_memory_peak_bytes",
-    "memory_capacity_bytes": "gpulens_job_memory_capacity_bytes",
-    "torch_allocated_peak_bytes": "gpulens_job_torch_allocated_max_bytes",
-    "torch_reserved_peak_bytes": "gpulens_job_torch_reserved_max_bytes",
-    "host_memory_peak_bytes": "gpulens_job_host_memory_peak_bytes",
-    # What the job asked for on one node: the largest over the period, as two records of one job keep.
-    "requested_cpus": "gpulens_job_cpu_cores_requested",
-    "requested_memory_bytes": "gpulens_job_host_memory_requested_bytes",
-    "time_limit_seconds": "gpulens_job_time_limit_seconds",
-}
+# What the job asked for on one node is read as a peak: the largest over the period, as two records of one job keep.
+_PEAKS = {field: SERIES[field] for field in (*PEAKS, *REQUESTS)}
 
 
 class _Sum(NamedTuple):
