@@ -341,27 +341,31 @@ class AgentsSource:
         return records, problems
 
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
+        runs, enabled, problems = self._ask_traces(job, lambda agent: agent.traces({"job": job.job_id}))
+        runs.sort(key=lambda t: t.run["requested_at"], reverse=True)
+        return Answer(JobTraces(tuple(runs), enabled=any(enabled) if enabled else None), problems)
+
+    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
+        started, _, problems = self._ask_traces(
+            job, lambda agent: agent.start_trace({"job": job.job_id, "steps": steps})
+        )
+        return Answer(tuple(started), problems)
+
+    def _ask_traces(
+        self, job: JobSummary, call: Callable[[AgentClient], dict[str, Any]]
+    ) -> tuple[list[TraceShown], list[bool], tuple[SourceProblem, ...]]:
+        """Run `call` on the agent of each node the job runs on (`_ask`); return the trace records the agents
+        answered that check, whether each answering agent has tracing enabled, and the problems."""
         runs: list[TraceShown] = []
         enabled: list[bool] = []
         problems: list[SourceProblem] = []
-        for node, body, problem in self._ask(job, lambda agent: agent.traces({"job": job.job_id})):
+        for node, body, problem in self._ask(job, call):
             if body is not None:
                 enabled.append(body.get("enabled") is True)
                 problem = self._checked(node, body["traces"], runs)
             if problem is not None:
                 problems.append(problem)
-        runs.sort(key=lambda t: t.run["requested_at"], reverse=True)
-        return Answer(JobTraces(tuple(runs), enabled=any(enabled) if enabled else None), tuple(problems))
-
-    def start_trace(self, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:
-        started: list[TraceShown] = []
-        problems: list[SourceProblem] = []
-        for node, body, problem in self._ask(job, lambda agent: agent.start_trace({"job": job.job_id, "steps": steps})):
-            if body is not None:
-                problem = self._checked(node, body["traces"], started)
-            if problem is not None:
-                problems.append(problem)
-        return Answer(tuple(started), tuple(problems))
+        return runs, enabled, tuple(problems)
 
     def checkpoint(
         self, job_id: str, nodes: Sequence[str], reason: str, seconds: float
@@ -449,30 +453,15 @@ def _slice_histories(
 ) -> list[tuple[assemble.MigOrder, GpuHistory]]:
     """Return the history of each MIG slice of GPU `gpu` in the ring's `points`, each with its place among the
     GPU's slices: its series and states as the scrapes found them, to be placed by `assemble.slices_over`."""
-    found: dict[str, tuple[_Slice, dict[str, list[tuple[float, float]]], list[tuple[float, str]]]] = {}
+    found: dict[str, tuple[assemble.MigOrder, str, dict[str, list[tuple[float, float]]], list[tuple[float, str]]]] = {}
     for p in points:
         for uuid_, part in p.slices.get(gpu, {}).items():
-            first, series, states = found.setdefault(uuid_, (part, {}, []))
+            _, _, series, states = found.setdefault(uuid_, (part.order, part.mig_profile, {}, []))
             for name, value in part.values.items():
                 series.setdefault(name, []).append((p.time, value))
             if part.state:
                 states.append((p.time, part.state))
-    return [
-        (
-            first.order,
-            GpuHistory(
-                node,
-                gpu,
-                start,
-                end,
-                {name: tuple(values) for name, values in series.items()},
-                tuple(states),
-                uuid=uuid_,
-                mig_profile=first.mig_profile,
-            ),
-        )
-        for uuid_, (first, series, states) in found.items()
-    ]
+    return assemble.slice_histories(node, gpu, start, end, found)
 
 
 def checked_run(raw: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from gpulens.fleet.records import (
     FleetGpu,
     GpuHistory,
     JobSummary,
+    Point,
     ProbeResult,
     ReclaimPending,
     SourceProblem,
@@ -309,6 +310,35 @@ def slices_over(
         gone = next((t for t in times if last is not None and t > last), None)
         placed.append(replace(history, states=tuple(sorted(states.items())), end=history.end if gone is None else gone))
     return tuple(placed)
+
+
+# What a source read of one MIG slice over a GPU's time range: its place among its GPU's slices (`mig_order`),
+# its profile, its series by gauge name, and its states.
+SliceReadings = tuple[MigOrder, str, Mapping[str, Sequence[Point]], Sequence[tuple[float, str]]]
+
+
+def slice_histories(
+    node: str, gpu: str, start: float, end: float, readings: Mapping[str, SliceReadings]
+) -> list[tuple[MigOrder, GpuHistory]]:
+    """Return the history over [start, end] of each MIG slice of GPU `gpu` on `node` (`readings`, by the slice's
+    UUID), each with its place among the GPU's slices, to be placed by `slices_over`. Its states stay in the
+    order given."""
+    return [
+        (
+            order,
+            GpuHistory(
+                node,
+                gpu,
+                start,
+                end,
+                {name: tuple(points) for name, points in series.items()},
+                tuple(states),
+                uuid=uuid,
+                mig_profile=profile,
+            ),
+        )
+        for uuid, (order, profile, series, states) in readings.items()
+    ]
 
 
 _STATE_COUNTERS = ("gpulens_gpu_state_seconds_total", "gpulens_mig_state_seconds_total")

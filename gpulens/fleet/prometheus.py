@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Matcher, Silence
 from gpulens.credentials import Credentials
@@ -57,6 +57,8 @@ from gpulens.thresholds import REPORT_MIN_JOB_SECONDS
 from gpulens.usage import LAST_EPOCH, STATES, JobRecord
 from gpulens.vocabulary import WASTED_STATES
 from gpulens.words import duration
+
+T = TypeVar("T")
 
 _WASTED_REGEX = "|".join(s.value for s in WASTED_STATES)
 
@@ -413,18 +415,19 @@ class PrometheusSource:
             kept = ", ".join(Prometheus.TREND_GROUPINGS)
             why = f"records no {by} in its hourly GPU-hours; group by one of {kept}"
             return Answer(None, (SourceProblem(self.name, why),))
-        try:
-            report = self.past.trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None)
-        except SourceError as error:
-            return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
-        return Answer(report)
+        return self._report(lambda: self.past.trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None))
 
     def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
+        return self._report(
+            lambda: read_job(self.past, job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind)
+        )
+
+    def _report(self, read: Callable[[], T]) -> Answer[T | None]:
+        """Return the report `read` returns, or None with the problem of the SourceError it raises."""
         try:
-            report = read_job(self.past, job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind)
+            return Answer(read())
         except SourceError as error:
             return Answer(None, (SourceProblem(self.name, _without_where(str(error), self._api.where)),))
-        return Answer(report)
 
 
 def _without_where(text: str, where: str) -> str:
@@ -527,22 +530,10 @@ def _slice_histories(
             states[uuid_] += [(t, metric["state"]) for t, _ in _points(item)]
         elif name in assemble.MIG_HISTORY_GAUGES:
             series[uuid_][name] = _points(item)
-    return [
-        (
-            orders[uuid_],
-            GpuHistory(
-                node,
-                gpu,
-                start,
-                end,
-                series[uuid_],
-                tuple(sorted(states[uuid_])),
-                uuid=uuid_,
-                mig_profile=profile,
-            ),
-        )
-        for uuid_, profile in profiles.items()
-    ]
+    readings = {
+        uuid_: (orders[uuid_], profile, series[uuid_], sorted(states[uuid_])) for uuid_, profile in profiles.items()
+    }
+    return assemble.slice_histories(node, gpu, start, end, readings)
 
 
 def _span(seconds: float) -> str:

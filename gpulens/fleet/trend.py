@@ -89,6 +89,11 @@ def _add(usages: Iterable[Usage]) -> Usage:
     return Usage(dict(states))
 
 
+def _per_day(seconds: float, measured: float) -> float:
+    """Return `seconds` counted over `measured` seconds, scaled to a whole day (0 when nothing was measured)."""
+    return seconds / measured * DAY_SECONDS if measured > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Day:
     """One UTC day of the period: every group's GPU-seconds by state, and each group's."""
@@ -100,7 +105,7 @@ class Day:
 
     def per_day(self, usage: Usage) -> float:
         """Return `usage`'s wasted GPU-seconds scaled to a whole day (0 for a day not measured)."""
-        return usage.wasted / self.measured * DAY_SECONDS if self.measured > 0 else 0.0
+        return _per_day(usage.wasted, self.measured)
 
 
 @dataclass(frozen=True)
@@ -116,11 +121,11 @@ class Change:
     @property
     def first_per_day(self) -> float:
         """GPU-seconds wasted a day in the first window."""
-        return self.first.wasted / self.first_measured * DAY_SECONDS if self.first_measured > 0 else 0.0
+        return _per_day(self.first.wasted, self.first_measured)
 
     @property
     def last_per_day(self) -> float:
-        return self.last.wasted / self.last_measured * DAY_SECONDS if self.last_measured > 0 else 0.0
+        return _per_day(self.last.wasted, self.last_measured)
 
     @property
     def difference(self) -> float:
@@ -145,8 +150,8 @@ class Change:
 
     def reason_per_day(self, reason: str) -> tuple[float, float]:
         """Return GPU-seconds a day in state `reason` in the first window and in the last."""
-        first = self.first.seconds(reason) / self.first_measured * DAY_SECONDS if self.first_measured > 0 else 0.0
-        last = self.last.seconds(reason) / self.last_measured * DAY_SECONDS if self.last_measured > 0 else 0.0
+        first = _per_day(self.first.seconds(reason), self.first_measured)
+        last = _per_day(self.last.seconds(reason), self.last_measured)
         return first, last
 
 
