@@ -34,7 +34,6 @@ import http.server
 import pathlib
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,6 +45,7 @@ from stores import SCRAPE_SECONDS, Store, query
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
+from gpulens.dashboard.launch import Children, start_agent
 from gpulens.fleet.prometheus import PrometheusSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,28 +53,6 @@ FLEET_PAGE = ROOT / "dashboard" / "screens" / "fleet.py"
 SCENARIOS = ("demo", "diagnosis", "bench8x32", "demo")
 # The recording rule the fleet page reads the time wasted from (rules/recording.rules.yml).
 WASTE_RECORDED = "instance_gpu:gpulens_gpu_wasted_seconds_total:sum"
-
-
-def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpulens.cli",
-            "agent",
-            "--simulate",
-            scenario,
-            "--speed",
-            "1",
-            "--web.listen-address",
-            "127.0.0.1:0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = process.stdout.readline()
-    return process, line.split("listening on http://")[1].strip().removesuffix("/metrics")
 
 
 class Snapshots(http.server.ThreadingHTTPServer):
@@ -215,12 +193,13 @@ def main() -> int:
             file=sys.stderr,
         )
         return 1
-    agents = [start_agent(SCENARIOS[i % len(SCENARIOS)]) for i in range(args.agents)]
-    targets = [address for _, address in agents]
-    if args.snapshots:
-        targets = Snapshots(targets).targets()
+    children = Children()
     rows = []
     try:
+        agents = [start_agent(children, SCENARIOS[i % len(SCENARIOS)], 1, workdir) for i in range(args.agents)]
+        targets = [url.removeprefix("http://") for url in agents]
+        if args.snapshots:
+            targets = Snapshots(targets).targets()
         for nodes in (16, args.nodes):
             store.configure(targets, nodes)
             wait_for_gpus(store.url, nodes * 8)
@@ -228,9 +207,7 @@ def main() -> int:
             rows.append((nodes, backfilled, measure(store.url, args.repeats), store.stats()))
     finally:
         store.stop()
-        for process, _ in agents:
-            process.terminate()
-            process.wait(timeout=30)
+        children.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"store: {args.store}{', rules every minute' if args.rules else ''}")
     print(

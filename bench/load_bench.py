@@ -30,15 +30,17 @@ import math
 import os
 import platform
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.dashboard.launch import Children, LaunchError, start_agent
 
 SCENARIO = "bench8x32"
 TIMEOUT = 30.0  # seconds a scrape may take before it counts as an error
@@ -259,34 +261,6 @@ async def reference(target: Target) -> Target:
     return Target(target.host, target.port, target.tls, target.authorization, len(families))
 
 
-def start_agent(extra: list[str], log: Path) -> tuple[subprocess.Popen, int]:
-    """Start `gpulens agent --simulate bench8x32` on a free loopback port, its log going to `log`;
-    return it and the port."""
-    with open(log, "w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gpulens.cli",
-                "agent",
-                "--simulate",
-                SCENARIO,
-                "--web.listen-address",
-                "127.0.0.1:0",
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-    line = process.stdout.readline()
-    if "listening on http" not in line:
-        process.kill()
-        process.wait()
-        raise SystemExit(f"the agent did not start: {line.strip() or log.read_text().strip()}")
-    return process, int(line.rsplit(":", 1)[1].split("/", 1)[0])
-
-
 def row(name: str, o: Outcome, requested: str) -> str:
     ms = [v * 1000 for v in o.latencies]
     errors = ", ".join(f"{n} {why}" for why, n in sorted(o.errors.items())) or "0"
@@ -323,9 +297,12 @@ def tls_and_auth(folder: Path) -> tuple[list[str], ssl.SSLContext, str]:
 
 async def run(args: argparse.Namespace, folder: Path) -> list[str]:
     extra, tls, authorization = tls_and_auth(folder) if args.tls_auth else ([], None, "")
-    process, port = start_agent(extra, folder / "agent.log")
-    agent = psutil.Process(process.pid)
+    children = Children()
     try:
+        url = start_agent(children, SCENARIO, 1, folder, *extra)
+        port = urllib.parse.urlsplit(url).port
+        (pid,) = children.pids
+        agent = psutil.Process(pid)
         await asyncio.sleep(args.warmup)  # a few sampling cycles, and the exposition's first render
         target = await reference(Target("127.0.0.1", port, tls, authorization))
         rss_start = agent.memory_info().rss
@@ -343,11 +320,13 @@ async def run(args: argparse.Namespace, folder: Path) -> list[str]:
 
             flooded = await watched(agent, both())
             flood = flooded.guesses
-        if process.poll() is not None:
-            raise SystemExit(f"the agent exited during the run: {(folder / 'agent.log').read_text().strip()}")
+        if children.exited() is not None:
+            log = folder / f"agent-{SCENARIO}.log"
+            raise SystemExit(f"the agent exited during the run: {log.read_text().strip()}")
+    except LaunchError as error:
+        raise SystemExit(str(error)) from None
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        children.stop()
     mode = "TLS + basic auth" if args.tls_auth else "plain HTTP"
     return [
         f"# {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "

@@ -8,12 +8,13 @@ unexpected error into a problem on the banner, never a traceback on the page.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import altair as alt
 import streamlit as st
@@ -46,6 +47,7 @@ from gpulens.usage import JobRecord
 log = logging.getLogger("gpulens.dashboard")
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 SOURCE_KEY = "gpulens_source"  # tests put a fake source here
 REFRESH_VARIABLE = "GPULENS_DASHBOARD_REFRESH"
@@ -175,6 +177,7 @@ PAST_JOB_CACHE_SECONDS = 60
 
 @st.cache_data(ttl=PAST_JOB_CACHE_SECONDS, show_spinner=False)
 def _past_job(_source: Source, key: str, kind: str, job_id: str) -> Answer[JobRecord | None]:
+    """What the source still has of a job that is not running (`kind` "" for any kind), or None."""
     return _safe(lambda: _source.past_job(kind, job_id), None, f"what the source has of job {job_id}")
 
 
@@ -183,11 +186,30 @@ def _past_job(_source: Source, key: str, kind: str, job_id: str) -> Answer[JobRe
 def _job_report(
     _source: Source, key: str, kind: str, job_id: str, since: float, until: float
 ) -> Answer[JobReport | None]:
+    """The job's report over [since, until] (`gpulens report job`'s), or None and why."""
     return _safe(lambda: _source.job_report(kind, job_id, since, until), None, f"the report of job {job_id}")
 
 
-def fleet(source: Source, window_seconds: float) -> Answer[Fleet]:
-    return _fleet(source, source.cache_key, window_seconds)
+def _keyed(cached: Callable[Concatenate[Source, str, P], T]) -> Callable[Concatenate[Source, P], T]:
+    """Return `cached` called as `cached(source, source.cache_key, ...)`: the cache keys an answer by the
+    source's `cache_key`, never by the source itself (`_source`, which it does not hash)."""
+
+    @functools.wraps(cached, updated=())
+    def call(source: Source, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return cached(source, source.cache_key, *args, **kwargs)
+
+    return call
+
+
+fleet = _keyed(_fleet)
+gpu_history = _keyed(_history)
+running_jobs = _keyed(_running_jobs)
+probes = _keyed(_probes)
+reclaim_pending = _keyed(_reclaim_pending)
+alerts = _keyed(_alerts)
+trends = _keyed(_trends)
+past_job = _keyed(_past_job)
+job_report = _keyed(_job_report)
 
 
 def detail(source: Source, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, ...]]:
@@ -196,42 +218,8 @@ def detail(source: Source, gpus: Sequence[FleetGpu]) -> Answer[tuple[FleetGpu, .
     return _safe(lambda: source.detail(gpus), tuple(gpus), "the GPUs' evidence")
 
 
-def gpu_history(source: Source, node: str, gpu: str, seconds: float) -> Answer[GpuHistory]:
-    return _history(source, source.cache_key, node, gpu, seconds)
-
-
-def running_jobs(source: Source) -> Answer[tuple[JobSummary, ...]]:
-    return _running_jobs(source, source.cache_key)
-
-
-def probes(source: Source) -> Answer[tuple[ProbeResult, ...]]:
-    return _probes(source, source.cache_key)
-
-
-def reclaim_pending(source: Source) -> Answer[tuple[ReclaimPending, ...]]:
-    return _reclaim_pending(source, source.cache_key)
-
-
-def alerts(source: Source) -> Answer[Alerts]:
-    return _alerts(source, source.cache_key)
-
-
-def trends(source: Source, by: str, since: float, until: float) -> Answer[TrendReport | None]:
-    return _trends(source, source.cache_key, by, since, until)
-
-
 def traces(source: Source, job: JobSummary) -> Answer[JobTraces]:
     return _traces(source, source.cache_key, job, job.job_kind, job.job_id, job.nodes)
-
-
-def past_job(source: Source, kind: str, job_id: str) -> Answer[JobRecord | None]:
-    """What the source still has of a job that is not running (`kind` "" for any kind), or None."""
-    return _past_job(source, source.cache_key, kind, job_id)
-
-
-def job_report(source: Source, kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
-    """The job's report over [since, until] (`gpulens report job`'s), or None and why."""
-    return _job_report(source, source.cache_key, kind, job_id, since, until)
 
 
 def start_trace(source: Source, job: JobSummary, steps: int) -> Answer[tuple[TraceShown, ...]]:

@@ -85,6 +85,11 @@ class Children:
         self._processes.append(process)
         return process
 
+    @property
+    def pids(self) -> list[int]:
+        """Return the process ids of the children, oldest first."""
+        return [process.pid for process in self._processes]
+
     def exited(self) -> subprocess.Popen[Any] | None:
         """Return a child that has exited, if any."""
         return next((p for p in self._processes if p.poll() is not None), None)
@@ -233,6 +238,24 @@ def _serve(children: Children, lines: Sequence[str]) -> int:
             signal.signal(sig, handler)
 
 
+def _start_and_serve(command: str, children: Children, start: Callable[[], list[str]]) -> int:
+    """Run `start()`, which starts `children` and returns the lines to print, then serve them until Ctrl-C, SIGTERM
+    or a child's exit; return the exit status.
+
+    Ctrl-C during the start stops the children (130); a LaunchError stops them and prints "`command`: why" (1).
+    """
+    try:
+        lines = start()
+    except KeyboardInterrupt:
+        children.stop()
+        return EXIT_INTERRUPTED
+    except LaunchError as error:
+        children.stop()
+        print(f"{command}: {error}", file=sys.stderr)
+        return EXIT_RUNTIME
+    return _serve(children, lines)
+
+
 def check_auth_file(path: str) -> str:
     """Return `path`, the absolute path of a secrets.toml that configures a login; raise LaunchError with the fix."""
     try:
@@ -256,10 +279,14 @@ def check_auth_file(path: str) -> str:
     return os.path.abspath(path)
 
 
-def _no_password(url: str, flag: str, fix: str) -> None:
-    """Raise LaunchError when `url`, from the command line, holds a password; `fix` says where it goes."""
+def _checked_url(url: str, flag: str, fix: str) -> str:
+    """Return `url`, given as `flag`, without a trailing slash; raise LaunchError when it is not an http(s) URL,
+    or when it holds a password (`fix` says where that goes)."""
+    with converted(ValueError, LaunchError, f"{flag}: "):
+        checked = check_url(url)
     with converted(ValueError, LaunchError):
         refuse_password(url, flag, fix)
+    return checked
 
 
 def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -282,21 +309,18 @@ def _check_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 def _alertmanager_environment(args: argparse.Namespace) -> dict[str, str]:
     """Return the variables that tell the dashboard's pages the --alertmanager URL and its own TLS files;
     raise LaunchError with the fix."""
-    with converted(ValueError, LaunchError, "--alertmanager: "):
-        env = {ALERTMANAGER: check_url(args.alertmanager)}
-    _no_password(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
+    url = _checked_url(args.alertmanager, "--alertmanager", "reach Alertmanager without credentials")
     files = (args.alertmanager_ca_file, args.alertmanager_cert_file, args.alertmanager_key_file)
     with converted(AccessError, LaunchError):
         tls = tls_credentials(*files, tls_flags("alertmanager-"), "Alertmanager's")
-    return {**env, **tls_environment(ALERTMANAGER_TLS, tls)}
+    return {ALERTMANAGER: url, **tls_environment(ALERTMANAGER_TLS, tls)}
 
 
 def _reclaim_environment(args: argparse.Namespace) -> dict[str, str]:
     """Return the variables that tell the dashboard's pages the --reclaim URL and its credentials' files;
     raise LaunchError with the fix, naming the flag."""
-    with converted(ValueError, LaunchError, "--reclaim: "):
-        env = {reclaim_api.RECLAIM: check_url(args.reclaim)}
-    _no_password(args.reclaim, "--reclaim", "put USER:PASSWORD in a file given with --reclaim-basic-auth-file")
+    fix = "put USER:PASSWORD in a file given with --reclaim-basic-auth-file"
+    env = {reclaim_api.RECLAIM: _checked_url(args.reclaim, "--reclaim", fix)}
     files = (args.reclaim_basic_auth_file, args.reclaim_ca_file, args.reclaim_cert_file, args.reclaim_key_file)
     names = reclaim_api.SETTINGS[1:]
     env.update({name: os.path.abspath(path) if path else "" for name, path in zip(names, files, strict=True)})
@@ -356,7 +380,9 @@ def dashboard_main(argv: Sequence[str]) -> int:
     _check_refresh(parser, args.refresh)
     _check_pairs(parser, args)
     children = Children()
-    try:
+
+    def start() -> list[str]:
+        """Check the settings and start the dashboard; return the lines that say where it serves."""
         env = {ALERTMANAGER: "", **tls_environment(ALERTMANAGER_TLS, None)}
         if args.alertmanager is not None:
             env.update(_alertmanager_environment(args))
@@ -370,14 +396,9 @@ def dashboard_main(argv: Sequence[str]) -> int:
         with converted(ConfigError, LaunchError):
             env.update(source_environment(args))
         url = start_dashboard(children, env, args.address, args.port, args.refresh, secrets_file)
-    except KeyboardInterrupt:
-        children.stop()
-        return EXIT_INTERRUPTED
-    except LaunchError as error:
-        children.stop()
-        print(f"gpulens dashboard: {error}", file=sys.stderr)
-        return EXIT_RUNTIME
-    return _serve(children, ["gpulens dashboard: serving (Ctrl-C stops it) at", url])
+        return ["gpulens dashboard: serving (Ctrl-C stops it) at", url]
+
+    return _start_and_serve("gpulens dashboard", children, start)
 
 
 def start_agent(
@@ -412,7 +433,7 @@ def start_agent(
         )
     assert process.stdout is not None  # stdout=PIPE
     line: str = process.stdout.readline()
-    if "listening on http://" not in line:
+    if "listening on http" not in line:  # http:// or https://
         process.wait(timeout=10)
         last = (log.read_text().strip().splitlines() or ["no message"])[-1]
         raise LaunchError(f"the simulated agent for scenario {scenario!r} did not start: {last[:300]}")
@@ -431,31 +452,29 @@ def prometheus_config(
     With `alertmanager` (a URL) alerts go there; with `dashboard` (its URL) each alert links to its GPU,
     node or job on the dashboard, through the external label the rules read (`gpulens_dashboard`).
     """
-    labels = f", external_labels: {{gpulens_dashboard: '{dashboard.rstrip('/')}'}}" if dashboard else ""
-    if rules:
-        lines = [
-            f"global: {{scrape_interval: {interval:g}s, evaluation_interval: {interval:g}s{labels}}}",
-            "rule_files: [" + ", ".join(f"'{path}'" for path in rules) + "]",
-        ]
-    else:  # for vmagent, which reads the scrape part only and refuses what it does not know
-        lines = [f"global: {{scrape_interval: {interval:g}s{labels}}}"]
+    every = f"{interval:g}s"
+    settings: dict[str, Any] = {"scrape_interval": every}
+    config: dict[str, Any] = {"global": settings}
+    if rules:  # none for vmagent, which reads the scrape part only and refuses what it does not know
+        settings["evaluation_interval"] = every
+        config["rule_files"] = [str(path) for path in rules]
+    if dashboard:
+        settings["external_labels"] = {"gpulens_dashboard": dashboard.rstrip("/")}
     if alertmanager:
-        lines.append(
-            f"alerting: {{alertmanagers: [{{static_configs: [{{targets: ['{alertmanager.split('://')[-1]}']}}]}}]}}"
-        )
-    lines += [
-        "scrape_configs:",
-        "  - job_name: gpulens",
-        "    static_configs:",
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager.split("://")[-1]]}]}]}
+    config["scrape_configs"] = [
+        {
+            "job_name": "gpulens",
+            "static_configs": [
+                {"targets": [url.removeprefix("http://")], "labels": {"node": name}} for name, url in agents.items()
+            ],
+            "relabel_configs": [
+                {"source_labels": ["node"], "target_label": "instance"},
+                {"regex": "node", "action": "labeldrop"},
+            ],
+        }
     ]
-    for name, url in agents.items():
-        lines.append(f"      - {{targets: ['{url.removeprefix('http://')}'], labels: {{node: '{name}'}}}}")
-    lines += [
-        "    relabel_configs:",
-        "      - {source_labels: [node], target_label: instance}",
-        "      - {regex: node, action: labeldrop}",
-    ]
-    return "\n".join(lines) + "\n"
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _free_loopback_url() -> str:
@@ -695,66 +714,59 @@ def demo_main(argv: Sequence[str]) -> int:
     _check_refresh(parser, args.refresh)
     prometheus = args.prometheus or not (args.agents or args.victoriametrics or shutil.which("prometheus") is None)
     children = Children()
-    workdir = tempfile.TemporaryDirectory(prefix="gpulens-demo-")
-    folder = pathlib.Path(workdir.name)
-    try:
-        check_port("127.0.0.1", args.port, "--port")
-        ledgers, history = write_history(folder, time.time())
-        agents = {
-            name: start_agent(
-                children, name, args.speed, folder, "--ledger.path", str(ledgers[name]), *DEMO_FLAGS, node=name
-            )
-            for name in DEMO_SCENARIOS
-        }
-        lines = [
-            f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
-            + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items()),
-            f"Their ledgers start with {demo_history.DAYS} days of made-up past jobs, for the Trends page; "
-            "their free GPUs are probed within a minute, then hourly",
-        ]
-        if prometheus or args.victoriametrics:
-            alertmanager = start_alertmanager(children, folder)
-            dashboard_url = f"http://127.0.0.1:{args.port}"
-            if prometheus:
-                problem = backfill(history, folder)
-                url, rules = start_prometheus(children, agents, folder, alertmanager, dashboard_url)
-                lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
-                lines.append(
-                    f"the past jobs' hourly GPU-hours are not in Prometheus: {problem}"
-                    if problem
-                    else "the past jobs' hourly GPU-hours are in Prometheus too (promtool's backfill)"
-                )
-            else:
-                url, rules = start_victoriametrics(children, agents, folder, alertmanager, dashboard_url)
-                lines.append(
-                    f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
-                    f"evaluates the rules: {', '.join(rules)}"
-                )
-            env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
+    with tempfile.TemporaryDirectory(prefix="gpulens-demo-") as workdir:
+        return _start_and_serve(
+            "gpulens demo", children, lambda: _start_demo(args, prometheus, children, pathlib.Path(workdir))
+        )
+
+
+def _start_demo(args: argparse.Namespace, prometheus: bool, children: Children, folder: pathlib.Path) -> list[str]:
+    """Start the demo's agents, its Prometheus or VictoriaMetrics (`prometheus`, `args.victoriametrics`) and the
+    dashboard, their files in `folder`; return the lines that say what runs where."""
+    check_port("127.0.0.1", args.port, "--port")
+    ledgers, history = write_history(folder, time.time())
+    agents = {
+        name: start_agent(
+            children, name, args.speed, folder, "--ledger.path", str(ledgers[name]), *DEMO_FLAGS, node=name
+        )
+        for name in DEMO_SCENARIOS
+    }
+    lines = [
+        f"gpulens demo: {len(agents)} simulated nodes, one per scenario: "
+        + ", ".join(f"{name} ({url}/metrics)" for name, url in agents.items()),
+        f"Their ledgers start with {demo_history.DAYS} days of made-up past jobs, for the Trends page; "
+        "their free GPUs are probed within a minute, then hourly",
+    ]
+    if prometheus or args.victoriametrics:
+        alertmanager = start_alertmanager(children, folder)
+        dashboard_url = f"http://127.0.0.1:{args.port}"
+        if prometheus:
+            problem = backfill(history, folder)
+            url, rules = start_prometheus(children, agents, folder, alertmanager, dashboard_url)
+            lines.append(f"Prometheus at {url} scrapes them every 2 s with rules: {', '.join(rules)}")
             lines.append(
-                f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
-                if alertmanager
-                else "Alertmanager is not installed (Debian package "
-                "'prometheus-alertmanager'); alerts stay in Prometheus"
+                f"the past jobs' hourly GPU-hours are not in Prometheus: {problem}"
+                if problem
+                else "the past jobs' hourly GPU-hours are in Prometheus too (promtool's backfill)"
             )
         else:
-            env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
-            if not args.agents:
-                lines.append(
-                    "Prometheus is not installed (Debian package 'prometheus'): the dashboard reads the agents, "
-                    "and its Alerts page stays empty"
-                )
-        dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)
-    except KeyboardInterrupt:
-        children.stop()
-        workdir.cleanup()
-        return EXIT_INTERRUPTED
-    except LaunchError as error:
-        children.stop()
-        workdir.cleanup()
-        print(f"gpulens demo: {error}", file=sys.stderr)
-        return EXIT_RUNTIME
-    try:
-        return _serve(children, [*lines, "Open the dashboard (Ctrl-C stops everything):", dashboard])
-    finally:
-        workdir.cleanup()
+            url, rules = start_victoriametrics(children, agents, folder, alertmanager, dashboard_url)
+            lines.append(
+                f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
+                f"evaluates the rules: {', '.join(rules)}"
+            )
+        env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
+        lines.append(
+            f"Alertmanager at {alertmanager} holds the alerts (the shipped routes, no receivers)"
+            if alertmanager
+            else "Alertmanager is not installed (Debian package 'prometheus-alertmanager'); alerts stay in Prometheus"
+        )
+    else:
+        env = {PROMETHEUS: "", AGENTS: ",".join(f"{name}={url}" for name, url in agents.items())}
+        if not args.agents:
+            lines.append(
+                "Prometheus is not installed (Debian package 'prometheus'): the dashboard reads the agents, "
+                "and its Alerts page stays empty"
+            )
+    dashboard = start_dashboard(children, env, "127.0.0.1", args.port, args.refresh)
+    return [*lines, "Open the dashboard (Ctrl-C stops everything):", dashboard]

@@ -46,6 +46,15 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+def ago(now: float, then: float | None) -> str:
+    """Return how long before `now` the moment `then` was, as `duration` writes it: '3 h 05 min ago'; "" when
+    `then` is not known."""
+    if then is None:
+        return ""
+    elapsed = duration(now - then)
+    return f"{elapsed} ago" if elapsed else ""
+
+
 def cores(value: float | None) -> str:
     """Return CPU cores whole, or to a tenth when not whole: '1 core', '32 cores', '3.1 cores', '0.5 cores'."""
     if value is None or not _known(value):

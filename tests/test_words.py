@@ -51,6 +51,13 @@ def test_rates_take_a_decimal_prefix_and_three_digits():
     assert words.decimal_prefix(999.0) == words.decimal_prefix(0.0) == (1.0, "")
 
 
+def test_a_moment_reads_as_how_long_ago_it_was_and_an_unknown_one_as_nothing():
+    assert words.ago(10_000, 10_000 - 5430) == "1 h 30 min ago"
+    assert words.ago(10_000, 10_000) == "0 s ago"
+    assert words.ago(10_000, None) == ""
+    assert words.ago(10_000, math.nan) == ""
+
+
 def test_lists_and_counts():
     assert words.join([]) == "" and words.join(["a", "", "b"]) == "a and b"
     assert words.join(["a", "b", "c"]) == "a, b and c"

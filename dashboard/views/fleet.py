@@ -22,7 +22,8 @@ WASTED = frozenset(s.value for s in WASTED_STATES)
 
 @dataclass(frozen=True)
 class Filters:
-    """What the operator narrowed the fleet to; an empty tuple means everything."""
+    """What the operator narrowed the fleet to, an empty tuple meaning everything; or, from `filter_options`,
+    every value each filter can take."""
 
     nodes: tuple[str, ...] = ()
     namespaces: tuple[str, ...] = ()
@@ -30,12 +31,8 @@ class Filters:
     models: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class FilterOptions:
-    nodes: tuple[str, ...]
-    namespaces: tuple[str, ...]
-    users: tuple[str, ...]
-    models: tuple[str, ...]
+# Each field of Filters, and the attribute of a GPU it picks by.
+FILTERED_ATTRIBUTE = {"nodes": "node", "namespaces": "namespace", "users": "user", "models": "model"}
 
 
 def units(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
@@ -70,31 +67,23 @@ def gpu_seconds_wasted(unit: FleetGpu) -> float:
     return unit.wasted_seconds * unit.share
 
 
-def filter_options(gpus: Iterable[FleetGpu]) -> FilterOptions:
+def filter_options(gpus: Iterable[FleetGpu]) -> Filters:
     """Return the distinct values each filter can take (slices' holders included), sorted."""
     gpus = units(gpus)
 
-    def distinct(values: Iterable[str]) -> tuple[str, ...]:
+    def distinct(attribute: str) -> tuple[str, ...]:
+        values = (getattr(g, attribute) for g in gpus)
         return tuple(sorted({v for v in values if v}))
 
-    return FilterOptions(
-        nodes=distinct(g.node for g in gpus),
-        namespaces=distinct(g.namespace for g in gpus),
-        users=distinct(g.user for g in gpus),
-        models=distinct(g.model for g in gpus),
-    )
+    return Filters(**{field: distinct(attribute) for field, attribute in FILTERED_ATTRIBUTE.items()})
 
 
 def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
     """Return the GPUs that pass every filter; a GPU in MIG mode with the slices that pass, if any does."""
+    chosen = [(attribute, getattr(filters, field)) for field, attribute in FILTERED_ATTRIBUTE.items()]
 
     def keep(g: FleetGpu) -> bool:
-        return (
-            (not filters.nodes or g.node in filters.nodes)
-            and (not filters.namespaces or g.namespace in filters.namespaces)
-            and (not filters.users or g.user in filters.users)
-            and (not filters.models or g.model in filters.models)
-        )
+        return all(not values or getattr(g, attribute) in values for attribute, values in chosen)
 
     kept = []
     for g in gpus:

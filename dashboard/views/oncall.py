@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from gpulens import links, words
 from gpulens.alertmanager_api import Matcher
@@ -141,8 +140,7 @@ def since_text(since: float | None, now: float) -> str:
     """Return when the state began, in UTC and as a duration: '2026-12-01 10:30 UTC (1 h 30 min ago)'."""
     if not since:
         return "not known"
-    when = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return f"{when} ({words.duration(now - since)} ago)"
+    return f"{words.when(since)} ({words.ago(now, since)})"
 
 
 def message(

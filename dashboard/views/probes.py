@@ -60,7 +60,7 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
                 of_spec=r.peak_ratio,
                 of_fleet_median=of_median,
                 outlier=outlier,
-                last_run=f"{words.duration(now - r.when)} ago" if r.when else "",
+                last_run=words.ago(now, r.when) if r.when else "",
                 link=gpu_link(r.node, r.gpu),
             )
         )

@@ -51,7 +51,7 @@ def last_finished(runs: Sequence[TraceShown]) -> list[TraceShown]:
 
 def finished_line(last: Sequence[TraceShown], now: float) -> str:
     """Return when the last trace finished and on how many processes, for the line above it."""
-    ago = _ago(now, max((t.run.get("updated_at") or t.run["requested_at"]) for t in last))
+    ago = words.ago(now, max((t.run.get("updated_at") or t.run["requested_at"]) for t in last))
     processes = f"{len(last)} process{'es' if len(last) != 1 else ''}"
     return f"The last trace, of {processes} on {last[0].node}" + (f", finished {ago}:" if ago else ":")
 
@@ -82,7 +82,7 @@ def earlier(runs: Sequence[TraceShown], shown: Sequence[TraceShown], now: float)
                 "trace": t.run["id"],
                 "node": t.node,
                 "process": t.run["pid"],
-                "asked": _ago(now, t.run["requested_at"]),
+                "asked": words.ago(now, t.run["requested_at"]),
                 "by": _TRIGGER.get(t.run.get("trigger") or "", ""),
                 "state": t.run["state"],
                 "found": t.run.get("sentence") or t.run.get("reason") or "",
@@ -112,7 +112,7 @@ def exported_rows(exported: Sequence[ExportedTrace], now: float) -> list[dict[st
             "node": t.node,
             "process": t.pid,
             "trace": t.trace_id,
-            "finished": _ago(now, t.finished_at),
+            "finished": words.ago(now, t.finished_at),
             "step time": f"{t.step_seconds:.3g} s" if t.step_seconds is not None else "",
             **{name: words.percent(t.shares.get(part)) for part, name in PART_WORDS.items()},
             "most of a step": PART_WORDS.get(t.bottleneck, ""),
@@ -130,8 +130,3 @@ def exported_text(exported: Sequence[ExportedTrace]) -> str:
     found = {"step_seconds": newest.step_seconds, "shares": newest.shares, "bottleneck": newest.bottleneck or None}
     head = f"node {newest.node}: trace {newest.trace_id or '(id not exported)'}, pid {newest.pid}"
     return "\n".join([head, *step_lines(found)])
-
-
-def _ago(now: float, then: float | None) -> str:
-    ago = words.duration(now - then) if then is not None else ""
-    return f"{ago} ago" if ago else ""
