@@ -19,7 +19,8 @@ known yet). Every other reason, every condition and every finding about a job ac
 Each family of tips is a module, each tip's entry on its text function: `input_pipeline`, `compute`,
 `memory`, `multi_gpu`, `jobs` (a job across its GPUs), `allocation` (idle and oversized GPUs),
 `monitoring` (what gpulens cannot see) and `health`. `catalog` puts them in one order and chooses;
-`evidence`, `wording`, `thresholds` and `tip` are what the families share.
+`evidence` (what a tip reads) and `tip` (the record, and how tips write sentences) are what the
+families share, with `gpulens.thresholds`.
 
 Pure: no I/O, standard library only (plus the shared vocabulary and thresholds).
 """

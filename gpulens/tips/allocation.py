@@ -14,8 +14,7 @@ from gpulens.thresholds import (
     RIGHT_SIZE_HEADROOM,
 )
 from gpulens.tips.evidence import Facts, by_scheduler
-from gpulens.tips.tip import UNDER, Family
-from gpulens.tips.wording import gpu_busy, on_gpu, said, sm_active
+from gpulens.tips.tip import UNDER, Family, gpu_busy, on_gpu, said, sm_active
 from gpulens.vocabulary import Reason
 from gpulens.words import duration, gib, join, percent
 

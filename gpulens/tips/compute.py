@@ -7,8 +7,22 @@ from gpulens import gpus
 from gpulens import thresholds as t
 from gpulens.thresholds import DRAM_BOUND
 from gpulens.tips.evidence import Facts, kept_fed, saturated, starved, tensor_busy, wait_notable
-from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, TUNING, UNDER, Family, always
-from gpulens.tips.wording import also, gpu_busy, main_cpu, on_gpu, said, this_gpu, traced
+from gpulens.tips.tip import (
+    CUDA_NOTES,
+    HEALTHY,
+    PT,
+    TUNING,
+    UNDER,
+    Family,
+    also,
+    always,
+    gpu_busy,
+    main_cpu,
+    on_gpu,
+    said,
+    this_gpu,
+    traced,
+)
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent
 

@@ -4,8 +4,7 @@ and a degraded PCIe link."""
 from __future__ import annotations
 
 from gpulens.tips.evidence import Facts, pcie_bandwidth
-from gpulens.tips.tip import DCGM_FEATURES, NVSMI, Family, always
-from gpulens.tips.wording import said, this_gpu
+from gpulens.tips.tip import DCGM_FEATURES, NVSMI, Family, always, said, this_gpu
 from gpulens.vocabulary import Condition, Reason
 from gpulens.words import join, percent, plural
 

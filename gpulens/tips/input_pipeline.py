@@ -8,8 +8,21 @@ import math
 from gpulens import thresholds as t
 from gpulens.thresholds import CPU_MOSTLY_WAITING, INPUT_MILD_MAX, PREFETCH_MAX, WORKERS_START_MAX
 from gpulens.tips.evidence import Facts, by_scheduler, kept_fed, pcie_bandwidth, wait_notable
-from gpulens.tips.tip import NVSMI, PT, STARVED, TUNING, Family, Score, always
-from gpulens.tips.wording import also, cap, gpu_busy, main_cpu, said, traced
+from gpulens.tips.tip import (
+    NVSMI,
+    PT,
+    STARVED,
+    TUNING,
+    Family,
+    Score,
+    also,
+    always,
+    cap,
+    gpu_busy,
+    main_cpu,
+    said,
+    traced,
+)
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent, plural
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from gpulens.thresholds import BATCH_GROWTH_MAX, MEMORY_SHORT, MEMORY_TARGET
 from gpulens.tips.evidence import Facts, saturated, starved
-from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score
-from gpulens.tips.wording import said, sm_active
+from gpulens.tips.tip import CUDA_NOTES, HEALTHY, PT, STARVED, TUNING, UNDER, Family, Score, said, sm_active
 from gpulens.vocabulary import Reason
 from gpulens.words import gib, join, percent, plural
 

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from gpulens.tips.evidence import Facts
-from gpulens.tips.tip import DCGM_FEATURES, HEALTHY, NVSMI, PT, STARVED, UNDER, Family, always
-from gpulens.tips.wording import gpu_busy, said, sm_active
+from gpulens.tips.tip import (
+    DCGM_FEATURES,
+    HEALTHY,
+    NVSMI,
+    PT,
+    STARVED,
+    UNDER,
+    Family,
+    always,
+    gpu_busy,
+    said,
+    sm_active,
+)
 from gpulens.vocabulary import Reason
 from gpulens.words import join
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from gpulens import thresholds as t
 from gpulens.thresholds import CPU_MOSTLY_WAITING
 from gpulens.tips.evidence import Facts, starved
-from gpulens.tips.tip import NVSMI, PT, Family, always
-from gpulens.tips.wording import main_cpu, said
+from gpulens.tips.tip import NVSMI, PT, Family, always, main_cpu, said
 from gpulens.vocabulary import Reason
 from gpulens.words import join, percent, plural
 
