@@ -25,7 +25,7 @@ from gpulens.fleet.trend import (
     slope_sentence,
     unnamed_note,
 )
-from gpulens.tips import CATALOG
+from gpulens.report.document import tip_title
 
 PERIOD_DAYS = (7, 14, 30, 90)
 DEFAULT_DAYS = 30
@@ -112,13 +112,12 @@ def daily_rows(report: TrendReport) -> list[DailyRow]:
 def group_daily_rows(report: TrendReport) -> list[GroupDailyRow]:
     """Return one row per day and group: the wasted GPU-hours of the GROUPS_CHARTED groups that wasted most
     over the period, and of the rest added up as "others"."""
-    ranked = sorted(report.groups, key=lambda g: (-g.total.wasted, g.key))
-    shown = [g.key for g in ranked[:GROUPS_CHARTED]]
+    shown = report.most_wasted(GROUPS_CHARTED)
     rows: list[GroupDailyRow] = []
     for d in report.days:
         for key in shown:
             rows.append({"day": _day(d), "group": key, "hours": d.groups.get(key, Usage()).wasted / 3600})
-        if len(ranked) > GROUPS_CHARTED:
+        if len(report.groups) > GROUPS_CHARTED:
             rest = sum(u.wasted for key, u in d.groups.items() if key not in shown)
             rows.append({"day": _day(d), "group": "others", "hours": rest / 3600})
     return rows
@@ -176,7 +175,7 @@ def follow_up_rows(report: TrendReport) -> list[FollowUpRow]:
             "user": f.user,
             "job": f.job,
             "reason": words.state_name(f.reason),
-            "tip": CATALOG[f.tip].title if f.tip in CATALOG else f.tip,
+            "tip": tip_title(f.tip),
             "flagged": time.strftime("%Y-%m-%d", time.gmtime(f.before.start)),
             "share then": f.before_share,
             "last run": time.strftime("%Y-%m-%d", time.gmtime(f.after.start)),

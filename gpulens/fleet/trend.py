@@ -209,6 +209,11 @@ class TrendReport:
     def followed(self) -> tuple[FollowUp, ...]:
         return tuple(f for f in self.follow_ups if f.outcome == GONE)
 
+    def most_wasted(self, n: int) -> list[str]:
+        """Return the keys of the `n` groups that wasted most over the period, most first (ties by key): the ones
+        a chart or table of waste a day names, the rest added up as "others"."""
+        return [g.key for g in sorted(self.groups, key=lambda g: (-g.total.wasted, g.key))[:n]]
+
 
 def utc_day(epoch: float) -> float:
     """Return the start of the UTC day that holds `epoch` (epoch seconds)."""

@@ -477,9 +477,8 @@ def trend_document(report: TrendReport) -> Document:
             for d in report.days
         ),
     )
-    ranked = sorted(report.groups, key=lambda g: (-g.total.wasted, g.key))
-    named = [g.key for g in ranked[:TREND_GROUPS_SHOWN]]
-    others = len(ranked) > TREND_GROUPS_SHOWN
+    named = report.most_wasted(TREND_GROUPS_SHOWN)
+    others = len(report.groups) > TREND_GROUPS_SHOWN
     by_group = Table(
         f"Wasted GPU-hours per day by {report.by}"
         + (f" (the {TREND_GROUPS_SHOWN} that wasted most, the rest as others)" if others else ""),
