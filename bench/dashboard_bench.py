@@ -45,7 +45,8 @@ from stores import SCRAPE_SECONDS, Store, query
 from streamlit.testing.v1 import AppTest
 
 from gpulens.dashboard.context import SOURCE_KEY
-from gpulens.dashboard.launch import Children, start_agent
+from gpulens.dashboard.demo import start_agent
+from gpulens.dashboard.launch import Children
 from gpulens.fleet.prometheus import PrometheusSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -40,7 +40,8 @@ from pathlib import Path
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.dashboard.launch import Children, LaunchError, start_agent
+from gpulens.dashboard.demo import start_agent
+from gpulens.dashboard.launch import Children, LaunchError
 
 SCENARIO = "bench8x32"
 TIMEOUT = 30.0  # seconds a scrape may take before it counts as an error

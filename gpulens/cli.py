@@ -98,7 +98,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return run(rest)
     if command in ("dashboard", "demo"):
         try:
-            from gpulens.dashboard import launch
+            from gpulens.dashboard import demo, launch
         except ImportError as error:
             print(
                 f"gpulens {command}: {error.name} is not installed; install the dashboard extra: "
@@ -106,7 +106,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 file=sys.stderr,
             )
             return 1
-        return launch.dashboard_main(rest) if command == "dashboard" else launch.demo_main(rest)
+        return launch.dashboard_main(rest) if command == "dashboard" else demo.demo_main(rest)
     if command == "scenarios":
         return _scenarios(rest)
     print(f"gpulens: unknown command {command!r}; run 'gpulens --help' for the list", file=sys.stderr)

@@ -13,7 +13,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from gpulens.agent.ledger import connect_readonly, read_node, read_records
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.dashboard import demo_history
-from gpulens.dashboard.launch import Children, backfill, start_prometheus, write_history
+from gpulens.dashboard.demo import backfill, start_prometheus, write_history
+from gpulens.dashboard.launch import Children
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.trend import spread, trend_report, whole_hours
 from gpulens.prometheus_api import PrometheusApi

@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens import bundled
-from gpulens.dashboard import launch
+from gpulens.dashboard import demo
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.fleet.prometheus import PrometheusSource
 from tests.tools import free_port, require_tool, wait_for
@@ -61,7 +61,7 @@ def prometheus(tmp_path_factory):
     agents = dict(start_agent(s) for s in scenarios)
     names = dict(zip(scenarios, agents.values(), strict=True))
     rules = bundled.write_rules(workdir / "rules")
-    (workdir / "prometheus.yml").write_text(launch.prometheus_config(names, rules, interval=1))
+    (workdir / "prometheus.yml").write_text(demo.prometheus_config(names, rules, interval=1))
     port = free_port()
     server = subprocess.Popen(
         [

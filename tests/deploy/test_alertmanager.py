@@ -27,7 +27,7 @@ import yaml
 
 from gpulens import bundled
 from gpulens.alertmanager_api import AlertmanagerApi
-from gpulens.dashboard import launch
+from gpulens.dashboard import demo, launch
 from gpulens.dashboard.views import oncall
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.records import Answer, FleetGpu
@@ -135,7 +135,7 @@ def stack(tmp_path_factory):
         )
         scenario = workdir / "held-then-freed.yaml"
         scenario.write_text(SCENARIO)
-        agent = launch.start_agent(children, str(scenario), 1, workdir, "--diagnosis.idle-patience", "10s")
+        agent = demo.start_agent(children, str(scenario), 1, workdir, "--diagnosis.idle-patience", "10s")
         rules = bundled.write_rules(workdir / "rules")
         alerts = rules[0].read_text()
         idle = alerts.index("- alert: GpulensGpuHeldIdle")
@@ -143,7 +143,7 @@ def stack(tmp_path_factory):
         rules[0].write_text(alerts[:start] + alerts[start:end].replace("> 1800", "> 10") + alerts[end:])
         assert alerts[start:end].count("> 1800") == 2, "the idle alert changed shape; update this test"
         (workdir / "prometheus.yml").write_text(
-            launch.prometheus_config(
+            demo.prometheus_config(
                 {"gpu-node-1": agent}, rules, interval=1, alertmanager=alertmanager, dashboard=DASHBOARD
             )
         )

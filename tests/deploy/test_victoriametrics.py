@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gpulens import bundled
-from gpulens.dashboard import launch
+from gpulens.dashboard import demo, launch
 from gpulens.fleet.prometheus import PrometheusSource
 from tests.tools import require_tool, wait_for
 
@@ -50,17 +50,17 @@ def query(url: str, promql: str) -> list:
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """(Prometheus URL, VictoriaMetrics URL), both over the same two simulated agents."""
-    for tool in launch.VICTORIAMETRICS:
+    for tool in demo.VICTORIAMETRICS:
         require_tool(tool, PACKAGE)
     require_tool("prometheus")
     workdir: Path = tmp_path_factory.mktemp("stores")
     children = launch.Children()
     try:
-        agents = {node: launch.start_agent(children, node, 1, workdir, "--jobs.export-totals") for node in NODES}
+        agents = {node: demo.start_agent(children, node, 1, workdir, "--jobs.export-totals") for node in NODES}
         (workdir / "prometheus").mkdir()
         (workdir / "vm").mkdir()
-        prometheus, _ = launch.start_prometheus(children, agents, workdir / "prometheus")
-        victoria, _ = launch.start_victoriametrics(children, agents, workdir / "vm", None, "http://dashboard")
+        prometheus, _ = demo.start_prometheus(children, agents, workdir / "prometheus")
+        victoria, _ = demo.start_victoriametrics(children, agents, workdir / "vm", None, "http://dashboard")
         for url in (prometheus, victoria):
             # Settled verdicts (the starved GPU needs its dwell) and a minute of samples for rates.
             wait_for(lambda url=url: query(url, 'gpulens_gpu_state{state="data_starved", instance="demo"} == 1'), 90)

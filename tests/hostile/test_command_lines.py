@@ -13,7 +13,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpulens.agent.server import serve
-from gpulens.dashboard import launch
+from gpulens.dashboard import demo, launch
 from gpulens.fleet.environment import ConfigError, from_environment, parse_agents
 from gpulens.probes import cli as probe_cli
 from gpulens.report import cli as report_cli
@@ -311,7 +311,7 @@ def test_any_dashboard_command_line_ends_in_one_line(secret_files, busy_port, da
 )
 @example(["--speed", "nan"])
 def test_any_demo_command_line_ends_in_one_line(busy_port, argv):
-    code, out, err = run_captured(launch.demo_main, [*argv, "--port", str(busy_port)])
+    code, out, err = run_captured(demo.demo_main, [*argv, "--port", str(busy_port)])
     assert code in (1, 2), err
     one_line(one_stderr_line(err, "gpulens demo"))
 
