@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -14,7 +13,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gpulens import bundled
-from gpulens.dashboard import demo
+from gpulens.dashboard import demo, launch
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.fleet.prometheus import PrometheusSource
 from tests.tools import free_port, require_tool, wait_for
@@ -23,29 +22,6 @@ pytestmark = pytest.mark.slow
 
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "screens"
 SPEED = 5  # simulated seconds per second: verdicts settle past their 15 s dwell within seconds
-
-
-def start_agent(scenario: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gpulens.cli",
-            "agent",
-            "--simulate",
-            scenario,
-            "--speed",
-            str(SPEED),
-            "--web.listen-address",
-            "127.0.0.1:0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    line = process.stdout.readline()
-    assert "listening on http://" in line
-    return process, line.split("listening on ")[1].strip().removesuffix("/metrics")
 
 
 def query(url: str, promql: str) -> list:
@@ -57,9 +33,8 @@ def query(url: str, promql: str) -> list:
 def prometheus(tmp_path_factory):
     binary = require_tool("prometheus")
     workdir = tmp_path_factory.mktemp("prometheus")
-    scenarios = ("demo", "diagnosis", "mig")
-    agents = dict(start_agent(s) for s in scenarios)
-    names = dict(zip(scenarios, agents.values(), strict=True))
+    children = launch.Children()
+    names = {s: demo.start_agent(children, s, SPEED, workdir) for s in ("demo", "diagnosis", "mig")}
     rules = bundled.write_rules(workdir / "rules")
     (workdir / "prometheus.yml").write_text(demo.prometheus_config(names, rules, interval=1))
     port = free_port()
@@ -82,11 +57,8 @@ def prometheus(tmp_path_factory):
         yield url
     finally:
         server.terminate()
-        for process in agents:
-            process.terminate()
         server.wait(timeout=30)
-        for process in agents:
-            process.wait(timeout=30)
+        children.stop()
 
 
 def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_waste(prometheus):
