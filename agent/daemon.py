@@ -69,30 +69,18 @@ def build(
     receiver: Receiver | None = None
     sources: NodeSources
     under_sim = simulated_node() if not config.simulate else None
-    if config.simulate:
-        from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
+    if config.simulate or under_sim is not None:
+        from gpulens.agent.simulator.host import SimulatedSources
 
-        try:
-            scenario = load_scenario(config.simulate)
-        except ScenarioError as error:
-            raise agent_config.ConfigError(str(error)) from None
-        clock = clock or SimulatedClock(config.speed)
-        library = load_simulated_library(scenario, clock)
-    elif under_sim is not None:
-        # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
-        # the node's jobs, host side and clock come from the same scenario, as with --simulate.
-        scenario, clock = under_sim
-        library = load_real_library()
+        scenario, clock, library = _simulation(config, clock, under_sim)
+        receiver = _simulated_receiver(config)
+        sources = SimulatedSources(scenario, clock.monotonic, receiver)
+        mode = "simulated"
     else:
         clock = SystemClock()
         library = load_real_library()
         sources, receiver = _live_sources(config, clock)
-    mode = "simulated" if config.simulate or under_sim is not None else "nvml"
-    if mode == "simulated":
-        from gpulens.agent.simulator.host import SimulatedSources
-
-        receiver = _simulated_receiver(config)
-        sources = SimulatedSources(scenario, clock.monotonic, receiver)
+        mode = "nvml"
     scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
     sampler, registry = assemble(config, library, sources, clock, mode, scenario_ref=scenario_ref)
     if receiver is not None:
@@ -134,6 +122,27 @@ def assemble(
         exposed += [Verdicts(), *(JobSeries(stage) for stage in stages)]
     registry.register(SnapshotExporter(sampler, exposed, mode=mode))
     return sampler, registry
+
+
+def _simulation(
+    config: agent_config.AgentConfig, clock: Clock | None, under_sim: tuple[Scenario, SharedClock] | None
+) -> tuple[Scenario, Clock, Any]:
+    """Return (scenario, clock, library) of a simulated node: the `gpulens sim` run's this process runs under
+    (`under_sim`), else --simulate's, on `clock` if given; raise ConfigError for a bad scenario."""
+    if under_sim is not None:
+        # `gpulens sim SCENARIO -- gpulens agent`: the installed pynvml already loads the simulated driver;
+        # the node's jobs, host side and clock come from the same scenario, as with --simulate.
+        scenario, shared = under_sim
+        return scenario, shared, load_real_library()
+    from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
+
+    assert config.simulate  # not under `gpulens sim`: --simulate named the scenario
+    try:
+        scenario = load_scenario(config.simulate)
+    except ScenarioError as error:
+        raise agent_config.ConfigError(str(error)) from None
+    clock = clock or SimulatedClock(config.speed)
+    return scenario, clock, load_simulated_library(scenario, clock)
 
 
 def simulated_node() -> tuple[Scenario, SharedClock] | None:
