@@ -115,7 +115,16 @@ def install(name: str) -> Path | None:
     if not stamp.exists() or stamp.read_text() != wanted:
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([interpreter, "-m", "venv", str(venv)], check=True)
-        install = [str(venv / "bin" / "pip"), "install", "--quiet", "-e", f"{ROOT}[test{',' + extra if extra else ''}]"]
+        # No second copy of each wheel in pip's cache: torch-floor's alone is about 2.5 GB, on CI disks
+        # that have been seen nearly full.
+        install = [
+            str(venv / "bin" / "pip"),
+            "install",
+            "--quiet",
+            "--no-cache-dir",
+            "-e",
+            f"{ROOT}[test{',' + extra if extra else ''}]",
+        ]
         subprocess.run(install + (pins or ["--upgrade", "nvidia-ml-py"]), check=True)
         stamp.write_text(wanted)
     return venv
