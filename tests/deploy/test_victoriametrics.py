@@ -182,15 +182,16 @@ def test_recorded_hours_add_up_the_same_on_each_store(stores):
     urllib.request.urlopen(
         urllib.request.Request(f"{victoria}/api/v1/import/prometheus", data=lines.encode()), timeout=10
     )
-    urllib.request.urlopen(f"{victoria}/internal/force_flush", timeout=10).close()
 
     def imported() -> bool:  # asked past VictoriaMetrics' cache of results, which an early answer would fill
+        # Flushed on every try, in case the import's rows were still on their way into storage at the first.
+        urllib.request.urlopen(f"{victoria}/internal/force_flush", timeout=10).close()
         promql = f'count_over_time({recorded.rule}{{user="vm-check"}}[6h])'
         params = urllib.parse.urlencode({"query": promql, "time": hour + 6 * 3600, "nocache": 1})
         with urllib.request.urlopen(f"{victoria}/api/v1/query?{params}", timeout=5) as response:
             return [float(item["value"][1]) for item in json.load(response)["data"]["result"]] == [len(values)]
 
-    wait_for(imported, 30)
+    wait_for(imported, 90, interval=1)
     urllib.request.urlopen(f"{victoria}/internal/resetRollupResultCache", timeout=10).close()
     api = Prometheus(victoria).api
 
