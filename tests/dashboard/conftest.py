@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -10,6 +11,7 @@ import pytest
 
 from gpulens.agent.server import AgentApp, serve
 from tests.conftest import SimulatedAgent, make_agent
+from tests.dashboard.fakes import NOW
 
 
 @contextmanager
@@ -43,3 +45,13 @@ def mig_agent() -> SimulatedAgent:
     agent = make_agent("mig")
     agent.run(150)
     return agent
+
+
+@pytest.fixture
+def fakes_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set the clock back to the fakes' NOW, keeping it running. The fakes' records are dated from the moment
+    they were imported, at collection, and a page reads the clock: a test that runs half an hour later in a long
+    suite would otherwise see every record half an hour older ("3 h 30 min ago", a reclaim already past due)."""
+    real = time.time
+    shift = real() - NOW
+    monkeypatch.setattr(time, "time", lambda: real() - shift)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -64,7 +65,10 @@ def page(name: str, user: dict | None = ADA, source: FakeSource | None = None) -
     if user is not None:
         at.secrets["auth"] = AUTH
         at.user = user
-    at.session_state[SOURCE_KEY] = source or FakeSource(reclaim_=(PENDING,))
+    # Due half an hour after the page runs: PENDING's time is dated from the fakes' import, which may be long past.
+    # The clock is not set back as fakes_clock does, since the reclaim service these tests start keeps the true one.
+    pending = replace(PENDING, due_at=time.time() + 1800)
+    at.session_state[SOURCE_KEY] = source or FakeSource(reclaim_=(pending,))
     for key, value in PAGE_QUERIES[name].items():
         at.query_params[key] = value
     at.run()

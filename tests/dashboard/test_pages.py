@@ -17,6 +17,9 @@ from gpulens.fleet.records import Alerts, ReclaimPending, SilenceShown, SourcePr
 from tests.dashboard.conftest import served
 from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
 
+# The pages read the clock, the fakes are dated from their import: see fakes_clock.
+pytestmark = pytest.mark.usefixtures("fakes_clock")
+
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "screens"
 DOWN = SourceProblem("agent node-c at http://10.0.0.3:10906", "is down or unreachable; its GPUs are not shown")
 
@@ -364,7 +367,7 @@ def test_a_link_to_a_job_that_is_not_running_says_so_and_shows_what_the_source_h
     assert "slurm job 81234" not in page and not at.metric  # no other job in its place
     assert query_params(at) == {"kind": "slurm", "id": "80077"}  # the link stays
     assert "No GPU this dashboard sees is held by it now" in at.info[0].value
-    # The fake's records are 3 h older than NOW, the fakes' import time; the page reads the clock later.
+    # The fake's records are 3 h older than NOW; fakes_clock runs the page's clock from NOW.
     assert re.search(r"\(3 h( 0\d min)? ago\)", page) and "1.50 GPU-h wasted" in page
     assert charts(at) == 1  # its GPU-hours by state
     assert list(at.dataframe[0].value["GPU"]) == ["node-b GPU 0", "GPU-gone"]

@@ -28,6 +28,9 @@ from tests.dashboard.httpfake import fake_server, json_reply
 from tests.dashboard.test_login import ADA, AUTH
 from tests.dashboard.test_pages import PAGES, text
 
+# The pages read the clock, the fakes are dated from their import: see fakes_clock.
+pytestmark = pytest.mark.usefixtures("fakes_clock")
+
 JOB = JobSummary("slurm", "81234", {"data_starved": 1800.0}, ("node-b",))
 OPEN, ALLOWED = access.Access(access.OPEN), access.Access(access.ALLOWED, "Ada")
 
