@@ -17,7 +17,7 @@ from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.records import LOST_STATE
 from gpulens.prometheus_api import PrometheusApi
 from tests.dashboard.browser import chromium, shown, start_demo, stop
-from tests.tools import free_port, require_tool
+from tests.tools import free_port, require_tool, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,12 +62,14 @@ def test_the_lost_gpu_comes_first_and_in_view_without_scrolling(demo, browser, t
     # The summary table at the top: its first row is the lost GPU, before any wasted one, and that row lies
     # within the page's viewport (a header and a row of 35 px each under the table's top). A 1440x900 headless
     # window has a viewport under 900 px high, as a browser's own bars leave on such a screen.
-    table, viewport = browser.execute_script(
+    # The table's grid fills its cells after the page's text is drawn, later still on a loaded machine.
+    find = (
         "const t = [...document.querySelectorAll('[data-testid=stDataFrame]')]"
         ".find(e => (e.querySelector('td') || {}).textContent === 'faults GPU 3');"
-        "return [t ? t.getBoundingClientRect().top : null, window.innerHeight]"
+        "return t ? [t.getBoundingClientRect().top, window.innerHeight] : null"
     )
-    assert viewport <= HEIGHT and table is not None and 0 < table + 2 * 35 < viewport, (table, viewport)
+    table, viewport = wait_for(lambda: browser.execute_script(find), 30, what="a table whose first row is the lost GPU")
+    assert viewport <= HEIGHT and 0 < table + 2 * 35 < viewport, (table, viewport)
     assert page.index("faults · GPU 3") < page.index("demo · GPU 1")  # the cards too: lost before idle
     keep(browser, "fleet", tmp_path)
 

@@ -17,6 +17,7 @@ import sys
 import sysconfig
 import textwrap
 
+import psutil
 import pytest
 
 from gpulens import trycli
@@ -66,14 +67,30 @@ sys.exit(3)
 
 
 def gpulens_try(*args: str, **options) -> subprocess.Popen:
+    # -X faulthandler: a run that hangs is aborted by `ended`, and then says where each of its threads was.
     return subprocess.Popen(
-        [sys.executable, "-m", "gpulens.cli", "try", *args],
+        [sys.executable, "-X", "faulthandler", "-m", "gpulens.cli", "try", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         **options,
     )
+
+
+def ended(run: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """What `run` printed on stdout and stderr once it ended; a run still going after `timeout` seconds is
+    aborted and the test fails with its stderr, where each thread's Python stack then is."""
+    try:
+        return run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        command = psutil.Process(run.pid).children(recursive=True)
+        run.send_signal(signal.SIGABRT)
+        run.wait(timeout=30)
+        for process in command:  # it holds gpulens's stdout and stderr open
+            process.kill()
+        _, stderr = run.communicate(timeout=30)
+        pytest.fail(f"gpulens try had not ended after {timeout:g} s; it printed:\n{stderr}")
 
 
 def blocks(stderr: str) -> dict[int, str]:
@@ -95,7 +112,7 @@ def loops():
     """Run the two loops under `gpulens try`; return (exit status, stderr, the block of each loop by name)."""
     pytest.importorskip("torch")
     run = gpulens_try("--", sys.executable, "-c", textwrap.dedent(LOOPS))
-    stdout, stderr = run.communicate(timeout=120)
+    stdout, stderr = ended(run, 120)
     pids = {name: int(pid) for name, pid in (line.split() for line in stdout.splitlines())}
     by_pid = blocks(stderr)
     return run.returncode, stderr, {name: by_pid.get(pid, "") for name, pid in pids.items()}
@@ -140,14 +157,14 @@ for x, y in gpulens.torch.instrument(torch.utils.data.DataLoader(data, batch_siz
 def test_a_loop_over_32_batches_is_32_steps():
     pytest.importorskip("torch")
     run = gpulens_try("--", sys.executable, "-c", THIRTY_TWO_BATCHES)
-    _, stderr = run.communicate(timeout=120)
+    _, stderr = ended(run, 120)
     assert run.returncode == 0, stderr
     assert re.search(r"gpulens try: pid \d+ sent \d+ reports? covering 32 steps in ", stderr), stderr
 
 
 def test_a_command_that_never_reports_is_told_how_to_add_instrument_in_one_line():
     run = gpulens_try("--", sys.executable, "-c", "pass")
-    _, stderr = run.communicate(timeout=30)
+    _, stderr = ended(run, 30)
     assert run.returncode == 0
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("gpulens try: the command sent no report")
@@ -156,7 +173,7 @@ def test_a_command_that_never_reports_is_told_how_to_add_instrument_in_one_line(
 
 def test_a_command_that_fails_before_its_first_report_is_told_to_fix_its_error_first():
     run = gpulens_try("--", sys.executable, "-c", "import sys; sys.exit(4)")
-    _, stderr = run.communicate(timeout=30)
+    _, stderr = ended(run, 30)
     assert run.returncode == 4
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("gpulens try: the command failed (exit status 4) before its first report")
@@ -224,14 +241,14 @@ def test_ctrl_c_without_a_terminal_is_passed_to_the_command_and_the_run_is_still
     run = gpulens_try("--", sys.executable, "-c", CAUGHT, start_new_session=True)
     assert run.stdout.readline() == "ready\n"
     run.send_signal(signal.SIGINT)
-    _, stderr = run.communicate(timeout=30)
+    _, stderr = ended(run, 30)
     assert run.returncode == 7  # the command's own handler ran, and its status is gpulens's
     assert "the command failed (exit status 7) before its first report" in stderr and "Traceback" not in stderr
 
 
 def test_a_command_ended_by_a_signal_exits_as_a_shell_says():
     run = gpulens_try("--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
-    run.communicate(timeout=30)
+    ended(run, 30)
     assert run.returncode == 128 + signal.SIGTERM
 
 
@@ -242,7 +259,7 @@ def test_keep_goes_on_listening_after_the_command_until_ctrl_c(tmp_path):
     assert "still listening" in run.stderr.readline()
     pid = send_from_child(socket_path, {**VALID, "pid": None})  # a job started elsewhere, sent to the socket
     run.send_signal(signal.SIGINT)
-    _, stderr = run.communicate(timeout=30)
+    _, stderr = ended(run, 30)
     assert run.returncode == 0
     found = blocks(stderr)
     assert list(found) == [pid]

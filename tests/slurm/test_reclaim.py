@@ -267,8 +267,10 @@ def test_the_idle_job_was_asked_through_its_agent_and_checkpointed_before_it_was
 
 def test_nothing_is_done_while_the_agent_is_down(reclaim_run):
     killed, back = reclaim_run.down
+    # `back` is taken once the restarted agent answers the test, so a service may have heard it a moment
+    # before and held its jobs on the verdicts it does not have yet: holding is doing nothing.
     during = [r for r in reclaim_run.audit + reclaim_run.dry_audit if killed < r["time"] < back]
-    assert during == []
+    assert [r for r in during if not _held_unsure(r)] == [], during
     before = [r["event"] for r in _records(reclaim_run, "idle") if r["time"] <= killed and not _held_unsure(r)]
     assert before == ["warned"]  # and its action was due DOWN_SECONDS later, while the agent was down
 
