@@ -204,7 +204,15 @@ class AgentsSource:
 
         def loop() -> None:
             while not self._stop.is_set():
-                self.refresh()
+                try:
+                    self.refresh()
+                except RuntimeError:
+                    # Once the interpreter begins to exit, concurrent.futures refuses new work, before the main
+                    # thread is marked ended (Lib/concurrent/futures/thread.py, `_python_exit`). Nobody reads this
+                    # source any more: end quietly, not with a traceback on the way out.
+                    if _exiting(self._timeout + 5):
+                        return
+                    raise
                 self._stop.wait(self._interval)
 
         thread = threading.Thread(target=loop, name="gpulens-dashboard-agents", daemon=True)
@@ -446,6 +454,13 @@ class AgentsSource:
 
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             return list(pool.map(one, nodes))
+
+
+def _exiting(within: float) -> bool:
+    """Whether the main thread ends within `within` seconds: the interpreter is exiting."""
+    main = threading.main_thread()
+    main.join(within)
+    return not main.is_alive()
 
 
 def _slice_histories(

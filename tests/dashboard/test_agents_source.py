@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from gpulens.agent.simulator.scenario import parse_scenario
@@ -217,3 +220,22 @@ def test_a_mig_gpus_slices_go_off_the_bus_with_it_and_a_destroyed_one_ends():
         ("GPU 0 · 3g.40gb slice", "Busy"),
         ("GPU 0 · 1g.10gb slice", "Free"),
     ]
+
+
+EXIT_WHILE_SCRAPING = """
+import threading, time
+from gpulens.fleet.agents import AgentsSource
+
+agents = {"a": "http://127.0.0.1:9", "b": "http://127.0.0.1:9"}
+source = AgentsSource(agents, interval=0.01, fetch=lambda url, timeout: "")
+source.start()
+time.sleep(0.2)  # a few scrapes made
+# The interpreter goes on for a second after the main thread ends, as a server's own threads keep it: the scrape
+# loop refreshes all through the exit, after concurrent.futures has begun refusing new work.
+threading.Thread(target=time.sleep, args=(1.0,)).start()
+"""
+
+
+def test_the_scrape_loop_ends_quietly_when_the_interpreter_exits():
+    run = subprocess.run([sys.executable, "-c", EXIT_WHILE_SCRAPING], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stderr) == (0, "")
