@@ -32,20 +32,21 @@ format: $(STAMP)
 
 # The agent's tests run again on Python 3.10 with the lowest release of each dependency admitted and on
 # Python 3.13 with the newest, the dashboard's and reports' tests with their extras' lowest releases
-# (tests/matrix.py). The full suite waits on its servers and browser more than it computes, so the matrix
-# runs beside it on the machine's other core, and after the matrix the Slurm tests (tests/slurm: a real
-# Slurm node, about 100 s spent mostly waiting on Slurm's clock). The matrix's virtual environments are
-# made first, so that no install writes into the checkout while the suite builds the wheel. Their output
-# follows the suite's.
+# (tests/matrix.py). The full suite runs in two pytest-xdist workers and the matrix beside it: the suite
+# waits on its servers and browser often enough that three processes keep two cores busier than two
+# (docs/benchmarks.md). The Slurm tests (tests/slurm: a real Slurm node, about 100 s spent mostly waiting on
+# Slurm's clock) run last, alone: their training job's CPU share is part of what they check. The matrix's
+# virtual environments are made first, so that no install writes into the checkout while the suite builds
+# the wheel. The matrix's output follows the suite's.
 test: lint
 	$(BIN)/python tests/matrix.py --install-only
 	mkdir -p .venv-matrix
-	( $(BIN)/python tests/matrix.py; versions=$$?; $(BIN)/pytest -q tests/slurm; slurm=$$?; \
-	  [ $$versions -eq 0 ] && [ $$slurm -eq 0 ] ) > .venv-matrix/run.log 2>&1 & beside=$$!; \
-	$(BIN)/pytest -q --ignore=tests/slurm; suite=$$?; \
-	wait $$beside; others=$$?; \
+	$(BIN)/python tests/matrix.py > .venv-matrix/run.log 2>&1 & beside=$$!; \
+	$(BIN)/pytest -q -n 2 --ignore=tests/slurm; suite=$$?; \
+	wait $$beside; versions=$$?; \
 	cat .venv-matrix/run.log; \
-	[ $$suite -eq 0 ] && [ $$others -eq 0 ]
+	$(BIN)/pytest -q tests/slurm; slurm=$$?; \
+	[ $$suite -eq 0 ] && [ $$versions -eq 0 ] && [ $$slurm -eq 0 ]
 
 # The fast loop while working: the house's checks, then every test of the agent, the simulator, the
 # diagnosis, the in-job library, attribution, the reports and the tips that starts no server and takes no
