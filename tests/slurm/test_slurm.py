@@ -96,13 +96,20 @@ def _gpu(series: dict, gpu: str) -> dict:
     return {"verdict": verdicts[0] if verdicts else {}, "holders": holders}
 
 
-def _judged(agent, gpu: str, state: str) -> dict | None:
+def _judged(agent, gpu: str, state: str, resting_on: str | None = None) -> dict | None:
+    """GPU `gpu`'s verdict and holders and the job series, once its state is `state` (and, where given, the
+    verdict rests on the evidence `resting_on`), else None."""
     status, body = agent.get("/metrics")
     if status != 200:
         return None
     series = _series(body.decode())
     found = _gpu(series, gpu)
     if found["verdict"].get("state") != state:
+        return None
+    evidence = {
+        labels["evidence"] for labels, _ in series.get("gpulens_gpu_diagnosis_evidence", []) if labels["gpu"] == gpu
+    }
+    if resting_on is not None and resting_on not in evidence:
         return None
     found["jobs"] = {name: rows for name, rows in series.items() if name.startswith("gpulens_job_")}
     return found
@@ -238,7 +245,13 @@ def _jobs(cluster: Cluster, agent, run: Run, run_dir: Path) -> None:
     )
     cluster.wait((run_dir / "gpu2.pid").exists, 30, "the overtime job to start on GPU 2")
 
-    run.seen["train"] = cluster.wait(lambda: _judged(agent, "0", "data_starved"), 90, "GPU 0 judged data-starved")
+    # Until the job's first report reaches the agent, the verdict rests on the host's view alone: a main process
+    # that keeps a core busy with no workers, `input_cpu_saturated`. From then on it rests on the job's timing.
+    run.seen["train"] = cluster.wait(
+        lambda: _judged(agent, "0", "data_starved", resting_on="data_wait_ratio"),
+        90,
+        "GPU 0 judged data-starved on the train job's reported wait",
+    )
     judged = time.monotonic()
     # The on-call's next question, asked as a user would: where does each step's time go?
     ask = ("trace", "--job", run.jobs["train"], "--agent", agent.base, "--steps", "5", "--wait", "20s", "--json")
