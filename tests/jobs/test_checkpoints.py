@@ -60,15 +60,17 @@ def node(tmp_path_factory):
     )
     (folder / "node.yaml").write_text(f"name: checkpoints\ndescription: four idle jobs\ngpus:\n{gpus}")
     children = []
-    for job, behaviour in JOBS.items():
-        env = {**os.environ, "SLURM_JOB_ID": job, "GPULENS_SOCKET": jobs_socket}
-        argv = [sys.executable, "-c", _JOB, f"{folder}/{job}.pid", behaviour, f"{folder}/{job}.saved"]
-        children.append(subprocess.Popen(argv, env=env, start_new_session=True))
     agent = start_agent(folder, jobs_socket, "--simulate", str(folder / "node.yaml"), "--sampling.interval", "1s")
     try:
         line = agent.stdout.readline()
         assert line.startswith("gpulens agent listening on http://127.0.0.1:"), agent.stderr.read()
         url = line.split()[-1].removesuffix("/metrics")
+        # The jobs start once the agent's checkpoint socket is there: a job that finds no agent tries again
+        # only 30 s later (checkpoint.RETRY_SECONDS), longer than these tests wait.
+        for job, behaviour in JOBS.items():
+            env = {**os.environ, "SLURM_JOB_ID": job, "GPULENS_SOCKET": jobs_socket}
+            argv = [sys.executable, "-c", _JOB, f"{folder}/{job}.pid", behaviour, f"{folder}/{job}.saved"]
+            children.append(subprocess.Popen(argv, env=env, start_new_session=True))
         for job in JOBS:
             wait_until(lambda job=job: f'job_id="{job}"' in requests.get(url + "/metrics", timeout=5).text, 30)
         yield url, folder
