@@ -71,12 +71,18 @@ def chromium(profile: str, width: int = 1400, height: int = 2400) -> Iterator:
 def shown(browser, url: str, *texts: str, timeout: float = 60) -> str:
     """Open `url` and return the page's text once every one of `texts` is on it: Streamlit draws over its
     websocket after the page loads, and the demo's nodes settle over their first minute."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     browser.get(url)
     body = browser.find_element(By.TAG_NAME, "body")
-    WebDriverWait(browser, timeout).until(lambda _: all(text in body.text for text in texts))
+    try:
+        WebDriverWait(browser, timeout).until(lambda _: all(text in body.text for text in texts))
+    except TimeoutException:
+        page = body.text
+        missing = [text for text in texts if text not in page]
+        raise AssertionError(f"{url} did not show {missing} within {timeout:g} s; it showed:\n{page[:4000]}") from None
     return body.text
 
 
