@@ -29,7 +29,7 @@ def kept_when_down() -> set[str]:
 
 def test_a_lost_gpu_keeps_only_the_series_the_doc_lists():
     kept = kept_when_down()
-    agent = make_agent("faults")  # GPU 3 is lost from 60 s to 120 s
+    agent = make_agent("faults")  # GPU 3 is lost from 60 s to 120 s, and from 180 s on
     agent.run(90)
     found = names_of_gpu(agent, 3)
     assert found <= kept, found - kept

@@ -138,7 +138,7 @@ def test_agent_lists_parse_names_and_refuse_mistakes():
 
 
 def test_a_lost_gpus_history_keeps_its_loss_on_the_timeline():
-    faults = make_agent("faults")  # GPU 3 is off the bus from 60 s to 120 s
+    faults = make_agent("faults")  # GPU 3 is off the bus from 60 s to 120 s (and from 180 s on)
     clock = Clock()
     with served(faults) as url:
         source = AgentsSource({"faults": url}, history_seconds=600, interval=10, clock=clock)
