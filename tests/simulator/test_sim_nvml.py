@@ -281,6 +281,18 @@ def test_lost_gpu_raises_then_recovers_with_the_same_uuid(clock):
     assert sim.nvmlDeviceGetUUID(sim.nvmlDeviceGetHandleByIndex(3)) == uuid
 
 
+def test_a_gpu_that_falls_off_the_bus_again_stays_off(clock):
+    sim = started("faults", clock)
+    handle = sim.nvmlDeviceGetHandleByIndex(3)
+    events = sim.nvmlEventSetCreate()
+    sim.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, events)
+    for t in (180.0, 3600.0, 86_400.0):  # no reset comes: a day later it is still off the bus
+        clock.t = t
+        with raises_nvml("GpuIsLost"):
+            sim.nvmlDeviceGetUUID(handle)
+    assert [sim.nvmlEventSetWait_v2(events, 0).eventData for _ in range(2)] == [79, 79]  # at 60 s and at 180 s
+
+
 def test_timed_not_supported(clock):
     sim = started("faults", clock)
     handle = sim.nvmlDeviceGetHandleByIndex(1)
