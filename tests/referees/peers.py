@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +66,8 @@ def run(args: list[str], timeout: float = 60) -> str:
     return done.stdout
 
 
-def scrape_while_running(args: list[str], port: int, ready: str, timeout: float = 60, scrapes: int = 1) -> str:
-    """Start a server, wait until its /metrics holds `ready`, return the text of the `scrapes`-th scrape
-    from then on, stop the server."""
+def scrape_while_running(args: list[str], port: int, ready: Callable[[str], bool], timeout: float = 60) -> str:
+    """Start a server, return the text of its first /metrics that is `ready`, stop the server."""
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     try:
@@ -77,14 +77,12 @@ def scrape_while_running(args: list[str], port: int, ready: str, timeout: float 
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
                     text = answer.read().decode()
-                if ready in text:
-                    scrapes -= 1
-                    if scrapes == 0:
-                        return text
+                if ready(text):
+                    return text
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise AssertionError(f"{args[-6:]} served no {ready} within {timeout:g} s")
+                raise AssertionError(f"{args[-6:]} served no complete /metrics within {timeout:g} s")
             time.sleep(0.2)
     finally:
         process.terminate()
@@ -120,7 +118,7 @@ def agent(scenario: str | None, driver: str | None) -> dict[str, Reading]:
             "--collector.process-details",
         ),
         port,
-        "gpulens_gpu_info{",
+        lambda text: "gpulens_gpu_info{" in text,  # the agent renders each snapshot whole
     )
     readings: dict[str, Reading] = {}
     scale = {
@@ -324,13 +322,31 @@ def nvitop_one_shot(
 # -- nvitop-exporter ---------------------------------------------------------------------------------------
 
 
+class _AfterAPass:
+    """Whether a scrape of nvitop-exporter comes after one whole pass over the host and every GPU.
+
+    Its exporter sets its gauges one at a time, the host's at the start of each pass and then each GPU's
+    (`PrometheusExporter.collect` in nvitop_exporter/exporter.py), so a scrape during the first pass can lack
+    the gauges of the GPUs it has not reached. `host_uptime` changes at the start of every pass: once it has
+    changed, a pass has ended, and every GPU's gauges are there."""
+
+    def __init__(self) -> None:
+        self.first: str | None = None
+
+    def __call__(self, text: str) -> bool:
+        found = re.search(r"^host_uptime_Second\{[^}]*\} (\S+)$", text, re.MULTILINE)
+        if found is None:
+            return False
+        self.first = self.first or found.group(1)
+        return found.group(1) != self.first
+
+
 def nvitop_exporter(scenario: str | None, driver: str | None) -> dict[str, Reading]:
     port = free_port()
     text = scrape_while_running(
         sim(scenario, driver, str(BIN / "nvitop-exporter"), "--bind-address", "127.0.0.1", "--port", str(port)),
         port,
-        "gpu_utilization_Percentage{",
-        scrapes=2,
+        _AfterAPass(),
     )
     names = {
         "gpu_memory_used_MiB": "memory_used_mib",
