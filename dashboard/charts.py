@@ -16,19 +16,7 @@ import pandas as pd
 from gpulens import words
 from gpulens.dashboard.views.gpu import ChartRow
 from gpulens.dashboard.views.trends import DailyRow, GroupDailyRow
-from gpulens.vocabulary import State
-
-# Colours by meaning: wasted states warm, busy green, free blue, unknown grey; a GPU off the bus black,
-# apart from the other unknowns (a failure, not a lack of data).
-STATE_COLOR = {
-    State.IDLE.value: "#d62728",
-    State.DATA_STARVED.value: "#ff7f0e",
-    State.UNDERUTILIZED.value: "#e6b800",
-    State.BUSY.value: "#2ca02c",
-    State.FREE.value: "#7fb3d5",
-    State.UNKNOWN.value: "#9e9e9e",
-}
-LOST_COLOR = "#212121"
+from gpulens.vocabulary import LOST_STATE, STATE_COLOUR, WASTED_STATES
 
 _STATES = [words.state_name(s.value) for s in words.STATE_ORDER]
 _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
@@ -38,9 +26,8 @@ _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
 NUMBER = ",.3~r"
 # Every value axis reaches at least 1 in its unit: a flat line at zero lies on the axis, not alone at its top.
 _AT_LEAST_ONE = alt.Scale(domain={"unionWith": [0, 1]})
-_STATE_SCALE = alt.Scale(
-    domain=[*_STATES, words.LOST], range=[*(STATE_COLOR[s.value] for s in words.STATE_ORDER), LOST_COLOR]
-)
+_SHOWN = (*(s.value for s in words.STATE_ORDER), LOST_STATE)
+_STATE_SCALE = alt.Scale(domain=[words.state_name(s) for s in _SHOWN], range=[STATE_COLOUR[s] for s in _SHOWN])
 
 
 def _index(gpu: str) -> int:
@@ -174,10 +161,8 @@ _DAY = alt.X("day:O", title="day (UTC)", axis=alt.Axis(labelAngle=-45, labelOver
 
 def daily_waste(rows: Sequence[DailyRow]) -> tuple[alt.Chart, int]:
     """Wasted GPU-hours per day (rows from `views.trends.daily_rows`), a bar a day stacked by reason."""
-    from gpulens.vocabulary import WASTED_STATES
-
     wasted = [s for s in words.STATE_ORDER if s in WASTED_STATES]
-    scale = alt.Scale(domain=[words.state_name(s.value) for s in wasted], range=[STATE_COLOR[s.value] for s in wasted])
+    scale = alt.Scale(domain=[words.state_name(s.value) for s in wasted], range=[STATE_COLOUR[s.value] for s in wasted])
     return (
         alt.Chart(pd.DataFrame(rows))
         .mark_bar()

@@ -127,3 +127,16 @@ class Condition(str, Enum):
 
 # A GPU's state in its history while it was off the bus (condition `lost`), where its verdict reads unknown.
 LOST_STATE = "lost"
+
+# Each state's colour wherever a chart draws it, the dashboard's and the HTML report's, so that one reads
+# beside the other: wasted states warm, busy green, free blue, unknown grey, as in the Grafana dashboard; a
+# GPU off the bus black, apart from the other unknowns (a failure, not a lack of data).
+STATE_COLOUR = {
+    State.IDLE.value: "#d62728",
+    State.DATA_STARVED.value: "#ff7f0e",
+    State.UNDERUTILIZED.value: "#e6b800",
+    State.BUSY.value: "#2ca02c",
+    State.FREE.value: "#7fb3d5",
+    State.UNKNOWN.value: "#9e9e9e",
+    LOST_STATE: "#212121",
+}

@@ -12,16 +12,8 @@ from html import escape
 
 from gpulens import words
 from gpulens.usage import STATES, TimelinePoint
+from gpulens.vocabulary import STATE_COLOUR
 
-# Colours per state: one hue each, red for waste that has a cause in the job, grey for the unknown.
-STATE_COLOURS = {
-    "free": "#d9d9d9",
-    "idle": "#e45756",
-    "data_starved": "#f58518",
-    "underutilized": "#eeca3b",
-    "busy": "#54a24b",
-    "unknown": "#9d9d9d",
-}
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 720, 180, 56, 28, 12
 # Time-axis ticks fall on round clock times, one of these steps (seconds) apart, at most MAX_TICKS of them:
 # the plot is then at least 5 steps of 132 px, which keep two labels of 11 characters apart even when the
@@ -112,7 +104,7 @@ def state_timeline(points: Sequence[TimelinePoint]) -> str:
             y -= h
             bars.append(
                 f'<rect x="{x(p.t):.1f}" y="{y:.1f}" width="{max(bar, 1):.1f}" height="{h:.1f}" '
-                f'fill="{STATE_COLOURS[state]}"><title>{escape(state)} {_clock(p.t)}</title></rect>'
+                f'fill="{STATE_COLOUR[state]}"><title>{escape(words.state_name(state))} {_clock(p.t)}</title></rect>'
             )
     return _frame("GPU state over time", "".join(bars), [(TOP, "100%"), (HEIGHT - BOTTOM, "0%")], ticks)
 
@@ -159,8 +151,8 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
                 continue
             w = value / top * width
             parts.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOURS[state]}">'
-                f"<title>{escape(key)}: {escape(state)} {words.gpu_hours(value)}</title></rect>"
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="16" fill="{STATE_COLOUR[state]}">'
+                f"<title>{escape(key)}: {escape(words.state_name(state))} {words.gpu_hours(value)}</title></rect>"
             )
             x += w
         parts.append(f'<text x="{x + 4:.1f}" y="{y + 13}">{words.gpu_hours(sum(seconds.values()))}</text>')
@@ -172,9 +164,7 @@ def stacked_bars(rows: Sequence[tuple[str, dict[str, float]]]) -> str:
 
 
 def legend() -> str:
-    items = "".join(
-        f'<span class="key"><i style="background:{colour}"></i>{escape(state)}</span>'
-        for state, colour in STATE_COLOURS.items()
-        if state != "free"
-    )
+    """The states' colours and names, in the dashboard legend's order."""
+    keys = [(STATE_COLOUR[s.value], words.state_name(s.value)) for s in words.STATE_ORDER]
+    items = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(name)}</span>' for c, name in keys)
     return f'<p class="legend">{items}</p>'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, replace
 
 import pytest
@@ -11,6 +12,9 @@ from gpulens.dashboard import charts
 from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
 from gpulens.fleet import advice
 from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
+from gpulens.report import charts as report_charts
+from gpulens.usage import STATES, TimelinePoint
+from gpulens.vocabulary import STATE_COLOUR
 from tests.dashboard.fakes import GPUS, JOBS, MIG_GPU, NOW, PAST, history, mig_history
 
 
@@ -482,7 +486,22 @@ def test_a_lost_gpu_is_drawn_apart_from_the_unknown_ones():
     assert states == ["Lost", words.state_name("unknown")]
     chart, _ = charts.heatmap(fleet.heatmap_rows([lost, starting]))
     scale = chart.to_dict()["encoding"]["color"]["scale"]
-    assert scale["range"][scale["domain"].index("Lost")] == charts.LOST_COLOR
+    assert scale["range"][scale["domain"].index("Lost")] == STATE_COLOUR[LOST_STATE]
+
+
+_BAR = re.compile(r'fill="(#[0-9a-f]{6})"><title>([^<]*?) \d\d-\d\d \d\d:\d\d</title>')
+_KEY = re.compile(r'<i style="background:(#[0-9a-f]{6})"></i>([^<]*)</span>')
+
+
+def test_the_html_report_draws_and_names_each_state_as_the_dashboard_does():
+    chart, _ = charts.heatmap(fleet.heatmap_rows(GPUS))
+    scale = chart.to_dict()["encoding"]["color"]["scale"]
+    dashboard = dict(zip(scale["domain"], scale["range"], strict=True))  # state name -> colour
+    legend = {name: colour for colour, name in _KEY.findall(report_charts.legend())}
+    assert len(legend) == len(STATES) and legend == {name: dashboard[name] for name in legend}
+    seconds = {state: 10.0 * (i + 1) for i, state in enumerate(STATES)}
+    bars = _BAR.findall(report_charts.state_timeline([TimelinePoint(NOW, seconds, 0.0, 0.0, 0)]))
+    assert sorted(bars) == sorted((dashboard[words.state_name(s)], words.state_name(s)) for s in STATES)
 
 
 def test_a_lost_gpu_says_it_fell_off_the_bus_once():

@@ -92,7 +92,7 @@ def test_html_is_self_contained_with_charts(capsys, fleet_run, tmp_path):
     html = page.read_text()
     self_contained(html)
     assert html.count("<svg") == 3  # state timeline, busy ratio, memory
-    assert "GPU state over time" in html and "data_starved" in html and "Add DataLoader workers" in html
+    assert "GPU state over time" in html and "Starved for data" in html and "Add DataLoader workers" in html
     tips = html[html.index("<h2>What to change</h2>") :]
     assert "<code>num_workers=8</code>" in tips and "`" not in tips  # the tips' code spans, as code
     for svg in re.findall(r"<svg.*?</svg>", html):
