@@ -128,9 +128,10 @@ class Condition(str, Enum):
 # A GPU's state in its history while it was off the bus (condition `lost`), where its verdict reads unknown.
 LOST_STATE = "lost"
 
-# Each state's colour wherever a chart draws it, the dashboard's and the HTML report's, so that one reads
-# beside the other: wasted states warm, busy green, free blue, unknown grey, as in the Grafana dashboard; a
-# GPU off the bus black, apart from the other unknowns (a failure, not a lack of data).
+# Each state's colour wherever a chart draws it: the dashboard's, the HTML report's and the Grafana
+# dashboard's (deploy/grafana/gpulens.json holds these values; its test compares them), so that one reads
+# beside the other. Wasted states warm, busy green, free blue, unknown grey; a GPU off the bus black, apart
+# from the other unknowns (a failure, not a lack of data).
 STATE_COLOUR = {
     State.IDLE.value: "#d62728",
     State.DATA_STARVED.value: "#ff7f0e",

@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 import yaml
 
+from gpulens.vocabulary import STATE_COLOUR, State
 from tests.rules.known import ROOT, agent_metric_names, recorded_names, referenced_metrics, rule_files
 from tests.tools import free_port, require_tool
 
@@ -83,6 +84,19 @@ def test_the_dashboard_has_the_four_rows_and_well_formed_panels():
         assert not mine & cells, f"{panel['title']} overlaps another panel"
         assert g["x"] + g["w"] <= 24
         cells |= mine
+
+
+def test_the_state_panels_colour_each_state_as_the_dashboard_and_the_reports_do():
+    by_state = [p for p in _dashboard()["panels"] if p["title"] == "GPUs by state"]
+    assert len(by_state) == 2  # the count now and over time
+    for panel in by_state:
+        colours = {
+            o["matcher"]["options"]: prop["value"]["fixedColor"]
+            for o in panel["fieldConfig"]["overrides"]
+            for prop in o["properties"]
+            if o["matcher"]["id"] == "byName" and prop["id"] == "color"
+        }
+        assert colours == {s.value: STATE_COLOUR[s.value] for s in State}, panel["title"]
 
 
 def test_every_query_reads_real_series_or_recording_rules():
