@@ -18,7 +18,6 @@ from gpulens.dashboard.views.gpu import ChartRow
 from gpulens.dashboard.views.trends import DailyRow, GroupDailyRow
 from gpulens.vocabulary import LOST_STATE, STATE_COLOUR, WASTED_STATES
 
-_STATES = [words.state_name(s.value) for s in words.STATE_ORDER]
 _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
 # Numbers on value axes and in tooltips: three significant digits, thousands separated, no trailing zeros
 # (d3-format's `~`), so that 0 reads "0" and 1250 "1,250". Without a format Vega-Lite takes the digits
@@ -26,8 +25,10 @@ _CLOCK = alt.Axis(format="%H:%M:%S", labelOverlap=True)
 NUMBER = ",.3~r"
 # Every value axis reaches at least 1 in its unit: a flat line at zero lies on the axis, not alone at its top.
 _AT_LEAST_ONE = alt.Scale(domain={"unionWith": [0, 1]})
+# The states as every chart lists them, a lost GPU last.
 _SHOWN = (*(s.value for s in words.STATE_ORDER), LOST_STATE)
-_STATE_SCALE = alt.Scale(domain=[words.state_name(s) for s in _SHOWN], range=[STATE_COLOUR[s] for s in _SHOWN])
+_STATES = [words.state_name(s) for s in _SHOWN]
+_STATE_SCALE = alt.Scale(domain=_STATES, range=[STATE_COLOUR[s] for s in _SHOWN])
 
 
 def _index(gpu: str) -> int:
