@@ -10,8 +10,6 @@ import logging
 from collections import Counter
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.agent import config
 from gpulens.agent.accounting import JobAccounting
@@ -40,8 +38,9 @@ class Node:
                 each(self)
 
     def samples(self) -> list:
-        text = generate_latest(self.registry).decode()
-        return [s for family in text_string_to_metric_families(text) for s in family.samples]
+        """Every sample a scrape would show: the registry's collect, which the exposition renders (the
+        golden tests hold the text itself)."""
+        return [s for family in self.registry.collect() for s in family.samples]
 
     def values(self, name: str) -> dict[tuple, float]:
         return {tuple(sorted(s.labels.items())): s.value for s in self.samples() if s.name == name}
