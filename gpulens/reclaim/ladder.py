@@ -273,7 +273,10 @@ class _Deciding:
             return
         exempt = self.policy.exempt.why(job.facts, job.labels) or _kept(job, self.keeps, now)
         if exempt:
-            self.skip(job, rule, place, idle, exempt)
+            # Its last warning (and a signal) is withdrawn: once the job is no longer kept, if still idle, it is
+            # given again, with the full time after it, before any action.
+            last = max(0, len(rule.warn_after) - 1)
+            self.skip(job, rule, replace(place, warned=min(place.warned, last), signalled_at=None), idle, exempt)
             return
         given = sum(1 for after in rule.warn_after if after <= idle)
         if given > place.warned:

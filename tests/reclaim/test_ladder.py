@@ -44,15 +44,21 @@ def walk(
     held_at: Callable[[float], dict[str, str]] = lambda now: {},
     every: float = MIN,
 ) -> list[tuple[float, Decision]]:
-    """Run a cycle every `every` seconds from START to START + `until`; return each decision with its time
-    since START."""
+    """Run a cycle every `every` seconds from START to START + `until`, each with the keeps made by then; return
+    each decision with its time since START."""
     places: dict[str, Place] = {}
     found = []
     acted: list[float] = []
     now = START
     while now <= START + until:
         cycle = decide(
-            now, policy, jobs_in(gpus_at(now)), places, keeps, held_at(now), sum(t > now - 3600 for t in acted)
+            now,
+            policy,
+            jobs_in(gpus_at(now)),
+            places,
+            [k for k in keeps if k.at <= now],
+            held_at(now),
+            sum(t > now - 3600 for t in acted),
         )
         places = dict(cycle.places)
         for decision in cycle.decisions:
@@ -241,3 +247,32 @@ def test_the_keep_in_force_is_the_longest_since_the_jobs_last_end():
     assert "slurm/1" not in in_force(ended, START + 180)
     later = [*ended, Keep("slurm/1", START + (60 * MIN), "dee", "again", START + 240)]
     assert in_force(later, START + 300)["slurm/1"].by == "dee"
+
+
+def test_a_job_warned_before_its_keep_gets_its_last_warning_again_and_the_full_gap_when_the_keep_ends():
+    fast = Policy(policies=(Rule(name="fast", warn_after=(10.0, 20.0), act_after=30.0),))
+    keep = Keep(job="slurm/100", until=START + 45, by="bob", reason="evaluation", at=START + 25)
+    found = walk(fast, lambda now: [gpu(0)], until=90, keeps=[keep], every=5)
+    assert [(t, d.event, d.step) for t, d in found] == [
+        (10, WARN, 1),
+        (20, WARN, 2),
+        (25, SKIP, 0),  # kept: the second warning is withdrawn
+        (45, WARN, 2),  # the keep is over: the last warning again, and the 10 s the policy leaves after it
+        (55, ACT, 0),
+    ]
+    assert found[3][1].due_at == START + 55
+
+
+def test_a_job_signalled_before_its_keep_is_warned_and_signalled_again_when_it_ends():
+    policy = Policy(policies=(Rule(name="ckpt", signal="USR1", signal_wait=10 * MIN),))
+    keep = Keep(job="slurm/100", until=START + 200 * MIN, by="bob", reason="evaluation", at=START + 125 * MIN)
+    found = walk(policy, lambda now: [gpu(0)], until=300 * MIN, keeps=[keep])
+    assert events(found) == [
+        (60, WARN, "100"),
+        (105, WARN, "100"),
+        (120, SIGNAL, "100"),
+        (125, SKIP, "100"),
+        (200, WARN, "100"),
+        (215, SIGNAL, "100"),
+        (225, ACT, "100"),
+    ]
