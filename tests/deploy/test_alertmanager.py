@@ -202,6 +202,9 @@ def test_a_cause_silences_what_follows_from_it(stack):
             # ... and so do the alerts of its MIG slices, which carry its index and their own UUID.
             alert("GpulensGpuSliceHeldIdle", "warning", "node-a", gpu="0", gpu_uuid="GPU-a0", uuid="MIG-a0-1"),
             alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
+            # ... and so do the job alerts of its processes, which name it by `uuid`; those on another node's GPU do not.
+            alert("GpulensJobOutOfMemory", "warning", "node-a", pid="4242", gpu_uuid="GPU-a0", uuid="GPU-a0"),
+            alert("GpulensJobOutOfMemory", "warning", "node-d", pid="5151", gpu_uuid="GPU-d2", uuid="GPU-d2"),
             alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
             # NVML down on a node: every GPU alert of that node follows.
             alert("GpulensNvmlDown", "critical", "node-b"),
@@ -232,6 +235,7 @@ def test_a_cause_silences_what_follows_from_it(stack):
         ("GpulensGpuHeldIdle", "node-a"),
         ("GpulensGpuSliceHeldIdle", "node-a"),
         ("GpulensGpuXidError", "node-a"),
+        ("GpulensJobOutOfMemory", "node-a"),
         ("GpulensGpuUnderutilized", "node-b"),
         ("GpulensNvmlDown", "node-c"),
         ("GpulensGpuMemoryNearFull", "node-c"),
@@ -240,6 +244,7 @@ def test_a_cause_silences_what_follows_from_it(stack):
     for shown in [
         ("GpulensGpuDataStarved", "node-a"),
         ("GpulensGpuMemoryNearFull", "node-d"),
+        ("GpulensJobOutOfMemory", "node-d"),
         ("GpulensNvmlDown", "node-b"),
     ]:
         assert states[shown]["state"] == "active", shown
@@ -258,7 +263,7 @@ def test_amtool_accepts_the_configuration_and_routes_by_severity(tmp_path):
     config = tmp_path / "alertmanager.yml"
     config.write_text(bundled.FILES["alertmanager.yml"].text())
     checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0 and "3 inhibit rules" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "4 inhibit rules" in checked.stdout, checked.stdout + checked.stderr
     for labels, receiver in [
         (["severity=critical", "alertname=GpulensGpuLost"], "gpulens-oncall"),
         (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
