@@ -63,7 +63,7 @@ def _number(value: Any, flag: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{flag}: {quoted(str(value))} is not a number; write e.g. {flag} 10") from None
+        raise ConfigError(f"{flag}: {quoted(str(value))} is not a number; write a number, e.g. 10") from None
 
 
 def _boolean(value: Any, where: str) -> bool:

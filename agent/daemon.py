@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import shutil
@@ -261,7 +262,9 @@ def main(argv: Sequence[str]) -> int:
             "choose another address with --web.listen-address",
             file=sys.stderr,
         )
-        return EXIT_RUNTIME
+        # A port in use may come free, so a service manager may start the agent again; a host name that does
+        # not resolve, an address not on this host or a port it may not open will not: a mistake in the settings.
+        return EXIT_RUNTIME if error.errno == errno.EADDRINUSE else EXIT_USAGE
     thread, stop = sampler.start()
 
     def shut_down(signum: int, frame: object) -> None:

@@ -1,5 +1,6 @@
 """Flags, environment and config file: precedence, and one clear line for every mistake."""
 
+import socket
 import subprocess
 import sys
 
@@ -99,6 +100,12 @@ def test_collector_flags_switch_both_ways():
             "environment GPULENS_JOBS_MAX_EXPORTED (--jobs.max-exported): 0",
         ),
         ([], {}, "ledger: {retention: 1y}", ": ledger.retention (--ledger.retention): '1y' is not a duration"),
+        (
+            ["--simulate", "demo"],
+            {"GPULENS_SPEED": "abc"},
+            None,
+            "environment GPULENS_SPEED (--speed): 'abc' is not a number; write a number, e.g. 10",
+        ),
         (["--sampling.interval", "fast"], {"GPULENS_SAMPLING_INTERVAL": "2s"}, None, "\n--sampling.interval: 'fast'"),
     ],
 )
@@ -139,6 +146,20 @@ def test_cli_bad_scenario_exits_2_with_one_line(tmp_path):
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_an_address_this_host_cannot_have_exits_2_and_a_port_in_use_exits_1(tmp_path):
+    """Under systemd (RestartPreventExitStatus=2) a mistake in the settings stops the service, while a port in use,
+    which may come free, lets it start again."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for address, status in (("192.0.2.1:10906", 2), (f"127.0.0.1:{port}", 1)):  # 192.0.2.1: TEST-NET-1
+            flags = ("--jobs.socket", "", "--ledger.path", "", "--web.listen-address", address)
+            result = _run("agent", "--simulate", "demo", *flags)
+            assert result.returncode == status, (address, result.stderr)
+            assert f"cannot listen on {address}" in result.stderr and "--web.listen-address" in result.stderr
 
 
 def test_cli_unknown_command():
