@@ -12,7 +12,15 @@ from gpulens import checks
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
-from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, MAX_JOBS_PER_SOURCE, SLOW, SourceError, Step, http_url
+from gpulens.fleet.past import (
+    HTTP_TIMEOUT_SECONDS,
+    MAX_JOBS_PER_SOURCE,
+    SLOW,
+    SourceError,
+    Step,
+    http_url,
+    one_per_run,
+)
 from gpulens.fleet.traces import SLACK_SECONDS, ReportTraces, checked_run, newest_first
 from gpulens.httpclient import HttpError
 from gpulens.usage import JobRecord
@@ -33,8 +41,8 @@ class Agents:
             for url in urls
         ]
         self.description = "agent " + ", ".join(agent.shown for agent in self.agents)
-        # The agents each job was found on, and the node each named: where to ask for its traces.
-        self._found_on: dict[tuple[str, str], dict[str, tuple[AgentClient, str]]] = {}
+        # The nodes each job was found on, and an agent that answers for each: where to ask for its traces.
+        self._found_on: dict[tuple[str, str], dict[str, AgentClient]] = {}
 
     def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> list[JobRecord]:
         step(f"asking {agent.shown}")
@@ -43,7 +51,9 @@ class Agents:
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
-        return _in_period([r for agent in self.agents for r in self._get(agent, params, step)], since, until)
+        # One agent given twice (node:10906 and http://node:10906/metrics) names its node alike: its runs count once.
+        found = one_per_run((agent.shown, r) for agent in self.agents for r in self._get(agent, params, step))
+        return _in_period(found, since, until)
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}
@@ -51,9 +61,9 @@ class Agents:
         for agent in self.agents:
             records = _in_period(self._get(agent, params, step), since, until)
             for r in records:
-                self._found_on.setdefault(r.key, {})[agent.shown] = (agent, r.nodes[0])
-            found += records
-        return found
+                self._found_on.setdefault(r.key, {}).setdefault(r.nodes[0], agent)
+            found += [(agent.shown, r) for r in records]
+        return one_per_run(found)
 
     def report_traces(self, record: JobRecord, step: Step) -> ReportTraces:
         """Return the traces of the job `record` (found by `job`) that the agents it ran on remember, requested
@@ -61,7 +71,7 @@ class Agents:
         agent without traces is named in `unavailable`."""
         runs: dict[tuple[str, str, int], dict[str, Any]] = {}
         unavailable = []
-        for agent, node in self._found_on.get(record.key, {}).values():
+        for node, agent in self._found_on.get(record.key, {}).items():
             step(f"asking {agent.shown} for traces")
             try:
                 body = agent.traces({"job": record.id})
@@ -79,7 +89,7 @@ class Agents:
                 raise SourceError(f"{agent.where} sent a trace list this gpulens cannot read ({error})") from None
             for run in found:
                 if record.start - SLACK_SECONDS <= run["requested_at"] <= record.last_seen + SLACK_SECONDS:
-                    runs[(agent.shown, run["id"], run["pid"])] = {**run, "node": node}
+                    runs[(node, run["id"], run["pid"])] = {**run, "node": node}
         return ReportTraces(newest_first(list(runs.values())), tuple(unavailable))
 
 

@@ -3,15 +3,17 @@
 
 Every source answers the same two questions, `runs_between(since, until)` for a fleet report and
 `runs_of(id, since, until)` for one job (with its timeline), as `JobRecord`s: one per run and node, which
-the report adds up per job. Agents and Prometheus also answer `report_traces(record)`, the job's PyTorch traces
-(`traces.py`); a ledger keeps none. Problems a user can cause or fix (a missing or corrupt file, an agent
+the report adds up per job. A run read twice (a ledger given under two paths, an agent under two URLs) is
+answered once (`one_per_run`). Agents and Prometheus also answer `report_traces(record)`, the job's PyTorch
+traces (`traces.py`); a ledger keeps none. Problems a user can cause or fix (a missing or corrupt file, an agent
 that does not answer) raise `SourceError` with one line that names the thing and the fix.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
@@ -113,7 +115,8 @@ class LedgerFiles:
         self.paths = list(paths)
         self.description = "ledger " + ", ".join(self.paths)
 
-    def _read(self, path: str, step: Step, **query: Any) -> list[JobRecord]:
+    def _read(self, path: str, step: Step, **query: Any) -> list[tuple[Hashable, JobRecord]]:
+        """Return the runs of the ledger at `path` that answer `query`, each with the file's identity."""
         step(f"reading {path}")
         with converted(LedgerError, SourceError):
             conn = connect_readonly(path)
@@ -126,17 +129,45 @@ class LedgerFiles:
             ) from None
         finally:
             conn.close()
-        return [r if r.nodes or not node else replace(r, nodes=(node,)) for r in records]
+        identity = file_identity(path)
+        return [(identity, r if r.nodes or not node else replace(r, nodes=(node,))) for r in records]
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
-        return [r for path in self.paths for r in self._read(path, step, since=since, until=until)]
+        return one_per_run(r for path in self.paths for r in self._read(path, step, since=since, until=until))
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
-        return [
+        return one_per_run(
             r
             for path in self.paths
             for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)
-        ]
+        )
+
+
+def one_per_run(readings: Iterable[tuple[Hashable, JobRecord]]) -> list[JobRecord]:
+    """Return each run once, in the order first read, however many times it was read: the same ledger under two
+    paths (a symlink, ./ledger.sqlite), a copy of it beside the live file, an agent under two URLs.
+
+    A run is what a ledger keys it by: its job (kind, id), the node that saw it (each node's ledger holds its
+    own runs) and its start (UNIQUE (kind, id, start) in the file). Each reading comes with where it was read
+    (`file_identity`, an agent's URL), which stands for the node of a run whose ledger names none. Of two
+    readings of one run the one seen last is kept: a copy of a ledger may lag behind its agent."""
+    kept: dict[tuple[Hashable, ...], JobRecord] = {}
+    for where, record in readings:
+        run = (record.kind, record.id, record.start, record.nodes or (where,))
+        known = kept.get(run)
+        if known is None or record.last_seen > known.last_seen:
+            kept[run] = record
+    return list(kept.values())
+
+
+def file_identity(path: str) -> Hashable:
+    """Return what names the file at `path` whatever the spelling or link it is reached through: its device and
+    inode, or its resolved path where it cannot be read."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return os.path.realpath(path)
+    return (found.st_dev, found.st_ino)
 
 
 def http_url(text: str, flag: str) -> str:

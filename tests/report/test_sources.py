@@ -6,12 +6,18 @@ by up to half an interval at each end of a series, and the ledger misses the fir
 """
 
 import json
+import shutil
+import sqlite3
 import threading
+from dataclasses import replace
 
 import pytest
 
+from gpulens.agent.ledger import Ledger
 from gpulens.agent.server import AgentApp, serve
+from gpulens.fleet.past import one_per_run
 from gpulens.report.cli import run
+from gpulens.usage import STATES, JobRecord
 from tests.conftest import make_agent
 from tests.report.conftest import RESTART_GAP, SCENARIO, SCRAPE
 
@@ -162,3 +168,74 @@ def test_the_agent_endpoint_gives_the_ledger_report(capsys, tmp_path):
         assert job["account"] == jobs_by_id(from_file)[job_id]["account"]
     assert jobs_by_id(over_http)["7001"]["account"] == "climate"
     assert one["id"] == NOTEBOOK and one["running"] and len(one["timeline"]) >= 14
+
+
+def test_a_ledger_read_twice_counts_each_run_once(capsys, fleet_run, tmp_path, monkeypatch):
+    """The same file under another spelling or through a symlink, and a copy of it that lags behind: each run
+    counts once, as its latest reading."""
+    monkeypatch.chdir(fleet_run.ledger.parent)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(fleet_run.ledger)
+    lagging = tmp_path / "copy.sqlite"
+    shutil.copy(fleet_run.ledger, lagging)
+    with sqlite3.connect(lagging) as conn:  # a copy taken ten minutes before the end of each run
+        halved = ", ".join(f"state_{s}_seconds = state_{s}_seconds / 2" for s in STATES)
+        conn.execute(f"UPDATE jobs SET last_seen = last_seen - 600, {halved}")
+    conn.close()
+    once = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger))
+    given = ("--ledger", str(fleet_run.ledger), "--ledger", f"./{fleet_run.ledger.name}", "--ledger", str(link))
+    twice = fleet(capsys, fleet_run, *given, "--ledger", str(lagging))
+    assert twice["total"]["gpu_hours"] == pytest.approx(once["total"]["gpu_hours"])
+    assert jobs_by_id(twice) == jobs_by_id(once)
+    window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until), "--format", "json")
+    job = report(capsys, "job", "7001", *given, *window)
+    assert job["runs"] == 1 and job["job"]["last_seen"] == jobs_by_id(once)["7001"]["last_seen"]
+
+
+def test_one_job_on_two_nodes_adds_up_and_a_ledger_naming_no_node_counts_by_its_file(capsys, tmp_path):
+    """Runs of one job that start in the same second on two nodes are two runs; where a ledger names no node,
+    its file stands for it."""
+    start = 1767225600.0
+    run = JobRecord("slurm", "4711", start, start + 600, user="carol", gpus=("GPU-1",), state_seconds={"busy": 600})
+    paths = []
+    for node in ("n1", "n2", "", ""):
+        paths.append(str(tmp_path / f"ledger-{len(paths)}.sqlite"))
+        ledger = Ledger(paths[-1], node=node)
+        ledger.write([(run, run)], [], start + 600)
+        ledger.close()
+    window = ("--since", str(start - 60), "--until", str(start + 900), "--format", "json")
+    for given, runs in ((paths[:2], 2), (paths[2:], 2), ([paths[0], paths[0]], 1), ([paths[2], paths[2]], 1)):
+        job = report(capsys, "job", "4711", *(f for path in given for f in ("--ledger", path)), *window)
+        assert (job["runs"], job["job"]["gpu_hours"]) == (runs, pytest.approx(runs * 600 / 3600)), given
+
+
+def test_an_agent_given_twice_counts_each_run_once(capsys, tmp_path):
+    agent = make_agent(SCENARIO, ledger=str(tmp_path / "ledger.sqlite"))
+    agent.run(300, step=5)
+    app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
+    server = serve(app, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        until = agent.sampler.clock.time()
+        window = ("--since", str(until - 3600), "--until", str(until), "--format", "json")
+        spellings = (f"127.0.0.1:{server.server_port}", f"http://127.0.0.1:{server.server_port}/metrics")
+        once = report(capsys, "fleet", "--agent", spellings[0], *window)
+        twice = report(capsys, "fleet", "--agent", spellings[0], "--agent", spellings[1], *window)
+        job = report(capsys, "job", "notebook-bob-0", "--agent", spellings[0], "--agent", spellings[1], *window)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert once["total"]["gpu_hours"] > 0
+    assert twice["total"]["gpu_hours"] == pytest.approx(once["total"]["gpu_hours"])
+    assert jobs_by_id(twice) == jobs_by_id(once)
+    assert job["runs"] == 1
+
+
+def test_the_same_run_from_a_ledger_and_from_its_agent_is_one_run():
+    """A run is its job, its node and its start, whichever source read it."""
+    run = JobRecord("slurm", "4711", 1767225600.0, 1767226200.0, nodes=("n1",), state_seconds={"busy": 600})
+    later = replace(run, last_seen=run.last_seen + 60, state_seconds={"busy": 660})
+    other_node = replace(run, nodes=("n2",))
+    found = one_per_run([(("dev", 1), run), ("http://n1:10906", later), (("dev", 2), other_node)])
+    assert found == [later, other_node]
