@@ -30,7 +30,9 @@ from gpulens.reclaim.policy import MODES, PolicyError, load_policy
 from gpulens.units import UnitError, parse_duration
 from gpulens.words import duration, when
 
-DEFAULT_STATE_DIR = "/var/lib/gpulens/reclaim"
+# The folder of the service beside slurmctld (deploy/systemd/gpulens-reclaim.service, StateDirectory=), so that
+# `keep` and `log` run beside it find it without being told.
+DEFAULT_STATE_DIR = "/var/lib/gpulens-reclaim"
 STATE_DIR = "GPULENS_RECLAIM_STATE_DIR"
 DEFAULT_PORT = 10908  # beside the agent's 10906 and the dashboard's 10907
 
@@ -56,6 +58,24 @@ def _state_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir", default=default, metavar="DIR", help=f"the service's folder (default {default}; or {STATE_DIR})"
     )
+
+
+def _service_folder(path: str) -> Folder:
+    """Return the folder of a service that has run at `path`; FolderError naming the flag where none has: a keep
+    written anywhere else holds nothing, and a log there says nothing."""
+    folder = Folder(path)
+    try:
+        served = folder.served()
+    except OSError as error:
+        raise FolderError(
+            f"cannot read the service's folder {path!r} ({error.strerror}); run this as the user the service runs "
+            "as, or give --state-dir"
+        ) from None
+    if not served:
+        raise FolderError(
+            f"no gpulens reclaim service has run in {path!r}; give --state-dir (or {STATE_DIR}) as the service has it"
+        )
+    return folder
 
 
 def _fail(command: str, error: object, status: int = EXIT_FAILED) -> int:
@@ -279,12 +299,17 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
     now = time.time()
     keep = Keep(job=job, until=now + seconds, by=by, reason=" ".join(args.reason.split()), at=now)
     try:
-        folder = Folder(args.state_dir).create()
+        folder = _service_folder(args.state_dir)
         if keep.ends and job not in in_force(folder.keeps(), now):
             return _fail("keep", f"no keep of {job} is in force: nothing to end ('gpulens reclaim log --job {job}')")
         folder.record_keep(keep)
-    except (FolderError, OSError) as error:
-        return _fail("keep", getattr(error, "strerror", None) or error)
+    except FolderError as error:
+        return _fail("keep", error)
+    except OSError as error:
+        return _fail(
+            "keep",
+            f"cannot write the keep to {args.state_dir!r} ({error.strerror}); run this as the user the service runs as",
+        )
     if keep.ends:
         print(f"ended the keeps of {job}, by {by}: {keep.reason}", file=out)
     else:
@@ -306,9 +331,10 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
         since = time.time() - parse_duration(args.since, "--since")
     except UnitError as error:
         return _fail("log", error, EXIT_USAGE)
-    folder = Folder(args.state_dir)
-    if not folder.path.is_dir():
-        return _fail("log", f"no state folder {str(folder.path)!r}; give --state-dir as the service has it")
+    try:
+        folder = _service_folder(args.state_dir)
+    except FolderError as error:
+        return _fail("log", error)
     job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
     for record in statefiles.since(folder.audit_records(), since):
         if job and record.get("job") != job:

@@ -1,6 +1,7 @@
 """What `gpulens reclaim` keeps in its folder (`--state-dir`), all of it plain files a person can read:
 
-    lock          held by the running service: two services never act on one fleet
+    lock          held by the running service: two services never act on one fleet; left behind, it tells
+                  `keep` and `log` that a service has run here
     places.json   where each job stands on its ladder, so that a restart neither warns twice nor forgets
     keeps.jsonl   `gpulens reclaim keep` appends a line per keep: the job, until when, who and why
     audit.jsonl   a line per decision: warned, would act, acted, skipped and why, reset, kept
@@ -47,6 +48,10 @@ class Folder:
                 f"cannot create the state folder {str(self.path)!r} ({error.strerror}); check --state-dir"
             ) from None
         return self
+
+    def served(self) -> bool:
+        """Whether a service has run in this folder: it takes the lock as it starts, and leaves the file."""
+        return (self.path / LOCK).is_file()
 
     # -- one service at a time --------------------------------------------------------------------------
 

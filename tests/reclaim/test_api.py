@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 from gpulens.agent.webconfig import WebConfigFile
 from gpulens.credentials import Credentials, tls_credentials
 from gpulens.httpclient import HttpError
-from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.folder import LOCK, Folder
 from gpulens.reclaim.ladder import Keep
 from gpulens.reclaim.server import EXAMPLE, MAX_BODY_BYTES, REFUSED, start
 from gpulens.reclaim_api import FLAGS, KEEPS, KeepShown, ReclaimApi
@@ -58,7 +58,10 @@ def reclaim_server(
 
 @pytest.fixture
 def folder(tmp_path) -> Folder:
-    return Folder(tmp_path / "state").create()
+    """The folder of the service the endpoints are part of: one it has run in."""
+    made = Folder(tmp_path / "state").create()
+    (made.path / LOCK).write_text("pid 812\n")
+    return made
 
 
 @pytest.fixture

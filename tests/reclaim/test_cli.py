@@ -11,10 +11,11 @@ import pytest
 
 from gpulens import cli
 from gpulens.reclaim import cli as reclaim_cli
-from gpulens.reclaim.folder import Folder
+from gpulens.reclaim.folder import LOCK, Folder
 from gpulens.reclaim.ladder import in_force
 from tests.notify.servers import smtp_server
 from tests.reliability.running import agent_process
+from tests.rules.known import ROOT
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -24,6 +25,12 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     except SystemExit as stop:  # argparse's usage errors
         status = int(stop.code or 0)
     return status, out.getvalue(), capsys.readouterr().err
+
+
+def served(path) -> str:
+    """A folder a service has run in, as it leaves it: with its lock file."""
+    (Folder(path).create().path / LOCK).write_text("pid 812\n")
+    return str(path)
 
 
 def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(capsys):
@@ -109,14 +116,14 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
     ],
 )
 def test_each_command_line_mistake_is_one_line_and_exit_2(tmp_path, capsys, argv, said):
-    extra = ("--state-dir", str(tmp_path / "state")) if argv[0] in ("keep", "log", "run") else ()
+    extra = ("--state-dir", served(tmp_path / "state")) if argv[0] in ("keep", "log", "run") else ()
     status, _, err = run(capsys, *argv, *extra)
     assert status == 2 and err.count("\n") == 1 and said in err, err
     assert "secret" not in err
 
 
 def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, monkeypatch):
-    state = str(tmp_path / "state")
+    state = served(tmp_path / "state")
     monkeypatch.setenv("SUDO_USER", "ops")
     status, out, _ = run(
         capsys, "keep", "1234", "--for", "8h", "--reason", "evaluation   at 18:00", "--state-dir", state
@@ -142,7 +149,7 @@ def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, 
 
 
 def test_keep_end_ends_the_jobs_keeps_and_says_when_there_is_none(tmp_path, capsys):
-    state = str(tmp_path / "state")
+    state = served(tmp_path / "state")
     for span in ("8h", "2h"):
         assert (
             run(capsys, "keep", "1234", "--for", span, "--reason", "eval", "--by", "ann", "--state-dir", state)[0] == 0
@@ -158,9 +165,32 @@ def test_keep_end_ends_the_jobs_keeps_and_says_when_there_is_none(tmp_path, caps
     assert status == 2 and "not allowed with argument" in err
 
 
-def test_log_without_the_services_folder_says_which_to_give(tmp_path, capsys):
-    status, _, err = run(capsys, "log", "--state-dir", str(tmp_path / "nowhere"))
-    assert status == 1 and "no state folder" in err and "give --state-dir as the service has it" in err
+@pytest.mark.parametrize("command", ["keep", "log"])
+def test_keep_and_log_refuse_a_folder_no_service_has_run_in_and_create_none(tmp_path, capsys, command):
+    """A keep written where the service does not look holds nothing: the job would still be cancelled."""
+    argv = ("keep", "1234", "--for", "8h", "--reason", "eval") if command == "keep" else ("log",)
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "typo", tmp_path / "empty"):
+        status, out, err = run(capsys, *argv, "--state-dir", str(folder))
+        assert (status, out) == (1, "") and err == (
+            f"gpulens reclaim {command}: no gpulens reclaim service has run in {str(folder)!r}; give --state-dir "
+            "(or GPULENS_RECLAIM_STATE_DIR) as the service has it\n"
+        )
+    assert not (tmp_path / "typo").exists() and list((tmp_path / "empty").iterdir()) == []
+
+
+def test_run_keep_and_log_default_to_the_folder_of_the_shipped_service(capsys, monkeypatch):
+    unit = (ROOT / "deploy" / "systemd" / "gpulens-reclaim.service").read_text().splitlines()
+    (state_directory,) = [line.partition("=")[2] for line in unit if line.startswith("StateDirectory=")]
+    assert reclaim_cli.DEFAULT_STATE_DIR == f"/var/lib/{state_directory}"
+    told = [line for line in unit if line.startswith(f"Environment={reclaim_cli.STATE_DIR}=")]
+    assert all(line.endswith(f"={reclaim_cli.DEFAULT_STATE_DIR}") for line in told)
+    monkeypatch.delenv(reclaim_cli.STATE_DIR, raising=False)
+    for command in ("run", "keep", "log"):
+        with pytest.raises(SystemExit):
+            reclaim_cli.main([command, "--help"], io.StringIO())
+        said = "".join(capsys.readouterr().out.split())  # argparse wraps the path at its hyphen
+        assert f"(default{reclaim_cli.DEFAULT_STATE_DIR};or" in said
 
 
 def test_run_once_reads_a_real_agent_and_logs_nothing_before_the_first_warning(tmp_path, capsys):
