@@ -165,8 +165,8 @@ def duration(value: Any, where: str, lo: float | None = None, hi: float | None =
         raise Invalid(where, error.problem) from None
     if _outside(seconds, lo, hi):
         bounds = (
-            f"between {lo:g} and {hi:g}" if lo is not None and hi is not None else
-            f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+            f"between {_bound(lo)} and {_bound(hi)}" if lo is not None and hi is not None else
+            f"at least {_bound(lo)}" if lo is not None else f"at most {_bound(hi)}"
         )  # fmt: skip
         raise Invalid(where, f"must be {bounds} seconds, got {shown(value)}")
     return seconds
@@ -186,7 +186,10 @@ def _range(value: float, lo: float | None, hi: float | None) -> str:
 
 
 def _bound(value: float | None) -> str:
-    """Return a bound as written: 4194304 rather than 4.1943e+06, 0.5 as 0.5."""
+    """Return a bound as written: 4194304 and 253402300799.0 whole, rather than 4.1943e+06 and 2.53402e+11;
+    0.5 as 0.5."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
     return str(value) if isinstance(value, int) else f"{value:g}"
 
 

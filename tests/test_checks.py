@@ -54,6 +54,12 @@ def test_numbers_and_whole_numbers_in_range_pass():
     assert problem(checks.whole, 2.0, "pid", 1, 10) == "pid: expected a whole number, got 2.0"
     assert problem(checks.whole, 0, "pid", 1) == "pid: must be >= 1, got 0"
     assert problem(checks.number, 11, "n", None, 10) == "n: must be <= 10, got 11"
+    # Whole bounds read whole, however they are stored: a year-9999 epoch, a year of seconds.
+    assert problem(checks.number, -1.0, "t", 0, 253402300799.0) == "t: must not be negative, got -1"
+    assert problem(checks.number, 3e11, "t", 0, 253402300799.0).startswith("t: must be between 0 and 253402300799,")
+    assert problem(checks.duration, "400d", "limit", 60, 365 * 86_400 - 1.0) == (
+        "limit: must be between 60 and 31535999 seconds, got '400d'"
+    )
 
 
 def test_text_flag_choice_and_items():

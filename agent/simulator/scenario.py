@@ -270,7 +270,7 @@ def _pci_bus_id(raw: object, where: str) -> str:
 def _memory_total(raw: object, where: str) -> int:
     memory = _bytes(raw, where)
     if not 0 < memory <= MAX_MEMORY:
-        raise Invalid(where, f"must be > 0 and at most 1PiB ({MAX_MEMORY} bytes)")
+        raise Invalid(where, f"must be > 0 and at most 1024TiB ({MAX_MEMORY} bytes)")
     return memory
 
 
@@ -1125,6 +1125,8 @@ def load_scenario(name_or_path: str) -> Scenario:
         text = resources.files(__package__).joinpath("scenarios", label).read_text(encoding="utf-8")
         return parse_scenario(text, label)
     path = Path(name_or_path)
+    if name_or_path and path.is_dir():
+        raise ScenarioError(f"scenario {name_or_path!r} is a folder; name a scenario file in it, or a built-in")
     if not name_or_path or not path.is_file():
         raise ScenarioError(
             f"scenario {name_or_path!r}: no such file and no built-in of that name; "

@@ -475,5 +475,11 @@ def test_missing_file_lists_builtins():
     )
 
 
+def test_a_folder_is_named_as_one(tmp_path):
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(str(tmp_path))
+    assert str(caught.value) == f"scenario {str(tmp_path)!r} is a folder; name a scenario file in it, or a built-in"
+
+
 def test_scenario_error_is_a_value_error():
     assert issubclass(ScenarioError, ValueError)
