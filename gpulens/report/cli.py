@@ -389,24 +389,31 @@ def send_digest(digest: Digest, sender: Sender, out: TextIO) -> int:
     from gpulens.notify.sender import FAILED, NO_ADDRESS, Message
 
     period = f"{words.when(digest.since)} to {words.when(digest.until)}"
+    # The period to the day is the case: `--since 30d` ends at another minute at each run, and a rerun the same
+    # day is the same digest, suppressed within the cooldown; another day's period is another digest.
+    case = f"{_day(digest.since)} to {_day(digest.until)}"
+    by_account = digest.by == "account"
     failed = 0
     for name in digest.recipients():
         text = recipient_text(digest, name)
         if text is None:
             continue
-        by_account = digest.by == "account"
         if by_account and name == NONE:
             print(f"{NONE}: the jobs without an account have no lead to send them to", file=out)
             continue
         owner = Owner(account=name) if by_account else Owner(user=name)
         fields = {"details": text.rstrip("\n"), "period": period}
-        # The period is the case: the same digest sent again is suppressed, next month's is not.
-        outcome = sender.send(Message("digest", owner, case=period, fields=fields, to_lead=by_account))
+        outcome = sender.send(Message("digest", owner, case=case, fields=fields, to_lead=by_account))
         whom = f"lead of {name}" if by_account else name
         said = f"sent to {outcome.to}" if outcome.status == "sent" else f"{outcome.status}: {outcome.detail}"
         print(f"{whom}: {said}", file=out)
         failed += outcome.status in (FAILED, NO_ADDRESS)
     return 1 if failed else 0
+
+
+def _day(epoch: float) -> str:
+    """Return the UTC day of `epoch`, e.g. '2026-01-31'."""
+    return time.strftime("%Y-%m-%d", time.gmtime(epoch))
 
 
 def _fleet(

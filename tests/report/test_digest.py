@@ -408,3 +408,34 @@ def test_an_empty_period(capsys, ledger):
 )
 def test_usage_mistakes_exit_2(capsys, argv, words):
     fails(capsys, argv, 2, *words)
+
+
+def notify_settings(tmp_path, port: int) -> str:
+    """Notify settings that mail each user at example.org through the SMTP server at `port`; their path."""
+    path = tmp_path / "notify.yaml"
+    path.write_text(
+        f"smtp: {{host: 127.0.0.1, port: {port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
+        "addresses: {gecos: false, domain_template: '{user}@example.org'}\n"
+        f"state: {tmp_path / 'state'}\n"
+    )
+    return str(path)
+
+
+def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, capsys, ledger):
+    """`--since 30d` ends at another minute each run: the same day's rerun is the same digest, suppressed within
+    the cooldown, and the next day's period is another digest."""
+    from tests.notify.servers import smtp_server
+
+    evening = T0 + 18 * H + 14 * 60  # 2026-01-01 18:14 UTC
+    with smtp_server() as box:
+        config = notify_settings(tmp_path, box.port)
+        said = {}
+        for now in (evening, evening + 60, evening + 5 * H, evening + 24 * H):
+            argv = ["digest", "--ledger", ledger, "--since", "30d", "--send", "--notify-config", config]
+            assert run(argv, now=now) == 0
+            said[now - evening] = capsys.readouterr().out.splitlines()
+    assert said[0] == [f"{user}: sent to {user}@example.org" for user in ("alice", "bob", "carol", "dave")]
+    for rerun in (60, 5 * H):
+        assert len(said[rerun]) == 4 and all(": suppressed: sent at " in line for line in said[rerun]), said[rerun]
+    assert said[24 * H] == said[0]
+    assert len(box.received) == 8
