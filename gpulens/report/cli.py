@@ -384,7 +384,8 @@ def _sender(args: argparse.Namespace) -> Sender | None:
 def send_digest(digest: Digest, sender: Sender, out: TextIO) -> int:
     """Send each recipient of `digest` their part (a person's; by account, the account's to its lead), one line
     each on `out` saying what became of it; return 1 if any went to nobody, else 0. A recipient that fails
-    costs their message only."""
+    costs their message only; the jobs without an owner (by account, without an account) are not sent, and
+    said so."""
     from gpulens.notify.addresses import Owner
     from gpulens.notify.sender import FAILED, NO_ADDRESS, Message
 
@@ -398,8 +399,9 @@ def send_digest(digest: Digest, sender: Sender, out: TextIO) -> int:
         text = recipient_text(digest, name)
         if text is None:
             continue
-        if by_account and name == NONE:
-            print(f"{NONE}: the jobs without an account have no lead to send them to", file=out)
+        if name == NONE:  # jobs with no owner, or no account, known: nobody to send them to, and no failure
+            nobody = "an account have no lead" if by_account else "an owner have nobody"
+            print(f"{NONE}: the jobs without {nobody} to send them to", file=out)
             continue
         owner = Owner(account=name) if by_account else Owner(user=name)
         fields = {"details": text.rstrip("\n"), "period": period}

@@ -411,11 +411,13 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
 
 
 def notify_settings(tmp_path, port: int) -> str:
-    """Notify settings that mail each user at example.org through the SMTP server at `port`; their path."""
+    """Notify settings that mail each user at example.org, and the climate account's lead at their own address,
+    through the SMTP server at `port`; their path."""
+    (tmp_path / "owners.yaml").write_text("accounts:\n  climate: {lead: pi@climate.example.org}\n")
     path = tmp_path / "notify.yaml"
     path.write_text(
         f"smtp: {{host: 127.0.0.1, port: {port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
-        "addresses: {gecos: false, domain_template: '{user}@example.org'}\n"
+        f"addresses: {{map_file: {tmp_path / 'owners.yaml'}, gecos: false, domain_template: '{{user}}@example.org'}}\n"
         f"state: {tmp_path / 'state'}\n"
     )
     return str(path)
@@ -439,3 +441,27 @@ def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, ca
         assert len(said[rerun]) == 4 and all(": suppressed: sent at " in line for line in said[rerun]), said[rerun]
     assert said[24 * H] == said[0]
     assert len(box.received) == 8
+
+
+@pytest.mark.parametrize(
+    ("by", "skipped"),
+    [
+        ("user", "(none): the jobs without an owner have nobody to send them to"),
+        ("account", "(none): the jobs without an account have no lead to send them to"),
+    ],
+)
+def test_jobs_without_an_owner_or_an_account_are_said_and_not_sent(tmp_path, capsys, by, skipped):
+    from tests.notify.servers import smtp_server
+
+    path = tmp_path / "ledger.sqlite"
+    written = Ledger(str(path), node="node-a")
+    for r in (JOBS[0], replace(JOBS[0], id="104", user="", account="")):  # an owner the agent could not tell
+        written.write([(r, r)], [r], r.last_seen)
+    written.close()
+    with smtp_server() as box:
+        config = notify_settings(tmp_path, box.port)
+        status = run(["digest", "--ledger", str(path), *WINDOW, "--by", by, "--send", "--notify-config", config])
+        lines = capsys.readouterr().out.splitlines()
+    reached = "alice: sent to alice@example.org" if by == "user" else "lead of climate: sent to pi@climate.example.org"
+    assert (status, lines) == (0, [skipped, reached])
+    assert [m.recipients for m in box.received] == [[reached.rsplit(" ", 1)[1]]]
