@@ -399,14 +399,16 @@ def _default_interval() -> float:
 
 
 def _checked_interval(interval: Any) -> float:
-    """Return `interval` if it is a positive number of seconds, else the default (with a warning, not an error)."""
+    """Return `interval` if it is a positive number of seconds, else the default interval, $GPULENS_REPORT_INTERVAL
+    or DEFAULT_INTERVAL_SECONDS (with a warning, not an error)."""
     if isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval < math.inf:
         return float(interval)
+    default = _default_interval()
     warnings.warn(
-        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {DEFAULT_INTERVAL_SECONDS:g}",
+        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {default:g}",
         stacklevel=3,
     )
-    return DEFAULT_INTERVAL_SECONDS
+    return default
 
 
 def _window(seconds: float, steps: int, wait: float, total: float) -> dict[str, Any]:

@@ -184,6 +184,17 @@ def test_a_bad_interval_warns_and_uses_the_default():
         gpulens.torch.instrument([], interval=0)
 
 
+def test_a_bad_interval_falls_back_to_the_environment_s_interval_when_that_is_good(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "0.5")  # what `gpulens try` sets
+    with pytest.warns(UserWarning, match="interval 0 is not a positive number of seconds; using 0.5$"):
+        gpulens.torch.instrument([1, 2], interval=0, traces=False)
+    monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "1e-9")  # so small that every step reports
+    with pytest.warns(UserWarning, match="interval -1 is not a positive number of seconds; using 1e-09$"):
+        often = gpulens.torch.instrument(range(100), interval=-1, socket_path=str(tmp_path / "none"), traces=False)
+    assert sum(1 for _ in often) == 100
+    assert often.failures["no_agent"] >= 50  # not the 5 s of the default without the environment
+
+
 def test_the_default_interval_comes_from_the_environment_and_a_given_one_wins(tmp_path, monkeypatch):
     nowhere = str(tmp_path / "none.sock")
     monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "1e-9")  # what `gpulens try` sets, only smaller
