@@ -12,8 +12,10 @@ from gpulens.reclaim.service import Notify, NotifyError
 def reclaim_notifier(sender: Sender) -> Notify:
     """Return the reclaim service's notifier: each warning of the ladder goes to the job's owner through
     `sender` as a `reclaim_warning` (urgent: sent in quiet hours), the service's words in the template's
-    `details`. NotifyError where nobody was told (no address, every channel failed), which the service's audit
-    log keeps as warn_failed; a warning the cooldown suppresses was delivered before, so it is no error."""
+    `details`; a warning of a job the service does not act on (a container, a bare process) goes as `idle`,
+    which says nothing will be done and can wait for quiet hours to end. NotifyError where nobody was told (no
+    address, every channel failed), which the service's audit log keeps as warn_failed; a warning the cooldown
+    suppresses was delivered before, so it is no error."""
 
     def notify(decision: Decision, text: str) -> None:
         job, due = decision.job, decision.due_at
@@ -25,9 +27,11 @@ def reclaim_notifier(sender: Sender) -> Notify:
             "details": text,
         }
         # A new idle spell has a new due time: its warnings are new, while the same warning decided again (a
-        # service restarted with its places lost) is the one the cooldown suppresses.
+        # service restarted with its places lost) is the one the cooldown suppresses. A job only warned has no
+        # due time: one message per warning within the cooldown, as advice.
         case = f"warning {decision.step}" + (f", due {due:.0f}" if due is not None else "")
-        outcome = sender.send(Message("reclaim_warning", owner_of(job), job=job.key, case=case, fields=fields))
+        reason = "idle" if decision.warns_only else "reclaim_warning"
+        outcome = sender.send(Message(reason, owner_of(job), job=job.key, case=case, fields=fields))
         if outcome.status in (FAILED, NO_ADDRESS):
             raise NotifyError(outcome.detail)
 

@@ -22,6 +22,7 @@ from gpulens.notify.config import ConfigError
 # Why a message is sent; each has its template, <reason>.txt.
 REASONS = {
     "reclaim_warning": "gpulens reclaim will act on a job whose GPUs hold no work",
+    "idle": "a job whose GPUs hold no work, of a kind gpulens reclaim does not act on: its owner is asked to free them",
     "starved": "a job whose GPUs wait on its input pipeline, with advice",
     "underutilized": "a job that uses a small share of its GPUs, with advice",
     "job_end": "a job's summary as it ends",

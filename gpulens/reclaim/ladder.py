@@ -13,6 +13,8 @@ cluster:
 - Only what is sure: a job on a node whose agent, NVML or verdicts the store does not answer for, or with a GPU
   whose verdict is unknown, is held where it is: neither warned further nor acted on.
 - A cap per hour, and a breaker: a cycle that would act on an unusual share of the jobs acts on none of them.
+- A job of a kind the service cannot act on (a container, a bare process) is warned and no more: it is never
+  due, never pending, and counts toward neither the cap nor the breaker.
 """
 
 from __future__ import annotations
@@ -122,10 +124,11 @@ class Decision:
     job: Job
     policy: str
     idle_seconds: float
-    due_at: float | None = None  # when the action is due
+    due_at: float | None = None  # when the action is due; None for a job the service only warns
     step: int = 0  # a warning's number, from 1
     action: str = ""
     reason: str = ""
+    warns_only: bool = False  # the job is of a kind the service cannot act on: its owner is asked to free the GPUs
 
 
 @dataclass(frozen=True)
@@ -208,16 +211,19 @@ def decide(
     keeps: Collection[Keep] = (),
     held: Mapping[str, str] | None = None,
     actions_last_hour: int = 0,
+    acts_on: Collection[str] | None = None,
 ) -> Cycle:
     """Decide this cycle for `jobs`: `places` are where each stood after the last cycle; `held` names the jobs
     (by key, or "*" for every job) whose verdicts cannot be trusted now, and why; `actions_last_hour` counts
-    toward the policy's cap."""
+    toward the policy's cap; `acts_on` names the job kinds the service can act on (None: every kind), the others
+    are warned only."""
     jobs = tuple(jobs)
-    cycle = _Deciding(now, policy, keeps, held or {})
+    cycle = _Deciding(now, policy, keeps, held or {}, acts_on)
     for job in jobs:
         rule = policy.rule_for(job.facts, job.nodes, tuple(sorted({d.model for d in job.devices})))
         if rule is not None:
-            cycle.ruled += 1
+            if cycle.acts(job):
+                cycle.ruled += 1
             cycle.step(job, rule, places.get(job.key))
     breaker_open = cycle.act(actions_last_hour)
     seen = {job.key for job in jobs}
@@ -231,23 +237,34 @@ def decide(
 class _Deciding:
     """One cycle's decisions as they are made."""
 
-    def __init__(self, now: float, policy: Policy, keeps: Collection[Keep], held: Mapping[str, str]):
-        self.now, self.policy, self.keeps, self.held = now, policy, keeps, held
+    def __init__(
+        self,
+        now: float,
+        policy: Policy,
+        keeps: Collection[Keep],
+        held: Mapping[str, str],
+        acts_on: Collection[str] | None = None,
+    ):
+        self.now, self.policy, self.keeps, self.held, self.acts_on = now, policy, keeps, held, acts_on
         self.decisions: list[Decision] = []
         self.places: dict[str, Place] = {}
         self.pending: list[Pending] = []
         self.due: list[tuple[Job, Rule, Place, float]] = []  # (job, rule, place, idle seconds)
-        self.ruled = 0  # jobs a policy is for
+        self.ruled = 0  # jobs a policy is for, of the kinds the service acts on
+
+    def acts(self, job: Job) -> bool:
+        """Whether the service can act on `job`; it only warns the others."""
+        return self.acts_on is None or job.kind in self.acts_on
 
     def skip(self, job: Job, rule: Rule, place: Place, idle: float, reason: str, pending: bool = False) -> None:
-        """Log `reason` once while it lasts; keep the place with it noted."""
+        """Log `reason` once while it lasts; keep the place with it noted. A job the service acts on stays
+        pending (`pending`), held for `reason`."""
+        due = due_at(rule, place) if self.acts(job) else None
         if place.noted != reason:
-            self.decisions.append(
-                Decision(SKIP, job, rule.name, idle, due_at(rule, place), action=rule.action, reason=reason)
-            )
+            self.decisions.append(Decision(SKIP, job, rule.name, idle, due, action=rule.action, reason=reason))
         self.places[job.key] = replace(place, noted=reason)
-        if pending:
-            self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned, reason))
+        if pending and due is not None:
+            self.pending.append(Pending(job, rule.name, rule.action, due, place.warned, reason))
 
     def step(self, job: Job, rule: Rule, place: Place | None) -> None:
         """Move the job along its ladder, or back to its foot."""
@@ -279,11 +296,16 @@ class _Deciding:
             self.skip(job, rule, replace(place, warned=min(place.warned, last), signalled_at=None), idle, exempt)
             return
         given = sum(1 for after in rule.warn_after if after <= idle)
+        acts = self.acts(job)
         if given > place.warned:
             place = replace(place, warned=given, warned_at=now)
             self.places[job.key] = place
-            self.decisions.append(Decision(WARN, job, rule.name, idle, due_at(rule, place), given, rule.action))
-        if now >= due_at(rule, place):
+            due = due_at(rule, place) if acts else None
+            self.decisions.append(Decision(WARN, job, rule.name, idle, due, given, rule.action, warns_only=not acts))
+        if not acts:  # its warnings are all it gets; that it gets no action is said once, when one would be due
+            if now >= due_at(rule, place):
+                self.skip(job, rule, place, idle, f"gpulens reclaim does not act on {job.kind} jobs: it warns only")
+        elif now >= due_at(rule, place):
             self.due.append((job, rule, place, idle))
         elif place.warned:
             self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned))

@@ -161,7 +161,9 @@ class Service:
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
         held.update(_held(answer.problems, jobs))
         self.recent = [t for t in self.recent if t > now - HOUR]
-        cycle = decide(now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent))
+        cycle = decide(
+            now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent), acts_on=tuple(self.actors)
+        )
         places = dict(cycle.places)
         if self.policy.mode == "enforce":
             self._ask_to_checkpoint([d for d in cycle.decisions if d.event == ACT], now)
@@ -300,9 +302,18 @@ class Service:
 
 
 def warning(decision: Decision) -> str:
-    """The words that tell a job's owner what will happen to it, and how to stop it."""
+    """The words that tell a job's owner what will happen to it, and how to stop it; for a job the service only
+    warns, that nothing will, and that its GPUs are wanted."""
     job = decision.job
     gpus = len(job.devices)
+    if decision.warns_only:
+        return (
+            f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for "
+            f"{duration(decision.idle_seconds)}. It will not be stopped (gpulens reclaim does not act on {job.kind} "
+            f"jobs), but its GPUs could serve other jobs: please free them, stopping the job if it has no more work "
+            f"for them. "
+            f"Warning {decision.step}, policy {decision.policy}."
+        )
     what = {"cancel": "cancelled", "requeue": "requeued", "requeue_hold": "requeued and held"}[decision.action]
     if job.kind != "slurm":  # a workload is stopped (scaled to zero, suspended), whatever the policy calls it
         what = "stopped"
@@ -388,8 +399,7 @@ class _Gauges:
             labels=["job_kind", "job_id", "user", "account", "policy", "action", "mode", "held"],
         )
         for p in s.last.pending if s.last else ():
-            if p.job.kind in s.actors:  # a job it only warns is not going anywhere
-                pending.add_metric(_labels(p, s.policy.mode), p.due_at)
+            pending.add_metric(_labels(p, s.policy.mode), p.due_at)
         yield pending
         breaker = GaugeMetricFamily("gpulens_reclaim_breaker_open", "1 while the breaker keeps the service from acting")
         breaker.add_metric([], 1.0 if s.last and s.last.breaker_open else 0.0)

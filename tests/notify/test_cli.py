@@ -57,7 +57,7 @@ def test_check_says_what_the_settings_do_and_where_each_owners_messages_go(tmp_p
         f"{path}: messages go through SMTP server 127.0.0.1:2525",
         "one message per job and reason in 7 d and quiet hours 22:00-07:00 Europe/Berlin (reclaim_warning, test go "
         "at once)",
-        f"templates: test (template file {tmp_path}/templates/test.txt); built-in: reclaim_warning, starved, "
+        f"templates: test (template file {tmp_path}/templates/test.txt); built-in: reclaim_warning, idle, starved, "
         "underutilized, job_end, digest",
         "advice (with gpulens reclaim run): none (add advice: to the settings)",
         "jobs' ends told to: nobody by the settings (and pods with gpulens.io/notify-end: true)",

@@ -264,6 +264,18 @@ def test_the_reclaim_notifier_sends_each_warning_of_a_ladder_once(tmp_path, box)
         notify(decision(user="", due_at=NOON + 3 * DAY), "nobody")
 
 
+def test_the_owner_of_a_job_the_service_only_warns_is_asked_to_free_its_gpus_not_told_it_will_be_stopped(tmp_path, box):
+    notify = reclaim_notifier(make(tmp_path, box, Clock()))
+    docker = Job(kind="docker", id="3f2a9c1e7b5d" + "0" * 52, user="bob", account="physics", devices=(gpu(0),))
+    only = Decision(WARN, docker, "default", idle_seconds=3700, step=1, action="cancel", warns_only=True)
+    notify(only, warning(only))
+    [got] = box.received
+    assert got.mail["Subject"] == "[gpulens] docker 3f2a9c1e7b5d… holds GPUs with no work: please free them"
+    assert got.body.startswith(f"Hello bob,\n\n{warning(only)}\n\n") and "will not be stopped" in got.body
+    assert "stopped at" not in got.body
+    assert [(r["reason"], r["status"]) for r in records(tmp_path)] == [("idle", "sent")]
+
+
 def test_the_reclaim_service_warns_through_the_sender(tmp_path, box):
     sender = make(tmp_path, box, Clock(START))
     idle = [gpu(0, since=START - 61 * MIN, user="alice")]

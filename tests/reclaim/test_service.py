@@ -17,7 +17,7 @@ from gpulens.fleet.records import Answer, CheckpointAnswer, Fleet, FleetGpu, Sou
 from gpulens.reclaim.actor import ActorError
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
-from gpulens.reclaim.policy import Policy, Rule
+from gpulens.reclaim.policy import Limits, Policy, Rule
 from gpulens.reclaim.service import Service, command_notifier
 from gpulens.reclaim.slurm import Slurm
 from tests.reclaim.test_ladder import MIN, START, gpu
@@ -222,17 +222,39 @@ def test_a_restart_neither_warns_twice_nor_forgets_the_hours_actions(tmp_path):
     assert again.recent and Service(made.source, made.policy, folder, clock=clock).recent == again.recent
 
 
-def test_jobs_the_service_has_no_scheduler_for_are_warned_but_never_acted_on(tmp_path):
+@pytest.mark.parametrize(("mode", "warned"), [("dry-run", "would_warn"), ("notify", "warned"), ("enforce", "warned")])
+def test_jobs_the_service_has_no_scheduler_for_are_warned_and_nothing_more_in_every_mode(tmp_path, mode, warned):
+    told = []
     docker = replace(gpu(0, job="abc123"), job_kind="docker")
-    made, clock, slurm, folder = service(tmp_path, [docker])
-    run_until(made, clock, 130)
+    made, clock, slurm, folder = service(tmp_path, [docker], mode=mode, notify=lambda d, text: told.append(text))
+    pending = []
+    while clock.now <= START + 300 * MIN:
+        made.cycle()
+        pending += series(made, "gpulens_reclaim_pending_action_timestamp_seconds")
+        clock.now += MIN
     records = list(folder.audit_records())
-    assert [r["event"] for r in records] == ["warned", "warned", "skipped"]
-    assert records[-1]["detail"] == "gpulens reclaim does not act on docker jobs: it warns only"
-    clock.now = START + 70 * MIN
-    made.places = {}
-    made.cycle()  # warned, and not going anywhere: no pending action to show
-    assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds") == []
+    assert [(r["event"], (r["time"] - START) / MIN) for r in records] == [(warned, 60), (warned, 105), ("skipped", 120)]
+    assert records[-1]["reason"] == "gpulens reclaim does not act on docker jobs: it warns only"
+    assert all(r["due_at"] is None for r in records) and pending == []  # no action is due: nothing pending
+    assert 'result="skipped"} 1.0' in generate_latest(made.registry).decode() and made.recent == []
+    if mode != "dry-run":
+        assert len(told) == 2 and all("will be stopped" not in text for text in told)
+        assert told[0] == (
+            "Job abc123 (alice) has held 1 GPU(s) with no work for 1 h. It will not be stopped (gpulens reclaim does "
+            "not act on docker jobs), but its GPUs could serve other jobs: please free them, stopping the job if it "
+            "has no more work for them. Warning 1, policy default."
+        )
+
+
+def test_jobs_the_service_only_warns_count_toward_neither_the_cap_nor_the_breaker(tmp_path):
+    docker = replace(gpu(0, job="abc123", since=START - 30 * MIN), job_kind="docker")
+    policy = Policy(limits=Limits(actions_per_hour=1, breaker_jobs=2, breaker_share=0.5))
+    made, clock, slurm, folder = service(tmp_path, [docker, gpu(1)], mode="dry-run", policy=policy)
+    run_until(made, clock, 130)
+    assert [e for e in audit(folder) if e[1] in ("would_act", "skipped")] == [
+        (90, "skipped", "docker/abc123"),
+        (120, "would_act", "slurm/100"),  # the hour's one action, and one of two jobs: the breaker stays shut
+    ]
 
 
 def test_the_warn_command_gets_the_message_on_stdin_and_the_job_in_its_arguments(tmp_path):
