@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 import warnings
 import weakref
@@ -390,10 +391,9 @@ def _default_interval() -> float:
         value = math.nan
     if 0 < value < math.inf:
         return value
-    warnings.warn(
+    _warn(
         f"gpulens.torch: {INTERVAL_ENV}={text!r} is not a positive number of seconds; using "
-        f"{DEFAULT_INTERVAL_SECONDS:g}",
-        stacklevel=4,
+        f"{DEFAULT_INTERVAL_SECONDS:g}"
     )
     return DEFAULT_INTERVAL_SECONDS
 
@@ -404,11 +404,17 @@ def _checked_interval(interval: Any) -> float:
     if isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval < math.inf:
         return float(interval)
     default = _default_interval()
-    warnings.warn(
-        f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {default:g}",
-        stacklevel=3,
-    )
+    _warn(f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {default:g}")
     return default
+
+
+def _warn(text: str) -> None:
+    """Warn at the job's line that called instrument() or Instrumented(), however deep in this module the
+    warning is found: the job's line is the one to fix."""
+    level, frame = 2, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename == __file__:
+        level, frame = level + 1, frame.f_back
+    warnings.warn(text, stacklevel=level)
 
 
 def _window(seconds: float, steps: int, wait: float, total: float) -> dict[str, Any]:

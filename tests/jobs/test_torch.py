@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 
@@ -182,6 +183,25 @@ def test_something_that_is_not_a_model_costs_autocast_only(tmp_path):
 def test_a_bad_interval_warns_and_uses_the_default():
     with pytest.warns(UserWarning, match="interval 0 is not a positive number of seconds; using 5"):
         gpulens.torch.instrument([], interval=0)
+
+
+@pytest.mark.parametrize("interval", [0, -1, "2", float("nan"), True])
+def test_a_bad_interval_s_warning_points_at_the_line_that_gave_it(interval, monkeypatch):
+    monkeypatch.delenv("GPULENS_REPORT_INTERVAL", raising=False)
+    for make in (gpulens.torch.instrument, gpulens.torch.Instrumented):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            make([1, 2], interval=interval, traces=False)
+        assert [(w.filename, w.category) for w in caught] == [(__file__, UserWarning)], caught
+
+
+def test_a_bad_environment_interval_s_warning_points_at_the_line_that_called_instrument(monkeypatch):
+    monkeypatch.setenv("GPULENS_REPORT_INTERVAL", "soon")
+    for interval in (None, 0):  # the environment read as the default, and as the fallback of a bad interval
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            gpulens.torch.instrument([1, 2], interval=interval, traces=False)
+        assert caught and {w.filename for w in caught} == {__file__}, caught
 
 
 def test_a_bad_interval_falls_back_to_the_environment_s_interval_when_that_is_good(tmp_path, monkeypatch):
