@@ -108,7 +108,7 @@ class AlertmanagerApi(HttpClient):
         try:
             return [_held(item, f"alerts[{i}]") for i, item in enumerate(checks.items(answer, "alerts"))]
         except checks.Invalid as invalid:
-            raise self.error(f"answered /api/v2/alerts with {invalid}") from None
+            raise self.error(f"answered /api/v2/alerts with {self.said(invalid)}") from None
 
     def silences(self) -> list[Silence]:
         """Return the silences in force (not the expired or pending ones)."""
@@ -117,7 +117,7 @@ class AlertmanagerApi(HttpClient):
             found = [(item, f"silences[{i}]") for i, item in enumerate(checks.items(answer, "silences"))]
             return [_silence(item, where) for item, where in found if _state(item, where) == "active"]
         except checks.Invalid as invalid:
-            raise self.error(f"answered {SILENCES} with {invalid}") from None
+            raise self.error(f"answered {SILENCES} with {self.said(invalid)}") from None
 
     def create_silence(
         self, matchers: Sequence[Matcher], starts_at: float, ends_at: float, created_by: str, comment: str
@@ -141,7 +141,9 @@ class AlertmanagerApi(HttpClient):
                 said = parse_json(response)
             except ValueError:
                 said = response.text
-            raise self.error(f"refused the silence: {said}; change the silence as it says and send it again", 400)
+            raise self.error(
+                f"refused the silence: {self.said(said)}; change the silence as it says and send it again", 400
+            )
         if response.status_code != 200:
             raise self.error(
                 f"answered POST {SILENCES} with HTTP {response.status_code}; is --alertmanager Alertmanager "
@@ -157,7 +159,7 @@ class AlertmanagerApi(HttpClient):
         try:
             return checks.text(checks.record(answer, "answer", ("silenceID",))["silenceID"], "answer.silenceID")
         except checks.Invalid as invalid:
-            raise self.error(f"answered POST {SILENCES} with {invalid}") from None
+            raise self.error(f"answered POST {SILENCES} with {self.said(invalid)}") from None
 
     def expire_silence(self, silence_id: str) -> None:
         """Expire the silence `silence_id` now, as `amtool silence expire` does (DELETE /api/v2/silence/{id}).

@@ -1,11 +1,13 @@
 """How gpulens tools talk HTTP to Prometheus and agents: one `requests` session per server, with the
 `Credentials` it asks for. Every failure is an `HttpError`: the URL without user:password@, query or
-fragment, and what went wrong with the fix, on one line, every secret the client holds <redacted>."""
+fragment, and what went wrong with the fix, on one line; in what the server (or the network below it) said,
+every secret the client holds is <redacted>, and gpulens's own words are shown as written."""
 
 from __future__ import annotations
 
 import base64
 import gc
+import re
 import ssl
 import threading
 import urllib.parse
@@ -83,7 +85,9 @@ class HttpClient:
             self._session.cert = (
                 (credentials.cert_file, credentials.key_file) if credentials.key_file else credentials.cert_file
             )
-        self._secrets = _secrets(credentials, parts)
+        secrets = _secrets(credentials, parts)
+        # Found in one pass, the longest first: a secret within another, or within REDACTED, is not cut again.
+        self._secrets = re.compile("|".join(map(re.escape, secrets))) if secrets else None
         # A 401 means "log in" to a client that sent nothing, and "not these" to one that did.
         self._sends_credentials = bool(credentials.bearer_token or credentials.basic_auth or parts.password)
         self._lock = threading.Lock()
@@ -125,11 +129,11 @@ class HttpClient:
         except requests.exceptions.SSLError as error:
             # The server answered, so "check the address" would mislead: the certificates are what to fix,
             # unless it answered in plain HTTP.
-            reason = _reason(error)
+            reason = self.said(_reason(error))
             fix = "it serves plain HTTP: write the URL with http://" if "WRONG_VERSION_NUMBER" in reason else None
             raise self.error(f"failed the TLS handshake ({reason}); {fix or self._untrusted}") from None
         except requests.ConnectionError as error:
-            raise self.error(f"cannot be reached ({_reason(error)}); {self._unreachable}") from None
+            raise self.error(f"cannot be reached ({self.said(_reason(error))}); {self._unreachable}") from None
         except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since
             raise self.error(f"request failed ({type(error).__name__}); {self._unreachable}") from None
         if response.status_code == 401:
@@ -137,7 +141,7 @@ class HttpClient:
                 raise self.error(f"refused the credentials given (HTTP 401); {self._refused}")
             raise self.error(f"asks for credentials; {self._refused}")
         if response.status_code == 403:
-            said = " ".join(response.text.split())[:200] if method != "GET" else ""
+            said = self.said(response.text, 200) if method != "GET" else ""
             raise self.error(f"refused the credentials (HTTP 403{': ' + said if said else ''}); {self._refused}")
         return response
 
@@ -148,8 +152,8 @@ class HttpClient:
         executing query=...: ...: the number of matching timeseries exceeds 300000; ...increase
         -search.max*"), so the cause and its fix come last."""
         text = str(text)
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
+        if self._secrets is not None:
+            text = self._secrets.sub(REDACTED, text)
         text = " ".join(text.split())
         if len(text) <= limit:
             return text
@@ -157,8 +161,11 @@ class HttpClient:
         return f"{text[:head]} ... {text[len(text) - (limit - head - 5) :]}"
 
     def error(self, what: str, status: int | None = None) -> HttpError:
-        """Return the HttpError that says `what` about this server (which answered HTTP `status`)."""
-        return HttpError(self.where, self.said(what, 1000), status)
+        """Return the HttpError that says `what` about this server (which answered HTTP `status`), on one line.
+
+        `what` is gpulens's words, shown as written, with what the server said put in through `said`: redacting
+        the whole would cut a short secret out of the words around it too ("check the bearer <redacted>en")."""
+        return HttpError(self.where, " ".join(what.split()), status)
 
     def json_answer(self, response: requests.Response, path: str, asked: str) -> dict[str, Any]:
         """Return the JSON object a gpulens server answered at `path`; else raise HttpError (its `status` the HTTP

@@ -99,7 +99,9 @@ class ReclaimApi(HttpClient):
             # Fields a newer service adds are left for a newer dashboard.
             return checks.read({k: v for k, v in written.items() if k in _FIELDS}, where, KeepShown)
         except checks.Invalid as invalid:
-            raise self.error(f"answered a keep that does not read ({invalid}); is it gpulens reclaim run?") from None
+            raise self.error(
+                f"answered a keep that does not read ({self.said(invalid)}); is it gpulens reclaim run?"
+            ) from None
 
 
 def from_environment(environ: Mapping[str, str], names: tuple[str, str, str, str] | None = None) -> ReclaimApi | None:

@@ -131,6 +131,27 @@ def test_an_agent_that_echoes_its_basic_auth_password_does_not_get_it_printed(ca
     assert "<redacted>" in line and asked[0][1] == f"Basic {SECRETS[2]}"
 
 
+def test_a_short_secret_is_redacted_from_what_the_server_said_and_not_from_the_reports_words(capsys, tmp_path):
+    """A token of three letters is in "token": gpulens's own words are shown as written, and what the server says
+    has the secret cut out, once, also where it is a part of <redacted>."""
+    with fake_server(one_job, require="Bearer tok-right") as (url, _):
+        line = fails(capsys, ["fleet", "--prometheus", url, "--bearer-token-file", secret_file(tmp_path, "tok")], 1)
+    assert line == (
+        f"gpulens report: Prometheus at {url} refused the credentials given (HTTP 401); check the bearer token or "
+        "basic-auth credentials (--bearer-token-file, --basic-auth-file)"
+    )
+    echo = json_reply({"status": "error", "errorType": "bad_data", "error": "no token tok, no user ops:red"}, 400)
+    for content, said in (
+        ("tok", "no <redacted>en <redacted>, no user ops:red"),
+        ("ops:red", "no token tok, no user ops:<redacted>"),
+    ):
+        with fake_server(lambda path: echo) as (url, _):
+            argv = ["fleet", "--prometheus", url, "--bearer-token-file" if content == "tok" else "--basic-auth-file"]
+            line = fails(capsys, [*argv, secret_file(tmp_path, content)], 1, held=())
+        assert line.startswith(f"gpulens report: Prometheus at {url} answered an error to '")
+        assert line.endswith(f": bad_data: {said}"), line
+
+
 def test_credential_mistakes_are_one_line_without_the_secret(capsys, tmp_path):
     fails(
         capsys,
