@@ -68,6 +68,11 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
         return fail(parser.prog, error, EXIT_USAGE)
     if args.steps < 1:
         return fail(parser.prog, "--steps must be at least 1; write e.g. --steps 20", EXIT_USAGE)
+    for pid in args.pid or []:
+        if pid < 1:
+            return fail(
+                parser.prog, f"--pid {pid} is not a process id; write the job's pid, e.g. --pid 4242", EXIT_USAGE
+            )
     try:
         if args.id:
             trace_id = args.id
