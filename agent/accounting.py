@@ -10,8 +10,8 @@ What is exported: who holds each GPU (`gpulens_gpu_allocation_info`), each job's
 and its gauges of this cycle (GPUs held, host CPU and I/O), which go with its last process. With
 `--jobs.export-totals` also the ledger's totals as per-job series, so that Prometheus can answer
 `increase()` over a job's lifetime (`gpulens report --prometheus` reads them); they are off by default
-because they cost about 15 series per job, as many as the rest of a GPU's diagnosis. Counters stay
-`JOB_EXPIRY_SECONDS` after the job's last process went, then expire.
+because they cost 11 to 21 series per job, and one per tip that applied, as many as the rest of a GPU's
+diagnosis. Counters stay `JOB_EXPIRY_SECONDS` after the job's last process went, then expire.
 
 A Slurm job, a pod or a container is a job from its first cycle. A bare process becomes one only once it
 has held a GPU for `--jobs.process-min-age`: it is accounted from its first cycle but written and exported

@@ -216,7 +216,8 @@ class AgentConfig:
         "off",
         "export each job's ledger totals "
         "(busy time, energy, memory, tips) as series, for 'gpulens report "
-        "--prometheus' (about 15 series per job, up to 21 with its request and host use)",
+        "--prometheus' (11 series per job, up to 21 with its reports, host use and request, and one more per tip "
+        "that applied)",
     )
     traces_max_steps: int = _setting(
         "--traces.max-steps",

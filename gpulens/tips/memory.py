@@ -91,8 +91,8 @@ def _batch_score(f: Facts) -> int:
     title="Increase the batch size",
     applies_to=UNDER,
     docs=(TUNING, "https://docs.nvidia.com/deeplearning/performance/dl-performance-gpu-background/index.html"),
-    when="device memory is under 40% used (room to double the batch below 80%) and no OOMs or retries; "
-    "not on a saturated GPU (busy 80%+ with SMs active 80%+ or power at 90%+ of the limit)",
+    when="device memory is at most 40% used (room to double the batch within 80%; ranked lower up to 85%) and no "
+    "OOMs or retries; not on a saturated GPU (busy 80%+ with SMs active 80%+ or power at 90%+ of the limit)",
     reads=(
         "batch_size",
         "memory_used_ratio",
