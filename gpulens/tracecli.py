@@ -51,11 +51,13 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
     parser = OneLineParser(prog="gpulens trace", description="Ask the node's agent for a trace of a running job.")
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--job", metavar="ID", help="the Slurm job id, pod UID or pod name")
-    target.add_argument("--pid", metavar="PID", type=int, action="append", help="a process (repeatable)")
+    target.add_argument("--pid", metavar="PID", type=int, action="append", help="a process; repeat it for several")
     target.add_argument("--id", metavar="TRACE_ID", help="show an earlier request's result")
     parser.add_argument("--steps", type=int, default=20, help="steps to trace (default 20)")
     parser.add_argument("--agent", default=DEFAULT_AGENT, metavar="URL", help=f"the agent (default {DEFAULT_AGENT})")
-    parser.add_argument("--wait", default="10m", metavar="DURATION", help="how long to wait for the result")
+    parser.add_argument(
+        "--wait", default="10m", metavar="DURATION", help="how long to wait for the result (default 10m)"
+    )
     parser.add_argument("--no-wait", action="store_true", help="print the request's id and return")
     parser.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
     args = parser.parse_args(argv)

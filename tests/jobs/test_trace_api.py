@@ -341,3 +341,16 @@ def test_the_cli_says_what_is_wrong_in_one_line(argv, code, said, capsys):
     assert returned == code
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_cli_s_help_says_what_the_docs_say(capsys):
+    with pytest.raises(SystemExit):
+        tracecli.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--pid PID a process; repeat it for several" in shown
+    assert "--wait DURATION how long to wait for the result (default 10m)" in shown
+    assert "--steps STEPS steps to trace (default 20)" in shown
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "in-job.md")) as doc:
+        said = " ".join(doc.read().split())
+    assert "`gpulens trace --pid PID` traces a process (repeat it for several)" in said
+    assert "`--wait DURATION` (how long to wait for the result, default `10m`)" in said
