@@ -246,6 +246,11 @@ class TlsServerConfig:
                 raise checks.Invalid("", f"give {name} or {name}_file, not both")
         if self.client_auth_type in _VERIFYING and not self.has_client_ca:
             raise checks.Invalid("", f"client_auth_type {self.client_auth_type} needs client_ca_file; add it")
+        if self.client_allowed_sans and self.client_auth_type not in _VERIFYING:
+            # Under NoClientCert or RequestClientCert no certificate is verified, so the list would let anyone in.
+            raise checks.Invalid(
+                "", "client_allowed_sans needs client_auth_type RequireAndVerifyClientCert, or no client gets checked"
+            )
         if self.min_version > self.max_version:
             raise checks.Invalid("", "min_version is above max_version; lower min_version")
 

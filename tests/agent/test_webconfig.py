@@ -105,6 +105,10 @@ def test_htpasswd_hashes_are_accepted(tmp_path):
             "RequireAnyClientCert needs client_ca_file",
         ),
         (
+            "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, client_allowed_sans: [a.svc]}",
+            "client_allowed_sans needs client_auth_type RequireAndVerifyClientCert, or no client gets checked",
+        ),
+        (
             "tls_server_config: {cert_file: server_cert.pem, key_file: server_key.pem, min_version: TLS14}",
             "tls_server_config.min_version: unknown value 'TLS14'; did you mean 'TLS13'? use one of TLS10,",
         ),
