@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="hold simulated time still at this instant, so that separate processes read the same values",
     )
-    p.add_argument("--speed", metavar="N", default="1", help="run simulated time N times faster (default 1)")
+    p.add_argument("--speed", metavar="N", help="run simulated time N times faster (default 1; not with --at)")
     return p
 
 
@@ -79,8 +79,10 @@ def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     if not command:
         raise ConfigError("nothing to run after --; e.g. gpulens sim demo -- nvitop -1")
     scenario = _scenario(parsed.scenario, parsed.driver)
+    if parsed.at is not None and parsed.speed is not None:
+        raise ConfigError("give --at (time held still) or --speed (time running faster), not both")
     try:
-        speed = float(parsed.speed)
+        speed = float(parsed.speed or "1")
     except ValueError:
         speed = 0.0
     if not 0 < speed <= 10_000:

@@ -112,6 +112,7 @@ def test_the_commands_own_sitecustomize_still_runs(tmp_path):
         (["demo", "--driver", "r999", "--", "true"], 2, "--driver: unknown driver 'r999'; use a branch"),
         (["demo", "--speed", "fast", "--", "true"], 2, "--speed: 'fast' is not a speed"),
         (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
+        (["demo", "--at", "5", "--speed", "10", "--", "true"], 2, "give --at (time held still) or --speed"),
         (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
         (["demo", "--", "gpulens-no-such-command"], 127, "command 'gpulens-no-such-command' not found"),
     ],
