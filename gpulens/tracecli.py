@@ -58,7 +58,9 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
     parser.add_argument(
         "--wait", default="10m", metavar="DURATION", help="how long to wait for the result (default 10m)"
     )
-    parser.add_argument("--no-wait", action="store_true", help="print the request's id and return")
+    parser.add_argument(
+        "--no-wait", action="store_true", help="ask, print the request's id and return; --id reads the result later"
+    )
     parser.add_argument("--json", action="store_true", help="print the agent's answer as JSON")
     args = parser.parse_args(argv)
     try:
@@ -82,7 +84,11 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
             params: dict[str, Any] = {"steps": args.steps, **({"job": args.job} if args.job else {"pid": args.pid})}
             trace_id = agent.start_trace(params)["id"]
             if not args.json:
-                print(f"asked {agent.shown} for trace {trace_id}; waiting for the job's next steps", file=out)
+                # With --no-wait, each process's line below says how to read its result later (describe).
+                doing = "waiting for the job's next steps"
+                if args.no_wait:
+                    doing = f"not waiting: the job traces its next {args.steps} steps on its own"
+                print(f"asked {agent.shown} for trace {trace_id}; {doing}", file=out)
         runs = _runs(agent, trace_id)
         deadline = time.monotonic() + (0 if args.no_wait else wait)
         while not args.no_wait and not all(r["state"] in TRACE_FINISHED for r in runs) and time.monotonic() < deadline:

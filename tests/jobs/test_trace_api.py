@@ -125,7 +125,11 @@ def test_the_cli_without_waiting_exits_0_with_the_id_to_read_later(agent):
     wait_until(lambda: f'pid="{os.getpid()}"' in requests.get(url + "/metrics", timeout=5).text, timeout=10)
     out = io.StringIO()
     assert tracecli.main(["--agent", url, "--pid", str(os.getpid()), "--no-wait"], out=out) == 0
-    assert "read it later with: gpulens trace --id t-" in out.getvalue()
+    first, *runs = out.getvalue().splitlines()
+    trace_id = first.split()[4].rstrip(";")
+    assert first == f"asked {url} for trace {trace_id}; not waiting: the job traces its next 20 steps on its own"
+    later = f"read it later with: gpulens trace --id {trace_id}"
+    assert runs == [f"trace {trace_id}, pid {os.getpid()}: requested (still running; {later})"]
     job.control.close()
 
 
