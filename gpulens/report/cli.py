@@ -58,6 +58,20 @@ DIGEST_FORMATS = ("terminal", "markdown", "html", "json")  # a digest lists peop
 SOURCES = ("ledger", "agent", "prometheus", "slurm")
 # A job's summary as gpulens-slurmctld-epilog writes it into Slurm's accounting (gpulens.fleet.slurm_accounting).
 ADMIN_COMMENT = "admin-comment"
+# The formats each report takes, which its --format lists and accepts, and what its help says of them.
+REPORT_FORMATS = {
+    "job": (*FORMATS, ADMIN_COMMENT),
+    "fleet": FORMATS,
+    "trend": TREND_FORMATS,
+    "digest": DIGEST_FORMATS,
+}
+_FORMATS_SAID = {
+    "job": "; line: one key=value line, like a row of sacct; admin-comment: the summary gpulens writes into "
+    "Slurm's accounting",
+    "fleet": "; line: one key=value line per job, like a row of sacct",
+    "trend": "; a trend lists days, not jobs: no line",
+    "digest": "; a digest lists people, not jobs: no csv or line",
+}
 # Where an agent keeps its ledger by default (gpulens.agent.config.DEFAULT_LEDGER_PATH).
 DEFAULT_LEDGER = "/var/lib/gpulens/ledger.sqlite"
 
@@ -167,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     digest.add_argument(
         "--notify-config", metavar="FILE", help="with --send: the notify settings (default /etc/gpulens/notify.yaml)"
     )
-    for sub in (job, fleet, trend, digest):
+    for command, sub in {"job": job, "fleet": fleet, "trend": trend, "digest": digest}.items():
         sub.add_argument("--until", default="now", help="end of the period (default now)")
         sub.add_argument(
             "--source", choices=SOURCES, help="where to read jobs from (default: the one whose option is given)"
@@ -195,11 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_credential_flags(sub)
         sub.add_argument(
             "--format",
-            choices=DIGEST_FORMATS if sub is digest else FORMATS + ((ADMIN_COMMENT,) if sub is job else ()),
+            choices=REPORT_FORMATS[command],
             default="terminal",
-            help="output format (default terminal)"
-            + ("" if sub in (trend, digest) else "; line: one key=value line per job, like a row of sacct")
-            + ("; admin-comment: the summary gpulens writes into Slurm's accounting" if sub is job else ""),
+            help="output format (default terminal)" + _FORMATS_SAID[command],
         )
         sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
         sub.add_argument(
@@ -323,11 +335,6 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             since, until = whole_hours(since, until)
             with converted(ValueError, UsageError):
                 check_period(since, until)
-        if args.command == "trend" and args.format not in TREND_FORMATS:
-            raise UsageError(
-                f"--format {args.format} writes one line per job and a trend lists days, not jobs; "
-                f"use one of {', '.join(TREND_FORMATS)}"
-            )
         min_duration = parse_duration(args.min_duration, "--min-duration")
         source = _source(args)
         if args.command == "trend" and isinstance(source, Store) and args.by not in source.TREND_GROUPINGS:

@@ -269,6 +269,27 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
     fails(capsys, argv, 2, *words)
 
 
+@pytest.mark.parametrize(
+    ("command", "formats"),
+    [
+        ("job", "terminal,markdown,html,json,csv,line,admin-comment"),
+        ("fleet", "terminal,markdown,html,json,csv,line"),
+        ("trend", "terminal,markdown,html,json,csv"),
+        ("digest", "terminal,markdown,html,json"),
+    ],
+)
+def test_each_reports_help_lists_the_formats_it_takes_and_it_refuses_the_others(capsys, command, formats):
+    with pytest.raises(SystemExit) as done:
+        run([command, "--help"])
+    assert done.value.code == 0
+    listed = re.findall(r"--format \{([^}]*)\}", capsys.readouterr().out)
+    assert listed and set(listed) == {formats}
+    argv = [command, *(["7001"] if command == "job" else []), "--ledger", "x", "--format"]
+    for refused in ("csv", "line", "admin-comment"):
+        if refused not in formats.split(","):
+            fails(capsys, [*argv, refused], 2, "--format", f"invalid choice: {refused!r}")
+
+
 def test_through_the_gpulens_command(fleet_run):
     done = subprocess.run(
         [sys.executable, "-m", "gpulens.cli", "report", "job", "nope", "--ledger", str(fleet_run.ledger)],

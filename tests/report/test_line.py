@@ -105,8 +105,8 @@ def test_a_fleet_has_one_line_per_job_in_the_json_formats_order(capsys, fleet_ru
 
 
 def test_a_trend_refuses_the_line_format(capsys):
-    message = fails(capsys, ["trend", "--format", "line", "--ledger", "x"], 2, "--format line", "trend")
-    assert message.endswith("use one of terminal, markdown, html, json, csv")
+    message = fails(capsys, ["trend", "--format", "line", "--ledger", "x"], 2, "--format", "'line'")
+    assert "choose from 'terminal', 'markdown', 'html', 'json', 'csv')" in message
     assert "line" not in TREND_FORMATS
 
 
