@@ -78,7 +78,10 @@ class Folder:
         path = self.path / PLACES
         try:
             document = json.loads(path.read_text())
-            return {key: Place(**value) for key, value in document["places"].items()}
+            return {
+                key: Place(**{**value, "nodes": tuple(value.get("nodes", ()))})
+                for key, value in document["places"].items()
+            }
         except FileNotFoundError:
             return {}
         except (ValueError, KeyError, TypeError, AttributeError) as error:

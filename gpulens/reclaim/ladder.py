@@ -11,7 +11,9 @@ cluster:
   than the policy leaves between them (a service started late, or a job kept until now, still gets that time).
 - Work resets the ladder: a job that is no longer idle starts over.
 - Only what is sure: a job on a node whose agent, NVML or verdicts the store does not answer for, or with a GPU
-  whose verdict is unknown, is held where it is: neither warned further nor acted on.
+  whose verdict is unknown, is held where it is: neither warned further nor acted on. A job the read layer cannot
+  see at all while the store, or its node, does not answer is held the same way, pending as it was, from what
+  was last seen of it.
 - A cap per hour, and a breaker: a cycle that would act on an unusual share of the jobs acts on none of them.
 - A job of a kind the service cannot act on (a container, a bare process) is warned and no more: it is never
   due, never pending, and counts toward neither the cap nor the breaker.
@@ -79,7 +81,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Place:
-    """Where a job stands on its ladder: kept by the service between cycles and across restarts."""
+    """Where a job stands on its ladder: kept by the service between cycles and across restarts, with what was
+    last seen of the job, so that it stays pending while the read layer cannot see it."""
 
     idle_since: float
     seen_at: float
@@ -88,6 +91,15 @@ class Place:
     signalled_at: float | None = None
     acted_at: float | None = None  # acted on (or would have been): nothing more until it works again
     noted: str = ""  # the last reason a due step was skipped, so that each is logged once
+    policy: str = ""  # the job's policy when last seen
+    user: str = ""
+    account: str = ""
+    nodes: tuple[str, ...] = ()
+
+    def job(self, key: str) -> Job:
+        """The job as last seen (its kind, id, owner), without its devices: what a pending action names."""
+        kind, _, job_id = key.partition("/")
+        return Job(kind, job_id, self.user, self.account)
 
 
 @dataclass(frozen=True)
@@ -228,7 +240,10 @@ def decide(
     breaker_open = cycle.act(actions_last_hour)
     seen = {job.key for job in jobs}
     for key, place in places.items():  # jobs out of sight (ended, or their agent gone) keep their place a while
-        if key not in seen and now - place.seen_at < FORGET_AFTER:
+        why_held = cycle.held.get("*") or cycle.held.get(key) or ""
+        if key not in seen and why_held:  # unseen only because the store, or the job's node, does not answer
+            cycle.unseen(key, place, why_held)
+        elif key not in seen and now - place.seen_at < FORGET_AFTER:
             cycle.places[key] = place
     pending = tuple(sorted(cycle.pending, key=lambda p: p.due_at))
     return Cycle(tuple(cycle.decisions), cycle.places, pending, breaker_open)
@@ -266,6 +281,15 @@ class _Deciding:
         if pending and due is not None:
             self.pending.append(Pending(job, rule.name, rule.action, due, place.warned, reason))
 
+    def unseen(self, key: str, place: Place, why_held: str) -> None:
+        """Hold a job the read layer cannot see, for `why_held`, where it stands: its place kept however long
+        that lasts, and a warned job pending as it was, held."""
+        rule = next((r for r in self.policy.policies if r.name == place.policy), None)
+        if rule is None or not place.warned or place.acted_at is not None:
+            self.places[key] = place
+            return
+        self.skip(place.job(key), rule, place, self.now - place.idle_since, why_held, pending=True)
+
     def step(self, job: Job, rule: Rule, place: Place | None) -> None:
         """Move the job along its ladder, or back to its foot."""
         now = self.now
@@ -273,7 +297,7 @@ class _Deciding:
         idle = None if why_held else idle_seconds(job, rule.idle_share, now)
         if idle is None:  # neither up the ladder nor down it
             if place is not None:
-                place = replace(place, seen_at=now)
+                place = _seen(place, job, rule, now)
                 self.places[job.key] = place
                 if place.warned and not place.acted_at:
                     self.skip(job, rule, place, now - place.idle_since, why_held or _unknown(job), pending=True)
@@ -284,7 +308,7 @@ class _Deciding:
             return
         if place is None or place.idle_since < now - idle - 1.0:  # a new idle spell (the last ended unseen)
             place = Place(idle_since=now - idle, seen_at=now)
-        place = replace(place, seen_at=now)
+        place = _seen(place, job, rule, now)
         self.places[job.key] = place
         if idle < (rule.warn_after[0] if rule.warn_after else rule.act_after) or place.acted_at is not None:
             return
@@ -337,6 +361,11 @@ class _Deciding:
                 self.decisions.append(Decision(ACT, job, rule.name, idle, due_at(rule, place), action=rule.action))
                 self.places[job.key] = replace(place, acted_at=self.now, noted="")
         return breaker
+
+
+def _seen(place: Place, job: Job, rule: Rule, now: float) -> Place:
+    """`place`, with the job seen at `now` under `rule`."""
+    return replace(place, seen_at=now, policy=rule.name, user=job.user, account=job.account, nodes=job.nodes)
 
 
 def _breaker(due: int, jobs: int, share: float, least: int) -> str:

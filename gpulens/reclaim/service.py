@@ -159,7 +159,9 @@ class Service:
         answer = self.source.fleet(WINDOW)
         self.problems = answer.problems
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
-        held.update(_held(answer.problems, jobs))
+        # The jobs out of sight are held too where the problem is their node's: their nodes as last seen.
+        nodes = {key: place.nodes for key, place in self.places.items()} | {job.key: job.nodes for job in jobs}
+        held.update(_held(answer.problems, nodes))
         self.recent = [t for t in self.recent if t > now - HOUR]
         cycle = decide(
             now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent), acts_on=tuple(self.actors)
@@ -342,18 +344,17 @@ def _checkpoint_event(answer: Answer[tuple[CheckpointAnswer, ...]]) -> tuple[str
     return event, "; ".join(said)
 
 
-def _held(problems: Iterable[SourceProblem], jobs: Iterable[Job]) -> dict[str, str]:
-    """The jobs the read layer's problems leave unsure, and why: a node's problem holds its jobs; a problem of
-    the store itself holds every job."""
+def _held(problems: Iterable[SourceProblem], nodes: Mapping[str, Collection[str]]) -> dict[str, str]:
+    """The jobs the read layer's problems leave unsure, and why, of the jobs whose `nodes` are given by key: a
+    node's problem holds its jobs; a problem of the store itself holds every job."""
     held: dict[str, str] = {}
-    jobs = list(jobs)
     for problem in problems:
         if not problem.node:
             held.setdefault("*", f"{problem}; nothing is acted on until it answers")
             continue
-        for job in jobs:
-            if problem.node in job.nodes:
-                held.setdefault(job.key, f"{problem}; its jobs are not acted on until it answers")
+        for key, on in nodes.items():
+            if problem.node in on:
+                held.setdefault(key, f"{problem}; its jobs are not acted on until it answers")
     return held
 
 

@@ -180,6 +180,39 @@ def test_an_agent_down_holds_its_nodes_jobs(tmp_path):
     assert 'held="true"' in generate_latest(made.registry).decode()
 
 
+@pytest.mark.parametrize(
+    ("problem", "why"),
+    [
+        (SourceProblem("prometheus http://prometheus:9090", "timed out after 10 s"), "nothing is"),
+        (SourceProblem("agent node-a at http://node-a:10906", "connection refused", "node-a"), "its jobs are not"),
+    ],
+)
+def test_a_warned_job_out_of_sight_while_its_verdicts_cannot_be_read_stays_pending_and_held(tmp_path, problem, why):
+    """Prometheus down (or, with --agents, the job's agent) answers no GPU at all: the job is out of sight, and
+    the alerts on its pending action must not go silent, for however long, across a restart."""
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 110)
+    made.source.gpus, made.source.problems = [], (problem,)
+    pending = set()
+    while clock.now <= START + 200 * MIN:  # longer than a job out of sight otherwise keeps its place
+        made.cycle()
+        ((labels, due),) = series(made, "gpulens_reclaim_pending_action_timestamp_seconds")
+        pending.add((labels["job_id"], labels["user"], labels["account"], labels["held"], due))
+        clock.now += MIN
+        if clock.now == START + 150 * MIN:
+            made = Service(made.source, made.policy, folder, actors=[Slurm(slurm)], clock=clock)
+    assert pending == {("100", "alice", "physics", "true", START + 120 * MIN)}
+    made.source.gpus, made.source.problems = [gpu(0)], ()
+    run_until(made, clock, 210)
+    assert audit(folder) == [
+        (60, "warned", "slurm/100"),
+        (105, "warned", "slurm/100"),
+        (111, "skipped", "slurm/100"),  # once, saying why
+        (201, "acted", "slurm/100"),
+    ]
+    assert list(folder.audit_records())[2]["reason"] == f"{problem}; {why} acted on until it answers"
+
+
 def test_a_failed_scancel_is_logged_and_tried_again_next_cycle(tmp_path):
     made, clock, slurm, folder = service(tmp_path, [gpu(0)])
     real = slurm.__call__
