@@ -317,3 +317,36 @@ def test_ended_reports_a_job_the_ledger_still_keeps_open_as_finished(capsys, tmp
         assert run([*argv, "--until", str(start + 900), "--format", "json", *extra]) == 0
         statuses[extra] = json.loads(capsys.readouterr().out)["job"]["running"]
     assert statuses == {(): True, ("--ended",): False}
+
+
+def test_a_ledger_is_read_without_a_byte_of_it_written_and_sqlite_keeps_its_wal_files_beside_it(capsys, tmp_path):
+    """What docs/reports.md says of a ledger read: the file, and a -wal copied with it, stay as they were, and the
+    commits in that -wal are read; SQLite makes the -wal and -shm it reads through where they are missing (an
+    empty -wal: nothing of the ledger's) and leaves them there."""
+    from gpulens.agent.ledger import Ledger
+    from gpulens.usage import JobRecord
+
+    start = 1767225600.0
+    live = tmp_path / "live" / "ledger.sqlite"
+    live.parent.mkdir()
+    ledger = Ledger(str(live), node="n1")
+    for n in range(2):
+        record = JobRecord("slurm", str(4711 + n), start, start + 600, user="carol", state_seconds={"busy": 600})
+        ledger.write([(record, record)], [], start + 600)
+    copies = {"running": tmp_path / "running" / "ledger.sqlite", "stopped": tmp_path / "stopped" / "ledger.sqlite"}
+    copies["running"].parent.mkdir()
+    for suffix in ("", "-wal"):  # copied while the agent runs: the last commits are in its -wal
+        shutil.copy(f"{live}{suffix}", f"{copies['running']}{suffix}")
+    ledger.close()
+    copies["stopped"].parent.mkdir()
+    shutil.copy(live, copies["stopped"])  # copied after the agent stopped, which left the file alone
+    assert copies["running"].with_name("ledger.sqlite-wal").stat().st_size > 0
+    window = ("--since", str(start - 60), "--until", str(start + 900), "--format", "json")
+    for name, path in copies.items():
+        before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+        assert run(["fleet", "--ledger", str(path), *window]) == 0
+        assert {j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]} == {"4711", "4712"}, name
+        after = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+        assert set(after) == {"ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"}, name
+        assert after["ledger.sqlite"] == before["ledger.sqlite"], name
+        assert after["ledger.sqlite-wal"] == before.get("ledger.sqlite-wal", b""), name
