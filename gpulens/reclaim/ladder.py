@@ -208,7 +208,7 @@ def _unknown(job: Job) -> str:
 def due_at(rule: Rule, place: Place) -> float:
     """When the action is due: `act_after` idle, and never sooner after the last warning than the policy leaves."""
     due = place.idle_since + rule.act_after
-    if rule.warn_after and place.warned_at is not None:
+    if place.warned_at is not None:
         due = max(due, place.warned_at + rule.act_after - rule.warn_after[-1])
     if rule.signal and place.signalled_at is not None:
         due = max(due, place.signalled_at + rule.signal_wait)
@@ -310,13 +310,13 @@ class _Deciding:
             place = Place(idle_since=now - idle, seen_at=now)
         place = _seen(place, job, rule, now)
         self.places[job.key] = place
-        if idle < (rule.warn_after[0] if rule.warn_after else rule.act_after) or place.acted_at is not None:
+        if idle < rule.warn_after[0] or place.acted_at is not None:
             return
         exempt = self.policy.exempt.why(job.facts, job.labels) or _kept(job, self.keeps, now)
         if exempt:
             # Its last warning (and a signal) is withdrawn: once the job is no longer kept, if still idle, it is
             # given again, with the full time after it, before any action.
-            last = max(0, len(rule.warn_after) - 1)
+            last = len(rule.warn_after) - 1
             self.skip(job, rule, replace(place, warned=min(place.warned, last), signalled_at=None), idle, exempt)
             return
         given = sum(1 for after in rule.warn_after if after <= idle)

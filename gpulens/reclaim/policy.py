@@ -16,8 +16,8 @@
     policies:                     # the first that matches a job is its policy; a job none matches is left alone
       - name: interactive
         match: {partitions: [interactive]}
-        warn_after: [20m, 40m]
-        act_after: 1h
+        warn_after: [20m, 40m]    # one warning or more, each later than the one before
+        act_after: 1h             # after the last warning
       - name: default             # warn at 60 and 105 minutes of continuous idle, act at 120
         action: cancel            # Slurm: cancel | requeue | requeue_hold
         signal: USR1              # sent first, so the job can checkpoint; the action follows after signal_wait
@@ -98,9 +98,11 @@ class Rule:
     checkpoint_wait: float = key(checks.duration, 0, MAX_CHECKPOINT_WAIT, default=120.0)
 
     def __post_init__(self) -> None:
+        if not self.warn_after:  # the action never comes unannounced
+            raise Invalid("warn_after", "give at least one warning before the action, e.g. [60m, 105m]")
         if list(self.warn_after) != sorted(set(self.warn_after)):
             raise Invalid("warn_after", "must go up, each warning later than the one before; e.g. [60m, 105m]")
-        if self.warn_after and self.warn_after[-1] >= self.act_after:
+        if self.warn_after[-1] >= self.act_after:
             raise Invalid("act_after", "must come after the last warning, so the owner has time to act on it")
 
 

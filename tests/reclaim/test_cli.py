@@ -51,6 +51,10 @@ def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(cap
         ("policies: []\n", "policies: is empty; give one policy, or leave the key out for the default"),
         ("policies:\n  - {name: a}\n  - {name: a}\n", "policies: the name 'a' is given twice"),
         ("policies:\n  - {name: a, warn_after: [2h, 1h]}\n", "policies[0].warn_after: must go up"),
+        (
+            "policies:\n  - {name: a, warn_after: [], act_after: 1h}\n",
+            "policies[0].warn_after: give at least one warning before the action, e.g. [60m, 105m]",
+        ),
         ("policies:\n  - {name: a, idle_share: 0}\n", "policies[0].idle_share: must be between 0.01 and 1"),
         ("policies:\n  - {name: a, action: kill}\n", "policies[0].action: unknown value 'kill'"),
         (
