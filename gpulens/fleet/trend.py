@@ -414,19 +414,28 @@ def follow_ups(runs: Iterable[JobRecord], by: str, min_duration: float) -> tuple
     return tuple(found), len(judged), unnamed
 
 
+def windows(days: int) -> tuple[str, str]:
+    """Return the two windows a trend compares, of `days` each, in words: ('the first 7 days', 'the last 7'), or
+    ('the first day', 'the last') where each is one day (a period touching two or three days)."""
+    return ("the first day", "the last") if days == 1 else (f"the first {days} days", f"the last {days}")
+
+
 def change_sentence(change: Change) -> str:
     """Return the direction of waste in words, with the numbers behind it: 'down 26%: 41.20 GPU-h wasted a day
-    in the first 7 days, 30.50 GPU-h in the last 7; 34% of the GPU-hours held were wasted then, 27% now'."""
-    days = words.plural(change.days, "day")
+    in the first 7 days, 30.50 GPU-h in the last 7; 34% of the GPU-hours held were wasted then, 27% now' (with
+    windows of one day: '... wasted on the first day, 30.50 GPU-h on the last; ...')."""
+    first_days, last_days = windows(change.days)
+    # A window of one day wastes what it wastes on that day (scaled to the whole day), not "a day in" it.
+    a_day, within = ("", "on") if change.days == 1 else (" a day", "in")
     first, last = words.gpu_hours(change.first_per_day), words.gpu_hours(change.last_per_day)
     if change.ratio is None:
         head = UP if change.last_per_day > 0 else f"{UNCHANGED}: no waste"
-        numbers = f"nothing wasted in the first {days}, {last} a day in the last {change.days}"
+        numbers = f"nothing wasted {within} {first_days}, {last}{a_day} {within} {last_days}"
     else:
         head = change.direction if change.direction == UNCHANGED else f"{change.direction} {abs(change.ratio):.0%}"
         if change.direction == UNCHANGED:
             head += f" (within {t.TREND_UNCHANGED_RATIO:.0%})"
-        numbers = f"{first} wasted a day in the first {days}, {last} in the last {change.days}"
+        numbers = f"{first} wasted{a_day} {within} {first_days}, {last} {within} {last_days}"
     before, after = change.first.share, change.last.share
     if before is not None and after is not None:
         numbers += f"; {words.percent(before)} of the GPU-hours held were wasted then, {words.percent(after)} now"

@@ -30,6 +30,7 @@ from gpulens.fleet.trend import (
     followed_by_group,
     slope_sentence,
     unnamed_note,
+    windows,
 )
 from gpulens.printable import printable
 from gpulens.report.digest import CORES, COSTLIEST, MEMORY, TIME, Digest, over_asks
@@ -433,7 +434,7 @@ def _signed(seconds: float) -> str:
 
 def trend_document(report: TrendReport) -> Document:
     total, change = report.total, report.change
-    window = words.plural(change.days, "day")
+    first_days, last_days = windows(change.days)
     facts = [
         _period(report.since, report.until),
         ("GPU-hours", hours(total.held)),
@@ -494,7 +495,7 @@ def trend_document(report: TrendReport) -> Document:
     )
     followed = {key: f"{gone} of {total}" for key, (gone, total) in followed_by_group(report).items()}
     groups = Table(
-        f"By {report.by}: the first {window} against the last {change.days}, most improved first",
+        f"By {report.by}: {first_days} against {last_days}, most improved first",
         (
             report.by,
             "GPU-hours",
@@ -522,7 +523,7 @@ def trend_document(report: TrendReport) -> Document:
         ),
     )
     causes = Table(
-        f"Reasons: the first {window} against the last {change.days}",
+        f"Reasons: {first_days} against {last_days}",
         ("reason", "wasted GPU-hours", "of the waste", *CHANGE_NUMBERS),
         tuple(
             (

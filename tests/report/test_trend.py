@@ -186,6 +186,22 @@ def test_unchanged_is_within_a_tenth_and_a_rise_from_nothing_is_up():
     assert change_sentence(change(100.0, 95.0)).startswith("unchanged (within 10%): ")
 
 
+def test_windows_of_one_day_are_named_as_days_not_counted():
+    """A two-day trend compares its first day with its last: not "the first 1 day", nor "a day in" one day."""
+    one = Change(1, Usage({"idle": 2 * HOUR}), Usage({"idle": HOUR}), DAY_SECONDS, DAY_SECONDS)
+    assert change_sentence(one).startswith("down 50%: 2.00 GPU-h wasted on the first day, 1.00 GPU-h on the last;")
+    nothing = replace(one, first=Usage())
+    assert change_sentence(nothing).startswith("up: nothing wasted on the first day, 1.00 GPU-h on the last")
+    runs = [_run(str(d), START + d * DAY_SECONDS + 18 * HOUR, {"idle": HOUR}) for d in range(2)]
+    since, until = START + 12 * HOUR, START + 60 * HOUR  # 48 hours over three days
+    text = markdown.render(
+        trend_document(trend_report(spread(runs, "user", since, until), runs, "user", since, until, 300.0, "t"))
+    )
+    assert "## By user: the first day against the last, most improved first" in text
+    assert "## Reasons: the first day against the last" in text
+    assert "first 1 day" not in text and "the last 1" not in text and "a day on" not in text
+
+
 def test_a_period_that_starts_mid_day_counts_its_first_day_by_the_hours_measured():
     runs = [_run(str(d), START + d * DAY_SECONDS + 18 * HOUR, {"idle": HOUR}) for d in range(4)]
     since = START + 12 * HOUR
