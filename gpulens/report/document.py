@@ -179,11 +179,10 @@ def _allocation_facts(r: JobRecord) -> list[tuple[str, str]]:
     }
     asked = {CORES: r.requested_cpus, MEMORY: r.requested_memory_bytes, TIME: r.time_limit_seconds}
     names = {CORES: "CPU cores", MEMORY: "host memory", TIME: "time limit"}
-    return [
-        (names[k], allocation_text(k, asked[k], used[k], suggested.get(k)))
-        for k in (CORES, MEMORY, TIME)
-        if asked[k] or (used[k] is not None and k != TIME)
-    ]
+    texts = {k: allocation_text(k, asked[k], used[k], suggested.get(k)) for k in (CORES, MEMORY, TIME)}
+    if r.running:  # how long it runs is known once it ends; the `time` fact says how long it has run so far
+        texts[TIME] = f"asked {words.duration(r.time_limit_seconds)}, still running"
+    return [(names[k], texts[k]) for k in (CORES, MEMORY, TIME) if asked[k] or (used[k] is not None and k != TIME)]
 
 
 def _states_table(record: JobRecord) -> Table:

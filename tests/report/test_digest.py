@@ -279,6 +279,8 @@ def test_the_job_report_shows_what_it_asked_for_and_used():
     assert facts["CPU cores"] == "asked 32 cores, used 3 cores on average: ask for 4 cores"
     assert facts["host memory"] == "asked 256 GiB, peak 20 GiB: ask for 25 GiB"
     assert facts["time limit"] == "asked 2 d, ran 15 h"  # 31% of it: within its mark
+    running = dict(document.job_document(job_report([replace(JOBS[-1], running=True)], "ledger", 300.0)).facts)
+    assert running["time limit"] == "asked 2 d, still running"  # the `time` fact says how long so far
     unknown = dict(document.job_document(job_report([JOBS[1]], "ledger", 300.0)).facts)
     assert not {"CPU cores", "host memory", "time limit"} & unknown.keys()  # 102: nothing known, nothing said
 
