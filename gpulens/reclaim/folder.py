@@ -6,7 +6,8 @@
     keeps.jsonl   `gpulens reclaim keep` appends a line per keep: the job, until when, who and why
     audit.jsonl   a line per decision: warned, would act, acted, skipped and why, reset, kept
 
-A line that does not read (a disk filled mid-write, a hand edit) is skipped with a warning, never the file.
+A line that does not read (a disk filled mid-write, a hand edit), or an audit record with a field of the wrong
+type, is skipped with a warning, never the file.
 """
 
 from __future__ import annotations
@@ -29,6 +30,22 @@ AUDIT = "audit.jsonl"
 KEEPS = "keeps.jsonl"
 PLACES = "places.json"
 LOCK = "lock"
+
+_TEXT, _NUMBER = (str,), (int, float)
+# The audit record's fields that its readers (`gpulens reclaim log`, the service's count of the hour's actions)
+# rely on, and their types; `time` is required, the others are checked where present.
+AUDIT_FIELDS: dict[str, tuple[type, ...]] = {
+    "time": _NUMBER,
+    **dict.fromkeys(("event", "mode", "policy", "job", "job_kind", "job_id", "user", "account", "partition"), _TEXT),
+    **dict.fromkeys(("action", "reason", "detail", "by"), _TEXT),
+    "nodes": (list,),
+    "gpus": (list,),
+    "idle_seconds": _NUMBER,
+    "due_at": (*_NUMBER, type(None)),
+    "until": _NUMBER,
+    "step": (int,),
+}
+_TYPE_NAMES = {str: "text", int: "a number", float: "a number", list: "a list", type(None): "null"}
 
 
 class FolderError(RuntimeError):
@@ -113,4 +130,23 @@ class Folder:
         statefiles.append_line(self.path / AUDIT, record)
 
     def audit_records(self) -> Iterator[dict[str, Any]]:
-        return statefiles.lines(self.path / AUDIT)
+        """Each record of the audit log, oldest first; one without a time, or with a field of the wrong type, is
+        skipped with a warning, as a line that is no JSON is."""
+        path = self.path / AUDIT
+        for record in statefiles.lines(path):
+            wrong = _wrong_field(record)
+            if wrong:
+                log.warning("%s: a record does not read (%s); skipped", path, wrong)
+                continue
+            yield record
+
+
+def _wrong_field(record: Mapping[str, Any]) -> str:
+    """Say which field of an audit record has the wrong type, "" where none has."""
+    if "time" not in record:
+        return "it has no time"
+    for name, types in AUDIT_FIELDS.items():
+        value = record.get(name)
+        if name in record and (not isinstance(value, types) or isinstance(value, bool)):
+            return f"its {name} is {value!r}, not {' or '.join(dict.fromkeys(_TYPE_NAMES[t] for t in types))}"
+    return ""

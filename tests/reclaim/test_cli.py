@@ -169,6 +169,30 @@ def test_keep_end_ends_the_jobs_keeps_and_says_when_there_is_none(tmp_path, caps
     assert status == 2 and "not allowed with argument" in err
 
 
+def test_log_skips_a_record_that_does_not_read_with_a_warning_as_it_does_a_line(tmp_path, capsys, caplog):
+    state = served(tmp_path / "state")
+    now = time.time()
+    good = {"time": now, "event": "would_act", "job": "slurm/1", "policy": "default", "idle_seconds": 7200.0}
+    lines = [
+        good,
+        {"time": now, "event": "would_act", "idle_seconds": "x"},  # a hand edit
+        {"time": now, "event": "kept", "job": "slurm/2", "until": "tomorrow"},
+        {"time": "now", "event": "would_act"},
+        {"event": "would_act"},
+    ]
+    audit = tmp_path / "state" / "audit.jsonl"
+    audit.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"time": 17965\n')
+    for argv in ((), ("--json",)):
+        status, out, err = run(capsys, "log", "--state-dir", state, *argv)
+        assert status == 0 and len(out.splitlines()) == 1 and "slurm/1" in out, err
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{audit}: a record does not read (its idle_seconds is 'x', not a number); skipped" in warned
+    assert f"{audit}: a record does not read (its until is 'tomorrow', not a number); skipped" in warned
+    assert f"{audit}: a record does not read (its time is 'now', not a number); skipped" in warned
+    assert f"{audit}: a record does not read (it has no time); skipped" in warned
+    assert any(m.startswith(f"{audit} line 6 does not read") for m in warned)
+
+
 @pytest.mark.parametrize("command", ["keep", "log"])
 def test_keep_and_log_refuse_a_folder_no_service_has_run_in_and_create_none(tmp_path, capsys, command):
     """A keep written where the service does not look holds nothing: the job would still be cancelled."""

@@ -6,6 +6,7 @@ scontrol as Slurm 22.05 does (the real commands run in tests/slurm/test_reclaim.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -327,6 +328,11 @@ def test_a_broken_line_in_a_state_file_costs_that_line(tmp_path, caplog):
     assert "keeps.jsonl line 2 does not read" in caplog.text
     (tmp_path / "places.json").write_text("{not json")
     assert folder.places() == {}
+    with open(tmp_path / "audit.jsonl", "a") as f:  # the hour's actions are counted from the log at start
+        f.write(json.dumps({"time": "yesterday", "event": "acted"}) + "\n")
+        f.write(json.dumps({"time": START, "event": "acted"}) + "\n")
+    assert Service(FakeSource([]), Policy(mode="enforce"), folder, clock=Clock()).recent == [START]
+    assert "audit.jsonl: a record does not read (its time is 'yesterday', not a number); skipped" in caplog.text
 
 
 def test_a_failed_cancel_after_a_signal_is_retried_without_signalling_again(tmp_path):
