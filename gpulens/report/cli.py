@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=textwrap.fill(
             "GPU usage reports per job and per team. Each reads one source: --ledger PATH (an agent's job "
             f"ledger; without a source given, this node's, {DEFAULT_LEDGER}, where there is one), --agent URL "
-            "(running agents) or --prometheus URL (one that scrapes the agents).",
+            "(running agents), --prometheus URL (one that scrapes the agents) or --source slurm (the job "
+            "summaries in Slurm's accounting, read with sacct).",
             78,
         ),
         epilog="examples:\n"
@@ -383,7 +384,7 @@ def _sender(args: argparse.Namespace) -> Sender | None:
     from gpulens.notify.sender import Sender
 
     try:
-        return Sender.from_config(load_config(args.notify_config))
+        return Sender.from_config(load_config(args.notify_config, "--notify-config"))
     except ConfigError as error:
         raise UsageError(str(error)) from None
 

@@ -269,6 +269,15 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
     fails(capsys, argv, 2, *words)
 
 
+def test_the_reports_help_names_every_source(capsys):
+    with pytest.raises(SystemExit) as done:
+        run(["--help"])
+    assert done.value.code == 0
+    described = " ".join(capsys.readouterr().out.split())
+    for source in ("--ledger PATH", "--agent URL", "--prometheus URL", "--source slurm"):
+        assert source in described
+
+
 @pytest.mark.parametrize(
     ("command", "formats"),
     [
