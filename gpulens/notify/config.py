@@ -264,11 +264,12 @@ class Config:
             raise Invalid("admins", "is empty in test mode, which sends every message to the admins; list them")
 
 
-def load_config(path: str | None) -> Config:
-    """Return the settings in the file at `path`; None: DEFAULT_CONFIG where it exists, else the built-in ones."""
+def load_config(path: str | None, flag: str = "--config") -> Config:
+    """Return the settings in the file at `path`; None: DEFAULT_CONFIG where it exists, else the built-in ones.
+    `flag` is the caller's option that names the file, for the fix a ConfigError gives."""
     if path is None:
         if not os.path.exists(DEFAULT_CONFIG):
             return Config()
         path = DEFAULT_CONFIG
-    config = read_settings_file(path, f"config file {path}", "check --config", Config, ConfigError)
+    config = read_settings_file(path, f"config file {path}", f"check {flag}", Config, ConfigError)
     return replace(config, source=path)

@@ -171,7 +171,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
             from gpulens.notify.reclaim import reclaim_notifier
             from gpulens.notify.sender import Sender
 
-            sender = Sender.from_config(load_config(args.notify_config))
+            sender = Sender.from_config(load_config(args.notify_config, "--notify-config"))
             notify = reclaim_notifier(sender)
             advisor = Advisor(sender, source, sender.config.advice, sender.config.job_end)
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None

@@ -65,7 +65,10 @@ def test_by_account_each_lead_gets_the_accounts_part_and_a_missing_lead_fails_al
 
 def test_send_mistakes_are_usage_errors_before_anything_is_read(tmp_path, capsys, ledger):  # noqa: F811
     assert run(["digest", "--ledger", ledger, "--send", "--notify-config", str(tmp_path / "none.yaml")]) == 2
-    assert "none.yaml" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"gpulens report: config file {tmp_path / 'none.yaml'}: cannot be read (No such file or directory); "
+        "check --notify-config\n"
+    )
     assert run(["digest", "--ledger", ledger, "--notify-config", "x.yaml"]) == 2
     assert capsys.readouterr().err == "gpulens report: --notify-config goes with --send\n"
     assert run(["digest", "--ledger", ledger, "--send", "--format", "json"]) == 2

@@ -111,7 +111,7 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         (("run",), "one of the arguments --prometheus --agents is required"),
         (
             ("run", "--agents", "http://127.0.0.1:1", "--notify-config", "/nonexistent/notify.yaml"),
-            "/nonexistent/notify.yaml",
+            "config file /nonexistent/notify.yaml: cannot be read (No such file or directory); check --notify-config",
         ),
         (
             ("run", "--agents", "http://127.0.0.1:1", "--notify-config", "n.yaml", "--warn-command", "mail x"),
