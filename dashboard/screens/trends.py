@@ -48,7 +48,7 @@ def trends_page() -> None:
     st.subheader("Wasted GPU-hours per day")
     context.draw(charts.daily_waste(view.daily_rows(report)))
 
-    st.subheader(f"By {by}: the first {report.change.days} days against the last {report.change.days}")
+    st.subheader(view.groups_title(report, by))
     context.draw(charts.daily_groups(view.group_daily_rows(report)))
     hours = st.column_config.NumberColumn(format="%.2f")
     share = st.column_config.NumberColumn(format="percent")

@@ -24,6 +24,7 @@ from gpulens.fleet.trend import (
     followed_by_group,
     slope_sentence,
     unnamed_note,
+    windows,
 )
 from gpulens.report.document import tip_title
 
@@ -88,6 +89,13 @@ def headline(report: TrendReport) -> tuple[str, str]:
     """Return how to show the direction of waste (success, warning or info) and the sentence saying it."""
     kind = {DOWN: "success", UP: "warning"}.get(report.change.direction, "info")
     return kind, "Waste went " + change_sentence(report.change) + "."
+
+
+def groups_title(report: TrendReport, by: str) -> str:
+    """Return the title over the groups' chart: 'By user: the first 7 days against the last 7', or 'By user: the
+    first day against the last' where each window is one day, as the reports say it."""
+    first, last = windows(report.change.days)
+    return f"By {by}: {first} against {last}"
 
 
 def slope(report: TrendReport) -> str:

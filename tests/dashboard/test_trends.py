@@ -77,6 +77,14 @@ def test_the_headline_shows_the_direction(last, kind, direction):
     assert (shown, change.direction) == (kind, direction) and sentence.startswith(f"Waste went {direction}")
 
 
+def test_the_groups_title_names_windows_of_one_day_as_days_not_counted():
+    report = FakeSource().trends("user", 0, 0).value
+    week = replace(report, change=replace(report.change, days=7))
+    assert view.groups_title(week, "user") == "By user: the first 7 days against the last 7"
+    day = replace(report, change=replace(report.change, days=1))
+    assert view.groups_title(day, "account") == "By account: the first day against the last"
+
+
 def test_the_groups_chart_names_six_and_adds_up_the_rest():
     runs = [replace(r, namespace=f"team-{i % 8}") for i, r in enumerate(month.records())]
     report = FakeSource(trend_runs=tuple(runs)).trends("namespace", 0, 0).value
