@@ -124,9 +124,7 @@ class LedgerFiles:
             node = read_node(conn)
             records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)
         except sqlite3.DatabaseError as error:
-            raise SourceError(
-                f"ledger {path} cannot be read ({error}); it was left untouched, give another file with --ledger"
-            ) from None
+            raise SourceError(f"ledger {path} cannot be read ({error}); it was left untouched, {_fix(error)}") from None
         finally:
             conn.close()
         identity = file_identity(path)
@@ -141,6 +139,14 @@ class LedgerFiles:
             for path in self.paths
             for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)
         )
+
+
+def _fix(error: sqlite3.DatabaseError) -> str:
+    """What to do about a ledger SQLite opened and could not read."""
+    if "readonly" in str(error) or "unable to open" in str(error):
+        # A ledger in WAL mode needs its -wal and -shm files, which SQLite makes beside it where they are missing.
+        return "copy it (with its -wal and -shm files) to a folder you may write to and read the copy"
+    return "give another file with --ledger"
 
 
 def one_per_run(readings: Iterable[tuple[Hashable, JobRecord]]) -> list[JobRecord]:

@@ -239,3 +239,16 @@ def test_the_same_run_from_a_ledger_and_from_its_agent_is_one_run():
     other_node = replace(run, nodes=("n2",))
     found = one_per_run([(("dev", 1), run), ("http://n1:10906", later), (("dev", 2), other_node)])
     assert found == [later, other_node]
+
+
+def test_a_ledger_sqlite_cannot_read_in_place_names_the_copy_to_make(capsys, fleet_run, monkeypatch):
+    """Where SQLite must write a ledger's -wal and -shm files and may not (a folder the reader cannot write to),
+    the fix is a copy, not another file."""
+
+    def refused(*args, **kwargs):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr("gpulens.fleet.past.read_records", refused)
+    assert run(["fleet", "--since", "1d", "--ledger", str(fleet_run.ledger)]) == 1
+    err = capsys.readouterr().err
+    assert "attempt to write a readonly database" in err and "copy it (with its -wal and -shm files)" in err
