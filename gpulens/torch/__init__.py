@@ -19,8 +19,9 @@ window is old enough for the agent's rate limit, else carried on by the next wra
 what is left when the process exits is sent by an atexit handler.
 
 At each report it also reads the agent's control socket, where the agent may ask for a trace of the
-next steps (`gpulens trace`; see gpulens.torch.tracing). `traces=False`, or GPULENS_TRACES=0, turns
-that off: the job then never connects.
+next steps (`gpulens trace`; see gpulens.torch.tracing), over one connection per process that all its
+wrappers share and that stays open until it exits (sender.control). `traces=False`, or GPULENS_TRACES=0,
+turns that off: the job then never connects.
 
 `on_checkpoint(callback)` registers a function the agent may ask the job to run before `gpulens reclaim`
 stops it (gpulens.torch.checkpoint); unlike traces, it is answered by a thread of its own, loop or not.
@@ -146,9 +147,10 @@ class Instrumented(Generic[Batch]):
         self._device_type = "cpu"  # as the last report found it
         if model is not None:
             self._watch(model)
-        # Traces the agent asks for: the connection is opened at the first report, polled at each.
+        # Traces the agent asks for, over the process's control connection (sender.control): opened at the
+        # process's first report, polled at each report of any of its wrappers, kept open when one is dropped.
         self._tracer: tracing.Tracer | None = None
-        self._control: sender.Control | None = None
+        self._control_path: str | None = None
         self._tracing = False  # whether self._tracer runs a trace now
         if tracing.traces_allowed(traces):
             this = weakref.ref(self)  # the tracer outlives the wrapper (see _abandon): it must not hold it
@@ -158,9 +160,9 @@ class Instrumented(Generic[Batch]):
                 self.failures,
                 peak_memory=lambda: wrapper._peak_memory() if (wrapper := this()) is not None else None,
             )
-            self._control = sender.Control(sender.control_path(self._path))
+            self._control_path = sender.control_path(self._path)
             # A trace still running when the loader is dropped or the process exits is ended and written.
-            weakref.finalize(self, _abandon, self._tracer, self._control, self.failures)
+            weakref.finalize(self, _abandon, self._tracer, self._control_path, self.failures)
         _live.add(self)
 
     def __del__(self) -> None:
@@ -352,10 +354,10 @@ class Instrumented(Generic[Batch]):
 
     def _poll_agent(self) -> None:
         """Read the agent's requests (at most one trace starts) and answer each."""
-        if self._control is None or self._tracer is None:  # set together, when traces are allowed
+        if self._control_path is None or self._tracer is None:  # set together, when traces are allowed
             return
         try:
-            requests = self._control.poll()
+            requests = sender.control(self._control_path).poll()
         except (FileNotFoundError, ConnectionRefusedError):
             return  # no agent, or one without traces: nothing is wrong, and the next report tries again
         except OSError:
@@ -367,8 +369,8 @@ class Instrumented(Generic[Batch]):
 
     def _tell(self, message: dict[str, Any] | None) -> None:
         """Send a trace's answer or result to the agent; on failure, count it (the trace file stays)."""
-        if message is not None and self._control is not None:  # set with the tracer, which made the message
-            _answer(self._control, message, self.failures)
+        if message is not None and self._control_path is not None:  # set with the tracer, which made the message
+            _answer(sender.control(self._control_path), message, self.failures)
 
     def _peak_memory(self) -> int | None:
         memory = readings.memory_stats(self._devices.device(self._model), self.failures)
@@ -465,13 +467,15 @@ def _answer(control: sender.Control, message: dict[str, Any], failures: Counter[
         failures["control"] += 1
 
 
-def _abandon(tracer: tracing.Tracer, control: sender.Control, failures: Counter[str]) -> None:
-    """End a trace whose loader was dropped, or whose process is exiting (weakref.finalize calls it then too)."""
+def _abandon(tracer: tracing.Tracer, control_path: str, failures: Counter[str]) -> None:
+    """End a trace whose loader was dropped, or whose process is exiting (weakref.finalize calls it then too).
+
+    The connection stays open: it is the process's, and the next wrapper reads the requests that come.
+    """
     try:
         message = tracer.finish("exit")
     except Exception:  # noqa: BLE001 - at interpreter exit torch may be half gone
         failures["trace"] += 1
         return
     if message is not None:
-        _answer(control, message, failures)
-    control.close()
+        _answer(sender.control(control_path), message, failures)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -45,13 +46,29 @@ MAX_CONTROL_BYTES = 8192
 RETRY_SECONDS = 30.0
 
 
+def control(path: str) -> Control:
+    """Return this process's connection to the control socket at `path`, which all its wrappers share.
+
+    One per process, open from its first poll until the process exits: a loader wrapped anew each epoch
+    must not take the connection with each wrapper, or a request that reaches it after the wrapper's last
+    report dies with it, and between two wrappers the agent finds no connection to ask. Keyed by pid as well:
+    a forked child makes its own, as the agent knows a connection by the pid that opened it.
+    """
+    key = (os.getpid(), path)
+    found = _controls.get(key)
+    if found is None:
+        found = _controls.setdefault(key, Control(path))
+    return found
+
+
 class Control:
     """A job's connection to the agent's control socket, opened lazily and polled, never waited on.
 
     A Unix SOCK_SEQPACKET connection: the agent learns who connected from the kernel (SO_PEERCRED),
     messages keep their boundaries, and connecting needs only write permission on the socket file, so
     a read-only mount of the agent's directory is enough. `poll()` and `send()` raise OSError on any
-    failure and drop the connection; the next `poll()` connects again (an agent that restarted).
+    failure and drop the connection; the next `poll()` connects again (an agent that restarted). The
+    wrappers of a process share one (`control`), from any thread.
     """
 
     def __init__(self, path: str, clock: Callable[[], float] = time.monotonic):
@@ -59,9 +76,14 @@ class Control:
         self._socket: socket.socket | None = None
         self._clock = clock
         self._retry_at = -math.inf  # after a failed connect, the next try waits RETRY_SECONDS
+        self._lock = threading.Lock()
 
     def poll(self) -> list[bytes]:
         """Return the messages the agent has sent since the last poll, connecting first if needed."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> list[bytes]:
         if self._socket is None:
             if self._clock() < self._retry_at:
                 return []  # no agent, or one without traces: asking every report would cost a socket each
@@ -81,26 +103,46 @@ class Control:
             except BlockingIOError:
                 return messages
             except OSError:
-                self.close()
+                self._close()
                 raise
             if not data:  # the agent closed the connection: it stopped, or restarted
-                self.close()
+                self._close()
                 return messages
             messages.append(data)
 
     def send(self, data: bytes) -> None:
         """Send one message to the agent now, or raise OSError (no connection, a full buffer)."""
-        if self._socket is None:
-            raise ConnectionRefusedError("not connected to the agent's control socket")
-        try:
-            self._socket.send(data)
-        except BlockingIOError:
-            raise
-        except OSError:
-            self.close()
-            raise
+        with self._lock:
+            if self._socket is None:
+                raise ConnectionRefusedError("not connected to the agent's control socket")
+            try:
+                self._socket.send(data)
+            except BlockingIOError:
+                raise
+            except OSError:
+                self._close()
+                raise
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+
+
+_controls: dict[tuple[int, str], Control] = {}  # by pid and control socket path
+
+
+def _forget_parents_controls() -> None:
+    # In a forked child (a DataLoader worker, say), close the copies of the parent's connections: the agent
+    # sees the parent's connection close only once every copy is closed. Not under their locks, which a
+    # thread of the parent may have held at the fork.
+    for inherited in _controls.values():
+        inherited._close()
+    _controls.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_controls)

@@ -204,6 +204,53 @@ def test_a_pass_that_ends_first_ends_the_trace_with_the_steps_it_had(agent, sock
     assert 0 < run.summary.steps < 20
 
 
+def test_a_loop_that_wraps_its_loader_anew_each_pass_takes_every_request(agent, socket_path, tmp_path):
+    """Passes of about 0.6 s and a report every 0.5 s: most requests reach the job after one wrapper's last
+    report. The process keeps one control connection for all its wrappers, so each request waits there for the
+    next wrapper's report, and the agent always finds the process connected."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def train():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        try:
+            while not stop.is_set():
+                loader = torch.utils.data.DataLoader(Samples(32, seconds=0.02), batch_size=BATCH)  # 8 steps
+                for x in gpulens.torch.instrument(
+                    loader, model=model, interval=0.5, socket_path=socket_path, trace_dir=str(tmp_path)
+                ):
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+        except BaseException as error:  # noqa: BLE001 - the test asserts there is none
+            errors.append(error)
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    try:
+        connected(agent)
+        for _ in range(4):
+            run = finished(agent, agent.start([os.getpid()], steps=3))
+            assert run.state == "done", run.reason
+            time.sleep(0.3)  # the next request lands elsewhere in a pass
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert not errors
+
+
+def test_a_forked_child_does_not_share_its_parent_s_control_connection(tmp_path):
+    path = str(tmp_path / "traces.sock")
+    mine = gpulens.torch.sender.control(path)
+    assert gpulens.torch.sender.control(path) is mine  # every wrapper of this process
+    assert gpulens.torch.sender.control(str(tmp_path / "other.traces.sock")) is not mine  # another agent's
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports by its exit status only
+        os._exit(0 if gpulens.torch.sender.control(path) is not mine else 1)
+    assert os.waitpid(child, 0)[1] == 0
+
+
 _EXITING_JOB = textwrap.dedent(
     """
     import sys, time, torch, gpulens.torch
@@ -222,7 +269,7 @@ _EXITING_JOB = textwrap.dedent(
 def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_path):
     child = subprocess.Popen([sys.executable, "-c", _EXITING_JOB, socket_path, str(tmp_path)], stderr=subprocess.PIPE)
     try:
-        # Connected at instrument(), reporting from its first interval on: the agent traces a process it has
+        # Connected and reporting from its first interval on: the agent traces a process it has
         # a report from, so wait for both (on a busy machine the report can come well after the connection).
         wait_until(lambda: set(agent.control.connected()) & set(agent._reports()), timeout=30)
         (pid,) = agent.control.connected()
