@@ -8,8 +8,10 @@ namespace), taken at connect time, so a job can only ever be asked, or answer, a
 write permission on the socket file and nothing else, so the read-only mount that carries a job's reports
 carries this too.
 
-The agent only sends requests here (`ask`); the job answers on the same connection, and every answer
-is parsed (`messages.parse_trace`, or the `parse` given) and handed to `on_message(pid, uid, update)`.
+The agent only sends requests here (`ask`, which returns the number of the connection the request went
+over: `is_open` says whether that connection still is, so that a request whose connection closed before the
+job answered is known to be lost); the job answers on the same connection, and every answer is parsed
+(`messages.parse_trace`, or the `parse` given) and handed to `on_message(pid, uid, update)`.
 The same server, with `messages.parse_checkpoint`, listens on `checkpoints.sock` for the jobs that
 registered a checkpoint callback (gpulens.torch.checkpoint): a connection of their own, which their
 training loop does not need to be running to answer. Bounds: one
@@ -19,6 +21,7 @@ beyond it), and a message over 8 KiB or that does not parse costs that message o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import selectors
@@ -59,6 +62,7 @@ class _Peer:
     pid: int  # in the agent's pid namespace
     uid: int
     connection: socket.socket
+    number: int  # this server's count of the connections it accepted: a newer one of the same pid differs
 
 
 class ControlServer:
@@ -81,6 +85,7 @@ class ControlServer:
         self._proc_root = proc_root
         self._lock = threading.Lock()
         self._peers: dict[int, _Peer] = {}  # by pid
+        self._numbers = itertools.count(1)
         # Set by `start`; nothing uses them before (`stop` and `_drop` run only on a started server).
         self._listener: socket.socket
         self._selector: selectors.BaseSelector
@@ -147,8 +152,9 @@ class ControlServer:
             f"GPULENS_TRACES=0, or it cannot reach {self.path} (it connects at its next report)"
         )
 
-    def ask(self, pid: int, data: bytes) -> None:
-        """Send `data` to process `pid` now; raise NotConnected when it cannot be reached."""
+    def ask(self, pid: int, data: bytes) -> int:
+        """Send `data` to process `pid` now and return the number of the connection it went over (see
+        `is_open`); raise NotConnected when it cannot be reached."""
         with self._lock:
             peer = self._peers.get(pid)
             if peer is None:
@@ -158,6 +164,14 @@ class ControlServer:
             except OSError as error:
                 self._drop(peer)
                 raise NotConnected(f"pid {pid}'s control connection failed: {error.strerror or error}") from None
+            return peer.number
+
+    def is_open(self, pid: int, number: int) -> bool:
+        """Return whether connection `number` of process `pid` (as `ask` returned it) is still open: once it
+        closed (the process exited) or a newer one replaced it, what was asked over it will not be answered."""
+        with self._lock:
+            peer = self._peers.get(pid)
+            return peer is not None and peer.number == number
 
     # -- the loop ----------------------------------------------------------------------------------------
 
@@ -196,7 +210,7 @@ class ControlServer:
             if old is not None:
                 self._drop(old)
             connection.setblocking(False)
-            peer = self._peers[pid] = _Peer(pid, uid, connection)
+            peer = self._peers[pid] = _Peer(pid, uid, connection, next(self._numbers))
             self._selector.register(connection, selectors.EVENT_READ, peer)
 
     def _read(self, peer: _Peer) -> None:

@@ -2,9 +2,11 @@
 
 `Traces.start` asks each process (over the control socket) to profile its next N steps; the job
 answers "started", "refused" or "failed", and later "done" with the summary and where it wrote the
-trace. A run the job never finishes (it hung, it was killed) is marked "lost" once its time limit and
-a grace period have passed. One trace per process at a time; the agent's bounds on steps and seconds
-are the most it asks for, and the job applies its own.
+trace. A run whose request went over a connection that closed before the job answered (the process exited,
+or an older gpulens.torch closed it with the loader it wrapped) is marked "lost" at once; one the job never
+finishes while it stays connected (it hung) once its time limit and a grace period have passed. One trace
+per process at a time; the agent's bounds on steps and seconds are the most it asks for, and the job applies
+its own.
 
 Optionally (`auto_after` seconds, 0 = off) a process whose GPU has been data_starved or underutilized
 that long is traced once, and each job at most once a day.
@@ -22,7 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.agent.jobs.control import ControlServer, NotConnected, RequestError
@@ -68,6 +70,8 @@ class TraceRun:
     gpu_uuid: str = ""
     dataloader: dict[str, Any] | None = None
     precision: dict[str, Any] | None = None
+    # The control connection the request went over (ControlServer.ask); None until it was sent.
+    connection: int | None = field(default=None, repr=False, compare=False)
 
     @property
     def finished(self) -> bool:
@@ -203,10 +207,13 @@ class Traces:
         ).encode()
         for run in runs:
             try:
-                self.control.ask(run.pid, request)
+                connection = self.control.ask(run.pid, request)
             except NotConnected as error:
                 with self._lock:
                     self._finish(run, "refused", str(error))
+            else:
+                with self._lock:
+                    run.connection = connection
         log.info("trace %s of %s asked of pid %s (%d steps, %s)", trace_id, job or "-", pids, steps, trigger)
         return trace_id
 
@@ -297,9 +304,23 @@ class Traces:
                 del self._auto_done[job_id]
 
     def _expire(self, now: float) -> None:
-        """Mark runs lost that outlived their limit (called with the lock held)."""
+        """Mark runs lost whose connection closed before the job answered, or that outlived their limit (called
+        with the lock held)."""
         for run in self._runs.values():
-            if not run.finished and now - run.requested_at > self.max_seconds + GRACE_SECONDS:
+            if run.finished:
+                continue
+            if (
+                run.connection is not None
+                and self.control is not None
+                and not self.control.is_open(run.pid, run.connection)
+            ):
+                self._finish(
+                    run,
+                    "lost",
+                    "the job's control connection closed before the trace ended: the process exited, or its "
+                    "connection failed; ask again",
+                )
+            elif now - run.requested_at > self.max_seconds + GRACE_SECONDS:
                 self._finish(
                     run,
                     "lost",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ from gpulens.agent.jobs.control import ControlServer, control_path  # noqa: E402
 from gpulens.agent.jobs.metrics import trace_metrics  # noqa: E402
 from gpulens.agent.jobs.traces import TraceError, Traces  # noqa: E402
 from gpulens.torch import summary, tracing  # noqa: E402
-from tests.jobs.helpers import wait_until  # noqa: E402
+from tests.jobs.helpers import VALID, send, wait_until  # noqa: E402
 
 BATCH = 4
 
@@ -249,6 +250,41 @@ def test_a_forked_child_does_not_share_its_parent_s_control_connection(tmp_path)
     if child == 0:  # pragma: no cover - the child reports by its exit status only
         os._exit(0 if gpulens.torch.sender.control(path) is not mine else 1)
     assert os.waitpid(child, 0)[1] == 0
+
+
+def test_a_trace_whose_connection_closes_before_the_job_answers_is_lost_at_once(agent, socket_path):
+    """What an older gpulens.torch does when a loader wrapped each epoch is dropped, or a process that exits
+    with a request unread: the agent ends the run at once, not after its time limit, and takes the next."""
+    me = os.getpid()
+    send(socket_path, {**VALID, "pid": me})  # a report, as an instrumented loop sends it
+
+    def connect() -> socket.socket:
+        job = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        job.connect(control_path(socket_path))
+        job.settimeout(10)
+        return job
+
+    job = connect()
+    connected(agent)
+    first = agent.start([me], steps=5)
+    assert json.loads(job.recv(8192))["trace"]["id"] == first
+    job.close()
+    wait_until(lambda: agent.runs(first)[0].finished, timeout=5)
+    (run,) = agent.runs(first)
+    assert run.state == "lost" and "the job's control connection closed before the trace ended" in run.reason
+    assert agent.counters()["lost"] == 1
+    # A request over a connection that a newer one of the same process replaced is lost with it.
+    job = connect()
+    wait_until(lambda: me in agent.control.connected(), timeout=5)
+    second = agent.start([me], steps=5)  # not refused as "already running"
+    newer = connect()
+    wait_until(lambda: agent.runs(second)[0].finished, timeout=5)
+    assert agent.runs(second)[0].state == "lost"
+    third = agent.start([me], steps=5)
+    assert json.loads(newer.recv(8192))["trace"]["id"] == third
+    assert agent.runs(third)[0].state == "requested"  # an open connection keeps its run waiting
+    job.close()
+    newer.close()
 
 
 _EXITING_JOB = textwrap.dedent(
