@@ -163,7 +163,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     try:
         policy = load_policy(args.policy, args.mode)
         source = from_environment({**os.environ, **source_environment(args)})
-        notify = _warn_command(args.warn_command) if args.warn_command else None
+        notify = _warn_command(args.warn_command) if args.warn_command is not None else None
         advisor = None
         if args.notify_config:
             from gpulens.notify.advisor import Advisor

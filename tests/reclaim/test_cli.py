@@ -107,6 +107,8 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
             ("run", "--agents", "http://127.0.0.1:1", "--warn-command", "mail {owner}"),
             "--warn-command 'mail {owner}' does not read",
         ),
+        (("run", "--agents", "http://127.0.0.1:1", "--once", "--warn-command", ""), "--warn-command is empty; give"),
+        (("run", "--agents", "http://127.0.0.1:1", "--once", "--warn-command", "  "), "--warn-command is empty; give"),
         (("run", "--agents", "http://127.0.0.1:1", "--port", "70000"), "--port 70000 is not a port"),
         (("run",), "one of the arguments --prometheus --agents is required"),
         (
