@@ -102,7 +102,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     told.add_argument(
         "--warn-command",
         metavar="COMMAND",
-        help="run per warning with the message on stdin; {user}, {account}, {job} replaced, e.g. "
+        help="run per warning with the message on stdin; {user}, {account}, {job} and {job_kind} replaced, e.g. "
         "\"mail -s 'Idle GPUs' {user}@example.org\"",
     )
     told.add_argument(

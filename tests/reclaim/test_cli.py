@@ -43,6 +43,13 @@ def test_the_dispatcher_knows_the_command_and_its_help_lists_the_subcommands(cap
     )
 
 
+def test_run_help_names_every_placeholder_of_the_warn_command(capsys):
+    with pytest.raises(SystemExit):
+        reclaim_cli.main(["run", "--help"], io.StringIO())
+    said = " ".join(capsys.readouterr().out.split())
+    assert "{user}, {account}, {job} and {job_kind} replaced" in said
+
+
 @pytest.mark.parametrize(
     ("document", "said"),
     [
