@@ -12,7 +12,8 @@ import pytest
 from gpulens import cli
 from gpulens.reclaim import cli as reclaim_cli
 from gpulens.reclaim.folder import LOCK, Folder
-from gpulens.reclaim.ladder import in_force
+from gpulens.reclaim.ladder import Keep, in_force
+from gpulens.reclaim.service import RESULTS
 from tests.notify.servers import smtp_server
 from tests.reliability.running import agent_process
 from tests.rules.known import ROOT
@@ -200,6 +201,16 @@ def test_log_skips_a_record_that_does_not_read_with_a_warning_as_it_does_a_line(
     assert f"{audit}: a record does not read (its time is 'now', not a number); skipped" in warned
     assert f"{audit}: a record does not read (it has no time); skipped" in warned
     assert any(m.startswith(f"{audit} line 6 does not read") for m in warned)
+
+
+def test_the_docs_list_every_event_of_the_audit_log(tmp_path):
+    folder = Folder(tmp_path).create()
+    folder.record_keep(Keep("slurm/1", 2_000.0, "ann", "eval", 1_000.0))
+    folder.record_keep(Keep("slurm/1", 1_100.0, "ann", "done", 1_100.0))
+    events = set(RESULTS) | {r["event"] for r in folder.audit_records()}
+    text = (ROOT / "docs" / "reclaim.md").read_text()
+    listed = text[text.index("`audit.jsonl` in the service's folder has a line per decision") :].split("\n\n")[0]
+    assert [event for event in sorted(events) if f"`{event}`" not in listed] == []
 
 
 @pytest.mark.parametrize("command", ["keep", "log"])
