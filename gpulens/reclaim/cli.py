@@ -384,12 +384,29 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
         f"jobs and {limits.breaker_jobs} or more at once",
         file=out,
     )
+    exempt = policy.exempt
+    listed = [(name, getattr(exempt, name)) for name in ("users", "accounts", "partitions", "namespaces")]
+    listed += [("a comment holding", (repr(exempt.comment),) if exempt.comment else ()), ("pod labels", exempt.labels)]
+    print(f"exempt: {_listed(listed) or 'no job'}", file=out)
     for rule in policy.policies:
-        warnings = ", ".join(duration(s) for s in rule.warn_after) or "none"
+        match = rule.match
+        keys = ("job_kinds", "partitions", "nodes", "models", "namespaces", "accounts", "users")
+        warnings = ", ".join(duration(s) for s in rule.warn_after)
         signal_first = f"{rule.signal}, then after {duration(rule.signal_wait)} " if rule.signal else ""
+        checkpoint = (
+            f"gpulens.torch jobs asked to checkpoint first, for at most {duration(rule.checkpoint_wait)}"
+            if rule.checkpoint_wait
+            else "no checkpoint asked"
+        )
         print(
-            f"policy {rule.name}: warn at {warnings} idle; {signal_first}{rule.action} at {duration(rule.act_after)} "
-            f"(when {rule.idle_share:.0%} of the job's GPUs are idle)",
+            f"policy {rule.name} ({_listed([(k, getattr(match, k)) for k in keys]) or 'every job'}): warn at "
+            f"{warnings} idle; {signal_first}{rule.action} at {duration(rule.act_after)} (when "
+            f"{rule.idle_share:.0%} of the job's GPUs are idle); {checkpoint}",
             file=out,
         )
     return 0
+
+
+def _listed(named: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """Each name with its values, "partitions gpu, debug; users alice", leaving out those with none."""
+    return "; ".join(f"{name} {', '.join(values)}" for name, values in named if values)

@@ -83,14 +83,26 @@ def test_a_policy_mistake_is_one_line_naming_the_file_the_key_and_the_fix(tmp_pa
 
 def test_check_prints_what_the_policy_says(tmp_path, capsys):
     policy = tmp_path / "reclaim.yaml"
-    policy.write_text("mode: notify\npolicies:\n  - {name: short, warn_after: [10m], act_after: 30m, signal: USR1}\n")
+    policy.write_text(
+        "mode: notify\n"
+        "exempt: {users: [alice, bob], partitions: [debug], comment: 'gpulens:keep', labels: [gpulens.io/keep]}\n"
+        "policies:\n"
+        "  - {name: short, match: {partitions: [interactive], models: ['*A100*']}, warn_after: [10m], act_after: 30m,"
+        " signal: USR1, checkpoint_wait: 0}\n"
+        "  - {name: default}\n"
+    )
     status, out, _ = run(capsys, "check", "--policy", str(policy))
     assert status == 0
     assert out.splitlines()[0] == f"{policy}: mode notify, a cycle every 1 min"
-    assert out.splitlines()[-1] == (
-        "policy short: warn at 10 min idle; USR1, then after 5 min cancel at 30 min "
-        "(when 100% of the job's GPUs are idle)"
-    )
+    assert out.splitlines()[2:] == [
+        "exempt: users alice, bob; partitions debug; a comment holding 'gpulens:keep'; pod labels gpulens.io/keep",
+        "policy short (partitions interactive; models *A100*): warn at 10 min idle; USR1, then after 5 min cancel at "
+        "30 min (when 100% of the job's GPUs are idle); no checkpoint asked",
+        "policy default (every job): warn at 1 h, 1 h 45 min idle; cancel at 2 h (when 100% of the job's GPUs are "
+        "idle); gpulens.torch jobs asked to checkpoint first, for at most 2 min",
+    ]
+    status, out, _ = run(capsys, "check")
+    assert status == 0 and "exempt: no job" in out.splitlines()
 
 
 @pytest.mark.parametrize(
