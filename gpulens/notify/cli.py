@@ -1,7 +1,7 @@
 """`gpulens notify`: check the settings and say where each owner's messages would go; send a test message.
 
 gpulens notify check [--config FILE] [--user NAME ...] [--account NAME] [--namespace NS]
-gpulens notify send-test --config FILE --user NAME [--account NAME] [--namespace NS]
+gpulens notify send-test [--config FILE] --user NAME [--account NAME] [--namespace NS]
 gpulens notify log [--config FILE] [--since 7d] [--user NAME] [--job JOB] [--json]
 """
 
@@ -133,12 +133,12 @@ def _send_test(argv: Sequence[str], out: TextIO) -> int:
         description="Send one test message to a user through the configured channels (and record it).",
         epilog="example: gpulens notify send-test --config /etc/gpulens/notify.yaml --user alice",
     )
-    parser.add_argument("--config", required=True, metavar="FILE", help="the settings file")
+    parser.add_argument("--config", metavar="FILE", help=f"the settings (default {DEFAULT_CONFIG})")
     parser.add_argument("--user", required=True, metavar="NAME", help="whom to send it to, as an owner")
     _owner_flags(parser)
     args = parser.parse_args(argv)
-    try:
-        sender = Sender.from_config(load_config(args.config))
+    try:  # the built-in settings have no channel to send through
+        sender = Sender.from_config(load_config(args.config, built_in=False))
     except ConfigError as error:
         return fail(parser.prog, error, EXIT_FAILED)
     now = time.time()

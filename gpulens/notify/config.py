@@ -264,11 +264,14 @@ class Config:
             raise Invalid("admins", "is empty in test mode, which sends every message to the admins; list them")
 
 
-def load_config(path: str | None, flag: str = "--config") -> Config:
-    """Return the settings in the file at `path`; None: DEFAULT_CONFIG where it exists, else the built-in ones.
-    `flag` is the caller's option that names the file, for the fix a ConfigError gives."""
+def load_config(path: str | None, flag: str = "--config", built_in: bool = True) -> Config:
+    """Return the settings in the file at `path`; None: DEFAULT_CONFIG where it exists, else the built-in ones
+    (or, with `built_in` False, for a caller that cannot do without a channel, a ConfigError). `flag` is the
+    caller's option that names the file, for the fix a ConfigError gives."""
     if path is None:
         if not os.path.exists(DEFAULT_CONFIG):
+            if not built_in:
+                raise ConfigError(f"no settings file {DEFAULT_CONFIG} (the default); give {flag} FILE")
             return Config()
         path = DEFAULT_CONFIG
     config = read_settings_file(path, f"config file {path}", f"check {flag}", Config, ConfigError)

@@ -10,6 +10,7 @@ import pytest
 
 from gpulens import cli
 from gpulens.notify import cli as notify_cli
+from gpulens.notify import config
 from tests.notify.servers import smtp_server
 from tests.tools import free_port
 
@@ -132,8 +133,19 @@ def test_send_test_that_fails_says_why_in_one_line(tmp_path, capsys):
         f"gpulens notify send-test: failed: SMTP server 127.0.0.1:{port} cannot be reached (Connection refused); "
         "check smtp.host and smtp.port\n"
     )
-    status, _, err = run(capsys, "send-test", "--user", "alice")
-    assert status == 2 and err.startswith("gpulens notify send-test: the following arguments are required: --config")
+
+
+def test_send_test_reads_the_default_settings_file_and_without_one_says_to_give_config(tmp_path, capsys, monkeypatch):
+    absent = tmp_path / "absent.yaml"
+    monkeypatch.setattr(config, "DEFAULT_CONFIG", str(absent))
+    status, out, err = run(capsys, "send-test", "--user", "alice")
+    assert (status, out) == (1, "")
+    assert err == f"gpulens notify send-test: no settings file {absent} (the default); give --config FILE\n"
+    with smtp_server() as box:
+        monkeypatch.setattr(config, "DEFAULT_CONFIG", settings(tmp_path, box.port))
+        status, out, err = run(capsys, "send-test", "--user", "alice")
+    assert (status, err) == (0, "") and out.startswith("sent to alice@lab.example.org through SMTP server")
+    assert len(box.received) == 1
 
 
 def test_log_tells_what_became_of_each_message_and_filters_by_user_and_job(tmp_path, capsys):
