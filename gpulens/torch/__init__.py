@@ -76,6 +76,10 @@ class _Carried:
 
 
 _carried: dict[str, _Carried] = {}  # by socket path
+# Trace requests read but not started, by pid and control socket path: read at the end of a pass, or put back
+# with no step traced when the pass ended, they start with the process's next pass, of any of its wrappers.
+# Each is (request, whether it was put back already).
+_waiting: dict[tuple[int, str], list[tuple[bytes, bool]]] = {}
 _live: weakref.WeakSet[Instrumented[Any]] = weakref.WeakSet()  # the wrappers whose window the exit sends
 
 
@@ -192,6 +196,8 @@ class Instrumented(Generic[Batch]):
                 self._window_start = carried.start
                 self._steps, self._wait, self._total = carried.steps, carried.wait, carried.total
             self._due = self._window_start + self._interval
+        if _waiting and self._control_path is not None:
+            self._start_waiting()
         return self
 
     def __next__(self) -> Batch:
@@ -206,8 +212,7 @@ class Instrumented(Generic[Batch]):
             batch = next(self._iterator)
         except StopIteration:
             if tracer is not None:
-                self._tell(tracer.finish("end_of_pass"))
-                self._tracing = False
+                self._end_trace_with_pass(tracer)
             self._end_of_pass()
             raise
         now = time.perf_counter()
@@ -268,7 +273,9 @@ class Instrumented(Generic[Batch]):
     def _end_of_pass(self) -> None:
         now = time.perf_counter()
         if self._steps and self._old_enough(now):
-            self._report(now)
+            # A trace asked for now starts with the next pass: this wrapper may be dropped before another step.
+            self._flush(now)
+            self._poll_agent(start=False)
 
     def _report(self, now: float) -> None:
         """Send what the window holds and start the next one; read the agent's requests."""
@@ -352,8 +359,9 @@ class Instrumented(Generic[Batch]):
 
     # -- traces the agent asks for --------------------------------------------------------------------
 
-    def _poll_agent(self) -> None:
-        """Read the agent's requests (at most one trace starts) and answer each."""
+    def _poll_agent(self, start: bool = True) -> None:
+        """Read the agent's requests; with `start`, start them (at most one trace starts) and answer each, else
+        leave them for the process's next pass."""
         if self._control_path is None or self._tracer is None:  # set together, when traces are allowed
             return
         try:
@@ -363,9 +371,28 @@ class Instrumented(Generic[Batch]):
         except OSError:
             self.failures["control"] += 1
             return
-        for data in requests:
-            self._tell(self._tracer.request(data, self._device_type))
+        if requests:
+            _waiting.setdefault((os.getpid(), self._control_path), []).extend((data, False) for data in requests)
+        if start:
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start the process's requests not started yet (at most one trace starts) and answer each."""
+        if self._control_path is None or self._tracer is None:
+            return
+        for data, again in _waiting.pop((os.getpid(), self._control_path), []):
+            self._tell(self._tracer.request(data, self._device_type, again))
         self._tracing = self._tracer.running
+
+    def _end_trace_with_pass(self, tracer: tracing.Tracer) -> None:
+        """End the running trace as its pass ends: written, or put back when it has no step yet (it was asked
+        for at the pass's last batch), to start with the next pass."""
+        request = tracer.put_back()
+        if request is None:
+            self._tell(tracer.finish("end_of_pass"))
+        elif self._control_path is not None:  # set with the tracer
+            _waiting.setdefault((os.getpid(), self._control_path), []).insert(0, (request, True))
+        self._tracing = False
 
     def _tell(self, message: dict[str, Any] | None) -> None:
         """Send a trace's answer or result to the agent; on failure, count it (the trace file stays)."""

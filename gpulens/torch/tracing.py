@@ -3,7 +3,8 @@
 The agent only asks; the job decides (`traces=False` or GPULENS_TRACES=0 turns it off). A request
 names a number of steps and a time limit; the job clamps both to its own bounds, refuses a second
 request while one runs, and stops the profiler after the steps, at the time limit, at the end of the
-pass over the data, or when the process exits. Every step of the trace carries two annotations,
+pass over the data, or when the process exits. A trace with no step when its pass ends is put back, once,
+to start again with the next pass. Every step of the trace carries two annotations,
 `gpulens.step` and `gpulens.data_wait`, from which `gpulens.torch.summary` reads where the time went.
 
 Nothing here raises into the training loop: a profiler that fails to start, stop or export ends the
@@ -114,6 +115,8 @@ class Tracer:
         self._steps = 0
         self._step: Any = None  # the open gpulens.step annotation
         self._wait: Any = None  # the open gpulens.data_wait annotation
+        self._request = b""  # what the running trace was asked with, for `put_back`
+        self._again = False  # whether the running trace was put back once already
 
     @property
     def running(self) -> bool:
@@ -121,8 +124,9 @@ class Tracer:
 
     # -- requests ------------------------------------------------------------------------------------
 
-    def request(self, data: bytes, device_type: str) -> dict[str, Any] | None:
-        """Start the trace `data` asks for and return the answer to send (None for an unreadable one)."""
+    def request(self, data: bytes, device_type: str, again: bool = False) -> dict[str, Any] | None:
+        """Start the trace `data` asks for and return the answer to send (None for an unreadable one); `again`
+        for a request `put_back` returned."""
         try:
             trace_id, steps, seconds = parse_request(data)
         except BadRequest:
@@ -152,6 +156,7 @@ class Tracer:
             self._failures["trace"] += 1
             return self._message("failed", trace_id, reason=f"the profiler did not start: {_said(error)}")
         self._profiler, self._id, self._steps_wanted = profiler, trace_id, steps
+        self._request, self._again = data, again
         self._deadline = self._clock() + seconds
         self._steps = 0
         self._step = self._open(summaries.STEP)
@@ -173,6 +178,21 @@ class Tracer:
             return self.finish("time")
         self._step = self._open(summaries.STEP)
         return None
+
+    def put_back(self) -> bytes | None:
+        """Stop a trace that has no complete step yet, writing nothing, and return its request, to be started
+        again with the next pass; None, and nothing done, when no trace runs, it has steps, or it was put back
+        before (a pass with no batch at all would otherwise start the profiler at every pass)."""
+        if not self.running or self._steps or self._again:
+            return None
+        self._close("_wait")
+        self._close("_step")
+        profiler, self._profiler = self._profiler, None
+        try:
+            profiler.stop()
+        except Exception:  # noqa: BLE001 - the next start says whether the profiler still works
+            self._failures["trace"] += 1
+        return self._request
 
     def finish(self, ended: str) -> dict[str, Any] | None:
         """Stop the profiler, write and summarize the trace; None when no trace runs.

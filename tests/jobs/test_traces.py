@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -205,10 +206,20 @@ def test_a_pass_that_ends_first_ends_the_trace_with_the_steps_it_had(agent, sock
     assert 0 < run.summary.steps < 20
 
 
-def test_a_loop_that_wraps_its_loader_anew_each_pass_takes_every_request(agent, socket_path, tmp_path):
-    """Passes of about 0.6 s and a report every 0.5 s: most requests reach the job after one wrapper's last
-    report. The process keeps one control connection for all its wrappers, so each request waits there for the
-    next wrapper's report, and the agent always finds the process connected."""
+@pytest.mark.parametrize(
+    ("samples", "interval"),
+    [
+        (32, 0.5),  # passes of about 0.6 s, a report or two in each
+        (60, 5.0),  # passes of about 1.2 s, each reported only at its end
+    ],
+)
+def test_a_loop_that_wraps_its_loader_anew_each_pass_takes_every_request(
+    agent, socket_path, tmp_path, samples, interval
+):
+    """Most requests reach such a job after one wrapper's last report. The process keeps one control connection
+    for all its wrappers, so each request waits there for the next report, and the agent always finds the
+    process connected. A request read at the end of a pass, or whose trace has no step when its pass ends, is
+    traced over the next pass, in the next wrapper: the trace has steps."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -217,9 +228,9 @@ def test_a_loop_that_wraps_its_loader_anew_each_pass_takes_every_request(agent, 
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         try:
             while not stop.is_set():
-                loader = torch.utils.data.DataLoader(Samples(32, seconds=0.02), batch_size=BATCH)  # 8 steps
+                loader = torch.utils.data.DataLoader(Samples(samples, seconds=0.02), batch_size=BATCH)
                 for x in gpulens.torch.instrument(
-                    loader, model=model, interval=0.5, socket_path=socket_path, trace_dir=str(tmp_path)
+                    loader, model=model, interval=interval, socket_path=socket_path, trace_dir=str(tmp_path)
                 ):
                     optimizer.zero_grad()
                     model(x).sum().backward()
@@ -234,11 +245,39 @@ def test_a_loop_that_wraps_its_loader_anew_each_pass_takes_every_request(agent, 
         for _ in range(4):
             run = finished(agent, agent.start([os.getpid()], steps=3))
             assert run.state == "done", run.reason
+            assert run.summary.steps > 0, run.ended
             time.sleep(0.3)  # the next request lands elsewhere in a pass
     finally:
         stop.set()
         thread.join(timeout=30)
     assert not errors
+
+
+def test_a_trace_with_no_step_when_its_pass_ends_is_put_back_once(tmp_path):
+    class Profiler:
+        stops = 0
+
+        def start(self):
+            pass
+
+        def stop(self):
+            Profiler.stops += 1
+
+    class Annotation:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    tracer = tracing.Tracer(str(tmp_path), os.getpid(), Counter(), lambda d: Profiler(), lambda name: Annotation())
+    request = json.dumps({"v": 1, "trace": {"id": "t-1", "steps": 5, "max_seconds": 9}}).encode()
+    assert tracer.request(request, "cpu")["trace"]["state"] == "started"
+    assert tracer.put_back() == request and not tracer.running and Profiler.stops == 1
+    tracer.request(request, "cpu", again=True)
+    assert tracer.put_back() is None and tracer.running  # a pass with no batch: once only, then it ends
+    tracer.batch_arrived()
+    assert tracer.put_back() is None  # a trace with steps is written, as its pass ends
 
 
 def test_a_forked_child_does_not_share_its_parent_s_control_connection(tmp_path):
