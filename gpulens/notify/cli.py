@@ -7,12 +7,14 @@ gpulens notify log [--config FILE] [--since 7d] [--user NAME] [--job JOB] [--jso
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
+import logging
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 from gpulens import statefiles, words
@@ -144,13 +146,29 @@ def _send_test(argv: Sequence[str], out: TextIO) -> int:
     now = time.time()
     details = f"Sent by {getpass.getuser()} on {socket.gethostname()} at {words.when(now)}."
     owner = Owner(user=args.user, account=args.account, namespace=args.namespace)
-    outcome = sender.send(Message("test", owner, case=f"{now:.6f}", fields={"details": details}))
+    with _unlogged(Sender.__module__):  # the command says what became of it: the sender's log would say it twice
+        outcome = sender.send(Message("test", owner, case=f"{now:.6f}", fields={"details": details}))
     if outcome.status != SENT:
         return fail(parser.prog, f"{outcome.status}: {outcome.detail}", EXIT_FAILED)
     print(f"sent to {outcome.to} through {words.join(outcome.through)}", file=out)
     if outcome.detail:
         print(f"but: {outcome.detail}", file=out)
     return 0
+
+
+@contextlib.contextmanager
+def _unlogged(name: str) -> Iterator[None]:
+    """Drop the records of the logger `name` while the block runs."""
+    logger = logging.getLogger(name)
+
+    def drop(record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def _log(argv: Sequence[str], out: TextIO) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -133,6 +135,16 @@ def test_send_test_that_fails_says_why_in_one_line(tmp_path, capsys):
         f"gpulens notify send-test: failed: SMTP server 127.0.0.1:{port} cannot be reached (Connection refused); "
         "check smtp.host and smtp.port\n"
     )
+
+
+def test_send_test_that_fails_prints_it_once_outside_the_tests_too(tmp_path):
+    """Without a logging handler of its own (as from a shell), Python prints the sender's warnings on stderr."""
+    command = [sys.executable, "-c", "import sys; from gpulens import cli; sys.exit(cli.main(sys.argv[1:]))"]
+    argv = ["notify", "send-test", "--config", settings(tmp_path, free_port()), "--user", "alice"]
+    done = subprocess.run([*command, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("gpulens notify send-test: failed: SMTP server 127.0.0.1:")
 
 
 def test_send_test_reads_the_default_settings_file_and_without_one_says_to_give_config(tmp_path, capsys, monkeypatch):
