@@ -77,9 +77,12 @@ def _names(line: str) -> list[str]:
 def parse_template(text: str, reason: str, source: str) -> Template:
     """Return the template in `text`; ConfigError naming `source`, the line and the fix."""
     text = text.replace("\r\n", "\n")
-    head, _, body = text.partition("\n\n")
-    if "\n" in head.strip("\n") or not head.startswith("Subject:") or not head.removeprefix("Subject:").strip():
+    first, _, rest = text.partition("\n")
+    second, _, body = rest.partition("\n")
+    if not first.startswith("Subject:") or not first.removeprefix("Subject:").strip():
         raise ConfigError(f"{source}: line 1: write 'Subject: ...' there, then a blank line, then the body")
+    if second.strip():
+        raise ConfigError(f"{source}: line 2: leave it blank, between the Subject: line and the body")
     for number, line in enumerate(text.split("\n"), 1):
         for match in _PATTERN.finditer(line):
             name = match.group("named") or match.group("braced")
@@ -91,7 +94,7 @@ def parse_template(text: str, reason: str, source: str) -> Template:
                 close = difflib.get_close_matches(name, list(FIELDS), n=1)
                 fix = f"did you mean ${close[0]}?" if close else f"use one of {', '.join(FIELDS)}"
                 raise ConfigError(f"{source}: line {number}: unknown placeholder ${name}; {fix}")
-    return Template(reason, source, head.removeprefix("Subject:").strip(), body)
+    return Template(reason, source, first.removeprefix("Subject:").strip(), body)
 
 
 def load_templates(folder: str = "") -> dict[str, Template]:

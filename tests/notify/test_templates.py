@@ -74,7 +74,12 @@ def test_a_sites_file_replaces_the_built_in_one(tmp_path):
         ),
         ("starved.txt", "Subject: hi\n\nCosts $5\n", "starved.txt: line 3: a '$' that starts no placeholder; write $$"),
         ("starved.txt", "Hello $user\n", "starved.txt: line 1: write 'Subject: ...' there, then a blank line"),
-        ("starved.txt", "Subject: a\nb\n\nbody\n", "starved.txt: line 1: write 'Subject: ...' there"),
+        (
+            "starved.txt",
+            "Subject: a\nb\n\nbody\n",
+            "starved.txt: line 2: leave it blank, between the Subject: line and the body",
+        ),
+        ("starved.txt", "Subject: \n\nbody\n", "starved.txt: line 1: write 'Subject: ...' there"),
         (
             "starve.txt",
             "Subject: a\n\nb\n",
