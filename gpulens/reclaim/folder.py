@@ -31,10 +31,11 @@ KEEPS = "keeps.jsonl"
 PLACES = "places.json"
 LOCK = "lock"
 
-_TEXT, _NUMBER = (str,), (int, float)
+_TEXT: tuple[type[object], ...] = (str,)
+_NUMBER: tuple[type[object], ...] = (int, float)
 # The audit record's fields that its readers (`gpulens reclaim log`, the service's count of the hour's actions)
 # rely on, and their types; `time` is required, the others are checked where present.
-AUDIT_FIELDS: dict[str, tuple[type, ...]] = {
+AUDIT_FIELDS: dict[str, tuple[type[object], ...]] = {
     "time": _NUMBER,
     **dict.fromkeys(("event", "mode", "policy", "job", "job_kind", "job_id", "user", "account", "partition"), _TEXT),
     **dict.fromkeys(("action", "reason", "detail", "by"), _TEXT),
@@ -45,7 +46,13 @@ AUDIT_FIELDS: dict[str, tuple[type, ...]] = {
     "until": _NUMBER,
     "step": (int,),
 }
-_TYPE_NAMES = {str: "text", int: "a number", float: "a number", list: "a list", type(None): "null"}
+_TYPE_NAMES: dict[type[object], str] = {
+    str: "text",
+    int: "a number",
+    float: "a number",
+    list: "a list",
+    type(None): "null",
+}
 
 
 class FolderError(RuntimeError):
