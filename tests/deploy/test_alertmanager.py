@@ -202,7 +202,7 @@ def test_a_cause_silences_what_follows_from_it(stack):
             # ... and so do the alerts of its MIG slices, which carry its index and their own UUID.
             alert("GpulensGpuSliceHeldIdle", "warning", "node-a", gpu="0", gpu_uuid="GPU-a0", uuid="MIG-a0-1"),
             alert("GpulensGpuXidError", "warning", "node-a", gpu="0", uuid="GPU-a0", condition="xid_recent"),
-            # ... and so do the job alerts of its processes, which name it by `uuid`; those on another node's GPU do not.
+            # ... and so do its processes' job alerts, which name it by `uuid`; those on another node's GPU do not.
             alert("GpulensJobOutOfMemory", "warning", "node-a", pid="4242", gpu_uuid="GPU-a0", uuid="GPU-a0"),
             alert("GpulensJobOutOfMemory", "warning", "node-d", pid="5151", gpu_uuid="GPU-d2", uuid="GPU-d2"),
             alert("GpulensGpuDataStarved", "warning", "node-a", gpu="1", uuid="GPU-a1"),
