@@ -552,6 +552,8 @@ def test_the_reclaim_deployment_runs_one_service_in_dry_run_reading_the_charts_p
     assert volumes["state"] == {"name": "state", "emptyDir": {"sizeLimit": "256Mi"}}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["policy"]["readOnly"] is True and mounts["state"]["mountPath"] == "/var/lib/gpulens/reclaim"
+    # `gpulens reclaim keep` and `log`, run in the pod with kubectl exec, find that folder with no flag.
+    assert {"name": "GPULENS_RECLAIM_STATE_DIR", "value": "/var/lib/gpulens/reclaim"} in container["env"]
     # The only pod with an API token: the service account the reclaim ClusterRole is bound to.
     assert pod["automountServiceAccountToken"] is True and pod["serviceAccountName"] == "gpulens-reclaim"
     assert _reclaim(reclaim_docs)["ServiceAccount"]["automountServiceAccountToken"] is False
