@@ -18,7 +18,7 @@ The map file (`addresses.map_file`), every value a string or a list:
     users:
       alice: {email: alice@lab.example.org, chat: "@alice"}
     accounts:
-      physics: {email: physics-gpu@example.org, lead: carol}     # lead: a user name or an e-mail address
+      physics: {email: physics-gpu@example.org, lead: carol}     # lead: a user name, an e-mail address or a chat handle
     namespaces:
       vision: {email: vision-team@example.org, chat: "@vision"}
 """
@@ -159,6 +159,8 @@ class AddressBook:
         lead = self.known.accounts[account].lead if account in self.known.accounts else ""
         if is_email(lead):
             return Recipients(emails=(lead,), email_source=f"map file accounts.{account}.lead")
+        if is_handle(lead):
+            return Recipients(handles=(lead,), handle_source=f"map file accounts.{account}.lead")
         return self.owner(Owner(user=lead)) if lead else Recipients()
 
     def missing(self, owner: Owner) -> str:

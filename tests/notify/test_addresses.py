@@ -17,6 +17,7 @@ accounts:
   physics: {email: physics-gpu@example.org, lead: carol}
   chem: {email: [chem@example.org], chat: "@chem", lead: pi@chem.example.org}
   bio: {email: bio@example.org}
+  ml: {lead: "@mlr"}
 namespaces:
   vision: {email: vision-team@example.org, chat: "@vision"}
 """
@@ -116,10 +117,11 @@ def test_no_address_says_where_it_looked_and_the_fix(tmp_path):
     assert b.owner(Owner(user="bad name")) == Recipients()
 
 
-def test_an_accounts_lead_by_user_name_or_address(tmp_path):
+def test_an_accounts_lead_by_user_name_address_or_chat_handle(tmp_path):
     b = book(tmp_path)
     assert b.lead("physics") == Recipients(("carol@gecos.example.org",), (), "the GECOS field of carol", "")
     assert b.lead("chem") == Recipients(("pi@chem.example.org",), (), "map file accounts.chem.lead", "")
+    assert b.lead("ml") == Recipients((), ("@mlr",), "", "map file accounts.ml.lead")
     assert b.lead("bio") == Recipients() and b.lead("unknown") == Recipients()
 
 
