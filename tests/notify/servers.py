@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, cast
 
 from aiosmtpd.controller import Controller
@@ -122,3 +123,16 @@ def webhook_server() -> Iterator[Hooks]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def digest_settings(folder: Path, port: int) -> str:
+    """Notify settings in `folder` that mail each user at example.org, and the climate account's lead at their own
+    address, through the SMTP server at `port`; their path."""
+    (folder / "owners.yaml").write_text("accounts:\n  climate: {lead: pi@climate.example.org}\n")
+    path = folder / "notify.yaml"
+    path.write_text(
+        f"smtp: {{host: 127.0.0.1, port: {port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
+        f"addresses: {{map_file: {folder / 'owners.yaml'}, gecos: false, domain_template: '{{user}}@example.org'}}\n"
+        f"state: {folder / 'state'}\n"
+    )
+    return str(path)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpulens.report.cli import run
-from tests.notify.servers import smtp_server
+from tests.notify.servers import digest_settings, smtp_server
 from tests.report.test_digest import T0, H, ledger  # noqa: F401 - the fixture: seven known jobs in a ledger
 
 
@@ -18,14 +18,7 @@ def box():
 
 
 def settings(tmp_path, box) -> str:
-    (tmp_path / "owners.yaml").write_text("accounts:\n  climate: {lead: pi@climate.example.org}\n")
-    path = tmp_path / "notify.yaml"
-    path.write_text(
-        f"smtp: {{host: 127.0.0.1, port: {box.port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
-        f"addresses: {{map_file: {tmp_path / 'owners.yaml'}, gecos: false, domain_template: '{{user}}@example.org'}}\n"
-        f"state: {tmp_path / 'state'}\n"
-    )
-    return str(path)
+    return digest_settings(tmp_path, box.port)
 
 
 def send(capsys, ledger: str, config: str, by: str) -> tuple[int, list[str], str]:  # noqa: F811

@@ -412,27 +412,14 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
     fails(capsys, argv, 2, *words)
 
 
-def notify_settings(tmp_path, port: int) -> str:
-    """Notify settings that mail each user at example.org, and the climate account's lead at their own address,
-    through the SMTP server at `port`; their path."""
-    (tmp_path / "owners.yaml").write_text("accounts:\n  climate: {lead: pi@climate.example.org}\n")
-    path = tmp_path / "notify.yaml"
-    path.write_text(
-        f"smtp: {{host: 127.0.0.1, port: {port}, security: none, from: gpulens@example.org, timeout: 5s}}\n"
-        f"addresses: {{map_file: {tmp_path / 'owners.yaml'}, gecos: false, domain_template: '{{user}}@example.org'}}\n"
-        f"state: {tmp_path / 'state'}\n"
-    )
-    return str(path)
-
-
 def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, capsys, ledger):
     """`--since 30d` ends at another minute each run: the same day's rerun is the same digest, suppressed within
     the cooldown, and the next day's period is another digest."""
-    from tests.notify.servers import smtp_server
+    from tests.notify.servers import digest_settings, smtp_server
 
     evening = T0 + 18 * H + 14 * 60  # 2026-01-01 18:14 UTC
     with smtp_server() as box:
-        config = notify_settings(tmp_path, box.port)
+        config = digest_settings(tmp_path, box.port)
         said = {}
         for now in (evening, evening + 60, evening + 5 * H, evening + 24 * H):
             argv = ["digest", "--ledger", ledger, "--since", "30d", "--send", "--notify-config", config]
@@ -453,7 +440,7 @@ def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, ca
     ],
 )
 def test_jobs_without_an_owner_or_an_account_are_said_and_not_sent(tmp_path, capsys, by, skipped):
-    from tests.notify.servers import smtp_server
+    from tests.notify.servers import digest_settings, smtp_server
 
     path = tmp_path / "ledger.sqlite"
     written = Ledger(str(path), node="node-a")
@@ -461,7 +448,7 @@ def test_jobs_without_an_owner_or_an_account_are_said_and_not_sent(tmp_path, cap
         written.write([(r, r)], [r], r.last_seen)
     written.close()
     with smtp_server() as box:
-        config = notify_settings(tmp_path, box.port)
+        config = digest_settings(tmp_path, box.port)
         status = run(["digest", "--ledger", str(path), *WINDOW, "--by", by, "--send", "--notify-config", config])
         lines = capsys.readouterr().out.splitlines()
     reached = "alice: sent to alice@example.org" if by == "user" else "lead of climate: sent to pi@climate.example.org"

@@ -9,6 +9,8 @@ import json
 import shutil
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -145,23 +147,29 @@ def test_one_job_from_prometheus_and_from_the_ledger(capsys, fleet_run, promethe
         assert max(p["memory_peak_bytes"] for p in timeline) == 70 * GIB
 
 
-def test_the_agent_endpoint_gives_the_ledger_report(capsys, tmp_path):
+@contextmanager
+def served_agent(tmp_path, seconds: float) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """An agent on the fleet scenario with its ledger in `tmp_path`, run `seconds` and served on loopback: its port,
+    and the report flags of the hour up to its last cycle."""
     agent = make_agent(SCENARIO, ledger=str(tmp_path / "ledger.sqlite"))
-    agent.run(900, step=5)
+    agent.run(seconds, step=5)
     app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
     server = serve(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         until = agent.sampler.clock.time()
-        window = ("--since", str(until - 3600), "--until", str(until), "--format", "json")
-        url = f"http://127.0.0.1:{server.server_port}/metrics"  # any agent URL works, /metrics included
-        over_http = report(capsys, "fleet", "--agent", url, *window)
-        from_file = report(capsys, "fleet", "--ledger", str(tmp_path / "ledger.sqlite"), *window)
-        one = report(capsys, "job", "notebook-bob-0", "--agent", url, *window)["job"]
+        yield server.server_port, ("--since", str(until - 3600), "--until", str(until), "--format", "json")
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_agent_endpoint_gives_the_ledger_report(capsys, tmp_path):
+    with served_agent(tmp_path, 900) as (port, window):
+        url = f"http://127.0.0.1:{port}/metrics"  # any agent URL works, /metrics included
+        over_http = report(capsys, "fleet", "--agent", url, *window)
+        from_file = report(capsys, "fleet", "--ledger", str(tmp_path / "ledger.sqlite"), *window)
+        one = report(capsys, "job", "notebook-bob-0", "--agent", url, *window)["job"]
     assert jobs_by_id(over_http).keys() == jobs_by_id(from_file).keys()
     for job_id, job in jobs_by_id(over_http).items():
         assert job["state_seconds"] == pytest.approx(jobs_by_id(from_file)[job_id]["state_seconds"])
@@ -210,22 +218,11 @@ def test_one_job_on_two_nodes_adds_up_and_a_ledger_naming_no_node_counts_by_its_
 
 
 def test_an_agent_given_twice_counts_each_run_once(capsys, tmp_path):
-    agent = make_agent(SCENARIO, ledger=str(tmp_path / "ledger.sqlite"))
-    agent.run(300, step=5)
-    app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
-    server = serve(app, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        until = agent.sampler.clock.time()
-        window = ("--since", str(until - 3600), "--until", str(until), "--format", "json")
-        spellings = (f"127.0.0.1:{server.server_port}", f"http://127.0.0.1:{server.server_port}/metrics")
+    with served_agent(tmp_path, 300) as (port, window):
+        spellings = (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}/metrics")
         once = report(capsys, "fleet", "--agent", spellings[0], *window)
         twice = report(capsys, "fleet", "--agent", spellings[0], "--agent", spellings[1], *window)
         job = report(capsys, "job", "notebook-bob-0", "--agent", spellings[0], "--agent", spellings[1], *window)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert once["total"]["gpu_hours"] > 0
     assert twice["total"]["gpu_hours"] == pytest.approx(once["total"]["gpu_hours"])
     assert jobs_by_id(twice) == jobs_by_id(once)
