@@ -697,6 +697,49 @@ def test_gpulens_reclaim_run_knows_the_flags_the_chart_passes(reclaim_docs, caps
     assert not unknown, f"the chart passes flags `gpulens reclaim run` does not know: {unknown}"
 
 
+GUARDED_PROMETHEUS = {
+    "url": "https://prom.internal:9090",
+    "bearerTokenSecret": {"name": "prom-token"},
+    "tlsConfig": {
+        "ca": {"configMap": {"name": "internal-ca", "key": "ca.crt"}},
+        "cert": {"secret": {"name": "prom-client", "key": "tls.crt"}},
+        "keySecret": {"name": "prom-client", "key": "tls.key"},
+    },
+}
+PROMETHEUS_CLIENT_FLAGS = [
+    "--bearer-token-file=/etc/gpulens/prometheus/token",
+    "--ca-file=/etc/gpulens/prometheus-tls/ca.crt",
+    "--cert-file=/etc/gpulens/prometheus-tls/tls.crt",
+    "--key-file=/etc/gpulens/prometheus-tls/tls.key",
+]
+
+
+def test_reclaim_reaches_the_dashboards_prometheus_with_the_dashboards_credentials(tmp_path):
+    """Reading dashboard.prometheus.url, reclaim gets the same token, CA and client certificate, mounted and passed
+    as the dashboard's are; a Prometheus of its own (reclaim.prometheus.url) gets none of them."""
+    docs = _template(tmp_path, {**RECLAIM, "dashboard": {"prometheus": GUARDED_PROMETHEUS}})
+    _validate(docs, skip=tuple(OPERATOR_KINDS))
+    dashboard = _dashboard_pod(docs)
+    service = _reclaim(docs)["Deployment"]["spec"]["template"]["spec"]
+    (container,) = service["containers"]
+    for args in (dashboard["containers"][0]["args"], container["args"]):
+        assert [a for a in args if a in PROMETHEUS_CLIENT_FLAGS] == PROMETHEUS_CLIENT_FLAGS
+    names = ("prometheus-credentials", "prometheus-tls")
+    mounts = [m for m in container["volumeMounts"] if m["name"] in names]
+    assert mounts == [m for m in dashboard["containers"][0]["volumeMounts"] if m["name"] in names]
+    assert len(mounts) == 2 and all(m["readOnly"] for m in mounts)
+    volumes = [v for v in service["volumes"] if v["name"] in names]
+    assert volumes == [v for v in dashboard["volumes"] if v["name"] in names] and len(volumes) == 2
+    (tmp_path / "own").mkdir()
+    own = {"reclaim": {**RECLAIM["reclaim"], "prometheus": {"url": "http://thanos.monitoring.svc:10902"}}}
+    service = _reclaim(_template(tmp_path / "own", {**own, "dashboard": {"prometheus": GUARDED_PROMETHEUS}}))
+    pod = service["Deployment"]["spec"]["template"]["spec"]
+    assert not any(
+        a.split("=")[0] in {f.split("=")[0] for f in PROMETHEUS_CLIENT_FLAGS} for a in pod["containers"][0]["args"]
+    )
+    assert not any(v["name"] in names for v in pod["volumes"])
+
+
 @pytest.mark.parametrize(
     ("values", "named"),
     [

@@ -122,3 +122,64 @@ of reclaim.notify.owners where the settings name none; "" without settings (no m
 {{- toYaml $settings }}
 {{- end }}
 {{- end }}
+
+{{/*
+How a gpulens client reaches a Prometheus guarded as dashboard.prometheus describes (bearerTokenSecret or
+basicAuthSecret, tlsConfig): the dashboard and, where it reads the same Prometheus, the reclaim service. Each
+fails on a setting that cannot work. Call with (dict "prometheus" PROMETHEUS "at" "the.values.path").
+*/}}
+{{- define "gpulens.prometheusClientCheck" -}}
+{{- if and .prometheus.bearerTokenSecret.name .prometheus.basicAuthSecret.name -}}
+{{- fail (printf "%s: set bearerTokenSecret or basicAuthSecret, not both (one Authorization header)" .at) -}}
+{{- end -}}
+{{- include "gpulens.checkTlsFiles" (dict "tls" (.prometheus.tlsConfig | default dict) "at" (printf "%s.tlsConfig" .at)) -}}
+{{- end }}
+
+{{/* Its flags, as list items: --bearer-token-file or --basic-auth-file, --ca-file, --cert-file and --key-file. */}}
+{{- define "gpulens.prometheusClientArgs" -}}
+{{- $tls := .prometheus.tlsConfig | default dict -}}
+{{- if .prometheus.bearerTokenSecret.name }}
+- --bearer-token-file=/etc/gpulens/prometheus/{{ .prometheus.bearerTokenSecret.key | default "token" }}
+{{- end }}
+{{- if .prometheus.basicAuthSecret.name }}
+- --basic-auth-file=/etc/gpulens/prometheus/{{ .prometheus.basicAuthSecret.key | default "basic-auth" }}
+{{- end }}
+{{- if $tls.ca }}
+- --ca-file=/etc/gpulens/prometheus-tls/ca.crt
+{{- end }}
+{{- if $tls.cert }}
+- --cert-file=/etc/gpulens/prometheus-tls/tls.crt
+- --key-file=/etc/gpulens/prometheus-tls/tls.key
+{{- end }}
+{{- end }}
+
+{{/* Its volume mounts: the credentials at /etc/gpulens/prometheus, the TLS files at /etc/gpulens/prometheus-tls. */}}
+{{- define "gpulens.prometheusClientMounts" -}}
+{{- $tls := .prometheus.tlsConfig | default dict -}}
+{{- if or .prometheus.bearerTokenSecret.name .prometheus.basicAuthSecret.name }}
+- name: prometheus-credentials
+  mountPath: /etc/gpulens/prometheus
+  readOnly: true
+{{- end }}
+{{- if or $tls.ca $tls.cert }}
+- name: prometheus-tls
+  mountPath: /etc/gpulens/prometheus-tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Its volumes, readable by the pod's fsGroup and root, not by every user in the container as a Secret's default
+0644 would be. */}}
+{{- define "gpulens.prometheusClientVolumes" -}}
+{{- $tls := .prometheus.tlsConfig | default dict -}}
+{{- with (coalesce .prometheus.bearerTokenSecret.name .prometheus.basicAuthSecret.name) }}
+- name: prometheus-credentials
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+{{- end }}
+{{- if or $tls.ca $tls.cert }}
+{{- /* Prometheus' CA and the client certificate (dashboard.prometheus.tlsConfig). */}}
+{{- include "gpulens.tlsFilesVolume" (dict "name" "prometheus-tls" "tls" $tls) | nindent 0 }}
+{{- end }}
+{{- end }}
