@@ -338,6 +338,29 @@ def test_the_prometheus_rule_applies_its_options(rendered):
     assert records and all("labels" not in r for r in records)
 
 
+def test_the_rules_config_map_applies_the_prometheus_rules_options(tmp_path):
+    """runbookBaseURL, disabledAlerts and additionalAlertLabels change the ConfigMap's rule files as they change
+    the PrometheusRule, for a Prometheus not run by the operator."""
+    values = {"prometheusRule": CASES["production"]["prometheusRule"], "rulesConfigMap": {"enabled": True}}
+    kinds = _kinds(_template(tmp_path, values))
+    files = kinds["ConfigMap"][0]["data"]
+    assert set(files) == {path.name for path in rule_files()}
+    groups = [group for name in sorted(files) for group in yaml.safe_load(files[name])["groups"]]
+    assert groups == kinds["PrometheusRule"][0]["spec"]["groups"]
+    alerts = [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    assert alerts and "GpulensGpuUnderutilized" not in {alert["alert"] for alert in alerts}
+    assert all(alert["labels"]["team"] == "ml-platform" for alert in alerts)
+    assert all(alert["annotations"]["runbook_url"].startswith("https://wiki.example.org/gpulens/") for alert in alerts)
+
+
+def test_a_misspelled_disabled_alert_is_named(tmp_path):
+    values = {"prometheusRule": {"disabledAlerts": ["GpulensGpuUnderutilised"]}}
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "prometheusRule.disabledAlerts: no alert is named GpulensGpuUnderutilised" in result.stderr
+
+
 def test_the_rendered_rules_pass_promtool(rendered, tmp_path):
     promtool = require_tool("promtool")
     for case in ("defaults", "production"):

@@ -183,3 +183,59 @@ fails on a setting that cannot work. Call with (dict "prometheus" PROMETHEUS "at
 {{- include "gpulens.tlsFilesVolume" (dict "name" "prometheus-tls" "tls" $tls) | nindent 0 }}
 {{- end }}
 {{- end }}
+
+{{/*
+A rule file's groups as the chart ships them, under the key groups: with prometheusRule's options applied
+(runbookBaseURL, disabledAlerts, additionalAlertLabels), for the PrometheusRule and the rules ConfigMap alike.
+Fails on a disabledAlerts name that no rule file has. Call with (dict "root" $ "path" PATH).
+*/}}
+{{- define "gpulens.ruleGroups" -}}
+{{- $rules := .root.Values.prometheusRule -}}
+{{- include "gpulens.checkDisabledAlerts" .root -}}
+{{- $public := "https://github.com/gpulens/gpulens/blob/main/docs/runbooks/" -}}
+{{- $text := include "gpulens.ruleFile" (dict "root" .root "path" .path) -}}
+{{- if ne $rules.runbookBaseURL $public -}}
+{{- /* Runbooks kept elsewhere: every runbook_url is that page, not the dashboard's Runbooks page that the
+rules choose where the dashboard's address is known. */ -}}
+{{- $text = regexReplaceAll `\{\{ with [^{}]+ \}\}\{\{ \. \}\}/runbook\?alert=\w+\{\{ else \}\}([^{}]+)\{\{ end \}\}` $text "${1}" | replace $public $rules.runbookBaseURL -}}
+{{- end -}}
+{{- $groups := list -}}
+{{- range $group := (fromYaml $text).groups -}}
+{{- $kept := list -}}
+{{- range $rule := $group.rules -}}
+{{- if not (has ($rule.alert | default "") $rules.disabledAlerts) -}}
+{{- if $rule.alert -}}
+{{- $_ := set $rule "labels" (merge (deepCopy ($rule.labels | default dict)) $rules.additionalAlertLabels) -}}
+{{- end -}}
+{{- $kept = append $kept $rule -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $group "rules" $kept -}}
+{{- $groups = append $groups $group -}}
+{{- end -}}
+{{- toYaml (dict "groups" $groups) -}}
+{{- end }}
+
+{{/* Whether prometheusRule's options change the rules: "true", or "" where the files ship as they are. */}}
+{{- define "gpulens.ruleOptionsSet" -}}
+{{- $rules := .Values.prometheusRule -}}
+{{- if or $rules.disabledAlerts $rules.additionalAlertLabels (ne $rules.runbookBaseURL "https://github.com/gpulens/gpulens/blob/main/docs/runbooks/") }}true{{ end -}}
+{{- end }}
+
+{{/* Fail on a prometheusRule.disabledAlerts name that is no alert of the chart's rule files: it would leave out
+nothing, silently. */}}
+{{- define "gpulens.checkDisabledAlerts" -}}
+{{- $known := list -}}
+{{- range $path, $_ := .Files.Glob "rules/*.rules.yml" -}}
+{{- range $group := (fromYaml ($.Files.Get $path)).groups -}}
+{{- range $rule := $group.rules -}}
+{{- with $rule.alert }}{{ $known = append $known . }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.prometheusRule.disabledAlerts -}}
+{{- if not (has . $known) -}}
+{{- fail (printf "prometheusRule.disabledAlerts: no alert is named %s (the alerts are listed in docs/alerts.md)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
