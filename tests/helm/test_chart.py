@@ -778,6 +778,21 @@ def test_the_schema_names_a_wrong_reclaim_value(tmp_path, values, named):
     assert result.returncode != 0 and named in result.stderr, result.stderr
 
 
+def test_a_warn_command_beside_notify_settings_is_named(tmp_path):
+    """`gpulens reclaim run` takes --warn-command or --notify-config, not both: the pod would crash-loop."""
+    values = {
+        "reclaim": {
+            "enabled": True,
+            "notify": {"settings": {"test_mode": True}},
+            "extraArgs": ["--warn-command=mail -s 'Idle GPUs' {user}@example.org"],
+        }
+    }
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "reclaim.extraArgs: --warn-command and reclaim.notify.settings (--notify-config)" in result.stderr
+
+
 def _dashboard_pod(docs: list[dict]) -> dict:
     (deployment,) = [
         d
