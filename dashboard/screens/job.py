@@ -87,16 +87,21 @@ def not_running(
     past = context.past_job(source, kind, job_id)
     with notices:
         context.banner((*problems, *past.problems))
-    st.subheader(f"{named} is not running")
     record = past.value
-    if record is None:
+    if not gpus and problems:  # the source answered for no GPU at all: whether the job runs is not known
+        st.subheader(f"Whether {named} runs now is not known")
+        st.info("The fleet could not be read (above). Its report (below) reads its source again.")
+    elif record is None:
+        st.subheader(f"{named} is not running")
         st.info(
             f"No GPU this dashboard sees is held by it now, and its source has no record of it in the last "
             f"{PAST_JOB_DAYS} days. Check the id in the link; its report (below) looks back 30 days by default "
             "(`--since`)."
         )
     else:
+        st.subheader(f"{named} is not running")
         st.info("No GPU this dashboard sees is held by it now. What its source still has of it:")
+    if record is not None:
         st.markdown(view.past_summary(record, time.time()))
         breakdown = view.state_breakdown(record)
         if breakdown:

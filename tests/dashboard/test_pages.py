@@ -385,9 +385,17 @@ def test_a_link_to_a_job_the_source_never_saw_says_so_and_points_to_its_report(m
     assert len(at.warning) == 1 and "node-c" in at.warning[0].value
 
 
+def test_a_link_to_a_job_when_the_fleet_cannot_be_read_does_not_say_it_is_not_running():
+    unreachable = SourceProblem("prometheus at http://127.0.0.1:9", "cannot be reached (connection refused)")
+    at = run("job", FakeSource(gpus=(), jobs_=(), problems=(unreachable,)), kind="slurm", id="81234")
+    page = text(at)
+    assert "Whether slurm job 81234 runs now is not known" in page and "is not running" not in page
+    assert "no record of it" not in page and "cannot be reached" in at.warning[0].value
+
+
 def test_a_source_that_raises_on_a_past_job_costs_the_panel_never_a_traceback():
     at = run("job", FakeSource(fail=True), kind="slurm", id="80077")
-    assert "slurm job 80077 is not running" in text(at)
+    assert "Whether slurm job 80077 runs now is not known" in text(at)  # the fleet failed too
     assert "what the source has of job 80077 failed unexpectedly" in at.warning[0].value
 
 
