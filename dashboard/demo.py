@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from gpulens import bundled
+from gpulens import arguments, bundled
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.arguments import OneLineParser
 from gpulens.dashboard import demo_history
@@ -338,7 +338,9 @@ def demo_main(argv: Sequence[str]) -> int:
         description="A simulated fleet of several nodes on loopback, and the dashboard reading it: through a real "
         "Prometheus with the project's rules where Prometheus is installed, from the agents directly where not.",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=arguments.port, default=DEFAULT_PORT, help=f"the dashboard's port (default {DEFAULT_PORT})"
+    )
     store = parser.add_mutually_exclusive_group()
     store.add_argument(
         "--agents",

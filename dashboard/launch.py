@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from gpulens import reclaim_api
+from gpulens import arguments, reclaim_api
 from gpulens.arguments import OneLineParser
 from gpulens.credentials import (
     AccessError,
@@ -333,7 +333,9 @@ def dashboard_main(argv: Sequence[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_source_flags(parser)
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--port", type=arguments.port, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})"
+    )
     parser.add_argument(
         "--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
     )

@@ -19,6 +19,22 @@ class UsageError(ValueError):
     """A command-line mistake; the message is one line naming it and the fix."""
 
 
+def port(text: str, lowest: int = 1) -> int:
+    """An argparse type: a TCP port, `lowest` to 65535; anything else is a usage mistake (exit 2)."""
+    try:
+        number = int(text)
+    except ValueError:
+        number = -1
+    if not lowest <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"{printable(text)!r} is not a port; choose one from {lowest} to 65535")
+    return number
+
+
+def port_or_none(text: str) -> int:
+    """As `port`, with 0 for none."""
+    return port(text, lowest=0)
+
+
 def fail(prog: str, error: object, status: int, err: TextIO | None = None) -> int:
     """Print `prog: error` on `err` (standard error by default); return `status`, the exit status to end with."""
     print(f"{prog}: {error}", file=sys.stderr if err is None else err)

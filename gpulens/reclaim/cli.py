@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-from gpulens import statefiles
+from gpulens import arguments, statefiles
 from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep, in_force
@@ -112,7 +112,10 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         "warnings, and the advice and jobs' ends its settings ask for",
     )
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"metrics port (default {DEFAULT_PORT}; 0: none)"
+        "--port",
+        type=arguments.port_or_none,
+        default=DEFAULT_PORT,
+        help=f"metrics port (default {DEFAULT_PORT}; 0: none)",
     )
     parser.add_argument(
         "--address", default="127.0.0.1", help="address to serve metrics and keeps on (default 127.0.0.1)"

@@ -206,7 +206,8 @@ def test_a_port_in_use_is_one_clear_line():
             1,
             "cannot read the bearer token file",
         ),
-        (["demo", "--port", "many"], 2, "argument --port: invalid int value"),
+        (["demo", "--port", "many"], 2, "argument --port: 'many' is not a port; choose one from 1 to 65535"),
+        (["dashboard", "--agents", "http://a:10906", "--port", "70000"], 2, "'70000' is not a port"),
         (["demo", "--prometheus", "--victoriametrics"], 2, "argument --victoriametrics: not allowed with argument"),
         (["demo", "--agents", "--prometheus"], 2, "argument --prometheus: not allowed with argument --agents"),
         (
