@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpulens.reclaim.folder import LOCK
 from tests.reliability.running import agent_process
 from tests.slurm.cluster import Cluster, require_slurm
 from tests.tools import free_port, wait_for
@@ -184,6 +185,9 @@ def reclaim_run():
                 *common, *extra, f"--job-name={name}", f"--account={account}", f"--wrap={wrap}", user=user
             )
             cluster.wait((run_dir / f"gpu{index}.pid").exists, 30, f"job {name} to start on GPU {index}")
+        # `keep` refuses a folder no service has run in: this one's service ran there before, and left its lock.
+        enforce.mkdir(parents=True, exist_ok=True)
+        (enforce / LOCK).touch()
         keep = [GPULENS, "reclaim", "keep", run.jobs["kept"], "--for", "1h", "--reason", "evaluation resumes tonight"]
         subprocess.run([*keep, "--state-dir", str(enforce), "--by", "ops"], check=True, capture_output=True, timeout=30)
         with agent_process(*agent_args, listen=listen) as agent:
@@ -226,9 +230,12 @@ def reclaim_run():
 
 
 def _held_unsure(record: dict) -> bool:
-    """A hold on a verdict the agent does not have yet: its first cycles after a restart read `unknown (no_data)`,
-    and on a loaded machine a service cycle can fall in them. The service holds the job then, as it should."""
-    return record["event"] == "skipped" and "is unknown" in record["reason"]
+    """A hold on verdicts the service cannot trust: the agent's, while it is down (logged once), or a verdict the
+    agent does not have yet (its first cycles after a restart read `unknown (no_data)`, and on a loaded machine a
+    service cycle can fall in them). The service holds the job then, as it should."""
+    return record["event"] == "skipped" and (
+        "is unknown" in record["reason"] or "not acted on until it answers" in record["reason"]
+    )
 
 
 def _records(run: Run, name: str, audit: list[dict] | None = None) -> list[dict]:
@@ -269,7 +276,9 @@ def test_the_idle_job_was_asked_through_its_agent_and_checkpointed_before_it_was
 def test_nothing_is_done_while_the_agent_is_down(reclaim_run):
     killed, back = reclaim_run.down
     during = [r for r in reclaim_run.audit + reclaim_run.dry_audit if killed < r["time"] < back]
-    assert during == []
+    # Only the holds, each job's once per service, saying that its agent does not answer.
+    assert all(_held_unsure(r) and "cannot be reached" in r["reason"] for r in during), during
+    assert len(during) == len({(r["job"], r["mode"]) for r in during})
     before = [r["event"] for r in _records(reclaim_run, "idle") if r["time"] <= killed and not _held_unsure(r)]
     assert before == ["warned"]  # and its action was due DOWN_SECONDS later, while the agent was down
 
