@@ -159,8 +159,6 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         parser.error("--checkpoint-agents goes with --prometheus; with --agents the agents read are asked")
     if not args.kubernetes and (args.kubeconfig or args.kubernetes_namespace or args.kubernetes_owner_key):
         parser.error("--kubeconfig, --kubernetes-namespace and --kubernetes-owner-key go with --kubernetes")
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port} is not a port; give 1-65535, or 0 for no metrics")
     if args.web_config_file and not args.port:
         parser.error("--web.config.file goes with a --port to serve; --port 0 serves nothing")
     try:

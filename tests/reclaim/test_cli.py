@@ -129,7 +129,10 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         ),
         (("run", "--agents", "http://127.0.0.1:1", "--once", "--warn-command", ""), "--warn-command is empty; give"),
         (("run", "--agents", "http://127.0.0.1:1", "--once", "--warn-command", "  "), "--warn-command is empty; give"),
-        (("run", "--agents", "http://127.0.0.1:1", "--port", "70000"), "--port 70000 is not a port"),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--port", "70000"),
+            "argument --port: '70000' is not a port; choose one from 0 to 65535",
+        ),
         (("run",), "one of the arguments --prometheus --agents is required"),
         (
             ("run", "--agents", "http://127.0.0.1:1", "--notify-config", "/nonexistent/notify.yaml"),
