@@ -125,8 +125,11 @@ def fleet() -> None:
                 + f" — {words.gpu_hours(row.wasted_seconds)} wasted  \n"
                 + f"Why: {row.why}  \n"
                 + (
-                    f"Job: [{row.job}]({row.job_link})" + (f" (owner: {row.owner})" if row.owner else "") + "  \n"
-                    if row.job
+                    ("Jobs: " if len(row.job_links) > 1 else "Job: ")
+                    + ", ".join(f"[{label}]({link})" for label, link in row.job_links)
+                    + (f" ({'owners' if len(row.job_links) > 1 else 'owner'}: {row.owner})" if row.owner else "")
+                    + "  \n"
+                    if row.job_links
                     else ""
                 )
                 + (f"Evidence: {row.evidence}" if row.evidence else "")

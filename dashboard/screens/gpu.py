@@ -193,7 +193,7 @@ def gpu_page() -> None:
     flagged = oncall.flagged(current, now, st.context.url, os.environ, known)
     # Alertmanager's silences, for a flagged GPU only; its problems alone concern this page.
     alerts = context.alerts(source) if flagged else Answer(Alerts(()))
-    pending = context.reclaim_pending(source) if current.job_id else Answer(())
+    pending = context.reclaim_pending(source) if current.holders else Answer(())
     silencer = alerts.value.alertmanager
     context.banner(
         (
@@ -209,11 +209,10 @@ def gpu_page() -> None:
     context.table(view.node_rows(on_node, node, now))
 
     st.subheader(f"GPU {gpu} on {node}: {view.headline(current)}")
-    if current.job_id and not current.slices:
-        page = job_link(current.job_kind, current.job_id)
-        st.markdown(f"Held by {oncall.holder(current)}: [open the job's page]({page})")
-        notice = job_view.reclaim_notice(pending.value, current.job_kind, current.job_id, now)
-        reclaim.panel(notice, current.job_kind, current.job_id)
+    for h in current.holders if not current.slices else ():
+        if h.job_id:
+            st.markdown(f"Held by {oncall.holder(h)}: [open the job's page]({job_link(h.job_kind, h.job_id)})")
+            reclaim.panel(job_view.reclaim_notice(pending.value, h.job_kind, h.job_id, now), h.job_kind, h.job_id)
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"
         + (f", for {words.duration(now - current.since)}" if current.since else "")

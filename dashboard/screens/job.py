@@ -167,9 +167,9 @@ def job_page() -> None:
         context.banner((*fleet.problems, *jobs.problems, *detail.problems, *traces.problems, *pending.problems))
     held = list(detail.value)
 
-    first = held[0] if held else None
-    st.subheader(f"{kind} pod {first.pod}" if first and first.pod else f"{kind} job {job_id}")
-    st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if first and first.pod else ""))
+    pod = view.holding(held, kind, job_id).pod
+    st.subheader(f"{kind} pod {pod}" if pod else f"{kind} job {job_id}")
+    st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if pod else ""))
     reclaim.panel(view.reclaim_notice(pending.value, kind, job_id, time.time()), kind, job_id)
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)
@@ -227,7 +227,7 @@ def job_page() -> None:
         st.caption("The job holds no GPU now; the hours above are what the agents counted while it ran.")
 
     st.markdown("**What to change**")
-    tips = view.job_tips(held)
+    tips = view.job_tips(held, kind)
     for title, text, where in tips:
         st.markdown(f"**Tip: {title}.** {text}  \n_Applies to: {where}_")
     if not tips:

@@ -7,7 +7,7 @@ slice of an A100 is 1/7 of a GPU), as the agent bills them (docs/diagnosis.md, "
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypedDict
 
@@ -31,8 +31,14 @@ class Filters:
     models: tuple[str, ...] = ()
 
 
-# Each field of Filters, and the attribute of a GPU it picks by.
-FILTERED_ATTRIBUTE = {"nodes": "node", "namespaces": "namespace", "users": "user", "models": "model"}
+# Each field of Filters, and the values of a GPU it picks by: a GPU that several jobs share passes the user
+# and namespace filters by any of its holders'.
+FILTERED_VALUES: dict[str, Callable[[FleetGpu], tuple[str, ...]]] = {
+    "nodes": lambda g: (g.node,),
+    "namespaces": lambda g: tuple(h.namespace for h in g.holders),
+    "users": lambda g: tuple(h.user for h in g.holders),
+    "models": lambda g: (g.model,),
+}
 
 
 def units(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
@@ -49,8 +55,8 @@ def units(gpus: Iterable[FleetGpu]) -> list[FleetGpu]:
 
 
 def job_gpus(gpus: Iterable[FleetGpu], job_kind: str, job_id: str) -> list[FleetGpu]:
-    """Return the GPUs and MIG slices the job holds now."""
-    return [u for u in units(gpus) if u.job_kind == job_kind and u.job_id == job_id]
+    """Return the GPUs and MIG slices the job holds now, alone or with other jobs."""
+    return [u for u in units(gpus) if u.holder(job_kind, job_id)]
 
 
 def parts(gpu: FleetGpu) -> tuple[tuple[FleetGpu, float], ...]:
@@ -71,19 +77,18 @@ def filter_options(gpus: Iterable[FleetGpu]) -> Filters:
     """Return the distinct values each filter can take (slices' holders included), sorted."""
     gpus = units(gpus)
 
-    def distinct(attribute: str) -> tuple[str, ...]:
-        values = (getattr(g, attribute) for g in gpus)
-        return tuple(sorted({v for v in values if v}))
+    def distinct(values: Callable[[FleetGpu], tuple[str, ...]]) -> tuple[str, ...]:
+        return tuple(sorted({v for g in gpus for v in values(g) if v}))
 
-    return Filters(**{field: distinct(attribute) for field, attribute in FILTERED_ATTRIBUTE.items()})
+    return Filters(**{field: distinct(values) for field, values in FILTERED_VALUES.items()})
 
 
 def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
     """Return the GPUs that pass every filter; a GPU in MIG mode with the slices that pass, if any does."""
-    chosen = [(attribute, getattr(filters, field)) for field, attribute in FILTERED_ATTRIBUTE.items()]
+    chosen = [(values, set(getattr(filters, field))) for field, values in FILTERED_VALUES.items()]
 
     def keep(g: FleetGpu) -> bool:
-        return all(not values or getattr(g, attribute) in values for attribute, values in chosen)
+        return all(not wanted or not wanted.isdisjoint(values(g)) for values, wanted in chosen)
 
     kept = []
     for g in gpus:
@@ -154,7 +159,7 @@ def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | float]]:
                     "slice": f"{part.mig_profile} ({share:.0%} of the GPU)" if part.mig_profile else "",
                     "state": words.LOST if is_lost(part) else words.state_name(part.state),
                     "reason": words.reason_text(part.reason),
-                    "owner": words.owner(part.user, part.namespace) or "nobody",
+                    "owner": part.owners or "nobody",
                     "model": g.model,
                     "link": gpu_link(g.node, g.gpu),
                 }
@@ -212,7 +217,7 @@ class Flagged:
     model: str
     state: str
     why: str  # the reason in words, then health conditions
-    job: str
+    job: str  # every job holding it, in words
     owner: str
     for_how_long: str  # in the current state
     wasted_seconds: float  # GPU-seconds: a slice's by its share
@@ -220,7 +225,7 @@ class Flagged:
     tips: tuple[tips.RenderedTip, ...]  # written out for the first `detailed` rows only
     tip_title: str  # the first tip's title, for every row
     link: str
-    job_link: str = ""  # the job's page, where a job holds it
+    job_links: tuple[tuple[str, str], ...] = ()  # (the job in words, its page) for each job holding it
 
 
 def is_lost(gpu: FleetGpu) -> bool:
@@ -312,15 +317,15 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
                 model=g.model,
                 state=words.LOST if is_lost(g) else words.state_name(g.state),
                 why="; ".join(why),
-                job=words.job_label(g.job_kind, g.job_id, g.pod),
-                owner=words.owner(g.user, g.namespace),
+                job=g.jobs,
+                owner=g.owners,
                 for_how_long=words.duration(now - g.since) if g.since else "",
                 wasted_seconds=gpu_seconds_wasted(g),
                 evidence=words.evidence_text(g.evidence),
                 tips=written,
                 tip_title=title,
                 link=gpu_link(g.node, g.gpu),
-                job_link=job_link(g.job_kind, g.job_id) if g.job_id else "",
+                job_links=tuple((h.label, job_link(h.job_kind, h.job_id)) for h in g.holders if h.job_id),
             )
         )
     return rows

@@ -12,7 +12,7 @@ from typing import TypedDict
 from gpulens import words
 from gpulens.dashboard.views.fleet import is_lost
 from gpulens.fleet.advice import gpu_tips
-from gpulens.fleet.records import FleetGpu, GpuHistory
+from gpulens.fleet.records import FleetGpu, GpuHistory, Holder
 from gpulens.vocabulary import State
 
 
@@ -261,8 +261,8 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[NodeRow]:
             "why": words.reason_text(g.reason),
             "health": ", ".join(words.condition_text(c, g.evidence) for c in g.conditions)
             or ("not answering" if not g.up else ""),
-            "owner": words.owner(g.user, g.namespace),
-            "job": words.job_label(g.job_kind, g.job_id, g.pod),
+            "owner": g.owners,
+            "job": g.jobs,
             "in this state for": words.duration(now - g.since) if g.since else "",
             "memory used": words.gib(g.memory_used_bytes),
         }
@@ -286,8 +286,8 @@ def slice_rows(gpu: FleetGpu, now: float) -> list[SliceRow]:
                 "memory used": f"{memory} of {words.gib(s.memory_total_bytes)}"
                 if memory and s.memory_total_bytes
                 else memory,
-                "owner": words.owner(s.user, s.namespace),
-                "job": words.job_label(s.job_kind, s.job_id, s.pod),
+                "owner": s.owners,
+                "job": s.jobs,
                 "in this state for": words.duration(now - s.since) if s.since else "",
                 "tip": tips[0].title if tips else "",
             }
@@ -296,21 +296,22 @@ def slice_rows(gpu: FleetGpu, now: float) -> list[SliceRow]:
 
 
 def holder_rows(gpu: FleetGpu, history: GpuHistory) -> list[HolderRow]:
-    """Return who holds the GPU: its job and the processes on it (latest count), as table rows."""
+    """Return who holds the GPU: a row for each job holding it, or one for processes no job is known for, each
+    with the processes on the GPU (latest count, all jobs')."""
     processes = history.series.get("processes")
     last = processes[-1][1] if processes else None
     count = int(last) if last is not None and math.isfinite(last) else None  # NaN: the source sent junk
-    if not gpu.job_id and not count:
-        return []
+    holders = [h for h in gpu.holders if h.job_id] or ([Holder()] if count else [])
     return [
         {
-            "job kind": gpu.job_kind or "unattributed",
-            "job": gpu.job_id,
-            "user": gpu.user,
-            "namespace": gpu.namespace,
-            "pod": gpu.pod,
+            "job kind": h.job_kind or "unattributed",
+            "job": h.job_id,
+            "user": h.user,
+            "namespace": h.namespace,
+            "pod": h.pod,
             "processes on the GPU": "" if count is None else str(count),
         }
+        for h in holders
     ]
 
 

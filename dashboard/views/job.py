@@ -11,7 +11,7 @@ from typing import TypedDict
 from gpulens import words
 from gpulens.dashboard.views.fleet import WASTED, job_gpus, units
 from gpulens.fleet.advice import gpu_tips, job_advice
-from gpulens.fleet.records import FleetGpu, JobSummary, ReclaimPending
+from gpulens.fleet.records import FleetGpu, Holder, JobSummary, ReclaimPending
 from gpulens.links import gpu_link, job_link
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
@@ -41,17 +41,23 @@ class PastGpuRow(TypedDict):
     details: str | None  # its page's link, None for a GPU not in the fleet now
 
 
+def holding(held: Iterable[FleetGpu], job_kind: str, job_id: str) -> Holder:
+    """Return the job and its owner as the allocation of the first of its GPUs (`held`) names them; the job
+    with no owner known where it holds none now."""
+    found = (g.holder(job_kind, job_id) for g in held)
+    return next((h for h in found if h is not None), Holder(job_kind, job_id))
+
+
 def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:
     """Return whose the job is, in words, from what the agents know of its holder: user, Slurm account,
     Kubernetes namespace, pod and container, and the nodes it runs on. A field nobody knows is said so."""
-    first = held[0] if held else None
-    user = first.user if first else ""
-    parts = [f"user **{user}**" if user else "user not known (no process of it names one)"]
-    if first is not None and first.account:
-        parts.append(f"account **{first.account}**")
-    if first is not None and first.pod:
-        pod = f"{first.namespace}/{first.pod}" if first.namespace else first.pod
-        parts.append(f"pod **{pod}**" + (f", container {first.container}" if first.container else ""))
+    own = holding(held, job.job_kind, job.job_id)
+    parts = [f"user **{own.user}**" if own.user else "user not known (no process of it names one)"]
+    if own.account:
+        parts.append(f"account **{own.account}**")
+    if own.pod:
+        pod = f"{own.namespace}/{own.pod}" if own.namespace else own.pod
+        parts.append(f"pod **{pod}**" + (f", container {own.container}" if own.container else ""))
     if job.nodes:
         parts.append(f"on {', '.join(job.nodes)}")
     return "Owner: " + "; ".join(parts) + "."
@@ -65,14 +71,14 @@ def job_list(jobs: Iterable[JobSummary], gpus: Iterable[FleetGpu]) -> list[JobRo
         held = job_gpus(gpus, job.job_kind, job.job_id)
         total = sum(job.state_seconds.values())
         wasted = sum(v for k, v in job.state_seconds.items() if k in WASTED)
-        first = held[0] if held else None
+        own = holding(held, job.job_kind, job.job_id)
         rows.append(
             {
-                "job": words.job_label(job.job_kind, job.job_id, first.pod if first else ""),
+                "job": own.label,
                 "kind": job.job_kind,
                 "id": job.job_id,
-                "user": first.user if first else "",
-                "namespace": first.namespace if first else "",
+                "user": own.user,
+                "namespace": own.namespace,
                 "GPUs now": round(sum(g.share for g in held), 2),  # a MIG slice by its share
                 "nodes": ", ".join(job.nodes),
                 "GPU-hours": total / 3600,
@@ -130,11 +136,11 @@ def memory(job: JobSummary, gpus: Iterable[FleetGpu]) -> JobMemory:
     )
 
 
-def job_tips(gpus: Iterable[FleetGpu]) -> list[tuple[str, str, str]]:
+def job_tips(gpus: Iterable[FleetGpu], job_kind: str) -> list[tuple[str, str, str]]:
     """Return (title, text, GPUs it applies to) for each distinct tip over the job's GPUs, the tips about the
-    job as a whole first (they apply to "the whole job")."""
+    job (of `job_kind`) as a whole first (they apply to "the whole job")."""
     gpus = list(gpus)
-    whole = [(tip.title, tip.text, "the whole job") for tip in job_advice(gpus)]
+    whole = [(tip.title, tip.text, "the whole job") for tip in job_advice(gpus, job_kind)]
     by_id: dict[str, tuple[str, str, list[str]]] = {}
     for g in gpus:
         for tip in gpu_tips(g):
@@ -216,12 +222,11 @@ def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[PastGpuRo
         if g is None:
             rows.append({"GPU": uuid, "model": "", "now": "not in the fleet now", "details": None})
             continue
-        holder = words.job_label(g.job_kind, g.job_id, g.pod)
         rows.append(
             {
                 "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
                 "model": g.model,
-                "now": words.state_name(g.state) + (f", held by {holder}" if holder else ""),
+                "now": words.state_name(g.state) + (f", held by {g.jobs}" if g.jobs else ""),
                 "details": gpu_link(g.node, g.gpu),
             }
         )

@@ -15,7 +15,7 @@ from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard.access import Access
 from gpulens.dashboard.views import fleet
 from gpulens.fleet import advice
-from gpulens.fleet.records import FleetGpu, SilenceShown
+from gpulens.fleet.records import FleetGpu, Holder, SilenceShown
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.
 DURATIONS = {3600: "1 hour", 4 * 3600: "4 hours", 12 * 3600: "12 hours", 86_400: "1 day", 3 * 86_400: "3 days"}
@@ -70,45 +70,58 @@ def flagged(
                 now,
                 page_url,
                 environ,
-                fleet.job_gpus(known, unit.job_kind, unit.job_id) if unit.job_id else (),
+                # The job's other GPUs, where one job holds it: several would each want their own advice.
+                fleet.job_gpus(known, *only) if (only := _only_job(unit)) else (),
             ),
         )
         for unit, row in zip(units, rows, strict=True)
     ]
 
 
+def _only_job(unit: FleetGpu) -> tuple[str, str] | None:
+    """The (kind, id) of the one job that holds `unit`; None where none or several do."""
+    jobs = [(h.job_kind, h.job_id) for h in unit.holders if h.job_id]
+    return jobs[0] if len(jobs) == 1 else None
+
+
 def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
-    """Return who to contact about a GPU or a MIG slice, as (what, value) rows, from its holder as the agent
-    attributes it; what the agent cannot know is said, never guessed."""
+    """Return who to contact about a GPU or a MIG slice, as (what, value) rows, from its holders as the agent
+    attributes them, each in turn; what the agent cannot know is said, never guessed."""
     trouble = hardware_trouble(unit)
     first = (("send to", f"the node's administrators: the hardware ({trouble})"),) if trouble else ()
-    if not unit.job_id:
+    holders = [h for h in unit.holders if h.job_id]
+    if not holders:
         return first or (("holder", "no job holds it: a matter for the node's administrators"),)
-    rows = [*first, ("user", unit.user or "not known (the agent could not read the process's owner)")]
-    if unit.job_kind == "kubernetes":
-        if unit.pod:
-            rows.append(("Kubernetes pod", f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod))
-            if unit.container:
-                rows.append(("container", unit.container))
+    shared = (("holders", f"{len(holders)} jobs share it: tell each owner"),) if len(holders) > 1 else ()
+    return (*first, *shared, *(row for h in holders for row in _contact(h)))
+
+
+def _contact(h: Holder) -> list[tuple[str, str]]:
+    rows = [("user", h.user or "not known (the agent could not read the process's owner)")]
+    if h.job_kind == "kubernetes":
+        if h.pod:
+            rows.append(("Kubernetes pod", f"{h.namespace}/{h.pod}" if h.namespace else h.pod))
+            if h.container:
+                rows.append(("container", h.container))
         else:
             # The agent names pods through the kubelet's pod-resources socket (docs/attribution.md).
             rows.append(("Kubernetes pod", "not known (the agent does not reach the kubelet's pod-resources socket)"))
-        rows.append(("pod UID", unit.job_id))
-    elif unit.job_kind == "slurm":
-        rows.append(("Slurm job", unit.job_id))
-        if unit.account:
-            rows.append(("Slurm account", unit.account))
+        rows.append(("pod UID", h.job_id))
+    elif h.job_kind == "slurm":
+        rows.append(("Slurm job", h.job_id))
+        if h.account:
+            rows.append(("Slurm account", h.account))
         else:
             # The agent reads the account from the job's environment, which it may not (without root and
             # CAP_SYS_PTRACE, or a process the job adopted; docs/attribution.md); sacct prints the account a
             # job ran under (https://slurm.schedmd.com/sacct.html, field Account).
-            sacct = f"`sacct -j {unit.job_id} --format=Account`"
+            sacct = f"`sacct -j {h.job_id} --format=Account`"
             rows.append(
                 ("Slurm account", f"not known (the agent could not read the job's environment); {sacct} shows it")
             )
     else:
-        rows.append((f"{unit.job_kind or 'job'}", unit.job_id))
-    return tuple(rows)
+        rows.append((f"{h.job_kind or 'job'}", h.job_id))
+    return rows
 
 
 def hardware_trouble(unit: FleetGpu) -> str:
@@ -120,19 +133,22 @@ def hardware_trouble(unit: FleetGpu) -> str:
     return "; ".join(dict.fromkeys(problems))
 
 
-def holder(unit: FleetGpu) -> str:
-    """Return the holder in one line: 'user bob, Kubernetes pod research/jupyter-bob', 'user carol, Slurm job 81234
+def holders(unit: FleetGpu) -> str:
+    """Return its holders in one line, each as `holder` writes it, or "no job"."""
+    return "; ".join(holder(h) for h in unit.holders if h.job_id) or "no job"
+
+
+def holder(h: Holder) -> str:
+    """Return a holder in one line: 'user bob, Kubernetes pod research/jupyter-bob', 'user carol, Slurm job 81234
     (account ml-research)'."""
-    if not unit.job_id:
-        return "no job"
-    parts = [f"user {unit.user}" if unit.user else "user not known"]
-    if unit.job_kind == "kubernetes" and unit.pod:
-        pod = f"{unit.namespace}/{unit.pod}" if unit.namespace else unit.pod
-        parts.append(f"Kubernetes pod {pod}" + (f" (container {unit.container})" if unit.container else ""))
-    elif unit.job_kind == "slurm":
-        parts.append(f"Slurm job {unit.job_id}" + (f" (account {unit.account})" if unit.account else ""))
+    parts = [f"user {h.user}" if h.user else "user not known"]
+    if h.job_kind == "kubernetes" and h.pod:
+        pod = f"{h.namespace}/{h.pod}" if h.namespace else h.pod
+        parts.append(f"Kubernetes pod {pod}" + (f" (container {h.container})" if h.container else ""))
+    elif h.job_kind == "slurm":
+        parts.append(f"Slurm job {h.job_id}" + (f" (account {h.account})" if h.account else ""))
     else:
-        parts.append(words.job_label(unit.job_kind, unit.job_id, unit.pod))
+        parts.append(h.label)
     return ", ".join(parts)
 
 
@@ -162,11 +178,13 @@ def message(
     if trouble:
         # The hardware first, in its own words: "busy — healthy use" would read as all is well.
         lines = [f"{what} has a hardware problem: {trouble}.", f"Its use: {row.state.lower()}."]
-        lines.append(
-            "For: the node's administrators"
-            + (", and the job's owner, whose job it slows" if unit.job_id else "")
-            + "."
+        jobs = [h for h in unit.holders if h.job_id]
+        slowed = (
+            ", and the jobs' owners, whose jobs it slows"
+            if len(jobs) > 1
+            else ", and the job's owner, whose job it slows"
         )
+        lines.append("For: the node's administrators" + (slowed if jobs else "") + ".")
     else:
         lines = [f"{what} is {row.state.lower()}" + (f" — {meaning}." if meaning else ".")]
     if row.why and not trouble:
@@ -174,16 +192,20 @@ def message(
     lines.append(f"Since: {since_text(unit.since, now)}.")
     if row.evidence:
         lines.append(f"Evidence: {row.evidence}.")
-    lines.append(f"Held by: {holder(unit)}.")
-    whole = advice.job_advice(held)[:1]
+    lines.append(f"Held by: {holders(unit)}.")
+    only = _only_job(unit)
+    whole = advice.job_advice(held, only[0])[:1] if only and held else []
     if whole:
         lines.append(f"What to do: {whole[0].title}. {whole[0].text}")
     if row.tips:
         lines.append(f"{'For this GPU' if whole else 'What to do'}: {row.tips[0].title}. {row.tips[0].text}")
     lines.append(f"GPU page: {links.absolute(page_url, row.link)}")
-    if unit.job_id:
-        lines.append(f"Job page: {links.absolute(page_url, links.job_link(unit.job_kind, unit.job_id))}")
-        lines.append(f"Job report: {links.absolute(page_url, links.job_report(unit.job_kind, unit.job_id, environ))}")
+    for h in unit.holders:
+        if h.job_id:
+            named = f" ({h.label})" if len(unit.holders) > 1 else ""
+            lines.append(f"Job page{named}: {links.absolute(page_url, links.job_link(h.job_kind, h.job_id))}")
+            report = links.job_report(h.job_kind, h.job_id, environ)
+            lines.append(f"Job report{named}: {links.absolute(page_url, report)}")
     return "\n".join(lines)
 
 

@@ -19,19 +19,20 @@ def tip_evidence(gpu: FleetGpu) -> dict[str, float | str]:
     if gpu.model:
         # A MIG device's NVML name, which the right-sizing tip reads its current profile from.
         context["model"] = f"{gpu.model} MIG {gpu.mig_profile}" if gpu.mig_profile else gpu.model
-    if gpu.job_kind:
-        context["job_kind"] = gpu.job_kind
+    kinds = {h.job_kind for h in gpu.holders if h.job_kind}
+    if len(kinds) == 1:  # jobs of different kinds on one GPU: no kind's own advice
+        context["job_kind"] = kinds.pop()
     if gpu.memory_used_bytes is not None and gpu.memory_total_bytes:
         context["memory_used_ratio"] = gpu.memory_used_bytes / gpu.memory_total_bytes
         context["memory_total_bytes"] = gpu.memory_total_bytes
     return context
 
 
-def job_advice(held: Sequence[FleetGpu]) -> list[tips.RenderedTip]:
-    """Return the tips about a job as a whole from the verdicts of the GPUs and slices it holds now: idle ones
-    ran no kernel, busy, underutilized or data-starved ones did, the others are not known (gpulens.tips.jobs).
-    A GPU's busy ratio is known where its verdict carries evidence (a wasted GPU), so a GPU that lags busy
-    ones shows in a report (which has every GPU's busy time) before it shows here."""
+def job_advice(held: Sequence[FleetGpu], job_kind: str) -> list[tips.RenderedTip]:
+    """Return the tips about a job (of `job_kind`) as a whole from the verdicts of the GPUs and slices it holds
+    now (`held`): idle ones ran no kernel, busy, underutilized or data-starved ones did, the others are not
+    known (gpulens.tips.jobs). A GPU's busy ratio is known where its verdict carries evidence (a wasted GPU),
+    so a GPU that lags busy ones shows in a report (which has every GPU's busy time) before it shows here."""
     work = [
         tips.DeviceWork(
             f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
@@ -40,7 +41,7 @@ def job_advice(held: Sequence[FleetGpu]) -> list[tips.RenderedTip]:
         )
         for g in held
     ]
-    return tips.job_tips(work, held[0].job_kind if held else "")
+    return tips.job_tips(work, job_kind)
 
 
 def gpu_tips(gpu: FleetGpu, limit: int = 2) -> tuple[tips.RenderedTip, ...]:

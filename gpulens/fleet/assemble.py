@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -20,6 +20,7 @@ from gpulens.fleet.records import (
     ExportedTrace,
     FleetGpu,
     GpuHistory,
+    Holder,
     JobSummary,
     Point,
     ProbeResult,
@@ -130,7 +131,7 @@ MIG_DETAIL_SERIES = (
 # what the GPU gauge of the same name does (HISTORY_GAUGES). NVML gives no utilization in MIG mode, and GPM's
 # SM activity per slice only on Hopper and newer (docs/metrics.md, `mig`).
 MIG_HISTORY_GAUGES = ("sm_activity_ratio", "memory_used_bytes", "memory_total_bytes", "processes")
-_HOLDER = ("job_kind", "job_id", "user", "namespace", "pod", "container", "account")
+_HOLDER_LABELS = tuple(f.name for f in fields(Holder))  # each a label of the allocation series
 
 
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:
@@ -161,6 +162,7 @@ class _Found:
     rows: dict[GpuKey, dict[str, Any]] = field(default_factory=lambda: defaultdict(dict))
     evidence: dict[GpuKey, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     conditions: dict[GpuKey, set[str]] = field(default_factory=lambda: defaultdict(set))
+    holders: dict[GpuKey, set[Holder]] = field(default_factory=lambda: defaultdict(set))
 
 
 def _add_evidence(evidence: dict[str, float], s: Sample) -> None:
@@ -205,9 +207,13 @@ def _read(samples: Iterable[Sample]) -> _Found:
         elif name in ("gpulens_gpu_diagnosis_evidence", XID_ERRORS):
             _add_evidence(found.evidence[key], s)
         elif name == "gpulens_gpu_allocation_info":
-            for label in _HOLDER:
-                row[label] = s.labels.get(label, "")
+            found.holders[key].add(holder(s.labels))
     return found
+
+
+def holder(labels: Mapping[str, str]) -> Holder:
+    """Return the job and owner an allocation series (its labels) names."""
+    return Holder(*(labels.get(name, "") for name in _HOLDER_LABELS))
 
 
 def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
@@ -226,6 +232,7 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
             gpu=key[1],
             uuid=key[2],
             conditions=tuple(sorted(found.conditions[key])),
+            holders=tuple(sorted(found.holders[key])),
             evidence=dict(found.evidence[key]),
             **row,
         )
@@ -249,11 +256,11 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
 
 def _with_slices(gpu: FleetGpu, slices: list[tuple[MigOrder, FleetGpu]]) -> FleetGpu:
     """Return `gpu` carrying its MIG slices, each with the GPU's model. The GPU's own allocation series name
-    every slice's holder, one at a time: its holders are its slices'."""
+    every slice's holder: its holders are its slices'."""
     if not slices:
         return gpu
     ordered = tuple(replace(s, model=gpu.model) for _, s in sorted(slices, key=lambda item: item[0]))
-    return replace(gpu, slices=ordered, job_kind="", job_id="", user="", namespace="", pod="", container="", account="")
+    return replace(gpu, slices=ordered, holders=())
 
 
 def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[FleetGpu, ...]:
@@ -363,11 +370,13 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
     """Return every job in `samples`: GPU-seconds per state summed over nodes, and its in-job evidence.
 
     In-job series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU
-    (`gpulens_gpu_allocation_info`). Data wait is the worst process's; memory is summed.
+    (`gpulens_gpu_allocation_info`). Data wait is the worst process's; memory is summed. The series of a GPU
+    that several jobs hold do not say whose process sent them: they are joined to none, rather than to one
+    at random.
     """
     seconds: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
-    holder: dict[tuple[str, str], tuple[str, str]] = {}
+    holders: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
     in_job: list[Sample] = []
     for s in samples:
         if s.name == "gpulens_job_gpu_state_seconds_total":
@@ -376,16 +385,17 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             nodes[job].add(s.labels.get("instance", ""))
         elif s.name == "gpulens_gpu_allocation_info":
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
-            holder[(s.labels.get("instance", ""), s.labels.get("uuid", ""))] = job
+            holders[(s.labels.get("instance", ""), s.labels.get("uuid", ""))].add(job)
             nodes[job].add(s.labels.get("instance", ""))
             seconds.setdefault(job, defaultdict(float))
         elif s.name in IN_JOB:
             in_job.append(s)
     extra: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for s in in_job:
-        held = holder.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")))
-        if held is None:
+        jobs = holders.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")), set())
+        if len(jobs) != 1:
             continue
+        (held,) = jobs
         short = s.name.removeprefix("gpulens_job_").removeprefix("torch_")
         values = extra[held]
         if short in ("data_wait_ratio",):
@@ -412,14 +422,15 @@ def job_traces(samples: Iterable[Sample], job_kind: str, job_id: str) -> tuple[E
     """Return the last finished trace of each of the job's processes in `samples`, newest first.
 
     The trace series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU or
-    MIG slice (`gpulens_gpu_allocation_info`, `gpulens_mig_allocation_info`), as the in-job series are.
+    MIG slice (`gpulens_gpu_allocation_info`, `gpulens_mig_allocation_info`) alone, as the in-job series are.
     """
     samples = list(samples)
-    held = {
-        (s.labels.get("instance", ""), s.labels.get("uuid", ""))
-        for s in samples
-        if s.name in ALLOCATIONS and (s.labels.get("job_kind"), s.labels.get("job_id")) == (job_kind, job_id)
-    }
+    holders: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+    for s in samples:
+        if s.name in ALLOCATIONS:
+            key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
+            holders[key].add((s.labels.get("job_kind", ""), s.labels.get("job_id", "")))
+    held = {key for key, jobs in holders.items() if jobs == {(job_kind, job_id)}}
     found: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(lambda: {"shares": {}})
     for s in samples:
         node, gpu_uuid = s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")

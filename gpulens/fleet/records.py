@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from gpulens import words
 from gpulens.alertmanager_api import Matcher
 from gpulens.fleet.summary import JobReport
 from gpulens.fleet.trend import TrendReport
@@ -50,6 +51,25 @@ class Answer(Generic[T]):
     problems: tuple[SourceProblem, ...] = ()
 
 
+@dataclass(frozen=True, order=True)
+class Holder:
+    """A job that holds a GPU or MIG slice, and its owner, as its allocation series names them
+    (`gpulens_gpu_allocation_info`, `gpulens_mig_allocation_info`); "" where not known."""
+
+    job_kind: str = ""
+    job_id: str = ""
+    user: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""  # the container in the pod (Kubernetes)
+    account: str = ""  # the Slurm account, where the agent could read it from the job's environment
+
+    @property
+    def label(self) -> str:
+        """The job in words: 'slurm 81234', 'kubernetes pod vision/train'."""
+        return words.job_label(self.job_kind, self.job_id, self.pod)
+
+
 @dataclass(frozen=True)
 class FleetGpu:
     """One GPU as the fleet view shows it; times in seconds since the epoch, memory in bytes.
@@ -70,19 +90,29 @@ class FleetGpu:
     since: float | None = None  # when the current state began
     conditions: tuple[str, ...] = ()  # gpulens.vocabulary.Condition values that hold now
     evidence: Mapping[str, float] = field(default_factory=dict)  # the verdict's window means
-    job_kind: str = ""
-    job_id: str = ""
-    user: str = ""
-    namespace: str = ""
-    pod: str = ""
-    container: str = ""  # the container in the pod (Kubernetes), as the agent's allocation series name it
-    account: str = ""  # the Slurm account, where the agent could read it from the job's environment
+    # Every job holding it now, by kind and id; () for none. Several jobs may share a GPU (time-slicing, MPS,
+    # a GPU a scheduler does not hand out whole); a GPU in MIG mode names its slices' holders in its slices.
+    holders: tuple[Holder, ...] = ()
     wasted_seconds: float = 0.0  # seconds idle, data-starved or underutilized (see Fleet.wasted_over)
     memory_used_bytes: float | None = None
     memory_total_bytes: float | None = None
     mig_profile: str = ""  # a MIG slice's profile, e.g. "3g.40gb"; "" for a GPU
     share: float = 1.0  # of its GPU's compute (gpulens_mig_gpu_share_ratio, 3/7 for a 3g slice); 1 for a GPU
     slices: tuple[FleetGpu, ...] = ()  # a GPU in MIG mode: its slices, in GPU-instance order
+
+    def holder(self, job_kind: str, job_id: str) -> Holder | None:
+        """Return the job's hold on this GPU or slice, None where the job does not hold it."""
+        return next((h for h in self.holders if (h.job_kind, h.job_id) == (job_kind, job_id)), None)
+
+    @property
+    def jobs(self) -> str:
+        """The jobs holding it, in words ('slurm 81234, slurm 81240'); "" for none."""
+        return ", ".join(h.label for h in self.holders)
+
+    @property
+    def owners(self) -> str:
+        """Their owners, each once, in words ('bob, carol / research'); "" where none is known."""
+        return ", ".join(dict.fromkeys(o for h in self.holders if (o := words.owner(h.user, h.namespace))))
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ class Advisor:
         except Exception:  # the evidence is the message's, not the cycle's to lose
             log.exception("the evidence of %s could not be read; the message goes without it", job.key)
         first = detailed[0]
-        tips = {tip.id: tip for tip in (*job_advice(job.devices), *gpu_tips(first, limit=TIPS))}
+        tips = {tip.id: tip for tip in (*job_advice(job.devices, job.kind), *gpu_tips(first, limit=TIPS))}
         fields = {
             **job_fields(job, self.sender.config.dashboard),
             "verdict": f"{words.state_name(state).lower()} ({words.reason_text(first.reason)})",

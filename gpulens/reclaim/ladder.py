@@ -164,16 +164,18 @@ class Cycle:
 
 
 def jobs_in(gpus: Iterable[FleetGpu]) -> tuple[Job, ...]:
-    """Return the jobs that hold GPUs or MIG slices among `gpus`, each with the devices it holds."""
+    """Return the jobs that hold GPUs or MIG slices among `gpus`, each with the devices it holds; a device that
+    several jobs share is each one's."""
     found: dict[tuple[str, str], Job] = {}
     for gpu in gpus:
         for device in gpu.slices or (gpu,):
-            if not device.job_id:
-                continue
-            job = found.get((device.job_kind, device.job_id)) or Job(
-                device.job_kind, device.job_id, device.user, device.account, device.namespace, device.pod
-            )
-            found[(job.kind, job.id)] = replace(job, devices=(*job.devices, device))
+            for h in device.holders:
+                if not h.job_id:
+                    continue
+                job = found.get((h.job_kind, h.job_id)) or Job(
+                    h.job_kind, h.job_id, h.user, h.account, h.namespace, h.pod
+                )
+                found[(job.kind, job.id)] = replace(job, devices=(*job.devices, device))
     return tuple(found[k] for k in sorted(found))
 
 

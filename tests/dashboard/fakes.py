@@ -13,6 +13,7 @@ from gpulens.fleet.records import (
     Fleet,
     FleetGpu,
     GpuHistory,
+    Holder,
     JobSummary,
     JobTraces,
     ProbeResult,
@@ -38,11 +39,7 @@ GPUS = (
         tip="torch_compile",
         since=NOW - 7200,
         evidence={"busy_ratio": 0.97, "sm_activity": 0.85},
-        job_kind="kubernetes",
-        job_id="job-alice",
-        user="alice",
-        namespace="vision",
-        pod="resnet-0",
+        holders=(Holder(job_kind="kubernetes", job_id="job-alice", user="alice", namespace="vision", pod="resnet-0"),),
         memory_used_bytes=70 * 2**30,
         memory_total_bytes=80 * 2**30,
     ),
@@ -56,11 +53,7 @@ GPUS = (
         tip="release_idle_gpu",
         since=NOW - 5400,
         evidence={"busy_ratio": 0.0, "idle_seconds": 5400},
-        job_kind="kubernetes",
-        job_id="job-bob",
-        user="bob",
-        namespace="research",
-        pod="jupyter-bob",
+        holders=(Holder(job_kind="kubernetes", job_id="job-bob", user="bob", namespace="research", pod="jupyter-bob"),),
         wasted_seconds=5400,
         memory_used_bytes=20 * 2**30,
         memory_total_bytes=80 * 2**30,
@@ -75,10 +68,7 @@ GPUS = (
         tip="dataloader_workers",
         since=NOW - 1800,
         evidence={"busy_ratio": 0.27, "data_wait_ratio": 0.72, "main_process_cpu_ratio": 1.0, "num_workers": 0},
-        job_kind="slurm",
-        job_id="81234",
-        user="carol",
-        account="ml-research",
+        holders=(Holder(job_kind="slurm", job_id="81234", user="carol", account="ml-research"),),
         wasted_seconds=1800,
         memory_used_bytes=30 * 2**30,
         memory_total_bytes=80 * 2**30,
@@ -99,6 +89,12 @@ GPUS = (
 )
 
 
+def held_by(gpu: FleetGpu, **changes: str) -> FleetGpu:
+    """Return `gpu` with its one holder's fields changed."""
+    (holder,) = gpu.holders
+    return replace(gpu, holders=(replace(holder, **changes),))
+
+
 # A GPU in MIG mode, as the sources nest it: unknown itself, its slices judged one by one.
 _SLICE = {"node": "node-c", "gpu": "2", "model": "NVIDIA H100 80GB HBM3"}
 MIG_GPU = FleetGpu(
@@ -116,11 +112,7 @@ MIG_GPU = FleetGpu(
             state="busy",
             reason="healthy",
             since=NOW - 7200,
-            job_kind="kubernetes",
-            job_id="llm-ft",
-            user="dev",
-            namespace="nlp",
-            pod="llm-ft-0",
+            holders=(Holder(job_kind="kubernetes", job_id="llm-ft", user="dev", namespace="nlp", pod="llm-ft-0"),),
             memory_used_bytes=28 * 2**30,
             memory_total_bytes=40 * 2**30,
         ),
@@ -134,11 +126,11 @@ MIG_GPU = FleetGpu(
             tip="release_idle_gpu",
             since=NOW - 7200,
             evidence={"busy_ratio": 0.0, "idle_seconds": 7200},
-            job_kind="kubernetes",
-            job_id="jupyter-eli",
-            user="eli",
-            namespace="notebooks",
-            pod="jupyter-eli",
+            holders=(
+                Holder(
+                    job_kind="kubernetes", job_id="jupyter-eli", user="eli", namespace="notebooks", pod="jupyter-eli"
+                ),
+            ),
             wasted_seconds=7200,  # 2/7 of that in GPU-seconds: less than node-a GPU 1's 5400, more than node-b's 1800
             memory_used_bytes=5 * 2**30,
             memory_total_bytes=20 * 2**30,
@@ -152,9 +144,7 @@ MIG_GPU = FleetGpu(
             reason="low_sm_activity",
             since=NOW - 3600,
             evidence={"busy_ratio": 0.15, "sm_activity": 0.15},
-            job_kind="slurm",
-            job_id="88240",
-            user="fay",
+            holders=(Holder(job_kind="slurm", job_id="88240", user="fay"),),
             wasted_seconds=3600,
             memory_used_bytes=4 * 2**30,
             memory_total_bytes=10 * 2**30,

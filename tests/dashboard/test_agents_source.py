@@ -50,10 +50,11 @@ def test_fleet_from_a_mig_node_nests_its_slices(mig_agent):
     gpus = {g.gpu: g for g in answer.value.gpus}
     assert len(gpus) == 3 and len(gpus["1"].slices) == 4 and len(gpus["2"].slices) == 4
     idle = gpus["2"].slices[1]
-    assert (idle.mig_profile, idle.state, idle.user, idle.node) == ("2g.20gb", "idle", "eli", "mig")
+    assert (idle.mig_profile, idle.state, idle.owners, idle.node) == ("2g.20gb", "idle", "eli / notebooks", "mig")
     assert idle.wasted_seconds > 0 and idle.memory_used_bytes is not None
     slurm = gpus["1"].slices[2]  # a Slurm job's slice: its account comes with the MIG allocation series
-    assert (slurm.job_id, slurm.user, slurm.account) == ("88231", "chen", "ml-research")
+    (chen,) = slurm.holders
+    assert (chen.job_id, chen.user, chen.account) == ("88231", "chen", "ml-research")
 
 
 def test_history_grows_one_point_per_scrape_and_stays_bounded(demo_agent):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.fleet import assemble
 from gpulens.fleet.agents import parse_exposition
 from gpulens.fleet.assemble import Sample
-from gpulens.fleet.records import LOST_STATE, GpuHistory
+from gpulens.fleet.records import LOST_STATE, GpuHistory, Holder
 
 
 def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_and_evidence(demo_agent):
@@ -17,23 +18,24 @@ def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_an
     assert [g.gpu for g in gpus] == [str(i) for i in range(8)]
     by_index = {g.gpu: g for g in gpus}
     idle, starved, free = by_index["1"], by_index["2"], by_index["3"]
-    assert (idle.state, idle.reason, idle.tip, idle.user, idle.namespace) == (
+    (bob,), (carol,) = idle.holders, starved.holders
+    assert (idle.state, idle.reason, idle.tip, bob.user, bob.namespace) == (
         "idle",
         "no_kernels",
         "release_idle_gpu",
         "bob",
         "research",
     )
-    assert (starved.state, starved.job_kind, starved.job_id, starved.user, starved.account) == (
+    assert (starved.state, carol.job_kind, carol.job_id, carol.user, carol.account) == (
         "data_starved",
         "slurm",
         "81234",
         "carol",
         "ml-research",
     )
-    assert idle.account == ""  # a pod's
+    assert bob.account == ""  # a pod's
     assert starved.evidence["data_wait_ratio"] == pytest.approx(0.72, abs=0.05)
-    assert free.state == "free" and free.job_id == "" and free.wasted_seconds == 0
+    assert free.state == "free" and free.holders == () and free.wasted_seconds == 0
     assert idle.wasted_seconds == pytest.approx(90, abs=1.5)  # idle since it was taken
     assert starved.since is not None and idle.node == "node-1"
     assert by_index["4"].conditions == ("power_throttle", "thermal_throttle")
@@ -148,7 +150,7 @@ def test_a_mig_gpu_carries_its_slices_with_verdict_share_holder_memory_and_waste
     assert whole.slices == () and whole.share == 1
     assert (h100.state, h100.reason, h100.tip) == ("unknown", "mig_enabled", "mig_slices")
     # The GPU's own allocation series name each slice's holder in turn: it holds nothing itself.
-    assert (h100.job_id, h100.user) == ("", "")
+    assert h100.holders == ()
     assert [(s.mig_profile, round(s.share, 3), s.state) for s in h100.slices] == [
         ("3g.40gb", 0.429, "busy"),
         ("2g.20gb", 0.286, "idle"),
@@ -158,7 +160,9 @@ def test_a_mig_gpu_carries_its_slices_with_verdict_share_holder_memory_and_waste
     idle = h100.slices[1]
     assert (idle.node, idle.gpu, idle.model) == ("node-1", "2", "NVIDIA H100 80GB HBM3")
     assert idle.uuid.startswith("MIG-") and (idle.reason, idle.tip) == ("no_kernels", "release_idle_gpu")
-    assert (idle.user, idle.namespace, idle.pod) == ("eli", "notebooks", "jupyter-eli")
+    assert idle.holders == (
+        Holder("kubernetes", "2e9c7b40-6f18-4a5d-b3e2-9c0d7a4f1b68", "eli", "notebooks", "jupyter-eli"),
+    )
     assert idle.memory_total_bytes > idle.memory_used_bytes > 0 and idle.since is not None
     assert idle.wasted_seconds > 0 and "idle_seconds" in idle.evidence
     assert {s.reason for s in a100.slices} == {"mig_no_activity", "no_process"}
@@ -209,3 +213,56 @@ def test_a_gpu_off_the_bus_from_the_ranges_start_takes_the_slices_it_had_with_it
     gpu = [(0.0, LOST_STATE), (10.0, LOST_STATE), (20.0, "unknown")]
     (back,) = assemble.slices_over(gpu, [((1, ""), _slice("MIG-1", {20.0: "busy"}))])
     assert back.states == ((0.0, LOST_STATE), (10.0, LOST_STATE), (20.0, "busy"))
+
+
+# A GPU that two Slurm jobs hold at once, as a scheduler that shares GPUs gives them (Slurm's `gres/shard`,
+# MPS, Kubernetes time-slicing): each job's process is on it, each named by its own job.
+SHARED = """
+name: shared
+description: one GPU shared by two jobs, and one held by a third alone
+gpus:
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: {constant: 0}
+    processes:
+      - {pid: 7001, memory: 4GiB, job: {kind: slurm, id: "501", user: ann, account: physics}}
+      - {pid: 7002, memory: 6GiB, job: {kind: slurm, id: "502", user: ben}}
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: {constant: 0}
+    processes:
+      - {pid: 7003, memory: 4GiB, job: {kind: slurm, id: "503", user: cy}}
+"""
+
+
+@pytest.fixture(scope="module")
+def shared_fleet():
+    from tests.conftest import make_agent
+
+    agent = make_agent(parse_scenario(SHARED, "shared"))
+    agent.run(120)
+    samples = parse_exposition(agent.exposition(), "node-s")
+    gpus, problems = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+    assert problems == ()
+    return gpus, samples
+
+
+def test_a_gpu_two_jobs_share_names_both_holders(shared_fleet):
+    (shared, alone), _ = shared_fleet
+    assert shared.holders == (Holder("slurm", "501", "ann", account="physics"), Holder("slurm", "502", "ben"))
+    assert (shared.jobs, shared.owners) == ("slurm 501, slurm 502", "ann, ben")
+    assert alone.holders == (Holder("slurm", "503", "cy"),)
+    # Every job is running, each on the GPUs it holds.
+    assert [j.job_id for j in assemble.job_summaries(shared_fleet[1])] == ["501", "502", "503"]
+
+
+def test_in_job_series_of_a_shared_gpu_join_no_job_rather_than_one_at_random():
+    held = [
+        Sample("gpulens_gpu_allocation_info", {"instance": "a", "gpu": "0", "uuid": "U0", "job_kind": "k", "job_id": j})
+        for j in ("1", "2")
+    ]
+    waits = [Sample("gpulens_job_data_wait_ratio", {"instance": "a", "pid": "9", "gpu_uuid": "U0"}, 0.9)]
+    assert [(j.job_id, j.data_wait_ratio) for j in assemble.job_summaries(held + waits)] == [("1", None), ("2", None)]
+    (alone,) = assemble.job_summaries(held[:1] + waits)
+    assert alone.data_wait_ratio == 0.9
+    trace = Sample("gpulens_job_trace_step_seconds", {"instance": "a", "pid": "9", "gpu_uuid": "U0"}, 0.2)
+    assert assemble.job_traces([*held, trace], "k", "1") == ()
+    assert [t.step_seconds for t in assemble.job_traces([held[0], trace], "k", "1")] == [0.2]

@@ -20,8 +20,8 @@ from gpulens.dashboard import access
 from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.dashboard.views import oncall
 from gpulens.fleet.environment import PROMETHEUS
-from gpulens.fleet.records import Alerts, Answer, SilenceShown, SourceProblem
-from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
+from gpulens.fleet.records import Alerts, Answer, Holder, SilenceShown, SourceProblem
+from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource, held_by
 from tests.dashboard.test_login import ADA, AUTH
 
 PAGES = pathlib.Path(__file__).resolve().parents[2] / "dashboard" / "screens"
@@ -68,27 +68,54 @@ def test_the_report_link_follows_the_url_template_and_links_stay_relative_withou
     assert "Job report: report?kind=slurm&id=81234" in item.message.splitlines()
 
 
+def test_a_gpu_two_jobs_share_names_each_owner_and_links_each_job():
+    dan = Holder("kubernetes", "job-dan", "dan", "research", "train-dan")
+    shared = replace(IDLE, holders=(*IDLE.holders, dan))
+    (item,) = oncall.flagged(shared, NOW, PAGE_URL, ENVIRON, [shared])
+    assert item.contact == (
+        ("holders", "2 jobs share it: tell each owner"),
+        *oncall.contact(IDLE),
+        ("user", "dan"),
+        ("Kubernetes pod", "research/train-dan"),
+        ("pod UID", "job-dan"),
+    )
+    lines = item.message.splitlines()
+    assert (
+        "Held by: user bob, Kubernetes pod research/jupyter-bob; user dan, Kubernetes pod research/train-dan." in lines
+    )
+    assert "Job page (kubernetes pod train-dan): https://gpulens.example.org/job?kind=kubernetes&id=job-dan" in lines
+    assert (
+        "Job report (kubernetes pod jupyter-bob): https://gpulens.example.org/report?kind=kubernetes&id=job-bob"
+        in lines
+    )
+    # Advice about a job as a whole is each job's: with two on the GPU, the GPU's own tip leads.
+    assert next(line for line in lines if line.startswith("What to do: ")).startswith(
+        "What to do: Give the idle GPU back."
+    )
+    assert not any(line.startswith("For this GPU") for line in lines)
+
+
 def test_a_slurm_jobs_account_is_named_and_an_unknown_one_said_so_never_guessed():
     (item,) = oncall.flagged(STARVED, NOW, PAGE_URL, {})
     assert item.contact == (("user", "carol"), ("Slurm job", "81234"), ("Slurm account", "ml-research"))
     assert "Held by: user carol, Slurm job 81234 (account ml-research)." in item.message.splitlines()
-    unknown = replace(STARVED, account="")
+    unknown = held_by(STARVED, account="")
     assert dict(oncall.contact(unknown))["Slurm account"] == (
         "not known (the agent could not read the job's environment); `sacct -j 81234 --format=Account` shows it"
     )
-    assert oncall.holder(unknown) == "user carol, Slurm job 81234"
+    assert oncall.holders(unknown) == "user carol, Slurm job 81234"
 
 
 def test_a_pod_the_agent_could_not_name_and_a_container_it_could():
-    unnamed = replace(IDLE, namespace="", pod="", user="")
+    unnamed = held_by(IDLE, namespace="", pod="", user="")
     assert dict(oncall.contact(unnamed)) == {
         "user": "not known (the agent could not read the process's owner)",
         "Kubernetes pod": "not known (the agent does not reach the kubelet's pod-resources socket)",
         "pod UID": "job-bob",
     }
-    named = replace(IDLE, container="notebook")
+    named = held_by(IDLE, container="notebook")
     assert dict(oncall.contact(named))["container"] == "notebook"
-    assert oncall.holder(named) == "user bob, Kubernetes pod research/jupyter-bob (container notebook)"
+    assert oncall.holders(named) == "user bob, Kubernetes pod research/jupyter-bob (container notebook)"
 
 
 def test_a_hot_free_gpu_is_the_admins_and_a_busy_one_is_not_flagged():
@@ -108,7 +135,7 @@ def test_a_hot_busy_gpu_is_worded_as_hardware_and_sent_to_the_admins_first():
     assert item.message.splitlines()[0].endswith("has a hardware problem: slowed down by heat.")
     assert "For: the node's administrators, and the job's owner, whose job it slows." in item.message
     assert item.contact[0] == ("send to", "the node's administrators: the hardware (slowed down by heat)")
-    assert ("user", BUSY.user) in item.contact
+    assert ("user", BUSY.holders[0].user) in item.contact
 
 
 def test_a_mig_gpu_is_flagged_through_its_wasted_slices_each_with_its_own_holder():

@@ -355,7 +355,7 @@ def test_the_report_page_of_an_unknown_job_or_none_says_so():
 
 
 def test_job_page_without_jobs_says_so():
-    at = run("job", FakeSource(gpus=tuple(replace(g, job_id="", job_kind="") for g in GPUS), jobs_=()))
+    at = run("job", FakeSource(gpus=tuple(replace(g, holders=()) for g in GPUS), jobs_=()))
     assert "No jobs to show" in at.info[0].value
 
 

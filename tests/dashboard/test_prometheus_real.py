@@ -68,13 +68,14 @@ def test_fleet_from_prometheus_names_nodes_by_instance_with_verdicts_owners_and_
     gpus = {(g.node, g.gpu): g for g in answer.value.gpus}
     assert len(gpus) == 19 and {node for node, _ in gpus} == {"demo", "diagnosis", "mig"}
     starved, idle = gpus[("demo", "2")], gpus[("demo", "1")]
-    assert (starved.state, starved.reason, starved.user, starved.job_id) == (
+    (carol,), (bob,) = starved.holders, idle.holders
+    assert (starved.state, starved.reason, carol.user, carol.job_id) == (
         "data_starved",
         "input_wait_reported",
         "carol",
         "81234",
     )
-    assert starved.account == "ml-research" and idle.account == ""
+    assert carol.account == "ml-research" and bob.account == ""
     assert starved.since is not None and starved.evidence == {}  # evidence comes with detail()
     assert idle.state == "idle" and idle.wasted_seconds > 0
     assert gpus[("demo", "4")].conditions == ("power_throttle", "thermal_throttle")
@@ -93,10 +94,11 @@ def test_mig_slices_from_prometheus_in_one_more_query(prometheus):
     source = PrometheusSource.from_url(prometheus)
     gpus = {(g.node, g.gpu): g for g in source.fleet(3600).value.gpus}
     h100 = gpus[("mig", "2")]
-    assert h100.reason == "mig_enabled" and h100.user == ""
+    assert h100.reason == "mig_enabled" and h100.holders == ()
     assert [s.mig_profile for s in h100.slices][:3] == ["3g.40gb", "2g.20gb", "1g.10gb"]
     idle = h100.slices[1]
-    assert (idle.state, idle.tip, idle.user, idle.pod) == ("idle", "release_idle_gpu", "eli", "jupyter-eli")
+    (eli,) = idle.holders
+    assert (idle.state, idle.tip, eli.user, eli.pod) == ("idle", "release_idle_gpu", "eli", "jupyter-eli")
     assert abs(idle.share - 2 / 7) < 1e-9 and idle.since is not None and idle.wasted_seconds > 0
     assert idle.memory_used_bytes is None  # memory and evidence come with detail(), as a GPU's
     queries = source.queries_made
@@ -171,8 +173,8 @@ def test_the_past_of_a_job_from_prometheus(prometheus):
     assert len(record.gpus) == 1 and record.gpus[0].startswith("GPU-")
     assert record.state_seconds.get("data_starved", 0) > 0
     assert source.past_job("", "jupyter-eli").value is None  # a pod's name is not its id
-    eli = next(s for g in source.fleet(3600).value.gpus for s in g.slices if s.user == "eli")
-    assert source.past_job("", eli.job_id).value.gpus == (eli.uuid,)  # a MIG slice by its own UUID
+    eli = next(s for g in source.fleet(3600).value.gpus for s in g.slices if s.owners.startswith("eli"))
+    assert source.past_job("", eli.holders[0].job_id).value.gpus == (eli.uuid,)  # a MIG slice by its own UUID
     assert source.past_job("slurm", "424242") == type(answer)(None)
 
 

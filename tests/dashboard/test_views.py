@@ -11,7 +11,7 @@ from gpulens import links, words
 from gpulens.dashboard import charts
 from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
 from gpulens.fleet import advice
-from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, JobSummary, ProbeResult
+from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, Holder, JobSummary, ProbeResult
 from gpulens.report import charts as report_charts
 from gpulens.usage import STATES, TimelinePoint
 from gpulens.vocabulary import STATE_COLOUR
@@ -26,6 +26,29 @@ def test_filters_keep_only_matching_gpus_and_options_are_distinct_and_sorted():
     assert [g.gpu for g in fleet.apply(GPUS, fleet.Filters(nodes=("node-b",)))] == ["0", "1"]
     assert fleet.apply(GPUS, fleet.Filters(users=("bob",), models=("NVIDIA A100-SXM4-80GB",))) == []
     assert len(fleet.apply(GPUS, fleet.Filters())) == 4
+
+
+def test_a_gpu_two_jobs_share_is_each_jobs_and_passes_a_filter_on_either_owner():
+    dan = Holder("slurm", "9001", "dan", account="physics")
+    shared = replace(GPUS[1], holders=(*GPUS[1].holders, dan))
+    gpus = (GPUS[0], shared)
+    assert fleet.job_gpus(gpus, "slurm", "9001") == fleet.job_gpus(gpus, "kubernetes", "job-bob") == [shared]
+    assert fleet.filter_options(gpus).users == ("alice", "bob", "dan")
+    assert fleet.apply(gpus, fleet.Filters(users=("dan",))) == [shared]
+    assert fleet.apply(gpus, fleet.Filters(users=("dan",), namespaces=("research",))) == [shared]
+    (row,) = fleet.flagged(gpus, NOW)
+    assert (row.job, row.owner) == ("kubernetes pod jupyter-bob, slurm 9001", "bob / research, dan")
+    assert row.job_links == (
+        ("kubernetes pod jupyter-bob", "job?kind=kubernetes&id=job-bob"),
+        ("slurm 9001", "job?kind=slurm&id=9001"),
+    )
+    # The job page names each job's own owner, whichever holds the GPU first.
+    assert job.whose(JobSummary("slurm", "9001", {}, ("node-a",)), [shared]).startswith(
+        "Owner: user **dan**; account **physics**"
+    )
+    (listed,) = job.job_list([JobSummary("slurm", "9001", {"idle": 60.0}, ("node-a",))], gpus)
+    assert (listed["user"], listed["GPUs now"]) == ("dan", 1)
+    assert [r["job"] for r in gpu.holder_rows(shared, history())] == ["job-bob", "9001"]
 
 
 def test_state_counts_list_every_state_wasted_first():
@@ -279,7 +302,7 @@ def test_job_list_breakdown_data_wait_memory_and_tips():
     assert job.data_wait(JOBS[2], []) is None
     memory = job.memory(starved, held)
     assert memory.device_used_bytes == 30 * 2**30 and memory.torch_reserved_bytes == 28 * 2**30
-    assert job.job_tips(held)[0][0] == "Add DataLoader workers"
+    assert job.job_tips(held, "slurm")[0][0] == "Add DataLoader workers"
 
 
 @pytest.mark.parametrize(
@@ -457,7 +480,7 @@ def test_a_job_on_a_mig_slice_holds_its_share():
     assert [h.mig_profile for h in held] == ["1g.10gb"]
     (row,) = job.job_list([JobSummary("slurm", "88240", {"underutilized": 3600 / 7}, ("node-c",))], [MIG_GPU])
     assert row["GPUs now"] == 0.14 and row["user"] == "fay"
-    assert job.job_tips(held)[0][2] == "node-c GPU 2 · 1g.10gb slice"
+    assert job.job_tips(held, "slurm")[0][2] == "node-c GPU 2 · 1g.10gb slice"
 
 
 def test_failures_lead_the_flagged_list_whatever_their_waste():

@@ -15,7 +15,7 @@ from gpulens.agent.simulator.scenario import parse_scenario
 from gpulens.dashboard.views import oncall
 from gpulens.dashboard.views.job import job_tips, past_tips
 from gpulens.fleet import advice
-from gpulens.fleet.records import FleetGpu
+from gpulens.fleet.records import FleetGpu, Holder
 from gpulens.report.cli import run
 from gpulens.tips import DeviceWork
 from gpulens.tips.jobs import judge
@@ -154,7 +154,7 @@ def test_a_record_judged_over_its_nodes_supersedes_what_each_node_recorded():
 
 
 def held_gpus() -> list[FleetGpu]:
-    owner = {"job_kind": "slurm", "job_id": "4242", "user": "nia"}
+    owner = {"holders": (Holder("slurm", "4242", "nia"),)}
     busy = FleetGpu("node-a", "0", "GPU-0", state="busy", reason="healthy", **owner)
     idle = [
         FleetGpu(
@@ -175,7 +175,7 @@ def held_gpus() -> list[FleetGpu]:
 
 
 def test_the_job_page_leads_with_the_job_tip():
-    tips = job_tips(held_gpus())
+    tips = job_tips(held_gpus(), "slurm")
     assert tips[0][0] == "Ask for only the GPUs the job uses" and tips[0][2] == "the whole job"
     assert "1 of its 8 GPUs (node-a GPU 0)" in tips[0][1]
     assert any("Give the idle GPU back" == title for title, _, _ in tips[1:])
@@ -191,7 +191,7 @@ def test_the_message_to_the_owner_leads_with_the_job_tip():
     # Without the job's other GPUs the message gives the GPU's own tip, as before.
     [alone] = oncall.flagged(gpus[3], EPOCH + 600, None, {})
     assert "What to do: Give the idle GPU back" in alone.message and "For this GPU" not in alone.message
-    assert advice.job_advice(gpus[1:]) == []  # the idle GPUs alone: idle everywhere, each GPU's tips say it
+    assert advice.job_advice(gpus[1:], "slurm") == []  # the idle GPUs alone: idle everywhere, each GPU's tips say it
 
 
 def test_a_past_jobs_page_leads_with_the_job_tip():

@@ -63,6 +63,6 @@ def render_everything(
         breakdown = job.state_breakdown(summary)
         if breakdown:
             draw(charts.shares([asdict(s) for s in breakdown]))
-        job.job_tips(held)
+        job.job_tips(held, summary.job_kind)
     probes.probe_rows(probes_answer.value, now)
     alerts.alert_rows(alerts_answer.value.alerts, now)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpulens.fleet.records import Answer, FleetGpu, SourceProblem
+from gpulens.fleet.records import Answer, FleetGpu, Holder, SourceProblem
 from gpulens.fleet.summary import JobReport, job_report
 from gpulens.notify.advisor import Advisor
 from gpulens.notify.sender import SENT
@@ -194,7 +194,9 @@ def test_no_end_message_for_an_owner_who_did_not_ask_nor_while_the_scheduler_is_
 
 
 def test_a_pod_that_asked_is_told_once_its_agent_answers_without_it(tmp_path, box):
-    pod = replace(gpu(0, state="busy"), job_kind="kubernetes", job_id="uid-1", pod="train-0", namespace="ml")
+    pod = replace(
+        gpu(0, state="busy"), holders=(Holder("kubernetes", "uid-1", "alice", "ml", "train-0", account="physics"),)
+    )
     made, run, _ = service(tmp_path, box, [pod])
     made.advisor.job_end = replace(made.advisor.job_end, namespaces=("ml",))
     run(2)
@@ -211,7 +213,7 @@ def test_a_pod_that_asked_is_told_once_its_agent_answers_without_it(tmp_path, bo
 
 
 def test_advice_that_reaches_nobody_is_tried_again_hourly_not_every_cycle(tmp_path, box):
-    nobodys = replace(starved(0, user="", account=""), job_kind="docker")  # no scheduler names its owner either
+    nobodys = starved(0, user="", account="", kind="docker")  # no scheduler names its owner either
     made, run, _ = service(tmp_path, box, [nobodys], advice={"starved": "1h"})
     run(60 + 120)
     records = [json.loads(line) for line in (tmp_path / "state" / "messages.jsonl").read_text().splitlines()]

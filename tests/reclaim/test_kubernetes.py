@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
-from gpulens.fleet.records import FleetGpu
+from gpulens.fleet.records import FleetGpu, Holder
 from gpulens.reclaim import kubernetes as actor_module
 from gpulens.reclaim.actor import ActorError, Facts
 from gpulens.reclaim.folder import Folder
@@ -555,7 +555,7 @@ def test_the_actor_uses_exactly_the_verbs_the_chart_grants():
 def kubernetes_gpu(index: int, uid: str, pod_name: str) -> FleetGpu:
     return FleetGpu(
         node="gpu-a", gpu=str(index), uuid=f"GPU-{index}", model="NVIDIA H100 80GB HBM3", state="idle",
-        since=START, job_kind="kubernetes", job_id=uid, namespace="ml", pod=pod_name, container="main",
+        since=START, holders=(Holder("kubernetes", uid, namespace="ml", pod=pod_name, container="main"),),
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpulens.fleet.records import FleetGpu
+from gpulens.fleet.records import FleetGpu, Holder
 from gpulens.reclaim.ladder import (
     ACT,
     FORGET_AFTER,
@@ -28,11 +28,11 @@ MIN = 60.0
 START = 1_000_000.0  # when the GPUs' idle verdicts begin
 
 
-def gpu(index: int, job: str = "100", state: str = "idle", since: float = START, **kw) -> FleetGpu:
-    fields = {"user": "alice", "account": "physics", "model": "NVIDIA H100 80GB HBM3"} | kw
+def gpu(index: int, job: str = "100", state: str = "idle", since: float = START, kind: str = "slurm", **kw) -> FleetGpu:
+    owner = {"user": "alice", "account": "physics"} | {k: kw.pop(k) for k in ("user", "account") if k in kw}
     return FleetGpu(
         node=kw.pop("node", "node-a"), gpu=str(index), uuid=f"GPU-{job}-{index}", state=state, since=since,
-        job_kind="slurm", job_id=job, **{k: v for k, v in fields.items() if k != "node"},
+        holders=(Holder(kind, job, **owner),), **({"model": "NVIDIA H100 80GB HBM3"} | kw),
     )  # fmt: skip
 
 
@@ -200,6 +200,15 @@ def test_a_mig_slice_is_held_and_acted_on_like_a_gpu():
     (job,) = jobs_in([parent])
     assert job.key == "slurm/7" and job.devices == (slice_,)
     assert [e for _, e, _ in events(walk(DEFAULT, lambda now: [parent], until=130 * MIN))] == [WARN, WARN, ACT]
+
+
+def test_a_gpu_two_jobs_share_is_each_jobs_and_both_are_warned_and_acted_on_while_it_idles():
+    shared = replace(gpu(0, job="7"), holders=(Holder("slurm", "7", "alice"), Holder("slurm", "8", "bob", account="x")))
+    seven, eight = jobs_in([shared, gpu(1, job="8")])
+    assert (seven.key, seven.user, seven.devices) == ("slurm/7", "alice", (shared,))
+    assert (eight.key, eight.user, eight.account, len(eight.devices)) == ("slurm/8", "bob", "x", 2)
+    found = events(walk(DEFAULT, lambda now: [shared], until=130 * MIN))
+    assert [(e, j) for _, e, j in found] == [(WARN, "7"), (WARN, "8"), (WARN, "7"), (WARN, "8"), (ACT, "7"), (ACT, "8")]
 
 
 def test_a_job_out_of_sight_keeps_its_place_for_a_while_then_loses_it():

@@ -259,7 +259,7 @@ def test_a_restart_neither_warns_twice_nor_forgets_the_hours_actions(tmp_path):
 @pytest.mark.parametrize(("mode", "warned"), [("dry-run", "would_warn"), ("notify", "warned"), ("enforce", "warned")])
 def test_jobs_the_service_has_no_scheduler_for_are_warned_and_nothing_more_in_every_mode(tmp_path, mode, warned):
     told = []
-    docker = replace(gpu(0, job="abc123"), job_kind="docker")
+    docker = gpu(0, job="abc123", kind="docker")
     made, clock, slurm, folder = service(tmp_path, [docker], mode=mode, notify=lambda d, text: told.append(text))
     pending = []
     while clock.now <= START + 300 * MIN:
@@ -281,7 +281,7 @@ def test_jobs_the_service_has_no_scheduler_for_are_warned_and_nothing_more_in_ev
 
 
 def test_jobs_the_service_only_warns_count_toward_neither_the_cap_nor_the_breaker(tmp_path):
-    docker = replace(gpu(0, job="abc123", since=START - 30 * MIN), job_kind="docker")
+    docker = gpu(0, job="abc123", since=START - 30 * MIN, kind="docker")
     policy = Policy(limits=Limits(actions_per_hour=1, breaker_jobs=2, breaker_share=0.5))
     made, clock, slurm, folder = service(tmp_path, [docker, gpu(1)], mode="dry-run", policy=policy)
     run_until(made, clock, 130)
