@@ -148,6 +148,7 @@ class Analysis:
         self._state_seconds: dict[str, dict[State, float]] = {}
         self._instances: set[str] = set()  # the MIG devices judged last cycle
         self._held: dict[str, _HeldTips] = {}
+        self._pids: dict[str, tuple[int, ...]] = {}  # the processes on each device when it last answered
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -220,9 +221,14 @@ class Analysis:
         self._instances = seen
 
     def _jobs_on(self, device: Device) -> list[Job]:
-        if not device.gpu.up or not device.processes:
-            return []
-        return self._sources.jobs_of([p.pid for p in device.processes], device.uuid)
+        """The jobs of the processes on the device. A GPU that does not answer (off the bus: every call fails
+        with NVML_ERROR_GPU_IS_LOST) lists none, yet the jobs that ran on it when it last answered still hold it
+        while their processes live, which the host tells (a process on a GPU that fell off the bus fails its
+        next CUDA call, and may exit or hang): the on-call operator and the alerts need their owners."""
+        if device.gpu.up:
+            self._pids[device.uuid] = tuple(p.pid for p in device.processes or ())
+        pids = self._pids.get(device.uuid, ())
+        return self._sources.jobs_of(pids, device.uuid) if pids else []
 
 
 def _add_allocated(allocations: Mapping[str, PodRef], jobs: dict[str, list[Job]]) -> None:

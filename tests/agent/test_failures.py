@@ -61,6 +61,37 @@ def test_lost_gpu_drops_only_its_series_and_returns_with_its_counters(agent_for,
     assert agent.value("gpulens_gpu_busy_seconds_total", **lost) >= busy_before
 
 
+def test_a_lost_gpu_names_the_jobs_on_it_while_their_processes_live(agent_for, tmp_path):
+    path = scenario(
+        tmp_path,
+        """
+    name: lost-held
+    description: a GPU two jobs were on falls off the bus; one job's process ends while it is off
+    gpus:
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes:
+          - {pid: 100, memory: 10GiB, job: {kind: slurm, id: "41", user: ann}}
+          - {pid: 101, memory: 10GiB, end: 40, job: {kind: slurm, id: "42", user: ben}}
+    faults:
+      - {at: 20, gpu: 0, kind: lost}
+    """,
+    )
+    agent = agent_for(path)
+    held = 'gpulens_gpu_allocation_info{account="",container="",gpu="0",job_id="%s",job_kind="slurm",namespace=""'
+
+    def holders() -> list[str]:
+        return [j for j in ("41", "42") if held % j in agent.exposition()]
+
+    agent.run(15)
+    assert holders() == ["41", "42"]
+    agent.run(10)  # t = 25: off the bus, both processes alive
+    assert agent.value("gpulens_gpu_up", gpu="0", uuid=labels(agent, 0)["uuid"]) == 0
+    assert holders() == ["41", "42"]
+    agent.run(20)  # t = 45: job 42's process has ended
+    assert holders() == ["41"]
+
+
 def test_not_supported_field_drops_that_series_only(agent_for, tmp_path):
     path = scenario(tmp_path, TWO_GPUS.replace("utilization: 80", "utilization: 80\n        not_supported: [power]"))
     agent = agent_for(path)
