@@ -26,6 +26,28 @@ source = context.source()
 context.header("Fleet", "Which GPUs are wasted, since when, whose, and what to do.", source)
 
 
+def _pick(
+    column: DeltaGenerator,
+    label: str,
+    choices: tuple[str, ...],
+    key: str,
+    unmatched: list[tuple[str, str]],
+    help_text: str | None = None,
+) -> tuple[str, ...]:
+    """A filter kept in the page's address, so that a link or a reload shows the same GPUs; the values a link
+    asks for that are not among `choices` are added to `unmatched`, as (filter, value)."""
+    asked = st.query_params.get_all(key)
+    linked = [v for v in asked if v in choices]
+    if key not in st.session_state:
+        unmatched.extend((label.lower(), v) for v in asked if v not in choices)
+        if linked:
+            st.session_state[key] = linked
+    chosen = tuple(column.multiselect(label, choices, key=key, help=help_text))
+    if list(chosen) != st.query_params.get_all(key):
+        st.query_params[key] = list(chosen)
+    return chosen
+
+
 @st.fragment(run_every=context.refresh_seconds())
 def fleet() -> None:
     # One row of choices, so that the first flagged GPU stays in view without scrolling.
@@ -46,33 +68,25 @@ def fleet() -> None:
         st.info("No GPUs to show yet. The banner above says why, if something failed.")
         return
     options = view.filter_options(gpus)
-
-    def pick(
-        column: DeltaGenerator, label: str, choices: tuple[str, ...], key: str, help_text: str | None = None
-    ) -> tuple[str, ...]:
-        """A filter kept in the page's address, so that a link or a reload shows the same GPUs."""
-        linked = [v for v in st.query_params.get_all(key) if v in choices]
-        if key not in st.session_state and linked:
-            st.session_state[key] = linked
-        chosen = tuple(column.multiselect(label, choices, key=key, help=help_text))
-        if list(chosen) != st.query_params.get_all(key):
-            st.query_params[key] = list(chosen)
-        return chosen
-
+    unmatched: list[tuple[str, str]] = []  # (filter, value) a link asks for that no GPU has now
     filters = view.Filters(
-        nodes=pick(columns[1], "Node", options.nodes, "node"),
-        namespaces=pick(
+        nodes=_pick(columns[1], "Node", options.nodes, "node", unmatched),
+        namespaces=_pick(
             columns[2],
             "Namespace",
             options.namespaces,
             "namespace",
+            unmatched,
             help_text="Kubernetes namespace of the job holding the GPU",
         ),
-        users=pick(columns[3], "User", options.users, "user"),
-        models=pick(columns[4], "GPU model", options.models, "model"),
+        users=_pick(columns[3], "User", options.users, "user", unmatched),
+        models=_pick(columns[4], "GPU model", options.models, "model", unmatched),
     )
     shown = view.apply(gpus, filters)
     now = time.time()
+    if unmatched:
+        with notices:
+            st.warning(view.unmatched_text(unmatched))
 
     # The evidence and memory behind the verdicts, for the GPUs written out in full.
     ranked = view.ranked(shown)

@@ -83,6 +83,16 @@ def filter_options(gpus: Iterable[FleetGpu]) -> Filters:
     return Filters(**{field: distinct(values) for field, values in FILTERED_VALUES.items()})
 
 
+def unmatched_text(unmatched: Sequence[tuple[str, str]]) -> str:
+    """Return what to tell a viewer whose link filters on values no GPU has now: each (filter, value), why
+    that may be, and that the page leaves them out."""
+    named = ", ".join(f"{what} {value!r}" for what, value in unmatched)
+    return (
+        f"This link filters on {named}, which no GPU here has now (its agent may be down, its job ended, or "
+        "the link mistyped), so the page shows the GPUs without it. Pick from the filters above."
+    )
+
+
 def apply(gpus: Iterable[FleetGpu], filters: Filters) -> list[FleetGpu]:
     """Return the GPUs that pass every filter; a GPU in MIG mode with the slices that pass, if any does."""
     chosen = [(values, set(getattr(filters, field))) for field, values in FILTERED_VALUES.items()]

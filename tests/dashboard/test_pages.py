@@ -489,3 +489,11 @@ def test_fleet_filters_are_kept_in_the_address_and_read_back_from_it():
     assert query_params(at)["user"] == "carol"
     linked = run("fleet", FakeSource(), user="carol")  # the same address, opened anew
     assert linked.multiselect(key="user").value == ["carol"] and "Flagged GPUs (1)" in text(linked)
+
+
+def test_a_link_that_filters_on_a_value_no_gpu_has_says_so_and_keeps_the_other_filters():
+    at = run("fleet", FakeSource(), node="node-gone", user="carol")
+    (warning,) = [w.value for w in at.warning if "node-gone" in w.value]
+    assert warning.startswith("This link filters on node 'node-gone', which no GPU here has now")
+    assert at.multiselect(key="user").value == ["carol"] and "Flagged GPUs (1)" in text(at)
+    assert not [w for w in run("fleet", FakeSource(), user="carol").warning if "This link" in w.value]
