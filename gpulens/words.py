@@ -266,7 +266,11 @@ def gpu_name(gpu: str, mig_profile: str = "") -> str:
 
 
 def owner(user: str, namespace: str) -> str:
-    return " / ".join(part for part in (user, namespace) if part)
+    """Return an owner as 'bob / research' (user / Kubernetes namespace); a pod whose user is not known (one
+    with no process) as 'namespace research', which alone would read as a user; "" for neither."""
+    if not user:
+        return f"namespace {namespace}" if namespace else ""
+    return f"{user} / {namespace}" if namespace else user
 
 
 def job_label(kind: str, job_id: str, pod: str = "") -> str:

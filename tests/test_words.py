@@ -125,3 +125,9 @@ def test_every_percent_a_report_writes_beside_a_mark_or_a_limit_stays_on_its_sid
     assert page_words.evidence_text({"busy_ratio": 0.497, "sm_activity": 0.4996}) == (
         "work running 49% of the time; compute units busy 49%"
     )
+
+
+def test_an_owner_without_a_user_is_named_as_a_namespace_not_read_as_a_user():
+    assert words.owner("bob", "research") == "bob / research"
+    assert words.owner("", "research") == "namespace research"
+    assert (words.owner("carol", ""), words.owner("", "")) == ("carol", "")
