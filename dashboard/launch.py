@@ -337,7 +337,10 @@ def dashboard_main(argv: Sequence[str]) -> int:
         "--port", type=arguments.port, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})"
     )
     parser.add_argument(
-        "--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)"
+        "--address",
+        metavar="HOST",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)",
     )
     parser.add_argument(
         "--alertmanager",

@@ -118,7 +118,10 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
         help=f"metrics port (default {DEFAULT_PORT}; 0: none)",
     )
     parser.add_argument(
-        "--address", default="127.0.0.1", help="address to serve metrics and keeps on (default 127.0.0.1)"
+        "--address",
+        metavar="HOST",
+        default="127.0.0.1",
+        help="address to serve metrics and keeps on (default 127.0.0.1)",
     )
     parser.add_argument(
         "--web.config.file",
