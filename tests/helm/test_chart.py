@@ -778,6 +778,33 @@ def test_the_schema_names_a_wrong_reclaim_value(tmp_path, values, named):
     assert result.returncode != 0 and named in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("agent", "error"),
+    [
+        ({"samplingInterval": "50ms"}, "agent.samplingInterval: 50ms is out of range; give 100ms to 1h"),
+        ({"samplingInterval": "2h"}, "agent.samplingInterval: 2h is out of range; give 100ms to 1h"),
+        ({"idlePatience": "5s"}, "agent.idlePatience: 5s is out of range; give 10s to 24h"),
+        (
+            {"probes": {"enabled": True, "interval": "31d"}},
+            "agent.probes.interval: 31d is out of range; give 1m to 30d",
+        ),
+    ],
+)
+def test_a_duration_the_agent_would_refuse_fails_the_install_naming_its_range(tmp_path, agent, error):
+    """The agent refuses these with one line and exits (agent/config.py's bounds): every pod would crash-loop."""
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, {"agent": agent})]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and error in result.stderr, result.stderr
+
+
+def test_the_durations_at_the_agents_bounds_are_taken(tmp_path):
+    agent = {"samplingInterval": "100ms", "idlePatience": "24h", "probes": {"enabled": True, "interval": "1.5h"}}
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, {"agent": agent})]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "--sampling.interval=100ms" in result.stdout and "--probes.interval=1.5h" in result.stdout
+
+
 def test_a_warn_command_beside_notify_settings_is_named(tmp_path):
     """`gpulens reclaim run` takes --warn-command or --notify-config, not both: the pod would crash-loop."""
     values = {

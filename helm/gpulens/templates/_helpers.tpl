@@ -71,6 +71,18 @@ the template; the schema keeps quotes, backslashes and braces out of it). Call w
 {{- $text -}}
 {{- end }}
 
+{{/* A duration the agent bounds (agent/config.py), checked here so that a wrong one fails the install rather
+than crash-loop every agent pod. The schema has already checked its form (a number and ms, s, m, h or d). Call
+with (dict "value" VALUE "at" "the.values.path" "low" SECONDS "high" SECONDS "range" "100ms to 1h"). */}}
+{{- define "gpulens.checkDuration" -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" .value -}}
+{{- $unit := get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0) (trimPrefix $number .value) -}}
+{{- $seconds := mulf (float64 $number) $unit -}}
+{{- if or (lt $seconds (float64 .low)) (gt $seconds (float64 .high)) -}}
+{{- fail (printf "%s: %s is out of range; give %s" .at .value .range) -}}
+{{- end -}}
+{{- end }}
+
 {{/* A client's CA and client certificate as the Prometheus Operator's SafeTLSConfig names them (ca, cert,
 keySecret; each ca and cert from a Secret or a ConfigMap): fail unless cert and keySecret come together.
 Call with (dict "tls" TLS "at" "the.values.path"). */}}
