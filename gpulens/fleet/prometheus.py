@@ -91,6 +91,13 @@ DETAIL_SERIES = (
 # 288 points per GPU for a day) where the server has it, else of the raw counters (three per GPU, every
 # scrape).
 WASTED_RECORDED = "increase(instance_gpu:gpulens_gpu_wasted_seconds_total:sum[%ds]) > 0"
+# A GPU's exact busy ratio, from its counters (`where` picks the GPU, over `window` seconds); none while the GPU is
+# off the bus (`gpulens_gpu_up` 0), where a rate over the window would go on drawing the work done before it.
+BUSY_RATIO = (
+    "rate(gpulens_gpu_busy_seconds_total{%(where)s}[%(window)ds])"
+    " / rate(gpulens_gpu_sampled_seconds_total{%(where)s}[%(window)ds])"
+    " unless on (instance, gpu) gpulens_gpu_up{%(where)s} == 0"
+)
 WASTED_RAW = 'sum by (instance, gpu, uuid) (increase(gpulens_gpu_state_seconds_total{state=~"%s"}[%ds])) > 0'
 # Every MIG slice's verdict, holder, state start and share, with the seconds each spent in a wasted state
 # over the window, in one request: no rule records a slice's waste, so it comes from the raw counters,
@@ -269,10 +276,7 @@ class PrometheusSource:
         window = max(60, 4 * step)
         where = f"instance={label_value(node)}, gpu={label_value(gpu)}"
         gauges = '{__name__=~"gpulens_gpu_(' + "|".join(assemble.HISTORY_GAUGES) + f')", {where}}}'
-        busy = (
-            f"rate(gpulens_gpu_busy_seconds_total{{{where}}}[{window}s])"
-            f" / rate(gpulens_gpu_sampled_seconds_total{{{where}}}[{window}s])"
-        )
+        busy = BUSY_RATIO % {"where": where, "window": window}
         # Off the bus, a GPU's verdict is unknown; its `lost` condition says more, and is what its timeline shows:
         # one query brings both (the condition's samples carry a `condition` label).
         states = f'gpulens_gpu_condition{{{where}, condition="lost"}} == 1 or gpulens_gpu_state{{{where}}} == 1'

@@ -62,6 +62,19 @@ def test_the_time_wasted_is_read_from_the_recorded_counter_across_an_agent_resta
     promtool_test(tmp_path, series, checks)
 
 
+def test_a_gpus_busy_ratio_ends_when_it_falls_off_the_bus(tmp_path):
+    # Busy all the time, counted every 15 s, until 300 s; then off the bus: gpulens_gpu_up 0, no counters.
+    series = [
+        (f"gpulens_gpu_busy_seconds_total{{{GPU}}}", "0+15x20 stale"),
+        (f"gpulens_gpu_sampled_seconds_total{{{GPU}}}", "0+15x20 stale"),
+        (f"gpulens_gpu_up{{{GPU}}}", "1x20 0x10"),
+    ]
+    query = prometheus.BUSY_RATIO % {"where": 'instance="n1", gpu="0"', "window": 60}
+    # The rate over the last minute still has points at 330 s; the GPU answers nothing then.
+    checks = [(query, "300s", [{"labels": f"{{{GPU}}}".replace(" ", ""), "value": 1}]), (query, "330s", [])]
+    promtool_test(tmp_path, series, checks)
+
+
 def test_one_query_reads_every_mig_slices_verdict_share_and_time_wasted(tmp_path):
     slice_ = 'job="gpulens", instance="n1", gpu="1", uuid="MIG-1", gpu_uuid="G", gpu_instance="2", compute_instance="0"'
     labels = f'{slice_}, mig_profile="2g.20gb"'
