@@ -369,10 +369,10 @@ def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:
 def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
     """Return every job in `samples`: GPU-seconds per state summed over nodes, and its in-job evidence.
 
-    In-job series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU
-    (`gpulens_gpu_allocation_info`). Data wait is the worst process's; memory is summed. The series of a GPU
-    that several jobs hold do not say whose process sent them: they are joined to none, rather than to one
-    at random.
+    In-job series carry the device's UUID, not the job: they are joined to the job that holds that GPU or MIG
+    slice (ALLOCATIONS). Data wait is the worst process's; memory is summed. The series of a device that
+    several jobs hold do not say whose process sent them: they are joined to none, rather than to one at
+    random.
     """
     seconds: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
@@ -383,7 +383,7 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
             seconds[job][s.labels.get("state", "unknown")] += s.value
             nodes[job].add(s.labels.get("instance", ""))
-        elif s.name == "gpulens_gpu_allocation_info":
+        elif s.name in ALLOCATIONS:
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
             holders[(s.labels.get("instance", ""), s.labels.get("uuid", ""))].add(job)
             nodes[job].add(s.labels.get("instance", ""))

@@ -110,7 +110,7 @@ MIG = (
 # Targets that exported gpulens series within the hour and cannot be scraped now: agents down.
 AGENTS_DOWN = "up == 0 and on (instance, job) max_over_time(gpulens_build_info[1h])"
 
-JOBS = '{__name__=~"gpulens_job_gpu_state_seconds_total|gpulens_gpu_allocation_info|' + "|".join(assemble.IN_JOB) + '"}'
+JOBS = '{__name__=~"gpulens_job_gpu_state_seconds_total|' + "|".join((*assemble.ALLOCATIONS, *assemble.IN_JOB)) + '"}'
 # A job's traces: the last finished one of each process on its nodes, and what holds its GPUs to join them by.
 TRACES = f"{{__name__=~{any_of(assemble.TRACE_SERIES)}, instance=~%s}}"
 HOLDERS = f"{{__name__=~{any_of(assemble.ALLOCATIONS)}, job_kind=%s, job_id=%s}}"

@@ -266,3 +266,16 @@ def test_in_job_series_of_a_shared_gpu_join_no_job_rather_than_one_at_random():
     trace = Sample("gpulens_job_trace_step_seconds", {"instance": "a", "pid": "9", "gpu_uuid": "U0"}, 0.2)
     assert assemble.job_traces([*held, trace], "k", "1") == ()
     assert [t.step_seconds for t in assemble.job_traces([held[0], trace], "k", "1")] == [0.2]
+
+
+def test_in_job_series_of_a_mig_slice_join_the_job_that_holds_the_slice():
+    gpu = {"instance": "a", "gpu": "0", "uuid": "G"}
+    held = [
+        Sample("gpulens_gpu_allocation_info", {**gpu, "job_kind": "k", "job_id": "9"}),  # each slice's holder
+        Sample("gpulens_gpu_allocation_info", {**gpu, "job_kind": "k", "job_id": "10"}),
+        Sample(
+            "gpulens_mig_allocation_info", {**gpu, "uuid": "MIG-1", "gpu_uuid": "G", "job_kind": "k", "job_id": "9"}
+        ),
+    ]
+    waits = [Sample("gpulens_job_data_wait_ratio", {"instance": "a", "pid": "9", "gpu_uuid": "MIG-1"}, 0.6)]
+    assert [(j.job_id, j.data_wait_ratio) for j in assemble.job_summaries(held + waits)] == [("10", None), ("9", 0.6)]
