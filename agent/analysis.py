@@ -217,6 +217,7 @@ class Analysis:
             self._last.pop(uuid, None)
             self._state_seconds.pop(uuid, None)
             self._held.pop(uuid, None)
+            self._pids.pop(uuid, None)
         self._diagnoser.drop(gone)
         self._instances = seen
 
