@@ -261,8 +261,8 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[NodeRow]:
             "why": words.reason_text(g.reason),
             "health": ", ".join(words.condition_text(c, g.evidence) for c in g.conditions)
             or ("not answering" if not g.up else ""),
-            "owner": g.owners,
-            "job": g.jobs,
+            "owner": g.owner_names,
+            "job": g.job_names,
             "in this state for": words.duration(now - g.since) if g.since else "",
             "memory used": words.gib(g.memory_used_bytes),
         }
@@ -286,8 +286,8 @@ def slice_rows(gpu: FleetGpu, now: float) -> list[SliceRow]:
                 "memory used": f"{memory} of {words.gib(s.memory_total_bytes)}"
                 if memory and s.memory_total_bytes
                 else memory,
-                "owner": s.owners,
-                "job": s.jobs,
+                "owner": s.owner_names,
+                "job": s.job_names,
                 "in this state for": words.duration(now - s.since) if s.since else "",
                 "tip": tips[0].title if tips else "",
             }

@@ -226,7 +226,7 @@ def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[PastGpuRo
             {
                 "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
                 "model": g.model,
-                "now": words.state_name(g.state) + (f", held by {g.jobs}" if g.jobs else ""),
+                "now": words.state_name(g.state) + (f", held by {g.job_names}" if g.job_names else ""),
                 "details": gpu_link(g.node, g.gpu),
             }
         )

@@ -105,12 +105,12 @@ class FleetGpu:
         return next((h for h in self.holders if (h.job_kind, h.job_id) == (job_kind, job_id)), None)
 
     @property
-    def jobs(self) -> str:
+    def job_names(self) -> str:
         """The jobs holding it, in words ('slurm 81234, slurm 81240'); "" for none."""
         return ", ".join(h.label for h in self.holders)
 
     @property
-    def owners(self) -> str:
+    def owner_names(self) -> str:
         """Their owners, each once, in words ('bob, carol / research'); "" where none is known."""
         return ", ".join(dict.fromkeys(o for h in self.holders if (o := words.owner(h.user, h.namespace))))
 

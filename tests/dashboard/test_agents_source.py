@@ -50,7 +50,7 @@ def test_fleet_from_a_mig_node_nests_its_slices(mig_agent):
     gpus = {g.gpu: g for g in answer.value.gpus}
     assert len(gpus) == 3 and len(gpus["1"].slices) == 4 and len(gpus["2"].slices) == 4
     idle = gpus["2"].slices[1]
-    assert (idle.mig_profile, idle.state, idle.owners, idle.node) == ("2g.20gb", "idle", "eli / notebooks", "mig")
+    assert (idle.mig_profile, idle.state, idle.owner_names, idle.node) == ("2g.20gb", "idle", "eli / notebooks", "mig")
     assert idle.wasted_seconds > 0 and idle.memory_used_bytes is not None
     slurm = gpus["1"].slices[2]  # a Slurm job's slice: its account comes with the MIG allocation series
     (chen,) = slurm.holders

@@ -248,7 +248,7 @@ def shared_fleet():
 def test_a_gpu_two_jobs_share_names_both_holders(shared_fleet):
     (shared, alone), _ = shared_fleet
     assert shared.holders == (Holder("slurm", "501", "ann", account="physics"), Holder("slurm", "502", "ben"))
-    assert (shared.jobs, shared.owners) == ("slurm 501, slurm 502", "ann, ben")
+    assert (shared.job_names, shared.owner_names) == ("slurm 501, slurm 502", "ann, ben")
     assert alone.holders == (Holder("slurm", "503", "cy"),)
     # Every job is running, each on the GPUs it holds.
     assert [j.job_id for j in assemble.job_summaries(shared_fleet[1])] == ["501", "502", "503"]

@@ -173,7 +173,7 @@ def test_the_past_of_a_job_from_prometheus(prometheus):
     assert len(record.gpus) == 1 and record.gpus[0].startswith("GPU-")
     assert record.state_seconds.get("data_starved", 0) > 0
     assert source.past_job("", "jupyter-eli").value is None  # a pod's name is not its id
-    eli = next(s for g in source.fleet(3600).value.gpus for s in g.slices if s.owners.startswith("eli"))
+    eli = next(s for g in source.fleet(3600).value.gpus for s in g.slices if s.owner_names.startswith("eli"))
     assert source.past_job("", eli.holders[0].job_id).value.gpus == (eli.uuid,)  # a MIG slice by its own UUID
     assert source.past_job("slurm", "424242") == type(answer)(None)
 
