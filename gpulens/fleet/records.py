@@ -107,7 +107,7 @@ class FleetGpu:
     @property
     def job_names(self) -> str:
         """The jobs holding it, in words ('slurm 81234, slurm 81240'); "" for none."""
-        return ", ".join(h.label for h in self.holders)
+        return ", ".join(h.label for h in self.holders if h.label)
 
     @property
     def owner_names(self) -> str:

@@ -38,6 +38,8 @@ def test_a_gpu_two_jobs_share_is_each_jobs_and_passes_a_filter_on_either_owner()
     assert fleet.apply(gpus, fleet.Filters(users=("dan",), namespaces=("research",))) == [shared]
     (row,) = fleet.flagged(gpus, NOW)
     assert (row.job, row.owner) == ("kubernetes pod jupyter-bob, slurm 9001", "bob / research, dan")
+    # An allocation series without a job (a store's answer gone wrong) adds no empty name.
+    assert replace(shared, holders=(*shared.holders, Holder())).job_names == row.job
     assert row.job_links == (
         ("kubernetes pod jupyter-bob", "job?kind=kubernetes&id=job-bob"),
         ("slurm 9001", "job?kind=slurm&id=9001"),
