@@ -366,17 +366,28 @@ def wasted_from_counters(samples: Iterable[Sample]) -> list[Sample]:
     ]
 
 
+def _sole_holders(samples: Iterable[Sample]) -> dict[tuple[str, str], tuple[str, str]]:
+    """Return the (kind, id) of the job that alone holds each device, by (instance, UUID), from the allocation
+    series (ALLOCATIONS). The per-process series of a device several jobs hold do not say whose process sent
+    them: they join no job, rather than one at random."""
+    jobs: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
+    for s in samples:
+        if s.name in ALLOCATIONS:
+            key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
+            jobs[key].add((s.labels.get("job_kind", ""), s.labels.get("job_id", "")))
+    return {key: next(iter(held)) for key, held in jobs.items() if len(held) == 1}
+
+
 def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
     """Return every job in `samples`: GPU-seconds per state summed over nodes, and its in-job evidence.
 
-    In-job series carry the device's UUID, not the job: they are joined to the job that holds that GPU or MIG
-    slice (ALLOCATIONS). Data wait is the worst process's; memory is summed. The series of a device that
-    several jobs hold do not say whose process sent them: they are joined to none, rather than to one at
-    random.
+    In-job series carry the device's UUID, not the job: they are joined to the job that alone holds that GPU
+    or MIG slice (`_sole_holders`). Data wait is the worst process's; memory is summed.
     """
+    samples = list(samples)
+    sole = _sole_holders(samples)
     seconds: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
-    holders: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
     in_job: list[Sample] = []
     for s in samples:
         if s.name == "gpulens_job_gpu_state_seconds_total":
@@ -385,17 +396,15 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             nodes[job].add(s.labels.get("instance", ""))
         elif s.name in ALLOCATIONS:
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
-            holders[(s.labels.get("instance", ""), s.labels.get("uuid", ""))].add(job)
             nodes[job].add(s.labels.get("instance", ""))
             seconds.setdefault(job, defaultdict(float))
         elif s.name in IN_JOB:
             in_job.append(s)
     extra: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
     for s in in_job:
-        jobs = holders.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")), set())
-        if len(jobs) != 1:
+        held = sole.get((s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")))
+        if held is None:
             continue
-        (held,) = jobs
         short = s.name.removeprefix("gpulens_job_").removeprefix("torch_")
         values = extra[held]
         if short in ("data_wait_ratio",):
@@ -422,15 +431,10 @@ def job_traces(samples: Iterable[Sample], job_kind: str, job_id: str) -> tuple[E
     """Return the last finished trace of each of the job's processes in `samples`, newest first.
 
     The trace series carry the GPU's UUID, not the job: they are joined to the job that holds that GPU or
-    MIG slice (`gpulens_gpu_allocation_info`, `gpulens_mig_allocation_info`) alone, as the in-job series are.
+    MIG slice alone (`_sole_holders`), as the in-job series are.
     """
     samples = list(samples)
-    holders: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
-    for s in samples:
-        if s.name in ALLOCATIONS:
-            key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
-            holders[key].add((s.labels.get("job_kind", ""), s.labels.get("job_id", "")))
-    held = {key for key, jobs in holders.items() if jobs == {(job_kind, job_id)}}
+    held = {key for key, job in _sole_holders(samples).items() if job == (job_kind, job_id)}
     found: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(lambda: {"shares": {}})
     for s in samples:
         node, gpu_uuid = s.labels.get("instance", ""), s.labels.get("gpu_uuid", "")
