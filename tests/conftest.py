@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpulens.agent import config as agent_config
@@ -95,6 +100,23 @@ def make_agent(
 @pytest.fixture
 def agent_for():
     return make_agent
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """The folder `name`, which `make` fills once for the whole run: under pytest-xdist the first worker to
+    ask makes it while the others wait on its lock, and then all read the same files (pytest-xdist's way to
+    run a session fixture once). For costly fixtures whose product is files."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's, shared by its workers
+    folder, made = root / name, root / f"{name}.made"
+    with FileLock(root / f"{name}.lock"):
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            made.touch()
+    return folder
 
 
 # Fixtures that start a real server (Prometheus): a test that uses one is `slow`, out of `make check`'s loop,

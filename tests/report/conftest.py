@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -23,7 +24,7 @@ import yaml
 from gpulens.agent.clock import ManualClock
 from gpulens.bundled import FILES
 from tests.agent.webcerts import hashed
-from tests.conftest import make_agent
+from tests.conftest import made_once, make_agent
 from tests.tools import free_port, require_tool
 
 SCENARIO = str(Path(__file__).parent / "fleet.yaml")
@@ -46,6 +47,11 @@ class FleetRun:
     openmetrics: Path
     since: float
     until: float
+
+    @classmethod
+    def at(cls, folder: Path) -> FleetRun:
+        """The run `simulate` wrote into `folder`."""
+        return cls(folder / "ledger.sqlite", folder / "scrapes.om", EPOCH - 3600, EPOCH + END)
 
 
 class Scrapes:
@@ -79,7 +85,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def simulate(folder: Path) -> FleetRun:
+def simulate(folder: Path) -> None:
+    """Write the hour's ledger and scrapes into `folder` (see `FleetRun.at`)."""
     ledger = folder / "ledger.sqlite"
     scrapes = Scrapes()
     first = make_agent(SCENARIO, ledger=str(ledger))
@@ -94,23 +101,20 @@ def simulate(folder: Path) -> FleetRun:
         if now % SCRAPE == 0 and not SCRAPE_GAP[0] <= now < SCRAPE_GAP[1]:
             scrapes.scrape(agent.registry, EPOCH + now)
     agent.accounting.ledger.close()
-    openmetrics = folder / "scrapes.om"
-    openmetrics.write_text(scrapes.text())
-    return FleetRun(ledger, openmetrics, EPOCH - 3600, EPOCH + END)
+    (folder / "scrapes.om").write_text(scrapes.text())
 
 
 @pytest.fixture(scope="session")
 def fleet_run(tmp_path_factory) -> FleetRun:
-    return simulate(tmp_path_factory.mktemp("fleet"))
+    return FleetRun.at(made_once(tmp_path_factory, "fleet", simulate))
 
 
 @pytest.fixture(scope="session")
 def month_openmetrics(tmp_path_factory) -> Path:
     from tests.report import month
 
-    path = tmp_path_factory.mktemp("month") / "month.om"
-    path.write_text(month.openmetrics())
-    return path
+    made = made_once(tmp_path_factory, "month", lambda folder: (folder / "month.om").write_text(month.openmetrics()))
+    return made / "month.om"
 
 
 @pytest.fixture(scope="session")
@@ -124,9 +128,14 @@ def prometheus_url(fleet_run, month_openmetrics, tmp_path_factory):
         (month.day(month.RULE_FROM_DAY), month.day(month.RULES_DOWN[0])),
         (month.day(month.RULES_DOWN[1]), month.MONTH_END),
     )
-    with serve_prometheus(
-        fleet_run, tmp_path_factory.mktemp("tsdb"), extra=(month_openmetrics,), recorded=recorded
-    ) as url:
+    # The blocks are made once for every worker of the run; each serves its own copy, since a Prometheus
+    # locks its data folder.
+    made = made_once(
+        tmp_path_factory, "tsdb-made", lambda data: backfill(fleet_run, data, (month_openmetrics,), recorded)
+    )
+    data = tmp_path_factory.mktemp("tsdb")
+    shutil.copytree(made, data, dirs_exist_ok=True)
+    with _running_prometheus(fleet_run, data, None, None) as url:
         yield url
 
 
@@ -149,11 +158,20 @@ def serve_prometheus(
     extra: tuple[Path, ...] = (),
     recorded: tuple[tuple[float, float], ...] = (),
 ) -> Iterator[str]:
-    """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files), behind
-    `web_config` if given; yield its URL. With `recorded` (start, end) times, the rules of the group gpulens.jobs
-    (the fleet report's, rules/recording.rules.yml) are backfilled over each first, as an operator does
-    for rules loaded after the series: promtool evaluates them against this Prometheus, which then restarts
-    to load the blocks they make."""
+    """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files, and the
+    `recorded` rules: `backfill`), behind `web_config` if given; yield its URL."""
+    backfill(fleet_run, data, extra, recorded)
+    with _running_prometheus(fleet_run, data, web_config, auth) as url:
+        yield url
+
+
+def backfill(
+    fleet_run: FleetRun, data: Path, extra: tuple[Path, ...] = (), recorded: tuple[tuple[float, float], ...] = ()
+) -> None:
+    """Write into `data` the blocks of the scrapes (and of the `extra` OpenMetrics files). With `recorded`
+    (start, end) times, the rules of the group gpulens.jobs (the fleet report's, rules/recording.rules.yml)
+    are backfilled over each too, as an operator does for rules loaded after the series: promtool evaluates
+    them against a Prometheus over the scrapes' blocks."""
     promtool = require_tool("promtool")
     for scrapes in (fleet_run.openmetrics, *extra):
         subprocess.run(
@@ -163,10 +181,8 @@ def serve_prometheus(
             timeout=120,
         )
     if not recorded:
-        with _running_prometheus(fleet_run, data, web_config, auth) as url:
-            yield url
         return
-    with _running_prometheus(fleet_run, data, web_config, auth) as url:
+    with _running_prometheus(fleet_run, data, None, None) as url:
         rules = data.parent / f"{data.name}-jobs.rules.yml"
         groups = yaml.safe_load(FILES["recording.rules.yml"].text())["groups"]
         rules.write_text(yaml.safe_dump({"groups": [g for g in groups if g["name"] == "gpulens.jobs"]}))
@@ -181,8 +197,6 @@ def serve_prometheus(
             )
     for block in blocks.iterdir():
         block.rename(data / block.name)
-    with _running_prometheus(fleet_run, data, web_config, auth) as url:
-        yield url
 
 
 @contextmanager
