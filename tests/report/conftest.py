@@ -1,8 +1,9 @@
 """One simulated hour on the `fleet.yaml` node, recorded twice: in the agent's ledger, and as the scrapes a
 Prometheus would have taken, backfilled into a real Prometheus with `promtool tsdb create-blocks-from
 openmetrics`. The agent restarts at 30 minutes (10 s down) and two minutes of scrapes are missing, as
-happens in life. Both records are built once per session. The same Prometheus holds a simulated month
-before that hour, for the trend (`month.py`). Two of the Slurm jobs have an account and a name.
+happens in life. Both records are built once per run, for every pytest-xdist worker (`made_once`). The
+same Prometheus holds a simulated month before that hour, for the trend (`month.py`). Two of the Slurm
+jobs have an account and a name.
 """
 
 from __future__ import annotations
@@ -156,11 +157,10 @@ def serve_prometheus(
     web_config: Path | None = None,
     auth: tuple[str, str] | None = None,
     extra: tuple[Path, ...] = (),
-    recorded: tuple[tuple[float, float], ...] = (),
 ) -> Iterator[str]:
-    """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files, and the
-    `recorded` rules: `backfill`), behind `web_config` if given; yield its URL."""
-    backfill(fleet_run, data, extra, recorded)
+    """Run a real Prometheus over the backfilled scrapes in `data` (and the `extra` OpenMetrics files), behind
+    `web_config` if given; yield its URL."""
+    backfill(fleet_run, data, extra)
     with _running_prometheus(fleet_run, data, web_config, auth) as url:
         yield url
 
