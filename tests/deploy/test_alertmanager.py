@@ -398,7 +398,13 @@ def test_the_owner_route_in_the_docs_sends_a_jobs_alerts_to_its_owner_too(tmp_pa
             "gpulens-owner,gpulens-chat",
         ),
         (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
-        (["severity=critical", "alertname=GpulensGpuLost", "user=alice"], "gpulens-oncall"),
+        # A lost GPU's alert names the owner of each job on it: the owner hears, and the on-call as ever.
+        (
+            ["severity=critical", "alertname=GpulensGpuLost", "user=alice", "job_id=81234"],
+            "gpulens-owner,gpulens-oncall",
+        ),
+        (["severity=critical", "alertname=GpulensGpuLost"], "gpulens-oncall"),
+        (["severity=critical", "alertname=GpulensGpuEccUncorrected", "user=alice"], "gpulens-oncall"),
     ]:
         routed = subprocess.run(
             [amtool, "config", "routes", "test", f"--config.file={path}", *labels],
