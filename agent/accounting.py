@@ -105,6 +105,7 @@ class Exported:
     jobs: tuple[_Row, ...] = ()
     allocations: tuple[tuple[tuple[str, str], Job], ...] = ()  # (GPU labels, job) for the jobs exported
     mig_allocations: tuple[tuple[tuple[str, ...], Job], ...] = ()  # (MIG device labels, job), the same
+    reporters: tuple[tuple[tuple[str, str], Job], ...] = ()  # ((pid, gpu_uuid) of a reporting process, its job)
     not_exported: int = 0
 
 
@@ -290,6 +291,14 @@ class JobAccounting:
             for job in part.analysis.jobs
             if (job.kind, job.id) in chosen
         ]
+        # The job of each process that sends reports (gpulens.torch), as the devices' holders name it: a job's
+        # `pids` are its processes on that one device.
+        owners = {pid: job for _, job in (*allocations, *mig_allocations) for pid in job.pids}
+        reporters = [
+            ((str(pid), report.device.uuid), owners[pid])
+            for pid, report in sorted(snapshot.analysis.reports.items())
+            if pid in owners
+        ]
         return Exported(
             jobs=tuple(
                 _Row(o.total, o.memory_bytes if o.last_seen_at == now else None, o.gpus, o.host)
@@ -297,6 +306,7 @@ class JobAccounting:
             ),
             allocations=tuple(allocations),
             mig_allocations=tuple(mig_allocations),
+            reporters=tuple(reporters),
             not_exported=len(jobs) - len(chosen),
         )
 

@@ -91,6 +91,15 @@ def _holding_metrics(exported: Exported) -> Iterable[Metric]:
         MIG_LABELS,
         exported.mig_allocations,
     )
+    # The in-job series (agent/jobs/metrics.py) are per process, labelled `pid` and `gpu_uuid` as NVML and the
+    # job name them: this names each one's job and owner, one series per reporting process, for the alerts
+    # and queries that join them (`* on (instance, pid) group_left (user, ...)`), a GPU several jobs share too.
+    reporters = _holders(
+        "gpulens_job_process_info",
+        "Always 1: the job and owner of a process that sends in-job reports (gpulens.torch), by its pid and GPU.",
+        ("pid", "gpu_uuid"),
+        exported.reporters,
+    )
     seconds = CounterMetricFamily(
         "gpulens_job_gpu_state_seconds",
         "GPU-seconds the job's GPUs spent in each usage state on this node (4 GPUs for 1 s count 4); "
@@ -132,13 +141,13 @@ def _holding_metrics(exported: Exported) -> Iterable[Metric]:
         "are kept. Above 0, raise the limit.",
         value=exported.not_exported,
     )
-    yield from (allocation, mig_allocation, seconds, gpus, cpu, allowed, main, workers, io, limited)
+    yield from (allocation, mig_allocation, reporters, seconds, gpus, cpu, allowed, main, workers, io, limited)
 
 
 def _holders(
     name: str, text: str, labels: tuple[str, ...], rows: Iterable[tuple[tuple[str, ...], Job]]
 ) -> GaugeMetricFamily:
-    """One series per (device, job holding it), the device's labels then the job's and its owner's."""
+    """One series per (device or process, its job), its own labels then the job's and its owner's."""
     family = GaugeMetricFamily(
         name, text, labels=(*labels, "job_kind", "job_id", "user", "namespace", "pod", "container", "account")
     )

@@ -288,7 +288,11 @@ def test_every_per_job_series_names_the_jobs_owner_as_gpulens_job_info_does(scen
     per_job = [
         s
         for s in node.samples()
-        if s.name.startswith("gpulens_job_") and "job_id" in s.labels and s.name != "gpulens_job_info"
+        # gpulens_job_process_info names a reporting process's job: per process (`pid`), not per job.
+        if s.name.startswith("gpulens_job_")
+        and "job_id" in s.labels
+        and "pid" not in s.labels
+        and s.name != "gpulens_job_info"
     ]
     assert {s.name for s in per_job} >= {"gpulens_job_gpu_state_seconds_total", "gpulens_job_tip_seconds_total"}
     assert any(a for a in accounts.values()) or scenario == "mig"

@@ -101,3 +101,52 @@ def test_with_the_ledgers_totals_on_each_family_is_exposed_once(tmp_path, socket
         assert [(sorted(s.labels), s.value) for s in per_job] == [(owner, 2_000_000)]
     finally:
         receiver.stop()
+
+
+def test_each_reporting_process_is_named_with_its_job_and_owner_on_a_gpu_two_jobs_share(tmp_path, socket_path, message):
+    """The in-job series are per process (`pid`, `gpu_uuid`): gpulens_job_process_info names each one's job and
+    owner, so that an alert on a process's out-of-memory errors can name its owner where a GPU-level join
+    cannot (two jobs on the GPU). A process on no GPU belongs to no job the agent knows: no series."""
+    scenario = tmp_path / "shared.yaml"
+    scenario.write_text(
+        f"""
+name: shared
+description: one GPU, a Slurm job's process (this test) beside another job's
+gpus:
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: 40
+    processes:
+      - {{pid: {os.getpid()}, memory: 4GiB, job: {{kind: slurm, id: "41", user: ann, account: ml}}}}
+      - {{pid: 424243, memory: 4GiB, job: {{kind: slurm, id: "42", user: ben}}}}
+"""
+    )
+    settings = config.load(["--simulate", str(scenario), "--ledger.path", "", "--jobs.socket", socket_path], environ={})
+    clock = ManualClock()
+    sampler, registry, _, receiver = build(settings, clock=clock)
+    receiver.start()
+    try:
+        send(socket_path, message(pid=os.getpid()))
+        stranger = send_from_child(socket_path, message(pid=None))
+        processed(receiver, 2)
+        for _ in range(3):
+            sampler.cycle()
+            clock.advance(1.0)
+        samples = [s for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples]
+        named = [s.labels for s in samples if s.name == "gpulens_job_process_info"]
+        uuid = next(s.labels["gpu_uuid"] for s in samples if s.name == "gpulens_job_data_wait_ratio")
+        assert named == [
+            {
+                "pid": str(os.getpid()),
+                "gpu_uuid": uuid,
+                "job_kind": "slurm",
+                "job_id": "41",
+                "user": "ann",
+                "namespace": "",
+                "pod": "",
+                "container": "",
+                "account": "ml",
+            }
+        ]
+        assert str(stranger) not in {s.labels.get("pid") for s in samples if s.name == "gpulens_job_process_info"}
+    finally:
+        receiver.stop()
