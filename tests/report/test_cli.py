@@ -265,7 +265,9 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--since", "-3d", "--ledger", "x"], ("--since: expected one argument", "as --since=VALUE")),
     ],
 )
-def test_usage_mistakes_exit_2(capsys, argv, words):
+def test_usage_mistakes_exit_2(capsys, monkeypatch, tmp_path, argv, words):
+    # An agent on this machine would have a ledger at the default path, which --source ledger falls back to.
+    monkeypatch.setattr("gpulens.report.cli.DEFAULT_LEDGER", str(tmp_path / "ledger.sqlite"))
     fails(capsys, argv, 2, *words)
 
 
