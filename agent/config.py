@@ -251,6 +251,14 @@ class AgentConfig:
         "the kubelet's pod-resources socket, for pod names; ignored when absent",
         metavar="PATH",
     )
+    cgroup_root: str = _setting(
+        "--path.cgroupfs",
+        _text,
+        "/sys/fs/cgroup",
+        "where the host's cgroup hierarchy is mounted, for the CPU and memory limits of jobs' cgroups "
+        "(a pod's request, cpu_cores_allowed); in a container, mount the host's /sys/fs/cgroup read-only",
+        metavar="PATH",
+    )
     ledger_path: str | None = _setting(  # None: DEFAULT_LEDGER_PATH, or a temporary file when simulated
         "--ledger.path",
         _text,

@@ -192,11 +192,17 @@ def _live_sources(config: agent_config.AgentConfig, clock: Clock) -> tuple[LiveS
     from gpulens.agent.attribution.podresources import PodResourcesClient
     from gpulens.agent.attribution.resolver import Resolver
 
+    if not os.path.isdir(config.cgroup_root):
+        raise agent_config.ConfigError(
+            f"--path.cgroupfs: {config.cgroup_root} is not a directory; "
+            "mount the host's /sys/fs/cgroup there read-only, or name where it is mounted"
+        )
     pods = PodResourcesClient(config.pod_resources_socket)
-    resolver = Resolver(podresources=pods, clock=clock.monotonic)
+    resolver = Resolver(podresources=pods, clock=clock.monotonic, cgroup_root=config.cgroup_root)
     path = agent_config.DEFAULT_JOBS_SOCKET if config.jobs_socket is None else config.jobs_socket
     receiver = Receiver(path, clock=clock.monotonic) if path else None
-    return LiveSources(resolver, HostSampler(clock=clock.monotonic), receiver), receiver
+    sampler = HostSampler(cgroup_root=config.cgroup_root, clock=clock.monotonic)
+    return LiveSources(resolver, sampler, receiver), receiver
 
 
 def _simulated_receiver(config: agent_config.AgentConfig) -> Receiver | None:

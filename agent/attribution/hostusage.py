@@ -71,7 +71,7 @@ class HostSampler:
         read: Callable[[str], bytes] = read_bytes,
     ):
         self._proc = ProcReader(proc_root, read)
-        self._limits = CgroupLimits(cgroup_root, read)
+        self._limits = CgroupLimits(cgroup_root, read, self._proc)
         self._clock = clock
         self._max_processes = max_processes
         self._process_factory = process_factory

@@ -140,7 +140,7 @@ class Resolver:
         cgroup_root: str = "/sys/fs/cgroup",
     ):
         self._proc = ProcReader(proc_root, read)
-        self._limits = CgroupLimits(cgroup_root, read)
+        self._limits = CgroupLimits(cgroup_root, read, self._proc)
         self._podresources = podresources
         self._clock = clock
         self._ttl = ttl

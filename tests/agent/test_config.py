@@ -138,6 +138,16 @@ def test_cli_bad_flag_exits_2_with_one_line():
     assert "Traceback" not in result.stderr
 
 
+def test_a_cgroup_mount_that_is_not_there_exits_2_naming_the_fix(tmp_path):
+    """A forgotten host mount would hide every job's limits without a word: the agent refuses to start."""
+    result = _run("agent", "--path.cgroupfs", str(tmp_path / "host"), "--jobs.socket", "", "--ledger.path", "")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"gpulens agent: --path.cgroupfs: {tmp_path / 'host'} is not a directory; "
+        "mount the host's /sys/fs/cgroup there read-only, or name where it is mounted\n"
+    )
+
+
 def test_cli_bad_scenario_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ndescription: y\ngpus: [{model: 'NVIDIA H100 80GB HBM3', utilisation: 5}]\n")
@@ -177,6 +187,7 @@ OTHER_VALUES = {
     "jobs_socket": "",
     "export_job_totals": "on",
     "pod_resources_socket": "/k.sock",
+    "cgroup_root": "/host/sys/fs/cgroup",
     "ledger_path": "",
     "ledger_partition": "gpu",
     "probes_jitter": "1m",

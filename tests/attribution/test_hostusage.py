@@ -194,7 +194,8 @@ def write(path: Path, text: str) -> None:
             },
             0.25,
         ),
-        # A path from another cgroup namespace does not lead into this root: affinity alone.
+        # A path from another cgroup namespace, with init's cgroups (which say how deep the namespace sits) not
+        # there to read: it leads nowhere known, so affinity alone (tests/attribution/test_limits.py reads them).
         ("0::/../../kubepods.slice/ctr.scope\n", {"kubepods.slice/ctr.scope/cpu.max": "50000 100000\n"}, None),
         ("0::/user.slice\n", {}, None),
     ],

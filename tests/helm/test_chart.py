@@ -78,6 +78,7 @@ CASES: dict[str, dict] = {
         "dashboard": {"enabled": False},
         "agent": {
             "podResources": {"enabled": False},
+            "hostCgroups": {"enabled": False},
             "ledger": {"enabled": False},
             "probes": {"enabled": True, "interval": "12h"},
             "resources": {"limits": {"memory": "4Gi"}},
@@ -237,11 +238,14 @@ def test_the_agent_mounts_the_kubelet_socket_read_only_and_the_jobs_directory(re
     assert mounts["jobs"]["mountPath"] == "/run/gpulens" and not mounts["jobs"].get("readOnly")
     assert volumes["jobs"]["hostPath"] == {"path": "/run/gpulens", "type": "DirectoryOrCreate"}
     assert volumes["ledger"]["hostPath"] == {"path": "/var/lib/gpulens", "type": "DirectoryOrCreate"}
+    assert mounts["host-cgroups"] == {"name": "host-cgroups", "mountPath": "/host/sys/fs/cgroup", "readOnly": True}
+    assert volumes["host-cgroups"]["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
     args = container["args"]
     assert args[0] == "agent"
     assert "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in args
     assert "--jobs.socket=/run/gpulens/jobs.sock" in args
     assert "--ledger.path=/var/lib/gpulens/ledger.sqlite" in args
+    assert "--path.cgroupfs=/host/sys/fs/cgroup" in args
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
@@ -267,8 +271,8 @@ def test_overrides_reach_the_agent(rendered):
     assert "--collector.process-details" in container["args"]
     assert "--collector.dcgm-compat" in container["args"]
     pod, container = _agent(rendered["agent-only"])
-    assert "pod-resources" not in {v["name"] for v in pod["volumes"]}
-    assert not any(a.startswith("--kubelet.") for a in container["args"])
+    assert not {"pod-resources", "host-cgroups"} & {v["name"] for v in pod["volumes"]}
+    assert not any(a.startswith(("--kubelet.", "--path.")) for a in container["args"])
     assert "--ledger.path=" in container["args"]
     assert "--collector.probes" in container["args"] and "--probes.interval=12h" in container["args"]
 
@@ -459,8 +463,12 @@ def test_notes_ask_for_privileged_pods_whenever_a_host_path_is_mounted(tmp_path)
     """The baseline Pod Security Standard refuses hostPath volumes as well as hostPID."""
     no_pid = {"agent": {"hostPID": False}}
     assert "pod-security.kubernetes.io/enforce=privileged" in _notes(tmp_path, no_pid)
-    nothing = {"agent": {"hostPID": False, **{k: {"enabled": False} for k in ("podResources", "jobsSocket", "ledger")}}}
+    paths = ("podResources", "hostCgroups", "jobsSocket", "ledger")
+    nothing = {"agent": {"hostPID": False, **{k: {"enabled": False} for k in paths}}}
     assert "pod-security.kubernetes.io/enforce" not in _notes(tmp_path / "n", nothing)
+    for path in paths:
+        one = {"agent": {"hostPID": False, **{k: {"enabled": k == path} for k in paths}}}
+        assert "pod-security.kubernetes.io/enforce=privileged" in _notes(tmp_path / path, one), path
 
 
 def test_the_shortest_probe_interval_values_yaml_names_is_accepted():

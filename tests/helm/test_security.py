@@ -105,7 +105,12 @@ LOCKED: dict[str, dict] = {
 }
 ALL_CASES = {**CASES, **LOCKED}
 # The host paths docs/security.md justifies, and whether the agent may write there.
-HOST_PATHS = {"/var/lib/kubelet/pod-resources": True, "/run/gpulens": False, "/var/lib/gpulens": False}
+HOST_PATHS = {
+    "/var/lib/kubelet/pod-resources": True,
+    "/sys/fs/cgroup": True,
+    "/run/gpulens": False,
+    "/var/lib/gpulens": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -414,6 +419,7 @@ def test_every_privilege_is_explained_in_values_and_security_docs():
         "capabilities",
         "seccompProfile",
         "podResources",
+        "hostCgroups",
         "jobsSocket",
         "ledger",
         "webConfig",
@@ -432,6 +438,7 @@ def test_every_privilege_is_explained_in_values_and_security_docs():
         "automountServiceAccountToken: false",
         "enableServiceLinks: false",
         "/var/lib/kubelet/pod-resources",
+        "/sys/fs/cgroup",
         "/run/gpulens",
         "/var/lib/gpulens",
         "NVIDIA_VISIBLE_DEVICES",
