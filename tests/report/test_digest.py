@@ -415,7 +415,6 @@ def test_usage_mistakes_exit_2(capsys, argv, words):
 def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, capsys, ledger):
     """`--since 30d` ends at another minute each run: the same day's rerun is the same digest, suppressed within
     the cooldown, and the next day's period is another digest."""
-    pytest.importorskip("aiosmtpd")  # the SMTP server on loopback: a test extra the matrix's report floor goes without
     from tests.notify.servers import digest_settings, smtp_server
 
     evening = T0 + 18 * H + 14 * 60  # 2026-01-01 18:14 UTC
@@ -441,7 +440,6 @@ def test_a_monthly_timer_run_again_the_same_day_sends_nothing_twice(tmp_path, ca
     ],
 )
 def test_jobs_without_an_owner_or_an_account_are_said_and_not_sent(tmp_path, capsys, by, skipped):
-    pytest.importorskip("aiosmtpd")  # the SMTP server on loopback: a test extra the matrix's report floor goes without
     from tests.notify.servers import digest_settings, smtp_server
 
     path = tmp_path / "ledger.sqlite"
