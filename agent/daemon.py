@@ -116,7 +116,10 @@ def assemble(
     if config.collectors.get("diagnosis"):
         analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
     stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
-    sampler = Sampler(library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer)
+    known = stages[0].ledger if stages else None  # the GPUs of the last run, for one lost before it is looked up
+    sampler = Sampler(
+        library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer, known=known
+    )
     registry = CollectorRegistry(auto_describe=False)
     exposed: list[Exposes] = list(enabled)
     if analysis is not None:

@@ -13,6 +13,9 @@ A ledger written by an earlier gpulens gets the columns and tables it lacks (a S
 1: columns and tables are only ever added, and an earlier gpulens, which names the columns it reads and writes,
 reads and writes a newer file too.
 
+The ledger also keeps the GPUs the agent last found on the node (meta key `gpus`), so that a GPU lost before a
+restarted agent could look it up keeps its UUID (agent/sampler.py).
+
 A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
 `gpulens_ledger_corrupt 1` and runs on without a ledger. A write that fails (disk full, read-only
 file system) is counted and retried later with the deltas kept in memory meanwhile.
@@ -29,9 +32,10 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from gpulens.agent.nvml import GpuIdentity
 from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,25 @@ class LedgerError(Exception):
 READER_FIX = ", give an agent's ledger file (its --ledger.path)"
 
 
+_GPU_TEXTS = ("uuid", "name", "serial", "pci_bus_id", "mig_mode")
+_GPU_COUNTS = ("index", "memory_total_bytes", "pcie_max_generation", "pcie_max_width")  # the last two may be null
+
+
+def _gpus(text: str) -> list[GpuIdentity]:
+    """Return the GPUs `remember_gpus` wrote; ValueError for anything else (another version's, a damaged value)."""
+    gpus = []
+    for entry in json.loads(text):
+        if not isinstance(entry, dict) or set(entry) != {*_GPU_TEXTS, *_GPU_COUNTS}:
+            raise ValueError(f"not a GPU's fields: {str(entry)[:80]}")
+        if not all(isinstance(entry[name], str) for name in _GPU_TEXTS) or not entry["uuid"]:
+            raise ValueError(f"a GPU's names are not text: {str(entry)[:80]}")
+        counts = [entry[name] for name in _GPU_COUNTS]
+        if not all(type(n) is int or (n is None and i >= 2) for i, n in enumerate(counts)):
+            raise ValueError(f"a GPU's numbers are not whole: {str(entry)[:80]}")
+        gpus.append(GpuIdentity(**entry))
+    return gpus
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open `path` for writing (creating it), without touching its contents."""
     return sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
@@ -172,9 +195,10 @@ class _Pending:
     runs: dict[tuple[str, str, float], tuple[JobRecord, JobRecord]] = field(default_factory=dict)
     points: dict[tuple[tuple[str, str, float], float], TimelinePoint] = field(default_factory=dict)
     finished: dict[tuple[str, str, float], float] = field(default_factory=dict)
+    gpus: str | None = None  # the node's GPUs to remember, as JSON
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.points or self.finished)
+        return bool(self.runs or self.points or self.finished or self.gpus is not None)
 
 
 class Ledger:
@@ -288,6 +312,25 @@ class Ledger:
         """Whether deltas of some cycles wait in memory because writing them failed."""
         return bool(self._pending)
 
+    # -- the node's GPUs ----------------------------------------------------------------------------
+
+    def remember_gpus(self, gpus: Sequence[GpuIdentity]) -> None:
+        """Keep `gpus`, every GPU the agent found, for the next run; written with the next cycle's deltas."""
+        self._pending.gpus = json.dumps([asdict(gpu) for gpu in gpus])
+
+    def recall_gpus(self) -> list[GpuIdentity]:
+        """Return the GPUs `remember_gpus` kept in an earlier run; none where the file has none or cannot say."""
+        if self._conn is None:
+            return []
+        try:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'gpus'").fetchone()
+            return [] if row is None else _gpus(row[0])
+        except (sqlite3.Error, ValueError, TypeError) as error:
+            log.warning(
+                "job ledger %s: the last run's GPUs cannot be read (%s); a lost GPU shows by index", self.path, error
+            )
+            return []
+
     # -- writing -----------------------------------------------------------------------------------
 
     def write(
@@ -397,6 +440,8 @@ class Ledger:
                 (last_seen, kind, job_id, start),
             )
             self._runs.pop((kind, job_id, start), None)
+        if self._pending.gpus is not None:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('gpus', ?)", (self._pending.gpus,))
         conn.execute("COMMIT")
 
     def _upsert_run(self, conn: sqlite3.Connection, total: JobRecord, delta: JobRecord) -> int:

@@ -8,7 +8,9 @@ run; NVML that cannot start is retried with back-off while the agent keeps servi
 Every GPU the device count names stays in the snapshot whatever its calls answer: one whose handle
 cannot be looked up is a lost GPU (by its index alone when it was never identified), one whose every
 call failed is unreadable, and each failed call is counted for its GPU and collector. The count is read
-every cycle, so a GPU added or removed at run time shows in the next snapshot.
+every cycle, so a GPU added or removed at run time shows in the next snapshot. A GPU lost before this run
+could identify it keeps the identity it had in the last run, where `known` (the job ledger) kept the GPUs
+of that run and every GPU that answers now stands where it stood then.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ class AnalysisStage(Protocol):
     def run(self, snapshot: Snapshot, now: float) -> Any: ...
 
 
+class KnownGpus(Protocol):
+    """Where the GPUs a run found are kept for the next run (agent/ledger.py)."""
+
+    def recall_gpus(self) -> list[GpuIdentity]: ...
+
+    def remember_gpus(self, gpus: Sequence[GpuIdentity]) -> None: ...
+
+
 class Stage(Protocol):
     """Reads each published snapshot: the job ledger (agent/accounting.py), the exposition cache."""
 
@@ -82,6 +92,7 @@ class Sampler:
         timer: Timer = time.perf_counter,
         analysis: AnalysisStage | None = None,
         stages: Sequence[Stage] = (),
+        known: KnownGpus | None = None,
     ):
         self.nvml = Nvml(library)
         self.collectors = collectors
@@ -92,6 +103,9 @@ class Sampler:
         self._timer = timer  # measures collector durations; tests pass a fixed one for golden output
         self.analysis = analysis  # gpulens.agent.analysis.Analysis, run after every cycle
         self.stages = tuple(stages)  # record(snapshot, now) after each published cycle: the job ledger
+        self._known = known
+        self._recalled: list[GpuIdentity] | None = None  # the last run's GPUs, read once, when first wanted
+        self._remembered: list[GpuIdentity] = []  # what `known` was last given
         self._fields = tuple(dict.fromkeys(f for c in collectors for f in c.fields))
         self._states: dict[str, _GpuState] = {}
         self._initialized = False
@@ -316,6 +330,7 @@ class Sampler:
         moved = count != self._device_count  # GPUs came or went: indices may have shifted
         self._device_count = count
         seen: set[str] = set()
+        found: dict[int, GpuIdentity] = {}
         unresolved: dict[int, str] = {}
         for index in range(count):
             try:
@@ -328,6 +343,7 @@ class Sampler:
                 continue
             problems, _, _ = self.nvml.take_problems()
             seen.add(identity.uuid)
+            found[index] = identity
             state = self._states.get(identity.uuid)
             if state is None:
                 state = self._states[identity.uuid] = _GpuState(identity=identity, handle=handle)
@@ -338,7 +354,9 @@ class Sampler:
             for kind in problems:
                 state.read_errors[("identity", kind)] += 1
             self._states.pop(f"{_UNIDENTIFIED}{index}", None)
-        kept = self._place_unresolved(unresolved, seen, moved)
+        kept = self._place_unresolved(unresolved, seen, moved, self._last_run(count, found))
+        if not unresolved:
+            self._remember([found[index] for index in range(count)])
         for key, state in list(self._states.items()):
             if key not in seen and key not in kept:
                 if state.identity.uuid:
@@ -346,30 +364,55 @@ class Sampler:
                 self._mark_down(state)
                 del self._states[key]
 
-    def _place_unresolved(self, unresolved: dict[int, str], seen: set[str], moved: bool) -> set[str]:
+    def _place_unresolved(
+        self, unresolved: dict[int, str], seen: set[str], moved: bool, last_run: dict[int, GpuIdentity]
+    ) -> set[str]:
         """Give each index that answered no lookup a GPU, lost; return the keys of the states kept so.
 
         While the count stays the same, the index still names the GPU it named before (a lost GPU still
         counts in NVML's list): that GPU is kept, lost. Once GPUs came or went (`moved`), indices may have
         shifted and which GPU an unanswered index stands for cannot be known: it gets a state by its index
-        alone, and the GPUs not seen leave, rather than a GPU shown under another's UUID.
+        alone, and the GPUs not seen leave, rather than a GPU shown under another's UUID. An index this run
+        never identified takes the GPU `last_run` had there.
         """
         known = {s.identity.index: s for key, s in self._states.items() if key not in seen and s.identity.uuid}
         kept: set[str] = set()
         for index, why in sorted(unresolved.items()):
             state = None if moved else known.get(index)
+            recalled = last_run.get(index)
+            if state is None and recalled is not None and recalled.uuid not in self._states:
+                state = self._states[recalled.uuid] = _GpuState(identity=recalled, handle=None, up=False)
             if state is None:
                 key = f"{_UNIDENTIFIED}{index}"
                 state = self._states.setdefault(key, _GpuState(identity=_unidentified(index), handle=None, up=False))
             else:
                 key = state.identity.uuid
             kept.add(key)
+            was = f" (as {key}, the GPU it was when the agent last ran)" if state.identity is recalled else ""
             self._log_once(
-                f"lookup:{key}", "GPU %d cannot be looked up (%s); it is shown lost until it answers", index, why
+                f"lookup:{key}", "GPU %d cannot be looked up (%s); it is shown lost%s until it answers", index, why, was
             )
             if state.up:
                 self._mark_down(state)
         return kept
+
+    def _last_run(self, count: int, found: dict[int, GpuIdentity]) -> dict[int, GpuIdentity]:
+        """The last run's GPUs by index, where they stand for this run's: as many, and every GPU that answered
+        now at the index it had then; else none."""
+        if self._known is None or len(found) == count:
+            return {}
+        if self._recalled is None:
+            self._recalled = self._known.recall_gpus()
+        before = {gpu.index: gpu for gpu in self._recalled}
+        if len(before) != count or any(i not in before or before[i].uuid != gpu.uuid for i, gpu in found.items()):
+            return {}
+        return {i: gpu for i, gpu in before.items() if i not in found and gpu.uuid}
+
+    def _remember(self, gpus: list[GpuIdentity]) -> None:
+        """Give `known` the GPUs of an enumeration where every one answered, when they changed."""
+        if self._known is not None and gpus != self._remembered:
+            self._remembered = gpus
+            self._known.remember_gpus(gpus)
 
     def _log_once(self, key: str, message: str, *args: Any) -> None:
         """Log a warning the first time `key` comes up since NVML was initialized."""

@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 
+from gpulens.agent.clock import ManualClock
 from gpulens.agent.collectors.base import Collector
 
 
@@ -90,6 +91,59 @@ def test_a_lost_gpu_names_the_jobs_on_it_while_their_processes_live(agent_for, t
     assert holders() == ["41", "42"]
     agent.run(20)  # t = 45: job 42's process has ended
     assert holders() == ["41"]
+
+
+def test_an_agent_restarted_while_a_gpu_is_lost_shows_it_as_the_gpu_it_was_with_its_pod(agent_for, tmp_path, caplog):
+    """A real driver cannot look up a GPU off the bus (dcgm-exporter issue #604): an agent that starts then would
+    know it by index alone, and no pod allocated to it. The ledger keeps the GPUs of the last run; with the
+    others where they were, the lost one is shown as the GPU it was, and the kubelet names its pod by UUID."""
+    path = scenario(
+        tmp_path,
+        TWO_GPUS.replace(
+            "processes: [{pid: 200, memory: 20GiB}]",
+            "processes: [{pid: 200, memory: 20GiB, job: "
+            "{kind: kubernetes, id: 11111111-aaaa-4bbb-8ccc-000000000001, user: ann, namespace: ml, pod: train-0}}]",
+        )
+        + """
+    faults:
+      - {at: 20, until: 60, gpu: 1, kind: lost}
+    """,
+    )
+    ledger = str(tmp_path / "ledger.sqlite")
+    before = agent_for(path, ledger=ledger)
+    before.run(10)
+    uuid = labels(before, 1)["uuid"]
+    before.accounting.ledger.close()  # the agent stops
+
+    agent = agent_for(path, ledger=ledger, clock=ManualClock(start=30))  # and starts again with GPU 1 off the bus
+    agent.run(5)
+    assert agent.value("gpulens_gpu_up", gpu="1", uuid=uuid) == 0
+    assert agent.value("gpulens_gpu_verdict_info", gpu="1", uuid=uuid, reason="gpu_lost", tip="gpu_fell_off_bus") == 1
+    assert 'uuid=""' not in agent.exposition()
+    held = f'job_id="ml/train-0",job_kind="kubernetes",namespace="ml",pod="train-0",user="",uuid="{uuid}"}} 1.0'
+    assert 'gpulens_gpu_allocation_info{account="",container="",gpu="1",' + held in agent.exposition()
+    assert len([m for m in caplog.messages if f"as {uuid}, the GPU it was when the agent last ran" in m]) == 1
+    agent.run(30)  # t = 65: reset, it answers with the same UUID
+    assert agent.value("gpulens_gpu_up", gpu="1", uuid=uuid) == 1
+
+
+ANOTHER_AT_0 = "utilization: 50\n        uuid: GPU-00000000-1111-2222-3333-444444444444"
+A_THIRD = "processes: [{pid: 200, memory: 20GiB}]\n      - model: NVIDIA A100-SXM4-80GB"
+
+
+@pytest.mark.parametrize(("changed", "why"), [(ANOTHER_AT_0, "another GPU at index 0"), (A_THIRD, "a third GPU")])
+def test_a_node_whose_other_gpus_changed_shows_a_gpu_lost_at_start_by_its_index(agent_for, tmp_path, changed, why):
+    """The last run's GPUs stand for this run's only where each GPU that answers stands where it stood."""
+    ledger = str(tmp_path / "ledger.sqlite")
+    before = agent_for(scenario(tmp_path, TWO_GPUS), ledger=ledger)
+    before.run(3)
+    before.accounting.ledger.close()
+    was = changed.split("\n")[0]
+    body = TWO_GPUS.replace(was, changed, 1) + "\n    faults:\n      - {at: 0, gpu: 1, kind: lost}\n"
+    agent = agent_for(scenario(tmp_path, body), ledger=ledger)
+    agent.run(3)
+    assert agent.value("gpulens_gpu_up", gpu="1", uuid="") == 0, why
+    assert labels(before, 1)["uuid"] not in agent.exposition()
 
 
 def test_not_supported_field_drops_that_series_only(agent_for, tmp_path):

@@ -20,6 +20,7 @@ import pytest
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.job_series import ledger_metrics
 from gpulens.agent.ledger import Ledger, connect, connect_readonly, read_records
+from gpulens.agent.nvml import GpuIdentity
 from gpulens.agent.server import AgentApp
 from gpulens.usage import JobRecord, TipUse
 from gpulens.vocabulary import State
@@ -198,6 +199,41 @@ class Switchable:
     def __call__(self, path):
         self.conn = connect(path)
         return self.conn
+
+
+GPUS = [
+    GpuIdentity(
+        0, "GPU-00000000-1111-2222-3333-444444444444", "NVIDIA H100 80GB HBM3", "1652", "00000000:18:00.0", "", 85
+    ),
+    GpuIdentity(
+        1,
+        "GPU-55555555-1111-2222-3333-444444444444",
+        "NVIDIA H100 80GB HBM3",
+        "1653",
+        "00000000:2A:00.0",
+        "",
+        85,
+        5,
+        16,
+    ),
+]
+
+
+def test_the_gpus_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_none(tmp_path, caplog):
+    path = str(tmp_path / "ledger.sqlite")
+    first = Ledger(path, node="sim")
+    assert first.recall_gpus() == []
+    first.remember_gpus(GPUS)
+    assert Ledger(path, node="sim").recall_gpus() == []  # kept with the next cycle's write, not before
+    first.write([], [], EPOCH)
+    first.close()
+    assert Ledger(path, node="sim").recall_gpus() == GPUS
+    for damaged in ("[{}]", '{"index": 0}', "[1]", "7", "not json", json.dumps([{**vars(GPUS[0]), "index": "0"}])):
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'gpus'", (damaged,))
+        caplog.clear()
+        assert Ledger(path, node="sim").recall_gpus() == [], damaged
+        assert "the last run's GPUs cannot be read" in caplog.text, damaged
 
 
 def exported(ledger: Ledger) -> dict[str, float]:
