@@ -195,10 +195,10 @@ class _Pending:
     runs: dict[tuple[str, str, float], tuple[JobRecord, JobRecord]] = field(default_factory=dict)
     points: dict[tuple[tuple[str, str, float], float], TimelinePoint] = field(default_factory=dict)
     finished: dict[tuple[str, str, float], float] = field(default_factory=dict)
-    gpus: str | None = None  # the node's GPUs to remember, as JSON
+    gpus: str | None = None  # the node's GPUs to remember, as JSON: no job's delta, so not in `behind`
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.points or self.finished or self.gpus is not None)
+        return bool(self.runs or self.points or self.finished)
 
 
 class Ledger:
