@@ -7,11 +7,11 @@ is not there (no such controller, a hybrid mount) or not readable counts as no l
 a cgroup holds.
 
 A process in another cgroup namespace than the agent's (every pod's, seen from the agent's own pod: on cgroup v2
-containerd and CRI-O give each container a namespace of its own, containerd/cri#1371) has paths relative to the
-agent's namespace root: ``0::/../../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope`` goes up two
-cgroups from that root, then down (cgroup_namespaces(7): a cgroup outside the reader's namespace root shows "../
-entries for each ancestor level"). Such a path leads into the mount when the host's whole hierarchy is mounted there
-(the Helm chart mounts it at /host/sys/fs/cgroup). How deep the namespace root sits is read from init's
+containerd and CRI-O give each unprivileged container its own, containerd/cri#1371 and cri-o#3098) has paths
+relative to the agent's namespace root: ``0::/../../kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope``
+goes up two cgroups from that root, then down (cgroup_namespaces(7): a cgroup outside the reader's namespace root
+shows "../ entries for each ancestor level"). Such a path leads into the mount when the host's whole hierarchy is
+mounted there (the Helm chart mounts it at /host/sys/fs/cgroup). How deep the namespace root sits is read from init's
 path (/proc/1/cgroup with the host's PID namespace): init's cgroup is the root, or one just below it (systemd's
 /init.scope), so each ".." there is one level of depth. The names above the namespace root are not shown to a
 process inside it; they are learned from the first path that, with a wildcard for each, matches exactly one
