@@ -35,6 +35,8 @@ CONTAINER = f"{POD}/cri-containerd-{'ab' * 32}.scope"
 # container three levels up (to kubepods.slice), then down.
 INIT = "0::/../../../../init.scope\n"
 SEEN = f"0::/../../../{CONTAINER.split('/', 1)[1]}\n"
+# The job's pod limited to half a core, its container unlimited: 0.5 wherever the path leads to it.
+HALF = {f"{POD}/cpu.max": "50000 100000\n", f"{CONTAINER}/cpu.max": "max 100000\n"}
 
 
 def write(path: Path, text: str) -> None:
@@ -71,7 +73,7 @@ def test_a_pods_request_is_read_from_the_agents_own_pod(tmp_path):
     ("init", "seen", "files", "cores"),
     [
         # Systemd driver: init in /init.scope; the name above the turn (kubepods.slice) is found by wildcard.
-        (INIT, SEEN, {f"{POD}/cpu.max": "50000 100000\n", f"{CONTAINER}/cpu.max": "max 100000\n"}, 0.5),
+        (INIT, SEEN, HALF, 0.5),
         # Cgroupfs driver with init in the root cgroup: /kubepods/besteffort/podA/ctrA reads /kubepods/burstable/...
         (
             "0::/../../../..\n",
@@ -101,19 +103,19 @@ def test_a_pods_request_is_read_from_the_agents_own_pod(tmp_path):
             0.25,
         ),
         # Init's cgroups unreadable: how deep the namespace sits is not known, so neither is the path.
-        (None, SEEN, {f"{POD}/cpu.max": "50000 100000\n"}, None),
+        (None, SEEN, HALF, None),
         # More levels up than the namespace is deep: no such cgroup.
-        ("0::/../../init.scope\n", SEEN, {f"{POD}/cpu.max": "50000 100000\n"}, None),
+        ("0::/../../init.scope\n", SEEN, HALF, None),
         # Two cgroups fit the wildcard: which one is this process's cannot be told, so neither is read.
         (
             INIT,
             SEEN,
-            {f"{CONTAINER}/cpu.max": "50000 100000\n", f"other.slice/{CONTAINER.split('/', 1)[1]}/cpu.max": "1 1\n"},
+            {**HALF, f"other.slice/{CONTAINER.split('/', 1)[1]}/cpu.max": "1 1\n"},
             None,
         ),
         # The agent in the host's namespace: paths are the mount's as they stand.
-        ("0::/init.scope\n", f"0::/{CONTAINER}\n", {f"{POD}/cpu.max": "50000 100000\n"}, 0.5),
-        ("0::/init.scope\n", SEEN, {f"{POD}/cpu.max": "50000 100000\n"}, None),
+        ("0::/init.scope\n", f"0::/{CONTAINER}\n", HALF, 0.5),
+        ("0::/init.scope\n", SEEN, HALF, None),
     ],
 )
 def test_a_path_from_another_namespace_leads_to_its_cgroup(tmp_path, init, seen, files, cores):
