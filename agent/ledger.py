@@ -32,9 +32,10 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from gpulens import checks
 from gpulens.agent.nvml import GpuIdentity
 from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
@@ -117,21 +118,26 @@ class LedgerError(Exception):
 READER_FIX = ", give an agent's ledger file (its --ledger.path)"
 
 
-_GPU_TEXTS = ("uuid", "name", "serial", "pci_bus_id", "mig_mode")
-_GPU_COUNTS = ("index", "memory_total_bytes", "pcie_max_generation", "pcie_max_width")  # the last two may be null
+_GPU_NAMES = ("name", "serial", "pci_bus_id", "mig_mode")  # text, empty where NVML did not say
+_GPU_LINK = ("pcie_max_generation", "pcie_max_width")  # whole numbers, null where NVML did not say
 
 
 def _gpus(text: str) -> list[GpuIdentity]:
-    """Return the GPUs `remember_gpus` wrote; ValueError for anything else (another version's, a damaged value)."""
+    """Return the GPUs `remember_gpus` wrote; ValueError (checks.Invalid) naming what is wrong with anything else:
+    another version's list, a damaged value."""
     gpus = []
-    for entry in json.loads(text):
-        if not isinstance(entry, dict) or set(entry) != {*_GPU_TEXTS, *_GPU_COUNTS}:
-            raise ValueError(f"not a GPU's fields: {str(entry)[:80]}")
-        if not all(isinstance(entry[name], str) for name in _GPU_TEXTS) or not entry["uuid"]:
-            raise ValueError(f"a GPU's names are not text: {str(entry)[:80]}")
-        counts = [entry[name] for name in _GPU_COUNTS]
-        if not all(type(n) is int or (n is None and i >= 2) for i, n in enumerate(counts)):
-            raise ValueError(f"a GPU's numbers are not whole: {str(entry)[:80]}")
+    for i, value in enumerate(checks.items(json.loads(text), "gpus")):
+        where = f"gpus[{i}]"
+        entry = checks.mapping(value, where, required=[f.name for f in fields(GpuIdentity)])
+        checks.text(entry["uuid"], f"{where}.uuid")
+        for name in ("index", "memory_total_bytes"):
+            checks.whole(entry[name], f"{where}.{name}", 0)
+        for name in _GPU_LINK:
+            if entry[name] is not None:
+                checks.whole(entry[name], f"{where}.{name}", 0)
+        for name in _GPU_NAMES:
+            if not isinstance(entry[name], str):
+                raise checks.Invalid(f"{where}.{name}", f"expected a string, got {checks.described(entry[name])}")
         gpus.append(GpuIdentity(**entry))
     return gpus
 
