@@ -32,6 +32,7 @@ DEFAULT_PORT = 10906
 DEFAULT_LISTEN_ADDRESS = f":{DEFAULT_PORT}"
 DEFAULT_LEDGER_PATH = "/var/lib/gpulens/ledger.sqlite"
 DEFAULT_JOBS_SOCKET = DEFAULT_SOCKET_PATH
+DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 LOG_LEVELS = ("debug", "info", "warn", "error")
 ENV_PREFIX = "GPULENS_"
 
@@ -254,7 +255,7 @@ class AgentConfig:
     cgroup_root: str = _setting(
         "--path.cgroupfs",
         _text,
-        "/sys/fs/cgroup",
+        DEFAULT_CGROUP_ROOT,
         "where the host's cgroup hierarchy is mounted, for the CPU and memory limits of jobs' cgroups "
         "(a pod's request, cpu_cores_allowed); in a container, mount the host's /sys/fs/cgroup read-only",
         metavar="PATH",

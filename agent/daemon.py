@@ -196,10 +196,11 @@ def _live_sources(config: agent_config.AgentConfig, clock: Clock) -> tuple[LiveS
     from gpulens.agent.attribution.resolver import Resolver
 
     if not os.path.isdir(config.cgroup_root):
-        raise agent_config.ConfigError(
-            f"--path.cgroupfs: {config.cgroup_root} is not a directory; "
-            "mount the host's /sys/fs/cgroup there read-only, or name where it is mounted"
-        )
+        fix = "mount the host's /sys/fs/cgroup there read-only, or name where it is mounted"
+        if config.cgroup_root != agent_config.DEFAULT_CGROUP_ROOT:  # a path someone chose: a mistake to fix now
+            raise agent_config.ConfigError(f"--path.cgroupfs: {config.cgroup_root} is not a directory; {fix}")
+        # No cgroups where every Linux mounts them (a stripped container): the limits are unknown, the rest works.
+        log.warning("no cgroup hierarchy at %s: jobs' CPU and memory limits are not read; %s", config.cgroup_root, fix)
     pods = PodResourcesClient(config.pod_resources_socket)
     resolver = Resolver(podresources=pods, clock=clock.monotonic, cgroup_root=config.cgroup_root)
     path = agent_config.DEFAULT_JOBS_SOCKET if config.jobs_socket is None else config.jobs_socket

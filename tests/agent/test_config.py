@@ -148,6 +148,21 @@ def test_a_cgroup_mount_that_is_not_there_exits_2_naming_the_fix(tmp_path):
     )
 
 
+def test_no_cgroups_at_the_default_path_is_said_and_the_agent_runs(tmp_path, monkeypatch, caplog):
+    """A stripped container without /sys/fs/cgroup loses the jobs' limits, not the agent: only a path someone
+    chose is a mistake to stop for."""
+    from gpulens.agent import config as agent_config
+    from gpulens.agent.clock import SystemClock
+    from gpulens.agent.daemon import _live_sources
+
+    absent = str(tmp_path / "cgroup")
+    monkeypatch.setattr(agent_config, "DEFAULT_CGROUP_ROOT", absent)
+    settings = load(["--path.cgroupfs", absent, "--jobs.socket", ""], environ={})
+    sources, receiver = _live_sources(settings, SystemClock())
+    assert sources is not None and receiver is None
+    assert f"no cgroup hierarchy at {absent}: jobs' CPU and memory limits are not read" in caplog.text
+
+
 def test_cli_bad_scenario_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\ndescription: y\ngpus: [{model: 'NVIDIA H100 80GB HBM3', utilisation: 5}]\n")
