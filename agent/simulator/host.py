@@ -47,9 +47,14 @@ class SimulatedSources:
         self._scenario = scenario
         self._clock = clock
         self._receiver = receiver
-        self._by_pid: dict[int, tuple[Gpu, Process]] = {
-            p.pid: (g, p) for g in scenario.gpus for p in g.processes if p.every is None and p.real is None
-        }
+        # A pid may stand for several processes in turn: Linux hands out pids in order up to
+        # /proc/sys/kernel/pid_max, then wraps and reuses those freed (proc_sys_kernel(5)). Each is found by
+        # whether it runs at the time.
+        self._by_pid: dict[int, list[tuple[Gpu, Process]]] = {}
+        for g in scenario.gpus:
+            for p in g.processes:
+                if p.every is None and p.real is None:
+                    self._by_pid.setdefault(p.pid, []).append((g, p))
         # A process that comes back takes a new pid each time: found by its occurrence at the time.
         self._repeating = [(g, p) for g in scenario.gpus for p in g.processes if p.every is not None]
         self._real = [p.real for g in scenario.gpus for p in g.processes if p.real is not None]
@@ -67,9 +72,9 @@ class SimulatedSources:
 
     def _live(self, pid: int) -> tuple[Gpu, Process] | None:
         now = self._clock()
-        found = self._by_pid.get(pid)
-        if found and found[1].alive(now):
-            return found
+        for gpu, process in self._by_pid.get(pid, ()):
+            if process.alive(now):
+                return gpu, process
         return next(((g, p) for g, p in self._repeating if p.pid_at(now) == pid), None)
 
     def jobs_of(self, pids: Iterable[int], gpu_uuid: str) -> list[Job]:
@@ -167,7 +172,7 @@ class SimulatedSources:
     def job_reports(self) -> dict[int, JobReport]:
         now = self._clock()
         reports = {}
-        for gpu, process in [*self._by_pid.values(), *self._repeating]:
+        for gpu, process in [*(found for each in self._by_pid.values() for found in each), *self._repeating]:
             pid = process.pid_at(now)
             if process.torch is None or pid is None:
                 continue
