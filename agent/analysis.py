@@ -148,7 +148,8 @@ class Analysis:
         self._state_seconds: dict[str, dict[State, float]] = {}
         self._instances: set[str] = set()  # the MIG devices judged last cycle
         self._held: dict[str, _HeldTips] = {}
-        self._pids: dict[str, tuple[int, ...]] = {}  # the processes on each device when it last answered
+        # The processes on each device when it last answered, and the jobs they were then.
+        self._last_held: dict[str, tuple[tuple[int, ...], frozenset[tuple[str, str, int | None]]]] = {}
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -217,7 +218,7 @@ class Analysis:
             self._last.pop(uuid, None)
             self._state_seconds.pop(uuid, None)
             self._held.pop(uuid, None)
-            self._pids.pop(uuid, None)
+            self._last_held.pop(uuid, None)
         self._diagnoser.drop(gone)
         self._instances = seen
 
@@ -227,9 +228,18 @@ class Analysis:
         while their processes live, which the host tells (a process on a GPU that fell off the bus fails its
         next CUDA call, and may exit or hang): the on-call operator and the alerts need their owners."""
         if device.gpu.up:
-            self._pids[device.uuid] = tuple(p.pid for p in device.processes or ())
-        pids = self._pids.get(device.uuid, ())
-        return self._sources.jobs_of(pids, device.uuid) if pids else []
+            pids = tuple(p.pid for p in device.processes or ())
+            jobs = self._sources.jobs_of(pids, device.uuid) if pids else []
+            self._last_held[device.uuid] = (pids, frozenset(_owner(job) for job in jobs))
+            return jobs
+        pids, owners = self._last_held.get(device.uuid, ((), frozenset()))
+        # A pid another process has taken since (Linux reuses freed pids) is not the job that held the GPU.
+        return [job for job in self._sources.jobs_of(pids, device.uuid) if _owner(job) in owners] if pids else []
+
+
+def _owner(job: Job) -> tuple[str, str, int | None]:
+    """What tells one job from another on a node: its kind, id and user (a bare process's id is its pid)."""
+    return job.kind, job.id, job.uid
 
 
 def _add_allocated(allocations: Mapping[str, PodRef], jobs: dict[str, list[Job]]) -> None:

@@ -93,6 +93,34 @@ def test_a_lost_gpu_names_the_jobs_on_it_while_their_processes_live(agent_for, t
     assert holders() == ["41"]
 
 
+def test_a_pid_another_job_takes_after_the_loss_does_not_make_that_job_the_holder(agent_for, tmp_path):
+    """Linux reuses a freed pid (proc_sys_kernel(5), pid_max): once the lost GPU's process has ended, a process of
+    another job under the same number is not on that GPU, and its owner is not the one to tell."""
+    path = scenario(
+        tmp_path,
+        """
+    name: lost-recycled
+    description: GPU 0 falls off the bus; its job's process ends, and job 99 on GPU 1 gets the same pid
+    gpus:
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes: [{pid: 100, memory: 10GiB, end: 40, job: {kind: slurm, id: "41", user: ann}}]
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes: [{pid: 100, memory: 10GiB, start: 45, job: {kind: slurm, id: "99", user: cat}}]
+    faults:
+      - {at: 20, gpu: 0, kind: lost}
+    """,
+    )
+    agent = agent_for(path)
+    held = 'gpulens_gpu_allocation_info{account="",container="",gpu="%s",job_id="%s",job_kind="slurm"'
+    agent.run(25)  # t = 25: off the bus, job 41's process alive
+    assert held % ("0", "41") in agent.exposition()
+    agent.run(25)  # t = 50: job 41's process has ended; pid 100 is job 99's, on GPU 1
+    assert held % ("1", "99") in agent.exposition()
+    assert 'gpu="0",job_id=' not in agent.exposition()
+
+
 def test_an_agent_restarted_while_a_gpu_is_lost_shows_it_as_the_gpu_it_was_with_its_pod(agent_for, tmp_path, caplog):
     """A real driver cannot look up a GPU off the bus (dcgm-exporter issue #604): an agent that starts then would
     know it by index alone, and no pod allocated to it. The ledger keeps the GPUs of the last run; with the
