@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from gpulens import thresholds
 from gpulens import tips as tip_catalog
@@ -130,6 +131,19 @@ class AnalysisResult:
     instances: Mapping[str, DeviceAnalysis] = field(default_factory=dict)  # MIG devices, by MIG UUID
 
 
+# The processes on a device when it last answered, and the jobs (kind, id, uid) they were then.
+Holders = tuple[tuple[int, ...], frozenset[tuple[str, str, int | None]]]
+NO_HOLDERS: Holders = ((), frozenset())
+
+
+class KnownHolders(Protocol):
+    """Where each device's holders are kept for the next run (agent/ledger.py)."""
+
+    def recall_holders(self) -> dict[str, Holders]: ...
+
+    def remember_holders(self, holders: Mapping[str, Holders]) -> None: ...
+
+
 class Analysis:
     name = "diagnosis"
 
@@ -139,6 +153,7 @@ class Analysis:
         diagnoser: Diagnoser | None = None,
         tips: int = 3,
         tip_dwell: float = thresholds.TIP_DWELL_SECONDS,
+        known: KnownHolders | None = None,
     ):
         self._sources = sources
         self._tip_dwell = tip_dwell
@@ -148,8 +163,10 @@ class Analysis:
         self._state_seconds: dict[str, dict[State, float]] = {}
         self._instances: set[str] = set()  # the MIG devices judged last cycle
         self._held: dict[str, _HeldTips] = {}
-        # The processes on each device when it last answered, and the jobs they were then.
-        self._last_held: dict[str, tuple[tuple[int, ...], frozenset[tuple[str, str, int | None]]]] = {}
+        self._last_held: dict[str, Holders] = {}
+        self._known = known
+        self._recalled: dict[str, Holders] | None = None  # the last run's, read once, when first wanted
+        self._remembered: dict[str, Holders] = {}  # what `known` was last given
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
@@ -174,6 +191,7 @@ class Analysis:
             self._count(device.uuid, verdict, now)
         instances = {device.uuid: DeviceAnalysis(device, judged[device.uuid]) for device in slices}
         self._forget_instances(set(instances))
+        self._remember()
         return AnalysisResult(
             gpus={device.uuid: judged[device.uuid] for device in gpus},
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
@@ -226,15 +244,32 @@ class Analysis:
         """The jobs of the processes on the device. A GPU that does not answer (off the bus: every call fails
         with NVML_ERROR_GPU_IS_LOST) lists none, yet the jobs that ran on it when it last answered still hold it
         while their processes live, which the host tells (a process on a GPU that fell off the bus fails its
-        next CUDA call, and may exit or hang): the on-call operator and the alerts need their owners."""
+        next CUDA call, and may exit or hang): the on-call operator and the alerts need their owners. A GPU lost
+        before this run saw it answer takes the holders `known` kept in the last run."""
         if device.gpu.up:
             pids = tuple(p.pid for p in device.processes or ())
             jobs = self._sources.jobs_of(pids, device.uuid) if pids else []
             self._last_held[device.uuid] = (pids, frozenset(_owner(job) for job in jobs))
             return jobs
-        pids, owners = self._last_held.get(device.uuid, ((), frozenset()))
+        if device.uuid not in self._last_held:  # lost before this run saw it answer: the last run's holders
+            self._last_held[device.uuid] = self._last_run(device.uuid)
+        pids, owners = self._last_held[device.uuid]
         # A pid another process has taken since (Linux reuses freed pids) is not the job that held the GPU.
         return [job for job in self._sources.jobs_of(pids, device.uuid) if _owner(job) in owners] if pids else []
+
+    def _last_run(self, uuid: str) -> Holders:
+        """The holders the last run kept for device `uuid`; none where it kept none."""
+        if self._known is None:
+            return NO_HOLDERS
+        if self._recalled is None:
+            self._recalled = self._known.recall_holders()
+        return self._recalled.get(uuid, NO_HOLDERS)
+
+    def _remember(self) -> None:
+        """Give `known` each device's holders, when they changed."""
+        if self._known is not None and self._last_held != self._remembered:
+            self._remembered = dict(self._last_held)
+            self._known.remember_holders(self._remembered)
 
 
 def _owner(job: Job) -> tuple[str, str, int | None]:

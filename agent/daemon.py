@@ -112,11 +112,12 @@ def assemble(
         scheduled_probes(config.probes_interval, config.probes_jitter, scenario_ref, clock) if c.name == "probes" else c
         for c in enabled
     ] + list(extra)
-    analysis = None
-    if config.collectors.get("diagnosis"):
-        analysis = Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)))
-    stages = [_accounting(config, mode == "simulated", timer, node)] if analysis is not None else []
-    known = stages[0].ledger if stages else None  # the GPUs of the last run, for one lost before it is looked up
+    stages = [_accounting(config, mode == "simulated", timer, node)] if config.collectors.get("diagnosis") else []
+    # The GPUs of the last run and their holders, for a GPU lost before this run could look it up.
+    known = stages[0].ledger if stages else None
+    analysis = (
+        Analysis(sources, Diagnoser(Settings(idle_patience=config.idle_patience)), known=known) if stages else None
+    )
     sampler = Sampler(
         library, enabled, clock, interval=config.interval, analysis=analysis, stages=stages, timer=timer, known=known
     )

@@ -13,8 +13,9 @@ A ledger written by an earlier gpulens gets the columns and tables it lacks (a S
 1: columns and tables are only ever added, and an earlier gpulens, which names the columns it reads and writes,
 reads and writes a newer file too.
 
-The ledger also keeps the GPUs the agent last found on the node (meta key `gpus`), so that a GPU lost before a
-restarted agent could look it up keeps its UUID (agent/sampler.py).
+The ledger also keeps the GPUs the agent last found on the node (meta key `gpus`) and the processes and jobs on
+each (`holders`), so that a GPU lost before a restarted agent could look it up keeps its UUID (agent/sampler.py)
+and its holders (agent/analysis.py).
 
 A file that is not a healthy gpulens ledger is never written to: the agent logs it, exports
 `gpulens_ledger_corrupt 1` and runs on without a ledger. A write that fails (disk full, read-only
@@ -31,15 +32,17 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpulens import checks
+from gpulens.agent.analysis import Holders
 from gpulens.agent.nvml import GpuIdentity
 from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Raised only for a change an earlier gpulens cannot read or write through (it refuses a newer version);
 # new columns with a default are added in place instead (`_add_columns`).
@@ -142,6 +145,26 @@ def _gpus(text: str) -> list[GpuIdentity]:
     return gpus
 
 
+def _holders(text: str) -> dict[str, Holders]:
+    """Return what `remember_holders` wrote; ValueError (checks.Invalid) naming what is wrong with anything else."""
+    holders: dict[str, Holders] = {}
+    for uuid, value in checks.record(json.loads(text), "holders").items():
+        where = f"holders.{uuid}"
+        entry = checks.mapping(value, where, required=("pids", "owners"))
+        pids = checks.each(entry["pids"], f"{where}.pids", checks.whole, 1)
+        owners = []
+        for i, owner in enumerate(checks.items(entry["owners"], f"{where}.owners")):
+            at = f"{where}.owners[{i}]"
+            if not isinstance(owner, list) or len(owner) != 3:
+                raise checks.Invalid(at, f"expected [kind, id, uid], got {checks.described(owner)}")
+            kind, job_id, uid = owner
+            owners.append(
+                (checks.text(kind, at), checks.text(job_id, at), None if uid is None else checks.whole(uid, at, 0))
+            )
+        holders[uuid] = (pids, frozenset(owners))
+    return holders
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open `path` for writing (creating it), without touching its contents."""
     return sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
@@ -202,6 +225,7 @@ class _Pending:
     points: dict[tuple[tuple[str, str, float], float], TimelinePoint] = field(default_factory=dict)
     finished: dict[tuple[str, str, float], float] = field(default_factory=dict)
     gpus: str | None = None  # the node's GPUs to remember, as JSON: no job's delta, so not in `behind`
+    holders: str | None = None  # the processes and jobs on each GPU to remember, as JSON: the same
 
     def __bool__(self) -> bool:
         return bool(self.runs or self.points or self.finished)
@@ -326,16 +350,32 @@ class Ledger:
 
     def recall_gpus(self) -> list[GpuIdentity]:
         """Return the GPUs `remember_gpus` kept in an earlier run; none where the file has none or cannot say."""
+        return self._recall("gpus", "GPUs", _gpus, "a lost GPU shows by index") or []
+
+    def remember_holders(self, holders: Mapping[str, Holders]) -> None:
+        """Keep the processes on each GPU when it last answered, and their jobs, for the next run."""
+        self._pending.holders = json.dumps(
+            {
+                uuid: {"pids": list(pids), "owners": [list(owner) for owner in owners]}
+                for uuid, (pids, owners) in holders.items()
+            }
+        )
+
+    def recall_holders(self) -> dict[str, Holders]:
+        """Return what `remember_holders` kept in an earlier run; none where the file has none or cannot say."""
+        return self._recall("holders", "GPUs' holders", _holders, "a GPU lost since names only its pod") or {}
+
+    def _recall(self, key: str, what: str, read: Callable[[str], T], without: str) -> T | None:
+        """Return meta `key` as `read` reads it; None where it is not there or cannot be read (`what` was lost,
+        and the agent does `without` it)."""
         if self._conn is None:
-            return []
+            return None
         try:
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'gpus'").fetchone()
-            return [] if row is None else _gpus(row[0])
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            return None if row is None else read(row[0])
         except (sqlite3.Error, ValueError, TypeError) as error:
-            log.warning(
-                "job ledger %s: the last run's GPUs cannot be read (%s); a lost GPU shows by index", self.path, error
-            )
-            return []
+            log.warning("job ledger %s: the last run's %s cannot be read (%s); %s", self.path, what, error, without)
+            return None
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -448,6 +488,8 @@ class Ledger:
             self._runs.pop((kind, job_id, start), None)
         if self._pending.gpus is not None:
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('gpus', ?)", (self._pending.gpus,))
+        if self._pending.holders is not None:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('holders', ?)", (self._pending.holders,))
         conn.execute("COMMIT")
 
     def _upsert_run(self, conn: sqlite3.Connection, total: JobRecord, delta: JobRecord) -> int:

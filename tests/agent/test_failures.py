@@ -121,22 +121,38 @@ def test_a_pid_another_job_takes_after_the_loss_does_not_make_that_job_the_holde
     assert 'gpu="0",job_id=' not in agent.exposition()
 
 
-def test_an_agent_restarted_while_a_gpu_is_lost_shows_it_as_the_gpu_it_was_with_its_pod(agent_for, tmp_path, caplog):
+POD = "{kind: kubernetes, id: 11111111-aaaa-4bbb-8ccc-000000000001, user: ann, namespace: ml, pod: train-0}"
+POD_HELD = 'job_id="11111111-aaaa-4bbb-8ccc-000000000001",job_kind="kubernetes",namespace="ml",pod="train-0",user="ann"'
+SLURM = '{kind: slurm, id: "42", user: ben}'
+SLURM_HELD = 'job_id="42",job_kind="slurm",namespace="",pod="",user="ben"'
+# Job 42's process ends at 25, and a process of job 99 on GPU 0 takes its pid at 28: not GPU 1's holder.
+TAKER = "{pid: 200, memory: 1GiB, start: 28, job: {kind: slurm, id: '99', user: cat}}"
+RECYCLED = f"processes: [{{pid: 100, memory: 10GiB}}, {TAKER}]"
+
+
+@pytest.mark.parametrize(
+    ("job", "end", "gpu0", "held"),
+    [
+        (POD, "", "", POD_HELD),
+        (POD, ", end: 25", "", None),  # a pod whose process ended is terminal: the kubelet lists it no more
+        (SLURM, "", "", SLURM_HELD),
+        (SLURM, ", end: 25", RECYCLED, None),
+    ],
+    ids=["pod", "pod-ended", "slurm", "slurm-pid-taken"],
+)
+def test_an_agent_restarted_while_a_gpu_is_lost_shows_it_as_the_gpu_it_was_with_its_holder(
+    agent_for, tmp_path, caplog, job, end, gpu0, held
+):
     """A real driver cannot look up a GPU off the bus (dcgm-exporter issue #604): an agent that starts then would
-    know it by index alone, and no pod allocated to it. The ledger keeps the GPUs of the last run; with the
-    others where they were, the lost one is shown as the GPU it was, and the kubelet names its pod by UUID."""
-    path = scenario(
-        tmp_path,
-        TWO_GPUS.replace(
-            "processes: [{pid: 200, memory: 20GiB}]",
-            "processes: [{pid: 200, memory: 20GiB, job: "
-            "{kind: kubernetes, id: 11111111-aaaa-4bbb-8ccc-000000000001, user: ann, namespace: ml, pod: train-0}}]",
-        )
-        + """
-    faults:
-      - {at: 20, until: 60, gpu: 1, kind: lost}
-    """,
+    know it by index alone, and none of its holders. The ledger keeps the GPUs of the last run and the processes
+    and jobs on each: with the others where they were, the lost one is shown as the GPU it was, held by its jobs
+    while their processes live (or, for a pod, while the kubelet allocates it)."""
+    body = TWO_GPUS.replace(
+        "processes: [{pid: 200, memory: 20GiB}]", f"processes: [{{pid: 200, memory: 20GiB{end}, job: {job}}}]"
     )
+    if gpu0:
+        body = body.replace("processes: [{pid: 100, memory: 10GiB}]", gpu0)
+    path = scenario(tmp_path, body + "\n    faults:\n      - {at: 20, until: 60, gpu: 1, kind: lost}\n")
     ledger = str(tmp_path / "ledger.sqlite")
     before = agent_for(path, ledger=ledger)
     before.run(10)
@@ -148,8 +164,13 @@ def test_an_agent_restarted_while_a_gpu_is_lost_shows_it_as_the_gpu_it_was_with_
     assert agent.value("gpulens_gpu_up", gpu="1", uuid=uuid) == 0
     assert agent.value("gpulens_gpu_verdict_info", gpu="1", uuid=uuid, reason="gpu_lost", tip="gpu_fell_off_bus") == 1
     assert 'uuid=""' not in agent.exposition()
-    held = f'job_id="ml/train-0",job_kind="kubernetes",namespace="ml",pod="train-0",user="",uuid="{uuid}"}} 1.0'
-    assert 'gpulens_gpu_allocation_info{account="",container="",gpu="1",' + held in agent.exposition()
+    holders = [line for line in agent.exposition().splitlines() if line.startswith("gpulens_gpu_allocation_info{")]
+    on_gpu_1 = [line for line in holders if 'gpu="1"' in line]
+    assert on_gpu_1 == (
+        []
+        if held is None
+        else [f'gpulens_gpu_allocation_info{{account="",container="",gpu="1",{held},uuid="{uuid}"}} 1.0']
+    )
     assert len([m for m in caplog.messages if f"as {uuid}, the GPU it was when the agent last ran" in m]) == 1
     agent.run(30)  # t = 65: reset, it answers with the same UUID
     assert agent.value("gpulens_gpu_up", gpu="1", uuid=uuid) == 1

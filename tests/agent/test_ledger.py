@@ -236,6 +236,32 @@ def test_the_gpus_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_none(
         assert "the last run's GPUs cannot be read" in caplog.text, damaged
 
 
+def test_the_holders_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_none(tmp_path, caplog):
+    path = str(tmp_path / "ledger.sqlite")
+    holders = {
+        GPUS[0].uuid: ((4201, 4203), frozenset({("slurm", "42", 1000), ("process", "pid:4203", None)})),
+        GPUS[1].uuid: ((), frozenset()),
+    }
+    first = Ledger(path, node="sim")
+    assert first.recall_holders() == {}
+    first.remember_holders(holders)
+    first.write([], [], EPOCH)
+    first.close()
+    assert Ledger(path, node="sim").recall_holders() == holders
+    for damaged in (
+        "[]",
+        '{"GPU-1": {"pids": [1]}}',
+        '{"GPU-1": {"pids": [0], "owners": []}}',
+        '{"GPU-1": {"pids": [1], "owners": [["slurm", "42"]]}}',
+        '{"GPU-1": {"pids": [1], "owners": [["slurm", 42, null]]}}',
+    ):
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'holders'", (damaged,))
+        caplog.clear()
+        assert Ledger(path, node="sim").recall_holders() == {}, damaged
+        assert "the last run's GPUs' holders cannot be read" in caplog.text, damaged
+
+
 def exported(ledger: Ledger) -> dict[str, float]:
     return {family.name: family.samples[0].value for family in ledger_metrics(ledger)}
 
