@@ -131,8 +131,8 @@ class AnalysisResult:
     instances: Mapping[str, DeviceAnalysis] = field(default_factory=dict)  # MIG devices, by MIG UUID
 
 
-# The processes on a device when it last answered, and the jobs (kind, id, uid) they were then.
-Holders = tuple[tuple[int, ...], frozenset[tuple[str, str, int | None]]]
+# The processes on a device when it last answered, and the jobs (kind, id, uid, started) they were then.
+Holders = tuple[tuple[int, ...], frozenset[tuple[str, str, int | None, int | None]]]
 NO_HOLDERS: Holders = ((), frozenset())
 
 
@@ -272,9 +272,10 @@ class Analysis:
             self._known.remember_holders(self._remembered)
 
 
-def _owner(job: Job) -> tuple[str, str, int | None]:
-    """What tells one job from another on a node: its kind, id and user (a bare process's id is its pid)."""
-    return job.kind, job.id, job.uid
+def _owner(job: Job) -> tuple[str, str, int | None, int | None]:
+    """What tells one job from another on a node: its kind, id and user, and for a bare process, whose id is its
+    pid, when it started."""
+    return job.kind, job.id, job.uid, job.started
 
 
 def _add_allocated(allocations: Mapping[str, PodRef], jobs: dict[str, list[Job]]) -> None:

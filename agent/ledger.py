@@ -155,11 +155,16 @@ def _holders(text: str) -> dict[str, Holders]:
         owners = []
         for i, owner in enumerate(checks.items(entry["owners"], f"{where}.owners")):
             at = f"{where}.owners[{i}]"
-            if not isinstance(owner, list) or len(owner) != 3:
-                raise checks.Invalid(at, f"expected [kind, id, uid], got {checks.described(owner)}")
-            kind, job_id, uid = owner
+            if not isinstance(owner, list) or len(owner) != 4:
+                raise checks.Invalid(at, f"expected [kind, id, uid, started], got {checks.described(owner)}")
+            kind, job_id, uid, started = owner
             owners.append(
-                (checks.text(kind, at), checks.text(job_id, at), None if uid is None else checks.whole(uid, at, 0))
+                (
+                    checks.text(kind, at),
+                    checks.text(job_id, at),
+                    None if uid is None else checks.whole(uid, at, 0),
+                    None if started is None else checks.whole(started, at, 0),
+                )
             )
         holders[uuid] = (pids, frozenset(owners))
     return holders

@@ -90,6 +90,9 @@ class Job:
     request: Request = Request()
     command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
+    # A bare process's start, in clock ticks since boot (/proc/<pid>/stat field 22, proc_pid_stat(5)): with its
+    # id, the pid, it names the process, as Linux gives a freed pid to a later one. None for the other kinds.
+    started: int | None = None
 
 
 class _JobCommon(TypedDict):
@@ -115,6 +118,7 @@ class _Facts:
     command: str
     visible_gpus: frozenset[str]  # NVIDIA_VISIBLE_DEVICES as the device plugin set it
     hostname: str  # the pod name, unless the pod uses the host network
+    started: int  # clock ticks since boot (ProcReader.start_time)
     read_at: float
 
 
@@ -201,7 +205,7 @@ class Resolver:
             key = (pid, self._proc.start_time(pid))
             facts = self._facts.get(key)
             if facts is None or now - facts.read_at >= self._ttl:
-                facts = self._read(pid, now)
+                facts = self._read(pid, key[1], now)
         except ProcessGone:
             return None
         self._facts[key] = facts
@@ -210,7 +214,7 @@ class Resolver:
             self._facts.popitem(last=False)
         return facts
 
-    def _read(self, pid: int, now: float) -> _Facts:
+    def _read(self, pid: int, started: int, now: float) -> _Facts:
         cgroup = self._proc.cgroup(pid)
         owner = parse_owner(cgroup)
         uid = self._proc.uid(pid)
@@ -251,6 +255,7 @@ class Resolver:
                 _device(d) for d in environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if _is_gpu_uuid(d)
             ),
             hostname=environ.get("HOSTNAME", ""),
+            started=started,
             read_at=now,
         )
 
@@ -280,7 +285,7 @@ class Resolver:
                 request=facts.request,
                 **common,
             )
-        return Job(kind=PROCESS, id=f"pid:{pid}", **common)
+        return Job(kind=PROCESS, id=f"pid:{pid}", started=facts.started, **common)
 
     # -- pod-resources ----------------------------------------------------------------------
 

@@ -89,7 +89,9 @@ class SimulatedSources:
                 continue  # gone between the NVML call and this one, as on a real node
             spec = found[1].job_of(pid)
             if spec is None:
-                job = Job(kind="process", id=f"pid:{pid}", user="nobody", uid=65534, pids=(pid,))
+                # The node booted at time 0, and /proc counts a start in ticks of 1/100 s (USER_HZ).
+                started = round(found[1].began(self._clock()) * 100)
+                job = Job(kind="process", id=f"pid:{pid}", user="nobody", uid=65534, pids=(pid,), started=started)
             else:
                 job = Job(
                     kind=spec.kind,

@@ -446,6 +446,12 @@ class Process:
         occurrence = int((t - self.start) // self.every)
         return self.pid + occurrence if t - self.start - occurrence * self.every < self.lasts else None
 
+    def began(self, t: float) -> float:
+        """Return when the occurrence running at time ``t`` started (seconds)."""
+        if self.every is None:
+            return self.start
+        return self.start + (t - self.start) // self.every * self.every
+
     def job_of(self, pid: int) -> JobSpec | None:
         """Return the job occurrence ``pid`` belongs to (with ``id_counts_up``, occurrence n's is id + n)."""
         if self.job is None or not self.job.id_counts_up:

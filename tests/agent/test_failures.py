@@ -121,6 +121,35 @@ def test_a_pid_another_job_takes_after_the_loss_does_not_make_that_job_the_holde
     assert 'gpu="0",job_id=' not in agent.exposition()
 
 
+def test_a_bare_process_given_the_pid_of_the_lost_gpus_process_is_not_its_holder(agent_for, tmp_path):
+    """A bare process's id is its pid, and its user may well be the same: only its start time (/proc/<pid>/stat)
+    tells the process that held the lost GPU from a later one given its freed pid."""
+    path = scenario(
+        tmp_path,
+        """
+    name: lost-reborn
+    description: GPU 0 falls off the bus; its bare process ends, and a later one of the same user gets its pid
+    gpus:
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes: [{pid: 100, memory: 10GiB, end: 100}]
+      - model: NVIDIA A100-SXM4-80GB
+        utilization: 80
+        processes: [{pid: 100, memory: 10GiB, start: 105}]
+    faults:
+      - {at: 80, gpu: 0, kind: lost}
+    """,
+    )
+    agent = agent_for(path)
+    held = 'gpulens_gpu_allocation_info{account="",container="",gpu="%s",job_id="pid:100",job_kind="process"'
+    # A bare process is exported as a job once it has run PROCESS_MIN_AGE_SECONDS (60 s).
+    agent.run(90)  # t = 90: off the bus, its process alive
+    assert held % "0" in agent.exposition()
+    agent.run(80)  # t = 170: that process has ended; pid 100 is a later process's, on GPU 1 for 65 s
+    assert held % "1" in agent.exposition()
+    assert 'gpu="0",job_id=' not in agent.exposition()
+
+
 POD = "{kind: kubernetes, id: 11111111-aaaa-4bbb-8ccc-000000000001, user: ann, namespace: ml, pod: train-0}"
 POD_HELD = 'job_id="11111111-aaaa-4bbb-8ccc-000000000001",job_kind="kubernetes",namespace="ml",pod="train-0",user="ann"'
 SLURM = '{kind: slurm, id: "42", user: ben}'

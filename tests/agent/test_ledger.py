@@ -239,7 +239,7 @@ def test_the_gpus_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_none(
 def test_the_holders_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_none(tmp_path, caplog):
     path = str(tmp_path / "ledger.sqlite")
     holders = {
-        GPUS[0].uuid: ((4201, 4203), frozenset({("slurm", "42", 1000), ("process", "pid:4203", None)})),
+        GPUS[0].uuid: ((4201, 4203), frozenset({("slurm", "42", 1000, None), ("process", "pid:4203", None, 81250)})),
         GPUS[1].uuid: ((), frozenset()),
     }
     first = Ledger(path, node="sim")
@@ -253,7 +253,9 @@ def test_the_holders_of_a_run_are_recalled_by_the_next_and_a_damaged_value_by_no
         '{"GPU-1": {"pids": [1]}}',
         '{"GPU-1": {"pids": [0], "owners": []}}',
         '{"GPU-1": {"pids": [1], "owners": [["slurm", "42"]]}}',
-        '{"GPU-1": {"pids": [1], "owners": [["slurm", 42, null]]}}',
+        '{"GPU-1": {"pids": [1], "owners": [["slurm", 42, null, null]]}}',
+        '{"GPU-1": {"pids": [1], "owners": [["slurm", "42", null]]}}',  # as written before start times were kept
+        '{"GPU-1": {"pids": [1], "owners": [["process", "pid:1", null, -5]]}}',
     ):
         with sqlite3.connect(path) as conn:
             conn.execute("UPDATE meta SET value = ? WHERE key = 'holders'", (damaged,))

@@ -69,7 +69,23 @@ def expected_job(pid: int) -> Job:
         kind, job_id = SLURM, "999"
     command = Sensitive(read_bytes(f"{PROC_ROOT}/{pid}/cmdline").rstrip(b"\0").replace(b"\0", b" ").decode())
     account, name = ACCOUNTS.get(pid, ""), NAMES.get(pid, "")
-    return Job(kind=kind, id=job_id, user=users(uid), uid=uid, account=account, name=name, command=command, pids=(pid,))
+    started = start_time(Path(PROC_ROOT) / str(pid)) if kind == PROCESS else None
+    return Job(
+        kind=kind,
+        id=job_id,
+        user=users(uid),
+        uid=uid,
+        account=account,
+        name=name,
+        command=command,
+        pids=(pid,),
+        started=started,
+    )
+
+
+def start_time(process: Path) -> int:
+    """Field 22 of the process's stat (proc_pid_stat(5)): the 20th after the command name's closing parenthesis."""
+    return int((process / "stat").read_text().rpartition(")")[2].split()[19])
 
 
 @pytest.mark.parametrize("pid", sorted(CASES), ids=lambda pid: CASES[pid][0])
@@ -189,6 +205,20 @@ def test_recycled_pid_resolves_afresh(tmp_path):
     (process / "stat").write_text(" ".join(stat))
     job = resolver.resolve(4000)
     assert (job.kind, job.id) == (DOCKER, CASES[1302][1].container_id)
+
+
+def test_a_bare_process_is_told_from_a_later_one_given_its_pid_by_its_start_time(tmp_path):
+    process = copy_process(tmp_path, 1401, 4000)
+    resolver = Resolver(str(tmp_path), users=users)
+    first = resolver.resolve(4000)
+    assert (first.kind, first.id, first.started) == (PROCESS, "pid:4000", start_time(process))
+    # It ends; a process of the same user gets its pid, 5 s (500 ticks) later.
+    stat = (process / "stat").read_text().split(" ")
+    stat[21] = str(int(stat[21]) + 500)
+    (process / "stat").write_text(" ".join(stat))
+    later = resolver.resolve(4000)
+    assert (later.id, later.uid) == (first.id, first.uid)
+    assert later.started == first.started + 500
 
 
 def test_resolve_many_groups_processes_of_one_job(tmp_path):
