@@ -99,7 +99,11 @@ def _values_file(tmp_path: Path, values: dict) -> list[str]:
     return ["--values", str(path)]
 
 
-def _template(tmp_path: Path, values: dict, chart: Path = CHART) -> list[dict]:
+def _template(
+    tmp_path: Path, values: dict, chart: Path = CHART, kubernetes: str = KUBERNETES_VERSIONS[0]
+) -> list[dict]:
+    """The chart rendered with `values` for a cluster of version `kubernetes` (by default the oldest the chart
+    admits, so that what is rendered is valid from there on)."""
     args = [
         _helm(),
         "template",
@@ -107,6 +111,8 @@ def _template(tmp_path: Path, values: dict, chart: Path = CHART) -> list[dict]:
         str(chart),
         "--namespace",
         "gpu-monitoring",
+        "--kube-version",
+        kubernetes,
         *_values_file(tmp_path, values),
     ]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
@@ -275,6 +281,20 @@ def test_overrides_reach_the_agent(rendered):
     assert not any(a.startswith(("--kubelet.", "--path.")) for a in container["args"])
     assert "--ledger.path=" in container["args"]
     assert "--collector.probes" in container["args"] and "--probes.interval=12h" in container["args"]
+
+
+@pytest.mark.parametrize(("kubernetes", "recursive"), [("1.30.0", False), ("1.31.0", True), ("1.37.0", True)])
+def test_the_host_cgroups_are_read_only_below_too_where_the_cluster_can(tmp_path, kubernetes, recursive):
+    """cgroup v1 mounts each controller below /sys/fs/cgroup, which a plain read-only bind leaves writable:
+    `recursiveReadOnly` (KEP-3857, on by default from Kubernetes 1.31) makes them read-only where the runtime
+    can. An older API server knows no such field, so it is left out there."""
+    docs = _template(tmp_path, {}, kubernetes=kubernetes)
+    _, container = _agent(docs)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "host-cgroups")
+    assert mount.get("recursiveReadOnly") == ("IfPossible" if recursive else None)
+    assert mount["readOnly"] is True
+    daemonset = _kinds(docs)["DaemonSet"][0]
+    kubernetes_validate.validate(daemonset, kubernetes, strict=True)
 
 
 def test_the_dashboard_reads_the_configured_prometheus(rendered):
