@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds as t
 from gpulens import units, words
+from gpulens.agent.ledger import SQLITE_MAGIC
 from gpulens.arguments import EXIT_USAGE, UsageError, fail, raising
 from gpulens.credentials import AccessError, add_credential_flags, agent_credentials, misplaced_flags, read_credentials
 from gpulens.errors import converted
@@ -326,6 +327,8 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
                 "say what to report: 'gpulens report job ID', 'gpulens report fleet --since 7d', "
                 "'gpulens report trend --since 30d' or 'gpulens report digest --since 30d'"
             )
+        if args.command == "job" and not args.id.strip():
+            raise UsageError("report job needs the id or name of a job; list them with 'gpulens report fleet'")
         until = parse_time(args.until, "--until", now)
         # A trend counts whole hours, so '--since 2d' counts back from the last whole one: 48 hours, not 47.
         end = whole_hours(until, until)[1] if args.command == "trend" else until
@@ -346,6 +349,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             )
         if args.format == "terminal" or getattr(args, "send", False):
             _need_rich()
+        _check_output(getattr(args, "output", None))
         sender = _sender(args)
     except UsageError as error:
         return fail("gpulens report", error, EXIT_USAGE)
@@ -370,6 +374,18 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         return send_digest(report, sender, sys.stdout)
     output = _render(report, args.format, args.command)
     return _write(output, args.output)
+
+
+def _check_output(path: str | None) -> None:
+    """Refuse an --output that is an SQLite database: a ledger (the one read, perhaps) is never written over."""
+    if not path:
+        return
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+            raise UsageError(
+                f"--output {printable(path)} is an SQLite database (a ledger?); a report never writes over one: "
+                "give another file"
+            )
 
 
 def _sender(args: argparse.Namespace) -> Sender | None:

@@ -260,6 +260,7 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--source", "prometheus"], ("--prometheus URL",)),
         (["fleet", "--source", "ledger", "--agent", "node1:10906"], ("--source ledger needs --ledger PATH",)),
         (["job"], ("id",)),
+        (["job", " ", "--ledger", "x"], ("report job needs the id or name of a job",)),
         ([], ("report job ID",)),
         # argparse reads a value that starts with '-' as a flag: the line says how to give it.
         (["fleet", "--since", "-3d", "--ledger", "x"], ("--since: expected one argument", "as --since=VALUE")),
@@ -361,3 +362,17 @@ def test_a_ledger_is_read_without_a_byte_of_it_written_and_sqlite_keeps_its_wal_
         assert set(after) == {"ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"}, name
         assert after["ledger.sqlite"] == before["ledger.sqlite"], name
         assert after["ledger.sqlite-wal"] == before.get("ledger.sqlite-wal", b""), name
+
+
+def test_an_output_that_is_an_sqlite_database_is_refused_and_left_as_it_was(capsys, fleet_run, tmp_path):
+    """ "A report never writes to a ledger": not through --output either, named as the ledger read or by a link."""
+    ledger = tmp_path / "ledger.sqlite"
+    shutil.copy(fleet_run.ledger, ledger)  # the module's ledger stays whole should this fail
+    link = tmp_path / "report.txt"
+    link.symlink_to(ledger)
+    before = ledger.read_bytes()
+    for output in (ledger, link):
+        assert run(["fleet", "--ledger", str(ledger), *window(fleet_run), "-o", str(output)]) == 2
+        err = capsys.readouterr().err
+        assert f"--output {output} is an SQLite database (a ledger?)" in err and "give another file" in err
+    assert ledger.read_bytes() == before
