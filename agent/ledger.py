@@ -39,7 +39,19 @@ from typing import Any, TypeVar
 from gpulens import checks
 from gpulens.agent.analysis import Holders
 from gpulens.agent.nvml import GpuIdentity
-from gpulens.usage import ADDITIVE, OWNER, PEAKS, REQUESTS, STATES, DeviceUse, JobRecord, TimelinePoint, TipUse, merge
+from gpulens.usage import (
+    ADDITIVE,
+    LAST_EPOCH,
+    OWNER,
+    PEAKS,
+    REQUESTS,
+    STATES,
+    DeviceUse,
+    JobRecord,
+    TimelinePoint,
+    TipUse,
+    merge,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -646,7 +658,7 @@ class Ledger:
             return None
         try:
             return read_records(conn, since=since, ids=ids, limit=limit, timeline=timeline)
-        except sqlite3.Error:
+        except (sqlite3.Error, checks.Invalid):
             return None
         finally:
             conn.close()
@@ -726,7 +738,8 @@ def read_records(
     """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first.
 
     `ids` keeps runs whose job id, pod name or Slurm job name is one of them; `unfinished_since` keeps
-    unfinished runs seen since then. Raises sqlite3.Error on a broken file.
+    unfinished runs seen since then. Raises sqlite3.Error on a broken file, checks.Invalid on a number that
+    cannot be one of a run's.
     """
     where: list[str] = ["last_seen >= ?"]
     args: list[object] = [since]
@@ -752,28 +765,53 @@ def read_records(
     )
     # A ledger of an earlier gpulens, read as it is, lacks the newer columns: they read as "" or 0.
     present = {d[0] for d in cursor.description}
+    numbers = [name for name in _NUMBERS if name in present]
     rows = cursor.fetchall()
     has_devices = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='devices'").fetchone()
     records = []
     for row in rows:
-        tips = {
-            t["tip"]: TipUse(t["seconds"], t["text"])
-            for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (row["run"],))
-        }
+        run = row["run"]
+        _check_numbers(row, numbers, f"run {run}")
+        _check_numbers(row, ("start", "last_seen"), f"run {run}", times=True)
+        tips = {}
+        for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (run,)):
+            _check_numbers(t, ("seconds",), f"run {run} tip {t['tip']}")
+            tips[t["tip"]] = TipUse(t["seconds"], t["text"])
         record = _record(row, tips, present)
         if has_devices:
-            found = conn.execute(
-                "SELECT uuid, name, seconds, busy_seconds, sampled_seconds FROM devices WHERE run = ?", (row["run"],)
-            )
-            devices = {
-                d["uuid"]: DeviceUse(d["name"], d["seconds"], d["busy_seconds"], d["sampled_seconds"]) for d in found
-            }
+            devices = {}
+            for d in conn.execute(
+                "SELECT uuid, name, seconds, busy_seconds, sampled_seconds FROM devices WHERE run = ?", (run,)
+            ):
+                _check_numbers(d, _DEVICE_NUMBERS, f"run {run} device {d['uuid']}")
+                devices[d["uuid"]] = DeviceUse(d["name"], d["seconds"], d["busy_seconds"], d["sampled_seconds"])
             record = replace(record, devices=devices)
         if timeline:
-            points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (row["run"],)).fetchall()
+            points = conn.execute("SELECT * FROM timeline WHERE run = ? ORDER BY t", (run,)).fetchall()
+            for point in points:
+                _check_numbers(point, _POINT_NUMBERS, f"run {run} timeline")
+                _check_numbers(point, ("t",), f"run {run} timeline", times=True)
             record = replace(record, timeline=tuple(_point(p) for p in points))
         records.append(record)
     return records
+
+
+# The numbers a run is kept as beside its times (epoch seconds, 1970 to 9999): counts of seconds, joules, bytes
+# and cores, none below 0. A file altered by hand may hold text, NULL (SQLite stores a NaN as NULL) or an
+# infinity there.
+_NUMBERS = (*_STATE_COLUMNS, *ADDITIVE, *PEAKS, *REQUESTS)
+_DEVICE_NUMBERS = ("seconds", "busy_seconds", "sampled_seconds")
+_POINT_NUMBERS = (*_STATE_COLUMNS, "busy_seconds", "sampled_seconds", "memory_peak_bytes")
+
+
+def _check_numbers(row: sqlite3.Row, names: Sequence[str], where: str, times: bool = False) -> None:
+    """Raise checks.Invalid unless each column `names` of `row` holds a finite number, 0 or more (with `times`, an
+    epoch time no report can print is refused too)."""
+    most, expected = (LAST_EPOCH, "a time from 1970 to 9999") if times else (math.inf, "a finite number, 0 or more")
+    for name in names:
+        value = row[name]
+        if type(value) not in (int, float) or not 0 <= value <= most or value == math.inf:
+            raise checks.Invalid(f"{where}: {name}", f"expected {expected}, got {checks.shown(value)}")
 
 
 def read_node(conn: sqlite3.Connection) -> str:

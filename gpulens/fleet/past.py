@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
+from gpulens import checks
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
@@ -125,6 +126,8 @@ class LedgerFiles:
             records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)
         except sqlite3.DatabaseError as error:
             raise SourceError(f"ledger {path} cannot be read ({error}); it was left untouched, {_fix(error)}") from None
+        except checks.Invalid as error:
+            raise SourceError(f"ledger {path} is corrupt ({error}); it was left untouched, give another file") from None
         finally:
             conn.close()
         identity = file_identity(path)

@@ -217,6 +217,40 @@ def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, conte
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
+@pytest.mark.parametrize(
+    ("table", "column", "value", "said"),
+    [
+        ("jobs", "busy_seconds", "'NaN'", "busy_seconds: expected a finite number, 0 or more, got 'NaN'"),
+        ("jobs", "state_busy_seconds", "9e999", "state_busy_seconds: expected a finite number, 0 or more, got inf"),
+        ("jobs", "energy_joules", "-5", "energy_joules: expected a finite number, 0 or more, got -5"),
+        ("jobs", "memory_peak_bytes", "NULL", "memory_peak_bytes: expected a finite number, 0 or more, got None"),
+        ("jobs", "last_seen", "1e300", "last_seen: expected a time from 1970 to 9999, got 1e+300"),
+        ("tips", "seconds", "'abc'", "seconds: expected a finite number, 0 or more, got 'abc'"),
+        ("devices", "busy_seconds", "'abc'", "busy_seconds: expected a finite number, 0 or more, got 'abc'"),
+        ("timeline", "busy_seconds", "'abc'", "timeline: busy_seconds: expected a finite number, 0 or more"),
+    ],
+)
+def test_a_number_no_run_can_have_makes_the_ledger_corrupt_in_every_format(
+    capsys, tmp_path, fleet_run, table, column, value, said
+):
+    """A ledger altered by hand: text, NULL, an infinity or a negative count where a run's number is kept is refused
+    as corrupt, before any format renders it, and the file is left as it was."""
+    path = tmp_path / "altered.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:  # NOT NULL columns: the table is made again without the constraint
+        conn.execute(f"CREATE TABLE copy AS SELECT * FROM {table}")
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute(f"ALTER TABLE copy RENAME TO {table}")
+        conn.execute(f"UPDATE {table} SET {column} = {value}")
+    conn.close()
+    before = path.read_bytes()
+    report = ["job", "7001"] if table == "timeline" else ["fleet"]  # a fleet report reads no timelines
+    for output in ("json", "markdown", "terminal"):
+        line = fails(capsys, [*report, "--ledger", str(path), *window(fleet_run), "--format", output], 1, str(path))
+        assert "is corrupt (run " in line and said in line and "left untouched, give another file" in line, line
+    assert path.read_bytes() == before
+
+
 def test_a_slurm_job_is_found_by_the_name_it_was_submitted_with(capsys, fleet_run):
     assert run(["job", "era5 loader", "--ledger", str(fleet_run.ledger), *window(fleet_run)]) == 0
     assert "slurm 7001" in capsys.readouterr().out
