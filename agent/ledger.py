@@ -643,6 +643,10 @@ class Ledger:
             records = read_records(self._conn, kinds_ids=[(kind, job_id)], unfinished_since=seen_since, limit=1)
         except sqlite3.Error:
             return None
+        except checks.Invalid as error:  # a number no run can have: a file altered by hand, refused as at opening
+            self._close()
+            self._refuse(str(error))
+            return None
         return records[0] if records else None
 
     def read(

@@ -437,6 +437,26 @@ def test_a_deleted_ledger_is_started_again_at_its_path(tmp_path):
     assert all(r.gpu_seconds == pytest.approx(20, abs=2.5) for r in records)
 
 
+def test_a_run_with_a_number_no_run_can_have_makes_the_agent_refuse_the_file_once(tmp_path, caplog):
+    """A ledger altered by hand: the run a restarted agent would continue holds text for a number. The file is
+    refused as corrupt, once, and the accounts go on in memory; the ledger stage never fails on it."""
+    path = tmp_path / "ledger.sqlite"
+    before = make_agent("demo", ledger=str(path))
+    before.run(30, step=2)
+    before.accounting.ledger.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET busy_seconds = 'abc' WHERE finished = 0")
+    conn.close()
+    caplog.set_level(logging.WARNING)
+    agent = make_agent("demo", ledger=str(path), clock=ManualClock(start=40))
+    agent.run(30, step=2)
+    refused = [m for m in caplog.messages if "is unusable (run " in m]
+    assert len(refused) == 1 and "busy_seconds: expected a finite number, 0 or more, got 'abc'" in refused[0]
+    assert "stage failed" not in caplog.text
+    assert agent.value("gpulens_ledger_corrupt") == 1 and agent.value("gpulens_ledger_up") == 0
+    assert len(agent.accounting.records()) == 7
+
+
 def test_a_refused_file_moved_aside_lets_a_new_ledger_start(tmp_path):
     path = tmp_path / "ledger.sqlite"
     path.write_bytes(b"not a ledger at all" * 100)
