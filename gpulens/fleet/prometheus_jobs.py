@@ -11,6 +11,7 @@ the series of each process's last trace.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
@@ -339,14 +340,20 @@ class Prometheus:
         self.api = api or PrometheusApi(http_url(url, "--prometheus"), credentials, timeout, slow=SLOW)
         self.description = f"prometheus {self.api.shown}"
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A failed request, or an answer no agent's series can give, as a SourceError naming the store."""
+        with converted(HttpError, SourceError), converted(_NotACount, SourceError, f"{self.api.where} "):
+            yield
+
     # -- jobs ------------------------------------------------------------------------------------
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
-        with converted(HttpError, SourceError):
+        with self._reading():
             return self._records("", since, until, step)
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
-        with converted(HttpError, SourceError):
+        with self._reading():
             records = self._records(selector(job_id), since, until, step)
             if not records:  # perhaps a pod name
                 pod = selector(job_id, "pod")
@@ -372,7 +379,7 @@ class Prometheus:
         they did), every job is read whole and added up here instead. JSON and CSV list every job (`runs_between()`).
         """
         check_grouping(by)  # before it goes into the queries
-        with converted(HttpError, SourceError):
+        with self._reading():
             window = f"[{max(int(until - since), 1)}s]"
             unnamed = f'count(last_over_time(gpulens_job_start_timestamp_seconds{{model=""}}{window}))'
             if self.api.query(unnamed, until):
@@ -608,7 +615,7 @@ class Prometheus:
                     metric = item["metric"]
                     found = fields.get((metric.get("job_kind", ""), metric.get("job_id", "")))
                     if found is not None:
-                        add(found, metric, _finite(item["value"][1]))
+                        add(found, metric, _count(item["value"][1]))
             return [self._record(key, spans[key], found, until) for key, found in sorted(fields.items())]
 
     def _answers(
@@ -686,7 +693,7 @@ class Prometheus:
                 f"{self.api.where} records no {by} in its hourly GPU-hours; group by one of "
                 f"{', '.join(self.TREND_GROUPINGS)}, or read the ledgers (--ledger PATH or --agent URL)"
             )
-        with converted(HttpError, SourceError):
+        with self._reading():
             daily, how = self._daily(by, since, until, step)
             notes = [how]
             try:
@@ -733,7 +740,7 @@ class Prometheus:
             metric = item["metric"]
             key, state = metric.get(by, "") or NONE, metric.get("state", "")
             for at, value in item["values"]:
-                hours = _finite(value)
+                hours = _count(value)
                 if state in STATES and hours > 0:
                     into[(utc_day(float(at) - HOUR_SECONDS), key, state)] += hours * HOUR_SECONDS
                     first = float(at) if first is None else min(first, float(at))
@@ -764,7 +771,7 @@ class Prometheus:
         at = record.last_seen + SLACK_SECONDS  # the scrape that holds the last sighting comes after it
         over = f"{{gpu_uuid=~{gpus}}}[{_seconds(at - record.start)}]"
         by = "instance, pid, gpu_uuid"
-        with converted(HttpError, SourceError):
+        with self._reading():
             queries = {
                 "trace times": f"max by ({by}) (last_over_time(gpulens_job_trace_timestamp_seconds{over}))",
                 "trace step times": f"max by ({by}) (last_over_time(gpulens_job_trace_step_seconds{over}))",
@@ -853,7 +860,7 @@ class Prometheus:
             for item in self.api.query_range(promql, start, end, step):
                 for t, v in item["values"]:
                     if 0 <= float(t) - step <= LAST_EPOCH:  # the range asked for; any other time is junk
-                        yield item["metric"], float(t) - step, _finite(v)
+                        yield item["metric"], float(t) - step, _count(v)
 
         for metric, t, v in each(f"sum by (state) (increase(gpulens_job_gpu_state_seconds_total{sel}[{window}]))"):
             if metric.get("state") in STATES and v > 0:
@@ -913,7 +920,7 @@ def _key(item: dict[str, Any]) -> tuple[str, str]:
 
 
 def _value(item: dict[str, Any]) -> float:
-    return _finite(item["value"][1])
+    return _count(item["value"][1])
 
 
 def _widest(answers: list[list[dict[str, Any]]], by: str) -> list[dict[str, Any]]:
@@ -965,6 +972,16 @@ def _seconds(span: float, floor: bool = False) -> str:
     return f"{max(int(span) if floor else math.ceil(span), 1)}s"
 
 
-def _finite(text: str) -> float:
+class _NotACount(ValueError):
+    """An answered value none of the queries here can give from the agents' series: each is a sum of counters'
+    increases, a peak, a time or a span, finite and 0 or more (increase() makes up for counter resets)."""
+
+
+def _count(text: str) -> float:
     value = float(text)
-    return value if math.isfinite(value) else 0.0  # NaN (0/0) and infinities count as nothing
+    if not 0 <= value < math.inf:  # NaN too
+        raise _NotACount(
+            f"answered {text!r}, which no sum, peak or time of the agents' job series can be; "
+            "check what writes its gpulens_job_* series"
+        )
+    return value

@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
@@ -410,3 +411,38 @@ def test_an_output_that_is_an_sqlite_database_is_refused_and_left_as_it_was(caps
         err = capsys.readouterr().err
         assert f"--output {output} is an SQLite database (a ledger?)" in err and "give another file" in err
     assert ledger.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("series", "value", "grouped"),
+    [
+        ("start_timestamp", "NaN", False),  # a job's start, which read as 0 made it start in 1970
+        ("last_seen_timestamp", "+Inf", False),
+        ("energy_joules", "-5", True),  # the store's sums by group: the tables of the terminal, markdown and html
+        ("state_seconds", "NaN", True),
+    ],
+)
+def test_an_answer_no_agent_series_can_give_is_refused_in_every_format(capsys, series, value, grouped):
+    """Prometheus answering NaN, an infinity or a negative count for a job's time, counter increase or peak: the
+    report refuses it in one line naming the store, whichever format (and so whichever queries) it takes."""
+    from tests.report.test_credentials import EMPTY, NOW, one_job
+
+    def answer(path: str):
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).get("query", [""])[0]
+        if grouped and 'model=""' in query:  # the agents name owners: the store adds up by group
+            return EMPTY
+        reply = one_job(path)
+        if series not in query:
+            return reply
+        body = json.loads(reply[2])
+        for item in body["data"]["result"]:
+            if "value" in item:
+                item["value"][1] = value
+            else:
+                item["values"] = [[t, value] for t, _ in item["values"]]
+        return json_reply(body)
+
+    with fake_server(answer) as (url, _):
+        for output in ("json", "markdown", "terminal"):
+            argv = ["fleet", "--prometheus", url, "--since", str(NOW - 7200), "--until", str(NOW), "--format", output]
+            fails(capsys, argv, 1, f"Prometheus at {url} answered {value!r}, which no sum, peak or time")
