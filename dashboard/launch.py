@@ -108,7 +108,7 @@ def check_port(host: str, port: int, what: str) -> None:
         except OSError as error:
             fix = (
                 "choose an address of this machine with --address"
-                if error.errno == errno.EADDRNOTAVAIL
+                if error.errno == errno.EADDRNOTAVAIL or isinstance(error, socket.gaierror)  # a name that is none
                 else f"choose another port with {what}"
             )
             raise LaunchError(f"cannot listen on {host}:{port} ({error.strerror}); {fix}") from None
@@ -339,6 +339,7 @@ def dashboard_main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--address",
         metavar="HOST",
+        type=arguments.address,
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)",
     )

@@ -30,6 +30,17 @@ def port(text: str, lowest: int = 1) -> int:
     return number
 
 
+def address(text: str) -> str:
+    """An argparse type: an address to listen on. A blank one would be every interface to the socket, which only
+    0.0.0.0 (or ::) says on purpose."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)!r} is not an address; give one of this machine's, such as 127.0.0.1 "
+            "(0.0.0.0 for every interface)"
+        )
+    return text
+
+
 def port_or_none(text: str) -> int:
     """As `port`, with 0 for none."""
     return port(text, lowest=0)

@@ -128,7 +128,7 @@ def source_environment(args: argparse.Namespace) -> dict[str, str]:
     if misplaced:
         raise ConfigError(misplaced)
     env = {PROMETHEUS: "", AGENTS: "", BEARER_TOKEN: "", BASIC_AUTH: "", **tls_environment(PROMETHEUS_TLS, None)}
-    if args.prometheus:
+    if args.prometheus is not None:  # '' too: a mistake, not a missing flag
         with converted(ValueError, ConfigError, "--prometheus: "):
             env[PROMETHEUS] = check_url(args.prometheus)
         with converted(ValueError, ConfigError):  # AccessError too
@@ -139,7 +139,7 @@ def source_environment(args: argparse.Namespace) -> dict[str, str]:
         env.update(tls_environment(PROMETHEUS_TLS, credentials))
         return env
     with converted(ValueError, ConfigError, "--agents: "):
-        agents = parse_agents(args.agents)
+        agents = parse_agents(args.agents or "")
     with converted(ValueError, ConfigError):
         for agent in agents.values():
             refuse_password(agent, "--agents", f"put USER:PASSWORD in a file named by {BASIC_AUTH_FILE}")
