@@ -22,6 +22,7 @@ from gpulens.agent import collectors
 from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
 from gpulens.arguments import raising
+from gpulens.checks import described
 from gpulens.printable import quoted
 from gpulens.units import UnitError, parse_duration, parse_size
 from gpulens.yamltext import YamlProblem, read_yaml_file
@@ -121,6 +122,10 @@ class Setting:
         """Return `value` parsed and within the range; raise ConfigError naming the fix and `where` the value
         was written (the flag, by default)."""
         where = where or self.flag
+        if isinstance(value, list | dict) or (isinstance(value, bool) and self.metavar is not None):
+            # A config file's YAML may give any of these; only a switch takes true or false.
+            example = f", e.g. {self.default}" if self.default else ""
+            raise ConfigError(f"{where}: {described(value)} is not a value of this setting; write one{example}")
         try:
             parsed = self.parse(value, where)
         except UnitError as error:
@@ -415,7 +420,11 @@ def _from_file(path: str) -> dict[str, Any]:
                 out[f"collector_{name}"] = _boolean(on, f"{where}: collectors.{name}")
         else:
             allowed = {k.partition(".")[2]: name for k, name in keys.items() if k.startswith(f"{key}.")}
-            if not isinstance(value, dict) or not set(value) <= set(allowed):
-                raise ConfigError(f"{where}: {key} takes {', '.join(sorted(allowed))}")
+            takes = f"{key} takes {', '.join(sorted(allowed))}"
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: {key} is a section, not {described(value)}; {takes}")
+            unknown = sorted(str(sub) for sub in set(value) - set(allowed))
+            if unknown:
+                raise ConfigError(f"{where}: unknown setting {key}.{unknown[0]}; {takes}")
             out.update({allowed[sub]: v for sub, v in value.items()})
     return out

@@ -79,7 +79,12 @@ def test_collector_flags_switch_both_ways():
         ([], {}, "web: [1, 2", ": invalid YAML ("),
         ([], {}, "colectors: {gpm: true}", "unknown setting 'colectors'"),
         ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
-        ([], {}, "web: {port: 1}", "web takes config_file, listen_address"),
+        ([], {}, "web: {port: 1}", "unknown setting web.port; web takes config_file, listen_address"),
+        ([], {}, "sampling: 1s", "sampling is a section, not the string '1s'; sampling takes interval"),
+        # YAML's lists, mappings and booleans where a setting takes one value: never a file named "['x']".
+        ([], {}, "ledger: {path: [x]}", "ledger.path (--ledger.path): a list is not a value of this setting"),
+        ([], {}, "kubelet: {pod_resources_socket: {a: 1}}", "a mapping is not a value of this setting"),
+        (["--simulate", "demo"], {}, "speed: true", "speed (--speed): true is not a value of this setting; write"),
         ([], {}, "- a\n- b\n", "must be a mapping"),
         (["--jobs.process-min-age", "soon"], {}, None, "--jobs.process-min-age: 'soon' is not a duration"),
         (["--jobs.process-min-age", "2d"], {}, None, "choose between 0s and 24h"),
