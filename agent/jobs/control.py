@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, parse_trace
-from gpulens.agent.jobs.receiver import ReceiverError, innermost_pid, remove_stale
+from gpulens.agent.jobs.receiver import ReceiverError, bind_fix, innermost_pid, remove_stale
 from gpulens.sockets import control_path
 
 __all__ = ["ControlServer", "NotConnected", "RequestError", "control_path"]
@@ -107,7 +107,7 @@ class ControlServer:
         except OSError as error:
             raise ReceiverError(
                 f"cannot listen for {self.purpose} connections on {self.path}: {error.strerror or error}; "
-                "give the agent write access to that directory"
+                f"{bind_fix(error)}"
             ) from None
         self._listener = listener
         self._selector = selectors.DefaultSelector()

@@ -415,8 +415,10 @@ def _document(data: bytes) -> dict[str, Any]:
         raise
     except json.JSONDecodeError as error:
         raise BadMessage(f"not JSON: {error.msg} at character {error.pos}") from None
-    except (ValueError, RecursionError) as error:  # an integer too long to convert, nesting too deep
-        raise BadMessage(f"not JSON: {type(error).__name__}") from None
+    except RecursionError:
+        raise BadMessage("not JSON this agent reads: arrays or objects nested too deep") from None
+    except ValueError:  # Python's limit on an integer's digits (sys.get_int_max_str_digits)
+        raise BadMessage("not JSON this agent reads: an integer of thousands of digits") from None
     if not isinstance(document, dict):
         raise BadMessage(f"not a JSON object but {checks.described(document)}")
     if "v" not in document:

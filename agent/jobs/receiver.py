@@ -325,11 +325,15 @@ def _bind(path: str) -> socket.socket:
     except OSError as error:
         if sock is not None:
             sock.close()
-        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {_FIX}") from None
+        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {bind_fix(error)}") from None
     return sock
 
 
-_FIX = "give the agent write access to that directory or choose another socket path"
+def bind_fix(error: OSError) -> str:
+    """What to do about a socket that could not be bound, as `error` says."""
+    if error.errno is None and "too long" in str(error):  # Python's check of sun_path's size
+        return "choose a shorter socket path (a socket's path holds 107 bytes at most, unix(7))"
+    return "give gpulens write access to that directory or choose another socket path"
 
 
 def remove_stale(path: str, kind: int) -> None:

@@ -203,8 +203,14 @@ def test_a_file_in_the_way_is_not_removed(socket_path):
 def test_a_directory_that_cannot_be_made_is_one_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(ReceiverError, match=r"cannot listen for jobs on .*: .*; give the agent write access"):
+    with pytest.raises(ReceiverError, match=r"cannot listen for jobs on .*: .*; give gpulens write access"):
         Receiver(socket_path=str(blocker / "jobs.sock")).start()
+
+
+def test_a_socket_path_too_long_for_a_socket_says_so(tmp_path):
+    path = str(tmp_path / ("a" * 120) / "jobs.sock")
+    with pytest.raises(ReceiverError, match=r"AF_UNIX path too long; choose a shorter socket path \(a socket's"):
+        Receiver(socket_path=path).start()
 
 
 def test_each_accepted_report_is_handed_on_and_stop_handles_what_was_queued(receiver, socket_path, message):
