@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpulens import thresholds as t
@@ -298,7 +298,8 @@ class AgentConfig:
         "--probes.jitter",
         parse_duration,
         "10m",
-        "with --collector.probes, up to this much random delay on each probe, at most --probes.interval",
+        "with --collector.probes, up to this much random delay on each probe, at most --probes.interval (a shorter "
+        "interval cuts the default to itself)",
     )
     collectors: Mapping[str, bool] = field(default_factory=collectors.defaults)
 
@@ -370,6 +371,8 @@ def load(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Agent
     )
     if config.speed != 1.0 and not config.simulate:
         raise ConfigError("--speed only applies to a simulated node; add --simulate SCENARIO or drop --speed")
+    if config.probes_jitter > config.probes_interval and "probes_jitter" not in given:  # the default, 10m
+        config = replace(config, probes_jitter=config.probes_interval)
     if config.probes_jitter > config.probes_interval:
         raise ConfigError(
             f"--probes.jitter: {config.probes_jitter:g} s is longer than --probes.interval; choose at most the interval"

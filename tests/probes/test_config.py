@@ -19,6 +19,13 @@ def test_probes_are_off_by_default_with_a_six_hour_interval():
     assert config.probes_interval == 6 * 3600 and config.probes_jitter == 600
 
 
+def test_an_interval_shorter_than_the_default_jitter_cuts_it_and_one_given_longer_is_a_mistake():
+    assert load("--probes.interval", "2m").probes_jitter == 120
+    assert load(environ={"GPULENS_PROBES_INTERVAL": "5m"}).probes_jitter == 300
+    with pytest.raises(agent_config.ConfigError, match="--probes.jitter: 600 s is longer than --probes.interval"):
+        load("--probes.interval", "2m", "--probes.jitter", "10m")
+
+
 def test_flags_environment_and_file_set_the_schedule(tmp_path):
     assert load("--probes.interval", "2h", "--probes.jitter", "5m").probes_interval == 7200
     assert load(environ={"GPULENS_PROBES_INTERVAL": "1d"}).probes_interval == 86_400
