@@ -87,14 +87,19 @@ def parse_duration(text: str, flag: str) -> float:
 
 
 def parse_time(text: str, flag: str, now: float) -> float:
-    """Return epoch seconds from 'now', a duration before now ('7d'), epoch seconds, or an ISO date (UTC)."""
+    """Return epoch seconds from 'now', a duration before `now` ('7d': --since counts back from --until),
+    epoch seconds, or an ISO date (UTC)."""
     epoch = _parse_time(text, flag, now)
     if not 0 <= epoch <= LAST_EPOCH:  # also NaN; a report prints its times, and a calendar ends in 9999
         raise UsageError(
             f"{flag}: {text.strip()[:40]!r} is not a time between 1970 and 9999; write a duration "
-            "before now (7d), a date (2026-01-31) or epoch seconds"
+            f"{_before(flag)} (7d), a date (2026-01-31) or epoch seconds"
         )
     return epoch
+
+
+def _before(flag: str) -> str:
+    return "before --until" if flag == "--since" else "before now"
 
 
 def _parse_time(text: str, flag: str, now: float) -> float:
@@ -115,7 +120,7 @@ def _parse_time(text: str, flag: str, now: float) -> float:
         except ValueError:
             continue
     raise UsageError(
-        f"{flag}: {text!r} is not a time; write a duration before now (7d), a date "
+        f"{flag}: {text!r} is not a time; write a duration {_before(flag)} (7d), a date "
         "(2026-01-31 or 2026-01-31T12:00:00Z, UTC) or epoch seconds"
     )
 
@@ -151,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
         "open a few minutes in case it comes back",
     )
     fleet = commands.add_parser("fleet", help="every job of a period, grouped", description="GPU usage of a period.")
-    fleet.add_argument("--since", default="7d", help="start of the period: 7d, a date or epoch seconds (default 7d)")
+    fleet.add_argument(
+        "--since", default="7d", help="start of the period: 7d (before --until), a date or epoch seconds (default 7d)"
+    )
     fleet.add_argument("--by", choices=GROUPINGS, default="user", help="group jobs by (default user)")
     trend = commands.add_parser(
         "trend",
@@ -159,7 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Is waste going down? Waste per day and its reasons, the first week against the last, "
         "the groups that improved or worsened, and the tips followed.",
     )
-    trend.add_argument("--since", default="30d", help="start of the period: 30d, a date or epoch seconds (default 30d)")
+    trend.add_argument(
+        "--since",
+        default="30d",
+        help="start of the period: 30d (before --until), a date or epoch seconds (default 30d)",
+    )
     trend.add_argument("--by", choices=GROUPINGS, default="namespace", help="group by (default namespace)")
     digest = commands.add_parser(
         "digest",
@@ -169,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         "by account, the same for each account's members, for its lead.",
     )
     digest.add_argument(
-        "--since", default="30d", help="start of the period: 30d, a date or epoch seconds (default 30d)"
+        "--since",
+        default="30d",
+        help="start of the period: 30d (before --until), a date or epoch seconds (default 30d)",
     )
     digest.add_argument(
         "--by", choices=DIGEST_GROUPINGS, default="user", help="everyone ranked together, or by account (default user)"

@@ -296,6 +296,14 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--source", "ledger", "--agent", "node1:10906"], ("--source ledger needs --ledger PATH",)),
         (["job"], ("id",)),
         (["job", " ", "--ledger", "x"], ("report job needs the id or name of a job",)),
+        (
+            ["fleet", "--since", "soon", "--ledger", "x"],
+            ("--since: 'soon' is not a time; write a duration before --until",),
+        ),
+        (
+            ["fleet", "--until", "soon", "--ledger", "x"],
+            ("--until: 'soon' is not a time; write a duration before now",),
+        ),
         ([], ("report job ID",)),
         # argparse reads a value that starts with '-' as a flag: the line says how to give it.
         (["fleet", "--since", "-3d", "--ledger", "x"], ("--since: expected one argument", "as --since=VALUE")),
