@@ -14,10 +14,12 @@ def split_http_url(url: str) -> urllib.parse.SplitResult | None:
     """Return the parts of an http:// or https:// URL with a host and a valid port; None for anything else."""
     try:
         parts = urllib.parse.urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number from 0 to 65535
+        port = parts.port  # raises ValueError for a port that is not a number from 0 to 65535
     except ValueError:  # also an unclosed '[' of an IPv6 address
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == 0:  # no server listens on port 0
+        return None
+    if any(c.isspace() or not c.isprintable() for c in parts.hostname):  # 'not a url' parses with that host
         return None
     return parts
 
