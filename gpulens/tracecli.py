@@ -72,6 +72,9 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
         return fail(parser.prog, error, EXIT_USAGE)
     if args.steps < 1:
         return fail(parser.prog, "--steps must be at least 1; write e.g. --steps 20", EXIT_USAGE)
+    for flag, value, example in (("--job", args.job, "--job 4242"), ("--id", args.id, "--id 7f3a9c")):
+        if value is not None and not value.strip():
+            return fail(parser.prog, f"{flag} is blank; give one, e.g. {example}", EXIT_USAGE)
     for pid in args.pid or []:
         if pid < 1:
             return fail(

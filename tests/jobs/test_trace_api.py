@@ -332,6 +332,8 @@ def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
         # Checked here, not by the agent's 400, which would exit 1 (and here no agent listens at all).
         (["--pid", "0", "--agent", "127.0.0.1:1"], 2, "--pid 0 is not a process id"),
         (["--pid", "4242", "--pid", "-5", "--agent", "127.0.0.1:1"], 2, "--pid -5 is not a process id"),
+        (["--job", " ", "--agent", "127.0.0.1:1"], 2, "--job is blank; give one, e.g. --job 4242"),
+        (["--id", "", "--agent", "127.0.0.1:1"], 2, "--id is blank; give one"),
         (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http://HOST:PORT"),
         (["--job", "1", "--wait", "5x"], 2, "'5x' is not a duration"),
         (["--job", "1", "--agent", "127.0.0.1:1"], 1, "cannot be reached"),
