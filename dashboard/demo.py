@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from gpulens import arguments, bundled
+from gpulens.agent.config import SETTINGS, ConfigError
 from gpulens.agent.simulator.scenario import load_scenario
 from gpulens.arguments import OneLineParser
 from gpulens.dashboard import demo_history
@@ -331,6 +332,15 @@ def write_history(folder: pathlib.Path, until: float) -> tuple[dict[str, pathlib
     return ledgers, demo_history.openmetrics(runs)
 
 
+def _speed(text: str) -> float:
+    """An argparse type: a speed each agent of the demo takes (its --speed), checked before any starts."""
+    try:
+        speed: float = SETTINGS["speed"].read(text)
+    except ConfigError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--speed: ")) from None
+    return speed
+
+
 def demo_main(argv: Sequence[str]) -> int:
     """`gpulens demo [--port N] [--agents | --prometheus | --victoriametrics]`."""
     parser = OneLineParser(
@@ -358,11 +368,11 @@ def demo_main(argv: Sequence[str]) -> int:
         action="store_true",
         help="VictoriaMetrics fed by two vmagents sharing the agents, and vmalert with the project's rules",
     )
-    parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per real second (default 1)")
+    parser.add_argument(
+        "--speed", type=_speed, default=1.0, help="simulated seconds per real second (default 1; 0.001 to 10000)"
+    )
     parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
     args = parser.parse_args(argv)
-    if not 0 < args.speed < math.inf:  # also NaN
-        parser.error(f"--speed {args.speed:g} must be above 0")
     check_refresh(parser, args.refresh)
     prometheus = args.prometheus or not (args.agents or args.victoriametrics or shutil.which("prometheus") is None)
     children = Children()

@@ -209,6 +209,9 @@ def test_a_port_in_use_is_one_clear_line():
             "cannot read the bearer token file",
         ),
         (["demo", "--port", "many"], 2, "argument --port: 'many' is not a port; choose one from 1 to 65535"),
+        # The agents' own range, checked before any starts (1e9 started the fleet, then its agents refused it).
+        (["demo", "--speed", "1e9"], 2, "argument --speed: 1e+09 is out of range; choose between 0.001 and 10000"),
+        (["demo", "--speed", "inf"], 2, "argument --speed: inf is out of range"),
         (["dashboard", "--agents", "http://a:10906", "--address", ""], 2, "'' is not an address; give one of"),
         (["dashboard", "--agents", "http://a:10906", "--address", "nosuch.invalid"], 1, "an address of this machine"),
         (["dashboard", "--agents", "http://a:10906", "--port", "70000"], 2, "'70000' is not a port"),
