@@ -133,6 +133,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
             "--simulate-time applies to --simulate; add it or drop --simulate-time",
         ),
         (not (options.gpu and options.device == "cpu"), "--gpu chooses GPUs; drop it with --device cpu"),
+        # Blank, it would choose nothing and so probe every GPU, which leaving --gpu out says on purpose.
+        (
+            options.gpu is None or any(item.strip() for item in options.gpu.split(",")),
+            "--gpu names no GPU; give indexes or UUIDs, e.g. --gpu 0,1, or leave it out for every GPU",
+        ),
     )
     for ok, message in checks:
         if not ok:

@@ -67,6 +67,7 @@ def test_help_documents_the_exit_statuses(capsys):
         (["--simulate", "probes", "--gpu", "9"], "--gpu 9: no such GPU; indexes here: 0, 1, 2, 3, 4, 5, 6, 7"),
         (["--frobnicate"], "unrecognized arguments: --frobnicate"),
         (["--device", "cpu", "--gpu", "0"], "--gpu chooses GPUs; drop it with --device cpu"),
+        (["--simulate", "demo", "--gpu", " , "], "--gpu names no GPU; give indexes or UUIDs, e.g. --gpu 0,1"),
         (["--simulate-time", "5"], "--simulate-time applies to --simulate"),
     ],
 )
