@@ -428,6 +428,6 @@ def _from_file(path: str) -> dict[str, Any]:
                 raise ConfigError(f"{where}: {key} is a section, not {described(value)}; {takes}")
             unknown = sorted(str(sub) for sub in set(value) - set(allowed))
             if unknown:
-                raise ConfigError(f"{where}: unknown setting {key}.{unknown[0]}; {takes}")
+                raise ConfigError(f"{where}: unknown setting {quoted(f'{key}.{unknown[0]}')}; {takes}")
             out.update({allowed[sub]: v for sub, v in value.items()})
     return out

@@ -79,7 +79,7 @@ def test_collector_flags_switch_both_ways():
         ([], {}, "web: [1, 2", ": invalid YAML ("),
         ([], {}, "colectors: {gpm: true}", "unknown setting 'colectors'"),
         ([], {}, "collectors: {gpu_magic: true}", "collectors.gpu_magic: unknown collector"),
-        ([], {}, "web: {port: 1}", "unknown setting web.port; web takes config_file, listen_address"),
+        ([], {}, "web: {port: 1}", "unknown setting 'web.port'; web takes config_file, listen_address"),
         ([], {}, "sampling: 1s", "sampling is a section, not the string '1s'; sampling takes interval"),
         # YAML's lists, mappings and booleans where a setting takes one value: never a file named "['x']".
         ([], {}, "ledger: {path: [x]}", "ledger.path (--ledger.path): a list is not a value of this setting"),
