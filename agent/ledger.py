@@ -317,7 +317,8 @@ class Ledger:
             conn.executescript(_SCHEMA)
             _add_columns(conn, self.path)
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (repr(time.time()),))
+            # Microseconds always: a file's size then never hangs on how many digits repr() gave the time.
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('created', ?)", (f"{time.time():.6f}",))
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (self.node,))
         except LedgerError as error:
             conn.close()
