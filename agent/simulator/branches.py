@@ -182,8 +182,12 @@ def family(name: str) -> frozenset[str]:
 
 
 def declared_functions(header: str) -> list[str]:
-    """Return the functions an nvml.h text declares, sorted."""
-    return sorted(set(re.findall(r"\bDECLDIR\s+(nvml\w+)\s*\(", header)))
+    """Return the functions an nvml.h text declares, sorted.
+
+    Most return an nvmlReturn_t (`nvmlReturn_t DECLDIR nvmlInit_v2(void);`); nvmlErrorString returns a
+    string, its type after DECLDIR (`const DECLDIR char* nvmlErrorString(nvmlReturn_t result);`).
+    """
+    return sorted(set(re.findall(r"\bDECLDIR\s+(?:\w+\s*\*\s*)?(nvml\w+)\s*\(", header)))
 
 
 if __name__ == "__main__":

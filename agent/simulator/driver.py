@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import re
 import threading
 from _ctypes import CFuncPtr
 from collections import Counter
@@ -178,6 +179,25 @@ def _records(address: int | None, structure: type[_Record], count: int) -> list[
     """
     start, size = _need(address), ctypes.sizeof(structure)
     return [structure.from_address(start + i * size) for i in range(count)]
+
+
+# The bus id forms nvmlDeviceGetHandleByPciBusId accepts, "all numbers in hexadecimal" (nvml.h):
+# "domain:bus:device.function in format %x:%x:%x.%x", "domain:bus:device in format %x:%x:%x",
+# "bus:device.function in format %x:%x.%x". A part left out is 0.
+_BUS_ID_FORMS = (
+    re.compile(r"([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)\.([0-9a-f]+)"),
+    re.compile(r"([0-9a-f]+):([0-9a-f]+):([0-9a-f]+)()"),
+    re.compile(r"()([0-9a-f]+):([0-9a-f]+)\.([0-9a-f]+)"),
+)
+
+
+def _bus_address(text: str) -> tuple[int, ...] | None:
+    """Return (domain, bus, device, function) of a bus id in one of nvml.h's forms, or None."""
+    for form in _BUS_ID_FORMS:
+        found = form.fullmatch(text.strip().lower())
+        if found:
+            return tuple(int(part or "0", 16) for part in found.groups())
+    return None
 
 
 @dataclass(frozen=True)
@@ -507,14 +527,34 @@ class SimulatedDriver:
 
     @_export("nvmlDeviceGetHandleByUUID", args=(P, P), device=False)
     def _handle_by_uuid(self, now: float, uuid: int, out: int) -> int:
+        """A GPU's handle, or a MIG device's for a `MIG-` UUID while its instance exists (NVML API reference:
+        "The UUID of the target GPU or MIG instance", giving "the device handle or MIG device handle")."""
         wanted = ctypes.string_at(_need(uuid)).decode(errors="replace")
+        for gpu in self.node.present(now):
+            for instance in self._live_instances(gpu, now) if gpu.spec.mig else ():
+                if instance.spec.uuid == wanted:
+                    return self._give_mig_handle(_Mig(gpu, instance), now, out)
         return self._find_handle(now, out, lambda g: g.spec.uuid == wanted)
+
+    def _give_mig_handle(self, mig: _Mig, now: float, out: int) -> int:
+        """The handle nvmlDeviceGetMigDeviceHandleByIndex gives, refused as that call and its GPU's lookup are."""
+        _need(out)
+        if mig.gpu.is_lost(now):
+            return h.ERROR_UNKNOWN
+        if not self.scenario.mig_monitoring:
+            return h.ERROR_NO_PERMISSION
+        self._check_answer(self._calling, mig.gpu, self._mig_index(mig, now), now)
+        _put(out, c_void_p, self._mig_handles[id(mig.instance)])
+        return h.SUCCESS
 
     @_export("nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByPciBusId_v2", args=(P, P), device=False)
     def _handle_by_bus_id(self, now: float, bus_id: int, out: int) -> int:
-        """Accepts the 4- and 8-digit domain forms."""
-        wanted = ctypes.string_at(_need(bus_id)).decode(errors="replace").upper()
-        return self._find_handle(now, out, lambda g: g.spec.pci_bus_id in (wanted, "0000" + wanted))
+        """The GPU at a bus id in any form nvml.h accepts (`_bus_address`); INVALID_ARGUMENT "if pciBusId is
+        invalid", NOT_FOUND "if pciBusId does not match a valid device on the system"."""
+        wanted = _bus_address(ctypes.string_at(_need(bus_id)).decode(errors="replace"))
+        if wanted is None:
+            return h.ERROR_INVALID_ARGUMENT
+        return self._find_handle(now, out, lambda g: _bus_address(g.spec.pci_bus_id) == wanted)
 
     def _find_handle(self, now: float, out: int, match: Callable[[SimulatedGpu], bool]) -> int:
         _need(out)

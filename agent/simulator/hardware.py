@@ -14,15 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import hostprocess
-from .scenario import GIB, MIB, THROTTLE_REASONS, Fault, Gpu, MigInstance, Process, Scenario, Window
+from .scenario import DRIVER_RESERVE, GIB, MIB, THROTTLE_REASONS, Fault, Gpu, MigInstance, Process, Scenario, Window
 from .signals import STEP_S, STEPS_PER_S, Signal, noise_key, step_sampler
 
 RING_SAMPLES = 120  # the driver keeps about 20 s of 1/6 s utilization samples
-# Memory the driver reserves on every GPU, busy or not: nvmlMemory_t.used counts it, nvmlMemory_v2_t
-# splits it out as `reserved`. Reported idle: 308 MB (gpustat issue #141, R515), 517 MiB on an A10
-# (mayooot/detect-gpu issue #3, R535), 912 MB on an A100 (rust-nvml/nvml-wrapper issue #57). 512 MiB is
-# the A10's figure rounded, within that range; the agent reads whatever the driver reports.
-DRIVER_RESERVE = 512 * MIB
 BURST_FIRST_PID = 4_000_000  # processes of a processes_appear fault: above any scenario's usual pids
 BURST_MEMORY = GIB // 4  # each one holds a bare CUDA context
 _INF = float("inf")

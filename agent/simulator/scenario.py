@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -45,6 +46,11 @@ from .signals import Converter, Signal, byte_count, byte_rate, constant, mix64, 
 DEFAULT_START_TIME = 1767225600  # 2026-01-01T00:00:00Z
 GIB = 2**30
 MIB = 2**20
+# Memory the driver reserves on every GPU, busy or not: nvmlMemory_t.used counts it, nvmlMemory_v2_t
+# splits it out as `reserved`. Reported idle: 308 MB (gpustat issue #141, R515), 517 MiB on an A10
+# (mayooot/detect-gpu issue #3, R535), 912 MB on an A100 (rust-nvml/nvml-wrapper issue #57). 512 MiB is
+# the A10's figure rounded, within that range; the agent reads whatever the driver reports.
+DRIVER_RESERVE = 512 * MIB
 
 # Names usable in `not_supported` and `no_permission` lists and faults; each makes the NVML calls
 # and field values of that feature answer NVML_ERROR_NOT_SUPPORTED or NVML_ERROR_NO_PERMISSION.
@@ -274,6 +280,24 @@ def _memory_total(raw: object, where: str) -> int:
     return memory
 
 
+def _gpu_memory_total(raw: object, where: str) -> int:
+    """A GPU's memory, more than the reserve its driver keeps of it (DRIVER_RESERVE)."""
+    memory = _memory_total(raw, where)
+    if memory <= DRIVER_RESERVE:
+        raise Invalid(where, "must be more than the driver's 512 MiB reserve; give the board's memory, e.g. '16GiB'")
+    return memory
+
+
+def _fits(raw: object, where: str, size: int, function: str, read: Callable[[object, str], str] = _written) -> str:
+    """Return the text `read` gives where nvml.h gives `function` a buffer of `size` bytes, its NUL included;
+    a longer text would make every call answer NVML_ERROR_INSUFFICIENT_SIZE, which no driver does."""
+    value = read(raw, where)
+    length = len(value.encode())
+    if length >= size:
+        raise Invalid(where, f"{length} bytes is longer than the {size - 1} {function} can return; shorten it")
+    return value
+
+
 def _check_repeat(every: float | None, lasts: float | None) -> None:
     """Refuse half of `every` and `for` (something that comes back), or a `for` as long as `every`."""
     if (every is None) != (lasts is None):
@@ -473,9 +497,15 @@ class Process:
 
 
 def _processes(
-    raw: object, where: str, memory_total: int, real_allowed: bool = True, holder: str = "the GPU's memory_total"
+    raw: object,
+    where: str,
+    memory_total: int,
+    real_allowed: bool = True,
+    holder: str = "the GPU's memory_total",
+    reserve: int = DRIVER_RESERVE,
 ) -> tuple[Process, ...]:
-    """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold."""
+    """Parse a GPU's or a MIG device's processes; `holder` names `memory_total`, the most one may hold, of
+    which the driver keeps `reserve` (a MIG device's memory has none apart: nvmlMemory_v2_t.reserved 0)."""
     processes: list[Process] = []
     for i, item in enumerate(items(raw, where)):
         at = f"{where}[{i}]"
@@ -499,7 +529,32 @@ def _processes(
                     "every takes pid, pid + 1, ... for its occurrences); move one of them",
                 )
         processes.append(process)
+    _check_memory_at_once(processes, where, memory_total - reserve, holder, reserve)
     return tuple(processes)
+
+
+def _check_memory_at_once(processes: list[Process], where: str, room: int, holder: str, reserve: int) -> None:
+    """Refuse processes that hold more than `room` bytes at one time, which would break the driver's rule
+    used = the processes' memory + the reserve. Each is counted from its start to its end; one that comes
+    back (`every`) counts for its whole span, its pauses included, rather than occurrence by occurrence."""
+    for start in sorted({p.start for p in processes}):
+        alive = [i for i, p in enumerate(processes) if p.start <= start and (p.end is None or start < p.end)]
+        held = sum(processes[i].memory for i in alive)
+        if held > room:
+            got, most = written(byte_count, held, room)
+            who = (
+                f"process [{alive[0]}] holds"
+                if len(alive) == 1
+                else "processes " + ", ".join(f"[{i}]" for i in alive[:-1]) + f" and [{alive[-1]}] hold"
+            )
+            limit = (
+                f"the {most} {holder} leaves beside the driver's 512 MiB reserve" if reserve else f"{holder}, {most}"
+            )
+            raise Invalid(
+                where,
+                f"at {start:g} s {who} {got}, more than {limit}; "
+                "give them less memory, or an end before the next one starts",
+            )
 
 
 def _pids_overlap(a: Process, b: Process) -> bool:
@@ -545,7 +600,7 @@ _FREE = -1  # a GPU instance id the scenario leaves to the driver: _give_instanc
 
 def _instance_processes_of(raw: object, where: str, profile: gpus.MigProfile) -> tuple[Process, ...]:
     memory = profile.memory_mib * MIB
-    return _processes(raw, where, memory, real_allowed=False, holder=f"the {profile.name} instance's memory")
+    return _processes(raw, where, memory, real_allowed=False, holder=f"the {profile.name} instance's memory", reserve=0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -648,9 +703,9 @@ class Gpu:
 
     index: int
     name: str
-    memory_total: int = key(_memory_total)  # bytes
+    memory_total: int = key(_gpu_memory_total)  # bytes
     uuid: str = key(_uuid, "GPU")
-    serial: str = key(_written)
+    serial: str = key(_fits, h.DEVICE_SERIAL_BUFFER_SIZE, "nvmlDeviceGetSerial")  # NVML_DEVICE_SERIAL_BUFFER_SIZE
     pci_bus_id: str = key(_pci_bus_id)  # "00000000:BB:DD.F"
     pci_device_id: int
     power_limit: float = key(number, 1, MAX_POWER_W)  # W
@@ -764,7 +819,8 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
 
 
 def _model_needs(spec: dict[Any, Any], where: str) -> GpuModel | None:
-    name = text(spec["model"], _at(where, "model"))
+    # NVML_DEVICE_NAME_V2_BUFFER_SIZE: the buffer nvml.h sizes for nvmlDeviceGetName, NUL included.
+    name = _fits(spec["model"], _at(where, "model"), h.DEVICE_NAME_V2_BUFFER_SIZE, "nvmlDeviceGetName", text)
     model = find_model(name)
     if model is None:
         for needed in ("memory_total", "power_limit"):

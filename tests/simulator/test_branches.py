@@ -7,6 +7,7 @@ from gpulens.agent.simulator import branches
 
 HEADER = """
 nvmlReturn_t DECLDIR nvmlInit_v2(void);
+const DECLDIR char* nvmlErrorString(nvmlReturn_t result);
 nvmlReturn_t DECLDIR nvmlDeviceGetCount_v2 (unsigned int *deviceCount);
 /* nvmlReturn_t DECLDIR in a comment has no name after it */
 nvmlReturn_t DECLDIR nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
@@ -18,8 +19,15 @@ def test_declared_functions_come_from_the_header_text():
     assert branches.declared_functions(HEADER) == [
         "nvmlDeviceGetComputeRunningProcesses_v3",
         "nvmlDeviceGetCount_v2",
+        "nvmlErrorString",  # returns a string, not an nvmlReturn_t
         "nvmlInit_v2",
     ]
+
+
+def test_every_branch_exports_nvml_error_string():
+    # nvml.h declares it in every release: `const DECLDIR char* nvmlErrorString(nvmlReturn_t result);`
+    for name in branches.BRANCHES:
+        assert "nvmlErrorString" in branches.resolve(name).symbols, name
 
 
 def test_each_branch_adds_to_the_one_before():

@@ -3,6 +3,7 @@
 Sources are beside each behaviour in agent/simulator/driver.py and docs/scenarios.md.
 """
 
+import ctypes
 import re
 import textwrap
 
@@ -12,7 +13,7 @@ import pytest
 from gpulens import gpus
 from gpulens.agent.simulator.scenario import ScenarioError, parse_scenario
 
-from .common import listed, raises_nvml, started
+from .common import FakeClock, listed, raises_nvml, started
 from .test_sim_nvml import gpm_metrics
 
 MIXED = textwrap.dedent("""\
@@ -125,6 +126,33 @@ def test_instances_come_and_go_and_a_gone_handle_is_refused(sim, clock):
     assert len(mig_devices(sim, h100)) == 2
     with raises_nvml("InvalidArgument"):
         sim.nvmlDeviceGetMemoryInfo(late)
+
+
+def test_a_mig_uuid_finds_its_mig_device_while_it_exists(sim, clock):
+    # NVML API reference, nvmlDeviceGetHandleByUUID: "The UUID of the target GPU or MIG instance"; it returns
+    # "the device handle or MIG device handle".
+    h100 = sim.nvmlDeviceGetHandleByIndex(0)
+    later = FakeClock()
+    later.t = 600
+    ahead = started(parse_scenario(MIXED, "mixed.yaml"), later)  # the same node, with the third instance
+    late = ahead.nvmlDeviceGetUUID(mig_devices(ahead, ahead.nvmlDeviceGetHandleByIndex(0))[2])
+    with raises_nvml("NotFound"):
+        sim.nvmlDeviceGetHandleByUUID(late)  # not created yet
+    clock.t = 600
+    devices = mig_devices(sim, h100)
+    for device in devices:
+        uuid = sim.nvmlDeviceGetUUID(device)
+        found = sim.nvmlDeviceGetHandleByUUID(uuid)
+        assert ctypes.addressof(found.contents) == ctypes.addressof(device.contents), uuid
+        assert sim.nvmlDeviceIsMigDeviceHandle(found)
+    assert sim.nvmlDeviceGetUUID(devices[2]) == late
+    clock.t = 1800  # destroyed
+    with raises_nvml("NotFound"):
+        sim.nvmlDeviceGetHandleByUUID(late)
+    # Without MIG monitoring rights, the lookup is refused as the lookup by index is (container toolkit #842).
+    hidden = started(parse_scenario(MIXED + "mig_monitoring: false\n", "mixed.yaml"), later)
+    with raises_nvml("NoPermission"):
+        hidden.nvmlDeviceGetHandleByUUID(late)
 
 
 def test_gpm_per_instance_on_hopper_only(sim, clock):

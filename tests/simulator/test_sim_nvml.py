@@ -116,6 +116,33 @@ def test_handles_are_distinct_device_pointers(clock):
     )
 
 
+@pytest.mark.parametrize(
+    "bus_id",
+    ["00000000:9A:00.0", "0000:9A:00.0", "00000000:9a:00.0", "0:9a:0.0", "0000:9A:00", "9A:00.0", "9a:0.0"],
+)
+def test_a_bus_id_in_any_form_nvml_h_accepts_finds_its_gpu(clock, bus_id):
+    # nvml.h, nvmlDeviceGetHandleByPciBusId_v2: "domain:bus:device.function in format %x:%x:%x.%x",
+    # "domain:bus:device in format %x:%x:%x", "bus:device.function in format %x:%x.%x" (hexadecimal).
+    sim = started("demo", clock)
+    assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleByPciBusId(bus_id)) == 4
+
+
+@pytest.mark.parametrize(
+    ("bus_id", "error"),
+    [
+        ("0000:9A:00.1", "NotFound"),
+        ("1:9A:00.0", "NotFound"),
+        ("9A", "InvalidArgument"),
+        ("zz:00.0", "InvalidArgument"),
+    ],
+)
+def test_a_bus_id_of_no_gpu_is_not_found_and_one_of_no_form_is_invalid(clock, bus_id, error):
+    # nvml.h: INVALID_ARGUMENT "if pciBusId is invalid", NOT_FOUND "if pciBusId does not match a valid device".
+    sim = started("demo", clock)
+    with raises_nvml(error):
+        sim.nvmlDeviceGetHandleByPciBusId(bus_id)
+
+
 def test_bad_handles_and_lookups(clock):
     sim = started("demo", clock)
     with raises_nvml("InvalidArgument"):
@@ -189,6 +216,17 @@ def test_builtin_nvml_down_and_reinit_mismatch(clock):
     clock.t = 205
     with raises_nvml("LibRmVersionMismatch"):
         faults.nvmlInit()
+
+
+def test_error_string_names_each_code_whatever_the_state(clock):
+    # nvml.h declares `const DECLDIR char* nvmlErrorString(nvmlReturn_t result)` in every release; the
+    # binding builds each NVMLError's message from it.
+    sim = started("demo", clock)
+    assert sim.nvmlErrorString(h.ERROR_GPU_IS_LOST) == "GPU is lost"
+    assert str(sim.NVMLError(h.ERROR_TIMEOUT)) == "Timeout"
+    assert sim.nvmlErrorString(12345) == "Unknown Error"
+    sim.nvmlShutdown()
+    assert sim.nvmlErrorString(h.ERROR_UNINITIALIZED) == "Uninitialized"  # needs no initialized library
 
 
 # ------------------------------------------------------------------ utilization samples

@@ -6,7 +6,10 @@ import textwrap
 import pytest
 
 from gpulens.agent.simulator import scenario as scenario_module
+from gpulens.agent.simulator.hardware import DRIVER_RESERVE
 from gpulens.agent.simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
+
+from .common import started
 
 BUILTINS = ["bench8x32", "demo", "diagnosis", "faults", "mig", "nvml-down", "old-driver", "probes", "square20"]
 
@@ -382,6 +385,45 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "faults[0].function",
             "unknown NVML function",
         ),
+        # What no driver can return: nvml.h's NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) and
+        # NVML_DEVICE_SERIAL_BUFFER_SIZE (30) hold the text and its NUL.
+        (
+            body(f'model: "{"X" * 96}"\n    memory_total: 16GiB\n    power_limit: 100'),
+            "gpus[0].model",
+            "96 bytes is longer than the 95 nvmlDeviceGetName can return",
+        ),
+        (
+            body(GOOD_GPU + f"\n    serial: '{'1' * 30}'"),
+            "gpus[0].serial",
+            "30 bytes is longer than the 29 nvmlDeviceGetSerial can return",
+        ),
+        # Memory processes hold at once, beside the driver's reserve, fits the GPU's or the instance's.
+        (
+            body(GOOD_GPU + "\n    memory_total: 100MiB"),
+            "gpus[0].memory_total",
+            "more than the driver's 512 MiB reserve",
+        ),
+        (
+            body(
+                GOOD_GPU
+                + "\n    processes:\n      - {pid: 7, memory: 50GiB}\n      - {pid: 8, memory: 40GiB, start: 5}"
+            ),
+            "gpus[0].processes",
+            "at 5 s processes [0] and [1] hold 90 GiB, more than the 79.1 GiB the GPU's memory_total leaves",
+        ),
+        (
+            body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: 79.5GiB}"),
+            "gpus[0].processes",
+            "at 0 s process [0] holds 79.5 GiB, more than the 79.1 GiB",
+        ),
+        (
+            body(
+                GOOD_GPU + "\n    mig:\n      - profile: 1g.10gb\n"
+                "        processes: [{pid: 7, memory: 6GiB}, {pid: 8, memory: 6GiB}]"
+            ),
+            "gpus[0].mig[0].processes",
+            "at 0 s processes [0] and [1] hold 12 GiB, more than the 1g.10gb instance's memory, 9.8 GiB",
+        ),
     ],
 )
 def test_bad_scenarios_give_one_line_naming_file_place_and_fix(tmp_path, text, place, fix):
@@ -392,6 +434,29 @@ def test_bad_scenarios_give_one_line_naming_file_place_and_fix(tmp_path, text, p
     assert "\n" not in message
     assert message.startswith(f"scenario {path}: {place}: ")
     assert fix in message
+
+
+def test_the_longest_name_and_serial_nvml_returns_load_and_read_back(tmp_path, clock):
+    name, serial = "X" * 95, "1" * 29  # the buffers less the NUL (nvml.h)
+    path = write(
+        tmp_path, body(f'model: "{name}"\n    memory_total: 16GiB\n    power_limit: 100\n    serial: "{serial}"')
+    )
+    sim = started(load_scenario(path), clock)
+    handle = sim.nvmlDeviceGetHandleByIndex(0)
+    assert (sim.nvmlDeviceGetName(handle), sim.nvmlDeviceGetSerial(handle)) == (name, serial)
+
+
+def test_processes_that_never_meet_may_hold_the_whole_memory_each(tmp_path, clock):
+    # Memory is added up over the processes alive at the same time; one that comes back (every) counts
+    # as alive from its start to its end (docs/scenarios.md).
+    processes = (
+        "\n    processes:\n      - {pid: 7, memory: 60GiB, end: 10}\n      - {pid: 8, memory: 60GiB, start: 10}"
+        "\n      - {pid: 9, memory: 19GiB, every: 4, for: 1}"
+    )
+    sim = started(load_scenario(write(tmp_path, body(GOOD_GPU + processes))), clock)
+    clock.t = 12.5  # pid 8 and an occurrence of pid 9
+    memory = sim.nvmlDeviceGetMemoryInfo(sim.nvmlDeviceGetHandleByIndex(0))
+    assert memory.used == (60 + 19) * 2**30 + DRIVER_RESERVE  # used = the processes' memory + the reserve
 
 
 def test_invalid_yaml_names_the_line(tmp_path):
