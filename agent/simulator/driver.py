@@ -1097,6 +1097,14 @@ class SimulatedDriver:
             raise CallFailed(h.ERROR_INVALID_ARGUMENT)
         return found
 
+    @_export("nvmlDeviceGetSupportedEventTypes", args=(P,), feature="events")
+    def _supported_event_types(self, gpu: SimulatedGpu, now: float, out: int) -> int:
+        """The event types the simulator delivers: Xid critical errors. A real board lists more (ECC, clock and
+        power-state changes: nvmlEventType in nvml.h); a tool that asks before it registers finds Xids here."""
+        _need(out)
+        _put(out, c_ulonglong, h.EVENT_TYPE_XID_CRITICAL_ERROR)
+        return h.SUCCESS
+
     @_export("nvmlDeviceRegisterEvents", args=(ULL, P), feature="events")
     def _register_events(self, gpu: SimulatedGpu, now: float, types: int, event_set: int) -> int:
         """Only Xid events that happen from now on are delivered, as in NVML."""

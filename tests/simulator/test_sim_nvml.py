@@ -623,6 +623,13 @@ def test_xid_is_delivered_once_to_each_registered_set(clock):
         sim.nvmlEventSetWait(early, 0)
 
 
+def test_the_event_types_a_gpu_lists_are_those_it_delivers(clock):
+    """A tool that asks nvmlDeviceGetSupportedEventTypes before it registers finds the Xid events the simulator
+    delivers (it answered NOT_SUPPORTED, as for what the simulator does not model)."""
+    sim = started("demo", clock)
+    assert sim.nvmlDeviceGetSupportedEventTypes(handles(sim)[0]) == pynvml.nvmlEventTypeXidCriticalError
+
+
 def test_xid_of_a_lost_gpu_reaches_a_set_registered_before(clock):
     sim = started("faults", clock)
     events = sim.nvmlEventSetCreate()
