@@ -202,6 +202,9 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
         _check_schema(conn, path, READER_FIX)
+        if not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            conn.close()
+            raise LedgerError(f"ledger {path} is empty: no agent has written to it; it was left untouched{READER_FIX}")
     except sqlite3.DatabaseError as error:
         raise LedgerError(f"ledger {path} cannot be read ({error}); it was left untouched, give another file") from None
     return conn

@@ -14,6 +14,8 @@ from gpulens.httpclient import OVERLOADED, HttpClient, parse_json, untrusted
 # The fixes, in the flags of both commands that read a Prometheus (`gpulens dashboard`, `gpulens report`).
 UNREACHABLE = "check the --prometheus address and that the server is up"
 REFUSED = "check the bearer token or basic-auth credentials (--bearer-token-file, --basic-auth-file)"
+# An answer in the API's envelope but not of its shape: a proxy or another server at that address.
+NOT_THE_API = "check that --prometheus is the Prometheus API itself (not a proxy that changes its answers)"
 
 
 def label_value(text: str) -> str:
@@ -69,15 +71,17 @@ class PrometheusApi(HttpClient):
         data = self._data("/api/v1/alerts", {}, "alerts")
         alerts = data.get("alerts") if isinstance(data, dict) else None
         if not isinstance(alerts, list):
-            raise self.error("answered /api/v1/alerts without a list of alerts")
+            raise self.error(f"answered /api/v1/alerts without a list of alerts; {NOT_THE_API}")
         return alerts
 
     def _result(self, data: Any, promql: str, kind: str) -> list[dict[str, Any]]:
         if not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(data.get("result"), list):
-            raise self.error(f"answered query {self.said(promql, 80)!r} with something other than a {kind}")
+            raise self.error(
+                f"answered query {self.said(promql, 80)!r} with something other than a {kind}; {NOT_THE_API}"
+            )
         # Label values are strings and samples [time, "number"] in the API; anything else breaks the readers.
         if not all(_well_formed(item, kind) for item in data["result"]):
-            raise self.error(f"answered query {self.said(promql, 80)!r} with a malformed series")
+            raise self.error(f"answered query {self.said(promql, 80)!r} with a malformed series; {NOT_THE_API}")
         result: list[dict[str, Any]] = data["result"]
         return result
 
@@ -91,7 +95,7 @@ class PrometheusApi(HttpClient):
                 "is --prometheus the Prometheus server itself (not Grafana or a login page)?"
             ) from None
         if not isinstance(body, dict):
-            raise self.error("answered with JSON that is not the Prometheus API's")
+            raise self.error(f"answered with JSON that is not the Prometheus API's; {NOT_THE_API}")
         if body.get("status") != "success":
             kind = self.said(body.get("errorType") or f"HTTP {response.status_code}", 40)
             message = self.said(body.get("error") or "no message")

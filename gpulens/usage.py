@@ -321,8 +321,12 @@ class JobRecord:
                 devices={str(k): _device(v) for k, v in (data.get("devices") or {}).items()},
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
             )
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as error:
-            raise ValueError(f"not a job record ({type(error).__name__}: {error})") from None
+        except KeyError as error:
+            raise ValueError(f"a job record without {error}") from None
+        except checks.Invalid as error:
+            raise ValueError(f"a job record whose {error}") from None
+        except (TypeError, ValueError, AttributeError, OverflowError):  # a list where an object goes, and the like
+            raise ValueError("a job record whose fields are not of the types a job record's are") from None
 
 
 def _device(data: Mapping[str, Any]) -> DeviceUse:

@@ -101,7 +101,9 @@ def ledger_runs(agent: AgentClient, params: Mapping[str, object]) -> tuple[list[
     try:
         records = [JobRecord.from_dict(item) for item in body["jobs"]]
     except (KeyError, TypeError, ValueError) as error:
-        raise ValueError(f"sent a job list this gpulens cannot read ({error})") from None
+        raise ValueError(
+            f"sent a job list this gpulens cannot read ({error}); check that the address is a gpulens agent's"
+        ) from None
     node = str(body.get("node") or urllib.parse.urlsplit(agent.shown).netloc)
     return [r if r.nodes else replace(r, nodes=(node,)) for r in records], bool(body.get("truncated"))
 

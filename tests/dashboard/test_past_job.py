@@ -123,7 +123,10 @@ def test_agents_read_a_job_from_their_ledgers_under_the_dashboards_node_names():
 @pytest.mark.parametrize(
     ("reply", "said"),
     [
-        (json_reply({"node": "n", "jobs": [{"kind": "slurm", "id": "7"}]}), "cannot read (not a job record"),
+        (
+            json_reply({"node": "n", "jobs": [{"kind": "slurm", "id": "7"}]}),
+            "cannot read (a job record without 'start'); check that the address is a gpulens agent's",
+        ),
         (json_reply({"error": "no ledger"}, 404), "answered HTTP 404"),
     ],
 )

@@ -128,7 +128,7 @@ def test_round_trip_through_json():
     # An agent older than the account and name answers without them: they are "".
     older = {k: v for k, v in record.to_dict().items() if k not in ("account", "name")}
     assert JobRecord.from_dict(older) == job(tips=record.tips, timeline=record.timeline, models=record.models)
-    with pytest.raises(ValueError, match="not a job record"):
+    with pytest.raises(ValueError, match="a job record without 'id'"):
         JobRecord.from_dict({"kind": "slurm"})
     # The allocation's figures: their types kept, absent from an older agent's answer (0), refused when wrong.
     sized = job(
