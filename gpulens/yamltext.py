@@ -8,6 +8,7 @@ A settings file read into a record of `gpulens.checks` goes through `read_settin
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import yaml
@@ -62,6 +63,10 @@ class _TwiceWritten(yaml.constructor.ConstructorError):
     """A key written twice in one mapping."""
 
 
+# A number in YAML 1.2's and JSON's spelling that YAML 1.1 reads as text: an exponent without a dot or a sign.
+_EXPONENT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
 class _NotWhatItSays(yaml.constructor.ConstructorError):
     """A plain number YAML 1.1 reads as another: the message says which, and how to write either."""
 
@@ -87,6 +92,21 @@ class _UniqueKeys(yaml.SafeLoader):
             self._refuse(node, value, "colons make it a base-60 number")
         return value
 
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        text: str = super().construct_yaml_str(node)
+        # YAML 1.2 and JSON read 1e30 as a number; YAML 1.1 wants a dot and a signed exponent (1.0e+30), and
+        # reads the rest as text, which would then be refused as "not a number" with no word on why.
+        if node.style is None and _EXPONENT.fullmatch(text):
+            mantissa, exponent = re.split("[eE]", text)
+            mantissa += "" if "." in mantissa else ".0"
+            number = f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
+            raise _NotWhatItSays(
+                problem=f"{text} is text to YAML 1.1 (a number's exponent needs a dot before it and a sign); "
+                f"write {number} for the number, or quote it ('{text}') if it is text",
+                problem_mark=node.start_mark,
+            )
+        return text
+
     @staticmethod
     def _refuse(node: yaml.ScalarNode, value: float, why: str) -> None:
         raise _NotWhatItSays(
@@ -110,6 +130,7 @@ class _UniqueKeys(yaml.SafeLoader):
 # The loader finds constructors by tag, in a table filled when SafeLoader was defined.
 _UniqueKeys.add_constructor("tag:yaml.org,2002:int", _UniqueKeys.construct_yaml_int)
 _UniqueKeys.add_constructor("tag:yaml.org,2002:float", _UniqueKeys.construct_yaml_float)
+_UniqueKeys.add_constructor("tag:yaml.org,2002:str", _UniqueKeys.construct_yaml_str)
 
 
 def parse_yaml(text: str) -> Any:

@@ -28,8 +28,29 @@ def test_a_number_yaml_reads_as_another_is_refused_with_both_spellings(text, sai
 
 
 @pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("power: 1e30", "line 1: 1e30 is text to YAML 1.1 (a number's exponent needs a dot before it and a sign); "
+         "write 1.0e+30 for the number, or quote it ('1e30') if it is text"),
+        ("every: 1e-9", "write 1.0e-9 for the number"),
+        ("n: [2.5E3]", "write 2.5e+3 for the number"),
+    ],
+)  # fmt: skip
+def test_a_number_in_yaml_1_2_s_spelling_that_yaml_1_1_reads_as_text_is_refused_with_its_1_1_spelling(text, said):
+    """YAML 1.2 and JSON read 1e30 as a number; PyYAML (YAML 1.1) as text, later refused as "not a number"."""
+    with pytest.raises(YamlProblem) as caught:
+        parse_yaml(text)
+    assert said in str(caught.value) and "\n" not in str(caught.value)
+    number = str(caught.value).partition("write ")[2].partition(" for")[0]
+    assert isinstance(parse_yaml(f"n: {number}")["n"], float)  # the spelling it gives reads as the number
+
+
+@pytest.mark.parametrize(
     ("text", "value"),
     [
+        ("n: '1e30'", "1e30"),  # quoted: text, as written
+        ("n: 1.0e+30", 1e30),
+        ("n: e5", "e5"),
         ("n: 0", 0),
         ("n: -0", 0),
         ("n: 10", 10),
