@@ -718,10 +718,11 @@ class Gpu:
     temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
     memory_temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
     fan: Signal | None = key(_signal, 0, 100, default=None)  # percent; None = no fan (NotSupported)
-    sm_clock: Signal | None = key(_signal, 0, MAX_CLOCK_MHZ, default=None, name="clocks.sm")  # MHz
-    memory_clock: Signal | None = key(_signal, 0, MAX_CLOCK_MHZ, default=None, name="clocks.memory")  # MHz
     max_sm_clock: int = key(whole, 1, MAX_CLOCK_MHZ, default=1500, name="max_clocks.sm")  # MHz
     max_memory_clock: int = key(whole, 1, MAX_CLOCK_MHZ, default=1500, name="max_clocks.memory")  # MHz
+    # At most the maximum nvmlDeviceGetMaxClockInfo gives: the clock a board runs at is never above it.
+    sm_clock: Signal | None = key(_signal, 0, Earlier("max_sm_clock"), default=None, name="clocks.sm")  # MHz
+    memory_clock: Signal | None = key(_signal, 0, Earlier("max_memory_clock"), default=None, name="clocks.memory")
     idle_sm_clock: int  # MHz
     throttle: tuple[Throttle, ...] = key(each, read, Throttle, default=())
     pcie: Pcie
@@ -790,6 +791,11 @@ def _gpu(raw: object, where: str, index: int, seed: int) -> Gpu:
     row_remapping = model.row_remapping if model else True
     if "remapped_rows" in spec and not row_remapping:
         raise Invalid(_at(where, "remapped_rows"), f"{name} has no row remapping (it retires pages); remove it")
+    if model is not None and not model.hbm and "memory_temperature" in spec:
+        # NVML_FI_DEV_MEMORY_TEMP: HBM boards measure it; GDDR boards answer NOT_SUPPORTED (nvidia-smi's N/A).
+        raise Invalid(_at(where, "memory_temperature"), f"{name} has GDDR memory, which reports none; remove it")
+    if model is not None and not model.gpm and spec.get("gpm") is True:
+        raise Invalid(_at(where, "gpm"), f"{name} has no GPM (Hopper and newer have it); remove gpm")
     idle_sm_mhz = model.idle_sm_mhz if model else 300
     given: dict[str, Any] = {
         "index": index,

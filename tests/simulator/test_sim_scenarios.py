@@ -245,6 +245,15 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "has no row remapping",
         ),
         (body('model: "Acme X1"'), "gpus[0]", "unknown model 'Acme X1' needs memory_total"),
+        # What the model cannot do: a clock above its maximum, a GDDR board's memory temperature, GPM before Hopper.
+        (body('model: "H100 80GB HBM3"\n    clocks: {sm: 5000}'), "gpus[0].clocks.sm", "between 0 and 1980, got 5000"),
+        (
+            body('model: "H100 80GB HBM3"\n    max_clocks: {memory: 1000}\n    clocks: {memory: 2619}'),
+            "gpus[0].clocks.memory",
+            "between 0 and 1000, got 2619",
+        ),
+        (body('model: "L4"\n    memory_temperature: 50'), "gpus[0].memory_temperature", "has GDDR memory"),
+        (body('model: "A100-SXM4-80GB"\n    gpm: true'), "gpus[0].gpm", "has no GPM (Hopper and newer have it)"),
         ("description: d\ngpus: []\n", "top level", "missing key 'name'"),
         (body() + "flavour: x\n", "top level", "unknown key 'flavour'"),
         (body(GOOD_GPU + '\n    uuid: "GPU-1234"'), "gpus[0].uuid", "expected GPU-xxxxxxxx"),
