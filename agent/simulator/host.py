@@ -87,7 +87,7 @@ class SimulatedSources:
             found = self._live(pid)
             if found is None:
                 continue  # gone between the NVML call and this one, as on a real node
-            spec = found[1].job_of(pid)
+            spec = found[1].job_at(self._clock())
             if spec is None:
                 # The node booted at time 0, and /proc counts a start in ticks of 1/100 s (USER_HZ).
                 started = round(found[1].began(self._clock()) * 100)

@@ -18,6 +18,7 @@ from typing import Any
 
 from gpulens import gpus
 from gpulens.agent import nvml_header as h
+from gpulens.agent.nvml import PID_MAX
 from gpulens.checks import (
     Earlier,
     Invalid,
@@ -423,10 +424,20 @@ def _host_process(raw: object, where: str) -> HostProcess:
     return read(raw, where, HostProcess, example="use {pid_file: PATH} or {command: REGEX}")
 
 
+# Linux's pids: below PID_MAX (the agent's PID_MAX_LIMIT); past the largest, the kernel hands out pids again from
+# RESERVED_PIDS, 300 (kernel/pid.c), those free, as a process that comes back forever gets them here.
+RESERVED_PIDS = 300
+
+
+def _wrapped(pid: int) -> int:
+    return pid if pid < PID_MAX else RESERVED_PIDS + (pid - RESERVED_PIDS) % (PID_MAX - RESERVED_PIDS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Process:
-    # With `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would. 0 with `real`.
-    pid: int = key(whole, 1, 2**32 - 1, default=0)
+    # With `every`, the first occurrence's pid; occurrence n has pid + n, as a new process would (past the largest,
+    # back from RESERVED_PIDS: `_wrapped`). 0 with `real`.
+    pid: int = key(whole, 1, PID_MAX - 1, default=0)
     memory: int = key(_bytes)  # bytes, nvmlProcessInfo_t.usedGpuMemory
     sm_utilization: Signal | None = key(_signal, 0, 100, default=None)  # percent; None = the GPU's utilization
     start: float = key(number, 0, default=0.0)  # seconds
@@ -458,17 +469,24 @@ class Process:
         _check_repeat(self.every, self.lasts)
         if self.job is not None and self.job.id_counts_up and self.every is None:
             raise Invalid("job.id_counts_up", "needs a process that comes back; add every and for")
-        if self.last_pid is not None and self.last_pid > 2**32 - 1:
-            raise Invalid("pid", "its occurrences would run past the largest pid; start from a lower pid")
+        if self.last_pid is not None and self.last_pid >= PID_MAX:
+            raise Invalid(
+                "pid", f"its occurrences would run past the largest pid, {PID_MAX - 1}; start from a lower pid"
+            )
 
     def pid_at(self, t: float) -> int | None:
         """Return the pid of the occurrence running at time ``t`` (seconds), or None when none runs."""
+        occurrence = self._occurrence(t)
+        return None if occurrence is None else _wrapped(self.pid + occurrence)
+
+    def _occurrence(self, t: float) -> int | None:
+        """Which occurrence runs at time ``t``: 0 for a process that does not come back; None when none runs."""
         if t < self.start or (self.end is not None and t >= self.end):
             return None
         if self.every is None or self.lasts is None:  # __post_init__ sets both or neither
-            return self.pid
+            return 0
         occurrence = int((t - self.start) // self.every)
-        return self.pid + occurrence if t - self.start - occurrence * self.every < self.lasts else None
+        return occurrence if t - self.start - occurrence * self.every < self.lasts else None
 
     def began(self, t: float) -> float:
         """Return when the occurrence running at time ``t`` started (seconds)."""
@@ -476,11 +494,12 @@ class Process:
             return self.start
         return self.start + (t - self.start) // self.every * self.every
 
-    def job_of(self, pid: int) -> JobSpec | None:
-        """Return the job occurrence ``pid`` belongs to (with ``id_counts_up``, occurrence n's is id + n)."""
-        if self.job is None or not self.job.id_counts_up:
+    def job_at(self, t: float) -> JobSpec | None:
+        """Return the job of the occurrence running at time ``t`` (with ``id_counts_up``, occurrence n's is id + n)."""
+        occurrence = self._occurrence(t)
+        if self.job is None or not self.job.id_counts_up or occurrence is None:
             return self.job
-        return replace(self.job, id=str(int(self.job.id) + pid - self.pid))
+        return replace(self.job, id=str(int(self.job.id) + occurrence))
 
     def alive(self, t: float) -> bool:
         """Return whether an occurrence of the process runs at time ``t`` (seconds)."""
@@ -930,7 +949,9 @@ def _give_instance_ids(instances: list[MigInstance], where: str) -> tuple[MigIns
         for other in instances[:i]:
             if other.gpu_instance == instance.gpu_instance and _overlap(other.window, instance.window):
                 raise Invalid(
-                    f"{where}[{i}].gpu_instance", f"{instance.gpu_instance} is taken by another instance then"
+                    f"{where}[{i}].gpu_instance",
+                    f"{instance.gpu_instance} is taken by another instance then; give another, or leave it out "
+                    "for the driver to pick",
                 )
     for i, instance in enumerate(instances):
         if instance.gpu_instance != _FREE:
@@ -964,6 +985,14 @@ def _gpus(raw: object, where: str, seed: int) -> tuple[Gpu, ...]:
     # GPU with the same would never be found, and no machine has two.
     for unique in ("uuid", "pci_bus_id", "serial"):
         _check_unique(found, gpu_list, unique)
+    # A MIG device is found by its UUID too (nvmlDeviceGetHandleByUUID), and each creation gets a new one.
+    places: dict[str, str] = {}
+    for gpu in found:
+        for i, instance in enumerate(gpu.mig_instances):
+            place = f"{where}[{gpu.index}].mig[{i}]"
+            other = places.setdefault(instance.uuid, place)
+            if other != place:
+                raise Invalid(f"{place}.uuid", f"{instance.uuid} is also the uuid of {other}; give each its own")
     return found
 
 

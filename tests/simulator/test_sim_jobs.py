@@ -150,3 +150,37 @@ def test_request_mistakes_name_the_place(job, place, fix):
         parse_scenario(text, "jobs.yaml")
     assert str(caught.value).startswith(f"scenario jobs.yaml: gpus[0].processes[0].job.{place}: ")
     assert fix in str(caught.value)
+
+
+def test_a_process_that_comes_back_forever_takes_pids_from_300_again_past_the_largest():
+    """Linux hands out pids below pid_max (PID_MAX_LIMIT, 2**22) and, past the largest, again from RESERVED_PIDS
+    (300, kernel/pid.c); a counted-up job keeps counting."""
+    text = (
+        SCENARIO.replace("pid: 9000", "pid: 4194302")
+        .replace(", end: 300", "")
+        .replace("{counts_up}", ", id_counts_up: true")
+    )
+    scenario = parse_scenario(text, "jobs.yaml")
+    process = scenario.gpus[0].processes[0]
+    clock = FakeClock()
+    sources = SimulatedSources(scenario, clock.monotonic)
+    seen = []
+    for minute in range(4):
+        clock.t = minute * 60 + 10
+        pid = process.pid_at(clock.t)
+        [job] = sources.jobs_of([pid], scenario.gpus[0].uuid)
+        seen.append((pid, job.id))
+    assert seen == [(4194302, "700000"), (4194303, "700001"), (300, "700002"), (301, "700003")]
+
+
+def test_a_pid_a_linux_machine_cannot_give_is_refused():
+    for process, said in (
+        ("{pid: 4194304, memory: 1GiB}", "processes[0].pid: must be between 1 and 4194303"),
+        ("{pid: 4194300, memory: 1GiB, every: 1, for: 0.5, end: 10}", "would run past the largest pid, 4194303"),
+    ):
+        text = (
+            f'name: t\ndescription: d\ngpus:\n  - model: "NVIDIA H100 80GB HBM3"\n    processes:\n      - {process}\n'
+        )
+        with pytest.raises(ScenarioError) as caught:
+            parse_scenario(text, "jobs.yaml")
+        assert said in str(caught.value), caught.value

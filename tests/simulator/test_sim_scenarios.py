@@ -218,7 +218,13 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
         (
             body(H100_MIG + "\n      - {profile: 1g.10gb, gpu_instance: 1}"),
             "gpus[0].mig[1].gpu_instance",
-            "1 is taken by another instance then",
+            "1 is taken by another instance then; give another, or leave it out for the driver to pick",
+        ),
+        (
+            "name: t\ndescription: d\ngpus:\n" + "  - model: H100 80GB HBM3\n"
+            "    mig: [{profile: 1g.10gb, uuid: MIG-11111111-2222-3333-4444-555555555555}]\n" * 2,
+            "gpus[1].mig[0].uuid",
+            "MIG-11111111-2222-3333-4444-555555555555 is also the uuid of gpus[0].mig[0]; give each its own",
         ),
         (
             body(H100_MIG + "\n    allocated_to: {kind: kubernetes, id: u, user: a, namespace: n, pod: p}"),
