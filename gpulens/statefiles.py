@@ -1,7 +1,8 @@
 """The plain files the services keep their state in (the reclaim service's folder, the notify sender's): JSON
 documents written whole or not at all, and logs of JSON lines appended a line at a time, which a person can
-read with any tool. A line that does not read (a disk filled mid-write, a hand edit) is skipped with a
-warning, never the file."""
+read with any tool. A line that does not read (a disk filled mid-write, a hand edit, a byte that is not UTF-8,
+a field of the wrong type or a time no log can print) is skipped with a warning naming the file and the line,
+never the file."""
 
 from __future__ import annotations
 
@@ -12,7 +13,31 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpulens.checks import shown
+from gpulens.usage import LAST_EPOCH
+
 log = logging.getLogger(__name__)
+
+Kinds = tuple[type[object], ...]  # the types a field may have
+
+
+class Moment:
+    """A field's kind that is a time: seconds since the epoch, from 1970 to the end of 9999, the times a log can
+    print (a line read from a file may say 1e400)."""
+
+
+TEXT: Kinds = (str,)
+NUMBER: Kinds = (int, float)
+TIME: Kinds = (Moment,)
+_KIND_NAMES: dict[type[object], str] = {
+    str: "text",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    Moment: "seconds since the epoch from 1970 to 9999",
+    type(None): "null",
+}
 
 
 def write_whole(path: Path, document: Any) -> None:
@@ -30,22 +55,63 @@ def append_line(path: Path, record: Mapping[str, Any]) -> None:
         f.write(line)
 
 
-def lines(path: Path, fields: Collection[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Each record of the JSON-lines file at `path`, oldest first; none where it does not exist. A line that is
-    no JSON object, or (with `fields`) whose keys are not exactly those, is skipped with a warning."""
+def lines(
+    path: Path, fields: Mapping[str, Kinds] | None = None, required: Collection[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Each record of the JSON-lines file at `path`, oldest first; none where it does not exist. OSError as it
+    comes.
+
+    With `fields`, the kinds each field may have (TEXT, NUMBER, TIME, list, ...), checked where present, and
+    `required`, the fields every record has; without `required`, a record has exactly `fields`. A line that is not
+    UTF-8, no JSON object, or a record that does not check is skipped with a warning naming the file, the line
+    and why."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
             for number, line in enumerate(f, 1):
-                try:
-                    value = json.loads(line)
-                    if not isinstance(value, dict) or (fields is not None and set(value) != set(fields)):
-                        raise ValueError("not a record of this file")
-                except ValueError as error:
-                    log.warning("%s line %d does not read (%s); skipped", path, number, error)
+                problem, value = _read(line, fields, required)
+                if problem:
+                    log.warning("%s line %d does not read (%s); skipped", path, number, problem)
                     continue
                 yield value
     except FileNotFoundError:
         return
+
+
+def _read(
+    line: bytes, fields: Mapping[str, Kinds] | None, required: Collection[str] | None
+) -> tuple[str, dict[str, Any]]:
+    """Return what is wrong with a line ("" where nothing is) and its record."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"it is not UTF-8: byte {line[error.start]:#04x} at column {error.start + 1}", {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as error:  # RecursionError: thousands of brackets
+        return str(error) or type(error).__name__, {}
+    if not isinstance(value, dict):
+        return "not a record of this file", {}
+    if fields is None:
+        return "", value
+    if required is None and set(value) != set(fields):
+        return "not a record of this file", {}
+    for name in required or ():
+        if name not in value:
+            return f"it has no {name}", {}
+    for name, kinds in fields.items():
+        if name in value and not _is(value[name], kinds):
+            named = dict.fromkeys(_KIND_NAMES[kind] for kind in kinds)
+            return f"its {name} is {shown(value[name])}, not {' or '.join(named)}", {}
+    return "", value
+
+
+def _is(value: Any, kinds: Kinds) -> bool:
+    """Whether `value` is of one of `kinds`: true and false are no numbers, and a time is a number in range."""
+    if isinstance(value, bool):
+        return bool in kinds
+    if Moment in kinds and isinstance(value, int | float):
+        return 0 <= value <= LAST_EPOCH  # NaN too is outside
+    return isinstance(value, kinds)
 
 
 def since(records: Iterable[dict[str, Any]], start: float) -> Iterator[dict[str, Any]]:

@@ -22,10 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from gpulens import statefiles
+from gpulens.statefiles import TEXT, TIME
 
 log = logging.getLogger(__name__)
 
 SENT, HELD, RECORD, LOCK = "sent.json", "held.json", "messages.jsonl", "lock"
+# The fields of a message's record that `gpulens notify log` reads, and their kinds; `time` is required, the others
+# are checked where present.
+RECORD_FIELDS: dict[str, statefiles.Kinds] = {
+    "time": TIME,
+    **dict.fromkeys(("status", "reason", "key", "job", "user", "account", "namespace", "to", "subject"), TEXT),
+    "detail": TEXT,
+    "to_lead": (bool,),
+    "test_mode": (bool,),
+    "through": (list,),
+    "held_since": TIME,
+}
 
 
 class StateError(RuntimeError):
@@ -69,8 +81,9 @@ class StateFolder:
             raise self._error(error) from None
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every message recorded, oldest first."""
-        return statefiles.lines(self.path / RECORD)
+        """Every message recorded, oldest first; a line that does not read, or a record without a time or with a
+        field of the wrong kind, is skipped with a warning naming the line."""
+        return statefiles.lines(self.path / RECORD, RECORD_FIELDS, required=("time",))
 
     def _read(self, name: str) -> Any:
         try:

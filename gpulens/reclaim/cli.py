@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-from gpulens import arguments, statefiles
+from gpulens import arguments, checks, statefiles
 from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
+from gpulens.reclaim import keeping
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep, in_force
 from gpulens.reclaim.policy import MODES, PolicyError, load_policy
@@ -54,10 +55,23 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
 
 
 def _state_dir(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get(STATE_DIR) or DEFAULT_STATE_DIR
+    default = os.environ.get(STATE_DIR, "").strip() or DEFAULT_STATE_DIR
     parser.add_argument(
-        "--state-dir", default=default, metavar="DIR", help=f"the service's folder (default {default}; or {STATE_DIR})"
+        "--state-dir",
+        type=_folder,
+        default=default,
+        metavar="DIR",
+        help=f"the service's folder (default {default}; or {STATE_DIR})",
     )
+
+
+def _folder(text: str) -> str:
+    """An argparse type: a folder's path; an empty one would be the current directory, wherever that is."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"is empty, which would be the current directory; give the service's folder, e.g. {DEFAULT_STATE_DIR}"
+        )
+    return text
 
 
 def _service_folder(path: str) -> Folder:
@@ -119,6 +133,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
     )
     parser.add_argument(
         "--address",
+        type=arguments.address,
         metavar="HOST",
         default="127.0.0.1",
         help="address to serve metrics and keeps on (default 127.0.0.1)",
@@ -205,9 +220,10 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
             return _fail("run", error, EXIT_USAGE)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = Service(source, policy, folder, actors=actors, notify=notify, checkpoint=checkpoint, advisor=advisor)
-    if args.once:
+    if args.once:  # a script or a check: a fleet that could not be read is a failure, not a quiet cycle
         service.cycle()
-        return 0
+        unread = service.unread()
+        return _fail("run", f"{unread}; every job was held, nothing was done", EXIT_FAILED) if unread else 0
     if args.port:
         from gpulens.reclaim.server import start
 
@@ -292,16 +308,15 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
     parser.add_argument("--by", default="", help="who keeps it (default: the user running the command)")
     _state_dir(parser)
     args = parser.parse_args(argv)
-    try:
-        seconds = 0.0 if args.end else parse_duration(args.span, "--for")
-    except UnitError as error:
-        return _fail("keep", error, EXIT_USAGE)
-    if (seconds <= 0 and not args.end) or not args.reason.strip() or not args.job.strip():
-        return _fail("keep", "give a job, a --for above 0 (or --end) and a --reason that is not blank", EXIT_USAGE)
-    job = args.job.strip() if "/" in args.job else f"slurm/{args.job.strip()}"
-    by = args.by.strip() or os.environ.get("SUDO_USER") or getpass.getuser()
+    try:  # as the service's API checks a keep: the same kinds of job, spans and words
+        job = keeping.job_key(args.job, f"JOB {checks.shown(args.job)}")
+        seconds = 0.0 if args.end else keeping.span(args.span, "--for")
+        reason = keeping.words(args.reason, "--reason")
+        by = keeping.words(args.by, "--by") if args.by.strip() else os.environ.get("SUDO_USER") or getpass.getuser()
+    except checks.Invalid as invalid:
+        return _fail("keep", invalid, EXIT_USAGE)
     now = time.time()
-    keep = Keep(job=job, until=now + seconds, by=by, reason=" ".join(args.reason.split()), at=now)
+    keep = Keep(job=job, until=now + seconds, by=by, reason=reason, at=now)
     try:
         folder = _service_folder(args.state_dir)
         if keep.ends and job not in in_force(folder.keeps(), now):

@@ -6,8 +6,8 @@
     keeps.jsonl   `gpulens reclaim keep` appends a line per keep: the job, until when, who and why
     audit.jsonl   a line per decision: warned, would act, acted, skipped and why, reset, kept
 
-A line that does not read (a disk filled mid-write, a hand edit), or an audit record with a field of the wrong
-type, is skipped with a warning, never the file.
+A line that does not read (a disk filled mid-write, a hand edit), or a record with a field of the wrong type or
+a time no log can print, is skipped with a warning naming the file and the line, never the file.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from gpulens import statefiles
 from gpulens.reclaim.ladder import Keep, Place
+from gpulens.statefiles import NUMBER, TEXT, TIME
 
 log = logging.getLogger(__name__)
 
@@ -31,28 +32,21 @@ KEEPS = "keeps.jsonl"
 PLACES = "places.json"
 LOCK = "lock"
 
-_TEXT: tuple[type[object], ...] = (str,)
-_NUMBER: tuple[type[object], ...] = (int, float)
 # The audit record's fields that its readers (`gpulens reclaim log`, the service's count of the hour's actions)
-# rely on, and their types; `time` is required, the others are checked where present.
-AUDIT_FIELDS: dict[str, tuple[type[object], ...]] = {
-    "time": _NUMBER,
-    **dict.fromkeys(("event", "mode", "policy", "job", "job_kind", "job_id", "user", "account", "partition"), _TEXT),
-    **dict.fromkeys(("action", "reason", "detail", "by"), _TEXT),
+# rely on, and their kinds; `time` is required, the others are checked where present.
+AUDIT_FIELDS: dict[str, statefiles.Kinds] = {
+    "time": TIME,
+    **dict.fromkeys(("event", "mode", "policy", "job", "job_kind", "job_id", "user", "account", "partition"), TEXT),
+    **dict.fromkeys(("action", "reason", "detail", "by"), TEXT),
     "nodes": (list,),
     "gpus": (list,),
-    "idle_seconds": _NUMBER,
-    "due_at": (*_NUMBER, type(None)),
-    "until": _NUMBER,
+    "idle_seconds": NUMBER,
+    "due_at": (*TIME, type(None)),
+    "until": TIME,
     "step": (int,),
 }
-_TYPE_NAMES: dict[type[object], str] = {
-    str: "text",
-    int: "a number",
-    float: "a number",
-    list: "a list",
-    type(None): "null",
-}
+# A keep's line holds these fields and no other (ladder.Keep).
+KEEP_FIELDS: dict[str, statefiles.Kinds] = {"job": TEXT, "until": TIME, "by": TEXT, "reason": TEXT, "at": TIME}
 
 
 class FolderError(RuntimeError):
@@ -119,8 +113,8 @@ class Folder:
     # -- keeps and the audit log --------------------------------------------------------------------------
 
     def keeps(self) -> list[Keep]:
-        fields = [f.name for f in dataclasses.fields(Keep)]
-        return [Keep(**record) for record in statefiles.lines(self.path / KEEPS, fields)]
+        """Each keep recorded, oldest first; a line that does not read is skipped with a warning."""
+        return [Keep(**record) for record in statefiles.lines(self.path / KEEPS, KEEP_FIELDS)]
 
     def add_keep(self, keep: Keep) -> None:
         statefiles.append_line(self.path / KEEPS, dataclasses.asdict(keep))
@@ -139,21 +133,4 @@ class Folder:
     def audit_records(self) -> Iterator[dict[str, Any]]:
         """Each record of the audit log, oldest first; one without a time, or with a field of the wrong type, is
         skipped with a warning, as a line that is no JSON is."""
-        path = self.path / AUDIT
-        for record in statefiles.lines(path):
-            wrong = _wrong_field(record)
-            if wrong:
-                log.warning("%s: a record does not read (%s); skipped", path, wrong)
-                continue
-            yield record
-
-
-def _wrong_field(record: Mapping[str, Any]) -> str:
-    """Say which field of an audit record has the wrong type, "" where none has."""
-    if "time" not in record:
-        return "it has no time"
-    for name, types in AUDIT_FIELDS.items():
-        value = record.get(name)
-        if name in record and (not isinstance(value, types) or isinstance(value, bool)):
-            return f"its {name} is {value!r}, not {' or '.join(dict.fromkeys(_TYPE_NAMES[t] for t in types))}"
-    return ""
+        return statefiles.lines(self.path / AUDIT, AUDIT_FIELDS, required=("time",))

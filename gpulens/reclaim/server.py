@@ -30,11 +30,10 @@ from gpulens import checks
 from gpulens.agent.access import PEER_CERT, Guard, basic_credentials
 from gpulens.agent.server import serve
 from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, WebConfigFile, peer_names
+from gpulens.reclaim import keeping
 from gpulens.reclaim.folder import Folder
 from gpulens.reclaim.ladder import Keep, in_force
-from gpulens.reclaim.policy import JOB_KINDS
 from gpulens.reclaim_api import KEEPS
-from gpulens.units import UnitError, parse_duration
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -50,52 +49,25 @@ REFUSED = (  # under 200 characters: the dashboard shows it whole
 )
 
 
-def _job_id(value: Any, where: str) -> str:
-    found = checks.text(value, where)
-    if len(found) > 200 or "/" in found or any(c.isspace() for c in found):
-        raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
-    return found
-
-
-def _span(value: Any, where: str) -> float:
-    """Seconds from '8h' or a number of seconds, by the grammar of `gpulens reclaim keep --for`, above 0."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise checks.Invalid(where, f"expected a duration such as '8h' or seconds, got {checks.described(value)}")
-    try:
-        seconds = parse_duration(value, where)
-    except UnitError as error:
-        raise checks.Invalid(where, error.problem) from None
-    if seconds <= 0:
-        raise checks.Invalid(where, "must be above 0; write e.g. '8h'")
-    return seconds
-
-
-def _words(value: Any, where: str) -> str:
-    """Text that is not blank, its white space made single spaces as `gpulens reclaim keep` does."""
-    if not isinstance(value, str) or not value.strip():
-        raise checks.Invalid(where, f"expected text that is not blank, got {checks.described(value)}")
-    return " ".join(value.split())
-
-
 @dataclasses.dataclass(frozen=True)
 class KeepRequest:
     """The body of POST /api/v1/keeps."""
 
-    job_kind: str = checks.key(checks.choice, JOB_KINDS)
-    job_id: str = checks.key(_job_id)
-    seconds: float = checks.key(_span, name="for")
-    reason: str = checks.key(_words)
-    by: str = checks.key(_words)  # the person asking; the client the service let in is added to it
+    job_kind: str = checks.key(keeping.job_kind)
+    job_id: str = checks.key(keeping.job_id)
+    seconds: float = checks.key(keeping.span, name="for")
+    reason: str = checks.key(keeping.words)
+    by: str = checks.key(keeping.words)  # the person asking; the client the service let in is added to it
 
 
 @dataclasses.dataclass(frozen=True)
 class EndRequest:
     """The body of DELETE /api/v1/keeps."""
 
-    job_kind: str = checks.key(checks.choice, JOB_KINDS)
-    job_id: str = checks.key(_job_id)
-    reason: str = checks.key(_words)
-    by: str = checks.key(_words)
+    job_kind: str = checks.key(keeping.job_kind)
+    job_id: str = checks.key(keeping.job_id)
+    reason: str = checks.key(keeping.words)
+    by: str = checks.key(keeping.words)
 
 
 class ReclaimApp:

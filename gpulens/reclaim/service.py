@@ -139,6 +139,7 @@ class Service:
         self.last: Cycle | None = None
         self.last_time: float | None = None
         self.problems: tuple[SourceProblem, ...] = ()
+        self.gpus_read = 0  # GPUs the last read of the fleet returned
         self.registry = registry or CollectorRegistry()
         self.decisions = Counter(
             "gpulens_reclaim_actions",
@@ -157,7 +158,7 @@ class Service:
     def cycle(self) -> Cycle:
         now = self.clock()
         answer = self.source.fleet(WINDOW)
-        self.problems = answer.problems
+        self.problems, self.gpus_read = answer.problems, len(answer.value.gpus)
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
         # The jobs out of sight are held too where the problem is their node's: their nodes as last seen.
         nodes = {key: place.nodes for key, place in self.places.items()} | {job.key: job.nodes for job in jobs}
@@ -186,6 +187,15 @@ class Service:
             except Exception:  # advice lost costs its messages, never the ladder
                 log.exception("the advice to owners failed this cycle; it is tried again next cycle")
         return cycle
+
+    def unread(self) -> str:
+        """Why the last cycle could read nothing of the fleet, in one line; "" where it read it, if only in part.
+        Nothing read is a problem of the store itself (Prometheus unreachable, a query failing), or no GPU read
+        while nodes had problems (every agent down): every job was held."""
+        problems = [p for p in self.problems if not p.node] or (list(self.problems) if not self.gpus_read else [])
+        if not problems:
+            return ""
+        return f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
 
     def run(self, stop: threading.Event) -> None:
         """Cycle every interval until `stop` is set; an unexpected error costs its cycle only."""

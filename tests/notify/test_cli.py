@@ -180,3 +180,42 @@ def test_log_tells_what_became_of_each_message_and_filters_by_user_and_job(tmp_p
     (tmp_path / "other").mkdir()
     status, _, err = run(capsys, "log", "--config", settings(tmp_path / "other", 1))
     assert status == 1 and "no state folder" in err and "nothing sent yet?" in err
+
+
+def test_log_skips_a_line_not_utf8_a_time_no_calendar_has_or_a_field_of_the_wrong_kind(tmp_path, capsys, caplog):
+    """A byte that is not UTF-8 was a traceback that printed nothing; a time of 1e20 or 1e400 an OverflowError."""
+    path = settings(tmp_path, free_port())
+    good = {"time": 1_800_000_000, "status": "sent", "reason": "idle", "job": "slurm/1", "user": "alice", "to": "a@b"}
+    (tmp_path / "state").mkdir()
+    record = tmp_path / "state" / "messages.jsonl"
+    record.write_bytes(
+        json.dumps(good).encode()
+        + b'\n{"time": 1800000000, "status": "sent", "user": "Ren\xe9"}\n'
+        + b'{"time": 1e20, "status": "sent"}\n{"time": 1e400, "status": "sent"}\n'
+        + json.dumps({**good, "status": ["sent"]}).encode()
+        + b"\n"
+        + json.dumps({**good, "job": "slurm/2"}).encode()
+        + b"\n"
+    )
+    status, out, err = run(capsys, "log", "--config", path, "--since", "1000000d")
+    assert status == 0 and [line.split()[3:5] for line in out.splitlines()] == [
+        ["idle", "slurm/1"],
+        ["idle", "slurm/2"],
+    ]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{record} line 2 does not read (it is not UTF-8: byte 0xe9 at column 52); skipped" in warned
+    spelled = "not seconds since the epoch from 1970 to 9999); skipped"
+    assert f"{record} line 3 does not read (its time is 1e+20, {spelled}" in warned
+    assert f"{record} line 4 does not read (its time is inf, {spelled}" in warned
+    assert f"{record} line 5 does not read (its status is ['sent'], not text); skipped" in warned
+
+
+@pytest.mark.parametrize("moment", ["1e20", "1e400"])
+def test_log_skips_a_record_whose_time_no_calendar_has(tmp_path, capsys, caplog, moment):
+    path = settings(tmp_path, free_port())
+    (tmp_path / "state").mkdir()
+    good = json.dumps({"time": 1_800_000_000, "status": "sent", "reason": "idle", "job": "slurm/1"})
+    (tmp_path / "state" / "messages.jsonl").write_text(f'{{"time": {moment}, "status": "sent"}}\n{good}\n')
+    status, out, err = run(capsys, "log", "--config", path, "--since", "1000000d")
+    assert status == 0 and len(out.splitlines()) == 1 and "slurm/1" in out, err
+    assert "messages.jsonl line 1 does not read (its time is " in caplog.text

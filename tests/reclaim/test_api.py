@@ -131,6 +131,12 @@ def test_a_keep_needs_the_password_and_a_path_left_out_of_auth_keeps_nothing(tmp
         ({**ASKED, "for": "0s"}, "for: must be above 0; write e.g. '8h'"),
         ({**ASKED, "for": -60}, "for: '-60' must not be negative; write e.g. '30s', '5m' or '7d'"),
         ({**ASKED, "for": True}, "for: expected a duration such as '8h' or seconds, got true"),
+        # A keep past 9999 would be a line the service cannot read back: it would keep nothing.
+        (
+            {**ASKED, "for": 10**12},
+            "for: 1000000000000 would end after the year 9999; to keep a job for good, exempt it in ",
+        ),
+        ({**ASKED, "job_id": " "}, "job_id: '' is not a job id; write it as the log names it, e.g. '1234'"),
         ({**ASKED, "reason": "  "}, "reason: expected text that is not blank, got the string '  '"),
         ({**ASKED, "by": None}, "by: expected text that is not blank, got null"),
         ({**ASKED, "job_kind": "slrum"}, "job_kind: unknown value 'slrum'; did you mean 'slurm'?"),

@@ -3,9 +3,13 @@ check as a person reads them; `run --once` against a real agent on a simulated n
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -17,6 +21,7 @@ from gpulens.reclaim.service import RESULTS
 from tests.notify.servers import smtp_server
 from tests.reliability.running import agent_process
 from tests.rules.known import ROOT
+from tests.tools import free_port
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -111,9 +116,18 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         (("keep", "1234", "--for", "8 hours", "--reason", "x"), "--for: '8 hours' is not a duration"),
         (
             ("keep", "1234", "--for", "0s", "--reason", "x"),
-            "give a job, a --for above 0 (or --end) and a --reason that is not blank",
+            "gpulens reclaim keep: --for: must be above 0; write e.g. '8h'",
         ),
-        (("keep", "1234", "--for", "8h", "--reason", "  "), "--reason that is not blank"),
+        (("keep", "1234", "--for", "3000000d", "--reason", "x"), "--for: '3000000d' would end after the year 9999; "),
+        (("keep", "1234", "--for", "8h", "--reason", "  "), "--reason: expected text that is not blank"),
+        # The kinds of job and the ids the service's API takes (POST /api/v1/keeps): a keep of another holds nothing.
+        (("keep", "vm/123", "--for", "8h", "--reason", "x"), "JOB 'vm/123': unknown value 'vm'; use one of slurm, "),
+        (("keep", "kubernets/abc", "--for", "8h", "--reason", "x"), "unknown value 'kubernets'; did you mean 'kuber"),
+        (("keep", "kubernetes/", "--for", "8h", "--reason", "x"), "JOB 'kubernetes/': '' is not a job id; write it "),
+        (("keep", "slurm/12 34", "--for", "8h", "--reason", "x"), "JOB 'slurm/12 34': '12 34' is not a job id"),
+        (("keep", "12 34", "--end", "--reason", "x"), "JOB '12 34': '12 34' is not a job id"),
+        (("keep", "slurm/1/2", "--end", "--reason", "x"), "JOB 'slurm/1/2': '1/2' is not a job id"),
+        (("keep", " ", "--end", "--reason", "x"), "JOB ' ': '' is not a job id"),
         (("keep", "1234", "--reason", "x"), "one of the arguments --for --end is required"),
         (("log", "--since", "yesterday"), "--since: 'yesterday' is not a duration"),
         (
@@ -149,6 +163,39 @@ def test_each_command_line_mistake_is_one_line_and_exit_2(tmp_path, capsys, argv
     status, _, err = run(capsys, *argv, *extra)
     assert status == 2 and err.count("\n") == 1 and said in err, err
     assert "secret" not in err
+    assert not (tmp_path / "state" / "keeps.jsonl").exists()  # a keep that does not read is not written
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (("run", "--agents", "http://127.0.0.1:1", "--once", "--state-dir", ""), "argument --state-dir: is empty, "),
+        (("run", "--agents", "http://127.0.0.1:1", "--once", "--state-dir", " "), "would be the current directory; "),
+        (("keep", "1", "--for", "8h", "--reason", "x", "--state-dir", ""), "give the service's folder, e.g. /var/lib/"),
+        (("log", "--state-dir", ""), "argument --state-dir: is empty, which would be the current directory; give "),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--once", "--address", ""),
+            "argument --address: '' is not an address; give one of this machine's, such as 127.0.0.1",
+        ),
+        (
+            ("run", "--agents", "http://127.0.0.1:1", "--once", "--address", " "),
+            "' ' is not an address; give one of this machine's, such as 127.0.0.1 (0.0.0.0 for every interface)",
+        ),
+    ],
+)
+def test_an_empty_folder_or_address_is_a_usage_mistake_and_nothing_is_written_here(
+    tmp_path, capsys, monkeypatch, argv, said
+):
+    """An empty --state-dir was the current directory (the lock and places.json written wherever the command
+    ran); an empty --address listened on every interface."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    (here / LOCK).write_text("pid 812\n")  # as if a service had run here: keep and log would write and read
+    elsewhere = () if "--state-dir" in argv else ("--state-dir", str(tmp_path / "state"))
+    status, out, err = run(capsys, *argv, *elsewhere)
+    assert (status, out) == (2, "") and err.count("\n") == 1 and said in err, err
+    assert sorted(p.name for p in here.iterdir()) == [LOCK]
 
 
 def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, monkeypatch):
@@ -211,11 +258,68 @@ def test_log_skips_a_record_that_does_not_read_with_a_warning_as_it_does_a_line(
         status, out, err = run(capsys, "log", "--state-dir", state, *argv)
         assert status == 0 and len(out.splitlines()) == 1 and "slurm/1" in out, err
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert f"{audit}: a record does not read (its idle_seconds is 'x', not a number); skipped" in warned
-    assert f"{audit}: a record does not read (its until is 'tomorrow', not a number); skipped" in warned
-    assert f"{audit}: a record does not read (its time is 'now', not a number); skipped" in warned
-    assert f"{audit}: a record does not read (it has no time); skipped" in warned
+    assert f"{audit} line 2 does not read (its idle_seconds is 'x', not a number); skipped" in warned
+    assert (
+        f"{audit} line 3 does not read (its until is 'tomorrow', not seconds since the epoch from 1970 to 9999); "
+        "skipped"
+    ) in warned
+    assert (
+        f"{audit} line 4 does not read (its time is 'now', not seconds since the epoch from 1970 to 9999); skipped"
+        in (warned)
+    )
+    assert f"{audit} line 5 does not read (it has no time); skipped" in warned
     assert any(m.startswith(f"{audit} line 6 does not read") for m in warned)
+
+
+def test_log_skips_a_line_that_is_not_utf8_or_a_time_no_calendar_has_and_prints_the_rest(tmp_path, capsys, caplog):
+    """A byte that is not UTF-8 (a disk fault, a hand edit in Latin-1) was a traceback and printed nothing; a time
+    of 1e20 or 1e400 was an OverflowError in the line's date."""
+    state = served(tmp_path / "state")
+    now = time.time()
+    good = {"time": now, "event": "would_act", "job": "slurm/1", "policy": "default", "idle_seconds": 7200.0}
+    audit = tmp_path / "state" / "audit.jsonl"
+    audit.write_bytes(
+        json.dumps(good).encode()
+        + b'\n{"time": 1700000000, "event": "kept", "job": "slurm/2", "by": "Ren\xe9", "reason": "x"}\n'
+        + b'{"time": 1e20, "event": "would_act"}\n{"time": 1e400, "event": "would_act"}\n'
+        + b'{"time": NaN, "event": "would_act"}\n'
+        + json.dumps({**good, "job": "slurm/3", "due_at": 1e300, "event": "would_warn"}).encode()
+        + b"\n"
+        + json.dumps({**good, "job": "slurm/4"}).encode()
+        + b"\n"
+    )
+    for argv in ((), ("--json",)):
+        status, out, err = run(capsys, "log", "--state-dir", state, "--since", "1d", *argv)
+        assert status == 0 and [line.count("slurm/1") + line.count("slurm/4") for line in out.splitlines()] == [1, 1]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{audit} line 2 does not read (it is not UTF-8: byte 0xe9 at column 67); skipped" in warned
+    spelled = "not seconds since the epoch from 1970 to 9999); skipped"
+    assert f"{audit} line 3 does not read (its time is 1e+20, {spelled}" in warned
+    assert f"{audit} line 4 does not read (its time is inf, {spelled}" in warned
+    assert f"{audit} line 5 does not read (its time is nan, {spelled}" in warned
+    assert f"{audit} line 6 does not read (its due_at is 1e+300, not seconds since the epoch from 1970 to 9999 or " in (
+        " ".join(warned)
+    )
+
+
+@pytest.mark.parametrize("moment", ["1e20", "1e400"])
+def test_log_skips_a_record_whose_time_no_calendar_has(tmp_path, capsys, caplog, moment):
+    state = served(tmp_path / "state")
+    good = json.dumps({"time": time.time(), "event": "would_act", "job": "slurm/1"})
+    (tmp_path / "state" / "audit.jsonl").write_text(f'{{"time": {moment}, "event": "would_act"}}\n{good}\n')
+    status, out, err = run(capsys, "log", "--state-dir", state)
+    assert status == 0 and len(out.splitlines()) == 1 and "slurm/1" in out, err
+    assert "audit.jsonl line 1 does not read (its time is " in caplog.text
+
+
+def test_keep_reads_past_a_line_of_keeps_that_is_not_utf8(tmp_path, capsys, caplog):
+    state = served(tmp_path / "state")
+    assert run(capsys, "keep", "1234", "--for", "8h", "--reason", "eval", "--state-dir", state)[0] == 0
+    with open(tmp_path / "state" / "keeps.jsonl", "ab") as f:
+        f.write(b'{"job": "slurm/1234", "by": "Ren\xe9"}\n')
+    status, out, err = run(capsys, "keep", "1234", "--end", "--reason", "done", "--by", "ann", "--state-dir", state)
+    assert (status, out, err) == (0, "ended the keeps of slurm/1234, by ann: done\n", "")
+    assert "keeps.jsonl line 2 does not read (it is not UTF-8: byte 0xe9 at column 33); skipped" in caplog.text
 
 
 def test_the_docs_list_every_event_of_the_audit_log(tmp_path):
@@ -262,6 +366,53 @@ def test_run_once_reads_a_real_agent_and_logs_nothing_before_the_first_warning(t
         status, _, err = run(capsys, "run", "--agents", agent.base, "--once", "--state-dir", str(state))
     assert status == 0, err
     assert (state / "places.json").exists() and not (state / "audit.jsonl").exists()
+
+
+@contextlib.contextmanager
+def not_prometheus() -> Iterator[str]:
+    """A server that answers every request with a web page, as a wrong --prometheus URL does: its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = b"<html>a login page</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def do_POST(self) -> None:
+            self.do_GET()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("store", ["unreachable", "not prometheus", "no agent answers"])
+def test_run_once_that_reads_nothing_of_the_fleet_says_why_in_one_line_and_exits_1(tmp_path, capsys, store):
+    """It exited 0 with no output: a script or a person checking a deployment took it for a cycle that ran."""
+    with not_prometheus() as page:
+        source = {
+            "unreachable": ("--prometheus", f"http://127.0.0.1:{free_port()}"),
+            "not prometheus": ("--prometheus", page),
+            "no agent answers": ("--agents", f"http://127.0.0.1:{free_port()},http://127.0.0.1:{free_port()}"),
+        }[store]
+        status, out, err = run(capsys, "run", *source, "--once", "--port", "0", "--state-dir", str(tmp_path / "s"))
+    assert (status, out) == (1, "") and err.startswith("gpulens reclaim run: "), err
+    last = err.splitlines()[-1]  # the service's own log lines come before it
+    assert last.startswith("gpulens reclaim run: ") and last.endswith("; every job was held, nothing was done"), err
+    assert ("cannot be reached" in last) == (store != "not prometheus")
+    assert ("(and 1 more)" in last) == (store == "no agent answers")
 
 
 def test_run_with_notify_settings_advises_the_owner_of_an_underused_job_on_a_real_agent(tmp_path, capsys):

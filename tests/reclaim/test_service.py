@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import pytest
 from prometheus_client import generate_latest
@@ -182,6 +182,29 @@ def test_an_agent_down_holds_its_nodes_jobs(tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("gpus", "problems", "unread"),
+    [
+        ([gpu(0)], (), ""),
+        ([], (), ""),  # a fleet with no GPU, read
+        ([gpu(0)], (SourceProblem("agent node-b", "connection refused", "node-b"),), ""),  # in part
+        ([], (SourceProblem("prometheus", "timed out after 10 s"),), "prometheus: timed out after 10 s"),
+        ([gpu(0)], (SourceProblem("prometheus", "a query failed"),), "prometheus: a query failed"),
+        (
+            [],
+            (SourceProblem("agent a", "refused", "a"), SourceProblem("agent b", "refused", "b")),
+            "agent a: refused (and 1 more)",
+        ),
+    ],
+)
+def test_a_cycle_that_read_nothing_of_the_fleet_says_why(tmp_path, gpus, problems, unread):
+    """`gpulens reclaim run --once` fails with it: every job was held."""
+    made, clock, slurm, folder = service(tmp_path, gpus)
+    made.source.problems = problems
+    made.cycle()
+    assert made.unread() == unread
+
+
+@pytest.mark.parametrize(
     ("problem", "why"),
     [
         (SourceProblem("prometheus http://prometheus:9090", "timed out after 10 s"), "nothing is"),
@@ -332,7 +355,42 @@ def test_a_broken_line_in_a_state_file_costs_that_line(tmp_path, caplog):
         f.write(json.dumps({"time": "yesterday", "event": "acted"}) + "\n")
         f.write(json.dumps({"time": START, "event": "acted"}) + "\n")
     assert Service(FakeSource([]), Policy(mode="enforce"), folder, clock=Clock()).recent == [START]
-    assert "audit.jsonl: a record does not read (its time is 'yesterday', not a number); skipped" in caplog.text
+    said = "audit.jsonl line 1 does not read (its time is 'yesterday', not seconds since the epoch from 1970 to 9999)"
+    assert said in caplog.text
+
+
+def test_a_line_not_utf8_or_with_a_time_no_log_can_print_costs_that_line_and_the_service_starts(tmp_path, caplog):
+    """A byte that is not UTF-8 in keeps.jsonl stopped every read of the file, and so the service's start; a
+    time of 1e400 (an infinity) stayed a keep for good, and an audit line's counted toward every hour's cap."""
+    folder = Folder(tmp_path).create()
+    folder.add_keep(Keep("slurm/1", START + 60, "bob", "why", START))
+    with open(tmp_path / "keeps.jsonl", "ab") as f:
+        f.write(b'{"job": "slurm/2", "until": 1, "by": "b\xff", "reason": "x", "at": 1}\n')
+        f.write(b'{"job": "slurm/3", "until": 1e400, "by": "bob", "reason": "x", "at": 1}\n')
+        f.write(b'{"job": "slurm/4", "until": "tomorrow", "by": "bob", "reason": "x", "at": 1}\n')
+    folder.add_keep(Keep("slurm/5", START + 60, "bob", "why", START))
+    with open(tmp_path / "audit.jsonl", "ab") as f:
+        f.write(b'{"time": 1e400, "event": "acted"}\n{"time": -1, "event": "acted"}\n\xfe\n')
+        f.write(json.dumps({"time": START, "event": "acted"}).encode() + b"\n")
+    assert [k.job for k in folder.keeps()] == ["slurm/1", "slurm/5"]
+    made = Service(FakeSource([]), Policy(mode="enforce"), folder, clock=Clock())
+    assert made.recent == [START]
+    made.cycle()
+    keeps, audit = tmp_path / "keeps.jsonl", tmp_path / "audit.jsonl"
+    assert f"{keeps} line 2 does not read (it is not UTF-8: byte 0xff at column 40); skipped" in caplog.text
+    assert f"{keeps} line 3 does not read (its until is inf, not seconds since the epoch from 1970 to 9999)" in (
+        caplog.text
+    )
+    assert f"{keeps} line 4 does not read (its until is 'tomorrow', not seconds since the epoch" in caplog.text
+    assert f"{audit} line 1 does not read (its time is inf, not seconds since the epoch" in caplog.text
+    assert f"{audit} line 2 does not read (its time is -1, not seconds since the epoch" in caplog.text
+    assert f"{audit} line 3 does not read (it is not UTF-8: byte 0xfe at column 1); skipped" in caplog.text
+
+
+def test_the_fields_of_a_keeps_line_are_the_keeps():
+    from gpulens.reclaim.folder import KEEP_FIELDS
+
+    assert list(KEEP_FIELDS) == [f.name for f in fields(Keep)]
 
 
 def test_a_failed_cancel_after_a_signal_is_retried_without_signalling_again(tmp_path):
