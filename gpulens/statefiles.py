@@ -114,6 +114,12 @@ def _is(value: Any, kinds: Kinds) -> bool:
     return isinstance(value, kinds)
 
 
+def unreadable(error: OSError) -> str:
+    """What to say of a state file that could not be opened or read (a folder in its place, no permission)."""
+    where = error.filename or "a state file"
+    return f"cannot read {where} ({error.strerror or error}); run it as the user the service runs as"
+
+
 def since(records: Iterable[dict[str, Any]], start: float) -> Iterator[dict[str, Any]]:
     """The records whose `time` (seconds since the epoch) is `start` or later; one without a time is left out."""
     for record in records:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from enum import Enum
 
+# The kinds of job that hold GPUs, as the agent's attribution names them (the `job_kind` label's values).
+JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
+
 
 class State(str, Enum):
     """Exactly one per GPU per sampling cycle."""

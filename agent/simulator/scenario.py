@@ -39,6 +39,7 @@ from gpulens.checks import (
     whole,
 )
 from gpulens.usage import LAST_EPOCH
+from gpulens.vocabulary import JOB_KINDS
 from gpulens.yamltext import YamlProblem, parse_yaml, read_yaml_file
 
 from . import branches
@@ -315,14 +316,12 @@ def _check_repeat(every: float | None, lasts: float | None) -> None:
 # Each field says how a scenario file writes it (gpulens.checks.key); checks between fields are in
 # __post_init__, and those that need more than one record (the GPU a process is on) in the readers below.
 
-_JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
-
 
 @dataclass(frozen=True)
 class JobSpec:
     """Who a process belongs to, as the agent's attribution would find it on a real node."""
 
-    kind: str = key(choice, _JOB_KINDS)
+    kind: str = key(choice, JOB_KINDS)
     id: str = key(_written)
     user: str = key(text)
     namespace: str = key(text, default="")

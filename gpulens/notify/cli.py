@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-from gpulens import statefiles, words
+from gpulens import checks, jobnames, statefiles, words
 from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import DEFAULT_CONFIG, Config, ConfigError, load_config
@@ -186,7 +186,8 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
     args = parser.parse_args(argv)
     try:
         since = time.time() - parse_duration(args.since, "--since")
-    except UnitError as error:
+        job = args.job and jobnames.job_key(args.job, "--job")
+    except (UnitError, checks.Invalid) as error:
         return fail(parser.prog, error, EXIT_USAGE)
     try:
         config = load_config(args.config)
@@ -199,11 +200,13 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
             f"no state folder {str(folder.path)!r} (nothing sent yet?); give --config as the sender has it",
             EXIT_FAILED,
         )
-    job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
-    for record in statefiles.since(folder.records(), since):
-        if (args.user and record.get("user") != args.user) or (job and record.get("job") != job):
-            continue
-        print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    try:
+        for record in statefiles.since(folder.records(), since):
+            if (args.user and record.get("user") != args.user) or (job and record.get("job") != job):
+                continue
+            print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    except OSError as error:  # a folder where the record goes, a file the user may not read
+        return fail(parser.prog, statefiles.unreadable(error), EXIT_FAILED)
     return 0
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any, TextIO
 
-from gpulens import arguments, checks, statefiles
+from gpulens import arguments, checks, jobnames, statefiles
 from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, dispatch, fail
 from gpulens.reclaim import keeping
 from gpulens.reclaim.folder import Folder, FolderError
@@ -309,7 +309,7 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
     _state_dir(parser)
     args = parser.parse_args(argv)
     try:  # as the service's API checks a keep: the same kinds of job, spans and words
-        job = keeping.job_key(args.job, f"JOB {checks.shown(args.job)}")
+        job = jobnames.job_key(args.job, f"JOB {checks.shown(args.job)}")
         seconds = 0.0 if args.end else keeping.span(args.span, "--for")
         reason = keeping.words(args.reason, "--reason")
         by = keeping.words(args.by, "--by") if args.by.strip() else os.environ.get("SUDO_USER") or getpass.getuser()
@@ -348,17 +348,20 @@ def _log(argv: Sequence[str], out: TextIO) -> int:
     args = parser.parse_args(argv)
     try:
         since = time.time() - parse_duration(args.since, "--since")
-    except UnitError as error:
+        job = args.job and jobnames.job_key(args.job, "--job")
+    except (UnitError, checks.Invalid) as error:
         return _fail("log", error, EXIT_USAGE)
     try:
         folder = _service_folder(args.state_dir)
     except FolderError as error:
         return _fail("log", error)
-    job = args.job and (args.job if "/" in args.job else f"slurm/{args.job}")
-    for record in statefiles.since(folder.audit_records(), since):
-        if job and record.get("job") != job:
-            continue
-        print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    try:
+        for record in statefiles.since(folder.audit_records(), since):
+            if job and record.get("job") != job:
+                continue
+            print(json.dumps(record, sort_keys=True) if args.json else _line(record), file=out)
+    except OSError as error:  # a folder where the log goes, a file the user may not read
+        return _fail("log", statefiles.unreadable(error))
     return 0
 
 

@@ -1,6 +1,6 @@
-"""What a person gives to keep a job, checked alike by `gpulens reclaim keep` and by the service's POST and DELETE
-/api/v1/keeps (gpulens/reclaim/server.py): the job, how long, why and who. Each check returns the value or raises
-`checks.Invalid` naming the argument and the fix."""
+"""What a person gives to keep a job besides the job (gpulens/jobnames.py), checked alike by `gpulens reclaim keep`
+and by the service's POST and DELETE /api/v1/keeps (gpulens/reclaim/server.py): how long, why and who. Each check
+returns the value or raises `checks.Invalid` naming the argument and the fix."""
 
 from __future__ import annotations
 
@@ -8,31 +8,8 @@ import time
 from typing import Any
 
 from gpulens import checks
-from gpulens.reclaim.policy import JOB_KINDS
 from gpulens.units import UnitError, parse_duration
 from gpulens.usage import LAST_EPOCH
-
-
-def job_kind(value: Any, where: str) -> str:
-    """One of the kinds of job the service knows (slurm, kubernetes, docker, process): a keep of another holds
-    nothing."""
-    return checks.choice(value, where, JOB_KINDS)
-
-
-def job_id(value: Any, where: str) -> str:
-    """A job's id as the log names it ('1234', a pod's UID): not blank, one word, no '/'."""
-    found = value.strip() if isinstance(value, str) else checks.text(value, where)
-    if not found or len(found) > 200 or "/" in found or any(c.isspace() for c in found):
-        raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
-    return found
-
-
-def job_key(value: str, where: str) -> str:
-    """The key of the job `value` names, "slurm/1234": a Slurm job id ('1234'), or KIND/ID as the log names it."""
-    kind, slash, found = value.strip().partition("/")
-    if not slash:
-        kind, found = "slurm", kind
-    return f"{job_kind(kind, where)}/{job_id(found, where)}"
 
 
 def span(value: Any, where: str) -> float:

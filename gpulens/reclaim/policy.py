@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from gpulens import checks
 from gpulens.checks import Invalid, each, key, read, text
+from gpulens.vocabulary import JOB_KINDS
 from gpulens.yamltext import read_settings_file
 
 MODES = ("dry-run", "notify", "enforce")
@@ -45,7 +46,6 @@ MODES = ("dry-run", "notify", "enforce")
 ACTIONS = ("cancel", "requeue", "requeue_hold")
 # The signals a job is commonly told to checkpoint by (Slurm's --signal; torchrun and Lightning handle them).
 SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP")
-JOB_KINDS = ("slurm", "kubernetes", "docker", "process")
 MAX_CHECKPOINT_WAIT = 600.0  # seconds: the longest an agent holds a checkpoint request open
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from gpulens import checks
+from gpulens import checks, jobnames
 from gpulens.agent.access import PEER_CERT, Guard, basic_credentials
 from gpulens.agent.server import serve
 from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, WebConfigFile, peer_names
@@ -53,8 +53,8 @@ REFUSED = (  # under 200 characters: the dashboard shows it whole
 class KeepRequest:
     """The body of POST /api/v1/keeps."""
 
-    job_kind: str = checks.key(keeping.job_kind)
-    job_id: str = checks.key(keeping.job_id)
+    job_kind: str = checks.key(jobnames.job_kind)
+    job_id: str = checks.key(jobnames.job_id)
     seconds: float = checks.key(keeping.span, name="for")
     reason: str = checks.key(keeping.words)
     by: str = checks.key(keeping.words)  # the person asking; the client the service let in is added to it
@@ -64,8 +64,8 @@ class KeepRequest:
 class EndRequest:
     """The body of DELETE /api/v1/keeps."""
 
-    job_kind: str = checks.key(keeping.job_kind)
-    job_id: str = checks.key(keeping.job_id)
+    job_kind: str = checks.key(jobnames.job_kind)
+    job_id: str = checks.key(jobnames.job_id)
     reason: str = checks.key(keeping.words)
     by: str = checks.key(keeping.words)
 

@@ -219,3 +219,13 @@ def test_log_skips_a_record_whose_time_no_calendar_has(tmp_path, capsys, caplog,
     status, out, err = run(capsys, "log", "--config", path, "--since", "1000000d")
     assert status == 0 and len(out.splitlines()) == 1 and "slurm/1" in out, err
     assert "messages.jsonl line 1 does not read (its time is " in caplog.text
+
+
+def test_log_names_a_job_no_kind_names_and_a_record_it_cannot_read(tmp_path, capsys):
+    path = settings(tmp_path, free_port())
+    (tmp_path / "state" / "messages.jsonl").mkdir(parents=True)
+    status, out, err = run(capsys, "log", "--config", path, "--job", "kubernets/abc")
+    assert (status, out) == (2, "") and "--job: unknown value 'kubernets'" in err, err
+    status, out, err = run(capsys, "log", "--config", path)
+    assert (status, out) == (1, "") and err.count("\n") == 1, err
+    assert "messages.jsonl (Is a directory); run it as the user the service runs as" in err

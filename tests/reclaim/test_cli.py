@@ -445,3 +445,14 @@ def test_a_second_service_on_the_same_folder_is_refused(tmp_path, capsys):
     holder.lock()  # held while `holder` lives
     status, _, err = run(capsys, "run", "--agents", "http://127.0.0.1:1", "--once", "--state-dir", str(tmp_path))
     assert status == 1 and "another gpulens reclaim (pid " in err and "run one per fleet" in err
+
+
+def test_log_names_a_job_no_kind_names_and_a_log_it_cannot_read(tmp_path, capsys):
+    """'--job vm/1' printed nothing, as if the job had no record; a folder where audit.jsonl goes was a traceback."""
+    state = served(tmp_path / "state")
+    status, out, err = run(capsys, "log", "--state-dir", state, "--job", "vm/1")
+    assert (status, out) == (2, "") and "--job: unknown value 'vm'; use one of slurm, kubernetes" in err, err
+    (tmp_path / "state" / "audit.jsonl").mkdir()
+    status, out, err = run(capsys, "log", "--state-dir", state)
+    assert (status, out) == (1, "") and err.count("\n") == 1, err
+    assert f"cannot read {tmp_path / 'state' / 'audit.jsonl'} (Is a directory); run it as the user" in err

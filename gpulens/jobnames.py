@@ -1,0 +1,32 @@
+"""How a person names a job on a command line or in a request: KIND/ID as the logs write it ("kubernetes/<pod
+UID>"), or a Slurm job id alone. `gpulens reclaim keep` and `log`, the reclaim service's API and `gpulens notify
+log` read it alike. Each check returns the value or raises `checks.Invalid` naming the argument and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpulens import checks
+from gpulens.vocabulary import JOB_KINDS
+
+
+def job_kind(value: Any, where: str) -> str:
+    """One of the kinds of job that hold GPUs (slurm, kubernetes, docker, process): a name of another holds
+    nothing."""
+    return checks.choice(value, where, JOB_KINDS)
+
+
+def job_id(value: Any, where: str) -> str:
+    """A job's id as the log names it ('1234', a pod's UID): not blank, one word, no '/'."""
+    found = value.strip() if isinstance(value, str) else checks.text(value, where)
+    if not found or len(found) > 200 or "/" in found or any(c.isspace() for c in found):
+        raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
+    return found
+
+
+def job_key(value: str, where: str) -> str:
+    """The key of the job `value` names, "slurm/1234": a Slurm job id ('1234'), or KIND/ID as the log names it."""
+    kind, slash, found = value.strip().partition("/")
+    if not slash:
+        kind, found = "slurm", kind
+    return f"{job_kind(kind, where)}/{job_id(found, where)}"
