@@ -139,6 +139,8 @@ def _send_test(argv: Sequence[str], out: TextIO) -> int:
     parser.add_argument("--user", required=True, metavar="NAME", help="whom to send it to, as an owner")
     _owner_flags(parser)
     args = parser.parse_args(argv)
+    if not args.user.strip():  # no owner: the message would go to the domain's address of nobody
+        return fail(parser.prog, "--user is blank; name the owner to send it to, e.g. --user alice", EXIT_USAGE)
     try:  # the built-in settings have no channel to send through
         sender = Sender.from_config(load_config(args.config, built_in=False))
     except ConfigError as error:

@@ -115,9 +115,20 @@ def _sender(value: Any, where: str) -> str:
     return found
 
 
+def _host(value: Any, where: str) -> str:
+    """A host name or address alone: the port is a key of its own."""
+    found = text(value, where).strip()
+    if any(c.isspace() or c in "/@" for c in found):
+        raise Invalid(where, f"{checks.shown(found)} is not a host name; write e.g. 'smtp.example.org'")
+    if found.count(":") == 1:  # 'host:25'; an IPv6 address has several colons
+        name, _, port = found.partition(":")
+        raise Invalid(where, f"{checks.shown(found)} holds a port; write host: {name} and port: {port}")
+    return found
+
+
 @dataclass(frozen=True)
 class SmtpSettings:
-    host: str = key(text)
+    host: str = key(_host)
     sender: str = key(_sender, name="from")
     security: str = key(checks.choice, tuple(SECURITY), default="starttls")
     port: int = key(checks.whole, 1, 65535, default=0)  # 0: the security's usual port

@@ -108,6 +108,8 @@ def load_templates(folder: str = "") -> dict[str, Template]:
                 f"templates folder {folder}: cannot be read ({error.strerror}); check templates"
             ) from None
         for name in names:
+            if not (site / name).is_file():  # a folder or a broken link would leave the built-in in its place unsaid
+                raise ConfigError(f"template file {site / name}: is not a file; put the template's text in it")
             if name.removesuffix(".txt") not in REASONS:
                 raise ConfigError(
                     f"template file {site / name}: no reason is called {name.removesuffix('.txt')!r}; name a "

@@ -229,3 +229,17 @@ def test_log_names_a_job_no_kind_names_and_a_record_it_cannot_read(tmp_path, cap
     status, out, err = run(capsys, "log", "--config", path)
     assert (status, out) == (1, "") and err.count("\n") == 1, err
     assert "messages.jsonl (Is a directory); run it as the user the service runs as" in err
+
+
+def test_send_test_to_a_blank_user_is_a_usage_mistake_and_sends_nothing(tmp_path, capsys):
+    path = settings(tmp_path, free_port())
+    status, out, err = run(capsys, "send-test", "--config", path, "--user", " ")
+    assert (status, out) == (2, "") and "--user is blank; name the owner to send it to" in err, err
+    assert not (tmp_path / "state" / "messages.jsonl").exists()
+
+
+def test_a_template_that_is_not_a_file_is_named(tmp_path, capsys):
+    path = settings(tmp_path, free_port())
+    (tmp_path / "templates" / "advice.txt").mkdir()
+    status, out, err = run(capsys, "check", "--config", path)
+    assert (status, out) == (1, "") and "advice.txt: is not a file; put the template's text in it" in err, err

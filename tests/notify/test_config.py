@@ -72,6 +72,11 @@ def test_without_a_file_the_built_in_settings():
     ("document", "said"),
     [
         ("smtp: {host: h}\n", "smtp: missing key 'from'"),
+        (
+            "smtp: {host: 'smtp.example.org:25', from: a@example.org}\n",
+            "smtp.host: 'smtp.example.org:25' holds a port; write host: smtp.example.org and port: 25",
+        ),
+        ("smtp: {host: ' ', from: a@example.org}\n", "smtp.host: expected a non-empty string"),
         ("smtp: {host: h, from: gpulens}\n", "smtp.from: 'gpulens' is not an address; write e.g. 'gpulens <gpulens"),
         (
             "smtp: {host: h, from: a@example.org, security: ssl}\n",
