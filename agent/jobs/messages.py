@@ -159,8 +159,9 @@ class DataLoaderSettings:
     # None also when num_workers is 0: torch then prefetches nothing.
     prefetch_factor: int | None = checks.key(_or_null(_whole), 0, _MAX_BATCH)
     persistent_workers: bool | None = checks.key(_or_null(checks.flag))
-    # None also when a batch_sampler makes the batches.
-    batch_size: int | None = checks.key(_or_null(_whole), 0, _MAX_BATCH)
+    # None also when a batch_sampler makes the batches; a DataLoader refuses 0 ("batch_size should be a positive
+    # integer value", torch.utils.data.BatchSampler).
+    batch_size: int | None = checks.key(_or_null(_whole), 1, _MAX_BATCH)
 
 
 @dataclass(frozen=True)

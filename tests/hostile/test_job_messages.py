@@ -60,7 +60,7 @@ def valid_messages(draw):
                         "pin_memory": nullable(st.booleans()),
                         "prefetch_factor": nullable(counts(0, messages._MAX_BATCH)),
                         "persistent_workers": nullable(st.booleans()),
-                        "batch_size": nullable(counts(0, messages._MAX_BATCH)),
+                        "batch_size": nullable(counts(1, messages._MAX_BATCH)),
                     }
                 )
             )

@@ -121,6 +121,7 @@ FIELD = [
     ("step", None, "field step: is null, expected a value"),
     ("dataloader.pin_memory", 1, "field dataloader.pin_memory: expected true or false, got 1"),
     ("dataloader.num_workers", 10**6, "field dataloader.num_workers: must be between 0 and 4096, got 1000000"),
+    ("dataloader.batch_size", 0, "field dataloader.batch_size: must be between 1 and"),
     ("device.uuid", "GPU-" + "a" * 100, "field device.uuid: longer than 64 characters"),
     ("device.uuid", 'GPU-"},{x="', "field device.uuid: has characters other than"),
     ("device.type", "cüda", "field device.type: has characters other than"),
