@@ -651,7 +651,8 @@ class Prometheus:
         }
         for name, vector in self._answers(lifetimes, until, lambda _: step("querying job lifetimes")):
             for item in vector:
-                spans.setdefault(_key(item), {})[name] = _value(item)
+                if all(_key(item)):  # a series naming no job (another exporter's of the same name) is none
+                    spans.setdefault(_key(item), {})[name] = _value(item)
         held = f"count(count_over_time(gpulens_job_gpu_state_seconds_total{over}))"
         if not spans and self.api.query(held, until):
             raise NoTotals(
@@ -929,6 +930,8 @@ def _widest(answers: list[list[dict[str, Any]]], by: str) -> list[dict[str, Any]
     widest: dict[tuple[tuple[str, str], str], dict[str, Any]] = {}
     for answer in answers:
         for item in answer:
+            if not all(_key(item)):  # a series naming no job is none (_spans)
+                continue
             at = (_key(item), _group(item, by))
             if at not in widest or _value(item) > _value(widest[at]):
                 widest[at] = item

@@ -458,3 +458,20 @@ def test_an_answer_no_agent_series_can_give_is_refused_in_every_format(capsys, s
         for output in ("json", "markdown", "terminal"):
             argv = ["fleet", "--prometheus", url, "--since", str(NOW - 7200), "--until", str(NOW), "--format", output]
             fails(capsys, argv, 1, f"Prometheus at {url} answered {value!r}, which no sum, peak or time")
+
+
+def test_a_series_that_names_no_job_is_not_a_job(capsys):
+    """Another exporter's series of the same name, without job_kind and job_id, was a job named '-'."""
+    from tests.report.test_credentials import NOW, one_job
+
+    def answer(path: str):
+        reply = one_job(path)
+        body = json.loads(reply[2])
+        for item in list(body["data"]["result"]):
+            body["data"]["result"].append({**item, "metric": {}})
+        return json_reply(body)
+
+    with fake_server(answer) as (url, _):
+        argv = ["fleet", "--prometheus", url, "--since", str(NOW - 7200), "--until", str(NOW), "--format", "json"]
+        assert run(argv) == 0
+    assert [(j["kind"], j["id"]) for j in json.loads(capsys.readouterr().out)["jobs"]] == [("slurm", "7")]
