@@ -1097,14 +1097,31 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
     if gpu is not None and gpu >= len(gpus):
         raise Invalid(f"{where}.gpu", f"gpu {gpu} does not exist; this scenario has gpus 0..{len(gpus) - 1}")
     if fault.pid is not None and gpu is not None:  # process_vanishes
-        if not any(p.every is None and p.pid == fault.pid for p in gpus[gpu].processes):
+        found = [p for p in gpus[gpu].processes if p.every is None and p.pid == fault.pid]
+        if not found:
             raise Invalid(f"{where}.pid", f"gpu {gpu} has no process with pid {fault.pid} (that does not repeat)")
+        if not any(p.alive(fault.window.at) for p in found):  # it would vanish from a list it is not in
+            lives = ", ".join(f"{p.start:g} s to {'the end' if p.end is None else f'{p.end:g} s'}" for p in found)
+            raise Invalid(
+                f"{where}.at", f"pid {fault.pid} does not run at {fault.window.at:g} s ({lives}); give an at then"
+            )
     if fault.mig_device is not None:  # answer
         if gpu is None:
             raise Invalid(f"{where}.mig_device", "say which GPU the MIG device is on: add gpu")
         if not gpus[gpu].mig:
             raise Invalid(f"{where}.mig_device", f"gpu {gpu} is not in MIG mode; remove mig_device or set its mig")
+        most = _most_at_once(gpus[gpu].mig_instances)
+        if gpus[gpu].mig_instances and fault.mig_device >= most:  # `mig: true` alone: the devices are not known
+            raise Invalid(
+                f"{where}.mig_device",
+                f"gpu {gpu} has at most {most} MIG devices at once, indexes 0 to {most - 1}; give one of them",
+            )
     return fault
+
+
+def _most_at_once(instances: tuple[MigInstance, ...]) -> int:
+    """How many of `instances` live at one time, at the most (a MIG device's index counts those alive)."""
+    return max((sum(1 for other in instances if other.window.active(i.window.at)) for i in instances), default=0)
 
 
 # ---------------------------------------------------------------- whole file

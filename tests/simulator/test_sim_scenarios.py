@@ -146,6 +146,22 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "faults[0].pid",
             "gpu 0 has no process with pid 9",
         ),
+        (  # a fault that could never happen: the process is not in the list then
+            body(
+                GOOD_GPU + "\n    processes: [{pid: 9, memory: 1GiB, start: 50, end: 90}]",
+                "faults:\n  - {kind: process_vanishes, gpu: 0, pid: 9, at: 5}",
+            ),
+            "faults[0].at",
+            "pid 9 does not run at 5 s (50 s to 90 s); give an at then",
+        ),
+        (
+            body(
+                H100_MIG,
+                "faults:\n  - {kind: answer, gpu: 0, mig_device: 5, function: nvmlDeviceGetName, error: unknown}",
+            ),
+            "faults[0].mig_device",
+            "gpu 0 has at most 1 MIG devices at once, indexes 0 to 0; give one of them",
+        ),
         (
             body(extra="faults:\n  - {kind: function_not_found, function: nvmlDeviceGetCurrentClocksEventReason}"),
             "faults[0].function",
