@@ -547,6 +547,13 @@ class SimulatedDriver:
         _put(out, c_void_p, self._mig_handles[id(mig.instance)])
         return h.SUCCESS
 
+    @_export("nvmlDeviceGetHandleBySerial", args=(P, P), device=False)
+    def _handle_by_serial(self, now: float, serial: int, out: int) -> int:
+        """The GPU with the board serial nvmlDeviceGetSerial gives (nvml.h: on a multi-GPU board, any of its
+        GPUs; a scenario's serials are unique, so one)."""
+        wanted = ctypes.string_at(_need(serial)).decode(errors="replace")
+        return self._find_handle(now, out, lambda g: g.spec.serial == wanted)
+
     @_export("nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByPciBusId_v2", args=(P, P), device=False)
     def _handle_by_bus_id(self, now: float, bus_id: int, out: int) -> int:
         """The GPU at a bus id in any form nvml.h accepts (`_bus_address`); INVALID_ARGUMENT "if pciBusId is

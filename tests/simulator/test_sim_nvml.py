@@ -107,6 +107,8 @@ def test_handles_are_distinct_device_pointers(clock):
     assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleByUUID(uuid)) == 3
     assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleByUUID(uuid.encode())) == 3
     assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleByPciBusId("00000000:9A:00.0")) == 4
+    serial = sim.nvmlDeviceGetSerial(all_handles[6])
+    assert sim.nvmlDeviceGetIndex(sim.nvmlDeviceGetHandleBySerial(serial)) == 6
     info = sim.nvmlDeviceGetPciInfo(all_handles[4])
     assert (info.busId, info.busIdLegacy, info.bus, info.pciDeviceId) == (
         "00000000:9A:00.0",
@@ -151,6 +153,8 @@ def test_bad_handles_and_lookups(clock):
         sim.nvmlDeviceGetHandleByIndex(-1)
     with raises_nvml("NotFound"):
         sim.nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000")
+    with raises_nvml("NotFound"):
+        sim.nvmlDeviceGetHandleBySerial("0000000000000")
     with raises_nvml("InvalidArgument"):
         sim.nvmlDeviceGetName(sim.c_nvmlDevice_t())  # NULL handle
     with raises_nvml("InvalidArgument"):
