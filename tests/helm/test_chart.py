@@ -824,6 +824,77 @@ def test_a_duration_the_agent_would_refuse_fails_the_install_naming_its_range(tm
     assert result.returncode != 0 and error in result.stderr, result.stderr
 
 
+URL_PLACES = {
+    "dashboard.prometheus.url": lambda url: {"dashboard": {"prometheus": {"url": url}}},
+    "dashboard.alertmanager.url": lambda url: {"dashboard": {"alertmanager": {"url": url}}},
+    "dashboard.reclaim.url": lambda url: {"dashboard": {"reclaim": {"url": url}}},
+    "reclaim.prometheus.url": lambda url: {"reclaim": {"enabled": True, "prometheus": {"url": url}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://admin:secret@prometheus:9090", "holds user:password@"),
+        ("http://prometheus:9090/?x=1", "has a query or fragment"),
+        ("http://prometheus:9090/#top", "has a query or fragment"),
+        ("http://prometheus:0", "with a port from 1 to 65535"),
+        ("http://prometheus:99999", "with a port from 1 to 65535"),
+        ("http://:9090", "is not http(s)://HOST[:PORT][/PATH]"),
+    ],
+)
+def test_a_url_the_dashboard_or_reclaim_would_refuse_fails_the_install(tmp_path, url, said):
+    """gpulens/urls.py refuses each at the pod's start (a crash loop): the chart refuses it first, and never echoes
+    a password."""
+    from gpulens.urls import check_url, refuse_password
+
+    with pytest.raises(ValueError):
+        refuse_password(url, "--prometheus", "")
+        check_url(url)
+    for place, values in URL_PLACES.items():
+        args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values(url))]
+        result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and f"{place}" in result.stderr and said in result.stderr, result.stderr
+        assert "secret" not in result.stderr
+
+
+def test_the_urls_a_client_takes_are_taken(tmp_path):
+    from gpulens.urls import check_url
+
+    for url in ("http://prometheus.monitoring.svc:9090", "https://[fd00::1]:9090/prom/", "http://am:65535"):
+        check_url(url)
+        for values in URL_PLACES.values():
+            args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values(url))]
+            result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"agent": {"image": {"tag": "sha256:" + "a" * 64}}}, "agent.image.tag: Does not match pattern"),
+        ({"agent": {"image": {"repository": "ghcr.io/x/gpulens-agent:0.1.0"}}}, "agent.image.repository: Does not"),
+        ({"prometheusRule": {"additionalAlertLabels": {"my-team": "ml"}}}, 'Property name of "my-team" does not'),
+        (
+            {"dashboard": {"prometheus": {"url": "http://p:9090", "bearerTokenSecret": {"key": "token"}}}},
+            "dashboard.prometheus.bearerTokenSecret: a key without the Secret's name; give name too",
+        ),
+    ],
+)
+def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_path, values, said):
+    """An image reference the kubelet cannot pull (InvalidImageName), a label name Prometheus refuses (every
+    rule refused), a token's key with no Secret (ignored without a word)."""
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and said in result.stderr, result.stderr
+
+
+def test_an_on_delete_update_strategy_drops_the_default_rolling_update(tmp_path):
+    """Helm merges values: OnDelete beside the default's rollingUpdate is a DaemonSet the API server refuses."""
+    docs = _template(tmp_path, {"agent": {"updateStrategy": {"type": "OnDelete"}}})
+    assert _kinds(docs)["DaemonSet"][0]["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
 def test_the_durations_at_the_agents_bounds_are_taken(tmp_path):
     agent = {"samplingInterval": "100ms", "idlePatience": "24h", "probes": {"enabled": True, "interval": "1.5h"}}
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, {"agent": agent})]

@@ -83,6 +83,25 @@ with (dict "value" VALUE "at" "the.values.path" "low" SECONDS "high" SECONDS "ra
 {{- end -}}
 {{- end }}
 
+{{/* A server's URL as gpulens/urls.py takes it (the dashboard and the reclaim service refuse any other at
+start): http(s)://HOST[:PORT][/PATH], no user:password@ (a pod's spec is readable to whoever reads pods), no query
+or fragment, a port from 1 to 65535. Checked here so that the install fails, not the pod. Call with
+(dict "value" URL "at" "the.values.path"). */}}
+{{- define "gpulens.checkUrl" -}}
+{{- if .value -}}
+{{- if regexMatch "^[a-zA-Z]+://[^/?#]*@" .value -}}
+{{- fail (printf "%s holds user:password@, which whoever reads the pod's spec can read; give the URL without it and its credentials in a Secret the chart mounts (basicAuthSecret)" .at) -}}
+{{- end -}}
+{{- if regexMatch "[?#]" .value -}}
+{{- fail (printf "%s: %s has a query or fragment, which the API paths cannot follow; give the server's base URL" .at .value) -}}
+{{- end -}}
+{{- $port := "(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?" -}}
+{{- if not (regexMatch (printf "^https?://([A-Za-z0-9._~-]+|\\[[0-9A-Fa-f:.]+\\])%s(/[^\\s]*)?$" $port) .value) -}}
+{{- fail (printf "%s: %s is not http(s)://HOST[:PORT][/PATH] with a port from 1 to 65535; write e.g. http://prometheus.monitoring.svc:9090" .at .value) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* A client's CA and client certificate as the Prometheus Operator's SafeTLSConfig names them (ca, cert,
 keySecret; each ca and cert from a Secret or a ConfigMap): fail unless cert and keySecret come together.
 Call with (dict "tls" TLS "at" "the.values.path"). */}}
@@ -141,6 +160,12 @@ basicAuthSecret, tlsConfig): the dashboard and, where it reads the same Promethe
 fails on a setting that cannot work. Call with (dict "prometheus" PROMETHEUS "at" "the.values.path").
 */}}
 {{- define "gpulens.prometheusClientCheck" -}}
+{{- range $secret := list "bearerTokenSecret" "basicAuthSecret" -}}
+{{- $ref := get $.prometheus $secret | default dict -}}
+{{- if and $ref.key (not $ref.name) -}}
+{{- fail (printf "%s.%s: a key without the Secret's name; give name too (the key alone is ignored)" $.at $secret) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .prometheus.bearerTokenSecret.name .prometheus.basicAuthSecret.name -}}
 {{- fail (printf "%s: set bearerTokenSecret or basicAuthSecret, not both (one Authorization header)" .at) -}}
 {{- end -}}
