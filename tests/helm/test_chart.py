@@ -889,6 +889,24 @@ def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_pat
     assert result.returncode != 0 and said in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"agent": {"extraArgs": ["--sampling.interval=10ms"]}}, "--sampling.interval is set by the chart from agent."),
+        ({"agent": {"extraArgs": ["--web.listen-address=:9100"]}}, "--web.listen-address is set by the chart from"),
+        ({"agent": {"extraArgs": ["--no-collector.probes"]}}, "--no-collector.probes is set by the chart from agent."),
+        ({"dashboard": {"extraArgs": ["--port=9000"]}}, "dashboard.extraArgs: --port is set by the chart from"),
+        ({"reclaim": {"enabled": True, "extraArgs": ["--mode=enforce"]}}, "reclaim.extraArgs: --mode is set by the"),
+    ],
+)
+def test_extra_args_may_not_set_again_what_a_value_sets(tmp_path, values, said):
+    """The later flag would win over the chart's own, past its checks and out of step with its ports, probes and
+    volumes (a --mode=enforce beside reclaim.mode dry-run enforces)."""
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and said in result.stderr, result.stderr
+
+
 def test_an_on_delete_update_strategy_drops_the_default_rolling_update(tmp_path):
     """Helm merges values: OnDelete beside the default's rollingUpdate is a DaemonSet the API server refuses."""
     docs = _template(tmp_path, {"agent": {"updateStrategy": {"type": "OnDelete"}}})

@@ -83,6 +83,20 @@ with (dict "value" VALUE "at" "the.values.path" "low" SECONDS "high" SECONDS "ra
 {{- end -}}
 {{- end }}
 
+{{/* extraArgs that name a flag the chart sets from a value: the later flag would win over the chart's, past its
+checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose).
+Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the value that sets it" ...)). */}}
+{{- define "gpulens.checkExtraArgs" -}}
+{{- range .args -}}
+{{- $flag := regexFind "^--[^= ]+" . -}}
+{{- $name := trimPrefix "no-" (trimPrefix "--" $flag) -}}
+{{- $sets := get $.set (printf "--%s" $name) -}}
+{{- if $sets -}}
+{{- fail (printf "%s: %s is set by the chart from %s; set that value instead" $.at $flag $sets) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* A server's URL as gpulens/urls.py takes it (the dashboard and the reclaim service refuse any other at
 start): http(s)://HOST[:PORT][/PATH], no user:password@ (a pod's spec is readable to whoever reads pods), no query
 or fragment, a port from 1 to 65535. Checked here so that the install fails, not the pod. Call with
