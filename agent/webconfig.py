@@ -432,12 +432,28 @@ class PasswordCheck:
         return verdict
 
 
+def _weakens(old: WebConfig, new: WebConfig) -> str:
+    """What protection of `old` the config `new` drops, in words ("" where it drops none): TLS, client
+    certificates, basic auth, or paths it no longer guards."""
+    if old.tls is not None and new.tls is None:
+        return "no TLS"
+    if old.verifies_clients and not new.verifies_clients:
+        return "no client certificate check"
+    if old.users and not new.users:
+        return "no basic_auth_users"
+    if old.users and new.excluded_paths - old.excluded_paths:
+        return f"auth_excluded_paths {', '.join(sorted(new.excluded_paths - old.excluded_paths))} not in"
+    return ""
+
+
 class WebConfigFile:
     """The web config at `path`, re-read when it or a file it names changes.
 
     `current()` is cheap (a few stat calls) and is called for every request. A change that does not
     load keeps the last good config in force and is logged once, so a half-written edit never opens the
-    door or locks Prometheus out.
+    door or locks Prometheus out. Nor does a change that loads but protects less than the config in force
+    (`_weakens`): a file cut short mid-write reads as one with no TLS or no users. It is logged once and takes
+    a restart, a deliberate act, to apply.
     """
 
     def __init__(self, path: str):
@@ -454,7 +470,14 @@ class WebConfigFile:
         with self._lock:
             if stamp != self._stamp:
                 try:
-                    self._config = load(self.path)
+                    config = load(self.path)
+                    lost = _weakens(self._config, config)
+                    if lost:
+                        raise WebConfigError(
+                            f"web config {printable(self.path)} now has {lost}, which the config in force has "
+                            "(a file cut short reads so); restart to apply a config that protects less"
+                        )
+                    self._config = config
                     # The new config may name other files: watch those from now on.
                     self._stamp, self._failed_stamp = self._fingerprint(), None
                     log.info("web config %s reloaded", self.path)

@@ -189,6 +189,31 @@ def test_the_file_is_reread_when_it_changes_and_a_broken_edit_keeps_the_last_goo
     assert len(errors) == 1  # said once, not on every request
 
 
+@pytest.mark.parametrize(
+    ("cut", "lost"),
+    [
+        (lambda text: "", "now has no TLS"),  # `: > web.yml`, or a Secret caught mid-update
+        (lambda text: "\n".join(text.splitlines()[:5]) + "\n", "now has no basic_auth_users"),
+        (lambda text: text.replace("RequireAndVerifyClientCert", "NoClientCert"), "no client certificate check"),
+        (lambda text: text + "auth_excluded_paths: [/api/v1/jobs]\n", "auth_excluded_paths /api/v1/jobs not in"),
+    ],
+    ids=["emptied", "cut-short", "no-client-check", "path-excluded"],
+)
+def test_a_change_that_protects_less_than_the_config_in_force_takes_a_restart(pki, caplog, cut, lost):
+    """A file written over in place is read while half-written: empty, it reads as no TLS and no users, which
+    would open the door the config in force keeps shut."""
+    extra = f"basic_auth_users: {{ops: '{hashed('one')}'}}\n"
+    path = pki.web_config(extra, client_auth="RequireAndVerifyClientCert")
+    watched = WebConfigFile(str(path))
+    strong = watched.current()
+    path.write_text(cut(path.read_text()))
+    os.utime(path, ns=(5, 5))
+    assert watched.current() is strong and watched.current() is strong
+    said = [r.getMessage() for r in caplog.records if "keeping the previous web config" in r.getMessage()]
+    assert len(said) == 1 and lost in said[0] and "restart to apply a config that protects less" in said[0], said
+    assert webconfig.load(str(path)) is not None  # the file itself loads: a restart applies it
+
+
 def test_a_replaced_certificate_is_picked_up(pki, tmp_path):
     watched = WebConfigFile(str(pki.web_config()))
     before = watched.current().tls
