@@ -174,6 +174,11 @@ def _version(value: Any, where: str) -> ssl.TLSVersion:
     return TLS_VERSIONS[checks.choice(value, where, TLS_VERSIONS)]
 
 
+# The highest bcrypt cost taken: about 5 s a check on one core (docs/security.md), half of Prometheus' default
+# scrape timeout.
+MAX_BCRYPT_COST = 16
+
+
 def _users(value: Any, where: str) -> dict[str, bytes]:
     """basic_auth_users: user name -> bcrypt hash."""
     if not isinstance(value, dict):
@@ -185,6 +190,14 @@ def _users(value: Any, where: str) -> dict[str, bytes]:
             raise checks.Invalid(
                 f"{where}.{user}",
                 "not a bcrypt hash; make one with \"htpasswd -nBC 10 '' | tr -d ':\\n'\" (see docs/security.md)",
+            )
+        if int(hashed[4:6]) > MAX_BCRYPT_COST:
+            # Each step of the cost doubles a check's time: 14 takes about a second on a server core, 31 a day, and
+            # the checks run one at a time (PasswordCheck), so every other new login would wait behind it.
+            raise checks.Invalid(
+                f"{where}.{user}",
+                f"bcrypt cost {int(hashed[4:6])} is above {MAX_BCRYPT_COST}: a check would outlast a scrape's timeout "
+                "and hold up every other login; make the hash with cost 10 to 14 (htpasswd -nBC 12)",
             )
     return {user: hashed.encode("ascii") for user, hashed in value.items()}
 
