@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -99,6 +100,16 @@ class _Server(ThreadingMixIn, WSGIServer):
             super().process_request_thread(request, client_address)
         finally:
             self._room.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection the client left idle past the timeout, reset or cut is its own doing: a debug line, not
+        socketserver's traceback on stderr, which one client holding connections idle could repeat by the
+        thousand. Anything else is logged with its traceback, once."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # TimeoutError, ConnectionResetError, BrokenPipeError, ssl.SSLError
+            log.debug("connection from %s ended: %s", client_address[0], error)
+            return
+        log.exception("a request from %s failed", client_address[0])
 
 
 class _IPv6Server(_Server):

@@ -184,3 +184,29 @@ def test_connections_beyond_the_limit_are_closed_and_the_agent_serves_on(agent_f
     assert status == 200 and "gpulens_gpu_up" in body
     server.shutdown()
     server.server_close()
+
+
+def test_a_connection_left_idle_is_closed_without_a_traceback(agent_for, monkeypatch, capfd):
+    """socketserver printed 16 lines of TimeoutError for each idle connection the timeout closed: a client
+    holding connections open could fill the log. It is a debug line, and the agent serves on."""
+    import socket
+
+    from gpulens.agent import server as agent_server
+
+    monkeypatch.setattr(agent_server._QuietHandler, "timeout", 0.2)
+    agent = agent_for("demo")
+    agent.run(5)
+    server = serve(AgentApp(agent.sampler, agent.registry, [], "simulated"), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    idle = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(3)]
+    for connection in idle:
+        connection.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
+    for connection in idle:
+        connection.settimeout(5)
+        assert connection.recv(1) == b""  # closed by the agent
+        connection.close()
+    status, _, body = get(f"http://127.0.0.1:{server.server_port}/metrics")
+    server.shutdown()
+    server.server_close()
+    assert status == 200 and "gpulens_gpu_up" in body
+    assert "Traceback" not in capfd.readouterr().err
