@@ -46,6 +46,9 @@ _STALE_INTERVALS = 10
 _STALE_MIN_SECONDS = 30.0
 _HANDSHAKE_SECONDS = 10.0
 _IDLE_SECONDS = 30.0
+# A request's line and headers must all arrive within this, whatever the pace (Go's ReadHeaderTimeout): a
+# client sending a byte every few seconds would otherwise hold its connection for ever.
+_HEADER_SECONDS = 10.0
 # The status line of each RequestError status; any other is answered 503.
 _REQUEST_STATUS = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}
 
@@ -60,6 +63,9 @@ class _Server(ThreadingMixIn, WSGIServer):
     # Connections served at once, each by a thread; beyond it a new one is closed at once, so that
     # clients holding connections open (slowly, or on purpose) cannot make the agent grow without bound.
     max_connections = 1024
+    # ... and from one address at once, so that one client cannot take them all from Prometheus and the
+    # kubelet's health probes (each of which holds one at a time).
+    max_per_client = 64
     # Returns the TLS context for a new connection, None for plain HTTP (see `serve`).
     tls: Callable[[], ssl.SSLContext | None] = staticmethod(lambda: None)
 
@@ -67,14 +73,25 @@ class _Server(ThreadingMixIn, WSGIServer):
         super().server_activate()
         self.limit_connections(self.max_connections)
 
-    def limit_connections(self, count: int) -> None:
-        """Serve at most `count` connections at once (set before serving)."""
+    def limit_connections(self, count: int, per_client: int | None = None) -> None:
+        """Serve at most `count` connections at once, `per_client` of them from one address (set before
+        serving)."""
         self.max_connections = count
+        self.max_per_client = per_client or self.max_per_client
         self._room = threading.BoundedSemaphore(count)
+        self._held: dict[str, int] = {}  # connections served now, by client address
+        self._held_lock = threading.Lock()
         self.refused_connections = 0
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._room.acquire(blocking=False):
+        client = str(client_address[0])
+        with self._held_lock:
+            crowded = self._held.get(client, 0) >= self.max_per_client
+            if not crowded:
+                self._held[client] = self._held.get(client, 0) + 1
+        if crowded or not self._room.acquire(blocking=False):
+            if not crowded:
+                self._let_go(client)
             self.refused_connections += 1
             self.shutdown_request(request)
             return
@@ -82,7 +99,14 @@ class _Server(ThreadingMixIn, WSGIServer):
             super().process_request(request, client_address)
         except BaseException:
             self._room.release()  # no thread was started to release it
+            self._let_go(client)
             raise
+
+    def _let_go(self, client: str) -> None:
+        with self._held_lock:
+            left = self._held.pop(client, 1) - 1
+            if left:
+                self._held[client] = left
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -100,6 +124,7 @@ class _Server(ThreadingMixIn, WSGIServer):
             super().process_request_thread(request, client_address)
         finally:
             self._room.release()
+            self._let_go(str(client_address[0]))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection the client left idle past the timeout, reset or cut is its own doing: a debug line, not
@@ -118,8 +143,31 @@ class _IPv6Server(_Server):
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = _IDLE_SECONDS  # a connection that sends nothing for this long is closed
+    header_seconds = _HEADER_SECONDS
     server_version = "gpulens"  # not the Python version, which only helps an attacker
     sys_version = ""
+
+    def setup(self) -> None:
+        super().setup()
+        # Cut the connection unless the request line and headers have all arrived in time (parse_request).
+        self._deadline = threading.Timer(self.header_seconds, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed
+
+    def parse_request(self) -> bool:
+        parsed = bool(super().parse_request())  # reads the headers
+        self._deadline.cancel()  # they are in: the request runs however long it takes
+        return parsed
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def get_environ(self) -> dict[str, Any]:
         environ = super().get_environ()

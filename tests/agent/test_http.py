@@ -210,3 +210,41 @@ def test_a_connection_left_idle_is_closed_without_a_traceback(agent_for, monkeyp
     server.server_close()
     assert status == 200 and "gpulens_gpu_up" in body
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_client_trickling_its_headers_is_cut_and_one_address_cannot_take_every_connection(agent_for, monkeypatch):
+    """A byte every few seconds kept a connection for ever, and 1,024 of them from one client left no room for
+    Prometheus or the kubelet's /healthz probe: the headers must arrive within a deadline, and one address holds
+    at most max_per_client connections at once."""
+    import socket
+
+    from gpulens.agent import server as agent_server
+
+    monkeypatch.setattr(agent_server._QuietHandler, "header_seconds", 0.5)
+    agent = agent_for("demo")
+    agent.run(5)
+    server = serve(AgentApp(agent.sampler, agent.registry, [], "simulated"), "127.0.0.1", 0)
+    server.limit_connections(8, per_client=4)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    trickling = [socket.create_connection(("127.0.0.1", server.server_port)) for _ in range(4)]
+    for connection in trickling:
+        connection.sendall(b"GET /metrics HTTP/1.1\r\nX-a: ")
+    fifth = socket.create_connection(("127.0.0.1", server.server_port))
+    fifth.settimeout(5)
+    assert fifth.recv(1) == b""  # the address holds its four: refused at once
+    fifth.close()
+    for connection in trickling:
+        connection.settimeout(5)
+        connection.sendall(b"b")  # a byte well within the idle timeout, but past the header deadline ...
+    for connection in trickling:
+        assert connection.recv(1) == b""  # ... cut
+        connection.close()
+    for _ in range(50):
+        try:
+            status, _, body = get(f"http://127.0.0.1:{server.server_port}/healthz")
+            break
+        except (urllib.error.URLError, ConnectionError):
+            threading.Event().wait(0.1)
+    server.shutdown()
+    server.server_close()
+    assert status == 200
