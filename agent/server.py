@@ -12,7 +12,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpulens.agent.snapshot import Snapshot
 
 Response = Iterable[bytes]
+Headers = Sequence[tuple[str, str]]
 
 # /healthz fails when the sampler has not published for this many intervals (and at least this long):
 # the process is wedged and should be restarted. NVML being down is not a reason to restart.
@@ -51,6 +52,7 @@ _IDLE_SECONDS = 30.0
 _HEADER_SECONDS = 10.0
 # The status line of each RequestError status; any other is answered 503.
 _REQUEST_STATUS = {400: "400 Bad Request", 404: "404 Not Found", 409: "409 Conflict"}
+_NOT_ALLOWED = "405 Method Not Allowed"  # with an Allow header, which RFC 9110 15.5.6 requires
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +226,14 @@ class AgentApp:
         }.get(path)
         if post is not None:
             if method != "POST":
-                return _respond(start_response, "405 Method Not Allowed", "text/plain", b"use POST\n")
+                return _respond(start_response, _NOT_ALLOWED, "text/plain", b"use POST\n", [("Allow", "POST")])
             return post(environ, start_response)
         if method not in ("GET", "HEAD"):
-            return _respond(start_response, "405 Method Not Allowed", "text/plain", b"only GET is served\n")
+            if path not in ("/metrics", "/healthz", "/api/v1/jobs", "/api/v1/probes", "/api/v1/traces", "/"):
+                return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
+            return _respond(
+                start_response, _NOT_ALLOWED, "text/plain", b"only GET is served\n", [("Allow", "GET, HEAD")]
+            )
         if path == "/metrics":
             return self._metrics(environ, start_response)
         if path == "/healthz":
@@ -427,13 +433,47 @@ def _refused(start_response: StartResponse, error: RequestError) -> Response:
     return _json(start_response, status, {"error": str(error)})
 
 
-def _json(start_response: StartResponse, status: str, body: dict[str, Any]) -> Response:
-    return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode())
+def json_response(start_response: StartResponse, status: str, body: object, headers: Headers = ()) -> Response:
+    """`body` as JSON, one line; the reclaim service answers with it too."""
+    return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode(), headers)
 
 
-def _respond(start_response: StartResponse, status: str, content_type: str, body: bytes) -> Response:
-    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+_json = json_response
+
+
+def _respond(
+    start_response: StartResponse, status: str, content_type: str, body: bytes, headers: Headers = ()
+) -> Response:
+    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers])
     return [body]
+
+
+def _without_body_for_head(app: WSGIApplication) -> WSGIApplication:
+    """HEAD answered as GET is, headers and all, without the body (RFC 9110 9.3.2): no endpoint need know it."""
+
+    def answer(environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return app(environ, start_response)
+        started: list[tuple[str, list[tuple[str, str]]]] = []
+
+        def keep(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
+            started.append((status, headers))
+            return lambda data: None
+
+        body = app({**environ, "REQUEST_METHOD": "GET"}, keep)
+        try:
+            length = sum(len(chunk) for chunk in body)  # what GET would send, as Content-Length says of it
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+        status, headers = started[-1]
+        if not any(name.lower() == "content-length" for name, _ in headers):
+            headers = [*headers, ("Content-Length", str(length))]
+        start_response(status, headers)
+        return []
+
+    return answer
 
 
 def serve(
@@ -445,7 +485,9 @@ def serve(
     """
     server_class = _IPv6Server if ":" in host else _Server
     try:
-        server = make_server(host, port, app, server_class=server_class, handler_class=_QuietHandler)
+        server = make_server(
+            host, port, _without_body_for_head(app), server_class=server_class, handler_class=_QuietHandler
+        )
     except (TypeError, ValueError, OverflowError) as error:  # a NUL in the host, a label IDNA cannot encode
         raise OSError(errno.EINVAL, f"not a host and port to listen on: {error}") from None
     if tls is not None:

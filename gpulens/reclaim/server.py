@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from gpulens import checks, jobnames
 from gpulens.agent.access import PEER_CERT, Guard, basic_credentials
+from gpulens.agent.server import json_response as _json
 from gpulens.agent.server import serve
 from gpulens.agent.webconfig import PLAIN, PasswordCheck, WebConfig, WebConfigFile, peer_names
 from gpulens.reclaim import keeping
@@ -96,8 +97,11 @@ class ReclaimApp:
         if path == KEEPS and method in ("POST", "DELETE"):
             return self._keep(environ, start_response, method == "DELETE")
         if path in ("/metrics", KEEPS):
-            allowed = "GET" if path == "/metrics" else "GET, POST or DELETE"
-            return _json(start_response, "405 Method Not Allowed", {"error": f"{path} takes {allowed}"})
+            takes, allow = (
+                ("GET", "GET, HEAD") if path == "/metrics" else ("GET, POST or DELETE", "GET, HEAD, POST, DELETE")
+            )
+            error = {"error": f"{path} takes {takes}"}
+            return _json(start_response, "405 Method Not Allowed", error, [("Allow", allow)])
         return _json(start_response, "404 Not Found", {"error": f"not found; the service serves /metrics and {KEEPS}"})
 
     def _keep(self, environ: WSGIEnvironment, start_response: StartResponse, end: bool) -> Iterable[bytes]:
@@ -167,12 +171,6 @@ def _body(environ: WSGIEnvironment, example: str) -> Any:
         return json.loads(environ["wsgi.input"].read(length))
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
         raise checks.Invalid("the body", f"not JSON ({type(error).__name__}); {example}") from None
-
-
-def _json(start_response: StartResponse, status: str, body: object) -> list[bytes]:
-    data = (json.dumps(body) + "\n").encode()
-    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
-    return [data]
 
 
 def start(

@@ -78,9 +78,37 @@ def test_landing_page_lists_gpus_and_collectors(served):
 
 
 def test_unknown_path_and_method(served):
+    """A 405 says in Allow what the path takes (RFC 9110 15.5.6); a path the agent does not serve is 404 whatever
+    the method."""
     _, base = served
     assert get(base + "/nope")[0] == 404
-    assert get(base + "/metrics", method="POST")[0] == 405
+    assert get(base + "/nope", method="POST")[0] == 404
+    for path, method, allow in (
+        ("/metrics", "POST", "GET, HEAD"),
+        ("/api/v1/jobs", "OPTIONS", "GET, HEAD"),
+        ("/api/v1/probes/run", "GET", "POST"),
+    ):
+        request = urllib.request.Request(base + path, method=method)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert (refused.value.code, refused.value.headers.get("Allow")) == (405, allow), path
+
+
+def test_head_is_get_without_the_body(served):
+    """RFC 9110 9.3.2: the headers GET would send, Content-Length included, and no body."""
+    import socket
+
+    _, base = served
+    port = int(base.rsplit(":", 1)[1])
+    for path in ("/", "/metrics", "/healthz", "/api/v1/probes"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(f"HEAD {path} HTTP/1.0\r\n\r\n".encode())
+            answer = b""
+            while chunk := connection.recv(65536):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200") and b"Content-Length: " in head and body == b"", (path, answer[:200])
+        assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) > 0, path
 
 
 @pytest.mark.parametrize(

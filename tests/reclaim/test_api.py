@@ -107,7 +107,10 @@ def test_without_a_web_config_a_keep_over_http_is_refused_in_one_line_and_the_me
         assert "gpulens_reclaim_cycle_errors_total 0.0" in requests.get(url + "/metrics", timeout=10).text
         assert requests.get(url + KEEPS, timeout=10).json() == {"keeps": []}
         assert requests.get(url + "/", timeout=10).status_code == 404
-        assert requests.put(url + KEEPS, timeout=10).status_code == 405
+        put = requests.put(url + KEEPS, timeout=10)
+        assert (put.status_code, put.headers.get("Allow")) == (405, "GET, HEAD, POST, DELETE")
+        head = requests.head(url + "/metrics", timeout=10)  # prometheus_client's app serves GET alone
+        assert head.status_code == 200 and head.content == b"" and int(head.headers["Content-Length"]) > 0
     assert folder.keeps() == [] and list(folder.audit_records()) == []
 
 
