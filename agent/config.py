@@ -156,7 +156,7 @@ class AgentConfig:
         "--web.listen-address",
         _address,
         DEFAULT_LISTEN_ADDRESS,
-        "where to serve /metrics; ':PORT' listens on every interface",
+        "where to serve /metrics; ':PORT' listens on every interface, IPv6's too",
         metavar="HOST:PORT",
     )
     web_config_file: str = _setting(  # agent/webconfig.py

@@ -143,6 +143,14 @@ class _IPv6Server(_Server):
     address_family = socket.AF_INET6
 
 
+class _DualStackServer(_IPv6Server):
+    """Every interface, IPv4 and IPv6 alike, on one socket (IPV6_V6ONLY off), as Go's ':PORT' listens."""
+
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
 class _QuietHandler(WSGIRequestHandler):
     timeout = _IDLE_SECONDS  # a connection that sends nothing for this long is closed
     header_seconds = _HEADER_SECONDS
@@ -483,11 +491,19 @@ def serve(
 
     `tls` returns the TLS context in force for each new connection (None: plain HTTP).
     """
-    server_class = _IPv6Server if ":" in host else _Server
+    answer = _without_body_for_head(app)
+    server: _Server
     try:
-        server = make_server(
-            host, port, _without_body_for_head(app), server_class=server_class, handler_class=_QuietHandler
-        )
+        if not host and socket.has_ipv6:  # every interface: IPv6's too, where the machine has IPv6
+            try:
+                server = make_server("::", port, answer, server_class=_DualStackServer, handler_class=_QuietHandler)
+            except OSError as error:
+                if error.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT):
+                    raise
+                server = make_server(host, port, answer, server_class=_Server, handler_class=_QuietHandler)
+        else:
+            server_class = _IPv6Server if ":" in host else _Server
+            server = make_server(host, port, answer, server_class=server_class, handler_class=_QuietHandler)
     except (TypeError, ValueError, OverflowError) as error:  # a NUL in the host, a label IDNA cannot encode
         raise OSError(errno.EINVAL, f"not a host and port to listen on: {error}") from None
     if tls is not None:

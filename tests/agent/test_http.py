@@ -276,3 +276,24 @@ def test_a_client_trickling_its_headers_is_cut_and_one_address_cannot_take_every
     server.shutdown()
     server.server_close()
     assert status == 200
+
+
+def test_an_empty_host_listens_on_ipv6_too(served):
+    """':PORT' is every interface, IPv6's too where the machine has it, as Go exporters listen; and the node's own
+    clients, IPv4 ones included (seen as ::ffff:127.0.0.1), may still start work."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    agent, _ = served
+    server = serve(AgentApp(agent.sampler, agent.registry, [], "simulated"), "", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert get(f"http://127.0.0.1:{server.server_port}/healthz")[0] == 200
+        assert get(f"http://[::1]:{server.server_port}/healthz")[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
