@@ -29,6 +29,9 @@ MAX_LIMIT = 10_000
 MAX_IDS = 100
 
 
+_YES, _NO = ("1", "true", "yes"), ("0", "false", "no")
+
+
 class BadQuery(ValueError):
     """A query parameter is wrong; the message says which and how to write it."""
 
@@ -42,7 +45,7 @@ def parse_since(text: str, now: float) -> float:
             since = now - parse_duration(text, "since")
         except UnitError:
             since = math.nan
-    if not math.isfinite(since):  # also 'nan', 'inf'
+    if not math.isfinite(since) or since < 0:  # also 'nan', 'inf', and a time before 1970
         raise BadQuery(f"since={quoted(text)} is not a duration or epoch seconds; write e.g. since=7d")
     return since
 
@@ -53,15 +56,23 @@ def answer(accounting: JobAccounting, query: str, now: float) -> dict[str, Any]:
     unknown = set(params) - {"since", "id", "limit", "timeline"}
     if unknown:
         raise BadQuery(f"unknown parameter {quoted(sorted(unknown)[0])}; use since, id, limit and timeline")
-    since = parse_since(params["since"][-1], now) if params.get("since") else 0.0
-    ids = [i for i in params.get("id", []) if i][:MAX_IDS]
+    twice = sorted(name for name in ("since", "limit", "timeline") if len(params.get(name, ())) > 1)
+    if twice:  # which would count? A value never read would never be checked either.
+        raise BadQuery(f"{twice[0]} is given more than once; give it once")
+    since = parse_since(params["since"][0], now) if params.get("since") else 0.0
+    if "" in params.get("id", ()):
+        raise BadQuery("id= is empty; give a job id, pod name or job name, or leave id out for every job")
+    ids = params.get("id", [])[:MAX_IDS]
     try:
-        limit = int(params.get("limit", [DEFAULT_LIMIT])[-1])
+        limit = int(params.get("limit", [DEFAULT_LIMIT])[0])
     except ValueError:
         raise BadQuery("limit must be a whole number, e.g. limit=100") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise BadQuery(f"limit={quoted(str(limit))} is out of range; choose 1 to {MAX_LIMIT}")
-    timeline = params.get("timeline", ["0"])[-1] in ("1", "true", "yes")
+    said = params.get("timeline", ["0"])[0].lower()
+    if said not in _YES + _NO:
+        raise BadQuery(f"timeline={quoted(said)} is not 1 or 0; write timeline=1 for the job's timeline")
+    timeline = said in _YES
     if timeline and not ids:
         raise BadQuery("timeline=1 needs id=JOB_ID: timelines are served one job at a time")
     ledger = accounting.ledger

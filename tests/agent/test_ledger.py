@@ -315,9 +315,22 @@ def test_the_jobs_endpoint(tmp_path, ledger):
     assert len(body["jobs"]) == 2 and body["truncated"]
     _, body = call(app, "/api/v1/jobs", f"since={EPOCH + 10_000}")
     assert body["jobs"] == []
-    for query, words in (("since=soon", "since="), ("limit=0", "limit="), ("timeline=1", "id="), ("x=1", "'x'")):
+    for query, words in (
+        ("since=soon", "since="),
+        ("limit=0", "limit="),
+        ("timeline=1", "id="),
+        ("x=1", "'x'"),
+        # A value no one reads is never checked: a parameter given twice, a blank id, a flag of no known spelling.
+        ("since=abc&since=1d", "since is given more than once; give it once"),
+        ("limit=abc&limit=5", "limit is given more than once"),
+        ("id=", "id= is empty; give a job id"),
+        ("id=81255&timeline=on", "timeline='on' is not 1 or 0"),
+        ("since=-99999999999", "since='-99999999999' is not a duration or epoch seconds"),
+    ):
         status, body = call(app, "/api/v1/jobs", query)
-        assert status == "400 Bad Request" and words in body["error"]
+        assert status == "400 Bad Request" and words in body["error"], (query, body)
+    _, body = call(app, "/api/v1/jobs", "id=jupyter-bob-7f9c&timeline=TRUE")
+    assert "timeline" in body["jobs"][0]
 
 
 def start_agent(path: Path) -> tuple[subprocess.Popen, str]:
