@@ -300,9 +300,15 @@ class AgentApp:
                 "503 Service Unavailable",
                 {"error": "the probes collector is off; start the agent with --collector.probes"},
             )
-        wanted = parse_qs(environ.get("QUERY_STRING", "")).get("gpu", [""])[0]
+        params = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        given = params.get("gpu", [])
+        if set(params) != {"gpu"} or len(given) != 1 or not given[0]:
+            unknown = sorted(set(params) - {"gpu"})
+            problem = f"unknown parameter {unknown[0]!r}" if unknown else "name one GPU"
+            return _json(start_response, "400 Bad Request", {"error": f"{problem}; give ?gpu= a UUID or an index"})
+        wanted = given[0]
         gpu = next((g for g in self._sampler.snapshot.gpus if wanted in (g.identity.uuid, str(g.identity.index))), None)
-        if not wanted or gpu is None:
+        if gpu is None:
             return _json(
                 start_response,
                 "404 Not Found",

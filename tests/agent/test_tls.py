@@ -214,6 +214,8 @@ def test_probe_runs_are_queued_for_free_gpus_only(tmp_path):
     try:
         assert get(base + "/api/v1/probes/run?gpu=3")[0] == 405
         assert get(base + "/api/v1/probes/run?gpu=99", method="POST")[0] == 404
+        for query in ("", "?gpu=", "?gpu=3&gpu=4", "?gpu=3&foo=1"):  # which GPU is meant is not said
+            assert get(base + "/api/v1/probes/run" + query, method="POST")[0] == 400, query
         status, body = get(base + "/api/v1/probes/run?gpu=7", method="POST")
         assert status == 409 and "held by a process" in json.loads(body)["error"]
         status, body = get(base + "/api/v1/probes/run?gpu=3", method="POST")
