@@ -35,4 +35,7 @@ def words(value: Any, where: str) -> str:
     """Text that is not blank, its white space made single spaces."""
     if not isinstance(value, str) or not value.strip():
         raise checks.Invalid(where, f"expected text that is not blank, got {checks.described(value)}")
-    return " ".join(value.split())
+    text = " ".join(value.split())
+    if not text.isprintable():  # terminal escapes, NUL, a right-to-left override: `reclaim log` prints it as is
+        raise checks.Invalid(where, f"{checks.shown(text)} holds characters that are not printable; write plain text")
+    return text

@@ -121,6 +121,9 @@ class ReclaimApp:
         except _TooLarge:
             too_large = {"error": f"the body is over {MAX_BODY_BYTES} bytes; {example}"}
             return _json(start_response, "413 Content Too Large", too_large)
+        except _NotJson as sent:
+            unsupported = {"error": f"the body is sent as {sent}; send it as application/json, {example}"}
+            return _json(start_response, "415 Unsupported Media Type", unsupported)
         now = self._clock()
         job = f"{asked.job_kind}/{asked.job_id}"
         if end and job not in in_force(self._folder.keeps(), now):
@@ -157,6 +160,11 @@ class _TooLarge(Exception):
     """The request's body is over MAX_BODY_BYTES."""
 
 
+class _NotJson(Exception):
+    """The request's body is declared as another type than JSON: a browser's form posts text/plain, or
+    urlencoded, without asking first (no CORS preflight), with the credentials it holds for the service."""
+
+
 def _body(environ: WSGIEnvironment, example: str) -> Any:
     """Return the request's JSON body; raise checks.Invalid when it is not JSON, _TooLarge when it is too long."""
     try:
@@ -165,12 +173,18 @@ def _body(environ: WSGIEnvironment, example: str) -> Any:
         length = -1
     if length > MAX_BODY_BYTES:
         raise _TooLarge
+    media = str(environ.get("CONTENT_TYPE") or "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise _NotJson(repr(media) if media else "no type")
     if length <= 0:
         raise checks.Invalid("the body", f"empty; {example}")
     try:
         return json.loads(environ["wsgi.input"].read(length))
-    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-        raise checks.Invalid("the body", f"not JSON ({type(error).__name__}); {example}") from None
+    except RecursionError:
+        raise checks.Invalid("the body", f"is JSON nested too deep; {example}") from None
+    except ValueError as error:  # UnicodeDecodeError is a ValueError
+        said = f"{error.msg} at character {error.pos}" if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise checks.Invalid("the body", f"not JSON ({said}); {example}") from None
 
 
 def start(

@@ -70,9 +70,14 @@ def guarded(tmp_path, folder) -> Iterator[str]:
         yield url
 
 
-def post(url: str, body: object, auth: tuple[str, str] | None = ("dashboard", PASSWORD)) -> requests.Response:
+JSON = {"Content-Type": "application/json"}
+
+
+def post(
+    url: str, body: object, auth: tuple[str, str] | None = ("dashboard", PASSWORD), headers: dict[str, str] = JSON
+) -> requests.Response:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return requests.post(url + KEEPS, data=data, auth=auth, timeout=10)
+    return requests.post(url + KEEPS, data=data, auth=auth, timeout=10, headers=headers)
 
 
 def test_a_keep_over_http_is_recorded_as_the_command_line_records_it_and_listed_while_in_force(guarded, folder):
@@ -147,7 +152,11 @@ def test_a_keep_needs_the_password_and_a_path_left_out_of_auth_keeps_nothing(tmp
         ({**ASKED, "until": "18:00"}, "the body: unknown key 'until'; use one of job_kind, job_id, for, reason, by"),
         ({k: v for k, v in ASKED.items() if k != "reason"}, f"the body: missing key 'reason'; {EXAMPLE}"),
         ([ASKED], f"the body: expected a mapping, got a list; {EXAMPLE}"),
-        (b"job=1234", f"the body: not JSON (JSONDecodeError); {EXAMPLE}"),
+        (b"job=1234", f"the body: not JSON (Expecting value at character 0); {EXAMPLE}"),
+        (b"[" * 5000 + b"]" * 5000, "the body: is JSON nested too deep"),
+        # `reclaim log` prints reason and by as they are: a terminal escape or a NUL would reach the operator's.
+        ({**ASKED, "reason": "r\u001b[2J\u001b[31mFAKE"}, "reason: 'r\\x1b[2J\\x1b[31mFAKE' holds characters that are"),
+        ({**ASKED, "by": "\u202eann"}, "by: '\\u202eann' holds characters that are not printable; write plain text"),
         (b"", f"the body: empty; {EXAMPLE}"),
     ],
 )
@@ -155,6 +164,15 @@ def test_each_mistake_in_a_keep_is_a_400_naming_the_field_and_the_fix(guarded, f
     response = post(guarded, body)
     assert response.status_code == 400 and response.json()["error"].startswith(said), response.text
     assert "\n" not in response.json()["error"]
+    assert folder.keeps() == []
+
+
+@pytest.mark.parametrize("sent", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_keep_not_sent_as_json_is_refused(guarded, folder, sent):
+    """A browser posts text/plain or a form to any origin without asking first (no CORS preflight), with the
+    credentials it holds for the service: only application/json is taken."""
+    response = post(guarded, ASKED, headers={"Content-Type": sent} if sent else {})
+    assert response.status_code == 415 and "send it as application/json" in response.json()["error"], response.text
     assert folder.keeps() == []
 
 
@@ -201,18 +219,24 @@ def test_a_keep_ended_over_http_stops_holding_the_job_and_one_not_in_force_is_a_
     assert post(guarded, ASKED).status_code == 201
     assert post(guarded, {**ASKED, "for": "1h", "by": "bob"}).status_code == 201
     end = {"job_kind": "slurm", "job_id": "1234", "reason": "the evaluation is over", "by": "ann"}
-    ended = requests.delete(guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10)
+    ended = requests.delete(
+        guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10, headers=JSON
+    )
     assert ended.status_code == 200, ended.text
     keep = ended.json()["ended"]
     assert keep["until"] == keep["at"] and keep["by"] == "ann via dashboard"  # both keeps before it end
     listed = requests.get(guarded + KEEPS, auth=("dashboard", PASSWORD), timeout=10)
     assert listed.json() == {"keeps": []}
     assert [r["event"] for r in folder.audit_records()] == ["kept", "kept", "keep_ended"]
-    again = requests.delete(guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10)
+    again = requests.delete(
+        guarded + KEEPS, data=json.dumps(end), auth=("dashboard", PASSWORD), timeout=10, headers=JSON
+    )
     assert again.status_code == 404 and again.json() == {"error": "no keep of slurm/1234 is in force: nothing to end"}
-    refused = requests.delete(guarded + KEEPS, data=json.dumps(end), timeout=10)
+    refused = requests.delete(guarded + KEEPS, data=json.dumps(end), timeout=10, headers=JSON)
     assert refused.status_code == 401  # the Guard asks for the password first
-    bad = requests.delete(guarded + KEEPS, data=json.dumps({**end, "for": "1h"}), auth=("dashboard", PASSWORD))
+    bad = requests.delete(
+        guarded + KEEPS, data=json.dumps({**end, "for": "1h"}), auth=("dashboard", PASSWORD), headers=JSON
+    )
     assert bad.status_code == 400 and "for" in bad.json()["error"]
 
 
