@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+# What a name from a job could start in Markdown (GitHub's, Streamlit's): a link or an image ([ ]), HTML or an
+# autolink (< >), code (`), emphasis (*), a table cell (|), LaTeX ($), and the escape itself.
+_MARKDOWN = re.compile(r"([\\`*\[\]<>|$])")
+
 
 def printable(text: str) -> str:
     """Return `text` with each character that is not printable (newlines, tabs, NUL, line and paragraph
@@ -12,3 +18,19 @@ def printable(text: str) -> str:
 def quoted(text: str, limit: int = 40) -> str:
     """Return `text` quoted as Python writes it, cut to `limit` characters: a user's text echoed in a message."""
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def markdown_text(text: str) -> str:
+    """Return `text` to be shown as written in Markdown: on one line, its characters that are not printable
+    escaped (`printable`), and those that could make a link, an image, HTML, code or a table cell of it
+    backslash-escaped (CommonMark: any ASCII punctuation may be)."""
+    return _MARKDOWN.sub(r"\\\1", printable(" ".join(text.splitlines())))
+
+
+def markdown_code(text: str) -> str:
+    """Return `text` as a Markdown code span, shown as written: fenced with one backtick more than the longest run
+    of them in it, which nothing inside can close (CommonMark 6.1)."""
+    text = printable(" ".join(text.splitlines()))
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

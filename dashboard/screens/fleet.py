@@ -8,6 +8,7 @@ from streamlit.delta_generator import DeltaGenerator
 from gpulens import words
 from gpulens.dashboard import charts, context
 from gpulens.dashboard.views import fleet as view
+from gpulens.printable import markdown_text
 from gpulens.words import plural
 
 # How far back wasted GPU-hours are counted, seconds.
@@ -140,8 +141,12 @@ def fleet() -> None:
                 + f"Why: {row.why}  \n"
                 + (
                     ("Jobs: " if len(row.job_links) > 1 else "Job: ")
-                    + ", ".join(f"[{label}]({link})" for label, link in row.job_links)
-                    + (f" ({'owners' if len(row.job_links) > 1 else 'owner'}: {row.owner})" if row.owner else "")
+                    + ", ".join(f"[{markdown_text(label)}]({link})" for label, link in row.job_links)
+                    + (
+                        f" ({'owners' if len(row.job_links) > 1 else 'owner'}: {markdown_text(row.owner)})"
+                        if row.owner
+                        else ""
+                    )
                     + "  \n"
                     if row.job_links
                     else ""

@@ -18,6 +18,7 @@ from gpulens.dashboard.views import oncall
 from gpulens.fleet import advice
 from gpulens.fleet.records import Alerts, Answer, FleetGpu
 from gpulens.links import job_link
+from gpulens.printable import markdown_text
 
 RANGES = {900: "15 minutes", 3600: "1 hour", 6 * 3600: "6 hours", 24 * 3600: "24 hours"}
 
@@ -147,8 +148,8 @@ def oncall_panel(gpu: FleetGpu, flagged: list[oncall.OnCall], alerts: Answer[Ale
     st.subheader("On call: who to tell, and what")
     for item in flagged:
         if len(flagged) > 1 or item.unit.mig_profile:
-            st.markdown(f"**{item.name}**")
-        st.markdown("  \n".join(f"{label}: {value}" for label, value in item.contact))
+            st.markdown(f"**{markdown_text(item.name)}**")
+        st.markdown("  \n".join(f"{label}: {markdown_text(value)}" for label, value in item.contact))
         # A code block carries a copy button (Streamlit's CodeBlockCopyToolbar, frontend/lib/src/components/
         # elements/CodeBlock): one click copies the message.
         st.code(item.message, language=None, wrap_lines=True)
@@ -211,7 +212,8 @@ def gpu_page() -> None:
     st.subheader(f"GPU {gpu} on {node}: {view.headline(current)}")
     for h in current.holders if not current.slices else ():
         if h.job_id:
-            st.markdown(f"Held by {oncall.holder(h)}: [open the job's page]({job_link(h.job_kind, h.job_id)})")
+            holder = markdown_text(oncall.holder(h))
+            st.markdown(f"Held by {holder}: [open the job's page]({job_link(h.job_kind, h.job_id)})")
             reclaim.panel(job_view.reclaim_notice(pending.value, h.job_kind, h.job_id, now), h.job_kind, h.job_id)
     st.markdown(
         f"{current.model} — {words.reason_text(current.reason)}"

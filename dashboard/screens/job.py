@@ -16,6 +16,7 @@ from gpulens.dashboard.views import fleet as fleet_view
 from gpulens.dashboard.views import job as view
 from gpulens.dashboard.views import traces as trace_view
 from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, JobSummary, JobTraces, SourceProblem
+from gpulens.printable import markdown_code, markdown_text
 
 source = context.source()
 context.header("Job", "Why is my job slow, and what do I change?", source)
@@ -83,7 +84,7 @@ def not_running(
 ) -> None:
     """A link's job that no GPU is held by now: say so, show what the source still has of it, point to its
     report, with the page's problems in `notices`. Never another job in its place: the link was for this one."""
-    named = f"{kind} job {job_id}" if kind else f"Job {job_id}"
+    named = markdown_text(f"{kind} job {job_id}" if kind else f"Job {job_id}")
     past = context.past_job(source, kind, job_id)
     with notices:
         context.banner((*problems, *past.problems))
@@ -168,8 +169,8 @@ def job_page() -> None:
     held = list(detail.value)
 
     pod = view.holding(held, kind, job_id).pod
-    st.subheader(f"{kind} pod {pod}" if pod else f"{kind} job {job_id}")
-    st.markdown(view.whose(job, held) + (f"  \n{kind} job id: `{job_id}`" if pod else ""))
+    st.subheader(markdown_text(f"{kind} pod {pod}" if pod else f"{kind} job {job_id}"))
+    st.markdown(view.whose(job, held) + (f"  \n{kind} job id: {markdown_code(job_id)}" if pod else ""))
     reclaim.panel(view.reclaim_notice(pending.value, kind, job_id, time.time()), kind, job_id)
     wait = view.data_wait(job, held)
     memory = view.memory(job, held)

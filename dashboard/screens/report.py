@@ -9,6 +9,7 @@ import streamlit as st
 
 from gpulens import links
 from gpulens.dashboard import context
+from gpulens.printable import markdown_text
 from gpulens.report import document, htmlpage, machine, markdown
 
 # How far back the report looks for the job's runs, as `gpulens report job --since` does (30 days by default).
@@ -36,7 +37,7 @@ until = (time.time() // 60 + 1) * 60  # the end of this minute, so that a minute
 answer = context.job_report(source, kind, job_id, until - days * 86400, until)
 context.banner(answer.problems)
 report = answer.value
-named = f"{kind} job {job_id}" if kind else f"Job {job_id}"
+named = markdown_text(f"{kind} job {job_id}" if kind else f"Job {job_id}")
 if report is None:
     if not answer.problems:
         st.info(

@@ -13,6 +13,7 @@ from gpulens.dashboard.views.fleet import WASTED, job_gpus, units
 from gpulens.fleet.advice import gpu_tips, job_advice
 from gpulens.fleet.records import FleetGpu, Holder, JobSummary, ReclaimPending
 from gpulens.links import gpu_link, job_link
+from gpulens.printable import markdown_text
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
 
@@ -52,14 +53,15 @@ def whose(job: JobSummary, held: Sequence[FleetGpu]) -> str:
     """Return whose the job is, in words, from what the agents know of its holder: user, Slurm account,
     Kubernetes namespace, pod and container, and the nodes it runs on. A field nobody knows is said so."""
     own = holding(held, job.job_kind, job.job_id)
-    parts = [f"user **{own.user}**" if own.user else "user not known (no process of it names one)"]
+    shown = markdown_text  # every name here is the job's own, written in Markdown: shown as written
+    parts = [f"user **{shown(own.user)}**" if own.user else "user not known (no process of it names one)"]
     if own.account:
-        parts.append(f"account **{own.account}**")
+        parts.append(f"account **{shown(own.account)}**")
     if own.pod:
         pod = f"{own.namespace}/{own.pod}" if own.namespace else own.pod
-        parts.append(f"pod **{pod}**" + (f", container {own.container}" if own.container else ""))
+        parts.append(f"pod **{shown(pod)}**" + (f", container {shown(own.container)}" if own.container else ""))
     if job.nodes:
-        parts.append(f"on {', '.join(job.nodes)}")
+        parts.append(f"on {shown(', '.join(job.nodes))}")
     return "Owner: " + "; ".join(parts) + "."
 
 

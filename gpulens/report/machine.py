@@ -12,6 +12,7 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens.fleet.summary import FleetReport, Group, JobReport
 from gpulens.fleet.trend import HELD, REASONS, FollowUp, TrendReport, Usage
+from gpulens.printable import printable
 from gpulens.report.digest import CostlyJob, Digest, OverAsk, Person, Resize
 from gpulens.usage import STATES, JobRecord
 from gpulens.words import fixed
@@ -20,6 +21,20 @@ SCHEMA = "gpulens.report/v1"
 _EVERY_JOB = "JSON and CSV list every job"  # why a report read for its tables is refused
 
 _Cell = Callable[[JobRecord, str], str | float]  # a CSV cell, from a job's record and its mark
+
+
+def _inert(cell: str | float) -> str | float:
+    """A cell a spreadsheet shows as written: text from a job (its name, its account) that would start a formula
+    (=, +, -, @) takes a leading ', as OWASP's advice on CSV injection has it, and characters that are not
+    printable (a terminal's escapes) are written as escapes. Numbers stay numbers."""
+    if not isinstance(cell, str):
+        return cell
+    try:
+        float(cell)
+        return cell
+    except ValueError:
+        text = printable(cell)
+        return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def _number(value: float | None, digits: int = 4, against: tuple[float, ...] = ()) -> str:
@@ -146,7 +161,7 @@ def to_csv(report: JobReport | FleetReport | TrendReport) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for record, mark in rows:
-        writer.writerow(_csv_row(record, mark))
+        writer.writerow([_inert(cell) for cell in _csv_row(record, mark)])
     return out.getvalue()
 
 
@@ -250,7 +265,15 @@ def _trend_csv(report: TrendReport) -> str:
                 seconds = usage.seconds(state)
                 if seconds > 0:
                     wasted = int(state in REASONS)
-                    writer.writerow([day, key, state, f"{seconds / 3600:.4f}", wasted, f"{d.measured / 3600:g}"])
+                    row: list[str | float] = [
+                        day,
+                        key,
+                        state,
+                        f"{seconds / 3600:.4f}",
+                        wasted,
+                        f"{d.measured / 3600:g}",
+                    ]
+                    writer.writerow([_inert(cell) for cell in row])
     return out.getvalue()
 
 

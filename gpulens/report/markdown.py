@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
+from gpulens.printable import markdown_text as _cell
 from gpulens.report.document import Document
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render(doc: Document) -> str:
     """Return the document as Markdown."""
-    lines = [f"# {doc.title}", ""]
+    lines = [f"# {_cell(doc.title)}", ""]
     lines += [f"- **{key}**: {_cell(value)}" for key, value in doc.facts]
     for table in doc.tables:
-        lines += ["", f"## {table.title}", ""]
+        lines += ["", f"## {_cell(table.title)}", ""]
         if not table.rows:
             lines.append("None.")
             continue
@@ -26,10 +23,10 @@ def render(doc: Document) -> str:
         fence = "```"
         while fence in text:  # a name from the job could hold one
             fence += "`"
-        lines += ["", f"## {section.title}", "", fence + "text", text, fence]
+        lines += ["", f"## {_cell(section.title)}", "", fence + "text", text, fence]
     if doc.tips:
         lines += ["", "## What to change", ""]
         lines += [f"{n}. **{_cell(title)}**: {_cell(text)}" for n, (title, text) in enumerate(doc.tips, 1)]
     if doc.notes:
-        lines += ["", *(f"_{note}_" for note in doc.notes)]
+        lines += ["", *(f"_{_cell(note)}_" for note in doc.notes)]
     return "\n".join(lines) + "\n"

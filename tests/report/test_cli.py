@@ -475,3 +475,23 @@ def test_a_series_that_names_no_job_is_not_a_job(capsys):
         argv = ["fleet", "--prometheus", url, "--since", str(NOW - 7200), "--until", str(NOW), "--format", "json"]
         assert run(argv) == 0
     assert [(j["kind"], j["id"]) for j in json.loads(capsys.readouterr().out)["jobs"]] == [("slurm", "7")]
+
+
+def test_a_name_from_the_job_is_shown_as_written_in_markdown_and_csv(capsys, tmp_path, fleet_run):
+    """A job names itself (sbatch --job-name, its account): in Markdown it makes no link, image or HTML, and in
+    CSV no formula a spreadsheet would run (OWASP, CSV injection)."""
+    path = tmp_path / "hostile.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE jobs SET name = '[pay](http://e.vil) <img src=x>', account = '=HYPERLINK(\"http://e.vil\")' "
+            "WHERE kind = 'slurm' AND id = '7001'"
+        )
+    conn.close()
+    argv = ["job", "7001", "--ledger", str(path), *window(fleet_run)]
+    assert run([*argv, "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "\\[pay\\](http://e.vil) \\<img src=x\\>" in text and "[pay](" not in text
+    assert run([*argv, "--format", "csv"]) == 0
+    (row,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert row["account"] == '\'=HYPERLINK("http://e.vil")' and row["gpus"].isdigit()  # numbers stay numbers

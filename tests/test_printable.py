@@ -1,0 +1,33 @@
+"""Text a job names (its name, account, pod), shown as written: on one line, in Markdown and in a code span."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpulens.printable import markdown_code, markdown_text, printable
+
+
+def test_what_is_not_printable_is_written_as_an_escape():
+    assert printable("a\x1b[2Jb\u202ec\nd") == "a\\x1b[2Jb\\u202ec\\nd"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("[pay](http://e.vil)", "\\[pay\\](http://e.vil)"),  # no link
+        ("![](http://e.vil/x.png)", "!\\[\\](http://e.vil/x.png)"),  # no image fetched by every viewer
+        ("<script>alert(1)</script>", "\\<script\\>alert(1)\\</script\\>"),
+        ("a|b", "a\\|b"),  # no new table cell
+        ("$x^2$ `code` **b**", "\\$x^2\\$ \\`code\\` \\*\\*b\\*\\*"),
+        ("two\nlines", "two lines"),
+        ("resnet_ddp 8.5", "resnet_ddp 8.5"),  # plain words stay as they are
+    ],
+)
+def test_a_name_in_markdown_is_shown_as_written(name, shown):
+    assert markdown_text(name) == shown
+
+
+def test_a_code_span_no_backtick_inside_can_close():
+    assert markdown_code("job-bob") == "`job-bob`"
+    assert markdown_code("a`b") == "``a`b``"
+    assert markdown_code("`x") == "`` `x ``"
