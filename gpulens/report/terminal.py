@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from gpulens.printable import printable
 from gpulens.report.document import CHANGE_NUMBERS, GROUP_NUMBERS, Document
 from gpulens.vocabulary import STATE_NAME
 
@@ -37,13 +38,15 @@ _NUMERIC = {
 
 def renderable(doc: Document) -> Group:
     """Return the document as a rich renderable."""
-    parts: list[Any] = [Text(doc.title, style="bold")]
+    # Every text may hold a name a job gave itself: what is not printable (a terminal's escapes, a right-to-left
+    # override) is written as an escape, and in a table's cells rich's markup is escaped too.
+    parts: list[Any] = [Text(printable(doc.title), style="bold")]
     facts = RichTable.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
     for key, value in doc.facts:
         style = next((s for mark, s in STYLES.items() if value.lower().startswith(mark)), "")
-        facts.add_row(key, Text(value, style=style))
+        facts.add_row(key, Text(printable(value), style=style))
     parts.append(facts)
     for table in doc.tables:
         rich = RichTable(title=table.title, title_justify="left", title_style="bold", header_style="bold")
@@ -51,17 +54,17 @@ def renderable(doc: Document) -> Group:
             rich.add_column(header, justify="right" if header in _NUMERIC else "left", overflow="fold")
         marks = table.marks or ("",) * len(table.rows)
         for row, mark in zip(table.rows, marks, strict=True):
-            rich.add_row(*(escape(c) for c in row), style=STYLES.get(mark, ""))
+            rich.add_row(*(escape(printable(c)) for c in row), style=STYLES.get(mark, ""))
         if not table.rows:
             rich.add_row(*("-" for _ in table.headers))
         parts.append(rich)
     for section in doc.sections:
-        parts += [Text(section.title, style="bold"), Text("\n".join(section.lines))]
+        parts += [Text(printable(section.title), style="bold"), Text("\n".join(map(printable, section.lines)))]
     if doc.tips:
         parts.append(Text("What to change", style="bold"))
         for n, (title, text) in enumerate(doc.tips, 1):
-            parts.append(Text.assemble((f"{n}. {title}: ", "bold"), text))
-    parts += [Text(note, style="dim") for note in doc.notes]
+            parts.append(Text.assemble((f"{n}. {printable(title)}: ", "bold"), printable(text)))
+    parts += [Text(printable(note), style="dim") for note in doc.notes]
     return Group(*parts)
 
 

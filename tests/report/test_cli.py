@@ -495,3 +495,18 @@ def test_a_name_from_the_job_is_shown_as_written_in_markdown_and_csv(capsys, tmp
     assert run([*argv, "--format", "csv"]) == 0
     (row,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert row["account"] == '\'=HYPERLINK("http://e.vil")' and row["gpus"].isdigit()  # numbers stay numbers
+
+
+def test_a_name_from_the_job_reaches_a_terminal_as_escapes_not_as_commands(capsys, tmp_path, fleet_run):
+    """An account or a user holding a terminal's escapes (clear the screen, a hyperlink) is printed as text in
+    the group and owner columns too, not only in the job's own facts."""
+    path = tmp_path / "hostile.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET account = 'acct\x1b[2J', user = 'u\u202eser' WHERE kind = 'slurm'")
+    conn.close()
+    for by in ("account", "user"):
+        assert run(["fleet", "--ledger", str(path), *window(fleet_run), "--by", by, "-o", str(tmp_path / "r.txt")]) == 0
+        text = (tmp_path / "r.txt").read_text()
+        assert "\x1b" not in text and "\u202e" not in text, by
+        assert "acct\\x1b[2J" in text or "u\\u202eser" in text, by
