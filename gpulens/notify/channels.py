@@ -20,6 +20,7 @@ from typing import Protocol
 from gpulens.httpclient import HttpClient, HttpError
 from gpulens.notify.addresses import Recipients
 from gpulens.notify.config import Config, ConfigError, SmtpSettings, WebhookSettings
+from gpulens.printable import markdown_text, printable
 
 
 class ChannelError(RuntimeError):
@@ -86,7 +87,7 @@ class Email:
         mail = EmailMessage()
         mail["From"] = s.sender
         mail["To"] = ", ".join(to.emails)
-        mail["Subject"] = subject
+        mail["Subject"] = printable(subject)  # a job's name may hold a terminal's escapes
         mail["Date"] = formatdate(usegmt=True)
         mail["Message-ID"] = make_msgid("gpulens", domain=parseaddr(s.sender)[1].partition("@")[2])
         mail["Auto-Submitted"] = "auto-generated"  # RFC 3834: no out-of-office replies to a robot
@@ -152,6 +153,12 @@ def _said(error: BaseException) -> str:
     return " ".join(str(getattr(error, "strerror", None) or error).split())[:200]
 
 
+def _slack_text(text: str) -> str:
+    """`text` as Slack shows it as written: &, < and > escaped (its "Formatting text" guide), so that no link,
+    mention (<!channel>) or user (<@U024BE7LH>) is made of it."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 class Webhook:
     """Posts `{"text": ...}` (with `channel` and `username` where given) to a Slack or Mattermost incoming
     webhook, the recipients' handles mentioned first; through HttpClient, named by the webhook's host alone."""
@@ -181,7 +188,11 @@ class Webhook:
 
     def deliver(self, to: Recipients, subject: str, body: str) -> None:
         bold = "*" if self.settings.kind == "slack" else "**"
-        payload = {"text": f"{' '.join(to.handles)} {bold}{subject}{bold}\n{body}"}
+        # The subject and the body carry names a job gave itself: shown as written, they link, mention or format
+        # nothing (Slack: &, < and > escaped, as its API asks; Mattermost: Markdown escaped).
+        shown = _slack_text if self.settings.kind == "slack" else markdown_text
+        text = "\n".join(shown(line) for line in body.split("\n"))
+        payload = {"text": f"{' '.join(to.handles)} {bold}{shown(subject)}{bold}\n{text}"}
         if self.settings.channel:
             payload["channel"] = self.settings.channel
         if self.settings.username:

@@ -59,6 +59,9 @@ DEFAULT_COOLDOWN = 7 * 86_400.0
 EMAIL = re.compile(r"[^@\s<>()\[\],;:\"\\]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
 # A chat mention as the chat writes it: Mattermost's @name, Slack's <@U024BE7LH> (Slack mentions by member ID).
 HANDLE = re.compile(r"@[\w.-]+|<@[\w.|-]+>")
+# The mentions that reach a whole channel or team, never one owner (Slack's and Mattermost's @channel, @here,
+# @all; Discord's and Teams' @everyone): a job naming one as its owner would page everyone there.
+GROUP_MENTIONS = frozenset({"@channel", "@here", "@all", "@everyone"})
 
 
 class ConfigError(ValueError):
@@ -70,7 +73,7 @@ def is_email(value: str) -> bool:
 
 
 def is_handle(value: str) -> bool:
-    return HANDLE.fullmatch(value) is not None
+    return HANDLE.fullmatch(value) is not None and value.lower() not in GROUP_MENTIONS
 
 
 def email(value: Any, where: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from gpulens.checks import read
 from gpulens.notify.addresses import Owner
-from gpulens.notify.config import Config
+from gpulens.notify.config import Config, is_handle
 from gpulens.notify.reclaim import reclaim_notifier
 from gpulens.notify.sender import FAILED, HELD, NO_ADDRESS, SENT, SUPPRESSED, Message, Sender
 from gpulens.reclaim.ladder import WARN, Decision, Job
@@ -167,7 +167,8 @@ def test_test_mode_sends_every_message_to_the_admins_marked_and_keeps_its_own_co
         "account physics) and went to the admins only.\n\nHello alice,\n"
     )
     [(path, post)] = hooks.posts
-    assert path == "/hooks/abc" and post["text"].startswith("@ops **[test mode] [gpulens] slurm 1234")
+    # Markdown escaped, as every subject and body Mattermost gets: it shows "[test mode] [gpulens]" as written.
+    assert path == "/hooks/abc" and post["text"].startswith("@ops **\\[test mode\\] \\[gpulens\\] slurm 1234")
     assert "@alice" not in post["text"].split("\n")[0]
     # Out of test mode, the owner is told: the admins' copy does not count toward the owner's cooldown.
     assert make(tmp_path, box, Clock()).send(starved(user="alice")).status == SENT
@@ -284,3 +285,23 @@ def test_the_reclaim_service_warns_through_the_sender(tmp_path, box):
     [got] = box.received
     assert got.recipients == ["alice@lab.example.org"] and "Job 100 (alice) has held 1 GPU(s)" in got.body
     assert [r["event"] for r in folder.audit_records()] == ["warned"]
+
+
+@pytest.mark.parametrize("kind", ["slack", "mattermost"])
+def test_a_name_a_job_gave_itself_links_mentions_and_formats_nothing_in_chat(tmp_path, box, kind):
+    """A Slurm job names itself: '<!channel>', '[click](javascript:...)' or '<http://e.vil|x>' in its name reach
+    the chat as text (Slack: &, < and > escaped, as its API asks; Mattermost: Markdown escaped); and a job naming
+    '@channel' as its owner's handle pages no channel."""
+    hostile = "x <!channel> [click](javascript:alert(1)) <http://e.vil|y>"
+    with webhook_server() as hooks:
+        keys = {"webhooks": [{"kind": kind, "url": f"{hooks.url}/hooks/abc"}]}
+        owner = Owner(user="alice", account="physics")
+        make(tmp_path, box, Clock(), **keys).send(
+            Message("starved", owner, job="slurm/1234", fields=STARVED | {"job": hostile})
+        )
+    [(_, post)] = hooks.posts
+    text = post["text"]
+    assert "<!channel>" not in text and "<http://e.vil|y>" not in text, text  # Slack's links and mentions
+    if kind == "mattermost":  # Markdown's
+        assert "\\[click\\](javascript" in text and "[click](" not in text, text
+    assert is_handle("@alice") and not any(is_handle(h) for h in ("@channel", "@here", "@ALL", "@everyone"))
