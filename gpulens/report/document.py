@@ -7,6 +7,7 @@ already written for people (GPU-hours, percentages, GiB, kWh, UTC times).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -286,7 +287,15 @@ def _copy(run: dict[str, Any], record: JobRecord) -> str:
     if record.kind == "docker":
         where = shlex.quote(f"{record.id}:{path}")
         return f"  it is in container {record.id[:ID_SHOWN]} on {node}: on {node}, docker cp {where} {name}"
+    if not _PLAIN_PATH.fullmatch(path):
+        # scp's legacy protocol (OpenSSH before 9.0, or `scp -O`) hands the remote path to the node's shell, which
+        # would run what a job wrote into its trace's file name: no command for it, the path as written.
+        return f"  it is on {node} at {printable(path)}: its name holds characters a shell would read; copy it by hand"
     return f"  it is on {node}: scp {shlex.quote(f'{node}:{path}')} {name}"
+
+
+# A path a shell reads as written, quoted or not.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9._/+@%=,:~-]+")
 
 
 def _from_metrics(run: dict[str, Any]) -> list[str]:
