@@ -87,7 +87,7 @@ def instrument(
     iterable: Iterable[Batch],
     model: Any = None,
     interval: float | None = None,
-    socket_path: str | None = None,
+    socket_path: str | os.PathLike[str] | None = None,
     traces: bool | None = None,
     trace_dir: str | None = None,
 ) -> Instrumented[Batch]:
@@ -100,6 +100,9 @@ def instrument(
     `traces` says whether the agent may ask for a trace (default: yes, unless GPULENS_TRACES=0), and
     `trace_dir` where traces are written (default: $GPULENS_TRACE_DIR, else ~/.cache/gpulens/traces).
     """
+    if isinstance(iterable, Instrumented):  # wrapped twice, each would count every step: the job's twice
+        _warn("gpulens.torch: this iterable is instrumented already; it is used as it is")
+        return iterable
     return Instrumented(
         iterable, model=model, interval=interval, socket_path=socket_path, traces=traces, trace_dir=trace_dir
     )
@@ -119,7 +122,7 @@ class Instrumented(Generic[Batch]):
         iterable: Iterable[Batch],
         model: Any = None,
         interval: float | None = None,
-        socket_path: str | None = None,
+        socket_path: str | os.PathLike[str] | None = None,
         traces: bool | None = None,
         trace_dir: str | None = None,
     ):

@@ -97,10 +97,18 @@ def answer(data: bytes, clock: Callable[[], float] = time.monotonic) -> bytes | 
     start = clock()
     try:
         returned = callback()
-    except Exception as error:  # noqa: BLE001 - the job goes on; the agent hears why
-        return _message(request_id, "failed", _said(error), clock() - start)
-    path = None if returned is None else str(returned)
+        path = None if returned is None else str(returned)
+    except BaseException as error:  # noqa: BLE001 - sys.exit() too: this thread answers every later request
+        return _message(request_id, "failed", _told(error), clock() - start)
     return _message(request_id, "done", None, clock() - start, path)
+
+
+def _told(error: BaseException) -> str:
+    """What the callback raised, in one line; its type alone where even its text cannot be had."""
+    try:
+        return _said(error)
+    except Exception:  # noqa: BLE001 - an exception whose str() raises
+        return type(error).__name__
 
 
 def _message(request_id: str, state: str, reason: str | None, seconds: float, path: str | None = None) -> bytes:

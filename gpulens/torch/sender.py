@@ -19,9 +19,10 @@ SOCKET_ENV = "GPULENS_SOCKET"
 _socket: socket.socket | None = None
 
 
-def socket_path(given: str | None) -> str:
-    """Return where reports go: `given`, else $GPULENS_SOCKET, else DEFAULT_SOCKET_PATH."""
-    return given or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET_PATH
+def socket_path(given: str | os.PathLike[str] | bytes | None) -> str:
+    """Return where reports go: `given` (a str, a pathlib.Path or bytes), else $GPULENS_SOCKET, else
+    DEFAULT_SOCKET_PATH."""
+    return (os.fsdecode(given) if given else "") or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET_PATH
 
 
 def send(data: bytes, path: str) -> None:

@@ -182,6 +182,32 @@ def test_the_job_answers_done_with_what_the_callback_returned(registered):
     assert parse_checkpoint(checkpoint.answer(_request())).state == "done"  # what the agent reads back
 
 
+class _Unsayable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str fails")
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("str fails")
+
+
+@pytest.mark.parametrize(
+    ("callback", "said"),
+    [
+        (lambda: sys.exit(3), "SystemExit: 3"),  # "save, then stop": the thread must answer the next request too
+        (lambda: (_ for _ in ()).throw(_Unsayable()), "_Unsayable"),
+        (_Unprintable, "RuntimeError: str fails"),
+    ],
+)
+def test_a_callback_that_exits_or_cannot_be_told_is_a_failure_not_the_end_of_the_thread(registered, callback, said):
+    """Only Exception was caught, and str() of what the callback raised or returned ran outside the catch: the
+    checkpoint thread died and the process could never be asked again."""
+    checkpoint._callback = callback
+    answered = json.loads(checkpoint.answer(_request("c-7")))["checkpoint"]
+    assert answered["state"] == "failed" and said in answered["reason"], answered
+
+
 def test_without_a_callback_the_job_refuses(registered):
     said = parse_checkpoint(checkpoint.answer(_request()))
     assert said.state == "refused" and "on_checkpoint" in said.reason

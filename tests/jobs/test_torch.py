@@ -129,6 +129,22 @@ def test_any_iterable_works_and_reports_no_loader_settings(job_receiver, socket_
     assert last_report(job_receiver).dataloader is None
 
 
+def test_a_socket_path_may_be_a_pathlib_path(job_receiver, socket_path):
+    """A Path raised a TypeError into the loop at the first report: nothing is ever raised into the job."""
+    from pathlib import Path
+
+    batches = [(torch.randn(BATCH, 16), torch.randn(BATCH, 1))] * 8
+    train(gpulens.torch.instrument(batches, interval=0.02, socket_path=Path(socket_path)), mlp(), compute_seconds=0.01)
+    assert last_report(job_receiver).step.count > 0
+
+
+def test_an_iterable_instrumented_twice_counts_each_step_once():
+    once = gpulens.torch.instrument(range(4), socket_path="/nonexistent/jobs.sock")
+    with pytest.warns(UserWarning, match="instrumented already; it is used as it is"):
+        twice = gpulens.torch.instrument(once)
+    assert twice is once and list(twice) == [0, 1, 2, 3]
+
+
 def test_the_socket_comes_from_the_environment(job_receiver, socket_path, monkeypatch):
     monkeypatch.setenv("GPULENS_SOCKET", socket_path)
     train(
