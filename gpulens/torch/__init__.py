@@ -184,9 +184,15 @@ class Instrumented(Generic[Batch]):
     def __len__(self) -> int:
         return len(cast(Sized, self._iterable))  # TypeError for an iterable without a length
 
-    def __iter__(self) -> Instrumented[Batch]:
+    def __iter__(self) -> Iterator[Batch]:
+        """A pass of its own over the iterable, as a DataLoader's iter() gives: a peek (`next(iter(loader))`) or a
+        loop inside the loop leaves the pass the training loop is in where it was."""
+        return _Pass(self, self._begin())
+
+    def _begin(self) -> Iterator[Batch]:
+        """Begin a pass: iter() on the iterable, timed as the first step's wait; return its iterator."""
         start = time.perf_counter()
-        self._iterator = iter(self._iterable)
+        self._iterator = iterator = iter(self._iterable)
         self._iter_wait = time.perf_counter() - start
         self._last = start
         self._pid = os.getpid()
@@ -201,18 +207,20 @@ class Instrumented(Generic[Batch]):
             self._due = self._window_start + self._interval
         if _waiting and self._control_path is not None:
             self._start_waiting()
-        return self
+        return iterator
 
     def __next__(self) -> Batch:
-        if self._iterator is None:
-            self.__iter__()
-        assert self._iterator is not None  # __iter__ sets it
+        """next() on the wrapper itself: the pass the last iter() began (one begins if none has)."""
+        return self._step(self._iterator if self._iterator is not None else self._begin())
+
+    def _step(self, iterator: Iterator[Batch]) -> Batch:
+        """The next batch of `iterator`'s pass, timed and counted as a step."""
         tracer = self._tracer if self._tracing else None  # plain attributes: this runs every step
         if tracer is not None:
             tracer.wait_started()
         start = time.perf_counter()
         try:
-            batch = next(self._iterator)
+            batch = next(iterator)
         except StopIteration:
             if tracer is not None:
                 self._end_trace_with_pass(tracer)
@@ -438,6 +446,21 @@ def _checked_interval(interval: Any) -> float:
     default = _default_interval()
     _warn(f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {default:g}")
     return default
+
+
+class _Pass(Generic[Batch]):
+    """One pass over an instrumented iterable (Instrumented.__iter__): its own iterator, its steps the wrapper's."""
+
+    __slots__ = ("_wrapper", "_iterator")
+
+    def __init__(self, wrapper: Instrumented[Batch], iterator: Iterator[Batch]):
+        self._wrapper, self._iterator = wrapper, iterator
+
+    def __iter__(self) -> _Pass[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        return self._wrapper._step(self._iterator)
 
 
 def _warn(text: str) -> None:

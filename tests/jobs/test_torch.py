@@ -418,3 +418,21 @@ def test_a_real_cuda_job_reports_allocator_memory_and_its_gpu(job_receiver, sock
     report = last_report(job_receiver)
     assert report.device.type == "cuda" and report.device.uuid.startswith(("GPU-", "MIG-"))
     assert report.memory.allocated_bytes > 0 and report.memory.reserved_bytes >= report.memory.allocated_bytes
+
+
+def test_each_iter_is_a_pass_of_its_own_as_a_dataloaders_is():
+    """A peek at a batch (`next(iter(loader))`) restarted the pass the training loop was in: it saw one batch
+    twice, and an epoch that never ended. Each iter() is now a pass of its own, as a DataLoader's is."""
+    data = torch.utils.data.DataLoader(list(range(8)), batch_size=2)
+    loader = gpulens.torch.instrument(data, socket_path="/nonexistent/jobs.sock")
+    seen, peeked = [], []
+    for i, batch in enumerate(loader):
+        seen.append(batch.tolist())
+        if i % 2 == 1:
+            peeked.append(next(iter(loader)).tolist())
+        if i > 20:  # a pass of 4 batches: this one would never end
+            break
+    plain = [batch.tolist() for batch in data]
+    assert seen == plain and peeked == [plain[0], plain[0]]
+    inner = [sum(1 for _ in loader) for _ in loader]  # a loop inside a loop over the same wrapper
+    assert inner == [4, 4, 4, 4]
