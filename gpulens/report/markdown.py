@@ -6,6 +6,11 @@ from gpulens.printable import markdown_text as _cell
 from gpulens.report.document import Document
 
 
+def _prose(text: str) -> str:
+    """The project's own words (a tip), Markdown kept (`--gres=gpu:1` in code), on one line of one cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def render(doc: Document) -> str:
     """Return the document as Markdown."""
     lines = [f"# {_cell(doc.title)}", ""]
@@ -26,7 +31,7 @@ def render(doc: Document) -> str:
         lines += ["", f"## {_cell(section.title)}", "", fence + "text", text, fence]
     if doc.tips:
         lines += ["", "## What to change", ""]
-        lines += [f"{n}. **{_cell(title)}**: {_cell(text)}" for n, (title, text) in enumerate(doc.tips, 1)]
+        lines += [f"{n}. **{_prose(title)}**: {_prose(text)}" for n, (title, text) in enumerate(doc.tips, 1)]
     if doc.notes:
         lines += ["", *(f"_{_cell(note)}_" for note in doc.notes)]
     return "\n".join(lines) + "\n"
