@@ -165,6 +165,7 @@ socket={db / "mariadbd.sock"}
 port={db_port}
 [mariadbd]
 datadir={db / "data"}
+tmpdir={db / "tmp"}
 pid-file={db / "mariadbd.pid"}
 log-error={self.folder / "log" / "mariadbd.log"}
 bind-address=127.0.0.1
@@ -173,6 +174,10 @@ innodb_log_file_size=64M
 innodb_lock_wait_timeout=900
 """
         )
+        # A tmpdir of its own: a starting mariadbd deletes every #sql temporary file in its tmpdir (its
+        # mysql_rm_tmp_tables), so two clusters sharing /tmp (test_slurm and test_accounting run side by side)
+        # could delete each other's while mariadb-install-db runs ("Error on delete of '/tmp/#sql-temptable-...'").
+        (db / "tmp").mkdir(parents=True, exist_ok=True)
         # --defaults-file first: the tools read no other option file then (no /etc/mysql).
         defaults = f"--defaults-file={my_cnf}"
         self._setup(["mariadb-install-db", defaults, "--skip-test-db", "--user=root"], "mariadb-install-db")
