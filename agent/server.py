@@ -271,14 +271,14 @@ class AgentApp:
             "last_sample_age_seconds": None if age is None else round(age, 3),
         }
         status = "200 OK" if healthy else "503 Service Unavailable"
-        return _json(start_response, status, body)
+        return json_response(start_response, status, body)
 
     def _job_ledger(self, jobs: JobAccounting, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         try:
             body, status = answer(jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
         except BadQuery as error:
             body, status = {"error": str(error)}, "400 Bad Request"
-        return _json(start_response, status, body)
+        return json_response(start_response, status, body)
 
     def _probe_history(self, start_response: StartResponse) -> Response:
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
@@ -289,13 +289,13 @@ class AgentApp:
             for gpu in self._sampler.snapshot.gpus
             if gpu.readings.get("probes") is not None
         }
-        return _json(start_response, "200 OK", body)
+        return json_response(start_response, "200 OK", body)
 
     def _probe_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Queue a probe of ?gpu=UUID|INDEX for the first cycle in which it is free (202)."""
         probes = next((c for c in self._sampler.collectors if isinstance(c, ProbesCollector)), None)
         if probes is None:
-            return _json(
+            return json_response(
                 start_response,
                 "503 Service Unavailable",
                 {"error": "the probes collector is off; start the agent with --collector.probes"},
@@ -305,11 +305,13 @@ class AgentApp:
         if set(params) != {"gpu"} or len(given) != 1 or not given[0]:
             unknown = sorted(set(params) - {"gpu"})
             problem = f"unknown parameter {unknown[0]!r}" if unknown else "name one GPU"
-            return _json(start_response, "400 Bad Request", {"error": f"{problem}; give ?gpu= a UUID or an index"})
+            return json_response(
+                start_response, "400 Bad Request", {"error": f"{problem}; give ?gpu= a UUID or an index"}
+            )
         wanted = given[0]
         gpu = next((g for g in self._sampler.snapshot.gpus if wanted in (g.identity.uuid, str(g.identity.index))), None)
         if gpu is None:
-            return _json(
+            return json_response(
                 start_response,
                 "404 Not Found",
                 {"error": f"no GPU {wanted!r} on this node; give ?gpu= a UUID or an index from /"},
@@ -324,9 +326,9 @@ class AgentApp:
                 if reading is not None and reading.running
                 else ("is held by a process" if held is not None else "has no process list to prove it free")
             )
-            return _json(start_response, "409 Conflict", {"error": f"GPU {gpu.identity.uuid} {why}; try later"})
+            return json_response(start_response, "409 Conflict", {"error": f"GPU {gpu.identity.uuid} {why}; try later"})
         probes.request(gpu.identity.uuid)
-        return _json(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})
+        return json_response(start_response, "202 Accepted", {"gpu": gpu.identity.uuid, "status": "queued"})
 
     def _trace_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Ask a job (?job=ID) or processes (?pid=N, repeatable) for a trace of ?steps=N steps (202)."""
@@ -347,7 +349,7 @@ class AgentApp:
         except RequestError as error:
             return _refused(start_response, error)
         runs = [r.to_dict() for r in self._traces.runs(trace_id)]
-        return _json(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
+        return json_response(start_response, "202 Accepted", {"id": trace_id, "traces": runs})
 
     def _checkpoint_run(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Ask a job's processes (?job=ID or its pod's name) to checkpoint, saying ?reason=; answer when each has
@@ -365,7 +367,7 @@ class AgentApp:
             runs = self._checkpoints.ask(pids, job, query.get("reason", [""])[-1], wait)
         except RequestError as error:
             return _refused(start_response, error)
-        return _json(start_response, "200 OK", {"job": job, "checkpoints": [r.to_dict() for r in runs]})
+        return json_response(start_response, "200 OK", {"job": job, "checkpoints": [r.to_dict() for r in runs]})
 
     def _trace_list(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Traces asked of this node's jobs, newest first: ?id=, ?pid=, ?job= narrow them."""
@@ -376,9 +378,9 @@ class AgentApp:
         except RequestError as error:
             return _refused(start_response, error)
         if self._traces is None:
-            return _json(start_response, "200 OK", {"enabled": False, "traces": []})
+            return json_response(start_response, "200 OK", {"enabled": False, "traces": []})
         runs = self._traces.runs(query.get("id", [""])[-1], pid, query.get("job", [""])[-1])
-        return _json(start_response, "200 OK", {"enabled": True, "traces": [r.to_dict() for r in runs]})
+        return json_response(start_response, "200 OK", {"enabled": True, "traces": [r.to_dict() for r in runs]})
 
     def _job(self, name: str) -> tuple[str, str, list[int]]:
         """Return (id, pod name, pids) of the job called `name` (its id, or its pod's name); raise RequestError(404)
@@ -444,15 +446,12 @@ def _whole(text: str, name: str) -> int:
 def _refused(start_response: StartResponse, error: RequestError) -> Response:
     """Return the answer to a request that cannot be made: its status line and {"error": the fix}."""
     status = _REQUEST_STATUS.get(error.status, "503 Service Unavailable")
-    return _json(start_response, status, {"error": str(error)})
+    return json_response(start_response, status, {"error": str(error)})
 
 
 def json_response(start_response: StartResponse, status: str, body: object, headers: Headers = ()) -> Response:
     """`body` as JSON, one line; the reclaim service answers with it too."""
     return _respond(start_response, status, "application/json", (json.dumps(body) + "\n").encode(), headers)
-
-
-_json = json_response
 
 
 def _respond(
