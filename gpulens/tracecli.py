@@ -159,7 +159,7 @@ def _ending(ended: str | None) -> str:
     return {
         "steps": "all the steps asked for",
         "time": "stopped at the time limit",
-        "end_of_pass": "the pass over the data ended first",
+        "end_of_pass": "the pass over the data ended, or the loop left it, first",
         "exit": "the job exited or dropped its loader first",
     }.get(ended or "", "ended")
 

@@ -130,6 +130,8 @@ class Instrumented(Generic[Batch]):
         self.reports_sent = 0
         self._iterable = iterable
         self._iterator: Iterator[Batch] | None = None
+        self._pass = 0  # the number of the pass the last iter() began, from 1
+        self._traced_pass = 0  # the pass in which the running trace started: leaving it ends the trace
         self._model = model
         self._interval = _checked_interval(interval) if interval is not None else _default_interval()
         self._path = sender.socket_path(socket_path)
@@ -187,12 +189,14 @@ class Instrumented(Generic[Batch]):
     def __iter__(self) -> Iterator[Batch]:
         """A pass of its own over the iterable, as a DataLoader's iter() gives: a peek (`next(iter(loader))`) or a
         loop inside the loop leaves the pass the training loop is in where it was."""
-        return _Pass(self, self._begin())
+        iterator = self._begin()
+        return _Pass(self, iterator, self._pass)
 
     def _begin(self) -> Iterator[Batch]:
         """Begin a pass: iter() on the iterable, timed as the first step's wait; return its iterator."""
         start = time.perf_counter()
         self._iterator = iterator = iter(self._iterable)
+        self._pass += 1
         self._iter_wait = time.perf_counter() - start
         self._last = start
         self._pid = os.getpid()
@@ -206,14 +210,15 @@ class Instrumented(Generic[Batch]):
                 self._steps, self._wait, self._total = carried.steps, carried.wait, carried.total
             self._due = self._window_start + self._interval
         if _waiting and self._control_path is not None:
-            self._start_waiting()
+            self._start_waiting(self._pass)
         return iterator
 
     def __next__(self) -> Batch:
         """next() on the wrapper itself: the pass the last iter() began (one begins if none has)."""
-        return self._step(self._iterator if self._iterator is not None else self._begin())
+        iterator = self._iterator if self._iterator is not None else self._begin()
+        return self._step(iterator, self._pass)
 
-    def _step(self, iterator: Iterator[Batch]) -> Batch:
+    def _step(self, iterator: Iterator[Batch], number: int) -> Batch:
         """The next batch of `iterator`'s pass, timed and counted as a step."""
         tracer = self._tracer if self._tracing else None  # plain attributes: this runs every step
         if tracer is not None:
@@ -237,7 +242,7 @@ class Instrumented(Generic[Batch]):
         self._total += now - self._last
         self._last = now
         if now >= self._due:
-            self._report(now)
+            self._report(now, number)
         return batch
 
     # -- autocast, from the model's forward ---------------------------------------------------------
@@ -286,12 +291,12 @@ class Instrumented(Generic[Batch]):
         if self._steps and self._old_enough(now):
             # A trace asked for now starts with the next pass: this wrapper may be dropped before another step.
             self._flush(now)
-            self._poll_agent(start=False)
+            self._poll_agent(start_in=None)
 
-    def _report(self, now: float) -> None:
-        """Send what the window holds and start the next one; read the agent's requests."""
+    def _report(self, now: float, number: int) -> None:
+        """Send what the window holds and start the next one; read the agent's requests, to start in pass `number`."""
         self._flush(now)
-        self._poll_agent()
+        self._poll_agent(start_in=number)
 
     def _flush(self, now: float) -> None:
         """Send the window that ends at `now` and start the next one; on failure, count it and drop the report."""
@@ -370,9 +375,9 @@ class Instrumented(Generic[Batch]):
 
     # -- traces the agent asks for --------------------------------------------------------------------
 
-    def _poll_agent(self, start: bool = True) -> None:
-        """Read the agent's requests; with `start`, start them (at most one trace starts) and answer each, else
-        leave them for the process's next pass."""
+    def _poll_agent(self, start_in: int | None) -> None:
+        """Read the agent's requests; start them in pass `start_in` (at most one trace starts) and answer each, or
+        with None leave them for the process's next pass."""
         if self._control_path is None or self._tracer is None:  # set together, when traces are allowed
             return
         try:
@@ -384,16 +389,20 @@ class Instrumented(Generic[Batch]):
             return
         if requests:
             _waiting.setdefault((os.getpid(), self._control_path), []).extend((data, False) for data in requests)
-        if start:
-            self._start_waiting()
+        if start_in is not None:
+            self._start_waiting(start_in)
 
-    def _start_waiting(self) -> None:
-        """Start the process's requests not started yet (at most one trace starts) and answer each."""
+    def _start_waiting(self, number: int) -> None:
+        """Start the process's requests not started yet in pass `number` (at most one trace starts) and answer
+        each."""
         if self._control_path is None or self._tracer is None:
             return
+        was_tracing = self._tracer.running
         for data, again in _waiting.pop((os.getpid(), self._control_path), []):
             self._tell(self._tracer.request(data, self._device_type, again))
         self._tracing = self._tracer.running
+        if self._tracing and not was_tracing:
+            self._traced_pass = number
 
     def _end_trace_with_pass(self, tracer: tracing.Tracer) -> None:
         """End the running trace as its pass ends: written, or put back when it has no step yet (it was asked
@@ -451,16 +460,26 @@ def _checked_interval(interval: Any) -> float:
 class _Pass(Generic[Batch]):
     """One pass over an instrumented iterable (Instrumented.__iter__): its own iterator, its steps the wrapper's."""
 
-    __slots__ = ("_wrapper", "_iterator")
+    __slots__ = ("_wrapper", "_iterator", "_number")
 
-    def __init__(self, wrapper: Instrumented[Batch], iterator: Iterator[Batch]):
-        self._wrapper, self._iterator = wrapper, iterator
+    def __init__(self, wrapper: Instrumented[Batch], iterator: Iterator[Batch], number: int):
+        self._wrapper, self._iterator, self._number = wrapper, iterator, number
 
     def __iter__(self) -> _Pass[Batch]:
         return self
 
     def __next__(self) -> Batch:
-        return self._wrapper._step(self._iterator)
+        return self._wrapper._step(self._iterator, self._number)
+
+    def __del__(self) -> None:
+        # Left before its end (a `break`, or an exception out of the loop): a trace started in this pass ends
+        # now, as at the pass's end, instead of profiling whatever the job does next until it exits.
+        wrapper = self._wrapper
+        if wrapper._tracing and wrapper._traced_pass == self._number and wrapper._tracer is not None:
+            try:
+                wrapper._end_trace_with_pass(wrapper._tracer)
+            except Exception:  # noqa: BLE001 - never worth an "Exception ignored" line in the job's output
+                wrapper.failures["trace"] += 1
 
 
 def _warn(text: str) -> None:

@@ -206,6 +206,41 @@ def test_a_pass_that_ends_first_ends_the_trace_with_the_steps_it_had(agent, sock
     assert 0 < run.summary.steps < 20
 
 
+def test_a_loop_left_by_break_ends_its_trace_there_not_when_the_process_exits(agent, socket_path, tmp_path):
+    """A `break` (or an exception) out of a traced pass ends the trace as the pass's end would: the profiler must
+    not go on over whatever the job does next, evaluation or saving, while the wrapper lives on."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    loader = torch.utils.data.DataLoader(Samples(4000, seconds=0.001), batch_size=BATCH)
+    batches = gpulens.torch.instrument(
+        loader, model=model, interval=0.05, socket_path=socket_path, trace_dir=str(tmp_path)
+    )
+    leave, done = threading.Event(), threading.Event()
+    steps: list[int] = []
+
+    def train():
+        for x in batches:
+            model(x).sum().backward()
+            steps.append(1)
+            if leave.is_set():
+                break
+        done.wait(timeout=60)  # the job goes on, its wrapper alive, without another batch
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    try:
+        connected(agent)
+        trace_id = agent.start([os.getpid()], steps=200)
+        wait_until(lambda: agent.runs(trace_id)[0].state == "started", timeout=30)
+        leave.set()
+        run = finished(agent, trace_id)
+        assert thread.is_alive() and len(steps) < 1000  # ended at the break, not at the exit or the pass's end
+        assert run.state == "done" and run.ended == "end_of_pass", run.reason
+        assert 0 < run.summary.steps < 200
+    finally:
+        done.set()
+        thread.join(timeout=30)
+
+
 @pytest.mark.parametrize(
     ("samples", "interval"),
     [
@@ -329,20 +364,32 @@ def test_a_trace_whose_connection_closes_before_the_job_answers_is_lost_at_once(
 _EXITING_JOB = textwrap.dedent(
     """
     import sys, time, torch, gpulens.torch
-    socket_path, trace_dir = sys.argv[1:]
+    socket_path, trace_dir, form = sys.argv[1:]
     batches = gpulens.torch.instrument(range(100000), interval=0.05, socket_path=socket_path, trace_dir=trace_dir)
     x = torch.randn(64, 64)
-    for step in batches:
+
+    def body(step):
+        global x
         x = (x @ x).tanh()
         time.sleep(0.02)
         if step == 60:  # about 1.2 s in, well before the 200 steps asked for
             raise SystemExit("the job gives up midway")
+
+    if form == "for":
+        for step in batches:
+            body(step)
+    else:  # next() on the wrapper itself: no pass for the exception to leave
+        while True:
+            body(next(batches))
     """
 )
 
 
-def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", _EXITING_JOB, socket_path, str(tmp_path)], stderr=subprocess.PIPE)
+@pytest.mark.parametrize(("form", "ended"), [("for", "end_of_pass"), ("next", "exit")])
+def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_path, form, ended):
+    child = subprocess.Popen(
+        [sys.executable, "-c", _EXITING_JOB, socket_path, str(tmp_path), form], stderr=subprocess.PIPE
+    )
     try:
         # Connected and reporting from its first interval on: the agent traces a process it has
         # a report from, so wait for both (on a busy machine the report can come well after the connection).
@@ -353,7 +400,7 @@ def test_a_job_that_exits_midway_ends_its_trace_cleanly(agent, socket_path, tmp_
     finally:
         child.kill()
     assert b"the job gives up midway" in child.stderr.read()
-    assert run.state == "done" and run.ended == "exit"
+    assert run.state == "done" and run.ended == ended
     assert run.summary.steps > 0
     with gzip.open(run.path, "rt") as trace:
         assert json.load(trace)["traceEvents"]
