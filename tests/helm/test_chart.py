@@ -879,11 +879,34 @@ def test_the_urls_a_client_takes_are_taken(tmp_path):
             {"dashboard": {"prometheus": {"url": "http://p:9090", "bearerTokenSecret": {"key": "token"}}}},
             "dashboard.prometheus.bearerTokenSecret: a key without the Secret's name; give name too",
         ),
+        (
+            {"serviceMonitor": {"interval": "1m30s", "scrapeTimeout": "1m31s"}},
+            "serviceMonitor.scrapeTimeout: 1m31s is longer than serviceMonitor.interval 1m30s, which Prometheus",
+        ),
+        (
+            {"agent": {"webConfig": {"existingSecret": "web", "tls": True, "requireClientCert": True}}},
+            "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate",
+        ),
+        ({"dashboard": {"podSecurityContext": {"runAsUser": 0}}}, "dashboard: runAsUser 0 beside runAsNonRoot true"),
+        (
+            {"reclaim": {"enabled": True, "securityContext": {"runAsUser": 0}}},
+            "reclaim: runAsUser 0 beside runAsNonRoot true",
+        ),
+        (
+            {"agent": {"securityContext": {"privileged": True}}},
+            "agent.securityContext: privileged true beside allowPrivilegeEscalation false is refused",
+        ),
+        (
+            {"dashboard": {"securityContext": {"capabilities": {"add": ["CAP_SYS_ADMIN"]}}}},
+            "dashboard.securityContext: capabilities.add CAP_SYS_ADMIN beside allowPrivilegeEscalation false",
+        ),
     ],
 )
 def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_path, values, said):
     """An image reference the kubelet cannot pull (InvalidImageName), a label name Prometheus refuses (every
-    rule refused), a token's key with no Secret (ignored without a word)."""
+    rule refused), a token's key with no Secret (ignored without a word), a scrape every target refuses or
+    Prometheus's configuration refuses, a security context the API server refuses or the kubelet never starts
+    (Helm merges an override into the defaults it does not mention)."""
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and said in result.stderr, result.stderr
@@ -905,6 +928,27 @@ def test_extra_args_may_not_set_again_what_a_value_sets(tmp_path, values, said):
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and said in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"serviceMonitor": {"interval": "1m30s", "scrapeTimeout": "90s"}},
+        {"serviceMonitor": {"interval": "1s", "scrapeTimeout": "500ms"}},
+        {
+            "agent": {"webConfig": {"existingSecret": "web", "tls": True, "requireClientCert": True}},
+            "serviceMonitor": {
+                "tlsConfig": {"cert": {"secret": {"name": "scrape", "key": "tls.crt"}}, "keySecret": {"name": "scrape"}}
+            },
+        },
+        {"dashboard": {"podSecurityContext": {"runAsUser": 0, "runAsNonRoot": False}}},
+        {"agent": {"migMonitoring": True, "podSecurityContext": {"runAsNonRoot": True}}},
+    ],
+)
+def test_the_settings_next_to_those_refused_are_taken(tmp_path, values):
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
 
 
 def test_an_on_delete_update_strategy_drops_the_default_rolling_update(tmp_path):

@@ -83,6 +83,57 @@ with (dict "value" VALUE "at" "the.values.path" "low" SECONDS "high" SECONDS "ra
 {{- end -}}
 {{- end }}
 
+{{/* A Prometheus duration (the schema's promDuration: one or more of a whole number and ms, s, m, h, d, w or y,
+e.g. 1m30s) in seconds, as a string: (include "gpulens.promSeconds" "1m30s") is "90". */}}
+{{- define "gpulens.promSeconds" -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 -}}
+{{- $seconds := 0.0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 -}}
+{{- $number := regexFind "^[0-9]+" . -}}
+{{- $seconds = addf $seconds (mulf (float64 $number) (get $units (trimPrefix $number .))) -}}
+{{- end -}}
+{{- $seconds -}}
+{{- end }}
+
+{{/* The ServiceMonitors' scrape settings as Prometheus and the agent's web config take them: a timeout longer
+than the interval is refused by Prometheus (its whole configuration, where the operator passes it on), and an
+agent that requires a client certificate refuses every scrape that presents none. */}}
+{{- define "gpulens.checkServiceMonitor" -}}
+{{- $monitor := .Values.serviceMonitor -}}
+{{- $timeout := float64 (include "gpulens.promSeconds" $monitor.scrapeTimeout) -}}
+{{- if gt $timeout (float64 (include "gpulens.promSeconds" $monitor.interval)) -}}
+{{- fail (printf "serviceMonitor.scrapeTimeout: %s is longer than serviceMonitor.interval %s, which Prometheus refuses; give at most the interval" $monitor.scrapeTimeout $monitor.interval) -}}
+{{- end -}}
+{{- $web := .Values.agent.webConfig -}}
+{{- if and $web.requireClientCert $web.tls (not (($monitor.tlsConfig).cert)) -}}
+{{- fail "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate; give serviceMonitor.tlsConfig.cert and keySecret (the operator's SafeTLSConfig)" -}}
+{{- end -}}
+{{- end }}
+
+{{/* A container's security context beside its pod's, as the API server and the kubelet take them: Helm merges the
+user's values into the defaults, so an override can contradict a default it did not mention (runAsUser 0 beside
+runAsNonRoot), and the pod is then refused or never started. Call with (dict "pod" POD "container" CONTAINER "at"
+"dashboard"). */}}
+{{- define "gpulens.checkSecurityContext" -}}
+{{- $pod := .pod | default dict -}}
+{{- $container := .container | default dict -}}
+{{- $nonRoot := $pod.runAsNonRoot -}}
+{{- if hasKey $container "runAsNonRoot" }}{{ $nonRoot = $container.runAsNonRoot }}{{ end -}}
+{{- $user := $pod.runAsUser -}}
+{{- if hasKey $container "runAsUser" }}{{ $user = $container.runAsUser }}{{ end -}}
+{{- if and $nonRoot (not (kindIs "invalid" $user)) (eq (toString $user) "0") -}}
+{{- fail (printf "%s: runAsUser 0 beside runAsNonRoot true (podSecurityContext and securityContext together) is a container the kubelet never starts; set runAsNonRoot: false too, or another user" .at) -}}
+{{- end -}}
+{{- if eq (toString $container.allowPrivilegeEscalation) "false" -}}
+{{- if $container.privileged -}}
+{{- fail (printf "%s.securityContext: privileged true beside allowPrivilegeEscalation false is refused by the API server; set allowPrivilegeEscalation: true too, or privileged: false" .at) -}}
+{{- end -}}
+{{- if has "CAP_SYS_ADMIN" (($container.capabilities).add | default list) -}}
+{{- fail (printf "%s.securityContext: capabilities.add CAP_SYS_ADMIN beside allowPrivilegeEscalation false is refused by the API server; set allowPrivilegeEscalation: true too, or drop the capability" .at) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* extraArgs that name a flag the chart sets from a value: the later flag would win over the chart's, past its
 checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose).
 Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the value that sets it" ...)). */}}
