@@ -122,6 +122,22 @@ class _Entry:
 
 
 _ENTRIES: list[_Entry] = []
+
+
+def calls_on(function: str) -> tuple[bool, bool]:
+    """Return whether a call of `function` (any of its versions) can concern one GPU, and one MIG device: it takes
+    such a handle, or gives one (the lookups, nvmlDeviceGetHandleBy* and nvmlDeviceGetMigDeviceHandleByIndex). Only
+    there can an `answer` fault naming a GPU, or a MIG device, fail it (_check_answer)."""
+    symbols = family(function)
+    entries = [entry for entry in _ENTRIES if symbols & set(entry.names)]
+    lookup = any(s.startswith("nvmlDeviceGetHandleBy") for s in symbols)
+    gpu = lookup or any(entry.device for entry in entries)
+    mig = any(entry.mig for entry in entries) or bool(
+        symbols & {"nvmlDeviceGetHandleByUUID", "nvmlDeviceGetMigDeviceHandleByIndex"}
+    )
+    return gpu, mig
+
+
 _Method = TypeVar("_Method", bound=Callable[..., int])
 _Record = TypeVar("_Record", ctypes.Structure, c_uint)
 _Structure = TypeVar("_Structure", bound=ctypes.Structure)

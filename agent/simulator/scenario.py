@@ -1105,6 +1105,23 @@ def _fault(raw: object, where: str, gpus: tuple[Gpu, ...]) -> Fault:
             raise Invalid(
                 f"{where}.at", f"pid {fault.pid} does not run at {fault.window.at:g} s ({lives}); give an at then"
             )
+    if fault.function is not None and fault.kind == "answer" and gpu is not None:
+        # The driver knows which C functions take or give a handle; it imports this module, so not at the top.
+        from .driver import calls_on
+
+        on_gpu, on_mig = calls_on(fault.function)
+        if not on_gpu:
+            raise Invalid(
+                f"{where}.gpu",
+                f"{fault.function} takes no GPU's handle, so a fault on gpu {gpu} never fires; remove gpu to fail "
+                "every call",
+            )
+        if fault.mig_device is not None and not on_mig:
+            raise Invalid(
+                f"{where}.mig_device",
+                f"{fault.function} takes no MIG device's handle (it answers NOT_SUPPORTED on one), so the fault never "
+                "fires; remove mig_device to fail the call on the whole GPU",
+            )
     if fault.mig_device is not None:  # answer
         if gpu is None:
             raise Invalid(f"{where}.mig_device", "say which GPU the MIG device is on: add gpu")

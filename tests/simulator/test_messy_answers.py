@@ -99,6 +99,14 @@ def test_an_answer_fault_on_a_mig_device_leaves_its_parent_alone(clock):
             "mig_device",
             "not in MIG",
         ),
+        # Calls that take no GPU's (or MIG device's) handle, so a fault scoped to one would never fire.
+        ("- {kind: answer, function: nvmlDeviceGetCount, error: unknown, gpu: 0}", "gpu", "takes no GPU's handle"),
+        ("- {kind: answer, function: nvmlSystemGetDriverVersion, error: unknown, gpu: 1}", "gpu", "remove gpu"),
+        (
+            "- {kind: answer, function: nvmlDeviceGetUtilizationRates, error: unknown, gpu: 0, mig_device: 0}",
+            "mig_device",
+            "takes no MIG device's handle",
+        ),
         ("- {kind: garbage, gpu: 0, what: pids}", "what", "use one of process_pids"),
         ("- {kind: absent, gpu: 3}", "gpu", "gpu 3 does not exist"),
     ],
