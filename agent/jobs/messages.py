@@ -211,6 +211,20 @@ class TorchMemory:
     alloc_retries: int | None = checks.key(_or_null(_whole), 0, _MAX_COUNT)
     ooms: int | None = checks.key(_or_null(_whole), 0, _MAX_COUNT)  # out-of-memory errors the allocator raised
 
+    def __post_init__(self) -> None:
+        """Raise `checks.Invalid` where the numbers contradict each other as the caching allocator keeps them: a
+        peak below its current value, or more allocated than reserved (allocations are carved from reserved
+        segments)."""
+        pairs = (
+            ("allocated_peak_bytes", "allocated_bytes"),
+            ("reserved_peak_bytes", "reserved_bytes"),
+            ("reserved_bytes", "allocated_bytes"),
+        )
+        for larger, smaller in pairs:
+            high, low = getattr(self, larger), getattr(self, smaller)
+            if high is not None and low is not None and high < low:
+                raise checks.Invalid(larger, f"{high} is less than {smaller} {low}, which no allocator reports")
+
 
 # The keys of the memory object, for tests that write messages.
 _FIELDS = {"memory": tuple(field.name for field in fields(TorchMemory))}

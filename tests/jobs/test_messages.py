@@ -129,6 +129,10 @@ FIELD = [
     ("precision.autocast_dtype", 16, "field precision.autocast_dtype: expected a string, got 16"),
     ("memory.allocated_bytes", 2**60, "field memory.allocated_bytes: must be between 0 and 1125899906842624, got"),
     ("memory.ooms", -1, "field memory.ooms: must not be negative, got -1"),
+    # Numbers the caching allocator never reports together: a peak below its value, more allocated than reserved.
+    ("memory.allocated_peak_bytes", 999_999, "field memory.allocated_peak_bytes: 999999 is less than allocated_bytes"),
+    ("memory.reserved_peak_bytes", 3_999_999, "field memory.reserved_peak_bytes: 3999999 is less than reserved_bytes"),
+    ("memory.reserved_bytes", 999_999, "field memory.reserved_bytes: 999999 is less than allocated_bytes 1000000"),
     ("memory.foo", 1, "field memory: unknown key 'foo'"),
     ("x" * 1000, 1, "message: unknown key 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...; use"),
 ]
