@@ -132,7 +132,7 @@ class Service:
         self.checkpoint = checkpoint or source.checkpoint  # the agents that the source reads, unless told others
         self.checkpointed: set[str] = set()  # jobs asked already: a failed action tried again does not ask again
         self.places = folder.places()
-        now = clock()
+        now = self.started = clock()  # started: a first cycle that never ends is stalled from here
         # Actions of the last hour count toward the cap across a restart.
         done = ("acted", "signalled", "action_failed") if policy.mode == "enforce" else ("would_act", "would_signal")
         self.recent = [r["time"] for r in folder.audit_records() if r.get("event") in done and r["time"] > now - HOUR]
@@ -420,6 +420,9 @@ class _Gauges:
         )
         problems.add_metric([], len(s.problems))
         yield problems
+        started = GaugeMetricFamily("gpulens_reclaim_start_time_seconds", "When the service started")
+        started.add_metric([], s.started)
+        yield started
         if s.last_time is not None:
             last = GaugeMetricFamily("gpulens_reclaim_last_cycle_timestamp_seconds", "When the last cycle ran")
             last.add_metric([], s.last_time)

@@ -398,6 +398,10 @@ def test_the_owner_route_in_the_docs_sends_a_jobs_alerts_to_its_owner_too(tmp_pa
             "gpulens-owner,gpulens-chat",
         ),
         (["severity=warning", "alertname=GpulensGpuHeldIdle"], "gpulens-chat"),
+        (
+            ["severity=warning", "alertname=GpulensGpuSliceHeldIdle", "user=bob", "job_id=81235"],
+            "gpulens-owner,gpulens-chat",
+        ),
         # A lost GPU's alert names the owner of each job on it: the owner hears, and the on-call as ever.
         (
             ["severity=critical", "alertname=GpulensGpuLost", "user=alice", "job_id=81234"],

@@ -471,3 +471,15 @@ def test_no_checkpoint_is_asked_in_dry_run_or_with_checkpoint_wait_zero_or_of_jo
     made.source.checkpoints = Answer((CheckpointAnswer("node-a", 7, "unreachable", reason="no callback"),))
     run_until(made, clock, 130)
     assert len(made.source.asked) == 1 and [e for _, e, _ in audit(folder)] == ["warned", "warned", "acted"]
+
+
+def test_the_start_is_a_series_before_any_cycle_and_the_last_cycle_after_one(tmp_path):
+    """GpulensReclaimStalled needs the start to tell a first cycle that never ends: before it, there is no last
+    cycle to be old."""
+    made, clock, _, _ = service(tmp_path, [gpu(0)])
+    assert series(made, "gpulens_reclaim_start_time_seconds") == [({}, START)]
+    assert series(made, "gpulens_reclaim_last_cycle_timestamp_seconds") == []
+    clock.now += MIN
+    made.cycle()
+    assert series(made, "gpulens_reclaim_start_time_seconds") == [({}, START)]
+    assert series(made, "gpulens_reclaim_last_cycle_timestamp_seconds") == [({}, START + MIN)]
