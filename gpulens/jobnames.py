@@ -16,10 +16,19 @@ def job_kind(value: Any, where: str) -> str:
     return checks.choice(value, where, JOB_KINDS)
 
 
-def job_id(value: Any, where: str) -> str:
-    """A job's id as the log names it ('1234', a pod's UID): not blank, one word, no '/'."""
+def job_id(value: Any, where: str, kind: str = "slurm") -> str:
+    """A job's id as the log names it ('1234', a pod's UID): not blank, one word, no '/', except a Kubernetes
+    pod's NAMESPACE/NAME, the id the agent gives a pod it knows only from the kubelet's allocation (no process
+    of it runs, so no UID is read)."""
     found = value.strip() if isinstance(value, str) else checks.text(value, where)
-    if not found or len(found) > 200 or "/" in found or any(c.isspace() for c in found):
+    parts = found.split("/")
+    if (
+        not found
+        or len(found) > 200
+        or any(c.isspace() for c in found)
+        or len(parts) > (2 if kind == "kubernetes" else 1)
+        or not all(parts)
+    ):
         raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
     return found
 
@@ -29,4 +38,5 @@ def job_key(value: str, where: str) -> str:
     kind, slash, found = value.strip().partition("/")
     if not slash:
         kind, found = "slurm", kind
-    return f"{job_kind(kind, where)}/{job_id(found, where)}"
+    kind = job_kind(kind, where)
+    return f"{kind}/{job_id(found, where, kind)}"

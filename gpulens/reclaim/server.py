@@ -55,7 +55,7 @@ class KeepRequest:
     """The body of POST /api/v1/keeps."""
 
     job_kind: str = checks.key(jobnames.job_kind)
-    job_id: str = checks.key(jobnames.job_id)
+    job_id: str = checks.key(jobnames.job_id, checks.Earlier("job_kind"))
     seconds: float = checks.key(keeping.span, name="for")
     reason: str = checks.key(keeping.words)
     by: str = checks.key(keeping.words)  # the person asking; the client the service let in is added to it
@@ -66,7 +66,7 @@ class EndRequest:
     """The body of DELETE /api/v1/keeps."""
 
     job_kind: str = checks.key(jobnames.job_kind)
-    job_id: str = checks.key(jobnames.job_id)
+    job_id: str = checks.key(jobnames.job_id, checks.Earlier("job_kind"))
     reason: str = checks.key(keeping.words)
     by: str = checks.key(keeping.words)
 

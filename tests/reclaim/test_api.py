@@ -103,6 +103,18 @@ def test_the_log_reads_a_keep_over_http_as_one_from_the_command_line(guarded, fo
     assert out.rstrip().endswith(": evaluation at 18:00")
 
 
+def test_a_pod_known_only_by_its_allocation_is_kept_by_namespace_and_name(guarded, folder, capsys):
+    """The agent names a pod that runs no process NAMESPACE/NAME (it reads no UID): the dashboard, the API and the
+    command line take that id for a Kubernetes job, and for no other kind."""
+    asked = {**ASKED, "job_kind": "kubernetes", "job_id": "research/notebook-ken-0"}
+    assert post(guarded, asked).status_code == 201
+    assert [k.job for k in folder.keeps()] == ["kubernetes/research/notebook-ken-0"]
+    status, out, _ = run(capsys, "log", "--state-dir", str(folder.path), "--job", "kubernetes/research/notebook-ken-0")
+    assert status == 0 and "kept          kubernetes/research/notebook-ken-0, by ann" in out
+    refused = post(guarded, {**ASKED, "job_id": "research/notebook-ken-0"})
+    assert refused.status_code == 400 and "job_id: 'research/notebook-ken-0' is not a job id" in refused.text
+
+
 def test_without_a_web_config_a_keep_over_http_is_refused_in_one_line_and_the_metrics_are_served(folder):
     registry = CollectorRegistry()
     Counter("gpulens_reclaim_cycle_errors", "errors", registry=registry)
