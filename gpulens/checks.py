@@ -133,12 +133,15 @@ def whole(value: Any, where: str, lo: int | None = None, hi: int | None = None) 
 
 
 def text(value: Any, where: str) -> str:
-    """Return a non-empty one-line string, stripped."""
+    """Return a non-empty one-line string, stripped, of printable characters only: a NUL would cut a C string
+    short, and a terminal escape would reach whoever reads the text in a terminal."""
     if not isinstance(value, str) or not value.strip():
         raise Invalid(where, f"expected a non-empty string, got {described(value)}")
     stripped: str = value.strip()
     if "\n" in stripped or "\r" in stripped:
         raise Invalid(where, "must fit on one line")
+    if not stripped.isprintable():
+        raise Invalid(where, f"{shown(stripped)} holds characters that are not printable; write plain text")
     return stripped
 
 

@@ -66,6 +66,13 @@ def test_text_flag_choice_and_items():
     assert checks.text("  a name ", "name") == "a name"
     assert problem(checks.text, " ", "name") == "name: expected a non-empty string, got the string ' '"
     assert problem(checks.text, "a\nb", "name") == "name: must fit on one line"
+    # A NUL cuts a C string short (a simulated GPU's name as NVML gives it), an escape reaches a terminal.
+    assert (
+        problem(checks.text, "X\x00Y", "model")
+        == "model: 'X\\x00Y' holds characters that are not printable; write plain text"
+    )
+    assert problem(checks.text, "a\x1b[2Jb", "name").startswith("name: 'a\\x1b[2Jb' holds characters")
+    assert checks.text("NVIDIA H100 80GB HBM3 — réserve", "name") == "NVIDIA H100 80GB HBM3 — réserve"
     assert checks.flag(False, "f") is False and problem(checks.flag, 1, "f") == "f: expected true or false, got 1"
     assert problem(checks.choice, "bfloat", "dtype", ("bfloat16", "float16")) == (
         "dtype: unknown value 'bfloat'; did you mean 'bfloat16'? use one of bfloat16, float16"

@@ -318,6 +318,17 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "'-1GiB' must not be negative; write e.g. '256MiB' or '1GiB'",
         ),
         (body(GOOD_GPU + "\n    memory_total: -1GiB"), "gpus[0].memory_total", "'-1GiB' must not be negative"),
+        # NVML gives a name as a C string, cut at a NUL; tools print it to a terminal, where an escape acts.
+        (
+            body('model: "X\\u0000Y"\n    memory_total: 10GiB\n    power_limit: 300'),
+            "gpus[0].model",
+            "holds characters that are not printable; write plain text",
+        ),
+        (
+            'name: "a\\u001b[31mb"\ndescription: d\ngpus:\n  - ' + GOOD_GPU + "\n",
+            "name",
+            "'a\\x1b[31mb' holds characters that are not printable",
+        ),
         (body(GOOD_GPU + "\n    pcie: {tx: -2GB/s}"), "gpus[0].pcie.tx", "'-2GB/s' must not be negative"),
         (
             body(GOOD_GPU + "\n    processes:\n      - {pid: 7, memory: -5}"),
