@@ -489,6 +489,19 @@ def _without_body_for_head(app: WSGIApplication) -> WSGIApplication:
     return answer
 
 
+def _named(app: WSGIApplication) -> WSGIApplication:
+    """Every answer says `Server: gpulens`: wsgiref's own would name its version and Python's, which only help an
+    attacker (wsgiref writes its header only where the application's answer has none)."""
+
+    def answer(environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], object]:
+            return start_response(status, [*headers, ("Server", _QuietHandler.server_version)], exc_info)
+
+        return app(environ, start)
+
+    return answer
+
+
 def serve(
     app: WSGIApplication, host: str, port: int, tls: Callable[[], ssl.SSLContext | None] | None = None
 ) -> WSGIServer:
@@ -496,7 +509,7 @@ def serve(
 
     `tls` returns the TLS context in force for each new connection (None: plain HTTP).
     """
-    answer = _without_body_for_head(app)
+    answer = _named(_without_body_for_head(app))
     server: _Server
     try:
         if not host and socket.has_ipv6:  # every interface: IPv6's too, where the machine has IPv6

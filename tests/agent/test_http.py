@@ -111,6 +111,20 @@ def test_head_is_get_without_the_body(served):
         assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) > 0, path
 
 
+def test_every_answer_names_the_server_gpulens_and_no_version(served):
+    """wsgiref's header named its version and Python's ("WSGIServer/0.2 CPython/3.11"), which only help an attacker;
+    the stdlib's own error pages (a malformed request line) said "gpulens" already."""
+    _, base = served
+    for path, method in (("/metrics", "GET"), ("/nope", "GET"), ("/metrics", "POST"), ("/healthz", "HEAD")):
+        request = urllib.request.Request(base + path, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                headers = answer.headers
+        except urllib.error.HTTPError as refused:
+            headers = refused.headers
+        assert headers.get_all("Server") == ["gpulens"], (path, method, headers.get_all("Server"))
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [(":10906", ("", 10906)), ("127.0.0.1:80", ("127.0.0.1", 80)), ("[::1]:9", ("::1", 9))],
