@@ -223,40 +223,32 @@ class AgentApp:
         self._metrics = exposition or ExpositionCache(registry, sampler)
         self._collectors = collectors
         self._mode = mode
+        read, act = "GET, HEAD", "POST"  # what each path takes: the methods a 405 names in Allow
+        self._routes: dict[str, tuple[str, Callable[[WSGIEnvironment, StartResponse], Response]]] = {
+            "/": (read, self._landing_page),
+            "/metrics": (read, self._metrics),
+            "/healthz": (read, self._health),
+            "/api/v1/jobs": (read, self._job_ledger),
+            "/api/v1/probes": (read, self._probe_history),
+            "/api/v1/traces": (read, self._trace_list),
+            "/api/v1/probes/run": (act, self._probe_run),
+            "/api/v1/traces/run": (act, self._trace_run),
+            "/api/v1/checkpoints/run": (act, self._checkpoint_run),
+        }
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
-        path = environ.get("PATH_INFO", "/")
-        method = environ.get("REQUEST_METHOD", "GET")
-        post: Callable[[WSGIEnvironment, StartResponse], Response] | None = {
-            "/api/v1/probes/run": self._probe_run,
-            "/api/v1/traces/run": self._trace_run,
-            "/api/v1/checkpoints/run": self._checkpoint_run,
-        }.get(path)
-        if post is not None:
-            if method != "POST":
-                return _respond(start_response, _NOT_ALLOWED, "text/plain", b"use POST\n", [("Allow", "POST")])
-            return post(environ, start_response)
-        if method not in ("GET", "HEAD"):
-            if path not in ("/metrics", "/healthz", "/api/v1/jobs", "/api/v1/probes", "/api/v1/traces", "/"):
-                return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
-            return _respond(
-                start_response, _NOT_ALLOWED, "text/plain", b"only GET is served\n", [("Allow", "GET, HEAD")]
-            )
-        if path == "/metrics":
-            return self._metrics(environ, start_response)
-        if path == "/healthz":
-            return self._health(start_response)
-        if path == "/api/v1/jobs" and self._jobs is not None:
-            return self._job_ledger(self._jobs, environ, start_response)
-        if path == "/api/v1/probes":
-            return self._probe_history(start_response)
-        if path == "/api/v1/traces":
-            return self._trace_list(environ, start_response)
-        if path == "/":
-            return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
-        return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
+        route = self._routes.get(environ.get("PATH_INFO", "/"))
+        if route is None:
+            return _not_found(start_response)
+        allow, endpoint = route
+        if environ.get("REQUEST_METHOD", "GET") not in allow.split(", "):
+            return _respond(start_response, _NOT_ALLOWED, "text/plain", f"use {allow}\n".encode(), [("Allow", allow)])
+        return endpoint(environ, start_response)
 
-    def _health(self, start_response: StartResponse) -> Response:
+    def _landing_page(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+        return _respond(start_response, "200 OK", "text/html; charset=utf-8", self._landing().encode())
+
+    def _health(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         snapshot = self._sampler.snapshot
         clock = self._sampler.clock
         age = clock.time() - snapshot.timestamp if snapshot.timestamp else None
@@ -273,14 +265,16 @@ class AgentApp:
         status = "200 OK" if healthy else "503 Service Unavailable"
         return json_response(start_response, status, body)
 
-    def _job_ledger(self, jobs: JobAccounting, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+    def _job_ledger(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
+        if self._jobs is None:  # no job accounting: nothing to serve here
+            return _not_found(start_response)
         try:
-            body, status = answer(jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
+            body, status = answer(self._jobs, environ.get("QUERY_STRING", ""), self._sampler.clock.time()), "200 OK"
         except BadQuery as error:
             body, status = {"error": str(error)}, "400 Bad Request"
         return json_response(start_response, status, body)
 
-    def _probe_history(self, start_response: StartResponse) -> Response:
+    def _probe_history(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
         body = {
             gpu.identity.uuid: [
@@ -487,6 +481,10 @@ def _without_body_for_head(app: WSGIApplication) -> WSGIApplication:
         return []
 
     return answer
+
+
+def _not_found(start_response: StartResponse) -> Response:
+    return _respond(start_response, "404 Not Found", "text/plain", b"not found; see / for the endpoints\n")
 
 
 def _named(app: WSGIApplication) -> WSGIApplication:
