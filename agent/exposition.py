@@ -88,13 +88,36 @@ class ExpositionCache:
             return [data]
         self._scrapes.append(self._monotonic())
         _, content_type = choose_encoder(environ.get("HTTP_ACCEPT", ""))
-        gzipped = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
+        gzipped = gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", ""))
         data = self.body(content_type, gzipped)
-        headers = [("Content-Type", content_type), ("Content-Length", str(len(data)))]
+        # Vary: a cache between here and the scraper keeps one answer per format and encoding asked for.
+        headers = [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(data))),
+            ("Vary", "Accept, Accept-Encoding"),
+        ]
         if gzipped:
             headers.append(("Content-Encoding", "gzip"))
         start_response("200 OK", headers)
         return [data]
+
+
+def gzip_accepted(header: str) -> bool:
+    """Whether an Accept-Encoding header takes gzip (RFC 9110 12.5.3): named, or `*`, with a weight above 0;
+    "gzip;q=0" refuses it, as does a `*;q=0` that gzip itself does not override."""
+    weights = {}
+    for item in header.lower().split(","):
+        coding, _, parameters = item.partition(";")
+        weight = 1.0
+        for parameter in parameters.split(";"):
+            name, _, value = parameter.strip().partition("=")
+            if name == "q":
+                try:
+                    weight = float(value)
+                except ValueError:
+                    weight = 0.0  # a weight that does not read: not taken as a yes
+        weights[coding.strip()] = weight
+    return weights.get("gzip", weights.get("x-gzip", weights.get("*", 0.0))) > 0
 
 
 def _accept_for(content_type: str) -> str:

@@ -160,6 +160,26 @@ def test_metrics_gzip_and_name_filter(served):
     assert "gpulens_gpu_up{" in body and "gpulens_gpu_info" not in body
 
 
+@pytest.mark.parametrize(
+    ("accepted", "gzipped"),
+    [
+        ("gzip", True),
+        ("deflate, gzip;q=0.5", True),
+        ("*", True),
+        ("gzip;q=0", False),  # RFC 9110 12.5.3: a weight of 0 refuses the coding
+        ("*;q=0, identity", False),
+        ("identity", False),
+        ("", False),
+    ],
+)
+def test_metrics_are_gzipped_where_the_client_takes_gzip_and_vary_says_so(served, accepted, gzipped):
+    _, base = served
+    request = urllib.request.Request(base + "/metrics", headers={"Accept-Encoding": accepted} if accepted else {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert (response.headers.get("Content-Encoding") == "gzip") is gzipped, accepted
+        assert response.headers["Vary"] == "Accept, Accept-Encoding"
+
+
 def test_text_exposition_is_prerendered_only_when_a_scrape_is_due(agent_for):
     from gpulens.agent.exposition import ExpositionCache
 
