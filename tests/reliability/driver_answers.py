@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.agent.nvml import PID_MAX
 from gpulens.agent.simulator.branches import family
+from gpulens.agent.simulator.driver import calls_on
 from gpulens.agent.simulator.scenario import GARBAGE, parse_scenario
 from tests.conftest import make_agent
 
@@ -133,7 +134,7 @@ def cases(draw) -> Case:
             function = draw(st.sampled_from(FUNCTIONS))
             errors = [e for e in ERRORS if not (e == "not_found" and function in _NOTHING_RAN)]
             fault = {"kind": "answer", "function": function, "error": draw(st.sampled_from(errors))}
-            if draw(st.booleans()):
+            if calls_on(function)[0] and draw(st.booleans()):  # a call on no GPU's handle fails for all or none
                 fault["gpu"] = gpu
         elif kind == "garbage":
             fault = {"kind": "garbage", "gpu": gpu, "what": draw(st.sampled_from(GARBAGE))}
