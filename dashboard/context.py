@@ -334,4 +334,5 @@ def draw(figure: tuple[alt.Chart, int]) -> None:
 
 
 def updated(now: float) -> None:
-    st.caption(f"Updated {time.strftime('%H:%M:%S', time.localtime(now))} (this computer's time).")
+    """Say when the page read its data, in UTC as every time a page writes out ("Since: 2026-12-07 10:08 UTC")."""
+    st.caption(f"Updated {time.strftime('%H:%M:%S UTC', time.gmtime(now))}.")

@@ -101,10 +101,11 @@ def fleet() -> None:
         st.subheader(f"Look at these first ({len(ranked):,} flagged: failures, then the most GPU-hours wasted)")
         context.table(view.summary_rows(flagged[:SUMMARY]), context.DETAILS)
 
-    st.subheader(f"{len(shown)} GPUs by state")
+    st.subheader(f"{plural(len(shown), 'GPU')} by state")
     if any(g.slices for g in shown):
         st.caption("GPUs in MIG mode count by their slices' shares (a 1g slice of an A100 is 1/7); the counts add up.")
-    for column, count in zip(st.columns(6), view.state_counts(shown), strict=True):
+    counts = view.state_counts(shown)
+    for column, count in zip(st.columns(len(counts)), counts, strict=True):
         column.metric(count.name, words.count(count.count), help=count.meaning + MIG_COUNT)
     wasted = view.wasted_total(shown)
     health = view.health_counts(shown)

@@ -149,7 +149,7 @@ def oncall_panel(gpu: FleetGpu, flagged: list[oncall.OnCall], alerts: Answer[Ale
     for item in flagged:
         if len(flagged) > 1 or item.unit.mig_profile:
             st.markdown(f"**{markdown_text(item.name)}**")
-        st.markdown("  \n".join(f"{label}: {markdown_text(value)}" for label, value in item.contact))
+        st.markdown("  \n".join(f"{label}: {value}" for label, value in item.contact))
         # A code block carries a copy button (Streamlit's CodeBlockCopyToolbar, frontend/lib/src/components/
         # elements/CodeBlock): one click copies the message.
         st.code(item.message, language=None, wrap_lines=True)

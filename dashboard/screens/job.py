@@ -1,7 +1,8 @@
-"""Job: its GPUs, how their hours were spent, how long it waits for data, its memory, what to change, and
-its PyTorch traces (with a button that asks for one, for a logged-in viewer or one on this machine); what
-gpulens reclaim will do to it, with a form that keeps it (dashboard/reclaim.py). A link to a job that is not
-running says so, with what the source still has of it and where its report is."""
+"""Job: its GPUs, how their hours were spent, how long it waits for data, its memory, what to change, the
+message to send its owner (the GPU page's on-call message, about its first flagged GPU), and its PyTorch traces
+(with a button that asks for one, for a logged-in viewer or one on this machine); what gpulens reclaim will do
+to it, with a form that keeps it (dashboard/reclaim.py). A link to a job that is not running says so, with what
+the source still has of it and where its report is."""
 
 import os
 import time
@@ -76,7 +77,7 @@ def trace_panel(job: JobSummary, traces: JobTraces) -> None:
 def report(kind: str, job_id: str) -> None:
     """Where the job's report is: its link, and the command that writes it from this dashboard's source."""
     st.markdown(f"[The job's report]({links.job_report(kind, job_id, os.environ)}), to keep or send on")
-    st.caption(f"The same from a shell: `{links.source_command(job_id, os.environ)}`")
+    st.caption(f"The same from a shell: {markdown_code(links.source_command(fleet_view.shown(job_id), os.environ))}")
 
 
 def not_running(
@@ -84,7 +85,13 @@ def not_running(
 ) -> None:
     """A link's job that no GPU is held by now: say so, show what the source still has of it, point to its
     report, with the page's problems in `notices`. Never another job in its place: the link was for this one."""
-    named = markdown_text(f"{kind} job {job_id}" if kind else f"Job {job_id}")
+    if wrong := view.unknown_kind(kind):
+        with notices:
+            context.banner(problems)
+        st.warning(wrong)
+        return
+    shown = fleet_view.shown
+    named = markdown_text(f"{shown(kind)} job {shown(job_id)}" if kind else f"Job {shown(job_id)}")
     past = context.past_job(source, kind, job_id)
     with notices:
         context.banner((*problems, *past.problems))
@@ -206,24 +213,14 @@ def job_page() -> None:
     breakdown = view.state_breakdown(job)
     if breakdown:
         context.draw(charts.shares([asdict(s) for s in breakdown]))
+        if lost := view.lost_note(held):
+            st.caption(lost)
     else:
         st.caption("No time recorded yet.")
 
     st.markdown("**Its GPUs**")
     if held:
-        context.table(
-            [
-                {
-                    "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
-                    "state": words.state_name(g.state),
-                    "why": words.reason_text(g.reason),
-                    "evidence": words.evidence_text(g.evidence),
-                    "details": links.gpu_link(g.node, g.gpu),
-                }
-                for g in held
-            ],
-            context.DETAILS,
-        )
+        context.table(view.gpu_rows(held), context.DETAILS)
     else:
         st.caption("The job holds no GPU now; the hours above are what the agents counted while it ran.")
 
@@ -233,6 +230,14 @@ def job_page() -> None:
         st.markdown(f"**Tip: {title}.** {text}  \n_Applies to: {where}_")
     if not tips:
         st.caption("No advice: its GPUs are used well, or it holds none now.")
+
+    st.markdown("**A message to send its owner**")
+    about, message = view.owner_message(held, [*held, *gpus], time.time(), st.context.url, os.environ)
+    if message:
+        st.caption(about)
+        st.code(message, language=None, wrap_lines=True)  # its copy button takes it in one click
+    else:
+        st.caption("None of its GPUs is flagged: nothing to tell its owner.")
 
     st.markdown("**Where its steps' time goes: PyTorch traces**")
     trace_panel(job, traces.value)

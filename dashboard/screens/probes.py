@@ -37,8 +37,13 @@ def probes_page() -> None:
     context.table(
         [{**asdict(r), "link": r.link} for r in rows],
         {
-            "of_spec": st.column_config.ProgressColumn("of datasheet peak", format="percent", min_value=0, max_value=1),
-            "of_fleet_median": st.column_config.NumberColumn("of fleet median (same model)", format="percent"),
+            # A step of 0.001 writes every row to a tenth of a percent: without it, "51%" beside "51.07%".
+            "of_spec": st.column_config.ProgressColumn(
+                "of datasheet peak", format="percent", min_value=0, max_value=1, step=0.001
+            ),
+            "of_fleet_median": st.column_config.NumberColumn(
+                "of fleet median (same model)", format="percent", step=0.001
+            ),
             "last_run": "last run",
             "link": st.column_config.LinkColumn("GPU", display_text="open"),
         },

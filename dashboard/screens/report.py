@@ -9,6 +9,7 @@ import streamlit as st
 
 from gpulens import links
 from gpulens.dashboard import context
+from gpulens.dashboard.views.fleet import shown
 from gpulens.printable import markdown_text
 from gpulens.report import document, htmlpage, machine, markdown
 
@@ -37,12 +38,12 @@ until = (time.time() // 60 + 1) * 60  # the end of this minute, so that a minute
 answer = context.job_report(source, kind, job_id, until - days * 86400, until)
 context.banner(answer.problems)
 report = answer.value
-named = markdown_text(f"{kind} job {job_id}" if kind else f"Job {job_id}")
+named = markdown_text(f"{shown(kind)} job {shown(job_id)}" if kind else f"Job {shown(job_id)}")
 if report is None:
     if not answer.problems:
         st.info(
-            f"{source.name} has no record of {named} in the last {days} days. Check the id in the link, or "
-            "look further back."
+            f"This dashboard's data ({source.name}) has no record of {named} in the last {days} days. Check the id "
+            "in the link, or look further back."
         )
     st.stop()
 record = report.record

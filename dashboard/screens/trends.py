@@ -32,7 +32,7 @@ def trends_page() -> None:
     if report is None or report.total.held <= 0:
         if report is not None or not answer.problems:
             st.info(
-                f"No GPU-hours held in the {days} days up to {time.strftime('%H:%M', time.localtime(until))}: the "
+                f"No GPU-hours held in the {days} days up to {words.when(until)}: the "
                 "trend ends at the last whole hour, from the agents' ledgers (or Prometheus). A fleet (or a demo) "
                 "started since then has none in it yet; the Fleet page counts from its start."
             )
@@ -51,7 +51,7 @@ def trends_page() -> None:
     st.subheader(view.groups_title(report, by))
     context.draw(charts.daily_groups(view.group_daily_rows(report)))
     hours = st.column_config.NumberColumn(format="%.2f")
-    share = st.column_config.NumberColumn(format="percent")
+    share = st.column_config.NumberColumn(format="percent", step=0.001)  # to a tenth of a percent, every row alike
     context.table(
         view.group_rows(report),
         {
@@ -65,7 +65,7 @@ def trends_page() -> None:
             "share now": share,
         },
     )
-    st.caption("Most improved first: waste a day in the last days less that in the first days, in GPU-hours.")
+    st.caption("Most improved first: waste a day in the last days less than in the first days, in GPU-hours.")
 
     st.subheader("Reasons")
     context.table(

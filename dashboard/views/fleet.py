@@ -15,9 +15,21 @@ from gpulens import tips, words
 from gpulens.fleet.advice import gpu_tips
 from gpulens.fleet.records import FleetGpu
 from gpulens.links import gpu_link, job_link, node_link
-from gpulens.vocabulary import WASTED_STATES, Condition, State
+from gpulens.printable import quoted
+from gpulens.vocabulary import LOST_STATE, WASTED_STATES, Condition, Reason, State
 
 WASTED = frozenset(s.value for s in WASTED_STATES)
+# The states a GPU is counted and shown in: the verdict's, then a GPU off the bus, which its verdict reads as
+# unknown (as every chart lists them: charts._SHOWN).
+SHOWN_STATES = (*(s.value for s in words.STATE_ORDER), LOST_STATE)
+# A link can carry any text: a value it names that is echoed on a page (a heading, a warning, a command) is cut
+# to this many characters, so that 5,000 of them do not hide the page.
+LINK_SHOWN = 80
+
+
+def shown(text: str) -> str:
+    """Return a value from a link as a page echoes it: cut to LINK_SHOWN characters, the last an ellipsis."""
+    return text if len(text) <= LINK_SHOWN else text[: LINK_SHOWN - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ def filter_options(gpus: Iterable[FleetGpu]) -> Filters:
 def unmatched_text(unmatched: Sequence[tuple[str, str]]) -> str:
     """Return what to tell a viewer whose link filters on values no GPU has now: each (filter, value), why
     that may be, and that the page leaves them out."""
-    named = ", ".join(f"{what} {value!r}" for what, value in unmatched)
+    named = ", ".join(f"{what} {quoted(value, LINK_SHOWN)}" for what, value in unmatched)
     return (
         f"This link filters on {named}, which no GPU here has now (its agent may be down, its job ended, or "
         "the link mistyped), so the page shows the GPUs without it. Pick from the filters above."
@@ -119,21 +131,20 @@ class StateCount:
 
 
 def state_counts(gpus: Iterable[FleetGpu]) -> list[StateCount]:
-    """Return how many GPUs are in each state (MIG slices by their share), every state listed, wasted first.
+    """Return how many GPUs are in each state (MIG slices by their share), every state listed, wasted first,
+    the GPUs off the bus (`shown_state`) last, apart from the unknown ones.
 
     They add up to the GPUs: the part of a GPU in MIG mode that no slice covers is free capacity, and counts
-    as free (`parts` leaves it out of GPU-hours, where it runs nothing)."""
+    as free (`parts` leaves it out of GPU-hours, where it runs nothing); a GPU off the bus is lost whole."""
     counts: dict[str, float] = defaultdict(float)
     for g in gpus:
-        split = parts(g)
+        split = ((g, 1.0),) if is_lost(g) else parts(g)
         for part, share in split:
-            counts[part.state] += share
+            counts[shown_state(part)] += share
         if g.slices:
             counts[State.FREE.value] += max(0.0, 1.0 - sum(share for _, share in split))
-    return [
-        StateCount(s.value, words.state_name(s.value), counts.get(s.value, 0), words.STATE_MEANING[s.value])
-        for s in words.STATE_ORDER
-    ]
+    meaning = {**words.STATE_MEANING, LOST_STATE: words.reason_text(Reason.GPU_LOST.value)}
+    return [StateCount(s, words.state_name(s), counts.get(s, 0), meaning[s]) for s in SHOWN_STATES]
 
 
 def health_counts(gpus: Iterable[FleetGpu]) -> list[tuple[str, int]]:
@@ -167,7 +178,7 @@ def heatmap_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | float]]:
                     "start": start,
                     "end": start + share,
                     "slice": f"{part.mig_profile} ({share:.0%} of the GPU)" if part.mig_profile else "",
-                    "state": words.LOST if is_lost(part) else words.state_name(part.state),
+                    "state": words.state_name(shown_state(part)),
                     "reason": words.reason_text(part.reason),
                     "owner": part.owner_names or "nobody",
                     "model": g.model,
@@ -198,7 +209,7 @@ def node_map_rows(gpus: Iterable[FleetGpu]) -> list[dict[str, str | int | float]
         states: dict[str, float] = defaultdict(float)
         for g in held:
             for part, share in parts(g):
-                states[words.state_name(part.state)] += share
+                states[words.state_name(shown_state(part))] += share
         rows.append(
             {
                 "node": node,
@@ -241,6 +252,12 @@ class Flagged:
 def is_lost(gpu: FleetGpu) -> bool:
     """A GPU off the bus: drawn apart from the GPUs whose state is merely not known."""
     return Condition.LOST.value in gpu.conditions or (not gpu.up and gpu.reason == "gpu_lost")
+
+
+def shown_state(unit: FleetGpu) -> str:
+    """Return the state a GPU or MIG slice is counted and named in on every page: its verdict's, or LOST_STATE
+    for one off the bus (`is_lost`), whose verdict reads unknown; `words.state_name` names it."""
+    return LOST_STATE if is_lost(unit) else unit.state
 
 
 def is_flagged(gpu: FleetGpu) -> bool:
@@ -325,7 +342,7 @@ def flagged(gpus: Iterable[FleetGpu], now: float, detailed: int | None = None) -
                 gpu=g.gpu,
                 name=words.gpu_name(g.gpu, g.mig_profile),
                 model=g.model,
-                state=words.LOST if is_lost(g) else words.state_name(g.state),
+                state=words.state_name(shown_state(g)),
                 why="; ".join(why),
                 job=g.job_names,
                 owner=g.owner_names,

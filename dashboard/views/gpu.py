@@ -10,9 +10,10 @@ from datetime import datetime, timezone
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.dashboard.views.fleet import is_lost
+from gpulens.dashboard.views.fleet import SHOWN_STATES, shown, shown_state
 from gpulens.fleet.advice import gpu_tips
 from gpulens.fleet.records import FleetGpu, GpuHistory, Holder
+from gpulens.printable import markdown_text
 from gpulens.vocabulary import State
 
 
@@ -257,7 +258,7 @@ def node_rows(gpus: Iterable[FleetGpu], node: str, now: float) -> list[NodeRow]:
         {
             "GPU": g.gpu,
             "model": g.model,
-            "state": words.LOST if is_lost(g) else words.state_name(g.state),
+            "state": words.state_name(shown_state(g)),
             "why": words.reason_text(g.reason),
             "health": ", ".join(words.condition_text(c, g.evidence) for c in g.conditions)
             or ("not answering" if not g.up else ""),
@@ -281,7 +282,7 @@ def slice_rows(gpu: FleetGpu, now: float) -> list[SliceRow]:
             {
                 "slice": s.mig_profile,
                 "share of the GPU": words.percent(s.share),
-                "state": words.state_name(s.state),
+                "state": words.state_name(shown_state(s)),
                 "why": words.reason_text(s.reason),
                 "memory used": f"{memory} of {words.gib(s.memory_total_bytes)}"
                 if memory and s.memory_total_bytes
@@ -319,14 +320,15 @@ def headline(gpu: FleetGpu) -> str:
     """Return the GPU's state for its page's heading: a GPU in MIG mode by its slices ("MIG, 4 slices: 2 busy,
     1 idle, 1 free"), whose own verdict only says it is split."""
     if not gpu.slices:
-        return words.LOST if is_lost(gpu) else words.state_name(gpu.state)
+        return words.state_name(shown_state(gpu))
     counts: dict[str, int] = {}
     for part in gpu.slices:
-        counts[part.state] = counts.get(part.state, 0) + 1
-    order = [s.value for s in words.STATE_ORDER]
+        counts[shown_state(part)] = counts.get(shown_state(part), 0) + 1
     parts = ", ".join(
         f"{n} {words.state_name(state).lower()}"
-        for state, n in sorted(counts.items(), key=lambda item: order.index(item[0]) if item[0] in order else 99)
+        for state, n in sorted(
+            counts.items(), key=lambda item: SHOWN_STATES.index(item[0]) if item[0] in SHOWN_STATES else 99
+        )
     )
     return f"MIG, {len(gpu.slices)} slices: {parts}"
 
@@ -334,19 +336,21 @@ def headline(gpu: FleetGpu) -> str:
 def unknown_link(node: str | None, gpu: str | None, nodes: Sequence[str], gpus_on_node: Sequence[str]) -> str | None:
     """Return what the page says of a link to a node or GPU the source does not have now, or None when the
     link names one it has (or names none): an alert on a lost GPU or a node whose agent is down links here,
-    and the page must not show another GPU in its place."""
+    and the page must not show another GPU in its place. The link's node and GPU are shown cut (`shown`) and
+    escaped: the page writes the text as Markdown."""
+    named = markdown_text(shown(node or ""))
     if node and node not in nodes:
         return (
-            f"Node {node} reports no GPU to this dashboard now: its name in the link is mistyped, the node left the "
+            f"Node {named} reports no GPU to this dashboard now: its name in the link is mistyped, the node left the "
             "fleet, or its agent is down or unreachable (a source that failed is named in a banner on this page). "
             "Pick a node below."
         )
     if node and gpu and gpu not in gpus_on_node:
         listed = ", ".join(sorted(gpus_on_node, key=lambda i: i.zfill(4)))
         return (
-            f"Node {node} lists no GPU {gpu} now (its GPUs: {listed}): the link is mistyped, or the driver no "
-            "longer lists that GPU (taken out, or gone from the bus so long that it was dropped: the node's "
-            "GpulensGpuMissing alert). A GPU that fell off the bus stays listed, its loss on its own page. "
+            f"Node {named} lists no GPU {markdown_text(shown(gpu))} now (its GPUs: {listed}): the link is mistyped, "
+            "or the driver no longer lists that GPU (taken out, or gone from the bus so long that it was dropped: "
+            "the node's GpulensGpuMissing alert). A GPU that fell off the bus stays listed, its loss on its own page. "
             "Pick a GPU below."
         )
     return None

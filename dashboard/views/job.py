@@ -3,19 +3,20 @@ link names, and what a source still has of a job that is not running."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
 from gpulens import words
-from gpulens.dashboard.views.fleet import WASTED, job_gpus, units
+from gpulens.dashboard.views import oncall
+from gpulens.dashboard.views.fleet import LINK_SHOWN, WASTED, is_lost, job_gpus, ranked, shown_state, units
 from gpulens.fleet.advice import gpu_tips, job_advice
 from gpulens.fleet.records import FleetGpu, Holder, JobSummary, ReclaimPending
 from gpulens.links import gpu_link, job_link
-from gpulens.printable import markdown_text
+from gpulens.printable import markdown_text, quoted
 from gpulens.report.document import tip_text, tip_title
 from gpulens.usage import JobRecord
+from gpulens.vocabulary import JOB_KINDS
 
 # The tables' rows; the keys are the column titles.
 JobRow = TypedDict(
@@ -33,6 +34,14 @@ JobRow = TypedDict(
         "link": str,
     },
 )
+
+
+class JobGpuRow(TypedDict):
+    GPU: str
+    state: str
+    why: str
+    evidence: str
+    details: str
 
 
 class PastGpuRow(TypedDict):
@@ -113,6 +122,50 @@ def state_breakdown(job: JobSummary | JobRecord) -> list[StateShare]:
     ]
 
 
+def lost_note(held: Iterable[FleetGpu]) -> str:
+    """Return the line under the job's GPU-hours by state where it holds a GPU off the bus: the agents count a
+    job's hours by its GPUs' verdicts, which read unknown while a GPU is lost; "" where none is lost."""
+    lost = [f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}" for g in held if is_lost(g)]
+    if not lost:
+        return ""
+    whose = "their" if len(lost) > 1 else "its"
+    return f"{markdown_text(words.join(lost))} fell off the bus: {whose} hours since count as Unknown above."
+
+
+def gpu_rows(held: Iterable[FleetGpu]) -> list[JobGpuRow]:
+    """Return the GPUs and MIG slices the job holds as table rows: each with its state as every page names it (a
+    GPU off the bus Lost), why, the evidence and its page's link."""
+    return [
+        {
+            "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
+            "state": words.state_name(shown_state(g)),
+            "why": words.reason_text(g.reason),
+            "evidence": words.evidence_text(g.evidence),
+            "details": gpu_link(g.node, g.gpu),
+        }
+        for g in held
+    ]
+
+
+def owner_message(
+    held: Sequence[FleetGpu], known: Iterable[FleetGpu], now: float, page_url: str | None, environ: Mapping[str, str]
+) -> tuple[str, str]:
+    """Return (which GPU it is about, in Markdown; the message) to send the job's owner: the GPU page's on-call
+    message (`oncall.flagged`, which leads with the tip about the job as a whole, among the GPUs `known`) about the
+    first of the job's GPUs (`held`) the Fleet page flags, in its order; ("", "") where none is flagged."""
+    flagged = ranked(held)
+    if not flagged:
+        return "", ""
+    first = oncall.flagged(flagged[0], now, page_url, environ, known)[0]
+    others = (
+        f", the first of its {len(flagged)} flagged GPUs (failures, then the most GPU-hours wasted); each one's "
+        "page has its own"
+        if len(flagged) > 1
+        else ""
+    )
+    return f"About {markdown_text(first.name)}{others}.", first.message
+
+
 def data_wait(job: JobSummary, gpus: Iterable[FleetGpu]) -> float | None:
     """Return the share of each step the job waits for data: its own report, else its GPUs' evidence."""
     if job.data_wait_ratio is not None:
@@ -175,6 +228,17 @@ def reclaim_notice(pending: Iterable[ReclaimPending], job_kind: str, job_id: str
     return f"gpulens reclaim will {verb} this job at {at} unless its GPUs work again or it is kept: {keep}."
 
 
+def unknown_kind(kind: str) -> str:
+    """Return what the page says of a link whose kind is none of JOB_KINDS, in Markdown; "" for one of them or
+    none (a link without a kind finds the job by its id)."""
+    if not kind or kind in JOB_KINDS:
+        return ""
+    return (
+        f"The link's kind {markdown_text(quoted(kind, LINK_SHOWN))} is not a kind of job: it is one of "
+        f"{', '.join(JOB_KINDS)}. Fix the kind in the link, or leave it out to open the running job with the id."
+    )
+
+
 def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None) -> int | None:
     """Return the index in `jobs` (kind, id pairs, as `job_list` orders them) of the job a link names: by kind
     and id, or by id alone for a link without a kind; 0, the most wasted job, for a link without an id; None
@@ -185,18 +249,13 @@ def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None
     return found[0] if found else None
 
 
-def _when(seconds: float, now: float) -> str:
-    """Return a past time as '2026-05-12 14:03 (3 h 05 min ago)', in the dashboard machine's time zone."""
-    return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(seconds))} ({words.duration(now - seconds)} ago)"
-
-
 def past_summary(record: JobRecord, now: float) -> str:
     """Return what a source still has of a job that is not running, as Markdown lines: when it was seen,
     where, whose, and its GPU-hours with the share wasted."""
     held, wasted = record.gpu_seconds, record.wasted_seconds
     who = words.owner(record.user, record.namespace) + (f", pod {record.pod}" if record.pod else "")
     lines = [
-        f"Last seen **{_when(record.last_seen, now)}**, first seen {_when(record.start, now)}"
+        f"Last seen **{oncall.since_text(record.last_seen, now)}**, first seen {oncall.since_text(record.start, now)}"
         + (f", on {', '.join(record.nodes)}." if record.nodes else "."),
         f"Owner: {who}." if who else "",
         f"Its GPUs were held for **{words.gpu_hours(held)}**, of which **{words.gpu_hours(wasted)} wasted** "
@@ -228,7 +287,7 @@ def past_gpu_rows(record: JobRecord, gpus: Iterable[FleetGpu]) -> list[PastGpuRo
             {
                 "GPU": f"{g.node} {words.gpu_name(g.gpu, g.mig_profile)}",
                 "model": g.model,
-                "now": words.state_name(g.state) + (f", held by {g.job_names}" if g.job_names else ""),
+                "now": words.state_name(shown_state(g)) + (f", held by {g.job_names}" if g.job_names else ""),
                 "details": gpu_link(g.node, g.gpu),
             }
         )

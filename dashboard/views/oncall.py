@@ -16,6 +16,7 @@ from gpulens.dashboard.access import Access
 from gpulens.dashboard.views import fleet
 from gpulens.fleet import advice
 from gpulens.fleet.records import FleetGpu, Holder, SilenceShown
+from gpulens.printable import markdown_code, markdown_text
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.
 DURATIONS = {3600: "1 hour", 4 * 3600: "4 hours", 12 * 3600: "12 hours", 86_400: "1 day", 3 * 86_400: "3 days"}
@@ -85,8 +86,9 @@ def _only_job(unit: FleetGpu) -> tuple[str, str] | None:
 
 
 def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
-    """Return who to contact about a GPU or a MIG slice, as (what, value) rows, from its holders as the agent
-    attributes them, each in turn; what the agent cannot know is said, never guessed."""
+    """Return who to contact about a GPU or a MIG slice, as (what, value) rows in Markdown, from its holders as
+    the agent attributes them, each in turn; what the agent cannot know is said, never guessed. The names a job
+    gives itself are escaped (`markdown_text`), a command to run is code."""
     trouble = hardware_trouble(unit)
     first = (("send to", f"the node's administrators: the hardware ({trouble})"),) if trouble else ()
     holders = [h for h in unit.holders if h.job_id]
@@ -96,31 +98,46 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
     return (*first, *shared, *(row for h in holders for row in _contact(h)))
 
 
+def _pod_without_process(h: Holder) -> bool:
+    """A pod the scheduler gave the GPU that runs no process on it: the agent names it by `namespace/pod`, the
+    kubelet's names, and knows neither its UID nor its user, which only a process tells (agent/analysis.py)."""
+    return h.job_kind == "kubernetes" and bool(h.pod) and h.job_id == f"{h.namespace}/{h.pod}"
+
+
 def _contact(h: Holder) -> list[tuple[str, str]]:
-    rows = [("user", h.user or "not known (the agent could not read the process's owner)")]
+    shown = markdown_text  # the names are the job's own: shown as written
+    if h.user:
+        rows = [("user", shown(h.user))]
+    elif _pod_without_process(h):
+        rows = [("user", "not known (the pod runs no process on this node, and the kubelet names no user)")]
+    else:
+        rows = [("user", "not known (the agent could not read the process's owner)")]
     if h.job_kind == "kubernetes":
         if h.pod:
-            rows.append(("Kubernetes pod", f"{h.namespace}/{h.pod}" if h.namespace else h.pod))
+            rows.append(("Kubernetes pod", shown(f"{h.namespace}/{h.pod}" if h.namespace else h.pod)))
             if h.container:
-                rows.append(("container", h.container))
+                rows.append(("container", shown(h.container)))
         else:
             # The agent names pods through the kubelet's pod-resources socket (docs/attribution.md).
             rows.append(("Kubernetes pod", "not known (the agent does not reach the kubelet's pod-resources socket)"))
-        rows.append(("pod UID", h.job_id))
+        if _pod_without_process(h):
+            rows.append(("pod UID", "not known (the agent reads it from the pod's processes, and it runs none here)"))
+        else:
+            rows.append(("pod UID", shown(h.job_id)))
     elif h.job_kind == "slurm":
-        rows.append(("Slurm job", h.job_id))
+        rows.append(("Slurm job", shown(h.job_id)))
         if h.account:
-            rows.append(("Slurm account", h.account))
+            rows.append(("Slurm account", shown(h.account)))
         else:
             # The agent reads the account from the job's environment, which it may not (without root and
             # CAP_SYS_PTRACE, or a process the job adopted; docs/attribution.md); sacct prints the account a
             # job ran under (https://slurm.schedmd.com/sacct.html, field Account).
-            sacct = f"`sacct -j {h.job_id} --format=Account`"
+            sacct = markdown_code(f"sacct -j {h.job_id} --format=Account")
             rows.append(
                 ("Slurm account", f"not known (the agent could not read the job's environment); {sacct} shows it")
             )
     else:
-        rows.append((f"{h.job_kind or 'job'}", h.job_id))
+        rows.append((shown(h.job_kind or "job"), shown(h.job_id)))
     return rows
 
 

@@ -118,6 +118,27 @@ def test_a_pod_the_agent_could_not_name_and_a_container_it_could():
     assert oncall.holders(named) == "user bob, Kubernetes pod research/jupyter-bob (container notebook)"
 
 
+def test_a_pod_holding_the_gpu_without_a_process_is_named_by_the_pod_and_nothing_else_is_guessed():
+    # As the agent names a pod the kubelet gave the GPU that runs no process (agent/analysis.py): by namespace/pod.
+    pod = held_by(IDLE, job_id="research/notebook-ken-0", user="", pod="notebook-ken-0", container="notebook")
+    rows = dict(oncall.contact(pod))
+    assert rows["user"] == "not known (the pod runs no process on this node, and the kubelet names no user)"
+    assert rows["Kubernetes pod"] == "research/notebook-ken-0" and rows["container"] == "notebook"
+    assert rows["pod UID"] == "not known (the agent reads it from the pod's processes, and it runs none here)"
+    assert "process's owner" not in str(rows)
+
+
+def test_contact_rows_are_markdown_the_jobs_names_escaped_and_the_command_code():
+    odd = held_by(STARVED, account="", user="`whoami` *x*", job_id="88240")
+    rows = dict(oncall.contact(odd))
+    assert rows["user"] == "\\`whoami\\` \\*x\\*"
+    assert rows["Slurm account"].endswith("; `sacct -j 88240 --format=Account` shows it")
+    at = gpu_page(FakeSource(gpus=(odd, *GPUS[:2], GPUS[3])), node="node-b", gpu="0")
+    (contact,) = [m.value for m in at.markdown if m.value.startswith("user: ")]
+    assert "`sacct -j 88240 --format=Account` shows it" in contact and "\\`sacct" not in contact
+    assert contact.startswith("user: \\`whoami\\` \\*x\\*")
+
+
 def test_a_hot_free_gpu_is_the_admins_and_a_busy_one_is_not_flagged():
     (item,) = oncall.flagged(HOT, NOW, PAGE_URL, {})
     assert item.contact == (("send to", "the node's administrators: the hardware (slowed down by heat)"),)

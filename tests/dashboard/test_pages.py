@@ -71,6 +71,7 @@ def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_fi
         "Busy": "1",
         "Free": "1",
         "Unknown": "0",
+        "Lost": "0",
     }
     assert charts(at) == 1  # the node-by-GPU map
     page = text(at)
@@ -84,6 +85,20 @@ def test_fleet_counts_states_draws_the_map_and_lists_flagged_gpus_most_wasted_fi
     assert "for 1 h 30 min" in page
     assert "slowed down by heat" in page
     assert not at.warning  # no problem, no banner
+
+
+def test_the_fleet_page_counts_a_lost_gpu_as_lost_and_one_gpu_in_the_singular():
+    lost = replace(GPUS[3], up=False, state="unknown", reason="gpu_lost", conditions=("lost",))
+    at = run("fleet", FakeSource(gpus=(*GPUS[:3], lost)))
+    counts = {m.label: m.value for m in at.metric}
+    assert (counts["Lost"], counts["Unknown"]) == ("1", "0")
+    at = run("fleet", FakeSource(), user="carol")
+    assert "1 GPU by state" in [s.value for s in at.subheader]
+
+
+def test_a_page_says_when_it_was_updated_in_utc():
+    at = run("fleet", FakeSource())
+    assert any(re.fullmatch(r"Updated \d\d:\d\d:\d\d UTC\.", c.value) for c in at.caption)
 
 
 def test_fleet_flags_wasted_mig_slices_by_name_with_their_tip_and_counts_them_by_share():
@@ -292,6 +307,17 @@ def test_job_page_shows_gpus_state_breakdown_data_wait_memory_tips_and_report():
     assert "[The job's report](report?kind=slurm&id=81234)" in page
     assert "gpulens report job 81234" in page and "--format html" in page  # the same from a shell
     assert charts(at) == 1
+    # The message to send its owner, as the GPU page's on-call panel writes it about its starved GPU.
+    (message,) = (c.value for c in at.code if c.value.startswith("GPU "))  # the others are its traces
+    assert message.startswith("GPU 0 on node-b (NVIDIA A100-SXM4-80GB) is starved for data")
+    assert "\nWhat to do: Add DataLoader workers." in message and "job?kind=slurm&id=81234" in message
+    assert "About GPU 0 on node-b." in page
+
+
+def test_a_job_whose_gpus_are_used_well_has_no_message_to_send():
+    at = run("job", FakeSource(), kind="kubernetes", id="job-alice")
+    assert not any(c.value.startswith("GPU ") for c in at.code)
+    assert "None of its GPUs is flagged: nothing to tell its owner." in text(at)
 
 
 PENDING = ReclaimPending("kubernetes", "job-bob", "bob", "", "default", "cancel", "enforce", NOW + 1800)
@@ -346,7 +372,9 @@ def test_the_report_page_shows_the_jobs_report_with_its_downloads():
 
 def test_the_report_page_of_an_unknown_job_or_none_says_so():
     at = run("report", FakeSource(), kind="slurm", id="424242")
-    assert "has no record of slurm job 424242 in the last 30 days" in at.info[0].value
+    assert at.info[0].value.startswith(
+        "This dashboard's data (a fake source) has no record of slurm job 424242 in the last 30 days."
+    )
     assert not at.get("download_button")
     at = run("report", FakeSource())
     assert "No job named" in at.info[0].value
@@ -385,6 +413,22 @@ def test_a_link_to_a_job_the_source_never_saw_says_so_and_points_to_its_report(m
     assert len(at.warning) == 1 and "node-c" in at.warning[0].value
 
 
+def test_a_link_to_a_kind_of_job_there_is_not_says_which_kinds_there_are():
+    source = FakeSource()
+    at = run("job", source, kind="bogus", id="1")
+    assert "kind 'bogus' is not a kind of job: it is one of slurm, kubernetes, docker, process" in at.warning[0].value
+    assert "is not running" not in text(at) and not any(a.startswith("past_job") for a in source.asked)
+
+
+def test_a_link_with_a_very_long_id_or_node_shows_it_cut():
+    at = run("job", FakeSource(), kind="slurm", id="9" * 3000)
+    page = text(at).replace("9" * 3000, "ID")  # whole in the report's link, which shows no id
+    assert f"slurm job {'9' * 79}… is not running" in page and "9" * 100 not in page
+    assert f"gpulens report job '{'9' * 79}…'" in page
+    at = run("gpu", FakeSource(), node="n" * 5000, gpu="1")
+    assert "n" * 100 not in at.warning[0].value and "n" * 79 + "…" in at.warning[0].value
+
+
 def test_a_link_to_a_job_when_the_fleet_cannot_be_read_does_not_say_it_is_not_running():
     unreachable = SourceProblem("prometheus at http://127.0.0.1:9", "cannot be reached (connection refused)")
     at = run("job", FakeSource(gpus=(), jobs_=(), problems=(unreachable,)), kind="slurm", id="81234")
@@ -417,6 +461,14 @@ def test_probes_page_lists_outliers_first():
     at = run("probes", FakeSource())
     assert "node-a GPU 1" in at.error[0].value  # 2.0 TB/s against a 2.9 TB/s median
     assert len(at.dataframe) == 1
+
+
+def test_a_percent_column_writes_every_row_to_the_same_tenth():
+    for page in ("probes", "trends"):
+        for frame in run(page, FakeSource()).dataframe:
+            columns = json.loads(frame.proto.columns).values()
+            percents = [c["type_config"] for c in columns if c.get("type_config", {}).get("format") == "percent"]
+            assert all(c.get("step") == 0.001 for c in percents), (page, percents)
 
 
 def test_probes_page_without_results_says_none_yet():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -27,6 +28,7 @@ def test_the_page_says_waste_went_down_and_shows_days_groups_reasons_and_tips_fo
     assert at.success[0].value.startswith("Waste went down 26%: 2.00 GPU-h wasted a day in the first 7 days")
     page = text(at)
     assert "50.64 GPU-h wasted of 180.00 GPU-h held (28%)" in page
+    assert "Most improved first: waste a day in the last days less than in the first days" in page
     assert "Tips followed (1 of 4)" in page and "30 runs of 150 carry no job name to follow" in page
     assert charts(at) == 2  # waste a day by reason, and by group
     groups, reasons, tips = (frame.value for frame in at.dataframe)
@@ -55,6 +57,7 @@ def test_a_source_that_cannot_tell_says_why_once():
 def test_a_period_without_gpu_hours_says_so():
     at = run("trends", FakeSource(trend_runs=()))
     assert "No GPU-hours held in the 30 days up to " in at.info[0].value and "last whole hour" in at.info[0].value
+    assert re.search(r"up to \d{4}-\d\d-\d\d \d\d:00 UTC:", at.info[0].value)
 
 
 def test_a_source_that_raises_costs_the_page_a_banner():

@@ -9,7 +9,7 @@ import pytest
 
 from gpulens import links, words
 from gpulens.dashboard import charts
-from gpulens.dashboard.views import alerts, fleet, gpu, job, probes
+from gpulens.dashboard.views import alerts, fleet, gpu, job, oncall, probes
 from gpulens.fleet import advice
 from gpulens.fleet.records import LOST_STATE, FiringAlert, FleetGpu, GpuHistory, Holder, JobSummary, ProbeResult
 from gpulens.report import charts as report_charts
@@ -55,8 +55,8 @@ def test_a_gpu_two_jobs_share_is_each_jobs_and_passes_a_filter_on_either_owner()
 
 def test_state_counts_list_every_state_wasted_first():
     counts = fleet.state_counts(GPUS)
-    assert [c.state for c in counts] == ["idle", "data_starved", "underutilized", "busy", "free", "unknown"]
-    assert [c.count for c in counts] == [1, 1, 0, 1, 1, 0]
+    assert [c.state for c in counts] == ["idle", "data_starved", "underutilized", "busy", "free", "unknown", "lost"]
+    assert [c.count for c in counts] == [1, 1, 0, 1, 1, 0, 0]
 
 
 def test_health_counts_include_gpus_that_do_not_answer():
@@ -327,6 +327,7 @@ def test_a_link_names_its_running_job_or_none(kind, job_id, index):
 def test_what_a_source_still_has_of_a_job_that_is_not_running():
     text = job.past_summary(PAST, NOW)
     assert "Last seen **" in text and "(3 h ago)**" in text and "first seen" in text and "(4 h ago)" in text
+    assert f"Last seen **{words.when(PAST.last_seen)} (3 h ago)**" in text  # in UTC, as every page writes times
     assert "on node-b." in text and "Owner: carol." in text
     assert "held for **2.00 GPU-h**, of which **1.50 GPU-h wasted** (75%" in text
     assert "kernel ran" not in text  # no utilization samples in this record
@@ -568,3 +569,61 @@ def test_the_reclaim_notice_says_what_will_happen_when_and_what_the_mode_means()
     held = reclaim_notice([replace(pending, held=True, due_at=now - 60)], "slurm", "42", now)
     assert "(due now, policy gpu) and waits, because the verdicts of its GPUs cannot be trusted now" in held
     assert reclaim_notice([pending], "slurm", "43", now) == ""
+
+
+LOST = FleetGpu(
+    node="n",
+    gpu="7",
+    uuid="L",
+    up=False,
+    state="unknown",
+    reason="gpu_lost",
+    conditions=("lost",),
+    holders=(Holder("slurm", "4242", "ann"),),
+)
+
+
+def test_a_lost_gpu_is_lost_on_every_page_never_unknown():
+    counts = {c.name: c.count for c in fleet.state_counts([*GPUS, LOST, MIG_GPU])}
+    assert counts["Lost"] == 1 and counts["Unknown"] == 0  # the MIG GPU's own unknown counts by its slices
+    assert sum(counts.values()) == pytest.approx(6)
+    lost_mig = replace(MIG_GPU, up=False, reason="gpu_lost", conditions=("lost",))
+    assert {c.name: c.count for c in fleet.state_counts([lost_mig])}["Lost"] == 1  # lost whole, its slices too
+    (square,) = fleet.node_map_rows([LOST])
+    assert square["states"] == "1 lost"
+    (row,) = job.gpu_rows([LOST])
+    assert (row["GPU"], row["state"]) == ("n GPU 7", "Lost")
+    (past,) = job.past_gpu_rows(replace(PAST, gpus=("L",)), [LOST])
+    assert past["now"] == "Lost, held by slurm 4242"
+    # The job's GPU-hours are counted by its GPUs' verdicts, which read unknown while a GPU is lost: said under them.
+    assert job.lost_note([LOST, GPUS[2]]) == "n GPU 7 fell off the bus: its hours since count as Unknown above."
+    assert job.lost_note(GPUS) == ""
+
+
+def test_a_jobs_page_carries_the_message_to_send_its_owner_as_the_gpu_page_writes_it():
+    idle = GPUS[1]
+    about, message = job.owner_message([idle], GPUS, NOW, "https://g.example.org/job", {})
+    assert about == "About GPU 1 on node-a."
+    assert message == oncall.flagged(idle, NOW, "https://g.example.org/job", {}, GPUS)[0].message
+    assert "Job page: https://g.example.org/job?kind=kubernetes&id=job-bob" in message.splitlines()
+    second = replace(idle, gpu="2", uuid="GPU-a2", wasted_seconds=60)
+    about, message = job.owner_message([second, idle], GPUS, NOW, None, {})
+    assert about.startswith("About GPU 1 on node-a, the first of its 2 flagged GPUs")  # the most wasted first
+    assert job.owner_message([GPUS[0]], GPUS, NOW, None, {}) == ("", "")  # busy: nothing to tell
+
+
+def test_a_links_unknown_kind_is_named_with_the_kinds_there_are():
+    said = job.unknown_kind("bogus")
+    assert "kind 'bogus' is not a kind of job: it is one of slurm, kubernetes, docker, process" in said
+    assert job.unknown_kind("slurm") == job.unknown_kind("") == ""
+    assert len(job.unknown_kind("x" * 5000)) < 300 and "\\`" in job.unknown_kind("`" * 50)  # cut, and escaped
+
+
+def test_a_long_value_from_a_link_is_echoed_cut_and_escaped():
+    node = "n*" * 2500
+    said = gpu.unknown_link(node, "1", ["node-a"], [])
+    assert said is not None and len(said) < 500 and "n\\*n\\*" in said and "…" in said
+    said = gpu.unknown_link("node-a", "9" * 3000, ["node-a"], ["0"])
+    assert said is not None and len(said) < 600
+    assert fleet.shown("9" * 3000) == "9" * 79 + "…" and fleet.shown("81234") == "81234"
+    assert len(fleet.unmatched_text([("user", "u" * 5000)])) < 400
