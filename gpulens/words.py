@@ -159,7 +159,7 @@ STATE_MEANING = {
     State.DATA_STARVED.value: "it runs in bursts, waiting for the job's input pipeline in between",
     State.UNDERUTILIZED.value: "it runs work that uses only a small part of it",
     State.BUSY.value: "healthy use",
-    State.UNKNOWN.value: "no data to judge by (GPU lost, driver down, MIG, or just started)",
+    State.UNKNOWN.value: "no data to judge by (driver down, MIG, or just started)",
 }
 
 # A GPU off the bus is named apart from the other unknowns (a MIG GPU whose slices are not known, an agent
