@@ -41,6 +41,14 @@ def valid_messages(draw):
     total = draw(SECONDS)
     nullable = lambda strategy: st.one_of(st.none(), strategy)  # noqa: E731
     memory = {name: draw(nullable(counts(0, messages._MAX_BYTES))) for name in messages._FIELDS["memory"]}
+    # As the caching allocator keeps them: a peak at least its value, what is allocated carved from what is reserved.
+    for larger, smaller in (
+        ("reserved_bytes", "allocated_bytes"),
+        ("allocated_peak_bytes", "allocated_bytes"),
+        ("reserved_peak_bytes", "reserved_bytes"),
+    ):
+        if memory[larger] is not None and memory[smaller] is not None:
+            memory[larger] = max(memory[larger], memory[smaller])
     memory["alloc_retries"] = draw(nullable(counts(0, messages._MAX_COUNT)))
     memory["ooms"] = draw(nullable(counts(0, messages._MAX_COUNT)))
     return {
