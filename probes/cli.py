@@ -13,12 +13,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds
 from gpulens.arguments import EXIT_USAGE, UsageError, fail, raising
+from gpulens.gpus import find_spec
 from gpulens.probes.child import ProbeRequest, failed
 from gpulens.probes.results import ERROR, OK, SLOW, WRONG, GpuReport
 from gpulens.probes.table import Progress, render
@@ -40,7 +41,8 @@ EPILOG = f"""exit status:
   2  a mistake on the command line
   3  a result is WRONG: a product differs from its float64 reference or a copy from its source
      (takes precedence over 1 and 4)
-  4  a GPU could not be probed: in use, a process appeared mid-probe, out of time, a failure, or no GPU
+  4  a GPU could not be probed: in use, a process appeared mid-probe, out of time, a failure, MIG mode,
+     a GPU NVML cannot read (the others are still probed), or no driver or no GPU
 
 Judged results are the device copy, pinned host copies and the matmuls; pageable and peer copies are
 reported but not judged. Default threshold {thresholds.PROBE_MIN_PEAK_RATIO:g} (gpulens/thresholds.py).
@@ -254,6 +256,8 @@ def _cpu(
 
 
 def _simulated(options: argparse.Namespace) -> list[GpuReport]:
+    from gpulens.agent.clock import ManualClock
+    from gpulens.agent.nvml import Nvml, load_simulated_library
     from gpulens.agent.simulator.scenario import ScenarioError, load_scenario
     from gpulens.probes import simulated
 
@@ -261,11 +265,97 @@ def _simulated(options: argparse.Namespace) -> list[GpuReport]:
         scenario = load_scenario(options.simulate)
     except ScenarioError as error:
         raise UsageError(str(error)) from None
-    gpus = [(str(g.index), g.uuid) for g in scenario.gpus]
-    return [
-        simulated.run(scenario, int(index), options.simulate_time, options.min_peak_ratio, options.time_budget)
-        for index, _ in _select(gpus, options.gpu)
-    ]
+    clock = ManualClock(start=options.simulate_time, epoch=scenario.start_time)
+    nvml = Nvml(load_simulated_library(scenario, clock))
+    # A UUID is most likely at its scenario's index (unless an absent GPU comes before it): looked for there first.
+    node = _survey(nvml, options.gpu, [g.index for g in scenario.gpus if g.uuid in _items(options.gpu)])
+    reports = []
+    try:
+        for index, _ in _select(node.listed(), options.gpu):
+            # Each GPU's probe starts at --simulate-time, as it would alone (the agent probes one GPU per child);
+            # the others' simulated state is theirs, so the clock may go back for the next.
+            clock.now = options.simulate_time
+            report = _refused(node, index)
+            if report is None:
+                ident, handle = node.identities[index], node.handles[index]
+                budget = options.time_budget
+                report = simulated.probe(scenario, nvml, clock, ident, handle, options.min_peak_ratio, budget)
+            reports.append(report)
+    finally:
+        nvml.shutdown()
+    return reports
+
+
+@dataclass(frozen=True)
+class _Node:
+    """The `count` GPUs NVML lists, by NVML index as text: the handle and identity of each read, and why NVML
+    could not read each it could not."""
+
+    count: int
+    handles: dict[str, Any] = field(default_factory=dict)
+    identities: dict[str, GpuIdentity] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)
+
+    def listed(self) -> list[tuple[str, str]]:
+        """Return (index, uuid) of every GPU in NVML's order; the uuid is "" where it was not read."""
+        return [(str(i), self.identities[str(i)].uuid if str(i) in self.identities else "") for i in range(self.count)]
+
+
+def _survey(nvml: Nvml, wanted: str | None, first: Sequence[int] = ()) -> _Node:
+    """Initialize NVML and read the identity of each GPU `wanted` (a --gpu list; None for all) may name, those
+    at the indexes `first` first; raise Unavailable when NVML is down or lists no GPU. A GPU NVML cannot read
+    (lost, a call that fails) is left in `unread`: it never takes the others down. Only GPUs that may be chosen
+    are read: on a simulated node, the first read of a GPU steps it to the probe's time, seconds per simulated
+    day. The caller shuts NVML down."""
+    from gpulens.agent.nvml import GpuLost, NvmlCallError, NvmlDown
+
+    try:
+        nvml.init()
+    except NvmlDown as error:
+        raise Unavailable(
+            f"no NVIDIA driver answers here ({error}); 'gpulens probe --device cpu' runs the probes on the CPU instead"
+        ) from None
+    items = _items(wanted)
+    uuids = {item for item in items if not item.isdigit()}  # read in NVML's order until each is found
+    try:
+        # None where NVML refused nvmlDeviceGetCount after init() succeeded: no GPU listed, as the agent reads it.
+        node = _Node(nvml.device_count() or 0)
+        for i in dict.fromkeys([*(i for i in first if i < node.count), *range(node.count)]):
+            if items and str(i) not in items and not uuids:
+                continue
+            try:
+                handle = nvml.handle(i)
+                if handle is not None:  # None: NVML answered that it has none to give (NOT_FOUND, NO_PERMISSION)
+                    node.identities[str(i)] = nvml.identity(handle, i)
+                    node.handles[str(i)] = handle
+                    uuids.discard(node.identities[str(i)].uuid)
+                    continue
+                why = "it gives no handle for it"
+            except (GpuLost, NvmlCallError) as error:
+                why = str(error)
+            node.unread[str(i)] = f"not probed: NVML cannot read this GPU ({why}); check 'nvidia-smi'"
+    except (NvmlCallError, NvmlDown) as error:
+        nvml.shutdown()
+        raise Unavailable(f"NVML could not list the GPUs ({error}); check 'nvidia-smi'") from None
+    if not node.count:
+        nvml.shutdown()
+        raise Unavailable("NVML lists no GPU here; 'gpulens probe --device cpu' runs the probes on the CPU")
+    return node
+
+
+def _refused(node: _Node, index: str) -> GpuReport | None:
+    """Return the report of a GPU that is not probed, on a real node or a simulated one: one NVML cannot read,
+    or one in MIG mode; None for a GPU to probe."""
+    if index in node.unread:
+        return failed(ProbeRequest(int(index), "", "", at=0.0), ERROR, node.unread[index])
+    if node.identities[index].mig_mode == "enabled":
+        return _unprobed(node.identities[index], "MIG is enabled: probes measure whole GPUs; run them with MIG off")
+    return None
+
+
+def _items(wanted: str | None) -> list[str]:
+    """Return the indexes and UUIDs a --gpu list names."""
+    return [w.strip() for w in (wanted or "").split(",") if w.strip()]
 
 
 def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, str]]:
@@ -273,7 +363,7 @@ def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, 
     if not wanted:
         return gpus
     chosen = []
-    for item in (w.strip() for w in wanted.split(",") if w.strip()):
+    for item in _items(wanted):
         match = [g for g in gpus if item in g]
         if not match:
             known = ", ".join(i for i, _ in gpus) or "none"
@@ -285,26 +375,13 @@ def _select(gpus: list[tuple[str, str]], wanted: str | None) -> list[tuple[str, 
 def _gpus(
     options: argparse.Namespace, multiply: Matmul | None, library: Any, memory: Memory | None, progress: Progress
 ) -> list[GpuReport]:
-    from gpulens.agent.nvml import GpuLost, Nvml, NvmlCallError, NvmlDown, load_real_library
+    from gpulens.agent.nvml import Nvml, load_real_library
 
     nvml = Nvml(library if library is not None else load_real_library())
+    node = _survey(nvml, options.gpu)
     try:
-        nvml.init()
-    except NvmlDown as error:
-        raise Unavailable(
-            f"no NVIDIA driver answers here ({error}); 'gpulens probe --device cpu' runs the probes on the CPU instead"
-        ) from None
-    try:
-        try:
-            # None where NVML refused nvmlDeviceGetCount after init() succeeded: no GPU listed, as the agent reads it.
-            handles = {str(i): nvml.handle(i) for i in range(nvml.device_count() or 0)}
-            identities = {index: nvml.identity(h, int(index)) for index, h in handles.items()}
-        except (GpuLost, NvmlCallError, NvmlDown) as error:
-            raise Unavailable(f"NVML could not list the GPUs ({error}); check 'nvidia-smi'") from None
-        if not identities:
-            raise Unavailable("NVML lists no GPU here; 'gpulens probe --device cpu' runs the probes on the CPU")
-        chosen = _select([(i, ident.uuid) for i, ident in identities.items()], options.gpu)
-        return _probe_each(options, nvml, handles, identities, [i for i, _ in chosen], multiply, memory, progress)
+        chosen = [index for index, _ in _select(node.listed(), options.gpu)]
+        return _probe_each(options, nvml, node, chosen, multiply, memory, progress)
     finally:
         nvml.shutdown()
 
@@ -312,8 +389,7 @@ def _gpus(
 def _probe_each(
     options: argparse.Namespace,
     nvml: Nvml,
-    handles: dict[str, Any],
-    identities: dict[str, GpuIdentity],
+    node: _Node,
     chosen: list[str],
     multiply: Matmul | None,
     memory: Memory | None,
@@ -329,15 +405,17 @@ def _probe_each(
     settings = _settings(options, "cuda")
     cuda = _cuda_indexes(torch)
     reports = []
+    handles, identities = node.handles, node.identities
     for index in chosen:
-        ident = identities[index]
-        if ident.mig_mode == "enabled":
-            reports.append(_unprobed(ident, "MIG is enabled: probes measure whole GPUs; run them with MIG off"))
+        refused = _refused(node, index)
+        if refused is not None:
+            reports.append(refused)
             continue
+        ident = identities[index]
         if ident.uuid not in cuda:
             reports.append(_unprobed(ident, "CUDA does not see this GPU (check CUDA_VISIBLE_DEVICES)"))
             continue
-        peer = _free_peer(nvml, handles, identities, chosen, index, cuda) if settings.peer else None
+        peer = _free_peer(nvml, node, chosen, index, cuda) if settings.peer else None
         target = runner.Target(
             gpu=index,
             uuid=ident.uuid,
@@ -373,21 +451,18 @@ def _cuda_indexes(torch: ModuleType) -> dict[str, int]:
     return out
 
 
-def _free_peer(
-    nvml: Nvml,
-    handles: dict[str, Any],
-    identities: dict[str, GpuIdentity],
-    chosen: list[str],
-    index: str,
-    cuda: dict[str, int],
-) -> str | None:
+def _free_peer(nvml: Nvml, node: _Node, chosen: list[str], index: str, cuda: dict[str, int]) -> str | None:
     """Return the next chosen GPU after `index` that no process holds now, for the peer copy, or None."""
+    from gpulens.agent.nvml import GpuLost, NvmlCallError
+
     order = chosen[chosen.index(index) + 1 :] + chosen[: chosen.index(index)]
     for other in order:
-        ident = identities[other]
-        if ident.uuid not in cuda or ident.mig_mode == "enabled":
+        if _refused(node, other) is not None or node.identities[other].uuid not in cuda:
             continue
-        processes = nvml.processes(handles[other])
+        try:
+            processes = nvml.processes(node.handles[other])
+        except (GpuLost, NvmlCallError):
+            continue  # a GPU lost since the survey is no peer; its own probe reports it
         # This process may already hold a context there, from probing that GPU before.
         if processes is not None and all(p.pid == os.getpid() for p in processes):
             return other
@@ -395,4 +470,6 @@ def _free_peer(
 
 
 def _unprobed(ident: GpuIdentity, detail: str) -> GpuReport:
-    return failed(ProbeRequest(ident.index, ident.uuid, ident.name, at=0.0), ERROR, detail)
+    spec = find_spec(ident.name)  # a known model is named as such, though not measured
+    report = failed(ProbeRequest(ident.index, ident.uuid, ident.name, at=0.0), ERROR, detail)
+    return replace(report, spec=spec.model if spec else "")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpulens.agent.nvml import Nvml
+from gpulens.agent.nvml import Nvml, NvmlCallError
 
 
 class GpuBusy(Exception):
@@ -42,11 +42,16 @@ class Guard:
     def check(self) -> None:
         """Return when every watched GPU is free of other processes; raise GpuBusy otherwise."""
         for gpu, handle in self._handles.items():
-            processes = self._nvml.processes(handle)
+            try:
+                processes = self._nvml.processes(handle)
+            except NvmlCallError as error:  # an answer that is an error: no more a list than NotSupported's None
+                processes, failure = None, f" ({error})"
+            else:
+                failure = ""
             if processes is None:
                 raise GpuBusy(
                     gpu,
-                    reason=f"NVML cannot list the processes on GPU {gpu}, so it cannot tell that "
+                    reason=f"NVML cannot list the processes on GPU {gpu}{failure}, so it cannot tell that "
                     "the GPU is free; probes only run where it can",
                 )
             others = tuple(sorted(p.pid for p in processes if p.pid not in self._own))

@@ -15,12 +15,25 @@ aborts it.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from gpulens.agent.clock import ManualClock
-from gpulens.agent.nvml import Nvml, load_simulated_library
+from gpulens.agent.nvml import GpuIdentity, GpuLost, Nvml, NvmlCallError, NvmlDown, load_simulated_library
 from gpulens.agent.simulator.scenario import Gpu, Scenario
 from gpulens.gpus import GpuSpec, find_spec, pcie_bytes_per_second
-from gpulens.probes.results import ABORTED, BANDWIDTH, BUSY, OK, TIMEOUT, WRONG, GpuReport, ProbeResult, judge, overall
+from gpulens.probes.results import (
+    ABORTED,
+    BANDWIDTH,
+    BUSY,
+    ERROR,
+    OK,
+    TIMEOUT,
+    WRONG,
+    GpuReport,
+    ProbeResult,
+    judge,
+    overall,
+)
 from gpulens.probes.safety import GpuBusy, Guard
 from gpulens.probes.steps import Step, result, skipped, steps
 
@@ -33,20 +46,43 @@ HEALTHY_HOST = 0.85
 PAGEABLE_SHARE = 0.6  # pageable copies are staged by the driver: a fraction of the pinned rate
 HEALTHY_MATMUL = 0.8
 WRONG_ERROR = 0.3  # relative error reported by a GPU whose scenario says `correct: false`
+NVML_FAILURES = (GpuLost, NvmlCallError, NvmlDown)  # what a scenario's faults make NVML raise mid-probe
 
 
 def run(scenario: Scenario, index: int, at: float, min_peak_ratio: float, budget_seconds: float) -> GpuReport:
-    """Return the report of probing scenario GPU `index` starting at simulated time `at` (seconds)."""
+    """Return the report of probing the GPU NVML lists at `index` starting at simulated time `at` (seconds)."""
     clock = ManualClock(start=at, epoch=scenario.start_time)
     nvml = Nvml(load_simulated_library(scenario, clock))
     nvml.init()
-    gpu = scenario.gpus[index]
-    guard = Guard(nvml, {str(index): nvml.handle(index)}, own_pids=())
-    return _run(scenario, gpu, guard, clock, min_peak_ratio, budget_seconds)
+    handle = nvml.handle(index)
+    return probe(scenario, nvml, clock, nvml.identity(handle, index), handle, min_peak_ratio, budget_seconds)
+
+
+def probe(
+    scenario: Scenario,
+    nvml: Nvml,
+    clock: ManualClock,
+    ident: GpuIdentity,
+    handle: Any,
+    min_peak_ratio: float,
+    budget_seconds: float,
+) -> GpuReport:
+    """Return the report of probing the GPU `ident` (its `handle` in `nvml`, the scenario's simulated library on
+    `clock`) from the clock's time on. It is the scenario's GPU of that UUID: where an `absent` GPU comes before
+    it, NVML's index is lower than the scenario's."""
+    gpu = next(g for g in scenario.gpus if g.uuid == ident.uuid)
+    guard = Guard(nvml, {str(ident.index): handle}, own_pids=())
+    return _run(scenario, gpu, str(ident.index), guard, clock, min_peak_ratio, budget_seconds)
 
 
 def _run(
-    scenario: Scenario, gpu: Gpu, guard: Guard, clock: ManualClock, min_peak_ratio: float, budget_seconds: float
+    scenario: Scenario,
+    gpu: Gpu,
+    label: str,
+    guard: Guard,
+    clock: ManualClock,
+    min_peak_ratio: float,
+    budget_seconds: float,
 ) -> GpuReport:
     spec = find_spec(gpu.name)
     started = clock.now
@@ -59,7 +95,7 @@ def _run(
         if final == WRONG and not detail:
             detail = "the matmuls differ from the float64 reference"
         return GpuReport(
-            gpu=str(gpu.index),
+            gpu=label,
             uuid=gpu.uuid,
             name=gpu.name,
             spec=spec.model if spec else "",
@@ -76,6 +112,9 @@ def _run(
     except GpuBusy as busy:
         results.extend(skipped(s, "refused: the GPU is in use") for s in todo)
         return report(BUSY, str(busy))
+    except NVML_FAILURES as error:  # as the real runner: NVML lost the GPU or went away, this GPU only
+        results.extend(skipped(s, "not run") for s in todo)
+        return report(ERROR, f"cannot check that the GPU is free: {error}")
     for i, step in enumerate(todo):
         if clock.now - started >= budget_seconds:
             results.extend(skipped(s, "out of time") for s in todo[i:])
@@ -85,6 +124,9 @@ def _run(
         except GpuBusy as busy:
             results.extend(skipped(s, "aborted: a process appeared") for s in todo[i:])
             return report(ABORTED, f"stopped to leave the GPU to the job: {busy}")
+        except NVML_FAILURES as error:
+            results.extend(skipped(s, "not run after a failure") for s in todo[i:])
+            return report(ERROR, f"stopped before {step.name}: {error}")
         results.append(_result(scenario, gpu, spec, step, _noise(scenario, gpu, step, clock.now)))
         clock.advance(STEP_SECONDS)
     return report(OK, "")

@@ -2,13 +2,16 @@
 
 import io
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import load_simulated_library
-from gpulens.agent.simulator.scenario import load_scenario
+from gpulens.agent.simulator.scenario import load_scenario, parse_scenario
 from gpulens.cli import main as gpulens_main
 from gpulens.probes import cli
 from gpulens.probes.table import Progress, human
@@ -110,6 +113,84 @@ def test_no_driver_exits_4_and_points_to_the_cpu():
     assert "no NVIDIA driver answers here" in err and "--device cpu" in err
 
 
+TWO = 'name: two\ndescription: two GPUs\ngpus:\n  - {model: "%s"%s}\n  - {model: "%s"}\n'
+H100 = TWO % ("NVIDIA H100 80GB HBM3", "", "NVIDIA H100 80GB HBM3")
+
+
+def node_file(tmp_path, text: str) -> str:
+    path = tmp_path / "node.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--simulate", "nvml-down"],
+        ["--simulate", "nvml-down", "--json"],
+        ["--simulate", "faults", "--simulate-time", "205"],  # an init that fails during a driver upgrade
+    ],
+)
+def test_a_simulated_node_whose_driver_does_not_answer_exits_4_in_one_line(argv):
+    status, out, err = probe(*argv)
+    assert status == cli.EXIT_UNPROBED and out == ""
+    assert err.startswith("gpulens probe: no NVIDIA driver answers here (nvmlInit: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "statuses", "detail"),
+    [
+        # Lost: its handle is refused (dcgm-exporter issue #604); the other GPU is still probed.
+        ("{kind: lost, gpu: 1}", [("0", "ok"), ("1", "error")], "not probed: NVML cannot read this GPU ("),
+        ("{kind: lost, gpu: 0}", [("0", "error"), ("1", "ok")], "nvmlDeviceGetHandleByIndex: Unknown Error"),
+        # An error for the process list: NVML cannot tell that the GPU is free, so the GPU is busy.
+        (
+            "{kind: answer, gpu: 0, function: nvmlDeviceGetComputeRunningProcesses_v3, error: unknown}",
+            [("0", "busy"), ("1", "ok")],
+            "NVML cannot list the processes on GPU 0 (nvmlDeviceGetComputeRunningProcesses_v3: Unknown Error)",
+        ),
+    ],
+)
+def test_a_gpu_nvml_cannot_read_is_not_probed_and_never_takes_the_others_down(tmp_path, fault, statuses, detail):
+    status, out, err = probe("--simulate", node_file(tmp_path, f"{H100}faults: [{fault}]\n"), "--json")
+    reports = json.loads(out)["reports"]
+    assert status == cli.EXIT_UNPROBED and err == ""
+    assert [(r["gpu"], r["status"]) for r in reports] == statuses
+    assert any(detail in r["detail"] for r in reports)
+
+
+def test_a_lost_gpu_not_chosen_is_not_read(tmp_path):
+    status, out, _ = probe("--simulate", node_file(tmp_path, f"{H100}faults: [{{kind: lost, gpu: 1}}]\n"), "--gpu", "0")
+    assert status == cli.EXIT_OK and "GPU 1" not in out
+
+
+def test_an_absent_gpu_is_not_listed_and_the_next_one_takes_its_index(tmp_path):
+    text = f"{H100}faults: [{{kind: absent, gpu: 0}}]\n"
+    status, out, _ = probe("--simulate", node_file(tmp_path, text), "--json")
+    (report,) = json.loads(out)["reports"]
+    assert status == cli.EXIT_OK and report["gpu"] == "0"
+    assert report["uuid"] == parse_scenario(text, "node.yaml").gpus[1].uuid  # NVML's index 0 is now that GPU
+
+
+def test_a_mig_enabled_gpu_is_not_probed_on_a_simulated_node_as_on_a_real_one(tmp_path):
+    text = TWO % ("NVIDIA A100-SXM4-80GB", ", mig: true", "NVIDIA A100-SXM4-80GB")
+    status, out, _ = probe("--simulate", node_file(tmp_path, text), "--json")
+    mig, whole = json.loads(out)["reports"]
+    assert status == cli.EXIT_UNPROBED and (whole["gpu"], whole["status"]) == ("1", "ok")
+    assert (mig["status"], mig["spec"], mig["results"]) == ("error", "A100 SXM4 80GB", [])
+    assert mig["detail"] == "MIG is enabled: probes measure whole GPUs; run them with MIG off"
+
+
+def test_a_lost_gpu_on_a_real_node_leaves_the_others_to_be_probed():
+    library = load_simulated_library(parse_scenario(f"{H100}faults: [{{kind: lost, gpu: 1}}]\n", "x"), ManualClock())
+    status, out, err = probe("--json", library=library)
+    reports = json.loads(out)["reports"]
+    assert status == cli.EXIT_UNPROBED and err == ""
+    assert [(r["gpu"], r["status"]) for r in reports] == [("0", "error"), ("1", "error")]
+    assert "CUDA does not see this GPU" in reports[0]["detail"]  # the one left to probe, here without CUDA
+    assert "NVML cannot read this GPU" in reports[1]["detail"]
+
+
 def test_gpus_that_cuda_cannot_see_are_reported_not_probed():
     library = load_simulated_library(load_scenario("probes"), ManualClock())
     status, out, _ = probe("--json", "--gpu", "0,1", library=library)
@@ -121,6 +202,22 @@ def test_gpus_that_cuda_cannot_see_are_reported_not_probed():
 def test_the_gpulens_command_dispatches_probe(capsys):
     assert gpulens_main(["probe", "--simulate", "probes", "--gpu", "0"]) == 0
     assert "H100 SXM" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_table_that_cannot_be_written_is_one_line_and_exit_1():
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulens.cli", "probe", "--simulate", "probes", "--gpu", "0"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert (
+        done.stderr == "gpulens probe: cannot write the output: No space left on device; send it where there is room\n"
+    )
 
 
 class Terminal(io.StringIO):

@@ -85,6 +85,18 @@ def test_a_gpu_whose_processes_nvml_cannot_list_is_refused():
     assert ticking.calls == 0
 
 
+def test_a_gpu_whose_process_list_answers_an_error_is_refused_as_busy():
+    scenario = parse_scenario(
+        'name: one\ndescription: one H100\ngpus: [{model: "NVIDIA H100 80GB HBM3"}]\n'
+        "faults: [{kind: answer, gpu: 0, function: nvmlDeviceGetComputeRunningProcesses_v3, error: unknown}]\n",
+        "one.yaml",
+    )
+    clock = ManualClock()
+    report, ticking = run(guard_for(scenario, clock), clock)
+    assert report.status == BUSY and ticking.calls == 0
+    assert "(nvmlDeviceGetComputeRunningProcesses_v3: Unknown Error), so it cannot tell" in report.detail
+
+
 def test_the_time_budget_stops_the_run_within_one_product():
     clock = ManualClock()
     report, ticking = run(NoGuard(), clock, budget=2.0)

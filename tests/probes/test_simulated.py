@@ -4,7 +4,7 @@ import pytest
 
 from gpulens.agent.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from gpulens.probes import simulated
-from gpulens.probes.results import ABORTED, BUSY, OK, SKIPPED, SLOW, TIMEOUT, WRONG
+from gpulens.probes.results import ABORTED, BUSY, ERROR, OK, SKIPPED, SLOW, TIMEOUT, WRONG
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,14 @@ def test_busy_and_mid_probe_arrivals_go_through_the_same_guard(scenario):
     assert arriving.status == ABORTED and arriving.seconds == 3.0
     assert [r.status for r in arriving.results].count(SKIPPED) == len(arriving.results) - 3
     assert probe(scenario, 5, at=10).status == BUSY
+
+
+def test_a_gpu_lost_mid_probe_ends_its_own_run_with_what_it_measured():
+    text = 'name: x\ndescription: x\ngpus: [{model: "NVIDIA H100 80GB HBM3"}]\nfaults: [{kind: lost, gpu: 0, at: 3}]\n'
+    report = probe(parse_scenario(text, "x.yaml"), 0)
+    assert report.status == ERROR and report.seconds == 3.0
+    assert report.detail == "stopped before d2h_pinned: nvmlDeviceGetComputeRunningProcesses_v3: GPU is lost"
+    assert [r.status for r in report.results[:3]] == [OK] * 3 and report.results[3].status == SKIPPED
 
 
 def test_the_time_budget_applies_in_simulated_seconds(scenario):
