@@ -22,6 +22,7 @@ import streamlit as st
 from gpulens import credentials, reclaim_api
 from gpulens.alertmanager_api import Matcher
 from gpulens.dashboard import gate
+from gpulens.dashboard.launch import REFRESH_LEAST, REFRESH_MOST
 from gpulens.fleet import environment
 from gpulens.fleet.agents import AgentsSource
 from gpulens.fleet.records import (
@@ -78,7 +79,7 @@ def refresh_seconds() -> float:
         seconds = float(os.environ.get(REFRESH_VARIABLE, DEFAULT_REFRESH_SECONDS))
     except ValueError:
         return DEFAULT_REFRESH_SECONDS
-    return min(max(2.0, seconds), 86_400.0) if math.isfinite(seconds) else DEFAULT_REFRESH_SECONDS
+    return min(max(REFRESH_LEAST, seconds), REFRESH_MOST) if math.isfinite(seconds) else DEFAULT_REFRESH_SECONDS
 
 
 @st.cache_resource(show_spinner=False)

@@ -35,7 +35,7 @@ from gpulens.dashboard.launch import (
     LaunchError,
     answering,
     check_port,
-    check_refresh,
+    refresh_period,
     start_and_serve,
     start_dashboard,
     wait_until,
@@ -371,9 +371,10 @@ def demo_main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--speed", type=_speed, default=1.0, help="simulated seconds per real second (default 1; 0.001 to 10000)"
     )
-    parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
+    parser.add_argument(
+        "--refresh", type=refresh_period, metavar="SECONDS", help="how often pages refresh (default 15; 2 to 86400)"
+    )
     args = parser.parse_args(argv)
-    check_refresh(parser, args.refresh)
     prometheus = args.prometheus or not (args.agents or args.victoriametrics or shutil.which("prometheus") is None)
     children = Children()
     with tempfile.TemporaryDirectory(prefix="gpulens-demo-") as workdir:

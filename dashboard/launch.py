@@ -42,6 +42,7 @@ from gpulens.fleet.environment import (
     source_environment,
     tls_environment,
 )
+from gpulens.printable import printable
 from gpulens.urls import check_url, refuse_password
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
@@ -316,9 +317,23 @@ def _reclaim_environment(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def check_refresh(parser: argparse.ArgumentParser, refresh: float | None) -> None:
-    if refresh is not None and not 0 < refresh < math.inf:  # also NaN
-        parser.error(f"--refresh {refresh:g} must be a number of seconds above 0")
+# How often pages may refresh themselves, in seconds: what --refresh takes and the pages keep to
+# (gpulens.dashboard.context.refresh_seconds).
+REFRESH_LEAST, REFRESH_MOST = 2.0, 86_400.0
+
+
+def refresh_period(text: str) -> float:
+    """An argparse type: --refresh in seconds, from REFRESH_LEAST to REFRESH_MOST, so that no value is quietly
+    changed by the pages."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not REFRESH_LEAST <= seconds <= REFRESH_MOST:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"{printable(text)!r} is not a refresh period; give seconds from {REFRESH_LEAST:g} to {REFRESH_MOST:g}"
+        )
+    return seconds
 
 
 def dashboard_main(argv: Sequence[str]) -> int:
@@ -363,14 +378,15 @@ def dashboard_main(argv: Sequence[str]) -> int:
         help="file holding USER:PASSWORD of a user in the reclaim service's --web.config.file, which keeps need",
     )
     add_tls_flags(parser, "reclaim-", "the reclaim service")
-    parser.add_argument("--refresh", type=float, metavar="SECONDS", help="how often pages refresh (default 15)")
+    parser.add_argument(
+        "--refresh", type=refresh_period, metavar="SECONDS", help="how often pages refresh (default 15; 2 to 86400)"
+    )
     parser.add_argument(
         "--auth-file",
         metavar="FILE",
         help="a Streamlit secrets.toml with an [auth] section: viewers log in through OpenID Connect",
     )
     args = parser.parse_args(argv)
-    check_refresh(parser, args.refresh)
     _check_pairs(parser, args)
     children = Children()
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gpulens import __version__
 from gpulens.arguments import OneLineParser
@@ -58,12 +60,51 @@ COMMANDS = {
 }
 
 
+class OutputError(OSError):
+    """Standard output took no more (a full disk, /dev/full): the reader's problem, not the command's."""
+
+
+class _Output(io.FileIO):
+    """Standard output's file, whose failed writes raise OutputError, so that `main` tells them apart from an
+    OSError of the command's own (a file it reads, a port it binds)."""
+
+    def write(self, data: Any, /) -> int:
+        try:
+            return super().write(data)
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            raise OutputError(error.errno, error.strerror) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    standard = sys.stdout
+    if standard is sys.__stdout__ and standard is not None:  # the process's own, not a test's capture
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(_Output(standard.fileno(), "w", closefd=False)),
+            encoding=standard.encoding,
+            errors=standard.errors,
+            newline="\n",
+            line_buffering=standard.line_buffering,
+            write_through=standard.write_through,
+        )
     try:
-        return _main(argv)
-    except BrokenPipeError:
-        # The reader went away (`gpulens rules | head`): say nothing more, and keep Python from reporting
-        # the failed flush at exit (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
+        try:
+            return _main(args)
+        finally:
+            try:
+                sys.stdout.flush()  # here, not at exit, where a failed write would be a traceback
+            finally:
+                sys.stdout = standard
+    except (BrokenPipeError, OutputError) as error:
+        # The reader went away (`gpulens rules | head`): say nothing more. Output that cannot be written
+        # (`gpulens scenarios > /dev/full`): one line. Either way, keep Python from reporting the failed
+        # flush at exit (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
+        if isinstance(error, OutputError):
+            known = args and (args[0] in COMMANDS or args[0] in ("dashboard", "demo", "scenarios"))
+            prog = f"gpulens {args[0]}" if known else "gpulens"
+            print(f"{prog}: cannot write the output: {error.strerror}; send it where there is room", file=sys.stderr)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1

@@ -31,6 +31,17 @@ def not_found(name: str) -> str:
     )
 
 
+def folder(name: str) -> str:
+    """Return why `name` cannot run when it is a path to a folder (a shell's 126, "Is a directory", not 127 for a
+    missing command), and the fix; "" for anything else."""
+    if os.sep not in name or not os.path.isdir(name):
+        return ""
+    return (
+        f"cannot run {printable(name)!r}: it is a folder, not a program; name a program in it, or a script with "
+        "its interpreter (python train.py)"
+    )
+
+
 def is_file_path(name: str) -> bool:
     """Whether `name` is a path to a file that is there: when `find_program` passes it over, it cannot run
     (not executable), which a shell answers with 126, not with 127 for a missing command."""

@@ -19,10 +19,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from gpulens import checks
+from gpulens.agent.nvml import PID_MAX
 from gpulens.agentclient import AgentClient
 from gpulens.arguments import EXIT_FAILED, EXIT_USAGE, OneLineParser, fail
 from gpulens.credentials import AccessError, agent_credentials
 from gpulens.fleet.past import http_url
+from gpulens.fleet.traces import checked_run
 from gpulens.httpclient import HttpError
 from gpulens.units import UnitError, parse_duration
 from gpulens.vocabulary import TRACE_FINISHED
@@ -76,16 +79,19 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
         if value is not None and not value.strip():
             return fail(parser.prog, f"{flag} is blank; give one, e.g. {example}", EXIT_USAGE)
     for pid in args.pid or []:
-        if pid < 1:
+        if not 1 <= pid <= PID_MAX:  # the agent would answer 400 (exit 1) for what is a mistake here
             return fail(
-                parser.prog, f"--pid {pid} is not a process id; write the job's pid, e.g. --pid 4242", EXIT_USAGE
+                parser.prog,
+                f"--pid {pid} is not a process id: Linux's pids run from 1 to {PID_MAX}; "
+                "write the job's pid, e.g. --pid 4242",
+                EXIT_USAGE,
             )
     try:
         if args.id:
             trace_id = args.id
         else:
             params: dict[str, Any] = {"steps": args.steps, **({"job": args.job} if args.job else {"pid": args.pid})}
-            trace_id = agent.start_trace(params)["id"]
+            trace_id = _trace_id(agent, agent.start_trace(params))
             if not args.json:
                 # With --no-wait, each process's line below says how to read its result later (describe).
                 doing = "waiting for the job's next steps"
@@ -111,8 +117,29 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def _trace_id(agent: AgentClient, answer: dict[str, Any]) -> str:
+    """Return the id of the trace the agent started; raise HttpError when its answer holds none."""
+    try:
+        return checks.text(answer.get("id"), "id")
+    except checks.Invalid as error:
+        raise agent.error(
+            f"did not answer a trace id at /api/v1/traces/run ({error}); is it a gpulens agent?"
+        ) from None
+
+
 def _runs(agent: AgentClient, trace_id: str) -> list[dict[str, Any]]:
-    return [r for r in agent.traces({"id": trace_id})["traces"] if isinstance(r, dict)]
+    """Return the runs of trace `trace_id`, each holding what `describe` reads; raise HttpError otherwise."""
+    runs = []
+    for n, run in enumerate(agent.traces({"id": trace_id})["traces"]):
+        try:
+            runs.append(checked_run(run))
+        except checks.Invalid as error:
+            where = error.where.replace("trace", f"traces[{n}]", 1)  # checked_run's place, within the list
+            raise agent.error(
+                f"did not answer a traces list this gpulens can read at /api/v1/traces ({where}: {error.problem}); "
+                "is it a gpulens agent?"
+            ) from None
+    return runs
 
 
 def describe(run: dict[str, Any]) -> str:

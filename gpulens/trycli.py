@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpulens import thresholds as t
 from gpulens.arguments import OneLineParser
 from gpulens.printable import printable
-from gpulens.programs import cannot_run, find_program, is_file_path, not_found
+from gpulens.programs import cannot_run, find_program, folder, is_file_path, not_found
 from gpulens.tracecli import settings_text
 from gpulens.vocabulary import State
 from gpulens.words import duration, join, percent, plural
@@ -90,6 +90,9 @@ def main(argv: Sequence[str], err: TextIO = sys.stderr) -> int:
         print(f"gpulens try: give the command after --, e.g. gpulens try -- {printable(example)}", file=err)
         return EXIT_USAGE
     program = find_program(command[0])
+    if program is None and (why := folder(command[0])):
+        print(f"gpulens try: {why}", file=err)
+        return EXIT_CANNOT_RUN
     # A path to a file that is there but cannot run is no missing command: Popen says why, as a shell's 126 does.
     if program is None and not is_file_path(command[0]):
         print(f"gpulens try: {not_found(command[0])}", file=err)

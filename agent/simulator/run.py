@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from importlib import resources
 
 from gpulens.agent.clock import SharedClock
-from gpulens.agent.config import ConfigError
+from gpulens.agent.config import SETTINGS, ConfigError
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.printable import printable
-from gpulens.programs import cannot_run, find_program, is_file_path, not_found
+from gpulens.programs import cannot_run, find_program, folder, is_file_path, not_found
 from gpulens.units import UnitError, parse_duration
 
 from . import branches
@@ -81,12 +81,13 @@ def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     scenario = _scenario(parsed.scenario, parsed.driver)
     if parsed.at is not None and parsed.speed is not None:
         raise ConfigError("give --at (time held still) or --speed (time running faster), not both")
+    checked = SETTINGS["speed"]  # the agent's own --speed, as `gpulens demo --speed` checks it too
     try:
-        speed = float(parsed.speed or "1")
-    except ValueError:
-        speed = 0.0
-    if not 0 < speed <= 10_000:
-        raise ConfigError(f"--speed: {printable(parsed.speed)!r} is not a speed; give a number from 0.001 to 10000")
+        speed: float = checked.read("1" if parsed.speed is None else parsed.speed)
+    except ConfigError:
+        raise ConfigError(
+            f"--speed: {printable(parsed.speed)!r} is not a speed; give a number from {checked.low} to {checked.high}"
+        ) from None
     at = parse_duration(parsed.at, "--at") if parsed.at is not None else None
     # A file is named by its absolute path, so the command may change directory.
     reference = parsed.scenario if parsed.scenario in builtin_scenarios() else os.path.abspath(parsed.scenario)
@@ -124,6 +125,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"gpulens sim: {error}", file=sys.stderr)
         return EXIT_USAGE
     program = find_program(command[0])
+    if program is None and (why := folder(command[0])):
+        print(f"gpulens sim: {why}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     if program is None and not is_file_path(command[0]):
         print(f"gpulens sim: {not_found(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND

@@ -9,6 +9,8 @@ import io
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 
@@ -22,6 +24,7 @@ from gpulens.agent.jobs.messages import parse_trace
 from gpulens.agent.jobs.traces import TraceError, Traces
 from gpulens.agent.webconfig import WebConfig
 from tests.agent.webcerts import hashed
+from tests.dashboard.httpfake import fake_server, json_reply
 from tests.jobs.helpers import TRACE_SUMMARY, VALID, start_agent, wait_until
 
 # A kernel's name as Kineto writes it, brackets and all: the agent takes any printable name.
@@ -332,6 +335,9 @@ def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
         # Checked here, not by the agent's 400, which would exit 1 (and here no agent listens at all).
         (["--pid", "0", "--agent", "127.0.0.1:1"], 2, "--pid 0 is not a process id"),
         (["--pid", "4242", "--pid", "-5", "--agent", "127.0.0.1:1"], 2, "--pid -5 is not a process id"),
+        # Past Linux's PID_MAX_LIMIT: the agent would answer 400, and the mistake is the command line's.
+        (["--pid", "99999999999", "--agent", "127.0.0.1:1"], 2, "Linux's pids run from 1 to 4194304"),
+        (["--pid", "4194305", "--agent", "127.0.0.1:1"], 2, "--pid 4194305 is not a process id"),
         (["--job", " ", "--agent", "127.0.0.1:1"], 2, "--job is blank; give one, e.g. --job 4242"),
         (["--id", "", "--agent", "127.0.0.1:1"], 2, "--id is blank; give one"),
         (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http://HOST:PORT"),
@@ -347,6 +353,55 @@ def test_the_cli_says_what_is_wrong_in_one_line(argv, code, said, capsys):
     assert returned == code
     err = capsys.readouterr().err
     assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+A_RUN = {"id": "t-1", "pid": 4242, "state": "requested", "requested_at": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("argv", "traces", "said"),
+    [
+        (["--job", "1"], [None, {"id": 3}], "(traces[0]: expected a mapping, got null)"),
+        (["--job", "1", "--no-wait"], [{"id": "t-1", "state": "done"}], "(traces[0]: missing key 'pid')"),
+        (
+            ["--id", "t-1", "--wait", "1s"],
+            [{**A_RUN, "state": 5}],
+            "(traces[0].state: expected a non-empty string, got 5)",
+        ),
+        (["--id", "t-1"], [{**A_RUN, "state": "done", "summary": {"steps": 2}}], "traces[0].summary.step_seconds"),
+    ],
+)
+def test_an_answer_that_is_not_a_traces_list_is_one_line_and_exit_1(argv, traces, said, capsys):
+    """An agent of another version, or something else at --agent, answers a list this CLI cannot describe."""
+    with fake_server(lambda path: json_reply({"id": "t-1", "traces": traces})) as (url, _):
+        code = tracecli.main([*argv, "--agent", url], sleep=lambda s: None)
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"gpulens trace: agent at {url} did not answer a traces list this gpulens can read" in err and said in err
+
+
+def test_a_start_answer_without_a_trace_id_is_one_line_and_exit_1(capsys):
+    with fake_server(lambda path: json_reply({"traces": []})) as (url, _):
+        assert tracecli.main(["--job", "1", "--agent", url]) == 1
+    err = capsys.readouterr().err
+    assert "did not answer a trace id at /api/v1/traces/run (id: expected a non-empty string, got null)" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_result_that_cannot_be_written_is_one_line_and_exit_1():
+    done_run = {**A_RUN, "state": "done"}  # would exit 0
+    with fake_server(lambda path: json_reply({"traces": [done_run]})) as (url, _), open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulens.cli", "trace", "--id", "t-1", "--agent", url],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    assert (
+        done.stderr == "gpulens trace: cannot write the output: No space left on device; send it where there is room\n"
+    )
 
 
 def test_the_cli_s_help_says_what_the_docs_say(capsys):

@@ -203,6 +203,13 @@ def test_a_script_that_is_not_executable_cannot_run_126_not_missing_127(tmp_path
     assert err.getvalue().count("\n") == 1 and "Permission denied; make it executable (chmod +x)" in err.getvalue()
 
 
+def test_a_folder_cannot_run_126_and_is_called_a_folder_not_missing(tmp_path):
+    err = io.StringIO()
+    assert trycli.main(["--", str(tmp_path)], err=err) == trycli.EXIT_CANNOT_RUN == 126
+    said = err.getvalue()
+    assert said.count("\n") == 1 and f"cannot run '{tmp_path}': it is a folder, not a program" in said
+
+
 def test_a_command_of_the_environment_is_found_without_activating_it():
     """`.venv/bin/gpulens try -- COMMAND` runs the COMMAND beside it, though .venv/bin is not on PATH."""
     scripts = os.path.dirname(shutil.which("gpulens", path=sysconfig.get_path("scripts")) or "")

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -111,6 +112,11 @@ def test_the_commands_own_sitecustomize_still_runs(tmp_path):
         (["nope", "--", "true"], 2, "scenario 'nope': no such file and no built-in of that name"),
         (["demo", "--driver", "r999", "--", "true"], 2, "--driver: unknown driver 'r999'; use a branch"),
         (["demo", "--speed", "fast", "--", "true"], 2, "--speed: 'fast' is not a speed"),
+        # Below the agent's least --speed, as `gpulens demo --speed` refuses it, not only 0.
+        (["demo", "--speed", "0.0009", "--", "true"], 2, "'0.0009' is not a speed; give a number from 0.001 to 10000"),
+        (["demo", "--speed", "1e-300", "--", "true"], 2, "--speed: '1e-300' is not a speed"),
+        (["demo", "--speed", "", "--", "true"], 2, "--speed: '' is not a speed"),
+        (["demo", "--", "/"], 126, "cannot run '/': it is a folder, not a program"),
         (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
         (["demo", "--at", "5", "--speed", "10", "--", "true"], 2, "give --at (time held still) or --speed"),
         (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
@@ -237,3 +243,52 @@ def test_a_python_that_cannot_be_put_on_the_node_does_not_run_and_says_why():
     assert (
         line.startswith(f"gpulens sim: {base} cannot import gpulens") and "environment gpulens is installed in" in line
     )
+
+
+def gpulens(*args: str, stdout) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", *args], stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=60
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("args", [["scenarios"], ["scenarios", "--help"], ["--version"]])
+def test_output_that_cannot_be_written_is_one_line_and_exit_1(args):
+    """The dispatcher says it for every command: a full disk is no traceback."""
+    with open("/dev/full", "w") as full:
+        done = gpulens(*args, stdout=full)
+    prog = "gpulens scenarios" if args[0] == "scenarios" else "gpulens"
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"{prog}: cannot write the output: No space left on device; send it where there is room\n",
+    )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`gpulens scenarios | head -0`: the pipe is closed before the first write."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "scenarios"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    process.stdout.close()
+    assert process.wait(timeout=60) == 1
+    assert process.stderr.read() == ""
+
+
+@pytest.mark.parametrize("command", ["demo", "dashboard"])
+@pytest.mark.parametrize("refresh", ["0.000001", "1", "1e300", "86401", "nan", "soon"])
+def test_a_refresh_outside_the_range_the_pages_keep_to_is_refused(command, refresh, capsys):
+    from gpulens.dashboard import demo, launch
+
+    with socket.socket() as held:  # a busy port: a refresh let through stops there, before any process starts
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = ["--port", str(held.getsockname()[1])]
+        with pytest.raises(SystemExit) as stopped:
+            if command == "demo":
+                demo.demo_main(["--refresh", refresh, *port, "--agents"])
+            else:
+                launch.dashboard_main(["--refresh", refresh, *port, "--prometheus", "http://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("\n") == 1
+    said = f"gpulens {command}: argument --refresh: '{refresh}' is not a refresh period; give seconds from 2 to 86400"
+    assert said in err
