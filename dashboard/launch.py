@@ -230,8 +230,14 @@ def start_and_serve(command: str, children: Children, start: Callable[[], list[s
     """Run `start()`, which starts `children` and returns the lines to print, then serve them until Ctrl-C, SIGTERM
     or a child's exit; return the exit status.
 
-    Ctrl-C during the start stops the children (130); a LaunchError stops them and prints "`command`: why" (1).
+    Ctrl-C or SIGTERM during the start stops the children (130); a LaunchError stops them and prints "`command`:
+    why" (1).
     """
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt  # SIGTERM during the start (a service manager, `kill`): stop what started, as Ctrl-C
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         lines = start()
     except KeyboardInterrupt:
@@ -241,6 +247,8 @@ def start_and_serve(command: str, children: Children, start: Callable[[], list[s
         children.stop()
         print(f"{command}: {error}", file=sys.stderr)
         return EXIT_RUNTIME
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return _serve(children, lines)
 
 

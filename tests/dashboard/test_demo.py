@@ -134,6 +134,26 @@ def test_ctrl_c_stops_the_demo_and_every_child(demo):
 
 
 @pytest.mark.slow
+def test_sigterm_while_the_demo_starts_stops_every_child_it_started():
+    """The default action of SIGTERM (a service manager, `kill`) ended the demo and left its agents running."""
+    import psutil
+
+    process = subprocess.Popen([*GPULENS, "demo", "--agents", "--port", str(free_port())], stderr=subprocess.PIPE)
+    me = psutil.Process(process.pid)
+    deadline = time.monotonic() + 120
+    started: list[psutil.Process] = []
+    while not started and time.monotonic() < deadline and process.poll() is None:
+        started = me.children(recursive=True)
+        time.sleep(0.05)
+    assert started, "the demo started no child"
+    process.terminate()
+    assert process.wait(timeout=60) == 130
+    gone, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, [p.cmdline() for p in alive]
+    assert "Traceback" not in process.stderr.read().decode()
+
+
+@pytest.mark.slow
 def test_demo_with_prometheus_points_the_dashboard_at_it():
     require_tool("prometheus")
     process, lines = start_demo("--port", str(free_port()), "--prometheus")
