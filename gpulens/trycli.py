@@ -105,6 +105,11 @@ def run(command: list[str], socket_path: str | None, keep: bool, err: TextIO, pr
     given), print the conclusions; return its status."""
     from gpulens.agent.jobs.receiver import Receiver, ReceiverError
 
+    if socket_path and not os.path.isdir(os.path.dirname(os.path.abspath(socket_path))):
+        # The agent's receiver makes its own folder (/run/gpulens); a folder a user mistyped stays unmade.
+        where = os.path.dirname(os.path.abspath(socket_path))
+        print(f"gpulens try: --socket: no folder {printable(where)!r}; name a socket in one that is there", file=err)
+        return EXIT_RUNTIME
     folder = None if socket_path else tempfile.mkdtemp(prefix="gpulens-try-")
     path = os.path.abspath(socket_path or os.path.join(folder or "", "jobs.sock"))
     runs = Runs()

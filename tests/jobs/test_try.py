@@ -235,6 +235,16 @@ def test_a_socket_that_cannot_be_bound_is_one_line(tmp_path):
     assert err.getvalue().count("\n") == 1 and "is not a socket" in err.getvalue()
 
 
+def test_a_socket_in_a_folder_that_is_not_there_is_refused_and_no_folder_made(tmp_path):
+    wanted = tmp_path / "not" / "there" / "jobs.sock"
+    err = io.StringIO()
+    assert trycli.main(["--socket", str(wanted), "--", "true"], err=err) == trycli.EXIT_RUNTIME
+    assert err.getvalue() == (
+        f"gpulens try: --socket: no folder {str(wanted.parent)!r}; name a socket in one that is there\n"
+    )
+    assert not (tmp_path / "not").exists()
+
+
 CAUGHT = """
 import signal, sys, time
 signal.signal(signal.SIGINT, lambda *_: sys.exit(7))
