@@ -93,10 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _main(args)
         finally:
-            try:
-                sys.stdout.flush()  # here, not at exit, where a failed write would be a traceback
-            finally:
-                sys.stdout = standard
+            sys.stdout.flush()  # here, not at exit, where a failed write would be a traceback
     except (BrokenPipeError, OutputError) as error:
         # The reader went away (`gpulens rules | head`): say nothing more. Output that cannot be written
         # (`gpulens scenarios > /dev/full`): one line. Either way, keep Python from reporting the failed
@@ -108,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    finally:
+        # Only now, with standard output on /dev/null where it failed: the wrapper, let go, flushes what it still
+        # holds as it goes, which must not fail again ("Exception ignored in: <_io.TextIOWrapper ...>").
+        sys.stdout = standard
 
 
 def _scenarios(argv: Sequence[str]) -> int:
