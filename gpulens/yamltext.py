@@ -22,22 +22,31 @@ class YamlProblem(ValueError):
     """The text is not YAML that can be read; the message is one line (naming the file when one was read)."""
 
 
+# The longest file read: far above any settings, policy or scenario file (a thousand GPUs' scenario is under
+# 1 MiB), short of one that would take minutes and gigabytes to parse (a 200 MB one took more than a minute).
+MAX_BYTES = 16 * 2**20
+
+
 def read_yaml_file(path: str, where: str, fix: str) -> Any:
     """Return the document in the file at `path` (None when empty).
 
     Raise YamlProblem with one line starting with `where` (e.g. "config file agent.yaml") when the path
-    has a NUL, the file cannot be read (`fix` says what to check, e.g. "check --config.file"), is not
-    UTF-8, or is not YAML.
+    has a NUL, the file cannot be read (`fix` says what to check, e.g. "check --config.file"), is longer
+    than MAX_BYTES, is not UTF-8, or is not YAML.
     """
     if "\0" in path:
         raise YamlProblem(f"{where.replace(path, repr(path))}: has a NUL character; give the path of a YAML file")
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_BYTES + 1)
     except OSError as error:
         raise YamlProblem(f"{where}: cannot be read ({error.strerror}); {fix}") from None
     except UnicodeDecodeError as error:
         raise YamlProblem(f"{where}: byte {error.start} is not UTF-8; save the file as UTF-8 text") from None
+    if len(text) > MAX_BYTES:
+        raise YamlProblem(
+            f"{where}: longer than {MAX_BYTES // 2**20} MiB, which no settings or scenario file needs; {fix}"
+        )
     try:
         return parse_yaml(text)
     except YamlProblem as problem:

@@ -1236,6 +1236,11 @@ def parse_scenario(text: str, label: str) -> Scenario:
 
 
 def _checked(raw: object, label: str) -> Scenario:
+    if raw is None:
+        raise ScenarioError(
+            f"scenario {label}: the file is empty; write a scenario in it (docs/scenarios.md), or name a built-in "
+            "('gpulens scenarios' lists them)"
+        )
     try:
         return _scenario(raw)
     except Invalid as exc:
@@ -1257,6 +1262,8 @@ def load_scenario(name_or_path: str) -> Scenario:
     path = Path(name_or_path)
     if name_or_path and path.is_dir():
         raise ScenarioError(f"scenario {name_or_path!r} is a folder; name a scenario file in it, or a built-in")
+    if name_or_path and path.exists() and not path.is_file():
+        raise ScenarioError(f"scenario {name_or_path!r} is not a file (a device or a pipe); name a scenario file")
     if not name_or_path or not path.is_file():
         raise ScenarioError(
             f"scenario {name_or_path!r}: no such file and no built-in of that name; "

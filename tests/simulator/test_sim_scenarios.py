@@ -1,5 +1,6 @@
 """Scenario loading: built-ins, model defaults and one-line errors that name the place."""
 
+import os
 import re
 import textwrap
 
@@ -586,6 +587,27 @@ def test_a_folder_is_named_as_one(tmp_path):
     with pytest.raises(ScenarioError) as caught:
         load_scenario(str(tmp_path))
     assert str(caught.value) == f"scenario {str(tmp_path)!r} is a folder; name a scenario file in it, or a built-in"
+
+
+def test_a_device_an_empty_file_and_a_huge_file_are_each_named_as_such(tmp_path):
+    with pytest.raises(ScenarioError) as device:
+        load_scenario(os.devnull)
+    assert str(device.value) == f"scenario {os.devnull!r} is not a file (a device or a pipe); name a scenario file"
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ScenarioError) as nothing:
+        load_scenario(str(empty))
+    assert str(nothing.value) == (
+        f"scenario {empty}: the file is empty; write a scenario in it (docs/scenarios.md), or name a built-in "
+        "('gpulens scenarios' lists them)"
+    )
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: x\n# " + "x" * (16 * 2**20) + "\n")
+    with pytest.raises(ScenarioError) as long:
+        load_scenario(str(huge))
+    assert str(long.value) == (
+        f"scenario {huge}: longer than 16 MiB, which no settings or scenario file needs; check its permissions"
+    )
 
 
 def test_scenario_error_is_a_value_error():
