@@ -858,6 +858,11 @@ def _model_needs(spec: dict[Any, Any], where: str) -> GpuModel | None:
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
+# The GPUs a scenario may list: past a baseboard they take buses E0-FF and PCI device numbers 00-1F, the
+# addresses a bus has (PCI Local Bus Specification: 5 bits of device number), so no two share one.
+_MOST_GPUS = 0x20 * 0x20
+
+
 def _gpu_defaults(model: GpuModel | None, seed: int, index: int) -> dict[str, Any]:
     """A GPU's defaults: its model's, and the ids its seed and place give it."""
     if index < len(_HGX_BUSES):
@@ -978,6 +983,8 @@ def _gpus(raw: object, where: str, seed: int) -> tuple[Gpu, ...]:
     gpu_list = items(raw, where)
     if not gpu_list:
         raise Invalid(where, "list at least one GPU")
+    if len(gpu_list) > _MOST_GPUS:
+        raise Invalid(where, f"{len(gpu_list)} GPUs, more than the {_MOST_GPUS} a node's PCI addresses here can hold")
     found = tuple(_gpu(item, f"{where}[{i}]", i, seed) for i, item in enumerate(gpu_list))
     found = _distinct_default_serials(found, gpu_list)
     # Each is how NVML finds one board (nvmlDeviceGetHandleByUUID, ...ByPciBusId, ...BySerial): a second

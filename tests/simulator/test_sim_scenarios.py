@@ -612,3 +612,14 @@ def test_a_device_an_empty_file_and_a_huge_file_are_each_named_as_such(tmp_path)
 
 def test_scenario_error_is_a_value_error():
     assert issubclass(ScenarioError, ValueError)
+
+
+def test_more_gpus_than_a_node_s_pci_addresses_hold_are_refused():
+    """Past 1024 GPUs the default bus ids would need PCI device numbers above 1F, which no bus has."""
+    many = "name: x\ndescription: d\ngpus:\n" + '  - {model: "NVIDIA L4"}\n' * 1025
+    with pytest.raises(ScenarioError) as caught:
+        scenario_module.parse_scenario(many, "big.yaml")
+    assert (
+        str(caught.value)
+        == "scenario big.yaml: gpus: 1025 GPUs, more than the 1024 a node's PCI addresses here can hold"
+    )
