@@ -5,6 +5,11 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+# The latest simulated instant a command may ask for (`gpulens sim --at`, `gpulens probe --simulate-time`): 366
+# days, past any scenario's story. A simulated GPU is stepped to it every 1/6 s of simulated time, which takes
+# seconds a simulated day.
+LATEST_SIMULATED = 366 * 86_400.0
+
 
 class Clock(Protocol):
     """The agent's time: `SystemClock`, `SimulatedClock`, a test's `ManualClock`, or a `SharedClock`."""

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gpulens import thresholds
+from gpulens.agent.clock import LATEST_SIMULATED
 from gpulens.arguments import EXIT_USAGE, UsageError, fail, raising
 from gpulens.gpus import find_spec
 from gpulens.probes.child import ProbeRequest, failed
@@ -33,7 +34,7 @@ EXIT_OK = 0
 EXIT_SLOW = 1
 EXIT_WRONG = 3
 EXIT_UNPROBED = 4
-MAX_SIMULATE_TIME = 366 * 86_400.0  # seconds
+MAX_SIMULATE_TIME = LATEST_SIMULATED  # seconds
 
 EPILOG = f"""exit status:
   0  every GPU probed, every judged result at or above --min-peak-ratio

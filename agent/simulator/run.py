@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from importlib import resources
 
-from gpulens.agent.clock import SharedClock
+from gpulens.agent.clock import LATEST_SIMULATED, SharedClock
 from gpulens.agent.config import SETTINGS, ConfigError
 from gpulens.arguments import EXIT_USAGE, raising
 from gpulens.printable import printable
@@ -89,6 +89,11 @@ def settings(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
             f"--speed: {printable(parsed.speed)!r} is not a speed; give a number from {checked.low} to {checked.high}"
         ) from None
     at = parse_duration(parsed.at, "--at") if parsed.at is not None else None
+    if at is not None and at > LATEST_SIMULATED:
+        raise ConfigError(
+            f"--at: {printable(parsed.at)!r} is past the latest instant a simulated node is taken to, "
+            f"{LATEST_SIMULATED:.0f} s (366 days); give an earlier one"
+        )
     # A file is named by its absolute path, so the command may change directory.
     reference = parsed.scenario if parsed.scenario in builtin_scenarios() else os.path.abspath(parsed.scenario)
     env = {

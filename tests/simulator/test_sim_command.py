@@ -118,6 +118,7 @@ def test_the_commands_own_sitecustomize_still_runs(tmp_path):
         (["demo", "--speed", "", "--", "true"], 2, "--speed: '' is not a speed"),
         (["demo", "--", "/"], 126, "cannot run '/': it is a folder, not a program"),
         (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
+        (["demo", "--at", "367d", "--", "true"], 2, "--at: '367d' is past the latest instant a simulated node is"),
         (["demo", "--at", "5", "--speed", "10", "--", "true"], 2, "give --at (time held still) or --speed"),
         (["demo", "--colour", "--", "true"], 2, "unrecognized arguments: --colour"),
         (["demo", "--", "gpulens-no-such-command"], 127, "command 'gpulens-no-such-command' not found"),
