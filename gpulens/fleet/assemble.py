@@ -84,9 +84,21 @@ MigOrder = tuple[tuple[int, str], tuple[int, str]]
 # (gpulens.tips.XID_MEANINGS) where a GPU has the `xid_recent` condition; the agent's tips read the same.
 XID_ERRORS = "gpulens_gpu_xid_errors_total"
 
+# The readings the health tips are written with (gpulens/tips/health.py: a trained-down PCIe link, a hot GPU),
+# kept with a GPU's evidence as its Xid is: the verdict's evidence carries them only for a wasted GPU, while a
+# health condition may hold on a busy one. The verdict's own evidence wins where it has the same key.
+HARDWARE_EVIDENCE = {
+    "gpulens_gpu_pcie_link_generation": "pcie_generation",
+    "gpulens_gpu_pcie_link_width": "pcie_width",
+    "gpulens_gpu_temperature_celsius": "temperature_celsius",
+}
+# The most the GPU and its slot support, from gpulens_gpu_info's labels, kept with the readings above.
+_INFO_EVIDENCE = ("pcie_max_generation", "pcie_max_width")
+
 # The per-GPU series the fleet view joins, with the time wasted that the source computes.
 _FLEET_SERIES = frozenset(
     (
+        *HARDWARE_EVIDENCE,
         "gpulens_gpu_info",
         "gpulens_gpu_up",
         "gpulens_gpu_verdict_info",
@@ -165,8 +177,15 @@ class _Found:
     holders: dict[GpuKey, set[Holder]] = field(default_factory=lambda: defaultdict(set))
 
 
+_EVIDENCE_SERIES = frozenset(("gpulens_gpu_diagnosis_evidence", XID_ERRORS, *HARDWARE_EVIDENCE))
+
+
 def _add_evidence(evidence: dict[str, float], s: Sample) -> None:
-    """Add a verdict's evidence sample, or an Xid count, whose highest code seen is the `xid` evidence."""
+    """Add a verdict's evidence sample, a hardware reading where the verdict's evidence has none of the same name,
+    or an Xid count, whose highest code seen is the `xid` evidence."""
+    if s.name in HARDWARE_EVIDENCE:
+        evidence.setdefault(HARDWARE_EVIDENCE[s.name], s.value)
+        return
     if s.name != XID_ERRORS:
         evidence[s.labels.get("evidence", "")] = s.value
         return
@@ -190,6 +209,7 @@ def _read(samples: Iterable[Sample]) -> _Found:
                 row["order"] = mig_order(s.labels)
         if name == "gpulens_gpu_info":
             row["model"] = s.labels.get("model", "")
+            found.evidence[key].update(_link_most(s.labels))
         elif name == "gpulens_gpu_up":
             row["up"] = s.value == 1
         elif name == "gpulens_gpu_verdict_info":
@@ -204,11 +224,17 @@ def _read(samples: Iterable[Sample]) -> _Found:
         elif name == "gpulens_gpu_condition":
             if s.value == 1:
                 found.conditions[key].add(s.labels.get("condition", ""))
-        elif name in ("gpulens_gpu_diagnosis_evidence", XID_ERRORS):
+        elif name in _EVIDENCE_SERIES:
             _add_evidence(found.evidence[key], s)
         elif name == "gpulens_gpu_allocation_info":
             found.holders[key].add(holder(s.labels))
     return found
+
+
+def _link_most(labels: Mapping[str, str]) -> dict[str, float]:
+    """The most PCIe generation and width the GPU and its slot support, from gpulens_gpu_info's labels."""
+    found = {label: labels.get(label, "") for label in _INFO_EVIDENCE}
+    return {label: float(value) for label, value in found.items() if value.isascii() and value.isdigit()}
 
 
 def holder(labels: Mapping[str, str]) -> Holder:
@@ -274,7 +300,7 @@ def with_detail(gpus: Iterable[FleetGpu], samples: Iterable[Sample]) -> tuple[Fl
         row = found.rows.get(key, {})
         return replace(
             g,
-            evidence=dict(found.evidence[key]) if key in found.evidence else g.evidence,
+            evidence={**g.evidence, **found.evidence[key]} if key in found.evidence else g.evidence,
             slices=tuple(map(filled, g.slices)),
             **{name: row[name] for name in memory if name in row},
         )

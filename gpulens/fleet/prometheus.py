@@ -81,6 +81,7 @@ RECENT_VERDICTS = "last_over_time(gpulens_gpu_verdict_info{%s}[1m])"
 RECENT_VERDICTS_AT_MOST = 100
 DETAIL_SERIES = (
     "gpulens_gpu_diagnosis_evidence",
+    *assemble.HARDWARE_EVIDENCE,
     assemble.XID_ERRORS,
     "gpulens_gpu_memory_used_bytes",
     "gpulens_gpu_memory_total_bytes",

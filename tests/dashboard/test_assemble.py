@@ -42,6 +42,19 @@ def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_an
     assert idle.model == "NVIDIA H100 80GB HBM3" and idle.memory_total_bytes > idle.memory_used_bytes > 0
 
 
+def test_a_busy_gpu_s_health_tip_is_written_with_its_link_and_temperature_as_the_agent_writes_it(demo_agent):
+    """The verdict's evidence carries no PCIe or temperature reading for a busy GPU; a condition holds on one all
+    the same, and its tip said only "runs below what the GPU and slot support"."""
+    from gpulens.fleet.advice import gpu_tips
+
+    samples = parse_exposition(demo_agent.exposition(), "node-1")
+    gpus, _ = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+    (trained_down,) = [g for g in gpus if "pcie_degraded" in g.conditions]
+    texts = [t.text for t in gpu_tips(trained_down)]
+    assert any("The PCIe link runs Gen3 x8 but can run Gen5 x16: about 8 GB/s per direction" in t for t in texts), texts
+    assert trained_down.evidence["temperature_celsius"] > 0
+
+
 def test_jobs_sum_gpu_seconds_over_nodes_and_join_in_job_series_by_gpu_uuid():
     samples = [
         Sample(
