@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 from gpulens.printable import printable
 
@@ -62,7 +62,41 @@ def usage_problem(message: str) -> str:
     return message
 
 
-class OneLineParser(argparse.ArgumentParser):
+# The actions a flag may be given more than once for: each time adds to what it holds.
+_ADDING = (
+    argparse._AppendAction,
+    argparse._AppendConstAction,
+    argparse._CountAction,
+    argparse._ExtendAction,
+    argparse._HelpAction,
+    argparse._VersionAction,
+)
+
+
+class _Once(argparse.ArgumentParser):
+    """A parser that refuses a flag given twice, or two flags that set the same value: argparse keeps the last, so
+    `--gpu 0 --gpu 3` would probe GPU 3 alone and `--collector.probes --no-collector.probes` drop the first."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        given = list(sys.argv[1:] if args is None else args)
+        seen: dict[str, str] = {}  # the flag that set each destination first
+        for arg in given:
+            if arg == "--":  # the rest is a command's own (gpulens sim, gpulens try)
+                break
+            flag = arg.partition("=")[0]
+            action = self._option_string_actions.get(flag) if arg.startswith("-") else None
+            if action is None or isinstance(action, _ADDING):
+                continue
+            first = seen.get(action.dest)
+            if first == flag:
+                self.error(f"argument {flag}: given more than once; give it once")
+            if first is not None:
+                self.error(f"argument {flag}: sets what {first} set already; give one of them")
+            seen[action.dest] = flag
+        return super().parse_known_args(given, namespace)
+
+
+class OneLineParser(_Once):
     """An argument parser whose mistakes are one line on stderr and exit 2, not argparse's usage dump."""
 
     def error(self, message: str) -> NoReturn:
@@ -74,7 +108,7 @@ def raising(error: type[Exception], command: str) -> type[argparse.ArgumentParse
     """Return an argument parser class whose mistakes raise `error`, one line ending "run '`command` --help'", so
     that the caller decides the exit (a command that must clean up, or a library function a test calls)."""
 
-    class Parser(argparse.ArgumentParser):
+    class Parser(_Once):
         def error(self, message: str) -> NoReturn:
             raise error(f"{usage_problem(message)}; run '{command} --help'")
 

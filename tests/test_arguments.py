@@ -1,0 +1,52 @@
+"""The command lines' shared parsers (gpulens/arguments.py): one line for each mistake, a flag given twice too."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gpulens.arguments import OneLineParser, raising
+
+
+class Refused(Exception):
+    pass
+
+
+def parser(kind: type[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    p = kind(prog="gpulens x")
+    p.add_argument("--gpu")
+    p.add_argument("--probes", dest="probes", action="store_true")
+    p.add_argument("--no-probes", dest="probes", action="store_false")
+    p.add_argument("--namespace", action="append")
+    p.add_argument("-v", "--verbose", action="count")
+    p.add_argument("command", nargs="*")
+    return p
+
+
+KINDS = [OneLineParser, raising(Refused, "gpulens x")]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["one-line", "raising"])
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--gpu", "0", "--gpu", "3"], "argument --gpu: given more than once; give it once"),
+        (["--gpu=0", "--gpu", "3"], "argument --gpu: given more than once; give it once"),
+        (["--probes", "--no-probes"], "argument --no-probes: sets what --probes set already; give one of them"),
+    ],
+)
+def test_a_flag_given_twice_is_refused_where_argparse_would_keep_the_last(kind, argv, said, capsys):
+    """`--gpu 0 --gpu 3` probed GPU 3 alone, without a word about the first."""
+    with pytest.raises((SystemExit, Refused)) as refused:
+        parser(kind).parse_args(argv)
+    text = capsys.readouterr().err if refused.type is SystemExit else str(refused.value)
+    assert said in text and text.count("\n") <= 1, text
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=["one-line", "raising"])
+def test_flags_that_add_up_and_a_command_s_own_flags_may_repeat(kind):
+    argv = ["--namespace", "a", "--namespace", "b", "-v", "-v", "--gpu", "0", "--", "train.py", "--gpu", "1"]
+    parsed = parser(kind).parse_args(argv)
+    assert (parsed.namespace, parsed.verbose, parsed.gpu) == (["a", "b"], 2, "0")
+    assert parsed.command == ["train.py", "--gpu", "1"]
