@@ -156,7 +156,10 @@ def owner_message(
     flagged = ranked(held)
     if not flagged:
         return "", ""
-    first = oncall.flagged(flagged[0], now, page_url, environ, known)[0]
+    messages = oncall.flagged(flagged[0], now, page_url, environ, known)
+    if not messages:  # the GPU page would have none for it either
+        return "", ""
+    first = messages[0]
     others = (
         f", the first of its {len(flagged)} flagged GPUs (failures, then the most GPU-hours wasted); each one's "
         "page has its own"
