@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -136,6 +137,13 @@ def main(argv: Sequence[str]) -> int:
     if program is None and not is_file_path(command[0]):
         print(f"gpulens sim: {not_found(command[0])}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    if flag := ignores_environment(command):
+        print(
+            f"gpulens sim: {printable(command[0])} {flag} ignores the environment, where the simulated node is put "
+            f"(PYTHONPATH), so it would read the real node's NVML; drop {flag}",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPULENS_SIM_")}
     environment.update(env)
     path = [hook_folder(), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
@@ -149,6 +157,28 @@ def main(argv: Sequence[str]) -> int:
         print(f"gpulens sim: {cannot_run(command[0], error)}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     return 0  # not reached
+
+
+def ignores_environment(command: Sequence[str]) -> str:
+    """Return the option by which a Python `command` ignores PYTHONPATH, and so the simulated node (`-I`, isolated,
+    or `-E`), "" for none: a Python's options come before its script, `-c` or `-m`, and may share one dash."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(command[0])):
+        return ""
+    args, i = command[1:], 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("-") or arg.startswith("--") or arg == "-":
+            return ""  # the script, or a long option such as --version: no short option follows
+        for j, letter in enumerate(arg[1:]):
+            if letter in "IE":
+                return f"-{letter}"
+            if letter in "cm":
+                return ""  # what follows is the code or the module: the Python's options end
+            if letter in "WX":
+                i += j == len(arg) - 2  # its value is the rest of this argument, or the next one
+                break
+        i += 1
+    return ""
 
 
 def install_from_environment() -> None:

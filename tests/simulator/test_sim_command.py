@@ -117,6 +117,9 @@ def test_the_commands_own_sitecustomize_still_runs(tmp_path):
         (["demo", "--speed", "1e-300", "--", "true"], 2, "--speed: '1e-300' is not a speed"),
         (["demo", "--speed", "", "--", "true"], 2, "--speed: '' is not a speed"),
         (["demo", "--", "/"], 126, "cannot run '/': it is a folder, not a program"),
+        # A Python that ignores PYTHONPATH would read the real node's NVML (docs/scenarios.md: 126 instead).
+        (["demo", "--", "python3", "-I", "-c", "pass"], 126, "python3 -I ignores the environment, where the simulated"),
+        (["demo", "--", "python3", "-W", "error", "-sE", "t.py"], 126, "python3 -E ignores the environment"),
         (["demo", "--at", "soon", "--", "true"], 2, "--at: 'soon' is not a duration"),
         (["demo", "--at", "367d", "--", "true"], 2, "--at: '367d' is past the latest instant a simulated node is"),
         (["demo", "--at", "5", "--speed", "10", "--", "true"], 2, "give --at (time held still) or --speed"),
@@ -128,6 +131,13 @@ def test_mistakes_get_one_line_and_a_status(args, status, message):
     done = sim(*args)
     assert done.returncode == status
     assert message in done.stderr and done.stderr.count("\n") == 1 and done.stdout == ""
+
+
+def test_a_python_s_own_options_that_keep_the_environment_run_on_the_simulated_node():
+    """-W, -X and -c's code may hold the letters I and E without ignoring PYTHONPATH."""
+    reads = "import pynvml; pynvml.nvmlInit(); print(pynvml.nvmlDeviceGetCount())"
+    done = sim("demo", "--", sys.executable, "-W", "ignore::DeprecationWarning", "-X", "utf8", "-c", reads + " # -I -E")
+    assert (done.returncode, done.stdout) == (0, "8\n"), done.stderr
 
 
 @pytest.mark.parametrize(
