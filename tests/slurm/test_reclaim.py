@@ -275,7 +275,10 @@ def test_the_idle_job_was_asked_through_its_agent_and_checkpointed_before_it_was
 
 def test_nothing_is_done_while_the_agent_is_down(reclaim_run):
     killed, back = reclaim_run.down
-    during = [r for r in reclaim_run.audit + reclaim_run.dry_audit if killed < r["time"] < back]
+    # The services read the agent at most every 5 s (AgentsSource's interval, docs/reclaim.md): a cycle in the
+    # 5 s after the kill may still decide on its last answer, as a service cycling then on a loaded machine did.
+    read_at_most_every = 5.0
+    during = [r for r in reclaim_run.audit + reclaim_run.dry_audit if killed + read_at_most_every < r["time"] < back]
     # Only the holds, each job's once per service, saying that its agent does not answer.
     assert all(_held_unsure(r) and "cannot be reached" in r["reason"] for r in during), during
     assert len(during) == len({(r["job"], r["mode"]) for r in during})
