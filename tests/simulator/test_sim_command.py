@@ -263,12 +263,14 @@ def gpulens(*args: str, stdout) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
-@pytest.mark.parametrize("args", [["scenarios"], ["scenarios", "--help"], ["--version"]])
+@pytest.mark.parametrize(
+    "args", [["scenarios"], ["scenarios", "--help"], ["--version"], ["probe", "--simulate", "probes", "--gpu", "0"]]
+)
 def test_output_that_cannot_be_written_is_one_line_and_exit_1(args):
-    """The dispatcher says it for every command: a full disk is no traceback."""
+    """The dispatcher says it for every command, a probe's table too: a full disk is no traceback."""
     with open("/dev/full", "w") as full:
         done = gpulens(*args, stdout=full)
-    prog = "gpulens scenarios" if args[0] == "scenarios" else "gpulens"
+    prog = "gpulens" if args[0].startswith("-") else f"gpulens {args[0]}"
     assert (done.returncode, done.stderr) == (
         1,
         f"{prog}: cannot write the output: No space left on device; send it where there is room\n",
