@@ -99,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (`gpulens scenarios > /dev/full`): one line. Either way, keep Python from reporting the failed
         # flush at exit (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
         if isinstance(error, OutputError):
-            known = args and (args[0] in COMMANDS or args[0] in ("dashboard", "demo", "scenarios"))
-            prog = f"gpulens {args[0]}" if known else "gpulens"
+            # Only a command that ran writes output: an unknown one is refused on stderr.
+            prog = f"gpulens {args[0]}" if args and not args[0].startswith("-") else "gpulens"
             print(f"{prog}: cannot write the output: {error.strerror}; send it where there is room", file=sys.stderr)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
