@@ -75,7 +75,13 @@ _ADDING = (
 
 class _Once(argparse.ArgumentParser):
     """A parser that refuses a flag given twice, or two flags that set the same value: argparse keeps the last, so
-    `--gpu 0 --gpu 3` would probe GPU 3 alone and `--collector.probes --no-collector.probes` drop the first."""
+    `--gpu 0 --gpu 3` would probe GPU 3 alone and `--collector.probes --no-collector.probes` drop the first. A flag
+    is typed in full: argparse's abbreviations (`--ledger` for `--ledger.path`) would slip past that check, and a
+    flag added later would change what an old command line means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         given = list(sys.argv[1:] if args is None else args)
@@ -85,6 +91,8 @@ class _Once(argparse.ArgumentParser):
                 break
             flag = arg.partition("=")[0]
             action = self._option_string_actions.get(flag) if arg.startswith("-") else None
+            if action is None and arg.startswith("--") and (whole := self._flags_starting(flag)):
+                self.error(f"argument {flag}: give the flag in full: {' or '.join(whole)}")
             if action is None or isinstance(action, _ADDING):
                 continue
             first = seen.get(action.dest)
@@ -94,6 +102,9 @@ class _Once(argparse.ArgumentParser):
                 self.error(f"argument {flag}: sets what {first} set already; give one of them")
             seen[action.dest] = flag
         return super().parse_known_args(given, namespace)
+
+    def _flags_starting(self, typed: str) -> list[str]:
+        return sorted(flag for flag in self._option_string_actions if flag.startswith(typed) and flag != typed)
 
 
 class OneLineParser(_Once):

@@ -34,10 +34,14 @@ KINDS = [OneLineParser, raising(Refused, "gpulens x")]
         (["--gpu", "0", "--gpu", "3"], "argument --gpu: given more than once; give it once"),
         (["--gpu=0", "--gpu", "3"], "argument --gpu: given more than once; give it once"),
         (["--probes", "--no-probes"], "argument --no-probes: sets what --probes set already; give one of them"),
+        (["--gp", "0", "--gpu", "3"], "argument --gp: give the flag in full: --gpu"),
+        (["--n", "x"], "argument --n: give the flag in full: --namespace or --no-probes"),
+        (["--names=a"], "argument --names: give the flag in full: --namespace"),
     ],
 )
-def test_a_flag_given_twice_is_refused_where_argparse_would_keep_the_last(kind, argv, said, capsys):
-    """`--gpu 0 --gpu 3` probed GPU 3 alone, without a word about the first."""
+def test_a_flag_given_twice_or_cut_short_is_refused(kind, argv, said, capsys):
+    """`--gpu 0 --gpu 3` probed GPU 3 alone, without a word about the first. argparse read `--gp` as `--gpu`, past
+    that check, and a flag added later would change what such an old command line meant."""
     with pytest.raises((SystemExit, Refused)) as refused:
         parser(kind).parse_args(argv)
     text = capsys.readouterr().err if refused.type is SystemExit else str(refused.value)
