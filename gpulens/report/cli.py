@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import calendar
 import contextlib
-import importlib.util
 import os
 import shutil
 import sys
@@ -266,8 +265,6 @@ def _source(args: argparse.Namespace) -> PastJobs:
                 f"{DEFAULT_LEDGER}; pass --ledger PATH, --agent URL or --prometheus URL"
             )
         return LedgerFiles(paths)
-    if importlib.util.find_spec("requests") is None:
-        raise UsageError(f"reading --{chosen} needs requests: pip install 'gpulens[report]'")
     if chosen == "agent":
         if not args.agent:
             raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")

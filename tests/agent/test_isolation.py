@@ -1,4 +1,5 @@
-"""The agent process stays light: no torch, no streamlit, never a CUDA context; pynvml in one module."""
+"""The agent process stays light: no torch, no streamlit, no HTTP client (it only serves), never a CUDA context;
+pynvml in one module."""
 
 import ast
 import pathlib
@@ -15,14 +16,14 @@ for _ in range(3):
     sampler.cycle()
 from prometheus_client import generate_latest
 assert b"gpulens_gpu_up" in generate_latest(registry)
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "streamlit"))
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "streamlit", "requests"))
 maps = open("/proc/self/maps").read()
 print("heavy:", heavy)
 print("libcuda:", "libcuda" in maps)
 """
 
 
-def test_agent_process_imports_no_torch_or_streamlit_and_maps_no_libcuda():
+def test_agent_process_imports_no_torch_streamlit_or_requests_and_maps_no_libcuda():
     result = subprocess.run([sys.executable, "-c", RUN_AGENT], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "heavy: []" in result.stdout

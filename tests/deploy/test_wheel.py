@@ -124,3 +124,30 @@ def test_the_demo_with_prometheus_and_a_report_run_from_the_wheel(installed, tmp
     finally:
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=60) == 0
+
+
+@pytest.fixture(scope="module")
+def plain(installed) -> Path:
+    """The `bin` folder of a second fresh virtual environment with the same wheel and no extras: the agent-only
+    install of a GPU node, where reclaim, notify, trace and try run too."""
+    home = installed.parents[1]
+    subprocess.run([sys.executable, "-m", "venv", str(home / "plain")], check=True, timeout=120)
+    wheel = next((home / "dist").glob("gpulens-*.whl"))
+    subprocess.run([str(home / "plain" / "bin" / "pip"), "install", "--quiet", str(wheel)], check=True, timeout=900)
+    return home / "plain" / "bin"
+
+
+def test_every_command_of_the_plain_install_helps_or_names_its_extra(plain, tmp_path):
+    """Without extras, a command either works or says in one line which extra it needs: never a traceback (the
+    reclaim, notify, trace and try commands needed requests, which only the extras brought)."""
+    from gpulens.cli import COMMANDS
+
+    for command in [*COMMANDS, "dashboard", "demo", "scenarios"]:
+        done = subprocess.run(
+            [plain / "gpulens", command, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        names_extra = done.returncode == 1 and done.stderr.count("\n") == 1 and "pip install 'gpulens[" in done.stderr
+        assert (done.returncode == 0 and done.stdout) or names_extra, (command, done.returncode, done.stderr)
+    for argv in (["reclaim", "run", "--help"], ["reclaim", "log", "--help"], ["notify", "check", "--help"]):
+        done = subprocess.run([plain / "gpulens", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.startswith("usage:"), (argv, done.stderr)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import urllib.parse
 
 import pytest
@@ -295,23 +293,6 @@ def test_label_values_escape_backslash_quote_and_newline():
     queries = [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["query"][0] for path, _ in asked]
     assert 'job_id="x\\ny\\""' in queries[0] and 'pod="x\\ny\\""' in queries[-1]
     assert not any("\n" in query for query in queries)
-
-
-@pytest.mark.parametrize(
-    ("argv", "status", "said"),
-    [
-        (
-            ["fleet", "--agent", "http://127.0.0.1:9"],
-            2,
-            "reading --agent needs requests: pip install 'gpulens[report]'",
-        ),
-        (["fleet", "--ledger", "/nonexistent.sqlite"], 1, "no such file"),  # the ledger needs nothing more
-    ],
-)
-def test_without_requests_only_the_http_sources_are_refused(argv, status, said):
-    code = f"import sys; sys.modules['requests'] = None; from gpulens.report.cli import run; sys.exit(run({argv!r}))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == status and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
 @pytest.mark.slow
