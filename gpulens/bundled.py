@@ -101,15 +101,21 @@ def rules_document() -> str:
     return "".join(parts)
 
 
-def write_rules(folder: Path) -> list[Path]:
-    """Write the three rule files into `folder`; return their paths."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name in RULE_FILES:
-        path = folder / name
-        path.write_text(FILES[name].text(), encoding="utf-8")
-        paths.append(path)
-    return paths
+def write_rules(folder: Path, tests: bool = False) -> list[Path]:
+    """Write the three rule files into `folder`, and with `tests` their promtool unit tests into `folder`/tests
+    (each names its rule files as ../NAME); return their paths."""
+    texts = {folder / name: FILES[name].text() for name in RULE_FILES}
+    if tests:
+        shipped = resources.files("gpulens.rules").joinpath("tests")
+        texts |= {
+            folder / "tests" / test.name: test.read_text(encoding="utf-8")
+            for test in sorted(shipped.iterdir(), key=lambda t: t.name)
+            if test.name.endswith(".test.yml")
+        }
+    for path, text in texts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return list(texts)
 
 
 def rules_main(argv: Sequence[str]) -> int:
@@ -121,13 +127,18 @@ def rules_main(argv: Sequence[str]) -> int:
             "/dev/stdin' or 'gpulens rules > gpulens.rules.yml' for rule_files or a ConfigMap."
         ),
     )
-    parser.add_argument("--split", metavar="DIR", help=f"write the files {', '.join(RULE_FILES)} into DIR instead")
+    parser.add_argument(
+        "--split",
+        metavar="DIR",
+        help=f"write the files {', '.join(RULE_FILES)} into DIR instead, and their unit tests into DIR/tests "
+        "('promtool test rules DIR/tests/*.test.yml' runs them)",
+    )
     args = parser.parse_args(argv)
     if args.split is None:
         sys.stdout.write(rules_document())
         return 0
     try:
-        for path in write_rules(Path(args.split)):
+        for path in write_rules(Path(args.split), tests=True):
             print(path)
     except OSError as error:
         return fail(

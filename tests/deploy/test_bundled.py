@@ -52,11 +52,21 @@ def test_gpulens_rules_passes_promtool_from_stdin():
     assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
 
 
-def test_rules_split_writes_the_three_files(tmp_path):
+def test_rules_split_writes_the_three_files_and_their_tests_which_pass_promtool(tmp_path):
     done = run("rules", "--split", str(tmp_path / "gpulens"))
     assert done.returncode == 0
-    assert sorted(p.name for p in (tmp_path / "gpulens").iterdir()) == sorted(bundled.RULE_FILES)
+    assert sorted(p.name for p in (tmp_path / "gpulens").glob("*.yml")) == sorted(bundled.RULE_FILES)
     assert (tmp_path / "gpulens" / "alerts.rules.yml").read_text() == (ROOT / "rules" / "alerts.rules.yml").read_text()
+    tests = sorted((tmp_path / "gpulens" / "tests").iterdir())
+    assert [p.name for p in tests] == sorted(p.name for p in (ROOT / "rules" / "tests").glob("*.test.yml"))
+    assert len(done.stdout.splitlines()) == len(bundled.RULE_FILES) + len(tests)
+    # An install has no rules/tests/ to run: the written tests find the written rules (tests/rules runs them all;
+    # here the shortest, of the probe rules, and health's, of the alert and probe rules, show the paths hold).
+    chosen = [str(p) for p in tests if p.name in ("probes.test.yml", "health.test.yml")]
+    tested = subprocess.run(
+        [require_tool("promtool"), "test", "rules", *chosen], capture_output=True, text=True, timeout=300
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
     blocked = tmp_path / "file"
     blocked.write_text("")
     refused = run("rules", "--split", str(blocked / "sub"))
