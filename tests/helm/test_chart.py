@@ -8,6 +8,7 @@ security context, the rules built from the same files as plain Prometheus loads.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -80,7 +81,7 @@ CASES: dict[str, dict] = {
             "podResources": {"enabled": False},
             "hostCgroups": {"enabled": False},
             "ledger": {"enabled": False},
-            "probes": {"enabled": True, "interval": "12h"},
+            "probes": {"enabled": True, "interval": "12h", "jitter": "30m"},
             "resources": {"limits": {"memory": "4Gi"}},
         },
     },
@@ -273,6 +274,7 @@ def test_overrides_reach_the_agent(rendered):
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["priorityClassName"] == "system-node-critical"
     assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
     assert container["image"] == "ghcr.io/gpulens/gpulens-agent:0.1.0-rc1"
     assert "--collector.process-details" in container["args"]
     assert "--collector.dcgm-compat" in container["args"]
@@ -281,6 +283,59 @@ def test_overrides_reach_the_agent(rendered):
     assert not any(a.startswith(("--kubelet.", "--path.")) for a in container["args"])
     assert "--ledger.path=" in container["args"]
     assert "--collector.probes" in container["args"] and "--probes.interval=12h" in container["args"]
+    assert "--probes.jitter=30m" in container["args"]
+    _, container = _agent(rendered["defaults"])
+    assert not any(a.startswith("--probes.") for a in container["args"])
+
+
+@pytest.mark.parametrize(
+    ("agent", "node_selector"),
+    [
+        ({}, {"nvidia.com/gpu.present": "true"}),
+        ({"nodeSelector": {"example.org/gpu": "yes"}}, {"example.org/gpu": "yes"}),
+        ({"nodeSelector": {"kubernetes.io/os": "linux"}}, {"kubernetes.io/os": "linux"}),
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "example.org/gpu", "operator": "In", "values": ["a100", "h100"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                }
+            },
+            None,
+        ),
+        ({"affinity": {"podAntiAffinity": {}}}, {"nvidia.com/gpu.present": "true"}),
+    ],
+)
+def test_the_agents_nodes_are_the_users_choice_or_else_the_gpu_nodes(tmp_path, agent, node_selector):
+    """Helm merges a map value into its default: a nodeSelector of one's own must replace the GPU Operator's
+    label, not add to it (no node would match both without the Operator), and a node affinity must be able to
+    widen the set of nodes. NOTES names the nodes the DaemonSet runs on."""
+    pod, _ = _agent(_template(tmp_path, {"agent": agent}))
+    assert pod.get("nodeSelector") == node_selector
+    assert pod.get("affinity") == agent.get("affinity")
+    notes = _notes(tmp_path / "notes", {"agent": agent})
+    if node_selector:
+        assert f"a DaemonSet on the nodes labelled {json.dumps(node_selector, separators=(',', ':'))}." in notes
+    else:
+        assert "a DaemonSet on the nodes agent.affinity chooses." in notes
+
+
+def test_every_pod_pulls_with_the_image_pull_secrets(tmp_path):
+    """The README says the pull secrets serve the agent, the dashboard and reclaim: every pod of the chart."""
+    docs = _template(tmp_path, {**RECLAIM, "imagePullSecrets": [{"name": "registry"}]})
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if "template" in d.get("spec", {})}
+    assert set(pods) == {"gpulens-agent", "gpulens-dashboard", "gpulens-reclaim"}
+    assert all(pod["imagePullSecrets"] == [{"name": "registry"}] for pod in pods.values())
+    assert "pull secrets for every pod: the agent, the dashboard and reclaim" in (CHART / "README.md").read_text()
 
 
 @pytest.mark.parametrize(("kubernetes", "recursive"), [("1.30.0", False), ("1.31.0", True), ("1.37.0", True)])
@@ -446,6 +501,16 @@ def test_the_rules_config_map_holds_the_rule_files(rendered):
         ({"dashboard": {"prometheus": {"url": "prometheus:9090"}}}, "dashboard.prometheus.url"),
         ({"prometheusRule": {"disabledAlerts": ["NodeDown"]}}, "prometheusRule.disabledAlerts"),
         ({"dashboard": {"externalURL": "gpus.example.org"}}, "dashboard.externalURL"),
+        # Object names and label values are DNS-1123; the objects add -agent, -dashboard, -reclaim to the full name.
+        ({"nameOverride": "GPU_Lens"}, "nameOverride"),
+        ({"nameOverride": "a" * 64}, "nameOverride"),
+        ({"fullnameOverride": "GPU_Lens"}, "fullnameOverride"),
+        ({"fullnameOverride": "1gpulens"}, "fullnameOverride"),
+        ({"fullnameOverride": "a" * 51}, "fullnameOverride"),
+        ({"dashboard": {"ingress": {"host": "https://gpus.example.org/"}}}, "dashboard.ingress.host"),
+        ({"dashboard": {"ingress": {"host": "GPUs.example.org"}}}, "dashboard.ingress.host"),
+        ({"dashboard": {"ingress": {"host": "*"}}}, "dashboard.ingress.host"),
+        ({"agent": {"probes": {"jitter": "10"}}}, "agent.probes.jitter"),
     ],
 )
 def test_the_schema_names_a_wrong_value(tmp_path, values, named):
@@ -477,6 +542,41 @@ def test_notes_tell_how_to_reach_the_agent_and_the_dashboard(tmp_path):
     production = _notes(tmp_path / "p", CASES["production"])
     assert "https://gpus.example.org/" in production
     assert "agent.runtimeClassName=nvidia" not in production
+
+
+@pytest.mark.parametrize(
+    ("values", "said", "unsaid"),
+    [
+        ({}, ['job "gpulens", one per GPU node'], ["gpulens-reclaim", "No ServiceMonitor"]),
+        (
+            {"agent": {"enabled": False}},
+            [],
+            ["DaemonSet", 'job "gpulens"', "ServiceMonitor", "job_name"],
+        ),
+        (
+            {"agent": {"enabled": False}, "reclaim": {"enabled": True}},
+            ['job "gpulens-reclaim"'],
+            ["DaemonSet", 'job "gpulens"', "job_name"],
+        ),
+        (
+            {"agent": {"enabled": False}, "reclaim": {"enabled": True}, "serviceMonitor": {"enabled": False}},
+            ['port 10908, with job_name "gpulens-reclaim"'],
+            ['job_name "gpulens"', "ServiceMonitor carr"],
+        ),
+        (
+            {"serviceMonitor": {"enabled": False}},
+            ['the agents, with job_name "gpulens"'],
+            ["gpulens-reclaim", "ServiceMonitor carr"],
+        ),
+    ],
+)
+def test_notes_describe_only_what_is_installed(tmp_path, values, said, unsaid):
+    """No ServiceMonitor for agents that are not installed, nor a job to scrape them with."""
+    notes = _notes(tmp_path, values)
+    for text in said:
+        assert text in notes
+    for text in unsaid:
+        assert text not in notes
 
 
 def test_notes_ask_for_privileged_pods_whenever_a_host_path_is_mounted(tmp_path):
@@ -815,21 +915,50 @@ def test_the_schema_names_a_wrong_reclaim_value(tmp_path, values, named):
             {"probes": {"enabled": True, "interval": "31d"}},
             "agent.probes.interval: 31d is out of range; give 1m to 30d",
         ),
+        (
+            {"probes": {"enabled": True, "interval": "5w"}},
+            "agent.probes.interval: 5w is out of range; give 1m to 30d",
+        ),
+        (
+            {"probes": {"enabled": True, "interval": "10m", "jitter": "20m"}},
+            "agent.probes.jitter: 20m is out of range; give at most agent.probes.interval (10m)",
+        ),
+        (
+            {"probes": {"enabled": True, "interval": "6d", "jitter": "1w"}},
+            "agent.probes.jitter: 1w is out of range; give at most agent.probes.interval (6d)",
+        ),
     ],
 )
 def test_a_duration_the_agent_would_refuse_fails_the_install_naming_its_range(tmp_path, agent, error):
     """The agent refuses these with one line and exits (agent/config.py's bounds): every pod would crash-loop."""
-    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, {"agent": agent})]
+    from gpulens.agent import config
+
+    probes = agent.get("probes", {})
+    flags = [f"--{flag}={agent[key]}" for key, flag in FLAGS.items() if key in agent]
+    flags += [f"--probes.{key}={value}" for key, value in probes.items() if key != "enabled"]
+    with pytest.raises(config.ConfigError):
+        config.load(["--collector.probes", *flags], environ={})
+    values = {"agent": {**agent, "resources": {"limits": {"memory": "4Gi"}}}}
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and error in result.stderr, result.stderr
 
 
-URL_PLACES = {
-    "dashboard.prometheus.url": lambda url: {"dashboard": {"prometheus": {"url": url}}},
-    "dashboard.alertmanager.url": lambda url: {"dashboard": {"alertmanager": {"url": url}}},
-    "dashboard.reclaim.url": lambda url: {"dashboard": {"reclaim": {"url": url}}},
-    "reclaim.prometheus.url": lambda url: {"reclaim": {"enabled": True, "prometheus": {"url": url}}},
-}
+FLAGS = {"samplingInterval": "sampling.interval", "idlePatience": "diagnosis.idle-patience"}
+
+
+# Where a URL is given, and the value named when it is wrong.
+URL_PLACES = [
+    ("dashboard.prometheus.url", lambda url: {"dashboard": {"prometheus": {"url": url}}}),
+    ("dashboard.alertmanager.url", lambda url: {"dashboard": {"alertmanager": {"url": url}}}),
+    ("dashboard.reclaim.url", lambda url: {"dashboard": {"reclaim": {"url": url}}}),
+    ("reclaim.prometheus.url", lambda url: {"reclaim": {"enabled": True, "prometheus": {"url": url}}}),
+    # reclaim alone reads the dashboard's Prometheus: checked as where the dashboard reads it.
+    (
+        "dashboard.prometheus.url",
+        lambda url: {"dashboard": {"enabled": False, "prometheus": {"url": url}}, "reclaim": {"enabled": True}},
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -851,7 +980,7 @@ def test_a_url_the_dashboard_or_reclaim_would_refuse_fails_the_install(tmp_path,
     with pytest.raises(ValueError):
         refuse_password(url, "--prometheus", "")
         check_url(url)
-    for place, values in URL_PLACES.items():
+    for place, values in URL_PLACES:
         args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values(url))]
         result = subprocess.run(args, capture_output=True, text=True, timeout=60)
         assert result.returncode != 0 and f"{place}" in result.stderr and said in result.stderr, result.stderr
@@ -863,7 +992,7 @@ def test_the_urls_a_client_takes_are_taken(tmp_path):
 
     for url in ("http://prometheus.monitoring.svc:9090", "https://[fd00::1]:9090/prom/", "http://am:65535"):
         check_url(url)
-        for values in URL_PLACES.values():
+        for _, values in URL_PLACES:
             args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values(url))]
             result = subprocess.run(args, capture_output=True, text=True, timeout=60)
             assert result.returncode == 0, result.stderr
@@ -900,13 +1029,88 @@ def test_the_urls_a_client_takes_are_taken(tmp_path):
             {"dashboard": {"securityContext": {"capabilities": {"add": ["CAP_SYS_ADMIN"]}}}},
             "dashboard.securityContext: capabilities.add CAP_SYS_ADMIN beside allowPrivilegeEscalation false",
         ),
+        (
+            {"serviceMonitor": {"tlsConfig": {"serverName": "gpulens-agent"}}},
+            "serviceMonitor.tlsConfig: without agent.webConfig.tls the agents are scraped over http",
+        ),
+        (
+            {"agent": {"webConfig": {"existingSecret": "web"}}, "serviceMonitor": {"tlsConfig": {"serverName": "a"}}},
+            "set agent.webConfig.tls=true (a web config with tls_server_config), or leave serviceMonitor.tlsConfig",
+        ),
+        (
+            {"reclaim": {"enabled": True, "notify": {"owners": {"users": {"alice": {"email": "a@example.org"}}}}}},
+            "reclaim.notify.owners needs reclaim.notify.settings: without them there is no --notify-config",
+        ),
+        (
+            {"reclaim": {"enabled": True, "notify": {"existingSecret": "gpulens-notify"}}},
+            "reclaim.notify.existingSecret needs reclaim.notify.settings: without them",
+        ),
+        (
+            {"reclaim": {"enabled": True, "persistence": {"existingClaim": "reclaim-state"}}},
+            "reclaim.persistence.existingClaim needs reclaim.persistence.enabled: without it the service's folder is",
+        ),
+        (
+            {"dashboard": {"reclaim": {"basicAuthSecret": {"key": "password"}}}},
+            "dashboard.reclaim.basicAuthSecret: a key without the Secret's name; give name too",
+        ),
+        (
+            {"dashboard": {"prometheus": {"url": "http://p:9090", "basicAuthSecret": {"key": "basic-auth"}}}},
+            "dashboard.prometheus.basicAuthSecret: a key without the Secret's name; give name too",
+        ),
+        (
+            {"serviceMonitor": {"basicAuth": {"username": {"key": "username"}}}},
+            "serviceMonitor.basicAuth.username: a key without the Secret's name; give name too",
+        ),
+        (
+            {"dashboard": {"prometheus": {"tlsConfig": {"ca": {"configMap": {"name": "ca", "key": "ca.crt"}}}}}},
+            "dashboard.prometheus.tlsConfig goes with an https:// URL, and dashboard.prometheus.url is not one",
+        ),
+        (
+            {
+                "dashboard": {
+                    "enabled": False,
+                    "prometheus": {"tlsConfig": {"ca": {"configMap": {"name": "ca", "key": "ca.crt"}}}},
+                },
+                "reclaim": {"enabled": True},
+            },
+            "dashboard.prometheus.tlsConfig goes with an https:// URL",
+        ),
+        (
+            {
+                "dashboard": {
+                    "alertmanager": {
+                        "url": "http://alertmanager-operated.monitoring.svc:9093",
+                        "tlsConfig": {"ca": {"configMap": {"name": "ca", "key": "ca.crt"}}},
+                    }
+                }
+            },
+            "dashboard.alertmanager.tlsConfig goes with an https:// URL, and dashboard.alertmanager.url is not one",
+        ),
+        (
+            {"agent": {"probes": {"enabled": True}}},
+            "agent.resources.limits.memory: 256Mi is too little for agent.probes.enabled",
+        ),
+        (
+            {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": "2000Mi"}}}},
+            "agent.resources.limits.memory: 2000Mi is too little for agent.probes.enabled",
+        ),
+        (
+            {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": "2G"}}}},
+            "give at least 2Gi",
+        ),
+        (
+            {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": 1073741824}}}},
+            "agent.resources.limits.memory: 1073741824 is too little",
+        ),
     ],
 )
 def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_path, values, said):
     """An image reference the kubelet cannot pull (InvalidImageName), a label name Prometheus refuses (every
-    rule refused), a token's key with no Secret (ignored without a word), a scrape every target refuses or
+    rule refused), a Secret's key with no Secret (ignored without a word), a scrape every target refuses or
     Prometheus's configuration refuses, a security context the API server refuses or the kubelet never starts
-    (Helm merges an override into the defaults it does not mention)."""
+    (Helm merges an override into the defaults it does not mention); settings that would be ignored without a word
+    (a tlsConfig over http, a notify map with no notify settings, a claim for a folder kept on an emptyDir); an
+    agent whose probes its memory limit kills."""
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and said in result.stderr, result.stderr
@@ -920,6 +1124,42 @@ def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_pat
         ({"agent": {"extraArgs": ["--no-collector.probes"]}}, "--no-collector.probes is set by the chart from agent."),
         ({"dashboard": {"extraArgs": ["--port=9000"]}}, "dashboard.extraArgs: --port is set by the chart from"),
         ({"reclaim": {"enabled": True, "extraArgs": ["--mode=enforce"]}}, "reclaim.extraArgs: --mode is set by the"),
+        (
+            {"agent": {"extraArgs": ["--probes.jitter=1h"]}},
+            "--probes.jitter is set by the chart from agent.probes.jitter",
+        ),
+        *[
+            (
+                {"dashboard": {"extraArgs": [f"{flag}=/x"]}},
+                f"dashboard.extraArgs: {flag} is set by the chart from {value}",
+            )
+            for flag, value in [
+                ("--ca-file", "dashboard.prometheus.tlsConfig"),
+                ("--cert-file", "dashboard.prometheus.tlsConfig"),
+                ("--key-file", "dashboard.prometheus.tlsConfig"),
+                ("--alertmanager-ca-file", "dashboard.alertmanager.tlsConfig"),
+                ("--alertmanager-cert-file", "dashboard.alertmanager.tlsConfig"),
+                ("--alertmanager-key-file", "dashboard.alertmanager.tlsConfig"),
+                ("--reclaim-basic-auth-file", "dashboard.reclaim.basicAuthSecret"),
+            ]
+        ],
+        *[
+            (
+                {"reclaim": {"enabled": True, "extraArgs": [flag]}},
+                f"reclaim.extraArgs: {flag.split('=')[0]} is set by the chart from {value}",
+            )
+            for flag, value in [
+                ("--bearer-token-file=/x", "dashboard.prometheus.bearerTokenSecret"),
+                ("--basic-auth-file=/x", "dashboard.prometheus.basicAuthSecret"),
+                ("--ca-file=/x", "dashboard.prometheus.tlsConfig"),
+                ("--cert-file=/x", "dashboard.prometheus.tlsConfig"),
+                ("--key-file=/x", "dashboard.prometheus.tlsConfig"),
+                ("--kubernetes", "the chart"),
+                ("--no-kubernetes", "the chart"),
+                ("--kubernetes-namespace=ml", "reclaim.kubernetes.namespaces"),
+                ("--kubernetes-owner-key=example.org/owner", "reclaim.kubernetes.ownerKeys"),
+            ]
+        ],
     ],
 )
 def test_extra_args_may_not_set_again_what_a_value_sets(tmp_path, values, said):
@@ -943,6 +1183,24 @@ def test_extra_args_may_not_set_again_what_a_value_sets(tmp_path, values, said):
         },
         {"dashboard": {"podSecurityContext": {"runAsUser": 0, "runAsNonRoot": False}}},
         {"agent": {"migMonitoring": True, "podSecurityContext": {"runAsNonRoot": True}}},
+        {"agent": {"webConfig": {"existingSecret": "web", "tls": True}}, "serviceMonitor": {"tlsConfig": {"ca": {}}}},
+        {"reclaim": {"enabled": True, "notify": {"settings": {"test_mode": True}, "existingSecret": "notify"}}},
+        {"reclaim": {"enabled": True, "persistence": {"enabled": True, "existingClaim": "reclaim-state"}}},
+        {
+            "dashboard": {
+                "alertmanager": {"url": "https://am:9093", "tlsConfig": {"ca": {"secret": {"name": "a", "key": "b"}}}}
+            }
+        },
+        {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": "2Gi"}}}},
+        {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": "2.5G"}}}},
+        {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": None}}}},  # no limit
+        {"agent": {"probes": {"enabled": True}, "resources": {"limits": {"memory": "1e10"}}}},  # left to Kubernetes
+        {"agent": {"probes": {"enabled": False}, "resources": {"limits": {"memory": "256Mi"}}}},
+        {"agent": {"probes": {"enabled": False, "interval": "10m", "jitter": "1h"}}},
+        {"agent": {"probes": {"enabled": True, "jitter": "0s"}, "resources": {"limits": {"memory": "4Gi"}}}},
+        {"reclaim": {"enabled": True, "extraArgs": ["--kubeconfig=/x"]}},
+        {"nameOverride": "gpu-lens", "fullnameOverride": "a" * 50},
+        {"dashboard": {"ingress": {"enabled": True, "host": "*.gpus.example.org"}}},
     ],
 )
 def test_the_settings_next_to_those_refused_are_taken(tmp_path, values):
@@ -957,12 +1215,28 @@ def test_an_on_delete_update_strategy_drops_the_default_rolling_update(tmp_path)
     assert _kinds(docs)["DaemonSet"][0]["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
-def test_the_durations_at_the_agents_bounds_are_taken(tmp_path):
-    agent = {"samplingInterval": "100ms", "idlePatience": "24h", "probes": {"enabled": True, "interval": "1.5h"}}
-    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, {"agent": agent})]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert "--sampling.interval=100ms" in result.stdout and "--probes.interval=1.5h" in result.stdout
+@pytest.mark.parametrize(
+    "probes",
+    [
+        {"interval": "1.5h", "jitter": "1.5h"},
+        {"interval": "2w", "jitter": "1w"},  # weeks, as gpulens/units.py reads every duration
+        {"interval": "30d", "jitter": "4w"},
+    ],
+)
+def test_the_durations_at_the_agents_bounds_are_taken(tmp_path, probes):
+    from gpulens.agent import config
+
+    agent = {
+        "samplingInterval": "100ms",
+        "idlePatience": "24h",
+        "probes": {"enabled": True, **probes},
+        "resources": {"limits": {"memory": "2Gi"}},
+    }
+    docs = _template(tmp_path, {"agent": agent})
+    _, container = _agent(docs)
+    flags = [f"--probes.interval={probes['interval']}", f"--probes.jitter={probes['jitter']}"]
+    assert "--sampling.interval=100ms" in container["args"] and set(flags) <= set(container["args"])
+    config.load(["--collector.probes", *flags], environ={})
 
 
 def test_a_warn_command_beside_notify_settings_is_named(tmp_path):

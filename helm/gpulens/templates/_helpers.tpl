@@ -71,42 +71,85 @@ the template; the schema keeps quotes, backslashes and braces out of it). Call w
 {{- $text -}}
 {{- end }}
 
-{{/* A duration the agent bounds (agent/config.py), checked here so that a wrong one fails the install rather
-than crash-loop every agent pod. The schema has already checked its form (a number and ms, s, m, h or d). Call
-with (dict "value" VALUE "at" "the.values.path" "low" SECONDS "high" SECONDS "range" "100ms to 1h"). */}}
-{{- define "gpulens.checkDuration" -}}
-{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" .value -}}
-{{- $unit := get (dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0) (trimPrefix $number .value) -}}
-{{- $seconds := mulf (float64 $number) $unit -}}
-{{- if or (lt $seconds (float64 .low)) (gt $seconds (float64 .high)) -}}
-{{- fail (printf "%s: %s is out of range; give %s" .at .value .range) -}}
-{{- end -}}
-{{- end }}
-
-{{/* A Prometheus duration (the schema's promDuration: one or more of a whole number and ms, s, m, h, d, w or y,
-e.g. 1m30s) in seconds, as a string: (include "gpulens.promSeconds" "1m30s") is "90". */}}
-{{- define "gpulens.promSeconds" -}}
+{{/* A duration in seconds, as a string: a Prometheus one (the schema's promDuration: one or more of a whole
+number and ms, s, m, h, d, w or y) or a gpulens one (its duration: a number and ms, s, m, h, d or w, as
+gpulens/units.py reads it). (include "gpulens.seconds" "1m30s") is "90", (include "gpulens.seconds" "1.5h")
+"5400". */}}
+{{- define "gpulens.seconds" -}}
 {{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 -}}
 {{- $seconds := 0.0 -}}
-{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 -}}
-{{- $number := regexFind "^[0-9]+" . -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h|d|w|y)" . -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
 {{- $seconds = addf $seconds (mulf (float64 $number) (get $units (trimPrefix $number .))) -}}
 {{- end -}}
 {{- $seconds -}}
 {{- end }}
 
+{{/* A duration the agent bounds (agent/config.py), checked here so that a wrong one fails the install rather
+than crash-loop every agent pod. The schema has already checked its form. Call with (dict "value" VALUE "at"
+"the.values.path" "low" SECONDS "high" SECONDS "range" "100ms to 1h"). */}}
+{{- define "gpulens.checkDuration" -}}
+{{- $seconds := float64 (include "gpulens.seconds" .value) -}}
+{{- if or (lt $seconds (float64 .low)) (gt $seconds (float64 .high)) -}}
+{{- fail (printf "%s: %s is out of range; give %s" .at .value .range) -}}
+{{- end -}}
+{{- end }}
+
+{{/* A Kubernetes quantity of bytes in bytes, as a string: a number (256Mi, 1.5Gi, 500M, 1073741824) with one
+of the suffixes k, M, G, T, Ki, Mi, Gi, Ti or none; "" for any other form (1e9, 128974848000m), which is left to
+Kubernetes to read. */}}
+{{- define "gpulens.bytes" -}}
+{{- if kindIs "string" . -}}
+{{- $units := dict "" 1.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- if and $number (hasKey $units (trimPrefix $number .)) -}}
+{{- mulf (float64 $number) (get $units (trimPrefix $number .)) -}}
+{{- end -}}
+{{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
+{{- float64 . -}}
+{{- end -}}
+{{- end }}
+
+{{/* The agent's nodeSelector, as YAML: agent.nodeSelector as given; without it, and without an
+agent.affinity.nodeAffinity choosing the nodes instead, the GPU nodes by the label the GPU Operator's feature
+discovery sets on them. "" where the affinity alone chooses. */}}
+{{- define "gpulens.agentNodeSelector" -}}
+{{- $agent := .Values.agent -}}
+{{- if $agent.nodeSelector -}}
+{{- toYaml $agent.nodeSelector -}}
+{{- else if not ($agent.affinity).nodeAffinity -}}
+nvidia.com/gpu.present: "true"
+{{- end -}}
+{{- end }}
+
 {{/* The ServiceMonitors' scrape settings as Prometheus and the agent's web config take them: a timeout longer
-than the interval is refused by Prometheus (its whole configuration, where the operator passes it on), and an
-agent that requires a client certificate refuses every scrape that presents none. */}}
+than the interval is refused by Prometheus (its whole configuration, where the operator passes it on), a
+tlsConfig beside a plain-HTTP agent is ignored by Prometheus, an agent that requires a client certificate
+refuses every scrape that presents none, and a basic-auth key without its Secret names no password. */}}
 {{- define "gpulens.checkServiceMonitor" -}}
 {{- $monitor := .Values.serviceMonitor -}}
-{{- $timeout := float64 (include "gpulens.promSeconds" $monitor.scrapeTimeout) -}}
-{{- if gt $timeout (float64 (include "gpulens.promSeconds" $monitor.interval)) -}}
+{{- $timeout := float64 (include "gpulens.seconds" $monitor.scrapeTimeout) -}}
+{{- if gt $timeout (float64 (include "gpulens.seconds" $monitor.interval)) -}}
 {{- fail (printf "serviceMonitor.scrapeTimeout: %s is longer than serviceMonitor.interval %s, which Prometheus refuses; give at most the interval" $monitor.scrapeTimeout $monitor.interval) -}}
 {{- end -}}
 {{- $web := .Values.agent.webConfig -}}
+{{- if and $monitor.tlsConfig (not $web.tls) -}}
+{{- fail "serviceMonitor.tlsConfig: without agent.webConfig.tls the agents are scraped over http, and Prometheus ignores a tlsConfig there; set agent.webConfig.tls=true (a web config with tls_server_config), or leave serviceMonitor.tlsConfig empty" -}}
+{{- end -}}
 {{- if and $web.requireClientCert $web.tls (not (($monitor.tlsConfig).cert)) -}}
 {{- fail "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate; give serviceMonitor.tlsConfig.cert and keySecret (the operator's SafeTLSConfig)" -}}
+{{- end -}}
+{{- range $part := list "username" "password" -}}
+{{- include "gpulens.checkSecretKey" (dict "secret" (get ($monitor.basicAuth | default dict) $part) "at" (printf "serviceMonitor.basicAuth.%s" $part)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* A Secret's {name, key}: a key without the name names no Secret (the chart mounts none; the operator finds
+none). Call with (dict "secret" REF "at" "the.values.path"). */}}
+{{- define "gpulens.checkSecretKey" -}}
+{{- $ref := .secret | default dict -}}
+{{- if and $ref.key (not $ref.name) -}}
+{{- fail (printf "%s: a key without the Secret's name; give name too (the key alone names no Secret)" .at) -}}
 {{- end -}}
 {{- end }}
 
@@ -168,11 +211,20 @@ or fragment, a port from 1 to 65535. Checked here so that the install fails, not
 {{- end }}
 
 {{/* A client's CA and client certificate as the Prometheus Operator's SafeTLSConfig names them (ca, cert,
-keySecret; each ca and cert from a Secret or a ConfigMap): fail unless cert and keySecret come together.
-Call with (dict "tls" TLS "at" "the.values.path"). */}}
+keySecret; each ca and cert from a Secret or a ConfigMap): fail unless cert and keySecret come together, and
+unless the server they are for has an https:// URL (over http they would be ignored). Call with (dict "tls" TLS
+"at" "the.values.path" "url" URL "urlAt" "the URL's values path"). */}}
 {{- define "gpulens.checkTlsFiles" -}}
 {{- if ne (empty .tls.cert) (empty .tls.keySecret) -}}
 {{- fail (printf "%s: cert and keySecret go together (the client certificate and its key); set both or neither" .at) -}}
+{{- end -}}
+{{- if or .tls.ca .tls.cert -}}
+{{- if not .url -}}
+{{- fail (printf "%s needs %s: the files are how gpulens reaches that server" .at .urlAt) -}}
+{{- end -}}
+{{- if not (hasPrefix "https://" .url) -}}
+{{- fail (printf "%s goes with an https:// URL, and %s is not one: the CA and client certificate would be ignored; give https://, or leave %s empty" .at .urlAt .at) -}}
+{{- end -}}
 {{- end -}}
 {{- end }}
 
@@ -220,21 +272,30 @@ of reclaim.notify.owners where the settings name none; "" without settings (no m
 {{- end }}
 
 {{/*
-How a gpulens client reaches a Prometheus guarded as dashboard.prometheus describes (bearerTokenSecret or
-basicAuthSecret, tlsConfig): the dashboard and, where it reads the same Prometheus, the reclaim service. Each
-fails on a setting that cannot work. Call with (dict "prometheus" PROMETHEUS "at" "the.values.path").
+How a gpulens client reaches a Prometheus guarded as dashboard.prometheus describes (url, bearerTokenSecret or
+basicAuthSecret, tlsConfig): the dashboard and, where it reads the same Prometheus, the reclaim service, which
+checks it whether or not the dashboard is installed. Each fails on a setting that cannot work. Call with
+(dict "prometheus" PROMETHEUS "at" "the.values.path").
 */}}
 {{- define "gpulens.prometheusClientCheck" -}}
+{{- $url := printf "%s.url" .at -}}
+{{- include "gpulens.checkUrl" (dict "value" .prometheus.url "at" $url) -}}
 {{- range $secret := list "bearerTokenSecret" "basicAuthSecret" -}}
-{{- $ref := get $.prometheus $secret | default dict -}}
-{{- if and $ref.key (not $ref.name) -}}
-{{- fail (printf "%s.%s: a key without the Secret's name; give name too (the key alone is ignored)" $.at $secret) -}}
-{{- end -}}
+{{- include "gpulens.checkSecretKey" (dict "secret" (get $.prometheus $secret) "at" (printf "%s.%s" $.at $secret)) -}}
 {{- end -}}
 {{- if and .prometheus.bearerTokenSecret.name .prometheus.basicAuthSecret.name -}}
 {{- fail (printf "%s: set bearerTokenSecret or basicAuthSecret, not both (one Authorization header)" .at) -}}
 {{- end -}}
-{{- include "gpulens.checkTlsFiles" (dict "tls" (.prometheus.tlsConfig | default dict) "at" (printf "%s.tlsConfig" .at)) -}}
+{{- include "gpulens.checkTlsFiles" (dict "tls" (.prometheus.tlsConfig | default dict) "at" (printf "%s.tlsConfig" .at) "url" .prometheus.url "urlAt" $url) -}}
+{{- end }}
+
+{{/* Its flags by the value each comes from, as YAML, for gpulens.checkExtraArgs. */}}
+{{- define "gpulens.prometheusClientFlags" -}}
+--bearer-token-file: dashboard.prometheus.bearerTokenSecret
+--basic-auth-file: dashboard.prometheus.basicAuthSecret
+--ca-file: dashboard.prometheus.tlsConfig
+--cert-file: dashboard.prometheus.tlsConfig
+--key-file: dashboard.prometheus.tlsConfig
 {{- end }}
 
 {{/* Its flags, as list items: --bearer-token-file or --basic-auth-file, --ca-file, --cert-file and --key-file. */}}
