@@ -10,11 +10,13 @@ import gc
 import re
 import ssl
 import threading
+import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 import requests
+import urllib3.exceptions
 
 from gpulens.credentials import Credentials
 from gpulens.urls import check_url, shown_url
@@ -35,6 +37,10 @@ class HttpError(Exception):
 
 # The fix for an answer slower than the timeout, unless the reader knows a better one.
 OVERLOADED = "it may be overloaded"
+# The largest answer read. gpulens's largest, a month of 10^5 jobs from Prometheus, is under 30 MB of JSON
+# (docs/benchmarks.md); decoded, JSON takes about ten times its size, so a proxy or server that answers without
+# end would otherwise take the machine's memory.
+MAX_ANSWER_BYTES = 256 * 1024 * 1024
 
 
 def untrusted(credentials: Credentials | None, flags: tuple[str, str, str]) -> str:
@@ -113,6 +119,7 @@ class HttpClient:
     ) -> requests.Response:
         with self._lock:
             self.requests_made += 1
+        deadline = time.monotonic() + self.timeout
         try:
             response = self._session.request(
                 method,
@@ -123,6 +130,7 @@ class HttpClient:
                 json=body,  # type: ignore[arg-type]
                 timeout=self.timeout,
                 headers={"Accept": accept},
+                stream=True,  # the body is read by _read_body, within the deadline and MAX_ANSWER_BYTES
             )
         except requests.Timeout:
             raise self.error(f"did not answer within {self.timeout:g} s; {self._slow}") from None
@@ -136,6 +144,7 @@ class HttpClient:
             raise self.error(f"cannot be reached ({self.said(_reason(error))}); {self._unreachable}") from None
         except (requests.RequestException, OSError) as error:  # OSError: a certificate file gone since
             raise self.error(f"request failed ({type(error).__name__}); {self._unreachable}") from None
+        self._read_body(response, deadline)
         if response.status_code == 401:
             if self._sends_credentials:
                 raise self.error(f"refused the credentials given (HTTP 401); {self._refused}")
@@ -144,6 +153,32 @@ class HttpClient:
             said = self.said(response.text, 200) if method != "GET" else ""
             raise self.error(f"refused the credentials (HTTP 403{': ' + said if said else ''}); {self._refused}")
         return response
+
+    def _read_body(self, response: requests.Response, deadline: float) -> None:
+        """Read the whole answer into `response` (its .content, .text and .json()) by `deadline` (the timeout
+        is for each read of the socket: a server that trickles its answer would pass it every time) and up to
+        MAX_ANSWER_BYTES, decompressed; raise HttpError otherwise."""
+        chunks, size = [], 0
+        try:
+            for chunk in response.iter_content(1 << 16):
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise self.error(
+                        f"answered more than {MAX_ANSWER_BYTES >> 20} MiB, more than any answer gpulens asks for; "
+                        "check that the URL is the server itself, not a proxy or another program"
+                    )
+                if time.monotonic() > deadline:
+                    raise self.error(f"did not finish its answer within {self.timeout:g} s; {self._slow}")
+                chunks.append(chunk)
+        except requests.RequestException as error:  # a read timed out, or the connection broke mid-answer
+            if _timed_out(error):
+                raise self.error(f"did not finish its answer within {self.timeout:g} s; {self._slow}") from None
+            raise self.error(f"broke off its answer ({self.said(_reason(error))}); {self._unreachable}") from None
+        finally:
+            response.close()
+        # What Response.content does once it has read the body itself (requests/models.py), here within limits.
+        response._content = b"".join(chunks)
+        response._content_consumed = True
 
     def said(self, text: object, limit: int = 300) -> str:
         """Return what a server said on one line, at most `limit` characters, every secret redacted first.
@@ -242,6 +277,16 @@ def _system_cas() -> str | bool:
     """Return the system's trusted CAs for `requests`, which would otherwise trust certifi's bundle only."""
     paths = ssl.get_default_verify_paths()
     return paths.cafile or paths.capath or True
+
+
+def _timed_out(error: BaseException) -> bool:
+    """Whether a failed read ran out of time: requests wraps urllib3's read timeout, which wraps the socket's."""
+    inner: BaseException | None = error
+    while inner is not None:
+        if isinstance(inner, TimeoutError | requests.Timeout | urllib3.exceptions.TimeoutError):
+            return True
+        inner = inner.__cause__ or inner.__context__
+    return False
 
 
 def _reason(error: BaseException) -> str:

@@ -90,10 +90,15 @@ class PrometheusApi(HttpClient):
         try:
             body = parse_json(response)
         except ValueError:
-            raise self.error(
-                f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
-                "is --prometheus the Prometheus server itself (not Grafana or a login page)?"
-            ) from None
+            itself = "is --prometheus the Prometheus server itself (not Grafana or a login page)?"
+            if response.ok:
+                raise self.error(
+                    f"answered HTTP {response.status_code} with something that is not the Prometheus API's JSON; "
+                    f"{itself}"
+                ) from None
+            said = self.said(response.text.strip() or response.reason, 200)
+            fix = "the server failed: see its log" if response.status_code >= 500 else itself
+            raise self.error(f"answered HTTP {response.status_code}: {said}; {fix}", response.status_code) from None
         if not isinstance(body, dict):
             raise self.error(f"answered with JSON that is not the Prometheus API's; {NOT_THE_API}")
         if body.get("status") != "success":

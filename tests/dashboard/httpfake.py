@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# (status, content type, body, delay in seconds) for a request path and its query string.
-Reply = tuple[int, str, bytes, float]
+# (status, content type, body, delay in seconds) for a request path and its query string; a body given as
+# (bytes, seconds before them) pieces is sent piece by piece, as a server that trickles or stalls does.
+Reply = tuple[int, str, bytes | list[tuple[bytes, float]], float]
 
 
 def json_reply(body: object, status: int = 200) -> Reply:
@@ -49,12 +50,16 @@ def fake_server(
                     401,
                 )
             time.sleep(delay)
+            pieces = [(body, 0.0)] if isinstance(body, bytes) else body
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(sum(len(piece) for piece, _ in pieces)))
                 self.end_headers()
-                self.wfile.write(body)
+                for piece, wait in pieces:
+                    time.sleep(wait)
+                    self.wfile.write(piece)
+                    self.wfile.flush()
             except OSError:
                 pass  # the client gave up waiting
 

@@ -8,6 +8,7 @@ import urllib.parse
 
 import pytest
 
+from gpulens import httpclient
 from gpulens.credentials import Credentials
 from gpulens.fleet.environment import from_environment
 from gpulens.fleet.prometheus import PrometheusSource
@@ -91,6 +92,42 @@ def test_a_slow_server_times_out():
     with fake_server(lambda path: (*EMPTY[:3], 3.0)) as (url, _):
         answer = source(url, timeout=0.3).fleet(3600)
     assert "did not answer within 0.3 s" in answer.problems[0].what
+
+
+@pytest.mark.parametrize(
+    ("pieces", "said"),
+    [
+        # An answer begun and never finished was reached: it is slow, not unreachable.
+        ([(b'{"status":', 0.0), (b"}", 3.0)], "did not finish its answer within 0.5 s; it may be overloaded"),
+        # Each piece within the timeout, the whole far past it: the timeout is for the answer.
+        ([(b" ", 0.2)] * 15, "did not finish its answer within 0.5 s"),
+    ],
+    ids=["stalls", "trickles"],
+)
+def test_an_answer_that_stalls_or_trickles_ends_at_the_timeout(pieces, said):
+    with fake_server(lambda path: (200, "application/json", pieces, 0.0)) as (url, _):
+        answer = source(url, timeout=0.5).fleet(3600)
+    assert said in answer.problems[0].what, answer.problems
+
+
+def test_an_answer_without_end_is_cut_at_the_limit(monkeypatch):
+    monkeypatch.setattr(httpclient, "MAX_ANSWER_BYTES", 1 << 20)
+    with fake_server(lambda path: (200, "application/json", [(b" " * (1 << 16), 0.0)] * 64, 0.0)) as (url, _):
+        answer = source(url).fleet(3600)
+    assert "answered more than 1 MiB" in answer.problems[0].what and "the server itself" in answer.problems[0].what
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (500, "answered HTTP 500: internal error: database locked; the server failed: see its log"),
+        (404, "answered HTTP 404: internal error: database locked; is --prometheus the Prometheus server itself"),
+    ],
+)
+def test_an_http_error_that_is_not_the_apis_json_shows_what_the_server_said(status, said):
+    with fake_server(lambda path: (status, "text/plain", b"internal error: database locked\n", 0.0)) as (url, _):
+        answer = source(url).fleet(3600)
+    assert said in answer.problems[0].what, answer.problems
 
 
 def test_an_empty_answer_says_prometheus_has_no_gpulens_series():
