@@ -49,9 +49,14 @@ def write_whole(path: Path, document: Any) -> None:
 
 def append_line(path: Path, record: Mapping[str, Any]) -> None:
     """Append `record` as one JSON line: one write of one line, so that writers sharing the file interleave
-    whole lines. OSError as it comes."""
-    line = json.dumps(record, sort_keys=True) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
+    whole lines. A last line left without its end (a process stopped mid-write, a full disk) is ended first:
+    appended to it, the record would be part of a line that does not read, and lost. OSError as it comes."""
+    line = json.dumps(record, sort_keys=True).encode() + b"\n"
+    with open(path, "ab+") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = b"\n" + line
         f.write(line)
 
 
@@ -68,6 +73,8 @@ def lines(
     try:
         with open(path, "rb") as f:
             for number, line in enumerate(f, 1):
+                if not line.strip():  # the end a torn line was given, where a writer raced another's
+                    continue
                 problem, value = _read(line, fields, required)
                 if problem:
                     log.warning("%s line %d does not read (%s); skipped", path, number, problem)

@@ -322,6 +322,20 @@ def test_keep_reads_past_a_line_of_keeps_that_is_not_utf8(tmp_path, capsys, capl
     assert "keeps.jsonl line 2 does not read (it is not UTF-8: byte 0xe9 at column 33); skipped" in caplog.text
 
 
+def test_a_keep_after_a_torn_last_line_is_in_force(tmp_path, capsys, caplog):
+    """A crash mid-write leaves the last line without its end: the next keep was appended to it, confirmed with
+    exit 0, and skipped as part of a line that does not read, so the service acted on the kept job."""
+    state = served(tmp_path / "state")
+    assert run(capsys, "keep", "1", "--for", "1h", "--reason", "first", "--state-dir", state)[0] == 0
+    keeps = tmp_path / "state" / "keeps.jsonl"
+    keeps.write_bytes(keeps.read_bytes()[:-20])
+    assert run(capsys, "keep", "2", "--for", "1h", "--reason", "second", "--state-dir", state)[0] == 0
+    assert [k.job for k in Folder(tmp_path / "state").keeps()] == ["slurm/2"]
+    assert "keeps.jsonl line 1 does not read" in caplog.text
+    status, out, _ = run(capsys, "keep", "2", "--end", "--reason", "done", "--by", "ann", "--state-dir", state)
+    assert (status, out) == (0, "ended the keeps of slurm/2, by ann: done\n")
+
+
 def test_the_docs_list_every_event_of_the_audit_log(tmp_path):
     folder = Folder(tmp_path).create()
     folder.record_keep(Keep("slurm/1", 2_000.0, "ann", "eval", 1_000.0))
