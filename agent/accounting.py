@@ -16,7 +16,8 @@ diagnosis. Counters stay `JOB_EXPIRY_SECONDS` after the job's last process went,
 A Slurm job, a pod or a container is a job from its first cycle. A bare process becomes one only once it
 has held a GPU for `--jobs.process-min-age`: it is accounted from its first cycle but written and exported
 only then, so a short process leaves no record and no series, and a long one loses none of its first
-minute. At most `--jobs.max-exported` jobs have series; the others are counted in
+minute in the ledger (Prometheus's increase() cannot count what its counters hold when they first appear:
+from Prometheus that minute is missing, docs/reports.md). At most `--jobs.max-exported` jobs have series; the others are counted in
 `gpulens_jobs_not_exported`.
 
 Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds) and

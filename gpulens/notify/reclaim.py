@@ -9,13 +9,14 @@ from gpulens.reclaim.ladder import Decision
 from gpulens.reclaim.service import Notify, NotifyError
 
 
-def reclaim_notifier(sender: Sender) -> Notify:
+def reclaim_notifier(sender: Sender, mode: str = "enforce") -> Notify:
     """Return the reclaim service's notifier: each warning of the ladder goes to the job's owner through
     `sender` as a `reclaim_warning` (urgent: sent in quiet hours), the service's words in the template's
     `details`; a warning of a job the service does not act on (a container, a bare process) goes as `idle`,
     which says nothing will be done and can wait for quiet hours to end. NotifyError where nobody was told (no
     address, every channel failed), which the service's audit log keeps as warn_failed; a warning the cooldown
-    suppresses was delivered before, so it is no error."""
+    suppresses was delivered before, so it is no error. In notify `mode` the warning says what would happen once
+    the rule is enforced (its `outcome`), and that nothing will be done now."""
 
     def notify(decision: Decision, text: str) -> None:
         job, due = decision.job, decision.due_at
@@ -24,6 +25,13 @@ def reclaim_notifier(sender: Sender) -> Notify:
             "verdict": "idle: its GPUs hold no work",
             "since": words.duration(decision.idle_seconds),
             "due": words.when(due) if due is not None else "",
+            "outcome": (
+                "would be stopped once the idle-GPU rule is enforced"
+                if mode == "notify"
+                else f"will be stopped at {words.when(due)}"
+                if due is not None
+                else "will be stopped"
+            ),
             "details": text,
         }
         # A new idle spell has a new due time: its warnings are new, while the same warning decided again (a

@@ -42,6 +42,7 @@ FIELDS = {
     "gpus": "the job's GPUs: '2 GPUs: gpu-node-1/0, gpu-node-1/1'",
     "since": "how long the job has been so: '2 h 10 min'",
     "due": "when gpulens reclaim will act: '2026-12-05 14:20 UTC'",
+    "outcome": "what the reclaim warning says will come of the job: 'will be stopped at 2026-12-05 14:20 UTC'",
     "links": "the dashboard's pages of the job, one per line",
     "details": "what the caller says besides: the reclaim warning as gpulens reclaim writes it, a digest",
     "period": "a digest's period: '2026-11-01 to 2026-12-01'",

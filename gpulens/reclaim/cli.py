@@ -191,7 +191,7 @@ def _run(argv: Sequence[str], out: TextIO) -> int:
             from gpulens.notify.sender import Sender
 
             sender = Sender.from_config(load_config(args.notify_config, "--notify-config"))
-            notify = reclaim_notifier(sender)
+            notify = reclaim_notifier(sender, policy.mode)
             advisor = Advisor(sender, source, sender.config.advice, sender.config.job_end)
         checkpoint = _checkpoint_agents(args.checkpoint_agents) if args.checkpoint_agents else None
         folder = Folder(args.state_dir).create()
@@ -322,6 +322,7 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
         if keep.ends and job not in in_force(folder.keeps(), now):
             return _fail("keep", f"no keep of {job} is in force: nothing to end ('gpulens reclaim log --job {job}')")
         folder.record_keep(keep)
+        holding = in_force(folder.keeps(), now).get(job)
     except FolderError as error:
         return _fail("keep", error)
     except OSError as error:
@@ -333,6 +334,12 @@ def _keep(argv: Sequence[str], out: TextIO) -> int:
         print(f"ended the keeps of {job}, by {by}: {keep.reason}", file=out)
     else:
         print(f"kept {job} until {when(keep.until)} ({duration(seconds)}), by {by}: {keep.reason}", file=out)
+        if holding is not None and holding.until > keep.until:  # the longest keep holds (docs/reclaim.md)
+            print(
+                f"a keep made before holds it longer: until {when(holding.until)}, by {holding.by}: {holding.reason} "
+                f"('gpulens reclaim keep {job} --end' ends both)",
+                file=out,
+            )
     return 0
 
 

@@ -2,7 +2,8 @@
 
     lock          held by the running service: two services never act on one fleet; left behind, it tells
                   `keep` and `log` that a service has run here
-    places.json   where each job stands on its ladder, so that a restart neither warns twice nor forgets
+    places.json   where each job stands on its ladder, and the mode it got there in, so that a restart neither
+                  warns twice nor forgets, and a change of mode acts on no job its owner was not told of
     keeps.jsonl   `gpulens reclaim keep` appends a line per keep: the job, until when, who and why
     audit.jsonl   a line per decision: warned, would act, acted, skipped and why, reset, kept
 
@@ -92,22 +93,29 @@ class Folder:
 
     # -- places -----------------------------------------------------------------------------------------
 
-    def places(self) -> dict[str, Place]:
+    def places(self) -> tuple[dict[str, Place], str]:
+        """Where each job stood, and the mode of the service that wrote it ("" where the file does not say)."""
         path = self.path / PLACES
         try:
             document = json.loads(path.read_text())
-            return {
+            places = {
                 key: Place(**{**value, "nodes": tuple(value.get("nodes", ()))})
                 for key, value in document["places"].items()
             }
+            mode = document.get("mode", "")
+            return places, mode if isinstance(mode, str) else ""
         except FileNotFoundError:
-            return {}
+            return {}, ""
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             log.warning("%s does not read (%s); every job starts at the foot of its ladder", path, error)
-            return {}
+            return {}, ""
 
-    def save_places(self, places: Mapping[str, Place]) -> None:
-        document = {"places": {key: dataclasses.asdict(place) for key, place in sorted(places.items())}}
+    def save_places(self, places: Mapping[str, Place], mode: str) -> None:
+        """Write where each job stands, and in which mode (ladder.carried: what another mode takes over)."""
+        document = {
+            "mode": mode,
+            "places": {key: dataclasses.asdict(place) for key, place in sorted(places.items())},
+        }
         statefiles.write_whole(self.path / PLACES, document)
 
     # -- keeps and the audit log --------------------------------------------------------------------------

@@ -207,6 +207,29 @@ def _unknown(job: Job) -> str:
     )
 
 
+def carried(places: Mapping[str, Place], was: str, mode: str) -> dict[str, Place]:
+    """The places a service in `mode` takes over from one that ran in `was` ("" where the folder does not say).
+
+    A dry-run only logged its warnings: they reached nobody, so each job starts again at the foot of its ladder,
+    idle since when it was (the warnings due are given at once, the action the policy's time after the last). A
+    dry-run's or notify's actions were only logged: for an enforcing service the last warning (which said the
+    job would be acted on once the rule is enforced) is withdrawn and given again, with the full time after it,
+    as when a keep ends. Otherwise a job stood still and an action done stays done."""
+    if not was or was == mode or mode == "dry-run":
+        return dict(places)
+    if was == "dry-run":
+        foot = {"warned": 0, "warned_at": None, "signalled_at": None, "acted_at": None, "noted": ""}
+        return {key: replace(place, **foot) for key, place in places.items()}
+    if mode != "enforce":
+        return dict(places)
+    return {
+        key: replace(place, warned=max(place.warned - 1, 0), signalled_at=None, acted_at=None, noted="")
+        if place.acted_at is not None or place.signalled_at is not None
+        else place
+        for key, place in places.items()
+    }
+
+
 def due_at(rule: Rule, place: Place) -> float:
     """When the action is due: `act_after` idle, and never sooner after the last warning than the policy leaves."""
     due = place.idle_since + rule.act_after

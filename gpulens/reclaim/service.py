@@ -34,7 +34,20 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from gpulens.fleet.records import Answer, CheckpointAnswer, Source, SourceProblem
 from gpulens.reclaim.actor import Actor, ActorError, Facts
 from gpulens.reclaim.folder import Folder
-from gpulens.reclaim.ladder import ACT, RESET, SIGNAL, SKIP, WARN, Cycle, Decision, Job, Pending, decide, jobs_in
+from gpulens.reclaim.ladder import (
+    ACT,
+    RESET,
+    SIGNAL,
+    SKIP,
+    WARN,
+    Cycle,
+    Decision,
+    Job,
+    Pending,
+    carried,
+    decide,
+    jobs_in,
+)
 from gpulens.reclaim.policy import Policy
 from gpulens.words import duration, when
 
@@ -131,7 +144,15 @@ class Service:
         self.advisor = advisor  # advice on starved and underused jobs, and jobs' ends (gpulens.notify.advisor)
         self.checkpoint = checkpoint or source.checkpoint  # the agents that the source reads, unless told others
         self.checkpointed: set[str] = set()  # jobs asked already: a failed action tried again does not ask again
-        self.places = folder.places()
+        places, was = folder.places()
+        self.places = carried(places, was, policy.mode)
+        if was and was != policy.mode and self.places != places:
+            log.info(
+                "%s was written in %s mode: in %s mode, what was only logged there is done again first",
+                folder.path / "places.json",
+                was,
+                policy.mode,
+            )
         now = self.started = clock()  # started: a first cycle that never ends is stalled from here
         # Actions of the last hour count toward the cap across a restart.
         done = ("acted", "signalled", "action_failed") if policy.mode == "enforce" else ("would_act", "would_signal")
@@ -172,14 +193,20 @@ class Service:
             self._ask_to_checkpoint([d for d in cycle.decisions if d.event == ACT], now)
         self.checkpointed &= set(places)
         for decision in cycle.decisions:
-            if not self._carry_out(decision, now):  # a failed signal or action is tried again next cycle
-                place = places[decision.job.key]
-                if decision.event == SIGNAL:
-                    places[decision.job.key] = replace(place, signalled_at=None)
-                else:
-                    places[decision.job.key] = replace(place, acted_at=None)
+            event = self._carry_out(decision, now)
+            key = decision.job.key
+            # A failed signal or action is tried again next cycle. So is a warning that reached nobody: the
+            # action waits until one has reached the owner (every job is warned before it is acted on).
+            if event == "action_failed" and decision.event == SIGNAL:
+                places[key] = replace(places[key], signalled_at=None)
+            elif event == "action_failed":
+                places[key] = replace(places[key], acted_at=None)
+            elif event == "warn_failed":
+                before = self.places.get(key)
+                warned, warned_at = (before.warned, before.warned_at) if before is not None else (0, None)
+                places[key] = replace(places[key], warned=warned, warned_at=warned_at)
         self.places = places
-        self.folder.save_places(places)
+        self.folder.save_places(places, self.policy.mode)
         self.last, self.last_time = cycle, now
         if self.advisor is not None:
             try:
@@ -279,8 +306,8 @@ class Service:
                 self.folder.audit(_record(decision, event, self.policy.mode, now, detail))
                 log.info("%s %s (policy %s): %s", event, decision.job.key, decision.policy, detail)
 
-    def _carry_out(self, decision: Decision, now: float) -> bool:
-        """Do what the mode allows of `decision`, count it and log it; return False where an action failed."""
+    def _carry_out(self, decision: Decision, now: float) -> str:
+        """Do what the mode allows of `decision`, count it and log it; return what became of it (its audit event)."""
         event, detail = EVENTS[decision.event][self.policy.mode], ""
         if event in ("acted", "signalled"):
             event, detail = self._act(decision)
@@ -288,15 +315,16 @@ class Service:
             self.recent.append(now)  # toward the cap; a job it only warns costs none
         if event == "warned" and self.notify is not None:
             try:
-                self.notify(decision, warning(decision))
+                self.notify(decision, warning(decision, self.policy.mode))
             except NotifyError as error:  # a mail server down costs this warning, not the cycle
                 event, detail = "warn_failed", f"could not tell the owner: {error}"
         action = "warn" if decision.event == WARN else decision.action
         if decision.event != RESET:
             self.decisions.labels(decision.policy, action, RESULTS[event]).inc()
         self.folder.audit(_record(decision, event, self.policy.mode, now, detail))
-        log.info("%s %s (policy %s): %s", event, decision.job.key, decision.policy, decision.reason or detail)
-        return event != "action_failed"
+        said = decision.reason or detail
+        log.info("%s %s (policy %s)%s", event, decision.job.key, decision.policy, f": {said}" if said else "")
+        return event
 
     def _act(self, decision: Decision) -> tuple[str, str]:
         """Signal or act on the job through its scheduler; return the event and the scheduler's words."""
@@ -313,9 +341,10 @@ class Service:
             return "action_failed", str(error)
 
 
-def warning(decision: Decision) -> str:
+def warning(decision: Decision, mode: str = "enforce") -> str:
     """The words that tell a job's owner what will happen to it, and how to stop it; for a job the service only
-    warns, that nothing will, and that its GPUs are wanted."""
+    warns, that nothing will, and that its GPUs are wanted; in notify mode, what would happen once the rule is
+    enforced, and that nothing will be done now."""
     job = decision.job
     gpus = len(job.devices)
     if decision.warns_only:
@@ -330,10 +359,18 @@ def warning(decision: Decision) -> str:
     if job.kind != "slurm":  # a workload is stopped (scaled to zero, suspended), whatever the policy calls it
         what = "stopped"
     at = f"at {when(decision.due_at)}" if decision.due_at is not None else "soon"
+    keep = f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT)"
+    held = f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for"
+    if mode == "notify":
+        return (
+            f"{held} {duration(decision.idle_seconds)}. Once the rule is enforced, such a job will be {what} unless "
+            f"its GPUs work again or it is kept {keep}; it is not enforced yet, and nothing will be done to this job "
+            f"now: please free its GPUs if it has no more work for them. Warning {decision.step}, policy "
+            f"{decision.policy}."
+        )
     return (
-        f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for "
-        f"{duration(decision.idle_seconds)}. It will be {what} {at} unless its GPUs work again or it is kept "
-        f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT). Warning {decision.step}, policy {decision.policy}."
+        f"{held} {duration(decision.idle_seconds)}. It will be {what} {at} unless its GPUs work again or it is kept "
+        f"{keep}. Warning {decision.step}, policy {decision.policy}."
     )
 
 

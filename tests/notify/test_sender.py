@@ -140,7 +140,7 @@ def test_quiet_hours_hold_what_can_wait_until_they_end_but_not_a_reclaim_warning
     assert sender.send(starved()).status == HELD  # asked again: still held once
     warned = sender.send(Message("reclaim_warning", Owner(user="bob"), job="slurm/1234", fields={"details": "x"}))
     assert warned.status == SENT and [r.mail["Subject"] for r in box.received] == [
-        "[gpulens] slurm/1234 will be stopped at : its GPUs hold no work"
+        "[gpulens] slurm/1234 : its GPUs hold no work"
     ]
     clock.now = datetime.datetime(2026, 7, 2, 6, 59, tzinfo=BERLIN).timestamp()
     assert sender.release() == []

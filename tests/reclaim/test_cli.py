@@ -226,10 +226,15 @@ def test_keep_records_who_why_and_until_and_log_reads_it_back(tmp_path, capsys, 
 
 def test_keep_end_ends_the_jobs_keeps_and_says_when_there_is_none(tmp_path, capsys):
     state = served(tmp_path / "state")
-    for span in ("8h", "2h"):
-        assert (
-            run(capsys, "keep", "1234", "--for", span, "--reason", "eval", "--by", "ann", "--state-dir", state)[0] == 0
-        )
+    said = [
+        run(capsys, "keep", "1234", "--for", span, "--reason", span, "--by", "ann", "--state-dir", state)
+        for span in ("8h", "2h")
+    ]
+    assert [status for status, _, _ in said] == [0, 0] and len(said[0][1].splitlines()) == 1
+    # The shorter keep is recorded, and the longer one holds: said, not left to find out.
+    kept, longer = said[1][1].splitlines()
+    assert kept.startswith("kept slurm/1234 until ") and kept.endswith("(2 h), by ann: 2h")
+    assert longer.startswith("a keep made before holds it longer: until ") and ", by ann: 8h (" in longer
     status, out, _ = run(capsys, "keep", "1234", "--end", "--reason", "eval done", "--by", "ann", "--state-dir", state)
     assert (status, out) == (0, "ended the keeps of slurm/1234, by ann: eval done\n")
     assert in_force(Folder(state).keeps(), time.time()) == {}

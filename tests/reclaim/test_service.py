@@ -19,7 +19,7 @@ from gpulens.reclaim.actor import ActorError
 from gpulens.reclaim.folder import Folder, FolderError
 from gpulens.reclaim.ladder import Keep
 from gpulens.reclaim.policy import Limits, Policy, Rule
-from gpulens.reclaim.service import Service, command_notifier
+from gpulens.reclaim.service import NotifyError, Service, command_notifier
 from gpulens.reclaim.slurm import Slurm
 from tests.reclaim.test_ladder import MIN, START, gpu
 
@@ -123,8 +123,66 @@ def test_notify_tells_the_owner_and_acts_on_nothing(tmp_path):
     made, clock, slurm, folder = service(tmp_path, [gpu(0)], mode="notify", notify=lambda d, text: told.append(text))
     run_until(made, clock, 130)
     assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "would_act"] and "100" in slurm.jobs
-    assert told[0].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 1 h. It will be cancelled at ")
+    # It said the job would be cancelled at a time, and nothing came of it: the owner is told what the rule will do.
+    assert told[0].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 1 h. Once the rule is enforced, ")
+    assert "nothing will be done to this job now" in told[0] and " at " not in told[0]
     assert "gpulens reclaim keep slurm/100 --for 8h" in told[0]
+
+
+@pytest.mark.parametrize(
+    ("was", "then"),
+    [
+        # Its warnings reached nobody: warned again (the last due, at once), acted on the policy's time later.
+        ("dry-run", [(131, "warned"), (146, "acted")]),
+        # Told it would be cancelled once enforced: told again that it will be, with the full time after it.
+        ("notify", [(131, "warned"), (146, "acted")]),
+        # Acted on already: nothing more.
+        ("enforce", []),
+    ],
+)
+def test_a_job_a_mode_only_logged_the_action_of_is_warned_again_and_acted_on_in_enforce(tmp_path, was, then):
+    """A job that reached would_act in the rollout's dry-run or notify weeks kept its GPUs for good once the
+    service enforced: its place said acted on."""
+    told = []
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], mode=was, notify=lambda d, text: told.append(text))
+    run_until(made, clock, 130)
+    before, commands = len(audit(folder)), len(slurm.commands)
+    if was == "enforce":
+        slurm.jobs["100"] = "gpu|alice|physics|(null)"  # requeued, say: its place stays acted on
+    made = Service(
+        made.source,
+        replace(made.policy, mode="enforce"),
+        folder,
+        actors=[Slurm(slurm)],
+        clock=clock,
+        notify=lambda d, text: told.append(text),
+    )
+    while clock.now <= START + 150 * MIN:
+        made.cycle()
+        clock.now += MIN
+    assert [(minutes, event) for minutes, event, _ in audit(folder)[before:]] == then
+    assert (("scancel", "100") in slurm.commands[commands:]) == (was != "enforce")
+    if then:
+        assert told[-1].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 2 h 11 min. It will be ")
+
+
+def test_an_action_waits_for_a_warning_that_reaches_the_owner(tmp_path):
+    """A job was cancelled though its only warning reached nobody (a mail server down): every job is warned
+    before it is acted on, so a warning that failed is given again each cycle, and the action waits for it."""
+    down = {"now": True}
+
+    def notify(decision, text):
+        if down["now"]:
+            raise NotifyError("SMTP server 127.0.0.1:25 cannot be reached")
+
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], notify=notify)
+    run_until(made, clock, 130)
+    events = audit(folder)
+    assert {event for _, event, _ in events} == {"warn_failed"} and "100" in slurm.jobs
+    assert events[0][0] == 60 and len(events) == 71  # each cycle from the first warning's time on
+    down["now"] = False
+    run_until(made, clock, 160)
+    assert [(m, e) for m, e, _ in audit(folder)[len(events) :]] == [(131, "warned"), (146, "acted")]
 
 
 def test_a_pending_action_is_a_series_until_it_is_done(tmp_path):
@@ -324,13 +382,13 @@ def test_the_warn_command_gets_the_message_on_stdin_and_the_job_in_its_arguments
     assert first == "alice@example.org job=100" and message.startswith("Job 100 (alice) has held 1 GPU(s)")
 
 
-def test_a_warn_command_that_fails_costs_that_warning_only(tmp_path):
+def test_a_warn_command_that_fails_is_tried_again_and_the_action_waits(tmp_path):
     made, clock, slurm, folder = service(
         tmp_path, [gpu(0)], notify=command_notifier([sys.executable, "-c", "raise SystemExit(3)"])
     )
-    run_until(made, clock, 130)
+    run_until(made, clock, 62)
     records = list(folder.audit_records())
-    assert [r["event"] for r in records] == ["warn_failed", "warn_failed", "acted"]
+    assert [r["event"] for r in records] == ["warn_failed"] * 3 and "100" in slurm.jobs
     assert records[0]["detail"].endswith("exited 3: ")
 
 
@@ -350,7 +408,7 @@ def test_a_broken_line_in_a_state_file_costs_that_line(tmp_path, caplog):
     assert [k.job for k in folder.keeps()] == ["slurm/1", "slurm/3"]
     assert "keeps.jsonl line 2 does not read" in caplog.text
     (tmp_path / "places.json").write_text("{not json")
-    assert folder.places() == {}
+    assert folder.places() == ({}, "")
     with open(tmp_path / "audit.jsonl", "a") as f:  # the hour's actions are counted from the log at start
         f.write(json.dumps({"time": "yesterday", "event": "acted"}) + "\n")
         f.write(json.dumps({"time": START, "event": "acted"}) + "\n")
