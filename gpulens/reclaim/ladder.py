@@ -218,8 +218,10 @@ def carried(places: Mapping[str, Place], was: str, mode: str) -> dict[str, Place
     if not was or was == mode or mode == "dry-run":
         return dict(places)
     if was == "dry-run":
-        foot = {"warned": 0, "warned_at": None, "signalled_at": None, "acted_at": None, "noted": ""}
-        return {key: replace(place, **foot) for key, place in places.items()}
+        return {
+            key: replace(place, warned=0, warned_at=None, signalled_at=None, acted_at=None, noted="")
+            for key, place in places.items()
+        }
     if mode != "enforce":
         return dict(places)
     return {
