@@ -130,6 +130,9 @@ class HttpClient:
                 json=body,  # type: ignore[arg-type]
                 timeout=self.timeout,
                 headers={"Accept": accept},
+                # A POST or DELETE is for the server asked: followed, it would carry its body to another host
+                # (307), or turn into a GET (302) whose answer the caller would take for the server's.
+                allow_redirects=method == "GET",
                 stream=True,  # the body is read by _read_body, within the deadline and MAX_ANSWER_BYTES
             )
         except requests.Timeout:

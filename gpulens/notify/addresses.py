@@ -166,6 +166,20 @@ class AddressBook:
     def missing(self, owner: Owner) -> str:
         """Say why `owner` has no address and what would give one, in one line."""
         s = self.settings
+        made = {  # whether each template set makes an address of the user
+            name: valid(template.replace("{user}", owner.user))
+            for name, template, valid in (
+                ("addresses.domain_template", s.domain_template, is_email),
+                ("addresses.chat_template", s.chat_template, is_handle),
+            )
+            if template
+        }
+        if owner.user and made and not any(made.values()):  # 'alice;rm', 'a b': a template would have made one
+            makes = "makes" if len(made) == 1 else "make"
+            return (
+                f"no address for {owner}: {checks.shown(owner.user)} is not a user name ({words.join(made)} {makes} "
+                "no address of it); give the owner's user name"
+            )
         looked = [
             name
             for name, on in (

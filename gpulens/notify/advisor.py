@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from gpulens import words
 from gpulens.fleet.advice import gpu_tips, job_advice
 from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, Source, SourceProblem
+from gpulens.fleet.summary import JobReport
 from gpulens.links import job_link, report_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import AdviceSettings, JobEndSettings
@@ -49,14 +50,29 @@ class _Seen:
 
 
 def job_fields(job: Job, dashboard: str) -> dict[str, str]:
-    """The template fields every message about `job` fills the same way: its name, id, GPUs and page."""
-    gpus = ", ".join(f"{d.node}/{d.gpu}" + (f" ({d.mig_profile})" if d.mig_profile else "") for d in job.devices)
+    """The template fields every message about `job` fills the same way: its name ('slurm 1234', 'kubernetes pod
+    vision/train-0'), id, GPUs and page."""
     return {
-        "job": words.job_label(job.kind, job.id, job.pod),
+        "job": words.job_label(
+            job.kind, job.id, f"{job.namespace}/{job.pod}" if job.namespace and job.pod else job.pod
+        ),
         "job_id": job.id,
-        "gpus": f"{words.plural(len(job.devices), 'GPU')}: {gpus}" if gpus else "",
+        "gpus": gpus_text(job.devices),
         "links": f"{dashboard}/{job_link(job.kind, job.id)}" if dashboard else "",
     }
+
+
+def gpus_text(devices: Sequence[FleetGpu]) -> str:
+    """Return the GPUs and MIG slices a job holds, each once and for sure: '2 GPUs: node-a/0, node-a/1', or
+    '1 MIG slice: node-a/2 (1g.10gb, MIG-5c1d...)': a slice by its GPU and its own UUID, as the reclaim audit log
+    names it, since one GPU may hold two slices of a profile. "" for none."""
+    whole = sum(1 for d in devices if not d.mig_profile)
+    slices = len(devices) - whole
+    counted = words.join(
+        [words.plural(whole, "GPU") if whole else "", words.plural(slices, "MIG slice") if slices else ""]
+    )
+    named = (f"{d.node}/{d.gpu}" + (f" ({d.mig_profile}, {d.uuid})" if d.mig_profile else "") for d in devices)
+    return f"{counted}: {', '.join(named)}" if devices else ""
 
 
 def owner_of(job: Job) -> Owner:
@@ -171,6 +187,7 @@ class Advisor:
         if report is None:
             fields["details"] = f"gpulens has no report of it: {said or 'the store keeps nothing of it'}"
         else:
+            report = _owners(report, job.key)
             record = report.record
             wasted = record.wasted_seconds / record.gpu_seconds if record.gpu_seconds else None
             fields["verdict"] = words.join(
@@ -184,6 +201,20 @@ class Advisor:
             fields["tips"] = "\n".join(f"- {tip_title(t)}: {tip_text(t, use)}" for t, use in record.top_tips(TIPS))
             fields["details"] = render(replace(job_document(report), tips=()))  # the tips are the message's own
         return self.sender.send(Message("job_end", owner_of(job), job=job.key, fields=fields))
+
+
+def _owners(report: JobReport, key: str) -> JobReport:
+    """Return the report of an ended job as its owner gets it: finished, as `gpulens report job --ended` writes
+    it (the job's agent keeps it open a few minutes in case it comes back), and without the traces the job's
+    agents cannot give (an agent older than traces, one without an in-job channel), which are the admins' to
+    fix: logged here for them."""
+    report = replace(report, record=replace(report.record, running=False))
+    traces = report.traces
+    if traces is None or not traces.unavailable:
+        return report
+    for source, why in traces.unavailable:
+        log.warning("the end of %s is told without its traces, which are not available from %s: %s", key, source, why)
+    return replace(report, traces=replace(traces, unavailable=()))
 
 
 def _ended(job: Job, problems: Sequence[SourceProblem], running: Mapping[str, Collection[str] | None]) -> bool:

@@ -21,6 +21,7 @@ from gpulens.httpclient import HttpClient, HttpError
 from gpulens.notify.addresses import Recipients
 from gpulens.notify.config import Config, ConfigError, SmtpSettings, WebhookSettings
 from gpulens.printable import markdown_text, printable
+from gpulens.urls import shown_url
 
 
 class ChannelError(RuntimeError):
@@ -125,6 +126,8 @@ class Email:
             return f"refused every recipient ({said}); check the addresses"
         if isinstance(error, smtplib.SMTPSenderRefused):
             return f"refused the sender {s.sender} ({said}); check smtp.from"
+        if isinstance(error, smtplib.SMTPResponseException) and error.smtp_code == -1:  # smtplib: no reply code
+            return f"answered what is not SMTP while {step}: it is no SMTP server; check smtp.host and smtp.port"
         if isinstance(error, smtplib.SMTPResponseException):
             return f"answered {said} while {step}; see the server's log"
         if isinstance(error, ssl.SSLCertVerificationError):
@@ -132,8 +135,11 @@ class Email:
         if isinstance(error, ssl.SSLError):
             fix = "it may not speak TLS on this port: check smtp.security and smtp.port"
             return f"failed the TLS handshake ({said}); {fix}"
-        if isinstance(error, TimeoutError):
-            return f"did not answer within {s.timeout:g} s while {step}; check smtp.host, smtp.port and smtp.security"
+        # smtplib tells a reply that did not come in time as a connection closed, "Connection unexpectedly
+        # closed: timed out", raised while it handles the socket's TimeoutError.
+        if isinstance(error, TimeoutError) or isinstance(error.__context__, TimeoutError):
+            fix = "check smtp.host and smtp.port, and that the server is up"
+            return f"did not answer within {s.timeout:g} s while {step}; {fix}"
         if isinstance(error, smtplib.SMTPServerDisconnected):
             return f"closed the connection while {step} ({said}); check smtp.port and smtp.security"
         return f"cannot be reached ({said}); check smtp.host and smtp.port"
@@ -201,6 +207,14 @@ class Webhook:
             answer = self._client.post(self._path, body=payload)
         except HttpError as error:
             raise ChannelError(str(error)) from None
+        # A redirect (not followed: HttpClient posts to the server asked only) is a failure: the message is the
+        # webhook's to take. The target is named by its host alone, as a webhook is.
+        if 300 <= answer.status_code < 400:
+            target = _redirected_to(answer.url, answer.headers.get("Location", ""))
+            raise ChannelError(
+                f"{self.name} answered HTTP {answer.status_code} (a redirect {target}); give the final URL as "
+                f"{self.where}.url"
+            )
         if answer.status_code >= 300:
             fix = {
                 404: f"the webhook is gone or its URL is wrong: make a new one and give it as {self.where}.url",
@@ -208,3 +222,14 @@ class Webhook:
             }.get(answer.status_code, "see the chat server's log")
             said = self._client.said(answer.text, 200)
             raise ChannelError(f"{self.name} answered HTTP {answer.status_code} ({said}); {fix}")
+
+
+def _redirected_to(url: str, location: str) -> str:
+    """Say where a redirect from `url` leads: 'to https://chat.example.org', its host alone, as a webhook's URL
+    holds its token in its path."""
+    if not location:
+        return "with no Location"
+    try:
+        return f"to {shown_url(urllib.parse.urljoin(urllib.parse.urljoin(url, location), '/'))}"
+    except ValueError:  # a port out of range, a bracket unclosed
+        return "to no URL"

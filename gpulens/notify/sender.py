@@ -8,6 +8,9 @@
 
 The state folder's lock is held from 1 to 5, so two senders sharing the folder never send one message twice.
 A failure costs its message only: `send` returns an `Outcome` and never raises for a server or an address.
+A message is delivered only once the state folder has taken a write (a folder that cannot be written fails it,
+unsent); a message delivered is `sent`, though its cooldown or record could not be written after all (a
+warning, and the outcome's detail, say so).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from gpulens import words
 from gpulens.notify.addresses import AddressBook, Getent, Owner, Recipients, getent_passwd
 from gpulens.notify.channels import Channel, ChannelError, channels
-from gpulens.notify.config import Config, is_email
+from gpulens.notify.config import Config, ConfigError, is_email
 from gpulens.notify.state import StateError, StateFolder
 from gpulens.notify.templates import FIELDS, REASONS, Template, load_templates
 
@@ -101,9 +104,15 @@ class Sender:
         clock: Callable[[], float] = time.time,
     ) -> Sender:
         """Return the sender the settings describe: channels with their secrets, the map file and the templates
-        read now, so that a mistake in any is a ConfigError at start, not a failed message later."""
+        read now, and the state folder made and written, so that a mistake in any is a ConfigError at start, not
+        a failed message later."""
         addresses = AddressBook(config.addresses, getent=getent)
-        return cls(config, channels(config, environ), addresses, load_templates(config.templates), clock)
+        sender = cls(config, channels(config, environ), addresses, load_templates(config.templates), clock)
+        try:
+            sender.folder.check()
+        except StateError as error:
+            raise ConfigError(f"{config.source}: state: {error}") from None
+        return sender
 
     def send(self, message: Message) -> Outcome:
         """Send `message`, or hold, suppress or record why not; return what became of it."""
@@ -135,10 +144,11 @@ class Sender:
         `send` would suppress, so that a caller need not read its evidence again to build it."""
         key = self._key(message)
         try:
-            sent = self.folder.sent().get(key)
-            return (sent is not None and sent > self.clock() - self.config.cooldown) or any(
-                h.get("key") == key for h in self.folder.held()
-            )
+            with self.folder.locked():
+                sent = self.folder.sent().get(key)
+                return (sent is not None and sent > self.clock() - self.config.cooldown) or any(
+                    h.get("key") == key for h in self.folder.held()
+                )
         except StateError:
             return False  # `send` says what is wrong with the folder
 
@@ -182,10 +192,15 @@ class Sender:
                 f"gpulens notify is in test mode: this message was meant for {meant} ({message.owner}) and went "
                 f"to the admins only.\n\n{body}"
             )
+        self.folder.writable()  # a message the folder cannot take is not sent: it would go again, unrecorded
         through, reached, failed = self._deliver(usable, to, subject, body)
         if through:
             sent[key] = now
-            self.folder.save_sent(sent)
+            try:
+                self.folder.save_sent(sent)
+            except StateError as error:  # delivered: it was sent, though its cooldown is lost
+                log.warning("%s was sent, but its cooldown is not kept: %s", key, error)
+                failed.append(f"its cooldown is not kept: {error}")
             outcome = Outcome(SENT, "; ".join(failed), ", ".join(reached), through)
         else:
             whom = ", ".join(dict.fromkeys(r for channel in usable for r in channel.reaches(to)))
@@ -243,7 +258,13 @@ class Sender:
         }
         if held_since is not None:
             entry["held_since"] = held_since
-        self.folder.record(entry)
+        try:
+            self.folder.record(entry)
+        except StateError as error:  # what became of the message stands: a message sent is not failed for it
+            log.warning("%s %s is not recorded: %s", outcome.status, key, error)
+            outcome = dataclasses.replace(
+                outcome, detail="; ".join(filter(None, (outcome.detail, f"it is not recorded: {error}")))
+            )
         level = logging.WARNING if outcome.status in (FAILED, NO_ADDRESS) else logging.INFO
         log.log(level, "%s %s: %s", outcome.status, key, outcome.detail or outcome.to)
         return outcome

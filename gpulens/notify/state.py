@@ -6,8 +6,11 @@
     held.json       the messages held in quiet hours, each with when it may go
     messages.jsonl  a line per message: sent, held, suppressed by the cooldown, failed, or with no address
 
-A file that does not read (a disk filled mid-write, a hand edit) is started afresh with a warning: a message
-may then go twice, never be lost silently.
+A document that does not read (a disk filled mid-write, a hand edit) is kept aside as `NAME.unreadable`, with
+a warning: the cooldowns of `sent.json` are rebuilt from the `sent` records of `messages.jsonl`, which hold
+each key and when it went, so no owner is told again within the cooldown; the messages `held.json` held are
+lost unless they are asked for again (the advice of a job still so is), and the warning names them. A file
+that cannot be opened (a folder in its place, no permission) is a StateError: the folder cannot be used.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpulens import statefiles
+from gpulens import statefiles, words
 from gpulens.statefiles import TEXT, TIME
 
 log = logging.getLogger(__name__)
 
 SENT, HELD, RECORD, LOCK = "sent.json", "held.json", "messages.jsonl", "lock"
+PROBE = ".probe"  # written and removed to learn that the folder takes new files
+UNREADABLE = ".unreadable"  # the suffix a document that does not read is kept aside with
 # The fields of a message's record that `gpulens notify log` reads, and their kinds; `time` is required, the others
 # are checked where present.
 RECORD_FIELDS: dict[str, statefiles.Kinds] = {
@@ -38,6 +43,7 @@ RECORD_FIELDS: dict[str, statefiles.Kinds] = {
     "through": (list,),
     "held_since": TIME,
 }
+NAMED = 5  # the held messages a warning names, at most
 
 
 class StateError(RuntimeError):
@@ -60,16 +66,64 @@ class StateFolder:
             fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
             yield
 
+    def check(self) -> None:
+        """Raise StateError unless a message can be sent and recorded: the folder made or there, its documents
+        read and a new one written in it, its record open to a new line."""
+        with self.locked():
+            self.sent()
+            self.held()
+            self.writable()
+
+    def writable(self) -> None:
+        """Raise StateError unless what sending a message writes can be written now: a new document in the folder
+        (as sent.json is written) and a line at the end of messages.jsonl."""
+        probe = self.path / PROBE
+        try:
+            statefiles.write_whole(probe, {})
+            probe.unlink()
+            os.close(os.open(self.path / RECORD, os.O_WRONLY | os.O_APPEND))
+        except FileNotFoundError:
+            pass  # no record yet: the probe was a new file
+        except OSError as error:
+            raise self._error(error) from None
+
     def sent(self) -> dict[str, float]:
-        found = self._read(SENT)
-        return {k: v for k, v in found.items() if isinstance(v, int | float)} if isinstance(found, dict) else {}
+        """When each key was last sent (epoch s); from the record where sent.json does not read."""
+        found, unreadable = self._read(SENT, dict)
+        if unreadable:
+            sent = self._sent_in_record()
+            self.save_sent(sent)
+            log.warning(
+                "%s; the cooldowns of %s are rebuilt from %s", unreadable, words.plural(len(sent), "key"), RECORD
+            )
+            return sent
+        return {k: v for k, v in (found or {}).items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+    def _sent_in_record(self) -> dict[str, float]:
+        """When each key was last sent, as messages.jsonl tells: what sent.json holds (less a key whose record
+        could not be written)."""
+        sent: dict[str, float] = {}
+        for record in self._records():
+            key = record.get("key")
+            if record.get("status") == "sent" and isinstance(key, str) and record["time"] > sent.get(key, 0.0):
+                sent[key] = record["time"]
+        return sent
 
     def save_sent(self, sent: Mapping[str, float]) -> None:
         self._write(SENT, dict(sorted(sent.items())))
 
     def held(self) -> list[dict[str, Any]]:
-        found = self._read(HELD)
-        return [h for h in found if isinstance(h, dict)] if isinstance(found, list) else []
+        found, unreadable = self._read(HELD, list)
+        if unreadable:
+            self.save_held([])
+            lost = self._held_in_record()
+            named = ", ".join(lost[:NAMED]) + (f" and {len(lost) - NAMED} more" if len(lost) > NAMED else "")
+            log.warning(
+                "%s; the messages held in it are lost unless asked for again: %s",
+                unreadable,
+                named or f"none, as {RECORD} tells",
+            )
+        return [h for h in found or () if isinstance(h, dict)]
 
     def save_held(self, held: list[dict[str, Any]]) -> None:
         self._write(HELD, held)
@@ -85,14 +139,44 @@ class StateFolder:
         field of the wrong kind, is skipped with a warning naming the line."""
         return statefiles.lines(self.path / RECORD, RECORD_FIELDS, required=("time",))
 
-    def _read(self, name: str) -> Any:
+    def _records(self) -> Iterator[dict[str, Any]]:
+        """`records`, StateError where the file cannot be read."""
         try:
-            return json.loads((self.path / name).read_text(encoding="utf-8"))
+            yield from self.records()
+        except OSError as error:
+            raise self._error(error) from None
+
+    def _held_in_record(self) -> list[str]:
+        """The keys whose last record says held: those held.json held, as far as the record tells."""
+        last: dict[str, str] = {}
+        for record in self._records():
+            key = record.get("key")
+            if isinstance(key, str):
+                last[key] = str(record.get("status"))
+        return [key for key, status in last.items() if status == "held"]
+
+    def _read(self, name: str, kind: type) -> tuple[Any, str]:
+        """Return the document in `name` (None where there is none) and ""; where it does not read, or is no
+        `kind`, keep it aside as NAME.unreadable and return None and a warning's start that says so."""
+        path = self.path / name
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as error:
-            log.warning("%s does not read (%s); started afresh", self.path / name, error)
-            return None
+            return None, ""
+        except OSError as error:
+            raise self._error(error) from None
+        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+            why = str(error) or type(error).__name__
+        else:
+            if isinstance(document, kind):
+                return document, ""
+            why = f"not a {'mapping' if kind is dict else 'list'}"
+        aside = path.with_name(name + UNREADABLE)
+        try:
+            os.replace(path, aside)
+        except OSError as error:
+            raise self._error(error) from None
+        return None, f"{path} does not read ({why}); it is kept as {aside.name}"
 
     def _write(self, name: str, document: Any) -> None:
         try:
@@ -101,7 +185,10 @@ class StateFolder:
             raise self._error(error) from None
 
     def _error(self, error: OSError) -> StateError:
+        named = error.filename2 or error.filename  # a document is written by renaming a new file onto it
+        where = Path(named) if named else self.path
+        which = f"{where.name}: " if where != self.path and where.parent == self.path else ""
         return StateError(
-            f"cannot use the state folder {str(self.path)!r} ({error.strerror}); set state in the settings to a "
-            "folder this user can write"
+            f"cannot use the state folder {str(self.path)!r} ({which}{error.strerror or error}); set state in the "
+            "settings to a folder this user can write"
         )

@@ -39,7 +39,7 @@ FIELDS = {
     "verdict": "the verdict in words: 'starved for data: waiting on the input pipeline'",
     "evidence": "the verdict's evidence, one line",
     "tips": "the top tips, one per line",
-    "gpus": "the job's GPUs: '2 GPUs: gpu-node-1/0, gpu-node-1/1'",
+    "gpus": "the job's GPUs: '2 GPUs: gpu-node-1/0, gpu-node-1/1', a MIG slice with its profile and UUID",
     "since": "how long the job has been so: '2 h 10 min'",
     "due": "when gpulens reclaim will act: '2026-12-05 14:20 UTC'",
     "outcome": "what the reclaim warning says will come of the job: 'will be stopped at 2026-12-05 14:20 UTC'",

@@ -3,10 +3,12 @@ with logins), and an HTTP server that takes webhooks the way Slack and Mattermos
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email
 import email.policy
 import json
+import socket
 import ssl
 import threading
 from collections.abc import Iterator, Mapping
@@ -42,8 +44,10 @@ class Mailbox:
     received: list[Received] = field(default_factory=list)
     logins: list[tuple[str, bool]] = field(default_factory=list)  # (user, accepted)
     port: int = 0
+    hang: float = 0.0  # seconds it takes to answer a message's data: a server hung after DATA
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
+        await asyncio.sleep(self.hang)
         mail = email.message_from_bytes(envelope.original_content, policy=email.policy.default)
         self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), cast(EmailMessage, mail)))
         return "250 OK"
@@ -87,12 +91,14 @@ def smtp_server(
 
 @dataclass
 class Hooks:
-    """The webhook posts a server received: (path, JSON body); it answers each with `status` and `said`."""
+    """The webhook posts a server received: (path, JSON body); it answers each with `status` and `said`, and a
+    `location` header where one is given (a redirect)."""
 
     url: str = ""
     posts: list[tuple[str, Any]] = field(default_factory=list)
     status: int = 200
     said: str = "ok"
+    location: str = ""
 
 
 @contextlib.contextmanager
@@ -107,6 +113,8 @@ def webhook_server() -> Iterator[Hooks]:
             self.send_response(hooks.status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(answer)))
+            if hooks.location:
+                self.send_header("Location", hooks.location)
             self.end_headers()
             self.wfile.write(answer)
 
@@ -123,6 +131,35 @@ def webhook_server() -> Iterator[Hooks]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextlib.contextmanager
+def not_smtp_server(greeting: bytes | None) -> Iterator[int]:
+    """A server on 127.0.0.1 that is no SMTP server: it greets each client with `greeting` and says no more; with
+    None, it takes connections and never answers, as a server hung. Its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    clients: list[socket.socket] = []
+
+    def greet() -> None:
+        with contextlib.suppress(OSError):  # closed: the test is over
+            while True:
+                client, _ = listener.accept()
+                clients.append(client)
+                client.sendall(greeting or b"")
+
+    thread = threading.Thread(target=greet, daemon=True)
+    if greeting is not None:
+        thread.start()  # else connections wait in the backlog, never answered
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() waiting in the thread, as close() does not
+        listener.close()
+        for client in clients:
+            client.close()
+        if greeting is not None:
+            thread.join()
 
 
 def digest_settings(folder: Path, port: int) -> str:

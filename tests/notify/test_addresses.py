@@ -112,9 +112,14 @@ def test_no_address_says_where_it_looked_and_the_fix(tmp_path):
         "no address for user erin, account nowhere (looked in the map file and GECOS); add them to the map file "
         "(addresses.map_file) or set addresses.domain_template"
     )
-    # A user name the template cannot make an address of.
+    # A user name the template cannot make an address of: it is no user name, whatever the map file says.
     b = book(tmp_path, gecos=False, domain_template="{user}@example.org")
-    assert b.owner(Owner(user="bad name")) == Recipients()
+    for user in ("bad name", "alice;rm"):
+        assert b.owner(Owner(user=user)) == Recipients()
+        assert b.missing(Owner(user=user)) == (
+            f"no address for user {user}: {user!r} is not a user name (addresses.domain_template makes no address of "
+            "it); give the owner's user name"
+        )
 
 
 def test_an_accounts_lead_by_user_name_address_or_chat_handle(tmp_path):

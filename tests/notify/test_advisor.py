@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from gpulens.fleet.agent_ledgers import NO_CHANNEL
 from gpulens.fleet.records import Answer, FleetGpu, Holder, SourceProblem
 from gpulens.fleet.summary import JobReport, job_report
+from gpulens.fleet.traces import ReportTraces
 from gpulens.notify.advisor import Advisor
 from gpulens.notify.sender import SENT
 from gpulens.usage import JobRecord, TipUse
@@ -172,6 +174,27 @@ def test_a_jobs_end_is_told_to_an_owner_who_asked_with_its_report(tmp_path, box)
     assert job == "100" and until - since == pytest.approx(7 * 24 * HOUR)  # its week, not only what was seen
 
 
+def test_the_end_of_a_short_job_its_agent_still_holds_open_is_told_as_finished_without_the_admins_trace_notes(
+    tmp_path, box, caplog
+):
+    """The report said "status running" under "Your job has ended", and carried an agent's missing in-job channel."""
+    made, run, slurm = service(tmp_path, box, [gpu(0, state="busy")], job_end={"users": ["alice"]})
+    record = replace(ended_report().record, last_seen=START + 150, running=True)  # the agent keeps it open
+    traces = ReportTraces(unavailable=(("agent at http://node-a:10906", NO_CHANNEL),))
+    made.source.reports["100"] = replace(job_report([record], "fake", 300.0), traces=traces)
+    run(2)
+    end(made, slurm)
+    run(1)
+    body = box.received[0].body
+    facts = [" ".join(line.split()) for line in body.splitlines() if line.startswith(("status ", "verdict "))]
+    assert facts == ["status finished", "verdict not judged: shorter than the minimum duration"]
+    assert "traces" not in body.lower() and "jobs.socket" not in body
+    assert (
+        "the end of slurm/100 is told without its traces, which are not available from agent at "
+        f"http://node-a:10906: {NO_CHANNEL}"
+    ) in caplog.text
+
+
 def test_no_end_message_for_an_owner_who_did_not_ask_nor_while_the_scheduler_is_silent(tmp_path, box):
     made, run, slurm = service(tmp_path, box, [gpu(0, state="busy")], job_end={"accounts": ["chem"]})
     run(2)
@@ -207,7 +230,7 @@ def test_a_pod_that_asked_is_told_once_its_agent_answers_without_it(tmp_path, bo
     made.source.problems = ()
     run(1)
     assert len(box.received) == 1 and box.received[0].mail["Subject"].startswith(
-        "[gpulens] kubernetes pod train-0 ended"
+        "[gpulens] kubernetes pod ml/train-0 ended"
     )
     assert all(o.status == SENT for o in made.advisor.cycle(START, [], {}, (), {}))  # nothing left to tell
 

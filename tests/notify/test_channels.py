@@ -4,6 +4,8 @@ each failure one line naming the server and the fix."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from gpulens.notify.addresses import Recipients
 from gpulens.notify.channels import ChannelError, Email, Webhook, channels
 from gpulens.notify.config import Config, ConfigError, SmtpSettings, WebhookSettings
 from tests.agent.webcerts import Pki
-from tests.notify.servers import smtp_server, webhook_server
+from tests.notify.servers import not_smtp_server, smtp_server, webhook_server
 from tests.tools import free_port
 
 ALICE = Recipients(emails=("alice@example.org",), handles=("@alice",))
@@ -110,6 +112,33 @@ def test_a_server_without_starttls_and_one_that_is_not_there():
     )
 
 
+@contextlib.contextmanager
+def hung_after_data() -> Iterator[int]:
+    with smtp_server() as box:
+        box.hang = 3.0
+        yield box.port
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        # It never greets: smtplib said "closed the connection (Connection unexpectedly closed: timed out)".
+        (lambda: not_smtp_server(None), "did not answer within 1 s while connecting; check smtp.host and smtp.port, "),
+        (hung_after_data, "did not answer within 1 s while sending; check smtp.host and smtp.port, and that the "),
+        # It was "answered -1 /1.1 200 OK while connecting; see the server's log".
+        (
+            lambda: not_smtp_server(b"HTTP/1.1 200 OK\r\n\r\n"),
+            "answered what is not SMTP while connecting: it is no SMTP server; check smtp.host and smtp.port",
+        ),
+    ],
+    ids=["hung before its greeting", "hung after DATA", "no SMTP server"],
+)
+def test_a_server_that_hangs_or_is_no_smtp_server_is_named_so(server, said):
+    with server() as port, pytest.raises(ChannelError) as failed:
+        Email(smtp(port, timeout="1s")).deliver(ALICE, "Hi", "body\n")
+    assert str(failed.value).startswith(f"SMTP server 127.0.0.1:{port} {said}"), failed.value
+
+
 def test_a_ca_file_that_is_not_there_is_a_config_error():
     with pytest.raises(ConfigError, match=r"^smtp.ca_file /nonexistent.pem: cannot be read \(No such file"):
         Email(smtp(25, ca_file="/nonexistent.pem"))
@@ -163,6 +192,23 @@ def test_a_webhook_that_is_gone_or_unreachable_is_one_line_without_its_secret_pa
         hook.deliver(ALICE, "Hi", "body\n")
     assert str(failed.value).startswith(f"Slack webhook at {hooks.url} cannot be reached (")
     assert str(failed.value).endswith("; check webhooks[0].url") and "SECRET" not in str(failed.value)
+
+
+@pytest.mark.parametrize("status", [307, 302])
+def test_a_webhook_that_redirects_fails_naming_where_it_leads_by_its_host(status):
+    """A 307 was followed to another host and reported as sent through the webhook; after a 302, the POST became a
+    GET and the target's 501 was blamed on the webhook."""
+    with webhook_server() as hooks, webhook_server() as other:
+        hooks.status, hooks.location = status, f"{other.url}/services/T000/B000/OTHERSECRET?token=x"
+        url = f"{hooks.url}/services/T000/B000/XXXXSECRET"
+        hook = Webhook(read({"kind": "slack", "url": url}, "webhooks[0]", WebhookSettings), url, "webhooks[0]")
+        with pytest.raises(ChannelError) as failed:
+            hook.deliver(ALICE, "Hi", "body\n")
+    assert str(failed.value) == (
+        f"Slack webhook at {hooks.url} answered HTTP {status} (a redirect to {other.url}); give the final URL as "
+        "webhooks[0].url"
+    )
+    assert other.posts == []  # the message went to no other server
 
 
 def test_secrets_come_from_their_file_or_variable_and_a_missing_one_names_the_key(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from gpulens import cli
 from gpulens.notify import cli as notify_cli
 from gpulens.notify import config
+from gpulens.reclaim import cli as reclaim_cli
 from tests.notify.servers import smtp_server
 from tests.tools import free_port
 
@@ -113,6 +114,21 @@ def test_a_mistake_is_one_line_and_exit_1(tmp_path, capsys, extra, template, sai
         assert err.count("\n") == 1
 
 
+def test_a_state_folder_that_cannot_be_used_is_refused_by_check_and_by_the_reclaim_service(tmp_path, capsys):
+    """A state folder under a regular file passed check, and the service ran with every message failing."""
+    path = settings(tmp_path, 2525)
+    text = (tmp_path / "notify.yaml").read_text().replace(f"state: {tmp_path / 'state'}", f"state: {path}/state")
+    (tmp_path / "notify.yaml").write_text(text)
+    said = (
+        f"{path}: state: cannot use the state folder '{path}/state' (Not a directory); set state in the settings to "
+        "a folder this user can write\n"
+    )
+    assert run(capsys, "check", "--config", path) == (1, "", f"gpulens notify check: {said}")
+    argv = ["run", "--agents", "http://127.0.0.1:1", "--once", "--state-dir", str(tmp_path / "reclaim")]
+    assert reclaim_cli.main([*argv, "--notify-config", path], io.StringIO()) == 2
+    assert capsys.readouterr().err == f"gpulens reclaim run: {said}"
+
+
 def test_send_test_sends_one_message_through_the_configured_channels(tmp_path, capsys):
     with smtp_server() as box:
         status, out, err = run(capsys, "send-test", "--config", settings(tmp_path, box.port), "--user", "alice")
@@ -164,10 +180,11 @@ def test_log_tells_what_became_of_each_message_and_filters_by_user_and_job(tmp_p
     with smtp_server() as box:
         path = settings(tmp_path, box.port)
         assert run(capsys, "send-test", "--config", path, "--user", "alice")[0] == 0
+        # A line cut short by a full disk or a crash: the next record starts a line of its own, and is read.
+        (tmp_path / "state" / "messages.jsonl").open("a").write('{"time": 17966')
         assert run(capsys, "send-test", "--config", path, "--user", "nobody-known", "--account", "chem")[0] == 0
-    (tmp_path / "state" / "messages.jsonl").open("a").write("a line cut short by a full dis\n")
     status, out, err = run(capsys, "log", "--config", path)
-    assert status == 0 and "line 3 does not read" not in out
+    assert status == 0 and "line 2 does not read" not in out
     lines = out.splitlines()
     assert len(lines) == 2
     assert lines[0].endswith("  sent        test (alice): to alice@lab.example.org: Hello alice")

@@ -8,13 +8,14 @@ import datetime
 import json
 import zoneinfo
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gpulens.checks import read
 from gpulens.notify.addresses import Owner
-from gpulens.notify.config import Config, is_handle
+from gpulens.notify.config import Config, ConfigError, is_handle
 from gpulens.notify.reclaim import reclaim_notifier
 from gpulens.notify.sender import FAILED, HELD, NO_ADDRESS, SENT, SUPPRESSED, Message, Sender
 from gpulens.reclaim.ladder import WARN, Decision, Job
@@ -234,13 +235,102 @@ def test_senders_sharing_a_state_folder_send_a_message_once(tmp_path, box):
     assert len(box.received) == 1 and len(records(tmp_path)) == 8
 
 
-def test_a_state_folder_that_cannot_be_written_fails_the_message_in_one_line(tmp_path, box):
+@pytest.mark.parametrize(
+    ("state", "said"),
+    [
+        ("file/state", "(Not a directory)"),  # a path under a regular file
+        ("state", "(sent.json: Is a directory)"),
+    ],
+)
+def test_a_state_folder_that_cannot_be_used_is_refused_at_start_in_one_line(tmp_path, box, state, said):
     (tmp_path / "file").write_text("")
-    outcome = make(tmp_path, box, Clock(), state=str(tmp_path / "file" / "state")).send(starved())
-    assert outcome.status == FAILED and outcome.detail == (
-        f"cannot use the state folder '{tmp_path}/file/state' (Not a directory); set state in the settings to a "
+    (tmp_path / "state" / "sent.json").mkdir(parents=True)
+    with pytest.raises(ConfigError) as refused:
+        make(tmp_path, box, Clock(), state=str(tmp_path / state))
+    assert str(refused.value) == (
+        f"the built-in settings: state: cannot use the state folder '{tmp_path / state}' {said}; set state in the "
+        "settings to a folder this user can write"
+    )
+
+
+class Breaking:
+    """A channel that delivers, and then breaks the state folder: `sent.json` and `messages.jsonl` become folders
+    (as a disk that fills, or a hand that errs, while the message is on its way)."""
+
+    def __init__(self, channel: Any, folder: Any) -> None:
+        self.channel, self.folder, self.name = channel, folder, channel.name
+
+    def reaches(self, to: Any) -> Any:
+        return self.channel.reaches(to)
+
+    def deliver(self, to: Any, subject: str, body: str) -> None:
+        self.channel.deliver(to, subject, body)
+        for name in ("sent.json", "messages.jsonl"):
+            (self.folder / name).unlink(missing_ok=True)
+            (self.folder / name / "x").mkdir(parents=True)
+
+
+def test_a_message_the_state_cannot_take_is_not_sent_and_one_delivered_stays_sent(tmp_path, box, caplog):
+    clock = Clock()
+    sender = make(tmp_path, box, clock)
+    state = tmp_path / "state"
+    (state / "messages.jsonl").mkdir()  # since the start: it cannot be recorded, so it is not sent
+    outcome = sender.send(starved())
+    assert (outcome.status, box.received) == (FAILED, [])
+    assert outcome.detail == (
+        f"cannot use the state folder '{state}' (messages.jsonl: Is a directory); set state in the settings to a "
         "folder this user can write"
     )
+    (state / "messages.jsonl").rmdir()
+    (state / "sent.json").mkdir()  # nor where its cooldown cannot be read
+    assert (sender.send(starved()).status, box.received) == (FAILED, [])
+    (state / "sent.json").rmdir()
+    sender.channels = [Breaking(sender.channels[0], state)]
+    outcome = sender.send(starved())
+    assert outcome.status == SENT and len(box.received) == 1  # delivered: sent, though nothing of it is kept
+    broken = f"cannot use the state folder '{state}' (%s: Is a directory); set state in the settings to a folder"
+    assert outcome.detail.startswith(f"its cooldown is not kept: {broken % 'sent.json'}")
+    assert f"; it is not recorded: {broken % 'messages.jsonl'}" in outcome.detail
+    assert f"sent slurm/1234|starved| is not recorded: {broken % 'messages.jsonl'}" in caplog.text
+
+
+def test_a_sent_json_that_does_not_read_is_kept_aside_and_rebuilt_from_the_record(tmp_path, box, caplog):
+    """A crash or a full disk that cut sent.json short made every owner be told again within the cooldown."""
+    clock = Clock()
+    sender = make(tmp_path, box, clock)
+    for message in (starved(), starved(job="slurm/99"), starved(case="second look")):
+        assert sender.send(message).status == SENT
+        clock.now += 60
+    assert sender.send(starved()).status == SUPPRESSED
+    sent = tmp_path / "state" / "sent.json"
+    before = sent.read_text()
+    sent.write_text(before[:60])
+    restarted = make(tmp_path, box, clock)
+    assert sent.read_text() == before  # the same cooldowns, from messages.jsonl
+    assert (tmp_path / "state" / "sent.json.unreadable").read_text() == before[:60]
+    assert f"{sent} does not read (Unterminated string" in caplog.text
+    assert "; it is kept as sent.json.unreadable; the cooldowns of 3 keys are rebuilt from messages.jsonl" in (
+        caplog.text
+    )
+    assert [restarted.send(m).status for m in (starved(), starved(job="slurm/99"))] == [SUPPRESSED] * 2
+    assert len(box.received) == 3
+
+
+def test_a_held_json_that_does_not_read_is_kept_aside_and_the_messages_it_held_named(tmp_path, box, caplog):
+    clock = Clock(datetime.datetime(2026, 7, 1, 23, 0, tzinfo=BERLIN).timestamp())
+    quiet = {"quiet_hours": {"hours": "22:00-07:00", "timezone": "Europe/Berlin"}}
+    sender = make(tmp_path, box, clock, **quiet)
+    assert [sender.send(m).status for m in (starved(), starved(job="slurm/99"))] == [HELD, HELD]
+    held = tmp_path / "state" / "held.json"
+    held.write_text("[{")
+    clock.now = datetime.datetime(2026, 7, 2, 7, 0, tzinfo=BERLIN).timestamp()
+    assert make(tmp_path, box, clock, **quiet).release() == []
+    assert (tmp_path / "state" / "held.json.unreadable").read_text() == "[{" and json.loads(held.read_text()) == []
+    assert (
+        f"{held} does not read (Expecting property name enclosed in double quotes: line 1 column 3 (char 2)); it is "
+        "kept as held.json.unreadable; the messages held in it are lost unless asked for again: slurm/1234|starved|, "
+        "slurm/99|starved|"
+    ) in caplog.text
     assert box.received == []
 
 
@@ -265,15 +355,47 @@ def test_the_reclaim_notifier_sends_each_warning_of_a_ladder_once(tmp_path, box)
         notify(decision(user="", due_at=NOON + 3 * DAY), "nobody")
 
 
-def test_the_owner_of_a_job_the_service_only_warns_is_asked_to_free_its_gpus_not_told_it_will_be_stopped(tmp_path, box):
+MIG = {"mig_profile": "1g.10gb", "uuid": "MIG-5c1d0e2a-7f3b-5a8e-9d4c-1b2a3c4d5e6f"}
+
+
+@pytest.mark.parametrize(
+    ("job", "named", "gpus"),
+    [
+        (
+            Job(kind="docker", id="3f2a9c1e7b5d" + "0" * 52, user="bob", devices=(gpu(0), gpu(1))),
+            "docker 3f2a9c1e7b5d…",
+            "2 GPUs: node-a/0, node-a/1",
+        ),
+        # A pod by its namespace and name; a MIG slice by its GPU and its own UUID: one GPU may hold two slices
+        # of a profile. Both were "Job 2e9c7b40-... (eli) has held 1 GPU(s)", and "node-a/2 (1g.10gb)".
+        (
+            Job(
+                kind="kubernetes",
+                id="2e9c7b40",
+                user="bob",
+                namespace="ml",
+                pod="jupyter-eli",
+                devices=(replace(gpu(2), **MIG),),
+            ),
+            "kubernetes pod ml/jupyter-eli",
+            f"1 MIG slice: node-a/2 (1g.10gb, {MIG['uuid']})",
+        ),
+    ],
+    ids=["a container on GPUs", "a pod on a MIG slice"],
+)
+def test_the_owner_of_a_job_the_service_only_warns_is_asked_to_free_its_gpus_not_told_it_will_be_stopped(
+    tmp_path, box, job, named, gpus
+):
     notify = reclaim_notifier(make(tmp_path, box, Clock()))
-    docker = Job(kind="docker", id="3f2a9c1e7b5d" + "0" * 52, user="bob", account="physics", devices=(gpu(0),))
-    only = Decision(WARN, docker, "default", idle_seconds=3700, step=1, action="cancel", warns_only=True)
+    only = Decision(WARN, job, "default", idle_seconds=3700, step=1, action="cancel", warns_only=True)
     notify(only, warning(only))
     [got] = box.received
-    assert got.mail["Subject"] == "[gpulens] docker 3f2a9c1e7b5d… holds GPUs with no work: please free them"
-    assert got.body.startswith(f"Hello bob,\n\n{warning(only)}\n\n") and "will not be stopped" in got.body
-    assert "stopped at" not in got.body
+    assert got.mail["Subject"] == f"[gpulens] {named} holds GPUs with no work: please free them"
+    assert got.body.startswith(
+        f"Hello bob,\n\nYour job {named} has run no work for 1 h 01 min on {gpus}.\nIt will not be stopped, but its "
+        "GPUs could serve other jobs: please free them, stopping the job if it has no\nmore work for them.\n\n"
+    )
+    assert "stopped at" not in got.body and "GPU(s)" not in got.body
     assert [(r["reason"], r["status"]) for r in records(tmp_path)] == [("idle", "sent")]
 
 
@@ -283,7 +405,7 @@ def test_the_reclaim_service_warns_through_the_sender(tmp_path, box):
     made, clock, _, folder = service(tmp_path, idle, mode="notify", notify=reclaim_notifier(sender))
     made.cycle()
     [got] = box.received
-    assert got.recipients == ["alice@lab.example.org"] and "Job 100 (alice) has held 1 GPU(s)" in got.body
+    assert got.recipients == ["alice@lab.example.org"] and "Job slurm 100 (alice) has held 1 GPU with" in got.body
     assert [r["event"] for r in folder.audit_records()] == ["warned"]
 
 
