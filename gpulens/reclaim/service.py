@@ -49,7 +49,7 @@ from gpulens.reclaim.ladder import (
     jobs_in,
 )
 from gpulens.reclaim.policy import Policy
-from gpulens.words import duration, when
+from gpulens.words import duration, job_label, plural, when
 
 log = logging.getLogger(__name__)
 
@@ -346,32 +346,29 @@ def warning(decision: Decision, mode: str = "enforce") -> str:
     warns, that nothing will, and that its GPUs are wanted; in notify mode, what would happen once the rule is
     enforced, and that nothing will be done now."""
     job = decision.job
-    gpus = len(job.devices)
+    pod = f"{job.namespace}/{job.pod}" if job.namespace and job.pod else job.pod
+    held = (
+        f"Job {job_label(job.kind, job.id, pod)} ({job.user or 'unknown user'}) has held "
+        f"{plural(len(job.devices), 'GPU')} with no work for {duration(decision.idle_seconds)}."
+    )
+    step = f"Warning {decision.step}, policy {decision.policy}."
     if decision.warns_only:
         return (
-            f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for "
-            f"{duration(decision.idle_seconds)}. It will not be stopped (gpulens reclaim does not act on {job.kind} "
-            f"jobs), but its GPUs could serve other jobs: please free them, stopping the job if it has no more work "
-            f"for them. "
-            f"Warning {decision.step}, policy {decision.policy}."
+            f"{held} It will not be stopped (gpulens reclaim does not act on {job.kind} jobs), but its GPUs could "
+            f"serve other jobs: please free them, stopping the job if it has no more work for them. {step}"
         )
     what = {"cancel": "cancelled", "requeue": "requeued", "requeue_hold": "requeued and held"}[decision.action]
     if job.kind != "slurm":  # a workload is stopped (scaled to zero, suspended), whatever the policy calls it
         what = "stopped"
     at = f"at {when(decision.due_at)}" if decision.due_at is not None else "soon"
     keep = f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT)"
-    held = f"Job {job.id} ({job.user or 'unknown user'}) has held {gpus} GPU(s) with no work for"
     if mode == "notify":
         return (
-            f"{held} {duration(decision.idle_seconds)}. Once the rule is enforced, such a job will be {what} unless "
-            f"its GPUs work again or it is kept {keep}; it is not enforced yet, and nothing will be done to this job "
-            f"now: please free its GPUs if it has no more work for them. Warning {decision.step}, policy "
-            f"{decision.policy}."
+            f"{held} Once the rule is enforced, such a job will be {what} unless its GPUs work again or it is kept "
+            f"{keep}; it is not enforced yet, and nothing will be done to this job now: please free its GPUs if it "
+            f"has no more work for them. {step}"
         )
-    return (
-        f"{held} {duration(decision.idle_seconds)}. It will be {what} {at} unless its GPUs work again or it is kept "
-        f"{keep}. Warning {decision.step}, policy {decision.policy}."
-    )
+    return f"{held} It will be {what} {at} unless its GPUs work again or it is kept {keep}. {step}"
 
 
 def _checkpoint_event(answer: Answer[tuple[CheckpointAnswer, ...]]) -> tuple[str, str] | None:

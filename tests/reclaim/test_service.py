@@ -124,7 +124,7 @@ def test_notify_tells_the_owner_and_acts_on_nothing(tmp_path):
     run_until(made, clock, 130)
     assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "would_act"] and "100" in slurm.jobs
     # It said the job would be cancelled at a time, and nothing came of it: the owner is told what the rule will do.
-    assert told[0].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 1 h. Once the rule is enforced, ")
+    assert told[0].startswith("Job slurm 100 (alice) has held 1 GPU with no work for 1 h. Once the rule is enforced, ")
     assert "nothing will be done to this job now" in told[0] and " at " not in told[0]
     assert "gpulens reclaim keep slurm/100 --for 8h" in told[0]
 
@@ -163,7 +163,7 @@ def test_a_job_a_mode_only_logged_the_action_of_is_warned_again_and_acted_on_in_
     assert [(minutes, event) for minutes, event, _ in audit(folder)[before:]] == then
     assert (("scancel", "100") in slurm.commands[commands:]) == (was != "enforce")
     if then:
-        assert told[-1].startswith("Job 100 (alice) has held 1 GPU(s) with no work for 2 h 11 min. It will be ")
+        assert told[-1].startswith("Job slurm 100 (alice) has held 1 GPU with no work for 2 h 11 min. It will be ")
 
 
 def test_an_action_waits_for_a_warning_that_reaches_the_owner(tmp_path):
@@ -355,9 +355,9 @@ def test_jobs_the_service_has_no_scheduler_for_are_warned_and_nothing_more_in_ev
     if mode != "dry-run":
         assert len(told) == 2 and all("will be stopped" not in text for text in told)
         assert told[0] == (
-            "Job abc123 (alice) has held 1 GPU(s) with no work for 1 h. It will not be stopped (gpulens reclaim does "
-            "not act on docker jobs), but its GPUs could serve other jobs: please free them, stopping the job if it "
-            "has no more work for them. Warning 1, policy default."
+            "Job docker abc123 (alice) has held 1 GPU with no work for 1 h. It will not be stopped (gpulens reclaim "
+            "does not act on docker jobs), but its GPUs could serve other jobs: please free them, stopping the job if "
+            "it has no more work for them. Warning 1, policy default."
         )
 
 
@@ -379,7 +379,7 @@ def test_the_warn_command_gets_the_message_on_stdin_and_the_job_in_its_arguments
     made, clock, slurm, folder = service(tmp_path, [gpu(0)], notify=notify)
     run_until(made, clock, 61)
     first, message = out.read_text().split("\n", 1)
-    assert first == "alice@example.org job=100" and message.startswith("Job 100 (alice) has held 1 GPU(s)")
+    assert first == "alice@example.org job=100" and message.startswith("Job slurm 100 (alice) has held 1 GPU")
 
 
 def test_a_warn_command_that_fails_is_tried_again_and_the_action_waits(tmp_path):
