@@ -77,7 +77,10 @@ def mapping(
             close = difflib.get_close_matches(str(key), allowed, n=1)
             fix = f"did you mean {close[0]!r}?" if close else f"use one of {', '.join(allowed)}"
             raise Invalid(where, f"unknown key {shown(key)}; {fix}")
-    return record(value, where, required)
+    for key in required:  # a file's or a request's own keys: the reader wrote it, and can add it
+        if key not in value:
+            raise Invalid(where, f"missing key {key!r}; add it")
+    return value
 
 
 def record(value: Any, where: str, required: Collection[str] = ()) -> dict[Any, Any]:

@@ -61,7 +61,7 @@ def read_settings_file(path: str, where: str, fix: str, record: type[T], error: 
     """
     try:
         document = read_yaml_file(path, where, fix)
-        return checks.read({} if document is None else document, "", record)
+        return checks.read({} if document is None else document, "", record, example="write it as key: value lines")
     except YamlProblem as problem:
         raise error(str(problem)) from None
     except checks.Invalid as problem:

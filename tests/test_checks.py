@@ -23,7 +23,7 @@ def test_a_mapping_names_the_unknown_key_and_the_likely_one():
         "gpus[0]: unknown key 'utilisation'; did you mean 'utilization'?"
     )
     assert problem(checks.mapping, {"zzz": 1}, "x", (), ("a", "b")) == "x: unknown key 'zzz'; use one of a, b"
-    assert problem(checks.mapping, {}, "x", ("a",)) == "x: missing key 'a'"
+    assert problem(checks.mapping, {}, "x", ("a",)) == "x: missing key 'a'; add it"
     assert problem(checks.mapping, [1], "x", (), (), "e.g. '{a: 1}'") == (
         "x: expected a mapping, got a list; e.g. '{a: 1}'"
     )
@@ -138,7 +138,7 @@ def test_a_record_reads_renamed_nested_and_inline_keys():
 @pytest.mark.parametrize(
     ("raw", "said"),
     [
-        ({}, "gpus[0]: missing key 'model'"),
+        ({}, "gpus[0]: missing key 'model'; add it"),
         ({"model": "H100", "powr_limit": 1}, "gpus[0]: unknown key 'powr_limit'; did you mean 'power_limit'?"),
         ({"model": "H100", "idle_power": 400}, "gpus[0].idle_power: must be between 0 and 300, got 400"),
         ({"model": "H100", "clocks": {"mem": 1}}, "gpus[0].clocks: unknown key 'mem'; use one of sm"),
@@ -178,4 +178,4 @@ def test_null_can_count_as_a_key_left_out_but_an_unknown_key_is_still_refused():
     assert problem(checks.read, {"model": "H100", "power_limit": None}, "g", Card).startswith("g.power_limit: expected")
     nulls = functools.partial(checks.read, null_is_absent=True)
     assert problem(nulls, {"model": "H100", "powr": None}, "g", Card).startswith("g: unknown key 'powr'")
-    assert problem(nulls, {"model": None}, "g", Card) == "g: missing key 'model'"
+    assert problem(nulls, {"model": None}, "g", Card) == "g: missing key 'model'; add it"

@@ -71,7 +71,8 @@ def test_without_a_file_the_built_in_settings():
 @pytest.mark.parametrize(
     ("document", "said"),
     [
-        ("smtp: {host: h}\n", "smtp: missing key 'from'"),
+        ("smtp: {host: h}\n", "smtp: missing key 'from'; add it"),
+        ("- smtp\n- webhooks\n", "expected a mapping, got a list; write it as key: value lines"),
         (
             "smtp: {host: 'smtp.example.org:25', from: a@example.org}\n",
             "smtp.host: 'smtp.example.org:25' holds a port; write host: smtp.example.org and port: 25",

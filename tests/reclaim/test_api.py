@@ -162,7 +162,7 @@ def test_a_keep_needs_the_password_and_a_path_left_out_of_auth_keeps_nothing(tmp
         ({**ASKED, "job_kind": "slrum"}, "job_kind: unknown value 'slrum'; did you mean 'slurm'?"),
         ({**ASKED, "job_id": "12 34"}, "job_id: '12 34' is not a job id; write it as the log names it, e.g. '1234'"),
         ({**ASKED, "until": "18:00"}, "the body: unknown key 'until'; use one of job_kind, job_id, for, reason, by"),
-        ({k: v for k, v in ASKED.items() if k != "reason"}, f"the body: missing key 'reason'; {EXAMPLE}"),
+        ({k: v for k, v in ASKED.items() if k != "reason"}, f"the body: missing key 'reason'; add it; {EXAMPLE}"),
         ([ASKED], f"the body: expected a mapping, got a list; {EXAMPLE}"),
         (b"job=1234", f"the body: not JSON (Expecting value at character 0); {EXAMPLE}"),
         (b"[" * 5000 + b"]" * 5000, "the body: is JSON nested too deep"),
