@@ -71,7 +71,7 @@ _NO_ALERTS = "reads the agents directly, which send no alerts to silence; start 
 
 def fetch_metrics(url: str, timeout: float, credentials: Credentials | None = None) -> str:
     """Return what the agent at `url` (http://HOST:PORT or its /metrics URL) serves at /metrics; raise HttpError."""
-    unreachable = "its GPUs are not shown while it is down or unreachable"
+    unreachable = "check that the agent runs and its URL; its GPUs are left out until it answers"
     return AgentClient(url, credentials, timeout, unreachable).metrics()
 
 
