@@ -25,6 +25,7 @@ file system) is counted and retried later with the deltas kept in memory meanwhi
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import math
@@ -182,44 +183,93 @@ def _holders(text: str) -> dict[str, Holders]:
     return holders
 
 
+# How a text column is read: a job's name, user or account came from the job as bytes (a Slurm job's environment),
+# and one that is not UTF-8 reads with its stray bytes as escapes ('trai\xffn', as `printable` writes what is not
+# printable), where SQLite's default decoding made the whole ledger unreadable.
+_TEXT = functools.partial(str, encoding="utf-8", errors="backslashreplace")
+
+
 def connect(path: str) -> sqlite3.Connection:
     """Open `path` for writing (creating it), without touching its contents."""
-    return sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None, check_same_thread=False)
+    conn.text_factory = _TEXT
+    return conn
 
 
 def connect_readonly(path: str) -> sqlite3.Connection:
-    """Open an existing ledger read-only; raise LedgerError if it is missing or unreadable."""
+    """Open an existing ledger read-only; raise LedgerError (`reader_error`) if it is missing or unreadable."""
     if os.path.isdir(path):  # the agent's folder given for its file
         raise LedgerError(
             f"ledger {path} is a directory; give the path of the ledger file in it (the agent's --ledger.path)"
         )
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise LedgerError(f"ledger {path}: no such file; give the path of an agent's ledger (its --ledger.path)")
-    problem = header_problem(path)
+    if not os.path.isfile(path):  # /dev/null, a pipe
+        raise LedgerError(
+            f"ledger {path} is not a regular file; give the path of an agent's ledger (its --ledger.path)"
+        )
+    try:
+        problem = _header(path)
+    except OSError as error:
+        raise reader_error(path, error) from None
     if problem:
-        raise LedgerError(f"ledger {path} is corrupt ({problem}); it was left untouched, give another file")
+        raise reader_error(path, problem)
     uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=5.0, check_same_thread=False)
+        conn.text_factory = _TEXT
         _check_schema(conn, path, READER_FIX)
         if not conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
             conn.close()
             raise LedgerError(f"ledger {path} is empty: no agent has written to it; it was left untouched{READER_FIX}")
     except sqlite3.DatabaseError as error:
-        raise LedgerError(f"ledger {path} cannot be read ({error}); it was left untouched, give another file") from None
+        raise reader_error(path, error) from None
     return conn
+
+
+def reader_error(path: str, error: BaseException | str) -> LedgerError:
+    """Return the one-line error of the ledger at `path` that a reader (`connect_readonly`, the reports) cannot
+    read because of `error`, with the fix for its cause: a file the reader may not read; a folder it may not
+    write to, where SQLite must make the -wal and -shm files it reads a ledger through; else a damaged file or
+    one holding a value no run can have (`error` a string: what is wrong with it)."""
+    if isinstance(error, PermissionError):
+        return LedgerError(
+            f"ledger {path} cannot be read (permission denied); run as a user who may read it (e.g. with sudo), "
+            "or copy it where you may"
+        )
+    reason = _reason(error) if isinstance(error, sqlite3.Error) else ""
+    if reason == "read_only":
+        return LedgerError(
+            f"ledger {path} cannot be read where it is ({error}): SQLite makes its -wal and -shm files beside it, "
+            "in a folder you may not write to; copy it, with its -wal if it has one, to a folder you may write to"
+        )
+    if reason == "cannot_open":
+        return LedgerError(
+            f"ledger {path} cannot be read ({error}): SQLite opens its -wal and -shm files beside it too; run as "
+            "a user who may read them (e.g. with sudo), or copy it, with its -wal, to a folder you may write to"
+        )
+    if reason == "locked":
+        return LedgerError(f"ledger {path} is locked ({error}); it was left untouched, try again in a moment")
+    if reason == "io" or isinstance(error, OSError):
+        problem = error.strerror if isinstance(error, OSError) else error
+        return LedgerError(f"ledger {path} cannot be read ({problem}); check the disk it is on")
+    return LedgerError(f"ledger {path} is corrupt ({error}); it was left untouched, give another file with --ledger")
 
 
 def header_problem(path: str) -> str:
     """Return why the file at `path` is not an SQLite database, or "" when it may be one (or is empty)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+        return _header(path)
     except OSError as error:
         return f"cannot be read: {error.strerror}"
-    if head and head != SQLITE_MAGIC:
-        return "not an SQLite database"
-    return ""
+
+
+def _header(path: str) -> str:
+    """Return "not an SQLite database" unless the file at `path` starts as one (or is empty), else ""; raise
+    OSError where it cannot be read."""
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_MAGIC))
+    return "not an SQLite database" if head and head != SQLITE_MAGIC else ""
 
 
 def _check_schema(conn: sqlite3.Connection, path: str, fix: str = "") -> None:
@@ -746,8 +796,8 @@ def read_records(
     """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first.
 
     `ids` keeps runs whose job id, pod name or Slurm job name is one of them; `unfinished_since` keeps
-    unfinished runs seen since then. Raises sqlite3.Error on a broken file, checks.Invalid on a number that
-    cannot be one of a run's.
+    unfinished runs seen since then. Raises sqlite3.Error on a broken file, checks.Invalid on a value that
+    cannot be one of a run's (a number, a start after its last sighting, GPUs that are no JSON list).
     """
     where: list[str] = ["last_seen >= ?"]
     args: list[object] = [since]
@@ -781,6 +831,11 @@ def read_records(
         run = row["run"]
         _check_numbers(row, numbers, f"run {run}")
         _check_numbers(row, ("start", "last_seen"), f"run {run}", times=True)
+        # The agent writes a run's start once and its last sighting as the latest of them: none ends before it starts.
+        if row["start"] > row["last_seen"]:
+            raise checks.Invalid(
+                f"run {run}: start", f"expected no later than its last_seen, {row['last_seen']!r}, got {row['start']!r}"
+            )
         tips = {}
         for t in conn.execute("SELECT tip, seconds, text FROM tips WHERE run = ?", (run,)):
             _check_numbers(t, ("seconds",), f"run {run} tip {t['tip']}")
@@ -840,8 +895,8 @@ def _record(row: sqlite3.Row, tips: dict[str, TipUse], present: Collection[str])
         **{name: row[name] for name in _OWNER_COLUMNS if name in present},
         nodes=(row["node"],) if row["node"] else (),
         running=not row["finished"],
-        gpus=tuple(_names(row["gpus"])),
-        models=tuple(_names(row["models"])),
+        gpus=tuple(_names(row["gpus"], f"run {row['run']}: gpus")),
+        models=tuple(_names(row["models"], f"run {row['run']}: models")),
         state_seconds={s: row[c] for s, c in zip(STATES, _STATE_COLUMNS, strict=True) if row[c]},
         **{name: row[name] for name in ADDITIVE if name in present},
         **{name: row[name] for name in PEAKS if name in present},
@@ -850,12 +905,18 @@ def _record(row: sqlite3.Row, tips: dict[str, TipUse], present: Collection[str])
     )
 
 
-def _names(text: str) -> list[str]:
-    try:
-        names = json.loads(text) if text else []
-    except ValueError:
-        return []
-    return [str(n) for n in names] if isinstance(names, list) else []
+def _names(text: object, where: str) -> list[str]:
+    """Return the names `text` lists as the agent writes them (a JSON list of strings: a run's GPU UUIDs, its GPU
+    models); raise checks.Invalid naming `where` for anything else, as a file altered by hand may hold."""
+    names = None
+    if isinstance(text, str):
+        try:
+            names = json.loads(text) if text else []
+        except (ValueError, RecursionError):
+            pass
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise checks.Invalid(where, f"expected a JSON list of strings, got {checks.shown(text)}")
+    return names
 
 
 def _point(row: sqlite3.Row) -> TimelinePoint:

@@ -7,6 +7,11 @@ import re
 # What a name from a job could start in Markdown (GitHub's, Streamlit's): a link or an image ([ ]), HTML or an
 # autolink (< >), code (`), emphasis (*), a table cell (|), LaTeX ($), and the escape itself.
 _MARKDOWN = re.compile(r"([\\`*\[\]<>|$])")
+# What GitHub-flavoured Markdown makes a link of in plain text (its spec's "Autolinks (extension)"): a scheme's
+# '://' and a 'www.', each at the start of a word. A backslash before the ':' or the '.' leaves the text as it
+# reads, and no link on GitHub. (An e-mail address is linked after escapes are read, and so is a URL by remark-gfm,
+# Streamlit's renderer: no escape keeps those from being links.)
+_AUTOLINK = re.compile(r":(?=//)|(?<=www)\.", re.IGNORECASE)
 
 
 def printable(text: str) -> str:
@@ -22,9 +27,10 @@ def quoted(text: str, limit: int = 40) -> str:
 
 def markdown_text(text: str) -> str:
     """Return `text` to be shown as written in Markdown: on one line, its characters that are not printable
-    escaped (`printable`), and those that could make a link, an image, HTML, code or a table cell of it
-    backslash-escaped (CommonMark: any ASCII punctuation may be)."""
-    return _MARKDOWN.sub(r"\\\1", printable(" ".join(text.splitlines())))
+    escaped (`printable`), and those that could make a link (a URL's too), an image, HTML, code or a table cell of
+    it backslash-escaped (CommonMark: any ASCII punctuation may be)."""
+    escaped = _MARKDOWN.sub(r"\\\1", printable(" ".join(text.splitlines())))
+    return _AUTOLINK.sub(r"\\\g<0>", escaped)
 
 
 def markdown_code(text: str) -> str:

@@ -14,8 +14,13 @@ def test_what_is_not_printable_is_written_as_an_escape():
 @pytest.mark.parametrize(
     ("name", "shown"),
     [
-        ("[pay](http://e.vil)", "\\[pay\\](http://e.vil)"),  # no link
-        ("![](http://e.vil/x.png)", "!\\[\\](http://e.vil/x.png)"),  # no image fetched by every viewer
+        ("[pay](http://e.vil)", "\\[pay\\](http\\://e.vil)"),  # no link
+        ("![](http://e.vil/x.png)", "!\\[\\](http\\://e.vil/x.png)"),  # no image fetched by every viewer
+        # No autolink of GitHub's (GFM "Autolinks (extension)"): a scheme's '://', a 'www.'.
+        ("login at https://evil.example.com/reset", "login at https\\://evil.example.com/reset"),
+        ("www.evil.example.com WWW.e.com", "www\\.evil.example.com WWW\\.e.com"),
+        ("ftp://e.com", "ftp\\://e.com"),
+        ("step 12:30 a.www", "step 12:30 a.www"),  # a colon or a 'www' that starts no link stays as it is
         ("<script>alert(1)</script>", "\\<script\\>alert(1)\\</script\\>"),
         ("a|b", "a\\|b"),  # no new table cell
         ("$x^2$ `code` **b**", "\\$x^2\\$ \\`code\\` \\*\\*b\\*\\*"),

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any, Protocol, runtime_checkable
 
 from gpulens import checks
-from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records
+from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records, reader_error
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
 from gpulens.fleet.summary import FleetReport, JobReport, fleet_report, job_report
@@ -31,6 +31,9 @@ MAX_JOBS_PER_SOURCE = 10_000
 HTTP_TIMEOUT_SECONDS = 30.0
 # A month over thousands of GPUs can take a store longer than that (docs/benchmarks.md, Reports).
 SLOW = "it may be overloaded, or the period too long for it: give it longer with --timeout"
+
+# An address each flag that names a server takes, for the messages that say how to write one.
+URL_EXAMPLES = {"--agent": "http://node1:10906", "--prometheus": "http://prometheus:9090"}
 
 Step = Callable[[str], None]  # reports progress: called with what is being done next
 
@@ -124,10 +127,8 @@ class LedgerFiles:
         try:
             node = read_node(conn)
             records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)
-        except sqlite3.DatabaseError as error:
-            raise SourceError(f"ledger {path} cannot be read ({error}); it was left untouched, {_fix(error)}") from None
-        except checks.Invalid as error:
-            raise SourceError(f"ledger {path} is corrupt ({error}); it was left untouched, give another file") from None
+        except (sqlite3.DatabaseError, checks.Invalid) as error:
+            raise SourceError(str(reader_error(path, error))) from None
         finally:
             conn.close()
         identity = file_identity(path)
@@ -142,14 +143,6 @@ class LedgerFiles:
             for path in self.paths
             for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)
         )
-
-
-def _fix(error: sqlite3.DatabaseError) -> str:
-    """What to do about a ledger SQLite opened and could not read."""
-    if "readonly" in str(error) or "unable to open" in str(error):
-        # A ledger in WAL mode needs its -wal and -shm files, which SQLite makes beside it where they are missing.
-        return "copy it (with its -wal and -shm files) to a folder you may write to and read the copy"
-    return "give another file with --ledger"
 
 
 def one_per_run(readings: Iterable[tuple[Hashable, JobRecord]]) -> list[JobRecord]:
@@ -186,7 +179,7 @@ def http_url(text: str, flag: str) -> str:
     url = text.strip() if "://" in text else "http://" + text.strip()
     if split_http_url(url) is None:
         raise ValueError(
-            f"{flag} {quoted_url(text)} is not HOST:PORT or http://HOST:PORT; write e.g. http://node1:10906"
+            f"{flag} {quoted_url(text)} is not HOST:PORT or http://HOST:PORT; write e.g. {URL_EXAMPLES[flag]}"
         )
     fix = (
         "pass --basic-auth-file FILE holding USER:PASSWORD"

@@ -28,6 +28,7 @@ from gpulens.credentials import AccessError, add_credential_flags, agent_credent
 from gpulens.errors import converted
 from gpulens.fleet.past import (
     HTTP_TIMEOUT_SECONDS,
+    URL_EXAMPLES,
     LedgerFiles,
     PastJobs,
     SourceError,
@@ -227,7 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
             default="terminal",
             help="output format (default terminal)" + _FORMATS_SAID[command],
         )
-        sub.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout")
+        sub.add_argument(
+            "--output", "-o", metavar="FILE", help="write the report to FILE instead of stdout ('-': stdout)"
+        )
         sub.add_argument(
             "--min-duration",
             default=f"{t.REPORT_MIN_JOB_SECONDS:g}s",
@@ -236,7 +239,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What each source's option takes, for the messages that say how to give it.
+_SOURCE_OPTIONS = {
+    "ledger": ("--ledger", "the path of an agent's ledger", DEFAULT_LEDGER),
+    "agent": ("--agent", "the URL of a running agent", URL_EXAMPLES["--agent"]),
+    "prometheus": ("--prometheus", "the URL of a Prometheus that scrapes the agents", URL_EXAMPLES["--prometheus"]),
+}
+
+
+def _refuse_empty(args: argparse.Namespace) -> None:
+    """Refuse a source option given an empty value (`--prometheus ""`, an unset variable in a script): it is a
+    source given, not none."""
+    for name, (flag, what, example) in _SOURCE_OPTIONS.items():
+        given = getattr(args, name)
+        values = given if isinstance(given, list) else [] if given is None else [given]
+        if any(not value.strip() for value in values):
+            raise UsageError(f"{flag} is empty; give {what}, e.g. {flag} {example}")
+
+
 def _source(args: argparse.Namespace) -> PastJobs:
+    _refuse_empty(args)
     chosen = args.source
     given = [
         name
@@ -267,13 +289,13 @@ def _source(args: argparse.Namespace) -> PastJobs:
         return LedgerFiles(paths)
     if chosen == "agent":
         if not args.agent:
-            raise UsageError("--source agent needs --agent URL (e.g. http://node1:10906)")
+            raise UsageError(f"--source agent needs --agent URL (e.g. {URL_EXAMPLES['--agent']})")
         from gpulens.fleet.agent_ledgers import Agents
 
         with converted((AccessError, ValueError), UsageError):  # ValueError: an --agent that is not a URL
             return Agents(args.agent, timeout, credentials=agent_credentials())
     if not args.prometheus:
-        raise UsageError("--source prometheus needs --prometheus URL (e.g. http://prometheus:9090)")
+        raise UsageError(f"--source prometheus needs --prometheus URL (e.g. {URL_EXAMPLES['--prometheus']})")
     from gpulens.fleet.prometheus_jobs import Prometheus
 
     with converted(ValueError, UsageError):  # also an unreadable credentials or TLS file (AccessError)
@@ -339,16 +361,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             )
         if args.command == "job" and not args.id.strip():
             raise UsageError("report job needs the id or name of a job; list them with 'gpulens report fleet'")
-        until = parse_time(args.until, "--until", now)
-        # A trend counts whole hours, so '--since 2d' counts back from the last whole one: 48 hours, not 47.
-        end = whole_hours(until, until)[1] if args.command == "trend" else until
-        since = parse_time(args.since, "--since", end)
-        if since >= until:
-            raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
-        if args.command == "trend":
-            since, until = whole_hours(since, until)
-            with converted(ValueError, UsageError):
-                check_period(since, until)
+        since, until = _period(args, now)
         min_duration = parse_duration(args.min_duration, "--min-duration")
         source = _source(args)
         if args.command == "trend" and isinstance(source, Store) and args.by not in source.TREND_GROUPINGS:
@@ -359,7 +372,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
             )
         if args.format == "terminal" or getattr(args, "send", False):
             _need_rich()
-        _check_output(getattr(args, "output", None))
+        args.output = _output(args.output)
         sender = _sender(args)
     except UsageError as error:
         return fail("gpulens report", error, EXIT_USAGE)
@@ -375,7 +388,7 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
         else:
             report = _fleet(source, args, since, until, min_duration, progress)
             if report is None:
-                raise _nothing("jobs", source, since, until, _NO_LEDGER)
+                raise _nothing("jobs", source, since, until, _no_data(source, per_job=True))
     except SourceError as error:
         progress.close()
         return fail("gpulens report", error, EXIT_EMPTY)
@@ -386,16 +399,46 @@ def run(argv: Sequence[str], now: float | None = None) -> int:
     return _write(output, args.output)
 
 
-def _check_output(path: str | None) -> None:
-    """Refuse an --output that is an SQLite database: a ledger (the one read, perhaps) is never written over."""
+def _period(args: argparse.Namespace, now: float) -> tuple[float, float]:
+    """Return the period a report's command line asks for, [since, until] in epoch seconds; the one place every
+    report (job, fleet, trend, digest) reads it. `--since` counts back from the `--until` given, and the period
+    ends at `now` at the latest: hours that have not happened are no part of it (`--until 2026-12-08` on the 7th
+    reads "until the end of today", and a trend shows today as the part of it that has passed). A trend's period
+    is cut to whole hours."""
+    until = parse_time(args.until, "--until", now)
+    # A trend counts whole hours, so '--since 2d' counts back from the last whole one: 48 hours, not 47.
+    end = whole_hours(until, until)[1] if args.command == "trend" else until
+    since = parse_time(args.since, "--since", end)
+    if since >= until:
+        raise UsageError(f"--since ({args.since}) must be before --until ({args.until})")
+    if since >= now:
+        raise UsageError(
+            f"--since ({args.since}) is after now ({words.when(now)}); a report covers what has happened: "
+            "give an earlier --since or --until"
+        )
+    cut = "--until is after now, which ends the period: " if until > now else ""
+    until = min(until, now)
+    if args.command == "trend":
+        since, until = whole_hours(since, until)
+        with converted(ValueError, UsageError, cut):
+            check_period(since, until)
+    return since, until
+
+
+def _output(path: str | None) -> str | None:
+    """Return the file `--output` names, None for standard output (no -o, or '-' as other tools take it). Refuse an
+    empty one, and one that is an SQLite database: a ledger (the one read, perhaps) is never written over."""
+    if path is None or path == "-":
+        return None
     if not path:
-        return
+        raise UsageError("--output is empty; give a file to write the report to, or - for standard output")
     with contextlib.suppress(OSError), open(path, "rb") as f:
         if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
             raise UsageError(
                 f"--output {printable(path)} is an SQLite database (a ledger?); a report never writes over one: "
                 "give another file"
             )
+    return path
 
 
 def _sender(args: argparse.Namespace) -> Sender | None:
@@ -465,7 +508,7 @@ def _trend(source: PastJobs, by: str, since: float, until: float, min_duration: 
     """The trend (`fleet.past.trend_of`); raises SourceError when the period has no GPU-hours."""
     report = trend_of(source, by, since, until, min_duration, progress)
     if report.total.held <= 0:
-        raise _nothing("GPU-hours", source, since, until, _NO_LEDGER)
+        raise _nothing("GPU-hours", source, since, until, _no_data(source, per_job=False))
     return report
 
 
@@ -474,7 +517,7 @@ def _digest(source: PastJobs, by: str, since: float, until: float, min_duration:
     SourceError when the period has no jobs."""
     records = source.runs_between(since, until, progress)
     if not records:
-        raise _nothing("jobs", source, since, until, _NO_LEDGER)
+        raise _nothing("jobs", source, since, until, _no_data(source, per_job=True))
     return digest_report(records, by, since, until, min_duration, source.description)
 
 
@@ -525,6 +568,16 @@ def _write(output: str | Document, path: str | None) -> int:
 # The fixes for a period without what a report needs: an unknown job, no job at all.
 _CHECK_ID = "check the id, widen --since, or list the jobs with 'gpulens report fleet'"
 _NO_LEDGER = "widen --since or check that the agents run with a ledger"
+# A store has what it scraped from the agents, and a job's totals from those run with --jobs.export-totals.
+_NOT_SCRAPED = "widen --since or check that it scrapes the agents"
+_NO_TOTALS = f"{_NOT_SCRAPED} and that they run with --jobs.export-totals"
+
+
+def _no_data(source: PastJobs, per_job: bool) -> str:
+    """The fix for a period in which `source` holds no jobs (`per_job`: its runs were read) or no GPU-hours."""
+    if not isinstance(source, Store):
+        return _NO_LEDGER
+    return _NO_TOTALS if per_job else _NOT_SCRAPED
 
 
 def _nothing(what: str, source: PastJobs, since: float, until: float, fix: str) -> SourceError:

@@ -17,7 +17,7 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
-from gpulens.fleet.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport
+from gpulens.fleet.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport, group_key
 from gpulens.fleet.traces import ReportTraces
 from gpulens.fleet.trend import (
     GONE,
@@ -202,7 +202,7 @@ def _states_table(record: JobRecord) -> Table:
 
 def job_document(report: JobReport) -> Document:
     r = report.record
-    owner = r.user or "unknown"
+    owner = group_key(r, "user")  # "(none)", as the tables by user name a job without an owner
     if r.namespace or r.pod:
         owner += f" ({r.namespace}/{r.pod})"
     facts = [
@@ -369,7 +369,7 @@ def fleet_document(report: FleetReport) -> Document:
         tuple(
             (
                 job_name(r),
-                r.user,
+                group_key(r, "user"),
                 str(len(r.gpus)),
                 hours(r.gpu_seconds),
                 hours(r.wasted_seconds),
@@ -388,7 +388,7 @@ def fleet_document(report: FleetReport) -> Document:
         f"Shorter than {words.duration(report.min_duration)}: listed, not judged",
         ("job", "owner", "duration", "GPU-hours"),
         tuple(
-            (job_name(r), r.user, words.duration(r.duration_seconds), hours(r.gpu_seconds))
+            (job_name(r), group_key(r, "user"), words.duration(r.duration_seconds), hours(r.gpu_seconds))
             for r in report.short[:SHORT_JOBS_SHOWN]
         ),
     )
@@ -561,7 +561,7 @@ def trend_document(report: TrendReport) -> Document:
         ),
         tuple(
             (
-                f.user or "unknown",
+                group_key(f.after, "user"),
                 f.job,
                 STATE_NAME[f.reason],
                 tip_title(f.tip),

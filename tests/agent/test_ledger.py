@@ -450,24 +450,56 @@ def test_a_deleted_ledger_is_started_again_at_its_path(tmp_path):
     assert all(r.gpu_seconds == pytest.approx(20, abs=2.5) for r in records)
 
 
-def test_a_run_with_a_number_no_run_can_have_makes_the_agent_refuse_the_file_once(tmp_path, caplog):
-    """A ledger altered by hand: the run a restarted agent would continue holds text for a number. The file is
-    refused as corrupt, once, and the accounts go on in memory; the ledger stage never fails on it."""
+def altered_demo_ledger(tmp_path, update: str) -> Path:
+    """Return the ledger of 30 s of the demo node, its agent stopped, altered by hand with the SQL `update`."""
     path = tmp_path / "ledger.sqlite"
     before = make_agent("demo", ledger=str(path))
     before.run(30, step=2)
     before.accounting.ledger.close()
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE jobs SET busy_seconds = 'abc' WHERE finished = 0")
+        conn.execute(update)
     conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("altered", "said"),
+    [
+        ("busy_seconds = 'abc'", "busy_seconds: expected a finite number, 0 or more, got 'abc'"),
+        ("start = last_seen + 1000", "start: expected no later than its last_seen"),
+        ("gpus = 'not json'", "gpus: expected a JSON list of strings, got 'not json'"),
+    ],
+)
+def test_a_run_with_a_value_no_run_can_have_makes_the_agent_refuse_the_file_once(tmp_path, caplog, altered, said):
+    """A ledger altered by hand: the run a restarted agent would continue holds text for a number, ends before it
+    starts or holds GPUs that are no list. The file is refused as corrupt, once, and the accounts go on in memory;
+    the ledger stage never fails on it."""
+    path = altered_demo_ledger(tmp_path, f"UPDATE jobs SET {altered} WHERE finished = 0")
     caplog.set_level(logging.WARNING)
     agent = make_agent("demo", ledger=str(path), clock=ManualClock(start=40))
     agent.run(30, step=2)
     refused = [m for m in caplog.messages if "is unusable (run " in m]
-    assert len(refused) == 1 and "busy_seconds: expected a finite number, 0 or more, got 'abc'" in refused[0]
+    assert len(refused) == 1 and said in refused[0]
     assert "stage failed" not in caplog.text
     assert agent.value("gpulens_ledger_corrupt") == 1 and agent.value("gpulens_ledger_up") == 0
     assert len(agent.accounting.records()) == 7
+
+
+def test_text_that_is_not_utf8_is_read_with_escapes_by_the_endpoint_and_the_agent_continuing_the_run(tmp_path):
+    """A job's name, user or account come from the job as bytes (a Slurm job's environment): one that is not UTF-8
+    reads with its stray bytes as escapes, in /api/v1/jobs and in the run a restarted agent continues, where
+    SQLite's decoding made the whole file unreadable."""
+    path = altered_demo_ledger(tmp_path, "UPDATE jobs SET name = CAST(x'74726169ff6e' AS TEXT)")
+    agent = make_agent("demo", ledger=str(path), clock=ManualClock(start=40))
+    app = AgentApp(agent.sampler, agent.registry, [], "simulated", jobs=agent.accounting)
+    status, body = call(app, "/api/v1/jobs", "since=1h")
+    assert status == "200 OK" and body["source"] == "ledger" and len(body["jobs"]) == 7
+    assert {j["name"] for j in body["jobs"]} == {"trai\\xffn"}
+    agent.run(30, step=2)
+    assert agent.value("gpulens_ledger_corrupt") == 0 and agent.value("gpulens_ledger_up") == 1
+    with connect_readonly(str(path)) as conn:  # each run continued, none started again
+        assert len(read_records(conn)) == 7
+    conn.close()
 
 
 def test_a_refused_file_moved_aside_lets_a_new_ledger_start(tmp_path):

@@ -4,6 +4,8 @@ import csv
 import hashlib
 import io
 import json
+import math
+import os
 import re
 import shutil
 import sqlite3
@@ -13,6 +15,7 @@ import urllib.parse
 
 import pytest
 
+from gpulens.fleet.past import LedgerFiles
 from gpulens.report.cli import run
 from gpulens.report.machine import CSV_COLUMNS
 from tests.dashboard.httpfake import fake_server, json_reply
@@ -207,16 +210,24 @@ def test_agent_down(capsys):
 
 
 @pytest.mark.parametrize(
-    "content", [b"", b"SQLite format 3\x00" + b"\x00" * 200, b"garbage" * 1000], ids=["empty", "truncated", "garbage"]
+    "content",
+    [b"", b"SQLite format 3\x00" + b"\x00" * 200, b"garbage" * 1000, "pages"],
+    ids=["empty", "truncated", "garbage", "malformed"],
 )
-def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, content):
+def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, fleet_run, content):
     path = tmp_path / "ledger.sqlite"
+    if content == "pages":  # a ledger whose pages after the first were overwritten: SQLite finds it malformed
+        data = bytearray(fleet_run.ledger.read_bytes())
+        data[4096:] = b"\xa5" * (len(data) - 4096)
+        content = bytes(data)
     path.write_bytes(content)
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    line = fails(capsys, ["fleet", "--ledger", str(path)], 1, str(path))
-    assert "untouched" in line or "not a gpulens ledger" in line or "no jobs" in line
+    line = fails(capsys, ["fleet", "--ledger", str(path), *window(fleet_run)], 1, str(path))
     if not content:  # SQLite reads an empty file as a database without tables
         assert "is empty: no agent has written to it; it was left untouched, give an agent's ledger file" in line
+    else:  # one wording, whichever reading found it (the header, opening the file, reading its runs)
+        assert line.startswith(f"gpulens report: ledger {path} is corrupt ("), line
+        assert line.endswith("); it was left untouched, give another file with --ledger"), line
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
 
 
@@ -231,13 +242,20 @@ def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, conte
         ("tips", "seconds", "'abc'", "seconds: expected a finite number, 0 or more, got 'abc'"),
         ("devices", "busy_seconds", "'abc'", "busy_seconds: expected a finite number, 0 or more, got 'abc'"),
         ("timeline", "busy_seconds", "'abc'", "timeline: busy_seconds: expected a finite number, 0 or more"),
+        # A run that ends before it starts (a 7-hour job was marked short), GPUs that are not a list (0 GPUs held
+        # for hours).
+        ("jobs", "start", "last_seen + 1000", "start: expected no later than its last_seen, "),
+        ("jobs", "gpus", "'not json'", "gpus: expected a JSON list of strings, got 'not json'"),
+        ("jobs", "models", "'{\"a\": 1}'", "models: expected a JSON list of strings, got '{\"a\": 1}'"),
+        ("jobs", "gpus", "'[1]'", "gpus: expected a JSON list of strings, got '[1]'"),
     ],
 )
-def test_a_number_no_run_can_have_makes_the_ledger_corrupt_in_every_format(
+def test_a_value_no_run_can_have_makes_the_ledger_corrupt_in_every_format(
     capsys, tmp_path, fleet_run, table, column, value, said
 ):
-    """A ledger altered by hand: text, NULL, an infinity or a negative count where a run's number is kept is refused
-    as corrupt, before any format renders it, and the file is left as it was."""
+    """A ledger altered by hand: text, NULL, an infinity or a negative count where a run's number is kept, a start
+    after its last sighting, GPUs that are no list, is refused as corrupt, before any format renders it, and the
+    file is left as it was."""
     path = tmp_path / "altered.sqlite"
     shutil.copy(fleet_run.ledger, path)
     with sqlite3.connect(path) as conn:  # NOT NULL columns: the table is made again without the constraint
@@ -250,7 +268,7 @@ def test_a_number_no_run_can_have_makes_the_ledger_corrupt_in_every_format(
     report = ["job", "7001"] if table == "timeline" else ["fleet"]  # a fleet report reads no timelines
     for output in ("json", "markdown", "terminal"):
         line = fails(capsys, [*report, "--ledger", str(path), *window(fleet_run), "--format", output], 1, str(path))
-        assert "is corrupt (run " in line and said in line and "left untouched, give another file" in line, line
+        assert "is corrupt (run " in line and said in line and "left untouched, give another file with" in line, line
     assert path.read_bytes() == before
 
 
@@ -270,6 +288,23 @@ def test_a_name_several_jobs_share_is_answered_with_their_ids(capsys, tmp_path, 
 
 def test_a_missing_ledger(capsys, tmp_path):
     fails(capsys, ["fleet", "--ledger", str(tmp_path / "nothing.sqlite")], 1, "no such file", "--ledger")
+    # There is a file, and not a regular one.
+    fails(capsys, ["fleet", "--ledger", os.devnull], 1, f"ledger {os.devnull} is not a regular file", "--ledger.path")
+
+
+def test_a_ledger_the_user_may_not_read_names_who_may(capsys, fleet_run, monkeypatch):
+    """Not corrupt, and no other file will do: the agent's ledger is its owner's only (the tests run as root, whom
+    no mode refuses, so the refusal is the one the file system gives)."""
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr("gpulens.agent.ledger.open", refused, raising=False)
+    line = fails(capsys, ["fleet", "--ledger", str(fleet_run.ledger)], 1)
+    assert line == (
+        f"gpulens report: ledger {fleet_run.ledger} cannot be read (permission denied); run as a user who may read "
+        "it (e.g. with sudo), or copy it where you may"
+    )
 
 
 def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_path):
@@ -311,6 +346,19 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         ([], ("report job ID",)),
         # argparse reads a value that starts with '-' as a flag: the line says how to give it.
         (["fleet", "--since", "-3d", "--ledger", "x"], ("--since: expected one argument", "as --since=VALUE")),
+        # A source given with an empty value (an unset variable in a script) is not "no source given".
+        (["fleet", "--prometheus", ""], ("--prometheus is empty", "e.g. --prometheus http://prometheus:9090")),
+        (["fleet", "--agent", " ", "--source", "agent"], ("--agent is empty", "e.g. --agent http://node1:10906")),
+        (["fleet", "--ledger", ""], ("--ledger is empty", "e.g. --ledger /var/lib/gpulens/ledger.sqlite")),
+        # The example fits the flag: Prometheus's port, not an agent's.
+        (["fleet", "--prometheus", "http://[::1"], ("is not HOST:PORT", "write e.g. http://prometheus:9090")),
+        (["fleet", "--agent", "http://[::1"], ("is not HOST:PORT", "write e.g. http://node1:10906")),
+        # A period that would start after now.
+        (
+            ["fleet", "--since", "1d", "--until", "2999-01-01", "--ledger", "x"],
+            ("--since (1d) is after now", "give an earlier --since or --until"),
+        ),
+        (["fleet", "-o", "", "--ledger", "x"], ("--output is empty", "or - for standard output")),
     ],
 )
 def test_usage_mistakes_exit_2(capsys, monkeypatch, tmp_path, argv, words):
@@ -478,20 +526,21 @@ def test_a_series_that_names_no_job_is_not_a_job(capsys):
 
 
 def test_a_name_from_the_job_is_shown_as_written_in_markdown_and_csv(capsys, tmp_path, fleet_run):
-    """A job names itself (sbatch --job-name, its account): in Markdown it makes no link, image or HTML, and in
-    CSV no formula a spreadsheet would run (OWASP, CSV injection)."""
+    """A job names itself (sbatch --job-name, its account): in Markdown it makes no link (GitHub's autolinks
+    included), image or HTML, and in CSV no formula a spreadsheet would run (OWASP, CSV injection)."""
     path = tmp_path / "hostile.sqlite"
     shutil.copy(fleet_run.ledger, path)
     with sqlite3.connect(path) as conn:
         conn.execute(
-            "UPDATE jobs SET name = '[pay](http://e.vil) <img src=x>', account = '=HYPERLINK(\"http://e.vil\")' "
-            "WHERE kind = 'slurm' AND id = '7001'"
+            "UPDATE jobs SET name = '[pay](http://e.vil) <img src=x> at https://e.vil/reset www.e.vil', "
+            "account = '=HYPERLINK(\"http://e.vil\")' WHERE kind = 'slurm' AND id = '7001'"
         )
     conn.close()
     argv = ["job", "7001", "--ledger", str(path), *window(fleet_run)]
     assert run([*argv, "--format", "markdown"]) == 0
     text = capsys.readouterr().out
-    assert "\\[pay\\](http://e.vil) \\<img src=x\\>" in text and "[pay](" not in text
+    assert "\\[pay\\](http\\://e.vil) \\<img src=x\\> at https\\://e.vil/reset www\\.e.vil" in text
+    assert "[pay](" not in text and not re.search(r"(?<!\\):(?=//)", text) and "www.e.vil" not in text
     assert run([*argv, "--format", "csv"]) == 0
     (row,) = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert row["account"] == '\'=HYPERLINK("http://e.vil")' and row["gpus"].isdigit()  # numbers stay numbers
@@ -510,3 +559,98 @@ def test_a_name_from_the_job_reaches_a_terminal_as_escapes_not_as_commands(capsy
         text = (tmp_path / "r.txt").read_text()
         assert "\x1b" not in text and "\u202e" not in text, by
         assert "acct\\x1b[2J" in text or "u\\u202eser" in text, by
+
+
+@pytest.mark.parametrize("command", ["job", "fleet", "trend", "digest"])
+def test_a_period_ends_at_now_however_late_until_is(capsys, fleet_run, monkeypatch, command):
+    """`--until` after now ("until the end of today", or a year ahead) is cut at the moment the report runs, for
+    every report: hours that have not happened are no part of its period, and the report is the one asked up to
+    now (a trend counts whole hours: up to the last one). `--since` counts back from the --until given."""
+    now = fleet_run.until
+    until = math.floor(now / 3600) * 3600 if command == "trend" else now
+    asked = []
+
+    def spied(read):
+        def spy(self, *args):  # runs_of(job_id, since, until, step), runs_between(since, until, step)
+            asked.append(args[-2])
+            return read(self, *args)
+
+        return spy
+
+    for name in ("runs_between", "runs_of"):
+        monkeypatch.setattr(LedgerFiles, name, spied(getattr(LedgerFiles, name)))
+    argv = [command, *(["7001"] if command == "job" else []), "--ledger", str(fleet_run.ledger), "--format", "json"]
+    since = ("--since", str(now - 3 * 86_400))
+    assert run([*argv, *since, "--until", "2999-01-01"], now=now) == 0, capsys.readouterr().err
+    later = capsys.readouterr().out
+    assert run([*argv, *since, "--until", str(until)], now=now) == 0
+    assert later == capsys.readouterr().out and asked == [until, until]
+    if command != "job":
+        assert json.loads(later)["until"] == until
+
+
+def test_output_dash_is_standard_output(capsys, fleet_run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["fleet", "--ledger", str(fleet_run.ledger), *window(fleet_run), "--format", "csv"]
+    assert run([*argv, "-o", "-"]) == 0
+    assert capsys.readouterr().out.startswith(",".join(CSV_COLUMNS)) and not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("column", ["name", "namespace", "user", "account"])
+def test_text_that_is_not_utf8_is_read_with_escapes_in_every_format(capsys, tmp_path, fleet_run, column):
+    """A job's name, user or account came from it as bytes (a Slurm job's environment): one byte that is not UTF-8
+    made the whole ledger unreadable. It reads as an escape, as what is not printable is written."""
+    path = tmp_path / "bytes.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE jobs SET {column} = CAST(x'74726169ff6e' AS TEXT) WHERE kind = 'slurm' AND id = '7001'")
+    conn.close()
+    by = "user" if column == "name" else column
+    for fmt in ("terminal", "markdown", "html", "csv", "line"):
+        out = tmp_path / f"report.{fmt}"
+        assert (
+            run(["fleet", "--ledger", str(path), *window(fleet_run), "--by", by, "--format", fmt, "-o", str(out)]) == 0
+        )
+        assert "trai" in out.read_text() and "\ufffd" not in out.read_text(), fmt
+    assert run(["fleet", "--ledger", str(path), *window(fleet_run), "--by", by, "--format", "json"]) == 0
+    (job,) = [j for j in json.loads(capsys.readouterr().out)["jobs"] if j["id"] == "7001"]
+    assert job[column] == "trai\\xffn"
+
+
+def test_a_job_without_an_owner_is_named_none_in_every_table(capsys, tmp_path, fleet_run):
+    """As the tables by user name the group of jobs without an owner: "(none)", not a blank cell."""
+    path = tmp_path / "ownerless.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET user = '' WHERE kind = 'slurm' AND id IN ('7001', '7002')")
+    conn.close()
+    assert run(["fleet", "--ledger", str(path), *window(fleet_run), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| slurm 7001 (era5 loader) | (none) |" in text  # the jobs judged
+    assert re.search(r"^\| slurm 7002[^|]*\| \(none\) \|", text, re.M), text  # the short jobs
+    assert run(["job", "7001", "--ledger", str(path), *window(fleet_run), "--format", "markdown"]) == 0
+    assert "- **owner**: (none)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("fleet", "no jobs in prometheus"),
+        ("digest", "no jobs in prometheus"),
+        ("trend", "no GPU-hours in prometheus"),
+    ],
+)
+def test_an_empty_period_in_a_store_names_the_stores_fix(capsys, command, said):
+    """A store has what it scraped from the agents, a job's totals from agents run with --jobs.export-totals: not a
+    ledger's fix."""
+
+    def empty(path: str):
+        kind = "matrix" if path.startswith("/api/v1/query_range") else "vector"
+        return json_reply({"status": "success", "data": {"resultType": kind, "result": []}})
+
+    fix = "check that it scrapes the agents" + (
+        " and that they run with --jobs.export-totals" if command != "trend" else ""
+    )
+    with fake_server(empty) as (url, _):
+        line = fails(capsys, [command, "--prometheus", url, "--format", "json"], 1, said, f"widen --since or {fix}")
+    assert line.endswith(fix) and "ledger" not in line

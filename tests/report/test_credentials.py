@@ -54,8 +54,8 @@ def secret_file(tmp_path, text: str) -> str:
     return str(path)
 
 
-def report(capsys, *argv: str) -> dict:
-    assert run([*argv, "--format", "json"], now=NOW) == 0, capsys.readouterr().err
+def report(capsys, *argv: str, now: float = NOW) -> dict:
+    assert run([*argv, "--format", "json"], now=now) == 0, capsys.readouterr().err
     return json.loads(capsys.readouterr().out)
 
 
@@ -300,9 +300,11 @@ def test_a_real_prometheus_behind_basic_auth_gives_the_ledger_report(
     capsys, tmp_path, fleet_run, guarded_prometheus_url
 ):
     window = ("--since", str(fleet_run.since), "--until", str(fleet_run.until))
-    ledger = report(capsys, "fleet", "--ledger", str(fleet_run.ledger), *window)
+    ledger = report(capsys, "fleet", "--ledger", str(fleet_run.ledger), *window, now=fleet_run.until)
     auth = secret_file(tmp_path, f"{GUARD_USER}:{GUARD_PASSWORD}")
-    guarded = report(capsys, "fleet", "--prometheus", guarded_prometheus_url, "--basic-auth-file", auth, *window)
+    guarded = report(
+        capsys, "fleet", "--prometheus", guarded_prometheus_url, "--basic-auth-file", auth, *window, now=fleet_run.until
+    )
     assert {j["id"] for j in guarded["jobs"] + guarded["short_jobs"]} == {
         j["id"] for j in ledger["jobs"] + ledger["short_jobs"]
     }

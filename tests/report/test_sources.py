@@ -188,7 +188,7 @@ def test_a_ledger_read_twice_counts_each_run_once(capsys, fleet_run, tmp_path, m
     shutil.copy(fleet_run.ledger, lagging)
     with sqlite3.connect(lagging) as conn:  # a copy taken ten minutes before the end of each run
         halved = ", ".join(f"state_{s}_seconds = state_{s}_seconds / 2" for s in STATES)
-        conn.execute(f"UPDATE jobs SET last_seen = last_seen - 600, {halved}")
+        conn.execute(f"UPDATE jobs SET last_seen = max(start, last_seen - 600), {halved}")
     conn.close()
     once = fleet(capsys, fleet_run, "--ledger", str(fleet_run.ledger))
     given = ("--ledger", str(fleet_run.ledger), "--ledger", f"./{fleet_run.ledger.name}", "--ledger", str(link))
@@ -238,14 +238,30 @@ def test_the_same_run_from_a_ledger_and_from_its_agent_is_one_run():
     assert found == [later, other_node]
 
 
-def test_a_ledger_sqlite_cannot_read_in_place_names_the_copy_to_make(capsys, fleet_run, monkeypatch):
-    """Where SQLite must write a ledger's -wal and -shm files and may not (a folder the reader cannot write to),
-    the fix is a copy, not another file."""
+@pytest.mark.parametrize("where", ["gpulens.agent.ledger._check_schema", "gpulens.fleet.past.read_records"])
+@pytest.mark.parametrize(
+    ("name", "said", "fix"),
+    [
+        # A folder the reader cannot write to, where SQLite must make the -wal and -shm files it reads through.
+        ("SQLITE_READONLY_DIRECTORY", "attempt to write a readonly database", "copy it, with its -wal if it has one"),
+        # A -wal or -shm beside it that the reader may not open (the agent's, owner-only).
+        ("SQLITE_CANTOPEN", "unable to open database file", "run as a user who may read them (e.g. with sudo)"),
+    ],
+)
+def test_a_ledger_sqlite_cannot_read_in_place_names_the_copy_to_make(
+    capsys, fleet_run, monkeypatch, where, name, said, fix
+):
+    """Where SQLite may not make or open a ledger's -wal and -shm files (a folder the reader cannot write to, the
+    agent's own files), the fix is a copy, not another file: the same line whether opening the file or reading its
+    runs found it."""
 
     def refused(*args, **kwargs):
-        raise sqlite3.OperationalError("attempt to write a readonly database")
+        error = sqlite3.OperationalError(said)
+        error.sqlite_errorname = name  # as SQLite names it; the reports' tests run as root, whom no folder refuses
+        raise error
 
-    monkeypatch.setattr("gpulens.fleet.past.read_records", refused)
+    monkeypatch.setattr(where, refused)
     assert run(["fleet", "--since", "1d", "--ledger", str(fleet_run.ledger)]) == 1
     err = capsys.readouterr().err
-    assert "attempt to write a readonly database" in err and "copy it (with its -wal and -shm files)" in err
+    assert f"ledger {fleet_run.ledger} cannot be read" in err and said in err and fix in err
+    assert "corrupt" not in err and "give another file" not in err and err.count("\n") == 1

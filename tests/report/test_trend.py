@@ -4,6 +4,7 @@
 import csv
 import io
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -281,6 +282,27 @@ def test_a_duration_counts_back_whole_hours_from_the_last_whole_hour(capsys, led
     assert run(["trend", "--ledger", ledger, "--since", "2d", "--format", "json"], now=END + 17 * 60) == 0
     body = json.loads(capsys.readouterr().out)
     assert (body["since"], body["until"]) == (END - 2 * DAY_SECONDS, END) and len(body["days"]) == 2
+
+
+def test_an_until_after_now_ends_the_period_now_and_today_shows_as_partial(capsys, ledger):
+    """`--until` the end of today, at 13:17: the hours to come are no part of the period, where they counted as
+    days without waste and made the headline fall. Today is the 13 hours that have passed."""
+    now = END - DAY_SECONDS + 13 * HOUR + 17 * 60
+    argv = ["trend", "--ledger", ledger, "--since", "7d", "--until", time.strftime("%Y-%m-%d", time.gmtime(END))]
+    assert run([*argv, "--format", "json"], now=now) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert (body["since"], body["until"]) == (END - 7 * DAY_SECONDS, END - DAY_SECONDS + 13 * HOUR)
+    assert len(body["days"]) == 7 and body["days"][-1]["measured_seconds"] == 13 * HOUR
+    until_now = ["trend", "--ledger", ledger, "--since", str(END - 7 * DAY_SECONDS), "--until", str(now)]
+    assert run([*until_now, "--format", "json"], now=now) == 0
+    assert json.loads(capsys.readouterr().out) == body
+    assert run([*argv, "--format", "markdown"], now=now) == 0
+    day = time.strftime("%Y-%m-%d", time.gmtime(END - DAY_SECONDS))
+    assert f"| {day} (13 h) |" in capsys.readouterr().out
+    # Cut at now, a period may be too short for a trend: the line says why it is shorter than the one given.
+    assert run(["trend", "--ledger", ledger, "--since", str(now - DAY_SECONDS), "--until", "2999-01-01"], now=now) == 2
+    said = "--until is after now, which ends the period: a trend compares days, and the period is 23 h; give it 2"
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
