@@ -17,8 +17,8 @@ A Slurm job, a pod or a container is a job from its first cycle. A bare process 
 has held a GPU for `--jobs.process-min-age`: it is accounted from its first cycle but written and exported
 only then, so a short process leaves no record and no series, and a long one loses none of its first
 minute in the ledger (Prometheus's increase() cannot count what its counters hold when they first appear:
-from Prometheus that minute is missing, docs/reports.md). At most `--jobs.max-exported` jobs have series; the others are counted in
-`gpulens_jobs_not_exported`.
+from Prometheus that minute is missing, docs/reports.md). At most `--jobs.max-exported` jobs have series; the
+others are counted in `gpulens_jobs_not_exported`.
 
 Attribution when GPUs are shared: every job on a GPU is credited the GPU's full time (GPU-seconds) and
 busy time; the GPU's energy is split evenly among them, so energy adds up.
