@@ -8,10 +8,12 @@ import re
 # autolink (< >), code (`), emphasis (*), a table cell (|), LaTeX ($), and the escape itself.
 _MARKDOWN = re.compile(r"([\\`*\[\]<>|$])")
 # What GitHub-flavoured Markdown makes a link of in plain text (its spec's "Autolinks (extension)"): a scheme's
-# '://' and a 'www.', each at the start of a word. A backslash before the ':' or the '.' leaves the text as it
-# reads, and no link on GitHub. (An e-mail address is linked after escapes are read, and so is a URL by remark-gfm,
-# Streamlit's renderer: no escape keeps those from being links.)
-_AUTOLINK = re.compile(r":(?=//)|(?<=www)\.", re.IGNORECASE)
+# '://', a 'www.' and an e-mail address. Escapes do not stop them all (GitHub links an address, and remark-gfm,
+# Streamlit's renderer, a URL, after reading the escapes); an invisible WORD JOINER inside each does, in both
+# (checked with cmark-gfm and remark-gfm), and leaves the text as it reads. It also keeps a Mattermost @mention
+# from being one.
+_AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)(?=\w)", re.IGNORECASE)
+WORD_JOINER = "\u2060"
 
 
 def printable(text: str) -> str:
@@ -27,10 +29,11 @@ def quoted(text: str, limit: int = 40) -> str:
 
 def markdown_text(text: str) -> str:
     """Return `text` to be shown as written in Markdown: on one line, its characters that are not printable
-    escaped (`printable`), and those that could make a link (a URL's too), an image, HTML, code or a table cell of
-    it backslash-escaped (CommonMark: any ASCII punctuation may be)."""
+    escaped (`printable`), those that could make a link, an image, HTML, code or a table cell of it
+    backslash-escaped (CommonMark: any ASCII punctuation may be), and a URL or an address of it broken by an
+    invisible WORD JOINER."""
     escaped = _MARKDOWN.sub(r"\\\1", printable(" ".join(text.splitlines())))
-    return _AUTOLINK.sub(r"\\\g<0>", escaped)
+    return _AUTOLINK.sub(WORD_JOINER, escaped)
 
 
 def markdown_code(text: str) -> str:
