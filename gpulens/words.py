@@ -30,13 +30,17 @@ def when(epoch: float) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Return '45 s', '12 min', '3 h', '3 h 05 min', '2 d' or '2 d 4 h': two units at most, none of them zero."""
+    """Return '45 s', '1 min 30 s', '12 min', '3 h', '3 h 05 min', '2 d' or '2 d 4 h': two units at most, none of
+    them zero; seconds are left out from 10 minutes on, where they are a small part (under 10 minutes, '1 min'
+    for 90 s would be a third short)."""
     if seconds is None or not _known(seconds):
         return ""
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f} s"
     minutes = int(seconds // 60)
+    if minutes < 10 and int(seconds) % 60:
+        return f"{minutes} min {int(seconds) % 60:02d} s"
     if minutes < 60:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)

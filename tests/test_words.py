@@ -16,6 +16,11 @@ from gpulens.report import document, machine
         (45, "45 s"),
         (59.4, "59 s"),
         (60, "1 min"),
+        (90, "1 min 30 s"),  # '1 min' would be a third short: a policy's act_after of 90 s read as 1 min
+        (280.6, "4 min 40 s"),
+        (599, "9 min 59 s"),
+        (600, "10 min"),
+        (630, "10 min"),  # from 10 minutes on, the seconds are a small part
         (720, "12 min"),
         (3599, "59 min"),
         (3600, "1 h"),

@@ -125,7 +125,7 @@ def test_the_last_finished_trace_is_written_as_gpulens_trace_prints_it():
     assert "aten::copy_ 1.2 s ×400" in text and "peak allocator memory: 22.00 GiB" in text
     assert "file: /scratch/carol/traces/t-1a2b3c4d-4242.pt.trace.json.gz" in text
     assert "ui.perfetto.dev" in text and "chrome://tracing" in text
-    assert view.finished_line(last, NOW) == "The last trace, of 1 process on node-b, finished 9 min ago:"
+    assert view.finished_line(last, NOW) == "The last trace, of 1 process on node-b, finished 9 min 20 s ago:"
 
 
 def test_a_trace_of_several_processes_is_shown_whole_and_the_others_listed_newest_first():
@@ -384,7 +384,7 @@ def test_an_open_dashboard_seen_from_elsewhere_shows_the_last_trace_and_why_ther
     (block,) = trace_blocks(at)
     assert block == view.details(TraceShown("node-b", DONE_TRACE))
     # The page counts from its own clock; the fakes' traces are as old as the test run, and then some.
-    assert re.search(r"The last trace, of 1 process on node-b, finished \d+ min ago:", page)
+    assert re.search(r"The last trace, of 1 process on node-b, finished \d+ min( \d+ s)? ago:", page)
     others = at.dataframe[-1].value
     assert list(others["trace"]) == ["t-0f0f0f0f"] and list(others["state"]) == ["refused"]
 
