@@ -201,10 +201,12 @@ class Service:
                 places[key] = replace(places[key], signalled_at=None)
             elif event == "action_failed":
                 places[key] = replace(places[key], acted_at=None)
-            elif event == "warn_failed":
+            elif event == "warn_failed":  # back to where it stood in this idle spell (none: a new spell)
                 before = self.places.get(key)
-                warned, warned_at = (before.warned, before.warned_at) if before is not None else (0, None)
-                places[key] = replace(places[key], warned=warned, warned_at=warned_at)
+                if before is None or before.idle_since != places[key].idle_since:
+                    places[key] = replace(places[key], warned=0, warned_at=None)
+                else:
+                    places[key] = replace(places[key], warned=before.warned, warned_at=before.warned_at)
         self.places = places
         self.folder.save_places(places, self.policy.mode)
         self.last, self.last_time = cycle, now

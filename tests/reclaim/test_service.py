@@ -185,6 +185,26 @@ def test_an_action_waits_for_a_warning_that_reaches_the_owner(tmp_path):
     assert [(m, e) for m, e, _ in audit(folder)[len(events) :]] == [(131, "warned"), (146, "acted")]
 
 
+def test_a_failed_warning_of_a_new_idle_spell_is_not_the_last_spells_warning(tmp_path):
+    """Back to where it stood in this spell: the place before the cycle may be the last spell's, warned twice."""
+    down = {"now": False}
+
+    def notify(decision, text):
+        if down["now"]:
+            raise NotifyError("SMTP server 127.0.0.1:25 cannot be reached")
+
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], notify=notify)
+    run_until(made, clock, 110)  # warned at 60 and 105 minutes
+    made.source.gpus, down["now"] = [], True  # out of sight for a while: its place is kept
+    run_until(made, clock, 164)
+    # Seen again at 165, idle since 100: a new spell, its first warning due at once.
+    made.source.gpus = [gpu(0, since=START + 100 * MIN)]
+    run_until(made, clock, 260)
+    events = [(m, e) for m, e, _ in audit(folder)]
+    assert events[:2] == [(60, "warned"), (105, "warned")] and "100" in slurm.jobs
+    assert {e for _, e in events[2:]} == {"warn_failed"} and events[2][0] == 165
+
+
 def test_a_pending_action_is_a_series_until_it_is_done(tmp_path):
     made, clock, slurm, folder = service(tmp_path, [gpu(0)])
     run_until(made, clock, 61)
