@@ -13,6 +13,7 @@ _MARKDOWN = re.compile(r"([\\`*\[\]<>|$])")
 # (checked with cmark-gfm and remark-gfm), and leaves the text as it reads. It also keeps a Mattermost @mention
 # from being one.
 _AUTOLINK = re.compile(r"(?<=:)(?=//)|(?<=www)(?=\.)|(?<=@)(?=\w)", re.IGNORECASE)
+_MENTION = re.compile(r"(?<=@)(?=\w)")
 WORD_JOINER = "\u2060"
 
 
@@ -27,13 +28,14 @@ def quoted(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
-def markdown_text(text: str) -> str:
+def markdown_text(text: str, urls: bool = False) -> str:
     """Return `text` to be shown as written in Markdown: on one line, its characters that are not printable
     escaped (`printable`), those that could make a link, an image, HTML, code or a table cell of it
-    backslash-escaped (CommonMark: any ASCII punctuation may be), and a URL or an address of it broken by an
-    invisible WORD JOINER."""
+    backslash-escaped (CommonMark: any ASCII punctuation may be), and a URL, an address or a mention of it broken
+    by an invisible WORD JOINER. With `urls`, a URL is left to be a link: a chat message's own text, whose links
+    to the dashboard must work (a job's name in it is its owner's own)."""
     escaped = _MARKDOWN.sub(r"\\\1", printable(" ".join(text.splitlines())))
-    return _AUTOLINK.sub(WORD_JOINER, escaped)
+    return (_MENTION if urls else _AUTOLINK).sub(WORD_JOINER, escaped)
 
 
 def markdown_code(text: str) -> str:

@@ -34,6 +34,11 @@ def test_a_name_in_markdown_is_shown_as_written(name, shown):
     assert markdown_text(name) == shown
 
 
+def test_a_chat_message_keeps_its_urls_links_and_no_mention():
+    said = "page https://gpulens.example.org/job?id=1 for @channel [x](y)"
+    assert markdown_text(said, urls=True) == "page https://gpulens.example.org/job?id=1 for @\u2060channel \\[x\\](y)"
+
+
 def test_a_code_span_no_backtick_inside_can_close():
     assert markdown_code("job-bob") == "`job-bob`"
     assert markdown_code("a`b") == "``a`b``"

@@ -9,6 +9,7 @@ variable, never from the settings file; errors name a webhook by its host alone.
 
 from __future__ import annotations
 
+import functools
 import smtplib
 import ssl
 import urllib.parse
@@ -196,7 +197,7 @@ class Webhook:
         bold = "*" if self.settings.kind == "slack" else "**"
         # The subject and the body carry names a job gave itself: shown as written, they link, mention or format
         # nothing (Slack: &, < and > escaped, as its API asks; Mattermost: Markdown escaped).
-        shown = _slack_text if self.settings.kind == "slack" else markdown_text
+        shown = _slack_text if self.settings.kind == "slack" else functools.partial(markdown_text, urls=True)
         text = "\n".join(shown(line) for line in body.split("\n"))
         payload = {"text": f"{' '.join(to.handles)} {bold}{shown(subject)}{bold}\n{text}"}
         if self.settings.channel:

@@ -414,16 +414,19 @@ def test_a_name_a_job_gave_itself_links_mentions_and_formats_nothing_in_chat(tmp
     """A Slurm job names itself: '<!channel>', '[click](javascript:...)' or '<http://e.vil|x>' in its name reach
     the chat as text (Slack: &, < and > escaped, as its API asks; Mattermost: Markdown escaped); and a job naming
     '@channel' as its owner's handle pages no channel."""
-    hostile = "x <!channel> [click](javascript:alert(1)) <http://e.vil|y>"
+    hostile = "x <!channel> [click](javascript:alert(1)) <http://e.vil|y> @channel"
+    page = "https://gpulens.example.org/job?id=1234"
     with webhook_server() as hooks:
         keys = {"webhooks": [{"kind": kind, "url": f"{hooks.url}/hooks/abc"}]}
         owner = Owner(user="alice", account="physics")
         make(tmp_path, box, Clock(), **keys).send(
-            Message("starved", owner, job="slurm/1234", fields=STARVED | {"job": hostile})
+            Message("starved", owner, job="slurm/1234", fields=STARVED | {"job": hostile, "links": page})
         )
     [(_, post)] = hooks.posts
     text = post["text"]
     assert "<!channel>" not in text and "<http://e.vil|y>" not in text, text  # Slack's links and mentions
-    if kind == "mattermost":  # Markdown's
+    assert f"The job's page: {page}" in text  # the message's own link stays one
+    if kind == "mattermost":  # Markdown's, and its mentions
         assert "\\[click\\](javascript" in text and "[click](" not in text, text
+        assert "@channel" not in text and "@\u2060channel" in text
     assert is_handle("@alice") and not any(is_handle(h) for h in ("@channel", "@here", "@ALL", "@everyone"))
