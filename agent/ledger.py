@@ -571,7 +571,9 @@ class Ledger:
             total.kind,
             total.id,
             total.start,
-            delta.last_seen,
+            # Never before its start, which a reader refuses as no run's: the wall clock may step back (NTP, a
+            # virtual machine resumed) between a run's first cycle and its first write.
+            max(total.start, delta.last_seen),
             self.node,
             *(getattr(total, name) for name in _OWNER_COLUMNS),
             json.dumps(list(total.gpus)),

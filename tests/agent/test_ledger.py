@@ -134,6 +134,17 @@ def synthetic(index: int, epoch: float, seconds: float = 60.0) -> tuple[JobRecor
     return record, record
 
 
+def test_a_clock_stepped_back_before_the_first_write_leaves_no_run_ending_before_it_starts(tmp_path):
+    """A reader refuses a run whose last sighting is before its start as no run's: the wall clock stepped back
+    (NTP, a virtual machine resumed) between a job's first cycle and the ledger's first write must not make one."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(str(path))
+    first, _ = synthetic(1, EPOCH - 30)  # seen at EPOCH, written after the clock went back 30 s
+    ledger.write([(first, first)], [], EPOCH - 30)
+    [run] = read_records(connect_readonly(str(path)), 0.0)
+    assert (run.start, run.last_seen) == (EPOCH, EPOCH)
+
+
 def test_the_file_stays_under_its_size_bound(tmp_path):
     path = tmp_path / "ledger.sqlite"
     ledger = Ledger(str(path), max_bytes=256 * 1024)
