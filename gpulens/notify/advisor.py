@@ -53,9 +53,7 @@ def job_fields(job: Job, dashboard: str) -> dict[str, str]:
     """The template fields every message about `job` fills the same way: its name ('slurm 1234', 'kubernetes pod
     vision/train-0'), id, GPUs and page."""
     return {
-        "job": words.job_label(
-            job.kind, job.id, f"{job.namespace}/{job.pod}" if job.namespace and job.pod else job.pod
-        ),
+        "job": job.label,
         "job_id": job.id,
         "gpus": gpus_text(job.devices),
         "links": f"{dashboard}/{job_link(job.kind, job.id)}" if dashboard else "",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from gpulens.fleet.records import FleetGpu
 from gpulens.reclaim.policy import Policy, Rule
 from gpulens.vocabulary import State
-from gpulens.words import when
+from gpulens.words import job_label, when
 
 WARN = "warn"  # tell the owner (notify and enforce modes; dry-run logs it)
 SIGNAL = "signal"  # send the policy's signal, so the job can checkpoint; the action follows after signal_wait
@@ -62,6 +62,12 @@ class Job:
     @property
     def key(self) -> str:
         return f"{self.kind}/{self.id}"
+
+    @property
+    def label(self) -> str:
+        """The job as people name it: 'slurm 1234', 'kubernetes pod vision/train-0' (words.job_label)."""
+        pod = f"{self.namespace}/{self.pod}" if self.namespace and self.pod else self.pod
+        return job_label(self.kind, self.id, pod)
 
     @property
     def nodes(self) -> tuple[str, ...]:

@@ -49,7 +49,7 @@ from gpulens.reclaim.ladder import (
     jobs_in,
 )
 from gpulens.reclaim.policy import Policy
-from gpulens.words import duration, job_label, plural, when
+from gpulens.words import duration, plural, when
 
 log = logging.getLogger(__name__)
 
@@ -348,9 +348,8 @@ def warning(decision: Decision, mode: str = "enforce") -> str:
     warns, that nothing will, and that its GPUs are wanted; in notify mode, what would happen once the rule is
     enforced, and that nothing will be done now."""
     job = decision.job
-    pod = f"{job.namespace}/{job.pod}" if job.namespace and job.pod else job.pod
     held = (
-        f"Job {job_label(job.kind, job.id, pod)} ({job.user or 'unknown user'}) has held "
+        f"Job {job.label} ({job.user or 'unknown user'}) has held "
         f"{plural(len(job.devices), 'GPU')} with no work for {duration(decision.idle_seconds)}."
     )
     step = f"Warning {decision.step}, policy {decision.policy}."
