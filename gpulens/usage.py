@@ -246,8 +246,10 @@ class JobRecord:
         return self.memory_peak_bytes / self.memory_capacity_bytes if self.memory_capacity_bytes else None
 
     @property
-    def energy_kwh(self) -> float:
-        return self.energy_joules / JOULES_PER_KWH
+    def energy_kwh(self) -> float | None:
+        """kWh the job's GPUs drew, or None where none was measured: a GPU drew power every second it was held
+        (an idle H100 draws about 70 W), so 0 J means no energy counter (GPUs before Volta) or no answer."""
+        return self.energy_joules / JOULES_PER_KWH if self.energy_joules > 0 else None
 
     def top_tips(self, limit: int = 3) -> list[tuple[str, TipUse]]:
         """Return up to `limit` (tip id, use) pairs, the tips about the job as a whole first.

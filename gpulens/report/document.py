@@ -95,8 +95,9 @@ def gib(n_bytes: float) -> str:
     return words.gib(n_bytes or None) or "n/a"  # a peak of 0 is one never reported
 
 
-def kwh(joules: float) -> str:
-    return f"{joules / 3.6e6:,.2f}"
+def kwh(record: JobRecord, unit: str = " kWh") -> str:
+    energy = record.energy_kwh
+    return "n/a" if energy is None else f"{energy:,.2f}{unit}"
 
 
 def mark_text(mark: str, ratio: float | None) -> str:
@@ -230,7 +231,7 @@ def job_document(report: JobReport) -> Document:
             else "n/a (the job does not use gpulens.torch)",
         ),
         ("data wait", percent(r.data_wait_ratio) + (" of step time" if r.data_wait_ratio is not None else "")),
-        ("energy", f"{kwh(r.energy_joules)} kWh"),
+        ("energy", kwh(r)),
         *_allocation_facts(r),
     ]
     if r.partition:
@@ -331,7 +332,7 @@ def fleet_document(report: FleetReport) -> Document:
         ("GPU-hours", hours(total.gpu_seconds)),
         ("wasted GPU-hours", f"{hours(total.wasted_seconds)} ({percent(_share(total))})"),
         ("busy ratio", percent(total.busy_ratio)),
-        ("energy", f"{kwh(total.energy_joules)} kWh"),
+        ("energy", kwh(total)),
     )
     groups = Table(
         f"By {report.by}, most wasted first",
@@ -344,7 +345,7 @@ def fleet_document(report: FleetReport) -> Document:
                 percent(g.total.busy_ratio),
                 percent(g.total.sm_activity),
                 gib(g.total.memory_peak_bytes),
-                kwh(g.total.energy_joules),
+                kwh(g.total, unit=""),
                 top_tip(g.total),
                 ", ".join(w if len(w) <= ID_SHOWN else w[:ID_SHOWN] + "…" for w in g.worst),
             )

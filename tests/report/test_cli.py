@@ -654,3 +654,23 @@ def test_an_empty_period_in_a_store_names_the_stores_fix(capsys, command, said):
     with fake_server(empty) as (url, _):
         line = fails(capsys, [command, "--prometheus", url, "--format", "json"], 1, said, f"widen --since or {fix}")
     assert line.endswith(fix) and "ledger" not in line
+
+
+def test_energy_never_measured_is_not_a_number_in_any_format(capsys, tmp_path, fleet_run):
+    """A GPU draws power every second it is held, so a job with 0 J had no energy counter (GPUs before Volta) or
+    no answer: n/a, null and an empty cell, not 0 kWh, while a measured job keeps its kWh."""
+    path = tmp_path / "unmeasured.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobs SET energy_joules = 0 WHERE kind = 'slurm' AND id = '7001'")
+    conn.close()
+    assert run(["job", "7001", "--ledger", str(path), *window(fleet_run), "--format", "markdown"]) == 0
+    assert "- **energy**: n/a" in capsys.readouterr().out
+    assert run(["fleet", "--ledger", str(path), *window(fleet_run), "--format", "json"]) == 0
+    energy = {j["id"]: j["energy_kwh"] for j in json.loads(capsys.readouterr().out)["jobs"]}
+    assert energy.pop("7001") is None and energy and all(kwh > 0 for kwh in energy.values())
+    assert run(["fleet", "--ledger", str(path), *window(fleet_run), "--format", "csv"]) == 0
+    rows = {r["id"]: r for r in csv.DictReader(io.StringIO(capsys.readouterr().out))}
+    assert rows.pop("7001")["energy_kwh"] == "" and all(float(r["energy_kwh"]) > 0 for r in rows.values())
+    assert run(["job", "7002", "--ledger", str(path), *window(fleet_run), "--format", "markdown"]) == 0
+    assert re.search(r"- \*\*energy\*\*: \d+\.\d\d kWh", capsys.readouterr().out)
