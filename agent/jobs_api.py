@@ -4,7 +4,9 @@
     /api/v1/jobs?id=81234&timeline=1            one job's runs with their one-minute timelines
     /api/v1/jobs?limit=100                      at most 100 runs, newest first (default 1000, at most 10000)
 
-The answer is `{"node": ..., "source": "ledger" | "memory", "truncated": bool, "jobs": [JobRecord...]}`.
+The answer is `{"node": ..., "source": "ledger" | "memory", "truncated": bool, "held_from": EPOCH_SECONDS | null,
+"jobs": [JobRecord...]}`, where `held_from` is when the ledger begins to hold every run (its creation, or its
+last run deleted for the retention or size bound); a report of an earlier period says it lacks the time before.
 Without a ledger file (disabled, corrupt, unwritable) it answers from the agent's memory: the jobs seen
 since the agent started. While writes to the file fail, the runs in memory (open ones and the last
 finished ones) replace their older copies from the file, so the answer does not lag behind the disk.
@@ -92,6 +94,7 @@ def answer(accounting: JobAccounting, query: str, now: float) -> dict[str, Any]:
         "node": ledger.node if ledger is not None else "",
         "source": source,
         "truncated": len(records) > limit,
+        "held_from": ledger.held_from() if source == "ledger" and ledger is not None else None,
         "jobs": [r.to_dict(timeline=timeline) for r in records[:limit]],
     }
 

@@ -654,7 +654,8 @@ class Ledger:
             conn.execute(f"DELETE FROM tips WHERE run IN ({old})", (cutoff,))
             conn.execute(f"DELETE FROM timeline WHERE run IN ({old})", (cutoff,))
             conn.execute(f"DELETE FROM devices WHERE run IN ({old})", (cutoff,))
-            conn.execute("DELETE FROM jobs WHERE finished = 1 AND last_seen < ?", (cutoff,))
+            if conn.execute("DELETE FROM jobs WHERE finished = 1 AND last_seen < ?", (cutoff,)).rowcount:
+                _forgotten_before(conn, cutoff)
             conn.execute("DELETE FROM timeline WHERE t < ?", (cutoff,))
             conn.execute("COMMIT")
             self._shrink(conn)
@@ -683,6 +684,8 @@ class Ledger:
                     conn.execute("COMMIT")
                     return
                 oldest = "SELECT run FROM jobs WHERE finished = 1 ORDER BY last_seen LIMIT ?"
+                gone = f"SELECT max(last_seen) FROM jobs WHERE run IN ({oldest})"
+                _forgotten_before(conn, conn.execute(gone, (max(runs // 8, 1),)).fetchone()[0])
                 conn.execute(f"DELETE FROM tips WHERE run IN ({oldest})", (max(runs // 8, 1),))
                 conn.execute(f"DELETE FROM devices WHERE run IN ({oldest})", (max(runs // 8, 1),))
                 conn.execute(f"DELETE FROM jobs WHERE run IN ({oldest})", (max(runs // 8, 1),))
@@ -719,6 +722,21 @@ class Ledger:
         try:
             return read_records(conn, since=since, ids=ids, limit=limit, timeline=timeline)
         except (sqlite3.Error, checks.Invalid):
+            return None
+        finally:
+            conn.close()
+
+    def held_from(self) -> float | None:
+        """Return from when the file holds every run (`read_held_from`); None where it cannot be read or say."""
+        if self.corrupt or self._conn is None:
+            return None
+        try:
+            conn = connect_readonly(self.path)
+        except LedgerError:
+            return None
+        try:
+            return read_held_from(conn)
+        except sqlite3.Error:
             return None
         finally:
             conn.close()
@@ -877,6 +895,32 @@ def _check_numbers(row: sqlite3.Row, names: Sequence[str], where: str, times: bo
         value = row[name]
         if type(value) not in (int, float) or not 0 <= value <= most or value == math.inf:
             raise checks.Invalid(f"{where}: {name}", f"expected {expected}, got {checks.shown(value)}")
+
+
+def _forgotten_before(conn: sqlite3.Connection, epoch: float) -> None:
+    """Note that runs last seen before `epoch` (epoch s) are deleted: a report of an earlier period lacks them."""
+    conn.execute(
+        "INSERT INTO meta VALUES ('kept_since', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value "
+        "WHERE CAST(value AS REAL) < CAST(excluded.value AS REAL)",
+        (f"{epoch:.6f}",),
+    )
+
+
+def read_held_from(conn: sqlite3.Connection) -> float | None:
+    """Return from when (epoch s) the ledger holds every run: when it was created, or when the last run deleted for
+    its retention or size bound was last seen; None where it cannot say. A file with runs from before it was
+    created (the demo's history, written in one go) holds what it holds: it says only what it deleted."""
+    meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('created', 'kept_since')").fetchall())
+    first = conn.execute("SELECT min(start) FROM jobs").fetchone()[0]
+    try:
+        created = float(meta.get("created", 0.0))
+        kept = float(meta.get("kept_since", 0.0))
+    except (TypeError, ValueError):
+        return None
+    if isinstance(first, (int, float)) and first < created:
+        created = 0.0
+    held = max(created, kept)
+    return held if math.isfinite(held) and held > 0 else None
 
 
 def read_node(conn: sqlite3.Connection) -> str:

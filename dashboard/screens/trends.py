@@ -37,6 +37,8 @@ def trends_page() -> None:
                 "started since then has none in it yet; the Fleet page counts from its start."
             )
         return
+    if report.since > since:  # the source holds only the later part (`fleet.past.covered`)
+        st.info(f"The trend begins {words.when(report.since)}: read from {report.source}.")
     kind, sentence = view.headline(report)
     getattr(st, kind)(sentence)
     total = report.total

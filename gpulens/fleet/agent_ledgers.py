@@ -6,7 +6,7 @@ from __future__ import annotations
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpulens import checks
 from gpulens.agentclient import AgentClient
@@ -14,8 +14,10 @@ from gpulens.credentials import Credentials
 from gpulens.errors import converted
 from gpulens.fleet.past import (
     HTTP_TIMEOUT_SECONDS,
+    LEDGER_HELD,
     MAX_JOBS_PER_SOURCE,
     SLOW,
+    Held,
     SourceError,
     Step,
     http_url,
@@ -44,22 +46,28 @@ class Agents:
         # The nodes each job was found on, and an agent that answers for each: where to ask for its traces.
         self._found_on: dict[tuple[str, str], dict[str, AgentClient]] = {}
 
-    def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> list[JobRecord]:
+    def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> LedgerAnswer:
         step(f"asking {agent.shown}")
         with converted(HttpError, SourceError), converted(ValueError, SourceError, f"{agent.where} "):
-            return ledger_runs(agent, params)[0]
+            return ledger_runs(agent, params)
+
+    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+        """The earliest time any of the agents' ledgers holds every run from (one answer of one run each)."""
+        found = [self._get(agent, {"since": f"{until:.3f}", "limit": 1}, step).held_from for agent in self.agents]
+        known = [held for held in found if held is not None]
+        return Held(min(known), LEDGER_HELD) if known and len(known) == len(found) else None
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
         # One agent given twice (node:10906 and http://node:10906/metrics) names its node alike: its runs count once.
-        found = one_per_run((agent.shown, r) for agent in self.agents for r in self._get(agent, params, step))
+        found = one_per_run((agent.shown, r) for agent in self.agents for r in self._get(agent, params, step).runs)
         return _in_period(found, since, until)
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}
         found = []
         for agent in self.agents:
-            records = _in_period(self._get(agent, params, step), since, until)
+            records = _in_period(self._get(agent, params, step).runs, since, until)
             for r in records:
                 self._found_on.setdefault(r.key, {}).setdefault(r.nodes[0], agent)
             found += [(agent.shown, r) for r in records]
@@ -93,19 +101,27 @@ class Agents:
         return ReportTraces(newest_first(list(runs.values())), tuple(unavailable))
 
 
-def ledger_runs(agent: AgentClient, params: Mapping[str, object]) -> tuple[list[JobRecord], bool]:
-    """Return the runs the ledger of `agent` answers to `params` (/api/v1/jobs), each on the node the ledger names,
-    and whether it left the oldest out (MAX_JOBS_PER_SOURCE, its limit of one answer). Raise HttpError, or
-    ValueError for a list this gpulens cannot read."""
+class LedgerAnswer(NamedTuple):
+    runs: list[JobRecord]  # each on the node the ledger names
+    truncated: bool  # the oldest were left out (MAX_JOBS_PER_SOURCE, the limit of one answer)
+    held_from: float | None  # when the ledger begins to hold every run; None from an agent that does not say
+
+
+def ledger_runs(agent: AgentClient, params: Mapping[str, object]) -> LedgerAnswer:
+    """Return what the ledger of `agent` answers to `params` (/api/v1/jobs). Raise HttpError, or ValueError for an
+    answer this gpulens cannot read."""
     body = agent.ledger(params)
     try:
         records = [JobRecord.from_dict(item) for item in body["jobs"]]
+        held = body.get("held_from")
+        held_from = None if held is None else checks.number(held, "held_from", 0)
     except (KeyError, TypeError, ValueError) as error:
         raise ValueError(
             f"sent a job list this gpulens cannot read ({error}); check that the address is a gpulens agent's"
         ) from None
     node = str(body.get("node") or urllib.parse.urlsplit(agent.shown).netloc)
-    return [r if r.nodes else replace(r, nodes=(node,)) for r in records], bool(body.get("truncated"))
+    runs = [r if r.nodes else replace(r, nodes=(node,)) for r in records]
+    return LedgerAnswer(runs, bool(body.get("truncated")), held_from)
 
 
 def _in_period(records: Sequence[JobRecord], since: float, until: float) -> list[JobRecord]:

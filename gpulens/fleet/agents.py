@@ -31,7 +31,15 @@ from gpulens.fleet import assemble
 from gpulens.fleet import traces as report_traces
 from gpulens.fleet.agent_ledgers import Agents, ledger_runs
 from gpulens.fleet.assemble import HISTORY_GAUGES, MIG_HISTORY_GAUGES, Sample
-from gpulens.fleet.past import MAX_JOBS_PER_SOURCE, SourceError, read_job, trend_from
+from gpulens.fleet.past import (
+    LEDGER_HELD,
+    MAX_JOBS_PER_SOURCE,
+    Held,
+    SourceError,
+    read_job,
+    trend_from,
+    trend_period,
+)
 from gpulens.fleet.records import (
     CHECKPOINT_STATES,
     LOST_STATE,
@@ -324,29 +332,40 @@ class AgentsSource:
         # Each agent's ledger, as `gpulens report trend --agent` reads it: every run of the period, spread over
         # the days it spans.
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
-        found, problems = self._ledgers(params, "its runs are left out of the trends while it is down or unreachable")
+        found, problems, held = self._ledgers(
+            params, "its runs are left out of the trends while it is down or unreachable"
+        )
         records = [r for r in found if r.last_seen >= since and r.start <= until]
         if not records and problems:
             return Answer(None, tuple(problems))
-        return Answer(trend_from(records, by, since, until, REPORT_MIN_JOB_SECONDS, self.name), tuple(problems))
+        try:
+            start, name = trend_period(held, since, until, self.name)
+        except SourceError as error:
+            return Answer(None, (*problems, SourceProblem(self.name, str(error).removeprefix(self.name + ", "))))
+        return Answer(trend_from(records, by, start, until, REPORT_MIN_JOB_SECONDS, name), tuple(problems))
 
-    def _ledgers(self, params: Mapping[str, object], unreachable: str) -> tuple[list[JobRecord], list[SourceProblem]]:
+    def _ledgers(
+        self, params: Mapping[str, object], unreachable: str
+    ) -> tuple[list[JobRecord], list[SourceProblem], Held | None]:
         """Return the runs every agent's ledger answers to `params`, each on the node as this dashboard names it
-        (the ledger names it as its agent knows it), and the problems: an agent down, an answer it cannot read,
-        or one cut at its limit."""
+        (the ledger names it as its agent knows it), the problems (an agent down, an answer it cannot read, or one
+        cut at its limit) and from when every ledger that answered holds every run, where they all say."""
         records: list[JobRecord] = []
         problems: list[SourceProblem] = []
+        held: list[float | None] = []
         for node, found, problem in self._each(list(self._agents), lambda a: ledger_runs(a, params), unreachable):
             if found is not None:
-                records += [replace(r, nodes=(node,)) for r in found[0]]
-                if found[1]:
+                records += [replace(r, nodes=(node,)) for r in found.runs]
+                held.append(found.held_from)
+                if found.truncated:
                     problem = SourceProblem(
                         f"agent {node} at {shown_url(self._agents[node])}",
                         f"has more runs than one answer holds ({MAX_JOBS_PER_SOURCE:,}); the oldest are left out",
                     )
             if problem is not None:
                 problems.append(problem)
-        return records, problems
+        known = [h for h in held if h is not None]
+        return records, problems, Held(min(known), LEDGER_HELD) if known and len(known) == len(held) else None
 
     def traces(self, job: JobSummary) -> Answer[JobTraces]:
         runs, enabled, problems = self._ask_traces(job, lambda agent: agent.traces({"job": job.job_id}))
@@ -414,7 +433,7 @@ class AgentsSource:
     def past_job(self, job_kind: str, job_id: str) -> Answer[JobRecord | None]:
         since = self._clock() - PAST_JOB_DAYS * 86400
         params = {"id": job_id, "since": f"{since:.3f}"}
-        found, problems = self._ledgers(params, "its job ledger is not read while it is down or unreachable")
+        found, problems, _ = self._ledgers(params, "its job ledger is not read while it is down or unreachable")
         records = [r for r in found if r.id == job_id and job_kind in ("", r.kind)]
         return Answer(max(merge_all(records), key=lambda r: r.last_seen, default=None), tuple(problems))
 

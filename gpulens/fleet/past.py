@@ -15,14 +15,14 @@ import os
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from gpulens import checks
-from gpulens.agent.ledger import LedgerError, connect_readonly, read_node, read_records, reader_error
+from gpulens import checks, words
+from gpulens.agent.ledger import LedgerError, connect_readonly, read_held_from, read_node, read_records, reader_error
 from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
 from gpulens.fleet.summary import FleetReport, JobReport, fleet_report, job_report
-from gpulens.fleet.trend import TrendReport, spread, trend_report
+from gpulens.fleet.trend import HOUR_SECONDS, MIN_PERIOD_SECONDS, TrendReport, spread, trend_report
 from gpulens.urls import quoted_url, refuse_password, split_http_url
 from gpulens.usage import JobRecord
 
@@ -35,6 +35,9 @@ SLOW = "it may be overloaded, or the period too long for it: give it longer with
 # An address each flag that names a server takes, for the messages that say how to write one.
 URL_EXAMPLES = {"--agent": "http://node1:10906", "--prometheus": "http://prometheus:9090"}
 
+# Why a ledger lacks the runs before some time.
+LEDGER_HELD = "its older runs were deleted by --ledger.retention or --ledger.max-size, or its agent began then"
+
 Step = Callable[[str], None]  # reports progress: called with what is being done next
 
 
@@ -42,8 +45,19 @@ class SourceError(Exception):
     """A source cannot answer; the message is one line naming it and the fix."""
 
 
+class Held(NamedTuple):
+    """From when (epoch s) a source holds everything a report of a period reads, and why not before."""
+
+    since: float
+    why: str
+
+
 class PastJobs(Protocol):
     description: str
+
+    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+        """Return from when in [since, until] the source holds the runs of every job; None where it holds them
+        from `since` on or cannot say."""
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs seen in [since, until] (epoch seconds), without timelines."""
@@ -66,24 +80,55 @@ class Store(PastJobs, Protocol):
     def trend(self, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport: ...
 
 
+def covered(source: PastJobs, since: float, until: float, step: Step) -> tuple[float, str]:
+    """Return the part of [since, until] a report reads, from its start, and the source's description for the
+    report: where the source holds only the later part (a store's retention, a ledger's, an agent started late),
+    the period begins where it holds everything, to the whole hour, and the description says why. A report that
+    counted the hours before as nothing would show a trend's first days with no waste and every group worse."""
+    return held_period(source.held_from(since, until, step), since, until, source.description)
+
+
+def held_period(held: Held | None, since: float, until: float, description: str) -> tuple[float, str]:
+    """`covered`'s answer for a source described as `description` that holds everything from `held` on."""
+    if held is None or held.since < since + HOUR_SECONDS or held.since >= until:
+        return since, description
+    start = held.since // HOUR_SECONDS * HOUR_SECONDS
+    return start, f"{description}, which holds everything from {words.when(start)} on only ({held.why})"
+
+
+def trend_period(held: Held | None, since: float, until: float, description: str) -> tuple[float, str]:
+    """`held_period` for a trend; raise SourceError where what the source holds is too short to compare days."""
+    start, described = held_period(held, since, until, description)
+    if start > since and until - start < MIN_PERIOD_SECONDS:
+        raise SourceError(
+            f"{described}: a trend compares 2 days or more, and it holds the last {words.duration(until - start)} of "
+            "the period; ask again once it holds 2 days"
+        )
+    return start, described
+
+
 def fleet_of(
     source: PastJobs, by: str, since: float, until: float, min_duration: float, step: Step, rows: int | None
 ) -> FleetReport | None:
     """Return the fleet report of [since, until] grouped `by`, or None without jobs. A store adds up the groups
     itself and reads whole only the `rows` worst jobs of each list; with `rows` None (JSON, CSV, lines list
-    every job) or from ledgers and agents, every run is read and added up here."""
+    every job) or from ledgers and agents, every run is read and added up here. The period begins where the
+    source holds everything (`covered`)."""
+    since, described = covered(source, since, until, step)
     if isinstance(source, Store) and rows is not None:
-        return source.fleet(by, since, until, min_duration, step, rows)
+        report = source.fleet(by, since, until, min_duration, step, rows)
+        return replace(report, source=described) if report is not None else None
     records = source.runs_between(since, until, step)
-    return fleet_report(records, by, since, until, min_duration, source.description) if records else None
+    return fleet_report(records, by, since, until, min_duration, described) if records else None
 
 
 def trend_of(source: PastJobs, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
     """Return the trend of [since, until] (whole hours) grouped `by`: a store's recorded GPU-hours, else every run
-    of the period spread over its days (trend_from)."""
+    of the period spread over its days (trend_from). The period begins where the source holds everything."""
+    since, described = trend_period(source.held_from(since, until, step), since, until, source.description)
     if isinstance(source, Store):
-        return source.trend(by, since, until, min_duration, step)
-    return trend_from(source.runs_between(since, until, step), by, since, until, min_duration, source.description)
+        return replace(source.trend(by, since, until, min_duration, step), source=described)
+    return trend_from(source.runs_between(since, until, step), by, since, until, min_duration, described)
 
 
 def trend_from(
@@ -136,6 +181,23 @@ class LedgerFiles:
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         return one_per_run(r for path in self.paths for r in self._read(path, step, since=since, until=until))
+
+    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+        """The earliest time any of the files holds every run from (the others may begin later)."""
+        found = []
+        for path in self.paths:
+            with converted(LedgerError, SourceError):
+                conn = connect_readonly(path)
+            try:
+                found.append(read_held_from(conn))
+            except sqlite3.DatabaseError as error:
+                raise SourceError(str(reader_error(path, error))) from None
+            finally:
+                conn.close()
+        known = [held for held in found if held is not None]
+        if len(known) < len(found) or not known:
+            return None
+        return Held(min(known), LEDGER_HELD)
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         return one_per_run(

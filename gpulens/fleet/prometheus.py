@@ -28,7 +28,7 @@ from gpulens.alertmanager_api import AlertmanagerApi, HeldAlert, Matcher, Silenc
 from gpulens.credentials import Credentials
 from gpulens.fleet import assemble
 from gpulens.fleet.assemble import Sample
-from gpulens.fleet.past import SourceError, read_job
+from gpulens.fleet.past import SourceError, read_job, trend_of
 from gpulens.fleet.prometheus_jobs import RUNNING_WITHIN_SECONDS, Prometheus
 from gpulens.fleet.records import (
     LOST_STATE,
@@ -420,7 +420,7 @@ class PrometheusSource:
             kept = ", ".join(Prometheus.TREND_GROUPINGS)
             why = f"records no {by} in its hourly GPU-hours; group by one of {kept}"
             return Answer(None, (SourceProblem(self.name, why),))
-        return self._report(lambda: self.past.trend(by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None))
+        return self._report(lambda: trend_of(self.past, by, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None))
 
     def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
         return self._report(

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
-from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, SLOW, SourceError, Step, http_url
+from gpulens.fleet.past import HTTP_TIMEOUT_SECONDS, SLOW, Held, SourceError, Step, http_url
 from gpulens.fleet.summary import (
     GROUP_WORST,
     NONE,
@@ -323,6 +323,11 @@ def selector(job_id: str | None, label: str = "job_id") -> str:
     return "" if job_id is None else f"{{{label}={label_value(job_id)}}}"
 
 
+# Why a store lacks the agents' series before some time, and the series that mark from when it holds them.
+STORE_HELD = "its retention, or when it began scraping the agents"
+_HELD_MARKS = f'{{__name__=~"gpulens_build_info|{_EVALUATED}|model:gpulens_gpu_hours:increase1h"}}'
+
+
 class Prometheus:
     """A Prometheus (or PromQL-compatible) server that scraped the agents."""
 
@@ -345,6 +350,19 @@ class Prometheus:
         """A failed request, or an answer no agent's series can give, as a SourceError naming the store."""
         with converted(HttpError, SourceError), converted(_NotACount, SourceError, f"{self.api.where} "):
             yield
+
+    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+        """From the first whole hour in [since, until] the store holds the agents' series or the recorded hours
+        from (a few series, looked for once an hour: an agent's build, the rules' marks), less the hour it may
+        have begun in. The recorded hours count: an operator backfills them for hours before the scrapes
+        (promtool tsdb create-blocks-from rules), and the demo does."""
+        step("querying when the store's series of the agents begin")
+        window = f"{max(int(until - since), HOUR_SECONDS):.0f}s"
+        with self._reading():
+            found = self.api.query(f"min_over_time(timestamp(count({_HELD_MARKS}))[{window}:1h])", until)
+        if not found:
+            return None
+        return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD)
 
     # -- jobs ------------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpulens.fleet.past import SourceError, Step
+from gpulens.fleet.past import Held, SourceError, Step
 from gpulens.usage import JobRecord
 
 PREFIX = "JS1:"
@@ -130,6 +130,9 @@ class SlurmAccounting:
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         step(f"reading job {job_id} from Slurm's accounting")
         return self._records(["-j", job_id])
+
+    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+        return None  # what slurmdbd purges (PurgeJobAfter) sacct does not say
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         step("reading the period's jobs from Slurm's accounting")

@@ -34,6 +34,7 @@ from gpulens.fleet.past import (
     SourceError,
     Step,
     Store,
+    covered,
     fleet_of,
     read_job,
     trend_of,
@@ -515,10 +516,11 @@ def _trend(source: PastJobs, by: str, since: float, until: float, min_duration: 
 def _digest(source: PastJobs, by: str, since: float, until: float, min_duration: float, progress: Step) -> Digest:
     """The digest of every run of the period, read as `report fleet` reads them for JSON (`runs_between`); raises
     SourceError when the period has no jobs."""
+    since, described = covered(source, since, until, progress)
     records = source.runs_between(since, until, progress)
     if not records:
         raise _nothing("jobs", source, since, until, _no_data(source, per_job=True))
-    return digest_report(records, by, since, until, min_duration, source.description)
+    return digest_report(records, by, since, until, min_duration, described)
 
 
 def recipient_text(digest: Digest, name: str, fmt: str = "terminal") -> str | None:

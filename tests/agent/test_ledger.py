@@ -117,6 +117,39 @@ def test_finished_jobs_are_closed_and_old_ones_deleted(tmp_path):
     assert path.exists()
 
 
+def test_a_ledger_says_from_when_it_holds_every_run(tmp_path):
+    """From its creation; after deleting runs (retention or size bound), from the last of them; a file written
+    with runs from before its creation (the demo's history) says only what it deleted."""
+    now = time.time()
+    ledger = Ledger(str(tmp_path / "ledger.sqlite"), retention_seconds=3600.0)
+    created = ledger.held_from()
+    assert created is not None and now - 5 < created <= time.time()
+    for index, seen in enumerate((now + 60, now + 7200)):
+        record = replace(synthetic(index, seen)[0], start=seen - 30)
+        ledger.write([(record, record)], [record], seen)
+    # The write at +2 h pruned: the first run, last seen at +1 min, is older than the hour kept.
+    assert ledger.held_from() == pytest.approx(now + 3600, abs=1e-3)
+    ledger.prune(now + 3 * 3600 + 60)  # and now the second
+    assert ledger.held_from() == pytest.approx(now + 2 * 3600 + 60, abs=1e-3)
+    ledger.prune(now + 3 * 3600)  # nothing deleted: it says what it said
+    assert ledger.held_from() == pytest.approx(now + 2 * 3600 + 60, abs=1e-3)
+
+    small = Ledger(str(tmp_path / "small.sqlite"), max_bytes=256 * 1024)
+    for minute in range(240):  # as in test_the_file_stays_under_its_size_bound, and every job finished
+        at = now + minute * 60
+        runs = [synthetic(i + 100 * minute, at) for i in range(40)]
+        small.write(runs, [r for r, _ in runs], at)
+    small.prune(now + 240 * 60)
+    conn = connect_readonly(str(small.path))
+    oldest = conn.execute("SELECT min(last_seen) FROM jobs").fetchone()[0]
+    assert created + 60 < small.held_from() <= oldest + 1e-6  # written with microseconds
+
+    backfilled = Ledger(str(tmp_path / "history.sqlite"))
+    old = replace(synthetic(1, now - 86_400)[0], start=now - 90_000)
+    backfilled.write([(old, old)], [old], now - 86_400)
+    assert backfilled.held_from() is None
+
+
 def synthetic(index: int, epoch: float, seconds: float = 60.0) -> tuple[JobRecord, JobRecord]:
     record = JobRecord(
         "slurm",
@@ -324,6 +357,13 @@ def test_the_jobs_endpoint(tmp_path, ledger):
         assert len(body["jobs"][0]["timeline"]) >= 3
     _, body = call(app, "/api/v1/jobs", "limit=2")
     assert len(body["jobs"]) == 2 and body["truncated"]
+    if ledger:  # the simulated clock ran before the file was made: as an agent that began 1 min before it would
+        conn = sqlite3.connect(tmp_path / "l.sqlite")
+        with conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'created'", (f"{EPOCH - 60:.6f}",))
+        conn.close()
+    _, body = call(app, "/api/v1/jobs", "limit=1")
+    assert body["held_from"] == (pytest.approx(EPOCH - 60) if ledger else None)  # memory says nothing of before
     _, body = call(app, "/api/v1/jobs", f"since={EPOCH + 10_000}")
     assert body["jobs"] == []
     for query, words in (

@@ -110,6 +110,27 @@ def test_the_agents_source_reads_each_ledger_and_says_what_it_could_not():
     assert set(said) == {"agent m", "agent down"} and "the oldest are left out" in said["agent m"]
 
 
+def test_the_agents_trend_begins_where_every_ledger_holds_every_run():
+    """Each agent says from when its ledger holds every run (`held_from`): the trend begins at the earliest hour all
+    of them hold, and one that holds less than two days of the period is a problem, not a trend of empty days."""
+    held = month.MONTH_START + 10 * month.DAY + 1200
+    bodies = {
+        "a": {"node": "a", "held_from": held, "jobs": [r.to_dict(timeline=False) for r in month.records()]},
+        "b": {"node": "b", "held_from": held + month.DAY, "jobs": []},
+    }
+    with (
+        fake_server(lambda path: json_reply(bodies["a"])) as (a, _),
+        fake_server(lambda path: json_reply(bodies["b"])) as (b, _),
+    ):
+        answer = AgentsSource({"a": a, "b": b}).trends("namespace", month.MONTH_START, month.MONTH_END)
+        assert answer.value.since == held - 1200 and not answer.problems
+        assert "which holds everything from" in answer.value.source
+        bodies["a"]["held_from"] = bodies["b"]["held_from"] = month.MONTH_END - 3600
+        answer = AgentsSource({"a": a, "b": b}).trends("namespace", month.MONTH_START, month.MONTH_END)
+    assert answer.value is None
+    assert "a trend compares 2 days or more, and it holds the last 1 h of the period" in answer.problems[-1].what
+
+
 def test_a_prometheus_that_does_not_answer_is_a_problem_not_an_error():
     answer = PrometheusSource.from_url("http://127.0.0.1:9").trends("namespace", month.MONTH_START, month.MONTH_END)
     assert answer.value is None

@@ -187,6 +187,8 @@ def openmetrics() -> str:
         series.setdefault((sample, tuple(sorted({**labels, "instance": INSTANCE}.items()))), []).append((at, value))
 
     rule: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}  # (ns, user, state): (from, to, GPUs)
+    # The agent's build, whose first scrape marks from when the store holds the agent (Prometheus.held_from).
+    add("gpulens_build_info", "gauge", "gpulens_build_info", {"version": "month"}, MONTH_START, 1.0)
     for r in records():
         team = next(t for t in TEAMS if t.user == r.user)
         job = {"job_kind": r.kind, "job_id": r.id}

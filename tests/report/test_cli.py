@@ -12,12 +12,15 @@ import sqlite3
 import subprocess
 import sys
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
+from gpulens import words
 from gpulens.fleet.past import LedgerFiles
 from gpulens.report.cli import run
 from gpulens.report.machine import CSV_COLUMNS
+from gpulens.usage import JobRecord
 from tests.dashboard.httpfake import fake_server, json_reply
 from tests.tools import free_port
 
@@ -674,3 +677,72 @@ def test_energy_never_measured_is_not_a_number_in_any_format(capsys, tmp_path, f
     assert rows.pop("7001")["energy_kwh"] == "" and all(float(r["energy_kwh"]) > 0 for r in rows.values())
     assert run(["job", "7002", "--ledger", str(path), *window(fleet_run), "--format", "markdown"]) == 0
     assert re.search(r"- \*\*energy\*\*: \d+\.\d\d kWh", capsys.readouterr().out)
+
+
+def _began(tmp_path, fleet_run, began: float) -> Path:
+    """A copy of the fleet's ledger as an agent that began at `began` would have written it."""
+    path = tmp_path / f"began-{began:.0f}.sqlite"
+    shutil.copy(fleet_run.ledger, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'created'", (f"{began:.6f}",))
+    conn.close()
+    return path
+
+
+def test_a_period_begins_where_the_ledger_holds_every_run(capsys, tmp_path, fleet_run):
+    """A ledger begins when its agent began (or after the runs its retention deleted): a report of a longer period
+    begins there, at the hour, and says why, where it would have counted the days before as no waste at all (a
+    trend's first days empty and every group worse)."""
+    began = fleet_run.since - 2.5 * 86_400 + 600  # the agent began 10 minutes into an hour
+    path = _began(tmp_path, fleet_run, began)
+    asked = ["--ledger", str(path), "--since", str(fleet_run.since - 5 * 86_400), "--until", str(fleet_run.until)]
+    hour = began // 3600 * 3600
+    for command in ("fleet", "trend", "digest"):
+        assert run([command, *asked, "--format", "json"]) == 0, capsys.readouterr().err
+        body = json.loads(capsys.readouterr().out)
+        assert body["since"] == hour, command
+        assert body["source"] == (
+            f"ledger {path}, which holds everything from {words.when(hour)} on only (its older runs were deleted "
+            "by --ledger.retention or --ledger.max-size, or its agent began then)"
+        )
+        if command == "trend":  # its first day is the part of a day held
+            assert body["days"][0]["measured_seconds"] == body["days"][0]["start"] + 86_400 - hour
+    assert run(["fleet", *asked, "--format", "markdown"]) == 0
+    assert f"which holds everything from {words.when(hour)} on only" in capsys.readouterr().out
+    # Held from within the hour after --since: the period is the one asked.
+    since = began - 1800
+    assert (
+        run(
+            ["fleet", "--ledger", str(path), "--since", str(since), "--until", str(fleet_run.until), "--format", "json"]
+        )
+        == 0
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert (body["since"], body["source"]) == (since, f"ledger {path}")
+
+
+def test_a_trend_of_a_ledger_that_holds_less_than_two_days_names_why(capsys, tmp_path, fleet_run):
+    path = _began(tmp_path, fleet_run, fleet_run.since - 600)
+    asked = ["--ledger", str(path), "--since", str(fleet_run.since - 5 * 86_400), "--until", str(fleet_run.until)]
+    assert run(["trend", *asked]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "which holds everything from" in err
+    assert "a trend compares 2 days or more, and it holds the last 3 h of the period; ask again once it holds 2" in err
+
+
+def test_agents_say_from_when_their_ledgers_hold_every_run(capsys, fleet_run):
+    """`--agent`: the earliest hour every agent's ledger holds (`held_from` in /api/v1/jobs) begins the period; an
+    agent that does not say (an older one, one without a ledger file) leaves the period as asked."""
+    from tests.report.test_credentials import NOW
+
+    since = NOW - 5 * 86_400
+    job = JobRecord("slurm", "7", start=NOW - 3600, last_seen=NOW - 60, state_seconds={"idle": 3540.0})
+    body = {"node": "n1", "held_from": NOW - 86_400 - 1800, "jobs": [job.to_dict(timeline=False)]}
+    with fake_server(lambda path: json_reply(body)) as (url, _):
+        argv = ["fleet", "--agent", url, "--since", str(since), "--until", str(NOW), "--format", "json"]
+        assert run(argv, now=NOW) == 0, capsys.readouterr().err
+        got = json.loads(capsys.readouterr().out)
+        assert got["since"] == (NOW - 86_400 - 1800) // 3600 * 3600 and "which holds everything" in got["source"]
+        body["held_from"] = None
+        assert run(argv, now=NOW) == 0
+        assert json.loads(capsys.readouterr().out)["since"] == since

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from gpulens import words
+from gpulens.fleet.past import fleet_of, trend_of
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.prometheus_jobs import Prometheus
 from gpulens.fleet.trend import GONE, LESS, STILL, spread, trend_report
@@ -84,3 +86,26 @@ def test_the_dashboard_reads_the_same_trend(prometheus_url):
     assert len(report.followed) == 1
     unknown = PrometheusSource.from_url(prometheus_url).trends("partition", month.MONTH_START, month.MONTH_END)
     assert unknown.value is None and "records no partition" in unknown.problems[0].what
+
+
+def test_a_period_before_the_store_holds_the_agents_begins_where_it_does(prometheus_url):
+    """Asked for days before the store's first series of the agents (its retention), the trend, the fleet report and
+    the dashboard's trend begin at the hour before it and say so: counted as no waste, those days made every group
+    look worse."""
+    since = month.MONTH_START - 5 * month.DAY
+    held = month.MONTH_START - 3600  # the first hour the store answers for, less the hour it may have begun in
+    said = f"which holds everything from {words.when(held)} on only (its retention, or when it began scraping"
+    trend = trend_of(Prometheus(prometheus_url), "namespace", since, month.MONTH_END, 300.0, _quiet)
+    whole = Prometheus(prometheus_url).trend("namespace", month.MONTH_START, month.MONTH_END, 300.0, _quiet)
+    assert (trend.since, trend.change.direction, [g.key for g in trend.groups]) == (
+        held,
+        "down",
+        [g.key for g in whole.groups],
+    )
+    assert said in trend.source and trend.total.wasted == pytest.approx(whole.total.wasted)
+    fleet = fleet_of(Prometheus(prometheus_url), "user", since, month.MONTH_END, 300.0, _quiet, 10)
+    assert fleet is not None and fleet.since == held and said in fleet.source
+    page = PrometheusSource.from_url(prometheus_url, timeout=30).trends("user", since, month.MONTH_END).value
+    assert page is not None and page.since == held and said in page.source
+    # Held from the start: the period asked.
+    assert trend_of(Prometheus(prometheus_url), "namespace", held, month.MONTH_END, 300.0, _quiet).since == held
