@@ -711,23 +711,15 @@ class Ledger:
     def read(
         self, since: float = 0.0, ids: Sequence[str] = (), limit: int = 1000, timeline: bool = False
     ) -> list[JobRecord] | None:
-        """Return runs seen at or after `since` (epoch s), newest first, from a separate read-only connection;
-        None when the ledger cannot be read."""
-        if self.corrupt or self._conn is None:
-            return None
-        try:
-            conn = connect_readonly(self.path)
-        except LedgerError:
-            return None
-        try:
-            return read_records(conn, since=since, ids=ids, limit=limit, timeline=timeline)
-        except (sqlite3.Error, checks.Invalid):
-            return None
-        finally:
-            conn.close()
+        """Return runs seen at or after `since` (epoch s), newest first; None when the ledger cannot be read."""
+        return self._read(functools.partial(read_records, since=since, ids=ids, limit=limit, timeline=timeline))
 
     def held_from(self) -> float | None:
         """Return from when the file holds every run (`read_held_from`); None where it cannot be read or say."""
+        return self._read(read_held_from)
+
+    def _read(self, read: Callable[[sqlite3.Connection], T | None]) -> T | None:
+        """Return what `read` reads from a separate read-only connection; None when the ledger cannot be read."""
         if self.corrupt or self._conn is None:
             return None
         try:
@@ -735,8 +727,8 @@ class Ledger:
         except LedgerError:
             return None
         try:
-            return read_held_from(conn)
-        except sqlite3.Error:
+            return read(conn)
+        except (sqlite3.Error, checks.Invalid):
             return None
         finally:
             conn.close()
