@@ -252,6 +252,8 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
     for key in sorted(found.rows, key=lambda k: (k[0], _index(k[1]), k[2])):
         row = found.rows[key]
         parent, order = row.pop("parent", None), row.pop("order", ())
+        if parent is None and set(row) <= {"wasted_seconds"} and not (found.holders[key] or found.evidence[key]):
+            continue  # only its time wasted over the window names it: its agent is down or gone, or it was removed
         verdict = row.pop("verdict", False)
         record = FleetGpu(
             node=key[0],

@@ -235,15 +235,7 @@ def test_the_environment_configures_the_source():
 
 
 def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it():
-    recorded = json_reply(
-        {
-            "status": "success",
-            "data": {
-                "resultType": "vector",
-                "result": [{"metric": {"instance": "n", "gpu": "0", "uuid": "U"}, "value": [1, "5400"]}],
-            },
-        }
-    )
+    wasted = [{"metric": {"instance": "n", "gpu": "0", "uuid": "U"}, "value": [1, "5400"]}]
     verdict = json_reply(
         {
             "status": "success",
@@ -269,13 +261,20 @@ def test_the_time_wasted_comes_from_the_recording_rule_where_the_server_has_it()
     def answer(path: str):
         query = urllib.parse.unquote_plus(path)
         if "instance_gpu:gpulens_gpu_wasted_seconds_total:sum" in query:
-            return recorded
+            return json_reply({"status": "success", "data": {"resultType": "vector", "result": wasted}})
         return verdict if query.startswith("/api/v1/query?query=gpulens_gpu_verdict_info&") else EMPTY
 
     with fake_server(answer) as (url, asked):
         answer_ = source(url).fleet(86400)
     (gpu,) = answer_.value.gpus
     assert (gpu.state, gpu.wasted_seconds) == ("idle", 5400)
+    # A GPU only the time wasted over the window names (its agent down or gone) is not shown as one with no
+    # samples yet: the banner says its agent is down.
+    gone = {"metric": {"instance": "gone", "gpu": "0", "uuid": "V"}, "value": [1, "600"]}
+    wasted.append(gone)
+    with fake_server(answer) as (url, _):
+        answer_ = source(url).fleet(86400)
+    assert [g.node for g in answer_.value.gpus] == ["n"] and not answer_.problems
     assert len(asked) == 8 and not any(
         "gpulens_gpu_state_seconds_total" in urllib.parse.unquote_plus(p) for p, _ in asked
     )
