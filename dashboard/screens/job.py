@@ -99,6 +99,16 @@ def not_running(
     if not gpus and problems:  # the source answered for no GPU at all: whether the job runs is not known
         st.subheader(f"Whether {named} runs now is not known")
         st.info("The fleet could not be read (above). Its report (below) reads its source again.")
+    elif problems:  # part of the fleet (a node whose agent is down) was not read: it may run there
+        st.subheader(f"{named} holds none of the GPUs read now")
+        st.info(
+            "Part of the fleet could not be read (above): it may run there. "
+            + (
+                "What its source still has of it:"
+                if record is not None
+                else f"What its source could read holds no record of it in the last {PAST_JOB_DAYS} days."
+            )
+        )
     elif record is None:
         st.subheader(f"{named} is not running")
         st.info(

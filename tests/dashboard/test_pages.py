@@ -406,9 +406,13 @@ def test_a_link_to_a_job_that_is_not_running_says_so_and_shows_what_the_source_h
 
 def test_a_link_to_a_job_the_source_never_saw_says_so_and_points_to_its_report(monkeypatch):
     monkeypatch.setenv("GPULENS_DASHBOARD_REPORT_URL", "https://reports.example.org/{job_kind}/{job_id}")
-    at = run("job", FakeSource(problems=(DOWN,)), kind="slurm", id="424242")
+    at = run("job", FakeSource(), kind="slurm", id="424242")
     assert "slurm job 424242 is not running" in text(at)
     assert "no record of it in the last 7 days" in at.info[0].value
+    # With a node not read (its agent down), the job may run there: not "not running".
+    at = run("job", FakeSource(problems=(DOWN,)), kind="slurm", id="424242")
+    assert "slurm job 424242 holds none of the GPUs read now" in text(at) and "is not running" not in text(at)
+    assert "it may run there" in at.info[0].value and "no record of it in the last 7 days" in at.info[0].value
     assert "[The job's report](https://reports.example.org/slurm/424242)" in text(at)
     assert len(at.warning) == 1 and "node-c" in at.warning[0].value
 
