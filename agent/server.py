@@ -397,12 +397,17 @@ class AgentApp:
             for name, run in s.collectors.items()
         ) or "".join(f"<li>{html.escape(n)}</li>" for n in self._collectors)
         nvml = "up" if s.nvml_up else f"down ({html.escape(s.nvml_error)})"
+        # Every endpoint the 404 answer points here for: a link to each that GET reads, the method of the others.
+        endpoints = " &middot; ".join(
+            f'<a href="{path}">{path}</a>' if "GET" in allow else f"{allow.split(', ')[0]} {path}"
+            for path, (allow, _) in self._routes.items()
+            if path != "/"
+        )
         return (
             "<!doctype html><html><head><title>gpulens agent</title></head><body>"
             f"<h1>gpulens agent {__version__}</h1>"
             f"<p>Mode: {html.escape(self._mode)}. NVML: {nvml}. Sampling every {self._sampler.interval:g} s.</p>"
-            '<p><a href="/metrics">/metrics</a> (Prometheus and OpenMetrics) &middot; '
-            '<a href="/healthz">/healthz</a></p>'
+            f"<p>{endpoints}</p>"
             "<h2>GPUs</h2><table><tr><th>gpu</th><th>model</th><th>uuid</th><th>NVML</th><th>verdict</th></tr>"
             f"{rows}</table>"
             f"<h2>Collectors</h2><ul>{collectors}</ul>"

@@ -71,6 +71,8 @@ def test_landing_page_lists_gpus_and_collectors(served):
     status, _, body = get(base + "/")
     assert status == 200
     assert 'href="/metrics"' in body and 'href="/healthz"' in body
+    # The 404 answer says "see / for the endpoints": every one is there, with the method of those GET cannot use.
+    assert 'href="/api/v1/jobs"' in body and 'href="/api/v1/traces"' in body and "POST /api/v1/probes/run" in body
     for gpu in agent.sampler.snapshot.gpus:
         assert gpu.identity.uuid in body
     assert "utilization: ok" in body
