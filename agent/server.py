@@ -328,7 +328,7 @@ class AgentApp:
         """Ask a job (?job=ID) or processes (?pid=N, repeatable) for a trace of ?steps=N steps (202)."""
         query = parse_qs(environ.get("QUERY_STRING", ""))
         try:
-            _known(query, ("pid", "job", "steps"))
+            _known(query, ("pid", "job", "steps"), repeatable=("pid",))
             steps = _whole(query.get("steps", [str(DEFAULT_STEPS)])[-1], "steps")
             job = query.get("job", [""])[-1]
             pids = [_whole(p, "pid") for p in query.get("pid", [])]
@@ -428,11 +428,15 @@ def _verdict_cell(snapshot: Snapshot, uuid: str) -> str:
     return cell
 
 
-def _known(query: dict[str, list[str]], names: tuple[str, ...]) -> None:
-    """Raise RequestError(400) for a query parameter not in `names`, naming the ones that are."""
+def _known(query: dict[str, list[str]], names: tuple[str, ...], repeatable: tuple[str, ...] = ()) -> None:
+    """Raise RequestError(400) for a query parameter not in `names`, naming the ones that are, and for one given
+    more than once that is not `repeatable` (which would count?)."""
     unknown = sorted(set(query) - set(names))
     if unknown:
         raise RequestError(400, f"unknown parameter {unknown[0]!r}; use {', '.join(names[:-1])} and {names[-1]}")
+    twice = sorted(name for name, values in query.items() if len(values) > 1 and name not in repeatable)
+    if twice:
+        raise RequestError(400, f"{twice[0]} is given more than once; give it once")
 
 
 def _whole(text: str, name: str) -> int:

@@ -79,6 +79,15 @@ def test_landing_page_lists_gpus_and_collectors(served):
     assert "<b>data_starved</b> (input_wait_reported)" in body and "num_workers" in body
 
 
+def test_a_parameter_read_once_and_given_twice_is_refused(served):
+    """Which would count? The list of traces takes each of its parameters once; a trace asks for processes by
+    as many ?pid= as it likes."""
+    _, base = served
+    for query in ("job=a&job=b", "pid=1&pid=2", "id=x&id=y"):
+        status, _, body = get(base + "/api/v1/traces?" + query)
+        assert status == 400 and "is given more than once; give it once" in json.loads(body)["error"], query
+
+
 def test_unknown_path_and_method(served):
     """A 405 says in Allow what the path takes (RFC 9110 15.5.6); a path the agent does not serve is 404 whatever
     the method."""

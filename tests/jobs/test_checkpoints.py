@@ -139,6 +139,7 @@ def test_the_read_layer_asks_as_gpulens_reclaim_does(node):
         ({"job": "4801", "wait": "601"}, 400, "wait=601 is out of range; choose 1 to 600"),
         ({"job": "4801", "wait": "soon"}, 400, "wait"),
         ({"job": "4801", "steps": "3"}, 400, "unknown parameter 'steps'"),
+        ({"job": ["4801", "4802"]}, 400, "job is given more than once; give it once"),
         ({}, 400, "name the job"),
     ],
 )
