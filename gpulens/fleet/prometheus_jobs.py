@@ -360,9 +360,7 @@ class Prometheus:
         window = f"{max(int(until - since), HOUR_SECONDS):.0f}s"
         with self._reading():
             found = self.api.query(f"min_over_time(timestamp(count({_HELD_MARKS}))[{window}:1h])", until)
-        if not found:
-            return None
-        return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD)
+            return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD) if found else None
 
     # -- jobs ------------------------------------------------------------------------------------
 
