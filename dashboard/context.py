@@ -42,6 +42,7 @@ from gpulens.fleet.records import (
 from gpulens.fleet.summary import JobReport
 from gpulens.fleet.trend import TrendReport
 from gpulens.httpclient import HttpError
+from gpulens.printable import markdown_text
 from gpulens.reclaim_api import KeepShown, ReclaimApi
 from gpulens.usage import JobRecord
 
@@ -310,11 +311,12 @@ def header(title: str, purpose: str, source: Source, refreshes: bool = True) -> 
 
 
 def banner(problems: Iterable[SourceProblem]) -> None:
-    """Show every problem in one warning, or nothing when there is none."""
+    """Show every problem in one warning, or nothing when there is none. Its text is shown as written
+    (`markdown_text`): it quotes a PromQL query (`x[1d]`, `__name__`), a URL or a job's own name."""
     unique = list(dict.fromkeys(problems))
     if not unique:
         return
-    lines = "\n".join(f"- **{p.where}** {p.what}" for p in unique)
+    lines = "\n".join(f"- **{markdown_text(p.where)}** {markdown_text(p.what)}" for p in unique)
     st.warning(f"Some data could not be read; the page shows what could.\n\n{lines}", icon=":material/warning:")
 
 

@@ -28,10 +28,32 @@ def test_what_is_not_printable_is_written_as_an_escape():
         ("$x^2$ `code` **b**", "\\$x^2\\$ \\`code\\` \\*\\*b\\*\\*"),
         ("two\nlines", "two lines"),
         ("resnet_ddp 8.5", "resnet_ddp 8.5"),  # plain words stay as they are
+        (
+            "__name__ p_*x*_ ~~gone~~",
+            "\\_\\_name\\_\\_ p\\_\\*x\\*\\_ \\~\\~gone\\~\\~",
+        ),  # no bold, italics, strikethrough
     ],
 )
 def test_a_name_in_markdown_is_shown_as_written(name, shown):
     assert markdown_text(name) == shown
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        # No emoji of a shortcode (Streamlit's remark-emoji, GitHub's), icon, nor colour, badge or size directive of
+        # Streamlit's: a WORD JOINER after the ':' that would start one.
+        ("bob:rotating_light:", "bob:\u2060rotating_light:"),
+        (":+1: a:100:", ":\u2060+1: a:\u2060100:"),
+        (":material/delete:", ":\u2060material/delete:"),
+        (":red[ADMIN] :blue-background[bg]", ":\u2060red\\[ADMIN\\] :\u2060blue-background\\[bg\\]"),
+        ("ns:pod", "ns:\u2060pod"),  # a directive without its [text] is one too (its name gone, in Streamlit)
+        ("at 12:30, ratio 3:1 or a: b", "at 12:30, ratio 3:1 or a: b"),  # a ':' that starts none stays as it is
+    ],
+)
+def test_a_name_in_markdown_makes_no_emoji_icon_or_colour_of_streamlits(name, shown):
+    assert markdown_text(name) == shown
+    assert markdown_text(name, urls=True) == shown
 
 
 def test_a_chat_message_keeps_its_urls_links_and_no_mention():

@@ -31,16 +31,7 @@ def alerts_page() -> None:
         st.subheader(f"{len(rows)} alert(s)")
     for row in rows:
         with st.container(border=True):
-            where = f"[{row['where']}]({row['link']})" if row["link"] else (row["where"] or "the fleet")
-            st.markdown(
-                f"**{row['alert']}** ({row['severity'] or 'no severity'}, {row['state']}"
-                + (f" for {row['for']}" if row["for"] else "")
-                + f") on {where}  \n"
-                + (f"{row['summary']}  \n" if row["summary"] else "")
-                + (f"{row['description']}  \n" if row["description"] else "")
-                + (f"Alertmanager: {row['notice']}  \n" if row["notice"] else "")
-                + (f"[Runbook]({row['runbook']})" if row["runbook"] else "")
-            )
+            st.markdown(view.alert_markdown(row))
     if answer.value.alertmanager:
         silences = view.silence_rows(answer.value.silences, now)
         st.subheader(f"Silences in force ({len(silences)})")

@@ -1,7 +1,6 @@
 """Probes: is each GPU as fast as it should be? Against its datasheet and its identical peers, outliers first."""
 
 import time
-from dataclasses import asdict
 
 import streamlit as st
 
@@ -20,10 +19,11 @@ def probes_page() -> None:
     now = time.time()
     rows = view.probe_rows(answer.value, now)
     if not rows:
-        st.info(
-            "No probe results yet. The agents run probes on free GPUs when probing is enabled; "
-            "`gpulens probe` runs them by hand."
-        )
+        if not answer.problems:  # else the banner says why there is nothing to show
+            st.info(
+                "No probe results yet. The agents run probes on free GPUs when probing is enabled; "
+                "`gpulens probe` runs them by hand."
+            )
         return
     outliers = [r for r in rows if r.outlier]
     if outliers:
@@ -35,15 +35,13 @@ def probes_page() -> None:
     else:
         st.success("Every GPU measures close to its peers and its datasheet.")
     context.table(
-        [{**asdict(r), "link": r.link} for r in rows],
+        [view.table_row(r) for r in rows],
         {
             # A step of 0.001 writes every row to a tenth of a percent: without it, "51%" beside "51.07%".
             "of_spec": st.column_config.ProgressColumn(
                 "of datasheet peak", format="percent", min_value=0, max_value=1, step=0.001
             ),
-            "of_fleet_median": st.column_config.NumberColumn(
-                "of fleet median (same model)", format="percent", step=0.001
-            ),
+            "of_fleet_median": "of fleet median (same model)",
             "last_run": "last run",
             "link": st.column_config.LinkColumn("GPU", display_text="open"),
         },
@@ -63,7 +61,7 @@ def probes_page() -> None:
     st.caption(
         "Bandwidths count bytes read plus bytes written, in GB/s (10⁹ bytes per second); matrix "
         "multiplies in TFLOP/s (10¹² operations per second). The fleet median is over GPUs of the same "
-        "model running the same test."
+        "model running the same test; it is empty for a GPU whose model no other probed GPU has."
     )
 
 

@@ -8,6 +8,7 @@ from typing import TypedDict
 from gpulens import words
 from gpulens.fleet.records import FiringAlert, SilenceShown
 from gpulens.links import gpu_link, node_link
+from gpulens.printable import markdown_text
 
 # A row of the alerts table; the keys are the column titles.
 AlertRow = TypedDict(
@@ -48,6 +49,25 @@ def alert_rows(alerts: Iterable[FiringAlert], now: float) -> list[AlertRow]:
             }
         )
     return rows
+
+
+def alert_markdown(row: AlertRow) -> str:
+    """Return the alert as the Alerts page shows it, in Markdown: what, how bad and where (a link), then why.
+
+    Its text is shown as written (`markdown_text`): a summary or a description quotes labels a job chose (its
+    account, user, pod), which must make no link or formatting, and the rules' own words hold no Markdown but the
+    backticks around a command, which read as well as written."""
+    shown = markdown_text
+    where = f"[{shown(row['where'])}]({row['link']})" if row["link"] else (shown(row["where"]) or "the fleet")
+    return (
+        f"**{shown(row['alert'])}** ({shown(row['severity']) or 'no severity'}, {shown(row['state'])}"
+        + (f" for {row['for']}" if row["for"] else "")
+        + f") on {where}  \n"
+        + (f"{shown(row['summary'])}  \n" if row["summary"] else "")
+        + (f"{shown(row['description'])}  \n" if row["description"] else "")
+        + (f"Alertmanager: {shown(row['notice'])}  \n" if row["notice"] else "")
+        + (f"[Runbook]({row['runbook']})" if row["runbook"] else "")
+    )
 
 
 def silence_rows(silences: Iterable[SilenceShown], now: float) -> list[SilenceRow]:

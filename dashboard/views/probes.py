@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from gpulens import thresholds, words
 from gpulens.fleet.records import ProbeResult
@@ -73,3 +74,11 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
 
     rows.sort(key=lambda row: (not row.outlier, worst(row), row.node, row.gpu, row.test))
     return rows
+
+
+def table_row(row: ProbeRow) -> dict[str, Any]:
+    """Return the row as the Probes table shows it: its fraction of the fleet median written as a percent to a
+    tenth, on its side of PROBE_FLEET_RATIO_LOW as the outlier mark judges it, and "" where the GPU is alone with
+    its model (a number column would write "None" there)."""
+    median = words.percent(row.of_fleet_median, 1, against=(thresholds.PROBE_FLEET_RATIO_LOW,))
+    return {**asdict(row), "of_fleet_median": median, "link": row.link}

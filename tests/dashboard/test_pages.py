@@ -15,7 +15,7 @@ from gpulens.dashboard.context import SOURCE_KEY
 from gpulens.fleet.agents import AgentsSource
 from gpulens.fleet.records import Alerts, ReclaimPending, SilenceShown, SourceProblem
 from tests.dashboard.conftest import served
-from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, FakeSource
+from tests.dashboard.fakes import ALERTS, GPUS, MIG_GPU, NOW, PROBES, FakeSource
 
 # The pages read the clock, the fakes are dated from their import: see fakes_clock.
 pytestmark = pytest.mark.usefixtures("fakes_clock")
@@ -478,6 +478,42 @@ def test_a_percent_column_writes_every_row_to_the_same_tenth():
 def test_probes_page_without_results_says_none_yet():
     at = run("probes", FakeSource(probes_=()))
     assert "No probe results yet" in at.info[0].value
+
+
+def test_probes_page_over_a_store_that_failed_shows_the_problem_not_that_there_is_none():
+    at = run("probes", FakeSource(probes_=(), problems=(DOWN,)))
+    assert "node-c" in at.warning[0].value and not at.info
+
+
+def test_probes_page_leaves_the_fleet_median_of_a_gpu_alone_with_its_model_empty():
+    alone = replace(PROBES[0], model="NVIDIA A100-SXM4-80GB")
+    table = run("probes", FakeSource(probes_=(alone, *PROBES[1:]))).dataframe[0].value
+    medians = dict(zip(table["node"] + " " + table["gpu"], table["of_fleet_median"], strict=True))
+    # 2.0 and 2.95 TB/s: a median of 2.475; A100 on node-a GPU 0 has no peer, where "None" showed.
+    assert medians == {"node-a 1": "80.8%", "node-c 0": "119.2%", "node-a 0": ""}
+
+
+def test_alerts_page_shows_the_labels_a_job_chose_as_written():
+    # A summary or description quotes a job's labels (its Slurm account, user, pod): no link, colour, emoji or
+    # emphasis of their making.
+    hostile = replace(
+        ALERTS[0],
+        summary="GPU 1 held by account [click](http://evil.example) :red[ADMIN] **boss**",
+        description="pod p_*x*_ of bob:rotating_light: has run nothing for 90 minutes",
+    )
+    shown = run("alerts", FakeSource(alerts_=Alerts((hostile,)))).markdown[0].value
+    assert "account \\[click\\](http:\u2060//evil.example) :\u2060red\\[ADMIN\\] \\*\\*boss\\*\\*" in shown
+    assert "pod p\\_\\*x\\*\\_ of bob:\u2060rotating_light: has run" in shown
+    assert shown.startswith("**GpulensGpuIdle** (warning, firing for 1 h) on [node-a GPU 1](gpu?node=node-a&gpu=1)")
+
+
+def test_the_banner_shows_a_problem_as_written():
+    query = SourceProblem("Prometheus at http://p:9090", "answered an error to 'increase(x[86400s]) by (__name__)'")
+    banner = run("fleet", FakeSource(problems=(query,))).warning[0].value
+    assert (
+        "- **Prometheus at http:\u2060//p:9090** answered an error to 'increase(x\\[86400s\\]) by (\\_\\_name\\_\\_)'"
+        in banner
+    )
 
 
 def test_alerts_page_links_each_alert_to_its_gpu():
