@@ -87,6 +87,11 @@ _UNAVAILABLE = (
     h.ERROR_NOT_FOUND,
     h.ERROR_ARGUMENT_VERSION_MISMATCH,
 )
+# What the agent reads instead of a function this driver lacks, where it does not just skip its metrics.
+_INSTEAD = {
+    "nvmlDeviceGetMemoryInfo_v2": "memory is read with nvmlDeviceGetMemoryInfo (v1), the driver's reserve counted "
+    "as used and gpulens_gpu_memory_reserved_bytes absent",
+}
 # Calls that answer for the library, not for a GPU: their success says nothing of whether a GPU answers.
 _OF_NO_GPU = frozenset({"nvmlGpmSampleAlloc", "nvmlGpmSampleFree"})
 # Calls a container may only make with MIG monitoring rights: what a refusal of one of them should say.
@@ -369,7 +374,8 @@ class Nvml:
             if function in self._missing:
                 return
             self._missing.add(function)
-        log.log(level, "NVML function %s %s; its metrics are skipped", function, why or "is not in this driver")
+        then = _INSTEAD.get(function, "its metrics are skipped")
+        log.log(level, "NVML function %s %s; %s", function, why or "is not in this driver", then)
 
     def skipped(self, function: str) -> bool:
         """Whether `function` is skipped until NVML is initialized again (missing, or its structure unknown)."""
@@ -484,25 +490,39 @@ class Nvml:
             return None
 
     def memory(self, handle: Any) -> MemoryInfo | None:
-        """Return device memory: with nvmlMemory_v2_t (R510 and newer) the driver's reserve is apart.
+        """Return device memory in bytes: with nvmlMemory_v2_t (R510 and newer) the driver's reserve is apart.
 
-        Where v2 answers NOT_SUPPORTED, UNKNOWN or ARGUMENT_VERSION_MISMATCH (WSL: nvitop pull request #30),
-        v1 answers instead, its `used` counting the reserve.
+        Where the driver lacks v2 (no symbol, FUNCTION_NOT_FOUND, or ARGUMENT_VERSION_MISMATCH: a structure it
+        does not know; skipped on every GPU until NVML is initialized again) or v2 answers NOT_SUPPORTED, v1
+        answers instead, its `used` counting the reserve. Any other error is this GPU's failed reading for this
+        cycle (raised), except UNKNOWN before v2 has answered once since NVML was initialized: WSL's driver
+        exports v2 and answers UNKNOWN to every call of it (nvitop pull request #30), so v1 answers that call.
         """
-        if self._exports("nvmlDeviceGetMemoryInfo_v2") and "nvmlDeviceGetMemoryInfo_v2" not in self._missing:
+        v2 = "nvmlDeviceGetMemoryInfo_v2"
+        if self._exports(v2) and v2 not in self._missing:
             try:
-                info = self._guarded(
-                    "nvmlDeviceGetMemoryInfo_v2", lambda: self._lib.nvmlDeviceGetMemoryInfo(handle, h.MEMORY_V2)
-                )
-            except NvmlCallError as error:  # from now on v1, as nvitop does
-                why = f"answers {error.kind.upper()}; memory is read with v1 (the driver's reserve counted as used)"
-                self._log_missing_once("nvmlDeviceGetMemoryInfo_v2", why, logging.WARNING)
-                self.problems.append(error.kind)
+                info = self._guarded(v2, lambda: self._lib.nvmlDeviceGetMemoryInfo(handle, h.MEMORY_V2))
+            except NvmlCallError as error:
+                if error.kind != "unknown" or self._capabilities.get(f"answered:{v2}"):
+                    raise  # a driver whose v2 has answered has it: this error is this GPU's, this cycle's
+                self._log_v1_instead_once(v2)
                 info = None
             if info is not None:
+                self._capabilities[f"answered:{v2}"] = True
                 return MemoryInfo(int(info.used), int(info.total), int(info.reserved))
         info = self._call("nvmlDeviceGetMemoryInfo", handle)
         return None if info is None else MemoryInfo(int(info.used), int(info.total), None)
+
+    def _log_v1_instead_once(self, function: str) -> None:
+        key = f"v1-instead:{function}"
+        if key not in self._capabilities:
+            self._capabilities[key] = True
+            log.warning(
+                "NVML function %s answers UNKNOWN and has not answered since NVML was initialized (as on WSL); "
+                "until it answers, %s",
+                function,
+                _INSTEAD[function],
+            )
 
     def _exports(self, symbol: str) -> bool:
         """Whether the loaded library has the C function `symbol`; asked once per init."""

@@ -61,6 +61,31 @@ def test_memory_v2_not_supported_or_unknown_falls_back_to_v1():
         assert agent.value("gpulens_gpu_memory_used_bytes", **labels(agent, 1)) >= 20 * 2**30, error
 
 
+def test_one_unknown_from_memory_v2_on_one_gpu_fails_that_reading_only(caplog):
+    agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: unknown, gpu: 1, at: 3, until: 4}")
+    agent.run(3)  # t = 3: GPU 1's v2 answers UNKNOWN once
+    one = labels(agent, 1)
+    assert agent.value("gpulens_gpu_read_errors_total", **one, collector="memory", error="unknown") == 1
+    assert agent.value("gpulens_gpu_memory_used_bytes", **one) is None  # unread this cycle, not read otherwise
+    assert agent.value("gpulens_gpu_memory_reserved_bytes", **labels(agent, 0)) > 0
+    agent.run(3)
+    for index in range(3):
+        gpu = labels(agent, index)
+        assert agent.value("gpulens_gpu_memory_reserved_bytes", **gpu) > 0, index  # still read with v2
+    assert agent.value("gpulens_gpu_memory_used_bytes", **one) == 20 * 2**30
+    assert not [m for m in caplog.messages if "nvmlDeviceGetMemoryInfo_v2" in m]
+
+
+def test_memory_v2_missing_from_the_library_reads_v1_and_says_so_truly(caplog):
+    caplog.set_level(logging.INFO, "gpulens.agent.nvml")
+    agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: function_not_found}")
+    agent.run(3)
+    assert agent.value("gpulens_gpu_memory_reserved_bytes", **labels(agent, 1)) is None
+    assert agent.value("gpulens_gpu_memory_used_bytes", **labels(agent, 1)) >= 20 * 2**30
+    said = [m for m in caplog.messages if "nvmlDeviceGetMemoryInfo_v2" in m]
+    assert len(said) == 1 and "read with nvmlDeviceGetMemoryInfo" in said[0] and "skipped" not in said[0]
+
+
 def test_a_gpu_added_and_one_removed_at_run_time_show_within_two_cycles(caplog):
     agent = node("- {kind: absent, gpu: 2, until: 10}\n- {kind: absent, gpu: 0, at: 20}")
     agent.run(5)
