@@ -29,6 +29,10 @@ from gpulens.agent.jobs.messages import MAX_MESSAGE_BYTES, BadMessage, JobReport
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET_PATH = "/run/gpulens/jobs.sock"
+# Each process's reports: a burst of BURST, then RATE_PER_SECOND. gpulens.torch reports at most this often
+# (its MIN_INTERVAL_SECONDS, 1 / RATE_PER_SECOND), so a job's reports all count.
+BURST = 10
+RATE_PER_SECOND = 2.0
 RESULTS = ("accepted", "bad_message", "rate_limited", "pid_mismatch", "truncated", "too_many_jobs", "error")
 
 # struct ucred: pid_t pid, uid_t uid, gid_t gid.
@@ -83,8 +87,8 @@ class Receiver:
         clock: Callable[[], float] = time.monotonic,
         expiry_seconds: float = 60.0,
         max_jobs: int = 4096,
-        burst: int = 10,
-        rate_per_second: float = 2.0,
+        burst: int = BURST,
+        rate_per_second: float = RATE_PER_SECOND,
         proc_root: str = "/proc",
         on_accept: Callable[[JobReport], None] | None = None,
     ):
@@ -315,7 +319,19 @@ def _bind(path: str) -> socket.socket:
     try:
         # Sending needs search permission on the directory and write permission on the socket, no more:
         # a world-writable directory would let any user put their own file where jobs look for the agent.
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        # Only the socket's own folder is made (/run/gpulens under /run): a mistyped path is not created as root.
+        os.mkdir(directory, mode=0o755)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        parent = os.path.dirname(os.path.abspath(directory))
+        raise ReceiverError(
+            f"cannot listen for jobs on {path}: the folder {parent} does not exist, and only the socket's own folder "
+            f"is made; fix the socket path (--jobs.socket) or create {parent}"
+        ) from None
+    except OSError as error:
+        raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {bind_fix(error)}") from None
+    try:
         remove_stale(path, socket.SOCK_DGRAM)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)

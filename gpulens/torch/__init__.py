@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 VERSION = 1
 DEFAULT_INTERVAL_SECONDS = 5.0
 INTERVAL_ENV = "GPULENS_REPORT_INTERVAL"
+# The shortest interval the agent takes every report of: 2 reports a second from each process, after a burst of
+# 10 (gpulens.agent.jobs.receiver.RATE_PER_SECOND; not imported, so that the job never loads the agent). A
+# shorter one would have most reports dropped by the agent's rate limit, unseen by the job.
+MIN_INTERVAL_SECONDS = 0.5
 # A pass over the data that ends sends what it has if its window is at least this old (or the interval,
 # if shorter): a script that instruments each epoch anew still reports, and the agent's per-process
 # limit (2 reports a second) is kept.
@@ -92,7 +96,7 @@ def instrument(
     trace_dir: str | None = None,
 ) -> Instrumented[Batch]:
     """Return `iterable` wrapped so that iterating it reports to the node's agent every `interval` seconds
-    (default: $GPULENS_REPORT_INTERVAL, which `gpulens try` sets, else 5).
+    (default: $GPULENS_REPORT_INTERVAL, which `gpulens try` sets, else 5; at least MIN_INTERVAL_SECONDS).
 
     `iterable` is usually a DataLoader (its settings are then reported), but any iterable works.
     `model`, if given, gets a forward pre-hook that notes once per step whether autocast is on.
@@ -439,7 +443,7 @@ def _default_interval() -> float:
     except ValueError:
         value = math.nan
     if 0 < value < math.inf:
-        return value
+        return _at_least_the_floor(value, f"{INTERVAL_ENV}={text!r}")
     _warn(
         f"gpulens.torch: {INTERVAL_ENV}={text!r} is not a positive number of seconds; using "
         f"{DEFAULT_INTERVAL_SECONDS:g}"
@@ -449,12 +453,23 @@ def _default_interval() -> float:
 
 def _checked_interval(interval: Any) -> float:
     """Return `interval` if it is a positive number of seconds, else the default interval, $GPULENS_REPORT_INTERVAL
-    or DEFAULT_INTERVAL_SECONDS (with a warning, not an error)."""
+    or DEFAULT_INTERVAL_SECONDS (with a warning, not an error); never less than MIN_INTERVAL_SECONDS."""
     if isinstance(interval, int | float) and not isinstance(interval, bool) and 0 < interval < math.inf:
-        return float(interval)
+        return _at_least_the_floor(float(interval), f"interval {interval!r}")
     default = _default_interval()
     _warn(f"gpulens.torch: interval {interval!r} is not a positive number of seconds; using {default:g}")
     return default
+
+
+def _at_least_the_floor(seconds: float, given: str) -> float:
+    """Return `seconds`, or MIN_INTERVAL_SECONDS with a warning naming `given` when it is shorter."""
+    if seconds >= MIN_INTERVAL_SECONDS:
+        return seconds
+    _warn(
+        f"gpulens.torch: {given} is shorter than the agent accepts (one report every {MIN_INTERVAL_SECONDS:g} s "
+        f"per process; more are dropped); using {MIN_INTERVAL_SECONDS:g}"
+    )
+    return MIN_INTERVAL_SECONDS
 
 
 class _Pass(Generic[Batch]):

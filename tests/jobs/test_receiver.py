@@ -207,6 +207,21 @@ def test_a_directory_that_cannot_be_made_is_one_clear_error(tmp_path):
         Receiver(socket_path=str(blocker / "jobs.sock")).start()
 
 
+def test_only_the_socket_s_own_folder_is_made_not_a_mistyped_path(tmp_path):
+    made = Receiver(socket_path=str(tmp_path / "gpulens" / "jobs.sock"))  # as /run/gpulens under /run
+    made.start()
+    made.stop()
+    assert (tmp_path / "gpulens").is_dir()
+    mistyped = tmp_path / "nonexistent" / "x"
+    with pytest.raises(ReceiverError) as raised:
+        Receiver(socket_path=str(mistyped / "jobs.sock")).start()
+    assert str(raised.value) == (
+        f"cannot listen for jobs on {mistyped}/jobs.sock: the folder {tmp_path}/nonexistent does not exist, and "
+        f"only the socket's own folder is made; fix the socket path (--jobs.socket) or create {tmp_path}/nonexistent"
+    )
+    assert not (tmp_path / "nonexistent").exists()
+
+
 def test_a_socket_path_too_long_for_a_socket_says_so(tmp_path):
     path = str(tmp_path / ("a" * 120) / "jobs.sock")
     with pytest.raises(ReceiverError, match=r"AF_UNIX path too long; choose a shorter socket path \(a socket's"):

@@ -17,6 +17,14 @@ torch = pytest.importorskip("torch")
 import gpulens.torch  # noqa: E402 - only once torch is known to be there
 from tests.jobs.helpers import wait_until  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def reports_as_often_as_asked(monkeypatch):
+    """These loops report every few ms to their receivers, which take 1000 reports a second; the floor that
+    keeps a job within a real agent's limit is tested in test_report_interval.py."""
+    monkeypatch.setattr(gpulens.torch, "MIN_INTERVAL_SECONDS", 0.0)
+
+
 BATCH = 4
 
 
@@ -261,6 +269,8 @@ def test_a_wrapper_is_iterable_again_for_each_epoch_and_keeps_its_length(job_rec
 
 EVERY_STEP = """
 import os, sys, time, torch, gpulens.torch
+
+gpulens.torch.MIN_INTERVAL_SECONDS = 0.0  # the test's receiver takes 1000 reports a second
 
 def loader(batches):
     data = torch.utils.data.TensorDataset(torch.randn(batches * 4, 16), torch.randn(batches * 4, 1))

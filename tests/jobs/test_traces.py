@@ -28,6 +28,12 @@ from tests.jobs.helpers import VALID, send, wait_until  # noqa: E402
 BATCH = 4
 
 
+@pytest.fixture(autouse=True)
+def reports_as_often_as_asked(monkeypatch):
+    """These loops report every 50 ms to a receiver that takes 1000 reports a second (see `agent`)."""
+    monkeypatch.setattr(gpulens.torch, "MIN_INTERVAL_SECONDS", 0.0)
+
+
 class Samples(torch.utils.data.Dataset):
     """Samples of `width` features, each taking `seconds` to load."""
 
@@ -368,6 +374,7 @@ def test_a_trace_whose_connection_closes_before_the_job_answers_is_lost_at_once(
 _EXITING_JOB = textwrap.dedent(
     """
     import sys, time, torch, gpulens.torch
+    gpulens.torch.MIN_INTERVAL_SECONDS = 0.0  # the test's receiver takes 1000 reports a second
     socket_path, trace_dir, form = sys.argv[1:]
     batches = gpulens.torch.instrument(range(100000), interval=0.05, socket_path=socket_path, trace_dir=trace_dir)
     x = torch.randn(64, 64)
