@@ -35,7 +35,7 @@ def measure(traces: Traces, socket_path: str, trace_dir: str, steps: int) -> dic
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.utils.data.TensorDataset(torch.randn(64_000, 256), torch.randint(0, 10, (64_000,)))
     loader = torch.utils.data.DataLoader(data, batch_size=32, num_workers=0)
-    batches = gpulens.torch.instrument(loader, model=model, interval=0.2, socket_path=socket_path, trace_dir=trace_dir)
+    batches = gpulens.torch.instrument(loader, model=model, interval=0.5, socket_path=socket_path, trace_dir=trace_dir)
     tracer = batches._tracer
     times: dict[str, list[float]] = {"before": [], "during": [], "end": []}
     asked: list[str] = []
