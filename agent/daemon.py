@@ -30,7 +30,7 @@ from gpulens.agent.diagnosis import Diagnoser, Settings
 from gpulens.agent.exporter import Exposes, SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.job_series import JobSeries
-from gpulens.agent.jobs.metrics import receiver_collector
+from gpulens.agent.jobs.metrics import reports_collector
 from gpulens.agent.jobs.receiver import Receiver, ReceiverError
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
@@ -84,8 +84,8 @@ def build(
         mode = "nvml"
     scenario_ref = config.simulate or (os.environ.get("GPULENS_SIM_SCENARIO") if under_sim else None)
     sampler, registry = assemble(config, library, sources, clock, mode, scenario_ref=scenario_ref)
-    if receiver is not None:
-        registry.register(receiver_collector(receiver))
+    if receiver is not None or mode == "simulated":  # a simulated node's scenario jobs report as real ones do
+        registry.register(reports_collector(sources, receiver, receiver.clock if receiver else clock.monotonic))
     return sampler, registry, mode, receiver
 
 

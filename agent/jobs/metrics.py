@@ -8,7 +8,7 @@ series. A value the job did not send has no series, never a zero.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -18,13 +18,17 @@ from gpulens.agent.jobs.receiver import RESULTS, Receiver
 from gpulens.agent.jobs.traces import Traces
 from gpulens.vocabulary import TRACE_FINISHED, TRACE_PARTS
 
+if TYPE_CHECKING:
+    from gpulens.agent.sources import NodeSources
+
 JOB_LABELS = ("pid", "gpu_uuid")
 
 
-def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: float) -> list[Metric]:
-    """Return the metric families for `reports` (pid -> latest report) and the receiver's `counters`.
+def job_metrics(reports: dict[int, JobReport], counters: dict[str, int] | None, now: float) -> list[Metric]:
+    """Return the metric families for `reports` (pid -> latest report) and the receiver's `counters` (None where
+    the agent listens on no jobs socket: a simulated node's scenario reports, no datagram counts).
 
-    `now` is on the receiver's clock (monotonic seconds), against which report ages are measured.
+    `now` is on the reports' clock (monotonic seconds), against which report ages are measured.
     """
     ordered = sorted(reports.items())
     per_job = GpuFamilies(ordered, JOB_LABELS, _labels)
@@ -99,6 +103,8 @@ def job_metrics(reports: dict[int, JobReport], counters: dict[str, int], now: fl
             lambda r: None if r.received_at is None else now - r.received_at,
         ),
     ]
+    if counters is None:
+        return families
     messages = CounterMetricFamily(
         "gpulens_job_messages",
         "Datagrams received on the jobs socket, by what became of them (accepted or why dropped).",
@@ -124,9 +130,10 @@ class Collected:
         return self._families()
 
 
-def receiver_collector(receiver: Receiver) -> Collected:
-    """The job series of the reports `receiver` holds, and its counts of datagrams."""
-    return Collected(lambda: job_metrics(receiver.latest(), receiver.counters(), receiver.clock()))
+def reports_collector(sources: NodeSources, receiver: Receiver | None, clock: Callable[[], float]) -> Collected:
+    """The job series of the reports the node's `sources` hold (a real node's: what `receiver` received; a
+    simulated node's: its scenario's jobs' too), their ages on `clock`, and the receiver's counts of datagrams."""
+    return Collected(lambda: job_metrics(sources.job_reports(), receiver.counters() if receiver else None, clock()))
 
 
 def trace_collector(traces: Traces) -> Collected:

@@ -173,19 +173,21 @@ class SimulatedSources:
 
     def job_reports(self) -> dict[int, JobReport]:
         now = self._clock()
+        # Received now, on the clock the receiver's reports are (its ages are measured on one clock).
+        received = now if self._receiver is None else self._receiver.clock()
         reports = {}
         for gpu, process in [*(found for each in self._by_pid.values() for found in each), *self._repeating]:
             pid = process.pid_at(now)
             if process.torch is None or pid is None:
                 continue
-            reports[pid] = _report(gpu, process.torch, pid, now)
+            reports[pid] = _report(gpu, process.torch, pid, now, received)
         if self._receiver is not None:
             reports.update(self._receiver.latest())
         return reports
 
 
-def _report(gpu: Gpu, spec: TorchSpec, pid: int, now: float) -> JobReport:
-    """The report `spec`'s job would send for `pid` at `now`."""
+def _report(gpu: Gpu, spec: TorchSpec, pid: int, now: float, received: float) -> JobReport:
+    """The report `spec`'s job would send for `pid` at `now`, received at `received` on the receiver's clock."""
     steps = max(1, round(spec.steps_per_second * _REPORT_SECONDS))
     wait = spec.data_wait.mean(max(0.0, now - _REPORT_SECONDS), now) if now > 0 else spec.data_wait.value(0)
     dataloader = None
@@ -216,5 +218,5 @@ def _report(gpu: Gpu, spec: TorchSpec, pid: int, now: float) -> JobReport:
             alloc_retries=spec.alloc_retries,
             ooms=spec.ooms,
         ),
-        received_at=now,
+        received_at=received,
     )

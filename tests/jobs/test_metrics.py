@@ -10,9 +10,12 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gpulens.agent.attribution.hostusage import HostSampler
+from gpulens.agent.attribution.resolver import Resolver
 from gpulens.agent.jobs.messages import parse
-from gpulens.agent.jobs.metrics import job_metrics, receiver_collector
+from gpulens.agent.jobs.metrics import job_metrics, reports_collector
 from gpulens.agent.jobs.receiver import RESULTS
+from gpulens.agent.sources import LiveSources
 from tests.jobs.helpers import VALID, processed, send
 from tests.tools import require_tool
 
@@ -105,7 +108,7 @@ def test_the_collector_reads_a_live_receiver(receiver, socket_path):
     send(socket_path, {**VALID, "pid": os.getpid()})
     processed(r, 1)
     registry = CollectorRegistry()
-    registry.register(receiver_collector(r))  # describe() is empty: registering reads nothing
+    registry.register(reports_collector(LiveSources(Resolver(), HostSampler(), r), r, r.clock))  # reads nothing yet
     job = {"pid": str(os.getpid()), "gpu_uuid": GPU}
     assert registry.get_sample_value("gpulens_job_steps_per_second", job) == pytest.approx(20.0)
     assert 0 <= registry.get_sample_value("gpulens_job_report_age_seconds", job) < 5

@@ -43,9 +43,22 @@ def node(tmp_path, *flags: str):
     return sampler, registry, mode, receiver, clock
 
 
-def test_without_jobs_socket_a_simulated_node_listens_for_no_job():
+def test_without_jobs_socket_a_simulated_node_listens_for_no_job_and_exports_its_scenario_jobs_reports():
+    """The demo's jobs that report through gpulens.torch (a scenario's `torch:`) have the series a real job's
+    reports have, so the rules and pages that read them (GpulensJobOutOfMemory, the Job page) work on it; with no
+    socket there are no datagrams to count."""
     settings = config.load(["--simulate", "demo", "--ledger.path", ""], environ={})
-    assert build(settings)[3] is None
+    clock = ManualClock()
+    sampler, registry, _, receiver = build(settings, clock=clock)
+    assert receiver is None
+    clock.advance(10)
+    sampler.cycle()
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    waits = {s.labels["pid"]: s.value for s in families["gpulens_job_data_wait_ratio"].samples}
+    assert waits == {"4101": 0.02, "4103": 0.72, "4106": 0.03}  # the scenario's `data_wait`s: gpu2's is starved
+    ages = [s.value for s in families["gpulens_job_report_age_seconds"].samples]
+    assert ages and all(age == 0 for age in ages)  # made as it is read
+    assert "gpulens_job_messages" not in families
 
 
 def test_a_real_report_joins_the_simulated_gpu_of_its_pid_and_others_are_series_of_their_own(
