@@ -74,6 +74,20 @@ class PrometheusApi(HttpClient):
             raise self.error(f"answered /api/v1/alerts without a list of alerts; {NOT_THE_API}")
         return alerts
 
+    def alert_rule_names(self) -> set[str]:
+        """Return the names of the alerting rules the server evaluates (/api/v1/rules?type=alert)."""
+        data = self._data("/api/v1/rules", {"type": "alert"}, "rules")
+        groups = data.get("groups") if isinstance(data, dict) else None
+        if not isinstance(groups, list):
+            raise self.error(f"answered /api/v1/rules without a list of rule groups; {NOT_THE_API}")
+        return {
+            str(rule.get("name", ""))
+            for group in groups
+            if isinstance(group, dict) and isinstance(group.get("rules"), list)
+            for rule in group["rules"]
+            if isinstance(rule, dict)
+        }
+
     def _result(self, data: Any, promql: str, kind: str) -> list[dict[str, Any]]:
         if not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(data.get("result"), list):
             raise self.error(

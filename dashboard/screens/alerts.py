@@ -25,7 +25,12 @@ def alerts_page() -> None:
     now = time.time()
     rows = view.alert_rows(answer.value.alerts, now)
     if not rows:
-        if not answer.problems:
+        if answer.value.rules_loaded is False:
+            st.warning(
+                "Nothing can fire: this Prometheus evaluates none of gpulens's alert rules. Load them "
+                "(`gpulens rules --split DIR`, then `rule_files` in its configuration: docs/install.md)."
+            )
+        elif not answer.problems:
             st.success("Nothing is firing.")
     else:
         st.subheader(f"{len(rows)} alert(s)")

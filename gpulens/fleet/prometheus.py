@@ -394,7 +394,16 @@ class PrometheusSource:
             for s in results.get("silences") or ()
         )
         shown = self._alertmanager.where if self._alertmanager is not None else ""
-        return Answer(Alerts(tuple(alerts), alertmanager=shown, silences=silences), tuple(problems))
+        loaded = self._rules_loaded() if not alerts and results["alerts"] is not None else None
+        return Answer(Alerts(tuple(alerts), True, shown, silences, loaded), tuple(problems))
+
+    def _rules_loaded(self) -> bool | None:
+        """Whether the server evaluates any of gpulens's alert rules (all named Gpulens...); None where it does
+        not say (a store whose rules another program evaluates, as VictoriaMetrics' vmalert does)."""
+        try:
+            return any(name.startswith("Gpulens") for name in self._api.alert_rule_names())
+        except HttpError:
+            return None
 
     def create_silence(self, matchers: Sequence[Matcher], seconds: float, created_by: str, comment: str) -> Answer[str]:
         if self._alertmanager is None:

@@ -226,6 +226,7 @@ class Alerts:
     supported: bool = True
     alertmanager: str = ""
     silences: tuple[SilenceShown, ...] = ()
+    rules_loaded: bool | None = None  # whether the server evaluates gpulens's alert rules; None: it cannot say
 
 
 @dataclass(frozen=True)

@@ -547,6 +547,8 @@ def test_alerts_page_in_agent_mode_says_alerts_need_prometheus():
 
 def test_alerts_page_with_nothing_firing():
     assert "Nothing is firing" in run("alerts", FakeSource(alerts_=Alerts(()))).success[0].value
+    at = run("alerts", FakeSource(alerts_=Alerts((), rules_loaded=False)))  # nothing can fire: no all-clear
+    assert not at.success and "evaluates none of gpulens's alert rules" in at.warning[0].value
 
 
 def test_app_builds_the_navigation_over_the_five_pages():

@@ -421,3 +421,28 @@ def test_the_pending_reclaim_actions_are_read_from_the_services_series():
 def test_no_reclaim_service_is_no_pending_action_and_no_problem():
     with fake_server(lambda path: EMPTY) as (url, _):
         assert source(url).reclaim_pending() == Answer(())
+
+
+@pytest.mark.parametrize(
+    ("rules", "loaded"),
+    [
+        ([{"name": "node", "rules": [{"name": "NodeDown"}]}], False),  # another project's rules only
+        ([{"name": "gpulens.health", "rules": [{"name": "GpulensGpuLost"}]}], True),
+        (None, None),  # a store that serves no rules (VictoriaMetrics without vmalert behind it): it cannot say
+    ],
+)
+def test_with_no_alert_firing_the_source_says_whether_gpulens_rules_are_loaded(rules, loaded):
+    """ "Nothing is firing" over a Prometheus that evaluates none of gpulens's rules was a false all-clear."""
+
+    def answer(path: str):
+        if path.startswith("/api/v1/alerts"):
+            return json_reply({"status": "success", "data": {"alerts": []}})
+        if path.startswith("/api/v1/rules?type=alert"):
+            return (
+                json_reply({"status": "success", "data": {"groups": rules}}) if rules else (404, "text/plain", b"", 0)
+            )
+        return EMPTY
+
+    with fake_server(answer) as (url, _):
+        found = source(url).alerts()
+    assert found.problems == () and found.value.alerts == () and found.value.rules_loaded is loaded
