@@ -154,6 +154,8 @@ def job_page() -> None:
     labels = {(r["kind"], r["id"]): f"{r['job']} — {r['user'] or 'unknown user'}" for r in rows}
     link_kind, link_id = st.query_params.get("kind", ""), st.query_params.get("id", "")
     linked = view.linked(keys, link_kind, link_id)
+    if linked is None and (by_pod := view.pod_job(gpus, link_kind, link_id)) is not None:
+        linked = view.linked(keys, *by_pod)  # a link that names the job's pod
     if linked is None and link_id:
         not_running(link_kind, link_id, gpus, notices, [*fleet.problems, *jobs.problems])
         if rows:

@@ -252,6 +252,23 @@ def linked(jobs: Sequence[tuple[str, str]], kind: str | None, job_id: str | None
     return found[0] if found else None
 
 
+def pod_job(gpus: Iterable[FleetGpu], kind: str, name: str) -> tuple[str, str] | None:
+    """Return the (kind, id) of the running Kubernetes job whose pod a link names (`name` or `namespace/name`, as
+    the pages show it), where the link's kind is Kubernetes or none: a Kubernetes job's id is its pod's UID,
+    which no one types. None where no GPU is held by such a pod."""
+    if kind not in ("", "kubernetes"):
+        return None
+    return next(
+        (
+            (h.job_kind, h.job_id)
+            for g in gpus
+            for h in g.holders
+            if h.job_kind == "kubernetes" and h.pod and name in (h.pod, f"{h.namespace}/{h.pod}")
+        ),
+        None,
+    )
+
+
 def past_summary(record: JobRecord, now: float) -> str:
     """Return what a source still has of a job that is not running, as Markdown lines: when it was seen,
     where, whose, and its GPU-hours with the share wasted."""

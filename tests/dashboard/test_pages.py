@@ -346,6 +346,9 @@ def test_a_pods_job_page_is_headed_by_its_pod_and_names_its_owner():
     page = text(at)
     assert "kubernetes pod jupyter-bob" in page and "kubernetes job id: `job-bob`" in page
     assert "Owner: user **bob**; pod **research/jupyter-bob**; on node-a." in page
+    # A link that names the pod, as the pages show it, opens the same job: its id is the pod's UID.
+    for pod in ("jupyter-bob", "research/jupyter-bob"):
+        assert "kubernetes job id: `job-bob`" in text(run("job", FakeSource(), kind="kubernetes", id=pod)), pod
 
 
 def test_job_page_links_to_the_report_url_pattern(monkeypatch):

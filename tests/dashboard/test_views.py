@@ -307,6 +307,13 @@ def test_job_list_breakdown_data_wait_memory_and_tips():
     assert job.job_tips(held, "slurm")[0][0] == "Add DataLoader workers"
 
 
+def test_a_link_may_name_a_kubernetes_job_by_its_pod():
+    assert job.pod_job(GPUS, "kubernetes", "jupyter-bob") == ("kubernetes", "job-bob")
+    assert job.pod_job(GPUS, "", "research/jupyter-bob") == ("kubernetes", "job-bob")
+    assert job.pod_job(GPUS, "slurm", "jupyter-bob") is None  # a Slurm job has no pod
+    assert job.pod_job(GPUS, "kubernetes", "vision/jupyter-bob") is None  # another namespace's
+
+
 @pytest.mark.parametrize(
     ("kind", "job_id", "index"),
     [
