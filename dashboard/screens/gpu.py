@@ -239,7 +239,9 @@ def gpu_page() -> None:
     shown = (end - start).total_seconds()
     st.markdown(
         f"**State over the last {words.duration(shown)}**"
-        + ("" if shown >= seconds - 1 else " (the history this source has so far)")
+        if shown >= seconds - 1
+        # From its first point: a store's points are a step apart, so a duration would read short by up to a step.
+        else f"**State since {words.when(start.timestamp())}** (the history this source has so far)"
     )
     segments = view.timeline(data)
     if segments:

@@ -266,6 +266,8 @@ def test_gpu_page_opens_on_the_linked_gpu_with_charts_timeline_and_holder():
     assert "Not reported here: compute units busy (SM activity)" in page
     assert len(at.dataframe) == 2  # the node's GPUs, who holds this one
     assert "gpu_history" in source.asked
+    # The fake's history is 10 minutes of the hour asked: the time it begins, not a duration a step short.
+    assert f"State since {words.when(NOW - 600)}** (the history this source has so far)" in page
 
 
 def test_gpu_page_without_a_link_starts_on_the_first_node():
