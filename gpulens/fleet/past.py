@@ -15,7 +15,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from gpulens import checks, words
 from gpulens.agent.ledger import LedgerError, connect_readonly, read_held_from, read_node, read_records, reader_error
@@ -38,6 +38,7 @@ URL_EXAMPLES = {"--agent": "http://node1:10906", "--prometheus": "http://prometh
 # Why a ledger lacks the runs before some time.
 LEDGER_HELD = "its older runs were deleted by --ledger.retention or --ledger.max-size, or its agent began then"
 
+T = TypeVar("T")
 Step = Callable[[str], None]  # reports progress: called with what is being done next
 
 
@@ -167,15 +168,9 @@ class LedgerFiles:
     def _read(self, path: str, step: Step, **query: Any) -> list[tuple[Hashable, JobRecord]]:
         """Return the runs of the ledger at `path` that answer `query`, each with the file's identity."""
         step(f"reading {path}")
-        with converted(LedgerError, SourceError):
-            conn = connect_readonly(path)
-        try:
-            node = read_node(conn)
-            records = read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query)
-        except (sqlite3.DatabaseError, checks.Invalid) as error:
-            raise SourceError(str(reader_error(path, error))) from None
-        finally:
-            conn.close()
+        node, records = _opened(
+            path, lambda conn: (read_node(conn), read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query))
+        )
         identity = file_identity(path)
         return [(identity, r if r.nodes or not node else replace(r, nodes=(node,))) for r in records]
 
@@ -184,16 +179,7 @@ class LedgerFiles:
 
     def held_from(self, since: float, until: float, step: Step) -> Held | None:
         """The earliest time any of the files holds every run from (the others may begin later)."""
-        found = []
-        for path in self.paths:
-            with converted(LedgerError, SourceError):
-                conn = connect_readonly(path)
-            try:
-                found.append(read_held_from(conn))
-            except sqlite3.DatabaseError as error:
-                raise SourceError(str(reader_error(path, error))) from None
-            finally:
-                conn.close()
+        found = [_opened(path, read_held_from) for path in self.paths]
         known = [held for held in found if held is not None]
         if len(known) < len(found) or not known:
             return None
@@ -205,6 +191,19 @@ class LedgerFiles:
             for path in self.paths
             for r in self._read(path, step, since=since, until=until, ids=[job_id], timeline=True)
         )
+
+
+def _opened(path: str, read: Callable[[sqlite3.Connection], T]) -> T:
+    """Return what `read` reads of the ledger at `path`, opened read-only; SourceError naming the fix where the
+    file cannot be read."""
+    with converted(LedgerError, SourceError):
+        conn = connect_readonly(path)
+    try:
+        return read(conn)
+    except (sqlite3.DatabaseError, checks.Invalid) as error:
+        raise SourceError(str(reader_error(path, error))) from None
+    finally:
+        conn.close()
 
 
 def one_per_run(readings: Iterable[tuple[Hashable, JobRecord]]) -> list[JobRecord]:
