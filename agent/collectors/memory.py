@@ -25,13 +25,13 @@ class MemoryCollector(Collector[MemoryInfo]):
         per_gpu = GpuFamilies(self.readings(snapshot))
         yield per_gpu.gauge(
             "gpulens_gpu_memory_used_bytes",
-            "Device memory in use by processes, in bytes (drivers before R510 count the driver's reserve in "
-            f"it too); sampled every {interval:g} s.",
+            "Device memory in use by processes, in bytes (where the driver's reserve is not apart, before R510 "
+            f"and on WSL, it counts that too); sampled every {interval:g} s.",
             lambda r: r.used,
         )
         yield per_gpu.gauge(
             "gpulens_gpu_memory_reserved_bytes",
-            "Device memory the driver reserves for itself, in bytes (absent before R510).",
+            "Device memory the driver reserves for itself, in bytes (absent before R510 and on WSL).",
             lambda r: r.reserved,
         )
         yield per_gpu.gauge(
