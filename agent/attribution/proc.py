@@ -61,12 +61,6 @@ class ProcReader:
                 return int(values[1]) if len(values) > 1 and values[1].isascii() and values[1].isdigit() else None
         return None
 
-    def cmdline(self, pid: int) -> str:
-        """Return the command line with its NUL-separated arguments joined by spaces ("" for kernel threads
-        and zombies)."""
-        raw = self._file(pid, "cmdline")
-        return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
-
     def environ(self, pid: int) -> dict[str, str] | None:
         """Return the process's initial environment; None when the agent may not read it (it needs root,
         or the same user, and the host PID namespace)."""

@@ -17,7 +17,7 @@ import pwd
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple, TypedDict
 
 from gpulens.agent.attribution.cgroup import DOCKER, KUBERNETES, SLURM, CgroupOwner, names_pod, parse_owner
@@ -39,26 +39,6 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
-@dataclass(frozen=True)
-class Sensitive:
-    """A value that may hold secrets, such as a command line with a token in it.
-
-    `str()` and `repr()` hide it, so it cannot reach a label or a log by accident; exporters call
-    `reveal()` only when the operator turned the option on.
-    """
-
-    value: str = field(default="", repr=False)
-
-    def reveal(self) -> str:
-        return self.value
-
-    def __str__(self) -> str:
-        return "<redacted>" if self.value else ""
-
-    def __bool__(self) -> bool:
-        return bool(self.value)
-
-
 class PodRef(NamedTuple):
     """A container as the Kubernetes API names it."""
 
@@ -75,7 +55,6 @@ class Job:
     `namespace`, `pod` and `container` are known only for Kubernetes with the pod-resources socket;
     `account` and `name` only for Slurm, where the agent may read the process's environment.
     `request` is what the job asked for on this node, where its environment (Slurm) or cgroups (a pod) say.
-    `command` is the command line of the lowest pid, hidden unless revealed (see `Sensitive`).
     """
 
     kind: str  # "slurm", "kubernetes", "docker" or "process"
@@ -88,7 +67,6 @@ class Job:
     account: str = ""  # the Slurm account the job runs under
     name: str = ""  # the Slurm job's name (sbatch --job-name, or the script's name)
     request: Request = Request()
-    command: Sensitive = field(default=Sensitive(), metadata={"sensitive": True})
     pids: tuple[int, ...] = ()
     # A bare process's start, in clock ticks since boot (/proc/<pid>/stat field 22, proc_pid_stat(5)): with its
     # id, the pid, it names the process, as Linux gives a freed pid to a later one. None for the other kinds.
@@ -100,7 +78,6 @@ class _JobCommon(TypedDict):
 
     user: str
     uid: int | None
-    command: Sensitive
     pids: tuple[int, ...]
 
 
@@ -115,7 +92,6 @@ class _Facts:
     request: Request  # a pod's limits, or what the environment of slurm_job_from_environ asks for
     uid: int | None
     user: str
-    command: str
     visible_gpus: frozenset[str]  # NVIDIA_VISIBLE_DEVICES as the device plugin set it
     hostname: str  # the pod name, unless the pod uses the host network
     started: int  # clock ticks since boot (ProcReader.start_time)
@@ -172,7 +148,7 @@ class Resolver:
                 continue
             # Processes of one job differ only in pid and command line, and in the account, name and request, which
             # a process adopted into a Slurm job (an ssh session) does not carry: the job's are those its steps carry.
-            key = replace(job, account="", name="", request=Request(), command=Sensitive(), pids=())
+            key = replace(job, account="", name="", request=Request(), pids=())
             first = jobs.get(key)
             if first is not None:
                 job = replace(
@@ -218,7 +194,6 @@ class Resolver:
         cgroup = self._proc.cgroup(pid)
         owner = parse_owner(cgroup)
         uid = self._proc.uid(pid)
-        command = self._proc.cmdline(pid)
         # The environment is read only where it can add something: a Slurm job's account and name, a Slurm job
         # without cgroups, or the hints that tell apart containers sharing a GPU. Unreadable (not root), it
         # adds nothing.
@@ -250,7 +225,6 @@ class Resolver:
             request=request,
             uid=uid,
             user="" if uid is None else self._users(uid),
-            command=command,
             visible_gpus=frozenset(
                 _device(d) for d in environ.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if _is_gpu_uuid(d)
             ),
@@ -260,7 +234,7 @@ class Resolver:
         )
 
     def _job(self, pid: int, facts: _Facts, gpu_uuid: str) -> Job:
-        common: _JobCommon = {"user": facts.user, "uid": facts.uid, "command": Sensitive(facts.command), "pids": (pid,)}
+        common: _JobCommon = {"user": facts.user, "uid": facts.uid, "pids": (pid,)}
         owner = facts.owner
         if owner is not None and owner.kind == KUBERNETES:
             ref = self._container_of(facts, gpu_uuid)

@@ -16,10 +16,8 @@ def test_start_time_skips_a_command_name_with_parentheses():
     assert ProcReader(PROC_ROOT).start_time(1403) == 100000 + 1403 * 37
 
 
-def test_uid_and_command_line():
-    proc = ProcReader(PROC_ROOT)
-    assert proc.uid(1402) == 1001
-    assert proc.cmdline(1401) == "python3 finetune.py --hf-token hf_s3cr3tT0ken --lr 3e-4"
+def test_uid():
+    assert ProcReader(PROC_ROOT).uid(1402) == 1001
 
 
 def test_environ_splits_on_nul():
@@ -47,7 +45,7 @@ def test_esrch_while_reading_is_process_gone():
         raise ProcessLookupError(3, "No such process", path)
 
     with pytest.raises(ProcessGone):
-        ProcReader(PROC_ROOT, dying).cmdline(1401)
+        ProcReader(PROC_ROOT, dying).cgroup(1401)
 
 
 def test_reads_the_real_proc_for_this_process():
@@ -55,5 +53,4 @@ def test_reads_the_real_proc_for_this_process():
     pid = os.getpid()
     assert proc.uid(pid) == os.getuid()
     assert proc.start_time(pid) > 0
-    assert "pytest" in proc.cmdline(pid) or "python" in proc.cmdline(pid)
     assert proc.cgroup(pid).strip()

@@ -1,4 +1,4 @@
-"""The files attribution reads per GPU process: /proc/<pid>/stat, status, cgroup, cmdline and environ.
+"""The files attribution reads per GPU process: /proc/<pid>/stat, status, cgroup and environ (a cmdline is never read).
 
 A job controls its own command line and environment (SLURM_JOB_ID, NVIDIA_VISIBLE_DEVICES, HOSTNAME), and
 a process may vanish between two reads. Any bytes in any of those files give a job or None.
