@@ -56,7 +56,7 @@ def renderable(doc: Document) -> Group:
         for row, mark in zip(table.rows, marks, strict=True):
             rich.add_row(*(escape(printable(c)) for c in row), style=STYLES.get(mark, ""))
         if not table.rows:
-            rich.add_row(*("-" for _ in table.headers))
+            rich.add_row("None.", *("" for _ in table.headers[1:]))  # as the Markdown and HTML say it
         parts.append(rich)
     for section in doc.sections:
         parts += [Text(printable(section.title), style="bold"), Text("\n".join(map(printable, section.lines)))]

@@ -320,3 +320,15 @@ def test_mistakes_are_one_line(capsys, ledger, argv, status, words):
 
 def test_a_grouping_the_store_does_not_record_is_a_usage_mistake(capsys):
     fails(capsys, ["trend", "--prometheus", "http://127.0.0.1:1", "--by", "partition"], 2, "records no partition")
+
+
+def test_an_empty_table_says_none_in_every_format_people_read():
+    """A trend without follow-ups has an empty 'Tips followed' table: each format says "None." under its title,
+    where the terminal drew a row of dashes."""
+    from gpulens.report import htmlpage, terminal
+    from gpulens.report.document import Document, Table
+
+    doc = Document("Waste trend", (), (Table("Tips followed", ("user", "job", "reason"), ()),))
+    said = terminal.render(doc, width=80)
+    assert "Tips followed" in said and "None." in said and " - " not in said
+    assert "None." in markdown.render(doc) and "None." in htmlpage._page(doc, "")
