@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gpulens import thresholds as t
+from gpulens import words
 from gpulens.agent import collectors
 from gpulens.agent.jobs.receiver import DEFAULT_SOCKET_PATH
 from gpulens.agent.server import parse_listen_address
@@ -374,8 +375,11 @@ def load(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Agent
     if config.probes_jitter > config.probes_interval and "probes_jitter" not in given:  # the default, 10m
         config = replace(config, probes_jitter=config.probes_interval)
     if config.probes_jitter > config.probes_interval:
+        jitter, interval = words.duration(config.probes_jitter), words.duration(config.probes_interval)
+        if jitter == interval:  # words.duration drops what is small beside the larger units: 3601 s reads "1 h"
+            jitter, interval = f"{config.probes_jitter:g} s", f"{config.probes_interval:g} s"
         raise ConfigError(
-            f"--probes.jitter: {config.probes_jitter:g} s is longer than --probes.interval; choose at most the interval"
+            f"--probes.jitter: {jitter} is longer than --probes.interval ({interval}); choose at most the interval"
         )
     return config
 

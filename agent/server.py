@@ -276,6 +276,10 @@ class AgentApp:
 
     def _probe_history(self, environ: WSGIEnvironment, start_response: StartResponse) -> Response:
         """Each GPU's recent probe runs by UUID, oldest first (the probes collector's history; {} when off)."""
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if query:  # it takes none: ?gpu=0 would look like a choice and still return every GPU
+            problem = f"unknown parameter {sorted(query)[0]!r}; /api/v1/probes takes none and returns every GPU's runs"
+            return _refused(start_response, RequestError(400, problem))
         body = {
             gpu.identity.uuid: [
                 {"finished": run.finished, **run.report.to_dict()} for run in gpu.readings["probes"].runs

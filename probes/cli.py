@@ -273,13 +273,20 @@ def _simulated(options: argparse.Namespace) -> list[GpuReport]:
     reports = []
     try:
         for index, _ in _select(node.listed(), options.gpu):
-            # Each GPU's probe starts at --simulate-time, as it would alone (the agent probes one GPU per child);
-            # the others' simulated state is theirs, so the clock may go back for the next.
-            clock.now = options.simulate_time
             report = _refused(node, index)
             if report is None:
-                ident, handle = node.identities[index], node.handles[index]
+                handle = node.handles[index]
+                if clock.now != options.simulate_time:
+                    # Each GPU's probe starts at --simulate-time, as it would alone (the agent probes one GPU per
+                    # child), whatever the order. A simulated node's clock never goes back, as a monotonic one
+                    # would not (SimulatedNode.now): a GPU probed after another gets a node of its own.
+                    nvml.shutdown()
+                    clock = ManualClock(start=options.simulate_time, epoch=scenario.start_time)
+                    nvml = Nvml(load_simulated_library(scenario, clock))
+                    nvml.init()
+                    handle = nvml.handle(int(index))
                 budget = options.time_budget
+                ident = node.identities[index]
                 report = simulated.probe(scenario, nvml, clock, ident, handle, options.min_peak_ratio, budget)
             reports.append(report)
     finally:
@@ -444,12 +451,48 @@ def _probe_each(
 
 
 def _cuda_indexes(torch: ModuleType) -> dict[str, int]:
-    """Return CUDA's device index for each GPU UUID; CUDA's order may differ from NVML's."""
+    """Return CUDA's device index for each GPU UUID; CUDA's order may differ from NVML's. Raise Unavailable when
+    this torch has no CUDA at all, CUDA sees no GPU or the GPUs are simulated: then none can be probed."""
+    why = _no_cuda(torch)
+    if why:
+        raise Unavailable(why)
     out = {}
     for i in range(torch.cuda.device_count()):
         uuid = str(torch.cuda.get_device_properties(i).uuid)
         out[uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"] = i
     return out
+
+
+def _no_cuda(torch: ModuleType) -> str | None:
+    """Return why CUDA can probe none of the GPUs NVML lists, and what to do instead, in one sentence; None when
+    it may see them."""
+    import shlex
+
+    from gpulens.agent.simulator.run import ENV_SCENARIO
+    from gpulens.printable import printable
+
+    scenario = os.environ.get(ENV_SCENARIO)
+    if scenario:  # `gpulens sim` puts a simulated driver under pynvml only: no kernel runs on its GPUs
+        return (
+            "the GPUs are simulated ('gpulens sim' simulates NVML, not CUDA); "
+            f"'gpulens probe --simulate {shlex.quote(printable(scenario))}' probes the simulated node instead"
+        )
+    if torch.version.cuda is None:  # a CPU-only wheel, e.g. from https://download.pytorch.org/whl/cpu
+        return (
+            f"torch {torch.__version__} is built without CUDA; install a CUDA build "
+            "(https://pytorch.org/get-started/locally/, e.g. pip install torch --index-url "
+            "https://download.pytorch.org/whl/cu126), or on a machine without GPUs run "
+            "'gpulens probe --simulate SCENARIO'"
+        )
+    if torch.cuda.is_available():
+        return None
+    # torch.cuda.is_available() is false when CUDA_VISIBLE_DEVICES hides every GPU, or when the driver is older
+    # than the CUDA runtime torch was built with.
+    return (
+        f"CUDA {torch.version.cuda} (torch {torch.__version__}) sees no GPU though NVML lists them; check "
+        f"CUDA_VISIBLE_DEVICES and that the driver supports CUDA {torch.version.cuda} ('nvidia-smi' shows the "
+        "newest it does)"
+    )
 
 
 def _free_peer(nvml: Nvml, node: _Node, chosen: list[str], index: str, cuda: dict[str, int]) -> str | None:

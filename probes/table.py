@@ -37,10 +37,10 @@ def render(reports: Sequence[GpuReport], min_peak_ratio: float) -> str:
     lines: list[str] = []
     for report in reports:
         spec = f" ({report.spec})" if report.spec else " (not in the spec table: no peaks)" if report.uuid else ""
-        lines.append(
-            f"GPU {report.gpu}  {report.name}{spec}  {report.device}  {report.status}  "
-            f"{report.seconds:.1f} s" + (f"  {report.detail}" if report.detail else "")
-        )
+        # A GPU that was not probed has no device; one NVML cannot read has no name either.
+        head = [f"GPU {report.gpu}", f"{report.name}{spec}", report.device or "-", report.status]
+        head += [f"{report.seconds:.1f} s", report.detail]
+        lines.append("  ".join(cell for cell in head if cell))
         if all(r.status == "skipped" for r in report.results):
             lines.append("")  # refused or failed before any kernel: the header line says why
             continue

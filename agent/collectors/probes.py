@@ -134,7 +134,8 @@ class ProbesCollector(Collector[ProbesReading]):
                 log.exception("the probe runner failed on GPU %s", request.uuid)
                 report = failed(request, ERROR, str(error))
             level = logging.WARNING if report.status in (ERROR, TIMEOUT, WRONG) else logging.INFO
-            log.log(level, "probe of GPU %d: %s %s", request.index, report.status, report.detail)
+            outcome = f"{report.status}: {report.detail}" if report.detail else report.status
+            log.log(level, "probe of GPU %d: %s", request.index, outcome)
             with self._lock:
                 self._history.setdefault(request.uuid, deque(maxlen=self._keep)).append(
                     ProbeRun(finished=self._clock.time(), report=report)

@@ -88,6 +88,18 @@ def test_a_parameter_read_once_and_given_twice_is_refused(served):
         assert status == 400 and "is given more than once; give it once" in json.loads(body)["error"], query
 
 
+def test_the_probe_history_refuses_a_parameter_it_does_not_take(served):
+    """It returns every GPU's runs: ?gpu=0 must not look like a choice (POST /api/v1/probes/run refuses one too)."""
+    _, base = served
+    for query in ("gpu=0", "gpu=", "limit=1&gpu=0"):
+        status, _, body = get(base + "/api/v1/probes?" + query)
+        assert status == 400, query
+        name = min(part.split("=")[0] for part in query.split("&"))  # the first in order, as the other endpoints
+        error = f"unknown parameter {name!r}; /api/v1/probes takes none and returns every GPU's runs"
+        assert json.loads(body) == {"error": error}, query
+    assert get(base + "/api/v1/probes")[0] == 200
+
+
 def test_unknown_path_and_method(served):
     """A 405 says in Allow what the path takes (RFC 9110 15.5.6); a path the agent does not serve is 404 whatever
     the method."""

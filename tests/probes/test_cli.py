@@ -3,12 +3,14 @@
 import io
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.nvml import load_simulated_library
+from gpulens.agent.simulator.run import ENV_SCENARIO
 from gpulens.agent.simulator.scenario import load_scenario, parse_scenario
 from gpulens.cli import main as gpulens_main
 from gpulens.probes import cli
@@ -92,6 +94,20 @@ def test_mistakes_are_one_line_and_exit_2(argv, message):
 )
 def test_exit_status_on_a_simulated_node(gpu, expected):
     assert probe("--simulate", "probes", "--gpu", gpu)[0] == expected
+
+
+def test_each_simulated_gpu_is_probed_from_the_same_time_whatever_the_order():
+    def reports(*argv):
+        return {r["gpu"]: r for r in json.loads(probe("--simulate", "probes", "--json", *argv)[1])["reports"]}
+
+    every = reports()
+    # docs/scenarios.md: gpu5's job starts 3 s into a probe begun at 0 s, which stops it; gpu7 is never probed.
+    assert {gpu: r["status"] for gpu, r in every.items()} == {
+        **dict.fromkeys("0126", "ok"),
+        **{"3": "slow", "4": "wrong", "5": "aborted", "7": "busy"},
+    }
+    assert every["5"]["seconds"] == 3.0 and {r["started"] for r in every.values()} == {every["0"]["started"]}
+    assert reports("--gpu", "5,0") == reports("--gpu", "0,5") == {gpu: every[gpu] for gpu in "05"}
 
 
 def test_a_threshold_of_zero_judges_nothing_slow():
@@ -179,22 +195,86 @@ def test_a_mig_enabled_gpu_is_not_probed_on_a_simulated_node_as_on_a_real_one(tm
     assert mig["detail"] == "MIG is enabled: probes measure whole GPUs; run them with MIG off"
 
 
-def test_a_lost_gpu_on_a_real_node_leaves_the_others_to_be_probed():
+@pytest.fixture
+def cuda_sees(monkeypatch):
+    """Make torch a CUDA build that sees the GPUs of the given UUIDs (none: CUDA sees no GPU), outside `gpulens sim`."""
+
+    def sees(*uuids):
+        monkeypatch.delenv(ENV_SCENARIO, raising=False)
+        monkeypatch.setattr(torch.version, "cuda", "12.6")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: bool(uuids))
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(uuids))
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid=uuids[i]))
+
+    return sees
+
+
+def test_a_gpu_not_probed_shows_a_dash_for_its_device(tmp_path):
+    text = TWO % ("NVIDIA A100-SXM4-80GB", ", mig: true", "NVIDIA H100 80GB HBM3") + "faults: [{kind: lost, gpu: 1}]\n"
+    _, out, _ = probe("--simulate", node_file(tmp_path, text))
+    assert [line for line in out.splitlines() if line.startswith("GPU")] == [
+        "GPU 0  NVIDIA A100-SXM4-80GB (A100 SXM4 80GB)  -  error  0.0 s  MIG is enabled: probes measure whole GPUs; "
+        "run them with MIG off",
+        "GPU 1  -  error  0.0 s  not probed: NVML cannot read this GPU (nvmlDeviceGetHandleByIndex: Unknown Error); "
+        "check 'nvidia-smi'",
+    ]
+
+
+def test_a_lost_gpu_on_a_real_node_leaves_the_others_to_be_probed(cuda_sees):
+    cuda_sees("GPU-elsewhere")
     library = load_simulated_library(parse_scenario(f"{H100}faults: [{{kind: lost, gpu: 1}}]\n", "x"), ManualClock())
     status, out, err = probe("--json", library=library)
     reports = json.loads(out)["reports"]
     assert status == cli.EXIT_UNPROBED and err == ""
     assert [(r["gpu"], r["status"]) for r in reports] == [("0", "error"), ("1", "error")]
-    assert "CUDA does not see this GPU" in reports[0]["detail"]  # the one left to probe, here without CUDA
+    assert "CUDA does not see this GPU" in reports[0]["detail"]  # the one left to probe, hidden from CUDA here
     assert "NVML cannot read this GPU" in reports[1]["detail"]
 
 
-def test_gpus_that_cuda_cannot_see_are_reported_not_probed():
+def test_gpus_that_cuda_cannot_see_are_reported_not_probed(cuda_sees):
+    cuda_sees("GPU-elsewhere")  # CUDA_VISIBLE_DEVICES names another GPU
     library = load_simulated_library(load_scenario("probes"), ManualClock())
     status, out, _ = probe("--json", "--gpu", "0,1", library=library)
     reports = json.loads(out)["reports"]
     assert status == cli.EXIT_UNPROBED and [r["gpu"] for r in reports] == ["0", "1"]
     assert all(r["status"] == "error" and "CUDA does not see this GPU" in r["detail"] for r in reports)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "sim", "says"),
+    [
+        (
+            None,
+            None,
+            "torch 2.4.0+cpu is built without CUDA; install a CUDA build (https://pytorch.org/get-started/locally/, "
+            "e.g. pip install torch --index-url https://download.pytorch.org/whl/cu126), or on a machine without "
+            "GPUs run 'gpulens probe --simulate SCENARIO'",
+        ),
+        (
+            "12.6",
+            None,
+            "CUDA 12.6 (torch 2.4.0+cpu) sees no GPU though NVML lists them; check CUDA_VISIBLE_DEVICES and that "
+            "the driver supports CUDA 12.6 ('nvidia-smi' shows the newest it does)",
+        ),
+        (
+            "12.6",
+            "probes",  # as under `gpulens sim probes -- gpulens probe`
+            "the GPUs are simulated ('gpulens sim' simulates NVML, not CUDA); 'gpulens probe --simulate probes' "
+            "probes the simulated node instead",
+        ),
+    ],
+)
+def test_without_a_usable_cuda_the_probe_says_so_once_and_how_to_fix_it(monkeypatch, cuda, sim, says):
+    monkeypatch.setattr(torch, "__version__", "2.4.0+cpu")
+    monkeypatch.setattr(torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    if sim:
+        monkeypatch.setenv(ENV_SCENARIO, sim)
+    else:
+        monkeypatch.delenv(ENV_SCENARIO, raising=False)
+    library = load_simulated_library(load_scenario("probes"), ManualClock())  # gpu7 is busy: no report either
+    assert probe(library=library) == (cli.EXIT_UNPROBED, "", f"gpulens probe: {says}\n")
 
 
 def test_the_gpulens_command_dispatches_probe(capsys):

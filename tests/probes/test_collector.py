@@ -92,6 +92,14 @@ def test_an_aborted_probe_exports_what_it_measured_and_fails(probed):
     assert reading(probed, 5).latest.report.status == "aborted"
 
 
+def test_each_probe_is_logged_in_one_line_with_its_outcome(caplog):
+    caplog.set_level("INFO", logger="gpulens.agent.collectors.probes")
+    build()
+    lines = {r.getMessage() for r in caplog.records}
+    assert "probe of GPU 0: ok" in lines
+    assert "probe of GPU 4: wrong: the matmuls differ from the float64 reference" in lines
+
+
 def test_the_exposition_passes_promtool(probed):
     promtool = require_tool("promtool")
     text = probed.exposition()

@@ -22,8 +22,21 @@ def test_probes_are_off_by_default_with_a_six_hour_interval():
 def test_an_interval_shorter_than_the_default_jitter_cuts_it_and_one_given_longer_is_a_mistake():
     assert load("--probes.interval", "2m").probes_jitter == 120
     assert load(environ={"GPULENS_PROBES_INTERVAL": "5m"}).probes_jitter == 300
-    with pytest.raises(agent_config.ConfigError, match="--probes.jitter: 600 s is longer than --probes.interval"):
+    with pytest.raises(agent_config.ConfigError, match=r"^--probes.jitter: 10 min is longer than --probes.interval "):
         load("--probes.interval", "2m", "--probes.jitter", "10m")
+
+
+@pytest.mark.parametrize(
+    ("interval", "jitter", "says"),
+    [
+        ("1h", "1d", "24 h is longer than --probes.interval (1 h)"),
+        ("1h", "3601s", "3601 s is longer than --probes.interval (3600 s)"),  # both would read "1 h"
+    ],
+)
+def test_a_jitter_longer_than_the_interval_names_both_in_the_same_words(interval, jitter, says):
+    with pytest.raises(agent_config.ConfigError) as raised:
+        load("--probes.interval", interval, "--probes.jitter", jitter)
+    assert str(raised.value) == f"--probes.jitter: {says}; choose at most the interval"
 
 
 def test_flags_environment_and_file_set_the_schedule(tmp_path):
@@ -41,7 +54,7 @@ def test_flags_environment_and_file_set_the_schedule(tmp_path):
     "argv, message",
     [
         (("--probes.interval", "10s"), "--probes.interval: 10 s is out of range; choose between 1m and 30d"),
-        (("--probes.interval", "1h", "--probes.jitter", "2h"), "--probes.jitter: 7200 s is longer than"),
+        (("--probes.interval", "1h", "--probes.jitter", "2h"), "--probes.jitter: 2 h is longer than"),
         (("--probes.jitter", "often"), "--probes.jitter: 'often' is not a duration"),
     ],
 )
