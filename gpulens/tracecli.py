@@ -13,7 +13,9 @@ still running at --wait, 2 for a usage mistake.
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -73,19 +75,9 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
         )
     except (UnitError, ValueError, AccessError) as error:
         return fail(parser.prog, error, EXIT_USAGE)
-    if args.steps < 1:
-        return fail(parser.prog, "--steps must be at least 1; write e.g. --steps 20", EXIT_USAGE)
-    for flag, value, example in (("--job", args.job, "--job 4242"), ("--id", args.id, "--id 7f3a9c")):
-        if value is not None and not value.strip():
-            return fail(parser.prog, f"{flag} is blank; give one, e.g. {example}", EXIT_USAGE)
-    for pid in args.pid or []:
-        if not 1 <= pid <= PID_MAX:  # the agent would answer 400 (exit 1) for what is a mistake here
-            return fail(
-                parser.prog,
-                f"--pid {pid} is not a process id: Linux's pids run from 1 to {PID_MAX}; "
-                "write the job's pid, e.g. --pid 4242",
-                EXIT_USAGE,
-            )
+    mistake = _mistake(args, wait)
+    if mistake:
+        return fail(parser.prog, mistake, EXIT_USAGE)
     try:
         if args.id:
             trace_id = args.id
@@ -115,6 +107,24 @@ def main(argv: Sequence[str], out: TextIO = sys.stdout, sleep: Callable[[float],
     # With --no-wait a trace still to come is no failure: the request was taken, and --id reads it later.
     ok = all(r["state"] == "done" or (args.no_wait and r["state"] not in TRACE_FINISHED) for r in runs)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _mistake(args: argparse.Namespace, wait: float) -> str | None:
+    """Return what is wrong with the command line, with the fix, or None."""
+    if args.steps < 1:
+        return "--steps must be at least 1; write e.g. --steps 20"
+    if wait <= 0 and not args.no_wait:  # it would say the trace is not done and exit 1; --no-wait returns at once
+        return "--wait must be more than 0; write e.g. --wait 10m, or --no-wait to return at once"
+    for flag, value, example in (("--job", args.job, "--job 4242"), ("--id", args.id, "--id t-5c1e9a20")):
+        if value is not None and not value.strip():
+            return f"{flag} is blank; give one, e.g. {example}"
+    for pid in args.pid or []:
+        if not 1 <= pid <= PID_MAX:  # the agent would answer 400 (exit 1) for what is a mistake here
+            return (
+                f"--pid {pid} is not a process id: Linux's pids run from 1 to {PID_MAX}; write the job's pid, "
+                "e.g. --pid 4242"
+            )
+    return None
 
 
 def _trace_id(agent: AgentClient, answer: dict[str, Any]) -> str:
@@ -148,7 +158,9 @@ def describe(run: dict[str, Any]) -> str:
     who = f"pid {run['pid']}{owner}"
     head = f"trace {run['id']}, {who}: {run['state']}"
     if run["state"] not in TRACE_FINISHED:
-        return f"{head} (still running; read it later with: gpulens trace --id {run['id']})"
+        # Requested: the job has not begun it (it starts with the process's next pass); started: it is tracing.
+        doing = "not started yet" if run["state"] == "requested" else "still running"
+        return f"{head} ({doing}; read it later with: gpulens trace --id {run['id']})"
     if run["state"] != "done":
         return f"{head}: {run.get('reason') or 'no reason given'}"
     found = run.get("summary") or {}
@@ -172,14 +184,26 @@ def describe(run: dict[str, Any]) -> str:
 def step_lines(found: dict[str, Any]) -> list[str]:
     """Return where a step's time went, the bottleneck in a sentence, and what to try: the heart of a summary
     (as the agent gives it, or as Prometheus keeps it: `step_seconds`, `shares`, `bottleneck`)."""
-    shares = found["shares"]
-    parts = ", ".join(f"{PART_WORDS[p]} {percent(shares.get(p, 0))}" for p in PART_WORDS)
-    idle = shares.get("data_wait", 0) + shares.get("host", 0)
+    shares = _whole_percents(found["shares"])
+    parts = ", ".join(f"{PART_WORDS[p]} {percent(shares[p])}" for p in PART_WORDS)
+    idle = shares["data_wait"] + shares["host"]
     lines = [f"  a step takes {found['step_seconds']:.3g} s: {parts}; the device idles {percent(idle)}"]
     said = trace_sentence(shares, found.get("bottleneck"))
     if said:
         lines += [f"  {said}", f"  next: {NEXT_STEP[found['bottleneck']]}"]
     return lines
+
+
+def _whole_percents(shares: dict[str, float]) -> dict[str, float]:
+    """Return each part's share of a step (0-1) rounded to a whole percent, so that the parts add up to their
+    total rounded (100% for a whole step), as ratios: largest-remainder rounding, where each part rounded alone
+    could make 101% (97.8 + 1.6 + 0.6). A missing part is 0."""
+    exact = {p: max(0.0, float(shares.get(p) or 0)) * 100 for p in PART_WORDS}
+    whole = {p: math.floor(value) for p, value in exact.items()}
+    short = round(sum(exact.values())) - sum(whole.values())
+    for p in sorted(exact, key=lambda p: exact[p] - whole[p], reverse=True)[: max(0, short)]:
+        whole[p] += 1
+    return {p: n / 100 for p, n in whole.items()}
 
 
 def _ending(ended: str | None) -> str:

@@ -19,6 +19,7 @@ gpulens/programs.py), 126 for one that cannot run, 1 when the socket cannot be b
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -42,7 +43,7 @@ from gpulens.words import duration, join, percent, plural
 
 if TYPE_CHECKING:  # the agent is imported only when the command runs (gpulens/cli.py imports this module)
     from gpulens.agent.analysis import GpuAnalysis
-    from gpulens.agent.attribution.hostusage import HostUsage
+    from gpulens.agent.attribution.hostusage import HostSampler, HostUsage
     from gpulens.agent.jobs.messages import JobReport
 
 EXIT_RUNTIME, EXIT_USAGE, EXIT_CANNOT_RUN, EXIT_NOT_FOUND = 1, 2, 126, 127  # 126 and 127 as a shell says them
@@ -57,7 +58,7 @@ REPORT_INTERVAL_SECONDS = 0.5
 _RATE_PER_SECOND = 20.0
 _BURST = 50
 _HOST_EVERY_SECONDS = 1.0  # how often the reporting processes' CPU is sampled
-_POLL_SECONDS = 0.1  # with --keep, how often the wait looks up for Ctrl-C
+_POLL_SECONDS = 0.1  # how often the wait looks for a first report (and, with --keep, for Ctrl-C)
 FIX = "wrap the training loader as `for batch in gpulens.torch.instrument(loader, model=model):` (docs/in-job.md)"
 USAGE = "gpulens try [--socket PATH] [--keep] -- COMMAND [ARGS...]"
 STARVED_FROM = (t.DATA_WAIT_STARVED,)  # the wait the verdict quotes stays on its side of this (words.percent)
@@ -207,21 +208,18 @@ def _wait(child: subprocess.Popen[bytes], host: HostWatch, runs: Runs) -> int:
     """Wait for the command, sampling the CPU of its reporting processes; return its exit status as a shell does."""
     while True:
         try:
-            child.wait(timeout=_HOST_EVERY_SECONDS)
+            child.wait(timeout=_POLL_SECONDS)
             break
         except subprocess.TimeoutExpired:
-            host.sample({child.pid, *runs.pids()})
+            host.follow(runs.pids())
     return 128 - child.returncode if child.returncode < 0 else child.returncode
 
 
 def _listen(signals: Signals, host: HostWatch, runs: Runs) -> None:
     """With --keep: go on receiving (on the receiver's thread) and sampling until SIGINT or SIGTERM."""
-    sampled = time.monotonic()
     while not signals.stop_listening:
         time.sleep(_POLL_SECONDS)
-        if time.monotonic() - sampled >= _HOST_EVERY_SECONDS:
-            host.sample(runs.pids())
-            sampled = time.monotonic()
+        host.follow(runs.pids())
 
 
 def _remove(folder: str | None) -> None:
@@ -278,35 +276,58 @@ class Runs:
 
 
 class HostWatch:
-    """The CPU of the reporting processes and their workers, sampled by the agent's HostSampler while they run."""
+    """The CPU of the reporting processes and their workers, sampled by the agent's HostSampler while they report.
 
-    def __init__(self) -> None:
+    A process is followed from its first report on, as an agent on a node sees a job that runs for hours: its
+    start-up before that (`import torch`, building the model) would weigh on a try of a few seconds, inflate
+    its CPU and pick the wrong tip. Each sample counts for the time it covers.
+    """
+
+    def __init__(self, sampler: HostSampler | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         from gpulens.agent.attribution.hostusage import HostSampler
 
-        self._sampler = HostSampler()
-        self._seen: dict[int, tuple[HostUsage, int, float, float, float]] = {}  # last, samples, three sums
+        self._sampler = sampler or HostSampler(clock=clock)
+        self._clock = clock
+        self._sampled = -math.inf  # when `sample` last ran
+        self._since: dict[int, float] = {}  # when each followed process was last sampled
+        self._seen: dict[int, tuple[HostUsage, float, float, float, float]] = {}  # last, seconds, three sums
 
-    def sample(self, pids: set[int] | list[int]) -> None:
+    def follow(self, pids: list[int]) -> None:
+        """Sample the processes that have reported, `pids`, every _HOST_EVERY_SECONDS, and at once when one of
+        them is new: its first reading, which its use counts from, is taken as close to its first report as the
+        caller polls."""
+        if pids and (set(pids) - self._since.keys() or self._clock() - self._sampled >= _HOST_EVERY_SECONDS):
+            self.sample(pids)
+
+    def sample(self, pids: list[int]) -> None:
+        """Read `pids` now; a process read before adds the use since then, weighted by those seconds."""
+        now = self._clock()
         for pid, usage in self._sampler.sample(pids).items():
-            _, count, main, workers, cores = self._seen.get(pid, (usage, 0, 0.0, 0.0, 0.0))
+            seconds = now - self._since.get(pid, now)
+            if seconds <= 0:
+                continue
+            _, covered, main, workers, cores = self._seen.get(pid, (usage, 0.0, 0.0, 0.0, 0.0))
             self._seen[pid] = (
                 usage,
-                count + 1,
-                main + usage.main_process_cpu_ratio,
-                workers + usage.workers_cpu_ratio_max,
-                cores + usage.cpu_cores_used,
+                covered + seconds,
+                main + usage.main_process_cpu_ratio * seconds,
+                workers + usage.workers_cpu_ratio_max * seconds,
+                cores + usage.cpu_cores_used * seconds,
             )
+        self._since.update(dict.fromkeys(pids, now))
+        self._sampled = now
 
     def usage(self, pid: int) -> HostUsage | None:
-        """Return process `pid`'s usage averaged over the run (cores allowed as last seen), or None if unsampled."""
+        """Return process `pid`'s usage averaged over the time it was followed (cores allowed as last seen), or
+        None if it was not sampled twice."""
         if pid not in self._seen:
             return None
-        last, count, main, workers, cores = self._seen[pid]
+        last, seconds, main, workers, cores = self._seen[pid]
         return replace(
             last,
-            main_process_cpu_ratio=main / count,
-            workers_cpu_ratio_max=workers / count,
-            cpu_cores_used=cores / count,
+            main_process_cpu_ratio=main / seconds,
+            workers_cpu_ratio_max=workers / seconds,
+            cpu_cores_used=cores / seconds,
         )
 
 
@@ -346,7 +367,7 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
     step, wait = report.step, report.data_wait_ratio
     lines = [
         f"gpulens try: pid {report.pid} sent {plural(reports, 'report')} covering {plural(step.count, 'step')} "
-        f"in {duration(step.total_seconds)}"
+        f"in {_seconds(step.total_seconds)}"
     ]
     if wait is not None:
         lines.append(f"  waiting for data: {percent(wait, against=STARVED_FROM)} of each step")
@@ -368,6 +389,12 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
         lines.append(f"  tip {number} ({tip.id}): {tip.title}. {tip.text}")
         lines.append(f"    see {', '.join(tip.docs)}")
     return lines
+
+
+def _seconds(seconds: float) -> str:
+    """Return a time as `duration` writes it ('12 s', '1 min 30 s'), but under a second to one significant digit,
+    '0.3 s' or '0.04 s', where `duration` would write '0 s'."""
+    return f"{seconds:.1g} s" if 0 < seconds < 1 else duration(seconds)
 
 
 def verdict_words(analysis: GpuAnalysis, wait: float | None) -> str:

@@ -132,7 +132,7 @@ def test_the_cli_without_waiting_exits_0_with_the_id_to_read_later(agent):
     trace_id = first.split()[4].rstrip(";")
     assert first == f"asked {url} for trace {trace_id}; not waiting: the job traces its next 20 steps on its own"
     later = f"read it later with: gpulens trace --id {trace_id}"
-    assert runs == [f"trace {trace_id}, pid {os.getpid()}: requested (still running; {later})"]
+    assert runs == [f"trace {trace_id}, pid {os.getpid()}: requested (not started yet; {later})"]
     job.control.close()
 
 
@@ -339,7 +339,10 @@ def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
         (["--pid", "99999999999", "--agent", "127.0.0.1:1"], 2, "Linux's pids run from 1 to 4194304"),
         (["--pid", "4194305", "--agent", "127.0.0.1:1"], 2, "--pid 4194305 is not a process id"),
         (["--job", " ", "--agent", "127.0.0.1:1"], 2, "--job is blank; give one, e.g. --job 4242"),
-        (["--id", "", "--agent", "127.0.0.1:1"], 2, "--id is blank; give one"),
+        (["--id", "", "--agent", "127.0.0.1:1"], 2, "--id is blank; give one, e.g. --id t-5c1e9a20"),
+        # It would return at once, saying the trace is not done, and exit 1: --no-wait is how to return at once.
+        (["--job", "1", "--wait", "0", "--agent", "127.0.0.1:1"], 2, "--wait must be more than 0; write e.g."),
+        (["--id", "t-1", "--wait", "0s", "--agent", "127.0.0.1:1"], 2, "or --no-wait to return at once"),
         (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http://HOST:PORT"),
         (["--job", "1", "--wait", "5x"], 2, "'5x' is not a duration"),
         (["--job", "1", "--agent", "127.0.0.1:1"], 1, "cannot be reached"),
@@ -415,3 +418,28 @@ def test_the_cli_s_help_says_what_the_docs_say(capsys):
         said = " ".join(doc.read().split())
     assert "`gpulens trace --pid PID` traces a process (repeat it for several)" in said
     assert "`--wait DURATION` (how long to wait for the result, default `10m`)" in said
+
+
+def test_the_parts_of_a_step_add_up_to_100_percent():
+    # Each rounded alone: 98% + 2% + 1% = 101%.
+    shares = {"data_wait": 0.978, "host": 0.0155, "compute": 0.0065, "communication": 0.0}
+    lines = tracecli.step_lines({"step_seconds": 0.0256, "shares": shares, "bottleneck": "data_wait"})
+    assert lines[:2] == [
+        "  a step takes 0.0256 s: data wait 98%, host 1%, compute 1%, communication 0%; the device idles 99%",
+        "  the trace shows 98% of each step waiting for the next batch",
+    ]
+
+
+def test_the_agent_may_be_named_by_its_metrics_url_as_the_reports_take_it(capsys):
+    done_run = {**A_RUN, "state": "done"}
+    with fake_server(lambda path: json_reply({"traces": [done_run]})) as (url, asked):
+        out = io.StringIO()
+        assert tracecli.main(["--id", "t-1", "--agent", url + "/metrics"], out=out) == 0
+    assert [path for path, _ in asked] == ["/api/v1/traces?id=t-1"]
+    assert out.getvalue().startswith("trace t-1, pid 4242: done")
+
+
+def test_a_trace_the_job_has_not_begun_is_not_said_to_be_running():
+    later = "read it later with: gpulens trace --id t-1"
+    assert tracecli.describe(A_RUN) == f"trace t-1, pid 4242: requested (not started yet; {later})"
+    assert tracecli.describe({**A_RUN, "state": "started"}) == f"trace t-1, pid 4242: started (still running; {later})"

@@ -329,3 +329,65 @@ def test_a_wait_just_under_the_verdict_s_threshold_is_not_written_as_the_thresho
         "  verdict: not input-bound: each step waits 19% of its time for data, under the 20% from which gpulens "
         "calls a job input-bound"
     )
+
+
+# A job that starts up for 2 s on a whole core (as `import torch` and building a model do), then reports a loop
+# that only waits, 10 steps every 0.25 s for 2.5 s. Each report is the one the in-job library would send.
+BUSY_START_THEN_WAITING = """
+import json, os, socket, sys, time
+end = time.monotonic() + 2.0
+while time.monotonic() < end:
+    pass
+message = json.loads(sys.argv[1])
+message.update(pid=os.getpid(), window_seconds=0.25)
+message["step"] = {"count": 10, "data_wait_seconds": 0.2, "total_seconds": 0.25}
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+    for _ in range(10):
+        time.sleep(0.25)
+        sock.sendto(json.dumps(message).encode(), os.environ["GPULENS_SOCKET"])
+"""
+
+
+def test_the_host_line_counts_from_the_first_report_not_the_start_up():
+    run = gpulens_try("--", sys.executable, "-c", BUSY_START_THEN_WAITING, json.dumps(VALID))
+    _, stderr = ended(run, 60)
+    assert run.returncode == 0, stderr
+    (block,) = blocks(stderr).values()
+    used = re.search(r"host: the main process used (\d+)% of a core", block)
+    assert used, block
+    assert int(used.group(1)) < 10, block  # launched to the end it is 40% or more
+
+
+class FakeSampler:
+    """The agent's HostSampler as `HostWatch` calls it: each call answers the next of `answers`, main-process ratios
+    by pid (a process's first reading answers nothing, as HostSampler's does)."""
+
+    def __init__(self, *answers: dict[int, float]):
+        self.answers, self.calls = list(answers), []
+
+    def sample(self, pids):
+        from gpulens.agent.attribution.hostusage import HostUsage
+
+        self.calls.append(sorted(pids))
+        return {pid: HostUsage(main, 4.0, main, 0, 0.0, None, ()) for pid, main in self.answers.pop(0).items()}
+
+
+def test_the_host_is_sampled_from_each_process_s_first_report_and_averaged_over_time():
+    now = [0.0]
+    sampler = FakeSampler({}, {7: 0.9}, {7: 0.0, 8: 0.5})
+    host = trycli.HostWatch(sampler, clock=lambda: now[0])
+    for at, reported in ((0.0, []), (0.25, [7]), (0.75, [7]), (1.5, [7, 8]), (2.0, [7, 8]), (2.5, [7, 8])):
+        now[0] = at
+        host.follow(reported)
+    # Nothing before the first report; then at once for each new process, else once a second.
+    assert sampler.calls == [[7], [7, 8], [7, 8]]
+    assert host.usage(7).main_process_cpu_ratio == pytest.approx((0.9 * 1.25 + 0.0 * 1.0) / 2.25)
+    assert host.usage(8).main_process_cpu_ratio == pytest.approx(0.5)
+    assert host.usage(9) is None
+
+
+@pytest.mark.parametrize(("seconds", "said"), [(0.3, "0.3 s"), (0.04, "0.04 s"), (0.0, "0 s"), (12.2, "12 s")])
+def test_a_run_of_under_a_second_is_not_said_to_take_0_s(seconds, said):
+    fed = report(0.0, seconds)
+    lines = trycli.describe(fed, 1, job_verdict(fed))
+    assert lines[0] == f"gpulens try: pid {VALID['pid']} sent 1 report covering 100 steps in {said}"
