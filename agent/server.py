@@ -385,7 +385,11 @@ class AgentApp:
         when no job of that name holds a GPU on this node."""
         job, pod, pids = find_job(self._sampler.snapshot, name)
         if not pids:
-            raise RequestError(404, f"no job {name!r} holds a GPU on this node; give its id or its pod's name")
+            raise RequestError(
+                404,
+                f"no job {name!r} holds a GPU on this node; check that it runs here (the jobs that do are in "
+                "gpulens_gpu_allocation_info at /metrics)",
+            )
         return job, pod, pids
 
     def _landing(self) -> str:

@@ -263,7 +263,7 @@ def test_the_agents_source_asks_the_jobs_agent_for_a_trace():
     ("status", "error"),
     [
         (409, "a trace of pid 4242 is already running (id t-5e5e5e5e); wait for it, at most 300 s"),
-        (404, "no job '81234' holds a GPU on this node; give its id or its pod's name"),
+        (404, "no job '81234' holds a GPU on this node; check that it runs here"),
     ],
 )
 def test_an_agents_refusal_is_shown_in_its_own_words(status, error):

@@ -134,7 +134,7 @@ def test_the_read_layer_asks_as_gpulens_reclaim_does(node):
 @pytest.mark.parametrize(
     ("params", "status", "said"),
     [
-        ({"job": "9999"}, 404, "no job '9999' holds a GPU on this node"),
+        ({"job": "9999"}, 404, "no job '9999' holds a GPU on this node; check that it runs here"),
         ({"job": "4801", "wait": "0"}, 400, "wait='0' is not a positive whole number"),
         ({"job": "4801", "wait": "601"}, 400, "wait=601 is out of range; choose 1 to 600"),
         ({"job": "4801", "wait": "soon"}, 400, "wait"),
