@@ -156,6 +156,10 @@ class _QuietHandler(WSGIRequestHandler):
     header_seconds = _HEADER_SECONDS
     server_version = "gpulens"  # not the Python version, which only helps an attacker
     sys_version = ""
+    # What the standard library answers itself (a garbage request line, HTTP/2.0, a URL or headers too long) is one
+    # line of text, as every other answer of the agent's that is not JSON, not its HTML page.
+    error_message_format = "%(code)d %(message)s\n"
+    error_content_type = "text/plain; charset=utf-8"
 
     def setup(self) -> None:
         super().setup()

@@ -1,8 +1,10 @@
 """The real HTTP server on loopback: /metrics in both formats, /healthz, the landing page."""
 
 import json
+import socket
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -98,6 +100,27 @@ def test_the_probe_history_refuses_a_parameter_it_does_not_take(served):
         error = f"unknown parameter {name!r}; /api/v1/probes takes none and returns every GPU's runs"
         assert json.loads(body) == {"error": error}, query
     assert get(base + "/api/v1/probes")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status"),
+    [(b"GARBAGE", 400), (b"GET / HTTP/2.0", 505), (b"GET /" + b"a" * 70_000 + b" HTTP/1.1", 414)],
+)
+def test_a_request_the_server_cannot_read_is_answered_in_one_line_of_text(served, request_line, status):
+    """The standard library answers these itself, with an HTML page where the agent's other errors are a line."""
+    _, base = served
+    host, port = urllib.parse.urlsplit(base).hostname, urllib.parse.urlsplit(base).port
+    with socket.create_connection((host, port), timeout=5) as conn:
+        conn.sendall(request_line + b"\r\n\r\n")
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    if answer.startswith(b"HTTP/"):
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split()[1] == str(status).encode() and b"Content-Type: text/plain; charset=utf-8" in head
+    else:  # to a request line it cannot read, the server answers as to HTTP/0.9: the body alone
+        body = answer
+    assert body.count(b"\n") == 1 and body.startswith(str(status).encode()) and b"<" not in body, body
 
 
 def test_unknown_path_and_method(served):
