@@ -367,7 +367,7 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
     step, wait = report.step, report.data_wait_ratio
     lines = [
         f"gpulens try: pid {report.pid} sent {plural(reports, 'report')} covering {plural(step.count, 'step')} "
-        f"in {_seconds(step.total_seconds)}"
+        f"in {duration(step.total_seconds)}"
     ]
     if wait is not None:
         lines.append(f"  waiting for data: {percent(wait, against=STARVED_FROM)} of each step")
@@ -389,12 +389,6 @@ def describe(report: JobReport, reports: int, analysis: GpuAnalysis) -> list[str
         lines.append(f"  tip {number} ({tip.id}): {tip.title}. {tip.text}")
         lines.append(f"    see {', '.join(tip.docs)}")
     return lines
-
-
-def _seconds(seconds: float) -> str:
-    """Return a time as `duration` writes it ('12 s', '1 min 30 s'), but under a second to one significant digit,
-    '0.3 s' or '0.04 s', where `duration` would write '0 s'."""
-    return f"{seconds:.1g} s" if 0 < seconds < 1 else duration(seconds)
 
 
 def verdict_words(analysis: GpuAnalysis, wait: float | None) -> str:

@@ -30,12 +30,14 @@ def when(epoch: float) -> str:
 
 
 def duration(seconds: float | None) -> str:
-    """Return '45 s', '1 min 30 s', '12 min', '3 h', '3 h 05 min', '2 d' or '2 d 4 h': two units at most, none of
-    them zero; seconds are left out from 10 minutes on, where they are a small part (under 10 minutes, '1 min'
-    for 90 s would be a third short)."""
+    """Return '0.3 s', '45 s', '1 min 30 s', '12 min', '3 h', '3 h 05 min', '2 d' or '2 d 4 h': two units at most,
+    none of them zero; seconds are left out from 10 minutes on, where they are a small part (under 10 minutes,
+    '1 min' for 90 s would be a third short)."""
     if seconds is None or not _known(seconds):
         return ""
     seconds = max(0.0, seconds)
+    if 0 < seconds < 1:  # '0 s' would say nothing took no time
+        return f"{seconds:.1g} s"
     if seconds < 60:
         return f"{seconds:.0f} s"
     minutes = int(seconds // 60)
