@@ -37,10 +37,7 @@ def probes_page() -> None:
     context.table(
         [view.table_row(r) for r in rows],
         {
-            # A step of 0.001 writes every row to a tenth of a percent: without it, "51%" beside "51.07%".
-            "of_spec": st.column_config.ProgressColumn(
-                "of datasheet peak", format="percent", min_value=0, max_value=1, step=0.001
-            ),
+            "of_spec": "of datasheet peak",
             "of_fleet_median": "of fleet median (same model)",
             "last_run": "last run",
             "link": st.column_config.LinkColumn("GPU", display_text="open"),

@@ -77,8 +77,11 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
 
 
 def table_row(row: ProbeRow) -> dict[str, Any]:
-    """Return the row as the Probes table shows it: its fraction of the fleet median written as a percent to a
-    tenth, on its side of PROBE_FLEET_RATIO_LOW as the outlier mark judges it, and "" where the GPU is alone with
-    its model (a number column would write "None" there)."""
-    median = words.percent(row.of_fleet_median, 1, against=(thresholds.PROBE_FLEET_RATIO_LOW,))
-    return {**asdict(row), "of_fleet_median": median, "link": row.link}
+    """Return the row as the Probes table shows it: its fractions of the datasheet and of the fleet median written
+    as percents to a tenth, each on its side of the threshold the outlier mark judges it by, and "" where the model
+    has no datasheet figure or the GPU is alone with its model (a number column would write "None" there)."""
+    return {
+        **asdict(row),
+        "of_spec": words.percent(row.of_spec, 1, against=(thresholds.PROBE_MIN_PEAK_RATIO,)),
+        "of_fleet_median": words.percent(row.of_fleet_median, 1, against=(thresholds.PROBE_FLEET_RATIO_LOW,)),
+    }

@@ -498,6 +498,14 @@ def test_probes_page_leaves_the_fleet_median_of_a_gpu_alone_with_its_model_empty
     assert medians == {"node-a 1": "80.8%", "node-c 0": "119.2%", "node-a 0": ""}
 
 
+def test_probes_page_leaves_the_datasheet_share_of_a_model_without_a_figure_empty():
+    unknown = replace(PROBES[1], model="NVIDIA H20", peak_ratio=None)
+    table = run("probes", FakeSource(probes_=(PROBES[0], unknown, PROBES[2]))).dataframe[0].value
+    shares = dict(zip(table["node"] + " " + table["gpu"], table["of_spec"], strict=True))
+    assert shares[f"{unknown.node} {unknown.gpu}"] == ""  # "None" showed
+    assert all(share.endswith("%") for key, share in shares.items() if key != f"{unknown.node} {unknown.gpu}")
+
+
 def test_alerts_page_shows_the_labels_a_job_chose_as_written():
     # A summary or description quotes a job's labels (its Slurm account, user, pod): no link, colour, emoji or
     # emphasis of their making.
