@@ -486,6 +486,8 @@ def _report_context(context: dict[str, float | int | str | bool], report: JobRep
         context["trace_steps"] = report.trace.steps
         context["trace_data_wait_ratio"] = report.trace.shares["data_wait"]
         context["trace_host_ratio"] = report.trace.shares["host"]
+    # The in-job library reads the settings of the iterable it wraps when that is a DataLoader, and of no other.
+    context["dataloader"] = report.dataloader is not None
     if report.dataloader is not None:
         for name in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"):
             value = getattr(report.dataloader, name)

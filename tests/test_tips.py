@@ -301,6 +301,24 @@ def test_the_briefs_example():
         assert part in text
 
 
+def test_a_loop_whose_batches_come_from_no_dataloader_is_told_to_make_one_not_to_change_its_settings():
+    # A plain generator: the in-job library reads no DataLoader settings, and the host shows no workers.
+    plain = {"dataloader": False, "num_workers": 0, "main_process_cpu_ratio": 1.0, "busy_ratio": 0.18}
+    workers = render("dataloader_workers", {**plain, "cpu_cores_allowed": 16}).text
+    assert workers.startswith("The loop's batches come from an iterable that is not a DataLoader and the main"), workers
+    assert "make the batches in a `torch.utils.data.DataLoader` over the dataset, with `num_workers=8`" in workers
+    assert "`num_workers` is 0" not in workers and "in the DataLoader" not in workers
+    assert "cores the job may use minus one" in render("dataloader_workers", plain).text
+    pin = render("pin_memory", plain).text
+    assert "call `.pin_memory()` on each batch's tensors" in pin and "set `pin_memory=True`" not in pin
+    assert "are settings of a DataLoader with workers" in render("dataloader_prefetch", plain).text
+    order = ids(tips_for(Reason.INPUT_CPU_SATURATED, (), plain))
+    assert order[0] == "dataloader_workers" and "dataloader_prefetch" not in order, order
+    # A loader whose settings are reported keeps the settings' advice.
+    reported = render("dataloader_workers", {**STARVED, "dataloader": True}).text
+    assert reported == render("dataloader_workers", STARVED).text
+
+
 @pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 1), (4, 3), (6.5, 5), (9, 8), (16, 8), (128, 8)])
 def test_worker_suggestion_follows_the_cores_allowed(cores, workers):
     text = render("dataloader_workers", {**STARVED, "cpu_cores_allowed": cores}).text

@@ -24,6 +24,7 @@ EVIDENCE_KEYS = (
     "memory_used_ratio",
     "data_wait_ratio",
     "steps_per_second",
+    "dataloader",  # whether the job's batches come from a torch DataLoader, as its own report says
     "num_workers",
     "pin_memory",
     "prefetch_factor",

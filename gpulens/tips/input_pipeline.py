@@ -83,13 +83,18 @@ def _cpu_idle(f: Facts) -> bool:
     return bool(main is not None and main < CPU_MOSTLY_WAITING and (worker is None or worker < CPU_MOSTLY_WAITING))
 
 
+def _no_dataloader(f: Facts) -> bool:
+    """Whether the job's own report says its batches come from an iterable that is not a torch DataLoader."""
+    return f.flag("dataloader") is False
+
+
 @_input_side
 def _workers_score(f: Facts) -> int:
     n, main = f.count("num_workers"), f.ratio("main_process_cpu_ratio")
     target, can_help = worker_plan(f)
     if not can_help:
         return 5
-    if n == 0:
+    if n == 0 or _no_dataloader(f):
         return 95
     if main is not None and main >= t.CPU_SATURATED and (n is None or target is None or n < target):
         return 85
@@ -105,9 +110,10 @@ def _workers_score(f: Facts) -> int:
     title="Add DataLoader workers",
     applies_to=(*STARVED, Reason.LOW_BUSY_RATIO.value),
     docs=(_DATA, TUNING),
-    when="num_workers is 0 or below min(cores allowed - 1, 8) while the main process is saturated or steps "
-    "wait for batches",
+    when="the batches come from no DataLoader, or num_workers is 0 or below min(cores allowed - 1, 8), while the "
+    "main process is saturated or steps wait for batches",
     reads=(
+        "dataloader",
         "num_workers",
         "main_process_cpu_ratio",
         "workers_cpu_ratio_max",
@@ -125,7 +131,9 @@ def _workers_text(f: Facts) -> str:
     cores = f.number("cpu_cores_allowed")
     target, can_help = worker_plan(f)
     seen = []
-    if n is not None:
+    if _no_dataloader(f):
+        seen.append("the loop's batches come from an iterable that is not a DataLoader")
+    elif n is not None:
         seen.append(f"`num_workers` is {n}")
     seen.append(main_cpu(f))
     if worker is not None and n:
@@ -142,6 +150,17 @@ def _workers_text(f: Facts) -> str:
             f"the workers and the main process already fill the {_cores(cores)} the job may use, so more workers "
             "will not help; move preprocessing to the GPU or give the job more cores",
         )
+    if _no_dataloader(f):
+        workers = (
+            f"`num_workers={target}` (the job may use {_cores(cores)}; one stays with the main process)"
+            if target is not None and cores is not None
+            else "`num_workers` at the cores the job may use minus one (`len(os.sched_getaffinity(0)) - 1`)"
+        )
+        advice = (
+            "make the batches in a `torch.utils.data.DataLoader` over the dataset, with "
+            f"{workers} and `pin_memory=True`, so that worker processes prepare them while the GPU computes"
+        )
+        return said(observed, advice)
     if target is not None and cores is not None:
         advice = (
             f"set `num_workers={target}` in the DataLoader (the job may use {_cores(cores)}; one stays with "
@@ -178,7 +197,7 @@ def _pin_score(f: Facts) -> int:
     applies_to=(*STARVED, Reason.LOW_BUSY_RATIO.value),
     docs=("https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html", _DATA, TUNING),
     when="pin_memory is False while steps wait for batches",
-    reads=("pin_memory", "data_wait_ratio", "busy_ratio", "pcie_generation", "pcie_width"),
+    reads=("dataloader", "pin_memory", "data_wait_ratio", "busy_ratio", "pcie_generation", "pcie_width"),
     score=_pin_score,
 )
 def _pin_text(f: Facts) -> str:
@@ -193,7 +212,12 @@ def _pin_text(f: Facts) -> str:
             f"every batch crosses a PCIe Gen{generation} x{width} link (about {bandwidth:.0f} GB/s per direction)"
         )
     copy = "copy each batch with `.to(device, non_blocking=True)` so the transfer overlaps compute"
-    if pin is True:
+    if _no_dataloader(f):
+        advice = (
+            "the batches do not come from a DataLoader, so nothing pins them: call `.pin_memory()` on each "
+            f"batch's tensors before the copy (a DataLoader does it with `pin_memory=True`) and {copy}"
+        )
+    elif pin is True:
         advice = f"`pin_memory` is already on; {copy}, since without `non_blocking=True` each copy still blocks"
     elif pin is False:
         advice = (
@@ -214,7 +238,7 @@ def _pin_text(f: Facts) -> str:
 def _prefetch_score(f: Facts) -> int:
     n, factor, persistent = f.count("num_workers"), f.count("prefetch_factor"), f.flag("persistent_workers")
     worker = f.ratio("workers_cpu_ratio_max")
-    if n == 0:
+    if n == 0 or _no_dataloader(f):
         return 10
     if persistent is True and factor is not None and factor >= PREFETCH_MAX:
         return 5
@@ -238,6 +262,7 @@ def _prefetch_score(f: Facts) -> int:
     docs=(_DATA,),
     when="workers exist but persistent_workers is False or prefetch_factor is at its default while steps wait",
     reads=(
+        "dataloader",
         "num_workers",
         "prefetch_factor",
         "persistent_workers",
@@ -250,6 +275,11 @@ def _prefetch_score(f: Facts) -> int:
 def _prefetch_text(f: Facts) -> str:
     n, factor = f.count("num_workers"), f.count("prefetch_factor")
     persistent, wait = f.flag("persistent_workers"), f.ratio("data_wait_ratio")
+    if _no_dataloader(f):
+        return (
+            "`prefetch_factor` and `persistent_workers` are settings of a DataLoader with workers, and the batches "
+            "come from an iterable that is not one: make them in a DataLoader with workers first."
+        )
     if n == 0:
         return (
             "`prefetch_factor` and `persistent_workers` act only when `num_workers` is above 0: add workers "

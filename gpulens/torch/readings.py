@@ -31,7 +31,8 @@ _MEMORY_KEYS = {
 
 
 def dataloader_settings(iterable: Any, failures: Counter[str]) -> dict[str, Any] | None:
-    """Return the DataLoader settings of `iterable`, or None when it is not a DataLoader."""
+    """Return the DataLoader settings of `iterable`, or None when it is not a DataLoader (the tips then say to
+    serve its batches through one). A setting that cannot be read is None."""
     try:
         if not isinstance(iterable, torch.utils.data.DataLoader):
             return None
@@ -44,7 +45,7 @@ def dataloader_settings(iterable: Any, failures: Counter[str]) -> dict[str, Any]
         }
     except Exception:  # noqa: BLE001 - a loader whose attributes raise still gets instrumented
         failures["read"] += 1
-        return None
+        return dict.fromkeys(("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"))
 
 
 def precision_flags(failures: Counter[str]) -> dict[str, Any]:

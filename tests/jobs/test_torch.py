@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
 import socket
@@ -15,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpulens.torch  # noqa: E402 - only once torch is known to be there
+from gpulens.torch import readings  # noqa: E402
 from tests.jobs.helpers import wait_until  # noqa: E402
 
 
@@ -135,6 +137,26 @@ def test_any_iterable_works_and_reports_no_loader_settings(job_receiver, socket_
     batches = [(torch.randn(BATCH, 16), torch.randn(BATCH, 1)) for _ in range(8)]
     train(gpulens.torch.instrument(batches, interval=0.02, socket_path=socket_path), mlp(), compute_seconds=0.01)
     assert last_report(job_receiver).dataloader is None
+
+
+def test_a_dataloader_whose_settings_cannot_be_read_is_still_a_dataloader():
+    # The tips tell a loop with no DataLoader to make one: a loader that raises on reading must not be taken for none.
+    class Odd(torch.utils.data.DataLoader):
+        @property
+        def pin_memory(self):
+            raise RuntimeError("no")
+
+        @pin_memory.setter
+        def pin_memory(self, value):
+            pass
+
+    failures = collections.Counter()
+    settings = readings.dataloader_settings(Odd(Samples(8), batch_size=BATCH), failures)
+    assert settings == dict.fromkeys(
+        ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size")
+    )
+    assert failures["read"] == 1
+    assert readings.dataloader_settings(iter([]), failures) is None
 
 
 def test_a_socket_path_may_be_a_pathlib_path(job_receiver, socket_path):

@@ -308,6 +308,19 @@ def test_a_job_on_no_gpu_is_judged_by_its_own_wait_for_data():
     assert all(tip.id != "dataloader_workers" for tip in fed.tips)
 
 
+def test_a_job_whose_batches_come_from_no_dataloader_is_told_to_make_one():
+    plain = parse(
+        json.dumps(
+            {**VALID, "step": {"count": 100, "data_wait_seconds": 3.0, "total_seconds": 4.0}, "dataloader": None}
+        ).encode()
+    )
+    starved = job_verdict(plain)
+    assert starved.evidence["dataloader"] is False
+    first = starved.tips[0]
+    assert first.id == "dataloader_workers" and "`torch.utils.data.DataLoader` over the dataset" in first.text
+    assert job_verdict(report(3.0)).evidence["dataloader"] is True
+
+
 def test_reports_add_up_over_the_whole_run():
     runs = trycli.Runs()
     runs.add(report(3.0, 4.0))  # 75% waiting, then a long stretch with 5%
