@@ -1125,6 +1125,9 @@ def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_pat
         ({"agent": {"extraArgs": ["--no-collector.probes"]}}, "--no-collector.probes is set by the chart from agent."),
         ({"dashboard": {"extraArgs": ["--port=9000"]}}, "dashboard.extraArgs: --port is set by the chart from"),
         ({"reclaim": {"enabled": True, "extraArgs": ["--mode=enforce"]}}, "reclaim.extraArgs: --mode is set by the"),
+        # The chart passes --prometheus, which --agents excludes: the program would refuse to start.
+        ({"dashboard": {"extraArgs": ["--agents=http://a:10906"]}}, "dashboard.extraArgs: --agents is set by the"),
+        ({"reclaim": {"enabled": True, "extraArgs": ["--agents=http://a:10906"]}}, "reclaim.extraArgs: --agents is"),
         (
             {"agent": {"extraArgs": ["--probes.jitter=1h"]}},
             "--probes.jitter is set by the chart from agent.probes.jitter",
@@ -1166,6 +1169,24 @@ def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_pat
 def test_extra_args_may_not_set_again_what_a_value_sets(tmp_path, values, said):
     """The later flag would win over the chart's own, past its checks and out of step with its ports, probes and
     volumes (a --mode=enforce beside reclaim.mode dry-run enforces)."""
+    args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and said in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        ({"commonLabels": {"app.kubernetes.io/part-of": "ml"}}, "commonLabels: app.kubernetes.io/part-of is a label"),
+        ({"agent": {"podLabels": {"app.kubernetes.io/component": "x"}}}, "agent.podLabels: app.kubernetes.io/comp"),
+        ({"dashboard": {"podLabels": {"helm.sh/chart": "x"}}}, "dashboard.podLabels: helm.sh/chart is a label"),
+        ({"reclaim": {"enabled": True, "podLabels": {"app.kubernetes.io/name": "x"}}}, "reclaim.podLabels: app."),
+        ({"agent": {"updateStrategy": {"type": "Recreate"}}}, "agent.updateStrategy.type must be one of"),
+    ],
+)
+def test_values_the_api_server_or_the_selectors_would_not_take_fail_the_install(tmp_path, values, said):
+    """A label key the chart sets would be written twice, and the pods would no longer match their selectors; a
+    DaemonSet takes only the RollingUpdate and OnDelete strategies."""
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and said in result.stderr, result.stderr

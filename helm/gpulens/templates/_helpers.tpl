@@ -31,8 +31,20 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpulens
 {{- with .Values.commonLabels }}
+{{- include "gpulens.checkLabels" (dict "labels" . "at" "commonLabels") }}
 {{ toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* Labels from the values may not set a key the chart sets itself (helm.sh/chart and the app.kubernetes.io/
+labels): written twice on an object, the last would win, and pods would no longer match their selectors.
+Call with (dict "labels" MAP "at" "the.values.path"). */}}
+{{- define "gpulens.checkLabels" -}}
+{{- range $key, $_ := .labels -}}
+{{- if or (hasPrefix "app.kubernetes.io/" $key) (eq $key "helm.sh/chart") -}}
+{{- fail (printf "%s: %s is a label the chart sets itself; choose another key (set twice, pods no longer match their selectors)" $.at $key) -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/* image: REPOSITORY:TAG, the tag defaulting to the chart's appVersion. Call with (dict "image" ... "root" $). */}}
