@@ -113,9 +113,9 @@ class PrometheusApi(HttpClient):
             said = self.said(response.text.strip() or response.reason, 200)
             fix = "the server failed: see its log" if response.status_code >= 500 else itself
             raise self.error(f"answered HTTP {response.status_code}: {said}; {fix}", response.status_code) from None
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or body.get("status") not in ("success", "error"):  # the API's two
             raise self.error(f"answered with JSON that is not the Prometheus API's; {NOT_THE_API}")
-        if body.get("status") != "success":
+        if body["status"] == "error":
             kind = self.said(body.get("errorType") or f"HTTP {response.status_code}", 40)
             message = self.said(body.get("error") or "no message")
             raise self.error(f"answered an error to {self.said(what, 80)!r}: {kind}: {message}")

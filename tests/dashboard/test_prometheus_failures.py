@@ -61,6 +61,9 @@ def source(url: str, credentials: Credentials | None = None, timeout: float = 2.
         # A server that is not Prometheus, or refuses us, is one line whatever the number of queries.
         ((200, "text/html", b"<html>Grafana</html>", 0.0), "not the Prometheus API's JSON", 1),
         (json_reply([1, 2, 3]), "JSON that is not the Prometheus API's; check that --prometheus is the", 1),
+        # Neither "success" nor "error": not an error the API answered ("HTTP 200: no message" was said).
+        (json_reply({}), "JSON that is not the Prometheus API's; check that --prometheus is the", 1),
+        (json_reply({"status": "ok", "data": {}}), "JSON that is not the Prometheus API's; check that", 1),
         (json_reply({"status": "error"}, 401), "check the bearer token", 1),
         (
             json_reply({"status": "success", "data": {"resultType": "matrix", "result": []}}),
