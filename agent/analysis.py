@@ -336,9 +336,17 @@ def job_verdict(report: JobReport, host: HostUsage | None = None, tips: int = 3)
 
 
 def _reports_for(uuid: str, jobs: list[Job], reports: Mapping[int, JobReport]) -> list[JobReport]:
-    """The in-job reports of the jobs on a device (a GPU or a MIG device, whose UUID a job reports too)."""
+    """The in-job reports of the jobs on a device: those of its jobs' processes, and those naming the device (a GPU
+    or a MIG device, whose UUID a job reports too) that a process NVML does not list on it sent (a process before
+    its first kernel). Any local user may send a report naming any device: one naming a device only jobs of other
+    users hold is not theirs to judge, and is left out."""
     pids = {pid for job in jobs for pid in job.pids}
-    return [r for pid, r in sorted(reports.items()) if pid in pids or r.device.uuid == uuid]
+    owners = {job.uid for job in jobs}  # None where a job's owner is not known: then no one can be told apart
+
+    def theirs(report: JobReport) -> bool:
+        return report.device.uuid == uuid and (None in owners or report.uid in owners)
+
+    return [r for pid, r in sorted(reports.items()) if pid in pids or theirs(r)]
 
 
 def _worst(values: Iterable[float | None]) -> float | None:

@@ -91,6 +91,41 @@ def test_a_real_report_joins_the_simulated_gpu_of_its_pid_and_others_are_series_
         receiver.stop()
 
 
+def test_a_report_naming_a_gpu_only_another_user_s_job_holds_judges_nothing_there(tmp_path, socket_path, message):
+    """A process NVML does not list on a GPU (before its first kernel) joins it by the UUID it reports, unless the
+    GPU's jobs are all another user's: any local user can send a report naming any GPU."""
+    scenario = tmp_path / "node.yaml"
+    scenario.write_text(
+        """
+name: claims
+description: a GPU a bare process of user nobody holds, and one a Slurm job whose user's uid is not known
+gpus:
+  - {model: "NVIDIA A100-SXM4-80GB", utilization: 40, processes: [{pid: 424242, memory: 4GiB}]}
+  - model: "NVIDIA A100-SXM4-80GB"
+    utilization: 40
+    processes: [{pid: 434343, memory: 4GiB, job: {kind: slurm, id: "7", user: alice}}]
+"""
+    )
+    settings = config.load(["--simulate", str(scenario), "--ledger.path", "", "--jobs.socket", socket_path], {})
+    clock = ManualClock()
+    sampler, _, _, receiver = build(settings, clock=clock)
+    sampler.cycle()
+    nobodys, alices = (g.identity.uuid for g in sampler.snapshot.gpus)
+    receiver.start()
+    try:
+        for uuid in (nobodys, alices):  # from children of this test, whose user is not nobody
+            send_from_child(socket_path, message(pid=None, device={**message()["device"], "uuid": uuid}))
+        processed(receiver, 2)
+        for _ in range(3):
+            clock.advance(1.0)
+            sampler.cycle()
+        gpus = sampler.snapshot.analysis.gpus
+        assert gpus[nobodys].verdict.state == State.UNDERUTILIZED and "data_wait_ratio" not in gpus[nobodys].evidence
+        assert gpus[alices].verdict.state == State.DATA_STARVED and gpus[alices].evidence["data_wait_ratio"] == 0.75
+    finally:
+        receiver.stop()
+
+
 def test_with_the_ledgers_totals_on_each_family_is_exposed_once(tmp_path, socket_path, message):
     # The job's own allocator peaks (per process) and the ledger's highest of them (per job) are two
     # families: one name for both would make the exposition invalid (promtool: "second HELP line").
