@@ -12,6 +12,7 @@ default. Every mistake becomes a `ConfigError` with one line naming the setting 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -382,6 +383,27 @@ def load(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Agent
             f"--probes.jitter: {jitter} is longer than --probes.interval ({interval}); choose at most the interval"
         )
     return config
+
+
+# How like a setting's variable a GPULENS_ one the agent does not read must be to be called its misspelling: a
+# letter off a name of 15 or more reads above 0.93; the variables of the other commands (GPULENS_SIM_SPEED under
+# `gpulens sim`, beside GPULENS_SPEED) read 0.87 at most (tests/agent/test_config.py checks them all).
+MISSPELT_ABOVE = 0.9
+
+
+def misspelt(environ: Mapping[str, str]) -> list[str]:
+    """Return a warning for each GPULENS_ variable in `environ` that the agent does not read and that looks like one
+    it does: set in a unit file or a pod's spec, it would leave its setting at the default unseen."""
+    names = [s.env for s in SETTINGS.values()] + [f"{ENV_PREFIX}CONFIG_FILE"]
+    warnings = []
+    for key in sorted(environ):
+        if key.startswith(ENV_PREFIX) and key not in names and not key.startswith(f"{ENV_PREFIX}COLLECTOR_"):
+            close = difflib.get_close_matches(key, names, n=1, cutoff=MISSPELT_ABOVE)
+            if close:
+                warnings.append(
+                    f"environment {key} is not a setting of the agent and is ignored; did you mean {close[0]}?"
+                )
+    return warnings
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, Any]:

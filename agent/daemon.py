@@ -227,6 +227,8 @@ def main(argv: Sequence[str]) -> int:
             level={"warn": "WARNING"}.get(config.log_level, config.log_level.upper()),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+        for warning in agent_config.misspelt(os.environ):
+            log.warning("%s", warning)
         web = WebConfigFile(config.web_config_file) if config.web_config_file else None
         sampler, registry, mode, receiver = build(config)
     except (agent_config.ConfigError, WebConfigError) as error:

@@ -1,13 +1,15 @@
 """Flags, environment and config file: precedence, and one clear line for every mistake."""
 
+import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, SETTINGS, AgentConfig, ConfigError, load
+from gpulens.agent.config import DEFAULT_LISTEN_ADDRESS, SETTINGS, AgentConfig, ConfigError, load, misspelt
 
 
 def test_defaults_are_documented_values():
@@ -133,6 +135,39 @@ def test_missing_config_file(tmp_path):
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "gpulens.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_misspelt_variable_is_warned_of_with_the_one_meant_and_others_are_left_alone():
+    warnings = misspelt(
+        {
+            "GPULENS_LEDGER_PTH": "/data/ledger.sqlite",
+            "GPULENS_SAMPLING_INTERVALL": "5s",
+            "GPULENS_LEDGER_PATH": "/x",  # read
+            "GPULENS_COLLECTOR_GPM": "true",  # read, a collector
+            "GPULENS_SIM_SPEED": "10",  # `gpulens sim`'s, beside GPULENS_SPEED
+            "GPULENS_SOCKET": "/run/gpulens/jobs.sock",  # the in-job library's
+            "LEDGER_PTH": "x",
+        }
+    )
+    assert warnings == [
+        "environment GPULENS_LEDGER_PTH is not a setting of the agent and is ignored; did you mean "
+        "GPULENS_LEDGER_PATH?",
+        "environment GPULENS_SAMPLING_INTERVALL is not a setting of the agent and is ignored; did you mean "
+        "GPULENS_SAMPLING_INTERVAL?",
+    ]
+
+
+def test_no_variable_another_part_of_gpulens_reads_is_taken_for_a_misspelt_setting():
+    root = Path(__file__).resolve().parents[2]
+    used = {
+        name
+        for folder in ("agent", "gpulens", "dashboard", "probes", "helm")
+        for path in (root / folder).rglob("*")
+        if path.suffix in (".py", ".yaml", ".tpl")
+        for name in re.findall(r"GPULENS_[A-Z_]*[A-Z]", path.read_text(encoding="utf-8"))
+    }
+    assert "GPULENS_SIM_SPEED" in used and "GPULENS_DASHBOARD_PROMETHEUS" in used
+    assert misspelt(dict.fromkeys(used, "")) == []
 
 
 def test_cli_bad_flag_exits_2_with_one_line():
