@@ -77,6 +77,7 @@ def start_agent(
                 "127.0.0.1:0",
                 *flags,
             ],
+            expendable=True,
             stdout=subprocess.PIPE,
             stderr=output,
             text=True,
@@ -137,7 +138,7 @@ def _free_loopback_url() -> str:
 def _start_server(children: Children, argv: list[str], url: str, ready: str, what: str, log: pathlib.Path) -> None:
     """Start a server that answers `url + ready` once up; its log's last line explains a failed start."""
     with log.open("w") as output:
-        children.start(argv, stdout=subprocess.DEVNULL, stderr=output)
+        children.start(argv, expendable=True, stdout=subprocess.DEVNULL, stderr=output)
     try:
         wait_until(answering(url + ready), children, what)
     except LaunchError as error:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import FrameType
 from typing import Any
 
@@ -67,20 +67,28 @@ class Children:
 
     def __init__(self) -> None:
         self._processes: list[subprocess.Popen[Any]] = []
+        self._expendable: set[int] = set()
 
-    def start(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
+    def start(self, argv: Sequence[str], expendable: bool = False, **kwargs: Any) -> subprocess.Popen[Any]:
+        """Start `argv`. An `expendable` process may exit once started and the others go on: a demo's agent or
+        store, stopped to see what the dashboard says of a lost node or store."""
         process: subprocess.Popen[Any] = subprocess.Popen(list(argv), start_new_session=True, **kwargs)
         self._processes.append(process)
+        if expendable:
+            self._expendable.add(process.pid)
         return process
+
+    def expendable(self, process: subprocess.Popen[Any]) -> bool:
+        return process.pid in self._expendable
 
     @property
     def pids(self) -> list[int]:
         """Return the process ids of the children, oldest first."""
         return [process.pid for process in self._processes]
 
-    def exited(self) -> subprocess.Popen[Any] | None:
-        """Return a child that has exited, if any."""
-        return next((p for p in self._processes if p.poll() is not None), None)
+    def exited(self, besides: Collection[int] = ()) -> subprocess.Popen[Any] | None:
+        """Return a child that has exited, if any, but for those whose pids are `besides`."""
+        return next((p for p in self._processes if p.pid not in besides and p.poll() is not None), None)
 
     def stop(self, timeout: float = 10.0) -> None:
         for process in reversed(self._processes):
@@ -200,8 +208,10 @@ def start_dashboard(
 
 
 def _serve(children: Children, lines: Sequence[str]) -> int:
-    """Print `lines`, then wait until Ctrl-C, SIGTERM or a child's exit; stop everything."""
+    """Print `lines`, then wait until Ctrl-C, SIGTERM or the exit of a child not expendable; stop everything. An
+    expendable child's exit is said, once."""
     stopping: list[int] = []
+    said: set[int] = set()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         stopping.append(signum)
@@ -211,7 +221,14 @@ def _serve(children: Children, lines: Sequence[str]) -> int:
         for line in lines:
             print(line, flush=True)
         while not stopping:
-            gone = children.exited()
+            gone = children.exited(besides=said)
+            if gone is not None and children.expendable(gone):
+                said.add(gone.pid)
+                print(
+                    f"gpulens: {_program(gone)} exited with status {gone.returncode}; the rest go on without it",
+                    file=sys.stderr,
+                )
+                continue
             if gone is not None:
                 print(
                     f"gpulens: {_program(gone)} exited with status {gone.returncode}; stopping",

@@ -175,8 +175,18 @@ def test_demo_with_prometheus_points_the_dashboard_at_it():
         assert answers(alertmanager + "/-/ready")
         with urllib.request.urlopen(prometheus + "/api/v1/alertmanagers", timeout=5) as response:
             assert alertmanager.removeprefix("http://") in response.read().decode()
+        # A store stopped, to see what the dashboard says without it: the demo goes on.
+        import psutil
+
+        started = psutil.Process(process.pid).children(recursive=True)
+        store = next(p for p in started if pathlib.Path(p.cmdline()[0]).name == "prometheus")
+        store.terminate()
+        store.wait(timeout=30)
+        time.sleep(1.0)  # the demo looks every 0.3 s
+        assert process.poll() is None and answers(lines[-1] + "_stcore/health")
     finally:
         assert stop(process) == 0
+    assert "gpulens: prometheus exited with status 0; the rest go on without it" in process.stderr.read()
 
 
 @pytest.mark.slow
