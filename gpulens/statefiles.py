@@ -19,6 +19,7 @@ from gpulens.usage import LAST_EPOCH
 log = logging.getLogger(__name__)
 
 Kinds = tuple[type[object], ...]  # the types a field may have
+UNREADABLE = ".unreadable"  # the suffix a document that does not read is kept aside with
 
 
 class Moment:
@@ -45,6 +46,25 @@ def write_whole(path: Path, document: Any) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(temporary, path)
+
+
+def read_whole(path: Path, kind: type) -> tuple[Any, str]:
+    """Return the JSON document at `path` (None where there is none) and "". Where it does not read, or is no
+    `kind` (dict or list), it is kept aside as NAME.unreadable, for a person to look at, and the return is None and
+    the start of a warning that says so. OSError as it comes."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None, ""
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        why = str(error) or type(error).__name__
+    else:
+        if isinstance(document, kind):
+            return document, ""
+        why = f"not a {'mapping' if kind is dict else 'list'}"
+    aside = path.with_name(path.name + UNREADABLE)
+    os.replace(path, aside)
+    return None, f"{path} does not read ({why}); it is kept as {aside.name}"
 
 
 def append_line(path: Path, record: Mapping[str, Any]) -> None:
@@ -96,20 +116,28 @@ def _read(
         value = json.loads(text)
     except (ValueError, RecursionError) as error:  # RecursionError: thousands of brackets
         return str(error) or type(error).__name__, {}
-    if not isinstance(value, dict):
-        return "not a record of this file", {}
     if fields is None:
-        return "", value
+        return ("", value) if isinstance(value, dict) else ("not a record of this file", {})
+    problem = record_problem(value, fields, required)
+    return (problem, {}) if problem else ("", value)
+
+
+def record_problem(value: Any, fields: Mapping[str, Kinds], required: Collection[str] | None = None) -> str:
+    """Return what is wrong with the record `value` ("" where nothing is): the kinds each field of `fields` may
+    have, checked where present, and `required`, the fields every record has; without `required`, a record has
+    exactly `fields`."""
+    if not isinstance(value, dict):
+        return "not a record of this file"
     if required is None and set(value) != set(fields):
-        return "not a record of this file", {}
+        return "not a record of this file"
     for name in required or ():
         if name not in value:
-            return f"it has no {name}", {}
+            return f"it has no {name}"
     for name, kinds in fields.items():
         if name in value and not _is(value[name], kinds):
             named = dict.fromkeys(_KIND_NAMES[kind] for kind in kinds)
-            return f"its {name} is {shown(value[name])}, not {' or '.join(named)}", {}
-    return "", value
+            return f"its {name} is {shown(value[name])}, not {' or '.join(named)}"
+    return ""
 
 
 def _is(value: Any, kinds: Kinds) -> bool:

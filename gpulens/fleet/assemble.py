@@ -9,6 +9,7 @@ joined the same way, each slice goes to its GPU's `slices`.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -220,7 +221,8 @@ def _read(samples: Iterable[Sample]) -> _Found:
                 verdict=True,
             )
         elif name in _VALUES:
-            row[_VALUES[name]] = s.value
+            if 0 <= s.value < math.inf:  # no time, size or share is negative, infinite or NaN: none is better
+                row[_VALUES[name]] = s.value
         elif name == "gpulens_gpu_condition":
             if s.value == 1:
                 found.conditions[key].add(s.labels.get("condition", ""))

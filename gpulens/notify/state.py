@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -31,7 +30,6 @@ log = logging.getLogger(__name__)
 
 SENT, HELD, RECORD, LOCK = "sent.json", "held.json", "messages.jsonl", "lock"
 PROBE = ".probe"  # written and removed to learn that the folder takes new files
-UNREADABLE = ".unreadable"  # the suffix a document that does not read is kept aside with
 # The fields of a message's record that `gpulens notify log` reads, and their kinds; `time` is required, the others
 # are checked where present.
 RECORD_FIELDS: dict[str, statefiles.Kinds] = {
@@ -156,27 +154,11 @@ class StateFolder:
         return [key for key, status in last.items() if status == "held"]
 
     def _read(self, name: str, kind: type) -> tuple[Any, str]:
-        """Return the document in `name` (None where there is none) and ""; where it does not read, or is no
-        `kind`, keep it aside as NAME.unreadable and return None and a warning's start that says so."""
-        path = self.path / name
+        """statefiles.read_whole of the document `name`."""
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None, ""
+            return statefiles.read_whole(self.path / name, kind)
         except OSError as error:
             raise self._error(error) from None
-        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
-            why = str(error) or type(error).__name__
-        else:
-            if isinstance(document, kind):
-                return document, ""
-            why = f"not a {'mapping' if kind is dict else 'list'}"
-        aside = path.with_name(name + UNREADABLE)
-        try:
-            os.replace(path, aside)
-        except OSError as error:
-            raise self._error(error) from None
-        return None, f"{path} does not read ({why}); it is kept as {aside.name}"
 
     def _write(self, name: str, document: Any) -> None:
         try:

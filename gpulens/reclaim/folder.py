@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
@@ -45,6 +44,15 @@ AUDIT_FIELDS: dict[str, statefiles.Kinds] = {
     "due_at": (*TIME, type(None)),
     "until": TIME,
     "step": (int,),
+}
+# A place (ladder.Place) holds these fields, and the first two at least (an older service wrote fewer).
+PLACE_FIELDS: dict[str, statefiles.Kinds] = {
+    "idle_since": TIME,
+    "seen_at": TIME,
+    "warned": (int,),
+    **dict.fromkeys(("warned_at", "signalled_at", "acted_at"), (*TIME, type(None))),
+    **dict.fromkeys(("noted", "policy", "user", "account"), TEXT),
+    **dict.fromkeys(("nodes", "devices"), (list,)),
 }
 # A keep's line holds these fields and no other (ladder.Keep).
 KEEP_FIELDS: dict[str, statefiles.Kinds] = {"job": TEXT, "until": TIME, "by": TEXT, "reason": TEXT, "at": TIME}
@@ -94,21 +102,32 @@ class Folder:
     # -- places -----------------------------------------------------------------------------------------
 
     def places(self) -> tuple[dict[str, Place], str]:
-        """Where each job stood, and the mode of the service that wrote it ("" where the file does not say)."""
+        """Where each job stood, and the mode of the service that wrote it ("" where the file does not say). A
+        file that does not read is kept aside, and every job starts at the foot of its ladder; a place that does
+        not read is skipped, and its job starts there."""
         path = self.path / PLACES
-        try:
-            document = json.loads(path.read_text())
-            places = {
-                key: Place(**{**value, "nodes": tuple(value.get("nodes", ()))})
-                for key, value in document["places"].items()
-            }
-            mode = document.get("mode", "")
-            return places, mode if isinstance(mode, str) else ""
-        except FileNotFoundError:
-            return {}, ""
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("%s does not read (%s); every job starts at the foot of its ladder", path, error)
-            return {}, ""
+        document, unreadable = statefiles.read_whole(path, dict)
+        if unreadable:
+            log.warning("%s; every job starts at the foot of its ladder", unreadable)
+        document = document or {}
+        found = document.get("places")
+        places = {}
+        for key, value in found.items() if isinstance(found, dict) else ():
+            problem = statefiles.record_problem(value, PLACE_FIELDS, required=("idle_since", "seen_at"))
+            if not problem and not all(
+                isinstance(v, str) for name in ("nodes", "devices") for v in value.get(name, ())
+            ):
+                problem = "its nodes and devices are not all text"
+            if problem:
+                log.warning(
+                    "%s: the place of %s does not read (%s); it starts at the foot of its ladder", path, key, problem
+                )
+                continue
+            places[key] = Place(
+                **{**value, "nodes": tuple(value.get("nodes", ())), "devices": tuple(value.get("devices", ()))}
+            )
+        mode = document.get("mode", "")
+        return places, mode if isinstance(mode, str) else ""
 
     def save_places(self, places: Mapping[str, Place], mode: str) -> None:
         """Write where each job stands, and in which mode (ladder.carried: what another mode takes over)."""

@@ -11,9 +11,11 @@ cluster:
   than the policy leaves between them (a service started late, or a job kept until now, still gets that time).
 - Work resets the ladder: a job that is no longer idle starts over.
 - Only what is sure: a job on a node whose agent, NVML or verdicts the store does not answer for, or with a GPU
-  whose verdict is unknown, is held where it is: neither warned further nor acted on. A job the read layer cannot
-  see at all while the store, or its node, does not answer is held the same way, pending as it was, from what
-  was last seen of it.
+  whose verdict is unknown, is held where it is: neither warned further nor acted on. So is a job that no longer
+  holds a GPU it held when last seen where that GPU reads nothing sure now (not read, lost, or unknown with no
+  holder: it may still be the job's, working); while held, its place keeps every node and GPU it was seen on. A
+  job the read layer cannot see at all while the store, or its node, does not answer is held the same way,
+  pending as it was, from what was last seen of it.
 - A cap per hour, and a breaker: a cycle that would act on an unusual share of the jobs acts on none of them.
 - A job of a kind the service cannot act on (a container, a bare process) is warned and no more: it is never
   due, never pending, and counts toward neither the cap nor the breaker.
@@ -74,6 +76,10 @@ class Job:
         return tuple(sorted({d.node for d in self.devices}))
 
     @property
+    def device_names(self) -> tuple[str, ...]:
+        return tuple(device_name(d) for d in self.devices)
+
+    @property
     def facts(self) -> dict[str, str]:
         return {
             "job_kind": self.kind,
@@ -88,7 +94,8 @@ class Job:
 @dataclass(frozen=True)
 class Place:
     """Where a job stands on its ladder: kept by the service between cycles and across restarts, with what was
-    last seen of the job, so that it stays pending while the read layer cannot see it."""
+    last seen of the job, so that it stays pending while the read layer cannot see it, and is held while a node
+    or GPU it was seen on reads nothing sure. A job seen working stands at the foot, idle since it was seen."""
 
     idle_since: float
     seen_at: float
@@ -101,6 +108,7 @@ class Place:
     user: str = ""
     account: str = ""
     nodes: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # device_name of each
 
     def job(self, key: str) -> Job:
         """The job as last seen (its kind, id, owner), without its devices: what a pending action names."""
@@ -169,6 +177,33 @@ class Cycle:
     breaker_open: bool = False
 
 
+def device_name(device: FleetGpu) -> str:
+    """A GPU as a job's place and the audit log name it, NODE/GPU; a MIG slice's with its UUID after."""
+    return f"{device.node}/{device.gpu}" + (f"/{device.uuid}" if device.mig_profile else "")
+
+
+def let_go(jobs: Iterable[Job], places: Mapping[str, Place], gpus: Iterable[FleetGpu]) -> dict[str, str]:
+    """The jobs that no longer hold a device they held when last seen (their `places`) where that device reads
+    nothing sure among `gpus`: not read at all (its node's agent down, the GPU off the bus), lost, or unknown with
+    no holder (NVML did not list its processes). Such a device may still be the job's, and working: each is held,
+    by key, with why."""
+    read = {device_name(d): d for gpu in gpus for d in (*gpu.slices, gpu)}
+    held = {}
+    for job in jobs:
+        place = places.get(job.key)
+        holds = set(job.device_names)
+        for name in place.devices if place else ():
+            device = read.get(name)
+            if name in holds or (device and device.up and (device.state != State.UNKNOWN.value or device.holders)):
+                continue  # still the job's, or read with a verdict or another holder: the job let it go
+            node, _, gpu = name.partition("/")
+            what = f"GPU {gpu} on {node}" if "/" not in gpu else f"MIG slice {gpu.partition('/')[2]} on {node}"
+            now = "is not read now" if device is None else f"reads {device.state} ({device.reason}) with no holder"
+            held[job.key] = f"{what}, which the job held when last seen, {now}; acting only on what is sure"
+            break
+    return held
+
+
 def jobs_in(gpus: Iterable[FleetGpu]) -> tuple[Job, ...]:
     """Return the jobs that hold GPUs or MIG slices among `gpus`, each with the devices it holds; a device that
     several jobs share is each one's."""
@@ -196,7 +231,7 @@ def spell_seconds(job: Job, state: str, share: float, now: float) -> float | Non
     one of its devices has no verdict to go by (unknown, or lost)."""
     durations = []
     for device in job.devices:
-        if not device.up or device.state == State.UNKNOWN.value:
+        if _unsure(device, state):
             return None
         durations.append(max(0.0, now - device.since) if device.state == state and device.since is not None else 0.0)
     if not durations:
@@ -205,12 +240,21 @@ def spell_seconds(job: Job, state: str, share: float, now: float) -> float | Non
     return sorted(durations, reverse=True)[needed - 1]
 
 
+def _unsure(device: FleetGpu, state: str = State.IDLE.value) -> bool:
+    """Whether `device` has no verdict to go by: lost, unknown, or in `state` since a time not known (an agent
+    answered none that reads)."""
+    return not device.up or device.state == State.UNKNOWN.value or (device.state == state and device.since is None)
+
+
 def _unknown(job: Job) -> str:
-    device = next(d for d in job.devices if not d.up or d.state == State.UNKNOWN.value)
+    device = next(d for d in job.devices if _unsure(d))
     what = "slice" if device.mig_profile else "GPU"
-    return (
-        f"the verdict of {what} {device.gpu} on {device.node} is unknown ({device.reason}); acting only on what is sure"
+    verdict = (
+        f"is unknown ({device.reason})"
+        if device.state == State.UNKNOWN.value or not device.up
+        else (f"gives no time its state began ({device.state})")
     )
+    return f"the verdict of {what} {device.gpu} on {device.node} {verdict}; acting only on what is sure"
 
 
 def carried(places: Mapping[str, Place], was: str, mode: str) -> dict[str, Place]:
@@ -330,7 +374,7 @@ class _Deciding:
         idle = None if why_held else idle_seconds(job, rule.idle_share, now)
         if idle is None:  # neither up the ladder nor down it
             if place is not None:
-                place = _seen(place, job, rule, now)
+                place = _seen(place, job, rule, now, held=True)
                 self.places[job.key] = place
                 if place.warned and not place.acted_at:
                     self.skip(job, rule, place, now - place.idle_since, why_held or _unknown(job), pending=True)
@@ -338,6 +382,8 @@ class _Deciding:
         if idle <= 0:
             if place is not None and (place.warned or place.signalled_at or place.acted_at):
                 self.decisions.append(Decision(RESET, job, rule.name, 0.0, reason="its GPUs work again"))
+            # At the foot of its ladder, with where it works: a GPU of it that reads nothing sure later holds it.
+            self.places[job.key] = _seen(Place(idle_since=now, seen_at=now), job, rule, now)
             return
         if place is None or place.idle_since < now - idle - 1.0:  # a new idle spell (the last ended unseen)
             place = Place(idle_since=now - idle, seen_at=now)
@@ -396,9 +442,15 @@ class _Deciding:
         return breaker
 
 
-def _seen(place: Place, job: Job, rule: Rule, now: float) -> Place:
-    """`place`, with the job seen at `now` under `rule`."""
-    return replace(place, seen_at=now, policy=rule.name, user=job.user, account=job.account, nodes=job.nodes)
+def _seen(place: Place, job: Job, rule: Rule, now: float, held: bool = False) -> Place:
+    """`place`, with the job seen at `now` under `rule`. A job `held` keeps the nodes and devices it was seen on
+    before too, so that what holds it still does next cycle."""
+    nodes, devices = job.nodes, job.device_names
+    if held:
+        nodes, devices = tuple(sorted({*place.nodes, *nodes})), tuple(sorted({*place.devices, *devices}))
+    return replace(
+        place, seen_at=now, policy=rule.name, user=job.user, account=job.account, nodes=nodes, devices=devices
+    )
 
 
 def _breaker(due: int, jobs: int, share: float, least: int) -> str:

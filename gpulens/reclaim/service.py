@@ -47,6 +47,7 @@ from gpulens.reclaim.ladder import (
     carried,
     decide,
     jobs_in,
+    let_go,
 )
 from gpulens.reclaim.policy import Policy
 from gpulens.words import duration, plural, when
@@ -181,9 +182,14 @@ class Service:
         answer = self.source.fleet(WINDOW)
         self.problems, self.gpus_read = answer.problems, len(answer.value.gpus)
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
-        # The jobs out of sight are held too where the problem is their node's: their nodes as last seen.
-        nodes = {key: place.nodes for key, place in self.places.items()} | {job.key: job.nodes for job in jobs}
+        # A node's problem holds the jobs seen on it, now or when last seen (those out of sight, and those seen
+        # now only on their other nodes), as a GPU a job held that reads nothing sure now holds the job.
+        nodes = {key: set(place.nodes) for key, place in self.places.items()}
+        for job in jobs:
+            nodes.setdefault(job.key, set()).update(job.nodes)
         held.update(_held(answer.problems, nodes))
+        for key, why in let_go(jobs, self.places, answer.value.gpus).items():
+            held.setdefault(key, why)
         self.recent = [t for t in self.recent if t > now - HOUR]
         cycle = decide(
             now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent), acts_on=tuple(self.actors)
@@ -417,7 +423,7 @@ def _record(decision: Decision, event: str, mode: str, now: float, detail: str) 
         "account": job.account,
         "partition": job.partition,
         "nodes": list(job.nodes),
-        "gpus": [f"{d.node}/{d.gpu}" + (f"/{d.uuid}" if d.mig_profile else "") for d in job.devices],
+        "gpus": list(job.device_names),
         "idle_seconds": round(decision.idle_seconds, 1),
         "due_at": decision.due_at,
         "step": decision.step,

@@ -122,6 +122,19 @@ def test_gpus_without_a_verdict_are_unknown_and_named_once_per_node():
     assert len(problems) == 1 and "no verdict for 3 GPU(s)" in problems[0].what
 
 
+@pytest.mark.parametrize("value", [float("-inf"), float("inf"), float("nan"), -5.0])
+def test_a_time_or_size_no_gpu_can_have_is_taken_as_none(value):
+    """An agent's `since` of -Inf read idle for ever: warned at once, then a job cancelled (gpulens reclaim)."""
+    labels = {"instance": "a", "gpu": "0", "uuid": "U0"}
+    samples = [
+        Sample("gpulens_gpu_verdict_info", {**labels, "state": "idle", "reason": "no_activity"}),
+        Sample("gpulens_gpu_state_since_timestamp_seconds", labels, value),
+        Sample("gpulens_gpu_memory_used_bytes", labels, value),
+    ]
+    ((found,), _) = assemble.fleet_gpus(samples)
+    assert (found.state, found.since, found.memory_used_bytes) == ("idle", None, None)
+
+
 def test_gpus_sort_by_node_then_numeric_index():
     samples = [
         Sample("gpulens_gpu_info", {"instance": node, "gpu": gpu, "uuid": node + gpu})

@@ -123,6 +123,16 @@ def test_a_gpu_whose_verdict_is_unknown_holds_the_job_where_it_stands():
     assert "the verdict of GPU 1 on node-a is unknown (gpu_lost)" in found[1][1].reason
 
 
+def test_an_idle_gpu_with_no_time_its_state_began_holds_the_job_where_it_stands():
+    # An agent that answers a `since` of -Inf, or none: how long the job has been idle is not known.
+    def gpus(now: float) -> list[FleetGpu]:
+        return [gpu(0, since=None) if 100 * MIN <= now - START < 150 * MIN else gpu(0)]
+
+    found = walk(DEFAULT, gpus, until=200 * MIN)
+    assert events(found) == [(60, WARN, "100"), (100, SKIP, "100"), (150, WARN, "100"), (165, ACT, "100")]
+    assert "the verdict of GPU 0 on node-a gives no time its state began (idle)" in found[1][1].reason
+
+
 def test_a_node_or_store_the_read_layer_cannot_answer_for_holds_its_jobs():
     held = lambda now: {"*": "prometheus: timed out"} if 110 * MIN <= now - START < 130 * MIN else {}  # noqa: E731
     found = walk(DEFAULT, lambda now: [gpu(0)], until=200 * MIN, held_at=held)

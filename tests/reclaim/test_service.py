@@ -259,6 +259,40 @@ def test_an_agent_down_holds_its_nodes_jobs(tmp_path):
     assert 'held="true"' in generate_latest(made.registry).decode()
 
 
+def test_the_agent_down_of_one_node_of_a_job_holds_it_though_its_other_node_reads_idle(tmp_path):
+    """A job on two nodes, busy on node-b: node-b's agent down, only its idle GPU on node-a is read."""
+    busy = gpu(0, node="node-b", state="healthy")
+    made, clock, slurm, folder = service(tmp_path, [gpu(0), busy])
+    run_until(made, clock, 30)
+    down = SourceProblem("agent node-b at http://node-b:10906", "connection refused", "node-b")
+    made.source.gpus, made.source.problems = [gpu(0)], (down,)
+    run_until(made, clock, 300)
+    assert audit(folder) == [] and "100" in slurm.jobs  # its GPU on node-a idle since START: warned at 60 before
+    made.source.gpus, made.source.problems = [gpu(0), replace(busy, since=START + 301 * MIN)], ()
+    run_until(made, clock, 320)
+    assert audit(folder) == [] and "100" in slurm.jobs
+
+
+@pytest.mark.parametrize(
+    "then",
+    [
+        [],  # the GPU fell off the bus: no longer read
+        [replace(gpu(1, state="unknown", reason="processes_unknown"), holders=())],  # NVML listed no process
+        [replace(gpu(1, state="unknown", reason="gpu_lost", up=False), holders=())],
+    ],
+)
+def test_a_gpu_of_the_job_that_reads_nothing_sure_holds_it_though_its_other_gpu_reads_idle(tmp_path, then):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0), gpu(1, state="healthy")])
+    run_until(made, clock, 30)
+    made.source.gpus = [gpu(0), *then]
+    run_until(made, clock, 300)
+    assert audit(folder) == [] and "100" in slurm.jobs
+    # Read again free, the GPU was let go: the job is judged by its idle GPU again, idle since START.
+    made.source.gpus = [gpu(0), replace(gpu(1, state="free"), holders=())]
+    run_until(made, clock, 301)
+    assert audit(folder) == [(301, "warned", "slurm/100")]
+
+
 @pytest.mark.parametrize(
     ("gpus", "problems", "unread"),
     [
@@ -355,6 +389,25 @@ def test_a_restart_neither_warns_twice_nor_forgets_the_hours_actions(tmp_path):
         clock.now += MIN
     assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "acted"]
     assert again.recent and Service(made.source, made.policy, folder, clock=clock).recent == again.recent
+
+
+def test_a_place_that_does_not_read_starts_its_job_again_and_a_file_that_does_not_is_kept_aside(tmp_path, caplog):
+    """A place with a field of the wrong type stopped every cycle for good ('<' between str and float)."""
+    made, clock, slurm, folder = service(tmp_path, [gpu(0), gpu(1, job="200")], jobs={"100": "g|a|p|", "200": "g|b|p|"})
+    run_until(made, clock, 70)
+    places = folder.path / "places.json"
+    document = json.loads(places.read_text())
+    document["places"]["slurm/100"]["idle_since"] = "x"
+    places.write_text(json.dumps(document))
+    again = Service(made.source, made.policy, folder, actors=[Slurm(slurm)], clock=clock)
+    assert set(again.places) == {"slurm/200"} and again.places["slurm/200"].warned == 1
+    assert f"{places}: the place of slurm/100 does not read (its idle_since is 'x', not seconds since" in caplog.text
+    again.cycle()  # the job starts at the foot of its ladder, idle since its verdict says: warned again
+    assert audit(folder)[-1] == (71, "warned", "slurm/100")
+    places.write_text('{"mode": "enforce", "places": {"slurm/1')
+    assert Service(made.source, made.policy, folder, clock=clock).places == {}
+    assert places.with_name("places.json.unreadable").read_text() == '{"mode": "enforce", "places": {"slurm/1'
+    assert "does not read (Unterminated string" in caplog.text and "it is kept as places.json.unreadable" in caplog.text
 
 
 @pytest.mark.parametrize(("mode", "warned"), [("dry-run", "would_warn"), ("notify", "warned"), ("enforce", "warned")])
