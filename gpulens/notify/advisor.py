@@ -97,7 +97,8 @@ class Advisor:
 
         `unsure`: the jobs the service holds, by key ("*": every job), and why; `problems`: what the read met;
         `running`: each scheduler's running job ids by job kind, None for a scheduler that did not answer."""
-        outcomes = self.sender.release()  # what quiet hours held, once they end
+        # What quiet hours held, once they end; advice is written anew below, where it is still due.
+        outcomes = self.sender.release(renewed=ADVISED)
         for job in jobs:
             before = self.seen.get(job.key)
             self.seen[job.key] = _Seen(job, before.first if before else now, now)

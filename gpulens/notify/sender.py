@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,15 +123,28 @@ class Sender:
             log.error("%s: %s", message.key, error)
             return Outcome(FAILED, str(error))
 
-    def release(self) -> list[Outcome]:
+    def release(self, renewed: Collection[str] = ()) -> list[Outcome]:
         """Send the messages held in quiet hours that have ended; return what became of each. Whoever runs
-        the sender calls it once a cycle."""
+        the sender calls it once a cycle.
+
+        A message of one of the reasons `renewed` is not sent as it was written hours ago: it is dropped, and
+        the caller writes it anew from what holds now, if it still does (advice on a job that has ended since, or
+        whose figures have moved, is not sent stale)."""
         now = self.clock()
         try:
             with self.folder.locked():
                 held = self.folder.held()
                 due = [h for h in held if h.get("until", 0) <= now]
-                outcomes = [self._send(m, now, h.get("at", now)) for h in due if (m := _message(h)) is not None]
+                outcomes = []
+                for entry in due:
+                    message = _message(entry)
+                    if message is not None and message.reason in renewed:
+                        anew = Outcome(
+                            SUPPRESSED, "held in quiet hours; written anew from the verdicts now if still due"
+                        )
+                        outcomes.append(self._record(message, anew, now, self._key(message), "", entry.get("at", now)))
+                    elif message is not None:
+                        outcomes.append(self._send(message, now, entry.get("at", now)))
                 if due:
                     self.folder.save_held([h for h in held if h not in due])
                 return outcomes

@@ -117,6 +117,24 @@ def test_underuse_waits_for_its_own_time_and_zero_turns_a_reason_off(tmp_path, b
     assert len(box.received) == 1
 
 
+def test_advice_held_in_quiet_hours_is_written_anew_when_they_end_and_not_for_a_job_that_ended(tmp_path, box):
+    """Held advice was sent as written: after the job had ended, and with the time starved of when it was held."""
+    quiet = {"hours": "13:00-15:00", "timezone": "UTC"}  # START is 13:46:40 UTC
+    made, run, _ = service(tmp_path, box, [starved(0)], advice={"starved": "30m"}, quiet_hours=quiet)
+    run(60)
+    assert box.received == []
+    run(20)  # the first cycle after 15:00 is at 15:00:40, 74 minutes starved
+    [mail] = box.received
+    assert "has been starved for data (" in mail.body and "for 1 h 14 min, on 1 GPU" in mail.body
+    made, run, slurm = service(tmp_path / "ended", box, [starved(0)], advice={"starved": "30m"}, quiet_hours=quiet)
+    run(60)
+    made.source.gpus, slurm.jobs = [], {}
+    run(20)
+    assert len(box.received) == 1
+    last = [json.loads(line) for line in (tmp_path / "ended" / "state" / "messages.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in last] == ["held", "suppressed"]
+
+
 def test_no_advice_without_the_settings_key_nor_for_a_job_the_source_is_unsure_of(tmp_path, box):
     _, run, _ = service(tmp_path, box, [starved(0)])
     run(3 * 60)
