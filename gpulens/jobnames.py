@@ -30,6 +30,13 @@ def job_id(value: Any, where: str, kind: str = "slurm") -> str:
         or not all(parts)
     ):
         raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
+    if kind == "slurm" and not (found.isascii() and found.isdigit()):
+        # The agent names a Slurm job by the number in its cgroup (job_1234): an array task has one of its own.
+        raise checks.Invalid(
+            where,
+            f"{checks.shown(found)} is not a Slurm job id; give the job's number, as `squeue -o %A` prints it (an "
+            "array task such as 1234_5 has a number of its own; a step such as 1234.0 is part of job 1234)",
+        )
     return found
 
 

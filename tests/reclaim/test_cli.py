@@ -128,6 +128,9 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         (("keep", "12 34", "--end", "--reason", "x"), "JOB '12 34': '12 34' is not a job id"),
         (("keep", "slurm/1/2", "--end", "--reason", "x"), "JOB 'slurm/1/2': '1/2' is not a job id"),
         (("keep", " ", "--end", "--reason", "x"), "JOB ' ': '' is not a job id"),
+        # squeue's array task and step ids: the service knows a Slurm job by its number, which a keep must name.
+        (("keep", "1234_5", "--for", "8h", "--reason", "x"), "JOB '1234_5': '1234_5' is not a Slurm job id; give the"),
+        (("keep", "slurm/5005.0", "--end", "--reason", "x"), "'5005.0' is not a Slurm job id; give the job's number"),
         (("keep", "1234", "--reason", "x"), "one of the arguments --for --end is required"),
         (("log", "--since", "yesterday"), "--since: 'yesterday' is not a duration"),
         (
