@@ -351,9 +351,9 @@ class _Deciding:
     def skip(self, job: Job, rule: Rule, place: Place, idle: float, reason: str, pending: bool = False) -> None:
         """Log `reason` once while it lasts; keep the place with it noted. A job the service acts on stays
         pending (`pending`), held for `reason`."""
-        due = due_at(rule, place) if self.acts(job) else None
+        due, action = (due_at(rule, place), rule.action) if self.acts(job) else (None, "")
         if place.noted != reason:
-            self.decisions.append(Decision(SKIP, job, rule.name, idle, due, action=rule.action, reason=reason))
+            self.decisions.append(Decision(SKIP, job, rule.name, idle, due, action=action, reason=reason))
         self.places[job.key] = replace(place, noted=reason)
         if pending and due is not None:
             self.pending.append(Pending(job, rule.name, rule.action, due, place.warned, reason))
@@ -404,7 +404,8 @@ class _Deciding:
             place = replace(place, warned=given, warned_at=now)
             self.places[job.key] = place
             due = due_at(rule, place) if acts else None
-            self.decisions.append(Decision(WARN, job, rule.name, idle, due, given, rule.action, warns_only=not acts))
+            action = rule.action if acts else ""  # a job only warned is never acted on: its log names no action
+            self.decisions.append(Decision(WARN, job, rule.name, idle, due, given, action, warns_only=not acts))
         if not acts:  # its warnings are all it gets; that it gets no action is said once, when one would be due
             if now >= due_at(rule, place):
                 self.skip(job, rule, place, idle, f"gpulens reclaim does not act on {job.kind} jobs: it warns only")

@@ -326,7 +326,7 @@ class Service:
                 self.notify(decision, warning(decision, self.policy.mode))
             except NotifyError as error:  # a mail server down costs this warning, not the cycle
                 event, detail = "warn_failed", f"could not tell the owner: {error}"
-        action = "warn" if decision.event == WARN else decision.action
+        action = "warn" if decision.event == WARN or not decision.action else decision.action  # "": warned only
         if decision.event != RESET:
             self.decisions.labels(decision.policy, action, RESULTS[event]).inc()
         self.folder.audit(_record(decision, event, self.policy.mode, now, detail))

@@ -424,7 +424,9 @@ def test_jobs_the_service_has_no_scheduler_for_are_warned_and_nothing_more_in_ev
     assert [(r["event"], (r["time"] - START) / MIN) for r in records] == [(warned, 60), (warned, 105), ("skipped", 120)]
     assert records[-1]["reason"] == "gpulens reclaim does not act on docker jobs: it warns only"
     assert all(r["due_at"] is None for r in records) and pending == []  # no action is due: nothing pending
-    assert 'result="skipped"} 1.0' in generate_latest(made.registry).decode() and made.recent == []
+    assert all(r["action"] == "" for r in records)  # the policy's cancel is not what happens to it
+    assert 'action="warn",policy="default",result="skipped"} 1.0' in generate_latest(made.registry).decode()
+    assert made.recent == []
     if mode != "dry-run":
         assert len(told) == 2 and all("will be stopped" not in text for text in told)
         assert told[0] == (
