@@ -421,7 +421,10 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
         match = rule.match
         keys = ("job_kinds", "partitions", "nodes", "models", "namespaces", "accounts", "users")
         warnings = ", ".join(duration(s) for s in rule.warn_after)
-        signal_first = f"{rule.signal}, then after {duration(rule.signal_wait)} " if rule.signal else ""
+        # The signal goes when the action is due, and the action follows it signal_wait later (ladder.due_at).
+        acts = f"{rule.action} at {duration(rule.act_after)}"
+        if rule.signal:
+            acts = f"{rule.signal} at {duration(rule.act_after)}, then {rule.action} {duration(rule.signal_wait)} later"
         checkpoint = (
             f"gpulens.torch jobs asked to checkpoint first, for at most {duration(rule.checkpoint_wait)}"
             if rule.checkpoint_wait
@@ -429,7 +432,7 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
         )
         print(
             f"policy {rule.name} ({_listed([(k, getattr(match, k)) for k in keys]) or 'every job'}): warn at "
-            f"{warnings} idle; {signal_first}{rule.action} at {duration(rule.act_after)} (when "
+            f"{warnings} idle; {acts} (when "
             f"{rule.idle_share:.0%} of the job's GPUs are idle); {checkpoint}",
             file=out,
         )

@@ -163,6 +163,14 @@ class Policy:
             raise Invalid("policies", f"the name {twice!r} is given twice; name each policy once")
         if not self.policies:
             raise Invalid("policies", "is empty; give one policy, or leave the key out for the default")
+        every = next((rule for rule in self.policies[:-1] if rule.match == Match()), None)
+        if every is not None:  # the first policy that matches a job is its policy
+            after = self.policies[self.policies.index(every) + 1]
+            raise Invalid(
+                "policies",
+                f"{after.name!r} comes after {every.name!r}, which matches every job, so it never applies; put it "
+                f"before {every.name!r}, or give {every.name!r} a match",
+            )
 
     def rule_for(self, facts: Mapping[str, str], nodes: tuple[str, ...], models: tuple[str, ...]) -> Rule | None:
         return next((rule for rule in self.policies if rule.match.matches(facts, nodes, models)), None)

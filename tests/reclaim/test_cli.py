@@ -63,6 +63,10 @@ def test_run_help_names_every_placeholder_of_the_warn_command(capsys):
         ("interval: 0s\n", "interval: must be at least 1 seconds"),
         ("policies: []\n", "policies: is empty; give one policy, or leave the key out for the default"),
         ("policies:\n  - {name: a}\n  - {name: a}\n", "policies: the name 'a' is given twice"),
+        (
+            "policies:\n  - {name: all}\n  - {name: gpu, match: {partitions: [gpu]}}\n",
+            "policies: 'gpu' comes after 'all', which matches every job, so it never applies; put it before 'all'",
+        ),
         ("policies:\n  - {name: a, warn_after: [2h, 1h]}\n", "policies[0].warn_after: must go up"),
         (
             "policies:\n  - {name: a, warn_after: [], act_after: 1h}\n",
@@ -101,8 +105,9 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
     assert out.splitlines()[0] == f"{policy}: mode notify, a cycle every 1 min"
     assert out.splitlines()[2:] == [
         "exempt: users alice, bob; partitions debug; a comment holding 'gpulens:keep'; pod labels gpulens.io/keep",
-        "policy short (partitions interactive; models *A100*): warn at 10 min idle; USR1, then after 5 min cancel at "
-        "30 min (when 100% of the job's GPUs are idle); no checkpoint asked",
+        # The signal goes when the action is due; the action follows signal_wait later.
+        "policy short (partitions interactive; models *A100*): warn at 10 min idle; USR1 at 30 min, then cancel 5 min "
+        "later (when 100% of the job's GPUs are idle); no checkpoint asked",
         "policy default (every job): warn at 1 h, 1 h 45 min idle; cancel at 2 h (when 100% of the job's GPUs are "
         "idle); gpulens.torch jobs asked to checkpoint first, for at most 2 min",
     ]
