@@ -47,7 +47,12 @@ class GpuLost(Exception):
 
 
 class NvmlDown(Exception):
-    """NVML is not usable: not initialized, driver not loaded, library missing or mismatched."""
+    """NVML is not usable: not initialized, driver not loaded, library missing or mismatched. Raised by a call
+    (`function`) that answered so; `Nvml.answers` tells whether NVML itself is down, or only that call failed."""
+
+    def __init__(self, message: str, function: str = "", error: Exception | None = None):
+        super().__init__(message)
+        self.function, self.error = function, error
 
 
 class NvmlCallError(Exception):
@@ -364,7 +369,7 @@ class Nvml:
         if code in _LOST:
             raise GpuLost(f"{function}: {error}") from error
         if code in _DOWN:
-            raise NvmlDown(f"{function}: {error}") from error
+            raise NvmlDown(f"{function}: {error}", function, error) from error
         raise NvmlCallError(function, error) from error
 
     def _log_missing_once(self, function: str, why: str = "", level: int = logging.INFO) -> None:
@@ -445,6 +450,15 @@ class Nvml:
         cuda = self._call("nvmlSystemGetCudaDriverVersion_v2") or self._call("nvmlSystemGetCudaDriverVersion")
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
         return SystemInfo(driver_version=driver, nvml_version=nvml_version, cuda_driver_version=cuda_text)
+
+    def answers(self) -> bool:
+        """Whether NVML itself answers now: a GPU's call that answered UNINITIALIZED or DRIVER_NOT_LOADED while the
+        library lists its GPUs failed for that GPU only."""
+        try:
+            self._lib.nvmlDeviceGetCount()
+        except Exception:  # noqa: BLE001 - whatever the binding raises, NVML does not answer
+            return False
+        return True
 
     def device_count(self) -> int | None:
         """Return how many GPUs NVML lists (lost ones included), or None where it gives no number."""

@@ -235,7 +235,13 @@ class Sampler:
             kinds: list[str] = []
             try:
                 with run.timed():
-                    gpu_readings[collector.name] = collector.read(self.nvml, context)
+                    try:
+                        gpu_readings[collector.name] = collector.read(self.nvml, context)
+                    except NvmlDown as down:
+                        if down.error is None or not self.nvml.answers():
+                            raise
+                        # One call on this GPU said NVML is down while NVML answers: that call failed, no more.
+                        raise NvmlCallError(down.function, down.error) from down
                 for problem in context.errors:
                     run.fail(f"gpu {state.identity.index}: {problem}")
             except (GpuLost, NvmlDown):

@@ -41,6 +41,22 @@ def test_a_serial_that_fails_keeps_the_gpu_with_its_job_and_counts_the_error():
     assert agent.value("gpulens_gpu_read_errors_total", **gpu, collector="identity", error="unknown") == 1
 
 
+def test_one_gpu_s_call_that_says_nvml_is_down_while_it_answers_fails_that_call_only(caplog):
+    """The whole node went nvml_down every 2 s, forever, with a "went down" and three "is back" lines each time."""
+    for error in ("uninitialized", "driver_not_loaded"):
+        caplog.clear()
+        agent = node(f"- {{kind: answer, function: nvmlDeviceGetTemperature, error: {error}, gpu: 1, at: 3}}")
+        agent.run(12)
+        assert agent.value("gpulens_nvml_up") == 1
+        for index in range(3):
+            assert agent.value("gpulens_gpu_up", **labels(agent, index)) == 1
+        assert verdict(agent, 0).state == State.BUSY and verdict(agent, 1).state == State.BUSY
+        gpu = labels(agent, 1)
+        assert agent.value("gpulens_gpu_temperature_celsius", **gpu) is None
+        assert agent.value("gpulens_gpu_read_errors_total", **gpu, collector="temperature", error=error) >= 9
+        assert not any("went down" in m for m in caplog.messages)
+
+
 def test_memory_v2_refused_as_on_wsl_reads_memory_with_v1_on_every_gpu(caplog):
     agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: argument_version_mismatch}")
     agent.run(5)
