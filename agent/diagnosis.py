@@ -163,6 +163,11 @@ class Diagnoser:
         if e.processes == 0 and not e.allocated:
             return Reason.NO_PROCESS, {}
         if e.busy_ratio is None:
+            busy = self._mean(track, "busy_ratio")
+            if track.verdict is not None and busy is not None and _read_before(track):
+                # One activity reading missed (a TIMEOUT, no sample ready this cycle) after one read: the verdict
+                # stands on the window's readings for this cycle. Two in a row leave the GPU without activity.
+                return track.verdict.reason, self._evidence_values(track, now, busy, e)
             return self._without_activity(track, e)
         if track.held_since == now:
             # The holder appeared this cycle, and the samples read this cycle straddle its arrival (1/6 s
@@ -329,3 +334,8 @@ def _link_degraded(e: Evidence) -> bool:
     return bool(
         loaded and e.pcie_generation is not None and e.pcie_max_generation and e.pcie_generation < e.pcie_max_generation
     )
+
+
+def _read_before(track: _Track) -> bool:
+    """Whether the cycle before this one (the window's last but one) read the GPU's activity."""
+    return len(track.window) >= 2 and track.window[-2][1].busy_ratio is not None

@@ -57,6 +57,24 @@ def test_one_gpu_s_call_that_says_nvml_is_down_while_it_answers_fails_that_call_
         assert not any("went down" in m for m in caplog.messages)
 
 
+def test_one_missed_activity_reading_keeps_the_verdict_and_two_in_a_row_do_not():
+    """A TIMEOUT every third cycle made a busy GPU unknown a third of the time: its state flapped, its since reset,
+    and its job was billed a third unknown."""
+    agent = node("- {kind: answer, function: nvmlDeviceGetSamples, error: timeout, gpu: 0, at: 20, every: 3, for: 1}")
+    agent.run(20)
+    states = set()
+    for _ in range(12):
+        agent.run(1)
+        states.add(verdict(agent, 0).state)
+    assert states == {State.BUSY}
+    assert agent.value("gpulens_gpu_state_seconds_total", **labels(agent, 0), state="unknown") in (None, 0)
+    agent = node("- {kind: answer, function: nvmlDeviceGetSamples, error: timeout, gpu: 0, at: 21, until: 23}")
+    agent.run(21)
+    assert verdict(agent, 0).state == State.BUSY
+    agent.run(1)
+    assert (verdict(agent, 0).state, verdict(agent, 0).reason) == (State.UNKNOWN, Reason.NO_DATA)
+
+
 def test_memory_v2_refused_as_on_wsl_reads_memory_with_v1_on_every_gpu(caplog):
     agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: argument_version_mismatch}")
     agent.run(5)
