@@ -8,7 +8,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpulens.agent.nvml import Nvml
+from gpulens.agent.nvml import Nvml, NvmlCallError
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 GPU_LABELS = ("gpu", "uuid")
@@ -39,6 +39,21 @@ class GpuContext:
     cycle: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     wall: float = 0.0  # the sampler clock's time (seconds since the epoch) at the start of the cycle
+
+
+T = TypeVar("T")
+
+
+def isolated(nvml: Nvml, gpu: GpuContext, what: str, read: Callable[[], T]) -> T | None:
+    """Return `read()`, or None when one of its NVML calls failed: the failure of one part of a reading (one MIG
+    device's, a power limit's) is reported (`gpu.errors`, and counted for the GPU as `nvml.problems`) and must not
+    cost the other parts their series. A lost GPU or NVML going down still raises."""
+    try:
+        return read()
+    except NvmlCallError as error:
+        gpu.errors.append(f"{what}: {error}")
+        nvml.problems.append(error.kind)
+        return None
 
 
 class Collector(Generic[R]):

@@ -10,22 +10,19 @@ call (nvmlDeviceGetMaxMigDeviceCount answers 0).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client.core import Metric
 
 from gpulens import gpus
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, isolated
 from gpulens.agent.collectors.gpm import GpmReading, GpmSeries
-from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, NvmlCallError, ProcessInfo
+from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 MIG_LABELS = ("gpu", "gpu_uuid", "uuid", "gpu_instance", "compute_instance", "mig_profile")
-
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -128,8 +125,8 @@ class MigCollector(Collector[tuple[MigInstance, ...]]):
 
 
 def _read_instance(nvml: Nvml, gpu: GpuContext, device: MigDevice, gpm: _InstanceGpm) -> MigInstance:
-    memory = _isolated(nvml, gpu, device, lambda: nvml.memory(device.handle))
-    processes = _isolated(nvml, gpu, device, lambda: nvml.processes(device.handle))
+    memory = isolated(nvml, gpu, f"MIG device {device.uuid}", lambda: nvml.memory(device.handle))
+    processes = isolated(nvml, gpu, f"MIG device {device.uuid}", lambda: nvml.processes(device.handle))
     return MigInstance(
         index=device.index,
         uuid=device.uuid,
@@ -140,21 +137,9 @@ def _read_instance(nvml: Nvml, gpu: GpuContext, device: MigDevice, gpm: _Instanc
         memory_used_bytes=None if memory is None else memory.used,
         memory_total_bytes=device.memory_total_bytes if memory is None else memory.total,
         processes=None if processes is None else tuple(sorted(processes, key=lambda p: p.pid)),
-        gpm=_isolated(nvml, gpu, device, lambda: _read_gpm(nvml, gpu, device, gpm)),
+        gpm=isolated(nvml, gpu, f"MIG device {device.uuid}", lambda: _read_gpm(nvml, gpu, device, gpm)),
         activity_reported=gpm.supported and device.gpu_instance is not None,
     )
-
-
-def _isolated(nvml: Nvml, gpu: GpuContext, device: MigDevice, read: Callable[[], T]) -> T | None:
-    """Return `read()`, or None when one of its NVML calls failed: one instance's failure is reported
-    (`gpu.errors`, and counted for the GPU as `nvml.problems`) and must not cost the others their series. A
-    lost GPU or NVML going down still raises."""
-    try:
-        return read()
-    except NvmlCallError as error:
-        gpu.errors.append(f"MIG device {device.uuid}: {error}")
-        nvml.problems.append(error.kind)
-        return None
 
 
 def _read_gpm(nvml: Nvml, gpu: GpuContext, device: MigDevice, state: _InstanceGpm) -> GpmReading | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies
+from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, isolated
 from gpulens.agent.nvml import Nvml
 from gpulens.agent.snapshot import Snapshot
 
@@ -27,10 +27,10 @@ class PowerCollector(Collector[PowerReading]):
         watts = gpu.fields.get("power_watts")
         if watts is None:
             # NVML_FI_DEV_POWER_INSTANT arrived with R535; older drivers only have the 1 s average.
-            watts = nvml.power_usage_watts(gpu.handle)
+            watts = isolated(nvml, gpu, "power draw", lambda: nvml.power_usage_watts(gpu.handle))
         return PowerReading(
             watts=watts,
-            limit_watts=nvml.power_limit_watts(gpu.handle),
+            limit_watts=isolated(nvml, gpu, "power limit", lambda: nvml.power_limit_watts(gpu.handle)),
             energy_joules=gpu.fields.get("energy_joules"),
         )
 

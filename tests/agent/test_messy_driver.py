@@ -75,6 +75,16 @@ def test_one_missed_activity_reading_keeps_the_verdict_and_two_in_a_row_do_not()
     assert (verdict(agent, 0).state, verdict(agent, 0).reason) == (State.UNKNOWN, Reason.NO_DATA)
 
 
+def test_a_power_limit_that_fails_costs_the_limit_only():
+    agent = node("- {kind: answer, function: nvmlDeviceGetEnforcedPowerLimit, error: unknown, gpu: 1}")
+    agent.run(3)
+    gpu = labels(agent, 1)
+    assert agent.value("gpulens_gpu_power_limit_watts", **gpu) is None
+    assert agent.value("gpulens_gpu_power_watts", **gpu) > 0 and agent.value("gpulens_gpu_energy_joules_total", **gpu)
+    assert agent.value("gpulens_gpu_read_errors_total", **gpu, collector="power", error="unknown") >= 3
+    assert agent.value("gpulens_gpu_power_limit_watts", **labels(agent, 0)) > 0
+
+
 def test_memory_v2_refused_as_on_wsl_reads_memory_with_v1_on_every_gpu(caplog):
     agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: argument_version_mismatch}")
     agent.run(5)
