@@ -11,7 +11,7 @@ call (nvmlDeviceGetMaxMigDeviceCount answers 0).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.core import Metric
@@ -19,7 +19,7 @@ from prometheus_client.core import Metric
 from gpulens import gpus
 from gpulens.agent.collectors.base import Collector, GpuContext, GpuFamilies, isolated
 from gpulens.agent.collectors.gpm import GpmReading, GpmSeries
-from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, ProcessInfo
+from gpulens.agent.nvml import GpmSample, MigDevice, Nvml, NvmlCallError, ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 
 MIG_LABELS = ("gpu", "gpu_uuid", "uuid", "gpu_instance", "compute_instance", "mig_profile")
@@ -57,17 +57,28 @@ class MigCollector(Collector[tuple[MigInstance, ...]]):
     name = "mig"
 
     def read(self, nvml: Nvml, gpu: GpuContext) -> tuple[MigInstance, ...] | None:
-        devices = nvml.mig_devices(gpu.handle)
+        try:
+            devices = nvml.mig_devices(gpu.handle)
+        except NvmlCallError as error:
+            last: tuple[MigInstance, ...] = gpu.state.get("read", ())
+            if not last:
+                raise
+            # The listing failed, not the devices: no MIG device is destroyed while it runs a process, so each
+            # stays, unread this cycle (its verdict unknown, its counters kept), until the listing answers.
+            gpu.errors.append(f"MIG devices: {error}")
+            nvml.problems.append(error.kind)
+            return tuple(replace(i, memory_used_bytes=None, processes=None, gpm=None) for i in last)
         gpm: dict[str, _InstanceGpm] = gpu.state.setdefault("gpm", {})  # by MIG device UUID
         for destroyed in gpm.keys() - {d.uuid for d in devices}:
             gpm.pop(destroyed).free()
-        if not devices:
-            return None
-        return tuple(
+        read = tuple(
             _read_instance(nvml, gpu, device, gpm.setdefault(device.uuid, _InstanceGpm())) for device in devices
         )
+        gpu.state["read"] = read
+        return read or None
 
     def forget(self, state: dict[str, Any]) -> None:
+        state.pop("read", None)
         for instance in state.pop("gpm", {}).values():
             instance.free()
 

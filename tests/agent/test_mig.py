@@ -306,6 +306,31 @@ def test_a_lost_gpu_drops_only_its_own_instances_and_they_return_with_it():
     assert len(series(agent, "gpulens_mig_sm_activity_ratio")) == 2
 
 
+def test_a_listing_of_mig_devices_that_fails_keeps_each_device_unknown_with_its_counters():
+    """A failed listing dropped every slice's series, and their time counters started again from zero."""
+    agent = node(extra="faults:\n  - {kind: answer, function: nvmlDeviceGetMigDeviceHandleByIndex, error: unknown, "
+                 "gpu: 0, at: 20, until: 30}\n")  # fmt: skip
+    agent.run(15)
+    before = set(series(agent, "gpulens_mig_info"))
+
+    def counters():
+        return {(s.labels["uuid"], s.labels["state"]): s.value for f in agent.registry.collect() for s in f.samples
+                if s.name == "gpulens_mig_state_seconds_total"}  # fmt: skip
+
+    counted = counters()
+    agent.run(10)  # 25 s: the listing fails
+    assert set(series(agent, "gpulens_mig_info")) == before
+    states = {s.labels["uuid"]: s.labels for f in agent.registry.collect() for s in f.samples
+              if s.name == "gpulens_mig_verdict_info" and s.labels["gpu"] == "0"}  # fmt: skip
+    assert states and {labels["state"] for labels in states.values()} == {"unknown"}
+    assert agent.value("gpulens_gpu_read_errors_total", gpu="0", uuid=next(iter(states.values()))["gpu_uuid"],
+                       collector="mig", error="unknown") >= 5  # fmt: skip
+    agent.run(10)  # 35 s: it answers again
+    assert set(series(agent, "gpulens_mig_info")) == before
+    after = counters()
+    assert counted and all(after.get(key, 0) >= value for key, value in counted.items())
+
+
 def test_a_failing_call_on_one_simulated_instance_keeps_the_others(monkeypatch):
     agent = node()
     agent.run(2)
