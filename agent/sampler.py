@@ -44,6 +44,7 @@ class _GpuState:
     shared: dict[str, Any] = field(default_factory=dict)
     read_errors: Counter[tuple[str, str]] = field(default_factory=Counter)  # (collector, error kind) -> calls
     rejected: Counter[str] = field(default_factory=Counter)  # reading -> values thrown away as garbage
+    returning: bool = False  # answered its lookup again after it was down: "is back" once a cycle reads it
 
 
 def _unidentified(index: int) -> GpuIdentity:
@@ -199,9 +200,14 @@ class Sampler:
                 self._sample_gpu(state, now, runs)
             except GpuLost as error:
                 self._mark_lost(state, str(error), now)
+                continue
             except NvmlDown as error:
                 self._go_down(str(error))
                 return
+            if state.returning:  # said once it reads again: one that answers its lookup only to be lost is not back
+                state.returning = False
+                self._logged.discard(f"lost:{state.identity.uuid}")  # a later loss is said again
+                log.info("GPU %d (%s) is back", state.identity.index, state.identity.uuid)
 
     def _sample_gpu(self, state: _GpuState, now: float, runs: dict[str, _Run]) -> None:
         self.nvml.take_problems()  # what calls outside this GPU's cycle met is not this GPU's
@@ -354,8 +360,7 @@ class Sampler:
             if state is None:
                 state = self._states[identity.uuid] = _GpuState(identity=identity, handle=handle)
             else:
-                if not state.up:
-                    log.info("GPU %d (%s) is back", index, identity.uuid)
+                state.returning = state.returning or not state.up
                 state.identity, state.handle, state.up = identity, handle, True
             for kind in problems:
                 state.read_errors[("identity", kind)] += 1

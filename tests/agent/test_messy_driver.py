@@ -85,6 +85,21 @@ def test_a_power_limit_that_fails_costs_the_limit_only():
     assert agent.value("gpulens_gpu_power_limit_watts", **labels(agent, 0)) > 0
 
 
+def test_a_gpu_lost_and_back_is_said_once_each_and_one_lost_on_every_read_is_never_back(caplog):
+    caplog.set_level(logging.INFO)
+    agent = node("- {kind: lost, gpu: 1, at: 10, until: 20}")
+    agent.run(40)
+    said = [word for m in caplog.messages for word in ("is lost", "is back") if m.startswith("GPU 1 (") and word in m]
+    assert said == ["is lost", "is back"], caplog.messages
+    caplog.clear()
+    # It answers its lookup, and loses a call every cycle: "is back" was said at every rescan.
+    agent = node("- {kind: answer, function: nvmlDeviceGetTemperature, error: gpu_is_lost, gpu: 1, at: 3}")
+    agent.run(40)
+    said = [m for m in caplog.messages if m.startswith("GPU 1 ")]
+    assert len(said) == 1 and "is lost" in said[0], said
+    assert agent.value("gpulens_gpu_up", **labels(agent, 1)) == 0
+
+
 def test_memory_v2_refused_as_on_wsl_reads_memory_with_v1_on_every_gpu(caplog):
     agent = node("- {kind: answer, function: nvmlDeviceGetMemoryInfo_v2, error: argument_version_mismatch}")
     agent.run(5)
