@@ -206,6 +206,12 @@ class JobRecord:
         return max(self.last_seen - self.start, 0.0)
 
     @property
+    def gpu_count(self) -> int | None:
+        """How many GPUs the job held; None where its source names none: a store that counted a job's GPU-seconds
+        but holds no series of which GPUs (VictoriaMetrics, for a job that ended before its first scrape)."""
+        return len(self.gpus) or None
+
+    @property
     def gpu_seconds(self) -> float:
         """GPU-seconds the job held (every state but free)."""
         return sum(v for s, v in self.state_seconds.items() if s != _FREE)

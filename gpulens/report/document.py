@@ -213,7 +213,7 @@ def job_document(report: JobReport) -> Document:
         ("time", f"{words.when(r.start)} to {words.when(r.last_seen)} ({words.duration(r.duration_seconds)})"),
         (
             "GPUs",
-            f"{len(r.gpus) or '?'} x {', '.join(r.models) or 'unknown model'}"
+            f"{r.gpu_count or '?'} x {', '.join(r.models) or 'unknown model'}"
             + (f" on {', '.join(r.nodes)}" if r.nodes else ""),
         ),
         ("verdict", mark_text(report.flag, r.busy_ratio)),
@@ -371,7 +371,7 @@ def fleet_document(report: FleetReport) -> Document:
             (
                 job_name(r),
                 group_key(r, "user"),
-                str(len(r.gpus)),
+                str(r.gpu_count or "n/a"),
                 hours(r.gpu_seconds),
                 hours(r.wasted_seconds),
                 percent(r.busy_ratio, MARKED_BY),
@@ -668,7 +668,7 @@ def digest_document(digest: Digest) -> Document:
                 *lead(key),
                 p.user,
                 job_name(r.record),
-                str(len(r.record.gpus)),
+                str(r.record.gpu_count or "n/a"),
                 ", ".join(r.record.models),
                 f"{', '.join(r.unused)} ({words.duration(r.unused_seconds)} held)" if r.unused else "",
                 r.mig_profile,

@@ -42,7 +42,7 @@ _FIELD_VALUES: dict[str, _Field] = {
     "pod": lambda r, mark: r.pod,
     "partition": lambda r, mark: r.partition,
     "nodes": lambda r, mark: ",".join(r.nodes),
-    "gpus": lambda r, mark: str(len(r.gpus)),
+    "gpus": lambda r, mark: str(r.gpu_count or UNKNOWN),
     "status": lambda r, mark: "running" if r.running else "finished",
     "mark": lambda r, mark: mark,
     # The start as --since and --until read it.

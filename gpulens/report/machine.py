@@ -57,7 +57,7 @@ _CSV_TABLE: tuple[tuple[str, _Cell], ...] = (
     ("partition", lambda r, mark: r.partition),
     ("nodes", lambda r, mark: " ".join(r.nodes)),
     ("models", lambda r, mark: " ".join(r.models)),
-    ("gpus", lambda r, mark: len(r.gpus)),
+    ("gpus", lambda r, mark: "" if r.gpu_count is None else r.gpu_count),
     ("start", lambda r, mark: f"{r.start:.0f}"),
     ("end", lambda r, mark: f"{r.last_seen:.0f}"),
     ("running", lambda r, mark: int(r.running)),
@@ -307,7 +307,7 @@ def _resize(z: Resize) -> dict[str, Any]:
     r = z.record
     return {
         **_named(r),
-        "gpus": len(r.gpus),
+        "gpus": r.gpu_count,
         "models": list(r.models),
         "unused_gpus": list(z.unused),
         "unused_seconds": z.unused_seconds,

@@ -196,6 +196,22 @@ def test_a_fleet_read_for_its_tables_is_refused():
         to_lines(replace(fleet, shown_only=True))
 
 
+def test_a_job_whose_gpus_its_source_does_not_name_has_no_gpu_count_in_any_format():
+    """VictoriaMetrics counts the GPU-seconds of a job that ended before its first scrape, and holds no series of
+    its GPUs: '0 GPUs' beside GPU-hours read as a job that held none."""
+    import csv
+    import io
+
+    from gpulens.report.machine import to_csv, to_json
+
+    record = JobRecord("slurm", "9", start=0.0, last_seen=600.0, state_seconds={"busy": 600.0})
+    fleet = fleet_report([record, replace(record, id="10", gpus=("GPU-a", "GPU-b"))], "user", 0.0, 600.0, 60.0, "t")
+    assert {parsed(line)["job"]: parsed(line)["gpus"] for line in to_lines(fleet).splitlines()} == {"9": "-", "10": "2"}
+    assert {r["id"]: r["gpus"] for r in csv.DictReader(io.StringIO(to_csv(fleet)))} == {"9": "", "10": "2"}
+    assert {j["id"]: j["gpus"] for j in json.loads(to_json(fleet))["jobs"]} == {"9": [], "10": ["GPU-a", "GPU-b"]}
+    assert dict(job_document(job_report([record], "t", 60.0)).facts)["GPUs"] == "? x unknown model"
+
+
 def test_a_busy_ratio_just_under_a_mark_s_threshold_is_not_written_as_the_threshold():
     """24.96% busy is a warning (below 25%): the line, the verdict and the tables say 24.9% or 24%, never 25."""
     record = JobRecord(
