@@ -12,7 +12,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import requests
@@ -163,7 +163,7 @@ class HttpClient:
         MAX_ANSWER_BYTES, decompressed; raise HttpError otherwise."""
         chunks, size = [], 0
         try:
-            for chunk in response.iter_content(1 << 16):
+            for chunk in _as_it_comes(response):
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
                     raise self.error(
@@ -173,7 +173,8 @@ class HttpClient:
                 if time.monotonic() > deadline:
                     raise self.error(f"did not finish its answer within {self.timeout:g} s; {self._slow}")
                 chunks.append(chunk)
-        except requests.RequestException as error:  # a read timed out, or the connection broke mid-answer
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:  # a read timed out, or
+            # the connection broke mid-answer (urllib3's own errors, where its read1 is called without requests)
             if _timed_out(error):
                 raise self.error(f"did not finish its answer within {self.timeout:g} s; {self._slow}") from None
             raise self.error(f"broke off its answer ({self.said(_reason(error))}); {self._unreachable}") from None
@@ -280,6 +281,18 @@ def _system_cas() -> str | bool:
     """Return the system's trusted CAs for `requests`, which would otherwise trust certifi's bundle only."""
     paths = ssl.get_default_verify_paths()
     return paths.cafile or paths.capath or True
+
+
+def _as_it_comes(response: requests.Response) -> Iterator[bytes]:
+    """The answer's bytes, decompressed, as the socket gives them: one read each (urllib3's read1), so that a
+    deadline checked between them holds against a server that trickles its answer a byte at a time, where a read
+    of 64 KiB would wait for all of them. Where urllib3 has no read1 (before 2.0), 64 KiB at a time."""
+    raw = response.raw
+    if not hasattr(raw, "read1"):
+        yield from response.iter_content(1 << 16)
+        return
+    while piece := raw.read1(1 << 16, decode_content=True):
+        yield piece
 
 
 def _timed_out(error: BaseException) -> bool:
