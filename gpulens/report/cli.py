@@ -433,11 +433,17 @@ def _output(path: str | None) -> str | None:
         return None
     if not path:
         raise UsageError("--output is empty; give a file to write the report to, or - for standard output")
-    with contextlib.suppress(OSError), open(path, "rb") as f:
+    # SQLite keeps a database's latest writes beside it, in NAME-wal (and NAME-shm, NAME-journal) until they are
+    # checkpointed into it: written over, those writes are lost.
+    database, suffix = path, ""
+    for side in ("-wal", "-shm", "-journal"):
+        if path.endswith(side):
+            database, suffix = path.removesuffix(side), side
+    with contextlib.suppress(OSError), open(database, "rb") as f:
         if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+            what = f"the {suffix} file of an SQLite database" if suffix else "an SQLite database"
             raise UsageError(
-                f"--output {printable(path)} is an SQLite database (a ledger?); a report never writes over one: "
-                "give another file"
+                f"--output {printable(path)} is {what} (a ledger?); a report never writes over one: give another file"
             )
     return path
 

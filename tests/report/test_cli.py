@@ -474,6 +474,14 @@ def test_an_output_that_is_an_sqlite_database_is_refused_and_left_as_it_was(caps
         err = capsys.readouterr().err
         assert f"--output {output} is an SQLite database (a ledger?)" in err and "give another file" in err
     assert ledger.read_bytes() == before
+    # A live ledger's latest writes are in its -wal file until they are checkpointed: written over, they were lost.
+    for side in ("-wal", "-shm", "-journal"):
+        beside = tmp_path / f"ledger.sqlite{side}"
+        beside.write_bytes(b"pages")
+        assert run(["fleet", "--ledger", str(ledger), *window(fleet_run), "-o", str(beside)]) == 2
+        err = capsys.readouterr().err
+        assert f"--output {beside} is the {side} file of an SQLite database (a ledger?)" in err
+        assert beside.read_bytes() == b"pages"
 
 
 @pytest.mark.parametrize(
