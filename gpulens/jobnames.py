@@ -30,7 +30,10 @@ def job_id(value: Any, where: str, kind: str = "slurm") -> str:
         or not all(parts)
     ):
         raise checks.Invalid(where, f"{checks.shown(found)} is not a job id; write it as the log names it, e.g. '1234'")
-    if kind == "slurm" and not (found.isascii() and found.isdigit()):
+    # Slurm numbers its jobs from 1, a 32-bit count written without leading zeros (squeue prints 8001, never 08001).
+    if kind == "slurm" and not (
+        found.isascii() and found.isdigit() and found == str(int(found)) and 0 < int(found) < 2**32
+    ):
         # The agent names a Slurm job by the number in its cgroup (job_1234): an array task has one of its own.
         raise checks.Invalid(
             where,

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpulens import statefiles
+from gpulens import checks, statefiles
 from gpulens.reclaim.ladder import Keep, Place
 from gpulens.statefiles import NUMBER, TEXT, TIME
 
@@ -111,9 +111,16 @@ class Folder:
             log.warning("%s; every job starts at the foot of its ladder", unreadable)
         document = document or {}
         found = document.get("places")
+        if found is not None and not isinstance(found, dict):
+            log.warning(
+                "%s: its places are not a mapping of job to place; every job starts at the foot of its ladder", path
+            )
         places = {}
         for key, value in found.items() if isinstance(found, dict) else ():
             problem = statefiles.record_problem(value, PLACE_FIELDS, required=("idle_since", "seen_at"))
+            unknown = sorted(set(value) - set(PLACE_FIELDS)) if isinstance(value, dict) else []
+            if not problem and unknown:  # a newer service's, or a hand edit
+                problem = f"it has a field this service does not know: {checks.shown(unknown[0])}"
             if not problem and not all(
                 isinstance(v, str) for name in ("nodes", "devices") for v in value.get(name, ())
             ):

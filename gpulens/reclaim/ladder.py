@@ -373,11 +373,20 @@ class _Deciding:
         why_held = self.held.get("*") or self.held.get(job.key) or ""
         idle = None if why_held else idle_seconds(job, rule.idle_share, now)
         if idle is None:  # neither up the ladder nor down it
-            if place is not None:
-                place = _seen(place, job, rule, now, held=True)
-                self.places[job.key] = place
-                if place.warned and not place.acted_at:
-                    self.skip(job, rule, place, now - place.idle_since, why_held or _unknown(job), pending=True)
+            # Seen held the first time, it gets a place too: what it holds now holds it later, should it go unread.
+            place = _seen(place or Place(idle_since=now, seen_at=now), job, rule, now, held=True)
+            self.places[job.key] = place
+            why = why_held or _unknown(job)
+            if place.warned and not place.acted_at:
+                self.skip(job, rule, place, now - place.idle_since, why, pending=True)
+            elif not place.acted_at:
+                # Not warned yet: said once where what is read of it alone would have it warned, so that a job held
+                # for long (a GPU of it gone for good) shows in the log.
+                sure = idle_seconds(
+                    replace(job, devices=tuple(d for d in job.devices if not _unsure(d))), rule.idle_share, now
+                )
+                if sure is not None and sure >= rule.warn_after[0]:
+                    self.skip(job, rule, place, sure, why)
             return
         if idle <= 0:
             if place is not None and (place.warned or place.signalled_at or place.acted_at):

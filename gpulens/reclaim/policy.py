@@ -66,6 +66,12 @@ class Match:
     users: tuple[str, ...] = key(each, text, default=())
     models: tuple[str, ...] = key(each, text, default=())
 
+    @property
+    def every(self) -> bool:
+        """Whether it matches every job: no list given but patterns that match anything ('*')."""
+        lists = (self.job_kinds, self.partitions, self.namespaces, self.accounts, self.users)
+        return not any(lists) and all(not patterns or "*" in patterns for patterns in (self.nodes, self.models))
+
     def matches(self, facts: Mapping[str, str], nodes: tuple[str, ...], models: tuple[str, ...]) -> bool:
         """Whether a job with these `facts` (job_kind, partition, namespace, account, user), on `nodes`, with
         GPUs of `models`, is one of these jobs."""
@@ -163,7 +169,7 @@ class Policy:
             raise Invalid("policies", f"the name {twice!r} is given twice; name each policy once")
         if not self.policies:
             raise Invalid("policies", "is empty; give one policy, or leave the key out for the default")
-        every = next((rule for rule in self.policies[:-1] if rule.match == Match()), None)
+        every = next((rule for rule in self.policies[:-1] if rule.match.every), None)
         if every is not None:  # the first policy that matches a job is its policy
             after = self.policies[self.policies.index(every) + 1]
             raise Invalid(

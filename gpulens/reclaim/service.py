@@ -182,17 +182,21 @@ class Service:
         answer = self.source.fleet(WINDOW)
         self.problems, self.gpus_read = answer.problems, len(answer.value.gpus)
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
+        # A job its scheduler answered for and no longer lists has ended: its place goes, seen or not (a job out of
+        # sight on a node whose agent is down would stay pending, held, for as long as the agent is). One acted on
+        # keeps it: requeued, it keeps its id, and it is not acted on again until it works.
+        known = {k: p for k, p in self.places.items() if p.acted_at is not None or not _ended(k, running)}
         # A node's problem holds the jobs seen on it, now or when last seen (those out of sight, and those seen
         # now only on their other nodes), as a GPU a job held that reads nothing sure now holds the job.
-        nodes = {key: set(place.nodes) for key, place in self.places.items()}
+        nodes = {key: set(place.nodes) for key, place in known.items()}
         for job in jobs:
             nodes.setdefault(job.key, set()).update(job.nodes)
         held.update(_held(answer.problems, nodes))
-        for key, why in let_go(jobs, self.places, answer.value.gpus).items():
+        for key, why in let_go(jobs, known, answer.value.gpus).items():
             held.setdefault(key, why)
         self.recent = [t for t in self.recent if t > now - HOUR]
         cycle = decide(
-            now, self.policy, jobs, self.places, self.folder.keeps(), held, len(self.recent), acts_on=tuple(self.actors)
+            now, self.policy, jobs, known, self.folder.keeps(), held, len(self.recent), acts_on=tuple(self.actors)
         )
         places = dict(cycle.places)
         if self.policy.mode == "enforce":
@@ -393,6 +397,13 @@ def _checkpoint_event(answer: Answer[tuple[CheckpointAnswer, ...]]) -> tuple[str
     states = {a.state for a in answered}
     event = "not_checkpointed" if not states else "checkpointed" if states == {"done"} else "checkpoint_failed"
     return event, "; ".join(said)
+
+
+def _ended(key: str, running: Mapping[str, Mapping[str, Facts] | None]) -> bool:
+    """Whether the job `key` names has ended: its kind's scheduler answered, and does not list it."""
+    kind, _, job_id = key.partition("/")
+    listed = running.get(kind)
+    return listed is not None and job_id not in listed
 
 
 def _held(problems: Iterable[SourceProblem], nodes: Mapping[str, Collection[str]]) -> dict[str, str]:

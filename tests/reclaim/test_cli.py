@@ -67,6 +67,10 @@ def test_run_help_names_every_placeholder_of_the_warn_command(capsys):
             "policies:\n  - {name: all}\n  - {name: gpu, match: {partitions: [gpu]}}\n",
             "policies: 'gpu' comes after 'all', which matches every job, so it never applies; put it before 'all'",
         ),
+        (
+            "policies:\n  - {name: all, match: {nodes: ['*']}}\n  - {name: gpu}\n",
+            "policies: 'gpu' comes after 'all', which matches every job",
+        ),
         ("policies:\n  - {name: a, warn_after: [2h, 1h]}\n", "policies[0].warn_after: must go up"),
         (
             "policies:\n  - {name: a, warn_after: [], act_after: 1h}\n",
@@ -136,6 +140,9 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
         # squeue's array task and step ids: the service knows a Slurm job by its number, which a keep must name.
         (("keep", "1234_5", "--for", "8h", "--reason", "x"), "JOB '1234_5': '1234_5' is not a Slurm job id; give the"),
         (("keep", "slurm/5005.0", "--end", "--reason", "x"), "'5005.0' is not a Slurm job id; give the job's number"),
+        (("keep", "08001", "--for", "8h", "--reason", "x"), "'08001' is not a Slurm job id"),  # squeue prints 8001
+        (("keep", "0", "--for", "8h", "--reason", "x"), "'0' is not a Slurm job id"),
+        (("keep", "4294967296", "--for", "8h", "--reason", "x"), "'4294967296' is not a Slurm job id"),
         (("keep", "1234", "--reason", "x"), "one of the arguments --for --end is required"),
         (("log", "--since", "yesterday"), "--since: 'yesterday' is not a duration"),
         (

@@ -267,10 +267,12 @@ def test_the_agent_down_of_one_node_of_a_job_holds_it_though_its_other_node_read
     down = SourceProblem("agent node-b at http://node-b:10906", "connection refused", "node-b")
     made.source.gpus, made.source.problems = [gpu(0)], (down,)
     run_until(made, clock, 300)
-    assert audit(folder) == [] and "100" in slurm.jobs  # its GPU on node-a idle since START: warned at 60 before
+    # Its GPU on node-a idle since START: warned at 60 before. The log says once why it is not.
+    assert audit(folder) == [(60, "skipped", "slurm/100")] and "100" in slurm.jobs
+    assert list(folder.audit_records())[0]["reason"] == f"{down}; its jobs are not acted on until it answers"
     made.source.gpus, made.source.problems = [gpu(0), replace(busy, since=START + 301 * MIN)], ()
     run_until(made, clock, 320)
-    assert audit(folder) == [] and "100" in slurm.jobs
+    assert audit(folder) == [(60, "skipped", "slurm/100")] and "100" in slurm.jobs
 
 
 @pytest.mark.parametrize(
@@ -286,11 +288,35 @@ def test_a_gpu_of_the_job_that_reads_nothing_sure_holds_it_though_its_other_gpu_
     run_until(made, clock, 30)
     made.source.gpus = [gpu(0), *then]
     run_until(made, clock, 300)
-    assert audit(folder) == [] and "100" in slurm.jobs
+    assert audit(folder) == [(60, "skipped", "slurm/100")] and "100" in slurm.jobs
+    why = list(folder.audit_records())[0]["reason"]
+    assert why.startswith("GPU 1 on node-a, which the job held when last seen, ") and "acting only on what is" in why
     # Read again free, the GPU was let go: the job is judged by its idle GPU again, idle since START.
     made.source.gpus = [gpu(0), replace(gpu(1, state="free"), holders=())]
     run_until(made, clock, 301)
-    assert audit(folder) == [(301, "warned", "slurm/100")]
+    assert audit(folder) == [(60, "skipped", "slurm/100"), (301, "warned", "slurm/100")]
+
+
+def test_a_warned_job_its_scheduler_no_longer_lists_is_not_left_pending_while_its_agent_is_down(tmp_path):
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+    run_until(made, clock, 70)
+    assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds")
+    made.source.gpus = []
+    made.source.problems = (SourceProblem("agent node-a at http://node-a:10906", "connection refused", "node-a"),)
+    del slurm.jobs["100"]  # it ended while its agent was down
+    run_until(made, clock, 80)
+    assert series(made, "gpulens_reclaim_pending_action_timestamp_seconds") == [] and "slurm/100" not in made.places
+
+
+def test_a_job_seen_held_the_first_time_is_held_when_a_gpu_it_held_then_goes_unread(tmp_path):
+    """Held on first sight (a GPU of it unknown), it had no place: once that GPU fell off the bus, it was seen on
+    its idle GPU alone, warned and cancelled."""
+    unknown = gpu(1, state="unknown", reason="no_data", since=None)
+    made, clock, slurm, folder = service(tmp_path, [gpu(0), unknown])
+    run_until(made, clock, 30)
+    made.source.gpus = [gpu(0)]
+    run_until(made, clock, 300)
+    assert [e for _, e, _ in audit(folder)] == ["skipped"] and "100" in slurm.jobs
 
 
 @pytest.mark.parametrize(
@@ -404,6 +430,10 @@ def test_a_place_that_does_not_read_starts_its_job_again_and_a_file_that_does_no
     assert f"{places}: the place of slurm/100 does not read (its idle_since is 'x', not seconds since" in caplog.text
     again.cycle()  # the job starts at the foot of its ladder, idle since its verdict says: warned again
     assert audit(folder)[-1] == (71, "warned", "slurm/100")
+    document["places"]["slurm/100"] = {"idle_since": START, "seen_at": START, "extra": 1}  # a newer service's
+    places.write_text(json.dumps(document))
+    assert "slurm/100" not in Service(made.source, made.policy, folder, clock=clock).places
+    assert "the place of slurm/100 does not read (it has a field this service does not know: 'extra')" in caplog.text
     places.write_text('{"mode": "enforce", "places": {"slurm/1')
     assert Service(made.source, made.policy, folder, clock=clock).places == {}
     assert places.with_name("places.json.unreadable").read_text() == '{"mode": "enforce", "places": {"slurm/1'
