@@ -867,6 +867,9 @@ def read_records(
                 _check_numbers(point, _POINT_NUMBERS, f"run {run} timeline")
                 _check_numbers(point, ("t",), f"run {run} timeline", times=True)
             record = replace(record, timeline=tuple(_point(p) for p in points))
+        problem = record.problem()
+        if problem:
+            raise checks.Invalid(f"run {run}", problem)
         records.append(record)
     return records
 

@@ -276,6 +276,30 @@ class JobRecord:
         whole = [(tip.id, TipUse(self.gpu_seconds, tip.text)) for tip in job_tips(work, self.kind)]
         return [*whole, *((i, use) for i, use in ranked if i not in JOB_TIP_IDS)][:limit]
 
+    def problem(self) -> str:
+        """What no run of a job can have, in a record read from a file or an answer ("" where there is none): a
+        start after its last sighting, a count below 0, more time busy than sampled or active than GPM covered,
+        more memory than its GPU has, or more GPU-seconds than its GPUs had seconds between its first and last
+        sighting (with a minute of each for the cycles around them)."""
+        if self.start > self.last_seen:
+            return f"start is {self.start:.0f}, later than its last_seen, {self.last_seen:.0f}"
+        counts = {name: getattr(self, name) for name in (*ADDITIVE, *PEAKS, *REQUESTS)}
+        counts |= {f"state_seconds.{state}": seconds for state, seconds in self.state_seconds.items()}
+        counts |= {f"tips.{tip}.seconds": use.seconds for tip, use in self.tips.items()}
+        below = next((name for name, value in counts.items() if value < 0), None)
+        if below is not None:
+            return f"{below} is {counts[below]!r}, below 0"
+        for part, whole in (("busy_seconds", "sampled_seconds"), ("sm_activity_seconds", "gpm_seconds")):
+            if getattr(self, part) > getattr(self, whole) * (1 + 1e-6) + 1:
+                return f"{part} is {getattr(self, part):.6g}, more than its {whole}, {getattr(self, whole):.6g}"
+        if self.memory_capacity_bytes and self.memory_peak_bytes > self.memory_capacity_bytes:
+            return f"memory_peak_bytes is {self.memory_peak_bytes}, more than its GPU's {self.memory_capacity_bytes}"
+        most = (self.duration_seconds + 60) * len(self.gpus) * (1 + 1e-6)
+        if self.gpus and self.gpu_seconds > most:
+            held = f"{self.gpu_seconds:.6g} GPU-seconds on {len(self.gpus)} GPU(s)"
+            return f"it held {held}, more than they had between its first and last sighting, {most:.0f}"
+        return ""
+
     def to_dict(self, timeline: bool = True) -> dict[str, Any]:
         """Return the record as JSON-ready data (the ledger's HTTP answer and the reports' JSON)."""
         out: dict[str, Any] = {}
@@ -311,7 +335,7 @@ class JobRecord:
                 str(k): TipUse(checks.number(v["seconds"], "tips.seconds"), str(v.get("text", "")))
                 for k, v in (data.get("tips") or {}).items()
             }
-            return cls(
+            record = cls(
                 kind=str(data["kind"]),
                 id=str(data["id"]),
                 start=_epoch(data["start"], "start"),
@@ -329,12 +353,19 @@ class JobRecord:
                 devices={str(k): _device(v) for k, v in (data.get("devices") or {}).items()},
                 timeline=tuple(TimelinePoint.from_dict(p) for p in data.get("timeline") or ()),
             )
+            for name in ("nodes", "gpus", "models"):
+                if not isinstance(data.get(name) or [], list):  # a text would read as one item per character
+                    raise checks.Invalid(name, f"expected a list, got {checks.described(data[name])}")
         except KeyError as error:
             raise ValueError(f"a job record without {error}") from None
         except checks.Invalid as error:
             raise ValueError(f"a job record whose {error}") from None
         except (TypeError, ValueError, AttributeError, OverflowError):  # a list where an object goes, and the like
             raise ValueError("a job record whose fields are not of the types a job record's are") from None
+        problem = record.problem()
+        if problem:
+            raise ValueError(f"a job record whose {problem}")
+        return record
 
 
 def _device(data: Mapping[str, Any]) -> DeviceUse:

@@ -251,6 +251,10 @@ def test_a_corrupt_ledger_is_reported_and_left_untouched(capsys, tmp_path, fleet
         ("jobs", "gpus", "'not json'", "gpus: expected a JSON list of strings, got 'not json'"),
         ("jobs", "models", "'{\"a\": 1}'", "models: expected a JSON list of strings, got '{\"a\": 1}'"),
         ("jobs", "gpus", "'[1]'", "gpus: expected a JSON list of strings, got '[1]'"),
+        # Finite counts no run can have: a busy ratio of 300% read 'ok', a peak twice the GPU's memory.
+        ("jobs", "busy_seconds", "sampled_seconds * 3 + 10", "busy_seconds is "),
+        ("jobs", "memory_peak_bytes", "memory_capacity_bytes * 2 + 1", "memory_peak_bytes is "),
+        ("jobs", "state_idle_seconds", "1e300", "GPU-seconds on "),
     ],
 )
 def test_a_value_no_run_can_have_makes_the_ledger_corrupt_in_every_format(

@@ -143,6 +143,25 @@ def test_round_trip_through_json():
             JobRecord.from_dict({**sized.to_dict(), name: wrong})
 
 
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # What an agent answered, that a ledger file would be refused for, and the reports read as written.
+        ({"state_seconds": {"idle": -100.0}}, "state_seconds.idle is -100.0, below 0"),
+        ({"start": 7200.0}, "start is 7200, later than its last_seen, 3600"),
+        ({"memory_peak_bytes": -5}, "memory_peak_bytes is -5, below 0"),
+        ({"gpus": "GPU-1"}, "gpus: expected a list, got"),  # five GPUs, one per character
+        ({"busy_seconds": 3 * 3600.0}, "busy_seconds is 10800, more than its sampled_seconds, 3600"),
+        ({"memory_peak_bytes": 2 * 2**30, "memory_capacity_bytes": 2**30}, "memory_peak_bytes is 2147483648, more"),
+        ({"state_seconds": {"idle": 1e300}}, "it held 1e+300 GPU-seconds on 1 GPU(s), more than they had"),
+    ],
+)
+def test_a_record_no_run_can_have_is_refused(change, said):
+    with pytest.raises(ValueError, match="a job record whose") as refused:
+        JobRecord.from_dict({**job().to_dict(), **change})
+    assert said in str(refused.value)
+
+
 def test_progress_shows_only_when_slow():
     now = [0.0]
     quick = Progress(enabled=True, clock=lambda: now[0])
