@@ -9,8 +9,8 @@ stderr that names the problem and the fix.
 from __future__ import annotations
 
 import argparse
-import calendar
 import contextlib
+import datetime
 import os
 import shutil
 import sys
@@ -115,11 +115,14 @@ def _parse_time(text: str, flag: str, now: float) -> float:
         return now - units.parse_duration(text, flag)
     except units.UnitError:
         pass
-    for layout in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
-        try:
-            return float(calendar.timegm(time.strptime(text, layout)))
-        except ValueError:
-            continue
+    try:  # ISO 8601, 'T' or a space between date and time, seconds optional; UTC unless an offset is given
+        moment = datetime.datetime.fromisoformat(text.removesuffix("Z") + ("+00:00" if text.endswith("Z") else ""))
+    except ValueError:
+        pass
+    else:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        return moment.timestamp()
     raise UsageError(
         f"{flag}: {text!r} is not a time; write a duration {_before(flag)} (7d), a date "
         "(2026-01-31 or 2026-01-31T12:00:00Z, UTC) or epoch seconds"

@@ -1,5 +1,6 @@
 """`gpulens report` as a user meets it: every format, and every mistake answered in one line."""
 
+import calendar
 import csv
 import hashlib
 import io
@@ -18,7 +19,7 @@ import pytest
 
 from gpulens import words
 from gpulens.fleet.past import LedgerFiles
-from gpulens.report.cli import run
+from gpulens.report.cli import parse_time, run
 from gpulens.report.machine import CSV_COLUMNS
 from gpulens.usage import JobRecord
 from tests.dashboard.httpfake import fake_server, json_reply
@@ -669,6 +670,15 @@ def test_an_empty_period_in_a_store_names_the_stores_fix(capsys, command, said):
     with fake_server(empty) as (url, _):
         line = fails(capsys, [command, "--prometheus", url, "--format", "json"], 1, said, f"widen --since or {fix}")
     assert line.endswith(fix) and "ledger" not in line
+
+
+@pytest.mark.parametrize(
+    "written",
+    ["2026-12-05 12:00", "2026-12-05T12:00", "2026-12-05T12:00:00", "2026-12-05T12:00:00Z", "2026-12-05T14:00+02:00"],
+)
+def test_an_iso_time_reads_alike_with_t_or_a_space_and_utc_unless_an_offset_is_given(written):
+    """'2026-12-05 12:00' was read, '2026-12-05T12:00' and an offset refused."""
+    assert parse_time(written, "--since", 0.0) == calendar.timegm((2026, 12, 5, 12, 0, 0))
 
 
 def test_energy_never_measured_is_not_a_number_in_any_format(capsys, tmp_path, fleet_run):
