@@ -721,6 +721,13 @@ class Prometheus:
                     "No tips are followed up: the agents export no per-job totals; start them with "
                     "--jobs.export-totals."
                 )
+            else:
+                if not runs:  # no Kubernetes job in the period, or none whose totals the store holds
+                    notes.append(
+                        "No tips are followed up: the store holds the totals of no Kubernetes job of the period (a "
+                        "follow-up names a job by its pod; the agents export them with --jobs.export-totals); "
+                        "the ledgers follow up every job (--ledger or --agent)."
+                    )
         with collector_paused:  # a month of a big fleet's jobs, and no cycles among them
             return trend_report(daily, runs, by, since, until, min_duration, self.description, notes)
 

@@ -52,6 +52,19 @@ def test_the_days_are_the_months_from_raw_counters_then_the_rule(prometheus_url,
     )
 
 
+def test_a_trend_whose_store_holds_no_kubernetes_run_says_it_follows_up_no_tip(prometheus_url, monkeypatch):
+    """The follow-ups name a job by its pod: a store with no Kubernetes job's totals said only 'None.'."""
+    source = Prometheus(prometheus_url)
+    followed = source.trend("namespace", month.MONTH_START, month.MONTH_END, 300.0, _quiet)
+    assert followed.follow_ups and not any("No tips are followed up" in n for n in followed.notes)
+    monkeypatch.setattr(source, "_records", lambda *asked: [])
+    none = source.trend("namespace", month.MONTH_START, month.MONTH_END, 300.0, _quiet)
+    assert not none.follow_ups
+    assert any(
+        n.startswith("No tips are followed up: the store holds the totals of no Kubernetes job") for n in none.notes
+    )
+
+
 def test_the_store_and_a_ledger_tell_the_same_trend(prometheus_url):
     records = month.records()
     ledger = trend_report(
