@@ -17,7 +17,7 @@ from typing import Any
 from gpulens import thresholds as t
 from gpulens import tips as tip_catalog
 from gpulens import words
-from gpulens.fleet.summary import NO_DATA, RED, SHORT, WARNING, FleetReport, JobReport, group_key
+from gpulens.fleet.summary import NO_DATA, NONE, RED, SHORT, WARNING, FleetReport, JobReport, group_key
 from gpulens.fleet.traces import ReportTraces
 from gpulens.fleet.trend import (
     GONE,
@@ -458,12 +458,9 @@ def trend_document(report: TrendReport) -> Document:
     for label, group in (("improved most", improved[:1]), ("worsened most", worsened[:1])):
         if group:
             g = group[0]
-            facts.append(
-                (
-                    label,
-                    f"{g.key}: {hours(g.change.first_per_day)} → {hours(g.change.last_per_day)} wasted GPU-hours a day",
-                )
-            )
+            who = f"the jobs with no {report.by}" if g.key == NONE else g.key  # "(none)" read as nobody improved
+            moved = f"{hours(g.change.first_per_day)} → {hours(g.change.last_per_day)} wasted GPU-hours a day"
+            facts.append((label, f"{who}: {moved}"))
     if report.follow_ups:
         facts.append(
             (

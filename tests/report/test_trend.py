@@ -214,6 +214,16 @@ def test_a_period_that_starts_mid_day_counts_its_first_day_by_the_hours_measured
         check_period(since, since + DAY_SECONDS)
 
 
+def test_a_group_of_jobs_with_no_namespace_is_named_so_in_the_headline():
+    """'improved most: (none)' read as if no group improved."""
+    runs = [
+        *(replace(_run(f"a{d}", START + d * DAY_SECONDS, {"idle": HOUR * (8 - d)}), namespace="") for d in range(8)),
+        *(_run(f"b{d}", START + d * DAY_SECONDS, {"idle": HOUR}) for d in range(8)),  # namespace ml, level
+    ]
+    text = markdown.render(trend_document(_month(runs=runs)))
+    assert "- **improved most**: the jobs with no namespace: " in text and "(none):" not in text
+
+
 def test_the_markdown_states_the_direction_the_groups_and_the_tips_followed():
     text = markdown.render(trend_document(_month()))
     assert "- **waste**: down 26%: 2.00 GPU-h wasted a day in the first 7 days, 1.49 GPU-h in the last 7" in text
