@@ -10,6 +10,7 @@ from html import escape
 from gpulens import words
 from gpulens.fleet.summary import FleetReport, JobReport
 from gpulens.fleet.trend import REASONS, TrendReport, Usage
+from gpulens.printable import printable
 from gpulens.report import charts
 from gpulens.report.digest import Digest
 from gpulens.report.document import Document, digest_document, fleet_document, job_document, trend_document
@@ -52,11 +53,12 @@ def _page(doc: Document, charts_html: str) -> str:
     facts = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in doc.facts)
     sections = [f"<h1>{escape(doc.title)}</h1>", f'<dl class="facts">{facts}</dl>', charts_html]
     for table in doc.tables:
-        head = "".join(f"<th>{escape(h)}</th>" for h in table.headers)
+        # A cell or a group's name a job chose: what is not printable is written as the terminal and CSV write it.
+        head = "".join(f"<th>{escape(printable(h))}</th>" for h in table.headers)
         marks = table.marks or ("",) * len(table.rows)
         body = (
             "".join(
-                f'<tr class="{escape(mark)}">' + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>"
+                f'<tr class="{escape(mark)}">' + "".join(f"<td>{escape(printable(c))}</td>" for c in row) + "</tr>"
                 for row, mark in zip(table.rows, marks, strict=True)
             )
             or f'<tr><td colspan="{len(table.headers)}">None.</td></tr>'

@@ -50,8 +50,9 @@ def renderable(doc: Document) -> Group:
     parts.append(facts)
     for table in doc.tables:
         rich = RichTable(title=table.title, title_justify="left", title_style="bold", header_style="bold")
-        for header in table.headers:
-            rich.add_column(header, justify="right" if header in _NUMERIC else "left", overflow="fold")
+        for header in table.headers:  # a trend's per-day table heads its columns with the groups' names
+            numeric = header in _NUMERIC
+            rich.add_column(escape(printable(header)), justify="right" if numeric else "left", overflow="fold")
         marks = table.marks or ("",) * len(table.rows)
         for row, mark in zip(table.rows, marks, strict=True):
             rich.add_row(*(escape(printable(c)) for c in row), style=STYLES.get(mark, ""))

@@ -332,6 +332,19 @@ def test_a_grouping_the_store_does_not_record_is_a_usage_mistake(capsys):
     fails(capsys, ["trend", "--prometheus", "http://127.0.0.1:1", "--by", "partition"], 2, "records no partition")
 
 
+def test_a_name_a_job_chose_is_written_printable_in_a_table_s_head_and_cells():
+    """A user 'tab<TAB>user' split the terminal's per-day table head over two lines, and the HTML page wrote the
+    tab and a pod's newline raw, where the terminal, CSV and line formats write them as escapes."""
+    from gpulens.report import htmlpage, terminal
+    from gpulens.report.document import Document, Table
+
+    doc = Document("Waste trend", (), (Table("Per day", ("day", "tab\tuser"), (("2026-12-01", "pod|x\nline2"),)),))
+    said = terminal.render(doc, width=200)
+    assert "tab\\tuser" in said and "\t" not in said and "pod|x\\nline2" in said
+    page = htmlpage._page(doc, "")
+    assert "<th>tab\\tuser</th>" in page and "<td>pod|x\\nline2</td>" in page
+
+
 def test_an_empty_table_says_none_in_every_format_people_read():
     """A trend without follow-ups has an empty 'Tips followed' table: each format says "None." under its title,
     where the terminal drew a row of dashes."""
