@@ -280,7 +280,8 @@ class JobRecord:
         """What no run of a job can have, in a record read from a file or an answer ("" where there is none): a
         start after its last sighting, a count below 0, more time busy than sampled or active than GPM covered,
         more memory than its GPU has, or more GPU-seconds than its GPUs had seconds between its first and last
-        sighting (with a minute of each for the cycles around them)."""
+        sighting, and an hour more each: the cycle that first sees a job charges it the time since the GPU's last
+        cycle (the sampling interval, up to an hour, or a stall of the agent)."""
         if self.start > self.last_seen:
             return f"start is {self.start:.0f}, later than its last_seen, {self.last_seen:.0f}"
         counts = {name: getattr(self, name) for name in (*ADDITIVE, *PEAKS, *REQUESTS)}
@@ -294,7 +295,7 @@ class JobRecord:
                 return f"{part} is {getattr(self, part):.6g}, more than its {whole}, {getattr(self, whole):.6g}"
         if self.memory_capacity_bytes and self.memory_peak_bytes > self.memory_capacity_bytes:
             return f"memory_peak_bytes is {self.memory_peak_bytes}, more than its GPU's {self.memory_capacity_bytes}"
-        most = (self.duration_seconds + 60) * len(self.gpus) * (1 + 1e-6)
+        most = (self.duration_seconds + 3600) * len(self.gpus) * (1 + 1e-6)
         if self.gpus and self.gpu_seconds > most:
             held = f"{self.gpu_seconds:.6g} GPU-seconds on {len(self.gpus)} GPU(s)"
             return f"it held {held}, more than they had between its first and last sighting, {most:.0f}"

@@ -162,6 +162,14 @@ def test_a_record_no_run_can_have_is_refused(change, said):
     assert said in str(refused.value)
 
 
+def test_a_run_charged_the_interval_before_its_first_sighting_is_one_a_job_can_have():
+    """The cycle that first sees a job charges it the time since the GPU's last cycle: up to the sampling interval
+    (an hour at most), or a stall of the agent, before the run's start."""
+    seen_once = JobRecord("slurm", "1", start=100.0, last_seen=100.0, gpus=("GPU-0",), state_seconds={"idle": 3000.0})
+    assert seen_once.problem() == ""
+    assert JobRecord.from_dict(seen_once.to_dict()) == seen_once
+
+
 def test_progress_shows_only_when_slow():
     now = [0.0]
     quick = Progress(enabled=True, clock=lambda: now[0])
