@@ -30,7 +30,7 @@ from gpulens.links import job_link, report_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import AdviceSettings, JobEndSettings
 from gpulens.notify.sender import FAILED, NO_ADDRESS, Message, Outcome, Sender
-from gpulens.reclaim.ladder import Job, spell_seconds
+from gpulens.reclaim.ladder import Job, spell_seconds, unlisted
 from gpulens.vocabulary import State
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,6 @@ def _owners(report: JobReport, key: str) -> JobReport:
 def _ended(job: Job, problems: Sequence[SourceProblem], running: Mapping[str, Collection[str] | None]) -> bool:
     """Whether a job seen before and gone from the fleet now has ended, as far as can be told for sure."""
     if job.kind in running:
-        ids = running[job.kind]
-        return ids is not None and job.id not in ids
+        return unlisted(job.kind, job.id, running)
     # No scheduler answers for its kind: gone from the fleet while the store and its nodes' agents answered.
     return not any(not p.node or p.node in job.nodes for p in problems)

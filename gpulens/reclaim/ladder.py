@@ -177,6 +177,13 @@ class Cycle:
     breaker_open: bool = False
 
 
+def unlisted(kind: str, job_id: str, running: Mapping[str, Collection[str] | None]) -> bool:
+    """Whether the job has ended as its scheduler says: `running` holds each scheduler's running job ids by job
+    kind (None for one that did not answer), and that of `kind` answered without `job_id`."""
+    listed = running.get(kind)
+    return listed is not None and job_id not in listed
+
+
 def device_name(device: FleetGpu) -> str:
     """A GPU as a job's place and the audit log name it, NODE/GPU; a MIG slice's with its UUID after."""
     return f"{device.node}/{device.gpu}" + (f"/{device.uuid}" if device.mig_profile else "")

@@ -48,6 +48,7 @@ from gpulens.reclaim.ladder import (
     decide,
     jobs_in,
     let_go,
+    unlisted,
 )
 from gpulens.reclaim.policy import Policy
 from gpulens.words import duration, plural, when
@@ -185,7 +186,11 @@ class Service:
         # A job its scheduler answered for and no longer lists has ended: its place goes, seen or not (a job out of
         # sight on a node whose agent is down would stay pending, held, for as long as the agent is). One acted on
         # keeps it: requeued, it keeps its id, and it is not acted on again until it works.
-        known = {k: p for k, p in self.places.items() if p.acted_at is not None or not _ended(k, running)}
+        known = {}
+        for key, place in self.places.items():
+            job = place.job(key)
+            if place.acted_at is not None or not unlisted(job.kind, job.id, running):
+                known[key] = place
         # A node's problem holds the jobs seen on it, now or when last seen (those out of sight, and those seen
         # now only on their other nodes), as a GPU a job held that reads nothing sure now holds the job.
         nodes = {key: set(place.nodes) for key, place in known.items()}
@@ -397,13 +402,6 @@ def _checkpoint_event(answer: Answer[tuple[CheckpointAnswer, ...]]) -> tuple[str
     states = {a.state for a in answered}
     event = "not_checkpointed" if not states else "checkpointed" if states == {"done"} else "checkpoint_failed"
     return event, "; ".join(said)
-
-
-def _ended(key: str, running: Mapping[str, Mapping[str, Facts] | None]) -> bool:
-    """Whether the job `key` names has ended: its kind's scheduler answered, and does not list it."""
-    kind, _, job_id = key.partition("/")
-    listed = running.get(kind)
-    return listed is not None and job_id not in listed
 
 
 def _held(problems: Iterable[SourceProblem], nodes: Mapping[str, Collection[str]]) -> dict[str, str]:
