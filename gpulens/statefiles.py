@@ -50,8 +50,8 @@ def write_whole(path: Path, document: Any) -> None:
 
 def read_whole(path: Path, kind: type) -> tuple[Any, str]:
     """Return the JSON document at `path` (None where there is none) and "". Where it does not read, or is no
-    `kind` (dict or list), it is kept aside as NAME.unreadable, for a person to look at, and the return is None and
-    the start of a warning that says so. OSError as it comes."""
+    `kind` (dict or list), it is kept aside as NAME.unreadable (NAME.unreadable.2, ... where one was kept before),
+    for a person to look at, and the return is None and the start of a warning that says so. OSError as it comes."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -62,9 +62,18 @@ def read_whole(path: Path, kind: type) -> tuple[Any, str]:
         if isinstance(document, kind):
             return document, ""
         why = f"not a {'mapping' if kind is dict else 'list'}"
-    aside = path.with_name(path.name + UNREADABLE)
+    aside = _free(path.with_name(path.name + UNREADABLE))
     os.replace(path, aside)
     return None, f"{path} does not read ({why}); it is kept as {aside.name}"
+
+
+def _free(path: Path) -> Path:
+    """`path`, or where a file is there (one kept aside before), the first of PATH.2, PATH.3, ... that is not."""
+    free, number = path, 1
+    while free.exists():
+        number += 1
+        free = path.with_name(f"{path.name}.{number}")
+    return free
 
 
 def append_line(path: Path, record: Mapping[str, Any]) -> None:

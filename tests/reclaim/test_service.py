@@ -438,6 +438,11 @@ def test_a_place_that_does_not_read_starts_its_job_again_and_a_file_that_does_no
     assert Service(made.source, made.policy, folder, clock=clock).places == {}
     assert places.with_name("places.json.unreadable").read_text() == '{"mode": "enforce", "places": {"slurm/1'
     assert "does not read (Unterminated string" in caplog.text and "it is kept as places.json.unreadable" in caplog.text
+    places.write_text("[]")  # the second that does not read is kept beside the first, which a person has yet to read
+    assert Service(made.source, made.policy, folder, clock=clock).places == {}
+    assert places.with_name("places.json.unreadable.2").read_text() == "[]"
+    assert places.with_name("places.json.unreadable").read_text().startswith('{"mode": "enforce"')
+    assert "(not a mapping); it is kept as places.json.unreadable.2" in caplog.text
 
 
 @pytest.mark.parametrize(("mode", "warned"), [("dry-run", "would_warn"), ("notify", "warned"), ("enforce", "warned")])
