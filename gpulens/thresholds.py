@@ -130,6 +130,14 @@ ALERT_THERMAL_THROTTLE_SHARE = 0.25
 # only most of an hour is worth a note (usually a limit set below the board's default).
 ALERT_POWER_THROTTLE_SHARE = 0.5
 
+# Share of the last 5 minutes a GPU was slowed by an external signal (the power supply, the power brake):
+# a signal seen in one or two scrapes is a blip, a quarter of the time is a fault of the node.
+ALERT_HW_SLOWDOWN_SHARE = 0.25
+# Share of the last 30 minutes a GPU's PCIe link ran below its maximum. The agent judges the link only under
+# load, so a GPU that works a little sees the condition a little; a tenth keeps a link caught retraining as
+# load starts (a sample or two) from counting as trained down.
+ALERT_PCIE_DEGRADED_SHARE = 0.1
+
 # The agent's last sampling cycle older than this: the sampler is stuck on a driver call (the /healthz
 # endpoint answers 503 past the same kind of bound).
 ALERT_SAMPLING_STALE_SECONDS = 120.0

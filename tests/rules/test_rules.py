@@ -28,6 +28,8 @@ THRESHOLDS = {
     "GpulensGpuMemoryNearFull": ("> %g", t.ALERT_MEMORY_FULL_RATIO),
     "GpulensGpuThermalThrottling": ("> %g", t.ALERT_THERMAL_THROTTLE_SHARE),
     "GpulensGpuPowerThrottling": ("> %g", t.ALERT_POWER_THROTTLE_SHARE),
+    "GpulensGpuHardwareSlowdown": ("> %g", t.ALERT_HW_SLOWDOWN_SHARE),
+    "GpulensGpuPcieDegraded": ("> %g", t.ALERT_PCIE_DEGRADED_SHARE),
     "GpulensSamplingStalled": ("> %g", t.ALERT_SAMPLING_STALE_SECONDS),
     "GpulensProbeBelowSpec": ("< %g", t.PROBE_MIN_PEAK_RATIO),
     "GpulensProbeBelowFleet": ("< %g", t.PROBE_FLEET_RATIO_LOW),
