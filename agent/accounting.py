@@ -153,6 +153,10 @@ class JobAccounting:
         slices: dict[str, list[DeviceAnalysis]] = {}
         for part in result.instances.values():
             slices.setdefault(part.device.gpu.identity.uuid, []).append(part)
+        # A GPU the driver no longer lists is charged nothing for the time it was gone: listed again, it starts
+        # anew, as in the analysis (a lost GPU stays listed, and held).
+        listed = {gpu.identity.uuid for gpu in snapshot.gpus}
+        self._gpus = {uuid: counters for uuid, counters in self._gpus.items() if uuid in listed}
         for gpu in snapshot.gpus:
             found = result.gpus.get(gpu.identity.uuid)
             busy, sampled, energy, elapsed = self._gpu_deltas(gpu, now)

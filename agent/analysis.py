@@ -161,7 +161,7 @@ class Analysis:
         self._tips = tips
         self._last: dict[str, float] = {}
         self._state_seconds: dict[str, dict[State, float]] = {}
-        self._instances: set[str] = set()  # the MIG devices judged last cycle
+        self._judged: set[str] = set()  # the GPUs and MIG devices judged last cycle
         self._held: dict[str, _HeldTips] = {}
         self._last_held: dict[str, Holders] = {}
         self._known = known
@@ -190,7 +190,7 @@ class Analysis:
             judged[device.uuid] = GpuAnalysis(verdict, tuple(held), tips, context)
             self._count(device.uuid, verdict, now)
         instances = {device.uuid: DeviceAnalysis(device, judged[device.uuid]) for device in slices}
-        self._forget_instances(set(instances))
+        self._forget(set(judged))
         self._remember()
         return AnalysisResult(
             gpus={device.uuid: judged[device.uuid] for device in gpus},
@@ -229,16 +229,18 @@ class Analysis:
         self._last[uuid] = now
         self._state_seconds.setdefault(uuid, dict.fromkeys(State, 0.0))[verdict.state] += elapsed
 
-    def _forget_instances(self, seen: set[str]) -> None:
-        """A MIG device destroyed (or unseen while its GPU is lost) leaves with its history and counters."""
-        gone = self._instances - seen
+    def _forget(self, seen: set[str]) -> None:
+        """A device not judged this cycle leaves with its history and counters: a MIG device destroyed (or unseen
+        while its GPU is lost), a GPU the driver no longer lists. One listed again starts anew, as a lost GPU
+        does: what it did before it went is no evidence of now, and the time it was gone is no state's."""
+        gone = self._judged - seen
         for uuid in gone:
             self._last.pop(uuid, None)
             self._state_seconds.pop(uuid, None)
             self._held.pop(uuid, None)
             self._last_held.pop(uuid, None)
         self._diagnoser.drop(gone)
-        self._instances = seen
+        self._judged = seen
 
     def _jobs_on(self, device: Device) -> list[Job]:
         """The jobs of the processes on the device. A GPU that does not answer (off the bus: every call fails

@@ -100,7 +100,7 @@ class Diagnoser:
         return self._settle(track, now, reason, values, conditions)
 
     def drop(self, gone: set[str]) -> None:
-        """Drop the history of the devices in `gone` (a MIG device destroyed)."""
+        """Drop the history of the devices in `gone` (a MIG device destroyed, a GPU no longer listed)."""
         for uuid in gone:
             self._tracks.pop(uuid, None)
 

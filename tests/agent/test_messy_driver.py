@@ -290,3 +290,23 @@ def _gpus_of(name: str) -> str:
 
     text = resources.files("gpulens.agent.simulator").joinpath("scenarios", f"{name}.yaml").read_text()
     return text[text.index("gpus:") :]
+
+
+def test_a_gpu_the_driver_stops_listing_starts_anew_when_listed_again():
+    """Listed again after 40 s away, an idle GPU kept its idle clock: paged at once as idle all that time, and
+    the time it was gone billed to its job as idle."""
+    held = '{pid: 4202, memory: 20GiB, job: {kind: slurm, id: "777", user: carl}}'
+    text = THREE.replace("utilization: 80", "utilization: 0").replace("{pid: 4202, memory: 20GiB}", held)
+    text += "faults:\n  - {kind: absent, gpu: 1, at: 20, until: 60}\n"
+    agent = make_agent(parse_scenario(text, "three.yaml"), diagnosis={"idle_patience": 10})
+    agent.run(19)
+    gpu = labels(agent, 1)
+    assert verdict(agent, 1).state == State.IDLE
+    agent.run(51)  # t = 70: listed again at 60
+    assert verdict(agent, 1).state == State.IDLE
+    epoch = agent.sampler.snapshot.timestamp
+    assert agent.value("gpulens_gpu_state_since_timestamp_seconds", **gpu) >= epoch - 10
+    counted = sum(agent.value("gpulens_gpu_state_seconds_total", **gpu, state=s.value) or 0 for s in State)
+    assert counted <= 10
+    billed = sum(agent.value("gpulens_job_gpu_state_seconds_total", state=s.value, job_id="777") or 0 for s in State)
+    assert 19 <= billed <= 19 + 10
