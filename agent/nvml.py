@@ -94,6 +94,15 @@ _UNAVAILABLE = (
 )
 # What the agent reads instead of a function this driver lacks, where it does not just skip its metrics.
 _INSTEAD = {
+    **dict.fromkeys(
+        (
+            "nvmlSystemGetDriverVersion",
+            "nvmlSystemGetNVMLVersion",
+            "nvmlSystemGetCudaDriverVersion",
+            "nvmlSystemGetCudaDriverVersion_v2",
+        ),
+        "that version is shown empty",
+    ),
     "nvmlDeviceGetMemoryInfo_v2": "memory is read with nvmlDeviceGetMemoryInfo (v1), the driver's reserve counted "
     "as used and gpulens_gpu_memory_reserved_bytes absent",
 }
@@ -445,11 +454,28 @@ class Nvml:
             pass  # shutting down a library that is already gone is not worth reporting
 
     def system_info(self) -> SystemInfo:
-        driver = self._call("nvmlSystemGetDriverVersion") or ""
-        nvml_version = self._call("nvmlSystemGetNVMLVersion") or ""
-        cuda = self._call("nvmlSystemGetCudaDriverVersion_v2") or self._call("nvmlSystemGetCudaDriverVersion")
+        """The driver's versions; one that does not answer is empty (gpulens_build_info shows it so), and its call
+        is skipped until NVML is initialized again."""
+        driver = self._version("nvmlSystemGetDriverVersion") or ""
+        nvml_version = self._version("nvmlSystemGetNVMLVersion") or ""
+        cuda = self._version("nvmlSystemGetCudaDriverVersion_v2") or self._version("nvmlSystemGetCudaDriverVersion")
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else ""
         return SystemInfo(driver_version=driver, nvml_version=nvml_version, cuda_driver_version=cuda_text)
+
+    def _version(self, function: str) -> Any:
+        """What a version call answers; None where it fails while NVML answers. nvml.h documents
+        NVML_ERROR_LIBRARY_NOT_FOUND for nvmlSystemGetCudaDriverVersion_v2 where libcuda.so.1 is not found (a
+        container given the driver's utility libraries alone): no GPU is the less readable for it."""
+        try:
+            return self._call(function)
+        except NvmlCallError as error:
+            failed: Exception = error
+        except NvmlDown as error:
+            if not self.answers():
+                raise
+            failed = error
+        self._log_missing_once(function, f"failed ({failed})", logging.WARNING)
+        return None
 
     def answers(self) -> bool:
         """Whether NVML itself answers now: a GPU's call that answered UNINITIALIZED or DRIVER_NOT_LOADED while the

@@ -310,3 +310,20 @@ def test_a_gpu_the_driver_stops_listing_starts_anew_when_listed_again():
     assert counted <= 10
     billed = sum(agent.value("gpulens_job_gpu_state_seconds_total", state=s.value, job_id="777") or 0 for s in State)
     assert 19 <= billed <= 19 + 10
+
+
+def test_a_version_that_does_not_answer_is_empty_and_every_gpu_is_read(caplog):
+    """nvmlSystemGetCudaDriverVersion_v2 answers LIBRARY_NOT_FOUND without libcuda.so.1 (nvml.h): the agent
+    read that as NVML down, and exported no GPU for as long as it lasted."""
+    for function, error in (
+        ("nvmlSystemGetCudaDriverVersion_v2", "library_not_found"),
+        ("nvmlSystemGetDriverVersion", "unknown"),
+        ("nvmlSystemGetNVMLVersion", "insufficient_size"),
+    ):
+        caplog.clear()
+        agent = node(f"- {{kind: answer, function: {function}, error: {error}}}")
+        agent.run(5)
+        assert agent.value("gpulens_nvml_up") == 1
+        assert [agent.value("gpulens_gpu_up", **labels(agent, i)) for i in range(3)] == [1, 1, 1]
+        said = [m for m in warnings(caplog) if function in m]
+        assert len(said) == 1 and "that version is shown empty" in said[0], said
