@@ -454,7 +454,7 @@ class Nvml:
             pass  # shutting down a library that is already gone is not worth reporting
 
     def system_info(self) -> SystemInfo:
-        """The driver's versions; one that does not answer is empty (gpulens_build_info shows it so), and its call
+        """The driver's versions; one that does not answer is empty (gpulens_gpu_info shows it so), and its call
         is skipped until NVML is initialized again."""
         driver = self._version("nvmlSystemGetDriverVersion") or ""
         nvml_version = self._version("nvmlSystemGetNVMLVersion") or ""
