@@ -171,6 +171,14 @@ def _accounting(
             path = os.path.join(folder, "ledger.sqlite")
         else:
             path = agent_config.DEFAULT_LEDGER_PATH
+    folder = os.path.dirname(os.path.abspath(path)) if path else ""
+    if folder and not os.path.isdir(os.path.dirname(folder)):
+        # Only the ledger's own folder is made (/var/lib/gpulens under /var/lib): a mistyped path would begin a
+        # new, empty job history where nobody looks, and make folders as root on the way.
+        raise agent_config.ConfigError(
+            f"--ledger.path: the folder {os.path.dirname(folder)} does not exist, and only the ledger's own folder "
+            f"is made; fix the path or create {os.path.dirname(folder)}"
+        )
     # In a pod the host name is the pod's: the Helm chart passes the node's name as NODE_NAME.
     node = node or os.environ.get("NODE_NAME", "").strip() or socket.gethostname()
     ledger = (

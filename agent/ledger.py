@@ -347,7 +347,8 @@ class Ledger:
             return self._refuse(problem)
         try:
             directory = os.path.dirname(os.path.abspath(self.path))
-            os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.path.isdir(directory):
+                os.mkdir(directory, mode=0o700)  # its own folder alone: the agent checked its parent at start
             # Who ran what, when, on which GPU is for the node's administrators: the file is made
             # owner-only, and SQLite gives its -wal and -shm files the same mode.
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))

@@ -13,6 +13,7 @@ Every datagram ends in exactly one result, counted by `counters()`: `accepted`, 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -321,8 +322,9 @@ def _bind(path: str) -> socket.socket:
         # a world-writable directory would let any user put their own file where jobs look for the agent.
         # Only the socket's own folder is made (/run/gpulens under /run): a mistyped path is not created as root.
         os.mkdir(directory, mode=0o755)
+        os.chmod(directory, 0o755)  # mkdir's mode is masked by the umask: systemd's UMask=0077 leaves 0700
     except FileExistsError:
-        pass
+        _warn_unless_searchable(directory)
     except FileNotFoundError:
         parent = os.path.dirname(os.path.abspath(directory))
         raise ReceiverError(
@@ -343,6 +345,20 @@ def _bind(path: str) -> socket.socket:
             sock.close()
         raise ReceiverError(f"cannot listen for jobs on {path}: {error.strerror or error}; {bind_fix(error)}") from None
     return sock
+
+
+def _warn_unless_searchable(directory: str) -> None:
+    """Warn where users other than the folder's owner cannot reach a socket in it (no search permission)."""
+    with contextlib.suppress(OSError):  # a folder that cannot be read fails the bind, which says why
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        if not mode & stat.S_IXOTH:
+            log.warning(
+                "the folder %s of the jobs' socket is mode %04o: jobs of users other than its owner cannot reach the "
+                "socket and send no reports; chmod o+x %s",
+                directory,
+                mode,
+                directory,
+            )
 
 
 def bind_fix(error: OSError) -> str:

@@ -475,6 +475,21 @@ def test_the_ledger_names_the_node_from_node_name_in_a_pod(tmp_path, monkeypatch
     accounting.ledger.close()
 
 
+def test_a_ledger_path_under_a_folder_that_does_not_exist_is_a_settings_mistake(tmp_path):
+    """A mistyped path made every folder on the way, as root, and began an empty job history there."""
+    from gpulens.agent import config as agent_config
+    from gpulens.agent.daemon import _accounting
+
+    config = agent_config.load(["--ledger.path", str(tmp_path / "typo" / "gpulens" / "l.sqlite")], {})
+    with pytest.raises(agent_config.ConfigError) as raised:
+        _accounting(config, simulated=False)
+    assert str(raised.value) == (
+        f"--ledger.path: the folder {tmp_path}/typo does not exist, and only the ledger's own folder is made; fix "
+        f"the path or create {tmp_path}/typo"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_new_ledger_is_readable_by_its_owner_only(tmp_path):
     import stat
 

@@ -222,6 +222,27 @@ def test_only_the_socket_s_own_folder_is_made_not_a_mistyped_path(tmp_path):
     assert not (tmp_path / "nonexistent").exists()
 
 
+def test_the_socket_s_folder_lets_every_user_reach_it_whatever_the_umask(tmp_path, caplog):
+    """Under systemd's UMask=0077 the folder was made 0700, and every other user's job reported nothing, unsaid."""
+    old = os.umask(0o077)
+    try:
+        made = Receiver(socket_path=str(tmp_path / "gpulens" / "jobs.sock"))
+        made.start()
+        made.stop()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "gpulens").stat().st_mode) == 0o755
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    kept = Receiver(socket_path=str(closed / "jobs.sock"))
+    kept.start()
+    kept.stop()
+    assert f"the folder {closed} of the jobs' socket is mode 0700: jobs of users other than its owner cannot" in (
+        caplog.text
+    )
+    assert "mode 0755" not in caplog.text
+
+
 def test_a_socket_path_too_long_for_a_socket_says_so(tmp_path):
     path = str(tmp_path / ("a" * 120) / "jobs.sock")
     with pytest.raises(ReceiverError, match=r"AF_UNIX path too long; choose a shorter socket path \(a socket's"):
