@@ -138,7 +138,7 @@ class Instrumented(Generic[Batch]):
         self._traced_pass = 0  # the pass in which the running trace started: leaving it ends the trace
         self._model = model
         self._interval = _checked_interval(interval) if interval is not None else _default_interval()
-        self._path = sender.socket_path(socket_path)
+        self._path = _checked_socket_path(socket_path)
         self._loader = readings.dataloader_settings(iterable, self.failures)
         self._devices = readings.DeviceReader(self.failures)
         # The current report window, on time.perf_counter(); the first iter() opens it.
@@ -449,6 +449,16 @@ def _default_interval() -> float:
         f"{DEFAULT_INTERVAL_SECONDS:g}"
     )
     return DEFAULT_INTERVAL_SECONDS
+
+
+def _checked_socket_path(given: Any) -> str:
+    """Where reports go (sender.socket_path); a `given` that is no path (a number) is warned about, not raised."""
+    try:
+        return sender.socket_path(given)
+    except TypeError:
+        default = sender.socket_path(None)
+        _warn(f"gpulens.torch: socket_path {given!r} is not a path; using {default}")
+        return default
 
 
 def _checked_interval(interval: Any) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -229,6 +230,15 @@ def test_something_that_is_not_a_model_costs_autocast_only(tmp_path):
 def test_a_bad_interval_warns_and_uses_the_default():
     with pytest.warns(UserWarning, match="interval 0 is not a positive number of seconds; using 5"):
         gpulens.torch.instrument([], interval=0)
+
+
+@pytest.mark.parametrize("given", [3, 2.5, ["/run/gpulens/jobs.sock"]])
+def test_a_socket_path_that_is_no_path_warns_and_uses_the_default(given, monkeypatch):
+    """`socket_path=3` raised TypeError into the training script."""
+    monkeypatch.setenv("GPULENS_SOCKET", "/nowhere/jobs.sock")
+    with pytest.warns(UserWarning, match=rf"socket_path {re.escape(repr(given))} is not a path; using /nowhere/jobs"):
+        batches = gpulens.torch.instrument([1, 2], socket_path=given, traces=False)
+    assert list(batches) == [1, 2]
 
 
 @pytest.mark.parametrize("interval", [0, -1, "2", float("nan"), True])
