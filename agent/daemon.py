@@ -31,7 +31,7 @@ from gpulens.agent.exporter import Exposes, SnapshotExporter
 from gpulens.agent.exposition import ExpositionCache
 from gpulens.agent.job_series import JobSeries
 from gpulens.agent.jobs.metrics import reports_collector
-from gpulens.agent.jobs.receiver import Receiver, ReceiverError
+from gpulens.agent.jobs.receiver import Receiver, ReceiverError, unreachable
 from gpulens.agent.ledger import Ledger
 from gpulens.agent.nvml import load_real_library, load_simulated_library
 from gpulens.agent.sampler import Sampler, Timer
@@ -256,6 +256,8 @@ def main(argv: Sequence[str]) -> int:
             )
         else:
             log.info("in-job reports on %s%s", receiver.socket_path, _SIMULATED_JOBS if mode == "simulated" else "")
+            if closed := unreachable(receiver.socket_path):
+                log.warning("%s", closed)
     running = receiver is not None and receiver.running
     traces = _traces(config, receiver, sampler, registry) if receiver is not None and running else None
     checkpoints = _checkpoints(receiver) if receiver is not None and running else None

@@ -13,7 +13,6 @@ Every datagram ends in exactly one result, counted by `counters()`: `accepted`, 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -222,18 +221,23 @@ class Receiver:
 
     def _handle(self, data: bytes, sender: Credentials | None, truncated: bool = False) -> str:
         """Judge one datagram from `sender`, store it if accepted, and return its result (one of RESULTS)."""
-        if truncated:
-            return "truncated"
         # No credentials would mean SO_PASSCRED is off; pid 0 means a sender outside our pid namespace.
         if sender is None or sender.pid <= 0:
-            return "pid_mismatch"
+            return "truncated" if truncated else "pid_mismatch"
         with self._lock:
             now = self.clock()
             job = self._job(sender.pid, now)
             if job is None:
                 return "too_many_jobs"
-            if not self._take_token(job, now):
-                return "rate_limited"
+            limited = not truncated and not self._take_token(job, now)
+        if truncated:
+            self._tell_once(job, sender, f"rejected a report from pid {sender.pid}: over {MAX_MESSAGE_BYTES} bytes")
+            return "truncated"
+        if limited:
+            self._tell_once(
+                job, sender, f"dropped reports from pid {sender.pid}: more than {self._rate:g} a second (after a burst)"
+            )
+            return "rate_limited"
         try:
             report = parse(data)
         except BadMessage as error:
@@ -324,7 +328,7 @@ def _bind(path: str) -> socket.socket:
         os.mkdir(directory, mode=0o755)
         os.chmod(directory, 0o755)  # mkdir's mode is masked by the umask: systemd's UMask=0077 leaves 0700
     except FileExistsError:
-        _warn_unless_searchable(directory)
+        pass
     except FileNotFoundError:
         parent = os.path.dirname(os.path.abspath(directory))
         raise ReceiverError(
@@ -347,18 +351,20 @@ def _bind(path: str) -> socket.socket:
     return sock
 
 
-def _warn_unless_searchable(directory: str) -> None:
-    """Warn where users other than the folder's owner cannot reach a socket in it (no search permission)."""
-    with contextlib.suppress(OSError):  # a folder that cannot be read fails the bind, which says why
+def unreachable(path: str) -> str:
+    """Why users other than its folder's owner cannot reach the socket at `path` (no search permission on the
+    folder), or "": the agent's socket is every user's, `gpulens try`'s its user's alone."""
+    directory = os.path.dirname(path) or "."
+    try:
         mode = stat.S_IMODE(os.stat(directory).st_mode)
-        if not mode & stat.S_IXOTH:
-            log.warning(
-                "the folder %s of the jobs' socket is mode %04o: jobs of users other than its owner cannot reach the "
-                "socket and send no reports; chmod o+x %s",
-                directory,
-                mode,
-                directory,
-            )
+    except OSError:
+        return ""  # the socket was bound in it: the folder is there
+    if mode & stat.S_IXOTH:
+        return ""
+    return (
+        f"the folder {directory} of the jobs' socket is mode {mode:04o}: jobs of users other than its owner cannot "
+        f"reach the socket and send no reports; chmod o+x {directory}"
+    )
 
 
 def bind_fix(error: OSError) -> str:
