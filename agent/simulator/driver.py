@@ -131,11 +131,30 @@ def calls_on(function: str) -> tuple[bool, bool]:
     symbols = family(function)
     entries = [entry for entry in _ENTRIES if symbols & set(entry.names)]
     lookup = any(s.startswith("nvmlDeviceGetHandleBy") for s in symbols)
-    gpu = lookup or any(entry.device for entry in entries)
+    gpu = lookup or any(entry.device for entry in entries) or (not entries and _takes_a_handle(function))
     mig = any(entry.mig for entry in entries) or bool(
         symbols & {"nvmlDeviceGetHandleByUUID", "nvmlDeviceGetMigDeviceHandleByIndex"}
     )
     return gpu, mig
+
+
+# The nvmlDevice* functions of nvml.h whose first argument is no nvmlDevice_t: the count, and those that name a
+# GPU by its PCI address (nvmlPciInfo_t), to find, remove or drain it.
+_NO_HANDLE = frozenset(
+    {
+        "nvmlDeviceGetCount",
+        "nvmlDeviceDiscoverGpus",
+        "nvmlDeviceRemoveGpu",
+        "nvmlDeviceQueryDrainState",
+        "nvmlDeviceModifyDrainState",
+    }
+)
+
+
+def _takes_a_handle(function: str) -> bool:
+    """Whether a function the simulator does not model takes a GPU's handle first, as nvml.h declares it."""
+    base = re.sub(r"_v\d+$", "", function)
+    return base.startswith("nvmlDevice") and base not in _NO_HANDLE
 
 
 _Method = TypeVar("_Method", bound=Callable[..., int])
@@ -461,6 +480,8 @@ class SimulatedDriver:
         gpu = self._gpus_by_handle.get(first or 0)
         if gpu is not None and (gpu.is_lost(now) or gpu.is_absent(now)):
             return h.ERROR_GPU_IS_LOST
+        if gpu is not None and _takes_a_handle(self._calling):
+            self._check_answer(self._calling, gpu, None, now)  # an answer fault for this GPU (calls_on)
         return h.ERROR_NOT_SUPPORTED
 
     # -- library lifetime ------------------------------------------------------------------------

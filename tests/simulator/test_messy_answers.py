@@ -67,6 +67,16 @@ def test_an_answer_fault_on_a_lookup_fails_that_gpu_s_lookup_only(clock):
         sim.nvmlDeviceGetHandleByIndex(2)
 
 
+def test_an_answer_fault_on_one_gpu_fails_a_function_the_simulator_does_not_model_on_that_gpu_only(clock):
+    """Refused as taking no GPU's handle: every nvmlDevice* function but the count and the PCI-address ones
+    takes one (nvml.h), modelled or not (nvitop calls nvmlDeviceGetMinorNumber)."""
+    sim = started(node("- {kind: answer, function: nvmlDeviceGetMinorNumber, error: unknown, gpu: 1}"), clock)
+    with raises_nvml("NotSupported"):
+        sim.nvmlDeviceGetMinorNumber(sim.nvmlDeviceGetHandleByIndex(0))
+    with raises_nvml("Unknown"):
+        sim.nvmlDeviceGetMinorNumber(sim.nvmlDeviceGetHandleByIndex(1))
+
+
 def test_an_answer_fault_on_a_mig_device_leaves_its_parent_alone(clock):
     gpus = textwrap.dedent("""\
         name: mig
@@ -101,6 +111,7 @@ def test_an_answer_fault_on_a_mig_device_leaves_its_parent_alone(clock):
         ),
         # Calls that take no GPU's (or MIG device's) handle, so a fault scoped to one would never fire.
         ("- {kind: answer, function: nvmlDeviceGetCount, error: unknown, gpu: 0}", "gpu", "takes no GPU's handle"),
+        ("- {kind: answer, function: nvmlDeviceQueryDrainState, error: unknown, gpu: 0}", "gpu", "no GPU's handle"),
         ("- {kind: answer, function: nvmlSystemGetDriverVersion, error: unknown, gpu: 1}", "gpu", "remove gpu"),
         (
             "- {kind: answer, function: nvmlDeviceGetUtilizationRates, error: unknown, gpu: 0, mig_device: 0}",
