@@ -136,12 +136,20 @@ Holders = tuple[tuple[int, ...], frozenset[tuple[str, str, int | None, int | Non
 NO_HOLDERS: Holders = ((), frozenset())
 
 
+# Each device's verdict state and since when (seconds since the epoch), as of a cycle (the same).
+Verdicts = tuple[float, Mapping[str, tuple[str, float]]]
+
+
 class KnownHolders(Protocol):
-    """Where each device's holders are kept for the next run (agent/ledger.py)."""
+    """Where each device's holders and verdict are kept for the next run (agent/ledger.py)."""
 
     def recall_holders(self) -> dict[str, Holders]: ...
 
     def remember_holders(self, holders: Mapping[str, Holders]) -> None: ...
+
+    def recall_verdicts(self) -> Verdicts: ...
+
+    def remember_verdicts(self, verdicts: Verdicts) -> None: ...
 
 
 class Analysis:
@@ -167,9 +175,11 @@ class Analysis:
         self._known = known
         self._recalled: dict[str, Holders] | None = None  # the last run's, read once, when first wanted
         self._remembered: dict[str, Holders] = {}  # what `known` was last given
+        self._resuming: dict[str, tuple[str, float]] | None = None  # the last run's verdicts not yet taken up
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
+        offset = snapshot.timestamp - now
         allocations = self._sources.allocations()
         reports = self._sources.job_reports()
         gpus = [gpu_device(gpu) for gpu in snapshot.gpus]
@@ -184,7 +194,7 @@ class Analysis:
         for device in (*gpus, *slices):
             held = jobs[device.uuid]
             evidence = _evidence(snapshot, device, held, device.uuid in allocations, host, reports)
-            verdict = self._diagnoser.update(device.uuid, now, evidence)
+            verdict = self._resumed(device.uuid, self._diagnoser.update(device.uuid, now, evidence), now, offset)
             context = _tip_context(device, verdict, held, host, reports)
             tips = self._steady(device.uuid, verdict, context, now)
             judged[device.uuid] = GpuAnalysis(verdict, tuple(held), tips, context)
@@ -192,12 +202,15 @@ class Analysis:
         instances = {device.uuid: DeviceAnalysis(device, judged[device.uuid]) for device in slices}
         self._forget(set(judged))
         self._remember()
+        if self._known is not None:
+            at = {uuid: (a.verdict.state.value, a.verdict.since + offset) for uuid, a in judged.items()}
+            self._known.remember_verdicts((snapshot.timestamp, at))
         return AnalysisResult(
             gpus={device.uuid: judged[device.uuid] for device in gpus},
             state_seconds={uuid: dict(seconds) for uuid, seconds in self._state_seconds.items()},
             reports=reports,
             host=host,
-            clock_offset=snapshot.timestamp - now,
+            clock_offset=offset,
             instances=instances,
         )
 
@@ -266,6 +279,21 @@ class Analysis:
         if self._recalled is None:
             self._recalled = self._known.recall_holders()
         return self._recalled.get(uuid, NO_HOLDERS)
+
+    def _resumed(self, uuid: str, verdict: Verdict, now: float, offset: float) -> Verdict:
+        """`verdict`, or where it goes on from the last run's (thresholds.RESUME_GAP_SECONDS), that verdict's
+        `since`: taken up by the device's first verdict that is not unknown, or by none."""
+        if self._resuming is None:
+            at, verdicts = self._known.recall_verdicts() if self._known is not None else (0.0, {})
+            self._resuming = dict(verdicts) if 0 <= now + offset - at <= thresholds.RESUME_GAP_SECONDS else {}
+        last = self._resuming.get(uuid)
+        if last is None or verdict.state == State.UNKNOWN:
+            return verdict
+        del self._resuming[uuid]
+        state, since = last
+        if state != verdict.state.value or self._last_held.get(uuid) != self._last_run(uuid):
+            return verdict
+        return self._diagnoser.resume(uuid, min(since - offset, verdict.since))
 
     def _remember(self) -> None:
         """Give `known` each device's holders, when they changed."""

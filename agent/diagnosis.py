@@ -99,6 +99,13 @@ class Diagnoser:
         conditions = self._conditions(track, now, evidence)
         return self._settle(track, now, reason, values, conditions)
 
+    def resume(self, uuid: str, since: float) -> Verdict:
+        """The device's verdict, begun at `since`: the last run's, which a restarted agent takes up."""
+        track = self._tracks[uuid]
+        assert track.verdict is not None  # resumed after an update, which settles one
+        track.verdict = replace(track.verdict, since=since)
+        return track.verdict
+
     def drop(self, gone: set[str]) -> None:
         """Drop the history of the devices in `gone` (a MIG device destroyed, a GPU no longer listed)."""
         for uuid in gone:

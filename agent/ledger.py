@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from gpulens import checks
-from gpulens.agent.analysis import Holders
+from gpulens.agent.analysis import Holders, Verdicts
 from gpulens.agent.nvml import GpuIdentity
 from gpulens.usage import (
     ADDITIVE,
@@ -156,6 +156,17 @@ def _gpus(text: str) -> list[GpuIdentity]:
                 raise checks.Invalid(f"{where}.{name}", f"expected a string, got {checks.described(entry[name])}")
         gpus.append(GpuIdentity(**entry))
     return gpus
+
+
+def _verdicts(text: str) -> dict[str, tuple[str, float]]:
+    """Return what `remember_verdicts` wrote; ValueError (checks.Invalid) naming what is wrong with anything else."""
+    devices = {}
+    for uuid, value in checks.record(json.loads(text), "verdicts").items():
+        where = f"verdicts.{uuid}"
+        if not isinstance(value, list) or len(value) != 2:
+            raise checks.Invalid(where, f"expected [state, since], got {checks.described(value)}")
+        devices[uuid] = (checks.choice(value[0], where, STATES), checks.number(value[1], where, 0))
+    return devices
 
 
 def _holders(text: str) -> dict[str, Holders]:
@@ -296,6 +307,8 @@ class _Pending:
     finished: dict[tuple[str, str, float], float] = field(default_factory=dict)
     gpus: str | None = None  # the node's GPUs to remember, as JSON: no job's delta, so not in `behind`
     holders: str | None = None  # the processes and jobs on each GPU to remember, as JSON: the same
+    verdicts: str | None = None  # each GPU's verdict, as JSON, where it changed: the same
+    verdicts_at: str | None = None  # the cycle as of which they hold: the same
 
     def __bool__(self) -> bool:
         return bool(self.runs or self.points or self.finished)
@@ -333,6 +346,7 @@ class Ledger:
         self._backoff = RETRY_FIRST_SECONDS
         self._next_prune = 0.0
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file opened or refused
+        self._verdicts = ""  # the GPUs' verdicts last kept (remember_verdicts)
         self._open()
 
     # -- opening -----------------------------------------------------------------------------------
@@ -437,6 +451,22 @@ class Ledger:
         """Return what `remember_holders` kept in an earlier run; none where the file has none or cannot say."""
         return self._recall("holders", "GPUs' holders", _holders, "a GPU lost since names only its pod") or {}
 
+    def remember_verdicts(self, verdicts: Verdicts) -> None:
+        """Keep each device's verdict state and since when, as of a cycle, for a restarted agent to take up: the
+        cycle's time each cycle, the verdicts only when they changed (256 GPUs' are 20 kB)."""
+        at, devices = verdicts
+        document = json.dumps({uuid: list(v) for uuid, v in devices.items()}, sort_keys=True)
+        if document != self._verdicts:
+            self._pending.verdicts = self._verdicts = document
+        self._pending.verdicts_at = json.dumps(at)
+
+    def recall_verdicts(self) -> Verdicts:
+        """Return what `remember_verdicts` kept in an earlier run; none where the file has none or cannot say."""
+        lost = "every verdict starts anew"
+        at = self._recall("verdicts_at", "last cycle", lambda text: checks.number(json.loads(text), "at", 0), lost)
+        devices = self._recall("verdicts", "GPUs' verdicts", _verdicts, lost) if at is not None else None
+        return (0.0, {}) if at is None or devices is None else (at, devices)
+
     def _recall(self, key: str, what: str, read: Callable[[str], T], without: str) -> T | None:
         """Return meta `key` as `read` reads it; None where it is not there or cannot be read (`what` was lost,
         and the agent does `without` it)."""
@@ -461,6 +491,7 @@ class Ledger:
             log.warning("job ledger %s was moved or deleted; starting a new file there", self.path)
             self._close()
             self._runs.clear()
+            self._verdicts = ""
             self.corrupt = ""
             self._retry_at = 0.0
         if self.corrupt:
@@ -558,10 +589,15 @@ class Ledger:
                 (last_seen, kind, job_id, start),
             )
             self._runs.pop((kind, job_id, start), None)
-        if self._pending.gpus is not None:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('gpus', ?)", (self._pending.gpus,))
-        if self._pending.holders is not None:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('holders', ?)", (self._pending.holders,))
+        pending = self._pending
+        for name, value in [
+            ("gpus", pending.gpus),
+            ("holders", pending.holders),
+            ("verdicts", pending.verdicts),
+            ("verdicts_at", pending.verdicts_at),
+        ]:
+            if value is not None:
+                conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, value))
         conn.execute("COMMIT")
 
     def _upsert_run(self, conn: sqlite3.Connection, total: JobRecord, delta: JobRecord) -> int:

@@ -26,6 +26,12 @@ WINDOW_SECONDS = 60.0
 # judgements, and happen at once.
 DWELL_SECONDS = 15.0
 
+# A restarted agent (a rollout, a crash) takes up a device's verdict where the last run left it, its `since`
+# included, when the device's first verdict is in the same state, held by the same processes and jobs, and
+# the last run's last cycle was at most this long before: a minute or two of a rollout, not a reboot. Else an
+# idle GPU's "idle for 40 minutes" would start again at every rollout, and its alerts resolve with it.
+RESUME_GAP_SECONDS = 300.0
+
 # Under an unchanged verdict (state, reason and conditions), a new first tip replaces the current one only
 # once it was the pick this long, an empty pick included: the evidence's own window, so that a pause or a
 # burst shorter than the window does not rewrite the advice, nor make a new label set of

@@ -100,6 +100,56 @@ def test_a_restarted_agent_continues_the_run(tmp_path):
     assert by_key(second.accounting.records())[STARVED].gpu_seconds == pytest.approx(starved.gpu_seconds)
 
 
+def _since(agent) -> dict[int, tuple[str, float]]:
+    """Each GPU's verdict state and since when (seconds since the epoch), by index."""
+    result = agent.sampler.snapshot.analysis
+    return {
+        g.identity.index: (v.state.value, v.since + result.clock_offset)
+        for g in agent.sampler.snapshot.gpus
+        if (v := result.gpus[g.identity.uuid].verdict)
+    }
+
+
+@pytest.mark.parametrize(("gap", "taken_up"), [(20, True), (400, False)])
+def test_a_restarted_agent_takes_up_each_verdict_where_the_last_run_left_it(tmp_path, gap, taken_up):
+    """A rollout began every GPU's 'idle for 40 minutes' again, and resolved the alerts that read it."""
+    path = str(tmp_path / "ledger.sqlite")
+    first = make_agent("demo", ledger=path)
+    first.run(300, step=2)
+    before = _since(first)
+    second = make_agent("demo", ledger=path, clock=ManualClock(start=300 + gap))
+    second.run(90, step=2)  # the window and the dwell: every judgement settled again
+    after = _since(second)
+    judged = {i for i, (state, _) in before.items() if state in ("idle", "underutilized", "data_starved")}
+    assert len(judged) >= 3  # demo: bob's idle GPU, carol's starved one, frank's underused one
+    for index in judged:
+        assert after[index][0] == before[index][0]
+        assert (after[index][1] == before[index][1]) is taken_up, (index, before[index], after[index])
+
+
+def test_a_verdict_is_taken_up_only_by_the_processes_that_held_it_and_a_damaged_one_not_at_all(tmp_path, caplog):
+    from gpulens.agent.simulator.scenario import parse_scenario
+    from tests.reliability.driver_answers import NODE
+
+    idle = NODE.replace("utilization: 80", "utilization: 0")
+    path = str(tmp_path / "ledger.sqlite")
+    first = make_agent(parse_scenario(idle, "three.yaml"), ledger=path)
+    first.run(60, step=2)
+    assert _since(first)[1][0] == "idle"
+    other = parse_scenario(idle.replace("pid: 4202", "pid: 4302"), "three.yaml")  # another job took the GPU
+    second = make_agent(other, ledger=path, clock=ManualClock(start=70))
+    second.run(20, step=2)
+    assert _since(second)[1][0] == "idle" and _since(second)[1][1] > _since(first)[1][1]
+    assert _since(second)[0] == _since(first)[0]  # its neighbour's processes are the same: taken up
+    second.accounting.ledger.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE meta SET value = '\"x\"' WHERE key = 'verdicts_at'")
+    third = make_agent(other, ledger=path, clock=ManualClock(start=100))
+    third.run(20, step=2)
+    assert _since(third)[1][1] > _since(second)[1][1]
+    assert "the last run's last cycle cannot be read (at: expected a number" in caplog.text
+
+
 def test_finished_jobs_are_closed_and_old_ones_deleted(tmp_path):
     path = tmp_path / "ledger.sqlite"
     agent = make_agent(FLEET, ledger=str(path))
