@@ -270,7 +270,7 @@ def gpu_page() -> None:
     elif holders:
         context.table(holders)
     else:
-        st.caption("No job or process holds this GPU.")
+        st.caption(view.no_holder_text(current))
     context.updated(now)
 
 

@@ -260,9 +260,18 @@ def shown_state(unit: FleetGpu) -> str:
     return LOST_STATE if is_lost(unit) else unit.state
 
 
+# Unknown for a reason that is a fault to look at: who holds the GPU, or what it does, cannot be read. Not the
+# first cycle of a new holder (no_data), a GPU in MIG mode (its slices are judged) or an A100 slice, which has
+# no activity of its own to read (mig_no_activity).
+UNKNOWN_FLAGGED = frozenset(
+    r.value for r in (Reason.PROCESSES_UNKNOWN, Reason.GPU_UNREADABLE, Reason.NVML_DOWN, Reason.GPU_LOST)
+)
+
+
 def is_flagged(gpu: FleetGpu) -> bool:
-    """A GPU or MIG slice is flagged when it is wasted, lost, or has a health condition."""
-    return gpu.state in WASTED or bool(gpu.conditions) or not gpu.up
+    """A GPU or MIG slice is flagged when it is wasted, lost, unknown for a fault (UNKNOWN_FLAGGED), or has a
+    health condition."""
+    return gpu.state in WASTED or bool(gpu.conditions) or not gpu.up or gpu.reason in UNKNOWN_FLAGGED
 
 
 def flagged_share(gpu: FleetGpu) -> float:

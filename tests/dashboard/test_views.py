@@ -77,6 +77,18 @@ def test_flagged_are_wasted_or_unhealthy_sorted_by_wasted_time_then_age():
     assert [r.node for r in fleet.flagged([a, b], NOW)] == ["y", "x"]
 
 
+def test_a_gpu_unknown_for_a_fault_is_flagged_and_one_unknown_for_a_moment_or_by_design_is_not():
+    """A held GPU whose process list could not be read was left out of the flagged list, and its page said that
+    nobody held it."""
+    unread = replace(GPUS[3], state="unknown", reason="processes_unknown", holders=(), since=NOW - 120, conditions=())
+    (row,) = fleet.flagged([unread], NOW)
+    assert row.why == words.reason_text("processes_unknown")
+    assert gpu.no_holder_text(unread).startswith("Not known: its process list cannot be read")
+    assert gpu.no_holder_text(GPUS[3]) == "No job or process holds this GPU."
+    for reason in ("no_data", "mig_enabled", "mig_no_activity"):
+        assert fleet.flagged([replace(unread, reason=reason)], NOW) == []
+
+
 def test_gpu_tips_put_the_agents_pick_first_then_the_catalogs_without_repeats():
     tips = advice.gpu_tips(GPUS[2])
     assert [t.id for t in tips][0] == "dataloader_workers"
