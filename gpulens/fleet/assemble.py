@@ -147,6 +147,9 @@ MIG_HISTORY_GAUGES = ("sm_activity_ratio", "memory_used_bytes", "memory_total_by
 _HOLDER_LABELS = tuple(f.name for f in fields(Holder))  # each a label of the allocation series
 
 
+NVML_UP = "gpulens_nvml_up"  # 0 where NVML does not answer the node's agent
+
+
 def gpu_key(labels: Mapping[str, str]) -> GpuKey:
     """Return the (instance, gpu, uuid) that names a GPU's or a MIG slice's series."""
     return labels.get("instance", ""), labels.get("gpu", ""), labels.get("uuid", "")
@@ -247,6 +250,7 @@ def holder(labels: Mapping[str, str]) -> Holder:
 def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[SourceProblem, ...]]:
     """Return every GPU found in `samples` (sorted by node, then index), each in MIG mode with its slices,
     and what is missing about them."""
+    samples = tuple(samples)
     found = _read(samples)
     gpus = []
     slices: dict[GpuKey, list[tuple[MigOrder, FleetGpu]]] = defaultdict(list)
@@ -281,7 +285,24 @@ def fleet_gpus(samples: Iterable[Sample]) -> tuple[tuple[FleetGpu, ...], tuple[S
         )
         for node, count in sorted(without_verdict.items())
     )
-    return tuple(_with_slices(g, slices.get((g.node, g.gpu, g.uuid), [])) for g in gpus), problems
+    return tuple(_with_slices(g, slices.get((g.node, g.gpu, g.uuid), [])) for g in gpus), (
+        *_nvml_down(s.labels.get("instance", "") for s in samples if s.name == NVML_UP and s.value == 0),
+        *problems,
+    )
+
+
+def _nvml_down(nodes: Iterable[str]) -> tuple[SourceProblem, ...]:
+    """A line for each node whose agent says NVML does not answer (gpulens_nvml_up 0): its GPUs are missing from
+    every count, or shown as they last read, and nothing else would say why."""
+    return tuple(
+        SourceProblem(
+            f"node {node}",
+            "NVML does not answer there (the driver is not loaded, or was updated without a reboot): its GPUs "
+            "are not read; see the runbook of GpulensNvmlDown",
+            node,
+        )
+        for node in sorted(set(nodes))
+    )
 
 
 def _with_slices(gpu: FleetGpu, slices: list[tuple[MigOrder, FleetGpu]]) -> FleetGpu:

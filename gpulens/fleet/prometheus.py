@@ -71,7 +71,8 @@ FLEET_QUERIES = {
     "models": "group by (instance, gpu, uuid, model) (gpulens_gpu_info)",
     "owners": "gpulens_gpu_allocation_info",
     "since": "gpulens_gpu_state_since_timestamp_seconds",
-    "health": "gpulens_gpu_condition == 1 or gpulens_gpu_up == 0",
+    # With the nodes where NVML does not answer, whose GPUs no GPU series names.
+    "health": f"gpulens_gpu_condition == 1 or gpulens_gpu_up == 0 or {assemble.NVML_UP} == 0",
 }
 # A new verdict is a new series. VictoriaMetrics can answer for a moment with the old one gone stale and the
 # new one not yet searchable (a GPU or two of 10,240 at every refresh, measured with

@@ -11,6 +11,21 @@ from gpulens.fleet.assemble import Sample
 from gpulens.fleet.records import LOST_STATE, GpuHistory, Holder
 
 
+def test_a_node_where_nvml_does_not_answer_is_named_not_left_out_unsaid():
+    """Its agent lists no GPU: the node vanished from every count and page, and the banner said nothing."""
+    from tests.conftest import make_agent
+
+    agent = make_agent("nvml-down")  # the driver is not loaded for its first 30 s
+    samples = parse_exposition(agent.exposition(), "node-9")
+    gpus, problems = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
+    assert gpus == ()
+    assert [(p.where, p.what.split(":")[0]) for p in problems] == [
+        ("node node-9", "NVML does not answer there (the driver is not loaded, or was updated without a reboot)")
+    ]
+    up = [Sample(assemble.NVML_UP, {"instance": "node-8"}, 1.0)]
+    assert assemble.fleet_gpus(up) == ((), ())
+
+
 def test_the_demo_nodes_exposition_becomes_one_row_per_gpu_with_verdict_owner_and_evidence(demo_agent):
     samples = parse_exposition(demo_agent.exposition(), "node-1")
     gpus, problems = assemble.fleet_gpus(samples + assemble.wasted_from_counters(samples))
