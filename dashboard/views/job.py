@@ -261,7 +261,7 @@ def pod_job(gpus: Iterable[FleetGpu], kind: str, name: str) -> tuple[str, str] |
     return next(
         (
             (h.job_kind, h.job_id)
-            for g in gpus
+            for g in units(gpus)  # a pod may hold a MIG slice
             for h in g.holders
             if h.job_kind == "kubernetes" and h.pod and name in (h.pod, f"{h.namespace}/{h.pod}")
         ),

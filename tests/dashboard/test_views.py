@@ -324,6 +324,7 @@ def test_a_link_may_name_a_kubernetes_job_by_its_pod():
     assert job.pod_job(GPUS, "", "research/jupyter-bob") == ("kubernetes", "job-bob")
     assert job.pod_job(GPUS, "slurm", "jupyter-bob") is None  # a Slurm job has no pod
     assert job.pod_job(GPUS, "kubernetes", "vision/jupyter-bob") is None  # another namespace's
+    assert job.pod_job([MIG_GPU], "", "nlp/llm-ft-0") == ("kubernetes", "llm-ft")  # a pod that holds a MIG slice
 
 
 @pytest.mark.parametrize(
