@@ -35,9 +35,17 @@ class Agents:
     """Running agents, asked over HTTP for their ledgers."""
 
     def __init__(
-        self, urls: Sequence[str], timeout: float = HTTP_TIMEOUT_SECONDS, credentials: Credentials | None = None
+        self,
+        urls: Sequence[str],
+        timeout: float = HTTP_TIMEOUT_SECONDS,
+        credentials: Credentials | None = None,
+        skip_unanswered: bool = False,
     ):
         # ValueError with the fix for one that is not a URL; `credentials` for agents with a web config.
+        # `skip_unanswered`: `runs_of` goes on without an agent that does not answer (the dashboard's Report
+        # page, which names it in its banner), and says why in `unanswered`; else SourceError, as for a report.
+        self.skip_unanswered = skip_unanswered
+        self.unanswered: list[str] = []
         self.agents = [
             AgentClient(http_url(url, "--agent"), credentials, timeout, "check the --agent address", SLOW)
             for url in urls
@@ -67,7 +75,13 @@ class Agents:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}
         found = []
         for agent in self.agents:
-            records = _in_period(self._get(agent, params, step).runs, since, until)
+            try:
+                records = _in_period(self._get(agent, params, step).runs, since, until)
+            except SourceError as error:
+                if not self.skip_unanswered:
+                    raise
+                self.unanswered.append(str(error))
+                continue
             for r in records:
                 self._found_on.setdefault(r.key, {}).setdefault(r.nodes[0], agent)
             found += [(agent.shown, r) for r in records]

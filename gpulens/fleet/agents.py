@@ -440,12 +440,14 @@ class AgentsSource:
     def job_report(self, job_kind: str, job_id: str, since: float, until: float) -> Answer[JobReport | None]:
         # `gpulens report job --agent URL ...`'s reading of every agent's ledger: the agents name their nodes
         # as their ledgers do (NODE_NAME, else the host's name).
+        # An agent that does not answer is left out and named, as on every page: the job may not have run there.
+        agents = Agents(list(self._agents.values()), REPORT_TIMEOUT_SECONDS, self._credentials, skip_unanswered=True)
         try:
-            agents = Agents(list(self._agents.values()), REPORT_TIMEOUT_SECONDS, self._credentials)
             report = read_job(agents, job_id, since, until, REPORT_MIN_JOB_SECONDS, lambda _: None, job_kind)
         except SourceError as error:
             return Answer(None, (SourceProblem(self.name, str(error)),))
-        return Answer(report)
+        left_out = "; the report leaves out what it holds of the job, if it ran there"
+        return Answer(report, tuple(SourceProblem(self.name, why + left_out) for why in agents.unanswered))
 
     def _ask(
         self, job: JobSummary, call: Callable[[AgentClient], T]

@@ -43,6 +43,18 @@ def test_fleet_from_two_nodes_with_a_third_down(demo_agent):
     assert {g.state for g in gpus if g.node == "demo"} >= {"idle", "data_starved", "busy", "free"}
 
 
+def test_a_job_s_report_is_read_from_the_agents_that_answer_and_names_the_one_that_does_not(demo_agent):
+    """One agent down left the Report page (which the on-call message links to) empty but for the banner."""
+    gone = f"http://127.0.0.1:{free_port()}"
+    with served(demo_agent) as demo_url:
+        answer = AgentsSource({"demo": demo_url, "gone": gone}, timeout=2).job_report("slurm", "81234", 0, 4e9)
+    assert answer.value is not None and answer.value.record.id == "81234"
+    (problem,) = answer.problems
+    assert gone in problem.what and problem.what.endswith(
+        "; the report leaves out what it holds of the job, if it ran there"
+    )
+
+
 def test_fleet_from_a_mig_node_nests_its_slices(mig_agent):
     with served(mig_agent) as url:
         answer = AgentsSource({"mig": url}).fleet(3600)
