@@ -430,7 +430,9 @@ def _sole_holders(samples: Iterable[Sample]) -> dict[tuple[str, str], tuple[str,
 
 
 def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
-    """Return every job in `samples`: GPU-seconds per state summed over nodes, and its in-job evidence.
+    """Return every job in `samples` that holds a GPU or MIG slice now (an allocation series names it): GPU-seconds
+    per state summed over nodes, and its in-job evidence. A job's state counters outlive it by the agent's grace
+    (five minutes, for a last scrape): a job they alone name has ended, and is a past job.
 
     In-job series carry the device's UUID, not the job: they are joined to the job that alone holds that GPU
     or MIG slice (`_sole_holders`). Data wait is the worst process's; memory is summed.
@@ -440,6 +442,7 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
     seconds: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
     in_job: list[Sample] = []
+    holding: set[tuple[str, str]] = set()
     for s in samples:
         if s.name == "gpulens_job_gpu_state_seconds_total":
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
@@ -449,6 +452,7 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             job = (s.labels.get("job_kind", ""), s.labels.get("job_id", ""))
             nodes[job].add(s.labels.get("instance", ""))
             seconds.setdefault(job, defaultdict(float))
+            holding.add(job)
         elif s.name in IN_JOB:
             in_job.append(s)
     extra: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
@@ -473,7 +477,7 @@ def job_summaries(samples: Iterable[Sample]) -> tuple[JobSummary, ...]:
             torch_reserved_bytes=extra[(kind, job_id)].get("reserved_bytes"),
             steps_per_second=extra[(kind, job_id)].get("steps_per_second"),
         )
-        for kind, job_id in sorted(seconds)
+        for kind, job_id in sorted(holding)
         if job_id
     )
 

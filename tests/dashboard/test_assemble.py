@@ -101,7 +101,9 @@ def test_jobs_sum_gpu_seconds_over_nodes_and_join_in_job_series_by_gpu_uuid():
         Sample("gpulens_job_torch_allocated_bytes", {"instance": "b", "pid": "2", "gpu_uuid": "U1"}, 2e9),
         Sample("gpulens_job_torch_reserved_bytes", {"instance": "c", "pid": "3", "gpu_uuid": "U9"}, 5e9),  # no job
     ]
-    (job,) = assemble.job_summaries(samples)
+    ended = Sample("gpulens_job_gpu_state_seconds_total", {"instance": "a", "job_kind": "slurm", "job_id": "6"}, 9.0)
+    # Job 6's counters outlive it by the agent's grace; no allocation names it: it has ended, and is not listed.
+    (job,) = assemble.job_summaries([*samples, ended])
     assert (job.job_kind, job.job_id, job.nodes) == ("slurm", "7", ("a", "b"))
     assert job.state_seconds == {"busy": 150.0, "idle": 25.0}
     assert job.data_wait_ratio == 0.4  # the worst process
