@@ -147,6 +147,9 @@ def _probes(_source: Source, key: str) -> Answer[tuple[ProbeResult, ...]]:
 
 @st.cache_data(ttl=CACHE_SECONDS, show_spinner=False)
 def _reclaim_pending(_source: Source, key: str) -> Answer[tuple[ReclaimPending, ...]]:
+    service = reclaim().value
+    if isinstance(_source, AgentsSource) and service is not None:  # no Prometheus scrapes the service for them
+        return _asked(service.pending, (), "gpulens reclaim's pending actions")
     return _safe(_source.reclaim_pending, (), "gpulens reclaim's pending actions")
 
 

@@ -21,6 +21,9 @@ import requests
 
 from gpulens import checks
 from gpulens.credentials import Credentials, basic_auth_file, tls_credentials, tls_flags
+from gpulens.fleet.agents import parse_exposition
+from gpulens.fleet.assemble import reclaim_pending
+from gpulens.fleet.records import ReclaimPending
 from gpulens.httpclient import HttpClient, untrusted
 
 KEEPS = "/api/v1/keeps"
@@ -85,6 +88,18 @@ class ReclaimApi(HttpClient):
         with the service's words where no keep of the job is in force."""
         asked = {"job_kind": job_kind, "job_id": job_id, "reason": reason, "by": by}
         return self._keep(self._answer(self.delete(KEEPS, body=asked), "ended")["ended"], "ended")
+
+    def pending(self) -> tuple[ReclaimPending, ...]:
+        """The actions the service has pending, from its own /metrics: where the dashboard reads the agents, no
+        Prometheus scrapes it for them (docs/reclaim.md, Metrics)."""
+        response = self.get("/metrics", accept="text/plain")
+        if not response.ok:
+            raise self.error(f"answered HTTP {response.status_code} at /metrics; is it gpulens reclaim run?")
+        try:
+            samples = parse_exposition(response.text, "")
+        except ValueError:
+            raise self.error("answered /metrics with no exposition; is it gpulens reclaim run?") from None
+        return reclaim_pending(samples)
 
     def _answer(self, response: requests.Response, key: str) -> dict[str, Any]:
         """Return the JSON object the service answered, holding `key`; else raise HttpError with what it said."""

@@ -295,3 +295,33 @@ def test_the_services_web_config_mistakes_are_one_line_and_exit_2(tmp_path, caps
     state = ("--state-dir", str(tmp_path / "state"))
     status, _, err = run(capsys, "run", "--agents", "http://127.0.0.1:1", *argv, *state)
     assert status == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_the_dashboard_reads_the_pending_actions_from_the_service_where_no_prometheus_does(folder):
+    """A dashboard that reads the agents showed no notice: its source answered none, and nothing said why."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    class Pending:
+        def collect(self):
+            family = GaugeMetricFamily(
+                "gpulens_reclaim_pending_action_timestamp_seconds",
+                "due",
+                labels=["job_kind", "job_id", "user", "account", "policy", "action", "mode", "held"],
+            )
+            family.add_metric(["slurm", "1001", "bob", "", "default", "cancel", "notify", "false"], 1_800_000_600)
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(Pending())
+    with reclaim_server(folder, registry=registry) as url:
+        (pending,) = ReclaimApi(url).pending()
+    assert (pending.job_kind, pending.job_id, pending.user, pending.mode, pending.due_at, pending.held) == (
+        "slurm",
+        "1001",
+        "bob",
+        "notify",
+        1_800_000_600,
+        False,
+    )
+    with reclaim_server(folder) as url, pytest.raises(HttpError):
+        ReclaimApi(url + "/nothing-here").pending()
