@@ -220,6 +220,22 @@ def _signal(raw: object, where: str, lo: float, hi: float | None, convert: Conve
     return signal
 
 
+# The widths a PCIe link trains to (PCI Express Base Specification: x1, x2, x4, x8, x12, x16, x32).
+LINK_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+
+
+def _lanes(raw: object, where: str, most: int) -> int:
+    lanes = whole(raw, where, 1, most)
+    if lanes not in LINK_WIDTHS:
+        raise Invalid(where, f"a PCIe link is x1, x2, x4, x8, x12, x16 or x32, got x{lanes}")
+    return lanes
+
+
+def _link_rate(generation: int, lanes: int) -> float:
+    """The most bytes per second a link carries each way; MAX_RATE for a generation gpulens has no rate of."""
+    return gpus.pcie_bytes_per_second(generation, lanes) or MAX_RATE
+
+
 def _bytes(raw: object, where: str) -> int:
     return int(byte_count(raw, where))
 
@@ -466,6 +482,12 @@ class Process:
         if self.end is not None and self.end <= self.start:
             raise Invalid("end", f"end ({self.end:g}) must be after start ({self.start:g})")
         _check_repeat(self.every, self.lasts)
+        if self.torch is not None and self.torch.reserved > self.memory:
+            raise Invalid(
+                "torch.reserved",
+                "must be at most the process's memory: what PyTorch reserves is part of what the process holds on "
+                "the device (usedGpuMemory), with its CUDA context",
+            )
         if self.job is not None and self.job.id_counts_up and self.every is None:
             raise Invalid("job.id_counts_up", "needs a process that comes back; add every and for")
         if self.last_pid is not None and self.last_pid >= PID_MAX:
@@ -694,11 +716,16 @@ class Xid:
 @dataclass(frozen=True, kw_only=True)
 class Pcie:
     max_gen: int = key(whole, 1, 6, default=4)  # a known model gives its own
-    max_width: int = key(whole, 1, 32, default=16)
+    max_width: int = key(_lanes, 32, default=16)
     gen: int = key(whole, 1, Earlier("max_gen"), default=Earlier("max_gen"))
-    width: int = key(whole, 1, Earlier("max_width"), default=Earlier("max_width"))
-    tx: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)  # bytes/s; None = 0
-    rx: Signal | None = key(_signal, 0, MAX_RATE, byte_rate, default=None)
+    width: int = key(_lanes, Earlier("max_width"), default=Earlier("max_width"))
+    # Bytes/s each way (None = 0): no more than the link as trained carries (nvmlDeviceGetPcieThroughput).
+    tx: Signal | None = key(
+        _signal, 0, Earlier(lambda got: _link_rate(got["gen"], got["width"])), byte_rate, default=None
+    )
+    rx: Signal | None = key(
+        _signal, 0, Earlier(lambda got: _link_rate(got["gen"], got["width"])), byte_rate, default=None
+    )
 
 
 @dataclass(frozen=True)
@@ -732,7 +759,8 @@ class Gpu:
     )  # W
     utilization: Signal = key(_signal, 0, 100, default=constant(0.0))  # percent
     memory_used: Signal | None = key(_signal, 0, Earlier("memory_total"), byte_count, default=None)  # bytes
-    power: Signal | None = key(_signal, 0, MAX_POWER_W, default=None)  # W
+    # W; no more than the limit the board's power controller holds its average to (nvmlDeviceGetPowerUsage)
+    power: Signal | None = key(_signal, 0, Earlier("power_limit"), default=None)
     temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
     memory_temperature: Signal | None = key(_signal, 0, 150, default=None)  # C
     fan: Signal | None = key(_signal, 0, 100, default=None)  # percent; None = no fan (NotSupported)

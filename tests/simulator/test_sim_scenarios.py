@@ -378,10 +378,19 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "gpus[0].processes[0].memory",
             "140.4 GiB (150754820100 B) is more than the GPU's memory_total, 140.4 GiB (150754820096 B)",
         ),
+        # What no driver reports: more than the link carries, a width no link has, power over the limit the board
+        # holds, a PyTorch reserve larger than the process's memory.
         (
             body(GOOD_GPU + "\n    pcie: {tx: 20TB/s}"),
             "gpus[0].pcie.tx",
-            "values must be between 0 B/s and 10 TB/s, got 20 TB/s",
+            "values must be between 0 B/s and 63 GB/s, got 20 TB/s",
+        ),
+        (body(GOOD_GPU + "\n    pcie: {width: 7}"), "gpus[0].pcie.width", "a PCIe link is x1, x2, x4, x8, x12, x16"),
+        (body(GOOD_GPU + "\n    power: 900"), "gpus[0].power", "values must be between 0 and 700, got 900"),
+        (
+            body(GOOD_GPU + "\n    processes: [{pid: 5, memory: 4GiB, torch: {data_wait: 0.1, allocated: 5GiB}}]"),
+            "gpus[0].processes[0].torch.reserved",
+            "must be at most the process's memory",
         ),
         # A GPU's index is not a key: it is the GPU's place in the list.
         (
