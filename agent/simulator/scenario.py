@@ -251,7 +251,11 @@ def _choice_is(raw: object, where: str, options: tuple[str, ...], yes: str) -> b
 
 
 def _features(raw: object, where: str) -> frozenset[str]:
-    return frozenset(each(raw, where, choice, FEATURES))
+    listed = each(raw, where, choice, FEATURES)
+    twice = next((name for i, name in enumerate(listed) if name in listed[:i]), None)
+    if twice is not None:
+        raise Invalid(where, f"{twice} is listed twice; list each feature once")
+    return frozenset(listed)
 
 
 def _reasons(raw: object, where: str) -> tuple[str, ...]:

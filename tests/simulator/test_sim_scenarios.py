@@ -386,6 +386,11 @@ def body(gpu_lines: str = GOOD_GPU, extra: str = "") -> str:
             "values must be between 0 B/s and 63 GB/s, got 20 TB/s",
         ),
         (body(GOOD_GPU + "\n    pcie: {width: 7}"), "gpus[0].pcie.width", "a PCIe link is x1, x2, x4, x8, x12, x16"),
+        (
+            body(GOOD_GPU + "\n    not_supported: [power, fan, power]"),
+            "gpus[0].not_supported",
+            "power is listed twice; list each feature once",
+        ),
         (body(GOOD_GPU + "\n    power: 900"), "gpus[0].power", "values must be between 0 and 700, got 900"),
         (
             body(GOOD_GPU + "\n    processes: [{pid: 5, memory: 4GiB, torch: {data_wait: 0.1, allocated: 5GiB}}]"),
