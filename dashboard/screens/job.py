@@ -211,9 +211,10 @@ def job_page() -> None:
         "gpulens.torch in the job); from 20% the GPU is starved for data",
     )
     columns[3].metric(
-        "Device memory in use",
+        memory.device_label,
         words.gib(memory.device_used_bytes) or "unknown",
-        help="On the GPUs it holds, all processes, of " + (words.gib(memory.device_total_bytes) or "unknown size"),
+        help="On the GPUs it holds, all processes (the other jobs' too, on a GPU it shares), of "
+        + (words.gib(memory.device_total_bytes) or "unknown size"),
     )
     if memory.torch_allocated_bytes is not None:
         st.caption(

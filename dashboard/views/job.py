@@ -183,6 +183,11 @@ class JobMemory:
     device_total_bytes: float | None
     torch_allocated_bytes: float | None
     torch_reserved_bytes: float | None
+    shared: bool = False  # a GPU of it is held by other jobs too: the device's memory is theirs as well
+
+    @property
+    def device_label(self) -> str:
+        return "Device memory in use, shared" if self.shared else "Device memory in use"
 
 
 def memory(job: JobSummary, gpus: Iterable[FleetGpu]) -> JobMemory:
@@ -190,7 +195,11 @@ def memory(job: JobSummary, gpus: Iterable[FleetGpu]) -> JobMemory:
     used = [g.memory_used_bytes for g in gpus if g.memory_used_bytes is not None]
     total = [g.memory_total_bytes for g in gpus if g.memory_total_bytes is not None]
     return JobMemory(
-        sum(used) if used else None, sum(total) if total else None, job.torch_allocated_bytes, job.torch_reserved_bytes
+        sum(used) if used else None,
+        sum(total) if total else None,
+        job.torch_allocated_bytes,
+        job.torch_reserved_bytes,
+        shared=any(len(g.holders) > 1 for g in gpus),
     )
 
 

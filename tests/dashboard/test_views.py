@@ -51,6 +51,9 @@ def test_a_gpu_two_jobs_share_is_each_jobs_and_passes_a_filter_on_either_owner()
     (listed,) = job.job_list([JobSummary("slurm", "9001", {"idle": 60.0}, ("node-a",))], gpus)
     assert (listed["user"], listed["GPUs now"]) == ("dan", 1)
     assert [r["job"] for r in gpu.holder_rows(shared, history())] == ["job-bob", "9001"]
+    # The device's memory is every job's on it: said so, not shown as the job's own.
+    assert job.memory(JobSummary("slurm", "9001", {}, ("node-a",)), [shared]).device_label.endswith(", shared")
+    assert job.memory(JobSummary("kubernetes", "job-bob", {}, ()), [GPUS[1]]).device_label == "Device memory in use"
 
 
 def test_state_counts_list_every_state_wasted_first():
