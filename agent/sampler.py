@@ -114,6 +114,8 @@ class Sampler:
         self._error = ""
         self._init_failures = 0
         self._backoff = 1.0
+        self._up_at: float | None = None  # when NVML last came back (initialized after it went down)
+        self._went_down = False
         self._next_init = 0.0
         self._next_rescan = 0.0
         self._device_count = 0
@@ -281,7 +283,7 @@ class Sampler:
             self._system = self.nvml.system_info()
             self._initialized = True
             self._error = ""
-            self._backoff = 1.0
+            self._up_at = now if self._went_down else None
             self._logged.clear()
             self._enumerate(now)
             log.info("NVML ready: driver %s, %d GPUs", self._system.driver_version, self._device_count)
@@ -459,13 +461,27 @@ class Sampler:
             collector.forget(state.collector_state.setdefault(collector.name, {}))
 
     def _go_down(self, reason: str) -> None:
-        log.error("NVML went down: %s", reason)
-        self._error = reason
+        """NVML stopped answering: every GPU is down until it is initialized again. One that goes down again
+        within max_backoff of coming up flaps: each time it waits twice as long (to max_backoff) before the next
+        try, so that a driver that comes and goes costs a few lines a minute, not a few a second."""
+        now = self.clock.monotonic()
+        if self._up_at is None or now - self._up_at >= self.max_backoff:
+            self._backoff = 1.0
+            log.error("NVML went down: %s", reason)
+        else:
+            log.warning(
+                "NVML went down again, %.0f s after it came back (%s); retrying in %.0f s",
+                now - self._up_at,
+                reason,
+                self._backoff,
+            )
+        self._error, self._went_down = reason, True
         self._initialized = False
         for state in self._states.values():
             self._mark_down(state)
         self.nvml.shutdown()
-        self._next_init = self.clock.monotonic() + self._backoff
+        self._next_init = now + self._backoff
+        self._backoff = min(self._backoff * 2, self.max_backoff)
 
     # -- the snapshot -------------------------------------------------------------------------------
 

@@ -60,7 +60,8 @@ def churn_scenario(jobs: list[ChurnJob], gpus: int = 8, name: str = "churn") -> 
         if n % 4 == 1:
             extra = ", host: {main_cpu: 0.9, workers: 4, worker_cpu: 0.5}"
         elif n % 4 == 2:
-            extra = ", torch: {data_wait: 0.3, num_workers: 2, batch_size: 64, allocated: 20GiB, reserved: 24GiB}"
+            # Within the process's memory (4 GiB at least), which holds what PyTorch reserves.
+            extra = ", torch: {data_wait: 0.3, num_workers: 2, batch_size: 64, allocated: 2GiB, reserved: 3GiB}"
         by_gpu[job.gpu].append(
             f"      - {{pid: {job.pid}, memory: {4 + n % 60}GiB, start: {job.start}, end: {job.end}, "
             f"job: {{kind: slurm, id: '{job.id}', user: user{n % 23}}}{extra}}}"

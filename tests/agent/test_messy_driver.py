@@ -327,3 +327,15 @@ def test_a_version_that_does_not_answer_is_empty_and_every_gpu_is_read(caplog):
         assert [agent.value("gpulens_gpu_up", **labels(agent, i)) for i in range(3)] == [1, 1, 1]
         said = [m for m in warnings(caplog) if function in m]
         assert len(said) == 1 and "that version is shown empty" in said[0], said
+
+
+def test_nvml_that_comes_and_goes_is_retried_ever_later_and_said_in_a_few_lines(caplog):
+    """A driver down 2 s of every 4 cost three lines every 4 s, for good: each return reset the back-off."""
+    caplog.set_level(logging.INFO)
+    agent = node("- {kind: answer, function: nvmlDeviceGetCount, error: driver_not_loaded, at: 5, every: 4, for: 2}")
+    agent.run(300)
+    said = [r for r in caplog.records if "NVML went down" in r.getMessage()]
+    assert len(said) <= 8  # 1, 2, 4, ... to 60 s between tries: a handful of flaps in 5 minutes, not 74
+    assert said[0].levelno == logging.ERROR and "again" not in said[0].getMessage()
+    assert all("went down again" in r.getMessage() for r in said[1:])
+    assert len([m for m in caplog.messages if m.startswith("NVML ready")]) <= len(said) + 1
