@@ -10,11 +10,12 @@ from datetime import datetime, timezone
 from typing import TypedDict
 
 from gpulens import words
+from gpulens.dashboard.views import oncall
 from gpulens.dashboard.views.fleet import SHOWN_STATES, shown, shown_state
 from gpulens.fleet.advice import gpu_tips
 from gpulens.fleet.records import FleetGpu, GpuHistory, Holder
 from gpulens.printable import markdown_text
-from gpulens.vocabulary import Reason, State
+from gpulens.vocabulary import State
 
 
 @dataclass(frozen=True)
@@ -357,8 +358,5 @@ def unknown_link(node: str | None, gpu: str | None, nodes: Sequence[str], gpus_o
 
 
 def no_holder_text(gpu: FleetGpu) -> str:
-    """What "Who holds it" says of a GPU that names no holder: none, or none known where its processes cannot be
-    listed (a held GPU is never read as free for it, docs/diagnosis.md)."""
-    if gpu.reason == Reason.PROCESSES_UNKNOWN.value:
-        return "Not known: its process list cannot be read, so a job may hold it unseen."
-    return "No job or process holds this GPU."
+    """What "Who holds it" says of a GPU that names no holder: none, or none known (oncall.unheld)."""
+    return f"{oncall.unheld(gpu).capitalize()}." if oncall.unread(gpu) else "No job or process holds this GPU."

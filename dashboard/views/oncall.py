@@ -17,6 +17,7 @@ from gpulens.dashboard.views import fleet
 from gpulens.fleet import advice
 from gpulens.fleet.records import FleetGpu, Holder, SilenceShown
 from gpulens.printable import markdown_code, markdown_text
+from gpulens.vocabulary import Reason
 
 # How long a silence from the GPU page lasts: the choices offered, in seconds.
 DURATIONS = {3600: "1 hour", 4 * 3600: "4 hours", 12 * 3600: "12 hours", 86_400: "1 day", 3 * 86_400: "3 days"}
@@ -93,7 +94,8 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
     first = (("send to", f"the node's administrators: the hardware ({trouble})"),) if trouble else ()
     holders = [h for h in unit.holders if h.job_id]
     if not holders:
-        return first or (("holder", "no job holds it: a matter for the node's administrators"),)
+        nobody = f"{unheld(unit)}; a matter for the node's administrators" if unread(unit) else ""
+        return first or (("holder", nobody or "no job holds it: a matter for the node's administrators"),)
     shared = (("holders", f"{len(holders)} jobs share it: tell each owner"),) if len(holders) > 1 else ()
     return (*first, *shared, *(row for h in holders for row in _contact(h)))
 
@@ -150,9 +152,22 @@ def hardware_trouble(unit: FleetGpu) -> str:
     return "; ".join(dict.fromkeys(problems))
 
 
+def unread(unit: FleetGpu) -> bool:
+    """Whether the GPU's holders cannot be known: the driver would not list its processes (docs/diagnosis.md:
+    never read as free for it)."""
+    return unit.reason == Reason.PROCESSES_UNKNOWN.value
+
+
+def unheld(unit: FleetGpu) -> str:
+    """What holds a GPU that names no holder, in words: no job, or none known where its processes are not listed."""
+    return (
+        "not known: the driver would not list its processes, so a job may hold it unseen" if unread(unit) else "no job"
+    )
+
+
 def holders(unit: FleetGpu) -> str:
-    """Return its holders in one line, each as `holder` writes it, or "no job"."""
-    return "; ".join(holder(h) for h in unit.holders if h.job_id) or "no job"
+    """Return its holders in one line, each as `holder` writes it, or `unheld`'s words."""
+    return "; ".join(holder(h) for h in unit.holders if h.job_id) or unheld(unit)
 
 
 def holder(h: Holder) -> str:

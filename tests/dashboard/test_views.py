@@ -86,7 +86,9 @@ def test_a_gpu_unknown_for_a_fault_is_flagged_and_one_unknown_for_a_moment_or_by
     unread = replace(GPUS[3], state="unknown", reason="processes_unknown", holders=(), since=NOW - 120, conditions=())
     (row,) = fleet.flagged([unread], NOW)
     assert row.why == words.reason_text("processes_unknown")
-    assert gpu.no_holder_text(unread).startswith("Not known: its process list cannot be read")
+    assert gpu.no_holder_text(unread).startswith("Not known: the driver would not list its processes")
+    assert oncall.holders(unread).startswith("not known") and oncall.holders(GPUS[3]) == "no job"
+    assert oncall.contact(unread)[0][1].startswith("not known: the driver would not list its processes")
     assert gpu.no_holder_text(GPUS[3]) == "No job or process holds this GPU."
     for reason in ("no_data", "mig_enabled", "mig_no_activity"):
         assert fleet.flagged([replace(unread, reason=reason)], NOW) == []
