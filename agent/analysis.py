@@ -27,7 +27,7 @@ from gpulens.agent.nvml import ProcessInfo
 from gpulens.agent.snapshot import GpuSnapshot, Snapshot
 from gpulens.agent.sources import NodeSources
 from gpulens.tips import RenderedTip
-from gpulens.vocabulary import WASTED_STATES, State
+from gpulens.vocabulary import WASTED_STATES, Reason, State
 
 
 @dataclass(frozen=True)
@@ -175,11 +175,14 @@ class Analysis:
         self._known = known
         self._recalled: dict[str, Holders] | None = None  # the last run's, read once, when first wanted
         self._remembered: dict[str, Holders] = {}  # what `known` was last given
-        self._resuming: dict[str, tuple[str, float]] | None = None  # the last run's verdicts not yet taken up
+        self._resuming: dict[str, tuple[str, float]] = {}  # the last run's verdicts not yet taken up
+        self._resume_by: float | None = None  # when those left are dropped (seconds since the epoch); None: unread
 
     def run(self, snapshot: Snapshot, now: float) -> AnalysisResult:
         """Analyse the cycle that produced `snapshot`, at the sampler clock's `now` (seconds)."""
         offset = snapshot.timestamp - now
+        if self._resume_by is None:
+            self._recall(snapshot.timestamp)
         allocations = self._sources.allocations()
         reports = self._sources.job_reports()
         gpus = [gpu_device(gpu) for gpu in snapshot.gpus]
@@ -194,12 +197,16 @@ class Analysis:
         for device in (*gpus, *slices):
             held = jobs[device.uuid]
             evidence = _evidence(snapshot, device, held, device.uuid in allocations, host, reports)
-            verdict = self._resumed(device.uuid, self._diagnoser.update(device.uuid, now, evidence), now, offset)
+            verdict = self._resumed(device.uuid, self._diagnoser.update(device.uuid, now, evidence), offset)
             context = _tip_context(device, verdict, held, host, reports)
             tips = self._steady(device.uuid, verdict, context, now)
             judged[device.uuid] = GpuAnalysis(verdict, tuple(held), tips, context)
             self._count(device.uuid, verdict, now)
         instances = {device.uuid: DeviceAnalysis(device, judged[device.uuid]) for device in slices}
+        # A device not judged now (removed, or not found yet) was out of sight: what it did the last run can no
+        # longer be taken up, nor by anyone once the verdicts have had their time to settle.
+        late = snapshot.timestamp > (self._resume_by or 0.0)
+        self._resuming = {} if late else {u: v for u, v in self._resuming.items() if u in judged}
         self._forget(set(judged))
         self._remember()
         if self._known is not None:
@@ -280,19 +287,25 @@ class Analysis:
             self._recalled = self._known.recall_holders()
         return self._recalled.get(uuid, NO_HOLDERS)
 
-    def _resumed(self, uuid: str, verdict: Verdict, now: float, offset: float) -> Verdict:
-        """`verdict`, or where it goes on from the last run's (thresholds.RESUME_GAP_SECONDS), that verdict's
-        `since`: taken up by the device's first verdict that is not unknown, or by none."""
-        if self._resuming is None:
-            at, verdicts = self._known.recall_verdicts() if self._known is not None else (0.0, {})
-            self._resuming = dict(verdicts) if 0 <= now + offset - at <= thresholds.RESUME_GAP_SECONDS else {}
+    def _recall(self, epoch: float) -> None:
+        """At the first cycle, before this run keeps any of its own: the last run's verdicts, where its last cycle
+        was at most RESUME_GAP_SECONDS before `epoch`, and the holders they held for."""
+        at, verdicts = self._known.recall_verdicts() if self._known is not None else (0.0, {})
+        self._resuming = dict(verdicts) if 0 <= epoch - at <= thresholds.RESUME_GAP_SECONDS else {}
+        self._resume_by = epoch + thresholds.WINDOW_SECONDS + thresholds.DWELL_SECONDS
+        if self._resuming and self._recalled is None:
+            self._last_run("")  # read now: this cycle's end keeps this run's holders in their place
+
+    def _resumed(self, uuid: str, verdict: Verdict, offset: float) -> Verdict:
+        """`verdict`, or where it goes on from the last run's (`_recall`), that verdict's `since`: taken up by the
+        device's first verdict that is not waiting for data, where its state and holders are the last run's."""
         last = self._resuming.get(uuid)
-        if last is None or verdict.state == State.UNKNOWN:
+        if last is None or verdict.reason == Reason.NO_DATA:  # a new holder's first cycle, or no reading yet
             return verdict
         del self._resuming[uuid]
         state, since = last
         if state != verdict.state.value or self._last_held.get(uuid) != self._last_run(uuid):
-            return verdict
+            return verdict  # lost, unreadable or NVML down since (unknown), in another state, or another holder's
         return self._diagnoser.resume(uuid, min(since - offset, verdict.since))
 
     def _remember(self) -> None:

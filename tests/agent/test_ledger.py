@@ -131,7 +131,10 @@ def test_a_verdict_is_taken_up_only_by_the_processes_that_held_it_and_a_damaged_
     from gpulens.agent.simulator.scenario import parse_scenario
     from tests.reliability.driver_answers import NODE
 
-    idle = NODE.replace("utilization: 80", "utilization: 0")
+    # Every GPU held, so that every first verdict of the restarted agent waits for data (a new holder's first
+    # cycle): the last run's holders must be read before this run keeps its own in their place.
+    assert NODE.endswith('  - model: "NVIDIA H100 80GB HBM3"\n')
+    idle = NODE.replace("utilization: 80", "utilization: 0") + "    processes: [{pid: 4209, memory: 1GiB}]\n"
     path = str(tmp_path / "ledger.sqlite")
     first = make_agent(parse_scenario(idle, "three.yaml"), ledger=path)
     first.run(60, step=2)
@@ -148,6 +151,21 @@ def test_a_verdict_is_taken_up_only_by_the_processes_that_held_it_and_a_damaged_
     third.run(20, step=2)
     assert _since(third)[1][1] > _since(second)[1][1]
     assert "the last run's last cycle cannot be read (at: expected a number" in caplog.text
+
+
+def test_a_gpu_lost_across_a_restart_starts_anew_when_it_answers_again(tmp_path):
+    """Lost from the restart on, it took up the last run's since when it answered, minutes later."""
+    from gpulens.agent.simulator.scenario import parse_scenario
+    from tests.reliability.driver_answers import NODE
+
+    idle = NODE.replace("utilization: 80", "utilization: 0")
+    path = str(tmp_path / "ledger.sqlite")
+    first = make_agent(parse_scenario(idle, "three.yaml"), ledger=path)
+    first.run(60, step=2)
+    lost = parse_scenario(idle + "faults:\n  - {kind: lost, gpu: 1, at: 0, until: 200}\n", "three.yaml")
+    second = make_agent(lost, ledger=path, clock=ManualClock(start=70))
+    second.run(200, step=2)  # answering again from 200
+    assert _since(second)[1][0] == "idle" and _since(second)[1][1] > _since(first)[1][1] + 150
 
 
 def test_finished_jobs_are_closed_and_old_ones_deleted(tmp_path):
