@@ -50,9 +50,15 @@ class Agents:
             AgentClient(http_url(url, "--agent"), credentials, timeout, "check the --agent address", SLOW)
             for url in urls
         ]
-        self.description = "agent " + ", ".join(agent.shown for agent in self.agents)
+        self._silent: list[str] = []  # the agents `runs_of` went on without
         # The nodes each job was found on, and an agent that answers for each: where to ask for its traces.
         self._found_on: dict[tuple[str, str], dict[str, AgentClient]] = {}
+
+    @property
+    def description(self) -> str:
+        """The agents read, as a report names its source; those that did not answer said apart."""
+        read = ", ".join(agent.shown for agent in self.agents if agent.shown not in self._silent)
+        return f"agent {read}" + (f" (not {', '.join(self._silent)}, which did not answer)" if self._silent else "")
 
     def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> LedgerAnswer:
         step(f"asking {agent.shown}")
@@ -81,6 +87,7 @@ class Agents:
                 if not self.skip_unanswered:
                     raise
                 self.unanswered.append(str(error))
+                self._silent.append(agent.shown)
                 continue
             for r in records:
                 self._found_on.setdefault(r.key, {}).setdefault(r.nodes[0], agent)

@@ -49,6 +49,7 @@ def test_a_job_s_report_is_read_from_the_agents_that_answer_and_names_the_one_th
     with served(demo_agent) as demo_url:
         answer = AgentsSource({"demo": demo_url, "gone": gone}, timeout=2).job_report("slurm", "81234", 0, 4e9)
     assert answer.value is not None and answer.value.record.id == "81234"
+    assert answer.value.source.endswith(f" (not {gone}, which did not answer)")
     (problem,) = answer.problems
     assert gone in problem.what and problem.what.endswith(
         "; the report leaves out what it holds of the job, if it ran there"
