@@ -54,7 +54,9 @@ class Held(NamedTuple):
 
 
 class PastJobs(Protocol):
-    description: str
+    @property
+    def description(self) -> str:
+        """The source as a report names it."""
 
     def held_from(self, since: float, until: float, step: Step) -> Held | None:
         """Return from when in [since, until] the source holds the runs of every job; None where it holds them
