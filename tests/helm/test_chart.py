@@ -1336,3 +1336,21 @@ def test_a_wrong_keep_setting_is_named(tmp_path, values, named):
     args = [_helm(), "template", "gpulens", str(CHART), *_values_file(tmp_path, values)]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and named in result.stderr, result.stderr
+
+
+def test_the_agent_s_extra_args_name_only_its_flags_and_the_chart_knows_them_all(tmp_path):
+    """A misspelt flag in agent.extraArgs installed, then failed every agent pod at start (exit 2, CrashLoopBackOff)."""
+    from gpulens.agent.config import build_parser
+
+    declared = {f for f in build_parser()._option_string_actions if f.startswith("--") and not f.startswith("--no-")}
+    listed = [line for line in (CHART / "agent-flags.txt").read_text().splitlines() if not line.startswith("#")]
+    assert listed == sorted(declared - {"--help"}), "helm/gpulens/agent-flags.txt: write the agent's flags there"
+    args = [_helm(), "template", "gpulens", str(CHART)]
+    wrong = {"agent": {"extraArgs": ["--log.level=debug", "--sampling.intervl=2s"]}}
+    result = subprocess.run([*args, *_values_file(tmp_path, wrong)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "agent.extraArgs: --sampling.intervl is no flag of gpulens agent; `gpulens agent --help` lists them" in (
+        result.stderr
+    )
+    right = {"agent": {"extraArgs": ["--log.level=debug", "--no-collector.xid", "--traces.max-steps=5"]}}
+    assert _template(tmp_path, right)

@@ -190,8 +190,10 @@ runAsNonRoot), and the pod is then refused or never started. Call with (dict "po
 {{- end }}
 
 {{/* extraArgs that name a flag the chart sets from a value: the later flag would win over the chart's, past its
-checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose).
-Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the value that sets it" ...)). */}}
+checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose). With
+"known" (the program's flags) and "program", a flag not among them fails the install, not every pod at start.
+Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the value that sets it" ...)
+["known" LIST "program" NAME]). */}}
 {{- define "gpulens.checkExtraArgs" -}}
 {{- range .args -}}
 {{- $flag := regexFind "^--[^= ]+" . -}}
@@ -199,6 +201,9 @@ Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the val
 {{- $sets := get $.set (printf "--%s" $name) -}}
 {{- if $sets -}}
 {{- fail (printf "%s: %s is set by the chart from %s; set that value instead" $.at $flag $sets) -}}
+{{- end -}}
+{{- if and $.known $flag (not (has (printf "--%s" $name) $.known)) -}}
+{{- fail (printf "%s: %s is no flag of %s; `%s --help` lists them" $.at $flag $.program $.program) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
