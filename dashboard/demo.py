@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import requests
 import yaml
 
 from gpulens import arguments, bundled
@@ -164,6 +165,22 @@ def backfill(history: str, workdir: pathlib.Path) -> str:
     return ""
 
 
+def import_history(history: str, store: str) -> str:
+    """Load `history` (OpenMetrics text, times in seconds) into the VictoriaMetrics at `store` through its import
+    of the Prometheus text format (times in milliseconds,
+    docs.victoriametrics.com/#how-to-import-data-in-prometheus-exposition-format); return "" or why not."""
+    samples = []
+    for line in history.splitlines():
+        if line and not line.startswith("#"):
+            series, value, at = line.rsplit(" ", 2)
+            samples.append(f"{series} {value} {round(float(at) * 1000)}")
+    try:
+        answer = requests.post(f"{store}/api/v1/import/prometheus", data="\n".join(samples) + "\n", timeout=60)
+    except requests.RequestException as error:
+        return f"the import failed ({error})"
+    return "" if answer.ok else f"VictoriaMetrics answered HTTP {answer.status_code}: {answer.text.strip()[:200]}"
+
+
 def start_prometheus(
     children: Children,
     agents: dict[str, str],
@@ -256,7 +273,8 @@ def start_victoriametrics(
             binaries["victoria-metrics"],
             f"-storageDataPath={workdir / 'victoria-metrics'}",
             f"-httpListenAddr={store.removeprefix('http://')}",
-            "-retentionPeriod=1d",
+            # Keeps the imported month of past jobs (import_history); the default, one month, would not all of it.
+            f"-retentionPeriod={demo_history.DAYS + 5}d",
             # Answer with samples a few seconds old (default 30 s), as a demo refreshes fast.
             "-search.latencyOffset=5s",
             f"-vmalert.proxyURL={evaluator}",
@@ -418,6 +436,12 @@ def _start_demo(args: argparse.Namespace, prometheus: bool, children: Children, 
             lines.append(
                 f"VictoriaMetrics at {url}: {SCRAPERS} vmagents scrape half the nodes each, vmalert "
                 f"evaluates the rules: {', '.join(rules)}"
+            )
+            problem = import_history(history, url)
+            lines.append(
+                f"the past jobs' hourly GPU-hours are not in VictoriaMetrics: {problem}"
+                if problem
+                else "the past jobs' hourly GPU-hours are in VictoriaMetrics too (its import)"
             )
         env = {PROMETHEUS: url, AGENTS: "", ALERTMANAGER: alertmanager or ""}
         lines.append(

@@ -205,6 +205,17 @@ def test_demo_with_victoriametrics_points_the_dashboard_at_it():
                 break
             time.sleep(0.5)
         assert result and result[0]["value"][1] == "5", result
+        # The month of past jobs the Trends page reads, as Prometheus has it from promtool's backfill.
+        assert "the past jobs' hourly GPU-hours are in VictoriaMetrics too (its import)" in lines
+        week = "count(count_over_time(namespace_user:gpulens_job_gpu_hours:increase1h[20d]%20offset%207d))"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # an import is searchable within seconds
+            with urllib.request.urlopen(f"{store}/api/v1/query?query={week}", timeout=5) as response:
+                past = json.load(response)["data"]["result"]
+            if past:
+                break
+            time.sleep(0.5)
+        assert past and float(past[0]["value"][1]) > 0, past
     finally:
         assert stop(process) == 0
 
