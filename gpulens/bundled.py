@@ -168,8 +168,9 @@ def files_main(argv: Sequence[str]) -> int:
     parser.add_argument("name", nargs="?", metavar="NAME", help="the file to print")
     args = parser.parse_args(argv)
     if args.name is None:
+        width = max(len(name) for name in FILES)
         for shipped in FILES.values():
-            print(f"{shipped.name:22} {shipped.about}")
+            print(f"{shipped.name:{width}}  {shipped.about}")
         return 0
     if args.name not in FILES:
         parser.error(f"no shipped file {args.name!r}; 'gpulens files' lists them")

@@ -151,3 +151,12 @@ def test_every_command_of_the_plain_install_helps_or_names_its_extra(plain, tmp_
     for argv in (["reclaim", "run", "--help"], ["reclaim", "log", "--help"], ["notify", "check", "--help"]):
         done = subprocess.run([plain / "gpulens", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and done.stdout.startswith("usage:"), (argv, done.stderr)
+
+
+def test_the_list_of_shipped_files_keeps_a_gap_between_each_name_and_what_it_is(capsys):
+    """gpulens-reclaim.service ran into its description: its name is longer than the column was."""
+    assert bundled.files_main([]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == len(bundled.FILES)
+    assert all(re.match(r"^\S+  +\S", row) for row in rows), rows
+    assert len({re.match(r"^\S+ +", row).end() for row in rows}) == 1  # one column
