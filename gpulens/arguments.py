@@ -83,6 +83,24 @@ class _Once(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """As argparse's, but a flag a subcommand does not know is that subcommand's mistake, with its --help:
+        argparse hands it back to the command (`gpulens report: ... run 'gpulens report --help'`), whose help
+        lists no subcommand's flags."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand's parser `parsed` went through, or this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and action.dest != argparse.SUPPRESS:
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, _Once):
+                    return chosen._chosen(parsed)
+        return self
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         given = list(sys.argv[1:] if args is None else args)
         seen: dict[str, str] = {}  # the flag that set each destination first
@@ -121,7 +139,8 @@ def raising(error: type[Exception], command: str) -> type[argparse.ArgumentParse
 
     class Parser(_Once):
         def error(self, message: str) -> NoReturn:
-            raise error(f"{usage_problem(message)}; run '{command} --help'")
+            shown = self.prog if self.prog.startswith(f"{command} ") else command  # a subcommand's own help
+            raise error(f"{usage_problem(message)}; run '{shown} --help'")
 
     return Parser
 

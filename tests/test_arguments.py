@@ -54,3 +54,26 @@ def test_flags_that_add_up_and_a_command_s_own_flags_may_repeat(kind):
     parsed = parser(kind).parse_args(argv)
     assert (parsed.namespace, parsed.verbose, parsed.gpu) == (["a", "b"], 2, "0")
     assert parsed.command == ["train.py", "--gpu", "1"]
+
+
+@pytest.mark.parametrize("kind", ["one_line", "raising"])
+def test_a_flag_a_subcommand_lacks_sends_to_the_subcommand_s_help(kind, capsys):
+    """'gpulens report fleet --sinse 1d' said to run 'gpulens report --help', whose help lists no fleet flag."""
+
+    class Refused(Exception):
+        pass
+
+    parser = OneLineParser(prog="tool") if kind == "one_line" else raising(Refused, "tool")(prog="tool")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("fleet").add_argument("--since")
+    expected = "unrecognized arguments: --sinse 1d; run 'tool fleet --help'"
+    if kind == "one_line":
+        with pytest.raises(SystemExit):
+            parser.parse_args(["fleet", "--sinse", "1d"])
+        assert capsys.readouterr().err.strip() == f"tool fleet: {expected}"
+    else:
+        with pytest.raises(Refused, match=f"^{expected}$"):
+            parser.parse_args(["fleet", "--sinse", "1d"])
+    with pytest.raises(Refused if kind == "raising" else SystemExit):
+        parser.parse_args(["--bogus"])
+    assert parser.parse_args(["fleet", "--since", "1d"]).since == "1d"
