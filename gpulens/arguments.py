@@ -5,6 +5,7 @@ command's own module import it from here."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, TextIO
@@ -89,7 +90,12 @@ class _Once(argparse.ArgumentParser):
         lists no subcommand's flags."""
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            self._chosen(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+            chosen = self._chosen(parsed)
+            flags = list(chosen._option_string_actions)  # a flag is long: "--" alike says little, hence 0.8
+            given = [e.partition("=")[0] for e in extras if e.startswith("--")]
+            near = [m for flag in given for m in difflib.get_close_matches(flag, flags, 1, 0.8)]
+            hint = f" (did you mean {' or '.join(dict.fromkeys(near))}?)" if near else ""
+            chosen.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
 
     def _chosen(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
