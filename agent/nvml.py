@@ -504,11 +504,10 @@ class Nvml:
             raise NvmlCallError("nvmlDeviceGetUUID", self._error(h.ERROR_UNKNOWN))
         memory = self._tolerant(lambda: self.memory(handle))
         pci = self._tolerant(lambda: self._call("nvmlDeviceGetPciInfo", handle))
-        mig = self._tolerant(lambda: self._call("nvmlDeviceGetMigMode", handle))
+        mig_mode = self._tolerant(lambda: self.mig_mode(handle)) or ""
         bus_id = pci.busId if pci is not None else ""
         if isinstance(bus_id, bytes):
             bus_id = bus_id.decode()
-        mig_mode = "" if mig is None else ("enabled" if mig[0] == h.DEVICE_MIG_ENABLE else "disabled")
         return GpuIdentity(
             index=index,
             uuid=uuid,
@@ -775,6 +774,11 @@ class Nvml:
         return {pid: sum(v) / len(v) / 100.0 for pid, v in by_pid.items()}, newest
 
     # -- MIG ----------------------------------------------------------------------------------
+
+    def mig_mode(self, handle: Any) -> str:
+        """The GPU's current MIG mode: "enabled", "disabled", or "" where it has none (not supported)."""
+        mode = self._call("nvmlDeviceGetMigMode", handle)  # (current, pending)
+        return "" if mode is None else ("enabled" if mode[0] == h.DEVICE_MIG_ENABLE else "disabled")
 
     def mig_devices(self, parent: Any) -> list[MigDevice]:
         """Return the MIG devices of the GPU `parent`, by MIG index; [] when MIG is off or not supported."""

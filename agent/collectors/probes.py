@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from gpulens.agent.clock import Clock, SystemClock
-from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies
+from gpulens.agent.collectors.base import GPU_LABELS, Collector, GpuContext, GpuFamilies, isolated
 from gpulens.agent.collectors.processes import read_processes
 from gpulens.agent.nvml import Nvml
 from gpulens.agent.snapshot import Snapshot
 from gpulens.probes.child import ChildRunner, ProbeRequest, failed
-from gpulens.probes.results import BANDWIDTH, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
+from gpulens.probes.results import ABORTED, BANDWIDTH, BUSY, ERROR, MATMUL, OK, SLOW, TIMEOUT, WRONG, GpuReport
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,12 @@ class ProbesReading:
 
     @property
     def latest(self) -> ProbeRun | None:
-        return self.runs[-1] if self.runs else None
+        """The latest run that measured the GPU: one that gave way to a job (aborted, or found it busy) says
+        nothing of it, and is tried again once the GPU is free."""
+        return next((run for run in reversed(self.runs) if run.report.status not in YIELDED), None)
+
+
+YIELDED = (ABORTED, BUSY)  # a probe that gave way to a job: no fault of the GPU's
 
 
 def _thread(work: Callable[[], None]) -> None:
@@ -119,6 +124,9 @@ class ProbesCollector(Collector[ProbesReading]):
 
     @staticmethod
     def _free(nvml: Nvml, gpu: GpuContext) -> bool:
+        """No process holds the GPU, and it is not in MIG mode (probes measure whole GPUs: docs/probes.md)."""
+        if isolated(nvml, gpu, "MIG mode", lambda: nvml.mig_mode(gpu.handle)) in (None, "enabled"):
+            return False  # in MIG mode, or not known to be out of it
         processes = read_processes(nvml, gpu)
         return processes is not None and not processes.processes
 
@@ -141,6 +149,8 @@ class ProbesCollector(Collector[ProbesReading]):
                     ProbeRun(finished=self._clock.time(), report=report)
                 )
                 self._running = None
+                if report.status in YIELDED:  # again in the first cycle the GPU is free, not an interval on
+                    self._requested.add(request.uuid)
 
         self._start(work)
 
@@ -200,7 +210,8 @@ class ProbesCollector(Collector[ProbesReading]):
         yield latest.gauge(
             "gpulens_probe_success",
             "1 if the latest probe ran every kernel and every result was correct (slow counts: the "
-            "ratios say how slow); 0 if it was refused, aborted, ran out of time, failed or was wrong.",
+            "ratios say how slow); 0 if it ran out of time, failed or was wrong. A probe that gave way to a job "
+            "(aborted, or the GPU busy) leaves the one before and is tried again once the GPU is free.",
             lambda run: int(run.report.status in (OK, SLOW)),
         )
         yield latest.gauge(

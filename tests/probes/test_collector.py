@@ -12,7 +12,7 @@ import pytest
 from gpulens.agent.clock import ManualClock
 from gpulens.agent.collectors.probes import ProbesCollector
 from gpulens.agent.server import AgentApp
-from gpulens.agent.simulator.scenario import load_scenario
+from gpulens.agent.simulator.scenario import load_scenario, parse_scenario
 from gpulens.probes import simulated
 from tests.conftest import make_agent
 from tests.tools import require_tool
@@ -56,7 +56,7 @@ def probed():
 
 
 def test_every_free_gpu_is_probed_and_a_busy_one_never(probed):
-    for gpu in (0, 1, 2, 3, 4, 5, 6):
+    for gpu in (0, 1, 2, 3, 4, 6):  # 5 gave way to a job mid-probe
         assert probed.value("gpulens_probe_success", gpu=str(gpu), uuid=UUID[gpu]) is not None, gpu
     assert probed.value("gpulens_probe_success", gpu="7", uuid=UUID[7]) is None
     assert probed.value("gpulens_probe_last_run_timestamp_seconds", gpu="0", uuid=UUID[0]) == ManualClock().time()
@@ -84,12 +84,27 @@ def test_a_wrong_gpu_exports_no_speed_and_fails(probed):
     assert probed.value("gpulens_probe_matmul_flops_per_second", dtype="bf16", **labels) is None
 
 
-def test_an_aborted_probe_exports_what_it_measured_and_fails(probed):
+def test_a_probe_that_gave_way_to_a_job_says_nothing_of_the_gpu_and_runs_again_once_it_is_free(probed):
+    """An aborted probe made gpulens_probe_success 0, and GpulensProbeFailed said to drain a healthy GPU for the
+    whole interval (6 h), with no new probe before it."""
     labels = {"gpu": "5", "uuid": UUID[5]}
-    assert probed.value("gpulens_probe_success", **labels) == 0
-    assert probed.value("gpulens_probe_bandwidth_bytes_per_second", direction="d2d", memory="device", **labels) > 0
-    assert probed.value("gpulens_probe_matmul_flops_per_second", dtype="bf16", **labels) is None
-    assert reading(probed, 5).latest.report.status == "aborted"
+    assert probed.value("gpulens_probe_success", **labels) is None
+    assert probed.value("gpulens_probe_bandwidth_bytes_per_second", direction="d2d", memory="device", **labels) is None
+    assert reading(probed, 5).runs[-1].report.status == "aborted" and reading(probed, 5).latest is None
+    assert reading(probed, 5).requested  # in the first cycle the GPU is free again
+
+
+def test_a_gpu_in_mig_mode_is_never_probed():
+    """Its probe child refused it every interval, and gpulens_probe_success stayed 0 for good."""
+    runner = Runner()
+    clock = ManualClock()
+    collector = ProbesCollector(runner=runner, interval=60.0, jitter=0.0, clock=clock, start=lambda work: work())
+    two = 'name: m\ndescription: d\ngpus:\n  - model: "NVIDIA A100-SXM4-80GB"\n  - model: "NVIDIA A100-SXM4-80GB"\n'
+    scenario = parse_scenario(two + "    mig: [{profile: 3g.40gb}]\n", "m.yaml")
+    agent = make_agent(scenario, extra=(collector,), clock=clock)
+    agent.run(150)
+    assert [r.index for r in runner.requests] == [0, 0, 0]  # at 0, 60 and 120 s: GPU 1, in MIG mode, never
+    assert agent.value("gpulens_probe_success", gpu="1", uuid=agent.sampler.snapshot.gpus[1].identity.uuid) is None
 
 
 def test_each_probe_is_logged_in_one_line_with_its_outcome(caplog):
