@@ -37,7 +37,8 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
     """Return every result with its fractions of spec and of its model's fleet median; outliers first.
 
     An outlier is below PROBE_FLEET_RATIO_LOW of its peers' median or below PROBE_MIN_PEAK_RATIO of the
-    datasheet. Worst first: by the lower of its two fractions.
+    datasheet, as the probe alerts judge; pageable and peer copies are shown, never outliers
+    (ProbeResult.judged). Worst first: by the lower of its two fractions.
     """
     results = list(results)
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -48,8 +49,9 @@ def probe_rows(results: Iterable[ProbeResult], now: float) -> list[ProbeRow]:
     for r in results:
         median = medians.get((r.model, r.test))
         of_median = r.value / median if median else None
-        outlier = (of_median is not None and of_median < thresholds.PROBE_FLEET_RATIO_LOW) or (
-            r.peak_ratio is not None and r.peak_ratio < thresholds.PROBE_MIN_PEAK_RATIO
+        outlier = r.judged and (
+            (of_median is not None and of_median < thresholds.PROBE_FLEET_RATIO_LOW)
+            or (r.peak_ratio is not None and r.peak_ratio < thresholds.PROBE_MIN_PEAK_RATIO)
         )
         rows.append(
             ProbeRow(

@@ -182,6 +182,12 @@ class ProbeResult:
     peak_ratio: float | None  # against the model's datasheet peak, 0-1
     when: float | None  # seconds since the epoch of the last run
 
+    @property
+    def judged(self) -> bool:
+        """Whether the result says anything of the GPU: not a pageable copy (the host's memcpy sets its pace) nor
+        a peer copy (the topology does), as `gpulens probe` and the probe alerts leave them (docs/probes.md)."""
+        return not ({"pageable", "p2p"} & set(self.test.split()))
+
 
 @dataclass(frozen=True)
 class FiringAlert:

@@ -399,6 +399,13 @@ def test_probe_rows_compare_with_spec_and_fleet_median_outliers_first():
     assert next(r for r in rows if r.node == "c").of_fleet_median is None  # alone with its model
     spec_low = ProbeResult("d", "0", "u", "T4", "bandwidth d2d", "B/s", 100e9, 0.3, None)
     assert probes.probe_rows([spec_low], NOW)[0].outlier
+    # Pageable and peer copies are shown, never judged: the host or the topology sets their pace.
+    pageable = [ProbeResult("e", g, g, "H100", "bandwidth h2d pageable", "B/s", v, v / 63e9, None) for g, v in
+                (("0", 25e9), ("1", 26e9), ("2", 12e9))]  # fmt: skip
+    peers = [
+        ProbeResult("f", g, g, "H100", "bandwidth p2p", "B/s", v, None, None) for g, v in (("0", 300e9), ("1", 150e9))
+    ]
+    assert not any(row.outlier for row in probes.probe_rows([*pageable, *peers], NOW))
 
 
 def test_alert_rows_link_to_the_gpu_or_node():
