@@ -137,6 +137,12 @@ def _noise(scenario: Scenario, gpu: Gpu, step: Step, t: float) -> float:
     return 1.0 + rng.uniform(-SPREAD, SPREAD)
 
 
+def _within_peak(ratio: float) -> float:
+    """A fraction of the peak with its run-to-run noise, at most the peak: no GPU moves or computes faster than
+    its datasheet (a scenario's `probe: {matmul: 1.0}` is a GPU at its peak, not above it)."""
+    return min(ratio, 1.0)
+
+
 def _result(scenario: Scenario, gpu: Gpu, spec: GpuSpec | None, step: Step, noise: float) -> ProbeResult:
     if spec is None:
         return skipped(step, f"{gpu.name} is not in the spec table; a simulated result needs its peaks")
@@ -148,14 +154,14 @@ def _result(scenario: Scenario, gpu: Gpu, spec: GpuSpec | None, step: Step, nois
         return skipped(step, f"the {spec.model} has no {step.dtype} unit")
     if probe is not None and not probe.correct:
         return _make(step, None, peak, WRONG, True, f"relative error {WRONG_ERROR:g} against float64", WRONG_ERROR)
-    ratio = (probe.matmul if probe and probe.matmul else HEALTHY_MATMUL) * noise
+    ratio = _within_peak((probe.matmul if probe and probe.matmul else HEALTHY_MATMUL) * noise)
     return _make(step, peak * ratio, peak, OK, True, "simulated: 2 n^3 FLOP per product", 0.0)
 
 
 def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult:
     probe = gpu.probe
     if step.direction == "d2d":
-        ratio = (probe.memory_bandwidth if probe and probe.memory_bandwidth else HEALTHY_MEMORY) * noise
+        ratio = _within_peak((probe.memory_bandwidth if probe and probe.memory_bandwidth else HEALTHY_MEMORY) * noise)
         return _make(
             step,
             spec.memory_bandwidth * ratio,
@@ -167,7 +173,9 @@ def _bandwidth(gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult
     peak = pcie_bytes_per_second(gpu.pcie.max_gen, gpu.pcie.max_width)
     link = pcie_bytes_per_second(gpu.pcie.gen, gpu.pcie.width)
     assert peak is not None and link is not None  # the scenario keeps generations (1-6) and widths in the table
-    ratio = (probe.host_bandwidth if probe and probe.host_bandwidth else HEALTHY_HOST) * link / peak * noise
+    ratio = _within_peak(
+        (probe.host_bandwidth if probe and probe.host_bandwidth else HEALTHY_HOST) * link / peak * noise
+    )
     pinned = step.memory == "pinned"
     value = peak * ratio * (1.0 if pinned else PAGEABLE_SHARE)
     return _make(step, value, peak, OK, pinned, "simulated: bytes transferred, each counted once")

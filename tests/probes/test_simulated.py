@@ -70,3 +70,14 @@ def test_a_probe_key_out_of_range_is_refused_in_one_line():
         parse_scenario(text, "x.yaml")
     with pytest.raises(ScenarioError, match="unknown key"):
         parse_scenario(text.replace("matmul: 1.5", "hbm: 0.5"), "x.yaml")
+
+
+def test_a_gpu_at_its_peak_never_measures_above_it():
+    """`probe: {matmul: 1.0, ...}` gave 994 TFLOP/s on a 989.5 peak: the run-to-run noise went past the datasheet."""
+    at_peak = parse_scenario(
+        'name: p\ndescription: d\ngpus:\n  - model: "NVIDIA H100 80GB HBM3"\n'
+        "    probe: {matmul: 1.0, memory_bandwidth: 1.0, host_bandwidth: 1.0}\n",
+        "p.yaml",
+    )
+    ratios = [r.peak_ratio for t in range(0, 3600, 60) for r in simulated.run(at_peak, 0, t, 0.5, 60.0).results]
+    assert max(r for r in ratios if r is not None) == 1.0
