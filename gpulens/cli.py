@@ -79,6 +79,9 @@ class _Output(io.FileIO):
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    prog = f"gpulens {args[0]}" if args and not args[0].startswith("-") else "gpulens"
+    if sys.stdout is None:  # started with standard output closed (`>&-`): what it writes goes nowhere
+        sys.stdout = open(os.devnull, "w")  # the process's standard output, for its whole life
     standard = sys.stdout
     if standard is sys.__stdout__ and standard is not None:  # the process's own, not a test's capture
         sys.stdout = io.TextIOWrapper(
@@ -100,11 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # flush at exit (docs.python.org/3/library/signal.html, "Note on SIGPIPE").
         if isinstance(error, OutputError):
             # Only a command that ran writes output: an unknown one is refused on stderr.
-            prog = f"gpulens {args[0]}" if args and not args[0].startswith("-") else "gpulens"
             print(f"{prog}: cannot write the output: {error.strerror}; send it where there is room", file=sys.stderr)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # Ctrl-C in a command that does not handle it itself: one line, not a traceback
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     finally:
         # Only now, with standard output on /dev/null where it failed: the wrapper, let go, flushes what it still
         # holds as it goes, which must not fail again ("Exception ignored in: <_io.TextIOWrapper ...>").

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -275,6 +276,32 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_1(args):
         1,
         f"{prog}: cannot write the output: No space left on device; send it where there is room\n",
     )
+
+
+def test_a_command_started_with_its_output_closed_runs_and_writes_nowhere():
+    """`gpulens probe ... >&-` ended in an AttributeError traceback (standard output None), then a second one."""
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens.cli", "probe", "--simulate", "probes", "--gpu", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def test_ctrl_c_is_one_line_and_status_130_not_a_traceback():
+    """Ctrl-C during `gpulens probe --device cpu` was a KeyboardInterrupt traceback through the kernels."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpulens.cli", "probe", "--device", "cpu", "--matmul-size", "4096"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3.0)  # importing torch and starting the kernels
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 130
+    assert process.stderr.read() == "gpulens probe: interrupted\n"
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly():
