@@ -115,6 +115,9 @@ def _run(
     except NVML_FAILURES as error:  # as the real runner: NVML lost the GPU or went away, this GPU only
         results.extend(skipped(s, "not run") for s in todo)
         return report(ERROR, f"cannot check that the GPU is free: {error}")
+    if spec is None:  # a real probe measures an unknown model all the same; a made-up one needs its peaks
+        results.extend(skipped(s, "no peaks to simulate from") for s in todo)
+        return report(ERROR, f"{gpu.name} is not in the spec table, whose peaks a simulated probe measures against")
     for i, step in enumerate(todo):
         if clock.now - started >= budget_seconds:
             results.extend(skipped(s, "out of time") for s in todo[i:])
@@ -143,9 +146,7 @@ def _within_peak(ratio: float) -> float:
     return min(ratio, 1.0)
 
 
-def _result(scenario: Scenario, gpu: Gpu, spec: GpuSpec | None, step: Step, noise: float) -> ProbeResult:
-    if spec is None:
-        return skipped(step, f"{gpu.name} is not in the spec table; a simulated result needs its peaks")
+def _result(scenario: Scenario, gpu: Gpu, spec: GpuSpec, step: Step, noise: float) -> ProbeResult:
     probe = gpu.probe
     if step.kind == BANDWIDTH:
         return _bandwidth(gpu, spec, step, noise)

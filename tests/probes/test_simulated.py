@@ -81,3 +81,12 @@ def test_a_gpu_at_its_peak_never_measures_above_it():
     )
     ratios = [r.peak_ratio for t in range(0, 3600, 60) for r in simulated.run(at_peak, 0, t, 0.5, 60.0).results]
     assert max(r for r in ratios if r is not None) == 1.0
+
+
+def test_a_model_without_peaks_is_not_probed_rather_than_reported_ok():
+    """Every result skipped, the report said ok and `gpulens probe` exited 0 with an empty table."""
+    unknown = parse_scenario(
+        "name: u\ndescription: d\ngpus:\n  - {model: NVIDIA RTX A6000, memory_total: 48GiB, power_limit: 300}\n", "u"
+    )
+    report = simulated.run(unknown, 0, 0.0, 0.5, 60.0)
+    assert report.status == ERROR and "not in the spec table" in report.detail
