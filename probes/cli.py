@@ -270,12 +270,14 @@ def _simulated(options: argparse.Namespace) -> list[GpuReport]:
     nvml = Nvml(load_simulated_library(scenario, clock))
     # A UUID is most likely at its scenario's index (unless an absent GPU comes before it): looked for there first.
     node = _survey(nvml, options.gpu, [g.index for g in scenario.gpus if g.uuid in _items(options.gpu)])
+    surveyed = nvml  # whose handles `node` holds
     reports = []
     try:
         for index, _ in _select(node.listed(), options.gpu):
             report = _refused(node, index)
             if report is None:
-                handle = node.handles[index]
+                # The survey's handle, while its library is the one in use: a later node's own otherwise.
+                handle = node.handles[index] if nvml is surveyed else nvml.handle(int(index))
                 if clock.now != options.simulate_time:
                     # Each GPU's probe starts at --simulate-time, as it would alone (the agent probes one GPU per
                     # child), whatever the order. A simulated node's clock never goes back, as a monotonic one

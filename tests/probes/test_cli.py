@@ -108,6 +108,9 @@ def test_each_simulated_gpu_is_probed_from_the_same_time_whatever_the_order():
     }
     assert every["5"]["seconds"] == 3.0 and {r["started"] for r in every.values()} == {every["0"]["started"]}
     assert reports("--gpu", "5,0") == reports("--gpu", "0,5") == {gpu: every[gpu] for gpu in "05"}
+    # A busy GPU between two free ones: the one after it was probed with a handle of a library shut down, and
+    # read busy ("NVML cannot list the processes ... Invalid Argument").
+    assert reports("--gpu", "0,7,6") == {gpu: every[gpu] for gpu in "076"}
 
 
 def test_a_threshold_of_zero_judges_nothing_slow():
