@@ -48,6 +48,11 @@ class Plan:
         """Return the largest device working set of any probe, bytes."""
         return max(self.d2d_bytes, self.host_side_bytes, *(self.matmul_bytes(d) for d in self.dtypes))
 
+    @property
+    def host_bytes_on_cpu(self) -> int:
+        """The largest working set of any probe on the CPU, where a host copy's two sides are both host memory."""
+        return max(self.device_bytes, 2 * self.host_side_bytes)
+
 
 # On a GPU: products that fill the chip (8192^3 keeps every SM of a B200 busy for milliseconds), and
 # copies 2-5 times larger than the biggest L2 (B200: 126 MB) in every rotated buffer.

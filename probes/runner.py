@@ -108,7 +108,7 @@ def run(
             started=started,
             seconds=time.perf_counter() - timer,
             results=tuple(results),
-            memory_bytes=plan.device_bytes if plan else 0,
+            memory_bytes=(plan.device_bytes if device.type == "cuda" else plan.host_bytes_on_cpu) if plan else 0,
         )
 
     def skipped(rest: list[Step], why: str) -> list[ProbeResult]:
@@ -122,7 +122,10 @@ def run(
         return report(ERROR, f"cannot check that the GPU is free: {error}", skipped(todo, "not run"), None)
     try:
         device_free, host_free = memory(device)
-        plan = fit(base, int(device_free * settings.memory_fraction), int(host_free * settings.memory_fraction))
+        device_cap, host_cap = int(device_free * settings.memory_fraction), int(host_free * settings.memory_fraction)
+        if device.type != "cuda":  # the "device" is host memory too: a host copy holds both its sides there
+            host_cap //= 2
+        plan = fit(base, device_cap, host_cap)
     except PlanError as error:
         return report(ERROR, str(error), skipped(todo, "no room under the memory cap"), None)
 

@@ -327,3 +327,17 @@ def test_a_slow_result_just_under_the_threshold_is_not_written_as_the_threshold(
     report = GpuReport("0", "GPU-1", "NVIDIA H100", "H100 SXM", "cuda:0", SLOW, "", 0.0, 1.0, (slow,))
     row = next(line for line in render([report], 0.5).splitlines() if line.lstrip().startswith("d2d"))
     assert row.split()[-5:] == ["49%", "slow", "below", "the", "threshold"]
+
+
+def test_on_the_cpu_a_host_copy_s_two_sides_fit_under_the_memory_cap_together():
+    """Both sides of a host copy are host memory on the CPU: 1 GiB copies under a 460 MiB cap held about 790 MiB,
+    and the report said 384."""
+    free = 512 * 2**20
+    status, out, _ = probe(
+        "--device", "cpu", "--copy-mib", "64", "--matmul-size", "128", "--repeats", "2", "--memory-fraction", "0.25",
+        "--json", memory=lambda device: (free, free),
+    )  # fmt: skip
+    (report,) = json.loads(out)["reports"]
+    host_copy = next(r["size"] for r in report["results"] if r["name"] == "h2d_pageable")
+    both_sides = 2 * 3 * host_copy  # three rotated buffers on each side
+    assert status == cli.EXIT_OK and both_sides <= report["memory_bytes"] <= 0.25 * free
