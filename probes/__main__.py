@@ -2,6 +2,8 @@
 
 import sys
 
+from gpulens.probes.child import die_with_parent
 from gpulens.probes.cli import main
 
+die_with_parent()
 sys.exit(main())

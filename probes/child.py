@@ -7,7 +7,10 @@ agent's probe slot. No torch here.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -16,6 +19,8 @@ from dataclasses import dataclass
 from gpulens.probes.results import ERROR, TIMEOUT, GpuReport
 
 GRACE_SECONDS = 30.0  # on top of the budget: starting Python, importing torch, creating the context
+PARENT_ENV = "GPULENS_PROBE_PARENT"  # the agent's pid, in its probe child's environment
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,11 @@ class ChildRunner:
     def __call__(self, request: ProbeRequest) -> GpuReport:
         try:
             done = subprocess.run(
-                self.command(request), capture_output=True, text=True, timeout=self._budget + self._grace
+                self.command(request),
+                capture_output=True,
+                text=True,
+                timeout=self._budget + self._grace,
+                env={**os.environ, PARENT_ENV: str(os.getpid())},
             )
         except subprocess.TimeoutExpired:
             return failed(request, TIMEOUT, f"the probe child ran past {self._budget + self._grace:g} s and was killed")
@@ -69,6 +78,19 @@ class ChildRunner:
         except (ValueError, KeyError, IndexError, TypeError):
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             return failed(request, ERROR, f"the probe child exited with status {done.returncode}: {last}")
+
+
+def die_with_parent() -> None:
+    """In an agent's probe child: end with the agent. Stopped alone (`kill` of its pid, a supervisor that stops
+    the main process only), the agent left its child running kernels on a GPU for up to a minute, then seen by
+    the next agent as a process of no job. prctl(2)'s PR_SET_PDEATHSIG sends SIGTERM when the thread that started
+    the child ends (the agent's probe thread, which waits for it); the agent gone before, the child ends now."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(parent):
+        sys.exit("gpulens probe: the agent that started this probe is gone")
 
 
 def failed(request: ProbeRequest, status: str, detail: str) -> GpuReport:

@@ -4,6 +4,7 @@ an agent that runs probes without ever importing torch."""
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -81,3 +82,33 @@ def test_the_agent_runs_probes_in_a_child_and_never_imports_torch():
     done = subprocess.run([sys.executable, "-c", AGENT_WITH_PROBES], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "status: ok" in done.stdout and "heavy: []" in done.stdout
+
+
+def test_a_probe_child_ends_with_the_agent_that_started_it():
+    """An agent stopped alone (its pid killed) left its child running kernels for up to a minute."""
+    import psutil
+
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from gpulens.probes.child import ChildRunner, ProbeRequest\n"
+            "ChildRunner(device='cpu', extra=('--matmul-size', '4096', '--repeats', '200'), time_budget=120)"
+            "(ProbeRequest(0, 'cpu', 'cpu', 0.0))",
+        ]
+    )
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (children := psutil.Process(parent.pid).children()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (child,) = children
+        time.sleep(1.0)  # past the child's start, into its kernels
+        parent.kill()
+        parent.wait(timeout=10)
+        child.wait(timeout=20)  # ended with it, on SIGTERM, not after its 120 s budget (psutil.TimeoutExpired)
+        assert not child.is_running()
+    finally:
+        for process in [*psutil.Process().children(recursive=True), *children]:  # the child, orphaned or not
+            if process.is_running():
+                process.kill()
