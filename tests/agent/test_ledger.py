@@ -115,10 +115,10 @@ def test_a_restarted_agent_takes_up_each_verdict_where_the_last_run_left_it(tmp_
     """A rollout began every GPU's 'idle for 40 minutes' again, and resolved the alerts that read it."""
     path = str(tmp_path / "ledger.sqlite")
     first = make_agent("demo", ledger=path)
-    first.run(300, step=2)
+    first.run(120, step=3)
     before = _since(first)
-    second = make_agent("demo", ledger=path, clock=ManualClock(start=300 + gap))
-    second.run(90, step=2)  # the window and the dwell: every judgement settled again
+    second = make_agent("demo", ledger=path, clock=ManualClock(start=120 + gap))
+    second.run(78, step=3)  # the window and the dwell: every judgement settled again
     after = _since(second)
     judged = {i for i, (state, _) in before.items() if state in ("idle", "underutilized", "data_starved")}
     assert len(judged) >= 3  # demo: bob's idle GPU, carol's starved one, frank's underused one

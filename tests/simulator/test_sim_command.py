@@ -290,6 +290,7 @@ def test_a_command_started_with_its_output_closed_runs_and_writes_nowhere():
     assert (done.returncode, done.stderr) == (0, "")
 
 
+@pytest.mark.slow  # torch's import and seconds of kernels: `make test`, not `make check`
 def test_ctrl_c_is_one_line_and_status_130_not_a_traceback():
     """Ctrl-C during `gpulens probe --device cpu` was a KeyboardInterrupt traceback through the kernels."""
     process = subprocess.Popen(
