@@ -293,6 +293,7 @@ def test_a_command_started_with_its_output_closed_runs_and_writes_nowhere():
 @pytest.mark.slow  # torch's import and seconds of kernels: `make test`, not `make check`
 def test_ctrl_c_is_one_line_and_status_130_not_a_traceback():
     """Ctrl-C during `gpulens probe --device cpu` was a KeyboardInterrupt traceback through the kernels."""
+    pytest.importorskip("torch")  # the matrix's agent environments have no torch, which the probe's kernels need
     process = subprocess.Popen(
         [sys.executable, "-m", "gpulens.cli", "probe", "--device", "cpu", "--matmul-size", "4096"],
         stdout=subprocess.PIPE,
