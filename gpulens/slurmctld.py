@@ -100,8 +100,17 @@ def message(slurm_said: str, environ: Mapping[str, str], settings: Settings) -> 
     return "\n\n".join(part for part in (slurm_said.rstrip(), heading, "=" * len(heading), text) if part) + "\n"
 
 
+MAIL_USAGE = """\
+usage: gpulens-slurm-mail MAIL-ARGUMENTS...   (slurm.conf: MailProg=/usr/local/bin/gpulens-slurm-mail)
+Runs the mail program Slurm would have run (mail: in /etc/gpulens/slurmctld.yaml, /usr/bin/mail by default) with
+Slurm's arguments and message, adding `gpulens report job ID` to the mail of a job that ended."""
+
+
 def mail_main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv in (["-h"], ["--help"]):  # never Slurm's arguments (-s SUBJECT RECIPIENT): a person asking
+        print(MAIL_USAGE)
+        return 0
     environ = os.environ if environ is None else environ
     slurm_said = sys.stdin.read() if not sys.stdin.isatty() else ""
     try:

@@ -169,3 +169,11 @@ def test_the_epilog_never_fails(sacctmgr, monkeypatch, capsys):
 )
 def test_backfill_gives_sacct_a_start_it_reads(since, given):
     assert slurmctld.sacct_start(since) == given
+
+
+def test_help_says_what_the_mail_program_is_and_sends_nothing(mail, capsys):
+    """`gpulens-slurm-mail --help` took --help for a mail argument and tried to send."""
+    settings, kept = mail
+    assert slurmctld.mail_main(["--help"], {**ENDED, slurmctld.CONFIG_ENV: str(settings)}) == 0
+    assert capsys.readouterr().out.startswith("usage: gpulens-slurm-mail MAIL-ARGUMENTS...")
+    assert not kept.exists()
