@@ -37,10 +37,7 @@ class AgentClient(HttpClient):
 
     def metrics(self) -> str:
         """Return the text exposition the agent serves at /metrics."""
-        response = self.get("/metrics", accept="text/plain")
-        if not response.ok:
-            raise self.error(f"answered HTTP {response.status_code}; is this URL a gpulens agent?")
-        return response.text
+        return self.exposition("is this URL a gpulens agent?")
 
     def ledger(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the agent's /api/v1/jobs answer, a JSON object whose "jobs" the caller checks."""

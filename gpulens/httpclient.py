@@ -206,6 +206,14 @@ class HttpClient:
         the whole would cut a short secret out of the words around it too ("check the bearer <redacted>en")."""
         return HttpError(self.where, " ".join(what.split()), status)
 
+    def exposition(self, asked: str) -> str:
+        """Return the text exposition the server serves at /metrics; else raise HttpError ending in `asked` (e.g.
+        "is this URL a gpulens agent?")."""
+        response = self.get("/metrics", accept="text/plain")
+        if not response.ok:
+            raise self.error(f"answered HTTP {response.status_code}; {asked}")
+        return response.text
+
     def json_answer(self, response: requests.Response, path: str, asked: str) -> dict[str, Any]:
         """Return the JSON object a gpulens server answered at `path`; else raise HttpError (its `status` the HTTP
         status) with the server's own "error" where it gave one, or `asked` (e.g. "is it a gpulens agent?") where

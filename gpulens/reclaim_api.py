@@ -92,11 +92,9 @@ class ReclaimApi(HttpClient):
     def pending(self) -> tuple[ReclaimPending, ...]:
         """The actions the service has pending, from its own /metrics: where the dashboard reads the agents, no
         Prometheus scrapes it for them (docs/reclaim.md, Metrics)."""
-        response = self.get("/metrics", accept="text/plain")
-        if not response.ok:
-            raise self.error(f"answered HTTP {response.status_code} at /metrics; is it gpulens reclaim run?")
+        text = self.exposition("is it gpulens reclaim run?")
         try:
-            samples = parse_exposition(response.text, "")
+            samples = parse_exposition(text, "")
         except ValueError:
             raise self.error("answered /metrics with no exposition; is it gpulens reclaim run?") from None
         return reclaim_pending(samples)

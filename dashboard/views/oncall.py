@@ -94,8 +94,8 @@ def contact(unit: FleetGpu) -> tuple[tuple[str, str], ...]:
     first = (("send to", f"the node's administrators: the hardware ({trouble})"),) if trouble else ()
     holders = [h for h in unit.holders if h.job_id]
     if not holders:
-        nobody = f"{unheld(unit)}; a matter for the node's administrators" if unread(unit) else ""
-        return first or (("holder", nobody or "no job holds it: a matter for the node's administrators"),)
+        nobody = f"{unheld(unit)};" if unread(unit) else "no job holds it:"
+        return first or (("holder", f"{nobody} a matter for the node's administrators"),)
     shared = (("holders", f"{len(holders)} jobs share it: tell each owner"),) if len(holders) > 1 else ()
     return (*first, *shared, *(row for h in holders for row in _contact(h)))
 

@@ -43,22 +43,22 @@ class Agents:
     ):
         # ValueError with the fix for one that is not a URL; `credentials` for agents with a web config.
         # `skip_unanswered`: `runs_of` goes on without an agent that does not answer (the dashboard's Report
-        # page, which names it in its banner), and says why in `unanswered`; else SourceError, as for a report.
+        # page, which names it in its banner), and says why in `unanswered`, by agent; else SourceError.
         self.skip_unanswered = skip_unanswered
-        self.unanswered: list[str] = []
+        self.unanswered: dict[str, str] = {}
         self.agents = [
             AgentClient(http_url(url, "--agent"), credentials, timeout, "check the --agent address", SLOW)
             for url in urls
         ]
-        self._silent: list[str] = []  # the agents `runs_of` went on without
         # The nodes each job was found on, and an agent that answers for each: where to ask for its traces.
         self._found_on: dict[tuple[str, str], dict[str, AgentClient]] = {}
 
     @property
     def description(self) -> str:
         """The agents read, as a report names its source; those that did not answer said apart."""
-        read = ", ".join(agent.shown for agent in self.agents if agent.shown not in self._silent)
-        return f"agent {read}" + (f" (not {', '.join(self._silent)}, which did not answer)" if self._silent else "")
+        read = ", ".join(agent.shown for agent in self.agents if agent.shown not in self.unanswered)
+        silent = ", ".join(self.unanswered)
+        return f"agent {read}" + (f" (not {silent}, which did not answer)" if silent else "")
 
     def _get(self, agent: AgentClient, params: dict[str, Any], step: Step) -> LedgerAnswer:
         step(f"asking {agent.shown}")
@@ -86,8 +86,7 @@ class Agents:
             except SourceError as error:
                 if not self.skip_unanswered:
                     raise
-                self.unanswered.append(str(error))
-                self._silent.append(agent.shown)
+                self.unanswered[agent.shown] = str(error)
                 continue
             for r in records:
                 self._found_on.setdefault(r.key, {}).setdefault(r.nodes[0], agent)

@@ -447,7 +447,7 @@ class AgentsSource:
         except SourceError as error:
             return Answer(None, (SourceProblem(self.name, str(error)),))
         left_out = "; the report leaves out what it holds of the job, if it ran there"
-        return Answer(report, tuple(SourceProblem(self.name, why + left_out) for why in agents.unanswered))
+        return Answer(report, tuple(SourceProblem(self.name, why + left_out) for why in agents.unanswered.values()))
 
     def _ask(
         self, job: JobSummary, call: Callable[[AgentClient], T]
