@@ -43,7 +43,7 @@ from gpulens.fleet.environment import (
     tls_environment,
 )
 from gpulens.printable import printable
-from gpulens.urls import check_url, refuse_password
+from gpulens.urls import URL_EXAMPLES, flag_url, refuse_password
 
 APP = pathlib.Path(__file__).resolve().parent / "app.py"
 # Next to the agent's 10906, outside 9100-9999 like it (the exporter registry's range).
@@ -293,11 +293,10 @@ def check_auth_file(path: str) -> str:
 
 
 def _checked_url(url: str, flag: str, fix: str) -> str:
-    """Return `url`, given as `flag`, without a trailing slash; raise LaunchError when it is not an http(s) URL,
-    or when it holds a password (`fix` says where that goes)."""
-    with converted(ValueError, LaunchError, f"{flag}: "):
-        checked = check_url(url)
+    """Return the URL `url`, given as `flag`, means, without a trailing slash; raise LaunchError when it is not
+    HOST:PORT or an http(s) URL, or when it holds a password (`fix` says where that goes)."""
     with converted(ValueError, LaunchError):
+        checked = flag_url(url, flag, URL_EXAMPLES[flag])
         refuse_password(url, flag, fix)
     return checked
 

@@ -6,6 +6,15 @@ from __future__ import annotations
 import re
 import urllib.parse
 
+# A URL each command-line flag that names a server takes, for the fix in a message about a wrong one.
+URL_EXAMPLES = {
+    "--agent": "http://node1:10906",
+    "--agents": "http://gpu-node-1:10906",
+    "--prometheus": "http://prometheus:9090",
+    "--alertmanager": "http://alertmanager:9093",
+    "--reclaim": "http://127.0.0.1:10908",
+}
+
 # USER:PASSWORD@ after an optional scheme, also in text that is not a valid URL.
 _USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#@]*@")
 
@@ -35,6 +44,20 @@ def check_url(url: str) -> str:
             "give the server's base URL, e.g. 'http://prometheus:9090'"
         )
     return url.rstrip("/")
+
+
+def flag_url(text: str, flag: str, example: str) -> str:
+    """Return the http(s) URL that a command line's `flag` gives as `text`, without a trailing slash: 'HOST:PORT'
+    means http://HOST:PORT. Raise ValueError naming `flag` and the fix (`example`, a URL that flag takes)."""
+    typed = text.strip()
+    url = typed if "://" in typed else "http://" + typed
+    parts = split_http_url(url)
+    if parts is None or ("://" not in typed and parts.port is None):  # 'node1' alone: no agent listens on 80
+        raise ValueError(f"{flag} {quoted_url(text)} is not HOST:PORT or http(s)://HOST:PORT; write e.g. {example}")
+    try:
+        return check_url(url)
+    except ValueError as error:  # a query or a fragment
+        raise ValueError(f"{flag} {error}") from None
 
 
 def refuse_password(url: str, flag: str, fix: str) -> None:

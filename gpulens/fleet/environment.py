@@ -40,7 +40,7 @@ from gpulens.errors import converted
 from gpulens.fleet.agents import AgentsSource, fetch_metrics
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.records import Answer, Source, SourceProblem
-from gpulens.urls import check_url, quoted_url, refuse_password
+from gpulens.urls import URL_EXAMPLES, flag_url, refuse_password
 
 __all__ = [
     "ALERTMANAGER",
@@ -83,12 +83,10 @@ def parse_agents(text: str) -> dict[str, str]:
         name, eq, url = item.partition("=")
         if not eq or "://" in name:
             name, url = "", item
-        try:
-            check_url(url)  # also a port that is not a number, or an unclosed '[' of an IPv6 address
-        except ValueError:
-            raise ConfigError(  # quoted without a user:password@ it may hold
-                f"agent URL {quoted_url(url)} is not http://HOST:PORT; write e.g. 'http://gpu-node-1:10906'"
-            ) from None
+        try:  # also a port that is not a number, or an unclosed '[' of an IPv6 address
+            url = flag_url(url, "agent URL", URL_EXAMPLES["--agents"])
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
         name = name.strip() or urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
         if name in agents:
             raise ConfigError(f"agent name {name!r} is given twice; name each agent once (NAME=URL)")
@@ -129,8 +127,8 @@ def source_environment(args: argparse.Namespace) -> dict[str, str]:
         raise ConfigError(misplaced)
     env = {PROMETHEUS: "", AGENTS: "", BEARER_TOKEN: "", BASIC_AUTH: "", **tls_environment(PROMETHEUS_TLS, None)}
     if args.prometheus is not None:  # '' too: a mistake, not a missing flag
-        with converted(ValueError, ConfigError, "--prometheus: "):
-            env[PROMETHEUS] = check_url(args.prometheus)
+        with converted(ValueError, ConfigError):
+            env[PROMETHEUS] = flag_url(args.prometheus, "--prometheus", URL_EXAMPLES["--prometheus"])
         with converted(ValueError, ConfigError):  # AccessError too
             refuse_password(args.prometheus, "--prometheus", "pass --basic-auth-file FILE holding USER:PASSWORD")
             credentials = read_credentials(args)

@@ -23,7 +23,7 @@ from gpulens.credentials import BASIC_AUTH_FILE
 from gpulens.errors import converted
 from gpulens.fleet.summary import FleetReport, JobReport, fleet_report, job_report
 from gpulens.fleet.trend import HOUR_SECONDS, MIN_PERIOD_SECONDS, TrendReport, spread, trend_report
-from gpulens.urls import quoted_url, refuse_password, split_http_url
+from gpulens.urls import URL_EXAMPLES, flag_url, refuse_password
 from gpulens.usage import JobRecord
 
 # Enough for a month of a large node's jobs; the agent caps one answer at this too.
@@ -31,9 +31,6 @@ MAX_JOBS_PER_SOURCE = 10_000
 HTTP_TIMEOUT_SECONDS = 30.0
 # A month over thousands of GPUs can take a store longer than that (docs/benchmarks.md, Reports).
 SLOW = "it may be overloaded, or the period too long for it: give it longer with --timeout"
-
-# An address each flag that names a server takes, for the messages that say how to write one.
-URL_EXAMPLES = {"--agent": "http://node1:10906", "--prometheus": "http://prometheus:9090"}
 
 # Why a ledger lacks the runs before some time.
 LEDGER_HELD = "its older runs were deleted by --ledger.retention or --ledger.max-size, or its agent began then"
@@ -239,11 +236,7 @@ def http_url(text: str, flag: str) -> str:
     """Return the URL 'HOST:PORT' or 'http(s)://HOST:PORT/...' means; raise ValueError naming `flag` and the fix.
 
     `text` is a command line's (--agent, --prometheus), so it may hold no password."""
-    url = text.strip() if "://" in text else "http://" + text.strip()
-    if split_http_url(url) is None:
-        raise ValueError(
-            f"{flag} {quoted_url(text)} is not HOST:PORT or http://HOST:PORT; write e.g. {URL_EXAMPLES[flag]}"
-        )
+    url = flag_url(text, flag, URL_EXAMPLES[flag])
     fix = (
         "pass --basic-auth-file FILE holding USER:PASSWORD"
         if flag == "--prometheus"

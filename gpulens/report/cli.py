@@ -28,7 +28,6 @@ from gpulens.credentials import AccessError, add_credential_flags, agent_credent
 from gpulens.errors import converted
 from gpulens.fleet.past import (
     HTTP_TIMEOUT_SECONDS,
-    URL_EXAMPLES,
     LedgerFiles,
     PastJobs,
     SourceError,
@@ -47,6 +46,7 @@ from gpulens.report import document, htmlpage, line, machine, markdown
 from gpulens.report.digest import DIGEST_GROUPINGS, Digest, digest_report
 from gpulens.report.document import SHORT_JOBS_SHOWN, WORST_JOBS_SHOWN, Document
 from gpulens.report.progress import Progress
+from gpulens.urls import URL_EXAMPLES
 from gpulens.usage import LAST_EPOCH
 
 if TYPE_CHECKING:

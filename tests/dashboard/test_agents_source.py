@@ -138,12 +138,14 @@ def test_queries_within_the_interval_share_one_scrape(demo_agent):
 
 
 def test_agent_lists_parse_names_and_refuse_mistakes():
-    assert parse_agents("http://a:10906, b=http://10.0.0.2:10906/metrics") == {
+    assert parse_agents("http://a:10906, b=http://10.0.0.2:10906/metrics, c:10906/") == {
         "a:10906": "http://a:10906",
         "b": "http://10.0.0.2:10906/metrics",
+        "c:10906": "http://c:10906",  # HOST:PORT means http://HOST:PORT, as in the reports' --agent
     }
     for bad, said in (
-        ("a:10906", "is not http://HOST:PORT"),
+        ("a", "is not HOST:PORT or http"),
+        ("a:port", "is not HOST:PORT or http"),
         ("", "no agent URL"),
         ("x=http://a:1,x=http://b:1", "given twice"),
     ):

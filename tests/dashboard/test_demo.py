@@ -236,13 +236,13 @@ def test_a_port_in_use_is_one_clear_line():
     ("args", "code", "said"),
     [
         (["dashboard"], 2, "one of the arguments --prometheus --agents is required"),
-        (
-            ["dashboard", "--agents", "gpu-node:10906"],
+        (  # HOST:PORT is taken for http://HOST:PORT, as the reports take it; a bare host names no port
+            ["dashboard", "--agents", "gpu-node"],
             1,
-            "--agents: agent URL 'gpu-node:10906' is not http://HOST:PORT",
+            "--agents: agent URL 'gpu-node' is not HOST:PORT or http(s)://HOST:PORT; write e.g. http://gpu-node-1",
         ),
-        (["dashboard", "--prometheus", "prometheus:9090"], 1, "is not an http:// or https:// URL"),
-        (["dashboard", "--prometheus", ""], 1, "--prometheus: '' is not an http:// or https:// URL"),
+        (["dashboard", "--prometheus", "ftp://prometheus:9090"], 1, "'ftp://prometheus:9090' is not HOST:PORT"),
+        (["dashboard", "--prometheus", ""], 1, "--prometheus '' is not HOST:PORT or http(s)://HOST:PORT"),
         (["dashboard", "--agents", ""], 1, "--agents: no agent URL given; write e.g. --agents http://"),
         (
             ["dashboard", "--prometheus", "http://p:9090", "--bearer-token-file", "/nonexistent/token"],
@@ -264,9 +264,9 @@ def test_a_port_in_use_is_one_clear_line():
             "--alertmanager goes with --prometheus",
         ),
         (
-            ["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am:9093"],
+            ["dashboard", "--prometheus", "http://p:9090", "--alertmanager", "am"],
             1,
-            "--alertmanager: 'am:9093' is not an http:// or https:// URL",
+            "--alertmanager 'am' is not HOST:PORT or http(s)://HOST:PORT; write e.g. http://alertmanager:9093",
         ),
     ],
 )

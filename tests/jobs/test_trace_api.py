@@ -343,7 +343,7 @@ def test_a_job_is_traced_in_each_of_its_processes_that_report_and_only_those():
         # It would return at once, saying the trace is not done, and exit 1: --no-wait is how to return at once.
         (["--job", "1", "--wait", "0", "--agent", "127.0.0.1:1"], 2, "--wait must be more than 0; write e.g."),
         (["--id", "t-1", "--wait", "0s", "--agent", "127.0.0.1:1"], 2, "or --no-wait to return at once"),
-        (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http://HOST:PORT"),
+        (["--job", "1", "--agent", "::bad"], 2, "is not HOST:PORT or http(s)://HOST:PORT"),
         (["--job", "1", "--wait", "5x"], 2, "'5x' is not a duration"),
         (["--job", "1", "--agent", "127.0.0.1:1"], 1, "cannot be reached"),
     ],

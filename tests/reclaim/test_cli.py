@@ -149,7 +149,7 @@ def test_check_prints_what_the_policy_says(tmp_path, capsys):
             ("run", "--agents", "http://127.0.0.1:1", "--policy", "/nonexistent/reclaim.yaml"),
             "policy file /nonexistent/reclaim.yaml",
         ),
-        (("run", "--agents", "gpu-node-1"), "agent URL 'gpu-node-1' is not http://HOST:PORT"),
+        (("run", "--agents", "gpu-node-1"), "agent URL 'gpu-node-1' is not HOST:PORT or http(s)://HOST:PORT"),
         (("run", "--agents", "http://127.0.0.1:1", "--basic-auth-file", "x"), "are for --prometheus"),
         (("run", "--prometheus", "http://u:secret@prometheus:9090"), "--prometheus"),
         (

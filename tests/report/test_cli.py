@@ -341,7 +341,7 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--source", "ledger", "--agent", "node1:10906"], ("--source ledger needs --ledger PATH",)),
         (["job"], ("id",)),
         (["job", " ", "--ledger", "x"], ("report job needs the id or name of a job",)),
-        (["fleet", "--agent", "not a url"], ("--agent 'not a url' is not HOST:PORT or http://HOST:PORT",)),
+        (["fleet", "--agent", "not a url"], ("--agent 'not a url' is not HOST:PORT or http(s)://HOST:PORT",)),
         (["fleet", "--agent", "127.0.0.1:0"], ("--agent '127.0.0.1:0' is not HOST:PORT",)),  # no server has port 0
         (
             ["fleet", "--since", "soon", "--ledger", "x"],
