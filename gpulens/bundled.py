@@ -1,11 +1,12 @@
 """The files gpulens ships beside its code, read from the installed package (a wheel has no source tree):
-the Prometheus rules, the Grafana dashboard, examples for Alertmanager, Prometheus, systemd and Slurm, and
-the alerts' runbooks.
+the Prometheus rules, the Grafana dashboard, examples for Alertmanager, Prometheus, systemd and Slurm, the
+alerts' runbooks and the documentation.
 
 `gpulens rules`, `gpulens grafana` and `gpulens files` print them; `gpulens demo --prometheus` loads the
 rules from here, and the dashboard's Runbooks page serves the runbooks. Each file is kept once, in `rules/`,
-`deploy/` or `docs/runbooks/` of the source tree, which the package installs as `gpulens.rules`,
-`gpulens.deploy` and `gpulens.runbooks` (pyproject.toml).
+`deploy/`, `docs/runbooks/` or `docs/` of the source tree, which the package installs as `gpulens.rules`,
+`gpulens.deploy`, `gpulens.runbooks` and `gpulens.docs` (pyproject.toml). A message that says "see
+docs/NAME.md" names what `gpulens files docs/NAME.md` prints.
 """
 
 from __future__ import annotations
@@ -86,6 +87,20 @@ def runbooks() -> dict[str, Shipped]:
     }
 
 
+DOCS = "gpulens.docs"  # docs/ of the source tree: the documentation's pages
+
+
+def documents() -> dict[str, Shipped]:
+    """Return the documentation's pages by the name a message gives them ('docs/install.md'), in name order,
+    each about what its title says."""
+    shipped = {}
+    for page in sorted(resources.files(DOCS).iterdir(), key=lambda p: p.name):
+        if page.name.endswith(".md"):
+            title = page.read_text(encoding="utf-8").partition("\n")[0].lstrip("# ").strip()
+            shipped[f"docs/{page.name}"] = Shipped(f"docs/{page.name}", DOCS, page.name, f"documentation: {title}")
+    return shipped
+
+
 def rules_document() -> str:
     """Return every rule group of the three rule files as one YAML document (for promtool or a ConfigMap).
 
@@ -164,15 +179,21 @@ def grafana_main(argv: Sequence[str]) -> int:
 
 def files_main(argv: Sequence[str]) -> int:
     """`gpulens files [NAME]`."""
-    parser = OneLineParser(prog="gpulens files", description="List the files gpulens ships, or print one of them.")
-    parser.add_argument("name", nargs="?", metavar="NAME", help="the file to print")
+    parser = OneLineParser(
+        prog="gpulens files",
+        description="List the files gpulens ships (the documentation too), or print one of them.",
+    )
+    parser.add_argument("name", nargs="?", metavar="NAME", help="the file to print, e.g. docs/install.md")
     args = parser.parse_args(argv)
+    shipped = FILES | documents() | {f"docs/runbooks/{r.name}": r for r in runbooks().values()}
     if args.name is None:
-        width = max(len(name) for name in FILES)
-        for shipped in FILES.values():
-            print(f"{shipped.name:{width}}  {shipped.about}")
+        listed = FILES | documents()
+        width = max(len(name) for name in listed)
+        for name, one in listed.items():
+            print(f"{name:{width}}  {one.about}")
+        print(f"{'docs/runbooks/ALERT.md':{width}}  the runbook of each alert (docs/alerts.md lists them)")
         return 0
-    if args.name not in FILES:
+    if args.name not in shipped:
         parser.error(f"no shipped file {args.name!r}; 'gpulens files' lists them")
-    sys.stdout.write(FILES[args.name].text())
+    sys.stdout.write(shipped[args.name].text())
     return 0

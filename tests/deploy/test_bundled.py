@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -77,7 +78,8 @@ def test_grafana_prints_the_dashboard_and_files_prints_any_shipped_file():
     dashboard = run("grafana")
     assert dashboard.returncode == 0 and json.loads(dashboard.stdout)["uid"] == "gpulens"
     listed = run("files")
-    assert listed.returncode == 0 and [line.split()[0] for line in listed.stdout.splitlines()] == list(bundled.FILES)
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert listed.returncode == 0 and names == [*bundled.FILES, *bundled.documents(), "docs/runbooks/ALERT.md"]
     unit = run("files", "gpulens-agent.service")
     assert unit.stdout == (ROOT / "deploy" / "systemd" / "gpulens-agent.service").read_text()
 
@@ -94,3 +96,18 @@ def test_mistakes_are_one_line_and_exit_2(args, said):
     done = run(*args)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(said) and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_every_page_of_the_documentation_a_message_names_is_shipped_and_printed():
+    """Messages and --help say "see docs/NAME.md": an install from the wheel has no checkout to open."""
+    product = [p for folder in ("gpulens", "agent", "dashboard", "probes") for p in (ROOT / folder).rglob("*.py")]
+    named = {m for path in product for m in re.findall(r"docs/(?:runbooks/)?[a-z][\w-]*\.md", path.read_text())}
+    named -= {"docs/mig.md", "docs/storage.md"}  # other projects' pages, cited in comments as sources
+    runbooks = {f"docs/runbooks/{name}.md" for name in bundled.runbooks()}
+    assert len(named) > 10 and named - set(bundled.documents()) - runbooks == set()
+    assert set(bundled.documents()) == {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    for name in ("docs/security.md", "docs/runbooks/GpulensGpuHeldIdle.md"):
+        printed = run("files", name)
+        assert printed.returncode == 0 and printed.stdout == (ROOT / name).read_text(), name
+    unknown = run("files", "docs/nosuch.md")
+    assert unknown.returncode == 2 and "'gpulens files' lists them" in unknown.stderr

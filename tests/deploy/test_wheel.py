@@ -58,6 +58,9 @@ def test_the_wheel_holds_every_rule_and_deploy_file(installed):
     runbooks = sorted(p.name for p in (ROOT / "docs" / "runbooks").glob("*.md"))
     assert "GpulensGpuHeldIdle.md" in runbooks
     assert [n for n in runbooks if f"gpulens/runbooks/{n}" not in names] == []
+    # The documentation, which messages and --help name as docs/NAME.md.
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert "install.md" in pages and [n for n in pages if f"gpulens/docs/{n}" not in names] == []
 
 
 def test_the_runbooks_read_from_the_wheel(installed, tmp_path):
@@ -157,6 +160,6 @@ def test_the_list_of_shipped_files_keeps_a_gap_between_each_name_and_what_it_is(
     """gpulens-reclaim.service ran into its description: its name is longer than the column was."""
     assert bundled.files_main([]) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert len(rows) == len(bundled.FILES)
+    assert len(rows) == len(bundled.FILES) + len(bundled.documents()) + 1  # the runbooks' row
     assert all(re.match(r"^\S+  +\S", row) for row in rows), rows
     assert len({re.match(r"^\S+ +", row).end() for row in rows}) == 1  # one column
