@@ -219,7 +219,8 @@ def test_the_agent_runs_on_gpu_nodes_with_host_pid_and_no_gpu_request(rendered):
     env = {e["name"]: e for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-    assert "--collector.dcgm-compat" not in container["args"]
+    # The settings the chart owns are passed off as well as on: a --config.file or GPULENS_* cannot turn them on.
+    assert {"--no-collector.dcgm-compat", "--no-collector.probes", "--web.config.file="} <= set(container["args"])
 
 
 def test_the_agent_security_context_is_restrictive(rendered):
@@ -313,6 +314,19 @@ def test_overrides_reach_the_agent(rendered):
             None,
         ),
         ({"affinity": {"podAntiAffinity": {}}}, {"nvidia.com/gpu.present": "true"}),
+        # A preferred term alone requires no node: without the label the agent ran on every node, CPU nodes too.
+        (
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [
+                            {"weight": 1, "preference": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}}
+                        ]
+                    }
+                }
+            },
+            {"nvidia.com/gpu.present": "true"},
+        ),
     ],
 )
 def test_the_agents_nodes_are_the_users_choice_or_else_the_gpu_nodes(tmp_path, agent, node_selector):
@@ -1017,6 +1031,19 @@ def test_the_urls_a_client_takes_are_taken(tmp_path):
             {"agent": {"webConfig": {"existingSecret": "web", "tls": True, "requireClientCert": True}}},
             "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate",
         ),
+        (  # the operator refuses the pair halved: no agent scraped, only GpulensAgentAbsent
+            {
+                "agent": {"webConfig": {"existingSecret": "web", "tls": True, "requireClientCert": True}},
+                "serviceMonitor": {"tlsConfig": {"cert": {"secret": {"name": "a", "key": "b"}}}},
+            },
+            "serviceMonitor.tlsConfig: cert without keySecret, which the Prometheus Operator refuses",
+        ),
+        # A key written twice on one object: kustomize, Flux and Argo CD refuse the YAML.
+        (
+            {"commonLabels": {"team": "a"}, "agent": {"podLabels": {"team": "b"}}},
+            "agent.podLabels: team is in commonLabels too",
+        ),
+        ({"commonLabels": {"release": "a"}}, "serviceMonitor.labels: release is in commonLabels too"),
         ({"dashboard": {"podSecurityContext": {"runAsUser": 0}}}, "dashboard: runAsUser 0 beside runAsNonRoot true"),
         (
             {"reclaim": {"enabled": True, "securityContext": {"runAsUser": 0}}},
@@ -1123,6 +1150,15 @@ def test_a_value_kubernetes_or_prometheus_would_refuse_fails_the_install(tmp_pat
         ({"agent": {"extraArgs": ["--sampling.interval=10ms"]}}, "--sampling.interval is set by the chart from agent."),
         ({"agent": {"extraArgs": ["--web.listen-address=:9100"]}}, "--web.listen-address is set by the chart from"),
         ({"agent": {"extraArgs": ["--no-collector.probes"]}}, "--no-collector.probes is set by the chart from agent."),
+        # The probes on by a variable: past the memory check, with no CUDA driver mounted.
+        (
+            {"agent": {"extraEnv": [{"name": "GPULENS_COLLECTOR_PROBES", "value": "true"}]}},
+            "agent.extraEnv: GPULENS_COLLECTOR_PROBES is --collector.probes, which the chart sets from agent.probes",
+        ),
+        (
+            {"agent": {"extraEnv": [{"name": "GPULENS_WEB_CONFIG_FILE", "value": "/etc/w.yml"}]}},
+            "GPULENS_WEB_CONFIG_FILE is --web.config.file, which the chart sets from agent.webConfig",
+        ),
         ({"dashboard": {"extraArgs": ["--port=9000"]}}, "dashboard.extraArgs: --port is set by the chart from"),
         ({"reclaim": {"enabled": True, "extraArgs": ["--mode=enforce"]}}, "reclaim.extraArgs: --mode is set by the"),
         # The chart passes --prometheus, which --agents excludes: the program would refuse to start.
@@ -1338,13 +1374,24 @@ def test_a_wrong_keep_setting_is_named(tmp_path, values, named):
     assert result.returncode != 0 and named in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("release", ["1gpu", "a.b"])
+def test_a_release_name_no_service_could_have_fails_the_install(release):
+    """The API server refuses a Service named like that, part-way through the install."""
+    result = subprocess.run([_helm(), "template", release, str(CHART)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and f'the release name "{release}" begins the objects' in result.stderr
+
+
 def test_the_agent_s_extra_args_name_only_its_flags_and_the_chart_knows_them_all(tmp_path):
     """A misspelt flag in agent.extraArgs installed, then failed every agent pod at start (exit 2, CrashLoopBackOff)."""
     from gpulens.agent.config import build_parser
 
-    declared = {f for f in build_parser()._option_string_actions if f.startswith("--") and not f.startswith("--no-")}
+    declared = {
+        flag + (" switch" if action.nargs == 0 else "")
+        for flag, action in build_parser()._option_string_actions.items()
+        if flag.startswith("--") and flag != "--help"
+    }
     listed = [line for line in (CHART / "agent-flags.txt").read_text().splitlines() if not line.startswith("#")]
-    assert listed == sorted(declared - {"--help"}), "helm/gpulens/agent-flags.txt: write the agent's flags there"
+    assert listed == sorted(declared), "helm/gpulens/agent-flags.txt: write the agent's flags there"
     args = [_helm(), "template", "gpulens", str(CHART)]
     wrong = {"agent": {"extraArgs": ["--log.level=debug", "--sampling.intervl=2s"]}}
     result = subprocess.run([*args, *_values_file(tmp_path, wrong)], capture_output=True, text=True, timeout=60)
@@ -1352,5 +1399,23 @@ def test_the_agent_s_extra_args_name_only_its_flags_and_the_chart_knows_them_all
     assert "agent.extraArgs: --sampling.intervl is no flag of gpulens agent; `gpulens agent --help` lists them" in (
         result.stderr
     )
-    right = {"agent": {"extraArgs": ["--log.level=debug", "--no-collector.xid", "--traces.max-steps=5"]}}
+    # Each of these installed, then failed every agent pod at start: argparse refuses them.
+    for extra, said in (
+        ("--no-log.level", "--no-log.level is no flag of gpulens agent"),  # only a switch has a --no- form
+        ("--ledger.partition a100", '"--ledger.partition a100" is a flag and its value in one item'),
+        ("--jobs.export-totals=true", "--jobs.export-totals=true takes no value; write --jobs.export-totals"),
+    ):
+        bad = {"agent": {"extraArgs": [extra]}}
+        result = subprocess.run([*args, *_values_file(tmp_path, bad)], capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and said in result.stderr, (extra, result.stderr)
+    right = {
+        "agent": {
+            "extraArgs": [
+                "--log.level=debug",
+                "--no-collector.xid",
+                "--traces.max-steps=5",
+                "--ledger.partition=a b",  # a space in a value after '='
+            ]
+        }
+    }
     assert _template(tmp_path, right)

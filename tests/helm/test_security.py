@@ -159,7 +159,7 @@ def test_the_agent_accepts_the_web_config_flag():
 def test_without_a_web_config_nothing_is_mounted_and_the_probes_use_http(rendered):
     pod, container = _agent(rendered["defaults"])
     assert "web-config" not in {v["name"] for v in pod["volumes"]}
-    assert not any(a.startswith("--web.config.file") for a in container["args"])
+    assert [a for a in container["args"] if a.startswith("--web.config.file")] == ["--web.config.file="]  # none
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTP"}
 

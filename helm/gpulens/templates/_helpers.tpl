@@ -8,6 +8,9 @@
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
 {{- else }}
+{{- if not (regexMatch "^[a-z][-a-z0-9]*$" .Release.Name) }}
+{{- fail (printf "the release name %q begins the objects' names, and a Service's name is a DNS label: a letter, then letters, digits and '-'; choose a release name like that, or set fullnameOverride" .Release.Name) }}
+{{- end }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 50 | trimSuffix "-" }}
@@ -37,12 +40,17 @@ app.kubernetes.io/part-of: gpulens
 {{- end }}
 
 {{/* Labels from the values may not set a key the chart sets itself (helm.sh/chart and the app.kubernetes.io/
-labels): written twice on an object, the last would win, and pods would no longer match their selectors.
-Call with (dict "labels" MAP "at" "the.values.path"). */}}
+labels): written twice on an object, the last would win, and pods would no longer match their selectors. With
+"common" (commonLabels, which the same object carries), neither may a key of those: a key written twice is
+refused by the tools that read the YAML after Helm (kustomize, Flux, Argo CD's post-renderers).
+Call with (dict "labels" MAP "at" "the.values.path" ["common" MAP]). */}}
 {{- define "gpulens.checkLabels" -}}
 {{- range $key, $_ := .labels -}}
 {{- if or (hasPrefix "app.kubernetes.io/" $key) (eq $key "helm.sh/chart") -}}
 {{- fail (printf "%s: %s is a label the chart sets itself; choose another key (set twice, pods no longer match their selectors)" $.at $key) -}}
+{{- end -}}
+{{- if hasKey ($.common | default dict) $key -}}
+{{- fail (printf "%s: %s is in commonLabels too, and the object would carry the key twice; set it in one of them" $.at $key) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
@@ -123,13 +131,14 @@ Kubernetes to read. */}}
 {{- end }}
 
 {{/* The agent's nodeSelector, as YAML: agent.nodeSelector as given; without it, and without an
-agent.affinity.nodeAffinity choosing the nodes instead, the GPU nodes by the label the GPU Operator's feature
-discovery sets on them. "" where the affinity alone chooses. */}}
+agent.affinity.nodeAffinity that requires nodes instead, the GPU nodes by the label the GPU Operator's feature
+discovery sets on them (a preferred term alone chooses no node: the agent would run on every node). "" where the
+affinity alone chooses. */}}
 {{- define "gpulens.agentNodeSelector" -}}
 {{- $agent := .Values.agent -}}
 {{- if $agent.nodeSelector -}}
 {{- toYaml $agent.nodeSelector -}}
-{{- else if not ($agent.affinity).nodeAffinity -}}
+{{- else if not ((($agent.affinity).nodeAffinity).requiredDuringSchedulingIgnoredDuringExecution) -}}
 nvidia.com/gpu.present: "true"
 {{- end -}}
 {{- end }}
@@ -148,7 +157,11 @@ refuses every scrape that presents none, and a basic-auth key without its Secret
 {{- if and $monitor.tlsConfig (not $web.tls) -}}
 {{- fail "serviceMonitor.tlsConfig: without agent.webConfig.tls the agents are scraped over http, and Prometheus ignores a tlsConfig there; set agent.webConfig.tls=true (a web config with tls_server_config), or leave serviceMonitor.tlsConfig empty" -}}
 {{- end -}}
-{{- if and $web.requireClientCert $web.tls (not (($monitor.tlsConfig).cert)) -}}
+{{- $tls := $monitor.tlsConfig | default dict -}}
+{{- if and (or $tls.cert $tls.keySecret) (not (and $tls.cert $tls.keySecret)) -}}
+{{- fail (printf "serviceMonitor.tlsConfig: %s without %s, which the Prometheus Operator refuses (and scrapes no agent); give both, or neither" (ternary "cert" "keySecret" (not (not $tls.cert))) (ternary "keySecret" "cert" (not (not $tls.cert)))) -}}
+{{- end -}}
+{{- if and $web.requireClientCert $web.tls (not $tls.cert) -}}
 {{- fail "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate; give serviceMonitor.tlsConfig.cert and keySecret (the operator's SafeTLSConfig)" -}}
 {{- end -}}
 {{- range $part := list "username" "password" -}}
@@ -190,20 +203,42 @@ runAsNonRoot), and the pod is then refused or never started. Call with (dict "po
 {{- end }}
 
 {{/* extraArgs that name a flag the chart sets from a value: the later flag would win over the chart's, past its
-checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose). With
-"known" (the program's flags) and "program", a flag not among them fails the install, not every pod at start.
-Call with (dict "args" LIST "at" "the.values.path" "set" (dict "--flag" "the value that sets it" ...)
-["known" LIST "program" NAME]). */}}
+checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose). Each
+item is a flag (values.schema.json): one with its value after a space reaches the program as one word, which it
+refuses. With "known" (the program's flags,
+their --no- forms among them), "switches" (those of them that take no value) and "program", a flag not among
+them, or a value given to a switch, fails the install, not every pod at start. Call with (dict "args" LIST "at"
+"the.values.path" "set" (dict "--flag" "the value that sets it" ...) ["known" LIST "switches" LIST "program" NAME]). */}}
 {{- define "gpulens.checkExtraArgs" -}}
 {{- range .args -}}
-{{- $flag := regexFind "^--[^= ]+" . -}}
+{{- $flag := regexFind "^--[^= ]+" (toString .) -}}
 {{- $name := trimPrefix "no-" (trimPrefix "--" $flag) -}}
 {{- $sets := get $.set (printf "--%s" $name) -}}
 {{- if $sets -}}
 {{- fail (printf "%s: %s is set by the chart from %s; set that value instead" $.at $flag $sets) -}}
 {{- end -}}
-{{- if and $.known $flag (not (has (printf "--%s" $name) $.known)) -}}
+{{- if and $flag (regexMatch "^--[^=]* " .) -}}
+{{- fail (printf "%s: %q is a flag and its value in one item, which reaches the program as one word; write %s=VALUE" $.at . $flag) -}}
+{{- end -}}
+{{- if and $.known $flag (not (has $flag $.known)) -}}
 {{- fail (printf "%s: %s is no flag of %s; `%s --help` lists them" $.at $flag $.program $.program) -}}
+{{- end -}}
+{{- if and $flag (has $flag ($.switches | default list)) (contains "=" .) -}}
+{{- fail (printf "%s: %s takes no value; write --%s to turn it on or --no-%s to turn it off" $.at . $name $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* extraEnv that names the variable of a setting the chart sets from a value (GPULENS_ and the flag's name in
+capitals, '.' and '-' as '_': agent/config.py): the chart's flag would win over it, and the value would be
+ignored without a word. Call with (dict "env" LIST "at" "the.values.path" "set" (dict "--flag" "value" ...)). */}}
+{{- define "gpulens.checkExtraEnv" -}}
+{{- range $flag, $sets := .set -}}
+{{- $variable := printf "GPULENS_%s" (trimPrefix "--" $flag | upper | replace "." "_" | replace "-" "_") -}}
+{{- range $.env -}}
+{{- if eq (toString .name) $variable -}}
+{{- fail (printf "%s: %s is %s, which the chart sets from %s; set that value instead" $.at $variable $flag $sets) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
