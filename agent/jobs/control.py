@@ -149,7 +149,8 @@ class ControlServer:
             )
         return (
             f"pid {pid} has no control connection: its gpulens is older than traces, it set traces=False or "
-            f"GPULENS_TRACES=0, or it cannot reach {self.path} (it connects at its next report)"
+            f"GPULENS_TRACES=0, or it cannot reach {self.path} (after the agent restarts it connects again within "
+            "seconds of its next report; try again then)"
         )
 
     def ask(self, pid: int, data: bytes) -> int:

@@ -33,6 +33,7 @@ import atexit
 import json
 import logging
 import math
+import multiprocessing.util
 import os
 import sys
 import time
@@ -165,10 +166,10 @@ class Instrumented(Generic[Batch]):
         self._tracer: tracing.Tracer | None = None
         self._control_path: str | None = None
         self._tracing = False  # whether self._tracer runs a trace now
-        if tracing.traces_allowed(traces):
+        if tracing.traces_allowed(_checked_traces(traces)):
             this = weakref.ref(self)  # the tracer outlives the wrapper (see _abandon): it must not hold it
             self._tracer = tracing.Tracer(
-                tracing.trace_directory(trace_dir),
+                tracing.trace_directory(_checked_trace_dir(trace_dir)),
                 os.getpid(),
                 self.failures,
                 peak_memory=lambda: wrapper._peak_memory() if (wrapper := this()) is not None else None,
@@ -453,12 +454,29 @@ def _default_interval() -> float:
 
 def _checked_socket_path(given: Any) -> str:
     """Where reports go (sender.socket_path); a `given` that is no path (a number) is warned about, not raised."""
-    try:
+    if given is None or isinstance(given, str | bytes | os.PathLike):
         return sender.socket_path(given)
-    except TypeError:
-        default = sender.socket_path(None)
-        _warn(f"gpulens.torch: socket_path {given!r} is not a path; using {default}")
-        return default
+    default = sender.socket_path(None)
+    _warn(f"gpulens.torch: socket_path {given!r} is not a path; using {default}")
+    return default
+
+
+def _checked_trace_dir(given: Any) -> str | None:
+    """Where traces go, if given (tracing.trace_directory); one that is no path is warned about and not used:
+    it raised into the job at the agent's first request."""
+    if given is None or isinstance(given, str | os.PathLike):
+        return os.fspath(given) if given is not None else None
+    _warn(f"gpulens.torch: trace_dir {given!r} is not a path; using {tracing.trace_directory(None)}")
+    return None
+
+
+def _checked_traces(given: Any) -> bool | None:
+    """`traces` if it is True, False or None (tracing.traces_allowed's default); anything else ('no' was true) is
+    warned about and the default taken."""
+    if given is None or isinstance(given, bool):
+        return given
+    _warn(f"gpulens.torch: traces {given!r} is not True or False; using the default ({tracing.TRACES_ENV})")
+    return None
 
 
 def _checked_interval(interval: Any) -> float:
@@ -550,6 +568,16 @@ def _at_exit() -> None:
             sender.send(_encode(message), path)
         except Exception:  # noqa: BLE001 - no agent, or a full queue: nobody is left to count it
             pass
+
+
+def _in_a_multiprocessing_child(_: object) -> None:
+    """A `multiprocessing` child (a DataLoader's worker, a Pool's) ends with os._exit, after its finalizers but
+    without atexit's handlers: the steps it ran since its last report are sent by a finalizer instead."""
+    multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
+
+
+# Run in each child at its start, fork or forkserver; a spawned child imports this module before it starts.
+multiprocessing.util.register_after_fork(_at_exit, _in_a_multiprocessing_child)
 
 
 def _answer(control: sender.Control, message: dict[str, Any], failures: Counter[str]) -> None:

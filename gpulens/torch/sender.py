@@ -43,8 +43,11 @@ def send(data: bytes, path: str) -> None:
 # -- the control connection: how the agent asks a job for a trace ---------------------------------------
 
 MAX_CONTROL_BYTES = 8192
-# How long a job waits to connect again after the agent's control socket refused it.
-RETRY_SECONDS = 30.0
+# How long a job waits to connect again after the agent's control socket refused it: the first wait, doubled
+# at each refusal up to the longest. An agent that restarts is found again within a few seconds of coming back;
+# where none listens, or one without traces, a try costs a socket every 30 s.
+RETRY_SECONDS = 1.0
+LONGEST_RETRY_SECONDS = 30.0
 
 
 def control(path: str) -> Control:
@@ -76,7 +79,8 @@ class Control:
         self.path = path
         self._socket: socket.socket | None = None
         self._clock = clock
-        self._retry_at = -math.inf  # after a failed connect, the next try waits RETRY_SECONDS
+        self._retry_at = -math.inf  # after a failed connect, the next try waits self._wait
+        self._wait = RETRY_SECONDS
         self._lock = threading.Lock()
 
     def poll(self) -> list[bytes]:
@@ -94,9 +98,10 @@ class Control:
                 sock.connect(self.path)
             except OSError:
                 sock.close()
-                self._retry_at = self._clock() + RETRY_SECONDS
+                self._retry_at = self._clock() + self._wait
+                self._wait = min(2 * self._wait, LONGEST_RETRY_SECONDS)
                 raise
-            self._socket = sock
+            self._socket, self._wait = sock, RETRY_SECONDS
         messages: list[bytes] = []
         while True:
             try:

@@ -232,12 +232,25 @@ def test_a_bad_interval_warns_and_uses_the_default():
         gpulens.torch.instrument([], interval=0)
 
 
-@pytest.mark.parametrize("given", [3, 2.5, ["/run/gpulens/jobs.sock"]])
+@pytest.mark.parametrize("given", [3, 0, 2.5, ["/run/gpulens/jobs.sock"]])  # 0 was taken for "not given"
 def test_a_socket_path_that_is_no_path_warns_and_uses_the_default(given, monkeypatch):
     """`socket_path=3` raised TypeError into the training script."""
     monkeypatch.setenv("GPULENS_SOCKET", "/nowhere/jobs.sock")
     with pytest.warns(UserWarning, match=rf"socket_path {re.escape(repr(given))} is not a path; using /nowhere/jobs"):
         batches = gpulens.torch.instrument([1, 2], socket_path=given, traces=False)
+    assert list(batches) == [1, 2]
+
+
+def test_a_trace_dir_or_traces_setting_of_the_wrong_kind_warns_and_uses_the_default(tmp_path, monkeypatch):
+    """trace_dir=5 raised TypeError into the loop at the agent's first request; traces="no" turned traces on."""
+    monkeypatch.setenv("GPULENS_TRACE_DIR", str(tmp_path / "traces"))
+    with pytest.warns(UserWarning, match=f"trace_dir 5 is not a path; using {re.escape(str(tmp_path))}/traces"):
+        batches = gpulens.torch.instrument([1, 2], socket_path=str(tmp_path / "x"), trace_dir=5)
+    assert batches._tracer is not None and batches._tracer.directory == str(tmp_path / "traces")
+    monkeypatch.setenv("GPULENS_TRACES", "0")
+    with pytest.warns(UserWarning, match="traces 'no' is not True or False; using the default .GPULENS_TRACES"):
+        batches = gpulens.torch.instrument([1, 2], socket_path=str(tmp_path / "x"), traces="no")
+    assert batches._tracer is None  # GPULENS_TRACES=0 decides, as with traces=None
     assert list(batches) == [1, 2]
 
 
@@ -339,6 +352,44 @@ for name in sys.argv[1:]:
         sys.exit(0)
     os.waitpid(pid, 0)
 """
+
+
+MULTIPROCESSING_CHILDREN = """
+import multiprocessing, sys, time
+import gpulens.torch
+
+def child(n):
+    for _ in gpulens.torch.instrument(range(n), interval=60):  # no report before the end: all left at the exit
+        time.sleep(0.001)
+
+if __name__ == "__main__":
+    for method in sys.argv[1:]:
+        process = multiprocessing.get_context(method).Process(target=child, args=(7,))
+        process.start()
+        print(method, process.pid, flush=True)
+        process.join()
+"""
+
+
+def test_a_multiprocessing_child_s_last_steps_are_reported_though_it_ends_without_atexit(
+    receiver, socket_path, tmp_path
+):
+    """A multiprocessing child ends with os._exit: atexit's handler never ran, and its last window was lost."""
+    counted: dict[int, int] = {}
+    receiver(on_accept=lambda r: counted.update({r.pid: counted.get(r.pid, 0) + r.step.count}))
+    script = tmp_path / "children.py"  # a file: a spawned child imports its parent's main module
+    script.write_text(MULTIPROCESSING_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, str(script), "fork", "spawn"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GPULENS_SOCKET": socket_path, "GPULENS_TRACES": "0"},
+    )
+    assert done.returncode == 0, done.stderr
+    pids = {method: int(pid) for method, pid in (line.split() for line in done.stdout.splitlines())}
+    wait_until(lambda: all(pid in counted for pid in pids.values()), timeout=10)
+    assert {method: counted[pid] for method, pid in pids.items()} == {"fork": 7, "spawn": 7}
 
 
 def test_the_reports_of_a_process_add_up_to_every_step_it_ran(receiver, socket_path):

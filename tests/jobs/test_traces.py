@@ -325,6 +325,35 @@ def test_a_trace_with_no_step_when_its_pass_ends_is_put_back_once(tmp_path):
     assert tracer.put_back() is None  # a trace with steps is written, as its pass ends
 
 
+def test_a_job_finds_a_restarted_agent_within_seconds_and_an_absent_one_every_30_s(tmp_path):
+    """After a restart the job waited 30 s to connect again: traces were refused that long, reports taken."""
+    now = [0.0]
+    path = str(tmp_path / "traces.sock")
+    control = gpulens.torch.sender.Control(path, clock=lambda: now[0])
+    tried = []
+    while len(tried) < 8:  # a poll every half second; between tries it raises nothing and returns nothing
+        try:
+            assert control.poll() == []
+        except OSError:
+            tried.append(now[0])
+        now[0] += 0.5
+    assert [b - a for a, b in zip(tried, tried[1:], strict=False)] == [1, 2, 4, 8, 16, 30, 30]
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path)
+    server.listen()
+    now[0] += 30
+    assert control.poll() == []  # connected
+    server.accept()[0].close()  # the agent stops: the connection closes
+    server.close()
+    os.unlink(path)
+    assert control.poll() == []
+    with pytest.raises(OSError):
+        control.poll()  # still down
+    now[0] += 1  # a connection had been made: the first wait again, not the 30 s it had reached before
+    with pytest.raises(OSError):
+        control.poll()
+
+
 def test_a_forked_child_does_not_share_its_parent_s_control_connection(tmp_path):
     path = str(tmp_path / "traces.sock")
     mine = gpulens.torch.sender.control(path)
