@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Mapping
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid, parseaddr
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from gpulens.httpclient import HttpClient, HttpError
 from gpulens.notify.addresses import Recipients
@@ -35,8 +35,16 @@ class Channel(Protocol):
     def reaches(self, to: Recipients) -> tuple[str, ...]:
         """Return those of `to` this channel delivers to (none: it has nobody to deliver to)."""
 
-    def deliver(self, to: Recipients, subject: str, body: str) -> None:
-        """Deliver the message; ChannelError when it could not."""
+    def deliver(self, to: Recipients, subject: str, body: str) -> Refused:
+        """Deliver the message; return those of `to` it was refused for where it reached the others, ChannelError
+        when it reached nobody."""
+
+
+class Refused(NamedTuple):
+    """Recipients a channel could not reach while it reached others, and the one line that says why."""
+
+    recipients: tuple[str, ...] = ()
+    problem: str = ""
 
 
 def secret(file: str, variable: str, where: str, environ: Mapping[str, str]) -> str:
@@ -84,7 +92,7 @@ class Email:
     def reaches(self, to: Recipients) -> tuple[str, ...]:
         return to.emails
 
-    def deliver(self, to: Recipients, subject: str, body: str) -> None:
+    def deliver(self, to: Recipients, subject: str, body: str) -> Refused:
         s = self.settings
         mail = EmailMessage()
         mail["From"] = s.sender
@@ -108,9 +116,13 @@ class Email:
                     step = "login"
                     smtp.login(s.username, self._password)
                 step = "sending"
-                smtp.send_message(mail)
+                refused = smtp.send_message(mail)  # those refused while the others were taken
         except (smtplib.SMTPException, OSError) as error:
             raise ChannelError(f"{self.name} {self._problem(error, step)}") from None
+        if not refused:
+            return Refused()
+        said = _said(smtplib.SMTPRecipientsRefused(refused))
+        return Refused(tuple(refused), f"{self.name} refused {said}; check those addresses (the others were sent)")
 
     def _problem(self, error: BaseException, step: str) -> str:
         """Say what went wrong and the fix."""
@@ -123,6 +135,10 @@ class Email:
             return "does not offer STARTTLS; set smtp.security to tls (port 465) or none, as the server expects"
         if isinstance(error, smtplib.SMTPNotSupportedError):
             return "offers no login on this connection; use smtp.security starttls or tls, or leave out username"
+        if isinstance(error, smtplib.SMTPRecipientsRefused) and all(
+            400 <= code < 500 for code, _ in error.recipients.values()
+        ):  # 451 and the like: put off, not refused (RFC 5321 4.2.1)
+            return f"put off every recipient for now ({said}); the server's log says why"
         if isinstance(error, smtplib.SMTPRecipientsRefused):
             return f"refused every recipient ({said}); check the addresses"
         if isinstance(error, smtplib.SMTPSenderRefused):
@@ -193,7 +209,7 @@ class Webhook:
     def reaches(self, to: Recipients) -> tuple[str, ...]:
         return to.handles
 
-    def deliver(self, to: Recipients, subject: str, body: str) -> None:
+    def deliver(self, to: Recipients, subject: str, body: str) -> Refused:
         bold = "*" if self.settings.kind == "slack" else "**"
         # The subject and the body carry names a job gave itself: shown as written, they link, mention or format
         # nothing (Slack: &, < and > escaped, as its API asks; Mattermost: Markdown escaped).
@@ -223,6 +239,7 @@ class Webhook:
             }.get(answer.status_code, "see the chat server's log")
             said = self._client.said(answer.text, 200)
             raise ChannelError(f"{self.name} answered HTTP {answer.status_code} ({said}); {fix}")
+        return Refused()  # a post reaches the channel, and every handle in it, or nobody
 
 
 def _redirected_to(url: str, location: str) -> str:

@@ -230,12 +230,14 @@ class Sender:
         failed: list[str] = []
         for channel in usable:
             try:
-                channel.deliver(to, subject, body)
+                refused = channel.deliver(to, subject, body)
             except ChannelError as error:
                 failed.append(str(error))
                 continue
             through.append(channel.name)
-            reached.update(dict.fromkeys(channel.reaches(to)))
+            reached.update(dict.fromkeys(r for r in channel.reaches(to) if r not in refused.recipients))
+            if refused.problem:
+                failed.append(refused.problem)
         return tuple(through), tuple(reached), failed
 
     def _missing(self, message: Message) -> str:

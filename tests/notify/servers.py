@@ -45,6 +45,15 @@ class Mailbox:
     logins: list[tuple[str, bool]] = field(default_factory=list)  # (user, accepted)
     port: int = 0
     hang: float = 0.0  # seconds it takes to answer a message's data: a server hung after DATA
+    refuse: dict[str, str] = field(default_factory=dict)  # recipient -> the reply that refuses it ("550 ...")
+
+    async def handle_RCPT(  # noqa: N802 - aiosmtpd's name
+        self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: list[str]
+    ) -> str:
+        if address in self.refuse:
+            return self.refuse[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
         await asyncio.sleep(self.hang)

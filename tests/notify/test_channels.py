@@ -48,6 +48,24 @@ def test_plain_smtp_delivers_the_message_with_its_headers_and_body():
     assert got.body == "Hello Alice,\n\nDone.\n"
 
 
+def test_a_recipient_the_server_refuses_is_said_and_the_others_get_the_mail():
+    """smtplib returns the recipients refused beside others taken: they were counted as reached."""
+    both = Recipients(emails=("alice@example.org", "gone@example.org"))
+    with smtp_server() as box:
+        box.refuse["gone@example.org"] = "550 5.1.1 no such user"
+        refused = Email(smtp(box.port)).deliver(both, "Your job 1234", "Hello\n")
+        assert refused.recipients == ("gone@example.org",)
+        assert refused.problem == (
+            f"SMTP server 127.0.0.1:{box.port} refused gone@example.org: 550 5.1.1 no such user; check those "
+            "addresses (the others were sent)"
+        )
+        box.refuse["alice@example.org"] = "451 4.7.1 try again later"
+        box.refuse["gone@example.org"] = "452 4.2.2 mailbox full"
+        with pytest.raises(ChannelError, match="put off every recipient for now .alice@example.org: 451 "):
+            Email(smtp(box.port)).deliver(both, "Your job 1234", "Hello\n")
+    assert [got.recipients for got in box.received] == [["alice@example.org"]]
+
+
 def test_starttls_with_a_login_over_a_certificate_the_given_ca_signed(pki, tmp_path):
     (tmp_path / "password").write_text("s3cret\n")
     with smtp_server(starttls=pki.server_context(), users={"gpulens": "s3cret"}) as box:

@@ -206,6 +206,17 @@ def test_no_address_and_no_channel_are_recorded_not_raised(tmp_path, box):
     assert box.received == [] and [r["status"] for r in records(tmp_path)] == [NO_ADDRESS, NO_ADDRESS]
 
 
+def test_a_recipient_refused_beside_others_is_not_recorded_as_reached(tmp_path, box):
+    """The mail went to the others; the one the server refused was recorded in `to` with no word of it."""
+    box.refuse["gone@example.org"] = "550 5.1.1 no such user"
+    sender = make(tmp_path, box, Clock(), test_mode=True, admins=["ops@example.org", "gone@example.org"])
+    outcome = sender.send(starved())
+    assert (outcome.status, outcome.to) == (SENT, "ops@example.org")
+    assert outcome.detail.startswith(f"SMTP server 127.0.0.1:{box.port} refused gone@example.org: 550 5.1.1 no such")
+    [record] = records(tmp_path)
+    assert record["to"] == "ops@example.org" and "gone@example.org: 550" in record["detail"]
+
+
 def test_a_failing_server_costs_its_message_only_and_starts_no_cooldown(tmp_path):
     with smtp_server() as box:
         pass  # stopped: nothing listens on its port any more
@@ -263,11 +274,12 @@ class Breaking:
     def reaches(self, to: Any) -> Any:
         return self.channel.reaches(to)
 
-    def deliver(self, to: Any, subject: str, body: str) -> None:
-        self.channel.deliver(to, subject, body)
+    def deliver(self, to: Any, subject: str, body: str) -> Any:
+        refused = self.channel.deliver(to, subject, body)
         for name in ("sent.json", "messages.jsonl"):
             (self.folder / name).unlink(missing_ok=True)
             (self.folder / name / "x").mkdir(parents=True)
+        return refused
 
 
 def test_a_message_the_state_cannot_take_is_not_sent_and_one_delivered_stays_sent(tmp_path, box, caplog):
