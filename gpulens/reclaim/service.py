@@ -155,6 +155,8 @@ class Service:
                 was,
                 policy.mode,
             )
+        if notify is None and policy.mode != "dry-run":
+            log.warning("%s mode tells owners nothing: %s", policy.mode, UNTOLD)
         now = self.started = clock()  # started: a first cycle that never ends is stalled from here
         # Actions of the last hour count toward the cap across a restart.
         done = ("acted", "signalled", "action_failed") if policy.mode == "enforce" else ("would_act", "would_signal")
@@ -181,6 +183,10 @@ class Service:
     def cycle(self) -> Cycle:
         now = self.clock()
         answer = self.source.fleet(WINDOW)
+        for problem in sorted(set(map(str, answer.problems)) - set(map(str, self.problems))):
+            log.warning("cannot read %s; the jobs it holds are held until it answers", problem)
+        if self.problems and not answer.problems:
+            log.info("every source answers again")
         self.problems, self.gpus_read = answer.problems, len(answer.value.gpus)
         jobs, held, running = self._with_facts(jobs_in(answer.value.gpus))
         # A job its scheduler answered for and no longer lists has ended: its place goes, seen or not (a job out of
@@ -330,7 +336,9 @@ class Service:
             event, detail = self._act(decision)
         if event in ("acted", "signalled", "action_failed", "would_act", "would_signal"):
             self.recent.append(now)  # toward the cap; a job it only warns costs none
-        if event == "warned" and self.notify is not None:
+        if event == "warned" and self.notify is None:
+            detail = f"the owner was not told: {UNTOLD}"
+        elif event == "warned" and self.notify is not None:
             try:
                 self.notify(decision, warning(decision, self.policy.mode))
             except NotifyError as error:  # a mail server down costs this warning, not the cycle
@@ -358,6 +366,13 @@ class Service:
             return "action_failed", str(error)
 
 
+# Why a warning reached nobody where no way to reach owners is given: it is in the log and the metric only.
+UNTOLD = (
+    "neither --warn-command nor --notify-config is given, so each warning is only in the audit log and "
+    "gpulens_reclaim_pending_action_timestamp_seconds; give one of them to reach the owners"
+)
+
+
 def warning(decision: Decision, mode: str = "enforce") -> str:
     """The words that tell a job's owner what will happen to it, and how to stop it; for a job the service only
     warns, that nothing will, and that its GPUs are wanted; in notify mode, what would happen once the rule is
@@ -377,7 +392,8 @@ def warning(decision: Decision, mode: str = "enforce") -> str:
     if job.kind != "slurm":  # a workload is stopped (scaled to zero, suspended), whatever the policy calls it
         what = "stopped"
     at = f"at {when(decision.due_at)}" if decision.due_at is not None else "soon"
-    keep = f"(gpulens reclaim keep {job.key} --for 8h --reason TEXT)"
+    # The owner cannot run `keep` (it writes the service's folder): the operators can, or the dashboard's Keep.
+    keep = f"by the cluster's operators (gpulens reclaim keep {job.key} --for 8h --reason TEXT)"
     if mode == "notify":
         return (
             f"{held} Once the rule is enforced, such a job will be {what} unless its GPUs work again or it is kept "

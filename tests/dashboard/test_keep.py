@@ -173,7 +173,7 @@ def test_gpulens_dashboard_passes_the_reclaim_url_and_its_password_file_by_envir
         (["--reclaim", "http://r:10908", "--reclaim-basic-auth-file", "/absent"], 1, "cannot read --reclaim-basic-"),
         (["--reclaim", "http://r:10908", "--reclaim-key-file", "basic-auth"], 1, "--reclaim-cert-file and --recl"),
         (["--reclaim", "http://dashboard:secret@r:10908"], 1, "--reclaim"),
-        (["--reclaim", "reclaim:10908"], 1, "--reclaim: "),
+        (["--reclaim", "reclaim"], 1, "--reclaim 'reclaim' is not HOST:PORT or http(s)://HOST:PORT"),
     ],
 )
 def test_reclaim_mistakes_stop_the_dashboard_with_one_line(capsys, monkeypatch, tmp_path, argv, code, said):

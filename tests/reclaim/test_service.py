@@ -7,6 +7,7 @@ scontrol as Slurm 22.05 does (the real commands run in tests/slurm/test_reclaim.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -126,7 +127,7 @@ def test_notify_tells_the_owner_and_acts_on_nothing(tmp_path):
     # It said the job would be cancelled at a time, and nothing came of it: the owner is told what the rule will do.
     assert told[0].startswith("Job slurm 100 (alice) has held 1 GPU with no work for 1 h. Once the rule is enforced, ")
     assert "nothing will be done to this job now" in told[0] and " at " not in told[0]
-    assert "gpulens reclaim keep slurm/100 --for 8h" in told[0]
+    assert "kept by the cluster's operators (gpulens reclaim keep slurm/100 --for 8h" in told[0]  # not the owner
 
 
 @pytest.mark.parametrize(
@@ -250,13 +251,32 @@ def test_while_the_scheduler_is_down_nothing_is_acted_on_and_it_resumes_after(tm
     assert "the slurm scheduler does not answer: squeue: Unable to contact" in list(folder.audit_records())[2]["reason"]
 
 
-def test_an_agent_down_holds_its_nodes_jobs(tmp_path):
-    made, clock, slurm, folder = service(tmp_path, [gpu(0)])
+def test_an_agent_down_holds_its_nodes_jobs_and_is_logged_when_it_goes_and_comes(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="gpulens.reclaim")
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], notify=lambda d, text: None)
     run_until(made, clock, 110)
     made.source.problems = (SourceProblem("agent node-a at http://node-a:10906", "connection refused", "node-a"),)
     run_until(made, clock, 200)
     assert [e for _, e, _ in audit(folder)] == ["warned", "warned", "skipped"] and "100" in slurm.jobs
     assert 'held="true"' in generate_latest(made.registry).decode()
+    # Said once, not each cycle: the service ran on for minutes with nothing in its log.
+    said = "cannot read agent node-a at http://node-a:10906: connection refused; the jobs it holds are held"
+    assert caplog.text.count(said) == 1
+    made.source.problems = ()
+    made.cycle()
+    assert caplog.text.count("every source answers again") == 1
+
+
+def test_a_mode_that_warns_with_no_way_to_tell_owners_says_so_at_start_and_in_each_warning(tmp_path, caplog):
+    """Warnings were logged as told, and nobody heard of them: notify mode has no alert."""
+    made, clock, slurm, folder = service(tmp_path, [gpu(0)], mode="notify")
+    assert "notify mode tells owners nothing: neither --warn-command nor --notify-config is given" in caplog.text
+    run_until(made, clock, 70)
+    [warned] = folder.audit_records()
+    assert warned["event"] == "warned" and warned["detail"].startswith("the owner was not told: neither --warn")
+    caplog.clear()
+    service(tmp_path / "dry", [gpu(0)], mode="dry-run")
+    assert "tells owners nothing" not in caplog.text
 
 
 def test_the_agent_down_of_one_node_of_a_job_holds_it_though_its_other_node_reads_idle(tmp_path):
