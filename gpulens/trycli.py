@@ -290,7 +290,8 @@ class HostWatch:
         self._clock = clock
         self._sampled = -math.inf  # when `sample` last ran
         self._since: dict[int, float] = {}  # when each followed process was last sampled
-        self._seen: dict[int, tuple[HostUsage, float, float, float, float]] = {}  # last, seconds, three sums
+        # last, seconds, three sums, and the most workers seen: a loader's workers are gone by the last sample
+        self._seen: dict[int, tuple[HostUsage, float, float, float, float, int]] = {}
 
     def follow(self, pids: list[int]) -> None:
         """Sample the processes that have reported, `pids`, every _HOST_EVERY_SECONDS, and at once when one of
@@ -306,26 +307,28 @@ class HostWatch:
             seconds = now - self._since.get(pid, now)
             if seconds <= 0:
                 continue
-            _, covered, main, workers, cores = self._seen.get(pid, (usage, 0.0, 0.0, 0.0, 0.0))
+            _, covered, main, workers, cores, most = self._seen.get(pid, (usage, 0.0, 0.0, 0.0, 0.0, 0))
             self._seen[pid] = (
                 usage,
                 covered + seconds,
                 main + usage.main_process_cpu_ratio * seconds,
                 workers + usage.workers_cpu_ratio_max * seconds,
                 cores + usage.cpu_cores_used * seconds,
+                max(most, usage.workers),
             )
         self._since.update(dict.fromkeys(pids, now))
         self._sampled = now
 
     def usage(self, pid: int) -> HostUsage | None:
-        """Return process `pid`'s usage averaged over the time it was followed (cores allowed as last seen), or
-        None if it was not sampled twice."""
+        """Return process `pid`'s usage averaged over the time it was followed (cores allowed as last seen, workers
+        as most seen), or None if it was not sampled twice."""
         if pid not in self._seen:
             return None
-        last, seconds, main, workers, cores = self._seen[pid]
+        last, seconds, main, workers, cores, most = self._seen[pid]
         return replace(
             last,
             main_process_cpu_ratio=main / seconds,
+            workers=most,
             workers_cpu_ratio_max=workers / seconds,
             cpu_cores_used=cores / seconds,
         )

@@ -399,6 +399,23 @@ def test_the_host_is_sampled_from_each_process_s_first_report_and_averaged_over_
     assert host.usage(9) is None
 
 
+def test_a_loader_s_workers_count_though_they_are_gone_by_the_last_sample():
+    """The workers end with the loop, before the last sample: taken as none, their busy CPU was dropped, and a
+    CPU-bound loader was sent to faster storage."""
+    from gpulens.agent.attribution.hostusage import HostUsage
+
+    answers = [{}, {7: HostUsage(0.1, 4.0, 0.1, 2, 0.8, None, ())}, {7: HostUsage(0.1, 4.0, 0.1, 0, 0.0, None, ())}]
+    sampler = FakeSampler()
+    sampler.sample = lambda pids: answers.pop(0)
+    now = [0.0]
+    host = trycli.HostWatch(sampler, clock=lambda: now[0])
+    for at in (0.0, 3.0, 4.0):
+        now[0] = at
+        host.sample([7])
+    used = host.usage(7)
+    assert used.workers == 2 and used.workers_cpu_ratio_max == pytest.approx(0.8 * 3 / 4)
+
+
 @pytest.mark.parametrize(("seconds", "said"), [(0.3, "0.3 s"), (0.04, "0.04 s"), (0.0, "0 s"), (12.2, "12 s")])
 def test_a_run_of_under_a_second_is_not_said_to_take_0_s(seconds, said):
     fed = report(0.0, seconds)
