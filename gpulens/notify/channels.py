@@ -26,7 +26,12 @@ from gpulens.urls import shown_url
 
 
 class ChannelError(RuntimeError):
-    """A message could not be delivered on one channel; one line naming the server and the fix."""
+    """A message could not be delivered on one channel; one line naming the server and the fix. `unreachable`:
+    the server could not be reached, or did not answer in time, which the next message would meet too."""
+
+    def __init__(self, text: str, unreachable: bool = False):
+        super().__init__(text)
+        self.unreachable = unreachable
 
 
 class Channel(Protocol):
@@ -118,7 +123,11 @@ class Email:
                 step = "sending"
                 refused = smtp.send_message(mail)  # those refused while the others were taken
         except (smtplib.SMTPException, OSError) as error:
-            raise ChannelError(f"{self.name} {self._problem(error, step)}") from None
+            # Not reached, or no answer in time (smtplib raises that while it handles a TimeoutError).
+            unreachable = (step == "connecting" and not isinstance(error, smtplib.SMTPException)) or any(
+                isinstance(e, TimeoutError) for e in (error, error.__context__)
+            )
+            raise ChannelError(f"{self.name} {self._problem(error, step)}", unreachable) from None
         if not refused:
             return Refused()
         said = _said(smtplib.SMTPRecipientsRefused(refused))
@@ -223,7 +232,7 @@ class Webhook:
         try:
             answer = self._client.post(self._path, body=payload)
         except HttpError as error:
-            raise ChannelError(str(error)) from None
+            raise ChannelError(str(error), unreachable=error.status is None) from None
         # A redirect (not followed: HttpClient posts to the server asked only) is a failure: the message is the
         # webhook's to take. The target is named by its host alone, as a webhook is.
         if 300 <= answer.status_code < 400:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 # Sent in quiet hours too: a reclaim warning's deadline does not wait for the morning, and an admin running
 # send-test wants to see it now.
 URGENT = frozenset({"reclaim_warning", "test"})
+# How long a channel whose server could not be reached is not tried: each try would wait out its timeout.
+UNREACHABLE_SECONDS = 60
 
 SENT, HELD, SUPPRESSED, FAILED, NO_ADDRESS = "sent", "held", "suppressed", "failed", "no_address"
 
@@ -87,6 +90,7 @@ class Sender:
         self.config, self.channels, self.addresses, self.templates = config, list(channels), addresses, templates
         self.folder = StateFolder(config.state)
         self.clock = clock
+        self.unreachable: dict[str, tuple[float, str]] = {}  # channel name -> (when it failed, how)
         admins = config.admins
         self.admins = Recipients(
             emails=tuple(a for a in admins if is_email(a)),
@@ -206,7 +210,7 @@ class Sender:
                 f"to the admins only.\n\n{body}"
             )
         self.folder.writable()  # a message the folder cannot take is not sent: it would go again, unrecorded
-        through, reached, failed = self._deliver(usable, to, subject, body)
+        through, reached, failed = self._deliver(usable, to, subject, body, now)
         if through:
             sent[key] = now
             try:
@@ -220,20 +224,31 @@ class Sender:
             outcome = Outcome(FAILED, "; ".join(failed), whom)
         return self._record(message, outcome, now, key, subject, held_since)
 
-    @staticmethod
     def _deliver(
-        usable: Sequence[Channel], to: Recipients, subject: str, body: str
+        self, usable: Sequence[Channel], to: Recipients, subject: str, body: str, now: float
     ) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]:
-        """Deliver on each channel; return the channels that delivered, whom they reached, and each failure."""
+        """Deliver on each channel; return the channels that delivered, whom they reached, and each failure.
+
+        A channel whose server could not be reached is not tried again for UNREACHABLE_SECONDS: each try waits
+        out its timeout, and a cycle of the reclaim service that warns a hundred owners would wait a hundred."""
         through: list[str] = []
         reached: dict[str, None] = {}
         failed: list[str] = []
         for channel in usable:
+            failed_at, how = self.unreachable.get(channel.name, (-math.inf, ""))
+            if now - failed_at < UNREACHABLE_SECONDS:
+                failed.append(
+                    f"{how} ({words.duration(now - failed_at)} ago; not tried again for {UNREACHABLE_SECONDS} s)"
+                )
+                continue
             try:
                 refused = channel.deliver(to, subject, body)
             except ChannelError as error:
                 failed.append(str(error))
+                if error.unreachable:
+                    self.unreachable[channel.name] = (now, str(error))
                 continue
+            self.unreachable.pop(channel.name, None)
             through.append(channel.name)
             reached.update(dict.fromkeys(r for r in channel.reaches(to) if r not in refused.recipients))
             if refused.problem:

@@ -128,6 +128,7 @@ def test_a_server_without_starttls_and_one_that_is_not_there():
     assert str(failed.value) == (
         f"SMTP server 127.0.0.1:{port} cannot be reached (Connection refused); check smtp.host and smtp.port"
     )
+    assert failed.value.unreachable  # the sender does not try it again at once (a STARTTLS mismatch it does)
 
 
 @contextlib.contextmanager
@@ -155,6 +156,7 @@ def test_a_server_that_hangs_or_is_no_smtp_server_is_named_so(server, said):
     with server() as port, pytest.raises(ChannelError) as failed:
         Email(smtp(port, timeout="1s")).deliver(ALICE, "Hi", "body\n")
     assert str(failed.value).startswith(f"SMTP server 127.0.0.1:{port} {said}"), failed.value
+    assert failed.value.unreachable == ("did not answer" in said), said
 
 
 def test_a_ca_file_that_is_not_there_is_a_config_error():

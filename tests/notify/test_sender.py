@@ -15,6 +15,7 @@ import pytest
 
 from gpulens.checks import read
 from gpulens.notify.addresses import Owner
+from gpulens.notify.channels import ChannelError
 from gpulens.notify.config import Config, ConfigError, is_handle
 from gpulens.notify.reclaim import reclaim_notifier
 from gpulens.notify.sender import FAILED, HELD, NO_ADDRESS, SENT, SUPPRESSED, Message, Sender
@@ -204,6 +205,38 @@ def test_no_address_and_no_channel_are_recorded_not_raised(tmp_path, box):
         "no channel reaches @bob: give smtp for e-mail, webhooks for chat handles",
     )
     assert box.received == [] and [r["status"] for r in records(tmp_path)] == [NO_ADDRESS, NO_ADDRESS]
+
+
+class Unreachable:
+    """A channel whose server never answers: each try would wait out its timeout."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel, self.name, self.tries = channel, channel.name, 0
+
+    def reaches(self, to: Any) -> Any:
+        return self.channel.reaches(to)
+
+    def deliver(self, to: Any, subject: str, body: str) -> Any:
+        self.tries += 1
+        if self.tries <= 1:
+            raise ChannelError(f"{self.name} did not answer within 30 s", unreachable=True)
+        return self.channel.deliver(to, subject, body)
+
+
+def test_a_server_that_cannot_be_reached_is_not_tried_again_for_a_minute(tmp_path, box):
+    """Each warning of a reclaim cycle waited out the timeout of a mail server that was down, one after another."""
+    clock = Clock()
+    sender = make(tmp_path, box, clock)
+    sender.channels = [down := Unreachable(sender.channels[0])]
+    first = sender.send(starved(job="slurm/1"))
+    assert first.status == FAILED and first.detail == f"{down.name} did not answer within 30 s"
+    clock.now += 59
+    second = sender.send(starved(job="slurm/2"))
+    assert second.status == FAILED and down.tries == 1
+    assert second.detail == f"{down.name} did not answer within 30 s (59 s ago; not tried again for 60 s)"
+    clock.now += 1
+    assert sender.send(starved(job="slurm/3")).status == SENT and down.tries == 2
+    assert [got.mail["Subject"] for got in box.received] == ["[gpulens] slurm 3 waits on its input pipeline"]
 
 
 def test_a_recipient_refused_beside_others_is_not_recorded_as_reached(tmp_path, box):
