@@ -299,6 +299,13 @@ def due_at(rule: Rule, place: Place) -> float:
     return due
 
 
+def action_at(rule: Rule, place: Place) -> float:
+    """When the action itself comes: at the step due_at gives, or, where the policy signals first and the signal
+    is not sent yet, `signal_wait` after it. What the owner is told, and the pending series, say this time."""
+    waits = rule.signal_wait if rule.signal and place.signalled_at is None else 0.0
+    return due_at(rule, place) + waits
+
+
 def decide(
     now: float,
     policy: Policy,
@@ -419,7 +426,7 @@ class _Deciding:
         if given > place.warned:
             place = replace(place, warned=given, warned_at=now)
             self.places[job.key] = place
-            due = due_at(rule, place) if acts else None
+            due = action_at(rule, place) if acts else None
             action = rule.action if acts else ""  # a job only warned is never acted on: its log names no action
             self.decisions.append(Decision(WARN, job, rule.name, idle, due, given, action, warns_only=not acts))
         if not acts:  # its warnings are all it gets; that it gets no action is said once, when one would be due
@@ -428,7 +435,7 @@ class _Deciding:
         elif now >= due_at(rule, place):
             self.due.append((job, rule, place, idle))
         elif place.warned:
-            self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned))
+            self.pending.append(Pending(job, rule.name, rule.action, action_at(rule, place), place.warned))
 
     def act(self, actions_last_hour: int) -> bool:
         """Signal or act on the jobs due, oldest idle first, within the cap; none if the breaker opens.
@@ -451,7 +458,7 @@ class _Deciding:
                 self.decisions.append(Decision(SIGNAL, job, rule.name, idle, due_at(rule, place), action=rule.signal))
                 place = replace(place, signalled_at=self.now, noted="")
                 self.places[job.key] = place
-                self.pending.append(Pending(job, rule.name, rule.action, due_at(rule, place), place.warned))
+                self.pending.append(Pending(job, rule.name, rule.action, action_at(rule, place), place.warned))
             else:
                 acted += 1
                 self.decisions.append(Decision(ACT, job, rule.name, idle, due_at(rule, place), action=rule.action))

@@ -165,6 +165,8 @@ def test_a_signal_goes_first_and_the_action_after_the_wait():
     found = walk(policy, lambda now: [gpu(0)], until=200 * MIN)
     assert events(found) == [(60, WARN, "100"), (105, WARN, "100"), (120, SIGNAL, "100"), (130, ACT, "100")]
     assert found[2][1].action == "USR1" and found[3][1].action == "cancel"
+    # The owner is told when the job is cancelled, not when the signal goes (the warning said 120 for 130).
+    assert [d.due_at for _, d in found[:2]] == [START + 130 * MIN] * 2
 
 
 def test_the_breaker_acts_on_none_when_an_unusual_share_of_the_jobs_would_go_at_once():
