@@ -839,10 +839,11 @@ def read_records(
     ids: Sequence[str] = (),
     kinds_ids: Sequence[tuple[str, str]] = (),
     unfinished_since: float | None = None,
-    limit: int = 1000,
+    limit: int | None = 1000,
     timeline: bool = False,
 ) -> list[JobRecord]:
-    """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first.
+    """Return the ledger's runs last seen at or after `since` (and starting before `until`), newest first, at
+    most `limit` of them (None: every one).
 
     `ids` keeps runs whose job id, pod name or Slurm job name is one of them; `unfinished_since` keeps
     unfinished runs seen since then. Raises sqlite3.Error on a broken file, checks.Invalid on a value that
@@ -868,7 +869,8 @@ def read_records(
         args.append(unfinished_since)
     conn.row_factory = sqlite3.Row
     cursor = conn.execute(
-        f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY last_seen DESC, run DESC LIMIT ?", (*args, limit)
+        f"SELECT * FROM jobs WHERE {' AND '.join(where)} ORDER BY last_seen DESC, run DESC LIMIT ?",
+        (*args, -1 if limit is None else limit),  # SQLite: a negative LIMIT is none
     )
     # A ledger of an earlier gpulens, read as it is, lacks the newer columns: they read as "" or 0.
     present = {d[0] for d in cursor.description}

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
-from gpulens import checks
+from gpulens import checks, words
 from gpulens.agentclient import AgentClient
 from gpulens.credentials import Credentials
 from gpulens.errors import converted
@@ -73,9 +73,17 @@ class Agents:
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "limit": MAX_JOBS_PER_SOURCE}
+        found = []
+        for agent in self.agents:
+            answer = self._get(agent, params, step)
+            if answer.truncated:  # a report written out is whole, or not written
+                raise SourceError(
+                    f"{agent.where} holds more runs since {words.when(since)} than one answer carries "
+                    f"({MAX_JOBS_PER_SOURCE:,}); narrow --since, or read its ledger file with --ledger"
+                )
+            found += [(agent.shown, r) for r in answer.runs]
         # One agent given twice (node:10906 and http://node:10906/metrics) names its node alike: its runs count once.
-        found = one_per_run((agent.shown, r) for agent in self.agents for r in self._get(agent, params, step).runs)
-        return _in_period(found, since, until)
+        return _in_period(one_per_run(found), since, until)
 
     def runs_of(self, job_id: str, since: float, until: float, step: Step) -> list[JobRecord]:
         params = {"since": f"{since:.3f}", "id": job_id, "timeline": 1}

@@ -165,11 +165,10 @@ class LedgerFiles:
         self.description = "ledger " + ", ".join(self.paths)
 
     def _read(self, path: str, step: Step, **query: Any) -> list[tuple[Hashable, JobRecord]]:
-        """Return the runs of the ledger at `path` that answer `query`, each with the file's identity."""
+        """Return the runs of the ledger at `path` that answer `query`, each with the file's identity: every one,
+        as a file is read where it lies (an agent's answer holds MAX_JOBS_PER_SOURCE at most)."""
         step(f"reading {path}")
-        node, records = _opened(
-            path, lambda conn: (read_node(conn), read_records(conn, limit=MAX_JOBS_PER_SOURCE, **query))
-        )
+        node, records = _opened(path, lambda conn: (read_node(conn), read_records(conn, limit=None, **query)))
         identity = file_identity(path)
         return [(identity, r if r.nodes or not node else replace(r, nodes=(node,))) for r in records]
 

@@ -217,6 +217,28 @@ def test_one_job_on_two_nodes_adds_up_and_a_ledger_naming_no_node_counts_by_its_
         assert (job["runs"], job["job"]["gpu_hours"]) == (runs, pytest.approx(runs * 600 / 3600)), given
 
 
+def test_a_ledger_is_read_whole_and_an_agent_s_answer_cut_short_fails_the_report(capsys, tmp_path, monkeypatch):
+    """Runs past the 10,000 of one answer were dropped from fleet, trend and digest without a word: a month of
+    short jobs on one node passes that."""
+    start = 1767225600.0
+    path = str(tmp_path / "many.sqlite")
+    ledger = Ledger(path, node="n1")
+    runs = [
+        JobRecord("slurm", str(i), start + i, start + i + 60, user="carol", gpus=("GPU-1",), state_seconds={"busy": 60})
+        for i in range(10_005)
+    ]
+    ledger.write([(r, r) for r in runs], [], start + 10_100)
+    ledger.close()
+    window = ("--since", str(start - 60), "--until", str(start + 10_100), "--format", "json")
+    whole = report(capsys, "fleet", "--ledger", path, "--min-duration", "0", *window)
+    assert whole["total"]["jobs"] == 10_005 and whole["total"]["gpu_hours"] == pytest.approx(10_005 * 60 / 3600)
+    monkeypatch.setattr("gpulens.fleet.agent_ledgers.MAX_JOBS_PER_SOURCE", 2)
+    with served_agent(tmp_path, 900) as (port, served):
+        assert run(["fleet", "--agent", f"127.0.0.1:{port}", *served]) == 1
+    said = capsys.readouterr().err
+    assert f"127.0.0.1:{port} holds more runs since " in said and "than one answer carries (2); narrow --since" in said
+
+
 def test_an_agent_given_twice_counts_each_run_once(capsys, tmp_path):
     with served_agent(tmp_path, 300) as (port, window):
         spellings = (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}/metrics")
