@@ -100,7 +100,7 @@ class DeviceUse:
 
     @property
     def busy_ratio(self) -> float | None:
-        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+        return share(self.busy_seconds, self.sampled_seconds)
 
     def add(self, other: DeviceUse) -> DeviceUse:
         return DeviceUse(
@@ -124,7 +124,7 @@ class TimelinePoint:
     @property
     def busy_ratio(self) -> float | None:
         """Share of sampled time a kernel ran (0-1), or None when nothing was sampled."""
-        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+        return share(self.busy_seconds, self.sampled_seconds)
 
     def add(self, other: TimelinePoint) -> TimelinePoint:
         """Return this bucket and `other` (the same bucket, seen again) as one: seconds added, peaks maxed."""
@@ -228,7 +228,7 @@ class JobRecord:
     @property
     def busy_ratio(self) -> float | None:
         """Share of sampled GPU time a kernel ran (0-1), or None without samples."""
-        return self.busy_seconds / self.sampled_seconds if self.sampled_seconds > 0 else None
+        return share(self.busy_seconds, self.sampled_seconds)
 
     @property
     def sm_activity(self) -> float | None:
@@ -367,6 +367,13 @@ class JobRecord:
         if problem:
             raise ValueError(f"a job record whose {problem}")
         return record
+
+
+def share(part: float, whole: float) -> float | None:
+    """Return `part` of `whole` (0-1) to 9 places, or None where `whole` is none. Sums of seconds that meet a mark
+    exactly (a GPU busy 15% of the time) read 0.14999999999999972 or 0.15000000000000163 by the order they were
+    added in, and a job's mark would flip between reads; the places kept are far below any a report shows."""
+    return round(part / whole, 9) if whole > 0 else None
 
 
 def _device(data: Mapping[str, Any]) -> DeviceUse:

@@ -234,7 +234,7 @@ def test_the_environment_configures_the_source():
             "GPULENS_AGENT_CA_FILE: '/absent.pem' cannot be read",
         ),
         ({"GPULENS_DASHBOARD_PROMETHEUS": "ftp://p"}, "not an http"),
-        ({"GPULENS_DASHBOARD_AGENTS": "n=http://u:hunter2@a:port"}, "agent URL 'http://a:port' is not http://"),
+        ({"GPULENS_DASHBOARD_AGENTS": "n=http://u:hunter2@a:port"}, "URL 'http://a:port' is not HOST:PORT"),
     ):
         with pytest.raises(ConfigError, match=said) as raised:
             from_environment(environ)

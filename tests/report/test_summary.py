@@ -40,6 +40,14 @@ def test_jobstats_marks(busy, mark):
     assert flag(job(busy=busy)) == mark
 
 
+def test_a_job_busy_exactly_at_a_mark_is_on_its_upper_side_whatever_order_its_seconds_were_added_in():
+    """Seconds added in another order read 0.14999999999999972: red on one read, a warning on the next."""
+    below = replace(job(busy=0.0), busy_seconds=0.7 * 3600 - 0.55 * 3600)  # 539.9999999999998 of 3600
+    above = replace(job(busy=0.0), busy_seconds=sum([0.3] * 1800))  # 540.0000000000094 of 3600
+    assert below.busy_seconds < 0.15 * 3600 < above.busy_seconds
+    assert flag(below) == flag(above) == "warning" and below.busy_ratio == above.busy_ratio == 0.15
+
+
 def test_short_and_sampleless_jobs_are_not_judged():
     assert flag(job(seconds=t.REPORT_MIN_JOB_SECONDS - 1, busy=0.0)) == "short"
     assert flag(job(seconds=600, busy=0.0), min_duration=900) == "short"
