@@ -465,6 +465,8 @@ def add_up(records: Sequence[JobRecord], kind: str, name: str) -> JobRecord:
         gpus.update(r.gpus)
         models.update(r.models)
         nodes.update(r.nodes)
+    if any(r.energy_joules <= 0 for r in records):  # a part unmeasured: the sum of the rest reads as the whole
+        sums["energy_joules"] = 0.0
     start = min((r.start for r in records), default=0.0)
     last_seen = max((r.last_seen for r in records), default=0.0)
     return JobRecord(

@@ -105,6 +105,16 @@ def test_the_allocation_adds_up_per_node():
     assert job().cpu_cores_used is None
 
 
+def test_a_group_with_a_job_whose_energy_was_not_measured_has_no_energy_total():
+    """Two 600 W jobs, one on a GPU with no energy counter: the group and the fleet read half, as if whole."""
+    measured = job("a", user="ann", energy_joules=600.0 * 3600)
+    unmeasured = job("b", user="ann")
+    report = fleet_report([measured, unmeasured, job("c", user="ben", energy_joules=1.0)], "user", 0.0, 3600.0, 0, "t")
+    ann, ben = report.groups
+    assert (ann.total.energy_kwh, ben.total.energy_kwh) == (None, pytest.approx(1 / 3.6e6))
+    assert report.total.total.energy_kwh is None and measured.energy_kwh == pytest.approx(0.6)
+
+
 def test_groups_and_worst_offenders():
     records = [
         job("a", busy=0.8, user="ann", gpus=8),
