@@ -65,7 +65,7 @@ class Agents:
         with converted(HttpError, SourceError), converted(ValueError, SourceError, f"{agent.where} "):
             return ledger_runs(agent, params)
 
-    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+    def held_from(self, since: float, until: float, step: Step, trend: bool = False) -> Held | None:
         """The earliest time any of the agents' ledgers holds every run from (one answer of one run each)."""
         found = [self._get(agent, {"since": f"{until:.3f}", "limit": 1}, step).held_from for agent in self.agents]
         known = [held for held in found if held is not None]

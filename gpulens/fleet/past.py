@@ -55,9 +55,9 @@ class PastJobs(Protocol):
     def description(self) -> str:
         """The source as a report names it."""
 
-    def held_from(self, since: float, until: float, step: Step) -> Held | None:
-        """Return from when in [since, until] the source holds the runs of every job; None where it holds them
-        from `since` on or cannot say."""
+    def held_from(self, since: float, until: float, step: Step, trend: bool = False) -> Held | None:
+        """Return from when in [since, until] the source holds the runs of every job (with `trend`, what a trend
+        reads of them); None where it holds them from `since` on or cannot say."""
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         """Return the runs seen in [since, until] (epoch seconds), without timelines."""
@@ -125,7 +125,7 @@ def fleet_of(
 def trend_of(source: PastJobs, by: str, since: float, until: float, min_duration: float, step: Step) -> TrendReport:
     """Return the trend of [since, until] (whole hours) grouped `by`: a store's recorded GPU-hours, else every run
     of the period spread over its days (trend_from). The period begins where the source holds everything."""
-    since, described = trend_period(source.held_from(since, until, step), since, until, source.description)
+    since, described = trend_period(source.held_from(since, until, step, trend=True), since, until, source.description)
     if isinstance(source, Store):
         return replace(source.trend(by, since, until, min_duration, step), source=described)
     return trend_from(source.runs_between(since, until, step), by, since, until, min_duration, described)
@@ -175,7 +175,7 @@ class LedgerFiles:
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:
         return one_per_run(r for path in self.paths for r in self._read(path, step, since=since, until=until))
 
-    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+    def held_from(self, since: float, until: float, step: Step, trend: bool = False) -> Held | None:
         """The earliest time any of the files holds every run from (the others may begin later)."""
         found = [_opened(path, read_held_from) for path in self.paths]
         known = [held for held in found if held is not None]

@@ -325,7 +325,10 @@ def selector(job_id: str | None, label: str = "job_id") -> str:
 
 # Why a store lacks the agents' series before some time, and the series that mark from when it holds them.
 STORE_HELD = "its retention, or when it began scraping the agents"
-_HELD_MARKS = f'{{__name__=~"gpulens_build_info|{_EVALUATED}|model:gpulens_gpu_hours:increase1h"}}'
+# A trend reads the recorded GPU-hours alone, which an operator (or the demo) may have backfilled for hours the
+# jobs' series and the other rules were never there: those count for a trend, not for a report of the jobs.
+_HELD_MARKS = f'{{__name__=~"gpulens_build_info|{_EVALUATED}"}}'
+_TREND_HELD_MARKS = f'{{__name__=~"gpulens_build_info|{_EVALUATED}|{"|".join(sorted(set(_TREND_RULES.values())))}"}}'
 
 
 class Prometheus:
@@ -351,16 +354,22 @@ class Prometheus:
         with converted(HttpError, SourceError), converted(_NotACount, SourceError, f"{self.api.where} "):
             yield
 
-    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+    def held_from(self, since: float, until: float, step: Step, trend: bool = False) -> Held | None:
         """From the first whole hour in [since, until] the store holds the agents' series or the recorded hours
         from (a few series, looked for once an hour: an agent's build, the rules' marks), less the hour it may
         have begun in. The recorded hours count: an operator backfills them for hours before the scrapes
-        (promtool tsdb create-blocks-from rules), and the demo does."""
+        (promtool tsdb create-blocks-from rules). With `trend`, so do the GPU-hours a trend reads, which the
+        demo backfills alone; a report of the jobs cannot use them."""
         step("querying when the store's series of the agents begin")
         window = f"{max(int(until - since), HOUR_SECONDS):.0f}s"
         with self._reading():
-            found = self.api.query(f"min_over_time(timestamp(count({_HELD_MARKS}))[{window}:1h])", until)
-            return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD) if found else None
+            marks = _TREND_HELD_MARKS if trend else _HELD_MARKS
+            found = self.api.query(f"min_over_time(timestamp(count({marks}))[{window}:1h])", until)
+            if found:
+                return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD)
+            # Under an hour old, the store has no whole hour to look at: its minutes, in the last hour.
+            found = self.api.query(f"min_over_time(timestamp(count({marks}))[1h:1m])", until)
+            return Held(_count(found[0]["value"][1]) - 60, STORE_HELD) if found else None
 
     # -- jobs ------------------------------------------------------------------------------------
 

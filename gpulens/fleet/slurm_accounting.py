@@ -131,7 +131,7 @@ class SlurmAccounting:
         step(f"reading job {job_id} from Slurm's accounting")
         return self._records(["-j", job_id])
 
-    def held_from(self, since: float, until: float, step: Step) -> Held | None:
+    def held_from(self, since: float, until: float, step: Step, trend: bool = False) -> Held | None:
         return None  # what slurmdbd purges (PurgeJobAfter) sacct does not say
 
     def runs_between(self, since: float, until: float, step: Step) -> list[JobRecord]:

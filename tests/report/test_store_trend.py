@@ -122,3 +122,39 @@ def test_a_period_before_the_store_holds_the_agents_begins_where_it_does(prometh
     assert page is not None and page.since == held and said in page.source
     # Held from the start: the period asked.
     assert trend_of(Prometheus(prometheus_url), "namespace", held, month.MONTH_END, 300.0, _quiet).since == held
+
+
+class Answering:
+    """A store's API as Prometheus calls it for held_from: each mark in a query is held from `first`'s time on,
+    and the answer is the first whole hour (or minute, for the minutes' query) at or after it, as a subquery
+    an hour (a minute) apart finds it."""
+
+    shown = where = "prometheus at http://store:9090"
+
+    def __init__(self, first: dict[str, float]):
+        self.first, self.asked = first, []
+
+    def query(self, promql: str, at: float) -> list[dict]:
+        self.asked.append(promql)
+        step = 60 if promql.endswith(":1m])") else 3600
+        seen = [-(-t // step) * step for mark, t in self.first.items() if mark in promql]
+        seen = [t for t in seen if t <= at]
+        return [{"metric": {}, "value": [at, str(min(seen))]}] if seen else []
+
+
+def test_a_fleet_report_does_not_count_the_trend_s_backfilled_hours_as_the_jobs():
+    """The demo backfills a month of the GPU-hours a trend reads, and no job series: the store's fleet report then
+    said nothing of the 30 days it did not hold, and showed a few GPU-hours for the month."""
+    now = 20_000 * 3600.0
+    store = Answering({"model:gpulens_gpu_hours:increase1h": now - 30 * 86400, "gpulens_build_info": now - 5 * 3600})
+    source = Prometheus(api=store)
+    assert source.held_from(now - 7 * 86400, now, _quiet).since == now - 6 * 3600
+    assert source.held_from(now - 7 * 86400, now, _quiet, trend=True).since == now - 30 * 86400 - 3600
+
+
+def test_a_store_under_an_hour_old_says_from_when_it_holds_the_jobs():
+    """Begun at 00:32, at 00:40 it had no whole hour to look at: a week's report said nothing of the six days."""
+    now = 20_000 * 3600.0 + 40 * 60
+    store = Answering({"gpulens_build_info": now - 8 * 60})
+    held = Prometheus(api=store).held_from(now - 7 * 86400, now, _quiet)
+    assert held is not None and held.since == now - 9 * 60 and "[1h:1m]" in store.asked[-1]
