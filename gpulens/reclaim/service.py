@@ -348,7 +348,8 @@ class Service:
             self.decisions.labels(decision.policy, action, RESULTS[event]).inc()
         self.folder.audit(_record(decision, event, self.policy.mode, now, detail))
         said = decision.reason or detail
-        log.info("%s %s (policy %s)%s", event, decision.job.key, decision.policy, f": {said}" if said else "")
+        level = logging.WARNING if event in ("action_failed", "warn_failed") else logging.INFO  # for the operator
+        log.log(level, "%s %s (policy %s)%s", event, decision.job.key, decision.policy, f": {said}" if said else "")
         return event
 
     def _act(self, decision: Decision) -> tuple[str, str]:

@@ -395,7 +395,7 @@ def test_a_warned_job_out_of_sight_while_its_verdicts_cannot_be_read_stays_pendi
     assert list(folder.audit_records())[2]["reason"] == f"{problem}; {why} acted on until it answers"
 
 
-def test_a_failed_scancel_is_logged_and_tried_again_next_cycle(tmp_path):
+def test_a_failed_scancel_is_logged_and_tried_again_next_cycle(tmp_path, caplog):
     made, clock, slurm, folder = service(tmp_path, [gpu(0)])
     real = slurm.__call__
 
@@ -410,6 +410,8 @@ def test_a_failed_scancel_is_logged_and_tried_again_next_cycle(tmp_path):
     run_until(made, clock, 125)
     assert audit(folder)[-2:] == [(120, "action_failed", "slurm/100"), (121, "acted", "slurm/100")]
     assert 'result="failed"} 1.0' in generate_latest(made.registry).decode()
+    [failed] = [r for r in caplog.records if r.getMessage().startswith("action_failed slurm/100")]
+    assert failed.levelname == "WARNING"  # the operator's to see; the rest of the ladder is INFO
 
 
 def test_a_keep_from_the_command_line_is_read_each_cycle(tmp_path):
