@@ -664,12 +664,25 @@ RECLAIM = {
         "kubernetes": {"namespaces": ["notebooks", "ml"], "ownerKeys": ["example.org/owner"]},
     }
 }
-RECLAIM_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Service", "ServiceMonitor"}
+RECLAIM_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "RoleBinding",  # reclaim.kubernetes.namespaces: the pods' role in those namespaces only
+    "ConfigMap",
+    "Service",
+    "ServiceMonitor",
+}
+
+
+def _reclaim_all(docs: list[dict]) -> list[dict]:
+    """The reclaim objects."""
+    return [d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "reclaim"]
 
 
 def _reclaim(docs: list[dict]) -> dict[str, dict]:
-    """The reclaim objects by kind (one of each)."""
-    return {d["kind"]: d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "reclaim"}
+    """The reclaim objects by kind (the last of each: the RBAC objects are several, _reclaim_all has them)."""
+    return {d["kind"]: d for d in _reclaim_all(docs)}
 
 
 @pytest.fixture(scope="module")
@@ -686,9 +699,10 @@ def test_the_reclaim_case_lints_and_validates(reclaim_docs, tmp_path):
     _lint(tmp_path, "reclaim", RECLAIM)
     _validate(reclaim_docs, skip=tuple(OPERATOR_KINDS))
     assert set(_reclaim(reclaim_docs)) == RECLAIM_KINDS | {"Deployment"}
-    for doc in _reclaim(reclaim_docs).values():
+    for doc in _reclaim_all(reclaim_docs):
         scoped = doc["kind"] not in ("ClusterRole", "ClusterRoleBinding")
-        assert ("namespace" in doc["metadata"]) is scoped and doc["metadata"]["name"] == "gpulens-reclaim"
+        assert ("namespace" in doc["metadata"]) is scoped
+        assert doc["metadata"]["name"] in ("gpulens-reclaim", "gpulens-reclaim-nodes")
 
 
 def test_the_reclaim_deployment_runs_one_service_in_dry_run_reading_the_charts_prometheus(reclaim_docs):
@@ -813,23 +827,36 @@ def test_the_reclaim_notify_settings_are_a_notify_yaml_gpulens_reads_with_its_ma
     assert "notify.yaml" not in _reclaim(_template(tmp_path / "none", RECLAIM))["ConfigMap"]["data"]
 
 
-def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_docs):
+def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_docs, tmp_path):
     """The rendered rules are the template's plain rules, which tests/reclaim/test_kubernetes.py gives its API
     double, and they grant the actor's VERBS and nothing more."""
     from gpulens.reclaim.kubernetes import VERBS
     from tests.reclaim.test_kubernetes import chart_rules, granted
 
-    kinds = _reclaim(reclaim_docs)
-    rules = kinds["ClusterRole"]["rules"]
+    docs = _reclaim_all(reclaim_docs)
+    roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
+    rules = [rule for role in roles.values() for rule in role]
     assert rules == chart_rules() and granted(rules) == VERBS
-    binding = kinds["ClusterRoleBinding"]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": "gpulens-reclaim",
-    }
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpulens-reclaim", "namespace": "gpu-monitoring"}]
     assert not any("*" in rule[key] for rule in rules for key in ("verbs", "apiGroups", "resources"))
+    # Nodes, which belong to no namespace, from a role of their own bound cluster-wide; the pods' role in the
+    # namespaces reclaim.kubernetes.namespaces names, or cluster-wide without them.
+    assert granted(roles["gpulens-reclaim-nodes"]) == {("list", "", "nodes")}
+    account = [{"kind": "ServiceAccount", "name": "gpulens-reclaim", "namespace": "gpu-monitoring"}]
+    bound = {
+        (d["kind"], d["metadata"].get("namespace"), d["roleRef"]["name"])
+        for d in docs
+        if d["kind"].endswith("Binding") and d["subjects"] == account and d["roleRef"]["kind"] == "ClusterRole"
+    }
+    assert bound == {
+        ("ClusterRoleBinding", None, "gpulens-reclaim-nodes"),
+        ("RoleBinding", "notebooks", "gpulens-reclaim"),
+        ("RoleBinding", "ml", "gpulens-reclaim"),
+    }
+    everywhere = _reclaim_all(_template(tmp_path, {"reclaim": {"enabled": True}}))
+    assert {(d["kind"], d["metadata"]["name"]) for d in everywhere if d["kind"].endswith("Binding")} == {
+        ("ClusterRoleBinding", "gpulens-reclaim-nodes"),
+        ("ClusterRoleBinding", "gpulens-reclaim"),
+    }
 
 
 def test_the_reclaim_service_is_scraped_as_gpulens_reclaim(reclaim_docs, tmp_path):

@@ -34,12 +34,14 @@ NOW = 1_796_461_200.0  # 2026-12-05 09:00:00 UTC
 
 
 def chart_rules() -> list[dict[str, Any]]:
-    """The rules of the chart's reclaim ClusterRole, as its template writes them (plain YAML: no directive
-    inside; tests/helm/test_chart.py checks the rendered ClusterRole has the same)."""
-    text = RBAC.read_text()
-    block = text.split("\nrules:\n", 1)[1].split("\n---", 1)[0]
-    assert "{{" not in block, "the ClusterRole's rules must stay plain YAML for this test to read them"
-    return yaml.safe_load("rules:\n" + block)["rules"]
+    """The rules of the chart's reclaim ClusterRoles (the pods' and the nodes'), as its template writes them
+    (plain YAML: no directive inside; tests/helm/test_chart.py checks the rendered ClusterRoles have the same)."""
+    rules = []
+    for block in RBAC.read_text().split("\nrules:\n")[1:]:
+        block = block.split("\n---", 1)[0]
+        assert "{{" not in block, "the ClusterRoles' rules must stay plain YAML for this test to read them"
+        rules += yaml.safe_load("rules:\n" + block)["rules"]
+    return rules
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
