@@ -62,6 +62,8 @@ class Template:
         """Return the subject, on one line, and the body, with `values` in place (a field not given is empty)."""
         filled = {name: values.get(name, "") for name in FIELDS}
         subject = " ".join(string.Template(self.subject).substitute(filled).split())
+        # A subject of fields this message leaves empty would go blank, which mail clients show as nothing.
+        subject = subject or f"[gpulens] {self.reason.replace('_', ' ')}"
         lines = []
         for line in self.body.split("\n"):
             names = _names(line)

@@ -48,6 +48,9 @@ def test_a_line_whose_every_field_is_empty_is_left_out_and_dollars_stay():
     )
     # A value that spans lines stays on one line in the subject.
     assert template.render({"job": "a\nb", "user": "x"})[0] == "a b for x"
+    # A subject of fields all empty (a site's test.txt that names $period) is not sent blank.
+    blank = parse_template("Subject: $period\n\nHi\n", "reclaim_warning", "test")
+    assert blank.render({"job": "slurm 1"})[0] == "[gpulens] reclaim warning"
 
 
 def test_a_sites_file_replaces_the_built_in_one(tmp_path):
