@@ -69,8 +69,13 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
     for user in args.user or [getpass.getuser()]:
         owner = Owner(user=user, account=args.account, namespace=args.namespace)
         to = sender.addresses.owner(owner)
-        parts = [f"e-mail {', '.join(to.emails)} ({to.email_source})" if to.emails else ""]
-        parts.append(f"chat {', '.join(to.handles)} ({to.handle_source})" if to.handles else "")
+        reached = {r for channel in sender.channels for r in channel.reaches(to)}
+        unreached = {  # an address no channel delivers to: listed, it would read as one the owner is told at
+            "e-mail": "" if set(to.emails) <= reached else ", but no channel reaches it: give smtp",
+            "chat": "" if set(to.handles) <= reached else ", but no channel reaches it: give webhooks",
+        }
+        parts = [f"e-mail {', '.join(to.emails)} ({to.email_source}{unreached['e-mail']})" if to.emails else ""]
+        parts.append(f"chat {', '.join(to.handles)} ({to.handle_source}{unreached['chat']})" if to.handles else "")
         said = "; ".join(p for p in parts if p) or sender.addresses.missing(owner)
         print(
             f"{user}: {said}" + (" [test mode: the admins get it instead]" if sender.config.test_mode else ""), file=out

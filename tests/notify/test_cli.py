@@ -66,7 +66,9 @@ def test_check_says_what_the_settings_do_and_where_each_owners_messages_go(tmp_p
         "advice (with gpulens reclaim run): none (add advice: to the settings)",
         "jobs' ends told to: nobody by the settings (and pods with gpulens.io/notify-end: true)",
         f"state folder: {tmp_path}/state",
-        "alice: e-mail alice@lab.example.org (map file users.alice); chat @alice (map file users.alice)",
+        # No webhook: alice's handle is said, and that nothing reaches it (it read as an address she is told at).
+        "alice: e-mail alice@lab.example.org (map file users.alice); chat @alice (map file users.alice, but no "
+        "channel reaches it: give webhooks)",
         "bob: e-mail bob@example.org (addresses.domain_template)",
         "lead of physics: carol@example.org",
     ]
