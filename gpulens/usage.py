@@ -398,7 +398,8 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
 
     The owner and running flag are taken from the record seen last, so a job's latest names win.
     """
-    later, earlier = (b, a) if b.last_seen >= a.last_seen else (a, b)
+    # Seen last together (one job's nodes, read in one cycle): the first node's, whichever order they came in.
+    later, earlier = (b, a) if (b.last_seen, a.nodes) >= (a.last_seen, b.nodes) else (a, b)
     tips = dict(earlier.tips)
     for tip, use in later.tips.items():
         before = tips.get(tip, TipUse(0.0))

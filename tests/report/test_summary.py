@@ -86,6 +86,15 @@ def test_a_job_on_two_nodes_adds_up():
     assert (named.account, named.name) == ("physics", "qcd")
 
 
+def test_a_job_s_nodes_seen_last_together_give_the_same_owner_fields_in_either_order():
+    """Two nodes' runs of one job, last seen in the same cycle with different partitions: the report's partition
+    was whichever node its source listed last, and changed from one run of a command to the next."""
+    n3 = replace(job("9", partition="part-n3"), nodes=("n3",))
+    n4 = replace(job("9", partition="part-n4"), nodes=("n4",))
+    assert merge(n3, n4).partition == merge(n4, n3).partition == "part-n3"
+    assert merge(n3, replace(n4, last_seen=n4.last_seen + 1)).partition == "part-n4"  # the latest names win
+
+
 def test_the_allocation_adds_up_per_node():
     """CPU seconds and the seconds they cover add up over nodes and runs, so their ratio is the mean cores in use on
     one node; the resident memory peak and the request are the largest of one node's."""
