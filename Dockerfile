@@ -16,11 +16,11 @@ COPY gpulens/ gpulens/
 COPY agent/ agent/
 COPY dashboard/ dashboard/
 COPY probes/ probes/
-# rules/, deploy/ and the runbooks ship in the package as data (gpulens rules, grafana, files; the
-# dashboard's Runbooks page).
+# rules/, deploy/, the runbooks and the documentation ship in the package as data (gpulens rules, grafana,
+# files; the dashboard's Runbooks page); the documentation's images stay out (.dockerignore).
 COPY rules/ rules/
 COPY deploy/ deploy/
-COPY docs/runbooks/ docs/runbooks/
+COPY docs/ docs/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # -- agent ----------------------------------------------------------------------------------------
