@@ -245,8 +245,8 @@ class Sender:
                 refused = channel.deliver(to, subject, body)
             except ChannelError as error:
                 failed.append(str(error))
-                if error.unreachable:
-                    self.unreachable[channel.name] = (now, str(error))
+                if error.unreachable:  # from when it failed: a try that waited out a long timeout began long ago
+                    self.unreachable[channel.name] = (self.clock(), str(error))
                 continue
             self.unreachable.pop(channel.name, None)
             through.append(channel.name)
