@@ -48,6 +48,7 @@ class Held(NamedTuple):
 
     since: float
     why: str
+    step: float = HOUR_SECONDS  # how closely `since` is known: a store's hourly marks, or its minutes
 
 
 class PastJobs(Protocol):
@@ -90,9 +91,9 @@ def covered(source: PastJobs, since: float, until: float, step: Step) -> tuple[f
 
 def held_period(held: Held | None, since: float, until: float, description: str) -> tuple[float, str]:
     """`covered`'s answer for a source described as `description` that holds everything from `held` on."""
-    if held is None or held.since < since + HOUR_SECONDS or held.since >= until:
+    if held is None or held.since < since + held.step or held.since >= until:
         return since, description
-    start = held.since // HOUR_SECONDS * HOUR_SECONDS
+    start = held.since // held.step * held.step
     return start, f"{description}, which holds everything from {words.when(start)} on only ({held.why})"
 
 

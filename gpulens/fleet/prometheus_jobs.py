@@ -369,7 +369,7 @@ class Prometheus:
                 return Held(_count(found[0]["value"][1]) - HOUR_SECONDS, STORE_HELD)
             # Under an hour old, the store has no whole hour to look at: its minutes, in the last hour.
             found = self.api.query(f"min_over_time(timestamp(count({marks}))[1h:1m])", until)
-            return Held(_count(found[0]["value"][1]) - 60, STORE_HELD) if found else None
+            return Held(_count(found[0]["value"][1]) - 60, STORE_HELD, 60) if found else None
 
     # -- jobs ------------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gpulens import words
-from gpulens.fleet.past import fleet_of, trend_of
+from gpulens.fleet.past import fleet_of, held_period, trend_of
 from gpulens.fleet.prometheus import PrometheusSource
 from gpulens.fleet.prometheus_jobs import Prometheus
 from gpulens.fleet.trend import GONE, LESS, STILL, spread, trend_report
@@ -158,3 +158,7 @@ def test_a_store_under_an_hour_old_says_from_when_it_holds_the_jobs():
     store = Answering({"gpulens_build_info": now - 8 * 60})
     held = Prometheus(api=store).held_from(now - 7 * 86400, now, _quiet)
     assert held is not None and held.since == now - 9 * 60 and "[1h:1m]" in store.asked[-1]
+    # Said to the minute, also for a period of the last hour (an hour's marks would say the hour, or nothing).
+    for since in (now - 7 * 86400, now - 3600):
+        start, described = held_period(held, since, now, "prometheus")
+        assert start == now - 9 * 60 and described.endswith(f"everything from {words.when(start)} on only ({held.why})")
