@@ -290,8 +290,9 @@ class HostWatch:
         self._clock = clock
         self._sampled = -math.inf  # when `sample` last ran
         self._since: dict[int, float] = {}  # when each followed process was last sampled
-        # last, seconds, three sums, and the most workers seen: a loader's workers are gone by the last sample
-        self._seen: dict[int, tuple[HostUsage, float, float, float, float, int]] = {}
+        # last, seconds, three sums, the seconds workers ran, and the most workers seen: a loader's workers are
+        # gone by the last sample, and their busiest one's share is of the time they ran
+        self._seen: dict[int, tuple[HostUsage, float, float, float, float, float, int]] = {}
 
     def follow(self, pids: list[int]) -> None:
         """Sample the processes that have reported, `pids`, every _HOST_EVERY_SECONDS, and at once when one of
@@ -307,29 +308,31 @@ class HostWatch:
             seconds = now - self._since.get(pid, now)
             if seconds <= 0:
                 continue
-            _, covered, main, workers, cores, most = self._seen.get(pid, (usage, 0.0, 0.0, 0.0, 0.0, 0))
+            _, covered, main, workers, cores, ran, most = self._seen.get(pid, (usage, 0.0, 0.0, 0.0, 0.0, 0.0, 0))
+            with_workers = seconds if usage.workers else 0.0
             self._seen[pid] = (
                 usage,
                 covered + seconds,
                 main + usage.main_process_cpu_ratio * seconds,
-                workers + usage.workers_cpu_ratio_max * seconds,
+                workers + usage.workers_cpu_ratio_max * with_workers,
                 cores + usage.cpu_cores_used * seconds,
+                ran + with_workers,
                 max(most, usage.workers),
             )
         self._since.update(dict.fromkeys(pids, now))
         self._sampled = now
 
     def usage(self, pid: int) -> HostUsage | None:
-        """Return process `pid`'s usage averaged over the time it was followed (cores allowed as last seen, workers
-        as most seen), or None if it was not sampled twice."""
+        """Return process `pid`'s usage averaged over the time it was followed (its busiest worker's over the time
+        it had workers; cores allowed as last seen, workers as most seen), or None if it was not sampled twice."""
         if pid not in self._seen:
             return None
-        last, seconds, main, workers, cores, most = self._seen[pid]
+        last, seconds, main, workers, cores, ran, most = self._seen[pid]
         return replace(
             last,
             main_process_cpu_ratio=main / seconds,
             workers=most,
-            workers_cpu_ratio_max=workers / seconds,
+            workers_cpu_ratio_max=workers / ran if ran else 0.0,
             cpu_cores_used=cores / seconds,
         )
 
