@@ -398,8 +398,9 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
 
     The owner and running flag are taken from the record seen last, so a job's latest names win.
     """
-    # Seen last together (one job's nodes, read in one cycle): the first node's, whichever order they came in.
-    later, earlier = (b, a) if (b.last_seen, a.nodes) >= (a.last_seen, b.nodes) else (a, b)
+    # Seen last together (one job's nodes, read in one cycle): the least owner fields, whichever order the runs
+    # came in and were folded in (a least is one whatever the order; a node's name would not be, once merged).
+    later, earlier = (b, a) if (b.last_seen, _owner(a)) >= (a.last_seen, _owner(b)) else (a, b)
     tips = dict(earlier.tips)
     for tip, use in later.tips.items():
         before = tips.get(tip, TipUse(0.0))
@@ -424,6 +425,10 @@ def merge(a: JobRecord, b: JobRecord) -> JobRecord:
         devices=devices,
         timeline=timeline,
     )
+
+
+def _owner(record: JobRecord) -> tuple[str, ...]:
+    return tuple(getattr(record, name) for name in OWNER)
 
 
 def added(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:

@@ -1,5 +1,7 @@
 """Judging and adding up jobs, without any source: jobstats' marks, merging nodes, groups, progress."""
 
+import functools
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -93,6 +95,10 @@ def test_a_job_s_nodes_seen_last_together_give_the_same_owner_fields_in_either_o
     n4 = replace(job("9", partition="part-n4"), nodes=("n4",))
     assert merge(n3, n4).partition == merge(n4, n3).partition == "part-n3"
     assert merge(n3, replace(n4, last_seen=n4.last_seen + 1)).partition == "part-n4"  # the latest names win
+    # Folded in any order, with a node seen earlier among them.
+    n1 = replace(job("9", partition="part-n1"), nodes=("n1",), last_seen=n3.last_seen - 5)
+    for order in itertools.permutations([n1, n4, n3]):
+        assert functools.reduce(merge, order).partition == "part-n3", order
 
 
 def test_the_allocation_adds_up_per_node():
