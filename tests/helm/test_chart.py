@@ -852,6 +852,8 @@ def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_do
         ("RoleBinding", "notebooks", "gpulens-reclaim"),
         ("RoleBinding", "ml", "gpulens-reclaim"),
     }
+    twice = _reclaim_all(_template(tmp_path, {"reclaim": {"enabled": True, "kubernetes": {"namespaces": ["a", "a"]}}}))
+    assert [d["metadata"]["namespace"] for d in twice if d["kind"] == "RoleBinding"] == ["a"]  # not two of one name
     everywhere = _reclaim_all(_template(tmp_path, {"reclaim": {"enabled": True}}))
     assert {(d["kind"], d["metadata"]["name"]) for d in everywhere if d["kind"].endswith("Binding")} == {
         ("ClusterRoleBinding", "gpulens-reclaim-nodes"),
@@ -1063,7 +1065,14 @@ def test_the_urls_a_client_takes_are_taken(tmp_path):
                 "agent": {"webConfig": {"existingSecret": "web", "tls": True, "requireClientCert": True}},
                 "serviceMonitor": {"tlsConfig": {"cert": {"secret": {"name": "a", "key": "b"}}}},
             },
-            "serviceMonitor.tlsConfig: cert without keySecret, which the Prometheus Operator refuses",
+            "serviceMonitor.tlsConfig: a client certificate without its key (cert or certFile, keySecret or keyFile)",
+        ),
+        (  # a file path on the operator's side halves the pair as well
+            {
+                "agent": {"webConfig": {"existingSecret": "web", "tls": True}},
+                "serviceMonitor": {"tlsConfig": {"certFile": "/etc/prometheus/client.crt"}},
+            },
+            "serviceMonitor.tlsConfig: a client certificate without its key",
         ),
         # A key written twice on one object: kustomize, Flux and Argo CD refuse the YAML.
         (
@@ -1431,6 +1440,7 @@ def test_the_agent_s_extra_args_name_only_its_flags_and_the_chart_knows_them_all
         ("--no-log.level", "--no-log.level is no flag of gpulens agent"),  # only a switch has a --no- form
         ("--ledger.partition a100", '"--ledger.partition a100" is a flag and its value in one item'),
         ("--jobs.export-totals=true", "--jobs.export-totals=true takes no value; write --jobs.export-totals"),
+        ("--ledger.partition", "--ledger.partition takes a value, which the next item cannot be"),
     ):
         bad = {"agent": {"extraArgs": [extra]}}
         result = subprocess.run([*args, *_values_file(tmp_path, bad)], capture_output=True, text=True, timeout=60)

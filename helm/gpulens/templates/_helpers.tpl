@@ -158,10 +158,12 @@ refuses every scrape that presents none, and a basic-auth key without its Secret
 {{- fail "serviceMonitor.tlsConfig: without agent.webConfig.tls the agents are scraped over http, and Prometheus ignores a tlsConfig there; set agent.webConfig.tls=true (a web config with tls_server_config), or leave serviceMonitor.tlsConfig empty" -}}
 {{- end -}}
 {{- $tls := $monitor.tlsConfig | default dict -}}
-{{- if and (or $tls.cert $tls.keySecret) (not (and $tls.cert $tls.keySecret)) -}}
-{{- fail (printf "serviceMonitor.tlsConfig: %s without %s, which the Prometheus Operator refuses (and scrapes no agent); give both, or neither" (ternary "cert" "keySecret" (not (not $tls.cert))) (ternary "keySecret" "cert" (not (not $tls.cert)))) -}}
+{{- $cert := or $tls.cert $tls.certFile -}}
+{{- $key := or $tls.keySecret $tls.keyFile -}}
+{{- if and (or $cert $key) (not (and $cert $key)) -}}
+{{- fail (printf "serviceMonitor.tlsConfig: a client %s without its %s (cert or certFile, keySecret or keyFile), which the Prometheus Operator refuses (and scrapes no agent); give both, or neither" (ternary "certificate" "key" (not (not $cert))) (ternary "key" "certificate" (not (not $cert)))) -}}
 {{- end -}}
-{{- if and $web.requireClientCert $web.tls (not $tls.cert) -}}
+{{- if and $web.requireClientCert $web.tls (not $cert) -}}
 {{- fail "serviceMonitor.tlsConfig: agent.webConfig.requireClientCert refuses a scrape without a client certificate; give serviceMonitor.tlsConfig.cert and keySecret (the operator's SafeTLSConfig)" -}}
 {{- end -}}
 {{- range $part := list "username" "password" -}}
@@ -225,6 +227,9 @@ them, or a value given to a switch, fails the install, not every pod at start. C
 {{- end -}}
 {{- if and $flag (has $flag ($.switches | default list)) (contains "=" .) -}}
 {{- fail (printf "%s: %s takes no value; write --%s to turn it on or --no-%s to turn it off" $.at . $name $name) -}}
+{{- end -}}
+{{- if and $flag $.known (has $flag $.known) (not (has $flag ($.switches | default list))) (not (contains "=" .)) -}}
+{{- fail (printf "%s: %s takes a value, which the next item cannot be (each item is a flag); write %s=VALUE" $.at $flag $flag) -}}
 {{- end -}}
 {{- end -}}
 {{- end }}
