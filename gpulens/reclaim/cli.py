@@ -253,13 +253,16 @@ def _checkpoint_agents(template: str) -> Any:
     from gpulens.credentials import agent_credentials
     from gpulens.fleet.agents import AgentsSource
     from gpulens.fleet.records import Answer, CheckpointAnswer
-    from gpulens.urls import check_url
+    from gpulens.urls import flag_url
 
+    given, template = template, template.strip() if "://" in template else "http://" + template.strip()  # {node}:PORT
     try:
-        check_url(template.format(node="gpu-node-1"))
+        if "{node}" not in template:
+            raise KeyError("node")
+        flag_url(given.format(node="gpu-node-1"), "--checkpoint-agents", "http://{node}:10906")
     except (ValueError, KeyError, IndexError):
         raise ValueError(
-            f"--checkpoint-agents {template!r} is not a URL with {{node}} in it; write e.g. 'http://{{node}}:10906'"
+            f"--checkpoint-agents {given!r} is not a URL with {{node}} in it; write e.g. 'http://{{node}}:10906'"
         ) from None
     credentials = agent_credentials()
 

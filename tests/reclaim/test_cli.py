@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -490,3 +491,14 @@ def test_log_names_a_job_no_kind_names_and_a_log_it_cannot_read(tmp_path, capsys
     status, out, err = run(capsys, "log", "--state-dir", state)
     assert (status, out) == (1, "") and err.count("\n") == 1, err
     assert f"cannot read {tmp_path / 'state' / 'audit.jsonl'} (Is a directory); run it as the user" in err
+
+
+def test_checkpoint_agents_takes_a_url_or_host_port_with_node_in_it():
+    """'{node}:10906' was refused as no URL, and a template without {node} was taken."""
+    from gpulens.reclaim.cli import _checkpoint_agents
+
+    for template in ("{node}:10906", "http://{node}:10906", "https://{node}.example.org:10906/"):
+        assert callable(_checkpoint_agents(template))
+    for template in ("gpu-node-1:10906", "ftp://{node}:10906", "{node}", "http://{node}:10906/?x={oops}"):
+        with pytest.raises(ValueError, match=f"--checkpoint-agents '{re.escape(template)}' is not a URL with"):
+            _checkpoint_agents(template)

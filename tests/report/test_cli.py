@@ -344,6 +344,10 @@ def test_a_ledger_folder_or_another_programs_database_names_the_fix(capsys, tmp_
         (["fleet", "--agent", "not a url"], ("--agent 'not a url' is not HOST:PORT or http(s)://HOST:PORT",)),
         (["fleet", "--agent", "127.0.0.1:0"], ("--agent '127.0.0.1:0' is not HOST:PORT",)),  # no server has port 0
         (
+            ["fleet", "--agent", "node1:10906/?x=1"],
+            ("--agent 'node1:10906/' has a query or fragment", "the server's base URL, e.g. http://node1:10906"),
+        ),
+        (
             ["fleet", "--since", "soon", "--ledger", "x"],
             ("--since: 'soon' is not a time; write a duration before --until",),
         ),
