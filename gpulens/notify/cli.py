@@ -97,7 +97,12 @@ def describe(sender: Sender) -> list[str]:
     held = f"quiet hours {quiet.hours} {quiet.timezone} ({', '.join(sorted(URGENT))} go at once)" if quiet else ""
     lines.append(words.join([f"one message per job and reason in {words.duration(config.cooldown)}", held]))
     if config.test_mode:
-        lines.append(f"test mode: every message goes to {', '.join(config.admins)} instead of its owner")
+        reached = {r for channel in sender.channels for r in channel.reaches(sender.admins)}
+        unreached = [admin for admin in config.admins if admin not in reached]
+        lines.append(
+            f"test mode: every message goes to {', '.join(config.admins)} instead of its owner"
+            + (f", but no channel reaches {', '.join(unreached)}: give smtp or webhooks" if unreached else "")
+        )
     shipped = [t.reason for t in sender.templates.values() if t.source.startswith("built-in")]
     own = [f"{t.reason} ({t.source})" for t in sender.templates.values() if not t.source.startswith("built-in")]
     lines.append(

@@ -87,12 +87,16 @@ def test_check_says_which_jobs_get_advice_and_whose_ends_are_told(tmp_path, caps
 
 
 def test_check_in_test_mode_and_without_an_address(tmp_path, capsys):
-    path = settings(tmp_path, 2525, "test_mode: true\nadmins: [ops@example.org]\n")
+    path = settings(tmp_path, 2525, "test_mode: true\nadmins: [ops@example.org, '@ops']\n")
     path_text = (tmp_path / "notify.yaml").read_text().replace(", domain_template: '{user}@example.org'", "")
     (tmp_path / "notify.yaml").write_text(path_text)
     status, out, _ = run(capsys, "check", "--config", path, "--user", "bob")
     assert status == 0
-    assert "test mode: every message goes to ops@example.org instead of its owner" in out.splitlines()
+    # '@ops' is a chat handle, and only SMTP is set up: said, as it would be of an owner's.
+    assert (
+        "test mode: every message goes to ops@example.org, @ops instead of its owner, but no channel reaches @ops: "
+        "give smtp or webhooks"
+    ) in out.splitlines()
     assert out.splitlines()[-1] == (
         "bob: no address for user bob (looked in the map file); add them to the map file (addresses.map_file) or "
         "set addresses.domain_template [test mode: the admins get it instead]"
