@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from gpulens import words
 from gpulens.fleet.advice import gpu_tips, job_advice
 from gpulens.fleet.records import PAST_JOB_DAYS, FleetGpu, Source, SourceProblem
-from gpulens.fleet.summary import JobReport
+from gpulens.fleet.summary import NO_DATA, SHORT, JobReport
 from gpulens.links import job_link, report_link
 from gpulens.notify.addresses import Owner
 from gpulens.notify.config import AdviceSettings, JobEndSettings
@@ -168,7 +168,7 @@ class Advisor:
         )
 
     def _end(self, seen: _Seen, now: float) -> Outcome:
-        from gpulens.report.document import hours, job_document, tip_text, tip_title
+        from gpulens.report.document import hours, job_document, mark_text, tip_text, tip_title
         from gpulens.report.terminal import render
 
         job, dashboard = seen.job, self.sender.config.dashboard
@@ -189,13 +189,17 @@ class Advisor:
             report = _owners(report, job.key)
             record = report.record
             wasted = record.wasted_seconds / record.gpu_seconds if record.gpu_seconds else None
-            fields["verdict"] = words.join(
-                [
-                    f"busy {words.percent(record.busy_ratio)} of the time" if record.busy_ratio is not None else "",
-                    f"{words.percent(wasted)} of its {hours(record.gpu_seconds)} GPU-hours wasted"
-                    if wasted is not None
-                    else "",
-                ]
+            fields["verdict"] = (
+                mark_text(report.flag, None)
+                if report.flag in (SHORT, NO_DATA)
+                else words.join(
+                    [
+                        f"busy {words.percent(record.busy_ratio)} of the time" if record.busy_ratio is not None else "",
+                        f"{words.percent(wasted)} of its {hours(record.gpu_seconds)} GPU-hours wasted"
+                        if wasted is not None
+                        else "",
+                    ]
+                )
             )
             fields["tips"] = "\n".join(f"- {tip_title(t)}: {tip_text(t, use)}" for t, use in record.top_tips(TIPS))
             fields["details"] = render(replace(job_document(report), tips=()))  # the tips are the message's own
