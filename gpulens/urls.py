@@ -54,7 +54,6 @@ def flag_url(text: str, flag: str, example: str) -> str:
     parts = split_http_url(url)
     if parts is None or ("://" not in typed and parts.port is None):  # 'node1' alone: no agent listens on 80
         raise ValueError(f"{flag} {quoted_url(text)} is not HOST:PORT or http(s)://HOST:PORT; write e.g. {example}")
-    parts = urllib.parse.urlsplit(url)
     if parts.query or parts.fragment:
         raise ValueError(
             f"{flag} {quoted_url(text)} has a query or fragment, which the API paths cannot follow; give the "
