@@ -571,8 +571,9 @@ def _at_exit() -> None:
 
 
 def _in_a_multiprocessing_child(_: object) -> None:
-    """A `multiprocessing` child (a DataLoader's worker, a Pool's) ends with os._exit, after its finalizers but
-    without atexit's handlers: the steps it ran since its last report are sent by a finalizer instead."""
+    """A `multiprocessing` child (a DataLoader's worker, a Pool's) that was forked ends with os._exit, after its
+    finalizers but without atexit's handlers: the steps it ran since its last report are sent by a finalizer
+    instead (a spawned one runs both; the second finds nothing left to send)."""
     multiprocessing.util.Finalize(None, _at_exit, exitpriority=0)
 
 
