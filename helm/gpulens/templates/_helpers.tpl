@@ -207,10 +207,10 @@ runAsNonRoot), and the pod is then refused or never started. Call with (dict "po
 {{/* extraArgs that name a flag the chart sets from a value: the later flag would win over the chart's, past its
 checks and its mounts, ports and probes (a ledger path off its volume, a port the Service does not expose). Each
 item is a flag (values.schema.json): one with its value after a space reaches the program as one word, which it
-refuses. With "known" (the program's flags,
-their --no- forms among them), "switches" (those of them that take no value) and "program", a flag not among
-them, or a value given to a switch, fails the install, not every pod at start. Call with (dict "args" LIST "at"
-"the.values.path" "set" (dict "--flag" "the value that sets it" ...) ["known" LIST "switches" LIST "program" NAME]). */}}
+refuses. With "known" (the program's flags, their --no- forms among them), "switches" (those of them that take no
+value) and "program", a flag not among them, a value given to a switch, or a flag that takes a value given none
+fails the install, not every pod at start. Call with (dict "args" LIST "at" "the.values.path" "set" (dict
+"--flag" "the value that sets it" ...) ["known" LIST "switches" LIST "program" NAME]). */}}
 {{- define "gpulens.checkExtraArgs" -}}
 {{- range .args -}}
 {{- $flag := regexFind "^--[^= ]+" (toString .) -}}
