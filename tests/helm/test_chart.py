@@ -8,6 +8,7 @@ security context, the rules built from the same files as plain Prometheus loads.
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -833,25 +834,39 @@ def test_the_reclaim_cluster_role_grants_exactly_what_the_actor_calls(reclaim_do
     from gpulens.reclaim.kubernetes import VERBS
     from tests.reclaim.test_kubernetes import chart_rules, granted
 
-    docs = _reclaim_all(reclaim_docs)
+    enforcing = copy.deepcopy(RECLAIM)
+    enforcing["reclaim"]["mode"] = "enforce"
+    (tmp_path / "enforce").mkdir()
+    docs = _reclaim_all(_template(tmp_path / "enforce", enforcing))
     roles = {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
     rules = [rule for role in roles.values() for rule in role]
     assert rules == chart_rules() and granted(rules) == VERBS
     assert not any("*" in rule[key] for rule in rules for key in ("verbs", "apiGroups", "resources"))
-    # Nodes, which belong to no namespace, from a role of their own bound cluster-wide; the pods' role in the
+    # Nodes, which belong to no namespace, from a role of their own bound cluster-wide; the pods' roles in the
     # namespaces reclaim.kubernetes.namespaces names, or cluster-wide without them.
     assert granted(roles["gpulens-reclaim-nodes"]) == {("list", "", "nodes")}
     account = [{"kind": "ServiceAccount", "name": "gpulens-reclaim", "namespace": "gpu-monitoring"}]
-    bound = {
-        (d["kind"], d["metadata"].get("namespace"), d["roleRef"]["name"])
-        for d in docs
-        if d["kind"].endswith("Binding") and d["subjects"] == account and d["roleRef"]["kind"] == "ClusterRole"
-    }
-    assert bound == {
+
+    def bound(docs: list[dict]) -> set[tuple[str, str | None, str]]:
+        return {
+            (d["kind"], d["metadata"].get("namespace"), d["roleRef"]["name"])
+            for d in docs
+            if d["kind"].endswith("Binding") and d["subjects"] == account and d["roleRef"]["kind"] == "ClusterRole"
+        }
+
+    assert bound(docs) == {
         ("ClusterRoleBinding", None, "gpulens-reclaim-nodes"),
-        ("RoleBinding", "notebooks", "gpulens-reclaim"),
-        ("RoleBinding", "ml", "gpulens-reclaim"),
+        *[
+            ("RoleBinding", ns, role)
+            for ns in ("notebooks", "ml")
+            for role in ("gpulens-reclaim", "gpulens-reclaim-act")
+        ],
     }
+    # In dry-run (the default) and notify modes it changes nothing, and may change nothing: it reads.
+    reading = _reclaim_all(reclaim_docs)
+    read_roles = [d for d in reading if d["kind"] == "ClusterRole"]
+    assert {verb for d in read_roles for verb, _, _ in granted(d["rules"])} == {"list", "get"}
+    assert ("RoleBinding", "ml", "gpulens-reclaim-act") not in bound(reading)
     twice = _reclaim_all(_template(tmp_path, {"reclaim": {"enabled": True, "kubernetes": {"namespaces": ["a", "a"]}}}))
     assert [d["metadata"]["namespace"] for d in twice if d["kind"] == "RoleBinding"] == ["a"]  # not two of one name
     everywhere = _reclaim_all(_template(tmp_path, {"reclaim": {"enabled": True}}))

@@ -6,6 +6,7 @@ are the chart's own, read from helm/gpulens/templates/reclaim-rbac.yaml."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -34,11 +35,11 @@ NOW = 1_796_461_200.0  # 2026-12-05 09:00:00 UTC
 
 
 def chart_rules() -> list[dict[str, Any]]:
-    """The rules of the chart's reclaim ClusterRoles (the pods' and the nodes'), as its template writes them
-    (plain YAML: no directive inside; tests/helm/test_chart.py checks the rendered ClusterRoles have the same)."""
+    """The rules of the chart's reclaim ClusterRoles (reading, the nodes', acting in enforce mode), as its template
+    writes them (plain YAML: no directive inside; tests/helm/test_chart.py checks the rendered ones have the same)."""
     rules = []
     for block in RBAC.read_text().split("\nrules:\n")[1:]:
-        block = block.split("\n---", 1)[0]
+        block = re.split(r"\n(?:---|\{\{)", block, maxsplit=1)[0]
         assert "{{" not in block, "the ClusterRoles' rules must stay plain YAML for this test to read them"
         rules += yaml.safe_load("rules:\n" + block)["rules"]
     return rules
