@@ -69,7 +69,7 @@ def _check(argv: Sequence[str], out: TextIO) -> int:
     for user in args.user or [getpass.getuser()]:
         owner = Owner(user=user, account=args.account, namespace=args.namespace)
         to = sender.addresses.owner(owner)
-        reached = {r for channel in sender.channels for r in channel.reaches(to)}
+        reached = set(sender.reaching(to))
         unreached = {  # an address no channel delivers to: listed, it would read as one the owner is told at
             "e-mail": "" if set(to.emails) <= reached else ", but no channel reaches it: give smtp",
             "chat": "" if set(to.handles) <= reached else ", but no channel reaches it: give webhooks",
@@ -97,8 +97,7 @@ def describe(sender: Sender) -> list[str]:
     held = f"quiet hours {quiet.hours} {quiet.timezone} ({', '.join(sorted(URGENT))} go at once)" if quiet else ""
     lines.append(words.join([f"one message per job and reason in {words.duration(config.cooldown)}", held]))
     if config.test_mode:
-        reached = {r for channel in sender.channels for r in channel.reaches(sender.admins)}
-        unreached = [admin for admin in config.admins if admin not in reached]
+        unreached = [admin for admin in config.admins if admin not in sender.reaching(sender.admins)]
         lines.append(
             f"test mode: every message goes to {', '.join(config.admins)} instead of its owner"
             + (f", but no channel reaches {', '.join(unreached)}: give smtp or webhooks" if unreached else "")

@@ -220,9 +220,13 @@ class Sender:
                 failed.append(f"its cooldown is not kept: {error}")
             outcome = Outcome(SENT, "; ".join(failed), ", ".join(reached), through)
         else:
-            whom = ", ".join(dict.fromkeys(r for channel in usable for r in channel.reaches(to)))
+            whom = ", ".join(self.reaching(to))  # the channels that reach nobody add nobody
             outcome = Outcome(FAILED, "; ".join(failed), whom)
         return self._record(message, outcome, now, key, subject, held_since)
+
+    def reaching(self, to: Recipients) -> tuple[str, ...]:
+        """Return those of `to` some channel delivers to, in the order the channels list them."""
+        return tuple(dict.fromkeys(r for channel in self.channels for r in channel.reaches(to)))
 
     def _deliver(
         self, usable: Sequence[Channel], to: Recipients, subject: str, body: str, now: float
